@@ -1,0 +1,195 @@
+#pragma once
+/// ringloader's public C++ API: a Loader that reads, decodes and transforms image samples on
+/// native threads and delivers batches in order, in reusable slots.
+///
+///   auto loader = ringloader::Loader::Create(samples, options).value();
+///   loader->StartEpoch(0);
+///   while (true) {
+///     absl::StatusOr<ringloader::Batch> batch = loader->Next();
+///     if (absl::IsOutOfRange(batch.status())) break;   // end of epoch
+///     if (!batch.ok()) { /* a bad sample: message names index and path */ continue; }
+///     use(batch->images(), batch->labels());          // slot recycled when `batch` dies
+///   }
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decode/jpeg_decoder.h"
+#include "io/reader.h"
+#include "transform/image_transform.h"
+
+namespace ringloader {
+
+class SlotLease;
+class SlotAllocator;
+class SlotPool;
+
+/// One item of a dataset: a file and its class label.
+struct Sample {
+  std::string path;
+  int64_t label = 0;
+};
+
+/// Status payload keys carried by per-sample errors (values: decimal index, path).
+inline constexpr char kSampleIndexPayload[] = "ringloader.sample_index";
+inline constexpr char kSamplePathPayload[] = "ringloader.sample_path";
+
+/// Everything that shapes a Loader. Validated by Loader::Create.
+struct LoaderOptions {
+  int batch_size = 64;           ///< Samples per batch (>= 1).
+  int num_workers = 2;           ///< Decode threads (>= 1).
+  int reader_threads = 1;        ///< I/O threads (>= 1).
+  int io_depth = 32;             ///< Reads in flight per reader thread.
+  IoBackend io = IoBackend::kAuto;
+  int prefetch_batches = 4;      ///< Batches in the pipeline ahead of the consumer (>= 1).
+  int max_slots = 0;             ///< Slot bound incl. batches the consumer holds (0: 2*prefetch+2).
+  bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
+  bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
+  uint64_t seed = 0;             ///< Shuffle and augmentation seed.
+  int rank = 0;                  ///< Built-in sampler: this process's shard ...
+  int world_size = 1;            ///< ... of this many.
+  uint64_t max_image_pixels = kDefaultMaxImagePixels;  ///< Decompression-bomb limit.
+  size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
+  bool fast_decode = true;       ///< DCT-scaled and region-of-interest decoding.
+  std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size.
+  DType dtype = DType::kFloat32;
+  Layout layout = Layout::kCHW;
+  /// Page-locked (cudaHostAlloc) slots when a GPU is visible; otherwise host memory, and
+  /// LoaderStats::memory_note says why.
+  bool pin_memory = false;
+  /// Slot memory; null = chosen by pin_memory.
+  std::shared_ptr<SlotAllocator> allocator;
+};
+
+/// A delivered batch. Its memory stays valid while any copy of the Batch (or a lease taken
+/// from it) is alive; then the slot returns to the loader.
+class Batch {
+ public:
+  Batch() = default;
+  /// Batch number within the epoch (0-based).
+  int64_t number() const { return number_; }
+  /// Rows in this batch (the last one may be short).
+  int size() const { return size_; }
+  int channels() const { return 3; }
+  int height() const { return height_; }
+  int width() const { return width_; }
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  /// Image tensor shape: [B,3,H,W] (kCHW) or [B,H,W,3] (kHWC).
+  std::vector<int64_t> image_shape() const;
+  /// Image bytes: size() * sample_bytes().
+  void* images() const { return images_; }
+  size_t sample_bytes() const { return sample_bytes_; }
+  /// Labels, size() of them.
+  int64_t* labels() const { return labels_; }
+  /// Dataset indices of the rows, size() of them.
+  int64_t* indices() const { return indices_; }
+  /// True when the slot is page-locked host memory.
+  bool pinned() const { return pinned_; }
+  /// The slot's lease: keep a copy to keep the memory alive (e.g. in a tensor deleter).
+  std::shared_ptr<SlotLease> lease() const { return lease_; }
+
+ private:
+  friend class Loader;
+  std::shared_ptr<SlotLease> lease_;
+  int64_t number_ = 0;
+  int size_ = 0;
+  int height_ = 0, width_ = 0;
+  DType dtype_ = DType::kFloat32;
+  Layout layout_ = Layout::kCHW;
+  void* images_ = nullptr;
+  size_t sample_bytes_ = 0;
+  int64_t* labels_ = nullptr;
+  int64_t* indices_ = nullptr;
+  bool pinned_ = false;
+};
+
+/// Counters since the loader was created.
+struct LoaderStats {
+  int64_t samples = 0;           ///< Samples decoded into slots.
+  int64_t batches = 0;           ///< Batches delivered.
+  int64_t errors = 0;            ///< Samples that failed.
+  int64_t bytes_read = 0;
+  double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
+  double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
+  double wait_seconds = 0;       ///< Consumer blocked in Next().
+  int slots_allocated = 0;
+  int slots_held = 0;
+  std::string io_backend;        ///< "io_uring" or "pread".
+  std::string io_note;           ///< Why io_uring was not used, when it was not.
+  std::string memory;            ///< Slot allocator name.
+  std::string memory_note;       ///< Why pinned memory was not used, when it was asked for.
+  std::string last_error;
+};
+
+/// Reads, decodes and batches samples on native threads. Methods are for one consumer thread;
+/// Stats() may be called from any thread.
+class Loader {
+ public:
+  /// Validates options (InvalidArgument naming the option) and probes the I/O backend.
+  static absl::StatusOr<std::unique_ptr<Loader>> Create(std::vector<Sample> samples,
+                                                        LoaderOptions options);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  /// Starts `epoch` with the built-in sampler (shuffle/seed/rank/world_size/drop_last), from
+  /// batch `first_batch`. Stops any epoch in progress.
+  absl::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
+  /// Starts an epoch with an explicit order: batch b holds indices[offsets[b]..offsets[b+1]).
+  /// `seed` and `epoch` seed the per-sample augmentation.
+  absl::Status StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                          std::vector<int64_t> offsets);
+  /// Next batch in order. OutOfRange at the end of the epoch; FailedPrecondition before
+  /// StartEpoch; a sample's error (message and payloads name index and path) at the batch it
+  /// belongs to, after all earlier batches — the following call continues with the next batch;
+  /// ResourceExhausted when the consumer holds every slot (the batch is not lost: release
+  /// batches and call again); DeadlineExceeded after `timeout_seconds` > 0 without a batch.
+  absl::StatusOr<Batch> Next(double timeout_seconds = 0);
+  /// Stops the epoch in progress and joins its threads. Delivered batches stay valid.
+  void Stop();
+
+  /// Batches in an epoch of the built-in sampler.
+  int64_t BatchesPerEpoch() const;
+  /// Batches in the epoch in progress.
+  int64_t num_batches() const;
+  /// Next batch number Next() will deliver.
+  int64_t next_batch() const;
+  int64_t dataset_size() const { return static_cast<int64_t>(samples_.size()); }
+  const LoaderOptions& options() const { return options_; }
+  const TransformPipeline& pipeline() const { return pipeline_; }
+  LoaderStats Stats() const;
+
+  /// Decodes and transforms one sample on the calling thread (no batching), into `dst` of
+  /// pipeline().SampleBytes() bytes, with the augmentation seed of (seed, epoch, index).
+  absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, void* dst) const;
+
+ private:
+  struct Epoch;
+  struct Counters;
+  Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline);
+
+  std::vector<Sample> samples_;
+  LoaderOptions options_;
+  TransformPipeline pipeline_;
+  IoBackend io_backend_ = IoBackend::kPread;  // resolved by the probe in Create
+  std::string io_note_;
+  std::string memory_note_;
+  std::shared_ptr<SlotPool> pool_;
+  std::vector<ByteBuffer> buffers_;  // file bytes between reader and decoder, reused across epochs
+  std::unique_ptr<Counters> counters_;
+  std::unique_ptr<Epoch> epoch_;
+};
+
+/// Lists an image folder exactly as torchvision.datasets.ImageFolder does: class folders sorted,
+/// files found recursively (following links) in sorted order, extensions matched
+/// case-insensitively against torchvision's list. Labels are class positions.
+absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
+                                                    std::vector<std::string>* classes = nullptr);
+
+}  // namespace ringloader

@@ -1,0 +1,175 @@
+#include "io/reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+
+namespace ringloader {
+
+void ByteBuffer::Resize(size_t size) {
+  if (size > capacity_) {
+    // Grow by at least 1.5x so a stream of slightly larger files does not reallocate each time.
+    size_t capacity = std::max(size, capacity_ + capacity_ / 2);
+    data_.reset(new uint8_t[capacity]);  // no zero-fill: the bytes are about to be overwritten
+    capacity_ = capacity;
+  }
+  size_ = size;
+}
+
+absl::StatusOr<std::unique_ptr<Reader>> MakeReader(IoBackend backend, int depth,
+                                                   std::string* fallback_reason) {
+  if (depth < 1) return absl::InvalidArgumentError(absl::StrCat("io depth must be >= 1, got ", depth));
+  if (backend == IoBackend::kPread) return MakePreadReader(depth);
+  absl::StatusOr<std::unique_ptr<Reader>> uring = MakeUringReader(depth);
+  if (uring.ok() || backend == IoBackend::kUring) return uring;
+  if (fallback_reason != nullptr) {
+    *fallback_reason = absl::StrCat("io_uring unavailable (", uring.status().message(),
+                                    "); using pread");
+  }
+  return MakePreadReader(depth);
+}
+
+struct FileFetcher::Job {
+  ReadOp op;
+  std::string path;
+  ByteBuffer* buffer = nullptr;
+  uint64_t tag = 0;
+  size_t done = 0;
+};
+
+FileFetcher::FileFetcher(std::unique_ptr<Reader> reader, size_t max_file_bytes)
+    : reader_(std::move(reader)), max_file_bytes_(max_file_bytes) {
+  const int depth = reader_->depth();
+  jobs_.reserve(depth);
+  for (int i = 0; i < depth; ++i) {
+    jobs_.push_back(std::make_unique<Job>());
+    jobs_.back()->op.owner = jobs_.back().get();
+    idle_jobs_.push_back(jobs_.back().get());
+  }
+  reaped_.reserve(depth);
+}
+
+FileFetcher::~FileFetcher() {
+  // Reads still in the kernel write into buffers the caller owns: wait for all of them before
+  // the buffers can be reused or freed.
+  std::vector<FetchedFile> sink;
+  while (outstanding_ > 0) {
+    if (!Poll(&sink, /*wait=*/true).ok()) break;
+    sink.clear();
+  }
+  for (auto& job : jobs_) {
+    if (job->op.fd >= 0) close(job->op.fd);
+  }
+}
+
+bool FileFetcher::has_room() const { return !idle_jobs_.empty(); }
+
+void FileFetcher::Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out) {
+  if (job->op.fd >= 0) {
+    close(job->op.fd);
+    job->op.fd = -1;
+  }
+  out->push_back(FetchedFile{job->tag, std::move(status), job->buffer});
+  idle_jobs_.push_back(job);
+  --outstanding_;
+}
+
+void FileFetcher::Start(const std::string& path, ByteBuffer* buffer, uint64_t tag) {
+  Job* job = idle_jobs_.back();
+  idle_jobs_.pop_back();
+  ++outstanding_;
+  job->path = path;
+  job->buffer = buffer;
+  job->tag = tag;
+  job->done = 0;
+  buffer->Resize(0);
+
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Finish(job, ErrnoStatus(errno, "open", path), &early_);
+  job->op.fd = fd;
+  struct stat st;
+  if (fstat(fd, &st) != 0) return Finish(job, ErrnoStatus(errno, "fstat", path), &early_);
+  if (S_ISDIR(st.st_mode)) {
+    return Finish(job, absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file")),
+                  &early_);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Finish(job, absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file")),
+                  &early_);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size > max_file_bytes_) {
+    return Finish(job,
+                  absl::OutOfRangeError(absl::StrCat(path, " is ", size, " bytes, over the limit of ",
+                                                     max_file_bytes_, " bytes per file")),
+                  &early_);
+  }
+  buffer->Resize(size);
+  if (size == 0) return Finish(job, absl::OkStatus(), &early_);
+  job->op.dst = buffer->data();
+  job->op.length = size;
+  job->op.offset = 0;
+  absl::Status submitted = reader_->Submit(&job->op);
+  if (!submitted.ok()) Finish(job, std::move(submitted), &early_);
+}
+
+absl::Status FileFetcher::Flush() { return reader_->Flush(); }
+
+absl::Status FileFetcher::Poll(std::vector<FetchedFile>* out, bool wait) {
+  const size_t before = out->size();
+  for (auto& file : early_) out->push_back(std::move(file));
+  early_.clear();
+  bool resubmitted = false;
+  while (outstanding_ > 0) {
+    const bool block = wait && out->size() == before;
+    reaped_.clear();
+    RL_ASSIGN_OR_RETURN(int n, reader_->Reap(&reaped_, block));
+    for (ReadOp* op : reaped_) {
+      Job* job = static_cast<Job*>(op->owner);
+      const int64_t result = op->result;
+      if (result == -EINTR || result == -EAGAIN) {
+        // Interrupted or would block: nothing was transferred, ask again.
+      } else if (result < 0) {
+        Finish(job, ErrnoStatus(static_cast<int>(-result), "read", job->path), out);
+        continue;
+      } else if (result == 0) {
+        Finish(job,
+               absl::DataLossError(absl::StrCat(job->path, " shrank while being read: got ", job->done,
+                                                " of ", job->buffer->size(), " bytes")),
+               out);
+        continue;
+      } else {
+        job->done += static_cast<size_t>(result);
+        bytes_read_ += static_cast<uint64_t>(result);
+        if (job->done >= job->buffer->size()) {
+          Finish(job, absl::OkStatus(), out);
+          continue;
+        }
+      }
+      // Short read (or retry): queue the rest of the file.
+      op->dst = job->buffer->data() + job->done;
+      op->length = job->buffer->size() - job->done;
+      op->offset = job->done;
+      absl::Status submitted = reader_->Submit(op);
+      if (!submitted.ok()) {
+        Finish(job, std::move(submitted), out);
+        continue;
+      }
+      resubmitted = true;
+    }
+    if (resubmitted) {
+      RL_RETURN_IF_ERROR(reader_->Flush());
+      resubmitted = false;
+    }
+    if (n == 0 || !wait || out->size() > before) break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringloader

@@ -1,0 +1,166 @@
+#include "io/reader.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader {
+namespace {
+
+using testing::MakeTempDir;
+using testing::WriteFile;
+
+// A pread reader that misbehaves like a real kernel may: short reads, EINTR and EAGAIN.
+class FaultyReader final : public Reader {
+ public:
+  explicit FaultyReader(int depth) : depth_(depth) {}
+  const char* name() const override { return "faulty"; }
+  int depth() const override { return depth_; }
+  absl::Status Submit(ReadOp* op) override {
+    ++calls_;
+    if (calls_ % 3 == 0) {
+      op->result = -EINTR;
+    } else if (calls_ % 5 == 0) {
+      op->result = -EAGAIN;
+    } else {
+      const size_t len = std::min<size_t>(op->length, 1 + calls_ % 977);  // always short
+      const ssize_t n = pread(op->fd, op->dst, len, static_cast<off_t>(op->offset));
+      op->result = n < 0 ? -errno : n;
+    }
+    done_.push_back(op);
+    return absl::OkStatus();
+  }
+  absl::Status Flush() override { return absl::OkStatus(); }
+  absl::StatusOr<int> Reap(std::vector<ReadOp*>* done, bool) override {
+    const int n = static_cast<int>(done_.size());
+    done->insert(done->end(), done_.begin(), done_.end());
+    done_.clear();
+    return n;
+  }
+
+ private:
+  int depth_;
+  int calls_ = 0;
+  std::vector<ReadOp*> done_;
+};
+
+struct Corpus {
+  std::string dir;
+  std::vector<std::string> paths;
+  std::vector<std::vector<uint8_t>> contents;
+};
+
+Corpus MakeCorpus() {
+  Corpus c;
+  c.dir = MakeTempDir();
+  std::mt19937 rng(5);
+  const size_t sizes[] = {0, 1, 17, 4095, 4096, 4097, 65536, 200000, 1 << 20, (1 << 20) + 7};
+  for (int i = 0; i < 40; ++i) {
+    std::vector<uint8_t> bytes(sizes[i % 10] + (i / 10));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    c.paths.push_back(c.dir + "/file_" + std::to_string(i));
+    WriteFile(c.paths.back(), bytes);
+    c.contents.push_back(std::move(bytes));
+  }
+  return c;
+}
+
+// Reads every corpus file through `reader`, with as many in flight as it allows.
+std::map<uint64_t, std::vector<uint8_t>> ReadAll(std::unique_ptr<Reader> reader, const Corpus& c) {
+  FileFetcher fetcher(std::move(reader), size_t{64} << 20);
+  std::vector<ByteBuffer> buffers(c.paths.size());
+  std::map<uint64_t, std::vector<uint8_t>> out;
+  size_t next = 0;
+  std::vector<FetchedFile> done;
+  while (out.size() < c.paths.size()) {
+    while (next < c.paths.size() && fetcher.has_room()) {
+      fetcher.Start(c.paths[next], &buffers[next], next);
+      ++next;
+    }
+    EXPECT_TRUE(fetcher.Flush().ok());
+    done.clear();
+    EXPECT_TRUE(fetcher.Poll(&done, true).ok());
+    for (FetchedFile& f : done) {
+      EXPECT_TRUE(f.status.ok()) << f.status;
+      out[f.tag] = std::vector<uint8_t>(f.buffer->data(), f.buffer->data() + f.buffer->size());
+    }
+  }
+  return out;
+}
+
+bool UringAvailable() { return MakeUringReader(4).ok(); }
+
+TEST(ReaderTest, PreadReadsExactBytes) {
+  Corpus c = MakeCorpus();
+  auto got = ReadAll(MakePreadReader(8), c);
+  for (size_t i = 0; i < c.paths.size(); ++i) EXPECT_EQ(got[i], c.contents[i]) << c.paths[i];
+}
+
+TEST(ReaderTest, UringAndPreadReturnIdenticalBytes) {
+  if (!UringAvailable()) GTEST_SKIP() << "io_uring is refused here: " << MakeUringReader(4).status();
+  Corpus c = MakeCorpus();
+  auto uring = ReadAll(*MakeUringReader(16), c);
+  auto pread = ReadAll(MakePreadReader(16), c);
+  EXPECT_EQ(uring, pread);
+  for (size_t i = 0; i < c.paths.size(); ++i) EXPECT_EQ(uring[i], c.contents[i]) << c.paths[i];
+}
+
+TEST(ReaderTest, ShortReadsEintrAndEagainAreRetried) {
+  Corpus c = MakeCorpus();
+  auto got = ReadAll(std::make_unique<FaultyReader>(4), c);
+  for (size_t i = 0; i < c.paths.size(); ++i) EXPECT_EQ(got[i], c.contents[i]) << c.paths[i];
+}
+
+TEST(ReaderTest, ErrorsNameTheFile) {
+  const std::string dir = MakeTempDir();
+  WriteFile(dir + "/big", std::vector<uint8_t>(5000, 1));
+  FileFetcher fetcher(MakePreadReader(4), 4096);
+  ByteBuffer a, b, c;
+  fetcher.Start(dir + "/missing.jpg", &a, 1);
+  fetcher.Start(dir, &b, 2);
+  fetcher.Start(dir + "/big", &c, 3);
+  ASSERT_TRUE(fetcher.Flush().ok());
+  std::vector<FetchedFile> done;
+  while (done.size() < 3) ASSERT_TRUE(fetcher.Poll(&done, true).ok());
+  std::map<uint64_t, absl::Status> by_tag;
+  for (auto& f : done) by_tag[f.tag] = f.status;
+  EXPECT_TRUE(absl::IsNotFound(by_tag[1])) << by_tag[1];
+  EXPECT_NE(by_tag[1].message().find("missing.jpg"), std::string::npos);
+  EXPECT_NE(by_tag[2].message().find("directory"), std::string::npos) << by_tag[2];
+  EXPECT_TRUE(absl::IsOutOfRange(by_tag[3])) << by_tag[3];
+  EXPECT_EQ(fetcher.outstanding(), 0);
+}
+
+TEST(ReaderTest, RefusedUringFallsBackToPread) {
+  SetUringSetupFailureForTesting(EPERM);
+  std::string note;
+  auto reader = MakeReader(IoBackend::kAuto, 8, &note);
+  ASSERT_TRUE(reader.ok());
+  EXPECT_STREQ((*reader)->name(), "pread");
+  EXPECT_NE(note.find("io_uring unavailable"), std::string::npos) << note;
+  auto forced = MakeReader(IoBackend::kUring, 8, nullptr);
+  EXPECT_TRUE(absl::IsPermissionDenied(forced.status())) << forced.status();
+  SetUringSetupFailureForTesting(0);
+}
+
+TEST(ReaderTest, ByteBufferGrowsOnlyWhenNeeded) {
+  ByteBuffer b;
+  b.Resize(100);
+  const uint8_t* first = b.data();
+  b.Resize(10);
+  b.Resize(100);
+  EXPECT_EQ(b.data(), first);
+  EXPECT_EQ(b.size(), 100u);
+  b.Resize(1000);
+  EXPECT_GE(b.capacity(), 1000u);
+}
+
+}  // namespace
+}  // namespace ringloader

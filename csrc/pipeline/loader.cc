@@ -1,0 +1,528 @@
+// The pipeline behind ringloader::Loader.
+//
+//   dispatcher ──ReadRequest──▶ reader threads ──DecodeItem──▶ decode workers ──▶ slot rows
+//       │ (acquires slots in batch order)      (FileFetcher)          │ (countdown per batch)
+//       ▼                                                             ▼
+//   BatchTask window ◀──────────────── ready (mutex/condvar, once per batch) ── Next()
+//
+// Per-sample hand-offs go through lock-free BoundedQueues; per-batch events (slot acquired,
+// batch complete, batch consumed) take a mutex, which costs nothing at batch granularity.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "cuda/cuda_runtime.h"
+#include "decode/jpeg_decoder.h"
+#include "io/reader.h"
+#include "pipeline/bounded_queue.h"
+#include "pipeline/slot_pool.h"
+#include "ringloader/ringloader.h"
+#include "sampler/sampler.h"
+#include "transform/random.h"
+
+namespace ringloader {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t NanosSince(Clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+}
+
+struct ReadRequest {
+  int64_t batch = 0;
+  int32_t row = 0;
+  int64_t index = 0;
+};
+
+struct DecodeItem {
+  ReadRequest request;
+  int buffer = -1;
+  absl::Status status;  // the read's outcome
+};
+
+// Bytes of the per-row tail after the images: label and dataset index per row.
+constexpr size_t kRowMetaBytes = 2 * sizeof(int64_t);
+
+absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path) {
+  absl::Status status(cause.code(),
+                      absl::StrCat("sample ", index, " (", path, "): ", cause.message()));
+  status.SetPayload(kSampleIndexPayload, absl::Cord(absl::StrCat(index)));
+  status.SetPayload(kSamplePathPayload, absl::Cord(path));
+  return status;
+}
+
+absl::Status ValidateOptions(const LoaderOptions& o, size_t dataset_size) {
+  auto bad = [](absl::string_view name, auto value, absl::string_view rule) {
+    return absl::InvalidArgumentError(absl::StrCat(name, " must be ", rule, ", got ", value));
+  };
+  if (o.batch_size < 1) return bad("batch_size", o.batch_size, ">= 1");
+  if (o.num_workers < 1) return bad("num_workers", o.num_workers, ">= 1");
+  if (o.reader_threads < 1) return bad("reader_threads", o.reader_threads, ">= 1");
+  if (o.io_depth < 1 || o.io_depth > 4096) return bad("io_depth", o.io_depth, "in 1..4096");
+  if (o.prefetch_batches < 1) return bad("prefetch_batches", o.prefetch_batches, ">= 1");
+  if (o.max_slots < 0) return bad("max_slots", o.max_slots, ">= 0");
+  if (o.max_slots != 0 && o.max_slots < o.prefetch_batches) {
+    return bad("max_slots", o.max_slots, ">= prefetch_batches (or 0 for the default)");
+  }
+  if (o.world_size < 1) return bad("world_size", o.world_size, ">= 1");
+  if (o.rank < 0 || o.rank >= o.world_size) return bad("rank", o.rank, "in [0, world_size)");
+  if (o.max_image_pixels < 1) return bad("max_image_pixels", o.max_image_pixels, ">= 1");
+  if (o.max_file_bytes < 1) return bad("max_file_bytes", o.max_file_bytes, ">= 1");
+  if (dataset_size == 0) return absl::InvalidArgumentError("the dataset is empty");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::vector<int64_t> Batch::image_shape() const {
+  if (layout_ == Layout::kHWC) return {size_, height_, width_, 3};
+  return {size_, 3, height_, width_};
+}
+
+struct Loader::Counters {
+  std::atomic<int64_t> samples{0}, batches{0}, errors{0}, bytes_read{0};
+  std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
+  mutable std::mutex mu;
+  std::string last_error ABSL_GUARDED_BY(mu);
+};
+
+// One epoch in flight: its order, its threads and the window of batches between the dispatcher
+// and the consumer. Destroying it cancels and joins everything.
+struct Loader::Epoch {
+  struct BatchTask {
+    int64_t number = -1;            // guarded by ready_mu
+    bool ready = false;             // guarded by ready_mu
+    int slot = -1;                  // set by the dispatcher before any request is queued
+    int size = 0;
+    std::atomic<int> remaining{0};  // rows not yet written; the last writer marks it ready
+    std::mutex error_mu;
+    int error_row ABSL_GUARDED_BY(error_mu) = INT_MAX;
+    absl::Status error ABSL_GUARDED_BY(error_mu);
+  };
+
+  Epoch(Loader* owner, int64_t epoch_number, uint64_t epoch_seed, std::vector<int64_t> order,
+        std::vector<int64_t> batch_offsets, int64_t first_batch)
+      : loader(owner),
+        epoch(epoch_number),
+        seed(epoch_seed),
+        indices(std::move(order)),
+        offsets(std::move(batch_offsets)),
+        num_batches(static_cast<int64_t>(offsets.size()) - 1),
+        next_batch(first_batch),
+        window(static_cast<size_t>(owner->pool_->max_slots())),
+        requests(static_cast<size_t>(std::max(64, 2 * owner->options_.batch_size))),
+        decode_queue(static_cast<size_t>(owner->options_.reader_threads * owner->options_.io_depth +
+                                         2 * owner->options_.num_workers)),
+        free_buffers(owner->buffers_.size()) {
+    for (int i = 0; i < static_cast<int>(owner->buffers_.size()); ++i) {
+      (void)free_buffers.TryPush(i);
+    }
+    dispatched = first_batch;
+  }
+
+  ~Epoch() { Cancel(); }
+
+  void Start() {
+    dispatcher = std::thread([this] { Dispatch(); });
+    for (int i = 0; i < loader->options_.reader_threads; ++i) {
+      readers.emplace_back([this] { Read(); });
+    }
+    for (int i = 0; i < loader->options_.num_workers; ++i) {
+      workers.emplace_back([this] { Decode(); });
+    }
+  }
+
+  void Cancel() {
+    cancel.store(true, std::memory_order_release);
+    requests.Close();
+    decode_queue.Close();
+    free_buffers.Close();
+    loader->pool_->Wake();
+    if (dispatcher.joinable()) dispatcher.join();
+    for (auto& t : readers) t.join();
+    for (auto& t : workers) t.join();
+    readers.clear();
+    workers.clear();
+    // Slots of batches that were dispatched but never delivered go back to the free list.
+    for (int64_t b = next_batch; b < dispatched; ++b) {
+      BatchTask& task = Task(b);
+      if (task.slot >= 0) loader->pool_->Recycle(task.slot);
+      task.slot = -1;
+    }
+    dispatched = next_batch;
+  }
+
+  BatchTask& Task(int64_t batch) { return window[static_cast<size_t>(batch) % window.size()]; }
+  int64_t Offset(int64_t batch) const { return offsets[static_cast<size_t>(batch)]; }
+
+  void MarkReady(BatchTask& task) {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    task.ready = true;
+    ready_cv.notify_all();
+  }
+
+  void Fail(absl::Status status) {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    if (fatal.ok()) fatal = std::move(status);
+    ready_cv.notify_all();
+  }
+
+  // Acquires slots strictly in batch order (so the consumer's next batch is never starved by a
+  // later one), writes labels and indices, and queues the batch's reads.
+  void Dispatch() {
+    const size_t image_bytes = loader->pipeline_.SampleBytes() * loader->options_.batch_size;
+    for (int64_t b = dispatched; b < num_batches; ++b) {
+      absl::StatusOr<int> slot = loader->pool_->Acquire(cancel);
+      if (!slot.ok()) {
+        if (!absl::IsCancelled(slot.status())) Fail(slot.status());
+        return;
+      }
+      BatchTask& task = Task(b);
+      const int size = static_cast<int>(Offset(b + 1) - Offset(b));
+      task.slot = *slot;
+      task.size = size;
+      {
+        std::lock_guard<std::mutex> lock(task.error_mu);
+        task.error_row = INT_MAX;
+        task.error = absl::OkStatus();
+      }
+      uint8_t* base = loader->pool_->data(*slot);
+      auto* labels = reinterpret_cast<int64_t*>(base + image_bytes);
+      int64_t* row_indices = labels + loader->options_.batch_size;
+      for (int r = 0; r < size; ++r) {
+        const int64_t index = indices[static_cast<size_t>(Offset(b) + r)];
+        row_indices[r] = index;
+        labels[r] = loader->samples_[static_cast<size_t>(index)].label;
+      }
+      task.remaining.store(size, std::memory_order_relaxed);
+      {
+        std::lock_guard<std::mutex> lock(ready_mu);
+        task.number = b;
+        task.ready = false;
+        dispatched = b + 1;
+      }
+      if (size == 0) MarkReady(task);
+      for (int r = 0; r < size; ++r) {
+        // release (inside Push): the reader and decoder see slot, size and remaining.
+        if (!requests.Push(ReadRequest{b, r, row_indices[r]})) return;
+      }
+    }
+    requests.Close();  // readers drain what is queued, then finish
+  }
+
+  void Read() {
+    const LoaderOptions& o = loader->options_;
+    absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(loader->io_backend_, o.io_depth, nullptr);
+    if (!reader.ok()) return Fail(reader.status());
+    FileFetcher fetcher(std::move(*reader), o.max_file_bytes);
+    std::vector<ReadRequest> by_buffer(loader->buffers_.size());
+    std::vector<FetchedFile> done;
+    bool input_done = false;
+    while (!cancel.load(std::memory_order_acquire)) {
+      const auto busy_start = Clock::now();
+      int64_t idle_ns = 0;
+      while (!input_done && fetcher.has_room()) {
+        std::optional<ReadRequest> request;
+        if (fetcher.outstanding() == 0) {
+          const auto wait_start = Clock::now();
+          request = requests.Pop();
+          idle_ns += NanosSince(wait_start);
+          if (!request) input_done = true;
+        } else {
+          request = requests.TryPop();
+        }
+        if (!request) break;
+        std::optional<int> buffer = free_buffers.Pop();
+        if (!buffer) return;  // closed: cancelled
+        by_buffer[static_cast<size_t>(*buffer)] = *request;
+        const std::string& path = loader->samples_[static_cast<size_t>(request->index)].path;
+        fetcher.Start(path, &loader->buffers_[static_cast<size_t>(*buffer)],
+                      static_cast<uint64_t>(*buffer));
+      }
+      if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
+      if (fetcher.outstanding() == 0 && input_done) break;
+      done.clear();
+      if (absl::Status polled = fetcher.Poll(&done, /*wait=*/true); !polled.ok()) return Fail(polled);
+      loader->counters_->read_ns.fetch_add(NanosSince(busy_start) - idle_ns, std::memory_order_relaxed);
+      for (FetchedFile& file : done) {
+        const int buffer = static_cast<int>(file.tag);
+        if (!decode_queue.Push(DecodeItem{by_buffer[static_cast<size_t>(buffer)], buffer,
+                                          std::move(file.status)})) {
+          return;  // closed: cancelled
+        }
+      }
+    }
+    loader->counters_->bytes_read.fetch_add(static_cast<int64_t>(fetcher.bytes_read()),
+                                            std::memory_order_relaxed);
+  }
+
+  void Decode() {
+    const LoaderOptions& o = loader->options_;
+    const TransformPipeline& pipeline = loader->pipeline_;
+    const size_t sample_bytes = pipeline.SampleBytes();
+    JpegDecoder decoder;
+    decoder.set_max_image_pixels(o.max_image_pixels);
+    decoder.set_fast_paths(o.fast_decode);
+    while (std::optional<DecodeItem> item = decode_queue.Pop()) {
+      if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
+      BatchTask& task = Task(item->request.batch);
+      absl::Status status = std::move(item->status);
+      if (status.ok()) {
+        const auto start = Clock::now();
+        const ByteBuffer& bytes = loader->buffers_[static_cast<size_t>(item->buffer)];
+        SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
+                                 static_cast<uint64_t>(item->request.index)));
+        uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
+        status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
+        loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+      }
+      (void)free_buffers.TryPush(item->buffer);  // capacity == buffer count: never full
+      if (status.ok()) {
+        loader->counters_->samples.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        const std::string& path = loader->samples_[static_cast<size_t>(item->request.index)].path;
+        status = AnnotateSampleError(status, item->request.index, path);
+        loader->counters_->errors.fetch_add(1, std::memory_order_relaxed);
+        {
+          std::lock_guard<std::mutex> lock(loader->counters_->mu);
+          loader->counters_->last_error = std::string(status.message());
+        }
+        std::lock_guard<std::mutex> lock(task.error_mu);
+        if (item->request.row < task.error_row) {
+          task.error_row = item->request.row;
+          task.error = std::move(status);
+        }
+      }
+      // acq_rel: the last writer of a batch sees every other row's writes before marking it.
+      if (task.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) MarkReady(task);
+    }
+  }
+
+  Loader* loader;
+  const int64_t epoch;
+  const uint64_t seed;
+  const std::vector<int64_t> indices;
+  const std::vector<int64_t> offsets;
+  const int64_t num_batches;
+  int64_t next_batch;  // consumer's cursor (consumer thread only)
+  std::vector<BatchTask> window;
+  std::atomic<bool> cancel{false};
+  BoundedQueue<ReadRequest> requests;
+  BoundedQueue<DecodeItem> decode_queue;
+  BoundedQueue<int> free_buffers;
+  std::mutex ready_mu;
+  std::condition_variable ready_cv;
+  int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
+  absl::Status fatal ABSL_GUARDED_BY(ready_mu);
+  std::thread dispatcher;
+  std::vector<std::thread> readers;
+  std::vector<std::thread> workers;
+};
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
+                                                       LoaderOptions options) {
+  RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
+  RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
+                      TransformPipeline::Create(options.transform, options.dtype, options.layout));
+  std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline)));
+  // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
+  std::string note;
+  RL_ASSIGN_OR_RETURN(std::unique_ptr<Reader> probe,
+                      MakeReader(loader->options_.io, loader->options_.io_depth, &note));
+  loader->io_backend_ = std::string_view(probe->name()) == "io_uring" ? IoBackend::kUring : IoBackend::kPread;
+  loader->io_note_ = std::move(note);
+  return loader;
+}
+
+Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline)
+    : samples_(std::move(samples)),
+      options_(std::move(options)),
+      pipeline_(std::move(pipeline)),
+      counters_(std::make_unique<Counters>()) {
+  if (!options_.allocator && options_.pin_memory) {
+    options_.allocator = MakePinnedAllocator(&memory_note_);
+  }
+  if (!options_.allocator) options_.allocator = MakeHostAllocator();
+  const size_t slot_bytes = pipeline_.SampleBytes() * options_.batch_size +
+                            kRowMetaBytes * options_.batch_size;
+  const int max_slots = options_.max_slots > 0 ? options_.max_slots : 2 * options_.prefetch_batches + 2;
+  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, options_.prefetch_batches, max_slots);
+  const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
+                                             2 * options_.num_workers + 2 * options_.num_workers);
+  buffers_.resize(buffers);
+}
+
+Loader::~Loader() { Stop(); }
+
+void Loader::Stop() { epoch_.reset(); }
+
+absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
+  SamplerOptions sampler;
+  sampler.dataset_size = dataset_size();
+  sampler.batch_size = options_.batch_size;
+  sampler.shuffle = options_.shuffle;
+  sampler.drop_last = options_.drop_last;
+  sampler.seed = options_.seed;
+  sampler.rank = options_.rank;
+  sampler.world_size = options_.world_size;
+  EpochOrder order = MakeEpochOrder(sampler, epoch);
+  if (first_batch < 0 || first_batch > order.num_batches()) {
+    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
+                                              order.num_batches(), " batches"));
+  }
+  Stop();
+  epoch_ = std::make_unique<Epoch>(this, epoch, options_.seed, std::move(order.indices),
+                                   std::move(order.offsets), first_batch);
+  epoch_->Start();
+  return absl::OkStatus();
+}
+
+absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                                std::vector<int64_t> offsets) {
+  if (offsets.empty() || offsets.front() != 0 ||
+      offsets.back() != static_cast<int64_t>(indices.size())) {
+    return absl::InvalidArgumentError("offsets must start at 0 and end at len(indices)");
+  }
+  for (size_t b = 1; b < offsets.size(); ++b) {
+    const int64_t size = offsets[b] - offsets[b - 1];
+    if (size < 0 || size > options_.batch_size) {
+      return absl::InvalidArgumentError(absl::StrCat("batch ", b - 1, " has ", size,
+                                                     " samples; each batch must hold 0..",
+                                                     options_.batch_size));
+    }
+  }
+  for (int64_t index : indices) {
+    if (index < 0 || index >= dataset_size()) {
+      return absl::OutOfRangeError(absl::StrCat("sampler yielded index ", index,
+                                                " outside the dataset of ", dataset_size(), " samples"));
+    }
+  }
+  Stop();
+  epoch_ = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets), 0);
+  epoch_->Start();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
+  if (!epoch_) return absl::FailedPreconditionError("Next() before StartEpoch()");
+  Epoch& e = *epoch_;
+  const int64_t b = e.next_batch;
+  if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
+  Epoch::BatchTask& task = e.Task(b);
+  const auto start = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(e.ready_mu);
+    while (!(task.ready && task.number == b)) {
+      if (!e.fatal.ok()) return e.fatal;
+      if (pool_->Exhausted()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "all ", pool_->max_slots(), " batch slots are held by the consumer; release earlier "
+            "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
+      }
+      if (timeout_seconds > 0 &&
+          std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
+      }
+      // Slices keep the exhaustion and timeout checks live; a ready batch wakes us at once.
+      e.ready_cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    task.ready = false;
+  }
+  counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+  e.next_batch = b + 1;
+  absl::Status error;
+  {
+    std::lock_guard<std::mutex> lock(task.error_mu);
+    error = task.error;
+  }
+  const int slot = task.slot;
+  task.slot = -1;
+  if (!error.ok()) {
+    pool_->Recycle(slot);
+    return error;
+  }
+  Batch batch;
+  batch.lease_ = pool_->Deliver(slot);
+  batch.number_ = b;
+  batch.size_ = task.size;
+  batch.height_ = pipeline_.out_h();
+  batch.width_ = pipeline_.out_w();
+  batch.dtype_ = pipeline_.dtype();
+  batch.layout_ = pipeline_.layout();
+  batch.sample_bytes_ = pipeline_.SampleBytes();
+  uint8_t* base = batch.lease_->data();
+  batch.images_ = base;
+  batch.labels_ = reinterpret_cast<int64_t*>(base + batch.sample_bytes_ * options_.batch_size);
+  batch.indices_ = batch.labels_ + options_.batch_size;
+  batch.pinned_ = pool_->pinned();
+  counters_->batches.fetch_add(1, std::memory_order_relaxed);
+  return batch;
+}
+
+int64_t Loader::BatchesPerEpoch() const {
+  const int64_t world = options_.world_size;
+  const int64_t per_rank = world <= 1 ? dataset_size() : (dataset_size() + world - 1) / world;
+  return per_rank / options_.batch_size + ((!options_.drop_last && per_rank % options_.batch_size) ? 1 : 0);
+}
+
+int64_t Loader::num_batches() const { return epoch_ ? epoch_->num_batches : 0; }
+int64_t Loader::next_batch() const { return epoch_ ? epoch_->next_batch : 0; }
+
+LoaderStats Loader::Stats() const {
+  LoaderStats s;
+  s.samples = counters_->samples.load(std::memory_order_relaxed);
+  s.batches = counters_->batches.load(std::memory_order_relaxed);
+  s.errors = counters_->errors.load(std::memory_order_relaxed);
+  s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed);
+  s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
+  s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
+  s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;
+  s.slots_allocated = pool_->allocated();
+  s.slots_held = pool_->held_by_consumer();
+  s.io_backend = io_backend_ == IoBackend::kUring ? "io_uring" : "pread";
+  s.io_note = io_note_;
+  s.memory = pool_->allocator().name();
+  s.memory_note = memory_note_;
+  std::lock_guard<std::mutex> lock(counters_->mu);
+  s.last_error = counters_->last_error;
+  return s;
+}
+
+absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, void* dst) const {
+  if (index < 0 || index >= dataset_size()) {
+    return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
+                                              dataset_size(), " samples"));
+  }
+  const std::string& path = samples_[static_cast<size_t>(index)].path;
+  FileFetcher fetcher(MakePreadReader(1), options_.max_file_bytes);
+  ByteBuffer buffer;
+  fetcher.Start(path, &buffer, 0);
+  std::vector<FetchedFile> done;
+  RL_RETURN_IF_ERROR(fetcher.Flush());
+  while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
+  absl::Status status = done.front().status;
+  if (status.ok()) {
+    JpegDecoder decoder;
+    decoder.set_max_image_pixels(options_.max_image_pixels);
+    decoder.set_fast_paths(options_.fast_decode);
+    SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
+    status = decoder.DecodeInto(buffer.data(), buffer.size(), pipeline_, rng, dst);
+  }
+  if (!status.ok()) return AnnotateSampleError(status, index, path);
+  return absl::OkStatus();
+}
+
+}  // namespace ringloader

@@ -1,0 +1,294 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "pipeline/slot_pool.h"
+#include "ringloader/ringloader.h"
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader {
+namespace {
+
+using testing::EncodeJpeg;
+using testing::JpegFlavor;
+using testing::MakeTempDir;
+using testing::WriteFile;
+
+std::vector<Sample> MakeDataset(int n, const std::string& dir) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < n; ++i) {
+    JpegFlavor f;
+    f.width = 120 + (i * 37) % 90;
+    f.height = 100 + (i * 53) % 80;
+    f.seed = static_cast<uint64_t>(i + 1);
+    f.progressive = i % 7 == 3;
+    if (i % 11 == 5) f.color = JpegFlavor::Color::kGray;
+    const std::string path = absl::StrCat(dir, "/class_", i % 3, "/img_", i, ".jpg");
+    WriteFile(path, EncodeJpeg(f));
+    samples.push_back(Sample{path, i % 3});
+  }
+  return samples;
+}
+
+LoaderOptions TrainOptions() {
+  LoaderOptions o;
+  o.batch_size = 5;
+  o.num_workers = 2;
+  o.prefetch_batches = 3;
+  o.io_depth = 4;
+  TransformStep crop;
+  crop.kind = TransformStep::Kind::kRandomResizedCrop;
+  crop.size_h = crop.size_w = 64;
+  TransformStep flip;
+  flip.kind = TransformStep::Kind::kRandomHorizontalFlip;
+  TransformStep tensor;
+  tensor.kind = TransformStep::Kind::kToTensor;
+  o.transform = {crop, flip, tensor};
+  o.dtype = DType::kFloat32;
+  return o;
+}
+
+// Runs an epoch and returns (index order, batch bytes).
+std::pair<std::vector<int64_t>, std::vector<uint8_t>> RunEpoch(Loader& loader, int64_t epoch) {
+  EXPECT_TRUE(loader.StartEpoch(epoch).ok());
+  std::vector<int64_t> order;
+  std::vector<uint8_t> bytes;
+  int64_t expected_number = 0;
+  while (true) {
+    absl::StatusOr<Batch> batch = loader.Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) break;
+    EXPECT_EQ(batch->number(), expected_number++);
+    for (int r = 0; r < batch->size(); ++r) order.push_back(batch->indices()[r]);
+    auto* p = static_cast<uint8_t*>(batch->images());
+    bytes.insert(bytes.end(), p, p + batch->size() * batch->sample_bytes());
+  }
+  return {order, bytes};
+}
+
+TEST(LoaderTest, DeliversEveryIndexOnceInOrderWithLabels) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(23, dir);
+  LoaderOptions o = TrainOptions();
+  o.shuffle = true;
+  o.seed = 9;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ((*loader)->BatchesPerEpoch(), 5);
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<int64_t> seen;
+  while (true) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    EXPECT_EQ(batch->image_shape(), (std::vector<int64_t>{batch->size(), 3, 64, 64}));
+    for (int r = 0; r < batch->size(); ++r) {
+      seen.push_back(batch->indices()[r]);
+      EXPECT_EQ(batch->labels()[r], samples[batch->indices()[r]].label);
+    }
+  }
+  EXPECT_EQ(seen.size(), 23u);
+  EXPECT_EQ(std::set<int64_t>(seen.begin(), seen.end()).size(), 23u);
+  EXPECT_FALSE(std::is_sorted(seen.begin(), seen.end())) << "shuffle=true";
+  EXPECT_EQ((*loader)->Stats().samples, 23);
+}
+
+TEST(LoaderTest, BitIdenticalForAnyThreadCountAndReader) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(17, dir);
+  std::vector<uint8_t> reference;
+  for (int workers : {1, 2, 4}) {
+    for (IoBackend io : {IoBackend::kPread, IoBackend::kAuto}) {
+      LoaderOptions o = TrainOptions();
+      o.num_workers = workers;
+      o.io = io;
+      o.shuffle = true;
+      auto loader = Loader::Create(samples, o);
+      ASSERT_TRUE(loader.ok());
+      auto [order, bytes] = RunEpoch(**loader, 2);
+      if (reference.empty()) reference = bytes;
+      EXPECT_EQ(bytes, reference) << "workers=" << workers;
+    }
+  }
+  // Each row also equals the single-sample path for the same (seed, epoch, index).
+  LoaderOptions o = TrainOptions();
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  auto [order, bytes] = RunEpoch(**loader, 1);
+  const size_t sample_bytes = (*loader)->pipeline().SampleBytes();
+  std::vector<uint8_t> one(sample_bytes);
+  for (size_t i = 0; i < order.size(); ++i) {
+    ASSERT_TRUE((*loader)->DecodeSample(order[i], o.seed, 1, one.data()).ok());
+    ASSERT_EQ(std::memcmp(one.data(), bytes.data() + i * sample_bytes, sample_bytes), 0) << i;
+  }
+}
+
+TEST(LoaderTest, BadSampleFailsItsBatchAfterEarlierOnesThenContinues) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(12, dir);
+  WriteFile(samples[7].path, {'n', 'o', 't', ' ', 'j', 'p', 'e', 'g'});
+  samples[9].path = dir + "/does_not_exist.jpg";
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<std::string> outcomes;
+  while (true) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status()) && !batch.status().GetPayload(kSampleIndexPayload)) break;
+    if (batch.ok()) {
+      outcomes.push_back(absl::StrCat("ok", batch->number()));
+    } else {
+      auto index = batch.status().GetPayload(kSampleIndexPayload);
+      ASSERT_TRUE(index.has_value()) << batch.status();
+      outcomes.push_back(absl::StrCat("err", std::string(*index)));
+      EXPECT_NE(batch.status().message().find(samples[std::stoi(std::string(*index))].path),
+                std::string::npos);
+    }
+  }
+  // batches: [0,1,2] [3,4,5] [6,7,8] [9,10,11]
+  EXPECT_EQ(outcomes, (std::vector<std::string>{"ok0", "ok1", "err7", "err9"}));
+  EXPECT_EQ((*loader)->Stats().errors, 2);
+}
+
+TEST(LoaderTest, HeldBatchesStayIntactAndExhaustionIsAnErrorNotAHang) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(30, dir);
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 2;
+  o.prefetch_batches = 2;
+  o.max_slots = 4;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  std::vector<Batch> kept;
+  std::vector<std::vector<uint8_t>> copies;
+  absl::Status exhausted;
+  while (true) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (!batch.ok()) {
+      exhausted = batch.status();
+      break;
+    }
+    auto* p = static_cast<uint8_t*>(batch->images());
+    copies.emplace_back(p, p + batch->size() * batch->sample_bytes());
+    kept.push_back(*batch);
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(exhausted)) << exhausted;
+  EXPECT_EQ(kept.size(), 4u);
+  for (size_t i = 0; i < kept.size(); ++i) {
+    auto* p = static_cast<uint8_t*>(kept[i].images());
+    EXPECT_EQ(std::vector<uint8_t>(p, p + copies[i].size()), copies[i]) << "batch " << i << " rewritten";
+  }
+  const int64_t next = (*loader)->next_batch();
+  kept.clear();  // release: the pipeline continues with the same batch, nothing lost
+  int rest = 0;
+  while (true) {
+    absl::StatusOr<Batch> batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok()) << batch.status();
+    if (rest == 0) EXPECT_EQ(batch->number(), next);
+    ++rest;
+  }
+  EXPECT_EQ(4 + rest, 15);
+}
+
+TEST(LoaderTest, StopMidEpochAndRestartRepeatedly) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(40, dir);
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 4;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  for (int round = 0; round < 10; ++round) {
+    ASSERT_TRUE((*loader)->StartEpoch(round).ok());
+    for (int i = 0; i < round % 4; ++i) ASSERT_TRUE((*loader)->Next().ok());
+  }
+  (*loader)->Stop();
+  auto [order, bytes] = RunEpoch(**loader, 0);
+  EXPECT_EQ(order.size(), 40u);
+  EXPECT_LE((*loader)->Stats().slots_allocated, 2 * o.prefetch_batches + 2);
+}
+
+TEST(LoaderTest, ResumeFromBatchYieldsTheRemainingBatches) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(20, dir);
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  o.shuffle = true;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  auto [full_order, full_bytes] = RunEpoch(**loader, 5);
+  ASSERT_TRUE((*loader)->StartEpoch(5, /*first_batch=*/4).ok());
+  std::vector<int64_t> rest;
+  std::vector<uint8_t> rest_bytes;
+  while (true) {
+    auto batch = (*loader)->Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    ASSERT_TRUE(batch.ok());
+    for (int r = 0; r < batch->size(); ++r) rest.push_back(batch->indices()[r]);
+    auto* p = static_cast<uint8_t*>(batch->images());
+    rest_bytes.insert(rest_bytes.end(), p, p + batch->size() * batch->sample_bytes());
+  }
+  EXPECT_EQ(rest, std::vector<int64_t>(full_order.begin() + 12, full_order.end()));
+  EXPECT_EQ(rest_bytes, std::vector<uint8_t>(full_bytes.end() - rest_bytes.size(), full_bytes.end()));
+}
+
+TEST(LoaderTest, BadOptionsAreNamed) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(2, dir);
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 0;
+  auto loader = Loader::Create(samples, o);
+  EXPECT_TRUE(absl::IsInvalidArgument(loader.status()));
+  EXPECT_NE(loader.status().message().find("batch_size"), std::string::npos);
+  o = TrainOptions();
+  o.num_workers = -1;
+  EXPECT_NE(Loader::Create(samples, o).status().message().find("num_workers"), std::string::npos);
+  o = TrainOptions();
+  EXPECT_NE(Loader::Create({}, o).status().message().find("empty"), std::string::npos);
+  o = TrainOptions();
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_NE(Loader::Create(samples, o).status().message().find("rank"), std::string::npos);
+}
+
+TEST(LoaderTest, NextBeforeStartAndTimeout) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(3, dir);
+  auto loader = Loader::Create(samples, TrainOptions());
+  ASSERT_TRUE(loader.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition((*loader)->Next().status()));
+}
+
+TEST(ImageFolderTest, ScansLikeTorchvision) {
+  const std::string dir = MakeTempDir();
+  const std::vector<uint8_t> bytes = {1};
+  WriteFile(dir + "/b/z.JPG", bytes);
+  WriteFile(dir + "/b/a.png", bytes);
+  WriteFile(dir + "/b/sub/c.jpeg", bytes);
+  WriteFile(dir + "/b/notes.txt", bytes);
+  WriteFile(dir + "/a/x.jpg", bytes);
+  WriteFile(dir + "/a/sub2/deeper/y.webp", bytes);
+  std::vector<std::string> classes;
+  auto samples = ScanImageFolder(dir, &classes);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  EXPECT_EQ(classes, (std::vector<std::string>{"a", "b"}));
+  std::vector<std::string> rel;
+  for (auto& s : *samples) rel.push_back(absl::StrCat(s.label, ":", s.path.substr(dir.size() + 1)));
+  EXPECT_EQ(rel, (std::vector<std::string>{"0:a/x.jpg", "0:a/sub2/deeper/y.webp", "1:b/a.png",
+                                           "1:b/z.JPG", "1:b/sub/c.jpeg"}));
+  EXPECT_TRUE(absl::IsNotFound(ScanImageFolder(dir + "/nope").status()));
+  WriteFile(dir + "/c/readme.txt", bytes);
+  auto empty_class = ScanImageFolder(dir);
+  EXPECT_TRUE(absl::IsNotFound(empty_class.status()));
+  EXPECT_NE(empty_class.status().message().find("c"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ringloader

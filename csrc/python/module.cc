@@ -1,0 +1,477 @@
+// ringloader._C: translates between Python and the C++ Loader. No business logic lives here.
+//
+// Batches leave as DLPack-exporting objects (`Tensor`), so the extension does not link against
+// torch: `torch.from_dlpack(t)` gives a zero-copy tensor whose deleter drops the slot lease.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "pipeline/slot_pool.h"
+#include "python/dlpack.h"
+#include "ringloader/ringloader.h"
+
+namespace py = pybind11;
+
+namespace ringloader {
+namespace {
+
+PyObject* g_sample_error = nullptr;
+PyObject* g_slots_exhausted_error = nullptr;
+PyObject* g_timeout_error = nullptr;
+
+// ---- status -> Python exception ---------------------------------------------------------
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  const std::string message(status.message());
+  auto index = status.GetPayload(kSampleIndexPayload);
+  if (index.has_value()) {
+    auto path = status.GetPayload(kSamplePathPayload);
+    py::object error = py::reinterpret_borrow<py::object>(g_sample_error)(message);
+    error.attr("index") = py::int_(std::stoll(std::string(*index)));
+    error.attr("path") = path ? py::str(std::string(*path)) : py::str("");
+    error.attr("reason") = py::str(message.substr(message.find("): ") == std::string::npos
+                                                      ? 0
+                                                      : message.find("): ") + 3));
+    error.attr("code") = py::str(absl::StatusCodeToString(status.code()));
+    PyErr_SetObject(g_sample_error, error.ptr());
+    throw py::error_already_set();
+  }
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+      throw py::value_error(message);
+    case absl::StatusCode::kNotFound:
+      PyErr_SetString(PyExc_FileNotFoundError, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kOutOfRange:
+      throw py::index_error(message);
+    case absl::StatusCode::kResourceExhausted:
+      PyErr_SetString(g_slots_exhausted_error, message.c_str());
+      throw py::error_already_set();
+    case absl::StatusCode::kDeadlineExceeded:
+      PyErr_SetString(g_timeout_error, message.c_str());
+      throw py::error_already_set();
+    default:
+      throw std::runtime_error(message);
+  }
+}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// ---- DLPack export -------------------------------------------------------------------------
+
+/// A host array exported through DLPack; `owner` keeps the memory alive.
+class Tensor {
+ public:
+  Tensor(std::shared_ptr<void> owner, void* data, std::vector<int64_t> shape, RlDLDataType dtype,
+         bool pinned)
+      : owner_(std::move(owner)), data_(data), shape_(std::move(shape)), dtype_(dtype), pinned_(pinned) {}
+
+  py::tuple DlpackDevice() const { return py::make_tuple(static_cast<int>(kRlDLCPU), 0); }
+
+  py::capsule Dlpack(py::object stream, py::object max_version, py::object dl_device,
+                     py::object copy) const {
+    if (!dl_device.is_none()) {
+      auto device = dl_device.cast<std::pair<int, int>>();
+      if (device.first != kRlDLCPU) throw py::buffer_error("this tensor lives in host memory (kDLCPU)");
+    }
+    if (!copy.is_none() && copy.cast<bool>()) throw py::buffer_error("copy=True is not supported");
+    if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1)) {
+      // Host memory: a stream would only order device work; accept None/-1 as the standard says.
+      if (!py::isinstance<py::int_>(stream)) throw py::type_error("stream must be an int or None");
+    }
+    bool versioned = false;
+    if (!max_version.is_none()) {
+      auto version = max_version.cast<std::pair<int, int>>();
+      versioned = version.first >= 1;
+    }
+    auto* ctx = new Context{owner_, shape_, {}};
+    ctx->strides.resize(shape_.size());
+    int64_t stride = 1;
+    for (size_t i = shape_.size(); i-- > 0;) {
+      ctx->strides[i] = stride;
+      stride *= shape_[i];
+    }
+    RlDLTensor tensor{};
+    tensor.data = data_;
+    tensor.device = RlDLDevice{kRlDLCPU, 0};
+    tensor.ndim = static_cast<int32_t>(shape_.size());
+    tensor.dtype = dtype_;
+    tensor.shape = ctx->shape.data();
+    tensor.strides = ctx->strides.data();
+    tensor.byte_offset = 0;
+    if (versioned) {
+      auto* managed = new RlDLManagedTensorVersioned{};
+      managed->version = RlDLPackVersion{1, 0};
+      managed->manager_ctx = ctx;
+      managed->deleter = [](RlDLManagedTensorVersioned* self) {
+        delete static_cast<Context*>(self->manager_ctx);
+        delete self;
+      };
+      managed->flags = 0;
+      managed->dl_tensor = tensor;
+      return py::capsule(managed, "dltensor_versioned", [](PyObject* capsule) {
+        if (PyCapsule_IsValid(capsule, "dltensor_versioned")) {  // never consumed
+          auto* m = static_cast<RlDLManagedTensorVersioned*>(PyCapsule_GetPointer(capsule, "dltensor_versioned"));
+          if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+        }
+      });
+    }
+    auto* managed = new RlDLManagedTensor{};
+    managed->dl_tensor = tensor;
+    managed->manager_ctx = ctx;
+    managed->deleter = [](RlDLManagedTensor* self) {
+      delete static_cast<Context*>(self->manager_ctx);
+      delete self;
+    };
+    return py::capsule(managed, "dltensor", [](PyObject* capsule) {
+      if (PyCapsule_IsValid(capsule, "dltensor")) {
+        auto* m = static_cast<RlDLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+        if (m != nullptr && m->deleter != nullptr) m->deleter(m);
+      }
+    });
+  }
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  bool pinned() const { return pinned_; }
+  std::string dtype_name() const {
+    switch (dtype_.code) {
+      case kRlDLUInt: return "uint8";
+      case kRlDLInt: return "int64";
+      case kRlDLBfloat: return "bfloat16";
+      default: return dtype_.bits == 16 ? "float16" : "float32";
+    }
+  }
+  /// Address of the first byte, for tests that check zero-copy.
+  uintptr_t data_ptr() const { return reinterpret_cast<uintptr_t>(data_); }
+
+ private:
+  struct Context {
+    std::shared_ptr<void> owner;  // the slot lease (or a heap buffer)
+    std::vector<int64_t> shape;
+    std::vector<int64_t> strides;
+  };
+  std::shared_ptr<void> owner_;
+  void* data_;
+  std::vector<int64_t> shape_;
+  RlDLDataType dtype_;
+  bool pinned_;
+};
+
+RlDLDataType ToDl(DType dtype) {
+  switch (dtype) {
+    case DType::kUint8: return {kRlDLUInt, 8, 1};
+    case DType::kFloat16: return {kRlDLFloat, 16, 1};
+    case DType::kBFloat16: return {kRlDLBfloat, 16, 1};
+    case DType::kFloat32: default: return {kRlDLFloat, 32, 1};
+  }
+}
+
+// ---- options from a dict ---------------------------------------------------------------
+
+template <typename T>
+void Take(py::dict& d, const char* key, T* out) {
+  if (d.contains(key)) {
+    *out = d[key].cast<T>();
+    PyDict_DelItemString(d.ptr(), key);
+  }
+}
+
+DType ParseDType(const std::string& name) {
+  if (name == "uint8") return DType::kUint8;
+  if (name == "float32") return DType::kFloat32;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "bfloat16") return DType::kBFloat16;
+  throw py::value_error(absl::StrCat("dtype must be one of uint8, float32, float16, bfloat16; got '",
+                                     name, "'"));
+}
+
+TransformStep ParseStep(py::dict step) {
+  TransformStep s;
+  const std::string kind = step["kind"].cast<std::string>();
+  if (kind == "resize") s.kind = TransformStep::Kind::kResize;
+  else if (kind == "center_crop") s.kind = TransformStep::Kind::kCenterCrop;
+  else if (kind == "random_resized_crop") s.kind = TransformStep::Kind::kRandomResizedCrop;
+  else if (kind == "random_horizontal_flip") s.kind = TransformStep::Kind::kRandomHorizontalFlip;
+  else if (kind == "to_tensor") s.kind = TransformStep::Kind::kToTensor;
+  else if (kind == "normalize") s.kind = TransformStep::Kind::kNormalize;
+  else throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
+  if (step.contains("size_h")) s.size_h = step["size_h"].cast<int>();
+  if (step.contains("size_w")) s.size_w = step["size_w"].cast<int>();
+  if (step.contains("max_size")) s.max_size = step["max_size"].cast<int>();
+  if (step.contains("scale")) std::tie(s.scale_min, s.scale_max) = step["scale"].cast<std::pair<double, double>>();
+  if (step.contains("ratio")) std::tie(s.ratio_min, s.ratio_max) = step["ratio"].cast<std::pair<double, double>>();
+  if (step.contains("p")) s.p = step["p"].cast<double>();
+  for (const char* key : {"mean", "std"}) {
+    if (!step.contains(key)) continue;
+    auto values = step[key].cast<std::vector<float>>();
+    if (values.size() == 1) values.assign(3, values[0]);
+    if (values.size() != 3) throw py::value_error(absl::StrCat("Normalize ", key, " needs 1 or 3 values"));
+    std::copy(values.begin(), values.end(), std::string(key) == "mean" ? s.mean : s.std);
+  }
+  return s;
+}
+
+LoaderOptions ParseOptions(py::dict d) {
+  d = py::dict(d);  // private copy: keys are removed as they are read
+  LoaderOptions o;
+  Take(d, "batch_size", &o.batch_size);
+  Take(d, "num_workers", &o.num_workers);
+  Take(d, "reader_threads", &o.reader_threads);
+  Take(d, "io_depth", &o.io_depth);
+  Take(d, "prefetch_batches", &o.prefetch_batches);
+  Take(d, "max_slots", &o.max_slots);
+  Take(d, "drop_last", &o.drop_last);
+  Take(d, "shuffle", &o.shuffle);
+  Take(d, "seed", &o.seed);
+  Take(d, "rank", &o.rank);
+  Take(d, "world_size", &o.world_size);
+  Take(d, "max_image_pixels", &o.max_image_pixels);
+  Take(d, "max_file_bytes", &o.max_file_bytes);
+  Take(d, "fast_decode", &o.fast_decode);
+  Take(d, "pin_memory", &o.pin_memory);
+  std::string io = "auto", dtype = "float32", layout = "NCHW";
+  Take(d, "io", &io);
+  Take(d, "dtype", &dtype);
+  Take(d, "layout", &layout);
+  if (io == "auto") o.io = IoBackend::kAuto;
+  else if (io == "uring" || io == "io_uring") o.io = IoBackend::kUring;
+  else if (io == "pread") o.io = IoBackend::kPread;
+  else throw py::value_error(absl::StrCat("io must be 'auto', 'uring' or 'pread'; got '", io, "'"));
+  o.dtype = ParseDType(dtype);
+  if (layout == "NCHW") o.layout = Layout::kCHW;
+  else if (layout == "NHWC") o.layout = Layout::kHWC;
+  else throw py::value_error(absl::StrCat("layout must be 'NCHW' or 'NHWC'; got '", layout, "'"));
+  if (d.contains("transform")) {
+    for (py::handle step : d["transform"]) o.transform.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
+    PyDict_DelItemString(d.ptr(), "transform");
+  }
+  if (py::len(d) != 0) {
+    throw py::type_error(absl::StrCat("unknown loader option(s): ", py::str(py::list(d.attr("keys")())).cast<std::string>()));
+  }
+  return o;
+}
+
+std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::array::forcecast> a) {
+  return std::vector<int64_t>(a.data(), a.data() + a.size());
+}
+
+// ---- the Loader binding ------------------------------------------------------------------
+
+class PyLoader {
+ public:
+  PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options) {
+    if (paths.size() != labels.size()) throw py::value_error("paths and labels differ in length");
+    std::vector<Sample> samples(paths.size());
+    for (size_t i = 0; i < paths.size(); ++i) samples[i] = Sample{std::move(paths[i]), labels[i]};
+    LoaderOptions parsed = ParseOptions(options);
+    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(std::move(samples), std::move(parsed));
+    ThrowIfError(loader.status());
+    loader_ = std::move(*loader);
+  }
+
+  void StartEpoch(int64_t epoch, uint64_t seed, py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices,
+                  py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets) {
+    std::vector<int64_t> idx = ToVector(indices), off = ToVector(offsets);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = loader_->StartEpoch(epoch, seed, std::move(idx), std::move(off));
+    }
+    ThrowIfError(status);
+  }
+
+  void StartBuiltinEpoch(int64_t epoch, int64_t first_batch) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = loader_->StartEpoch(epoch, first_batch);
+    }
+    ThrowIfError(status);
+  }
+
+  /// (images, labels, indices) or None at the end of the epoch.
+  py::object Next(double timeout) {
+    using Clock = std::chrono::steady_clock;
+    const auto start = Clock::now();
+    constexpr double kSlice = 0.1;  // return to Python this often so Ctrl-C is seen
+    while (true) {
+      double slice = kSlice;
+      if (timeout > 0) {
+        const double left = timeout - std::chrono::duration<double>(Clock::now() - start).count();
+        slice = std::max(1e-3, std::min(kSlice, left));
+      }
+      absl::StatusOr<Batch> batch;
+      {
+        py::gil_scoped_release release;
+        batch = loader_->Next(slice);
+      }
+      if (batch.ok()) return Wrap(*batch);
+      if (absl::IsOutOfRange(batch.status()) && !batch.status().GetPayload(kSampleIndexPayload)) {
+        return py::none();
+      }
+      if (absl::IsDeadlineExceeded(batch.status())) {
+        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+        const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+        if (timeout <= 0 || waited < timeout) continue;
+        Raise(absl::DeadlineExceededError(absl::StrCat("DataLoader timed out after ", timeout,
+                                                       " seconds waiting for batch ",
+                                                       loader_->next_batch())));
+      }
+      Raise(batch.status());
+    }
+  }
+
+  void Stop() {
+    py::gil_scoped_release release;
+    loader_->Stop();
+  }
+
+  Tensor DecodeSample(int64_t index, uint64_t seed, int64_t epoch) {
+    const TransformPipeline& p = loader_->pipeline();
+    const size_t bytes = p.SampleBytes();
+    std::shared_ptr<uint8_t[]> buffer(new uint8_t[bytes]);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = loader_->DecodeSample(index, seed, epoch, buffer.get());
+    }
+    ThrowIfError(status);
+    std::vector<int64_t> shape = p.layout() == Layout::kHWC
+                                     ? std::vector<int64_t>{p.out_h(), p.out_w(), 3}
+                                     : std::vector<int64_t>{3, p.out_h(), p.out_w()};
+    void* data = buffer.get();
+    return Tensor(std::shared_ptr<void>(buffer, data), data, std::move(shape), ToDl(p.dtype()), false);
+  }
+
+  py::dict Stats() const {
+    LoaderStats s = loader_->Stats();
+    py::dict d;
+    d["samples"] = s.samples;
+    d["batches"] = s.batches;
+    d["errors"] = s.errors;
+    d["bytes_read"] = s.bytes_read;
+    d["read_seconds"] = s.read_seconds;
+    d["decode_seconds"] = s.decode_seconds;
+    d["wait_seconds"] = s.wait_seconds;
+    d["slots_allocated"] = s.slots_allocated;
+    d["slots_held"] = s.slots_held;
+    d["io_backend"] = s.io_backend;
+    d["io_note"] = s.io_note;
+    d["memory"] = s.memory;
+    d["memory_note"] = s.memory_note;
+    d["last_error"] = s.last_error;
+    d["transform"] = loader_->pipeline().Describe();
+    return d;
+  }
+
+  int64_t num_batches() const { return loader_->num_batches(); }
+  int64_t next_batch() const { return loader_->next_batch(); }
+  int64_t batches_per_epoch() const { return loader_->BatchesPerEpoch(); }
+  py::tuple sample_shape() const {
+    const TransformPipeline& p = loader_->pipeline();
+    if (p.layout() == Layout::kHWC) return py::make_tuple(p.out_h(), p.out_w(), 3);
+    return py::make_tuple(3, p.out_h(), p.out_w());
+  }
+  std::string dtype() const { return DTypeName(loader_->pipeline().dtype()); }
+
+ private:
+  py::tuple Wrap(const Batch& batch) {
+    std::shared_ptr<void> owner = batch.lease();
+    Tensor images(owner, batch.images(), batch.image_shape(), ToDl(batch.dtype()), batch.pinned());
+    // Labels and indices are copied (8 bytes a row) so that keeping them, e.g. for metrics,
+    // never pins the slot: only the image tensor holds the slot lease.
+    Tensor labels = CopyInt64(batch.labels(), batch.size());
+    Tensor indices = CopyInt64(batch.indices(), batch.size());
+    return py::make_tuple(std::move(images), std::move(labels), std::move(indices), batch.number());
+  }
+
+  static Tensor CopyInt64(const int64_t* values, int n) {
+    std::shared_ptr<int64_t[]> copy(new int64_t[std::max(n, 1)]);
+    std::memcpy(copy.get(), values, sizeof(int64_t) * n);
+    void* data = copy.get();
+    return Tensor(std::shared_ptr<void>(copy, data), data, {n}, RlDLDataType{kRlDLInt, 64, 1}, false);
+  }
+
+  std::unique_ptr<Loader> loader_;
+};
+
+py::tuple ScanFolder(const std::string& root) {
+  std::vector<std::string> classes;
+  absl::StatusOr<std::vector<Sample>> samples;
+  {
+    py::gil_scoped_release release;
+    samples = ScanImageFolder(root, &classes);
+  }
+  ThrowIfError(samples.status());
+  py::list paths, labels;
+  for (const Sample& s : *samples) {
+    paths.append(s.path);
+    labels.append(s.label);
+  }
+  return py::make_tuple(classes, paths, labels);
+}
+
+}  // namespace
+}  // namespace ringloader
+
+PYBIND11_MODULE(_C, m) {
+  using namespace ringloader;
+  m.doc() = "ringloader native core (private; use the ringloader package)";
+
+  g_sample_error = PyErr_NewExceptionWithDoc(
+      "ringloader._C.SampleError",
+      "A sample could not be read or decoded; attributes: index, path, reason, code.",
+      PyExc_RuntimeError, nullptr);
+  g_slots_exhausted_error = PyErr_NewExceptionWithDoc(
+      "ringloader._C.SlotsExhaustedError",
+      "Every batch slot is held by the consumer; release batches or raise max_slots.",
+      PyExc_RuntimeError, nullptr);
+  g_timeout_error = PyErr_NewExceptionWithDoc(
+      "ringloader._C.LoaderTimeoutError", "No batch arrived within the timeout.", PyExc_RuntimeError,
+      nullptr);
+  m.attr("SampleError") = py::handle(g_sample_error);
+  m.attr("SlotsExhaustedError") = py::handle(g_slots_exhausted_error);
+  m.attr("LoaderTimeoutError") = py::handle(g_timeout_error);
+
+  py::class_<Tensor>(m, "Tensor", "A host array exported zero-copy through DLPack.")
+      .def("__dlpack__", &Tensor::Dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none())
+      .def("__dlpack_device__", &Tensor::DlpackDevice)
+      .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
+      .def_property_readonly("dtype", &Tensor::dtype_name)
+      .def_property_readonly("pinned", &Tensor::pinned)
+      .def_property_readonly("data_ptr", &Tensor::data_ptr);
+
+  py::class_<PyLoader>(m, "Loader")
+      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict>(), py::arg("paths"),
+           py::arg("labels"), py::arg("options"))
+      .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
+           py::arg("offsets"))
+      .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
+      .def("next", &PyLoader::Next, py::arg("timeout") = 0.0)
+      .def("stop", &PyLoader::Stop)
+      .def("decode_sample", &PyLoader::DecodeSample, py::arg("index"), py::arg("seed") = 0,
+           py::arg("epoch") = 0)
+      .def("stats", &PyLoader::Stats)
+      .def_property_readonly("num_batches", &PyLoader::num_batches)
+      .def_property_readonly("next_batch", &PyLoader::next_batch)
+      .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
+      .def_property_readonly("sample_shape", &PyLoader::sample_shape)
+      .def_property_readonly("dtype", &PyLoader::dtype);
+
+  m.def("scan_image_folder", &ScanFolder, py::arg("root"),
+        "(classes, paths, labels) of an image folder in torchvision's order.");
+}

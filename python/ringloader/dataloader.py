@@ -1,0 +1,256 @@
+"""``ringloader.DataLoader``: torch's DataLoader signature over the native pipeline.
+
+Two paths:
+
+* **native** — the dataset is a :class:`ringloader.ImageFolder` (no ``collate_fn``): reading,
+  decoding, transforms and batching run on native threads; batches arrive zero-copy through
+  DLPack and their slot is recycled when the tensors are freed.
+* **generic** — any other ``torch.utils.data.Dataset``: the work is delegated to
+  ``torch.utils.data.DataLoader`` with the same arguments, so results match torch's.
+
+``loader.native`` tells which path a loader takes.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _C
+from .datasets import ImageFolder
+
+__all__ = ["DataLoader"]
+
+_log = logging.getLogger("ringloader")
+_reported_io_notes: set = set()
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} should be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} should be >= {minimum}, got {value}")
+    return int(value)
+
+
+class DataLoader:
+    """Drop-in for ``torch.utils.data.DataLoader`` (see the module docstring for the two paths).
+
+    torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
+    (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
+    ``pin_memory`` asks for page-locked slots when a GPU is visible. ringloader-only keyword
+    arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
+    ``layout`` (``"NCHW"`` or ``"NHWC"``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
+    ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
+    ``fast_decode`` and ``max_image_pixels``.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        batch_size: Optional[int] = 1,
+        shuffle: Optional[bool] = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        num_workers: int = 0,
+        collate_fn: Optional[Callable] = None,
+        pin_memory: bool = False,
+        drop_last: bool = False,
+        timeout: float = 0,
+        worker_init_fn: Optional[Callable] = None,
+        multiprocessing_context: Any = None,
+        generator: Any = None,
+        *,
+        prefetch_factor: Optional[int] = None,
+        persistent_workers: bool = False,
+        pin_memory_device: str = "",
+        in_order: bool = True,
+        dtype: Optional[str] = None,
+        layout: str = "NCHW",
+        io: str = "auto",
+        reader_threads: int = 1,
+        io_depth: int = 32,
+        max_slots: int = 0,
+        fast_decode: bool = True,
+        max_image_pixels: Optional[int] = None,
+    ):
+        import torch.utils.data as tud
+
+        self.dataset = dataset
+        self.num_workers = _check_int("num_workers", num_workers, 0)
+        if timeout < 0:
+            raise ValueError(f"timeout option should be non-negative, got {timeout}")
+        if prefetch_factor is not None:
+            _check_int("prefetch_factor", prefetch_factor, 1)
+        self.timeout = float(timeout)
+        self.pin_memory = bool(pin_memory)
+        self.generator = generator
+        self.native = isinstance(dataset, ImageFolder) and collate_fn is None
+
+        if not self.native:
+            if isinstance(dataset, ImageFolder):
+                raise TypeError(
+                    "collate_fn is not supported with ringloader.ImageFolder: batches are "
+                    "assembled natively. Use torchvision's ImageFolder for custom collation."
+                )
+            kwargs = dict(
+                batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+                batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+                pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+                worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+                generator=generator, prefetch_factor=prefetch_factor,
+                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+            )
+            if not in_order:
+                kwargs["in_order"] = False
+            self._generic = tud.DataLoader(dataset, **kwargs)
+            self.batch_size = self._generic.batch_size
+            self.drop_last = self._generic.drop_last
+            self.sampler = self._generic.sampler
+            self.batch_sampler = self._generic.batch_sampler
+            return
+
+        # ---- native path: validate like torch, then build the sampling chain with torch's own
+        # samplers so index order (and RNG consumption) is exactly torch's.
+        if worker_init_fn is not None:
+            raise TypeError("worker_init_fn is not supported: ringloader workers are native threads, not Python processes")
+        if multiprocessing_context is not None:
+            raise TypeError("multiprocessing_context is not supported: ringloader uses native threads")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
+            batch_size = None
+        elif batch_size is None:
+            raise ValueError("batch_size=None (unbatched samples) is not supported by the native path")
+        else:
+            _check_int("batch_size", batch_size, 1)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if sampler is None:
+            sampler = (tud.RandomSampler(dataset, generator=generator) if shuffle
+                       else tud.SequentialSampler(dataset))
+        if batch_sampler is None:
+            batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        if not in_order:
+            warnings.warn("in_order=False has no effect: ringloader always delivers in sampler order",
+                          stacklevel=2)
+
+        steps_options = dataset.native_options()
+        if dtype is not None:
+            steps_options["dtype"] = dtype
+        workers = max(1, self.num_workers)
+        prefetch = prefetch_factor if prefetch_factor is not None else 2
+        max_batch = batch_size if batch_size is not None else max(1, max((len(b) for b in batch_sampler), default=1))
+        options = dict(
+            batch_size=int(max_batch),
+            num_workers=workers,
+            reader_threads=_check_int("reader_threads", reader_threads, 1),
+            io_depth=_check_int("io_depth", io_depth, 1),
+            prefetch_batches=max(2, prefetch * workers),
+            max_slots=_check_int("max_slots", max_slots, 0),
+            io=io,
+            layout=layout,
+            fast_decode=bool(fast_decode),
+            pin_memory=self.pin_memory,
+            **steps_options,
+        )
+        if max_image_pixels is not None:
+            options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
+        paths = [p for p, _ in dataset.samples]
+        self._native = _C.Loader(paths, dataset.native_targets(), options)
+        self._epoch = 0
+        self._generation = 0
+        note = self._native.stats()["io_note"]
+        if note and note not in _reported_io_notes:
+            _reported_io_notes.add(note)
+            _log.warning("ringloader: %s", note)
+        if self.pin_memory and self._native.stats()["memory"] != "cuda-pinned":
+            _warn_no_pinning_once(self._native.stats()["memory_note"])
+
+    # ---- torch-compatible surface -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        if not self.native:
+            return len(self._generic)
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[Tuple[Any, Any]]:
+        if not self.native:
+            return iter(self._generic)
+        return _NativeIter(self)
+
+    def stats(self) -> dict:
+        """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...)."""
+        if not self.native:
+            return {"native": False}
+        s = self._native.stats()
+        s["native"] = True
+        return s
+
+    def __del__(self):
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.stop()
+
+
+_warned_pinning = False
+
+
+def _warn_no_pinning_once(why: str) -> None:
+    global _warned_pinning
+    if not _warned_pinning:
+        _warned_pinning = True
+        warnings.warn(f"pin_memory=True but {why}: batches use plain host memory", stacklevel=3)
+
+
+class _NativeIter:
+    """One epoch of a native DataLoader. A newer ``iter(loader)`` supersedes this one."""
+
+    def __init__(self, loader: DataLoader):
+        import torch
+
+        self._loader = loader
+        self._torch = torch
+        # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+        batches = list(loader.batch_sampler)
+        sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
+        offsets = np.zeros(len(batches) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = (np.fromiter((i for b in batches for i in b), dtype=np.int64, count=int(offsets[-1]))
+                if batches else np.zeros(0, dtype=np.int64))
+        loader._generation += 1
+        self._generation = loader._generation
+        self._epoch = loader._epoch
+        loader._epoch += 1
+        loader._native.start_epoch(self._epoch, seed & (2**64 - 1), flat, offsets)
+        self._done = False
+
+    def __iter__(self) -> "_NativeIter":
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        if self._generation != self._loader._generation:
+            raise RuntimeError(
+                "this iterator was superseded: a newer iter() over the same ringloader.DataLoader "
+                "started another epoch (one epoch runs at a time per loader)"
+            )
+        item = self._loader._native.next(self._loader.timeout)
+        if item is None:
+            self._done = True
+            raise StopIteration
+        images, labels, _indices, _number = item
+        from_dlpack = self._torch.from_dlpack
+        return from_dlpack(images), from_dlpack(labels)
