@@ -59,6 +59,7 @@ FileFetcher::~FileFetcher() {
   // Reads still in the kernel write into buffers the caller owns: wait for all of them before
   // the buffers can be reused or freed.
   std::vector<FetchedFile> sink;
+  (void)reader_->Flush();  // reads queued but never submitted must reach the kernel to complete
   while (outstanding_ > 0) {
     if (!Poll(&sink, /*wait=*/true).ok()) break;
     sink.clear();

@@ -62,11 +62,13 @@ class UringReader final : public Reader {
     int count = 0;
     io_uring_cqe* cqe = nullptr;
     if (wait && in_flight_ > 0) {
+      // Submit anything still queued before sleeping: waiting on reads the kernel never saw
+      // would block forever.
       int rc;
       do {
-        rc = io_uring_wait_cqe(&ring_, &cqe);
-      } while (rc == -EINTR);
-      if (rc < 0) return absl::ErrnoToStatus(-rc, "io_uring_wait_cqe");
+        rc = io_uring_submit_and_wait(&ring_, 1);
+      } while (rc == -EINTR || rc == -EAGAIN || rc == -EBUSY);
+      if (rc < 0) return absl::ErrnoToStatus(-rc, "io_uring_submit_and_wait");
     }
     unsigned head;
     io_uring_for_each_cqe(&ring_, head, cqe) {

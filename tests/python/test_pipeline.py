@@ -84,6 +84,28 @@ def test_eval_transform_close_to_torchvision(image_tree: Path):
     assert worst_psnr > 35.0, worst_psnr
 
 
+def test_scaled_decode_close_to_torchvision(tmp_path: Path):
+    """Large images take the DCT-scaled path (1/2 or 1/4) before resampling; torchvision decodes at
+    full size. Tolerance: mean |diff| < 1.5 levels of 255, PSNR > 35 dB; full decode is exact."""
+    from imagegen import jpeg_bytes
+    (tmp_path / "c").mkdir()
+    for i, (w, h, kw) in enumerate([(1024, 768, {}), (900, 1200, dict(subsampling="4:4:4")),
+                                    (2000, 1500, dict(progressive=True))]):
+        (tmp_path / "c" / f"{i}.jpg").write_bytes(jpeg_bytes(w, h, seed=40 + i, **kw))
+    theirs = torchvision.datasets.ImageFolder(
+        tmp_path, transform=tvt.Compose([tvt.Resize(256), tvt.CenterCrop(224), tvt.PILToTensor()]))
+    for fast in (True, False):
+        x, _ = next(iter(rl.DataLoader(rl.ImageFolder(tmp_path, transform=rl_eval()), batch_size=3,
+                                       fast_decode=fast)))
+        for i in range(3):
+            b = theirs[i][0]
+            mad = float((x[i].int() - b.int()).abs().float().mean())
+            if fast:
+                assert mad < 1.5 and psnr(x[i].numpy(), b.numpy()) > 35.0, (i, mad)
+            else:
+                assert mad == 0.0, (i, mad)
+
+
 def test_torchvision_compose_is_translated_exactly(image_tree: Path):
     tv = tvt.Compose([tvt.Resize(256), tvt.CenterCrop(224), tvt.ToTensor(), tvt.Normalize(MEAN, STD)])
     a = rl.DataLoader(rl.ImageFolder(image_tree, transform=tv), batch_size=8)

@@ -1,0 +1,81 @@
+#pragma once
+/// JPEG decode + transform into an output row, on libjpeg-turbo's libjpeg API (2.1.x: no tj3).
+///
+/// One `JpegDecoder` per thread: it owns its libjpeg state and grow-only scratch buffers, and a
+/// whole image is decoded on the calling thread (libjpeg-turbo 2.1.5 keeps its SIMD flag in
+/// thread-local state). The decoder picks the smallest DCT scale (M/8, M in {1, 2, 4, 8}: the
+/// scales libjpeg-turbo has SIMD IDCTs for) that keeps the decoded region at least as large as
+/// the output, and decodes only the rows and iMCU columns that the sample's source rectangle
+/// (plus resampling support) touches.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transform/image_transform.h"
+
+namespace ringloader {
+
+/// Pillow's decompression-bomb error threshold (2 x MAX_IMAGE_PIXELS).
+inline constexpr uint64_t kDefaultMaxImagePixels = 178956970;
+
+/// What the header says about an image.
+struct JpegInfo {
+  int width = 0;
+  int height = 0;
+  int components = 0;  ///< 1 gray, 3 YCbCr/RGB, 4 CMYK/YCCK
+  bool progressive = false;
+};
+
+/// An 8-bit RGB image, rows packed (stride = width * 3).
+struct RgbImage {
+  int width = 0;
+  int height = 0;
+  std::vector<uint8_t> pixels;
+};
+
+/// Per-decode counters, for tests and the benchmark report.
+struct DecodeStats {
+  int scale_num = 8;       ///< DCT scale used: scale_num / 8.
+  int decoded_width = 0;   ///< Columns actually produced by libjpeg (after ROI crop).
+  int decoded_height = 0;  ///< Rows actually produced by libjpeg (after skip).
+  int warnings = 0;        ///< libjpeg warnings: corrupt data it decoded past.
+};
+
+/// Decodes JPEG byte buffers. Not thread-safe: one per thread.
+class JpegDecoder {
+ public:
+  JpegDecoder();
+  ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
+
+  /// Refuse images with more pixels than this (decompression bombs) before allocating.
+  void set_max_image_pixels(uint64_t max_pixels) { max_pixels_ = max_pixels; }
+  /// Use DCT scaling and region-of-interest decoding (default true). Off: always full decode.
+  void set_fast_paths(bool enabled) { fast_paths_ = enabled; }
+
+  /// Reads the header only. Errors: InvalidArgument (not a JPEG: names what it looks like,
+  /// e.g. "PNG signature"), DataLoss (corrupt or truncated header), OutOfRange (pixel limit).
+  absl::StatusOr<JpegInfo> ReadInfo(const uint8_t* data, size_t size);
+
+  /// Full-resolution decode to RGB (gray replicated, CMYK/YCCK converted as Pillow does).
+  absl::StatusOr<RgbImage> DecodeFull(const uint8_t* data, size_t size);
+
+  /// Decodes, applies `pipeline` with random draws from `rng`, and writes exactly
+  /// pipeline.SampleBytes() bytes at `dst` in the pipeline's dtype and layout.
+  /// A truncated file (no end-of-image marker, or libjpeg hit the end of data) is DataLoss.
+  absl::Status DecodeInto(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
+                          SampleRng& rng, void* dst, DecodeStats* stats = nullptr);
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  uint64_t max_pixels_ = kDefaultMaxImagePixels;
+  bool fast_paths_ = true;
+};
+
+}  // namespace ringloader

@@ -1,0 +1,664 @@
+#include "decode/jpeg_decoder.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+// jpeglib.h needs size_t and FILE declared first.
+#include <jpeglib.h>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "testing/jpeg_fixtures.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+#include "transform/resample.h"
+
+namespace ringloader {
+namespace {
+
+using testing::EncodeJpeg;
+using testing::JpegFlavor;
+using Color = JpegFlavor::Color;
+using Kind = TransformStep::Kind;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers.
+
+void FixtureErrorExit(j_common_ptr cinfo) {
+  char message[JMSG_LENGTH_MAX];
+  (*cinfo->err->format_message)(cinfo, message);
+  std::fprintf(stderr, "reference libjpeg decode failed: %s\n", message);
+  std::abort();  // fixtures are valid: a failure here is a broken test setup
+}
+
+/// Plain libjpeg decode of a valid fixture, with the same settings Pillow uses (ISLOW IDCT,
+/// fancy upsampling), to `space` (JCS_RGB or JCS_CMYK).
+std::vector<uint8_t> ReferenceDecode(const std::vector<uint8_t>& jpeg, J_COLOR_SPACE space,
+                                     int* width, int* height) {
+  jpeg_decompress_struct cinfo;
+  jpeg_error_mgr jerr;
+  cinfo.err = jpeg_std_error(&jerr);
+  jerr.error_exit = FixtureErrorExit;
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, jpeg.data(), jpeg.size());
+  jpeg_read_header(&cinfo, TRUE);
+  cinfo.out_color_space = space;
+  cinfo.dct_method = JDCT_ISLOW;
+  jpeg_start_decompress(&cinfo);
+  const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
+  std::vector<uint8_t> out(stride * cinfo.output_height);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW row = out.data() + stride * cinfo.output_scanline;
+    jpeg_read_scanlines(&cinfo, &row, 1);
+  }
+  *width = static_cast<int>(cinfo.output_width);
+  *height = static_cast<int>(cinfo.output_height);
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  return out;
+}
+
+JpegFlavor Flavor(int w, int h, int hs, int vs) {
+  JpegFlavor f;
+  f.width = w;
+  f.height = h;
+  f.h_samp = hs;
+  f.v_samp = vs;
+  return f;
+}
+
+TransformStep Step(Kind kind, int size = 0) {
+  TransformStep s;
+  s.kind = kind;
+  s.size_h = size;
+  s.size_w = kind == Kind::kResize ? 0 : size;
+  return s;
+}
+
+TransformPipeline ResizeCrop(DType dtype = DType::kUint8, Layout layout = Layout::kHWC) {
+  return *TransformPipeline::Create({Step(Kind::kResize, 256), Step(Kind::kCenterCrop, 224)},
+                                    dtype, layout);
+}
+
+TransformPipeline RandomCropFlip() {
+  TransformStep flip = Step(Kind::kRandomHorizontalFlip);
+  flip.p = 0.5;
+  return *TransformPipeline::Create({Step(Kind::kRandomResizedCrop, 224), flip}, DType::kUint8,
+                                    Layout::kHWC);
+}
+
+struct Diff {
+  double mean = 0;
+  int max = 0;
+};
+
+Diff Compare(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  Diff d;
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const int e = std::abs(a[i] - b[i]);
+    sum += e;
+    d.max = std::max(d.max, e);
+  }
+  d.mean = sum / static_cast<double>(a.size());
+  return d;
+}
+
+/// Finds the first SOFn marker segment; returns the offset of its 0xFF byte or 0.
+size_t FindSof(const std::vector<uint8_t>& j) {
+  size_t i = 2;
+  while (i + 4 < j.size()) {
+    if (j[i] != 0xFF) return 0;
+    const uint8_t m = j[i + 1];
+    if (m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC) return i;
+    i += 2 + ((j[i + 2] << 8) | j[i + 3]);
+  }
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// DecodeFull against plain libjpeg.
+
+struct FullCase {
+  const char* name;
+  JpegFlavor flavor;
+};
+
+std::vector<FullCase> FullCases() {
+  // Odd sizes leave partial MCUs on the right and bottom edges.
+  std::vector<FullCase> cases = {
+      {"420", Flavor(203, 157, 2, 2)}, {"422", Flavor(203, 157, 2, 1)},
+      {"444", Flavor(203, 157, 1, 1)}, {"411", Flavor(203, 157, 4, 1)},
+      {"440", Flavor(203, 157, 1, 2)},
+  };
+  FullCase c{"progressive", Flavor(203, 157, 2, 2)};
+  c.flavor.progressive = true;
+  cases.push_back(c);
+  c = {"restart", Flavor(203, 157, 2, 2)};
+  c.flavor.restart_interval = 3;
+  cases.push_back(c);
+  c = {"arithmetic", Flavor(203, 157, 2, 2)};
+  c.flavor.arithmetic = true;
+  cases.push_back(c);
+  c = {"arithmetic_progressive", Flavor(203, 157, 2, 1)};
+  c.flavor.arithmetic = true;
+  c.flavor.progressive = true;
+  cases.push_back(c);
+  c = {"quality50", Flavor(203, 157, 2, 2)};
+  c.flavor.quality = 50;
+  cases.push_back(c);
+  return cases;
+}
+
+TEST(JpegDecoderFull, BitExactWithLibjpeg) {
+  JpegDecoder decoder;
+  for (const FullCase& c : FullCases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpeg = EncodeJpeg(c.flavor);
+    int w = 0, h = 0;
+    const std::vector<uint8_t> want = ReferenceDecode(jpeg, JCS_RGB, &w, &h);
+    auto got = decoder.DecodeFull(jpeg.data(), jpeg.size());
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->width, w);
+    ASSERT_EQ(got->height, h);
+    ASSERT_EQ(got->pixels, want);
+    // And the content is the texture (sanity check on the fixtures themselves).
+    const RgbImage tex = testing::MakeTexture(c.flavor.width, c.flavor.height, c.flavor.seed);
+    EXPECT_LT(Compare(got->pixels, tex.pixels).mean, c.flavor.quality >= 90 ? 7.0 : 10.0);
+  }
+}
+
+TEST(JpegDecoderFull, GrayIsReplicated) {
+  JpegFlavor f = Flavor(131, 77, 1, 1);
+  f.color = Color::kGray;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+  int w = 0, h = 0;
+  const std::vector<uint8_t> gray = ReferenceDecode(jpeg, JCS_GRAYSCALE, &w, &h);
+  JpegDecoder decoder;
+  auto got = decoder.DecodeFull(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_EQ(got->width, 131);
+  ASSERT_EQ(got->height, 77);
+  for (size_t i = 0; i < gray.size(); ++i) {
+    ASSERT_EQ(got->pixels[i * 3 + 0], gray[i]);
+    ASSERT_EQ(got->pixels[i * 3 + 1], gray[i]);
+    ASSERT_EQ(got->pixels[i * 3 + 2], gray[i]);
+  }
+  auto info = decoder.ReadInfo(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->components, 1);
+}
+
+TEST(JpegDecoderFull, CmykAndYcckConvertLikePillow) {
+  for (Color color : {Color::kCmyk, Color::kYcck}) {
+    SCOPED_TRACE(color == Color::kCmyk ? "CMYK" : "YCCK");
+    JpegFlavor f = Flavor(97, 66, 2, 2);
+    f.color = color;
+    const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+    int w = 0, h = 0;
+    const std::vector<uint8_t> cmyk = ReferenceDecode(jpeg, JCS_CMYK, &w, &h);
+    JpegDecoder decoder;
+    auto got = decoder.DecodeFull(jpeg.data(), jpeg.size());
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->width, 97);
+    for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i) {
+      // Pillow reads Adobe-inverted CMYK: true C = 255 - stored, and converts with
+      // r = (255 - K) - round(C * (255 - K) / 255); with nk = stored K that is:
+      const int nk = cmyk[i * 4 + 3];
+      for (int c = 0; c < 3; ++c) {
+        const int true_c = 255 - cmyk[i * 4 + c];
+        const int expected = nk - static_cast<int>(std::floor(true_c * nk / 255.0 + 0.5));
+        ASSERT_EQ(got->pixels[i * 3 + c], expected) << i;
+      }
+    }
+    // The fixture stored inverted CMYK made from the texture, so the result looks like it.
+    const RgbImage tex = testing::MakeTexture(97, 66, f.seed);
+    EXPECT_LT(Compare(got->pixels, tex.pixels).mean, 8.0);
+    auto info = decoder.ReadInfo(jpeg.data(), jpeg.size());
+    ASSERT_TRUE(info.ok());
+    EXPECT_EQ(info->components, 4);
+  }
+}
+
+TEST(JpegDecoderInfo, ReadsHeader) {
+  JpegFlavor f = Flavor(321, 123, 2, 2);
+  f.progressive = true;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+  JpegDecoder decoder;
+  auto info = decoder.ReadInfo(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->width, 321);
+  EXPECT_EQ(info->height, 123);
+  EXPECT_EQ(info->components, 3);
+  EXPECT_TRUE(info->progressive);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DecodeInto: fast paths (DCT scaling + region of interest) against the reference path.
+
+struct PathCase {
+  const char* name;
+  JpegFlavor flavor;
+};
+
+std::vector<PathCase> PathCases() {
+  std::vector<PathCase> cases = {{"420_800x600", Flavor(800, 600, 2, 2)},
+                                 {"422_640x480", Flavor(640, 480, 2, 1)},
+                                 {"444_500x375", Flavor(500, 375, 1, 1)},
+                                 {"440_375x500", Flavor(375, 500, 1, 2)}};
+  PathCase c{"progressive_700x525", Flavor(700, 525, 2, 2)};
+  c.flavor.progressive = true;
+  cases.push_back(c);
+  c = {"gray_600x450", Flavor(600, 450, 1, 1)};
+  c.flavor.color = Color::kGray;
+  cases.push_back(c);
+  c = {"cmyk_520x390", Flavor(520, 390, 1, 1)};
+  c.flavor.color = Color::kCmyk;
+  cases.push_back(c);
+  c = {"restart_arith_900x500", Flavor(900, 500, 2, 2)};
+  c.flavor.restart_interval = 5;
+  c.flavor.arithmetic = true;
+  cases.push_back(c);
+  return cases;
+}
+
+TEST(JpegDecoderInto, FastPathsMatchReferencePath) {
+  JpegDecoder fast, ref;
+  ref.set_fast_paths(false);
+  const TransformPipeline rc = ResizeCrop();
+  const TransformPipeline rrc = RandomCropFlip();
+  std::vector<uint8_t> a(224 * 224 * 3), b(224 * 224 * 3);
+  double worst_mean = 0;
+  int worst_max = 0;
+  for (const PathCase& c : PathCases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpeg = EncodeJpeg(c.flavor);
+    for (int sample = 0; sample < 6; ++sample) {
+      const TransformPipeline& p = sample == 0 ? rc : rrc;
+      SampleRng ra(SampleSeed(3, 0, sample)), rb(SampleSeed(3, 0, sample));
+      DecodeStats stats;
+      ASSERT_TRUE(fast.DecodeInto(jpeg.data(), jpeg.size(), p, ra, a.data(), &stats).ok());
+      ASSERT_TRUE(ref.DecodeInto(jpeg.data(), jpeg.size(), p, rb, b.data()).ok());
+      const Diff d = Compare(a, b);
+      // DCT-domain downscaling is a different (slightly sharper) low-pass than decoding at full
+      // size and filtering with Pillow's wider triangle: on this noisy, striped texture that is
+      // under a level on average, with isolated pixels at hard edges off by more.
+      EXPECT_LT(d.mean, 1.5) << "sample " << sample << " scale " << stats.scale_num;
+      EXPECT_LE(d.max, 48) << "sample " << sample << " scale " << stats.scale_num;
+      if (std::getenv("RL_VERBOSE")) {
+        std::printf("%s sample %d scale %d/8: mean %.3f max %d\n", c.name, sample,
+                    stats.scale_num, d.mean, d.max);
+      }
+      worst_mean = std::max(worst_mean, d.mean);
+      worst_max = std::max(worst_max, d.max);
+    }
+  }
+  std::printf("fast vs reference: worst mean abs diff %.3f, worst max diff %d\n", worst_mean,
+              worst_max);
+}
+
+TEST(JpegDecoderInto, UsesScaledAndCroppedDecode) {
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(800, 600, 2, 2));
+  JpegDecoder decoder;
+  std::vector<uint8_t> out(224 * 224 * 3);
+  SampleRng rng(1);
+  DecodeStats stats;
+  ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), ResizeCrop(), rng, out.data(), &stats)
+                  .ok());
+  // The crop covers 525x525 source pixels; 525 * 4/8 >= 224 > 525 * 3/8.
+  EXPECT_EQ(stats.scale_num, 4);
+  // Scaled image is 400x300; the crop's columns (68..331 plus taps) widened to 16-pixel iMCUs.
+  EXPECT_LT(stats.decoded_width, 400);
+  EXPECT_GE(stats.decoded_width, 264);
+  EXPECT_LE(stats.decoded_height, 300);
+
+  // A small random crop of a big image: strong scaling and a narrow ROI.
+  TransformStep rrc = Step(Kind::kRandomResizedCrop, 64);
+  rrc.scale_min = 0.05;
+  rrc.scale_max = 0.06;
+  const TransformPipeline small =
+      *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kHWC);
+  std::vector<uint8_t> o(64 * 64 * 3);
+  ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), small, rng, o.data(), &stats).ok());
+  EXPECT_LT(stats.scale_num, 8);
+  EXPECT_LT(stats.decoded_width, 800 * stats.scale_num / 8);
+  EXPECT_LT(stats.decoded_height, 600 * stats.scale_num / 8);
+
+  // With fast paths off nothing is scaled or cropped.
+  decoder.set_fast_paths(false);
+  ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), ResizeCrop(), rng, out.data(), &stats)
+                  .ok());
+  EXPECT_EQ(stats.scale_num, 8);
+  EXPECT_EQ(stats.decoded_width, 800);
+  EXPECT_EQ(stats.decoded_height, 600);
+}
+
+TEST(JpegDecoderInto, RegionOfInterestAtFullScaleIsExact) {
+  // When no DCT scaling applies, cropping and skipping must not change a single pixel: the
+  // fast path equals the reference path bit for bit.
+  TransformStep rrc = Step(Kind::kRandomResizedCrop, 200);
+  rrc.scale_min = 0.3;
+  rrc.scale_max = 0.5;
+  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kHWC);
+  JpegDecoder fast, ref;
+  ref.set_fast_paths(false);
+  std::vector<uint8_t> a(200 * 200 * 3), b(200 * 200 * 3);
+  for (const PathCase& c : PathCases()) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpeg = EncodeJpeg(c.flavor);
+    for (int sample = 0; sample < 4; ++sample) {
+      SampleRng ra(sample), rb(sample);
+      DecodeStats stats;
+      ASSERT_TRUE(fast.DecodeInto(jpeg.data(), jpeg.size(), p, ra, a.data(), &stats).ok());
+      ASSERT_TRUE(ref.DecodeInto(jpeg.data(), jpeg.size(), p, rb, b.data()).ok());
+      if (stats.scale_num != 8) continue;  // the crop was large enough to scale
+      const Diff d = Compare(a, b);
+      EXPECT_EQ(d.max, 0) << "sample " << sample << " decoded " << stats.decoded_width << "x"
+                          << stats.decoded_height;
+    }
+  }
+}
+
+TEST(JpegDecoderInto, ReferencePathIsFullDecodePlusResample) {
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(333, 250, 2, 2));
+  JpegDecoder decoder;
+  decoder.set_fast_paths(false);
+  auto full = decoder.DecodeFull(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(full.ok());
+  const TransformPipeline p = RandomCropFlip();
+  for (int s = 0; s < 5; ++s) {
+    SampleRng r1(s), r2(s);
+    std::vector<uint8_t> got(224 * 224 * 3), want(224 * 224 * 3);
+    ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, r1, got.data()).ok());
+    const SampleGeometry g = p.Plan(333, 250, r2);
+    AxisMapping ax, ay;
+    GeometryToAxes(g, 1.0, 333, 250, &ax, &ay);
+    Resampler rs;
+    rs.Resample(full->pixels.data(), 333 * 3, 3, 333, 250, ax, ay,
+                OutputFormat::FromPipeline(p), want.data());
+    EXPECT_EQ(got, want);
+  }
+}
+
+TEST(JpegDecoderInto, SameSeedSameBytesAndFloatOutput) {
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(500, 375, 2, 2));
+  TransformStep norm = Step(Kind::kNormalize);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
+  std::copy(mean, mean + 3, norm.mean);
+  std::copy(stdv, stdv + 3, norm.std);
+  TransformStep flip = Step(Kind::kRandomHorizontalFlip);
+  const TransformPipeline f32 = *TransformPipeline::Create(
+      {Step(Kind::kRandomResizedCrop, 224), flip, Step(Kind::kToTensor), norm}, DType::kFloat32,
+      Layout::kCHW);
+  const TransformPipeline u8 = *TransformPipeline::Create(
+      {Step(Kind::kRandomResizedCrop, 224), flip}, DType::kUint8, Layout::kHWC);
+  JpegDecoder decoder;
+  std::vector<float> x(224 * 224 * 3), y(224 * 224 * 3);
+  std::vector<uint8_t> levels(224 * 224 * 3);
+  for (int s = 0; s < 4; ++s) {
+    SampleRng r1(SampleSeed(1, 2, s)), r2(SampleSeed(1, 2, s)), r3(SampleSeed(1, 2, s));
+    ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), f32, r1, x.data()).ok());
+    ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), f32, r2, y.data()).ok());
+    ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), u8, r3, levels.data()).ok());
+    ASSERT_EQ(std::memcmp(x.data(), y.data(), x.size() * sizeof(float)), 0);
+    // float CHW normalised output is the uint8 HWC output through (v / 255 - mean) / std.
+    for (int c = 0; c < 3; ++c) {
+      for (int i = 0; i < 224 * 224; ++i) {
+        const double want = (levels[i * 3 + c] / 255.0 - mean[c]) / stdv[c];
+        ASSERT_NEAR(x[c * 224 * 224 + i], want, 2e-6);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad input: every case returns a Status, nothing crashes.
+
+TEST(JpegDecoderErrors, NotAJpeg) {
+  JpegDecoder decoder;
+  const TransformPipeline p = ResizeCrop();
+  std::vector<uint8_t> out(p.SampleBytes());
+  SampleRng rng(1);
+  auto expect = [&](const std::vector<uint8_t>& bytes, const char* needle) {
+    const absl::Status s = decoder.DecodeInto(bytes.data(), bytes.size(), p, rng, out.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s;
+    EXPECT_EQ(decoder.ReadInfo(bytes.data(), bytes.size()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(decoder.DecodeFull(bytes.data(), bytes.size()).status().code(),
+              absl::StatusCode::kInvalidArgument);
+  };
+  expect({}, "empty file");
+  expect({0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13}, "PNG");
+  expect({'G', 'I', 'F', '8', '9', 'a', 1, 0}, "GIF");
+  expect({'B', 'M', 0x36, 0, 0, 0}, "BMP");
+  expect({'R', 'I', 'F', 'F', 0, 0, 0, 0, 'W', 'E', 'B', 'P'}, "WebP");
+  expect({'I', 'I', '*', 0, 8, 0, 0, 0}, "TIFF");
+  expect({'h', 'e', 'l', 'l', 'o', '\n'}, "text");
+  expect({0x00, 0x01, 0x02, 0xfe}, "00 01 02 fe");
+  // A null pointer with a zero size is an empty file too.
+  EXPECT_EQ(decoder.DecodeInto(nullptr, 0, p, rng, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JpegDecoderErrors, TruncatedIsDataLoss) {
+  JpegFlavor f = Flavor(300, 200, 2, 2);
+  for (bool progressive : {false, true}) {
+    f.progressive = progressive;
+    const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+    JpegDecoder decoder;
+    const TransformPipeline p = ResizeCrop();
+    std::vector<uint8_t> out(p.SampleBytes());
+    for (size_t cut : {size_t{1}, size_t{2}, size_t{20}, size_t{200}, size_t{700},
+                       jpeg.size() / 3, jpeg.size() / 2, jpeg.size() - 100, jpeg.size() - 2,
+                       jpeg.size() - 1}) {
+      SCOPED_TRACE(cut);
+      SampleRng rng(1);
+      const absl::Status s = decoder.DecodeInto(jpeg.data(), cut, p, rng, out.data());
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+      EXPECT_NE(s.message().find("truncated"), std::string::npos) << s;
+      EXPECT_EQ(decoder.DecodeFull(jpeg.data(), cut).status().code(),
+                absl::StatusCode::kDataLoss);
+    }
+    // The header alone: ReadInfo runs out of data before the first scan.
+    for (size_t cut : {size_t{3}, size_t{100}, size_t{150}}) {
+      const absl::Status s = decoder.ReadInfo(jpeg.data(), cut).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << cut << " " << s;
+    }
+    // After all those failures the decoder still works.
+    SampleRng rng(1);
+    EXPECT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng, out.data()).ok());
+  }
+}
+
+// Junk after the end-of-image marker is common in the wild and Pillow accepts it; the end-marker
+// check must find the real EOI however much junk follows.
+TEST(JpegDecoderErrors, TrailingJunkAfterEndMarkerIsAccepted) {
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(300, 200, 2, 2));
+  JpegDecoder decoder;
+  const TransformPipeline p = ResizeCrop();
+  std::vector<uint8_t> clean(p.SampleBytes()), junked(p.SampleBytes());
+  SampleRng rng_a(3), rng_b(3);
+  ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng_a, clean.data()).ok());
+  std::vector<uint8_t> with_junk = jpeg;
+  for (int i = 0; i < 20000; ++i) with_junk.push_back(static_cast<uint8_t>(i * 7 % 251));
+  const absl::Status s = decoder.DecodeInto(with_junk.data(), with_junk.size(), p, rng_b, junked.data());
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(clean, junked);
+}
+
+TEST(JpegDecoderErrors, MissingScanDataBeforeEndMarkerIsAWarning) {
+  // Cut in the middle of the scan and re-terminate with EOI: libjpeg warns ("premature end of
+  // data segment") and fills the rest, as Pillow accepts. Not truncated, but counted.
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(320, 240, 2, 2));
+  std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + static_cast<ptrdiff_t>(jpeg.size() / 2));
+  cut.push_back(0xFF);
+  cut.push_back(0xD9);
+  JpegDecoder decoder;
+  decoder.set_fast_paths(false);  // reads every row, so the damaged rows are always reached
+  const TransformPipeline p = ResizeCrop();
+  std::vector<uint8_t> out(p.SampleBytes());
+  SampleRng rng(1);
+  DecodeStats stats;
+  ASSERT_TRUE(decoder.DecodeInto(cut.data(), cut.size(), p, rng, out.data(), &stats).ok());
+  EXPECT_GT(stats.warnings, 0);
+  SampleRng rng2(1);
+  ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng2, out.data(), &stats).ok());
+  EXPECT_EQ(stats.warnings, 0);
+}
+
+TEST(JpegDecoderErrors, RandomCorruptionNeverCrashes) {
+  JpegFlavor f = Flavor(96, 72, 2, 2);
+  std::vector<std::vector<uint8_t>> sources;
+  sources.push_back(EncodeJpeg(f));
+  f.progressive = true;
+  sources.push_back(EncodeJpeg(f));
+  f.progressive = false;
+  f.arithmetic = true;
+  f.restart_interval = 2;
+  sources.push_back(EncodeJpeg(f));
+  TransformStep rrc = Step(Kind::kRandomResizedCrop, 32);
+  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+  std::vector<uint8_t> out(p.SampleBytes());
+  JpegDecoder decoder;
+  decoder.set_max_image_pixels(4 << 20);  // corrupted dimensions must not allocate gigabytes
+  SampleRng chaos(77);
+  int ok = 0, failed = 0;
+  for (int iter = 0; iter < 900; ++iter) {
+    std::vector<uint8_t> bytes = sources[iter % sources.size()];
+    const int flips = 1 + static_cast<int>(chaos.RandInt(0, 8));
+    for (int k = 0; k < flips; ++k) {
+      // Half the flips land in the header, where they do the most damage.
+      const size_t limit = (k % 2 == 0) ? std::min<size_t>(bytes.size(), 700) : bytes.size();
+      const size_t pos = static_cast<size_t>(chaos.RandInt(0, static_cast<int64_t>(limit)));
+      bytes[pos] ^= static_cast<uint8_t>(1u << chaos.RandInt(0, 8));
+    }
+    SampleRng rng(iter);
+    decoder.set_fast_paths(iter % 3 != 0);
+    const absl::Status s = decoder.DecodeInto(bytes.data(), bytes.size(), p, rng, out.data());
+    (s.ok() ? ok : failed)++;
+    auto full = decoder.DecodeFull(bytes.data(), bytes.size());
+    (void)decoder.ReadInfo(bytes.data(), bytes.size());
+    if (!s.ok()) {
+      EXPECT_NE(s.code(), absl::StatusCode::kUnknown) << s;
+      EXPECT_FALSE(s.message().empty());
+    }
+  }
+  EXPECT_GT(ok + failed, 0);
+  std::printf("bit flips: %d decoded, %d rejected\n", ok, failed);
+}
+
+TEST(JpegDecoderErrors, HugeDimensionsAreRefusedBeforeAllocating) {
+  std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(64, 48, 2, 2));
+  const size_t sof = FindSof(jpeg);
+  ASSERT_GT(sof, 0u);
+  // SOF: FF C0, length(2), precision(1), height(2), width(2).
+  jpeg[sof + 5] = 60000 >> 8;
+  jpeg[sof + 6] = 60000 & 0xff;
+  jpeg[sof + 7] = 60000 >> 8;
+  jpeg[sof + 8] = 60000 & 0xff;
+  JpegDecoder decoder;
+  const TransformPipeline p = ResizeCrop();
+  std::vector<uint8_t> out(p.SampleBytes());
+  SampleRng rng(1);
+  const absl::Status s = decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_NE(s.message().find("60000 x 60000 = 3600000000 pixels exceeds the limit 178956970"),
+            std::string::npos)
+      << s;
+  EXPECT_EQ(decoder.ReadInfo(jpeg.data(), jpeg.size()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(decoder.DecodeFull(jpeg.data(), jpeg.size()).status().code(),
+            absl::StatusCode::kOutOfRange);
+  // The limit is configurable.
+  const std::vector<uint8_t> ok = EncodeJpeg(Flavor(64, 48, 2, 2));
+  decoder.set_max_image_pixels(64 * 48 - 1);
+  EXPECT_EQ(decoder.ReadInfo(ok.data(), ok.size()).status().code(), absl::StatusCode::kOutOfRange);
+  decoder.set_max_image_pixels(64 * 48);
+  EXPECT_TRUE(decoder.ReadInfo(ok.data(), ok.size()).ok());
+}
+
+TEST(JpegDecoderErrors, LosslessAndTwelveBitAreUnsupported) {
+  // Real lossless and 12-bit files need an encoder this libjpeg build lacks, so patch the frame
+  // header of a baseline file: the decoder rejects both while reading the header.
+  const std::vector<uint8_t> base = EncodeJpeg(Flavor(64, 48, 2, 2));
+  const size_t sof = FindSof(base);
+  ASSERT_GT(sof, 0u);
+  JpegDecoder decoder;
+  const TransformPipeline p = ResizeCrop();
+  std::vector<uint8_t> out(p.SampleBytes());
+  SampleRng rng(1);
+
+  std::vector<uint8_t> lossless = base;
+  lossless[sof + 1] = 0xC3;  // SOF3: lossless, Huffman
+  absl::Status s = decoder.DecodeInto(lossless.data(), lossless.size(), p, rng, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("lossless"), std::string::npos) << s;
+
+  std::vector<uint8_t> twelve = base;
+  twelve[sof + 1] = 0xC1;  // extended sequential, where 12-bit precision is legal
+  twelve[sof + 4] = 12;
+  s = decoder.DecodeInto(twelve.data(), twelve.size(), p, rng, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+  EXPECT_NE(s.message().find("8-bit"), std::string::npos) << s;
+  EXPECT_EQ(decoder.DecodeFull(twelve.data(), twelve.size()).status().code(),
+            absl::StatusCode::kUnimplemented);
+}
+
+TEST(JpegDecoderEdge, OnePixelImage) {
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(1, 1, 2, 2));
+  JpegDecoder decoder;
+  auto full = decoder.DecodeFull(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(full.ok()) << full.status();
+  ASSERT_EQ(full->pixels.size(), 3u);
+  for (bool fast : {true, false}) {
+    decoder.set_fast_paths(fast);
+    for (const TransformPipeline& p : {ResizeCrop(), RandomCropFlip()}) {
+      std::vector<uint8_t> out(p.SampleBytes());
+      SampleRng rng(3);
+      ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng, out.data()).ok());
+      for (size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], full->pixels[i % 3]) << i;
+    }
+  }
+}
+
+TEST(JpegDecoderEdge, ExtremeAspectAndPaddedCrop) {
+  // 2000x8 through Resize(256) + CenterCrop(224): the resized view is 64000x256 and the crop
+  // samples a thin horizontal slice; CenterCrop(300) on a small image pads with zeros.
+  JpegDecoder fast, ref;
+  ref.set_fast_paths(false);
+  const std::vector<uint8_t> thin = EncodeJpeg(Flavor(2000, 8, 2, 2));
+  std::vector<uint8_t> a(224 * 224 * 3), b(224 * 224 * 3);
+  SampleRng r1(1), r2(1);
+  ASSERT_TRUE(fast.DecodeInto(thin.data(), thin.size(), ResizeCrop(), r1, a.data()).ok());
+  ASSERT_TRUE(ref.DecodeInto(thin.data(), thin.size(), ResizeCrop(), r2, b.data()).ok());
+  EXPECT_LT(Compare(a, b).mean, 1.5);
+
+  const std::vector<uint8_t> small = EncodeJpeg(Flavor(120, 90, 2, 2));
+  const TransformPipeline pad = *TransformPipeline::Create({Step(Kind::kCenterCrop, 150)},
+                                                           DType::kUint8, Layout::kHWC);
+  std::vector<uint8_t> o(150 * 150 * 3);
+  SampleRng r3(1);
+  ASSERT_TRUE(fast.DecodeInto(small.data(), small.size(), pad, r3, o.data()).ok());
+  auto full = fast.DecodeFull(small.data(), small.size());
+  ASSERT_TRUE(full.ok());
+  // Padding is (150 - 120) // 2 = 15 columns and (150 - 90) // 2 = 30 rows on the leading side.
+  for (int y = 0; y < 150; ++y) {
+    for (int x = 0; x < 150; ++x) {
+      const int sx = x - 15, sy = y - 30;
+      const bool inside = sx >= 0 && sx < 120 && sy >= 0 && sy < 90;
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t want = inside ? full->pixels[(sy * 120 + sx) * 3 + c] : 0;
+        ASSERT_EQ(o[(y * 150 + x) * 3 + c], want) << x << "," << y;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringloader

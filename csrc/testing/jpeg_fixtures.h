@@ -1,0 +1,40 @@
+#pragma once
+/// Test data made by the tests: JPEG encodings of synthetic textured images in every flavour
+/// the decoder must handle. Nothing is downloaded.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decode/jpeg_decoder.h"
+
+namespace ringloader::testing {
+
+/// How to encode a fixture.
+struct JpegFlavor {
+  int width = 400;
+  int height = 320;
+  int quality = 90;
+  enum class Color { kYCbCr, kGray, kCmyk, kYcck } color = Color::kYCbCr;
+  /// Chroma sampling factors of component 0 (h, v): 2x2 = 4:2:0, 2x1 = 4:2:2, 1x1 = 4:4:4,
+  /// 4x1 = 4:1:1, 1x2 = 4:4:0.
+  int h_samp = 2, v_samp = 2;
+  bool progressive = false;
+  int restart_interval = 0;  ///< MCUs per restart interval (0 = none)
+  bool arithmetic = false;
+  uint64_t seed = 1;         ///< texture seed
+};
+
+/// Deterministic textured RGB image (smooth gradients, edges and noise, like a photo).
+RgbImage MakeTexture(int width, int height, uint64_t seed);
+
+/// Encodes MakeTexture(flavor.width, flavor.height, flavor.seed) as a JPEG.
+std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor);
+
+/// Writes bytes to a file, creating parent directories. Aborts the test on failure.
+void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
+
+/// A fresh, empty temporary directory (removed by the OS's tmp cleaning; tests may delete it).
+std::string MakeTempDir();
+
+}  // namespace ringloader::testing

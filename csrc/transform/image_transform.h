@@ -1,0 +1,112 @@
+#pragma once
+/// Transform chains with torchvision semantics, compiled once into a plan that maps every
+/// sample to one source rectangle, one output size and one write-out format.
+///
+/// Geometric steps (Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip) compose into a
+/// single `SampleGeometry`: the (possibly mirrored) rectangle of the source image, in continuous
+/// pixel coordinates, that lands on the output grid. The decoder uses it to pick a DCT scale and
+/// a region of interest, and the resampler uses it to produce the output in one pass.
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transform/random.h"
+
+namespace ringloader {
+
+/// Element type of the output tensor.
+enum class DType : uint8_t { kUint8 = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
+/// Memory layout of one output image: planar (C,H,W) or interleaved (H,W,C).
+enum class Layout : uint8_t { kCHW = 0, kHWC = 1 };
+
+/// Bytes per element of `dtype`.
+size_t DTypeSize(DType dtype);
+/// "uint8", "float32", ... as numpy/torch name them.
+const char* DTypeName(DType dtype);
+
+/// One step of a transform chain, with torchvision's parameters and meaning.
+struct TransformStep {
+  enum class Kind : uint8_t {
+    kResize,                ///< size_h/size_w; size_w == 0: shorter side becomes size_h.
+    kCenterCrop,            ///< size_h x size_w
+    kRandomResizedCrop,     ///< size_h x size_w, scale_min..scale_max, ratio_min..ratio_max
+    kRandomHorizontalFlip,  ///< p
+    kToTensor,              ///< float output in [0, 1]
+    kNormalize,             ///< (x - mean) / std per channel, after ToTensor
+  };
+  Kind kind = Kind::kToTensor;
+  int size_h = 0;
+  int size_w = 0;
+  int max_size = 0;  ///< Resize: torchvision's max_size (0 = none).
+  double scale_min = 0.08, scale_max = 1.0;
+  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
+  double p = 0.5;
+  float mean[3] = {0.f, 0.f, 0.f};
+  float std[3] = {1.f, 1.f, 1.f};
+};
+
+/// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
+/// source-pixel coordinates (x0 > x1 means mirrored horizontally) mapped onto out_w x out_h.
+struct SampleGeometry {
+  double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  int out_w = 0, out_h = 0;
+  /// Source box of the image that torchvision's last resize step reads (ordered, continuous
+  /// coordinates). PIL clips and renormalises filter taps at that image's border, which is the
+  /// crop box for RandomResizedCrop and the whole image for Resize. Output pixels whose centre
+  /// falls outside it are zero (CenterCrop padding). An empty box means the whole source.
+  double clip_x0 = 0, clip_x1 = 0, clip_y0 = 0, clip_y1 = 0;
+  bool flipped() const { return x0 > x1; }
+};
+
+/// A validated transform chain plus output format. Built once (setup: sizes, coefficients that
+/// do not depend on the sample); `Plan` is cheap and allocation-free per sample.
+class TransformPipeline {
+ public:
+  /// Validates `steps` (order rules as torchvision: Normalize needs ToTensor first; the chain must
+  /// end in a fixed output size so samples can be batched) and fixes dtype and layout.
+  /// Errors: InvalidArgument naming the offending step.
+  static absl::StatusOr<TransformPipeline> Create(std::vector<TransformStep> steps, DType dtype,
+                                                  Layout layout);
+
+  /// Geometry for one source image of src_w x src_h, drawing random parameters from `rng` in
+  /// step order (RandomResizedCrop: torchvision's get_params; flip: one uniform draw).
+  SampleGeometry Plan(int src_w, int src_h, SampleRng& rng) const;
+
+  int out_h() const { return out_h_; }
+  int out_w() const { return out_w_; }
+  DType dtype() const { return dtype_; }
+  Layout layout() const { return layout_; }
+  /// True when ToTensor is in the chain (values scaled to [0,1] before Normalize).
+  bool to_unit() const { return to_unit_; }
+  /// Output value = stored_level * scale[c] + bias[c], stored_level in [0,255] (rounded).
+  const float* scale() const { return scale_; }
+  const float* bias() const { return bias_; }
+  /// Bytes of one output image.
+  size_t SampleBytes() const;
+  const std::vector<TransformStep>& steps() const { return steps_; }
+  /// Human readable, e.g. "RandomResizedCrop(224x224) -> Flip(0.5) -> ToTensor -> Normalize".
+  std::string Describe() const;
+
+ private:
+  std::vector<TransformStep> steps_;
+  DType dtype_ = DType::kUint8;
+  Layout layout_ = Layout::kCHW;
+  int out_h_ = 0, out_w_ = 0;
+  bool to_unit_ = false;
+  float scale_[3] = {1.f, 1.f, 1.f};
+  float bias_[3] = {0.f, 0.f, 0.f};
+};
+
+/// torchvision RandomResizedCrop.get_params on an image of width x height: returns the crop
+/// (top, left, h, w) in integer pixels, with the same draw order and fallback (10 attempts,
+/// then a centre crop with the ratio clamped).
+struct CropBox {
+  int top = 0, left = 0, height = 0, width = 0;
+};
+CropBox RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
+                                double ratio_min, double ratio_max, SampleRng& rng);
+
+}  // namespace ringloader

@@ -1,0 +1,672 @@
+#include "transform/image_transform.h"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "testing/jpeg_fixtures.h"
+#include "transform/random.h"
+#include "transform/resample.h"
+
+namespace ringloader {
+namespace {
+
+using Kind = TransformStep::Kind;
+
+TransformStep Resize(int size, int max_size = 0) {
+  TransformStep s;
+  s.kind = Kind::kResize;
+  s.size_h = size;
+  s.max_size = max_size;
+  return s;
+}
+TransformStep ResizeHW(int h, int w) {
+  TransformStep s;
+  s.kind = Kind::kResize;
+  s.size_h = h;
+  s.size_w = w;
+  return s;
+}
+TransformStep CenterCrop(int h, int w) {
+  TransformStep s;
+  s.kind = Kind::kCenterCrop;
+  s.size_h = h;
+  s.size_w = w;
+  return s;
+}
+TransformStep Rrc(int size, double scale_min = 0.08, double scale_max = 1.0) {
+  TransformStep s;
+  s.kind = Kind::kRandomResizedCrop;
+  s.size_h = size;
+  s.size_w = size;
+  s.scale_min = scale_min;
+  s.scale_max = scale_max;
+  return s;
+}
+TransformStep Flip(double p) {
+  TransformStep s;
+  s.kind = Kind::kRandomHorizontalFlip;
+  s.p = p;
+  return s;
+}
+TransformStep ToTensor() {
+  TransformStep s;
+  s.kind = Kind::kToTensor;
+  return s;
+}
+TransformStep Normalize(const float mean[3], const float std[3]) {
+  TransformStep s;
+  s.kind = Kind::kNormalize;
+  for (int c = 0; c < 3; ++c) {
+    s.mean[c] = mean[c];
+    s.std[c] = std[c];
+  }
+  return s;
+}
+
+constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
+constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
+
+TransformPipeline MustCreate(std::vector<TransformStep> steps, DType dtype = DType::kUint8,
+                             Layout layout = Layout::kHWC) {
+  auto p = TransformPipeline::Create(std::move(steps), dtype, layout);
+  EXPECT_TRUE(p.ok()) << p.status();
+  return *std::move(p);
+}
+
+absl::StatusCode CreateCode(std::vector<TransformStep> steps, DType dtype = DType::kFloat32) {
+  return TransformPipeline::Create(std::move(steps), dtype, Layout::kCHW).status().code();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Create: validation and precomputed output mapping.
+
+TEST(TransformPipelineCreate, RejectsInvalidChains) {
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(CreateCode({}), kInvalid);
+  EXPECT_EQ(CreateCode({Resize(0), CenterCrop(4, 4)}), kInvalid);
+  EXPECT_EQ(CreateCode({CenterCrop(-1, 4)}), kInvalid);
+  EXPECT_EQ(CreateCode({Resize(256, 200), CenterCrop(224, 224)}), kInvalid);  // max_size <= size
+  TransformStep hw_with_max = ResizeHW(10, 10);
+  hw_with_max.max_size = 20;
+  EXPECT_EQ(CreateCode({hw_with_max}), kInvalid);
+  EXPECT_EQ(CreateCode({Rrc(224, 0.5, 0.2)}), kInvalid);  // scale range reversed
+  EXPECT_EQ(CreateCode({Rrc(224, 0.0, 1.0)}), kInvalid);  // scale not positive
+  TransformStep bad_ratio = Rrc(224);
+  bad_ratio.ratio_min = -1;
+  EXPECT_EQ(CreateCode({bad_ratio}), kInvalid);
+  bad_ratio.ratio_min = 2.0;
+  bad_ratio.ratio_max = 1.0;
+  EXPECT_EQ(CreateCode({bad_ratio}), kInvalid);
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), Flip(1.5)}), kInvalid);
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), Flip(-0.1)}), kInvalid);
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), Normalize(kMean, kStd)}), kInvalid);  // no ToTensor
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), ToTensor(), ToTensor()}), kInvalid);
+  EXPECT_EQ(CreateCode({ToTensor(), CenterCrop(8, 8)}), kInvalid);  // geometry after ToTensor
+  const float zero_std[3] = {0.2f, 0.f, 0.2f};
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), ToTensor(), Normalize(kMean, zero_std)}), kInvalid);
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), ToTensor()}, DType::kUint8), kInvalid);
+}
+
+TEST(TransformPipelineCreate, InputDependentSizeIsRejectedWithHint) {
+  const auto status =
+      TransformPipeline::Create({Resize(256), Flip(0.5)}, DType::kUint8, Layout::kCHW).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("CenterCrop"), std::string::npos) << status;
+  EXPECT_NE(status.message().find("Resize((h, w))"), std::string::npos) << status;
+}
+
+TEST(TransformPipelineCreate, OutputSizes) {
+  EXPECT_EQ(MustCreate({Resize(256), CenterCrop(224, 200)}).out_w(), 200);
+  EXPECT_EQ(MustCreate({Resize(256), CenterCrop(224, 200)}).out_h(), 224);
+  EXPECT_EQ(MustCreate({ResizeHW(30, 40)}).out_w(), 40);
+  // A Resize(int) after the size is fixed is itself fixed: 224x112 -> shorter side 100.
+  const TransformPipeline p = MustCreate({CenterCrop(224, 112), Resize(100)});
+  EXPECT_EQ(p.out_h(), 200);
+  EXPECT_EQ(p.out_w(), 100);
+  const TransformPipeline f = MustCreate({Rrc(224), Flip(0.5), ToTensor()}, DType::kFloat16,
+                                         Layout::kCHW);
+  EXPECT_EQ(f.SampleBytes(), 224u * 224 * 3 * 2);
+  EXPECT_TRUE(f.to_unit());
+  EXPECT_EQ(std::string(DTypeName(DType::kBFloat16)), "bfloat16");
+  EXPECT_EQ(DTypeSize(DType::kFloat32), 4u);
+  // Float output without ToTensor keeps levels 0..255.
+  const TransformPipeline raw = MustCreate({CenterCrop(4, 4)}, DType::kFloat32);
+  EXPECT_FALSE(raw.to_unit());
+  EXPECT_EQ(raw.scale()[0], 1.f);
+  EXPECT_EQ(raw.bias()[0], 0.f);
+}
+
+TEST(TransformPipelineCreate, ScaleAndBias) {
+  const TransformPipeline t = MustCreate({CenterCrop(4, 4), ToTensor()}, DType::kFloat32);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_FLOAT_EQ(t.scale()[c], 1.f / 255.f);
+    EXPECT_EQ(t.bias()[c], 0.f);
+  }
+  const TransformPipeline n =
+      MustCreate({CenterCrop(4, 4), ToTensor(), Normalize(kMean, kStd)}, DType::kFloat32);
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_FLOAT_EQ(n.scale()[c], 1.f / (255.f * kStd[c]));
+    EXPECT_FLOAT_EQ(n.bias()[c], -kMean[c] / kStd[c]);
+    for (int level : {0, 1, 77, 128, 254, 255}) {
+      const double expected = (level / 255.0 - kMean[c]) / kStd[c];
+      EXPECT_NEAR(level * n.scale()[c] + n.bias()[c], expected, 2e-6);
+    }
+  }
+}
+
+TEST(TransformPipelineCreate, Describe) {
+  const TransformPipeline p = MustCreate(
+      {Rrc(224), Flip(0.5), ToTensor(), Normalize(kMean, kStd)}, DType::kFloat32);
+  EXPECT_EQ(p.Describe().rfind("RandomResizedCrop(224x224) -> Flip(0.5) -> ToTensor -> Normalize",
+                               0),
+            0u)
+      << p.Describe();
+  EXPECT_EQ(MustCreate({Resize(256), CenterCrop(224, 224)}).Describe(),
+            "Resize(256) -> CenterCrop(224x224)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plan: geometry.
+
+TEST(TransformPipelinePlan, ResizeCenterCropLandscape) {
+  // 500x375 -> Resize(256) -> 341x256 (int(256 * 500 / 375) = 341) -> CenterCrop(224):
+  // top = round(32 / 2) = 16, left = round(117 / 2 = 58.5) = 58 (Python rounds half to even).
+  const TransformPipeline p = MustCreate({Resize(256), CenterCrop(224, 224)});
+  SampleRng rng(1);
+  const SampleGeometry g = p.Plan(500, 375, rng);
+  EXPECT_EQ(g.out_w, 224);
+  EXPECT_EQ(g.out_h, 224);
+  EXPECT_DOUBLE_EQ(g.x0, 58 * 500.0 / 341);
+  EXPECT_DOUBLE_EQ(g.x1, 282 * 500.0 / 341);
+  EXPECT_DOUBLE_EQ(g.y0, 16 * 375.0 / 256);
+  EXPECT_DOUBLE_EQ(g.y1, 240 * 375.0 / 256);
+  EXPECT_FALSE(g.flipped());
+  // Resize works on the whole image, so its taps are clipped at the image border.
+  EXPECT_EQ(g.clip_x0, 0);
+  EXPECT_EQ(g.clip_x1, 500);
+  EXPECT_EQ(g.clip_y0, 0);
+  EXPECT_EQ(g.clip_y1, 375);
+}
+
+TEST(TransformPipelinePlan, ResizeCenterCropPortraitAndRounding) {
+  const TransformPipeline p = MustCreate({Resize(256), CenterCrop(224, 224)});
+  SampleRng rng(1);
+  const SampleGeometry g = p.Plan(375, 500, rng);  // -> 256x341
+  EXPECT_DOUBLE_EQ(g.x0, 16 * 375.0 / 256);
+  EXPECT_DOUBLE_EQ(g.y0, 58 * 500.0 / 341);
+  // (343 - 224) / 2 = 59.5 rounds to 60 (even); (345 - 224) / 2 = 60.5 rounds to 60 too.
+  const TransformPipeline q = MustCreate({ResizeHW(300, 343), CenterCrop(224, 224)});
+  EXPECT_DOUBLE_EQ(q.Plan(686, 300, rng).x0, 60 * 2.0);
+  const TransformPipeline r = MustCreate({ResizeHW(300, 345), CenterCrop(224, 224)});
+  EXPECT_DOUBLE_EQ(r.Plan(345, 300, rng).x0, 60.0);
+}
+
+TEST(TransformPipelinePlan, ResizeMaxSize) {
+  // 1000x200: short 200 -> 100, long int(100 * 1000 / 200) = 500 > 300:
+  // short = int(300 * 100 / 500) = 60, long = 300. Then CenterCrop(50, 50).
+  const TransformPipeline p = MustCreate({Resize(100, 300), CenterCrop(50, 50)});
+  SampleRng rng(1);
+  const SampleGeometry g = p.Plan(1000, 200, rng);
+  // View 300x60: left = round(250 / 2) = 125, top = round(10 / 2) = 5.
+  EXPECT_DOUBLE_EQ(g.x0, 125 * 1000.0 / 300);
+  EXPECT_DOUBLE_EQ(g.x1, 175 * 1000.0 / 300);
+  EXPECT_DOUBLE_EQ(g.y0, 5 * 200.0 / 60);
+  EXPECT_DOUBLE_EQ(g.y1, 55 * 200.0 / 60);
+}
+
+TEST(TransformPipelinePlan, CenterCropLargerThanImagePadsWithZeros) {
+  // torchvision pads (crop - size) // 2 on the leading side, the rest on the trailing side.
+  const TransformPipeline p = MustCreate({CenterCrop(100, 105)});
+  SampleRng rng(1);
+  const SampleGeometry g = p.Plan(100, 80, rng);
+  EXPECT_DOUBLE_EQ(g.x0, -2);
+  EXPECT_DOUBLE_EQ(g.x1, 103);
+  EXPECT_DOUBLE_EQ(g.y0, -10);
+  EXPECT_DOUBLE_EQ(g.y1, 90);
+
+  const RgbImage img = testing::MakeTexture(100, 80, 3);
+  std::vector<uint8_t> out(100 * 105 * 3);
+  Resampler rs;
+  AxisMapping ax, ay;
+  GeometryToAxes(g, 1.0, 100, 80, &ax, &ay);
+  rs.Resample(img.pixels.data(), 300, 3, 100, 80, ax, ay, OutputFormat{}, out.data());  // uint8 CHW
+  for (int c = 0; c < 3; ++c) {
+    for (int y = 0; y < 100; ++y) {
+      for (int x = 0; x < 105; ++x) {
+        const int sx = x - 2, sy = y - 10;
+        const bool inside = sx >= 0 && sx < 100 && sy >= 0 && sy < 80;
+        const uint8_t expected = inside ? img.pixels[(sy * 100 + sx) * 3 + c] : 0;
+        ASSERT_EQ(out[(c * 100 + y) * 105 + x], expected) << c << " " << y << " " << x;
+      }
+    }
+  }
+}
+
+TEST(TransformPipelinePlan, RandomResizedCropClipsToCropBox) {
+  const TransformPipeline p = MustCreate({Rrc(64)});
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SampleRng a(seed), b(seed);
+    const SampleGeometry g = p.Plan(300, 200, a);
+    const CropBox box = RandomResizedCropParams(300, 200, 0.08, 1.0, 3.0 / 4, 4.0 / 3, b);
+    EXPECT_DOUBLE_EQ(g.x0, box.left);
+    EXPECT_DOUBLE_EQ(g.x1, box.left + box.width);
+    EXPECT_DOUBLE_EQ(g.y0, box.top);
+    EXPECT_DOUBLE_EQ(g.y1, box.top + box.height);
+    EXPECT_DOUBLE_EQ(g.clip_x0, box.left);
+    EXPECT_DOUBLE_EQ(g.clip_x1, box.left + box.width);
+    EXPECT_EQ(g.out_w, 64);
+  }
+}
+
+TEST(TransformPipelinePlan, FlipMirrorsTheRect) {
+  const TransformPipeline always = MustCreate({Resize(256), CenterCrop(224, 224), Flip(1.0)});
+  const TransformPipeline never = MustCreate({Resize(256), CenterCrop(224, 224), Flip(0.0)});
+  int flips = 0;
+  const TransformPipeline half = MustCreate({Resize(256), CenterCrop(224, 224), Flip(0.5)});
+  for (uint64_t seed = 0; seed < 1000; ++seed) {
+    SampleRng a(seed), b(seed), c(seed);
+    const SampleGeometry ga = always.Plan(500, 375, a);
+    const SampleGeometry gn = never.Plan(500, 375, b);
+    EXPECT_TRUE(ga.flipped());
+    EXPECT_FALSE(gn.flipped());
+    EXPECT_EQ(ga.x0, gn.x1);
+    EXPECT_EQ(ga.x1, gn.x0);
+    EXPECT_EQ(ga.y0, gn.y0);
+    flips += half.Plan(500, 375, c).flipped();
+  }
+  EXPECT_GT(flips, 430);  // binomial(1000, 0.5): +-4.4 sigma
+  EXPECT_LT(flips, 570);
+}
+
+TEST(TransformPipelinePlan, FlippedOutputIsExactMirror) {
+  const RgbImage img = testing::MakeTexture(157, 121, 9);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const TransformPipeline plain = MustCreate({Rrc(48)});
+    const TransformPipeline flip = MustCreate({Rrc(48), Flip(1.0)});
+    SampleRng a(seed), b(seed);
+    const SampleGeometry ga = plain.Plan(157, 121, a);
+    const SampleGeometry gb = flip.Plan(157, 121, b);
+    std::vector<uint8_t> oa(48 * 48 * 3), ob(48 * 48 * 3);
+    Resampler rs;
+    AxisMapping ax, ay;
+    OutputFormat hwc;
+    hwc.layout = Layout::kHWC;
+    GeometryToAxes(ga, 1.0, 157, 121, &ax, &ay);
+    rs.Resample(img.pixels.data(), 157 * 3, 3, 157, 121, ax, ay, hwc, oa.data());
+    GeometryToAxes(gb, 1.0, 157, 121, &ax, &ay);
+    rs.Resample(img.pixels.data(), 157 * 3, 3, 157, 121, ax, ay, hwc, ob.data());
+    for (int y = 0; y < 48; ++y) {
+      for (int x = 0; x < 48; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          ASSERT_EQ(oa[(y * 48 + x) * 3 + c], ob[(y * 48 + 47 - x) * 3 + c]);
+        }
+      }
+    }
+  }
+}
+
+TEST(TransformPipelinePlan, DeterministicPerSeed) {
+  const TransformPipeline p = MustCreate({Rrc(224), Flip(0.5)});
+  int differing = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    SampleRng a(SampleSeed(7, 1, i)), b(SampleSeed(7, 1, i)), c(SampleSeed(7, 2, i));
+    const SampleGeometry ga = p.Plan(640, 480, a), gb = p.Plan(640, 480, b);
+    const SampleGeometry gc = p.Plan(640, 480, c);
+    EXPECT_EQ(std::memcmp(&ga, &gb, sizeof(ga)), 0);
+    differing += (ga.x0 != gc.x0 || ga.y0 != gc.y0 || ga.x1 != gc.x1);
+  }
+  EXPECT_GT(differing, 190);
+}
+
+// ---------------------------------------------------------------------------------------------
+// RandomResizedCropParams.
+
+TEST(RandomResizedCropParams, AlwaysInBounds) {
+  SampleRng sizes(123);
+  for (int i = 0; i < 20000; ++i) {
+    const int w = static_cast<int>(sizes.RandInt(1, i % 10 == 0 ? 20 : 3000));
+    const int h = static_cast<int>(sizes.RandInt(1, i % 7 == 0 ? 20 : 3000));
+    SampleRng rng(i);
+    const CropBox b = RandomResizedCropParams(w, h, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    ASSERT_GT(b.width, 0);
+    ASSERT_GT(b.height, 0);
+    ASSERT_GE(b.left, 0);
+    ASSERT_GE(b.top, 0);
+    ASSERT_LE(b.left + b.width, w) << w << "x" << h;
+    ASSERT_LE(b.top + b.height, h) << w << "x" << h;
+  }
+}
+
+/// Python's round() for the reimplementation below.
+double PyRound(double v) {
+  const double f = std::floor(v);
+  if (v - f != 0.5) return std::round(v);
+  return std::fmod(f, 2.0) == 0 ? f : f + 1;
+}
+
+struct CropStats {
+  double mean_area = 0, mean_log_aspect = 0, fallback_rate = 0;
+};
+
+/// torchvision's get_params written out again with an unrelated generator.
+CropStats ReferenceStats(int width, int height, int draws) {
+  std::mt19937_64 gen(42);
+  std::uniform_real_distribution<double> u01(0.0, 1.0);
+  const double area = static_cast<double>(width) * height;
+  const double lr0 = std::log(3.0 / 4), lr1 = std::log(4.0 / 3);
+  CropStats s;
+  for (int d = 0; d < draws; ++d) {
+    double w = 0, h = 0;
+    bool ok = false;
+    for (int attempt = 0; attempt < 10 && !ok; ++attempt) {
+      const double target = area * (0.08 + (1.0 - 0.08) * u01(gen));
+      const double aspect = std::exp(lr0 + (lr1 - lr0) * u01(gen));
+      w = PyRound(std::sqrt(target * aspect));
+      h = PyRound(std::sqrt(target / aspect));
+      ok = w > 0 && w <= width && h > 0 && h <= height;
+    }
+    if (!ok) {
+      s.fallback_rate += 1;
+      w = width;
+      h = height;  // 500x375 has ratio 4/3: the whole image
+    }
+    s.mean_area += w * h / area;
+    s.mean_log_aspect += std::log(w / h);
+  }
+  s.mean_area /= draws;
+  s.mean_log_aspect /= draws;
+  s.fallback_rate /= draws;
+  return s;
+}
+
+TEST(RandomResizedCropParams, DistributionMatchesTorchvisionAlgorithm) {
+  constexpr int kDraws = 100000;
+  const CropStats ref = ReferenceStats(500, 375, kDraws);
+  CropStats got;
+  for (int d = 0; d < kDraws; ++d) {
+    SampleRng rng(SampleSeed(99, 0, d));
+    const CropBox b = RandomResizedCropParams(500, 375, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    got.mean_area += static_cast<double>(b.width) * b.height / (500.0 * 375.0);
+    got.mean_log_aspect += std::log(static_cast<double>(b.width) / b.height);
+    got.fallback_rate += (b.width == 500 && b.height == 375);
+  }
+  got.mean_area /= kDraws;
+  got.mean_log_aspect /= kDraws;
+  got.fallback_rate /= kDraws;
+  // Per-draw standard deviations are about 0.27 (area) and 0.17 (log aspect), so each mean has
+  // a standard error near 0.00085 / 0.00054; the bounds are about 5 sigma of the difference.
+  EXPECT_NEAR(got.mean_area, ref.mean_area, 0.006);
+  EXPECT_NEAR(got.mean_log_aspect, ref.mean_log_aspect, 0.004);
+  EXPECT_NEAR(got.fallback_rate, ref.fallback_rate, 0.005);
+  // And both are where the algorithm puts them: on a 4:3 image a large target area only fits
+  // with an aspect near 4/3, so accepted crops are biased small (mean well below
+  // (0.08 + 1) / 2 = 0.54) and wide (mean log aspect above the range's midpoint, 0).
+  EXPECT_GT(ref.mean_area, 0.42);
+  EXPECT_LT(ref.mean_area, 0.45);
+  EXPECT_GT(ref.mean_log_aspect, 0.0);
+  std::printf("area %.4f / %.4f, log aspect %.4f / %.4f, fallback %.5f / %.5f\n", got.mean_area,
+              ref.mean_area, got.mean_log_aspect, ref.mean_log_aspect, got.fallback_rate,
+              ref.fallback_rate);
+}
+
+TEST(RandomResizedCropParams, FallbackIsClampedCentreCrop) {
+  for (uint64_t seed = 0; seed < 100; ++seed) {
+    SampleRng rng(seed);
+    // 10x1000: every attempt needs w >= sqrt(800 * 0.75) > 10, so all 10 fail.
+    const CropBox tall = RandomResizedCropParams(10, 1000, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    EXPECT_EQ(tall.width, 10);
+    EXPECT_EQ(tall.height, 13);  // round(10 / 0.75) = round(13.33)
+    EXPECT_EQ(tall.top, (1000 - 13) / 2);
+    EXPECT_EQ(tall.left, 0);
+    const CropBox wide = RandomResizedCropParams(1000, 10, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    EXPECT_EQ(wide.height, 10);
+    EXPECT_EQ(wide.width, 13);  // round(10 * 4 / 3)
+    EXPECT_EQ(wide.left, (1000 - 13) / 2);
+    EXPECT_EQ(wide.top, 0);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resampler against a direct double-precision implementation of Pillow's algorithm.
+
+/// Pillow's ImagingResample (bilinear, antialiased), written plainly in double precision:
+/// per-axis taps over [center - support, center + support] clipped to [lo, hi) and normalised,
+/// horizontal pass rounded to 8 bits (Pillow keeps an 8-bit intermediate), then vertical pass.
+std::vector<uint8_t> ReferenceResample(const RgbImage& img, double bx0, double bx1, double by0,
+                                       double by1, int out_w, int out_h, int clip_x0,
+                                       int clip_x1, int clip_y0, int clip_y1) {
+  struct Taps {
+    int first = 0;
+    std::vector<double> w;
+  };
+  auto axis = [](double b0, double b1, int out, int lo, int hi) {
+    std::vector<Taps> taps(out);
+    const double scale = (b1 - b0) / out;
+    const double fs = std::max(scale, 1.0);
+    for (int i = 0; i < out; ++i) {
+      const double center = b0 + (i + 0.5) * scale;
+      const int xmin = std::max(lo, static_cast<int>(std::floor(center - fs + 0.5)));
+      const int xmax = std::min(hi, static_cast<int>(std::floor(center + fs + 0.5)));
+      double sum = 0;
+      for (int x = xmin; x < xmax; ++x) {
+        const double d = std::abs((x - center + 0.5) / fs);
+        taps[i].w.push_back(d < 1 ? 1 - d : 0);
+        sum += taps[i].w.back();
+      }
+      for (double& v : taps[i].w) v /= sum;
+      taps[i].first = xmin;
+    }
+    return taps;
+  };
+  const std::vector<Taps> tx = axis(bx0, bx1, out_w, clip_x0, clip_x1);
+  const std::vector<Taps> ty = axis(by0, by1, out_h, clip_y0, clip_y1);
+  std::vector<uint8_t> mid(static_cast<size_t>(img.height) * out_w * 3);
+  for (int y = 0; y < img.height; ++y) {
+    for (int x = 0; x < out_w; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        double s = 0;
+        for (size_t t = 0; t < tx[x].w.size(); ++t) {
+          const size_t src = static_cast<size_t>(y) * img.width + tx[x].first + t;
+          s += tx[x].w[t] * img.pixels[src * 3 + c];
+        }
+        mid[(static_cast<size_t>(y) * out_w + x) * 3 + c] =
+            static_cast<uint8_t>(std::clamp(std::floor(s + 0.5), 0.0, 255.0));
+      }
+    }
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(out_h) * out_w * 3);
+  for (int y = 0; y < out_h; ++y) {
+    for (int x = 0; x < out_w * 3; ++x) {
+      double s = 0;
+      for (size_t t = 0; t < ty[y].w.size(); ++t) {
+        s += ty[y].w[t] * mid[(ty[y].first + t) * out_w * 3 + x];
+      }
+      out[static_cast<size_t>(y) * out_w * 3 + x] =
+          static_cast<uint8_t>(std::clamp(std::floor(s + 0.5), 0.0, 255.0));
+    }
+  }
+  return out;
+}
+
+TEST(Resampler, MatchesDoublePrecisionPillowReference) {
+  const RgbImage img = testing::MakeTexture(331, 247, 5);
+  SampleRng rng(2024);
+  Resampler rs;  // reused across cases: grow-only buffers must not leak state between them
+  OutputFormat hwc;
+  hwc.layout = Layout::kHWC;
+  size_t total = 0, exact = 0;
+  for (int iter = 0; iter < 60; ++iter) {
+    // Integer crop boxes (as torchvision produces) resized to random sizes: down and up.
+    const int cw = static_cast<int>(rng.RandInt(1, 332));
+    const int ch = static_cast<int>(rng.RandInt(1, 248));
+    const int left = static_cast<int>(rng.RandInt(0, 331 - cw + 1));
+    const int top = static_cast<int>(rng.RandInt(0, 247 - ch + 1));
+    const int out_w = static_cast<int>(rng.RandInt(1, 300));
+    const int out_h = static_cast<int>(rng.RandInt(1, 300));
+    const bool whole_image_clip = iter % 3 == 0;  // Resize semantics: taps may leave the box
+    AxisMapping ax{static_cast<double>(left), static_cast<double>(left + cw), 0, 0, out_w};
+    AxisMapping ay{static_cast<double>(top), static_cast<double>(top + ch), 0, 0, out_h};
+    ax.clip_lo = whole_image_clip ? 0 : left;
+    ax.clip_hi = whole_image_clip ? 331 : left + cw;
+    ay.clip_lo = whole_image_clip ? 0 : top;
+    ay.clip_hi = whole_image_clip ? 247 : top + ch;
+    std::vector<uint8_t> got(static_cast<size_t>(out_w) * out_h * 3);
+    rs.Resample(img.pixels.data(), 331 * 3, 3, 331, 247, ax, ay, hwc, got.data());
+    const std::vector<uint8_t> want =
+        ReferenceResample(img, left, left + cw, top, top + ch, out_w, out_h,
+                          static_cast<int>(ax.clip_lo), static_cast<int>(ax.clip_hi),
+                          static_cast<int>(ay.clip_lo), static_cast<int>(ay.clip_hi));
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_LE(std::abs(got[i] - want[i]), 1)
+          << "case " << iter << " box " << left << "," << top << " " << cw << "x" << ch
+          << " -> " << out_w << "x" << out_h << " index " << i;
+      exact += got[i] == want[i];
+    }
+    total += got.size();
+  }
+  // 22-bit fixed point differs from double only where a value sits on a rounding boundary.
+  EXPECT_GT(static_cast<double>(exact) / total, 0.995);
+}
+
+TEST(Resampler, ScalarAndSimdKernelsAgree) {
+  const RgbImage img = testing::MakeTexture(301, 203, 8);
+  SampleRng rng(31);
+  Resampler rs;
+  OutputFormat hwc;
+  hwc.layout = Layout::kHWC;
+  for (int iter = 0; iter < 40; ++iter) {
+    const int out_w = static_cast<int>(rng.RandInt(1, 260));
+    const int out_h = static_cast<int>(rng.RandInt(1, 260));
+    const double x0 = rng.Uniform(-20, 150), x1 = rng.Uniform(151, 320);
+    const double y0 = rng.Uniform(-20, 100), y1 = rng.Uniform(101, 220);
+    // Mirrored on odd iterations; clip box = whole image (zero outside, as CenterCrop pads).
+    AxisMapping ax{iter % 2 ? x1 : x0, iter % 2 ? x0 : x1, 0, 301, out_w};
+    AxisMapping ay{y0, y1, 0, 203, out_h};
+    std::vector<uint8_t> simd(static_cast<size_t>(out_w) * out_h * 3), scalar(simd.size());
+    SetResampleSimdForTesting(true);
+    rs.Resample(img.pixels.data(), 301 * 3, 3, 301, 203, ax, ay, hwc, simd.data());
+    SetResampleSimdForTesting(false);
+    rs.Resample(img.pixels.data(), 301 * 3, 3, 301, 203, ax, ay, hwc, scalar.data());
+    SetResampleSimdForTesting(true);
+    ASSERT_EQ(simd, scalar) << "case " << iter;
+  }
+}
+
+TEST(Resampler, IdentityAndConstantImages) {
+  const RgbImage img = testing::MakeTexture(64, 48, 1);
+  Resampler rs;
+  OutputFormat hwc;
+  hwc.layout = Layout::kHWC;
+  std::vector<uint8_t> out(64 * 48 * 3);
+  AxisMapping ax{0, 64, 0, 64, 64}, ay{0, 48, 0, 48, 48};
+  rs.Resample(img.pixels.data(), 64 * 3, 3, 64, 48, ax, ay, hwc, out.data());
+  EXPECT_EQ(out, img.pixels);
+  // Any resampling of a constant image is that constant (weights are normalised).
+  const std::vector<uint8_t> flat(64 * 48 * 3, 173);
+  std::vector<uint8_t> small(17 * 13 * 3);
+  AxisMapping sx{3.5, 60.25, 0, 64, 17}, sy{40, 2, 0, 48, 13};  // mirrored vertical too
+  rs.Resample(flat.data(), 64 * 3, 3, 64, 48, sx, sy, hwc, small.data());
+  for (uint8_t v : small) ASSERT_EQ(v, 173);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output dtypes and layouts.
+
+TEST(Resampler, DTypesAndLayoutsHoldTheSameValues) {
+  const RgbImage img = testing::MakeTexture(200, 150, 11);
+  const TransformPipeline norm = MustCreate(
+      {Rrc(40), ToTensor(), Normalize(kMean, kStd)}, DType::kFloat32, Layout::kCHW);
+  SampleRng rng(5);
+  const SampleGeometry g = norm.Plan(200, 150, rng);
+  AxisMapping ax, ay;
+  GeometryToAxes(g, 1.0, 200, 150, &ax, &ay);
+  Resampler rs;
+  constexpr int kN = 40 * 40 * 3;
+
+  OutputFormat u8_hwc;
+  u8_hwc.layout = Layout::kHWC;
+  std::vector<uint8_t> levels(kN);
+  rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, u8_hwc, levels.data());
+
+  OutputFormat u8_chw;
+  std::vector<uint8_t> chw(kN);
+  rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, u8_chw, chw.data());
+  for (int y = 0; y < 40; ++y) {
+    for (int x = 0; x < 40; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(chw[(c * 40 + y) * 40 + x], levels[(y * 40 + x) * 3 + c]);
+      }
+    }
+  }
+
+  const OutputFormat f = OutputFormat::FromPipeline(norm);
+  for (Layout layout : {Layout::kCHW, Layout::kHWC}) {
+    OutputFormat f32 = f, f16 = f, bf16 = f;
+    f32.layout = f16.layout = bf16.layout = layout;
+    f16.dtype = DType::kFloat16;
+    bf16.dtype = DType::kBFloat16;
+    std::vector<float> o32(kN);
+    std::vector<uint16_t> o16(kN), ob16(kN);
+    rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, f32, o32.data());
+    rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, f16, o16.data());
+    rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, bf16, ob16.data());
+    for (int y = 0; y < 40; ++y) {
+      for (int x = 0; x < 40; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          const int level = levels[(y * 40 + x) * 3 + c];
+          const size_t i = layout == Layout::kHWC ? (y * 40 + x) * 3 + c : (c * 40 + y) * 40 + x;
+          const double expected = (level / 255.0 - kMean[c]) / kStd[c];  // torchvision's math
+          ASSERT_NEAR(o32[i], expected, 2e-6);
+          ASSERT_EQ(o16[i], FloatToHalf(o32[i]));
+          ASSERT_EQ(ob16[i], FloatToBFloat16(o32[i]));
+          ASSERT_NEAR(HalfToFloat(o16[i]), expected, 2.5e-3);     // 11-bit significand
+          ASSERT_NEAR(BFloat16ToFloat(ob16[i]), expected, 1.6e-2);  // 8-bit significand
+        }
+      }
+    }
+  }
+
+  // ToTensor alone: level / 255.
+  const TransformPipeline unit = MustCreate({Rrc(40), ToTensor()}, DType::kFloat32);
+  std::vector<float> o(kN);
+  OutputFormat uf = OutputFormat::FromPipeline(unit);
+  uf.layout = Layout::kHWC;
+  rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, uf, o.data());
+  for (int i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(o[i], levels[i] / 255.0f);
+}
+
+TEST(HalfConversion, RoundsToNearestEven) {
+  EXPECT_EQ(FloatToHalf(1.0f), 0x3c00);
+  EXPECT_EQ(FloatToHalf(-2.0f), 0xc000);
+  EXPECT_EQ(FloatToHalf(-0.0f), 0x8000);
+  EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
+  EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);  // halfway to the next power: rounds to inf
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);         // tie -> even (0)
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);         // tie -> even (2)
+  EXPECT_EQ(FloatToHalf(std::ldexp(1023.5f, -24)), 0x0400);      // carries into normal
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(1.0f, -11)), 0x3c00);  // tie -> even
+  EXPECT_EQ(FloatToHalf(1.0f + std::ldexp(3.0f, -11)), 0x3c02);  // tie -> even (up)
+  EXPECT_EQ(FloatToHalf(std::numeric_limits<float>::infinity()), 0x7c00);
+  EXPECT_TRUE(std::isnan(HalfToFloat(FloatToHalf(std::nanf("")))));
+  // Every finite half survives a round trip through float.
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    ASSERT_EQ(FloatToHalf(HalfToFloat(static_cast<uint16_t>(h))), h) << h;
+  }
+  EXPECT_EQ(FloatToBFloat16(1.0f), 0x3f80);
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);  // tie -> even
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(3.0f, -8)), 0x3f82);  // tie -> even (up)
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -9)), 0x3f80);  // below half
+  EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
+}
+
+}  // namespace
+}  // namespace ringloader

@@ -1,0 +1,486 @@
+#include "transform/resample.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace ringloader {
+namespace {
+
+constexpr int32_t kHalf = 1 << (kResamplePrecisionBits - 1);
+
+/// Pillow's clip8: fixed-point sum (with the rounding half already added) to a level 0..255.
+inline uint8_t Clip8(int32_t v) {
+  return static_cast<uint8_t>(std::clamp(v >> kResamplePrecisionBits, 0, 255));
+}
+
+// The two kernels below carry almost all resampling time. Each has a portable scalar version
+// and an AVX2 version (SSE4.1/AVX2 intrinsics in a target("avx2") function), picked once at
+// startup from the CPU's feature bits, so the same binary runs everywhere.
+
+/// Horizontal pass of one row: `src` is RGBX (4 bytes per pixel) whose first pixel is source
+/// column `origin`; writes out_w RGB levels to `dst`.
+void HorizontalScalar(const uint8_t* src, int origin, const int32_t* bounds,
+                      const int32_t* weights, int ksize, int out_w, uint8_t* dst) {
+  for (int x = 0; x < out_w; ++x) {
+    const int n = bounds[2 * x + 1];
+    const uint8_t* p = src + static_cast<ptrdiff_t>(bounds[2 * x] - origin) * 4;
+    const int32_t* k = weights + static_cast<ptrdiff_t>(x) * ksize;
+    int32_t r = kHalf, g = kHalf, b = kHalf;
+    for (int t = 0; t < n; ++t) {
+      const int32_t w = k[t];
+      r += p[4 * t + 0] * w;
+      g += p[4 * t + 1] * w;
+      b += p[4 * t + 2] * w;
+    }
+    dst[3 * x + 0] = Clip8(r);
+    dst[3 * x + 1] = Clip8(g);
+    dst[3 * x + 2] = Clip8(b);
+  }
+}
+
+/// Vertical pass of one output row over `width` contiguous bytes: n rows of `rows` (stride
+/// `stride`) weighted by `k`.
+void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k, int width,
+                    uint8_t* out) {
+  for (int i = 0; i < width; ++i) {
+    int32_t acc = kHalf;
+    for (int t = 0; t < n; ++t) acc += rows[static_cast<size_t>(t) * stride + i] * k[t];
+    out[i] = Clip8(acc);
+  }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RL_HAVE_AVX2_KERNELS 1
+
+/// One pixel's four channels per vector lane group: a tap is widen + multiply + add, two taps
+/// per 256-bit step. `wide` holds every weight repeated 4 times (one per channel lane), so no
+/// broadcasts are needed. Each output stores 4 bytes; the 4th is overwritten by the next pixel
+/// or lands in the row's padding.
+__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int origin,
+                                                    const int32_t* bounds, const int32_t* wide,
+                                                    int taps, int out_w, uint8_t* dst) {
+  const __m128i half = _mm_set1_epi32(kHalf);
+  for (int x = 0; x < out_w; ++x) {
+    const uint8_t* p = src + static_cast<ptrdiff_t>(bounds[2 * x] - origin) * 4;
+    const int32_t* w = wide + static_cast<ptrdiff_t>(x) * taps * 4;
+    __m256i acc2 = _mm256_setzero_si256();
+    int t = 0;
+    for (; t + 2 <= taps; t += 2) {
+      const __m256i px =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 4 * t)));
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4 * t));
+      acc2 = _mm256_add_epi32(acc2, _mm256_mullo_epi32(px, wv));
+    }
+    __m128i acc = _mm_add_epi32(
+        half, _mm_add_epi32(_mm256_castsi256_si128(acc2), _mm256_extracti128_si256(acc2, 1)));
+    if (t < taps) {
+      int32_t one;
+      std::memcpy(&one, p + 4 * t, sizeof(one));
+      const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(one));
+      const __m128i wv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4 * t));
+      acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, wv));
+    }
+    acc = _mm_srai_epi32(acc, kResamplePrecisionBits);
+    // Saturating packs clamp to 0..255 exactly like clip8.
+    const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+    const int32_t rgbx = _mm_cvtsi128_si32(packed);
+    std::memcpy(dst + 3 * x, &rgbx, sizeof(rgbx));
+  }
+}
+
+/// 32 bytes per step, four 8-lane accumulators in registers.
+__attribute__((target("avx2"))) void VerticalAvx2(const uint8_t* rows, size_t stride, int n,
+                                                  const int32_t* k, int width, uint8_t* out) {
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  int i = 0;
+  for (; i + 32 <= width; i += 32) {
+    __m256i a0 = half, a1 = half, a2 = half, a3 = half;
+    const uint8_t* p = rows + i;
+    for (int t = 0; t < n; ++t, p += stride) {
+      const __m256i w = _mm256_set1_epi32(k[t]);
+      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+      a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), w));
+      a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), w));
+      a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), w));
+      a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), w));
+    }
+    a0 = _mm256_srai_epi32(a0, kResamplePrecisionBits);
+    a1 = _mm256_srai_epi32(a1, kResamplePrecisionBits);
+    a2 = _mm256_srai_epi32(a2, kResamplePrecisionBits);
+    a3 = _mm256_srai_epi32(a3, kResamplePrecisionBits);
+    // packs/packus work within 128-bit lanes; the permute restores pixel order.
+    const __m256i s01 = _mm256_packs_epi32(a0, a1);
+    const __m256i s23 = _mm256_packs_epi32(a2, a3);
+    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(s01, s23), 0xD8);
+    const __m256i ordered = _mm256_shuffle_epi32(bytes, 0xD8);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), ordered);
+  }
+  VerticalScalar(rows + i, stride, n, k, width - i, out + i);
+}
+
+#endif
+
+using HorizontalFn = void (*)(const uint8_t*, int, const int32_t*, const int32_t*, int, int,
+                              uint8_t*);
+using VerticalFn = void (*)(const uint8_t*, size_t, int, const int32_t*, int, uint8_t*);
+
+struct Kernels {
+  HorizontalFn horizontal = HorizontalScalar;
+  VerticalFn vertical = VerticalScalar;
+  bool wide_weights = false;  // horizontal takes weights repeated per channel lane
+};
+
+Kernels BestKernels() {
+  Kernels k;
+#ifdef RL_HAVE_AVX2_KERNELS
+  if (__builtin_cpu_supports("avx2")) {
+    k.horizontal = HorizontalAvx2;
+    k.vertical = VerticalAvx2;
+    k.wide_weights = true;
+  }
+#endif
+  return k;
+}
+
+Kernels& MutableKernels() {
+  static Kernels kernels = BestKernels();
+  return kernels;
+}
+
+const Kernels& GetKernels() { return MutableKernels(); }
+
+/// Stores one row of levels through the per-channel lookup table. T is the element's bit type.
+template <typename T>
+void WriteRow(const uint8_t* levels, int out_w, int out_h, int y, Layout layout,
+              const uint32_t (*lut)[256], void* dst) {
+  T* base = static_cast<T*>(dst);
+  if (layout == Layout::kHWC) {
+    T* row = base + static_cast<size_t>(y) * out_w * 3;
+    for (int x = 0; x < out_w; ++x) {
+      row[3 * x + 0] = static_cast<T>(lut[0][levels[3 * x + 0]]);
+      row[3 * x + 1] = static_cast<T>(lut[1][levels[3 * x + 1]]);
+      row[3 * x + 2] = static_cast<T>(lut[2][levels[3 * x + 2]]);
+    }
+  } else {
+    const size_t plane = static_cast<size_t>(out_h) * out_w;
+    for (int c = 0; c < 3; ++c) {
+      T* row = base + c * plane + static_cast<size_t>(y) * out_w;
+      const uint32_t* l = lut[c];
+      for (int x = 0; x < out_w; ++x) row[x] = static_cast<T>(l[levels[3 * x + c]]);
+    }
+  }
+}
+
+/// Converts a window edge to int without overflow for absurd geometries.
+inline int ClampToInt(double v, double edge) {
+  return static_cast<int>(std::clamp(v, -1.0, edge));
+}
+
+bool SameFormat(const OutputFormat& a, const OutputFormat& b) {
+  return a.dtype == b.dtype && std::memcmp(a.scale, b.scale, sizeof(a.scale)) == 0 &&
+         std::memcmp(a.bias, b.bias, sizeof(a.bias)) == 0;
+}
+
+}  // namespace
+
+OutputFormat OutputFormat::FromPipeline(const TransformPipeline& pipeline) {
+  OutputFormat f;
+  f.dtype = pipeline.dtype();
+  f.layout = pipeline.layout();
+  for (int c = 0; c < 3; ++c) {
+    f.scale[c] = pipeline.scale()[c];
+    f.bias[c] = pipeline.bias()[c];
+  }
+  return f;
+}
+
+void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h, AxisMapping* x,
+                    AxisMapping* y) {
+  x->begin = g.x0 * factor;
+  x->end = g.x1 * factor;
+  y->begin = g.y0 * factor;
+  y->end = g.y1 * factor;
+  if (g.clip_x1 > g.clip_x0) {
+    x->clip_lo = g.clip_x0 * factor;
+    x->clip_hi = g.clip_x1 * factor;
+  } else {
+    x->clip_lo = 0;
+    x->clip_hi = src_w;
+  }
+  if (g.clip_y1 > g.clip_y0) {
+    y->clip_lo = g.clip_y0 * factor;
+    y->clip_hi = g.clip_y1 * factor;
+  } else {
+    y->clip_lo = 0;
+    y->clip_hi = src_h;
+  }
+  x->out_size = g.out_w;
+  y->out_size = g.out_h;
+}
+
+void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
+  const int out = std::max(m.out_size, 0);
+  const bool mirrored = m.end < m.begin;
+  const double lo = mirrored ? m.end : m.begin;
+  const double hi = mirrored ? m.begin : m.end;
+  const double scale = out > 0 ? (hi - lo) / out : 1.0;
+  const double filterscale = std::max(scale, 1.0);
+  const double support = filterscale;  // triangle filter: support 1 at scale 1
+  // Pillow's ksize. No window holds more than the whole source, which bounds the table for
+  // absurd geometries.
+  const int ksize =
+      static_cast<int>(std::ceil(std::min(support, static_cast<double>(src_size) + 1.0))) * 2 + 1;
+  const double inv_filterscale = 1.0 / filterscale;
+  // Integer tap range: the clip box rounded to pixel edges, inside the source.
+  const double edge = static_cast<double>(src_size) + 1.0;
+  const int clip_lo = static_cast<int>(std::floor(std::clamp(m.clip_lo, -1.0, edge) + 0.5));
+  const int clip_hi = static_cast<int>(std::floor(std::clamp(m.clip_hi, -1.0, edge) + 0.5));
+
+  out_size_ = out;
+  ksize_ = ksize;
+  if (bounds_.size() < static_cast<size_t>(out) * 2) bounds_.resize(static_cast<size_t>(out) * 2);
+  const size_t nweights = static_cast<size_t>(out) * ksize;
+  if (weights_.size() < nweights) weights_.resize(nweights);
+  if (scratch_.size() < static_cast<size_t>(ksize)) scratch_.resize(ksize);
+
+  int first = src_size, last = 0;
+  for (int xx = 0; xx < out; ++xx) {
+    int32_t* k = weights_.data() + static_cast<size_t>(xx) * ksize;
+    std::fill(k, k + ksize, 0);
+    const double center = lo + (xx + 0.5) * scale;
+    int xmin = 0, n = 0;
+    // Output pixels whose centre lies outside the clip box are CenterCrop's zero padding.
+    if (center >= m.clip_lo && center < m.clip_hi && clip_hi > clip_lo) {
+      // Pillow rounds the filter window to whole pixels, then clips it to the input image.
+      xmin = std::max({0, clip_lo, ClampToInt(std::floor(center - support + 0.5), edge)});
+      const int xmax =
+          std::min({src_size, clip_hi, ClampToInt(std::floor(center + support + 0.5), edge)});
+      n = std::max(0, std::min(xmax - xmin, ksize));
+      double ww = 0.0;
+      for (int t = 0; t < n; ++t) {
+        const double arg = std::abs((t + xmin - center + 0.5) * inv_filterscale);
+        const double w = arg < 1.0 ? 1.0 - arg : 0.0;
+        scratch_[t] = w;
+        ww += w;
+      }
+      for (int t = 0; t < n; ++t) {
+        const double v = ww != 0.0 ? scratch_[t] / ww : scratch_[t];
+        k[t] = static_cast<int32_t>(0.5 + v * (1 << kResamplePrecisionBits));
+      }
+      if (ww == 0.0) n = 0;
+    }
+    bounds_[2 * xx] = xmin;
+    bounds_[2 * xx + 1] = n;
+    if (n > 0) {
+      first = std::min(first, xmin);
+      last = std::max(last, xmin + n);
+    }
+  }
+  if (mirrored) {
+    // Coefficients of the unmirrored box in reverse order: an exact mirror of the output.
+    for (int a = 0, b = out - 1; a < b; ++a, --b) {
+      std::swap(bounds_[2 * a], bounds_[2 * b]);
+      std::swap(bounds_[2 * a + 1], bounds_[2 * b + 1]);
+      std::swap_ranges(weights_.begin() + static_cast<ptrdiff_t>(a) * ksize,
+                       weights_.begin() + static_cast<ptrdiff_t>(a + 1) * ksize,
+                       weights_.begin() + static_cast<ptrdiff_t>(b) * ksize);
+    }
+  }
+  if (last > first) {
+    first_ = first;
+    end_ = last;
+  } else {
+    first_ = end_ = 0;
+  }
+  // Give every output the same number of taps (the largest), zero-padded and shifted to stay
+  // inside [first_, end_): the kernels' inner loops then have a fixed trip count, which removes
+  // a branch misprediction per output pixel. Zero weights do not change any sum.
+  int taps = 0;
+  for (int xx = 0; xx < out; ++xx) taps = std::max(taps, bounds_[2 * xx + 1]);
+  taps = std::min(taps, end_ - first_);
+  if (row_tmp_.size() < static_cast<size_t>(ksize)) row_tmp_.resize(ksize);
+  for (int xx = 0; xx < out; ++xx) {
+    // Rows move to a stride of `taps` <= ksize, so row xx only ever overlaps its own old slot.
+    const int start = bounds_[2 * xx];
+    const int n = bounds_[2 * xx + 1];
+    std::copy_n(weights_.begin() + static_cast<ptrdiff_t>(xx) * ksize, n, row_tmp_.begin());
+    const int new_start = n > 0 ? std::min(start, end_ - taps) : first_;
+    int32_t* k = weights_.data() + static_cast<size_t>(xx) * taps;
+    std::fill(k, k + taps, 0);
+    std::copy_n(row_tmp_.begin(), n, k + (start - new_start) * (n > 0));
+    bounds_[2 * xx] = new_start;
+    bounds_[2 * xx + 1] = taps;
+  }
+  ksize_ = taps;
+}
+
+void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h) {
+  xc_.Compute(x, src_w);
+  yc_.Compute(y, src_h);
+  x_origin_ = 0;
+  // Padding after each row absorbs the horizontal kernel's 4-byte store of the last pixel.
+  tmp_stride_ = static_cast<size_t>(xc_.out_size()) * 3 + 4;
+  const size_t rows = static_cast<size_t>(yc_.end() - yc_.first());
+  if (tmp_.size() < rows * tmp_stride_) tmp_.resize(rows * tmp_stride_);
+  if (levels_.size() < tmp_stride_) levels_.resize(tmp_stride_);
+  if (GetKernels().wide_weights) {
+    const size_t n = static_cast<size_t>(xc_.out_size()) * xc_.ksize();
+    if (wide_weights_.size() < n * 4) wide_weights_.resize(n * 4);
+    const int32_t* k = xc_.weights();
+    for (size_t i = 0; i < n; ++i) std::fill_n(wide_weights_.begin() + i * 4, 4, k[i]);
+  }
+}
+
+void Resampler::AddRow(int y, const uint8_t* rgbx) {
+  if (y < yc_.first() || y >= yc_.end()) return;
+  uint8_t* dst = tmp_.data() + static_cast<size_t>(y - yc_.first()) * tmp_stride_;
+  const Kernels& kernels = GetKernels();
+  kernels.horizontal(rgbx, x_origin_, xc_.bounds(),
+                     kernels.wide_weights ? wide_weights_.data() : xc_.weights(), xc_.ksize(),
+                     xc_.out_size(), dst);
+}
+
+void Resampler::PrepareLut(const OutputFormat& fmt) {
+  if (lut_valid_ && SameFormat(fmt, lut_fmt_)) return;
+  for (int c = 0; c < 3; ++c) {
+    for (int level = 0; level < 256; ++level) {
+      const float v = static_cast<float>(level) * fmt.scale[c] + fmt.bias[c];
+      uint32_t bits = 0;
+      switch (fmt.dtype) {
+        case DType::kUint8:
+          bits = static_cast<uint32_t>(std::clamp(std::nearbyint(v), 0.0f, 255.0f));
+          break;
+        case DType::kFloat32:
+          bits = std::bit_cast<uint32_t>(v);
+          break;
+        case DType::kFloat16:
+          bits = FloatToHalf(v);
+          break;
+        case DType::kBFloat16:
+          bits = FloatToBFloat16(v);
+          break;
+      }
+      lut_[c][level] = bits;
+    }
+  }
+  lut_fmt_ = fmt;
+  lut_valid_ = true;
+}
+
+void Resampler::Finish(const OutputFormat& fmt, void* dst) {
+  PrepareLut(fmt);
+  const int out_w = xc_.out_size();
+  const int out_h = yc_.out_size();
+  const int width = out_w * 3;
+  const int32_t* bounds = yc_.bounds();
+  const int32_t* weights = yc_.weights();
+  const int ksize = yc_.ksize();
+  for (int y = 0; y < out_h; ++y) {
+    const int n = bounds[2 * y + 1];
+    if (n == 0) {
+      std::fill(levels_.begin(), levels_.begin() + width, 0);
+    } else {
+      const uint8_t* rows = tmp_.data() + static_cast<size_t>(bounds[2 * y] - yc_.first()) *
+                                              tmp_stride_;
+      GetKernels().vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize, width,
+                     levels_.data());
+    }
+    switch (fmt.dtype) {
+      case DType::kUint8:
+        WriteRow<uint8_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        break;
+      case DType::kFloat32:
+        WriteRow<uint32_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        break;
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        WriteRow<uint16_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        break;
+    }
+  }
+}
+
+void Resampler::Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w,
+                         int src_h, const AxisMapping& x, const AxisMapping& y,
+                         const OutputFormat& fmt, void* dst) {
+  Prepare(x, y, src_w, src_h);
+  if (bytes_per_pixel == 4) {
+    for (int r = first_row(); r < end_row(); ++r) {
+      AddRow(r, pixels + static_cast<size_t>(r) * stride);
+    }
+  } else {
+    // Packed RGB: widen the used columns of each row to RGBX for the kernel.
+    const int c0 = first_col(), c1 = end_col();
+    if (rgbx_row_.size() < static_cast<size_t>(c1 - c0) * 4 + 4) {
+      rgbx_row_.resize(static_cast<size_t>(c1 - c0) * 4 + 4);
+    }
+    SetColumnOrigin(c0);
+    for (int r = first_row(); r < end_row(); ++r) {
+      const uint8_t* in = pixels + static_cast<size_t>(r) * stride + static_cast<size_t>(c0) * 3;
+      uint8_t* out = rgbx_row_.data();
+      for (int c = c0; c < c1; ++c, in += 3, out += 4) {
+        out[0] = in[0];
+        out[1] = in[1];
+        out[2] = in[2];
+        out[3] = 0;
+      }
+      AddRow(r, rgbx_row_.data());
+    }
+  }
+  Finish(fmt, dst);
+}
+
+bool SetResampleSimdForTesting(bool enabled) {
+  const Kernels best = BestKernels();
+  MutableKernels() = enabled ? best : Kernels{};
+  return best.horizontal != HorizontalScalar;
+}
+
+uint16_t FloatToHalf(float v) {
+  uint32_t x = std::bit_cast<uint32_t>(v);
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  x &= 0x7fffffffu;
+  if (x >= 0x7f800000u) {  // inf or NaN (NaN keeps a quiet payload bit)
+    return sign | 0x7c00u | (x > 0x7f800000u ? 0x200u | ((x >> 13) & 0x3ffu) : 0u);
+  }
+  if (x >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to infinity
+  if (x < 0x38800000u) {
+    // Below the smallest normal half (2^-14): count units of 2^-24; the scaling is exact and
+    // rint rounds half to even. 1024 units carry into the smallest normal's encoding.
+    const float units = std::bit_cast<float>(x) * 16777216.0f;
+    return sign | static_cast<uint16_t>(std::rint(units));
+  }
+  x += 0xfffu + ((x >> 13) & 1u);  // round to nearest even on the 13 dropped bits
+  x -= 0x38000000u;                // rebias the exponent from 127 to 15
+  return sign | static_cast<uint16_t>(x >> 13);
+}
+
+float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float v = static_cast<float>(mant) * 5.9604644775390625e-08f;  // 2^-24
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
+  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+uint16_t FloatToBFloat16(float v) {
+  uint32_t x = std::bit_cast<uint32_t>(v);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+
+float BFloat16ToFloat(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+
+}  // namespace ringloader

@@ -1,0 +1,139 @@
+#pragma once
+/// Antialiased bilinear resampling with Pillow's arithmetic (ImagingResample, 8-bit path), fused
+/// with the write-out into the output dtype and layout.
+///
+/// Pillow computes, per output index, a triangle filter of support max(1, scale) centred on the
+/// output pixel's source position, clipped and renormalised at the input image border, converted
+/// to 22-bit fixed point. It runs a horizontal pass into an 8-bit intermediate image and then a
+/// vertical pass. `Resampler` does the same, but streams source rows in (so the decoder never
+/// holds the whole image) and writes the final levels straight into the tensor layout.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "transform/image_transform.h"
+
+namespace ringloader {
+
+/// Fractional bits of the fixed-point filter weights (Pillow: 32 - 8 - 2).
+inline constexpr int kResamplePrecisionBits = 22;
+
+/// How output levels (integers 0..255) become stored elements: value = level * scale + bias,
+/// rounded to the dtype (uint8: saturated to 0..255).
+struct OutputFormat {
+  DType dtype = DType::kUint8;
+  Layout layout = Layout::kCHW;
+  float scale[3] = {1.f, 1.f, 1.f};
+  float bias[3] = {0.f, 0.f, 0.f};
+
+  /// The format a pipeline writes.
+  static OutputFormat FromPipeline(const TransformPipeline& pipeline);
+};
+
+/// One axis of a resample, in the coordinates of the image being resampled.
+struct AxisMapping {
+  double begin = 0;  ///< Source coordinate of output edge 0.
+  double end = 0;    ///< Source coordinate of output edge out_size (end < begin: mirrored).
+  double clip_lo = 0, clip_hi = 0;  ///< Taps stay inside; output centres outside give 0.
+  int out_size = 0;
+};
+
+/// Maps a sample's geometry (full-resolution source coordinates) into an image whose pixels are
+/// `factor` times smaller per side (DCT-scaled decode: factor = scale_num / 8) and `src_w` x
+/// `src_h` in size.
+void GeometryToAxes(const SampleGeometry& geometry, double factor, int src_w, int src_h,
+                    AxisMapping* x, AxisMapping* y);
+
+/// Pillow's per-output-index filter taps for one axis, in fixed point.
+class AxisCoeffs {
+ public:
+  /// Computes the taps for mapping `m` over a source axis of `src_size` pixels. Grow-only: no
+  /// allocation once the buffers have reached the largest size seen.
+  void Compute(const AxisMapping& m, int src_size);
+
+  int out_size() const { return out_size_; }
+  /// Taps per output index: the same for every output (shorter filters are zero-padded) and
+  /// the row stride of weights().
+  int ksize() const { return ksize_; }
+  /// First source index any output reads; first() == end() when no output reads the source.
+  int first() const { return first_; }
+  /// One past the last source index any output reads.
+  int end() const { return end_; }
+  /// (start, count) per output index; start is an absolute source index, count == ksize().
+  const int32_t* bounds() const { return bounds_.data(); }
+  /// ksize() weights per output index, summing to 1 << kResamplePrecisionBits (up to rounding).
+  const int32_t* weights() const { return weights_.data(); }
+
+ private:
+  int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
+  std::vector<int32_t> bounds_;
+  std::vector<int32_t> weights_;
+  std::vector<double> scratch_;
+  std::vector<int32_t> row_tmp_;
+};
+
+/// Two-pass resampler over streamed RGB rows. Usage per image: Prepare, then AddRow for source
+/// rows (only rows in [first_row, end_row) are used), then Finish. Reuse one per thread: all
+/// buffers are grow-only.
+class Resampler {
+ public:
+  /// Computes both axes' taps for a source of src_w x src_h pixels.
+  void Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h);
+
+  /// Source columns [first_col, end_col) and rows [first_row, end_row) that the output reads.
+  int first_col() const { return xc_.first(); }
+  int end_col() const { return xc_.end(); }
+  int first_row() const { return yc_.first(); }
+  int end_row() const { return yc_.end(); }
+
+  /// Rows passed to AddRow start at source column `x_origin` (region-of-interest decode);
+  /// must be <= first_col(). Default 0.
+  void SetColumnOrigin(int x_origin) { x_origin_ = x_origin; }
+
+  /// Horizontal pass of source row `y`; `rgbx` holds RGBX pixels (4 bytes, the 4th ignored:
+  /// one pixel fills one integer vector) starting at column x_origin and covering at least
+  /// end_col(). Rows outside [first_row, end_row) are ignored.
+  void AddRow(int y, const uint8_t* rgbx);
+
+  /// Vertical pass and write-out of the whole output image to `dst` (out_h * out_w * 3
+  /// elements of fmt.dtype in fmt.layout). Every row in [first_row, end_row) must have been
+  /// added first.
+  void Finish(const OutputFormat& fmt, void* dst);
+
+  /// Convenience for an image already in memory (packed RGB: bytes_per_pixel 3, or RGBX: 4):
+  /// Prepare + AddRow for the needed rows + Finish.
+  void Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w, int src_h,
+                const AxisMapping& x, const AxisMapping& y, const OutputFormat& fmt, void* dst);
+
+ private:
+  void PrepareLut(const OutputFormat& fmt);
+
+  AxisCoeffs xc_, yc_;
+  int x_origin_ = 0;
+  size_t tmp_stride_ = 0;
+  std::vector<uint8_t> tmp_;       // horizontal pass output, rows [first_row, end_row)
+  std::vector<uint8_t> rgbx_row_;  // Resample(): one packed-RGB row widened to RGBX
+  std::vector<int32_t> wide_weights_;  // horizontal weights, each repeated per channel lane
+  std::vector<uint8_t> levels_;    // one output row of final levels
+  // Level -> stored element lookup, rebuilt only when the output format changes.
+  alignas(64) uint32_t lut_[3][256] = {};
+  bool lut_valid_ = false;
+  OutputFormat lut_fmt_;
+};
+
+/// Test hook: false forces the portable scalar kernels, true restores the best ones for this
+/// CPU (both give identical results). Returns whether SIMD kernels exist here. Not thread-safe:
+/// call only while no resampling runs.
+bool SetResampleSimdForTesting(bool enabled);
+
+/// IEEE binary16 bits of `v`, rounded to nearest even (overflow to inf, subnormals kept).
+uint16_t FloatToHalf(float v);
+/// The float value of binary16 bits.
+float HalfToFloat(uint16_t h);
+/// bfloat16 bits of `v`, rounded to nearest even (NaN stays NaN).
+uint16_t FloatToBFloat16(float v);
+/// The float value of bfloat16 bits.
+float BFloat16ToFloat(uint16_t b);
+
+}  // namespace ringloader

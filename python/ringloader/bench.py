@@ -1,0 +1,604 @@
+"""Side-by-side throughput comparison: torchvision + torch DataLoader vs ringloader.
+
+Run as::
+
+    python -m ringloader.bench                      # sample set, train + eval
+    python -m ringloader.bench --root /data/imagenet/train --max-images 4096
+    python -m ringloader.bench --transform train --json out.json --png out.png
+
+For every transform pipeline (``train``: RandomResizedCrop(224) +
+RandomHorizontalFlip + ToTensor + Normalize; ``eval``: Resize(256) +
+CenterCrop(224) + ToTensor + Normalize) it measures
+
+(a) ``torch.utils.data.DataLoader(torchvision.datasets.ImageFolder(root, tv_transform),
+    batch_size, shuffle=True, num_workers=N, drop_last=True)`` and
+(b) ``ringloader.DataLoader(ringloader.ImageFolder(root, rl_transform), <same arguments>)``
+
+with the same number of workers.  Each measurement builds a fresh loader,
+discards ``--warmup-batches`` batches (worker start-up, first decodes) and
+times whole batches after that.  The consumer only checks each batch's shape
+and accumulates ``labels.sum()``, so the figure is the loader's own
+throughput.  Measurements of the two loaders alternate (A B B A A B ...) for
+``--rounds`` rounds and the median of each is reported, so drifting load on a
+shared machine affects both alike.  All files are read once before the first
+measurement so that both loaders see a warm OS page cache: this compares
+decode + transform + batching throughput, not disk speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import importlib.util
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Sequence
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+CROP = 224
+LOADERS = ("torch", "ringloader")
+
+
+class BenchError(RuntimeError):
+    """A problem the user must fix (bad arguments, missing package, tiny dataset)."""
+
+
+# --------------------------------------------------------------------------
+# Imports
+# --------------------------------------------------------------------------
+
+
+def _sample_data() -> ModuleType:
+    """``ringloader.sample_data`` (loaded from this file's directory if the
+    package itself cannot be imported, e.g. before the extension is built)."""
+    try:
+        return importlib.import_module("ringloader.sample_data")
+    except Exception:  # package not built/installed, or its extension fails to load
+        name = "_ringloader_sample_data"
+        if name in sys.modules:
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sample_data.py"))
+        if spec is None or spec.loader is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+
+def _import_ringloader() -> ModuleType:
+    try:
+        import ringloader
+
+        for attr in ("ImageFolder", "DataLoader"):
+            if not hasattr(ringloader, attr):
+                raise ImportError(f"ringloader has no attribute {attr!r}")
+        importlib.import_module("ringloader.transforms")
+        return ringloader
+    except (ImportError, OSError) as e:
+        raise BenchError(
+            f"cannot import ringloader ({e}).\n"
+            "Build and install the package first (from the repository root: `pip install .`),\n"
+            "or run only the torch baseline with `--loaders torch`."
+        ) from e
+
+
+def _import_torch() -> tuple[ModuleType, ModuleType]:
+    try:
+        import torch
+        import torchvision
+    except ImportError as e:
+        raise BenchError(f"the comparison needs torch and torchvision ({e}); pip install torch torchvision") from e
+    return torch, torchvision
+
+
+# --------------------------------------------------------------------------
+# Pipelines
+# --------------------------------------------------------------------------
+
+
+def make_transform(T: Any, kind: str) -> Any:
+    """The ``train`` or ``eval`` pipeline built from a torchvision-compatible
+    transforms module (``torchvision.transforms`` or ``ringloader.transforms``)."""
+    if kind == "train":
+        steps = [T.RandomResizedCrop(CROP), T.RandomHorizontalFlip()]
+    elif kind == "eval":
+        steps = [T.Resize(256), T.CenterCrop(CROP)]
+    else:
+        raise ValueError(f"unknown transform {kind!r}")
+    return T.Compose(steps + [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+
+
+@dataclass
+class Config:
+    root: Path
+    transforms: list[str]
+    loaders: list[str]
+    num_workers: int
+    batch_size: int
+    warmup_batches: int
+    timed_batches: int
+    rounds: int
+    seed: int
+    rl_transform: str
+
+
+def _loader_factories(cfg: Config, kind: str) -> dict[str, Callable[[], Any]]:
+    """Zero-argument callables creating a fresh loader of each kind."""
+    factories: dict[str, Callable[[], Any]] = {}
+    if "torch" in cfg.loaders:
+        torch, torchvision = _import_torch()
+        tv_ds = torchvision.datasets.ImageFolder(str(cfg.root), make_transform(torchvision.transforms, kind))
+
+        def make_torch() -> Any:
+            return torch.utils.data.DataLoader(
+                tv_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True
+            )
+
+        factories["torch"] = make_torch
+    if "ringloader" in cfg.loaders:
+        rl = _import_ringloader()
+        if cfg.rl_transform == "torchvision":
+            _, torchvision = _import_torch()
+            rl_tf = make_transform(torchvision.transforms, kind)
+        else:
+            rl_tf = make_transform(importlib.import_module("ringloader.transforms"), kind)
+        rl_ds = rl.ImageFolder(str(cfg.root), transform=rl_tf)
+
+        def make_rl() -> Any:
+            return rl.DataLoader(
+                rl_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True
+            )
+
+        factories["ringloader"] = make_rl
+    return factories
+
+
+# --------------------------------------------------------------------------
+# Measurement
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Measurement:
+    images_per_s: float
+    seconds: float
+    images: int
+    stats: Any = None
+
+
+def _close(obj: Any) -> None:
+    for name in ("close", "shutdown", "_shutdown_workers"):
+        fn = getattr(obj, name, None)
+        if callable(fn):
+            try:
+                fn()
+            except Exception:
+                pass
+            return
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    if hasattr(obj, "item") and callable(obj.item):
+        try:
+            return obj.item()
+        except Exception:
+            pass
+    if hasattr(obj, "_asdict"):
+        return _jsonable(obj._asdict())
+    if hasattr(obj, "__dict__"):
+        return _jsonable({k: v for k, v in vars(obj).items() if not k.startswith("_")})
+    return repr(obj)
+
+
+def measure_once(make_loader: Callable[[], Any], cfg: Config) -> Measurement:
+    """Iterate a fresh loader: warm-up batches untimed, then ``cfg.timed_batches`` timed.
+
+    If the timed batches run past the end of an epoch a new epoch is started
+    (its start-up cost is then part of the measurement, as in training).
+    """
+    import torch
+
+    loader = make_loader()
+    it = iter(loader)
+    expected = (cfg.batch_size, 3, CROP, CROP)
+    label_acc = torch.zeros((), dtype=torch.int64)
+
+    def next_batch() -> tuple[Any, Any]:
+        nonlocal it
+        try:
+            batch = next(it)
+        except StopIteration:
+            _close(it)
+            it = iter(loader)
+            batch = next(it)
+        images, labels = batch
+        if tuple(images.shape) != expected or labels.shape[0] != cfg.batch_size:
+            raise RuntimeError(f"unexpected batch: images {tuple(images.shape)}, labels {tuple(labels.shape)}")
+        return images, labels
+
+    try:
+        images, labels = next_batch()
+        if images.dtype != torch.float32 or labels.dtype != torch.int64:
+            raise RuntimeError(f"unexpected dtypes: images {images.dtype}, labels {labels.dtype}")
+        for _ in range(cfg.warmup_batches - 1):
+            next_batch()
+        del images, labels
+        t0 = time.perf_counter()
+        for _ in range(cfg.timed_batches):
+            _, labels = next_batch()
+            label_acc += labels.sum()
+        elapsed = time.perf_counter() - t0
+        stats_fn = getattr(loader, "stats", None)
+        stats = _jsonable(stats_fn()) if callable(stats_fn) else None
+    finally:
+        _close(it)
+        _close(loader)
+    n = cfg.timed_batches * cfg.batch_size
+    if int(label_acc) < 0:  # keeps the accumulation observable
+        raise RuntimeError("negative labels")
+    return Measurement(images_per_s=n / elapsed, seconds=elapsed, images=n, stats=stats)
+
+
+@dataclass
+class Result:
+    transform: str
+    loader: str
+    runs: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)
+    stats: Any = None
+    error: str | None = None
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.runs) if self.runs else float("nan")
+
+
+def run_benchmark(cfg: Config, log: Callable[[str], None]) -> list[Result]:
+    """Alternate the loaders round by round for each transform; return all results."""
+    results: list[Result] = []
+    for kind in cfg.transforms:
+        factories = _loader_factories(cfg, kind)
+        res = {name: Result(kind, name) for name in cfg.loaders}
+        for r in range(cfg.rounds):
+            order = list(cfg.loaders) if r % 2 == 0 else list(reversed(cfg.loaders))
+            for name in order:
+                if res[name].error:
+                    continue
+                _seed_everything(cfg.seed + r)
+                try:
+                    m = measure_once(factories[name], cfg)
+                except KeyboardInterrupt:
+                    raise
+                except Exception as e:  # report and carry on with the other loader
+                    res[name].error = f"{type(e).__name__}: {e}"
+                    log(f"  {kind:5s} {name:10s} round {r + 1}: FAILED\n{traceback.format_exc()}")
+                    continue
+                finally:
+                    gc.collect()  # release the finished loader (and its workers) before the next one
+                res[name].runs.append(m.images_per_s)
+                res[name].seconds.append(m.seconds)
+                if m.stats is not None:
+                    res[name].stats = m.stats
+                log(f"  {kind:5s} {name:10s} round {r + 1}/{cfg.rounds}: {m.images_per_s:8.1f} images/s  ({m.images} images in {m.seconds:.2f} s)")
+        results.extend(res[name] for name in cfg.loaders)
+    return results
+
+
+def _seed_everything(seed: int) -> None:
+    import random
+
+    import torch
+
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine_info(cfg: Config) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    for mod in ("torch", "torchvision", "PIL", "numpy"):
+        try:
+            info[mod] = importlib.import_module(mod).__version__
+        except Exception:
+            info[mod] = None
+    try:
+        import torch
+
+        info["torch_threads"] = torch.get_num_threads()
+    except Exception:
+        pass
+    try:
+        from PIL import features
+
+        info["pillow_libjpeg_turbo"] = features.version("libjpeg_turbo")
+    except Exception:
+        info["pillow_libjpeg_turbo"] = None
+    if "ringloader" in cfg.loaders:
+        try:
+            import ringloader
+
+            info["ringloader"] = getattr(ringloader, "__version__", "unknown")
+        except ImportError:
+            info["ringloader"] = None
+    return info
+
+
+def dataset_info(root: Path) -> dict[str, Any]:
+    n, total, classes = 0, 0, 0
+    for cls in sorted(os.scandir(root), key=lambda e: e.name):
+        if not cls.is_dir():
+            continue
+        classes += 1
+        for dirpath, _, files in os.walk(cls.path):
+            for fname in files:
+                if fname.lower().endswith((".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")):
+                    n += 1
+                    total += os.path.getsize(os.path.join(dirpath, fname))
+    return {"root": str(root), "images": n, "classes": classes, "bytes": total}
+
+
+def _warm_page_cache(root: Path, limit_bytes: int = 8 << 30) -> None:
+    read = 0
+    for dirpath, _, files in os.walk(root):
+        for fname in files:
+            if read > limit_bytes:
+                return
+            try:
+                with open(os.path.join(dirpath, fname), "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        read += len(chunk)
+            except OSError:
+                pass
+
+
+def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], results: list[Result]) -> str:
+    lines = []
+    lines.append(f"machine : {machine['cpu']}, {machine['usable_cpus']} usable / {machine['logical_cpus']} logical CPUs")
+    lines.append(
+        f"software: Python {machine['python']}, torch {machine.get('torch')}, torchvision {machine.get('torchvision')}, "
+        f"Pillow {machine.get('PIL')} (libjpeg-turbo {machine.get('pillow_libjpeg_turbo')}), "
+        f"ringloader {machine.get('ringloader', 'n/a')}"
+    )
+    avg = data["bytes"] / max(data["images"], 1) / 1024
+    lines.append(
+        f"dataset : {data['root']} ({data['images']} images, {data['classes']} classes, "
+        f"{data['bytes'] / 1e6:.1f} MB, {avg:.1f} KiB/image)"
+    )
+    lines.append(
+        f"settings: batch {cfg.batch_size}, workers {cfg.num_workers}, warm-up {cfg.warmup_batches} batches, "
+        f"{cfg.timed_batches} timed batches ({cfg.timed_batches * cfg.batch_size} images) x {cfg.rounds} rounds, "
+        f"median reported"
+    )
+    lines.append("")
+    header = f"{'transform':<10} {'loader':<11} {'images/s':>10} {'min':>9} {'max':>9} {'vs torch':>9}"
+    lines.append(header)
+    lines.append("-" * len(header))
+    by_key = {(r.transform, r.loader): r for r in results}
+    for r in results:
+        base = by_key.get((r.transform, "torch"))
+        if r.error and not r.runs:
+            lines.append(f"{r.transform:<10} {r.loader:<11} {'FAILED':>10}  {r.error}")
+            continue
+        ratio = ""
+        if base is not None and base.runs and r.runs:
+            ratio = f"{r.median / base.median:8.2f}x"
+        lines.append(
+            f"{r.transform:<10} {r.loader:<11} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
+        )
+    for r in results:
+        if r.loader == "ringloader" and isinstance(r.stats, dict) and r.stats.get("native") is False:
+            lines.append("")
+            lines.append(
+                f"note: ringloader used its generic (non-native, torch-based) path for '{r.transform}': "
+                "the transform or dataset is not supported natively"
+            )
+    for r in results:
+        if r.stats is not None:
+            lines.append("")
+            lines.append(f"ringloader stats ({r.transform}, last round):" if r.loader == "ringloader" else f"{r.loader} stats ({r.transform}):")
+            lines.append(json.dumps(r.stats, indent=2, sort_keys=True, default=repr))
+    return "\n".join(lines)
+
+
+def write_png(path: Path, results: list[Result], machine: dict[str, Any], cfg: Config) -> str:
+    """Bar chart of median images/s; returns a message for the user."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return f"matplotlib is not installed: no chart written to {path} (pip install matplotlib)"
+    kinds = list(dict.fromkeys(r.transform for r in results))
+    loaders = list(dict.fromkeys(r.loader for r in results))
+    by_key = {(r.transform, r.loader): r for r in results}
+    fig, ax = plt.subplots(figsize=(2.2 + 2.2 * len(kinds), 4))
+    width = 0.8 / max(len(loaders), 1)
+    colours = {"torch": "#8c8c8c", "ringloader": "#1f77b4"}
+    for j, name in enumerate(loaders):
+        rows = [(i, by_key[(k, name)]) for i, k in enumerate(kinds) if (k, name) in by_key and by_key[(k, name)].runs]
+        if not rows:
+            continue
+        xs = [i + (j - (len(loaders) - 1) / 2) * width for i, _ in rows]
+        ys = [r.median for _, r in rows]
+        yerr = [[r.median - min(r.runs) for _, r in rows], [max(r.runs) - r.median for _, r in rows]]
+        ax.bar(xs, ys, width, yerr=yerr, capsize=3, label=name, color=colours.get(name))
+        for x, (_, r) in zip(xs, rows):
+            base = by_key.get((r.transform, "torch"))
+            label = f"{r.median:.0f}"
+            if name != "torch" and base is not None and base.runs:
+                label += f"\n{r.median / base.median:.2f}x"
+            ax.annotate(label, (x, max(r.runs)), xytext=(0, 3), textcoords="offset points",
+                        ha="center", va="bottom", fontsize=8)
+    ax.margins(y=0.15)
+    ax.set_xticks(range(len(kinds)), kinds)
+    ax.set_ylabel("images / s (median)")
+    ax.set_title(
+        f"batch {cfg.batch_size}, {cfg.num_workers} workers, {machine['usable_cpus']} CPUs", fontsize=9
+    )
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return f"chart written to {path}"
+
+
+# --------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------
+
+
+def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m ringloader.bench",
+        description="Compare torchvision ImageFolder + torch DataLoader with ringloader, side by side.",
+    )
+    p.add_argument("--root", type=Path, default=None,
+                   help="ImageFolder root (default: the built-in sample dataset, generated if missing)")
+    p.add_argument("--num-workers", type=int, default=2, help="loader workers for both loaders (default 2)")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--epochs", type=float, default=1.0,
+                   help="timed data per measurement, in epochs (default 1, minus the warm-up batches)")
+    p.add_argument("--max-images", type=int, default=4096,
+                   help="upper bound on timed images per measurement (default 4096)")
+    p.add_argument("--warmup-batches", type=int, default=2, help="untimed batches per measurement (default 2)")
+    p.add_argument("--rounds", type=int, default=3, help="alternating measurements per loader (default 3)")
+    p.add_argument("--transform", choices=("train", "eval", "both"), default="both")
+    p.add_argument("--loaders", default="torch,ringloader",
+                   help="comma-separated subset of torch,ringloader (default both)")
+    p.add_argument("--ringloader-transform", choices=("native", "torchvision"), default="native",
+                   help="give ringloader its own transforms (default) or the torchvision Compose")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None, help="write all results as JSON")
+    p.add_argument("--png", type=Path, default=None, help="write a bar chart (needs matplotlib)")
+    p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    return p.parse_args(argv)
+
+
+def _config(args: argparse.Namespace, num_images: int) -> Config:
+    loaders = [s.strip() for s in args.loaders.split(",") if s.strip()]
+    bad = [s for s in loaders if s not in LOADERS]
+    if bad or not loaders:
+        raise BenchError(f"--loaders must be a subset of {','.join(LOADERS)}; got {args.loaders!r}")
+    if args.num_workers < 0 or args.batch_size < 1 or args.warmup_batches < 1 or args.rounds < 1:
+        raise BenchError("need --num-workers >= 0, --batch-size >= 1, --warmup-batches >= 1, --rounds >= 1")
+    per_epoch = num_images // args.batch_size
+    if per_epoch < args.warmup_batches + 1:
+        raise BenchError(
+            f"dataset too small: {num_images} images give {per_epoch} batches of {args.batch_size} per epoch; "
+            f"need more than --warmup-batches={args.warmup_batches}"
+        )
+    timed = int(math.floor(args.epochs * per_epoch)) - args.warmup_batches
+    timed = min(timed, max(1, args.max_images // args.batch_size))
+    if timed < 1:
+        raise BenchError("--epochs/--max-images leave no batch to time after the warm-up")
+    return Config(
+        root=args.root,
+        transforms=["train", "eval"] if args.transform == "both" else [args.transform],
+        loaders=loaders,
+        num_workers=args.num_workers,
+        batch_size=args.batch_size,
+        warmup_batches=args.warmup_batches,
+        timed_batches=timed,
+        rounds=args.rounds,
+        seed=args.seed,
+        rl_transform=args.ringloader_transform,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parse_args(argv)
+    log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+    try:
+        loaders = [s.strip() for s in args.loaders.split(",") if s.strip()]
+        if "ringloader" in loaders:
+            _import_ringloader()  # fail early with a clear message
+        if "torch" in loaders:
+            _import_torch()
+        if args.root is None:
+            log("preparing the sample dataset (generated once, then cached) ...")
+            args.root = _sample_data().make_sample_dataset()
+        args.root = Path(args.root).expanduser()
+        if not args.root.is_dir():
+            raise BenchError(f"--root {args.root} is not a directory")
+        data = dataset_info(args.root)
+        cfg = _config(args, data["images"])
+    except BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+    machine = machine_info(cfg)
+    _warm_page_cache(cfg.root)
+    log(f"measuring {', '.join(cfg.loaders)} on {cfg.root} ...")
+    t0 = time.perf_counter()
+    results = run_benchmark(cfg, log)
+    total = time.perf_counter() - t0
+
+    print(format_report(cfg, machine, data, results))
+    print(f"\n(total benchmark time {total:.0f} s)")
+    if args.json:
+        payload = {
+            "machine": machine,
+            "dataset": data,
+            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+            "results": [
+                {**asdict(r), "median_images_per_s": r.median if r.runs else None} for r in results
+            ],
+            "ratios": {
+                r.transform: r.median / b.median
+                for r in results
+                if r.loader == "ringloader" and r.runs
+                for b in results
+                if b.loader == "torch" and b.transform == r.transform and b.runs
+            },
+            "total_seconds": total,
+        }
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(payload, indent=2, default=repr))
+        print(f"results written to {args.json}")
+    if args.png:
+        print(write_png(args.png, results, machine, cfg))
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
