@@ -91,7 +91,9 @@ void FileFetcher::Start(const std::string& path, ByteBuffer* buffer, uint64_t ta
   job->done = 0;
   buffer->Resize(0);
 
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO or device named like an image must not hang the reader (the
+  // S_ISREG check below then refuses it); it has no effect on regular files.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return Finish(job, ErrnoStatus(errno, "open", path), &early_);
   job->op.fd = fd;
   struct stat st;

@@ -12,8 +12,10 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <unistd.h>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -63,6 +65,16 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   return status;
 }
 
+// Reads one file synchronously (substitutes, single-sample decode).
+absl::Status ReadWholeFile(const std::string& path, size_t max_file_bytes, ByteBuffer* buffer) {
+  FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
+  fetcher.Start(path, buffer, 0);
+  RL_RETURN_IF_ERROR(fetcher.Flush());
+  std::vector<FetchedFile> done;
+  while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
+  return done.front().status;
+}
+
 absl::Status ValidateOptions(const LoaderOptions& o, size_t dataset_size) {
   auto bad = [](absl::string_view name, auto value, absl::string_view rule) {
     return absl::InvalidArgumentError(absl::StrCat(name, " must be ", rule, ", got ", value));
@@ -92,10 +104,17 @@ std::vector<int64_t> Batch::image_shape() const {
 }
 
 struct Loader::Counters {
-  std::atomic<int64_t> samples{0}, batches{0}, errors{0}, bytes_read{0};
+  std::atomic<int64_t> samples{0}, batches{0}, errors{0}, skipped{0}, replaced{0}, bytes_read{0};
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
   mutable std::mutex mu;
-  std::string last_error ABSL_GUARDED_BY(mu);
+  std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
+
+  void RecordError(const absl::Status& status) {
+    errors.fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(mu);
+    recent_errors.emplace_back(status.message());
+    if (recent_errors.size() > kRecentErrors) recent_errors.pop_front();
+  }
 };
 
 // One epoch in flight: its order, its threads and the window of batches between the dispatcher
@@ -107,6 +126,8 @@ struct Loader::Epoch {
     int slot = -1;                  // set by the dispatcher before any request is queued
     int size = 0;
     std::atomic<int> remaining{0};  // rows not yet written; the last writer marks it ready
+    std::vector<uint8_t> skip;      // per row: left out by ErrorPolicy::kSkip (row's worker writes)
+    std::atomic<int> skipped{0};
     std::mutex error_mu;
     int error_row ABSL_GUARDED_BY(error_mu) = INT_MAX;
     absl::Status error ABSL_GUARDED_BY(error_mu);
@@ -129,6 +150,7 @@ struct Loader::Epoch {
     for (int i = 0; i < static_cast<int>(owner->buffers_.size()); ++i) {
       (void)free_buffers.TryPush(i);
     }
+    for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(owner->options_.batch_size), 0);
     dispatched = first_batch;
   }
 
@@ -206,6 +228,8 @@ struct Loader::Epoch {
         row_indices[r] = index;
         labels[r] = loader->samples_[static_cast<size_t>(index)].label;
       }
+      std::fill(task.skip.begin(), task.skip.end(), 0);
+      task.skipped.store(0, std::memory_order_relaxed);
       task.remaining.store(size, std::memory_order_relaxed);
       {
         std::lock_guard<std::mutex> lock(ready_mu);
@@ -268,6 +292,37 @@ struct Loader::Epoch {
                                             std::memory_order_relaxed);
   }
 
+  // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, index, attempt) into the
+  // failed row, with the failed sample's own augmentation seed, and relabel the row.
+  absl::Status Replace(JpegDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
+                       uint8_t* dst, absl::Status cause) {
+    const int64_t n = loader->dataset_size();
+    const uint64_t sample_seed = SampleSeed(seed, static_cast<uint64_t>(epoch),
+                                            static_cast<uint64_t>(request.index));
+    for (uint64_t attempt = 0; attempt < 8; ++attempt) {
+      const int64_t substitute = static_cast<int64_t>(Mix64(sample_seed + attempt + 1) % static_cast<uint64_t>(n));
+      if (substitute == request.index) continue;
+      absl::Status status = ReadWholeFile(loader->samples_[static_cast<size_t>(substitute)].path,
+                                          loader->options_.max_file_bytes, &bytes);
+      if (status.ok()) {
+        SampleRng rng(sample_seed);
+        status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);
+      }
+      if (!status.ok()) {
+        loader->counters_->RecordError(AnnotateSampleError(
+            status, substitute, loader->samples_[static_cast<size_t>(substitute)].path));
+        continue;
+      }
+      const size_t image_bytes = loader->pipeline_.SampleBytes() * loader->options_.batch_size;
+      auto* labels = reinterpret_cast<int64_t*>(loader->pool_->data(Task(request.batch).slot) + image_bytes);
+      labels[request.row] = loader->samples_[static_cast<size_t>(substitute)].label;
+      labels[loader->options_.batch_size + request.row] = substitute;  // the indices column
+      loader->counters_->replaced.fetch_add(1, std::memory_order_relaxed);
+      return absl::OkStatus();
+    }
+    return cause;  // no decodable substitute: the original error stands
+  }
+
   void Decode() {
     const LoaderOptions& o = loader->options_;
     const TransformPipeline& pipeline = loader->pipeline_;
@@ -275,6 +330,7 @@ struct Loader::Epoch {
     JpegDecoder decoder;
     decoder.set_max_image_pixels(o.max_image_pixels);
     decoder.set_fast_paths(o.fast_decode);
+    ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
       BatchTask& task = Task(item->request.batch);
@@ -289,16 +345,23 @@ struct Loader::Epoch {
         loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
       }
       (void)free_buffers.TryPush(item->buffer);  // capacity == buffer count: never full
+      if (!status.ok()) {
+        const std::string& path = loader->samples_[static_cast<size_t>(item->request.index)].path;
+        status = AnnotateSampleError(status, item->request.index, path);
+        loader->counters_->RecordError(status);
+        if (o.on_error == ErrorPolicy::kSkip) {
+          task.skip[static_cast<size_t>(item->request.row)] = 1;
+          task.skipped.fetch_add(1, std::memory_order_relaxed);
+          loader->counters_->skipped.fetch_add(1, std::memory_order_relaxed);
+          status = absl::OkStatus();
+        } else if (o.on_error == ErrorPolicy::kReplace) {
+          uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
+          status = Replace(decoder, substitute_bytes, item->request, dst, std::move(status));
+        }
+      }
       if (status.ok()) {
         loader->counters_->samples.fetch_add(1, std::memory_order_relaxed);
       } else {
-        const std::string& path = loader->samples_[static_cast<size_t>(item->request.index)].path;
-        status = AnnotateSampleError(status, item->request.index, path);
-        loader->counters_->errors.fetch_add(1, std::memory_order_relaxed);
-        {
-          std::lock_guard<std::mutex> lock(loader->counters_->mu);
-          loader->counters_->last_error = std::string(status.message());
-        }
         std::lock_guard<std::mutex> lock(task.error_mu);
         if (item->request.row < task.error_row) {
           task.error_row = item->request.row;
@@ -311,6 +374,7 @@ struct Loader::Epoch {
   }
 
   Loader* loader;
+  const pid_t owner_pid = getpid();  // threads below exist only in this process
   const int64_t epoch;
   const uint64_t seed;
   const std::vector<int64_t> indices;
@@ -357,7 +421,12 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   if (!options_.allocator) options_.allocator = MakeHostAllocator();
   const size_t slot_bytes = pipeline_.SampleBytes() * options_.batch_size +
                             kRowMetaBytes * options_.batch_size;
-  const int max_slots = options_.max_slots > 0 ? options_.max_slots : 2 * options_.prefetch_batches + 2;
+  // Default bound on slots (pipeline + batches the consumer keeps): what fits in 2 GiB, at least
+  // 2 * prefetch + 2 and at most 1024, so `list(loader)` works on small data while big batches
+  // stay bounded.
+  const int by_memory = static_cast<int>(std::min<size_t>(1024, (size_t{2} << 30) / std::max<size_t>(slot_bytes, 1)));
+  const int max_slots = options_.max_slots > 0 ? options_.max_slots
+                                               : std::max(2 * options_.prefetch_batches + 2, by_memory);
   pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, options_.prefetch_batches, max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
                                              2 * options_.num_workers + 2 * options_.num_workers);
@@ -366,7 +435,18 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
 
 Loader::~Loader() { Stop(); }
 
-void Loader::Stop() { epoch_.reset(); }
+void Loader::Stop() {
+  if (epoch_ && epoch_->owner_pid != getpid()) {
+    // We are a fork()ed child: the epoch's threads exist only in the parent, and its mutexes may
+    // have been held at the fork. Joining or locking would hang, so the child abandons it, and
+    // the slot pool too: its condition variable still counts the parent's waiting dispatcher, so
+    // destroying it would block forever (pthread_cond_destroy waits for waiters).
+    (void)epoch_.release();
+    (void)new std::shared_ptr<SlotPool>(pool_);
+    return;
+  }
+  epoch_.reset();
+}
 
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
   SamplerOptions sampler;
@@ -418,58 +498,82 @@ absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
 absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   if (!epoch_) return absl::FailedPreconditionError("Next() before StartEpoch()");
   Epoch& e = *epoch_;
-  const int64_t b = e.next_batch;
-  if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
-  Epoch::BatchTask& task = e.Task(b);
   const auto start = Clock::now();
-  {
-    std::unique_lock<std::mutex> lock(e.ready_mu);
-    while (!(task.ready && task.number == b)) {
-      if (!e.fatal.ok()) return e.fatal;
-      if (pool_->Exhausted()) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "all ", pool_->max_slots(), " batch slots are held by the consumer; release earlier "
-            "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
+  const size_t sample_bytes = pipeline_.SampleBytes();
+  while (true) {  // loops only past batches whose every sample was skipped
+    const int64_t b = e.next_batch;
+    if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
+    Epoch::BatchTask& task = e.Task(b);
+    {
+      std::unique_lock<std::mutex> lock(e.ready_mu);
+      while (!(task.ready && task.number == b)) {
+        if (!e.fatal.ok()) return e.fatal;
+        if (pool_->Exhausted()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "all ", pool_->max_slots(), " batch slots are held by the consumer; release earlier "
+              "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
+        }
+        if (timeout_seconds > 0 &&
+            std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
+        }
+        // Slices keep the exhaustion and timeout checks live; a ready batch wakes us at once.
+        e.ready_cv.wait_for(lock, std::chrono::milliseconds(20));
       }
-      if (timeout_seconds > 0 &&
-          std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
-        return absl::DeadlineExceededError(
-            absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
-      }
-      // Slices keep the exhaustion and timeout checks live; a ready batch wakes us at once.
-      e.ready_cv.wait_for(lock, std::chrono::milliseconds(20));
+      task.ready = false;
     }
-    task.ready = false;
+    e.next_batch = b + 1;
+    absl::Status error;
+    {
+      std::lock_guard<std::mutex> lock(task.error_mu);
+      error = task.error;
+    }
+    const int slot = task.slot;
+    task.slot = -1;
+    uint8_t* base = pool_->data(slot);
+    auto* labels = reinterpret_cast<int64_t*>(base + sample_bytes * options_.batch_size);
+    int64_t* indices = labels + options_.batch_size;
+    int size = task.size;
+    if (error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
+      // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
+      int kept = 0;
+      for (int r = 0; r < size; ++r) {
+        if (task.skip[static_cast<size_t>(r)]) continue;
+        if (kept != r) {
+          std::memmove(base + sample_bytes * kept, base + sample_bytes * r, sample_bytes);
+          labels[kept] = labels[r];
+          indices[kept] = indices[r];
+        }
+        ++kept;
+      }
+      size = kept;
+    }
+    if (!error.ok() || size == 0) {
+      pool_->Recycle(slot);
+      if (!error.ok()) {
+        counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+        return error;
+      }
+      continue;
+    }
+    counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+    Batch batch;
+    batch.lease_ = pool_->Deliver(slot);
+    batch.number_ = b;
+    batch.size_ = size;
+    batch.height_ = pipeline_.out_h();
+    batch.width_ = pipeline_.out_w();
+    batch.dtype_ = pipeline_.dtype();
+    batch.layout_ = pipeline_.layout();
+    batch.sample_bytes_ = sample_bytes;
+    batch.images_ = base;
+    batch.labels_ = labels;
+    batch.indices_ = indices;
+    batch.pinned_ = pool_->pinned();
+    counters_->batches.fetch_add(1, std::memory_order_relaxed);
+    return batch;
   }
-  counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
-  e.next_batch = b + 1;
-  absl::Status error;
-  {
-    std::lock_guard<std::mutex> lock(task.error_mu);
-    error = task.error;
-  }
-  const int slot = task.slot;
-  task.slot = -1;
-  if (!error.ok()) {
-    pool_->Recycle(slot);
-    return error;
-  }
-  Batch batch;
-  batch.lease_ = pool_->Deliver(slot);
-  batch.number_ = b;
-  batch.size_ = task.size;
-  batch.height_ = pipeline_.out_h();
-  batch.width_ = pipeline_.out_w();
-  batch.dtype_ = pipeline_.dtype();
-  batch.layout_ = pipeline_.layout();
-  batch.sample_bytes_ = pipeline_.SampleBytes();
-  uint8_t* base = batch.lease_->data();
-  batch.images_ = base;
-  batch.labels_ = reinterpret_cast<int64_t*>(base + batch.sample_bytes_ * options_.batch_size);
-  batch.indices_ = batch.labels_ + options_.batch_size;
-  batch.pinned_ = pool_->pinned();
-  counters_->batches.fetch_add(1, std::memory_order_relaxed);
-  return batch;
 }
 
 int64_t Loader::BatchesPerEpoch() const {
@@ -486,6 +590,8 @@ LoaderStats Loader::Stats() const {
   s.samples = counters_->samples.load(std::memory_order_relaxed);
   s.batches = counters_->batches.load(std::memory_order_relaxed);
   s.errors = counters_->errors.load(std::memory_order_relaxed);
+  s.skipped = counters_->skipped.load(std::memory_order_relaxed);
+  s.replaced = counters_->replaced.load(std::memory_order_relaxed);
   s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed);
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
@@ -497,7 +603,8 @@ LoaderStats Loader::Stats() const {
   s.memory = pool_->allocator().name();
   s.memory_note = memory_note_;
   std::lock_guard<std::mutex> lock(counters_->mu);
-  s.last_error = counters_->last_error;
+  s.recent_errors.assign(counters_->recent_errors.begin(), counters_->recent_errors.end());
+  if (!s.recent_errors.empty()) s.last_error = s.recent_errors.back();
   return s;
 }
 
@@ -507,13 +614,8 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, v
                                               dataset_size(), " samples"));
   }
   const std::string& path = samples_[static_cast<size_t>(index)].path;
-  FileFetcher fetcher(MakePreadReader(1), options_.max_file_bytes);
   ByteBuffer buffer;
-  fetcher.Start(path, &buffer, 0);
-  std::vector<FetchedFile> done;
-  RL_RETURN_IF_ERROR(fetcher.Flush());
-  while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
-  absl::Status status = done.front().status;
+  absl::Status status = ReadWholeFile(path, options_.max_file_bytes, &buffer);
   if (status.ok()) {
     JpegDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);

@@ -156,6 +156,60 @@ TEST(LoaderTest, BadSampleFailsItsBatchAfterEarlierOnesThenContinues) {
   EXPECT_EQ((*loader)->Stats().errors, 2);
 }
 
+TEST(LoaderTest, SkipPolicyLeavesBadSamplesOutAndKeepsOrder) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(12, dir);
+  WriteFile(samples[4].path, {'b', 'a', 'd'});
+  WriteFile(samples[9].path, {'b', 'a', 'd'});
+  WriteFile(samples[10].path, {'b', 'a', 'd'});
+  WriteFile(samples[11].path, {'b', 'a', 'd'});
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  o.on_error = ErrorPolicy::kSkip;
+  auto loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok());
+  // batches: [0,1,2] [3,x,5] [6,7,8] [x,x,x] -> the last is skipped entirely
+  auto [order, bytes] = RunEpoch(**loader, 0);
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 5, 6, 7, 8}));
+  LoaderStats stats = (*loader)->Stats();
+  EXPECT_EQ(stats.skipped, 4);
+  EXPECT_EQ(stats.errors, 4);
+  ASSERT_EQ(stats.recent_errors.size(), 4u);
+  EXPECT_NE(stats.last_error.find("img_"), std::string::npos);
+  // Rows after a gap hold the right images: compare with the single-sample path.
+  const size_t sample_bytes = (*loader)->pipeline().SampleBytes();
+  std::vector<uint8_t> one(sample_bytes);
+  ASSERT_TRUE((*loader)->DecodeSample(5, o.seed, 0, one.data()).ok());
+  EXPECT_EQ(std::memcmp(one.data(), bytes.data() + 4 * sample_bytes, sample_bytes), 0);
+}
+
+TEST(LoaderTest, ReplacePolicyKeepsBatchSizeDeterministically) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(12, dir);
+  WriteFile(samples[4].path, {'b', 'a', 'd'});
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  o.on_error = ErrorPolicy::kReplace;
+  std::vector<int64_t> first_order;
+  std::vector<uint8_t> first_bytes;
+  for (int workers : {1, 3}) {
+    o.num_workers = workers;
+    auto loader = Loader::Create(samples, o);
+    ASSERT_TRUE(loader.ok());
+    auto [order, bytes] = RunEpoch(**loader, 0);
+    ASSERT_EQ(order.size(), 12u) << "batches keep their size";
+    EXPECT_NE(order[4], 4) << "row 4 holds a substitute";
+    EXPECT_EQ((*loader)->Stats().replaced, 1);
+    if (first_order.empty()) {
+      first_order = order;
+      first_bytes = bytes;
+    } else {
+      EXPECT_EQ(order, first_order);
+      EXPECT_EQ(bytes, first_bytes);
+    }
+  }
+}
+
 TEST(LoaderTest, HeldBatchesStayIntactAndExhaustionIsAnErrorNotAHang) {
   const std::string dir = MakeTempDir();
   auto samples = MakeDataset(30, dir);

@@ -224,7 +224,8 @@ TransformStep ParseStep(py::dict step) {
 }
 
 LoaderOptions ParseOptions(py::dict d) {
-  d = py::dict(d);  // private copy: keys are removed as they are read
+  // A real copy (py::dict(d) would alias a dict argument): keys are removed as they are read.
+  d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
   LoaderOptions o;
   Take(d, "batch_size", &o.batch_size);
   Take(d, "num_workers", &o.num_workers);
@@ -241,7 +242,12 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "fast_decode", &o.fast_decode);
   Take(d, "pin_memory", &o.pin_memory);
-  std::string io = "auto", dtype = "float32", layout = "NCHW";
+  std::string io = "auto", dtype = "float32", layout = "NCHW", on_error = "raise";
+  Take(d, "on_error", &on_error);
+  if (on_error == "raise") o.on_error = ErrorPolicy::kRaise;
+  else if (on_error == "skip") o.on_error = ErrorPolicy::kSkip;
+  else if (on_error == "replace") o.on_error = ErrorPolicy::kReplace;
+  else throw py::value_error(absl::StrCat("on_error must be 'raise', 'skip' or 'replace'; got '", on_error, "'"));
   Take(d, "io", &io);
   Take(d, "dtype", &dtype);
   Take(d, "layout", &layout);
@@ -361,6 +367,9 @@ class PyLoader {
     d["samples"] = s.samples;
     d["batches"] = s.batches;
     d["errors"] = s.errors;
+    d["skipped"] = s.skipped;
+    d["replaced"] = s.replaced;
+    d["recent_errors"] = s.recent_errors;
     d["bytes_read"] = s.bytes_read;
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;

@@ -14,12 +14,13 @@ Two paths:
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C
+from . import _C, _order
 from .datasets import ImageFolder
 
 __all__ = ["DataLoader"]
@@ -45,7 +46,20 @@ class DataLoader:
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
     ``layout`` (``"NCHW"`` or ``"NHWC"``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode`` and ``max_image_pixels``.
+    ``fast_decode``, ``max_image_pixels`` and ``on_error``:
+
+    * ``"raise"`` (default): a bad sample raises :class:`ringloader.SampleError` at its batch,
+      after every earlier batch; iterating again continues with the next batch.
+    * ``"skip"``: the sample is left out, its batch is delivered shorter (a batch whose every
+      sample failed is dropped); counted in ``stats()["skipped"]``.
+    * ``"replace"``: the row gets a substitute sample drawn deterministically from
+      (seed, epoch, index); batches keep their size; counted in ``stats()["replaced"]``.
+
+    Distributed: with ``rank``/``world_size`` given, or a ``torch.distributed`` process group
+    initialised and no ``sampler``/``batch_sampler`` given, each rank reads its shard exactly as
+    ``DistributedSampler(dataset, world_size, rank, shuffle, seed, drop_last)`` lays it out; call
+    ``loader.set_epoch(epoch)`` as with torch. A ``DistributedSampler`` passed as ``sampler``
+    works the same way.
     """
 
     def __init__(
@@ -76,6 +90,10 @@ class DataLoader:
         max_slots: int = 0,
         fast_decode: bool = True,
         max_image_pixels: Optional[int] = None,
+        on_error: str = "raise",
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        seed: int = 0,
     ):
         import torch.utils.data as tud
 
@@ -129,7 +147,18 @@ class DataLoader:
             _check_int("batch_size", batch_size, 1)
         if sampler is not None and shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
-        if sampler is None:
+        if on_error not in ("raise", "skip", "replace"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
+        if sampler is None and batch_sampler is None:
+            rank, world_size = _distributed_layout(rank, world_size)
+        elif rank is not None or world_size is not None:
+            raise ValueError("rank/world_size shard the default sampler; they are mutually "
+                             "exclusive with sampler and batch_sampler (use a DistributedSampler)")
+        if sampler is None and world_size is not None:
+            sampler = tud.distributed.DistributedSampler(
+                dataset, num_replicas=world_size, rank=rank, shuffle=bool(shuffle), seed=seed,
+                drop_last=drop_last)
+        elif sampler is None:
             sampler = (tud.RandomSampler(dataset, generator=generator) if shuffle
                        else tud.SequentialSampler(dataset))
         if batch_sampler is None:
@@ -147,7 +176,8 @@ class DataLoader:
             steps_options["dtype"] = dtype
         workers = max(1, self.num_workers)
         prefetch = prefetch_factor if prefetch_factor is not None else 2
-        max_batch = batch_size if batch_size is not None else max(1, max((len(b) for b in batch_sampler), default=1))
+        max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
+            max(1, max((len(b) for b in batch_sampler), default=1))
         options = dict(
             batch_size=int(max_batch),
             num_workers=workers,
@@ -159,14 +189,17 @@ class DataLoader:
             layout=layout,
             fast_decode=bool(fast_decode),
             pin_memory=self.pin_memory,
+            on_error=on_error,
             **steps_options,
         )
         if max_image_pixels is not None:
             options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
-        paths = [p for p, _ in dataset.samples]
-        self._native = _C.Loader(paths, dataset.native_targets(), options)
+        self._options = options
+        self._native = self._make_native()
         self._epoch = 0
         self._generation = 0
+        self._resume: Optional[dict] = None
+        self._current: Optional["_NativeIter"] = None
         note = self._native.stats()["io_note"]
         if note and note not in _reported_io_notes:
             _reported_io_notes.add(note)
@@ -184,7 +217,56 @@ class DataLoader:
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         if not self.native:
             return iter(self._generic)
+        if self._pid != os.getpid():
+            # A fork()ed child: the parent's native threads do not exist here. Start afresh.
+            self._native = self._make_native()
         return _NativeIter(self)
+
+    def _make_native(self) -> "_C.Loader":
+        self._pid = os.getpid()
+        paths = [p for p, _ in self.dataset.samples]
+        return _C.Loader(paths, self.dataset.native_targets(), self._options)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``)."""
+        target = getattr(self.batch_sampler, "sampler", self.sampler)
+        if hasattr(target, "set_epoch"):
+            target.set_epoch(epoch)
+        if self.native:
+            self._epoch = int(epoch)
+
+    def state_dict(self) -> dict:
+        """A mid-epoch checkpoint: a few integers (see ``ringloader._order`` for the sampler part).
+
+        ``load_state_dict`` on a loader over the same dataset makes its next ``iter()`` yield exactly
+        the batches this one had not yet delivered, bit-identical, then continue with later epochs.
+        """
+        if not self.native:
+            raise TypeError("state_dict() needs the native path (a ringloader.ImageFolder dataset)")
+        it = self._current
+        if it is None or it._done:
+            return {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
+        return {
+            "version": 1,
+            "epoch": it._epoch,
+            "delivered": it._skip + it._delivered,
+            "complete": False,
+            "base_seed": it._seed,
+            "sampler": it._sampler_state,
+            "dataset_size": len(self.dataset),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`; also onto another world size (see the README)."""
+        if not self.native:
+            raise TypeError("load_state_dict() needs the native path (a ringloader.ImageFolder dataset)")
+        if state.get("version") != 1:
+            raise ValueError(f"unknown ringloader state version {state.get('version')!r}")
+        if not state["complete"] and state["dataset_size"] != len(self.dataset):
+            raise ValueError(f"checkpoint is for a dataset of {state['dataset_size']} samples, "
+                             f"this one has {len(self.dataset)}")
+        self._epoch = int(state["epoch"])
+        self._resume = None if state["complete"] else dict(state)
 
     def stats(self) -> dict:
         """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...)."""
@@ -218,30 +300,58 @@ class _NativeIter:
 
         self._loader = loader
         self._torch = torch
-        # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
-        seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-        batches = list(loader.batch_sampler)
-        sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
-        offsets = np.zeros(len(batches) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        flat = (np.fromiter((i for b in batches for i in b), dtype=np.int64, count=int(offsets[-1]))
-                if batches else np.zeros(0, dtype=np.int64))
+        resume, loader._resume = loader._resume, None
+        n = len(loader.dataset)
+        self._skip = 0
+        if resume is None:
+            # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
+            self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+            plan = _order.plan_epoch(loader.batch_sampler, n)
+            batches, self._sampler_state = plan.batches, plan.sampler_state
+        else:
+            self._seed = resume["base_seed"]
+            self._sampler_state = resume["sampler"]
+            batches = self._resumed_batches(loader, resume, n)
+        flat, offsets = _order.to_arrays(batches)
         loader._generation += 1
+        loader._current = self
         self._generation = loader._generation
         self._epoch = loader._epoch
         loader._epoch += 1
-        loader._native.start_epoch(self._epoch, seed & (2**64 - 1), flat, offsets)
+        self._pid = os.getpid()
+        self._delivered = 0
+        self._len = len(batches)
+        loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets)
         self._done = False
+
+    def _resumed_batches(self, loader: DataLoader, state: dict, n: int):
+        delivered = int(state["delivered"])
+        sampler_state = state["sampler"]
+        target = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        if sampler_state["kind"] == "distributed" and (
+                sampler_state["num_replicas"] != getattr(target, "num_replicas", 1)):
+            batches = _order.reshard_remaining(
+                sampler_state, delivered, n, getattr(target, "rank", 0),
+                getattr(target, "num_replicas", 1), loader.batch_size, loader.drop_last)
+            # The new layout's epoch is what remains; its own checkpoints count from there.
+            self._sampler_state = {"kind": "opaque_resharded"}
+            return batches
+        self._skip = delivered
+        return _order.replay_epoch(sampler_state, loader.batch_sampler, n)[delivered:]
 
     def __iter__(self) -> "_NativeIter":
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return self._len
 
     def __next__(self):
         if self._done:
             raise StopIteration
+        if self._pid != os.getpid():
+            raise RuntimeError(
+                "this ringloader iterator was created before fork(); its native threads live in the "
+                f"parent (pid {self._pid}). Call iter(loader) again in this process to restart.")
         if self._generation != self._loader._generation:
             raise RuntimeError(
                 "this iterator was superseded: a newer iter() over the same ringloader.DataLoader "
@@ -251,6 +361,35 @@ class _NativeIter:
         if item is None:
             self._done = True
             raise StopIteration
+        self._delivered += 1
         images, labels, _indices, _number = item
         from_dlpack = self._torch.from_dlpack
         return from_dlpack(images), from_dlpack(labels)
+
+    def __del__(self):
+        # An abandoned epoch (break, exception in the loop) stops its threads now rather than at
+        # the next iter(); a superseded iterator leaves the newer epoch alone.
+        loader = getattr(self, "_loader", None)
+        try:
+            if loader is not None and not self._done and self._generation == loader._generation \
+                    and self._pid == os.getpid():
+                loader._native.stop()
+        except Exception:  # interpreter shutdown: the loader's own destructor stops it
+            pass
+
+
+def _distributed_layout(rank: Optional[int], world_size: Optional[int]):
+    """(rank, world_size) from the arguments or an initialised torch.distributed group."""
+    if rank is None and world_size is None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        return None, None
+    if rank is None or world_size is None:
+        raise ValueError("rank and world_size must be given together")
+    world_size = _check_int("world_size", world_size, 1)
+    rank = _check_int("rank", rank, 0)
+    if rank >= world_size:
+        raise ValueError(f"rank should be in [0, world_size), got rank={rank} world_size={world_size}")
+    return rank, world_size

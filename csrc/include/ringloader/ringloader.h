@@ -39,6 +39,16 @@ struct Sample {
 inline constexpr char kSampleIndexPayload[] = "ringloader.sample_index";
 inline constexpr char kSamplePathPayload[] = "ringloader.sample_path";
 
+/// What happens to a sample that cannot be read or decoded.
+enum class ErrorPolicy : uint8_t {
+  kRaise = 0,    ///< Next() returns the error at the sample's batch (after all earlier batches).
+  kSkip = 1,     ///< The sample is left out: its batch is delivered shorter (an all-bad batch is
+                 ///< skipped entirely). Counted in LoaderStats::skipped.
+  kReplace = 2,  ///< The row is filled with a substitute sample drawn deterministically from
+                 ///< (seed, epoch, index, attempt); batches keep their size. Counted in
+                 ///< LoaderStats::replaced. If 8 substitutes in a row fail, the error is raised.
+};
+
 /// Everything that shapes a Loader. Validated by Loader::Create.
 struct LoaderOptions {
   int batch_size = 64;           ///< Samples per batch (>= 1).
@@ -47,7 +57,8 @@ struct LoaderOptions {
   int io_depth = 32;             ///< Reads in flight per reader thread.
   IoBackend io = IoBackend::kAuto;
   int prefetch_batches = 4;      ///< Batches in the pipeline ahead of the consumer (>= 1).
-  int max_slots = 0;             ///< Slot bound incl. batches the consumer holds (0: 2*prefetch+2).
+  int max_slots = 0;             ///< Slot bound incl. batches the consumer holds (0: as many as
+                                 ///< fit in 2 GiB, clamped to [2*prefetch+2, 1024]).
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
   bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
   uint64_t seed = 0;             ///< Shuffle and augmentation seed.
@@ -56,6 +67,7 @@ struct LoaderOptions {
   uint64_t max_image_pixels = kDefaultMaxImagePixels;  ///< Decompression-bomb limit.
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
   bool fast_decode = true;       ///< DCT-scaled and region-of-interest decoding.
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
   std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size.
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kCHW;
@@ -113,7 +125,9 @@ class Batch {
 struct LoaderStats {
   int64_t samples = 0;           ///< Samples decoded into slots.
   int64_t batches = 0;           ///< Batches delivered.
-  int64_t errors = 0;            ///< Samples that failed.
+  int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
+  int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
+  int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
   int64_t bytes_read = 0;
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
   double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
@@ -125,7 +139,11 @@ struct LoaderStats {
   std::string memory;            ///< Slot allocator name.
   std::string memory_note;       ///< Why pinned memory was not used, when it was asked for.
   std::string last_error;
+  std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };
+
+/// How many recent error messages LoaderStats keeps.
+inline constexpr int kRecentErrors = 16;
 
 /// Reads, decodes and batches samples on native threads. Methods are for one consumer thread;
 /// Stats() may be called from any thread.

@@ -1,0 +1,189 @@
+"""Epoch order for the native path: torch's samplers, made replayable from a few integers.
+
+For the samplers torch ships, the order of an epoch follows from a handful of numbers (a seed, the
+epoch, the shard layout), so a checkpoint stores those numbers, never the order itself:
+
+* ``SequentialSampler``: nothing.
+* ``RandomSampler`` without a generator: the seed it draws from torch's global RNG.
+* ``RandomSampler`` with a generator: that generator's state before the draw (torch's RNG state;
+  the one case that is bytes rather than integers).
+* ``DistributedSampler``: seed, epoch, shuffle, drop_last, num_replicas, rank.
+
+Any other sampler is evaluated as it is; resuming it needs a ``state_dict``/``load_state_dict``
+pair on the sampler, else ``load_state_dict`` explains what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard_remaining", "to_arrays"]
+
+
+@dataclass
+class EpochPlan:
+    """Batches of one epoch for this rank, plus what is needed to replay them."""
+
+    batches: List[List[int]]
+    sampler_state: Dict[str, Any] = field(default_factory=dict)
+
+
+def _batch(indices: List[int], batch_size: int, drop_last: bool) -> List[List[int]]:
+    out = [indices[i:i + batch_size] for i in range(0, len(indices), batch_size)]
+    if drop_last and out and len(out[-1]) < batch_size:
+        out.pop()
+    return out
+
+
+def _distributed_order(n: int, seed: int, epoch: int, shuffle: bool, drop_last: bool,
+                       num_replicas: int) -> List[int]:
+    """torch.utils.data.DistributedSampler's padded (or truncated) global order."""
+    import torch
+
+    if shuffle:
+        g = torch.Generator()
+        g.manual_seed(seed + epoch)
+        order = torch.randperm(n, generator=g).tolist()
+    else:
+        order = list(range(n))
+    if drop_last and n % num_replicas != 0:
+        per_rank = math.ceil((n - num_replicas) / num_replicas)
+    else:
+        per_rank = math.ceil(n / num_replicas)
+    total = per_rank * num_replicas
+    if not drop_last:
+        padding = total - len(order)
+        if padding <= len(order):
+            order += order[:padding]
+        else:
+            order += (order * math.ceil(padding / len(order)))[:padding]
+    else:
+        order = order[:total]
+    return order
+
+
+def _random_order(n: int, seed: int) -> List[int]:
+    import torch
+
+    g = torch.Generator()
+    g.manual_seed(seed)
+    return torch.randperm(n, generator=g).tolist()
+
+
+def _sampler_kind(sampler: Any) -> str:
+    import torch.utils.data as tud
+
+    if type(sampler) is tud.SequentialSampler:
+        return "sequential"
+    if type(sampler) is tud.RandomSampler and not sampler.replacement and \
+            sampler._num_samples is None:
+        return "random"
+    if isinstance(sampler, tud.distributed.DistributedSampler):
+        return "distributed"
+    return "opaque"
+
+
+def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
+    """Evaluate one epoch of ``batch_sampler`` exactly as torch would, recording replay state.
+
+    Consumes torch's RNG exactly as iterating the sampler does.
+    """
+    import torch
+    import torch.utils.data as tud
+
+    if type(batch_sampler) is not tud.BatchSampler:
+        state = {"kind": "opaque"}
+        if hasattr(batch_sampler, "state_dict"):
+            state["state"] = batch_sampler.state_dict()
+        return EpochPlan([list(b) for b in batch_sampler], state)
+    sampler, bs, drop = batch_sampler.sampler, batch_sampler.batch_size, batch_sampler.drop_last
+    kind = _sampler_kind(sampler)
+    common = {"batch_size": bs, "drop_last": drop}
+    if kind == "sequential":
+        return EpochPlan(_batch(list(range(dataset_len)), bs, drop), {"kind": kind, **common})
+    if kind == "random" and sampler.generator is None:
+        # RandomSampler.__iter__: a seed from the global RNG, then randperm on a fresh generator.
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        return EpochPlan(_batch(_random_order(dataset_len, seed), bs, drop),
+                         {"kind": "random", "seed": seed, **common})
+    if kind == "random":
+        state = {"kind": "random_generator", "generator_state": sampler.generator.get_state(), **common}
+        return EpochPlan([list(b) for b in batch_sampler], state)
+    if kind == "distributed":
+        s = sampler
+        state = {"kind": "distributed", "seed": int(s.seed), "epoch": int(s.epoch),
+                 "shuffle": bool(s.shuffle), "sampler_drop_last": bool(s.drop_last),
+                 "num_replicas": int(s.num_replicas), "rank": int(s.rank), **common}
+        order = _distributed_order(dataset_len, s.seed, s.epoch, s.shuffle, s.drop_last, s.num_replicas)
+        return EpochPlan(_batch(order[s.rank::s.num_replicas], bs, drop), state)
+    state = {"kind": "opaque", **common}
+    if hasattr(sampler, "state_dict"):
+        state["state"] = sampler.state_dict()
+    return EpochPlan([list(b) for b in batch_sampler], state)
+
+
+def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) -> List[List[int]]:
+    """The batches of the epoch ``state`` was recorded in, without consuming any RNG."""
+    kind = state["kind"]
+    bs, drop = state.get("batch_size"), state.get("drop_last")
+    if kind == "sequential":
+        return _batch(list(range(dataset_len)), bs, drop)
+    if kind == "random":
+        return _batch(_random_order(dataset_len, state["seed"]), bs, drop)
+    if kind == "random_generator":
+        generator = batch_sampler.sampler.generator
+        saved = generator.get_state()
+        generator.set_state(state["generator_state"])
+        try:
+            return [list(b) for b in batch_sampler]
+        finally:
+            generator.set_state(saved)
+    if kind == "distributed":
+        order = _distributed_order(dataset_len, state["seed"], state["epoch"], state["shuffle"],
+                                   state["sampler_drop_last"], state["num_replicas"])
+        return _batch(order[state["rank"]::state["num_replicas"]], bs, drop)
+    target = getattr(batch_sampler, "sampler", batch_sampler)
+    if "state" in state and hasattr(target, "load_state_dict"):
+        target.load_state_dict(state["state"])
+        return [list(b) for b in batch_sampler]
+    raise ValueError(
+        "cannot resume: the sampler is neither Sequential-, Random- nor DistributedSampler and has no "
+        "state_dict()/load_state_dict(); ringloader only replays samplers from a few integers"
+    )
+
+
+def reshard_remaining(state: Dict[str, Any], delivered: int, dataset_len: int, new_rank: int,
+                      new_world: int, batch_size: int, drop_last: bool) -> List[List[int]]:
+    """Batches for ``new_rank`` of ``new_world`` that finish an epoch recorded on another world size.
+
+    Rule: with the old layout, every rank had delivered ``delivered`` batches of ``batch_size``, so
+    the first ``delivered * batch_size * old_world`` positions of the epoch's global order are done
+    (shards interleave: rank r holds positions r, r + W, ...). The rest of the unpadded order is
+    dealt round-robin to the new ranks, padded from its own head so every rank gets the same count.
+    Every sample not yet seen is seen exactly once, plus that padding.
+    """
+    if state["kind"] != "distributed":
+        raise ValueError("resuming onto a different world size needs a DistributedSampler checkpoint")
+    old_world = state["num_replicas"]
+    order = _distributed_order(dataset_len, state["seed"], state["epoch"], state["shuffle"],
+                               state["sampler_drop_last"], old_world)
+    consumed = delivered * state["batch_size"] * old_world
+    remaining = order[consumed:dataset_len] if consumed < dataset_len else []
+    if not remaining:
+        return []
+    per_rank = math.ceil(len(remaining) / new_world)
+    padded = remaining + (remaining * new_world)[: per_rank * new_world - len(remaining)]
+    return _batch(padded[new_rank::new_world], batch_size, drop_last)
+
+
+def to_arrays(batches: List[List[int]]):
+    """(flat indices, offsets) int64 arrays for the native loader."""
+    sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
+    offsets = np.zeros(len(batches) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.fromiter((i for b in batches for i in b), dtype=np.int64, count=int(offsets[-1]))
+    return flat, offsets
