@@ -5,5 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "== C++ tests"
 ctest --test-dir build/py --output-on-failure -j2 --timeout 600
+echo "== C++ package, LibTorch adaptor and example"
+RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
 echo "== Python tests"
 .venv/bin/python -m pytest tests/python -q "$@"

@@ -254,6 +254,7 @@ struct Loader::Epoch {
     std::vector<ReadRequest> by_buffer(loader->buffers_.size());
     std::vector<FetchedFile> done;
     bool input_done = false;
+    uint64_t bytes_reported = 0;
     while (!cancel.load(std::memory_order_acquire)) {
       const auto busy_start = Clock::now();
       int64_t idle_ns = 0;
@@ -268,7 +269,9 @@ struct Loader::Epoch {
           request = requests.TryPop();
         }
         if (!request) break;
-        std::optional<int> buffer = free_buffers.Pop();
+        const auto buffer_wait = Clock::now();
+        std::optional<int> buffer = free_buffers.Pop();  // waiting here means decode is behind
+        idle_ns += NanosSince(buffer_wait);
         if (!buffer) return;  // closed: cancelled
         by_buffer[static_cast<size_t>(*buffer)] = *request;
         const std::string& path = loader->samples_[static_cast<size_t>(request->index)].path;
@@ -280,6 +283,11 @@ struct Loader::Epoch {
       done.clear();
       if (absl::Status polled = fetcher.Poll(&done, /*wait=*/true); !polled.ok()) return Fail(polled);
       loader->counters_->read_ns.fetch_add(NanosSince(busy_start) - idle_ns, std::memory_order_relaxed);
+      // Live byte count (the fetcher's is cumulative): readers report as they go.
+      const uint64_t read_total = fetcher.bytes_read();
+      loader->counters_->bytes_read.fetch_add(static_cast<int64_t>(read_total - bytes_reported),
+                                              std::memory_order_relaxed);
+      bytes_reported = read_total;
       for (FetchedFile& file : done) {
         const int buffer = static_cast<int>(file.tag);
         if (!decode_queue.Push(DecodeItem{by_buffer[static_cast<size_t>(buffer)], buffer,
@@ -288,7 +296,7 @@ struct Loader::Epoch {
         }
       }
     }
-    loader->counters_->bytes_read.fetch_add(static_cast<int64_t>(fetcher.bytes_read()),
+    loader->counters_->bytes_read.fetch_add(static_cast<int64_t>(fetcher.bytes_read() - bytes_reported),
                                             std::memory_order_relaxed);
   }
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""CTest for the ringloader-bench CLI: flags, the --json schema, errors and exit codes.
+
+Usage: bench_cli_test.py PATH/TO/ringloader-bench
+
+Runs against a small synthetic set that the CLI generates itself into a temporary
+$RINGLOADER_CACHE, so it neither needs nor touches the real cache.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+BENCH = None
+
+
+def run(*args, env=None):
+    return subprocess.run([BENCH, *args], capture_output=True, text=True, env=env, timeout=240)
+
+
+class BenchCliTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="ringloader_bench_test_")
+        cls.env = dict(os.environ, RINGLOADER_CACHE=cls.tmp.name)
+        cls.root = os.path.join(cls.tmp.name, "bench-synthetic-v1-n48")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.tmp.cleanup()
+
+    def bench(self, *args):
+        return run("--synthetic_images=48", "--batch_size=8", "--decode_threads=2",
+                   "--floor_images=10", *args, env=self.env)
+
+    def test_01_generates_once_then_reuses_and_reports(self):
+        first = self.bench("--warmup=1")
+        self.assertEqual(first.returncode, 0, first.stderr)
+        self.assertIn("generating 48 synthetic JPEGs", first.stderr)
+        self.assertTrue(os.path.exists(os.path.join(self.root, ".ringloader-bench-synthetic")))
+        for needle in ("images/s", "MB/s", "stage busy", "batch latency p50", "decode floor",
+                       "verdict"):
+            self.assertIn(needle, first.stdout)
+        second = self.bench("--warmup=1")
+        self.assertEqual(second.returncode, 0, second.stderr)
+        self.assertNotIn("generating", second.stderr)
+
+    def test_02_json_schema(self):
+        path = os.path.join(self.tmp.name, "report.json")
+        r = self.bench("--json", path, "--epochs=2", "--warmup=1", "--io=pread", "--seed=7")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(path) as f:
+            report = json.load(f)
+        self.assertEqual(report["schema"], "ringloader-bench/1")
+        self.assertEqual(set(report), {"schema", "dataset", "config", "io", "throughput", "stages",
+                                       "batch_latency_ms", "verdict", "decode_floor"})
+        self.assertEqual(report["dataset"]["images"], 48)
+        self.assertEqual(report["dataset"]["classes"], 10)
+        self.assertEqual(report["dataset"]["source"], "synthetic")
+        c = report["config"]
+        self.assertEqual((c["preset"], c["batch_size"], c["decode_threads"], c["io"], c["epochs"],
+                          c["seed"]), ("train", 8, 2, "pread", 2, "7"))
+        self.assertEqual(report["io"]["backend"], "pread")
+        t = report["throughput"]
+        # 2 epochs x 6 batches, minus 1 warm-up batch.
+        self.assertEqual(t["batches"], 11)
+        self.assertEqual(t["images"], 88)
+        self.assertGreater(t["images_per_s"], 0)
+        self.assertGreater(t["mb_per_s"], 0)
+        self.assertAlmostEqual(t["images_per_s"], t["images"] / t["seconds"], delta=1e-3 * t["images_per_s"])
+        s = report["stages"]
+        for key in ("read_busy_s", "decode_busy_s", "consumer_wait_s", "read_utilization",
+                    "decode_utilization", "consumer_wait_fraction"):
+            self.assertGreaterEqual(s[key], 0, key)
+        lat = report["batch_latency_ms"]
+        self.assertEqual(lat["batches"], 11)
+        self.assertLessEqual(lat["p50"], lat["p99"])
+        self.assertLessEqual(lat["p99"], lat["max"])
+        v = report["verdict"]
+        self.assertIn(v["bottleneck"], ("io", "decode", "consumer"))
+        self.assertIn(v["label"], ("I/O-bound", "decode-bound", "consumer-bound"))
+        self.assertIn("%", v["evidence"])
+        fl = report["decode_floor"]
+        self.assertEqual(fl["images"], 10)
+        self.assertGreater(fl["images_per_s"], 0)
+        self.assertAlmostEqual(fl["multiple_per_thread"],
+                               fl["loader_images_per_s_per_thread"] / fl["images_per_s"], places=3)
+
+    def test_03_slow_consumer_is_named(self):
+        path = os.path.join(self.tmp.name, "consumer.json")
+        r = self.bench("--json", path, "--consumer_ms=40", "--warmup=1", "--floor_images=0")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        with open(path) as f:
+            report = json.load(f)
+        self.assertEqual(report["verdict"]["bottleneck"], "consumer")
+        self.assertIsNone(report["decode_floor"])
+        self.assertGreaterEqual(report["batch_latency_ms"]["interval_p50"], 40)
+
+    def test_04_every_preset_runs(self):
+        for preset in ("eval", "decode", "read"):
+            path = os.path.join(self.tmp.name, preset + ".json")
+            r = self.bench("--preset", preset, "--json", path, "--warmup=0", "--duration=0.3")
+            self.assertEqual(r.returncode, 0, preset + ": " + r.stderr)
+            with open(path) as f:
+                report = json.load(f)
+            self.assertEqual(report["config"]["preset"], preset)
+            self.assertGreater(report["throughput"]["images"], 0, preset)
+            self.assertGreaterEqual(report["throughput"]["seconds"], 0.3, preset)
+            if preset == "eval":
+                self.assertIsNotNone(report["batch_latency_ms"])
+            else:
+                self.assertIsNone(report["batch_latency_ms"])
+            if preset == "read":
+                self.assertEqual(report["verdict"]["bottleneck"], "io")
+                self.assertIsNone(report["decode_floor"])
+
+    def test_05_data_flag(self):
+        r = self.bench("--warmup=0", "--data", self.root, "--preset=read", "--progress=false")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn(self.root, r.stdout)
+        self.assertEqual(r.stderr, "")  # no progress lines
+
+    def test_06_help_explains_every_flag(self):
+        r = run("--help")
+        self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help
+        text = r.stdout + r.stderr
+        for flag in ("--data", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
+                     "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
+                     "--shuffle", "--json", "--consumer_ms", "--floor_images"):
+            self.assertIn(flag, text)
+        self.assertIn("uring", text)
+        self.assertNotIn("--flagfile", text)  # Abseil's own flags stay out of --help
+
+    def test_07_bad_flags_fail_clearly(self):
+        cases = [
+            (["--io=fast"], "expected one of uring, pread, auto"),
+            (["--preset=bogus"], "expected one of train, eval, decode, read"),
+            (["--batch_size=0"], "--batch_size must be >= 1"),
+            (["--batch_size=many"], "batch_size"),
+            (["--no_such_flag"], "no_such_flag"),
+            (["--epochs=0"], "--epochs must be >= 1"),
+            (["stray"], "unexpected argument 'stray'"),
+            (["--data=/nonexistent/ringloader"], "/nonexistent/ringloader"),
+            (["--warmup=1000"], "warm-up"),
+        ]
+        for args, message in cases:
+            r = self.bench(*args)
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(message, r.stderr, args)
+            self.assertEqual(r.stdout, "", args)
+
+
+if __name__ == "__main__":
+    BENCH = os.path.abspath(sys.argv.pop(1))
+    unittest.main(verbosity=2)

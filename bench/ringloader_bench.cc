@@ -1,0 +1,1096 @@
+// ringloader-bench: measures the native loader on an image folder, without Python, and names the
+// stage that limits it. See bench/README.md for the flags, the report and the --json fields.
+//
+// Presets:
+//   train, eval  the full Loader (reader threads -> decode workers -> batches in slots) with the
+//                same chains as the Python package: RandomResizedCrop(224) + flip + ToTensor +
+//                Normalize, or Resize(256) + CenterCrop(224) + ToTensor + Normalize.
+//   decode       reads (FileFetcher) and fully decodes (JpegDecoder::DecodeFull) each file on
+//                --decode_threads threads, no transform and no batching: the cost of a plain
+//                decode under the loader's I/O.
+//   read         reads whole files only (FileFetcher on --reader_threads threads): the storage
+//                ceiling.
+// The Loader cannot run without a fixed-size transform (its slots hold batches of equal rows),
+// so decode/read drive the same I/O and decode components directly instead.
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <numeric>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+#include "decode/jpeg_decoder.h"
+#include "io/reader.h"
+#include "ringloader/ringloader.h"
+#include "ringloader/transforms.h"
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader::bench {
+
+/// Which work the benchmark measures.
+enum class Preset { kTrain, kEval, kDecode, kRead };
+
+/// --preset value.
+struct PresetFlag {
+  Preset value = Preset::kTrain;
+};
+
+/// --io value.
+struct IoFlag {
+  IoBackend value = IoBackend::kAuto;
+};
+
+const char* PresetName(Preset p) {
+  switch (p) {
+    case Preset::kTrain: return "train";
+    case Preset::kEval: return "eval";
+    case Preset::kDecode: return "decode";
+    case Preset::kRead: return "read";
+  }
+  return "?";
+}
+
+const char* IoName(IoBackend io) {
+  switch (io) {
+    case IoBackend::kAuto: return "auto";
+    case IoBackend::kUring: return "uring";
+    case IoBackend::kPread: return "pread";
+  }
+  return "?";
+}
+
+// Abseil finds these by argument-dependent lookup; a bad value makes ParseCommandLine print
+// "Illegal value '...' specified for flag '...'; <error>" and exit non-zero.
+bool AbslParseFlag(absl::string_view text, PresetFlag* out, std::string* error) {
+  for (Preset p : {Preset::kTrain, Preset::kEval, Preset::kDecode, Preset::kRead}) {
+    if (text == PresetName(p)) {
+      out->value = p;
+      return true;
+    }
+  }
+  *error = "expected one of train, eval, decode, read";
+  return false;
+}
+std::string AbslUnparseFlag(PresetFlag p) { return PresetName(p.value); }
+
+bool AbslParseFlag(absl::string_view text, IoFlag* out, std::string* error) {
+  for (IoBackend io : {IoBackend::kAuto, IoBackend::kUring, IoBackend::kPread}) {
+    if (text == IoName(io)) {
+      out->value = io;
+      return true;
+    }
+  }
+  *error = "expected one of uring, pread, auto";
+  return false;
+}
+std::string AbslUnparseFlag(IoFlag io) { return IoName(io.value); }
+
+}  // namespace ringloader::bench
+
+ABSL_FLAG(std::string, data, "",
+          "Image folder to read (torchvision ImageFolder layout: one sub-folder per class). "
+          "Default: the Python package's sample set in $RINGLOADER_CACHE/sample-v1 (default "
+          "cache ~/.cache/ringloader) when it has been generated; otherwise a synthetic JPEG set "
+          "that this program generates once into $RINGLOADER_CACHE/bench-synthetic-v1-n<N> "
+          "and reuses.");
+ABSL_FLAG(int, synthetic_images, 1000,
+          "Images in the synthetic set generated when neither --data nor the sample set exists.");
+ABSL_FLAG(ringloader::bench::PresetFlag, preset, ringloader::bench::PresetFlag{},
+          "What to measure: train (RandomResizedCrop(224)+flip+ToTensor+Normalize, the full "
+          "loader), eval (Resize(256)+CenterCrop(224)+ToTensor+Normalize), decode (read + full "
+          "decode, no transform, no batching), read (read file bytes only).");
+ABSL_FLAG(int, batch_size, 64, "Samples per batch (train/eval; decode/read count warm-up in "
+          "units of this many files).");
+ABSL_FLAG(int, decode_threads, 0,
+          "Decode threads (train/eval/decode). 0: one per hardware thread.");
+ABSL_FLAG(int, reader_threads, 1, "I/O threads (train/eval/read).");
+ABSL_FLAG(int, io_depth, 32, "Reads in flight per reader thread.");
+ABSL_FLAG(int, queue_depth, 4,
+          "Batches the loader prepares ahead of the consumer (LoaderOptions::prefetch_batches).");
+ABSL_FLAG(ringloader::bench::IoFlag, io, ringloader::bench::IoFlag{},
+          "I/O backend: uring (io_uring, fail if unavailable), pread, or auto (io_uring, falling "
+          "back to pread with the reason in the report).");
+ABSL_FLAG(int, epochs, 1, "Passes over the dataset to measure (ignored with --duration).");
+ABSL_FLAG(double, duration, 0,
+          "Seconds to measure after the warm-up, cycling epochs as needed; 0: run --epochs.");
+ABSL_FLAG(int, warmup, 2,
+          "Batches delivered before measuring starts (first reads, allocation, page cache).");
+ABSL_FLAG(bool, shuffle, true, "Shuffle the order each epoch (seeded by --seed and the epoch).");
+ABSL_FLAG(uint64_t, seed, 0, "Seed for the shuffle and the random augmentations.");
+ABSL_FLAG(double, consumer_ms, 0,
+          "Simulated consumer work per batch in milliseconds (a training step); 0: none.");
+ABSL_FLAG(int, floor_images, 100,
+          "Files (in dataset order) for the decode floor: single-thread JpegDecoder::DecodeFull "
+          "rate on this machine. 0: skip.");
+ABSL_FLAG(std::string, json, "", "Also write the whole report as JSON to this path.");
+ABSL_FLAG(bool, progress, true,
+          "Live progress on stderr: a refreshing line on a terminal, a plain line every 2 s "
+          "otherwise.");
+
+namespace ringloader::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+struct Config {
+  std::string data;
+  int synthetic_images = 1000;
+  Preset preset = Preset::kTrain;
+  int batch_size = 64;
+  int decode_threads = 1;
+  int reader_threads = 1;
+  int io_depth = 32;
+  int queue_depth = 4;
+  IoBackend io = IoBackend::kAuto;
+  int epochs = 1;
+  double duration = 0;
+  int warmup = 2;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  double consumer_ms = 0;
+  int floor_images = 100;
+  std::string json;
+  bool progress = true;
+};
+
+// Range checks the flag parser cannot express. Returns an error naming the flag.
+absl::StatusOr<Config> ReadFlags() {
+  Config c;
+  c.data = absl::GetFlag(FLAGS_data);
+  c.synthetic_images = absl::GetFlag(FLAGS_synthetic_images);
+  c.preset = absl::GetFlag(FLAGS_preset).value;
+  c.batch_size = absl::GetFlag(FLAGS_batch_size);
+  c.decode_threads = absl::GetFlag(FLAGS_decode_threads);
+  c.reader_threads = absl::GetFlag(FLAGS_reader_threads);
+  c.io_depth = absl::GetFlag(FLAGS_io_depth);
+  c.queue_depth = absl::GetFlag(FLAGS_queue_depth);
+  c.io = absl::GetFlag(FLAGS_io).value;
+  c.epochs = absl::GetFlag(FLAGS_epochs);
+  c.duration = absl::GetFlag(FLAGS_duration);
+  c.warmup = absl::GetFlag(FLAGS_warmup);
+  c.shuffle = absl::GetFlag(FLAGS_shuffle);
+  c.seed = absl::GetFlag(FLAGS_seed);
+  c.consumer_ms = absl::GetFlag(FLAGS_consumer_ms);
+  c.floor_images = absl::GetFlag(FLAGS_floor_images);
+  c.json = absl::GetFlag(FLAGS_json);
+  c.progress = absl::GetFlag(FLAGS_progress);
+  auto bad = [](absl::string_view flag, auto value, absl::string_view rule) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ", rule, ", got ", value));
+  };
+  if (c.synthetic_images < 1) return bad("synthetic_images", c.synthetic_images, ">= 1");
+  if (c.batch_size < 1) return bad("batch_size", c.batch_size, ">= 1");
+  if (c.decode_threads < 0) return bad("decode_threads", c.decode_threads, ">= 0");
+  if (c.decode_threads == 0) c.decode_threads = HardwareThreads();
+  if (c.reader_threads < 1) return bad("reader_threads", c.reader_threads, ">= 1");
+  if (c.io_depth < 1 || c.io_depth > 4096) return bad("io_depth", c.io_depth, "in 1..4096");
+  if (c.queue_depth < 1) return bad("queue_depth", c.queue_depth, ">= 1");
+  if (c.epochs < 1) return bad("epochs", c.epochs, ">= 1");
+  if (!(c.duration >= 0) || !std::isfinite(c.duration)) return bad("duration", c.duration, ">= 0");
+  if (c.warmup < 0) return bad("warmup", c.warmup, ">= 0");
+  if (!(c.consumer_ms >= 0) || !std::isfinite(c.consumer_ms)) {
+    return bad("consumer_ms", c.consumer_ms, ">= 0");
+  }
+  if (c.floor_images < 0) return bad("floor_images", c.floor_images, ">= 0");
+  return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dataset: --data, the Python sample set, or a synthetic set generated once.
+
+struct Dataset {
+  std::string root;
+  std::string source;  // "data", "sample", "synthetic"
+  bool generated_now = false;
+  std::vector<Sample> samples;
+  std::vector<std::string> classes;
+  std::vector<int64_t> file_bytes;  // per sample, for MB/s of what was delivered
+  int64_t total_bytes = 0;
+};
+
+std::string CacheDir() {
+  if (const char* env = std::getenv("RINGLOADER_CACHE"); env != nullptr && *env != '\0') return env;
+  const char* home = std::getenv("HOME");
+  return absl::StrCat(home != nullptr && *home != '\0' ? home : "/tmp", "/.cache/ringloader");
+}
+
+absl::Status WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.close();
+  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+constexpr char kSyntheticMarker[] = ".ringloader-bench-synthetic";
+
+// ImageNet-like files: shorter side 300-500 px, aspect 3:4 .. 16:9, quality 85-95, mostly 4:2:0
+// with some 4:4:4 / 4:2:2, a few progressive and grayscale ones. Deterministic in `i`.
+testing::JpegFlavor SyntheticFlavor(int i) {
+  static constexpr double kAspects[] = {4.0 / 3.0, 3.0 / 2.0, 1.0, 16.0 / 9.0, 3.0 / 4.0};
+  testing::JpegFlavor f;
+  const int shorter = 300 + (i * 37) % 201;
+  const double aspect = kAspects[i % 5];
+  if (aspect >= 1.0) {
+    f.height = shorter;
+    f.width = static_cast<int>(std::lround(shorter * aspect));
+  } else {
+    f.width = shorter;
+    f.height = static_cast<int>(std::lround(shorter / aspect));
+  }
+  f.quality = 85 + (i * 7) % 11;
+  if (i % 10 == 7) f.h_samp = f.v_samp = 1;
+  if (i % 10 == 8) f.v_samp = 1;
+  f.progressive = i % 20 == 3;
+  if (i % 33 == 5) f.color = testing::JpegFlavor::Color::kGray;
+  f.seed = static_cast<uint64_t>(i) + 1;
+  return f;
+}
+
+// Generates into a private temporary folder and renames it into place, marker last, so an
+// interrupted run is never mistaken for a complete set and concurrent runs do not collide.
+absl::Status GenerateSynthetic(const std::string& root, int count) {
+  namespace fs = std::filesystem;
+  const std::string tmp = absl::StrCat(root, ".tmp-", getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  constexpr int kClasses = 10;
+  for (int c = 0; c < kClasses; ++c) {
+    fs::create_directories(absl::StrFormat("%s/class_%02d", tmp, c), ec);
+    if (ec) return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", ec.message()));
+  }
+  std::fprintf(stderr, "ringloader-bench: generating %d synthetic JPEGs into %s (once)\n", count,
+               root.c_str());
+  std::atomic<int> next{0};
+  std::mutex error_mu;
+  absl::Status error;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < HardwareThreads(); ++t) {
+    threads.emplace_back([&] {
+      for (int i = next++; i < count; i = next++) {
+        const std::string path =
+            absl::StrFormat("%s/class_%02d/img_%05d.jpg", tmp, i % kClasses, i);
+        absl::Status s = WriteBytes(path, testing::EncodeJpeg(SyntheticFlavor(i)));
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          error = s;
+          return;
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (!error.ok()) return error;
+  if (absl::Status s = WriteBytes(absl::StrCat(tmp, "/", kSyntheticMarker),
+                                  {'v', '1', '\n'});
+      !s.ok()) {
+    return s;
+  }
+  fs::rename(tmp, root, ec);
+  if (ec) {
+    // Another run finished first: use its set.
+    fs::remove_all(tmp, ec);
+    if (!fs::exists(absl::StrCat(root, "/", kSyntheticMarker))) {
+      return absl::InternalError(absl::StrCat("cannot move the synthetic set into ", root));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> ResolveDataset(const Config& cfg) {
+  Dataset ds;
+  if (!cfg.data.empty()) {
+    ds.root = cfg.data;
+    ds.source = "data";
+  } else {
+    const std::string cache = CacheDir();
+    const std::string sample = absl::StrCat(cache, "/sample-v1");
+    if (std::filesystem::exists(absl::StrCat(sample, "/.ringloader-sample.json"))) {
+      ds.root = sample;
+      ds.source = "sample";
+    } else {
+      ds.root = absl::StrCat(cache, "/bench-synthetic-v1-n", cfg.synthetic_images);
+      ds.source = "synthetic";
+      if (!std::filesystem::exists(absl::StrCat(ds.root, "/", kSyntheticMarker))) {
+        std::error_code ec;
+        std::filesystem::create_directories(cache, ec);
+        if (absl::Status s = GenerateSynthetic(ds.root, cfg.synthetic_images); !s.ok()) return s;
+        ds.generated_now = true;
+      }
+    }
+  }
+  absl::StatusOr<std::vector<Sample>> samples = ScanImageFolder(ds.root, &ds.classes);
+  if (!samples.ok()) {
+    return absl::Status(samples.status().code(),
+                        absl::StrCat("cannot list images in ", ds.root, ": ",
+                                     samples.status().message()));
+  }
+  if (samples->empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("no images found in ", ds.root));
+  }
+  ds.samples = *std::move(samples);
+  ds.file_bytes.reserve(ds.samples.size());
+  for (const Sample& s : ds.samples) {
+    struct stat st;
+    ds.file_bytes.push_back(::stat(s.path.c_str(), &st) == 0 ? st.st_size : 0);
+    ds.total_bytes += ds.file_bytes.back();
+  }
+  return ds;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Live progress
+
+struct ProgressSnapshot {
+  int64_t images = 0;
+  int64_t bytes = 0;
+};
+
+// Prints a refreshing line (terminal) or a plain line every 2 s (pipe, file) from its own thread.
+class ProgressDisplay {
+ public:
+  ProgressDisplay(bool enabled, std::string label, std::function<ProgressSnapshot()> snapshot)
+      : label_(std::move(label)), snapshot_(std::move(snapshot)), tty_(isatty(STDERR_FILENO) == 1) {
+    if (enabled) thread_ = std::thread([this] { Run(); });
+  }
+  ~ProgressDisplay() { Stop(); }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    const auto start = Clock::now();
+    auto last_time = start;
+    ProgressSnapshot last;
+    const auto period = tty_ ? std::chrono::milliseconds(250) : std::chrono::milliseconds(2000);
+    bool printed = false;
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!cv_.wait_for(lock, period, [this] { return stop_; })) {
+      const auto now = Clock::now();
+      const ProgressSnapshot s = snapshot_();
+      const double dt = std::max(1e-9, SecondsBetween(last_time, now));
+      const std::string line = absl::StrFormat(
+          "[%s] %7.1f s  %9.0f img/s  %8.1f MB/s  %lld images", label_,
+          SecondsBetween(start, now), (s.images - last.images) / dt,
+          (s.bytes - last.bytes) / dt / 1e6, static_cast<long long>(s.images));
+      if (tty_) {
+        std::fprintf(stderr, "\r\033[2K%s", line.c_str());
+      } else {
+        std::fprintf(stderr, "%s\n", line.c_str());
+      }
+      std::fflush(stderr);
+      printed = true;
+      last = s;
+      last_time = now;
+    }
+    if (tty_ && printed) std::fprintf(stderr, "\r\033[2K");
+  }
+
+  std::string label_;
+  std::function<ProgressSnapshot()> snapshot_;
+  bool tty_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Measurement
+
+struct Measurement {
+  int64_t images = 0;
+  int64_t bytes = 0;
+  int64_t batches = 0;
+  double seconds = 0;
+  double read_busy = 0;      // summed over reader threads
+  double decode_busy = 0;    // summed over decode threads
+  double consumer_wait = 0;  // consumer blocked in Next() (train/eval)
+  int read_threads = 0;      // threads the busy times are summed over
+  int decode_threads = 0;
+  std::vector<double> latency_ms;  // per batch: time in Loader::Next() (train/eval)
+  std::vector<double> interval_ms;  // per batch: time between deliveries (train/eval)
+  int64_t errors = 0;
+  std::string last_error;
+  std::string io_backend;
+  std::string io_note;
+  std::string transform;
+};
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+absl::Status WarmupTooLong(const Config& cfg) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the warm-up (--warmup=", cfg.warmup, " batches) used up the whole run; lower --warmup or "
+      "raise --epochs / --duration"));
+}
+
+absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
+  LoaderOptions o;
+  o.batch_size = cfg.batch_size;
+  o.num_workers = cfg.decode_threads;
+  o.reader_threads = cfg.reader_threads;
+  o.io_depth = cfg.io_depth;
+  o.io = cfg.io;
+  o.prefetch_batches = cfg.queue_depth;
+  o.shuffle = cfg.shuffle;
+  o.seed = cfg.seed;
+  o.transform = cfg.preset == Preset::kTrain ? transforms::ImageNetTrain() : transforms::ImageNetEval();
+  o.dtype = DType::kFloat32;
+  o.layout = Layout::kCHW;
+  absl::StatusOr<std::unique_ptr<Loader>> created = Loader::Create(ds.samples, o);
+  if (!created.ok()) return created.status();
+  Loader& loader = **created;
+
+  Measurement m;
+  m.read_threads = cfg.reader_threads;
+  m.decode_threads = cfg.decode_threads;
+  m.transform = loader.pipeline().Describe();
+  // Bytes are the file sizes of the delivered samples: LoaderStats::bytes_read is only summed
+  // when an epoch's reader threads finish, too coarse for a live rate or a mid-epoch window.
+  std::atomic<int64_t> images_total{0}, bytes_total{0};
+  ProgressDisplay progress(cfg.progress, PresetName(cfg.preset), [&] {
+    return ProgressSnapshot{images_total.load(), bytes_total.load()};
+  });
+
+  bool measuring = cfg.warmup == 0;
+  LoaderStats before = loader.Stats();
+  Clock::time_point t0 = Clock::now();
+  Clock::time_point previous_delivery = t0;
+  int64_t delivered = 0;
+  bool done = false;
+  const auto consumer_work = std::chrono::duration<double, std::milli>(cfg.consumer_ms);
+  for (int64_t epoch = 0; !done && (cfg.duration > 0 || epoch < cfg.epochs); ++epoch) {
+    if (absl::Status s = loader.StartEpoch(epoch); !s.ok()) return s;
+    while (true) {
+      const auto asked = Clock::now();
+      absl::StatusOr<Batch> batch = loader.Next();
+      const auto got = Clock::now();
+      if (absl::IsOutOfRange(batch.status())) break;
+      if (!batch.ok()) {
+        // A sample's error is reported at its batch and the epoch goes on; anything else is fatal.
+        if (!batch.status().GetPayload(kSampleIndexPayload).has_value()) return batch.status();
+        ++m.errors;
+        m.last_error = std::string(batch.status().message());
+        continue;
+      }
+      ++delivered;
+      int64_t batch_bytes = 0;
+      for (int r = 0; r < batch->size(); ++r) {
+        batch_bytes += ds.file_bytes[static_cast<size_t>(batch->indices()[r])];
+      }
+      images_total += batch->size();
+      bytes_total += batch_bytes;
+      if (measuring) {
+        m.images += batch->size();
+        m.bytes += batch_bytes;
+        ++m.batches;
+        m.latency_ms.push_back(std::chrono::duration<double, std::milli>(got - asked).count());
+        m.interval_ms.push_back(
+            std::chrono::duration<double, std::milli>(got - previous_delivery).count());
+      } else if (delivered >= cfg.warmup) {
+        measuring = true;
+        before = loader.Stats();
+        t0 = Clock::now();
+      }
+      previous_delivery = got;
+      if (cfg.consumer_ms > 0) std::this_thread::sleep_for(consumer_work);
+      if (measuring && cfg.duration > 0 && SecondsBetween(t0, Clock::now()) >= cfg.duration) {
+        done = true;
+        break;
+      }
+    }
+  }
+  const Clock::time_point t1 = Clock::now();
+  const LoaderStats after = loader.Stats();
+  loader.Stop();
+  progress.Stop();
+  if (!measuring || m.batches == 0) return WarmupTooLong(cfg);
+
+  m.seconds = SecondsBetween(t0, t1);
+  m.read_busy = after.read_seconds - before.read_seconds;
+  m.decode_busy = after.decode_seconds - before.decode_seconds;
+  m.consumer_wait = after.wait_seconds - before.wait_seconds;
+  m.io_backend = after.io_backend;
+  m.io_note = after.io_note;
+  if (m.last_error.empty()) m.last_error = after.last_error;
+  return m;
+}
+
+// Hands out dataset indices to worker threads: epoch after epoch, each in its own seeded order.
+class WorkList {
+ public:
+  WorkList(int64_t size, const Config& cfg) : size_(size), cfg_(cfg) {}
+
+  /// Next index to process; false when the run is over.
+  bool Next(int64_t* index) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopped_) return false;
+    const int64_t epoch = position_ / size_;
+    if (cfg_.duration <= 0 && epoch >= cfg_.epochs) return false;
+    const int64_t i = position_++ % size_;
+    *index = cfg_.shuffle ? Order(epoch)[static_cast<size_t>(i)] : i;
+    return true;
+  }
+  void Stop() {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopped_ = true;
+  }
+
+ private:
+  const std::vector<int64_t>& Order(int64_t epoch) {
+    if (epoch != order_epoch_) {
+      order_.resize(static_cast<size_t>(size_));
+      std::iota(order_.begin(), order_.end(), 0);
+      std::mt19937_64 rng(cfg_.seed * 1000003u + static_cast<uint64_t>(epoch));
+      std::shuffle(order_.begin(), order_.end(), rng);
+      order_epoch_ = epoch;
+    }
+    return order_;
+  }
+
+  const int64_t size_;
+  const Config& cfg_;
+  std::mutex mu_;
+  int64_t position_ = 0;
+  bool stopped_ = false;
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+// read / decode presets: worker threads, each with its own FileFetcher (and JpegDecoder for
+// decode) keeping up to --io_depth reads in flight while it decodes what has arrived.
+absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) {
+  const bool decode = cfg.preset == Preset::kDecode;
+  const int threads = decode ? cfg.decode_threads : cfg.reader_threads;
+  const int depth = decode ? std::max(2, cfg.io_depth / threads) : cfg.io_depth;
+  const int64_t warmup_files = static_cast<int64_t>(cfg.warmup) * cfg.batch_size;
+
+  // Resolve the backend once, so an unusable --io=uring is an error before threads start.
+  std::string io_note;
+  {
+    absl::StatusOr<std::unique_ptr<Reader>> probe = MakeReader(cfg.io, depth, &io_note);
+    if (!probe.ok()) return probe.status();
+  }
+
+  WorkList work(static_cast<int64_t>(ds.samples.size()), cfg);
+  std::atomic<int64_t> files_total{0}, bytes_total{0};
+  std::atomic<bool> measuring{warmup_files == 0};
+  std::atomic<int64_t> m_images{0}, m_bytes{0}, m_errors{0}, read_ns{0}, decode_ns{0};
+  std::mutex mu;
+  Clock::time_point t0 = Clock::now();
+  std::string last_error, backend;
+  absl::Status fatal;
+
+  ProgressDisplay progress(cfg.progress, PresetName(cfg.preset),
+                           [&] { return ProgressSnapshot{files_total.load(), bytes_total.load()}; });
+  auto worker = [&] {
+    std::string note;
+    absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(cfg.io, depth, &note);
+    if (!reader.ok()) {
+      std::lock_guard<std::mutex> lock(mu);
+      fatal = reader.status();
+      work.Stop();
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      backend = (*reader)->name();
+    }
+    FileFetcher fetcher(*std::move(reader), size_t{256} << 20);
+    JpegDecoder decoder;
+    std::vector<ByteBuffer> buffers(static_cast<size_t>(depth));
+    std::vector<int> free_buffers(static_cast<size_t>(depth));
+    std::iota(free_buffers.begin(), free_buffers.end(), 0);
+    std::vector<FetchedFile> fetched;
+    bool exhausted = false;
+    while (true) {
+      const auto read_start = Clock::now();
+      while (!exhausted && !free_buffers.empty() && fetcher.has_room()) {
+        int64_t index = 0;
+        if (!work.Next(&index)) {
+          exhausted = true;
+          break;
+        }
+        const int b = free_buffers.back();
+        free_buffers.pop_back();
+        fetcher.Start(ds.samples[static_cast<size_t>(index)].path, &buffers[static_cast<size_t>(b)],
+                      static_cast<uint64_t>(b));
+      }
+      absl::Status status = fetcher.Flush();
+      if (status.ok() && fetcher.outstanding() == 0) break;
+      fetched.clear();
+      if (status.ok()) status = fetcher.Poll(&fetched, /*wait=*/true);
+      if (!status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        fatal = status;
+        work.Stop();
+        return;
+      }
+      const int64_t read_elapsed =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - read_start).count();
+      if (measuring.load()) read_ns += read_elapsed;
+      for (FetchedFile& f : fetched) {
+        absl::Status s = f.status;
+        const int64_t size = static_cast<int64_t>(f.buffer->size());
+        if (s.ok() && decode) {
+          const auto decode_start = Clock::now();
+          s = decoder.DecodeFull(f.buffer->data(), f.buffer->size()).status();
+          if (measuring.load()) {
+            decode_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             Clock::now() - decode_start).count();
+          }
+        }
+        free_buffers.push_back(static_cast<int>(f.tag));
+        if (!s.ok()) {
+          if (measuring.load()) ++m_errors;
+          std::lock_guard<std::mutex> lock(mu);
+          last_error = std::string(s.message());
+          continue;
+        }
+        bytes_total += size;
+        const int64_t done = ++files_total;
+        if (measuring.load()) {
+          ++m_images;
+          m_bytes += size;
+        } else if (done == warmup_files) {
+          std::lock_guard<std::mutex> lock(mu);
+          t0 = Clock::now();
+          measuring = true;
+        }
+        if (measuring.load() && cfg.duration > 0) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (SecondsBetween(t0, Clock::now()) >= cfg.duration) work.Stop();
+        }
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
+  for (auto& t : pool) t.join();
+  const Clock::time_point t1 = Clock::now();
+  progress.Stop();
+  if (!fatal.ok()) return fatal;
+  if (!measuring.load() || m_images.load() == 0) return WarmupTooLong(cfg);
+
+  Measurement m;
+  m.images = m_images.load();
+  m.bytes = m_bytes.load();
+  m.seconds = SecondsBetween(t0, t1);
+  m.read_busy = read_ns.load() * 1e-9;
+  m.decode_busy = decode_ns.load() * 1e-9;
+  m.read_threads = threads;
+  m.decode_threads = decode ? threads : 0;
+  m.errors = m_errors.load();
+  m.last_error = last_error;
+  m.io_backend = backend;
+  m.io_note = io_note;
+  m.transform = decode ? "DecodeFull (no transform)" : "none (bytes only)";
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode floor
+
+struct DecodeFloor {
+  int images = 0;
+  double seconds = 0;
+  double images_per_s = 0;
+  double megapixels_per_s = 0;
+};
+
+absl::StatusOr<DecodeFloor> MeasureDecodeFloor(const Dataset& ds, int count) {
+  // Files are read into memory first: the floor is decode cost alone, on one thread.
+  std::vector<std::vector<uint8_t>> files;
+  for (size_t i = 0; i < ds.samples.size() && static_cast<int>(files.size()) < count; ++i) {
+    std::ifstream in(ds.samples[i].path, std::ios::binary);
+    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return absl::InternalError(absl::StrCat("cannot read ", ds.samples[i].path));
+    files.push_back(std::move(bytes));
+  }
+  JpegDecoder decoder;
+  DecodeFloor floor;
+  double pixels = 0;
+  const auto start = Clock::now();
+  for (const auto& f : files) {
+    absl::StatusOr<RgbImage> image = decoder.DecodeFull(f.data(), f.size());
+    if (!image.ok()) continue;  // a bad file is the loader's business, not the floor's
+    ++floor.images;
+    pixels += static_cast<double>(image->width) * image->height;
+  }
+  floor.seconds = SecondsBetween(start, Clock::now());
+  if (floor.images > 0 && floor.seconds > 0) {
+    floor.images_per_s = floor.images / floor.seconds;
+    floor.megapixels_per_s = pixels / 1e6 / floor.seconds;
+  }
+  return floor;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Verdict
+
+struct Verdict {
+  std::string bottleneck;  // "io", "decode", "consumer"
+  std::string label;       // "I/O-bound", ...
+  std::string evidence;
+};
+
+Verdict Judge(const Config& cfg, const Measurement& m) {
+  const double window = std::max(1e-9, m.seconds);
+  const double read_util = m.read_threads > 0 ? m.read_busy / (window * m.read_threads) : 0;
+  const double decode_util =
+      m.decode_threads > 0 ? m.decode_busy / (window * m.decode_threads) : 0;
+  const double wait_fraction = m.consumer_wait / window;
+  const std::string busy = absl::StrFormat(
+      "decode threads busy %.0f%% (%d threads), reader threads busy %.0f%% (%d threads)",
+      100 * decode_util, m.decode_threads, 100 * read_util, m.read_threads);
+  Verdict v;
+  auto set = [&v](const char* bottleneck, const char* label, std::string evidence) {
+    v.bottleneck = bottleneck;
+    v.label = label;
+    v.evidence = std::move(evidence);
+  };
+  if (cfg.preset == Preset::kRead) {
+    set("io", "I/O-bound",
+        absl::StrFormat("the read preset does nothing but read: %.0f%% of the %d reader threads' "
+                        "time was spent opening, submitting and reaping",
+                        100 * read_util, m.read_threads));
+    return v;
+  }
+  if (cfg.preset == Preset::kDecode) {
+    if (decode_util >= 0.5) {
+      set("decode", "decode-bound",
+          absl::StrFormat("threads spent %.0f%% of their time decoding and %.0f%% waiting for "
+                          "reads", 100 * decode_util, 100 * read_util));
+    } else {
+      set("io", "I/O-bound",
+          absl::StrFormat("threads spent %.0f%% of their time waiting for reads and only %.0f%% "
+                          "decoding", 100 * read_util, 100 * decode_util));
+    }
+    return v;
+  }
+  if (wait_fraction < 0.10) {
+    set("consumer", "consumer-bound",
+        absl::StrFormat("the consumer waited for batches only %.1f%% of the run: batches were "
+                        "ready before it asked (%s)", 100 * wait_fraction, busy));
+  } else if (decode_util >= read_util) {
+    set("decode", "decode-bound",
+        absl::StrFormat("the consumer waited %.0f%% of the run; %s", 100 * wait_fraction, busy));
+  } else {
+    set("io", "I/O-bound",
+        absl::StrFormat("the consumer waited %.0f%% of the run; %s", 100 * wait_fraction, busy));
+  }
+  if (v.bottleneck != "consumer" && std::max(decode_util, read_util) < 0.5) {
+    v.evidence += "; no stage is saturated: raise --queue_depth, --io_depth or the thread counts";
+  }
+  if (m.decode_threads > HardwareThreads()) {
+    v.evidence += absl::StrFormat("; note: %d decode threads share %d hardware threads",
+                                  m.decode_threads, HardwareThreads());
+  }
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+std::string JsonString(absl::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(double v) {
+  if (!std::isfinite(v)) return "null";
+  return absl::StrFormat("%.6g", v);
+}
+
+// Builds one JSON object, fields in insertion order.
+class JsonObject {
+ public:
+  JsonObject& Add(absl::string_view key, const std::string& raw_json) {
+    fields_.push_back(absl::StrCat(JsonString(key), ": ", raw_json));
+    return *this;
+  }
+  JsonObject& Str(absl::string_view key, absl::string_view v) { return Add(key, JsonString(v)); }
+  JsonObject& Num(absl::string_view key, double v) { return Add(key, JsonNumber(v)); }
+  JsonObject& Int(absl::string_view key, int64_t v) { return Add(key, absl::StrCat(v)); }
+  JsonObject& Bool(absl::string_view key, bool v) { return Add(key, v ? "true" : "false"); }
+  std::string Render(int indent = 0) const {
+    const std::string pad(static_cast<size_t>(indent + 2), ' ');
+    std::string out = "{\n";
+    for (size_t i = 0; i < fields_.size(); ++i) {
+      absl::StrAppend(&out, pad, fields_[i], i + 1 < fields_.size() ? ",\n" : "\n");
+    }
+    return absl::StrCat(out, std::string(static_cast<size_t>(indent), ' '), "}");
+  }
+
+ private:
+  std::vector<std::string> fields_;
+};
+
+struct Report {
+  Config cfg;
+  Dataset ds;
+  Measurement m;
+  Verdict verdict;
+  std::optional<DecodeFloor> floor;
+};
+
+std::string RenderJson(const Report& r) {
+  const Config& c = r.cfg;
+  const Measurement& m = r.m;
+  const double window = std::max(1e-9, m.seconds);
+  JsonObject dataset;
+  dataset.Str("root", r.ds.root)
+      .Str("source", r.ds.source)
+      .Int("images", static_cast<int64_t>(r.ds.samples.size()))
+      .Int("classes", static_cast<int64_t>(r.ds.classes.size()))
+      .Int("bytes", r.ds.total_bytes);
+  JsonObject config;
+  config.Str("preset", PresetName(c.preset))
+      .Str("transform", m.transform)
+      .Int("batch_size", c.batch_size)
+      .Int("decode_threads", c.decode_threads)
+      .Int("reader_threads", c.reader_threads)
+      .Int("io_depth", c.io_depth)
+      .Int("queue_depth", c.queue_depth)
+      .Str("io", IoName(c.io))
+      .Int("epochs", c.epochs)
+      .Num("duration_s", c.duration)
+      .Int("warmup_batches", c.warmup)
+      .Bool("shuffle", c.shuffle)
+      .Str("seed", absl::StrCat(c.seed))
+      .Num("consumer_ms", c.consumer_ms)
+      .Int("hardware_threads", HardwareThreads());
+  JsonObject io;
+  io.Str("backend", m.io_backend).Str("note", m.io_note);
+  JsonObject throughput;
+  throughput.Int("images", m.images)
+      .Int("batches", m.batches)
+      .Int("bytes", m.bytes)
+      .Num("seconds", m.seconds)
+      .Num("images_per_s", m.images / window)
+      .Num("mb_per_s", m.bytes / window / 1e6)
+      .Int("errors", m.errors)
+      .Str("last_error", m.last_error);
+  JsonObject stages;
+  stages.Num("read_busy_s", m.read_busy)
+      .Num("decode_busy_s", m.decode_busy)
+      .Num("consumer_wait_s", m.consumer_wait)
+      .Num("read_utilization", m.read_threads ? m.read_busy / (window * m.read_threads) : 0)
+      .Num("decode_utilization",
+           m.decode_threads ? m.decode_busy / (window * m.decode_threads) : 0)
+      .Num("consumer_wait_fraction", m.consumer_wait / window);
+  std::string latency = "null";
+  if (!m.latency_ms.empty()) {
+    JsonObject l;
+    l.Int("batches", static_cast<int64_t>(m.latency_ms.size()))
+        .Num("p50", Percentile(m.latency_ms, 0.50))
+        .Num("p99", Percentile(m.latency_ms, 0.99))
+        .Num("max", Percentile(m.latency_ms, 1.0))
+        .Num("interval_p50", Percentile(m.interval_ms, 0.50))
+        .Num("interval_p99", Percentile(m.interval_ms, 0.99));
+    latency = l.Render(2);
+  }
+  JsonObject verdict;
+  verdict.Str("bottleneck", r.verdict.bottleneck)
+      .Str("label", r.verdict.label)
+      .Str("evidence", r.verdict.evidence);
+  std::string floor = "null";
+  if (r.floor.has_value() && r.floor->images > 0) {
+    JsonObject f;
+    f.Int("images", r.floor->images)
+        .Num("seconds", r.floor->seconds)
+        .Num("images_per_s", r.floor->images_per_s)
+        .Num("megapixels_per_s", r.floor->megapixels_per_s);
+    if (m.decode_threads > 0) {
+      const double per_thread = m.images / window / m.decode_threads;
+      f.Num("loader_images_per_s_per_thread", per_thread)
+          .Num("multiple_per_thread", per_thread / r.floor->images_per_s);
+    } else {
+      f.Add("loader_images_per_s_per_thread", "null").Add("multiple_per_thread", "null");
+    }
+    floor = f.Render(2);
+  }
+  JsonObject root;
+  root.Str("schema", "ringloader-bench/1")
+      .Add("dataset", dataset.Render(2))
+      .Add("config", config.Render(2))
+      .Add("io", io.Render(2))
+      .Add("throughput", throughput.Render(2))
+      .Add("stages", stages.Render(2))
+      .Add("batch_latency_ms", latency)
+      .Add("verdict", verdict.Render(2))
+      .Add("decode_floor", floor);
+  return root.Render() + "\n";
+}
+
+void PrintReport(const Report& r) {
+  const Config& c = r.cfg;
+  const Measurement& m = r.m;
+  const double window = std::max(1e-9, m.seconds);
+  std::printf("ringloader-bench: %s on %s (%zu images, %zu classes, %s)\n", PresetName(c.preset),
+              r.ds.root.c_str(), r.ds.samples.size(), r.ds.classes.size(), r.ds.source.c_str());
+  std::printf("  transform     %s\n", m.transform.c_str());
+  std::printf("  config        batch %d, decode threads %d, reader threads %d, io depth %d, "
+              "queue depth %d, io %s -> %s%s\n",
+              c.batch_size, c.decode_threads, c.reader_threads, c.io_depth, c.queue_depth,
+              IoName(c.io), m.io_backend.c_str(),
+              m.io_note.empty() ? "" : absl::StrCat(" (", m.io_note, ")").c_str());
+  std::printf("  throughput    %.0f images/s, %.1f MB/s  (%lld images in %.2f s%s)\n",
+              m.images / window, m.bytes / window / 1e6, static_cast<long long>(m.images),
+              m.seconds, m.errors ? absl::StrCat(", ", m.errors, " errors").c_str() : "");
+  std::printf("  stage busy    read %.2f s (%.0f%% of %d threads), decode %.2f s (%.0f%% of %d "
+              "threads), consumer wait %.2f s (%.0f%% of the run)\n",
+              m.read_busy, m.read_threads ? 100 * m.read_busy / (window * m.read_threads) : 0.0,
+              m.read_threads, m.decode_busy,
+              m.decode_threads ? 100 * m.decode_busy / (window * m.decode_threads) : 0.0,
+              m.decode_threads, m.consumer_wait, 100 * m.consumer_wait / window);
+  if (!m.latency_ms.empty()) {
+    std::printf("  batch latency p50 %.2f ms, p99 %.2f ms (time in Next()); interval p50 %.2f ms, "
+                "p99 %.2f ms\n",
+                Percentile(m.latency_ms, 0.5), Percentile(m.latency_ms, 0.99),
+                Percentile(m.interval_ms, 0.5), Percentile(m.interval_ms, 0.99));
+  } else {
+    std::printf("  batch latency n/a (the %s preset makes no batches)\n", PresetName(c.preset));
+  }
+  if (r.floor.has_value() && r.floor->images > 0) {
+    std::printf("  decode floor  %.0f images/s (%.1f MP/s) single-thread DecodeFull on %d files",
+                r.floor->images_per_s, r.floor->megapixels_per_s, r.floor->images);
+    if (m.decode_threads > 0) {
+      const double per_thread = m.images / window / m.decode_threads;
+      std::printf("; loader %.0f images/s per decode thread = %.2fx the floor", per_thread,
+                  per_thread / r.floor->images_per_s);
+    }
+    std::printf("\n");
+  }
+  std::printf("  verdict       %s: %s\n", r.verdict.label.c_str(), r.verdict.evidence.c_str());
+  if (!m.last_error.empty()) std::printf("  last error    %s\n", m.last_error.c_str());
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "ringloader-bench: error: %s\n", std::string(status.message()).c_str());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  absl::FlagsUsageConfig usage;
+  // Only this program's flags in --help, not Abseil's own.
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "ringloader_bench.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  usage.normalize_filename = [](absl::string_view file) {
+    const size_t at = file.rfind("bench/");
+    return std::string(at == absl::string_view::npos ? file : file.substr(at));
+  };
+  usage.version_string = [] { return std::string("ringloader-bench 0.1.0\n"); };
+  absl::SetFlagsUsageConfig(usage);
+  absl::SetProgramUsageMessage(
+      "Benchmarks the ringloader native data loader (no Python) and names the bottleneck stage.\n"
+      "\n"
+      "  ringloader-bench [--data DIR] [--preset train|eval|decode|read] [flags]\n"
+      "\n"
+      "Reports images/s and MB/s, per-stage busy time, batch latency, a verdict (I/O-, decode- or "
+      "consumer-bound) with its evidence, and the single-thread decode floor. --json PATH writes "
+      "the same report as JSON.");
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  if (positional.size() > 1) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "unexpected argument '", positional[1], "' (flags take the form --name=value; see --help)")));
+  }
+  absl::StatusOr<Config> cfg = ReadFlags();
+  if (!cfg.ok()) return Fail(cfg.status());
+
+  Report report;
+  report.cfg = *cfg;
+  absl::StatusOr<Dataset> ds = ResolveDataset(*cfg);
+  if (!ds.ok()) return Fail(ds.status());
+  report.ds = *std::move(ds);
+
+  absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval)
+                                      ? RunLoader(report.ds, *cfg)
+                                      : RunComponents(report.ds, *cfg);
+  if (!m.ok()) return Fail(m.status());
+  report.m = *std::move(m);
+  report.verdict = Judge(*cfg, report.m);
+  if (cfg->floor_images > 0 && cfg->preset != Preset::kRead) {
+    absl::StatusOr<DecodeFloor> floor = MeasureDecodeFloor(report.ds, cfg->floor_images);
+    if (!floor.ok()) return Fail(floor.status());
+    report.floor = *floor;
+  }
+  PrintReport(report);
+  if (!cfg->json.empty()) {
+    std::ofstream out(cfg->json, std::ios::trunc);
+    out << RenderJson(report);
+    out.close();
+    if (!out) return Fail(absl::InternalError(absl::StrCat("cannot write --json ", cfg->json)));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ringloader::bench
+
+int main(int argc, char** argv) { return ringloader::bench::Main(argc, argv); }

@@ -1,0 +1,81 @@
+# The installable C++ package: `cmake --install` puts the headers, libringloader.so and a CMake
+# package config under the prefix, so an outside project does
+#
+#   find_package(ringloader CONFIG REQUIRED)               # + COMPONENTS torch for the adaptor
+#   target_link_libraries(app PRIVATE ringloader::ringloader)   # ringloader::torch
+#
+# The installed library is shared although the in-tree core is static: ringloader_core's private
+# dependencies (libjpeg-turbo, liburing, libnuma, the static CUDA runtime) stay inside the shared
+# object, so a consumer needs only Abseil and Threads, the two that appear in the public headers.
+# The Python extension keeps linking the static core and is unaffected.
+if(SKBUILD)
+  return()  # the wheel ships the extension only
+endif()
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(ringloader_stub "${CMAKE_CURRENT_BINARY_DIR}/ringloader_shared.cc")
+if(NOT EXISTS "${ringloader_stub}")
+  file(WRITE "${ringloader_stub}"
+       "// libringloader.so: every object of ringloader_core, linked whole.\n")
+endif()
+add_library(ringloader SHARED "${ringloader_stub}")
+add_library(ringloader::ringloader ALIAS ringloader)
+target_link_libraries(ringloader
+  PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,ringloader_core>"
+  PUBLIC absl::status absl::statusor absl::strings absl::str_format Threads::Threads)
+target_include_directories(ringloader PUBLIC
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/csrc/include>
+  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/csrc>
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
+  # ringloader.h includes the decode/io/transform headers, installed below ringloader/.
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/ringloader>)
+set_target_properties(ringloader PROPERTIES
+  OUTPUT_NAME ringloader
+  VERSION ${PROJECT_VERSION}
+  SOVERSION ${PROJECT_VERSION_MAJOR}.${PROJECT_VERSION_MINOR}
+  EXPORT_NAME ringloader)
+
+install(TARGETS ringloader EXPORT ringloaderTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+# Public headers, plus the internal ones they include, at their paths relative to csrc/.
+file(GLOB ringloader_public_headers "${CMAKE_CURRENT_SOURCE_DIR}/csrc/include/ringloader/*.h")
+list(FILTER ringloader_public_headers EXCLUDE REGEX "/torch\\.h$")
+install(FILES ${ringloader_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader)
+foreach(header decode/jpeg_decoder.h io/reader.h transform/image_transform.h transform/random.h)
+  get_filename_component(header_dir "${header}" DIRECTORY)
+  install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/${header}"
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader/${header_dir})
+endforeach()
+
+set(ringloader_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/ringloader)
+install(EXPORT ringloaderTargets NAMESPACE ringloader:: DESTINATION ${ringloader_cmake_dir})
+
+# Optional LibTorch adaptor: a header and an interface target, in their own export set so the
+# config loads them only when LibTorch is found.
+if(TARGET ringloader_torch)
+  install(TARGETS ringloader_torch EXPORT ringloaderTorchTargets)
+  install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/include/ringloader/torch.h"
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader)
+  install(EXPORT ringloaderTorchTargets NAMESPACE ringloader:: DESTINATION ${ringloader_cmake_dir})
+endif()
+
+configure_package_config_file(
+  "${CMAKE_CURRENT_SOURCE_DIR}/cmake/ringloaderConfig.cmake.in"
+  "${CMAKE_CURRENT_BINARY_DIR}/ringloaderConfig.cmake"
+  INSTALL_DESTINATION ${ringloader_cmake_dir})
+write_basic_package_version_file(
+  "${CMAKE_CURRENT_BINARY_DIR}/ringloaderConfigVersion.cmake"
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  "${CMAKE_CURRENT_BINARY_DIR}/ringloaderConfig.cmake"
+  "${CMAKE_CURRENT_BINARY_DIR}/ringloaderConfigVersion.cmake"
+  "${CMAKE_CURRENT_SOURCE_DIR}/cmake/ringloaderLibTorch.cmake"
+  DESTINATION ${ringloader_cmake_dir})
+
+if(TARGET ringloader-bench)
+  install(TARGETS ringloader-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
