@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libabsl-dev
-              libnuma-dev libgtest-dev libgmock-dev)
+              libnuma-dev libgtest-dev libgmock-dev
+              clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

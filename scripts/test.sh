@@ -9,3 +9,7 @@ echo "== C++ package, LibTorch adaptor and example"
 RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
 echo "== Python tests"
 .venv/bin/python -m pytest tests/python -q "$@"
+echo "== Sanitizers: ASan+UBSan and TSan on the C++ suite, ASan on a Python stress run"
+bash scripts/sanitize.sh
+echo "== Fuzzing the decode + transform entry point (60 s)"
+bash scripts/fuzz.sh 60
