@@ -8,7 +8,7 @@ ctest --test-dir build/py --output-on-failure -j2 --timeout 600
 echo "== C++ package, LibTorch adaptor and example"
 RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
 echo "== Python tests"
-.venv/bin/python -m pytest tests/python -q "$@"
+.venv/bin/python -m pytest tests/python tests/cuda -q "$@"
 echo "== Sanitizers: ASan+UBSan and TSan on the C++ suite, ASan on a Python stress run"
 bash scripts/sanitize.sh
 echo "== Fuzzing the decode + transform entry point (60 s)"

@@ -17,4 +17,10 @@ bool CudaDeviceAvailable(std::string* why);
 /// device is visible or the build has no CUDA.
 std::shared_ptr<SlotAllocator> MakePinnedAllocator(std::string* why);
 
+/// Page-locked host memory whose pages sit on NUMA `node`: mmap + mbind(MPOL_PREFERRED), pages
+/// touched so they are placed under that policy, then cudaHostRegister (portable). Pinning
+/// after placement makes the node certain; cudaHostAlloc would place pages wherever the
+/// driver's allocating thread's policy says. node -1: same as MakePinnedAllocator.
+std::shared_ptr<SlotAllocator> MakePinnedAllocatorOnNode(int node, std::string* why);
+
 }  // namespace ringloader

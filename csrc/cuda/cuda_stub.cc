@@ -1,5 +1,7 @@
 // Built when CUDA is absent at build time: the same seam, always "unavailable".
+#include "absl/strings/str_cat.h"
 #include "cuda/cuda_runtime.h"
+#include "cuda/device_stager.h"
 
 namespace ringloader {
 
@@ -11,6 +13,19 @@ bool CudaDeviceAvailable(std::string* why) {
 std::shared_ptr<SlotAllocator> MakePinnedAllocator(std::string* why) {
   CudaDeviceAvailable(why);
   return nullptr;
+}
+
+std::shared_ptr<SlotAllocator> MakePinnedAllocatorOnNode(int /*node*/, std::string* why) {
+  return MakePinnedAllocator(why);
+}
+
+std::string CudaPciBusId(int /*ordinal*/) { return ""; }
+
+absl::StatusOr<std::shared_ptr<DeviceStager>> MakeDeviceStager(int ordinal, size_t /*buffer_bytes*/,
+                                                               int /*max_buffers*/) {
+  std::string why;
+  CudaDeviceAvailable(&why);
+  return absl::FailedPreconditionError(absl::StrCat("device='cuda:", ordinal, "' but ", why));
 }
 
 }  // namespace ringloader

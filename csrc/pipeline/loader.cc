@@ -25,8 +25,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
+#include "cuda/device_stager.h"
 #include "decode/jpeg_decoder.h"
 #include "io/reader.h"
+#include "numa/topology.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/slot_pool.h"
 #include "ringloader/ringloader.h"
@@ -65,6 +67,9 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   return status;
 }
 
+// ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
+constexpr int64_t kReplaceWalk = 256;
+
 // Reads one file synchronously (substitutes, single-sample decode).
 absl::Status ReadWholeFile(const std::string& path, size_t max_file_bytes, ByteBuffer* buffer) {
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
@@ -93,6 +98,8 @@ absl::Status ValidateOptions(const LoaderOptions& o, size_t dataset_size) {
   if (o.max_image_pixels < 1) return bad("max_image_pixels", o.max_image_pixels, ">= 1");
   if (o.max_file_bytes < 1) return bad("max_file_bytes", o.max_file_bytes, ">= 1");
   if (dataset_size == 0) return absl::InvalidArgumentError("the dataset is empty");
+  if (o.numa.mode == NumaOption::Mode::kNode && o.numa.node < 0) return bad("numa", o.numa.node, "a node number >= 0");
+  RL_RETURN_IF_ERROR(ParseDevice(o.device).status());
   return absl::OkStatus();
 }
 
@@ -106,8 +113,11 @@ std::vector<int64_t> Batch::image_shape() const {
 struct Loader::Counters {
   std::atomic<int64_t> samples{0}, batches{0}, errors{0}, skipped{0}, replaced{0}, bytes_read{0};
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
+  std::atomic<int> threads_pinned{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
+  std::vector<int> thread_cpus ABSL_GUARDED_BY(mu);  // union of what pinned threads read back
+  std::string pin_error ABSL_GUARDED_BY(mu);
 
   void RecordError(const absl::Status& status) {
     errors.fetch_add(1, std::memory_order_relaxed);
@@ -157,12 +167,23 @@ struct Loader::Epoch {
   ~Epoch() { Cancel(); }
 
   void Start() {
-    dispatcher = std::thread([this] { Dispatch(); });
+    // Pinning happens first thing in each thread, before it touches a slot or a buffer, so
+    // first-touch page placement also lands on the chosen node.
+    dispatcher = std::thread([this] {
+      loader->EnterPipelineThread("rl-dispatch");
+      Dispatch();
+    });
     for (int i = 0; i < loader->options_.reader_threads; ++i) {
-      readers.emplace_back([this] { Read(); });
+      readers.emplace_back([this] {
+        loader->EnterPipelineThread("rl-read");
+        Read();
+      });
     }
     for (int i = 0; i < loader->options_.num_workers; ++i) {
-      workers.emplace_back([this] { Decode(); });
+      workers.emplace_back([this] {
+        loader->EnterPipelineThread("rl-decode");
+        Decode();
+      });
     }
   }
 
@@ -307,8 +328,13 @@ struct Loader::Epoch {
     const int64_t n = loader->dataset_size();
     const uint64_t sample_seed = SampleSeed(seed, static_cast<uint64_t>(epoch),
                                             static_cast<uint64_t>(request.index));
-    for (uint64_t attempt = 0; attempt < 8; ++attempt) {
-      const int64_t substitute = static_cast<int64_t>(Mix64(sample_seed + attempt + 1) % static_cast<uint64_t>(n));
+    // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
+    // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
+    const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(n, kReplaceWalk));
+    const uint64_t walk_from = Mix64(sample_seed + 16);
+    for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
+      const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
+      const int64_t substitute = static_cast<int64_t>(draw % static_cast<uint64_t>(n));
       if (substitute == request.index) continue;
       absl::Status status = ReadWholeFile(loader->samples_[static_cast<size_t>(substitute)].path,
                                           loader->options_.max_file_bytes, &bytes);
@@ -408,7 +434,21 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
                       TransformPipeline::Create(options.transform, options.dtype, options.layout));
-  std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline)));
+  // Device and placement are decided before any memory is allocated: the slot allocator
+  // depends on both.
+  RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
+  std::shared_ptr<DeviceStager> stager;
+  if (ordinal >= 0) {
+    const size_t slot_bytes = pipeline.SampleBytes() * options.batch_size + kRowMetaBytes * options.batch_size;
+    // The ring bounds batches in flight on the device (being copied or held by the consumer).
+    RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(ordinal, slot_bytes, options.prefetch_batches));
+  }
+  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(options.numa.sysfs_root));
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement,
+                      ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
+                                          ordinal >= 0 ? CudaPciBusId(ordinal) : std::string()));
+  std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline),
+                                            std::move(placement), std::move(stager)));
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
   std::string note;
   RL_ASSIGN_OR_RETURN(std::unique_ptr<Reader> probe,
@@ -418,15 +458,20 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   return loader;
 }
 
-Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline)
+Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
+               NumaPlacement placement, std::shared_ptr<DeviceStager> stager)
     : samples_(std::move(samples)),
       options_(std::move(options)),
       pipeline_(std::move(pipeline)),
+      placement_(std::make_unique<NumaPlacement>(std::move(placement))),
+      stager_(std::move(stager)),
       counters_(std::make_unique<Counters>()) {
-  if (!options_.allocator && options_.pin_memory) {
-    options_.allocator = MakePinnedAllocator(&memory_note_);
+  const int node = placement_->node;
+  // Device staging copies from the slots, so it wants them page-locked (asynchronous DMA).
+  if (!options_.allocator && (options_.pin_memory || stager_)) {
+    options_.allocator = MakePinnedAllocatorOnNode(node, &memory_note_);
   }
-  if (!options_.allocator) options_.allocator = MakeHostAllocator();
+  if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
   const size_t slot_bytes = pipeline_.SampleBytes() * options_.batch_size +
                             kRowMetaBytes * options_.batch_size;
   // Default bound on slots (pipeline + batches the consumer keeps): what fits in 2 GiB, at least
@@ -442,6 +487,23 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
 }
 
 Loader::~Loader() { Stop(); }
+
+void Loader::EnterPipelineThread(const char* name) const {
+  NameCurrentThread(name);
+  if (placement_->cpus.empty()) return;
+  absl::Status pinned = PinCurrentThread(placement_->cpus);
+  std::vector<int> now = AllowedCpus();  // read back: what the kernel actually applied
+  std::lock_guard<std::mutex> lock(counters_->mu);
+  if (!pinned.ok()) {
+    counters_->pin_error = std::string(pinned.message());
+    return;
+  }
+  counters_->threads_pinned.fetch_add(1, std::memory_order_relaxed);
+  std::vector<int> merged;
+  std::set_union(counters_->thread_cpus.begin(), counters_->thread_cpus.end(), now.begin(), now.end(),
+                 std::back_inserter(merged));
+  counters_->thread_cpus = std::move(merged);
+}
 
 void Loader::Stop() {
   if (epoch_ && epoch_->owner_pid != getpid()) {
@@ -511,6 +573,12 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   while (true) {  // loops only past batches whose every sample was skipped
     const int64_t b = e.next_batch;
     if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
+    if (stager_ && !stager_->HasFreeBuffer()) {
+      // Checked before the host batch is taken, so it is not lost.
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "all ", stager_->max_buffers(), " device buffers are held by the consumer; free earlier "
+          "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", b, " is not lost: call again"));
+    }
     Epoch::BatchTask& task = e.Task(b);
     {
       std::unique_lock<std::mutex> lock(e.ready_mu);
@@ -567,7 +635,23 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
     }
     counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     Batch batch;
-    batch.lease_ = pool_->Deliver(slot);
+    if (stager_) {
+      // The whole slot (images, labels, indices) in one copy; the stager keeps the host lease
+      // until the copy completed, then the slot returns to the free list.
+      absl::StatusOr<std::shared_ptr<DeviceLease>> staged =
+          stager_->Stage(base, pool_->slot_bytes(), pool_->Deliver(slot));
+      if (!staged.ok()) return staged.status();
+      auto* device_base = static_cast<uint8_t*>((*staged)->data());
+      batch.device_lease_ = std::move(*staged);
+      batch.device_ = stager_->device();
+      batch.device_images_ = device_base;
+      batch.device_labels_ = reinterpret_cast<int64_t*>(device_base + sample_bytes * options_.batch_size);
+      batch.device_indices_ = batch.device_labels_ + options_.batch_size;
+      base = nullptr;
+      labels = indices = nullptr;
+    } else {
+      batch.lease_ = pool_->Deliver(slot);
+    }
     batch.number_ = b;
     batch.size_ = size;
     batch.height_ = pipeline_.out_h();
@@ -610,7 +694,20 @@ LoaderStats Loader::Stats() const {
   s.io_note = io_note_;
   s.memory = pool_->allocator().name();
   s.memory_note = memory_note_;
+  s.numa_node = placement_->node;
+  s.numa_cpus = FormatCpuList(placement_->cpus);
+  s.numa_note = placement_->note;
+  s.threads_pinned = counters_->threads_pinned.load(std::memory_order_relaxed);
+  s.device = stager_ ? absl::StrCat("cuda:", stager_->device()) : "cpu";
+  if (stager_) {
+    s.device_buffers = stager_->buffers_allocated();
+    s.device_buffers_held = stager_->buffers_held();
+    s.device_bytes = stager_->bytes_copied();
+    s.device_copy_seconds = stager_->copy_seconds();
+  }
   std::lock_guard<std::mutex> lock(counters_->mu);
+  s.thread_cpus = FormatCpuList(counters_->thread_cpus);
+  if (!counters_->pin_error.empty()) absl::StrAppend(&s.numa_note, "; pinning failed: ", counters_->pin_error);
   s.recent_errors.assign(counters_->recent_errors.begin(), counters_->recent_errors.end());
   if (!s.recent_errors.empty()) s.last_error = s.recent_errors.back();
   return s;

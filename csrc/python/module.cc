@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/device_stager.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
 #include "ringloader/ringloader.h"
@@ -71,26 +72,39 @@ void ThrowIfError(const absl::Status& status) {
 
 // ---- DLPack export -------------------------------------------------------------------------
 
-/// A host array exported through DLPack; `owner` keeps the memory alive.
+/// An array exported through DLPack; `owner` keeps the memory alive. Host arrays (kDLCPU), or
+/// device arrays (kDLCUDA) whose copy may still be running: export makes the consumer's stream
+/// wait for it on the GPU.
 class Tensor {
  public:
   Tensor(std::shared_ptr<void> owner, void* data, std::vector<int64_t> shape, RlDLDataType dtype,
-         bool pinned)
-      : owner_(std::move(owner)), data_(data), shape_(std::move(shape)), dtype_(dtype), pinned_(pinned) {}
+         bool pinned, int device = -1, std::shared_ptr<DeviceLease> device_lease = nullptr)
+      : owner_(std::move(owner)), data_(data), shape_(std::move(shape)), dtype_(dtype), pinned_(pinned),
+        device_(device), device_lease_(std::move(device_lease)) {}
 
-  py::tuple DlpackDevice() const { return py::make_tuple(static_cast<int>(kRlDLCPU), 0); }
+  RlDLDevice device() const {
+    return device_ >= 0 ? RlDLDevice{kRlDLCUDA, device_} : RlDLDevice{kRlDLCPU, 0};
+  }
+  py::tuple DlpackDevice() const { return py::make_tuple(device().device_type, device().device_id); }
 
   py::capsule Dlpack(py::object stream, py::object max_version, py::object dl_device,
                      py::object copy) const {
     if (!dl_device.is_none()) {
-      auto device = dl_device.cast<std::pair<int, int>>();
-      if (device.first != kRlDLCPU) throw py::buffer_error("this tensor lives in host memory (kDLCPU)");
+      auto wanted = dl_device.cast<std::pair<int, int>>();
+      if (wanted.first != device().device_type || wanted.second != device().device_id) {
+        throw py::buffer_error(absl::StrCat("this tensor lives on DLPack device (", device().device_type, ", ",
+                                            device().device_id, "); copying to another is not supported"));
+      }
     }
     if (!copy.is_none() && copy.cast<bool>()) throw py::buffer_error("copy=True is not supported");
-    if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<int64_t>() == -1)) {
-      // Host memory: a stream would only order device work; accept None/-1 as the standard says.
-      if (!py::isinstance<py::int_>(stream)) throw py::type_error("stream must be an int or None");
+    if (!stream.is_none() && !py::isinstance<py::int_>(stream)) throw py::type_error("stream must be an int or None");
+    if (device_lease_) {
+      // DLPack: for CUDA, None means the legacy default stream; -1 means "do not synchronise".
+      const intptr_t consumer = stream.is_none() ? 1 : static_cast<intptr_t>(stream.cast<int64_t>());
+      absl::Status waited = device_lease_->WaitOn(consumer);  // GPU-side wait, no host sync
+      if (!waited.ok()) throw std::runtime_error(std::string(waited.message()));
     }
+    // Host memory: a stream would only order device work; None/-1/any int are accepted.
     bool versioned = false;
     if (!max_version.is_none()) {
       auto version = max_version.cast<std::pair<int, int>>();
@@ -105,7 +119,7 @@ class Tensor {
     }
     RlDLTensor tensor{};
     tensor.data = data_;
-    tensor.device = RlDLDevice{kRlDLCPU, 0};
+    tensor.device = device();
     tensor.ndim = static_cast<int32_t>(shape_.size());
     tensor.dtype = dtype_;
     tensor.shape = ctx->shape.data();
@@ -145,6 +159,10 @@ class Tensor {
 
   const std::vector<int64_t>& shape() const { return shape_; }
   bool pinned() const { return pinned_; }
+  /// "cpu" or "cuda:N".
+  std::string device_name() const { return device_ >= 0 ? absl::StrCat("cuda:", device_) : "cpu"; }
+  /// True once a device tensor's copy has completed (always true for host tensors).
+  bool ready() const { return !device_lease_ || device_lease_->CopyDone(); }
   std::string dtype_name() const {
     switch (dtype_.code) {
       case kRlDLUInt: return "uint8";
@@ -167,6 +185,8 @@ class Tensor {
   std::vector<int64_t> shape_;
   RlDLDataType dtype_;
   bool pinned_;
+  int device_;
+  std::shared_ptr<DeviceLease> device_lease_;
 };
 
 RlDLDataType ToDl(DType dtype) {
@@ -242,6 +262,23 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "fast_decode", &o.fast_decode);
   Take(d, "pin_memory", &o.pin_memory);
+  Take(d, "device", &o.device);
+  Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology
+  if (d.contains("numa")) {
+    py::object numa = d["numa"];
+    if (numa.is_none()) {
+      o.numa.mode = NumaOption::Mode::kOff;
+    } else if (py::isinstance<py::str>(numa) && numa.cast<std::string>() == "auto") {
+      o.numa.mode = NumaOption::Mode::kAuto;
+    } else if (py::isinstance<py::int_>(numa) && !py::isinstance<py::bool_>(numa)) {
+      o.numa.mode = NumaOption::Mode::kNode;
+      o.numa.node = numa.cast<int>();
+    } else {
+      throw py::value_error(absl::StrCat("numa must be None, 'auto' or a node number; got ",
+                                         py::repr(numa).cast<std::string>()));
+    }
+    PyDict_DelItemString(d.ptr(), "numa");
+  }
   std::string io = "auto", dtype = "float32", layout = "NCHW", on_error = "raise";
   Take(d, "on_error", &on_error);
   if (on_error == "raise") o.on_error = ErrorPolicy::kRaise;
@@ -380,6 +417,16 @@ class PyLoader {
     d["io_note"] = s.io_note;
     d["memory"] = s.memory;
     d["memory_note"] = s.memory_note;
+    d["numa_node"] = s.numa_node;
+    d["numa_cpus"] = s.numa_cpus;
+    d["numa_note"] = s.numa_note;
+    d["threads_pinned"] = s.threads_pinned;
+    d["thread_cpus"] = s.thread_cpus;
+    d["device"] = s.device;
+    d["device_buffers"] = s.device_buffers;
+    d["device_buffers_held"] = s.device_buffers_held;
+    d["device_bytes"] = s.device_bytes;
+    d["device_copy_seconds"] = s.device_copy_seconds;
     d["last_error"] = s.last_error;
     d["transform"] = loader_->pipeline().Describe();
     return d;
@@ -397,6 +444,15 @@ class PyLoader {
 
  private:
   py::tuple Wrap(const Batch& batch) {
+    if (std::shared_ptr<DeviceLease> lease = batch.device_lease()) {
+      // All three views share the device buffer: it returns to the ring when the last is freed.
+      const int dev = batch.device();
+      const RlDLDataType i64{kRlDLInt, 64, 1};
+      Tensor images(lease, batch.device_images(), batch.image_shape(), ToDl(batch.dtype()), false, dev, lease);
+      Tensor labels(lease, batch.device_labels(), {batch.size()}, i64, false, dev, lease);
+      Tensor indices(lease, batch.device_indices(), {batch.size()}, i64, false, dev, lease);
+      return py::make_tuple(std::move(images), std::move(labels), std::move(indices), batch.number());
+    }
     std::shared_ptr<void> owner = batch.lease();
     Tensor images(owner, batch.images(), batch.image_shape(), ToDl(batch.dtype()), batch.pinned());
     // Labels and indices are copied (8 bytes a row) so that keeping them, e.g. for metrics,
@@ -462,6 +518,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("shape", [](const Tensor& t) { return py::tuple(py::cast(t.shape())); })
       .def_property_readonly("dtype", &Tensor::dtype_name)
       .def_property_readonly("pinned", &Tensor::pinned)
+      .def_property_readonly("device", &Tensor::device_name)
+      .def_property_readonly("ready", &Tensor::ready)
       .def_property_readonly("data_ptr", &Tensor::data_ptr);
 
   py::class_<PyLoader>(m, "Loader")

@@ -55,6 +55,22 @@ class DataLoader:
     * ``"replace"``: the row gets a substitute sample drawn deterministically from
       (seed, epoch, index); batches keep their size; counted in ``stats()["replaced"]``.
 
+    Placement and device staging:
+
+    * ``numa``: ``None`` (default: threads and memory are left where the OS puts them),
+      ``"auto"`` (the node of ``device``'s GPU; without a device, the node of the CPU the
+      constructing thread runs on) or a node number (``ValueError`` if it does not exist).
+      Reader and decode threads are pinned to that node's CPUs (never outside the process's
+      affinity mask) and slot memory is allocated on it. ``loader.describe()`` says what was done.
+    * ``device``: ``None``/``"cpu"`` (batches in host slots) or ``"cuda"``/``"cuda:N"``: each
+      batch is copied on the loader's own CUDA stream into a ring of device buffers and yielded
+      as CUDA tensors (images and labels). No host synchronisation: ``torch.from_dlpack`` makes
+      the current stream wait for the copy. The ring holds ``max(2, prefetch_factor *
+      num_workers)`` buffers, the same number of batches that are decoded ahead on the host; a
+      buffer is reused once all tensors of its batch are freed (hold more batches than that and
+      iteration raises ``SlotsExhaustedError``). Slots are page-locked automatically. Without a
+      visible GPU, construction raises ``RuntimeError``.
+
     Distributed: with ``rank``/``world_size`` given, or a ``torch.distributed`` process group
     initialised and no ``sampler``/``batch_sampler`` given, each rank reads its shard exactly as
     ``DistributedSampler(dataset, world_size, rank, shuffle, seed, drop_last)`` lays it out; call
@@ -94,6 +110,8 @@ class DataLoader:
         rank: Optional[int] = None,
         world_size: Optional[int] = None,
         seed: int = 0,
+        device: Any = None,
+        numa: Any = None,
     ):
         import torch.utils.data as tud
 
@@ -190,6 +208,8 @@ class DataLoader:
             fast_decode=bool(fast_decode),
             pin_memory=self.pin_memory,
             on_error=on_error,
+            device=_check_device(device),
+            numa=_check_numa(numa),
             **steps_options,
         )
         if max_image_pixels is not None:
@@ -199,12 +219,12 @@ class DataLoader:
         self._epoch = 0
         self._generation = 0
         self._resume: Optional[dict] = None
-        self._current: Optional["_NativeIter"] = None
+        self._current: Optional["_Progress"] = None
         note = self._native.stats()["io_note"]
         if note and note not in _reported_io_notes:
             _reported_io_notes.add(note)
             _log.warning("ringloader: %s", note)
-        if self.pin_memory and self._native.stats()["memory"] != "cuda-pinned":
+        if self.pin_memory and not self._native.stats()["memory"].startswith("cuda-pinned"):
             _warn_no_pinning_once(self._native.stats()["memory_note"])
 
     # ---- torch-compatible surface -----------------------------------------------------------
@@ -244,15 +264,15 @@ class DataLoader:
         if not self.native:
             raise TypeError("state_dict() needs the native path (a ringloader.ImageFolder dataset)")
         it = self._current
-        if it is None or it._done:
+        if it is None or it.done:
             return {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
         return {
             "version": 1,
-            "epoch": it._epoch,
-            "delivered": it._skip + it._delivered,
+            "epoch": it.epoch,
+            "delivered": it.skip + it.delivered,
             "complete": False,
-            "base_seed": it._seed,
-            "sampler": it._sampler_state,
+            "base_seed": it.seed,
+            "sampler": it.sampler_state,
             "dataset_size": len(self.dataset),
         }
 
@@ -276,6 +296,29 @@ class DataLoader:
         s["native"] = True
         return s
 
+    def describe(self) -> str:
+        """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""
+        if not self.native:
+            return "ringloader.DataLoader (generic path: torch.utils.data.DataLoader does the work)"
+        s = self._native.stats()
+        node = s["numa_node"]
+        lines = [
+            "ringloader.DataLoader (native)",
+            f"  threads: {self._options['num_workers']} decode, {self._options['reader_threads']} reader, "
+            f"1 dispatcher" + (", 1 stager" if s["device"] != "cpu" else ""),
+            f"  numa:    {'node ' + str(node) if node >= 0 else 'not placed'} ({s['numa_note']})",
+            f"  cpus:    {s['numa_cpus'] or 'not pinned'}"
+            + (f"; {s['threads_pinned']} threads pinned, read back: {s['thread_cpus']}"
+               if s["threads_pinned"] else ""),
+            f"  memory:  {s['memory']}" + (f" ({s['memory_note']})" if s["memory_note"] else "")
+            + f", {s['slots_allocated']} slots allocated",
+            f"  device:  {s['device']}" + (f", {s['device_buffers']} device buffers allocated, "
+                                            f"{s['device_buffers_held']} held"
+                                            if s["device"] != "cpu" else ""),
+            f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
+        ]
+        return "\n".join(lines)
+
     def __del__(self):
         native = getattr(self, "_native", None)
         if native is not None:
@@ -290,6 +333,17 @@ def _warn_no_pinning_once(why: str) -> None:
     if not _warned_pinning:
         _warned_pinning = True
         warnings.warn(f"pin_memory=True but {why}: batches use plain host memory", stacklevel=3)
+
+
+class _Progress:
+    """What state_dict() needs to know about the epoch in progress."""
+
+    __slots__ = ("epoch", "seed", "sampler_state", "skip", "delivered", "done")
+
+    def __init__(self, epoch: int, seed: int, sampler_state: dict, skip: int):
+        self.epoch, self.seed, self.sampler_state, self.skip = epoch, seed, sampler_state, skip
+        self.delivered = 0
+        self.done = False
 
 
 class _NativeIter:
@@ -314,12 +368,15 @@ class _NativeIter:
             batches = self._resumed_batches(loader, resume, n)
         flat, offsets = _order.to_arrays(batches)
         loader._generation += 1
-        loader._current = self
         self._generation = loader._generation
         self._epoch = loader._epoch
         loader._epoch += 1
         self._pid = os.getpid()
         self._delivered = 0
+        # The loader keeps only this record (for state_dict), never the iterator itself, so an
+        # abandoned iterator is collected and its __del__ stops the epoch's threads.
+        self._progress = loader._current = _Progress(
+            self._epoch, self._seed, self._sampler_state, self._skip)
         self._len = len(batches)
         loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets)
         self._done = False
@@ -359,9 +416,10 @@ class _NativeIter:
             )
         item = self._loader._native.next(self._loader.timeout)
         if item is None:
-            self._done = True
+            self._done = self._progress.done = True
             raise StopIteration
         self._delivered += 1
+        self._progress.delivered = self._delivered
         images, labels, _indices, _number = item
         from_dlpack = self._torch.from_dlpack
         return from_dlpack(images), from_dlpack(labels)
@@ -376,6 +434,24 @@ class _NativeIter:
                 loader._native.stop()
         except Exception:  # interpreter shutdown: the loader's own destructor stops it
             pass
+
+
+def _check_device(device: Any) -> str:
+    """``None``/``"cpu"``/``"cuda"``/``"cuda:N"`` or a ``torch.device``, as the native string."""
+    if device is None:
+        return "cpu"
+    text = str(device)  # torch.device("cuda", 1) -> "cuda:1"
+    if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
+        return text
+    raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def _check_numa(numa: Any) -> Any:
+    if numa is None or numa == "auto":
+        return numa
+    if isinstance(numa, bool) or not isinstance(numa, (int, np.integer)) or numa < 0:
+        raise ValueError(f"numa must be None, 'auto' or a node number >= 0, got {numa!r}")
+    return int(numa)
 
 
 def _distributed_layout(rank: Optional[int], world_size: Optional[int]):

@@ -247,6 +247,17 @@ def test_two_iterators_newer_supersedes_older(ids_tree: Path):
         next(a)
 
 
+def test_break_stops_the_epoch_threads_and_keeps_the_checkpoint(ids_tree: Path):
+    loader = rl.DataLoader(rl.ImageFolder(ids_tree, transform=EVAL), batch_size=2, num_workers=2)
+    before = len(os.listdir("/proc/self/task"))
+    for i, _ in enumerate(loader):
+        if i == 1:
+            break
+    assert len(os.listdir("/proc/self/task")) == before, "abandoned epoch's threads still running"
+    state = loader.state_dict()
+    assert state["delivered"] == 2 and not state["complete"]
+
+
 def test_exception_in_loop_then_reiterate(ids_tree: Path):
     loader = rl.DataLoader(rl.ImageFolder(ids_tree, transform=EVAL), batch_size=4, num_workers=2)
     with pytest.raises(ZeroDivisionError):

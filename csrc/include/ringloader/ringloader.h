@@ -28,6 +28,9 @@ namespace ringloader {
 class SlotLease;
 class SlotAllocator;
 class SlotPool;
+class DeviceStager;
+class DeviceLease;
+struct NumaPlacement;
 
 /// One item of a dataset: a file and its class label.
 struct Sample {
@@ -46,7 +49,21 @@ enum class ErrorPolicy : uint8_t {
                  ///< skipped entirely). Counted in LoaderStats::skipped.
   kReplace = 2,  ///< The row is filled with a substitute sample drawn deterministically from
                  ///< (seed, epoch, index, attempt); batches keep their size. Counted in
-                 ///< LoaderStats::replaced. If 8 substitutes in a row fail, the error is raised.
+                 ///< LoaderStats::replaced. After 16 failed random draws it walks on through
+                 ///< up to 256 samples; if none decodes, the error is raised.
+};
+
+/// Where the loader's reader/decode threads run and its slot memory lives.
+struct NumaOption {
+  enum class Mode : uint8_t {
+    kOff = 0,   ///< No pinning, no memory binding (the default).
+    kAuto = 1,  ///< The staging GPU's node; without a device, the node of the CPU the
+                ///< constructing thread runs on; nothing when that is unknown.
+    kNode = 2,  ///< `node`; InvalidArgument at Create when it does not exist.
+  };
+  Mode mode = Mode::kOff;
+  int node = -1;                    ///< kNode only.
+  std::string sysfs_root = "/sys";  ///< Where the topology is read (tests use a fake tree).
 };
 
 /// Everything that shapes a Loader. Validated by Loader::Create.
@@ -74,8 +91,15 @@ struct LoaderOptions {
   /// Page-locked (cudaHostAlloc) slots when a GPU is visible; otherwise host memory, and
   /// LoaderStats::memory_note says why.
   bool pin_memory = false;
-  /// Slot memory; null = chosen by pin_memory.
+  /// Slot memory; null = chosen by pin_memory (and numa).
   std::shared_ptr<SlotAllocator> allocator;
+  /// Thread and memory placement (see NumaOption).
+  NumaOption numa;
+  /// "cpu" (batches stay in host slots) or "cuda" / "cuda:N": each batch is copied on the
+  /// loader's own stream into a bounded ring of `prefetch_batches` device buffers, and the host
+  /// slot is recycled once the copy completed. Without a visible GPU (or a CUDA build),
+  /// Create fails with FailedPrecondition. Implies pinned slots unless `allocator` is given.
+  std::string device = "cpu";
 };
 
 /// A delivered batch. Its memory stays valid while any copy of the Batch (or a lease taken
@@ -105,10 +129,26 @@ class Batch {
   bool pinned() const { return pinned_; }
   /// The slot's lease: keep a copy to keep the memory alive (e.g. in a tensor deleter).
   std::shared_ptr<SlotLease> lease() const { return lease_; }
+  /// CUDA device the batch was staged to, or -1 for a host batch (LoaderOptions::device).
+  int device() const { return device_; }
+  /// A device batch's buffer (the whole slot: images, then labels, then indices). Null for host
+  /// batches. For a device batch images()/labels()/indices() are null: the host slot is recycled
+  /// once its copy completed. The copy may still be running when Next() returns: order work
+  /// after it with DeviceLease::WaitOn(stream) (DLPack export does).
+  std::shared_ptr<DeviceLease> device_lease() const { return device_lease_; }
+  /// Device addresses of a device batch's images, labels and indices (null for host batches).
+  void* device_images() const { return device_images_; }
+  int64_t* device_labels() const { return device_labels_; }
+  int64_t* device_indices() const { return device_indices_; }
 
  private:
   friend class Loader;
   std::shared_ptr<SlotLease> lease_;
+  std::shared_ptr<DeviceLease> device_lease_;
+  int device_ = -1;
+  void* device_images_ = nullptr;
+  int64_t* device_labels_ = nullptr;
+  int64_t* device_indices_ = nullptr;
   int64_t number_ = 0;
   int size_ = 0;
   int height_ = 0, width_ = 0;
@@ -138,6 +178,17 @@ struct LoaderStats {
   std::string io_note;           ///< Why io_uring was not used, when it was not.
   std::string memory;            ///< Slot allocator name.
   std::string memory_note;       ///< Why pinned memory was not used, when it was asked for.
+  int numa_node = -1;            ///< Node threads and slot memory were placed on; -1: none.
+  std::string numa_cpus;         ///< CPUs the pipeline threads are pinned to ("": not pinned).
+  std::string numa_note;         ///< How the placement was chosen, or why nothing was placed.
+  int threads_pinned = 0;        ///< Pipeline threads started with the pinning applied.
+  std::string thread_cpus;       ///< Union of the CPUs those threads read back with
+                                 ///< sched_getaffinity after pinning ("" before any epoch).
+  std::string device;            ///< "cpu" or "cuda:N".
+  int device_buffers = 0;        ///< Device buffers allocated (bounded by prefetch_batches).
+  int device_buffers_held = 0;   ///< ... of which the consumer holds.
+  int64_t device_bytes = 0;      ///< Bytes copied to the device (completed copies).
+  double device_copy_seconds = 0;  ///< Copy-engine busy time as the stager observed it.
   std::string last_error;
   std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };
@@ -190,7 +241,10 @@ class Loader {
  private:
   struct Epoch;
   struct Counters;
-  Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline);
+  Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
+         NumaPlacement placement, std::shared_ptr<DeviceStager> stager);
+  // Pins and names a pipeline thread and records where it ended up (LoaderStats).
+  void EnterPipelineThread(const char* name) const;
 
   std::vector<Sample> samples_;
   LoaderOptions options_;
@@ -198,6 +252,8 @@ class Loader {
   IoBackend io_backend_ = IoBackend::kPread;  // resolved by the probe in Create
   std::string io_note_;
   std::string memory_note_;
+  std::unique_ptr<NumaPlacement> placement_;
+  std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
   std::vector<ByteBuffer> buffers_;  // file bytes between reader and decoder, reused across epochs
   std::unique_ptr<Counters> counters_;
