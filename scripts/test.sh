@@ -9,6 +9,9 @@ echo "== C++ package, LibTorch adaptor and example"
 RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
 echo "== Python tests"
 .venv/bin/python -m pytest tests/python tests/cuda -q "$@"
+echo "== Python pipeline tests again with io_uring refused (as under Docker's seccomp): pread fallback"
+RINGLOADER_URING_REFUSED=1 .venv/bin/python -m pytest tests/python/test_pipeline.py tests/python/test_bad_input.py \
+  tests/python/test_io_fallback.py -q
 echo "== Sanitizers: ASan+UBSan and TSan on the C++ suite, ASan on a Python stress run"
 bash scripts/sanitize.sh
 echo "== Fuzzing the decode + transform entry point (60 s)"
