@@ -42,7 +42,11 @@ class DataLoader:
 
     torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
     (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
-    ``pin_memory`` asks for page-locked slots when a GPU is visible. ringloader-only keyword
+    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path
+    ``persistent_workers`` and ``pin_memory_device`` are accepted and have no effect (native
+    threads start per epoch in microseconds; pinned slots are portable), ``in_order=False``
+    warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
+    ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
     ``layout`` (``"NCHW"`` or ``"NHWC"``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
