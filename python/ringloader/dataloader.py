@@ -5,8 +5,10 @@ Two paths:
 * **native** — the dataset is a :class:`ringloader.ImageFolder` (no ``collate_fn``): reading,
   decoding, transforms and batching run on native threads; batches arrive zero-copy through
   DLPack and their slot is recycled when the tensors are freed.
-* **generic** — any other ``torch.utils.data.Dataset``: the work is delegated to
-  ``torch.utils.data.DataLoader`` with the same arguments, so results match torch's.
+* **generic** — any other ``torch.utils.data.Dataset``: reading, ``__getitem__`` and collation
+  are delegated to ``torch.utils.data.DataLoader`` with the same arguments, so results match
+  torch's; ringloader still shards (``rank``/``world_size`` or a process group) and stages:
+  with ``device=`` each batch is copied on a side CUDA stream while the previous one is in use.
 
 ``loader.native`` tells which path a loader takes.
 """
@@ -136,6 +138,18 @@ class DataLoader:
                     "collate_fn is not supported with ringloader.ImageFolder: batches are "
                     "assembled natively. Use torchvision's ImageFolder for custom collation."
                 )
+            # Sharding and device staging apply to the generic path too.
+            if sampler is None and batch_sampler is None:
+                rank, world_size = _distributed_layout(rank, world_size)
+                if world_size is not None:
+                    sampler = tud.distributed.DistributedSampler(
+                        dataset, num_replicas=world_size, rank=rank, shuffle=bool(shuffle),
+                        seed=seed, drop_last=drop_last)
+                    shuffle = None
+            elif rank is not None or world_size is not None:
+                raise ValueError("rank/world_size shard the default sampler; they are mutually "
+                                 "exclusive with sampler and batch_sampler (use a DistributedSampler)")
+            self._device = _generic_device(_check_device(device))
             kwargs = dict(
                 batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                 batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
@@ -240,7 +254,9 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         if not self.native:
-            return iter(self._generic)
+            if self._device is None:
+                return iter(self._generic)
+            return _device_prefetch(iter(self._generic), self._device)
         if self._pid != os.getpid():
             # A fork()ed child: the parent's native threads do not exist here. Start afresh.
             self._native = self._make_native()
@@ -448,6 +464,65 @@ def _check_device(device: Any) -> str:
     if text == "cpu" or text == "cuda" or (text.startswith("cuda:") and text[5:].isdigit()):
         return text
     raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+
+
+def _generic_device(device: str):
+    """The torch.device batches of the generic path are staged to, or None for host batches."""
+    if device == "cpu":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device={device!r} but no CUDA device is visible to torch")
+    return torch.device(device)
+
+
+def _device_prefetch(batches: Iterator[Any], device: Any) -> Iterator[Any]:
+    """Generic-path staging: copies batch i+1 to `device` on a side stream while the consumer
+    works on batch i; the consumer's stream waits on the copy's event, never the host."""
+    import torch
+
+    copy_stream = torch.cuda.Stream(device=device)
+
+    def stage(batch):
+        with torch.cuda.stream(copy_stream):
+            moved = _map_tensors(batch, lambda t: t.to(device, non_blocking=True))
+        event = torch.cuda.Event()
+        event.record(copy_stream)
+        return moved, event
+
+    pending = None
+    for batch in batches:
+        staged = stage(batch)
+        if pending is not None:
+            yield _hand_over(*pending, device)
+        pending = staged
+    if pending is not None:
+        yield _hand_over(*pending, device)
+
+
+def _hand_over(batch: Any, event: Any, device: Any) -> Any:
+    import torch
+
+    current = torch.cuda.current_stream(device)
+    current.wait_event(event)
+    # The tensors were allocated on the copy stream: tell the caching allocator they are used
+    # on the consumer's stream too, so their memory is not reused before that work finishes.
+    _map_tensors(batch, lambda t: (t.record_stream(current), t)[1])
+    return batch
+
+
+def _map_tensors(obj: Any, fn: Callable) -> Any:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, (list, tuple)):
+        mapped = [_map_tensors(o, fn) for o in obj]
+        return type(obj)(*mapped) if hasattr(obj, "_fields") else type(obj)(mapped)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
 
 
 def _check_numa(numa: Any) -> Any:

@@ -150,3 +150,21 @@ def test_clean_shutdown_with_copies_in_flight(small_tree: Path):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "ok True"
     assert "ringloader:" not in proc.stderr, proc.stderr
+
+
+def test_generic_path_stages_batches_to_the_device(small_tree: Path):
+    import torchvision
+    from torchvision import transforms as tvt
+
+    tv = torchvision.datasets.ImageFolder(small_tree, transform=tvt.Compose(
+        [tvt.Resize(48), tvt.CenterCrop(48), tvt.ToTensor()]))
+    host = [(x, y) for x, y in rl.DataLoader(tv, batch_size=4)]
+    staged = rl.DataLoader(tv, batch_size=4, device="cuda")
+    assert not staged.native
+    got = []
+    for x, y in staged:
+        assert x.is_cuda and y.is_cuda
+        got.append((x.sum().item(), y.cpu()))  # a device op right away: no host sync needed
+    assert len(got) == len(host)
+    for (sx, sy), (hx, hy) in zip(got, host):
+        assert abs(sx - hx.sum().item()) < 1e-3 and torch.equal(sy, hy)

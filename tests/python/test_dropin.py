@@ -182,6 +182,24 @@ def test_resume_onto_another_world_size_sees_each_remaining_sample_once(ids_tree
     assert len(remaining) - len(set(remaining)) < new_world
 
 
+def test_generic_path_shards_and_refuses_a_missing_gpu(ids_tree: Path):
+    import torchvision
+
+    tv = torchvision.datasets.ImageFolder(ids_tree)
+    targets = list(range(30))
+    for rank in range(3):
+        ours = rl.DataLoader(targets, batch_size=4, shuffle=True, rank=rank, world_size=3, seed=2)
+        assert not ours.native
+        ref = tud.DataLoader(targets, batch_size=4, sampler=tud.DistributedSampler(
+            targets, num_replicas=3, rank=rank, shuffle=True, seed=2))
+        ours.set_epoch(1)
+        ref.sampler.set_epoch(1)
+        assert [b.tolist() for b in ours] == [b.tolist() for b in ref]
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no CUDA device"):
+            rl.DataLoader(tv, batch_size=4, device="cuda")
+
+
 def test_rank_arguments_validated(ids_tree: Path):
     ds = rl.ImageFolder(ids_tree, transform=EVAL)
     with pytest.raises(ValueError, match="rank"):
