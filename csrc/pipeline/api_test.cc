@@ -194,6 +194,37 @@ TEST(ApiTest, FileListWithLabelsAndExactEvalChain) {
   }
 }
 
+TEST(ApiTest, ReadFileListResolvesPathsAndNamesBadLines) {
+  const std::string root = MakeFolder(3);
+  auto scanned = ScanImageFolder(root);
+  ASSERT_TRUE(scanned.ok());
+  const std::string rel = (*scanned)[1].path.substr(root.size() + 1);  // relative to the list
+  const std::string list = root + "/train list.txt";
+  WriteFile(list, [&] {
+    const std::string text = absl::StrCat("# path label\n", (*scanned)[0].path, " 7\n\n", rel,
+                                          "\t3\n", (*scanned)[2].path, "   0  \n");
+    return std::vector<uint8_t>(text.begin(), text.end());
+  }());
+  auto samples = ReadFileList(list);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 3u);
+  EXPECT_EQ((*samples)[0].path, (*scanned)[0].path);
+  EXPECT_EQ((*samples)[0].label, 7);
+  EXPECT_EQ((*samples)[1].path, root + "/" + rel);
+  EXPECT_EQ((*samples)[1].label, 3);
+  EXPECT_EQ((*samples)[2].label, 0);
+  auto loader = Loader::Create(*samples, SmallOptions());
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(Drain(**loader, 0).labels, (std::vector<int64_t>{7, 3, 0}));
+
+  const std::string bad = root + "/bad.txt";
+  WriteFile(bad, {'a', '.', 'j', 'p', 'g', ' ', 'x', '\n'});
+  auto refused = ReadFileList(bad);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));
+  EXPECT_NE(refused.status().message().find("bad.txt:1"), std::string::npos) << refused.status();
+  EXPECT_TRUE(absl::IsNotFound(ReadFileList(root + "/missing.txt").status()));
+}
+
 TEST(ApiTest, BadPathsAreStatusesNamingThePath) {
   EXPECT_TRUE(absl::IsNotFound(ScanImageFolder("/nonexistent/ringloader/root").status()));
   const std::string empty = MakeTempDir();

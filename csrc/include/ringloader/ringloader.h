@@ -266,4 +266,10 @@ class Loader {
 absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
                                                     std::vector<std::string>* classes = nullptr);
 
+/// Reads a file list: one sample per line, "<path> <label>" (separated by spaces or a tab; the
+/// label is the last field, so paths may contain spaces). Relative paths are resolved against
+/// the list's folder; blank lines and lines starting with '#' are skipped. Errors name the list
+/// file and the line number.
+absl::StatusOr<std::vector<Sample>> ReadFileList(const std::string& list_path);
+
 }  // namespace ringloader
