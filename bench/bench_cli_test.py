@@ -122,11 +122,30 @@ class BenchCliTest(unittest.TestCase):
         self.assertIn(self.root, r.stdout)
         self.assertEqual(r.stderr, "")  # no progress lines
 
+    def test_05b_list_flag(self):
+        import glob
+        import tempfile
+
+        files = sorted(glob.glob(os.path.join(self.root, "*", "*.jpg")))[:40]
+        with tempfile.TemporaryDirectory() as d:
+            listing = os.path.join(d, "train.txt")
+            with open(listing, "w") as f:
+                f.write("# path label\n")
+                for i, path in enumerate(files):
+                    f.write(f"{path} {i % 4}\n")
+            r = self.bench("--warmup=0", "--list", listing, "--progress=false", "--floor_images=0",
+                           "--batch_size=8")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("40 images", r.stdout)
+            bad = self.bench("--list", listing, "--data", self.root)
+            self.assertNotEqual(bad.returncode, 0)
+            self.assertIn("mutually exclusive", bad.stderr)
+
     def test_06_help_explains_every_flag(self):
         r = run("--help")
         self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help
         text = r.stdout + r.stderr
-        for flag in ("--data", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
+        for flag in ("--data", "--list", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
                      "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
                      "--shuffle", "--json", "--consumer_ms", "--floor_images"):
             self.assertIn(flag, text)

@@ -120,6 +120,9 @@ ABSL_FLAG(std::string, data, "",
           "cache ~/.cache/ringloader) when it has been generated; otherwise a synthetic JPEG set "
           "that this program generates once into $RINGLOADER_CACHE/bench-synthetic-v1-n<N> "
           "and reuses.");
+ABSL_FLAG(std::string, list, "",
+          "A file list instead of a folder: one \"<path> <label>\" per line, relative paths "
+          "resolved against the list's folder (ringloader::ReadFileList). Excludes --data.");
 ABSL_FLAG(int, synthetic_images, 1000,
           "Images in the synthetic set generated when neither --data nor the sample set exists.");
 ABSL_FLAG(ringloader::bench::PresetFlag, preset, ringloader::bench::PresetFlag{},
@@ -170,6 +173,7 @@ int HardwareThreads() { return std::max(1, static_cast<int>(std::thread::hardwar
 
 struct Config {
   std::string data;
+  std::string list;
   int synthetic_images = 1000;
   Preset preset = Preset::kTrain;
   int batch_size = 64;
@@ -193,6 +197,10 @@ struct Config {
 absl::StatusOr<Config> ReadFlags() {
   Config c;
   c.data = absl::GetFlag(FLAGS_data);
+  c.list = absl::GetFlag(FLAGS_list);
+  if (!c.data.empty() && !c.list.empty()) {
+    return absl::InvalidArgumentError("--data and --list are mutually exclusive: give one dataset");
+  }
   c.synthetic_images = absl::GetFlag(FLAGS_synthetic_images);
   c.preset = absl::GetFlag(FLAGS_preset).value;
   c.batch_size = absl::GetFlag(FLAGS_batch_size);
@@ -354,7 +362,19 @@ absl::StatusOr<Dataset> ResolveDataset(const Config& cfg) {
       }
     }
   }
-  absl::StatusOr<std::vector<Sample>> samples = ScanImageFolder(ds.root, &ds.classes);
+  absl::StatusOr<std::vector<Sample>> samples;
+  if (!cfg.list.empty()) {
+    ds.root = cfg.list;
+    ds.source = "list";
+    samples = ReadFileList(cfg.list);
+    if (samples.ok()) {
+      int64_t max_label = -1;
+      for (const Sample& sample : *samples) max_label = std::max(max_label, sample.label);
+      for (int64_t label = 0; label <= max_label; ++label) ds.classes.push_back(absl::StrCat(label));
+    }
+  } else {
+    samples = ScanImageFolder(ds.root, &ds.classes);
+  }
   if (!samples.ok()) {
     return absl::Status(samples.status().code(),
                         absl::StrCat("cannot list images in ", ds.root, ": ",
