@@ -139,16 +139,10 @@ class DataLoader:
                     "assembled natively. Use torchvision's ImageFolder for custom collation."
                 )
             # Sharding and device staging apply to the generic path too.
-            if sampler is None and batch_sampler is None:
-                rank, world_size = _distributed_layout(rank, world_size)
-                if world_size is not None:
-                    sampler = tud.distributed.DistributedSampler(
-                        dataset, num_replicas=world_size, rank=rank, shuffle=bool(shuffle),
-                        seed=seed, drop_last=drop_last)
-                    shuffle = None
-            elif rank is not None or world_size is not None:
-                raise ValueError("rank/world_size shard the default sampler; they are mutually "
-                                 "exclusive with sampler and batch_sampler (use a DistributedSampler)")
+            shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
+                                   drop_last)
+            if shard is not None:
+                sampler, shuffle = shard, None
             self._device = _generic_device(_check_device(device))
             kwargs = dict(
                 batch_size=batch_size, shuffle=shuffle, sampler=sampler,
@@ -185,15 +179,10 @@ class DataLoader:
             raise ValueError("sampler option is mutually exclusive with shuffle")
         if on_error not in ("raise", "skip", "replace"):
             raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
-        if sampler is None and batch_sampler is None:
-            rank, world_size = _distributed_layout(rank, world_size)
-        elif rank is not None or world_size is not None:
-            raise ValueError("rank/world_size shard the default sampler; they are mutually "
-                             "exclusive with sampler and batch_sampler (use a DistributedSampler)")
-        if sampler is None and world_size is not None:
-            sampler = tud.distributed.DistributedSampler(
-                dataset, num_replicas=world_size, rank=rank, shuffle=bool(shuffle), seed=seed,
-                drop_last=drop_last)
+        shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
+                               drop_last)
+        if shard is not None:
+            sampler = shard
         elif sampler is None:
             sampler = (tud.RandomSampler(dataset, generator=generator) if shuffle
                        else tud.SequentialSampler(dataset))
@@ -238,12 +227,13 @@ class DataLoader:
         self._generation = 0
         self._resume: Optional[dict] = None
         self._current: Optional["_Progress"] = None
-        note = self._native.stats()["io_note"]
+        started = self._native.stats()
+        note = started["io_note"]
         if note and note not in _reported_io_notes:
             _reported_io_notes.add(note)
             _log.warning("ringloader: %s", note)
-        if self.pin_memory and not self._native.stats()["memory"].startswith("cuda-pinned"):
-            _warn_no_pinning_once(self._native.stats()["memory_note"])
+        if self.pin_memory and not started["memory"].startswith("cuda-pinned"):
+            _warn_no_pinning_once(started["memory_note"])
 
     # ---- torch-compatible surface -----------------------------------------------------------
 
@@ -531,6 +521,27 @@ def _check_numa(numa: Any) -> Any:
     if isinstance(numa, bool) or not isinstance(numa, (int, np.integer)) or numa < 0:
         raise ValueError(f"numa must be None, 'auto' or a node number >= 0, got {numa!r}")
     return int(numa)
+
+
+def _shard_sampler(dataset: Any, sampler: Any, batch_sampler: Any, rank: Optional[int],
+                   world_size: Optional[int], shuffle: Any, seed: int, drop_last: bool):
+    """The DistributedSampler that shards the default order, or None when not distributed.
+
+    Both paths shard the same way: by ``rank``/``world_size`` or an initialised process group,
+    and only when the user gave no sampler of their own.
+    """
+    import torch.utils.data as tud
+
+    if sampler is not None or batch_sampler is not None:
+        if rank is not None or world_size is not None:
+            raise ValueError("rank/world_size shard the default sampler; they are mutually "
+                             "exclusive with sampler and batch_sampler (use a DistributedSampler)")
+        return None
+    rank, world_size = _distributed_layout(rank, world_size)
+    if world_size is None:
+        return None
+    return tud.distributed.DistributedSampler(dataset, num_replicas=world_size, rank=rank,
+                                              shuffle=bool(shuffle), seed=seed, drop_last=drop_last)
 
 
 def _distributed_layout(rank: Optional[int], world_size: Optional[int]):
