@@ -56,8 +56,21 @@ struct DecodeItem {
   absl::Status status;  // the read's outcome
 };
 
-// Bytes of the per-row tail after the images: label and dataset index per row.
-constexpr size_t kRowMetaBytes = 2 * sizeof(int64_t);
+// Where things are in a slot: batch_size images, then batch_size labels, then batch_size
+// dataset indices (int64 each). One definition for the dispatcher, the workers and Next().
+struct SlotLayout {
+  size_t sample_bytes;
+  int batch_size;
+
+  size_t image_bytes() const { return sample_bytes * static_cast<size_t>(batch_size); }
+  size_t total_bytes() const { return image_bytes() + 2 * sizeof(int64_t) * static_cast<size_t>(batch_size); }
+  int64_t* labels(uint8_t* base) const { return reinterpret_cast<int64_t*>(base + image_bytes()); }
+  int64_t* indices(uint8_t* base) const { return labels(base) + batch_size; }
+};
+
+SlotLayout LayoutOf(const TransformPipeline& pipeline, int batch_size) {
+  return SlotLayout{pipeline.SampleBytes(), batch_size};
+}
 
 absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path) {
   absl::Status status(cause.code(),
@@ -225,7 +238,7 @@ struct Loader::Epoch {
   // Acquires slots strictly in batch order (so the consumer's next batch is never starved by a
   // later one), writes labels and indices, and queues the batch's reads.
   void Dispatch() {
-    const size_t image_bytes = loader->pipeline_.SampleBytes() * loader->options_.batch_size;
+    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
     for (int64_t b = dispatched; b < num_batches; ++b) {
       absl::StatusOr<int> slot = loader->pool_->Acquire(cancel);
       if (!slot.ok()) {
@@ -242,8 +255,8 @@ struct Loader::Epoch {
         task.error = absl::OkStatus();
       }
       uint8_t* base = loader->pool_->data(*slot);
-      auto* labels = reinterpret_cast<int64_t*>(base + image_bytes);
-      int64_t* row_indices = labels + loader->options_.batch_size;
+      int64_t* labels = layout.labels(base);
+      int64_t* row_indices = layout.indices(base);
       for (int r = 0; r < size; ++r) {
         const int64_t index = indices[static_cast<size_t>(Offset(b) + r)];
         row_indices[r] = index;
@@ -347,10 +360,10 @@ struct Loader::Epoch {
             status, substitute, loader->samples_[static_cast<size_t>(substitute)].path));
         continue;
       }
-      const size_t image_bytes = loader->pipeline_.SampleBytes() * loader->options_.batch_size;
-      auto* labels = reinterpret_cast<int64_t*>(loader->pool_->data(Task(request.batch).slot) + image_bytes);
-      labels[request.row] = loader->samples_[static_cast<size_t>(substitute)].label;
-      labels[loader->options_.batch_size + request.row] = substitute;  // the indices column
+      const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+      uint8_t* base = loader->pool_->data(Task(request.batch).slot);
+      layout.labels(base)[request.row] = loader->samples_[static_cast<size_t>(substitute)].label;
+      layout.indices(base)[request.row] = substitute;
       loader->counters_->replaced.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
@@ -439,7 +452,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
   std::shared_ptr<DeviceStager> stager;
   if (ordinal >= 0) {
-    const size_t slot_bytes = pipeline.SampleBytes() * options.batch_size + kRowMetaBytes * options.batch_size;
+    const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
     // The ring bounds batches in flight on the device (being copied or held by the consumer).
     RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(ordinal, slot_bytes, options.prefetch_batches));
   }
@@ -472,8 +485,7 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
     options_.allocator = MakePinnedAllocatorOnNode(node, &memory_note_);
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
-  const size_t slot_bytes = pipeline_.SampleBytes() * options_.batch_size +
-                            kRowMetaBytes * options_.batch_size;
+  const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
   // Default bound on slots (pipeline + batches the consumer keeps): what fits in 2 GiB, at least
   // 2 * prefetch + 2 and at most 1024, so `list(loader)` works on small data while big batches
   // stay bounded.
@@ -519,15 +531,7 @@ void Loader::Stop() {
 }
 
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  SamplerOptions sampler;
-  sampler.dataset_size = dataset_size();
-  sampler.batch_size = options_.batch_size;
-  sampler.shuffle = options_.shuffle;
-  sampler.drop_last = options_.drop_last;
-  sampler.seed = options_.seed;
-  sampler.rank = options_.rank;
-  sampler.world_size = options_.world_size;
-  EpochOrder order = MakeEpochOrder(sampler, epoch);
+  EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
   if (first_batch < 0 || first_batch > order.num_batches()) {
     return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
                                               order.num_batches(), " batches"));
@@ -569,7 +573,8 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   if (!epoch_) return absl::FailedPreconditionError("Next() before StartEpoch()");
   Epoch& e = *epoch_;
   const auto start = Clock::now();
-  const size_t sample_bytes = pipeline_.SampleBytes();
+  const SlotLayout layout = LayoutOf(pipeline_, options_.batch_size);
+  const size_t sample_bytes = layout.sample_bytes;
   while (true) {  // loops only past batches whose every sample was skipped
     const int64_t b = e.next_batch;
     if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
@@ -608,8 +613,8 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
     const int slot = task.slot;
     task.slot = -1;
     uint8_t* base = pool_->data(slot);
-    auto* labels = reinterpret_cast<int64_t*>(base + sample_bytes * options_.batch_size);
-    int64_t* indices = labels + options_.batch_size;
+    int64_t* labels = layout.labels(base);
+    int64_t* indices = layout.indices(base);
     int size = task.size;
     if (error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
       // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
@@ -645,8 +650,8 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
       batch.device_lease_ = std::move(*staged);
       batch.device_ = stager_->device();
       batch.device_images_ = device_base;
-      batch.device_labels_ = reinterpret_cast<int64_t*>(device_base + sample_bytes * options_.batch_size);
-      batch.device_indices_ = batch.device_labels_ + options_.batch_size;
+      batch.device_labels_ = layout.labels(device_base);
+      batch.device_indices_ = layout.indices(device_base);
       base = nullptr;
       labels = indices = nullptr;
     } else {
@@ -668,10 +673,18 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   }
 }
 
-int64_t Loader::BatchesPerEpoch() const {
-  const int64_t world = options_.world_size;
-  const int64_t per_rank = world <= 1 ? dataset_size() : (dataset_size() + world - 1) / world;
-  return per_rank / options_.batch_size + ((!options_.drop_last && per_rank % options_.batch_size) ? 1 : 0);
+int64_t Loader::BatchesPerEpoch() const { return ringloader::BatchesPerEpoch(BuiltinSampler()); }
+
+SamplerOptions Loader::BuiltinSampler() const {
+  SamplerOptions sampler;
+  sampler.dataset_size = dataset_size();
+  sampler.batch_size = options_.batch_size;
+  sampler.shuffle = options_.shuffle;
+  sampler.drop_last = options_.drop_last;
+  sampler.seed = options_.seed;
+  sampler.rank = options_.rank;
+  sampler.world_size = options_.world_size;
+  return sampler;
 }
 
 int64_t Loader::num_batches() const { return epoch_ ? epoch_->num_batches : 0; }

@@ -1,11 +1,23 @@
 #include "sampler/sampler.h"
 
+#include <algorithm>
 #include <numeric>
 #include <utility>
 
 #include "transform/random.h"
 
 namespace ringloader {
+
+int64_t ShardSize(const SamplerOptions& options) {
+  const int64_t world = std::max(options.world_size, 1);
+  return (options.dataset_size + world - 1) / world;
+}
+
+int64_t BatchesPerEpoch(const SamplerOptions& options) {
+  const int64_t per_rank = ShardSize(options);
+  return per_rank / options.batch_size +
+         ((!options.drop_last && per_rank % options.batch_size != 0) ? 1 : 0);
+}
 
 std::vector<int64_t> ShardIndices(const SamplerOptions& options, int64_t epoch) {
   const int64_t n = options.dataset_size;
@@ -21,7 +33,7 @@ std::vector<int64_t> ShardIndices(const SamplerOptions& options, int64_t epoch) 
   }
   const int64_t world = options.world_size;
   if (world <= 1 || n == 0) return order;
-  const int64_t per_rank = (n + world - 1) / world;
+  const int64_t per_rank = ShardSize(options);
   const int64_t total = per_rank * world;
   for (int64_t i = n; i < total; ++i) order.push_back(order[i - n]);  // pad from the head
   std::vector<int64_t> shard;

@@ -30,6 +30,12 @@ struct SamplerOptions {
 /// every world_size-th element starting at rank. With world_size 1 this is the plain order.
 std::vector<int64_t> ShardIndices(const SamplerOptions& options, int64_t epoch);
 
+/// Samples each rank sees per epoch: ceil(dataset_size / world_size) (DistributedSampler padding).
+int64_t ShardSize(const SamplerOptions& options);
+
+/// Batches per epoch for one rank, without building the order.
+int64_t BatchesPerEpoch(const SamplerOptions& options);
+
 /// Cuts `indices` into batches of batch_size (the last one short unless drop_last).
 EpochOrder MakeBatches(std::vector<int64_t> indices, int batch_size, bool drop_last);
 

@@ -66,3 +66,23 @@ TEST(SamplerTest, UnshuffledShardsInterleaveLikeTorch) {
 
 }  // namespace
 }  // namespace ringloader
+
+namespace ringloader {
+namespace {
+
+// The count without the order must agree with the order itself.
+TEST(SamplerTest, BatchesPerEpochMatchesTheBuiltOrder) {
+  for (int64_t n : {1, 7, 10, 97}) {
+    for (int world : {1, 2, 3}) {
+      for (bool drop_last : {false, true}) {
+        SamplerOptions o{.dataset_size = n, .batch_size = 4, .drop_last = drop_last, .rank = world - 1,
+                         .world_size = world};
+        EXPECT_EQ(BatchesPerEpoch(o), MakeEpochOrder(o, 0).num_batches())
+            << n << " " << world << " " << drop_last;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ringloader

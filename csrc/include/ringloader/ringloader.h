@@ -28,6 +28,7 @@ namespace ringloader {
 class SlotLease;
 class SlotAllocator;
 class SlotPool;
+struct SamplerOptions;
 class DeviceStager;
 class DeviceLease;
 struct NumaPlacement;
@@ -241,6 +242,8 @@ class Loader {
  private:
   struct Epoch;
   struct Counters;
+  /// The built-in sampler's settings, from options_.
+  SamplerOptions BuiltinSampler() const;
   Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
          NumaPlacement placement, std::shared_ptr<DeviceStager> stager);
   // Pins and names a pipeline thread and records where it ended up (LoaderStats).
