@@ -161,5 +161,35 @@ print(f"copies from slots: {slots:.2f} GB/s over {nbytes / 2**30:.2f} GiB = {slo
 _, train_ips, _, _ = run(train_tf, 256, 2)
 print(f"train transform (RandomResizedCrop 224 + flip + normalize, float32) to cuda:0: {train_ips:.0f} images/s "
       f"with {workers} decode workers")
+
+# The wait a training step sees in next() when the loader is faster than the step: each step
+# queues step_ms of GPU work reading the batch and ends with a host sync (as loss.item() does).
+def step_wait(step_ms, batch=64, steps=45):
+    loader = rl.DataLoader(rl.ImageFolder(data, transform=train_tf), batch_size=batch, num_workers=workers,
+                           shuffle=True, device="cuda", numa="auto", prefetch_factor=2)
+    cycles = int(torch.cuda.get_device_properties(0).clock_rate * step_ms)  # clock_rate: kHz
+    waits, it, first = [], iter(loader), True
+    while len(waits) < steps:
+        t0 = time.perf_counter()
+        try:
+            x, y = next(it)
+        except StopIteration:
+            it, first = iter(loader), True
+            continue
+        if not first:  # an epoch's first batch includes the epoch's start-up
+            waits.append(time.perf_counter() - t0)
+        first = False
+        torch.cuda._sleep(cycles)
+        x.float().mean().item()  # the step reads the batch and syncs
+    waits.sort()
+    return 1e3 * waits[len(waits) // 2], 1e3 * waits[int(len(waits) * 0.99)], 1e3 * sum(waits) / len(waits)
+
+if hasattr(torch.cuda, "_sleep"):
+    for step_ms in (50, 100):
+        p50, p99, mean = step_wait(step_ms)
+        print(f"step of {step_ms} ms (train transform, batch 64): next() waited p50 {p50:.3f} ms, "
+              f"p99 {p99:.3f} ms, mean {mean:.3f} ms")
+else:
+    print("step wait: torch.cuda._sleep is not available in this torch; not measured")
 EOF
 log "done"

@@ -1,22 +1,17 @@
-// The CUDA implementation of the seam: pinned slot allocators and the device stager. Every CUDA
-// runtime call of ringloader is in this file, and every one goes through CudaCheck (or, in
-// destructors, CudaCheckQuiet), so an error message always names the call.
+// The CUDA implementation of the seam: pinned slot allocators and the DeviceRuntime the device
+// stager (device_stager.cc) runs on. Every CUDA runtime call of ringloader is in this file, and
+// every one goes through CudaCheck (or, in destructors, CudaCheckQuiet), so an error message
+// always names the call.
 #include "cuda/cuda_runtime.h"
 
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <mutex>
-#include <thread>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "numa/topology.h"
 
@@ -114,241 +109,86 @@ class NodePinnedAllocator final : public SlotAllocator {
   int node_;
 };
 
-// ---- device stager --------------------------------------------------------------------------
+// ---- the CUDA DeviceRuntime ----------------------------------------------------------------
+// A thin translation: the staging logic is in device_stager.cc. Every call makes the runtime's
+// device current for its duration (ScopedDevice), since it runs on threads the application owns.
 
-cudaStream_t StreamFromDlpack(intptr_t stream) {
-  if (stream == 0 || stream == 1) return cudaStreamLegacy;
-  if (stream == 2) return cudaStreamPerThread;
-  return reinterpret_cast<cudaStream_t>(stream);
-}
-
-class CudaStager;
-
-class CudaLease final : public DeviceLease {
+class CudaRuntime final : public DeviceRuntime {
  public:
-  CudaLease(std::shared_ptr<CudaStager> stager, int index, void* data, cudaEvent_t copied)
-      : stager_(std::move(stager)), index_(index), data_(data), copied_(copied) {}
-  ~CudaLease() override;
-  void* data() const override { return data_; }
-  int device() const override;
-  absl::Status WaitOn(intptr_t stream) override;
-  bool CopyDone() const override;
-
- private:
-  std::shared_ptr<CudaStager> stager_;  // buffers outlive the Loader while tensors exist
-  int index_;
-  void* data_;
-  cudaEvent_t copied_;
-  std::atomic<intptr_t> consumer_stream_{-1};
-};
-
-class CudaStager final : public DeviceStager, public std::enable_shared_from_this<CudaStager> {
- public:
-  CudaStager(int device, size_t buffer_bytes, int max_buffers)
-      : device_(device), buffer_bytes_(buffer_bytes), max_buffers_(max_buffers) {}
-
-  absl::Status Init() {
-    ScopedDevice guard(device_);
-    RL_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    // Non-blocking: the loader's copies never serialise with work on the legacy default stream.
-    RL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    buffers_.resize(static_cast<size_t>(max_buffers_));
-    waiter_ = std::thread([this] { WaitCopies(); });
-    return absl::OkStatus();
-  }
-
-  ~CudaStager() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      pending_cv_.notify_all();
-    }
-    if (waiter_.joinable()) waiter_.join();  // drains: every in-flight copy completes first
-    ScopedDevice guard(device_);
-    for (Buffer& b : buffers_) {
-      if (b.ptr != nullptr) CudaCheckQuiet(cudaFree(b.ptr), "cudaFree");
-      if (b.copied != nullptr) CudaCheckQuiet(cudaEventDestroy(b.copied), "cudaEventDestroy");
-      if (b.released != nullptr) CudaCheckQuiet(cudaEventDestroy(b.released), "cudaEventDestroy");
-    }
-    if (stream_ != nullptr) CudaCheckQuiet(cudaStreamDestroy(stream_), "cudaStreamDestroy");
-  }
-
-  size_t buffer_bytes() const override { return buffer_bytes_; }
+  explicit CudaRuntime(int device) : device_(device) {}
   int device() const override { return device_; }
-  int max_buffers() const override { return max_buffers_; }
-  int buffers_allocated() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return allocated_;
-  }
-  int buffers_held() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return held_;
-  }
-  int64_t bytes_copied() const override { return bytes_copied_.load(std::memory_order_relaxed); }
-  double copy_seconds() const override { return copy_ns_.load(std::memory_order_relaxed) * 1e-9; }
-  bool HasFreeBuffer() const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    return !free_.empty() || allocated_ < max_buffers_;
-  }
+  std::string name() const override { return absl::StrCat("cuda:", device_); }
 
-  absl::StatusOr<std::shared_ptr<DeviceLease>> Stage(const void* src, size_t bytes,
-                                                     std::shared_ptr<void> host_owner) override {
-    if (bytes > buffer_bytes_) {
-      return absl::InvalidArgumentError(absl::StrCat("Stage: ", bytes, " bytes exceed the buffer of ", buffer_bytes_));
-    }
+  absl::StatusOr<void*> Malloc(size_t bytes) override {
     ScopedDevice guard(device_);
-    int index = -1;
-    bool fresh = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!free_.empty()) {
-        index = free_.back();
-        free_.pop_back();
-      } else if (allocated_ < max_buffers_) {
-        index = allocated_++;
-        fresh = true;
-      } else {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "all ", max_buffers_, " device buffers are held by the consumer; free earlier batches' "
-            "tensors or raise prefetch_factor"));
-      }
-      ++held_;
-    }
-    Buffer& b = buffers_[static_cast<size_t>(index)];
-    absl::Status status = fresh ? AllocateBuffer(b) : absl::OkStatus();
-    if (status.ok()) status = Copy(b, src, bytes);
-    if (!status.ok()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      --held_;
-      if (fresh && b.ptr == nullptr) {
-        --allocated_;  // nothing was allocated: the slot in the ring stays unallocated
-      } else {
-        free_.push_back(index);
-      }
-      return status;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pending_.push_back(Pending{b.copied, std::move(host_owner), bytes, std::chrono::steady_clock::now()});
-      pending_cv_.notify_one();
-    }
-    return std::shared_ptr<DeviceLease>(std::make_shared<CudaLease>(shared_from_this(), index, b.ptr, b.copied));
+    void* ptr = nullptr;
+    RL_CUDA_RETURN_IF_ERROR(cudaMalloc(&ptr, bytes));
+    return ptr;
   }
-
-  // From the lease's destructor (any thread): order the buffer's reuse after the consumer's work.
-  void Release(int index, intptr_t consumer_stream) {
-    Buffer& b = buffers_[static_cast<size_t>(index)];
-    bool recorded = false;
-    if (consumer_stream != -1) {
-      ScopedDevice guard(device_);
-      const cudaError_t error = cudaEventRecord(b.released, StreamFromDlpack(consumer_stream));
-      CudaCheckQuiet(error, "cudaEventRecord");
-      recorded = error == cudaSuccess;
-    }
-    std::lock_guard<std::mutex> lock(mu_);
-    b.release_recorded = recorded;
-    --held_;
-    free_.push_back(index);
+  void Free(void* ptr) override {
+    ScopedDevice guard(device_);
+    CudaCheckQuiet(cudaFree(ptr), "cudaFree");
+  }
+  absl::StatusOr<Stream> CreateStream() override {
+    ScopedDevice guard(device_);
+    cudaStream_t stream = nullptr;
+    // Non-blocking: the loader's copies never serialise with work on the legacy default stream.
+    RL_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return static_cast<Stream>(stream);
+  }
+  void DestroyStream(Stream stream) override {
+    ScopedDevice guard(device_);
+    CudaCheckQuiet(cudaStreamDestroy(static_cast<cudaStream_t>(stream)), "cudaStreamDestroy");
+  }
+  absl::StatusOr<Event> CreateEvent(bool blocking_sync) override {
+    ScopedDevice guard(device_);
+    cudaEvent_t event = nullptr;
+    const unsigned flags = cudaEventDisableTiming | (blocking_sync ? cudaEventBlockingSync : 0u);
+    RL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, flags));
+    return static_cast<Event>(event);
+  }
+  void DestroyEvent(Event event) override {
+    ScopedDevice guard(device_);
+    CudaCheckQuiet(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+  }
+  absl::Status CopyToDeviceAsync(void* dst, const void* src, size_t bytes, Stream stream) override {
+    ScopedDevice guard(device_);
+    RL_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+  absl::Status Record(Event event, Stream stream) override {
+    ScopedDevice guard(device_);
+    RL_CUDA_RETURN_IF_ERROR(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+    return absl::OkStatus();
+  }
+  absl::Status StreamWait(Stream stream, Event event) override {
+    ScopedDevice guard(device_);
+    RL_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+    return absl::OkStatus();
+  }
+  absl::Status Synchronize(Event event) override {
+    ScopedDevice guard(device_);
+    const cudaError_t error = cudaEventSynchronize(static_cast<cudaEvent_t>(event));
+    // At interpreter exit the runtime may be unloading; the copy is moot then.
+    if (error == cudaErrorCudartUnloading) return absl::OkStatus();
+    RL_CUDA_RETURN_IF_ERROR(error);
+    return absl::OkStatus();
+  }
+  bool Query(Event event) override {
+    ScopedDevice guard(device_);
+    return cudaEventQuery(static_cast<cudaEvent_t>(event)) == cudaSuccess;
+  }
+  Stream FromDlpackStream(intptr_t stream) override {
+    if (stream == 0 || stream == 1) return static_cast<Stream>(cudaStreamLegacy);
+    if (stream == 2) return static_cast<Stream>(cudaStreamPerThread);
+    return reinterpret_cast<Stream>(stream);
   }
 
  private:
-  struct Buffer {
-    void* ptr = nullptr;
-    cudaEvent_t copied = nullptr;    // recorded on stream_ after the copy into this buffer
-    cudaEvent_t released = nullptr;  // recorded on the consumer's stream when it let go
-    bool release_recorded = false;   // guarded by mu_
-  };
-  struct Pending {
-    cudaEvent_t copied;
-    std::shared_ptr<void> host_owner;
-    size_t bytes = 0;
-    std::chrono::steady_clock::time_point issued;
-  };
-
-  absl::Status AllocateBuffer(Buffer& b) {
-    // BlockingSync: the waiter thread sleeps in cudaEventSynchronize instead of spinning a core
-    // that the decode workers need.
-    // A retry after a failed cudaMalloc keeps the events it already made.
-    if (b.copied == nullptr) {
-      RL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b.copied, cudaEventDisableTiming | cudaEventBlockingSync));
-    }
-    if (b.released == nullptr) {
-      RL_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&b.released, cudaEventDisableTiming));
-    }
-    RL_CUDA_RETURN_IF_ERROR(cudaMalloc(&b.ptr, buffer_bytes_));
-    return absl::OkStatus();
-  }
-
-  absl::Status Copy(Buffer& b, const void* src, size_t bytes) {
-    bool wait_release;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      wait_release = b.release_recorded;
-    }
-    if (wait_release) RL_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, b.released, 0));
-    RL_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.ptr, src, bytes, cudaMemcpyHostToDevice, stream_));
-    RL_CUDA_RETURN_IF_ERROR(cudaEventRecord(b.copied, stream_));
-    return absl::OkStatus();
-  }
-
-  // The stager thread: returns host slots in copy order, as soon as each copy completed.
-  void WaitCopies() {
-    NameCurrentThread("rl-stage");
-    CudaCheckQuiet(cudaSetDevice(device_), "cudaSetDevice");
-    std::chrono::steady_clock::time_point last_done{};
-    while (true) {
-      Pending next;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        pending_cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
-        if (pending_.empty()) return;  // stop_ and drained
-        next = std::move(pending_.front());
-        pending_.pop_front();
-      }
-      // A later re-record of the same event only makes this wait longer, never shorter.
-      CudaCheckQuiet(cudaEventSynchronize(next.copied), "cudaEventSynchronize");
-      next.host_owner.reset();  // the host slot goes back to the free list
-      const auto done = std::chrono::steady_clock::now();
-      copy_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(done - std::max(next.issued, last_done)).count(),
-                         std::memory_order_relaxed);
-      bytes_copied_.fetch_add(static_cast<int64_t>(next.bytes), std::memory_order_relaxed);
-      last_done = done;
-    }
-  }
-
   const int device_;
-  const size_t buffer_bytes_;
-  const int max_buffers_;
-  cudaStream_t stream_ = nullptr;
-  std::vector<Buffer> buffers_;  // sized once in Init; entries owned by one user at a time
-  mutable std::mutex mu_;
-  std::vector<int> free_;
-  int allocated_ = 0;
-  int held_ = 0;
-  std::deque<Pending> pending_;
-  std::condition_variable pending_cv_;
-  bool stop_ = false;
-  std::atomic<int64_t> bytes_copied_{0};
-  std::atomic<int64_t> copy_ns_{0};
-  std::thread waiter_;
 };
-
-CudaLease::~CudaLease() { stager_->Release(index_, consumer_stream_.load(std::memory_order_acquire)); }
-
-int CudaLease::device() const { return stager_->device(); }
-
-absl::Status CudaLease::WaitOn(intptr_t stream) {
-  if (stream == -1) return absl::OkStatus();
-  ScopedDevice guard(stager_->device());
-  RL_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(StreamFromDlpack(stream), copied_, 0));
-  consumer_stream_.store(stream, std::memory_order_release);
-  return absl::OkStatus();
-}
-
-bool CudaLease::CopyDone() const {
-  ScopedDevice guard(stager_->device());
-  return cudaEventQuery(copied_) == cudaSuccess;
-}
 
 }  // namespace
 
@@ -382,7 +222,7 @@ std::string CudaPciBusId(int ordinal) {
   return id;
 }
 
-absl::StatusOr<std::shared_ptr<DeviceStager>> MakeDeviceStager(int ordinal, size_t buffer_bytes, int max_buffers) {
+absl::StatusOr<std::shared_ptr<DeviceRuntime>> MakeCudaRuntime(int ordinal) {
   std::string why;
   if (!CudaDeviceAvailable(&why)) {
     return absl::FailedPreconditionError(absl::StrCat("device='cuda:", ordinal, "' but ", why));
@@ -393,9 +233,7 @@ absl::StatusOr<std::shared_ptr<DeviceStager>> MakeDeviceStager(int ordinal, size
     return absl::FailedPreconditionError(
         absl::StrCat("device='cuda:", ordinal, "' but only ", count, " CUDA device(s) are visible"));
   }
-  auto stager = std::make_shared<CudaStager>(ordinal, buffer_bytes, std::max(1, max_buffers));
-  if (absl::Status status = stager->Init(); !status.ok()) return status;
-  return std::shared_ptr<DeviceStager>(std::move(stager));
+  return std::shared_ptr<DeviceRuntime>(std::make_shared<CudaRuntime>(ordinal));
 }
 
 }  // namespace ringloader

@@ -21,8 +21,7 @@ std::shared_ptr<SlotAllocator> MakePinnedAllocatorOnNode(int /*node*/, std::stri
 
 std::string CudaPciBusId(int /*ordinal*/) { return ""; }
 
-absl::StatusOr<std::shared_ptr<DeviceStager>> MakeDeviceStager(int ordinal, size_t /*buffer_bytes*/,
-                                                               int /*max_buffers*/) {
+absl::StatusOr<std::shared_ptr<DeviceRuntime>> MakeCudaRuntime(int ordinal) {
   std::string why;
   CudaDeviceAvailable(&why);
   return absl::FailedPreconditionError(absl::StrCat("device='cuda:", ordinal, "' but ", why));

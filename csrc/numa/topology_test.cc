@@ -24,8 +24,6 @@
 namespace ringloader {
 namespace {
 
-using testing::EncodeJpeg;
-using testing::JpegFlavor;
 using testing::MakeTempDir;
 
 void WriteText(const std::string& path, const std::string& text) {
@@ -230,20 +228,7 @@ TEST(AllocationTest, NodeMemoryIsUsableAndCarriesThePreferredPolicy) {
 
 // ---- the Loader ---------------------------------------------------------------------------
 
-std::vector<Sample> SmallDataset(int n) {
-  const std::string dir = MakeTempDir();
-  std::vector<Sample> samples;
-  for (int i = 0; i < n; ++i) {
-    JpegFlavor f;
-    f.width = 96 + i % 5;
-    f.height = 80;
-    f.seed = static_cast<uint64_t>(i + 1);
-    const std::string path = absl::StrCat(dir, "/img_", i, ".jpg");
-    testing::WriteFile(path, EncodeJpeg(f));
-    samples.push_back(Sample{path, i % 2});
-  }
-  return samples;
-}
+std::vector<Sample> SmallDataset(int n) { return testing::WriteJpegDataset(MakeTempDir(), n, 2); }
 
 LoaderOptions SmallOptions() {
   LoaderOptions o;

@@ -7,6 +7,10 @@
 //
 // Per-sample hand-offs go through lock-free BoundedQueues; per-batch events (slot acquired,
 // batch complete, batch consumed) take a mutex, which costs nothing at batch granularity.
+//
+// With a device, a stage thread sits between the window and Next(): it takes each batch as soon
+// as it is complete, starts its copy into a device buffer (DeviceStager), and queues the device
+// batch for Next(), so a batch is on its way to the GPU before the training step asks for it.
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
+#include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "decode/jpeg_decoder.h"
 #include "io/reader.h"
@@ -175,6 +180,7 @@ struct Loader::Epoch {
     }
     for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(owner->options_.batch_size), 0);
     dispatched = first_batch;
+    taken = first_batch;
   }
 
   ~Epoch() { Cancel(); }
@@ -198,6 +204,12 @@ struct Loader::Epoch {
         Decode();
       });
     }
+    if (loader->stager_) {
+      stage_thread = std::thread([this] {
+        loader->EnterPipelineThread("rl-stage");
+        StageBatches();
+      });
+    }
   }
 
   void Cancel() {
@@ -211,13 +223,15 @@ struct Loader::Epoch {
     for (auto& t : workers) t.join();
     readers.clear();
     workers.clear();
-    // Slots of batches that were dispatched but never delivered go back to the free list.
-    for (int64_t b = next_batch; b < dispatched; ++b) {
+    if (stage_thread.joinable()) stage_thread.join();  // its waits are sliced and see `cancel`
+    // Slots of batches that were dispatched but never taken go back to the free list. (Staged
+    // device batches that were never delivered release their buffers with `staged`.)
+    for (int64_t b = taken; b < dispatched; ++b) {
       BatchTask& task = Task(b);
       if (task.slot >= 0) loader->pool_->Recycle(task.slot);
       task.slot = -1;
     }
-    dispatched = next_batch;
+    dispatched = taken;
   }
 
   BatchTask& Task(int64_t batch) { return window[static_cast<size_t>(batch) % window.size()]; }
@@ -233,6 +247,177 @@ struct Loader::Epoch {
     std::lock_guard<std::mutex> lock(ready_mu);
     if (fatal.ok()) fatal = std::move(status);
     ready_cv.notify_all();
+  }
+
+  // A complete batch taken out of the window: its slot, with rows skipped by ErrorPolicy::kSkip
+  // closed up. A batch with an error, or with every row skipped, has no slot (it was recycled).
+  struct Taken {
+    int slot = -1;
+    int size = 0;
+    absl::Status error;
+  };
+
+  // Waits until batch `b` (== taken) is complete and takes it. Not OK when it was not taken: a
+  // fatal pipeline error, DeadlineExceeded after `timeout_seconds` > 0, Cancelled, or, for the
+  // consumer (`consumer`), ResourceExhausted when it holds every slot. The stage thread instead
+  // waits out exhaustion: its slots come back as their copies complete.
+  absl::StatusOr<Taken> Take(int64_t b, Clock::time_point start, double timeout_seconds, bool consumer) {
+    BatchTask& task = Task(b);
+    {
+      std::unique_lock<std::mutex> lock(ready_mu);
+      while (!(task.ready && task.number == b)) {
+        if (!fatal.ok()) return fatal;
+        if (cancel.load(std::memory_order_acquire)) return absl::CancelledError("epoch stopped");
+        if (consumer && loader->pool_->Exhausted()) {
+          return absl::ResourceExhaustedError(absl::StrCat(
+              "all ", loader->pool_->max_slots(), " batch slots are held by the consumer; release earlier "
+              "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
+        }
+        if (timeout_seconds > 0 &&
+            std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+          return absl::DeadlineExceededError(
+              absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
+        }
+        // Slices keep the exhaustion, timeout and cancel checks live; a ready batch wakes us at once.
+        ready_cv.wait_for(lock, std::chrono::milliseconds(20));
+      }
+      task.ready = false;
+    }
+    taken = b + 1;
+    Taken out;
+    {
+      std::lock_guard<std::mutex> lock(task.error_mu);
+      out.error = task.error;
+    }
+    out.slot = task.slot;
+    out.size = task.size;
+    task.slot = -1;
+    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    if (out.error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
+      // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
+      uint8_t* base = loader->pool_->data(out.slot);
+      int64_t* labels = layout.labels(base);
+      int64_t* row_indices = layout.indices(base);
+      int kept = 0;
+      for (int r = 0; r < out.size; ++r) {
+        if (task.skip[static_cast<size_t>(r)]) continue;
+        if (kept != r) {
+          std::memmove(base + layout.sample_bytes * kept, base + layout.sample_bytes * r, layout.sample_bytes);
+          labels[kept] = labels[r];
+          row_indices[kept] = row_indices[r];
+        }
+        ++kept;
+      }
+      out.size = kept;
+    }
+    if (!out.error.ok() || out.size == 0) {
+      loader->pool_->Recycle(out.slot);
+      out.slot = -1;
+    }
+    return out;
+  }
+
+  // Host path: the consumer takes batches straight from the window.
+  absl::StatusOr<Batch> NextHost(Clock::time_point start, double timeout_seconds) {
+    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    while (true) {  // loops only past batches whose every sample was skipped
+      const int64_t b = next_batch;
+      if (b >= num_batches) return absl::OutOfRangeError("end of epoch");
+      RL_ASSIGN_OR_RETURN(Taken t, Take(b, start, timeout_seconds, /*consumer=*/true));
+      next_batch = b + 1;
+      if (!t.error.ok()) return t.error;
+      if (t.size == 0) continue;
+      Batch batch = loader->BatchShell(b, t.size);
+      uint8_t* base = loader->pool_->data(t.slot);
+      batch.lease_ = loader->pool_->Deliver(t.slot);
+      batch.images_ = base;
+      batch.labels_ = layout.labels(base);
+      batch.indices_ = layout.indices(base);
+      batch.pinned_ = loader->pool_->pinned();
+      return batch;
+    }
+  }
+
+  // Device path, the stage thread: takes batches in order as they complete and starts their
+  // copies, never more than the stager's ring allows; Next() picks them up from `staged`.
+  void StageBatches() {
+    DeviceStager& stager = *loader->stager_;
+    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    for (int64_t b = taken; b < num_batches; ++b) {
+      // A device buffer first, so a batch is taken out of the window only when it can be staged.
+      while (!stager.WaitForFreeBuffer(std::chrono::milliseconds(20))) {
+        if (cancel.load(std::memory_order_acquire)) return;
+        SetStageWaiting(true);
+      }
+      SetStageWaiting(false);
+      absl::StatusOr<Taken> t = Take(b, Clock::now(), 0, /*consumer=*/false);
+      if (!t.ok()) {
+        if (!absl::IsCancelled(t.status())) PushStaged(StagedBatch{b, t.status(), Batch()}, /*fatal=*/true);
+        return;
+      }
+      if (!t->error.ok()) {
+        PushStaged(StagedBatch{b, std::move(t->error), Batch()});
+        continue;
+      }
+      if (t->size == 0) continue;
+      // The whole slot (images, labels, indices) in one copy; the stager keeps the host lease
+      // until the copy completed, then the slot returns to the free list.
+      uint8_t* base = loader->pool_->data(t->slot);
+      absl::StatusOr<std::shared_ptr<DeviceLease>> lease =
+          stager.Stage(base, loader->pool_->slot_bytes(), loader->pool_->Deliver(t->slot));
+      if (!lease.ok()) {
+        PushStaged(StagedBatch{b, absl::Status(lease.status().code(),
+                                               absl::StrCat("batch ", b, ": ", lease.status().message())),
+                               Batch()});
+        continue;
+      }
+      Batch batch = loader->BatchShell(b, t->size);
+      auto* device_base = static_cast<uint8_t*>((*lease)->data());
+      batch.device_lease_ = std::move(*lease);
+      batch.device_ = stager.device();
+      batch.device_images_ = device_base;
+      batch.device_labels_ = layout.labels(device_base);
+      batch.device_indices_ = layout.indices(device_base);
+      batch.pinned_ = loader->pool_->pinned();
+      PushStaged(StagedBatch{b, absl::OkStatus(), std::move(batch)});
+    }
+    std::lock_guard<std::mutex> lock(staged_mu);
+    stage_done = true;
+    staged_cv.notify_all();
+  }
+
+  // Device path, the consumer: the next staged batch (its copy may still be running; the
+  // consumer's stream waits for it on the GPU).
+  absl::StatusOr<Batch> NextStaged(Clock::time_point start, double timeout_seconds) {
+    if (next_batch >= num_batches) return absl::OutOfRangeError("end of epoch");
+    std::unique_lock<std::mutex> lock(staged_mu);
+    while (staged.empty()) {
+      if (!stage_fatal.ok()) return stage_fatal;
+      if (stage_done) {
+        next_batch = num_batches;  // the rest were batches whose every sample was skipped
+        return absl::OutOfRangeError("end of epoch");
+      }
+      // Nothing staged, the stage thread waits for a buffer and none is free: the consumer holds
+      // them all. (A buffer freed a moment ago is seen by HasFreeBuffer before the stage thread
+      // wakes, so this is never reported spuriously.)
+      if (stage_waiting && !loader->stager_->HasFreeBuffer()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "all ", loader->stager_->max_buffers(), " device buffers are held by the consumer; free earlier "
+            "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", next_batch,
+            " is not lost: call again"));
+      }
+      if (timeout_seconds > 0 && std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+        return absl::DeadlineExceededError(absl::StrCat("no batch arrived within ", timeout_seconds,
+                                                        " s (waiting for batch ", next_batch, ")"));
+      }
+      staged_cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    StagedBatch next = std::move(staged.front());
+    staged.pop_front();
+    lock.unlock();
+    next_batch = next.number + 1;
+    if (!next.error.ok()) return next.error;
+    return std::move(next.batch);
   }
 
   // Acquires slots strictly in batch order (so the consumer's next batch is never starved by a
@@ -420,6 +605,30 @@ struct Loader::Epoch {
     }
   }
 
+  // Device path: what the stage thread hands to Next(), in batch order.
+  struct StagedBatch {
+    int64_t number;
+    absl::Status error;  // the batch's error (Next returns it at this batch)
+    Batch batch;
+  };
+
+  void PushStaged(StagedBatch batch, bool fatal_error = false) {
+    std::lock_guard<std::mutex> lock(staged_mu);
+    if (fatal_error) {
+      stage_fatal = std::move(batch.error);
+    } else {
+      staged.push_back(std::move(batch));
+    }
+    staged_cv.notify_all();
+  }
+
+  void SetStageWaiting(bool waiting) {
+    std::lock_guard<std::mutex> lock(staged_mu);
+    if (stage_waiting == waiting) return;
+    stage_waiting = waiting;
+    staged_cv.notify_all();
+  }
+
   Loader* loader;
   const pid_t owner_pid = getpid();  // threads below exist only in this process
   const int64_t epoch;
@@ -428,6 +637,8 @@ struct Loader::Epoch {
   const std::vector<int64_t> offsets;
   const int64_t num_batches;
   int64_t next_batch;  // consumer's cursor (consumer thread only)
+  int64_t taken;       // first batch not yet taken out of the window (by its one taker: the
+                       // consumer, or the stage thread on the device path)
   std::vector<BatchTask> window;
   std::atomic<bool> cancel{false};
   BoundedQueue<ReadRequest> requests;
@@ -437,9 +648,16 @@ struct Loader::Epoch {
   std::condition_variable ready_cv;
   int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
   absl::Status fatal ABSL_GUARDED_BY(ready_mu);
+  std::mutex staged_mu;
+  std::condition_variable staged_cv;
+  std::deque<StagedBatch> staged ABSL_GUARDED_BY(staged_mu);
+  absl::Status stage_fatal ABSL_GUARDED_BY(staged_mu);
+  bool stage_waiting ABSL_GUARDED_BY(staged_mu) = false;  // for a free device buffer
+  bool stage_done ABSL_GUARDED_BY(staged_mu) = false;
   std::thread dispatcher;
   std::vector<std::thread> readers;
   std::vector<std::thread> workers;
+  std::thread stage_thread;
 };
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
@@ -450,16 +668,21 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   // Device and placement are decided before any memory is allocated: the slot allocator
   // depends on both.
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
+  std::shared_ptr<DeviceRuntime> runtime = options.device_runtime;
+  if (!runtime && ordinal >= 0) {
+    RL_ASSIGN_OR_RETURN(runtime, MakeCudaRuntime(ordinal));
+  }
   std::shared_ptr<DeviceStager> stager;
-  if (ordinal >= 0) {
+  if (runtime) {
     const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
-    // The ring bounds batches in flight on the device (being copied or held by the consumer).
-    RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(ordinal, slot_bytes, options.prefetch_batches));
+    // The ring bounds device memory: prefetch_batches staged ahead plus the consumer's batch.
+    RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(std::move(runtime), slot_bytes, options.prefetch_batches + 1));
   }
   RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(options.numa.sysfs_root));
   RL_ASSIGN_OR_RETURN(NumaPlacement placement,
                       ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
-                                          ordinal >= 0 ? CudaPciBusId(ordinal) : std::string()));
+                                          ordinal >= 0 && !options.device_runtime ? CudaPciBusId(ordinal)
+                                                                                  : std::string()));
   std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline),
                                             std::move(placement), std::move(stager)));
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
@@ -571,106 +794,26 @@ absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
 
 absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   if (!epoch_) return absl::FailedPreconditionError("Next() before StartEpoch()");
-  Epoch& e = *epoch_;
   const auto start = Clock::now();
-  const SlotLayout layout = LayoutOf(pipeline_, options_.batch_size);
-  const size_t sample_bytes = layout.sample_bytes;
-  while (true) {  // loops only past batches whose every sample was skipped
-    const int64_t b = e.next_batch;
-    if (b >= e.num_batches) return absl::OutOfRangeError("end of epoch");
-    if (stager_ && !stager_->HasFreeBuffer()) {
-      // Checked before the host batch is taken, so it is not lost.
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "all ", stager_->max_buffers(), " device buffers are held by the consumer; free earlier "
-          "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", b, " is not lost: call again"));
-    }
-    Epoch::BatchTask& task = e.Task(b);
-    {
-      std::unique_lock<std::mutex> lock(e.ready_mu);
-      while (!(task.ready && task.number == b)) {
-        if (!e.fatal.ok()) return e.fatal;
-        if (pool_->Exhausted()) {
-          return absl::ResourceExhaustedError(absl::StrCat(
-              "all ", pool_->max_slots(), " batch slots are held by the consumer; release earlier "
-              "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
-        }
-        if (timeout_seconds > 0 &&
-            std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
-          return absl::DeadlineExceededError(
-              absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
-        }
-        // Slices keep the exhaustion and timeout checks live; a ready batch wakes us at once.
-        e.ready_cv.wait_for(lock, std::chrono::milliseconds(20));
-      }
-      task.ready = false;
-    }
-    e.next_batch = b + 1;
-    absl::Status error;
-    {
-      std::lock_guard<std::mutex> lock(task.error_mu);
-      error = task.error;
-    }
-    const int slot = task.slot;
-    task.slot = -1;
-    uint8_t* base = pool_->data(slot);
-    int64_t* labels = layout.labels(base);
-    int64_t* indices = layout.indices(base);
-    int size = task.size;
-    if (error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
-      // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
-      int kept = 0;
-      for (int r = 0; r < size; ++r) {
-        if (task.skip[static_cast<size_t>(r)]) continue;
-        if (kept != r) {
-          std::memmove(base + sample_bytes * kept, base + sample_bytes * r, sample_bytes);
-          labels[kept] = labels[r];
-          indices[kept] = indices[r];
-        }
-        ++kept;
-      }
-      size = kept;
-    }
-    if (!error.ok() || size == 0) {
-      pool_->Recycle(slot);
-      if (!error.ok()) {
-        counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
-        return error;
-      }
-      continue;
-    }
+  absl::StatusOr<Batch> batch =
+      stager_ ? epoch_->NextStaged(start, timeout_seconds) : epoch_->NextHost(start, timeout_seconds);
+  if (batch.ok() || !absl::IsOutOfRange(batch.status())) {
     counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
-    Batch batch;
-    if (stager_) {
-      // The whole slot (images, labels, indices) in one copy; the stager keeps the host lease
-      // until the copy completed, then the slot returns to the free list.
-      absl::StatusOr<std::shared_ptr<DeviceLease>> staged =
-          stager_->Stage(base, pool_->slot_bytes(), pool_->Deliver(slot));
-      if (!staged.ok()) return staged.status();
-      auto* device_base = static_cast<uint8_t*>((*staged)->data());
-      batch.device_lease_ = std::move(*staged);
-      batch.device_ = stager_->device();
-      batch.device_images_ = device_base;
-      batch.device_labels_ = layout.labels(device_base);
-      batch.device_indices_ = layout.indices(device_base);
-      base = nullptr;
-      labels = indices = nullptr;
-    } else {
-      batch.lease_ = pool_->Deliver(slot);
-    }
-    batch.number_ = b;
-    batch.size_ = size;
-    batch.height_ = pipeline_.out_h();
-    batch.width_ = pipeline_.out_w();
-    batch.dtype_ = pipeline_.dtype();
-    batch.layout_ = pipeline_.layout();
-    batch.sample_bytes_ = sample_bytes;
-    batch.images_ = base;
-    batch.labels_ = labels;
-    batch.indices_ = indices;
-    batch.pinned_ = pool_->pinned();
-    counters_->batches.fetch_add(1, std::memory_order_relaxed);
-    return batch;
   }
+  if (batch.ok()) counters_->batches.fetch_add(1, std::memory_order_relaxed);
+  return batch;
+}
+
+Batch Loader::BatchShell(int64_t number, int size) const {
+  Batch batch;
+  batch.number_ = number;
+  batch.size_ = size;
+  batch.height_ = pipeline_.out_h();
+  batch.width_ = pipeline_.out_w();
+  batch.dtype_ = pipeline_.dtype();
+  batch.layout_ = pipeline_.layout();
+  batch.sample_bytes_ = pipeline_.SampleBytes();
+  return batch;
 }
 
 int64_t Loader::BatchesPerEpoch() const { return ringloader::BatchesPerEpoch(BuiltinSampler()); }
@@ -711,7 +854,7 @@ LoaderStats Loader::Stats() const {
   s.numa_cpus = FormatCpuList(placement_->cpus);
   s.numa_note = placement_->note;
   s.threads_pinned = counters_->threads_pinned.load(std::memory_order_relaxed);
-  s.device = stager_ ? absl::StrCat("cuda:", stager_->device()) : "cpu";
+  s.device = stager_ ? stager_->name() : "cpu";
   if (stager_) {
     s.device_buffers = stager_->buffers_allocated();
     s.device_buffers_held = stager_->buffers_held();

@@ -12,26 +12,10 @@
 namespace ringloader {
 namespace {
 
-using testing::EncodeJpeg;
-using testing::JpegFlavor;
 using testing::MakeTempDir;
 using testing::WriteFile;
 
-std::vector<Sample> MakeDataset(int n, const std::string& dir) {
-  std::vector<Sample> samples;
-  for (int i = 0; i < n; ++i) {
-    JpegFlavor f;
-    f.width = 120 + (i * 37) % 90;
-    f.height = 100 + (i * 53) % 80;
-    f.seed = static_cast<uint64_t>(i + 1);
-    f.progressive = i % 7 == 3;
-    if (i % 11 == 5) f.color = JpegFlavor::Color::kGray;
-    const std::string path = absl::StrCat(dir, "/class_", i % 3, "/img_", i, ".jpg");
-    WriteFile(path, EncodeJpeg(f));
-    samples.push_back(Sample{path, i % 3});
-  }
-  return samples;
-}
+std::vector<Sample> MakeDataset(int n, const std::string& dir) { return testing::WriteJpegDataset(dir, n); }
 
 LoaderOptions TrainOptions() {
   LoaderOptions o;

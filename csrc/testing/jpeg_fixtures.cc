@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
 
@@ -177,6 +179,23 @@ std::string MakeTempDir() {
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) Fail("mkdtemp(" + pattern + ") failed");
   return std::string(buf.data());
+}
+
+std::vector<Sample> WriteJpegDataset(const std::string& dir, int n, int classes) {
+  std::vector<Sample> samples;
+  for (int i = 0; i < n; ++i) {
+    JpegFlavor f;
+    f.width = 120 + (i * 37) % 90;
+    f.height = 100 + (i * 53) % 80;
+    f.seed = static_cast<uint64_t>(i + 1);
+    f.progressive = i % 7 == 3;
+    if (i % 11 == 5) f.color = JpegFlavor::Color::kGray;
+    const int label = i % classes;
+    const std::string path = absl::StrCat(dir, "/class_", label, "/img_", i, ".jpg");
+    WriteFile(path, EncodeJpeg(f));
+    samples.push_back(Sample{path, label});
+  }
+  return samples;
 }
 
 }  // namespace ringloader::testing

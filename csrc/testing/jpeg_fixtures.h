@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "decode/jpeg_decoder.h"
+#include "ringloader/ringloader.h"
 
 namespace ringloader::testing {
 
@@ -36,5 +37,9 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
 
 /// A fresh, empty temporary directory (removed by the OS's tmp cleaning; tests may delete it).
 std::string MakeTempDir();
+
+/// `n` small JPEGs of mixed sizes (120..209 x 100..179; every 7th progressive, every 11th gray)
+/// written as `dir`/class_<label>/img_<i>.jpg with label i % classes, in index order.
+std::vector<Sample> WriteJpegDataset(const std::string& dir, int n, int classes = 3);
 
 }  // namespace ringloader::testing

@@ -31,6 +31,7 @@ class SlotPool;
 struct SamplerOptions;
 class DeviceStager;
 class DeviceLease;
+class DeviceRuntime;
 struct NumaPlacement;
 
 /// One item of a dataset: a file and its class label.
@@ -96,11 +97,16 @@ struct LoaderOptions {
   std::shared_ptr<SlotAllocator> allocator;
   /// Thread and memory placement (see NumaOption).
   NumaOption numa;
-  /// "cpu" (batches stay in host slots) or "cuda" / "cuda:N": each batch is copied on the
-  /// loader's own stream into a bounded ring of `prefetch_batches` device buffers, and the host
-  /// slot is recycled once the copy completed. Without a visible GPU (or a CUDA build),
-  /// Create fails with FailedPrecondition. Implies pinned slots unless `allocator` is given.
+  /// "cpu" (batches stay in host slots) or "cuda" / "cuda:N": as soon as a batch is complete, a
+  /// stage thread copies it on the loader's own stream into a ring of `prefetch_batches + 1`
+  /// device buffers (up to `prefetch_batches` staged ahead of the consumer, plus the one it is
+  /// using), and the host slot is recycled once the copy completed. Without a visible GPU (or a
+  /// CUDA build), Create fails with FailedPrecondition. Implies pinned slots unless `allocator`
+  /// is given.
   std::string device = "cpu";
+  /// Stages through this runtime instead of CUDA (and regardless of `device`): the tests'
+  /// simulated device, or another backend. Null: CUDA when `device` names one.
+  std::shared_ptr<DeviceRuntime> device_runtime;
 };
 
 /// A delivered batch. Its memory stays valid while any copy of the Batch (or a lease taken
@@ -187,7 +193,7 @@ struct LoaderStats {
                                  ///< sched_getaffinity after pinning ("" before any epoch).
   std::string device;            ///< "cpu" or "cuda:N".
   int device_buffers = 0;        ///< Device buffers allocated (bounded by prefetch_batches).
-  int device_buffers_held = 0;   ///< ... of which the consumer holds.
+  int device_buffers_held = 0;   ///< ... of which hold a batch (staged ahead or held by the consumer).
   int64_t device_bytes = 0;      ///< Bytes copied to the device (completed copies).
   double device_copy_seconds = 0;  ///< Copy-engine busy time as the stager observed it.
   std::string last_error;
@@ -218,8 +224,9 @@ class Loader {
   /// Next batch in order. OutOfRange at the end of the epoch; FailedPrecondition before
   /// StartEpoch; a sample's error (message and payloads name index and path) at the batch it
   /// belongs to, after all earlier batches — the following call continues with the next batch;
-  /// ResourceExhausted when the consumer holds every slot (the batch is not lost: release
-  /// batches and call again); DeadlineExceeded after `timeout_seconds` > 0 without a batch.
+  /// ResourceExhausted when the consumer holds every slot, or every device buffer (the batch is
+  /// not lost: release batches and call again); DeadlineExceeded after `timeout_seconds` > 0
+  /// without a batch.
   absl::StatusOr<Batch> Next(double timeout_seconds = 0);
   /// Stops the epoch in progress and joins its threads. Delivered batches stay valid.
   void Stop();
@@ -248,6 +255,8 @@ class Loader {
          NumaPlacement placement, std::shared_ptr<DeviceStager> stager);
   // Pins and names a pipeline thread and records where it ended up (LoaderStats).
   void EnterPipelineThread(const char* name) const;
+  // A Batch's shape fields for batch `number` of `size` samples (memory is set by the caller).
+  Batch BatchShell(int64_t number, int size) const;
 
   std::vector<Sample> samples_;
   LoaderOptions options_;
