@@ -402,7 +402,10 @@ def _heavy_metadata_jpeg() -> bytes:
     try:
         from PIL import ImageCms
 
-        kwargs["icc_profile"] = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+        icc = bytearray(ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes())
+        # The header's creation time (bytes 24-35) is "now": fix it so the file is deterministic.
+        icc[24:36] = bytes([0x07, 0xE4, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0])  # 2020-01-01 00:00:00
+        kwargs["icc_profile"] = bytes(icc)
     except Exception:  # littlecms not available: EXIF/XMP/COM are still there
         pass
     return jpeg_bytes(160, 120, seed=11, **kwargs)
