@@ -7,8 +7,9 @@ Two paths:
   DLPack and their slot is recycled when the tensors are freed.
 * **generic** — any other ``torch.utils.data.Dataset``: reading, ``__getitem__`` and collation
   are delegated to ``torch.utils.data.DataLoader`` with the same arguments, so results match
-  torch's; ringloader still shards (``rank``/``world_size`` or a process group) and stages:
-  with ``device=`` each batch is copied on a side CUDA stream while the previous one is in use.
+  torch's; ringloader still shards (``rank``/``world_size`` or a process group), stages (with
+  ``device=`` each batch is copied on a side CUDA stream while the previous one is in use) and
+  checkpoints (``state_dict``: the epoch's sample order resumes exactly; see its docstring).
 
 ``loader.native`` tells which path a loader takes.
 """
@@ -68,14 +69,18 @@ class DataLoader:
       constructing thread runs on) or a node number (``ValueError`` if it does not exist).
       Reader and decode threads are pinned to that node's CPUs (never outside the process's
       affinity mask) and slot memory is allocated on it. ``loader.describe()`` says what was done.
-    * ``device``: ``None``/``"cpu"`` (batches in host slots) or ``"cuda"``/``"cuda:N"``: each
-      batch is copied on the loader's own CUDA stream into a ring of device buffers and yielded
-      as CUDA tensors (images and labels). No host synchronisation: ``torch.from_dlpack`` makes
-      the current stream wait for the copy. The ring holds ``max(2, prefetch_factor *
-      num_workers)`` buffers, the same number of batches that are decoded ahead on the host; a
-      buffer is reused once all tensors of its batch are freed (hold more batches than that and
-      iteration raises ``SlotsExhaustedError``). Slots are page-locked automatically. Without a
-      visible GPU, construction raises ``RuntimeError``.
+    * ``device``: ``None``/``"cpu"`` (batches in host slots) or ``"cuda"``/``"cuda:N"``: as
+      soon as a batch is decoded, a native stage thread copies it on the loader's own CUDA stream
+      into a ring of device buffers, so it is on the GPU before the training step asks for it;
+      batches are yielded as CUDA tensors (images and labels). No host synchronisation:
+      ``torch.from_dlpack`` makes the current stream wait for the copy. ``prefetch_factor`` maps
+      to ``P = max(2, prefetch_factor * num_workers)`` batches: P are decoded ahead into host
+      slots, and up to P more are staged ahead on the device; the ring holds ``P + 1`` buffers
+      (the staged ones and the one the step uses), so device memory is bounded by ``P + 1``
+      batches. A buffer is reused once the images of its batch are freed (labels are a small
+      copy and never hold it); hold more batches than the ring and iteration raises
+      ``SlotsExhaustedError`` (nothing is lost: free some and go on). Slots are page-locked
+      automatically. Without a visible GPU, construction raises ``RuntimeError``.
 
     Distributed: with ``rank``/``world_size`` given, or a ``torch.distributed`` process group
     initialised and no ``sampler``/``batch_sampler`` given, each rank reads its shard exactly as
@@ -154,11 +159,23 @@ class DataLoader:
             )
             if not in_order:
                 kwargs["in_order"] = False
-            self._generic = tud.DataLoader(dataset, **kwargs)
-            self.batch_size = self._generic.batch_size
-            self.drop_last = self._generic.drop_last
-            self.sampler = self._generic.sampler
-            self.batch_sampler = self._generic.batch_sampler
+            torch_loader = tud.DataLoader(dataset, **kwargs)  # torch validates the arguments
+            self.batch_size = torch_loader.batch_size
+            self.drop_last = torch_loader.drop_last
+            self.sampler = torch_loader.sampler
+            self.batch_sampler = torch_loader.batch_sampler
+            self._epoch = 0
+            self._resume: Optional[dict] = None
+            self._current: Optional["_Progress"] = None
+            self._planned = None
+            if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
+                # torch's loader again, drawing its batches from an epoch plan: the same order and
+                # RNG consumption, and a plan can be resumed mid-epoch (state_dict).
+                self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset))
+                for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+                    kwargs.pop(name)
+                torch_loader = tud.DataLoader(dataset, batch_sampler=self._planned, **kwargs)
+            self._generic = torch_loader
             return
 
         # ---- native path: validate like torch, then build the sampling chain with torch's own
@@ -239,14 +256,15 @@ class DataLoader:
 
     def __len__(self) -> int:
         if not self.native:
-            return len(self._generic)
+            return len(self._generic) if self._planned is None else len(self.batch_sampler)
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         if not self.native:
-            if self._device is None:
-                return iter(self._generic)
-            return _device_prefetch(iter(self._generic), self._device)
+            batches = iter(self._generic)
+            if self._device is not None:
+                batches = _device_prefetch(batches, self._device)
+            return batches if self._planned is None else _count_delivered(self, batches)
         if self._pid != os.getpid():
             # A fork()ed child: the parent's native threads do not exist here. Start afresh.
             self._native = self._make_native()
@@ -262,39 +280,50 @@ class DataLoader:
         target = getattr(self.batch_sampler, "sampler", self.sampler)
         if hasattr(target, "set_epoch"):
             target.set_epoch(epoch)
-        if self.native:
-            self._epoch = int(epoch)
+        self._epoch = int(epoch)
 
     def state_dict(self) -> dict:
         """A mid-epoch checkpoint: a few integers (see ``ringloader._order`` for the sampler part).
 
         ``load_state_dict`` on a loader over the same dataset makes its next ``iter()`` yield exactly
         the batches this one had not yet delivered, bit-identical, then continue with later epochs.
+
+        Generic path (any map-style Dataset): the remaining batches hold exactly the remaining
+        samples, in order. Randomness inside ``__getitem__`` is the dataset's own: torch seeds its
+        workers from a fresh base seed each ``iter()``, so random augmentations of the resumed
+        batches are not those the first run would have drawn. Unbatched loaders
+        (``batch_size=None``) and IterableDatasets have no order to resume: TypeError.
         """
-        if not self.native:
-            raise TypeError("state_dict() needs the native path (a ringloader.ImageFolder dataset)")
+        if not self.native and self._planned is None:
+            raise TypeError("state_dict() needs a map-style dataset with batches (batch_size or batch_sampler): "
+                            "an IterableDataset or batch_size=None has no sample order to resume")
         it = self._current
         if it is None or it.done:
             return {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
-        return {
+        state = {
             "version": 1,
             "epoch": it.epoch,
             "delivered": it.skip + it.delivered,
             "complete": False,
-            "base_seed": it.seed,
             "sampler": it.sampler_state,
             "dataset_size": len(self.dataset),
         }
+        if it.seed is not None:
+            state["base_seed"] = it.seed  # native: the augmentation seed of the epoch
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`; also onto another world size (see the README)."""
-        if not self.native:
-            raise TypeError("load_state_dict() needs the native path (a ringloader.ImageFolder dataset)")
+        if not self.native and self._planned is None:
+            raise TypeError("load_state_dict() needs a map-style dataset with batches (batch_size or batch_sampler)")
         if state.get("version") != 1:
             raise ValueError(f"unknown ringloader state version {state.get('version')!r}")
         if not state["complete"] and state["dataset_size"] != len(self.dataset):
             raise ValueError(f"checkpoint is for a dataset of {state['dataset_size']} samples, "
                              f"this one has {len(self.dataset)}")
+        if self.native and not state["complete"] and "base_seed" not in state:
+            raise ValueError("this checkpoint comes from a generic-path loader (no base_seed); the native "
+                             "path needs one to reproduce its augmentations")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
 
@@ -315,7 +344,7 @@ class DataLoader:
         lines = [
             "ringloader.DataLoader (native)",
             f"  threads: {self._options['num_workers']} decode, {self._options['reader_threads']} reader, "
-            f"1 dispatcher" + (", 1 stager" if s["device"] != "cpu" else ""),
+            f"1 dispatcher" + (", 1 device stage thread" if s["device"] != "cpu" else ""),
             f"  numa:    {'node ' + str(node) if node >= 0 else 'not placed'} ({s['numa_note']})",
             f"  cpus:    {s['numa_cpus'] or 'not pinned'}"
             + (f"; {s['threads_pinned']} threads pinned, read back: {s['thread_cpus']}"
@@ -350,10 +379,65 @@ class _Progress:
 
     __slots__ = ("epoch", "seed", "sampler_state", "skip", "delivered", "done")
 
-    def __init__(self, epoch: int, seed: int, sampler_state: dict, skip: int):
+    def __init__(self, epoch: int, seed: Optional[int], sampler_state: dict, skip: int):
         self.epoch, self.seed, self.sampler_state, self.skip = epoch, seed, sampler_state, skip
         self.delivered = 0
         self.done = False
+
+
+def _resumed_batches(loader: DataLoader, state: dict, n: int):
+    """(batches, sampler state, batches skipped) that finish the epoch ``state`` was taken in."""
+    delivered = int(state["delivered"])
+    sampler_state = state["sampler"]
+    target = getattr(loader.batch_sampler, "sampler", loader.sampler)
+    if sampler_state["kind"] == "distributed" and (
+            sampler_state["num_replicas"] != getattr(target, "num_replicas", 1)):
+        batches = _order.reshard_remaining(
+            sampler_state, delivered, n, getattr(target, "rank", 0),
+            getattr(target, "num_replicas", 1), loader.batch_size, loader.drop_last)
+        # The new layout's epoch is what remains; its own checkpoints count from there.
+        return batches, {"kind": "opaque_resharded"}, 0
+    return _order.replay_epoch(sampler_state, loader.batch_sampler, n)[delivered:], sampler_state, delivered
+
+
+class _PlannedBatches:
+    """The generic path's batch sampler: torch's own batch sampler, evaluated as an epoch plan.
+
+    torch's loader iterates it in the main process when it first needs indices, after drawing its
+    base seed, the moment torch's own sampler would draw: so order and RNG consumption are
+    torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
+    """
+
+    def __init__(self, loader: DataLoader, batch_sampler: Any, dataset_len: int):
+        self._loader, self._inner, self._n = loader, batch_sampler, dataset_len
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __iter__(self):
+        loader = self._loader
+        resume, loader._resume = loader._resume, None
+        if resume is None:
+            plan = _order.plan_epoch(self._inner, self._n)
+            batches, sampler_state, skip = plan.batches, plan.sampler_state, 0
+        else:
+            batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
+        loader._current = _Progress(loader._epoch, None, sampler_state, skip)
+        loader._epoch += 1
+        yield from batches
+
+
+def _count_delivered(loader: DataLoader, batches: Iterator[Any]) -> Iterator[Any]:
+    """Counts the batches the caller received (after torch's prefetching and any device
+    staging, which run ahead), for the generic path's state_dict."""
+    progress = None
+    for batch in batches:
+        if progress is None:
+            progress = loader._current  # made by _PlannedBatches when torch first drew from it
+        progress.delivered += 1
+        yield batch
+    if loader._current is not None:
+        loader._current.done = True
 
 
 class _NativeIter:
@@ -374,8 +458,7 @@ class _NativeIter:
             batches, self._sampler_state = plan.batches, plan.sampler_state
         else:
             self._seed = resume["base_seed"]
-            self._sampler_state = resume["sampler"]
-            batches = self._resumed_batches(loader, resume, n)
+            batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
         flat, offsets = _order.to_arrays(batches)
         loader._generation += 1
         self._generation = loader._generation
@@ -390,21 +473,6 @@ class _NativeIter:
         self._len = len(batches)
         loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets)
         self._done = False
-
-    def _resumed_batches(self, loader: DataLoader, state: dict, n: int):
-        delivered = int(state["delivered"])
-        sampler_state = state["sampler"]
-        target = getattr(loader.batch_sampler, "sampler", loader.sampler)
-        if sampler_state["kind"] == "distributed" and (
-                sampler_state["num_replicas"] != getattr(target, "num_replicas", 1)):
-            batches = _order.reshard_remaining(
-                sampler_state, delivered, n, getattr(target, "rank", 0),
-                getattr(target, "num_replicas", 1), loader.batch_size, loader.drop_last)
-            # The new layout's epoch is what remains; its own checkpoints count from there.
-            self._sampler_state = {"kind": "opaque_resharded"}
-            return batches
-        self._skip = delivered
-        return _order.replay_epoch(sampler_state, loader.batch_sampler, n)[delivered:]
 
     def __iter__(self) -> "_NativeIter":
         return self
@@ -432,7 +500,12 @@ class _NativeIter:
         self._progress.delivered = self._delivered
         images, labels, _indices, _number = item
         from_dlpack = self._torch.from_dlpack
-        return from_dlpack(images), from_dlpack(labels)
+        images, labels = from_dlpack(images), from_dlpack(labels)
+        if labels.is_cuda:
+            # A copy on the current stream, after the wait from_dlpack queued: keeping labels (for
+            # metrics) must not keep the batch's device buffer out of the ring.
+            labels = labels.clone()
+        return images, labels
 
     def __del__(self):
         # An abandoned epoch (break, exception in the loop) stops its threads now rather than at

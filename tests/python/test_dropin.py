@@ -113,6 +113,89 @@ def test_state_dict_resume_is_bit_identical(ids_tree: Path, kind: str):
     assert resumed.state_dict()["epoch"] == 1
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("kind", ["sequential", "shuffle", "generator"])
+def test_generic_path_keeps_torchs_order_and_resumes_mid_epoch(kind: str, workers: int):
+    data = list(range(37))  # any map-style dataset
+
+    def kwargs():
+        kw = dict(batch_size=4, num_workers=workers)
+        if kind == "shuffle":
+            kw["shuffle"] = True
+        if kind == "generator":
+            kw.update(shuffle=True, generator=torch.Generator().manual_seed(11))
+        return kw
+
+    def order(loader):
+        return [b.tolist() for b in loader]
+
+    torch.manual_seed(3)
+    reference = order(tud.DataLoader(data, **kwargs()))
+    torch.manual_seed(3)
+    full_loader = rl.DataLoader(data, **kwargs())
+    assert not full_loader.native
+    assert order(full_loader) == reference, "planning the epoch changed torch's order or RNG use"
+    assert order(full_loader) != reference or kind == "sequential"  # a new epoch, a new order
+
+    torch.manual_seed(3)
+    first = rl.DataLoader(data, **kwargs())
+    it = iter(first)
+    seen = [next(it).tolist() for _ in range(3)]
+    state = first.state_dict()
+    assert state["delivered"] == 3 and state["epoch"] == 0 and not state["complete"]
+    assert "base_seed" not in state
+    del it
+
+    torch.manual_seed(999)  # the resumed order must not depend on the RNG's state
+    resumed = rl.DataLoader(data, **kwargs())
+    resumed.load_state_dict(state)
+    assert seen + order(resumed) == reference
+    assert resumed.state_dict() == {"version": 1, "epoch": 1, "delivered": 0, "complete": True}
+
+
+def test_generic_path_resumes_onto_another_world_size():
+    data = list(range(30))
+    seen = set()
+    states = []
+    for rank in range(2):
+        loader = rl.DataLoader(data, batch_size=2, shuffle=True, rank=rank, world_size=2, seed=5)
+        it = iter(loader)
+        for _ in range(3):
+            seen.update(next(it).tolist())
+        states.append(loader.state_dict())
+    assert states[0]["sampler"]["kind"] == "distributed"
+    remaining, counts = [], set()
+    for rank in range(3):
+        loader = rl.DataLoader(data, batch_size=2, shuffle=True, rank=rank, world_size=3, seed=5)
+        loader.load_state_dict(states[0])
+        got = [i for b in loader for i in b.tolist()]
+        counts.add(len(got))
+        remaining += got
+    assert len(counts) == 1
+    assert set(remaining) | seen == set(data) and not (set(remaining) & seen)
+    assert len(remaining) - len(set(remaining)) < 3
+
+
+def test_generic_path_state_dict_refuses_what_has_no_order(ids_tree: Path):
+    class Stream(tud.IterableDataset):
+        def __iter__(self):
+            return iter(range(5))
+
+    with pytest.raises(TypeError, match="IterableDataset"):
+        rl.DataLoader(Stream(), batch_size=2).state_dict()
+    unbatched = rl.DataLoader(list(range(5)), batch_size=None)
+    assert [int(x) for x in unbatched] == list(range(5))
+    with pytest.raises(TypeError, match="batch_size=None"):
+        unbatched.state_dict()
+    # A generic checkpoint has no augmentation seed: the native path says so instead of guessing.
+    generic = rl.DataLoader(list(range(30)), batch_size=2)
+    it = iter(generic)
+    next(it)
+    native = rl.DataLoader(rl.ImageFolder(ids_tree, transform=EVAL), batch_size=2)
+    with pytest.raises(ValueError, match="generic-path"):
+        native.load_state_dict(generic.state_dict())
+
+
 def test_state_after_complete_epoch(ids_tree: Path):
     loader = rl.DataLoader(rl.ImageFolder(ids_tree, transform=EVAL), batch_size=8)
     list(loader)
