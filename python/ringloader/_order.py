@@ -8,6 +8,9 @@ epoch, the shard layout), so a checkpoint stores those numbers, never the order 
 * ``RandomSampler`` with a generator: that generator's state before the draw (torch's RNG state;
   the one case that is bytes rather than integers).
 * ``DistributedSampler``: seed, epoch, shuffle, drop_last, num_replicas, rank.
+* an epoch resumed onto another world size ("resharded"): the checkpoint it was resumed from,
+  how many batches each old rank had delivered, and the new num_replicas and rank; nested as
+  deep as the run was resharded, so a resharded epoch can be checkpointed and resharded again.
 
 Any other sampler is evaluated as it is; resuming it needs a ``state_dict``/``load_state_dict``
 pair on the sampler, else ``load_state_dict`` explains what is missing.
@@ -21,7 +24,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard_remaining", "to_arrays"]
+__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays"]
 
 
 @dataclass
@@ -142,9 +145,8 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
             return [list(b) for b in batch_sampler]
         finally:
             generator.set_state(saved)
-    if kind == "distributed":
-        order = _distributed_order(dataset_len, state["seed"], state["epoch"], state["shuffle"],
-                                   state["sampler_drop_last"], state["num_replicas"])
+    if kind in ("distributed", "resharded"):
+        order, _ = _global_order(state, dataset_len)
         return _batch(order[state["rank"]::state["num_replicas"]], bs, drop)
     target = getattr(batch_sampler, "sampler", batch_sampler)
     if "state" in state and hasattr(target, "load_state_dict"):
@@ -156,28 +158,41 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
     )
 
 
-def reshard_remaining(state: Dict[str, Any], delivered: int, dataset_len: int, new_rank: int,
-                      new_world: int, batch_size: int, drop_last: bool) -> List[List[int]]:
-    """Batches for ``new_rank`` of ``new_world`` that finish an epoch recorded on another world size.
+def _global_order(state: Dict[str, Any], dataset_len: int):
+    """(order, real) of a distributed or resharded epoch: the padded global order whose position
+    p belongs to rank p % num_replicas, and how many leading positions are real (not padding)."""
+    if state["kind"] == "distributed":
+        order = _distributed_order(dataset_len, state["seed"], state["epoch"], state["shuffle"],
+                                   state["sampler_drop_last"], state["num_replicas"])
+        return order, min(dataset_len, len(order))
+    if state["kind"] != "resharded":
+        raise ValueError("resuming onto a different world size needs a DistributedSampler checkpoint")
+    parent = state["parent"]
+    order, real = _global_order(parent, dataset_len)
+    consumed = state["parent_delivered"] * parent["batch_size"] * parent["num_replicas"]
+    remaining = order[consumed:real] if consumed < real else []
+    world = state["num_replicas"]
+    per_rank = math.ceil(len(remaining) / world)
+    padded = remaining + (remaining * world)[: per_rank * world - len(remaining)]
+    return padded, len(remaining)
+
+
+def reshard(state: Dict[str, Any], delivered: int, new_rank: int, new_world: int, batch_size: int,
+            drop_last: bool) -> Dict[str, Any]:
+    """The sampler state of an epoch recorded on another world size, finished on ``new_world``.
 
     Rule: with the old layout, every rank had delivered ``delivered`` batches of ``batch_size``, so
     the first ``delivered * batch_size * old_world`` positions of the epoch's global order are done
-    (shards interleave: rank r holds positions r, r + W, ...). The rest of the unpadded order is
-    dealt round-robin to the new ranks, padded from its own head so every rank gets the same count.
-    Every sample not yet seen is seen exactly once, plus that padding.
+    (shards interleave: rank r holds positions r, r + W, ...). The rest of the real (unpadded)
+    order is dealt round-robin to the new ranks, padded from its own head so every rank gets the
+    same count. Every sample not yet seen is seen exactly once, plus that padding. Replay the
+    result with :func:`replay_epoch`; it can itself be checkpointed and resharded again.
     """
-    if state["kind"] != "distributed":
+    if state["kind"] not in ("distributed", "resharded"):
         raise ValueError("resuming onto a different world size needs a DistributedSampler checkpoint")
-    old_world = state["num_replicas"]
-    order = _distributed_order(dataset_len, state["seed"], state["epoch"], state["shuffle"],
-                               state["sampler_drop_last"], old_world)
-    consumed = delivered * state["batch_size"] * old_world
-    remaining = order[consumed:dataset_len] if consumed < dataset_len else []
-    if not remaining:
-        return []
-    per_rank = math.ceil(len(remaining) / new_world)
-    padded = remaining + (remaining * new_world)[: per_rank * new_world - len(remaining)]
-    return _batch(padded[new_rank::new_world], batch_size, drop_last)
+    return {"kind": "resharded", "parent": state, "parent_delivered": int(delivered),
+            "num_replicas": int(new_world), "rank": int(new_rank), "batch_size": batch_size,
+            "drop_last": drop_last}
 
 
 def to_arrays(batches: List[List[int]]):

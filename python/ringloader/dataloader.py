@@ -389,14 +389,16 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     """(batches, sampler state, batches skipped) that finish the epoch ``state`` was taken in."""
     delivered = int(state["delivered"])
     sampler_state = state["sampler"]
-    target = getattr(loader.batch_sampler, "sampler", loader.sampler)
-    if sampler_state["kind"] == "distributed" and (
-            sampler_state["num_replicas"] != getattr(target, "num_replicas", 1)):
-        batches = _order.reshard_remaining(
-            sampler_state, delivered, n, getattr(target, "rank", 0),
-            getattr(target, "num_replicas", 1), loader.batch_size, loader.drop_last)
-        # The new layout's epoch is what remains; its own checkpoints count from there.
-        return batches, {"kind": "opaque_resharded"}, 0
+    if sampler_state["kind"] in ("distributed", "resharded"):
+        target = getattr(loader.batch_sampler, "sampler", loader.sampler)
+        rank, world = getattr(target, "rank", 0), getattr(target, "num_replicas", 1)
+        if sampler_state["num_replicas"] != world:
+            # The new layout's epoch is what remains; its own checkpoints count from there.
+            resharded = _order.reshard(sampler_state, delivered, rank, world, loader.batch_size,
+                                       loader.drop_last)
+            return _order.replay_epoch(resharded, loader.batch_sampler, n), resharded, 0
+        # Same world size: this rank's part of the layout, whichever rank wrote the checkpoint.
+        sampler_state = dict(sampler_state, rank=rank)
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n)[delivered:], sampler_state, delivered
 
 

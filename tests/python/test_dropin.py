@@ -176,6 +176,43 @@ def test_generic_path_resumes_onto_another_world_size():
     assert len(remaining) - len(set(remaining)) < 3
 
 
+def test_a_resharded_epoch_can_be_checkpointed_and_resharded_again():
+    data = list(range(41))
+
+    def ranks(world, state, steps=None):
+        """Each rank of `world` resumes `state`; takes `steps` batches (all if None)."""
+        out = []
+        for rank in range(world):
+            loader = rl.DataLoader(data, batch_size=3, shuffle=True, rank=rank, world_size=world, seed=8)
+            loader.load_state_dict(state)
+            it = iter(loader)
+            got = [b.tolist() for b in (it if steps is None else (next(it) for _ in range(steps)))]
+            out.append((got, loader.state_dict() if steps is not None else None))
+        return out
+
+    seen = []
+    for rank in range(2):
+        loader = rl.DataLoader(data, batch_size=3, shuffle=True, rank=rank, world_size=2, seed=8)
+        it = iter(loader)
+        seen += [i for _ in range(2) for i in next(it).tolist()]
+        state = loader.state_dict()
+    # 2 -> 3 ranks, one batch each, then a checkpoint of the resharded epoch...
+    step = ranks(3, state, steps=1)
+    seen += [i for got, _ in step for b in got for i in b]
+    resharded = step[0][1]
+    assert resharded["sampler"]["kind"] == "resharded" and resharded["delivered"] == 1
+    # ...resumed on the same 3 ranks: exactly the uninterrupted resharded epoch's remainder...
+    whole = ranks(3, state)
+    again = ranks(3, resharded)
+    for r in range(3):
+        assert step[r][0] + again[r][0] == whole[r][0]
+    # ...and resharded again, 3 -> 2: every sample not yet seen, once, plus padding.
+    rest = [i for got, _ in ranks(2, resharded) for b in got for i in b]
+    assert set(seen) | set(rest) == set(data)
+    assert not (set(seen) & set(rest))
+    assert len(seen) - len(set(seen)) < 3 and len(rest) - len(set(rest)) < 2
+
+
 def test_generic_path_state_dict_refuses_what_has_no_order(ids_tree: Path):
     class Stream(tud.IterableDataset):
         def __iter__(self):
