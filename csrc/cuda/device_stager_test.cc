@@ -13,6 +13,7 @@
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "ringloader/ringloader.h"
+#include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
 #include "testing/simulated_device.h"
 
@@ -230,14 +231,7 @@ LoaderOptions SmallOptions() {
   o.num_workers = 2;
   o.prefetch_batches = 2;
   o.io_depth = 4;
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kRandomResizedCrop;
-  crop.size_h = crop.size_w = 32;
-  TransformStep flip;
-  flip.kind = TransformStep::Kind::kRandomHorizontalFlip;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
-  o.transform = {crop, flip, tensor};
+  o.transform = {transforms::RandomResizedCrop(32), transforms::RandomHorizontalFlip(), transforms::ToTensor()};
   o.shuffle = true;
   o.seed = 17;
   return o;
