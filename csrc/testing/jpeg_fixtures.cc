@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-
 // jpeglib.h needs size_t and FILE declared first.
 #include <jpeglib.h>
 
@@ -191,7 +189,7 @@ std::vector<Sample> WriteJpegDataset(const std::string& dir, int n, int classes)
     f.progressive = i % 7 == 3;
     if (i % 11 == 5) f.color = JpegFlavor::Color::kGray;
     const int label = i % classes;
-    const std::string path = absl::StrCat(dir, "/class_", label, "/img_", i, ".jpg");
+    const std::string path = dir + "/class_" + std::to_string(label) + "/img_" + std::to_string(i) + ".jpg";
     WriteFile(path, EncodeJpeg(f));
     samples.push_back(Sample{path, label});
   }
