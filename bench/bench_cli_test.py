@@ -141,13 +141,33 @@ class BenchCliTest(unittest.TestCase):
             self.assertNotEqual(bad.returncode, 0)
             self.assertIn("mutually exclusive", bad.stderr)
 
+    def test_05c_device_flag(self):
+        path = os.path.join(self.tmp.name, "simulated.json")
+        r = self.bench("--warmup=1", "--device=simulated", "--json", path, "--progress=false")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("simulated:0", r.stdout)
+        self.assertIn("not a GPU", r.stdout)
+        with open(path) as f:
+            report = json.load(f)
+        self.assertEqual(report["config"]["device"], "simulated")
+        # Batches are copied whole (images, labels and indices of 8 rows); some may have been
+        # copied ahead, during the warm-up, so only whole slots and not their count are certain.
+        slot_bytes = 8 * 3 * 224 * 224 * 4 + 2 * 8 * 8
+        copied = report["stages"]["device_bytes"]
+        self.assertGreater(copied, 0)
+        self.assertEqual(copied % slot_bytes, 0)
+        cpu = os.path.join(self.tmp.name, "cpu.json")
+        self.assertEqual(self.bench("--warmup=1", "--json", cpu, "--progress=false").returncode, 0)
+        with open(cpu) as f:
+            self.assertEqual(json.load(f)["stages"]["device_bytes"], 0)
+
     def test_06_help_explains_every_flag(self):
         r = run("--help")
         self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help
         text = r.stdout + r.stderr
         for flag in ("--data", "--list", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
                      "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
-                     "--shuffle", "--json", "--consumer_ms", "--floor_images"):
+                     "--shuffle", "--json", "--consumer_ms", "--floor_images", "--device"):
             self.assertIn(flag, text)
         self.assertIn("uring", text)
         self.assertNotIn("--flagfile", text)  # Abseil's own flags stay out of --help
@@ -163,6 +183,7 @@ class BenchCliTest(unittest.TestCase):
             (["stray"], "unexpected argument 'stray'"),
             (["--data=/nonexistent/ringloader"], "/nonexistent/ringloader"),
             (["--warmup=1000"], "warm-up"),
+            (["--device=gpu"], "--device must be cpu, cuda, cuda:N or simulated"),
         ]
         for args, message in cases:
             r = self.bench(*args)

@@ -51,6 +51,7 @@
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
+#include "testing/simulated_device.h"
 
 namespace ringloader::bench {
 
@@ -149,6 +150,11 @@ ABSL_FLAG(bool, shuffle, true, "Shuffle the order each epoch (seeded by --seed a
 ABSL_FLAG(uint64_t, seed, 0, "Seed for the shuffle and the random augmentations.");
 ABSL_FLAG(double, consumer_ms, 0,
           "Simulated consumer work per batch in milliseconds (a training step); 0: none.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Where batches go (train/eval): cpu (host slots), cuda / cuda:N (staged to the GPU on "
+          "the loader's stream), or simulated: the device path with copies made by a host thread "
+          "into host memory. simulated measures the staging pipeline's own cost and the consumer's "
+          "wait on this machine; it says nothing about a GPU's copy bandwidth.");
 ABSL_FLAG(int, floor_images, 100,
           "Files (in dataset order) for the decode floor: single-thread JpegDecoder::DecodeFull "
           "rate on this machine. 0: skip.");
@@ -188,6 +194,7 @@ struct Config {
   bool shuffle = true;
   uint64_t seed = 0;
   double consumer_ms = 0;
+  std::string device = "cpu";
   int floor_images = 100;
   std::string json;
   bool progress = true;
@@ -215,6 +222,7 @@ absl::StatusOr<Config> ReadFlags() {
   c.shuffle = absl::GetFlag(FLAGS_shuffle);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.consumer_ms = absl::GetFlag(FLAGS_consumer_ms);
+  c.device = absl::GetFlag(FLAGS_device);
   c.floor_images = absl::GetFlag(FLAGS_floor_images);
   c.json = absl::GetFlag(FLAGS_json);
   c.progress = absl::GetFlag(FLAGS_progress);
@@ -235,6 +243,9 @@ absl::StatusOr<Config> ReadFlags() {
     return bad("consumer_ms", c.consumer_ms, ">= 0");
   }
   if (c.floor_images < 0) return bad("floor_images", c.floor_images, ">= 0");
+  if (c.device != "cpu" && c.device != "simulated" && c.device != "cuda" && !absl::StartsWith(c.device, "cuda:")) {
+    return bad("device", c.device, "cpu, cuda, cuda:N or simulated");
+  }
   return c;
 }
 
@@ -477,6 +488,9 @@ struct Measurement {
   std::string io_backend;
   std::string io_note;
   std::string transform;
+  std::string device = "cpu";   // the loader's LoaderStats::device
+  int64_t device_bytes = 0;     // copied to the device while measuring
+  double device_copy_busy = 0;  // the copy stream's busy time as the stager observed it
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -505,6 +519,11 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   o.transform = cfg.preset == Preset::kTrain ? transforms::ImageNetTrain() : transforms::ImageNetEval();
   o.dtype = DType::kFloat32;
   o.layout = Layout::kCHW;
+  if (cfg.device == "simulated") {
+    o.device_runtime = std::make_shared<SimulatedDevice>();
+  } else {
+    o.device = cfg.device;
+  }
   absl::StatusOr<std::unique_ptr<Loader>> created = Loader::Create(ds.samples, o);
   if (!created.ok()) return created.status();
   Loader& loader = **created;
@@ -578,6 +597,9 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   m.read_busy = after.read_seconds - before.read_seconds;
   m.decode_busy = after.decode_seconds - before.decode_seconds;
   m.consumer_wait = after.wait_seconds - before.wait_seconds;
+  m.device = after.device;
+  m.device_bytes = after.device_bytes - before.device_bytes;
+  m.device_copy_busy = after.device_copy_seconds - before.device_copy_seconds;
   m.io_backend = after.io_backend;
   m.io_note = after.io_note;
   if (m.last_error.empty()) m.last_error = after.last_error;
@@ -942,6 +964,7 @@ std::string RenderJson(const Report& r) {
       .Bool("shuffle", c.shuffle)
       .Str("seed", absl::StrCat(c.seed))
       .Num("consumer_ms", c.consumer_ms)
+      .Str("device", c.device)
       .Int("hardware_threads", HardwareThreads());
   JsonObject io;
   io.Str("backend", m.io_backend).Str("note", m.io_note);
@@ -961,7 +984,9 @@ std::string RenderJson(const Report& r) {
       .Num("read_utilization", m.read_threads ? m.read_busy / (window * m.read_threads) : 0)
       .Num("decode_utilization",
            m.decode_threads ? m.decode_busy / (window * m.decode_threads) : 0)
-      .Num("consumer_wait_fraction", m.consumer_wait / window);
+      .Num("consumer_wait_fraction", m.consumer_wait / window)
+      .Int("device_bytes", m.device_bytes)
+      .Num("device_copy_busy_s", m.device_copy_busy);
   std::string latency = "null";
   if (!m.latency_ms.empty()) {
     JsonObject l;
@@ -1027,6 +1052,13 @@ void PrintReport(const Report& r) {
               m.read_threads, m.decode_busy,
               m.decode_threads ? 100 * m.decode_busy / (window * m.decode_threads) : 0.0,
               m.decode_threads, m.consumer_wait, 100 * m.consumer_wait / window);
+  if (m.device != "cpu") {
+    std::printf("  device        %s: %.1f MB copied, copy busy %.2f s (%.0f%% of the run)%s\n", m.device.c_str(),
+                m.device_bytes / 1e6, m.device_copy_busy, 100 * m.device_copy_busy / window,
+                absl::StartsWith(m.device, "simulated")
+                    ? "; simulated: a host thread copies into host memory, not a GPU"
+                    : "");
+  }
   if (!m.latency_ms.empty()) {
     std::printf("  batch latency p50 %.2f ms, p99 %.2f ms (time in Next()); interval p50 %.2f ms, "
                 "p99 %.2f ms\n",

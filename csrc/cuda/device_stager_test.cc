@@ -298,6 +298,9 @@ TEST(DevicePathTest, DeviceBatchesEqualHostBatchesBitForBit) {
     EXPECT_EQ(b->device(), 0);
     EXPECT_EQ(b->images(), nullptr);  // the host slot is recycled: no host view
     device.push_back(ReadBatch(*f.sim, f.consumer, *b));
+    // Labels and indices are also on the host, equal to the device's.
+    EXPECT_EQ(std::vector<int64_t>(b->labels(), b->labels() + b->size()), device.back().labels);
+    EXPECT_EQ(std::vector<int64_t>(b->indices(), b->indices() + b->size()), device.back().indices);
   }
   ASSERT_EQ(device.size(), host.size());
   int64_t samples_seen = 0;

@@ -361,8 +361,11 @@ struct Loader::Epoch {
       }
       if (t->size == 0) continue;
       // The whole slot (images, labels, indices) in one copy; the stager keeps the host lease
-      // until the copy completed, then the slot returns to the free list.
+      // until the copy completed, then the slot returns to the free list. Labels and indices
+      // are also kept on the host (small), copied first: once staged, the slot may be reused.
       uint8_t* base = loader->pool_->data(t->slot);
+      auto rows = std::make_shared<std::vector<int64_t>>(layout.labels(base), layout.labels(base) + t->size);
+      rows->insert(rows->end(), layout.indices(base), layout.indices(base) + t->size);
       absl::StatusOr<std::shared_ptr<DeviceLease>> lease =
           stager.Stage(base, loader->pool_->slot_bytes(), loader->pool_->Deliver(t->slot));
       if (!lease.ok()) {
@@ -372,6 +375,9 @@ struct Loader::Epoch {
         continue;
       }
       Batch batch = loader->BatchShell(b, t->size);
+      batch.labels_ = rows->data();
+      batch.indices_ = rows->data() + t->size;
+      batch.host_rows_ = std::move(rows);
       auto* device_base = static_cast<uint8_t*>((*lease)->data());
       batch.device_lease_ = std::move(*lease);
       batch.device_ = stager.device();

@@ -128,9 +128,9 @@ class Batch {
   /// Image bytes: size() * sample_bytes().
   void* images() const { return images_; }
   size_t sample_bytes() const { return sample_bytes_; }
-  /// Labels, size() of them.
+  /// Labels, size() of them, in host memory (for a device batch: a small host copy).
   int64_t* labels() const { return labels_; }
-  /// Dataset indices of the rows, size() of them.
+  /// Dataset indices of the rows, size() of them, in host memory (as labels()).
   int64_t* indices() const { return indices_; }
   /// True when the slot is page-locked host memory.
   bool pinned() const { return pinned_; }
@@ -139,9 +139,10 @@ class Batch {
   /// CUDA device the batch was staged to, or -1 for a host batch (LoaderOptions::device).
   int device() const { return device_; }
   /// A device batch's buffer (the whole slot: images, then labels, then indices). Null for host
-  /// batches. For a device batch images()/labels()/indices() are null: the host slot is recycled
-  /// once its copy completed. The copy may still be running when Next() returns: order work
-  /// after it with DeviceLease::WaitOn(stream) (DLPack export does).
+  /// batches. For a device batch images() is null (the host slot is recycled once its copy
+  /// completed); labels() and indices() point to host copies, so bookkeeping never needs the
+  /// device. The copy may still be running when Next() returns: order work after it with
+  /// DeviceLease::WaitOn(stream) (DLPack export does).
   std::shared_ptr<DeviceLease> device_lease() const { return device_lease_; }
   /// Device addresses of a device batch's images, labels and indices (null for host batches).
   void* device_images() const { return device_images_; }
@@ -152,6 +153,7 @@ class Batch {
   friend class Loader;
   std::shared_ptr<SlotLease> lease_;
   std::shared_ptr<DeviceLease> device_lease_;
+  std::shared_ptr<const std::vector<int64_t>> host_rows_;  // device batch: labels, then indices
   int device_ = -1;
   void* device_images_ = nullptr;
   int64_t* device_labels_ = nullptr;

@@ -48,8 +48,13 @@ struct BatchTensors {
 
 /// Wraps `batch`'s slot as tensors without copying. Each tensor's deleter keeps a copy of the
 /// slot lease, so the tensors stay valid after `batch` and the Loader are gone.
-/// Throws std::invalid_argument for an empty (default-constructed) Batch.
+/// Throws std::invalid_argument for an empty (default-constructed) Batch or a device batch.
 inline BatchTensors ToTensors(const Batch& batch) {
+  if (batch.device() >= 0) {
+    throw std::invalid_argument(
+        "ringloader::ToTensors: this is a device batch (LoaderOptions::device); wrap "
+        "device_images() yourself after device_lease()->WaitOn(stream), or load to the host");
+  }
   std::shared_ptr<SlotLease> lease = batch.lease();
   if (!lease || batch.images() == nullptr) {
     throw std::invalid_argument("ringloader::ToTensors: the Batch holds no slot");
