@@ -256,7 +256,7 @@ class DataLoader:
 
     def __len__(self) -> int:
         if not self.native:
-            return len(self._generic) if self._planned is None else len(self.batch_sampler)
+            return len(self._generic)
         return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
