@@ -209,7 +209,7 @@ class RingStager final : public DeviceStager, public std::enable_shared_from_thi
 
   // The waiter thread: returns host slots in copy order, as soon as each copy completed.
   void WaitCopies() {
-    NameCurrentThread("rl-stage");
+    NameCurrentThread("rl-h2d-wait");
     std::chrono::steady_clock::time_point last_done{};
     while (true) {
       Pending next;
