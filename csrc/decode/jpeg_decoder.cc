@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
+#include "transform/render.h"
 #include "transform/resample.h"
 
 namespace ringloader {
@@ -155,7 +156,7 @@ struct DecoderState {
   jpeg_progress_mgr progress;
   bool created = false;
   bool cmyk = false;  // current image decodes to CMYK and needs conversion
-  Resampler resampler;
+  RenderState render;
   std::vector<uint8_t> rows;         // kRowChunk decoded scanlines
   std::vector<JSAMPROW> row_ptrs;    // pointers into rows
   std::vector<uint8_t> rgb_row;      // one CMYK scanline converted to RGBX
@@ -352,18 +353,16 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
   const int src_w = static_cast<int>(cinfo->image_width);
   const int src_h = static_cast<int>(cinfo->image_height);
   const SampleGeometry g = pipeline.Plan(src_w, src_h, rng);
-  const OutputFormat fmt = OutputFormat::FromPipeline(pipeline);
-  Resampler& rs = s.resampler;
+  Resampler& rs = s.render.resampler;
   AxisMapping ax, ay;
 
   if (!fast_paths_) {
     // Reference path: exactly what a full decode followed by the resampler gives.
     int w = 0, h = 0;
     RL_RETURN_IF_ERROR(DecodeWhole(s, 4, &s.full, &w, &h));
-    GeometryToAxes(g, 1.0, w, h, &ax, &ay);
-    rs.Resample(s.full.data(), static_cast<size_t>(w) * 4, 4, w, h, ax, ay, fmt, dst);
     if (stats) *stats = DecodeStats{8, w, h, s.err.warnings};
-    return absl::OkStatus();
+    return RenderSample(s.full.data(), static_cast<size_t>(w) * 4, 4, w, h, pipeline, g, rng,
+                        s.render, dst);
   }
 
   const int num = ChooseScale(g);
@@ -427,9 +426,8 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
   if (row1 > row0 && rows_read < row1 - row0) {
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
-  rs.Finish(fmt, dst);
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};
-  return absl::OkStatus();
+  return FinishSample(pipeline, g, rng, s.render, dst);
 }
 
 }  // namespace ringloader

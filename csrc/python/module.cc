@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include "cuda/device_stager.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
+#include "transform/image_ops.h"
 #include "ringloader/ringloader.h"
 
 namespace py = pybind11;
@@ -538,6 +541,22 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
       .def_property_readonly("dtype", &PyLoader::dtype);
+
+  m.def(
+      "_apply_image_op",
+      [](const std::string& name, py::array_t<uint8_t, py::array::c_style | py::array::forcecast> img,
+         const std::map<std::string, std::vector<double>>& args) {
+        if (img.ndim() != 3 || img.shape(2) != 3) throw py::value_error("image must be HxWx3 uint8");
+        int h = static_cast<int>(img.shape(0)), w = static_cast<int>(img.shape(1));
+        std::vector<uint8_t> pixels(img.data(), img.data() + img.size());
+        absl::Status status = ApplyImageOpForTesting(name, args, &pixels, &w, &h);
+        ThrowIfError(status);
+        py::array_t<uint8_t> out({h, w, 3});
+        std::memcpy(out.mutable_data(), pixels.data(), pixels.size());
+        return out;
+      },
+      py::arg("name"), py::arg("image"), py::arg("args"),
+      "Test hook: one native image operation on an HxWx3 uint8 array (parity tests).");
 
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
         "(classes, paths, labels) of an image folder in torchvision's order.");

@@ -107,6 +107,18 @@ std::string FormatFloats(const float* v) {
 
 }  // namespace
 
+const char* InterpolationName(Interpolation interpolation) {
+  switch (interpolation) {
+    case Interpolation::kNearest: return "nearest";
+    case Interpolation::kLanczos: return "lanczos";
+    case Interpolation::kBilinear: return "bilinear";
+    case Interpolation::kBicubic: return "bicubic";
+    case Interpolation::kBox: return "box";
+    case Interpolation::kHamming: return "hamming";
+  }
+  return "unknown";
+}
+
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
     case DType::kUint8: return 1;

@@ -22,6 +22,42 @@ enum class DType : uint8_t { kUint8 = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 =
 /// Memory layout of one output image: planar (C,H,W) or interleaved (H,W,C).
 enum class Layout : uint8_t { kCHW = 0, kHWC = 1 };
 
+/// Resampling filter, numbered as Pillow's Image.Resampling (and torchvision's PIL modes).
+enum class Interpolation : uint8_t {
+  kNearest = 0,
+  kLanczos = 1,
+  kBilinear = 2,
+  kBicubic = 3,
+  kBox = 4,
+  kHamming = 5,
+};
+/// "nearest", "bilinear", ... as torchvision's InterpolationMode values name them.
+const char* InterpolationName(Interpolation interpolation);
+
+/// torchvision's padding modes (transforms.Pad / RandomCrop).
+enum class PadMode : uint8_t { kConstant = 0, kEdge = 1, kReflect = 2, kSymmetric = 3 };
+
+/// The image operations of torchvision's AutoAugment family (and timm's RandAugment), in
+/// torchvision's names. Used by the policy steps and by the single-op steps (RandomPosterize...).
+enum class AugOp : uint8_t {
+  kIdentity = 0,
+  kShearX,
+  kShearY,
+  kTranslateX,
+  kTranslateY,
+  kRotate,
+  kBrightness,
+  kColor,
+  kContrast,
+  kSharpness,
+  kPosterize,
+  kSolarize,
+  kAutoContrast,
+  kEqualize,
+  kInvert,
+  kSolarizeAdd,  ///< timm: add `magnitude` to pixels below 128
+};
+
 /// Bytes per element of `dtype`.
 size_t DTypeSize(DType dtype);
 /// "uint8", "float32", ... as numpy/torch name them.
@@ -36,6 +72,22 @@ struct TransformStep {
     kRandomHorizontalFlip,  ///< p
     kToTensor,              ///< float output in [0, 1]
     kNormalize,             ///< (x - mean) / std per channel, after ToTensor
+    // Added with the full torchvision/timm recipe set. Geometric when fused into the sample
+    // geometry (vertical flip, RandomCrop with zero fill), otherwise applied to the 8-bit image.
+    kRandomVerticalFlip,    ///< p
+    kRandomCrop,            ///< size_h x size_w, pad[4] (l,t,r,b), pad_if_needed, fill, pad_mode
+    kPad,                   ///< pad[4] (l,t,r,b), fill, pad_mode
+    kColorJitter,           ///< range[0..3] = brightness, contrast, saturation (lo, hi), hue
+    kGrayscale,             ///< p (1 for Grayscale): L of the image replicated to 3 channels
+    kRandomRotation,        ///< range[0] degrees (lo, hi), interpolation, fill, center
+    kRandomAffine,          ///< degrees, translate, scale, shear ranges; interpolation, fill
+    kGaussianBlur,          ///< kernel (size_w, size_h), range[0] sigma (lo, hi)
+    kAugOp,                 ///< aug_op with magnitude, applied with probability p
+    kRandAugment,           ///< num_ops, magnitude (bin), num_bins, interpolation, fill
+    kTrivialAugmentWide,    ///< num_bins, interpolation, fill
+    kAutoAugment,           ///< policy (0 ImageNet, 1 CIFAR10, 2 SVHN), interpolation, fill
+    kTimmRandAugment,       ///< timm rand-m*-n*-mstd*-inc*: num_ops, magnitude, mstd, inc
+    kRandomErasing,         ///< p, scale, ratio, erase value (fill, or random normal); output
   };
   Kind kind = Kind::kToTensor;
   int size_h = 0;
@@ -46,6 +98,25 @@ struct TransformStep {
   double p = 0.5;
   float mean[3] = {0.f, 0.f, 0.f};
   float std[3] = {1.f, 1.f, 1.f};
+  // Fields of the steps added for the full recipe set (unused ones keep their defaults).
+  Interpolation interpolation = Interpolation::kBilinear;  ///< resizes, rotation, affine, policies
+  PadMode pad_mode = PadMode::kConstant;
+  int pad[4] = {0, 0, 0, 0};         ///< left, top, right, bottom
+  bool pad_if_needed = false;        ///< RandomCrop
+  float fill[3] = {0.f, 0.f, 0.f};   ///< fill levels 0..255 (RandomErasing: output values)
+  bool fill_random = false;          ///< RandomErasing value="random" / timm mode="pixel"
+  double range[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};  ///< per-kind (lo, hi) parameter ranges
+  bool has_range[4] = {false, false, false, false};        ///< which ranges are set
+  bool has_center = false;           ///< rotation/affine: center given (else the image centre)
+  double center[2] = {0, 0};
+  AugOp aug_op = AugOp::kIdentity;   ///< kAugOp
+  double magnitude = 0;              ///< kAugOp: op magnitude; policies: magnitude (bin / level)
+  int num_ops = 2;                   ///< RandAugment / timm
+  int num_bins = 31;                 ///< RandAugment / TrivialAugmentWide magnitude bins
+  int policy = 0;                    ///< AutoAugment policy
+  double magnitude_std = 0;          ///< timm mstd (inf: uniform in [0, magnitude])
+  bool increasing = false;           ///< timm "inc1": the increasing op variants
+  int erase_count = 1;               ///< timm RandomErasing max_count (1 = torchvision)
 };
 
 /// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
@@ -58,6 +129,8 @@ struct SampleGeometry {
   /// crop box for RandomResizedCrop and the whole image for Resize. Output pixels whose centre
   /// falls outside it are zero (CenterCrop padding). An empty box means the whole source.
   double clip_x0 = 0, clip_x1 = 0, clip_y0 = 0, clip_y1 = 0;
+  /// Filter of the resize that produces the output (the last resizing step's interpolation).
+  Interpolation filter = Interpolation::kBilinear;
   bool flipped() const { return x0 > x1; }
 };
 

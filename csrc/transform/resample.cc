@@ -407,33 +407,37 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
   }
 }
 
-void Resampler::Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w,
-                         int src_h, const AxisMapping& x, const AxisMapping& y,
-                         const OutputFormat& fmt, void* dst) {
-  Prepare(x, y, src_w, src_h);
+void Resampler::AddImage(const uint8_t* pixels, size_t stride, int bytes_per_pixel) {
   if (bytes_per_pixel == 4) {
     for (int r = first_row(); r < end_row(); ++r) {
       AddRow(r, pixels + static_cast<size_t>(r) * stride);
     }
-  } else {
-    // Packed RGB: widen the used columns of each row to RGBX for the kernel.
-    const int c0 = first_col(), c1 = end_col();
-    if (rgbx_row_.size() < static_cast<size_t>(c1 - c0) * 4 + 4) {
-      rgbx_row_.resize(static_cast<size_t>(c1 - c0) * 4 + 4);
-    }
-    SetColumnOrigin(c0);
-    for (int r = first_row(); r < end_row(); ++r) {
-      const uint8_t* in = pixels + static_cast<size_t>(r) * stride + static_cast<size_t>(c0) * 3;
-      uint8_t* out = rgbx_row_.data();
-      for (int c = c0; c < c1; ++c, in += 3, out += 4) {
-        out[0] = in[0];
-        out[1] = in[1];
-        out[2] = in[2];
-        out[3] = 0;
-      }
-      AddRow(r, rgbx_row_.data());
-    }
+    return;
   }
+  // Packed RGB: widen the used columns of each row to RGBX for the kernel.
+  const int c0 = first_col(), c1 = end_col();
+  if (rgbx_row_.size() < static_cast<size_t>(c1 - c0) * 4 + 4) {
+    rgbx_row_.resize(static_cast<size_t>(c1 - c0) * 4 + 4);
+  }
+  SetColumnOrigin(c0);
+  for (int r = first_row(); r < end_row(); ++r) {
+    const uint8_t* in = pixels + static_cast<size_t>(r) * stride + static_cast<size_t>(c0) * 3;
+    uint8_t* out = rgbx_row_.data();
+    for (int c = c0; c < c1; ++c, in += 3, out += 4) {
+      out[0] = in[0];
+      out[1] = in[1];
+      out[2] = in[2];
+      out[3] = 0;
+    }
+    AddRow(r, rgbx_row_.data());
+  }
+}
+
+void Resampler::Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w,
+                         int src_h, const AxisMapping& x, const AxisMapping& y,
+                         const OutputFormat& fmt, void* dst) {
+  Prepare(x, y, src_w, src_h);
+  AddImage(pixels, stride, bytes_per_pixel);
   Finish(fmt, dst);
 }
 

@@ -101,6 +101,10 @@ class Resampler {
   /// added first.
   void Finish(const OutputFormat& fmt, void* dst);
 
+  /// Adds every needed row of an image already in memory (after Prepare): packed RGB
+  /// (bytes_per_pixel 3) or RGBX (4), rows `stride` bytes apart, starting at column 0.
+  void AddImage(const uint8_t* pixels, size_t stride, int bytes_per_pixel);
+
   /// Convenience for an image already in memory (packed RGB: bytes_per_pixel 3, or RGBX: 4):
   /// Prepare + AddRow for the needed rows + Finish.
   void Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w, int src_h,
