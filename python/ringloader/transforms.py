@@ -9,7 +9,7 @@ A torchvision ``transforms.Compose`` of the supported transforms is accepted too
 from __future__ import annotations
 
 import numbers
-from typing import Any, Dict, List, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 __all__ = [
     "Compose",
@@ -21,6 +21,8 @@ __all__ = [
     "Normalize",
     "from_torchvision",
     "to_steps",
+    "split",
+    "Split",
 ]
 
 Size = Union[int, Sequence[int]]
@@ -251,3 +253,71 @@ def to_steps(transform: Any) -> List[Dict[str, Any]]:
 def has_to_tensor(steps: List[Dict[str, Any]]) -> bool:
     """True when the chain produces float values in [0, 1] (ToTensor present)."""
     return any(s["kind"] == "to_tensor" for s in steps)
+
+
+class Split(NamedTuple):
+    """A transform divided into what runs natively and what runs on each sample in Python.
+
+    ``steps`` is the longest prefix with a native equivalent; ``tail`` (None when everything is
+    native) runs the rest exactly as torchvision would, on the prefix's output: a PIL image
+    (``tail_input == "pil"``: the prefix is decoded to uint8 HWC) or, once the prefix holds
+    ``ToTensor``, a float tensor (``"tensor"``). ``tail_names`` names the Python steps.
+    """
+
+    steps: List[Dict[str, Any]]
+    tail: Optional[Callable[[Any], Any]]
+    tail_names: List[str]
+    tail_input: str
+
+
+def _flatten(transform: Any) -> List[Any]:
+    if transform is None:
+        return []
+    inner = getattr(transform, "transforms", None)
+    if type(transform).__name__ == "Compose" and isinstance(inner, (list, tuple)):
+        out: List[Any] = []
+        for t in inner:
+            out.extend(_flatten(t))
+        return out
+    return [transform]
+
+
+def _step_name(t: Any) -> str:
+    return f"{type(t).__module__}.{type(t).__name__}"
+
+
+def split(transform: Any) -> Split:
+    """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's or
+    anything callable) at the first step without a native equivalent."""
+    parts = _flatten(transform)
+    steps: List[Dict[str, Any]] = []
+    for i, t in enumerate(parts):
+        try:
+            steps.extend(to_steps(t))
+        except TypeError:
+            rest = parts[i:]
+            for r in rest:
+                if isinstance(r, Transform):
+                    raise TypeError(
+                        f"ringloader.transforms.{type(r).__name__} follows the Python step "
+                        f"{_step_name(parts[i])} and cannot run in Python: use torchvision's "
+                        f"{type(r).__name__} there") from None
+            tail = _PythonTail(rest)
+            return Split(steps, tail, [_step_name(r) for r in rest],
+                         "tensor" if has_to_tensor(steps) else "pil")
+    return Split(steps, None, [], "tensor" if has_to_tensor(steps) else "pil")
+
+
+class _PythonTail:
+    """The Python part of a split transform: calls each step in order, like Compose."""
+
+    def __init__(self, transforms: Sequence[Any]):
+        self.transforms = list(transforms)
+
+    def __call__(self, img):
+        for t in self.transforms:
+            img = t(img)
+        return img
+
+    def __repr__(self) -> str:
+        return "PythonTail(" + ", ".join(type(t).__name__ for t in self.transforms) + ")"
