@@ -92,6 +92,17 @@ void Rotate(RgbView img, double angle, Interpolation interpolation, const uint8_
 void Pad(const RgbView& src, int left, int top, int right, int bottom, PadMode mode,
          const uint8_t fill[3], RgbView dst);
 
+// ---- AutoAugment-family ops --------------------------------------------------------------
+
+/// torchvision autoaugment._apply_op on a PIL image: `magnitude` as torchvision passes it
+/// (sign applied).
+void ApplyAugOp(AugOp op, double magnitude, Interpolation interpolation, const uint8_t fill[3],
+                RgbView img, ImageOpScratch& scratch);
+/// timm auto_augment's op functions with the argument its level function produced
+/// (translations in pixels).
+void ApplyTimmOp(AugOp op, double arg, Interpolation interpolation, const uint8_t fill[3],
+                 RgbView img, ImageOpScratch& scratch);
+
 // ---- tests -------------------------------------------------------------------------------
 
 /// Runs the operation `name` (the function names above: "AdjustBrightness", "Affine", ...)
