@@ -114,11 +114,11 @@ def test_torchvision_compose_is_translated_exactly(image_tree: Path):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
-def test_unsupported_torchvision_transform_is_named(image_tree: Path):
-    with pytest.raises(TypeError, match="ColorJitter"):
-        rl.ImageFolder(image_tree, transform=tvt.Compose([tvt.ColorJitter(0.1), tvt.ToTensor()]))
-    with pytest.raises(TypeError, match="NEAREST|BILINEAR"):
-        rl.ImageFolder(image_tree, transform=tvt.Resize(256, interpolation=tvt.InterpolationMode.NEAREST))
+def test_transform_without_native_equivalent_is_named(image_tree: Path):
+    with pytest.raises(TypeError, match="Lambda"):
+        rl.transforms.to_steps(tvt.Compose([tvt.Lambda(lambda x: x), tvt.ToTensor()]))
+    with pytest.raises(TypeError, match="NEAREST_EXACT|nearest-exact"):
+        rl.transforms.to_steps(tvt.Resize(256, interpolation=tvt.InterpolationMode.NEAREST_EXACT))
 
 
 def test_normalize_math_matches_torchvision_on_our_pixels(image_tree: Path):
