@@ -76,11 +76,10 @@ inline int Luma(int r, int g, int b) { return (r * 19595 + g * 38470 + b * 7471 
 // One level of Pillow's ImagingBlend(degenerate, image, alpha): degenerate + alpha * (value -
 // degenerate) in float, clipped to 0..255 and truncated. (Inside [0, 1] Pillow skips the clip;
 // the value cannot leave 0..255 there, so the result is the same.)
+// Written branch-free (min/max) so loops of it vectorise.
 inline uint8_t BlendLevel(int degenerate, int value, float alpha) {
   const float blended = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
-  if (blended <= 0.f) return 0;
-  if (blended >= 255.f) return 255;
-  return static_cast<uint8_t>(blended);
+  return static_cast<uint8_t>(std::min(std::max(blended, 0.f), 255.f));
 }
 
 // Pillow's CLIP8 for the int results of its colour conversions.
@@ -109,9 +108,18 @@ inline void RgbToHsv(int r, int g, int b, uint8_t* h_out, uint8_t* s_out, uint8_
   } else {
     h = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
   }
-  h = static_cast<float>(std::fmod(static_cast<double>(h) / 6.0 + 1.0, 1.0));
+  // fmod(h / 6 + 1, 1): the argument lies in [5/6, 11/6], where subtracting 1 is exact.
+  const double turns = static_cast<double>(h) / 6.0 + 1.0;
+  h = static_cast<float>(turns >= 1.0 ? turns - 1.0 : turns);
   *h_out = Clip8(static_cast<int>(static_cast<double>(h) * 255.0));
   *s_out = Clip8(static_cast<int>(static_cast<double>(s) * 255.0));
+}
+
+// C round() (half away from zero) of a non-negative double, without the libm call: the
+// fractional part x - trunc(x) is exact.
+inline int RoundNonNegative(double x) {
+  const int whole = static_cast<int>(x);
+  return x - whole >= 0.5 ? whole + 1 : whole;
 }
 
 // Pillow's hsv2rgb (Convert.c), with its float/double mix and round() (half away from zero).
@@ -121,14 +129,14 @@ inline void HsvToRgb(int h, int s, int v, uint8_t* rgb) {
     return;
   }
   const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
-  const int i = static_cast<int>(std::floor(h6));
+  const int i = static_cast<int>(h6);  // floor: h6 >= 0
   const float f = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
   const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
   const double fv = static_cast<double>(static_cast<float>(v));
-  const uint8_t p = Clip8(static_cast<int>(std::round(fv * (1.0 - static_cast<double>(fs)))));
-  const uint8_t q = Clip8(static_cast<int>(std::round(fv * (1.0 - static_cast<double>(fs * f)))));
-  const uint8_t t = Clip8(static_cast<int>(
-      std::round(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f))))));
+  // 0 <= fs <= 1 and 0 <= f < 1, so the products below are non-negative.
+  const uint8_t p = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs))));
+  const uint8_t q = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs * f))));
+  const uint8_t t = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
   const uint8_t uv = static_cast<uint8_t>(v);
   switch (i % 6) {
     case 0: rgb[0] = uv, rgb[1] = t, rgb[2] = p; break;
@@ -385,6 +393,29 @@ void GaussianKernel(int size, double sigma, float* weights) {
 // Reflect index (torch reflect padding, periodic so any kernel size is defined).
 inline int ReflectIndex(int i, int size) { return PadSourceIndex(i, size, PadMode::kReflect); }
 
+// One interior row of ImageEnhance.Sharpness: Pillow's ImagingFilter3x3 with SMOOTH's kernel
+// (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, the row below first, +0.5 then truncation, blended
+// with the row's levels. `centre` and the out row start at the row's first pixel and second
+// pixel respectively; `count` levels are written.
+void SharpenRow(const uint8_t* __restrict above, const uint8_t* __restrict centre,
+                const uint8_t* __restrict below, uint8_t* __restrict out, int count, float alpha) {
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+  for (int j = 0; j < count; ++j) {
+    const int i = j + 3;
+    float sum = 0.5f;
+    sum += static_cast<float>(below[i - 3]) * k1 + static_cast<float>(below[i]) * k1 +
+           static_cast<float>(below[i + 3]) * k1;
+    sum += static_cast<float>(centre[i - 3]) * k1 + static_cast<float>(centre[i]) * k5 +
+           static_cast<float>(centre[i + 3]) * k1;
+    sum += static_cast<float>(above[i - 3]) * k1 + static_cast<float>(above[i]) * k1 +
+           static_cast<float>(above[i + 3]) * k1;
+    // Pillow clips to 0..255 here; with positive weights summing to 1 the sum lies in
+    // [0.5, 255.5], so truncation alone gives the same level.
+    const int smooth = static_cast<int>(sum);
+    out[j] = BlendLevel(smooth, centre[i], alpha);
+  }
+}
+
 }  // namespace
 
 // ---- colour ----------------------------------------------------------------------------------
@@ -417,13 +448,16 @@ void AdjustContrast(RgbView img, double factor) {
 void AdjustSaturation(RgbView img, double factor) {
   if (factor == 1.0) return;
   const float alpha = static_cast<float>(factor);
+  // In chunks of pixels: the L level repeated per channel, then one flat (vectorisable) blend.
+  constexpr int kChunk = 256;
+  int gray[3 * kChunk];
   for (int y = 0; y < img.height; ++y) {
-    uint8_t* p = Row(img, y);
-    for (int x = 0; x < img.width; ++x, p += 3) {
-      const int gray = Luma(p[0], p[1], p[2]);
-      p[0] = BlendLevel(gray, p[0], alpha);
-      p[1] = BlendLevel(gray, p[1], alpha);
-      p[2] = BlendLevel(gray, p[2], alpha);
+    uint8_t* row = Row(img, y);
+    for (int x0 = 0; x0 < img.width; x0 += kChunk) {
+      const int n = std::min(kChunk, img.width - x0);
+      uint8_t* p = row + 3 * x0;
+      for (int j = 0; j < n; ++j) gray[3 * j] = gray[3 * j + 1] = gray[3 * j + 2] = Luma(p[3 * j], p[3 * j + 1], p[3 * j + 2]);
+      for (int i = 0; i < 3 * n; ++i) p[i] = BlendLevel(gray[i], p[i], alpha);
     }
   }
 }
@@ -447,25 +481,8 @@ void AdjustSharpness(RgbView img, double factor, ImageOpScratch& scratch) {
   if (factor == 1.0 || img.width < 3 || img.height < 3) return;
   const RgbView src = CopyToScratch(img, scratch.image);
   const float alpha = static_cast<float>(factor);
-  // Pillow's ImagingFilter3x3 with SMOOTH's kernel (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, the
-  // row below first, +0.5 then truncation.
-  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
   for (int y = 1; y < img.height - 1; ++y) {
-    const uint8_t* above = Row(src, y - 1);
-    const uint8_t* centre = Row(src, y);
-    const uint8_t* below = Row(src, y + 1);
-    uint8_t* out = Row(img, y);
-    for (int i = 3; i < (img.width - 1) * 3; ++i) {
-      float sum = 0.5f;
-      sum += static_cast<float>(below[i - 3]) * k1 + static_cast<float>(below[i]) * k1 +
-             static_cast<float>(below[i + 3]) * k1;
-      sum += static_cast<float>(centre[i - 3]) * k1 + static_cast<float>(centre[i]) * k5 +
-             static_cast<float>(centre[i + 3]) * k1;
-      sum += static_cast<float>(above[i - 3]) * k1 + static_cast<float>(above[i]) * k1 +
-             static_cast<float>(above[i + 3]) * k1;
-      const int smooth = sum <= 0.f ? 0 : sum >= 255.f ? 255 : static_cast<int>(sum);
-      out[i] = BlendLevel(smooth, centre[i], alpha);
-    }
+    SharpenRow(Row(src, y - 1), Row(src, y), Row(src, y + 1), Row(img, y) + 3, 3 * (img.width - 2), alpha);
   }
 }
 
@@ -603,8 +620,9 @@ void GaussianBlur(RgbView img, int kernel_w, int kernel_h, double sigma_x, doubl
     }
     uint8_t* out = Row(img, y);
     for (int i = 0; i < row_len; ++i) {
-      // torch.round (half to even) then the uint8 cast.
-      const float level = std::nearbyint(acc[i]);
+      // torch.round (half to even) then the uint8 cast; adding and removing 2^23 rounds a
+      // float below 2^23 to an integer, ties to even.
+      const float level = (acc[i] + 8388608.f) - 8388608.f;
       out[i] = level <= 0.f ? 0 : level >= 255.f ? 255 : static_cast<uint8_t>(level);
     }
   }
