@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -377,17 +379,17 @@ int PadSourceIndex(int i, int size, PadMode mode) {
   }
 }
 
-// Normalised 1-D Gaussian of odd `size` and `sigma` as torchvision's _get_gaussian_kernel1d.
+// Normalised 1-D Gaussian of odd `size` and `sigma` as torchvision's _get_gaussian_kernel1d
+// (computed in double, stored as the float weights the convolution uses).
 void GaussianKernel(int size, double sigma, float* weights) {
   const double half = (size - 1) * 0.5;
-  double sum = 0;
-  double pdf[1024];
-  for (int i = 0; i < size; ++i) {
+  auto pdf = [&](int i) {
     const double x = (i - half) / sigma;
-    pdf[i] = std::exp(-0.5 * x * x);
-    sum += pdf[i];
-  }
-  for (int i = 0; i < size; ++i) weights[i] = static_cast<float>(pdf[i] / sum);
+    return std::exp(-0.5 * x * x);
+  };
+  double sum = 0;
+  for (int i = 0; i < size; ++i) sum += pdf(i);
+  for (int i = 0; i < size; ++i) weights[i] = static_cast<float>(pdf(i) / sum);
 }
 
 // Reflect index (torch reflect padding, periodic so any kernel size is defined).
@@ -585,17 +587,18 @@ void GaussianBlur(RgbView img, int kernel_w, int kernel_h, double sigma_x, doubl
   if (img.width <= 0 || img.height <= 0) return;
   const int rx = kernel_w / 2, ry = kernel_h / 2;
   const int w = img.width, h = img.height, row_len = 3 * w;
-  float kx[1024], ky[1024];
-  GaussianKernel(kernel_w, sigma_x, kx);
-  GaussianKernel(kernel_h, sigma_y, ky);
-  // Scratch: the horizontally filtered image (h rows of 3w floats), then one reflect-padded
-  // source row and one output accumulator row.
+  // Scratch: the two kernels, the horizontally filtered image (h rows of 3w floats), one
+  // reflect-padded source row and one output accumulator row.
   const size_t padded_len = static_cast<size_t>(3 * (w + 2 * rx));
-  const size_t needed = static_cast<size_t>(h) * row_len + padded_len + row_len;
+  const size_t needed = static_cast<size_t>(kernel_w + kernel_h) + static_cast<size_t>(h) * row_len + padded_len + row_len;
   if (scratch.floats.size() < needed) scratch.floats.resize(needed);
-  float* rows = scratch.floats.data();
+  float* kx = scratch.floats.data();
+  float* ky = kx + kernel_w;
+  float* rows = ky + kernel_h;
   float* padded = rows + static_cast<size_t>(h) * row_len;
   float* acc = padded + padded_len;
+  GaussianKernel(kernel_w, sigma_x, kx);
+  GaussianKernel(kernel_h, sigma_y, ky);
   for (int y = 0; y < h; ++y) {
     const uint8_t* in = Row(img, y);
     for (int x = -rx; x < w + rx; ++x) {
@@ -939,8 +942,8 @@ absl::Status ApplyImageOpForTesting(const std::string& name,
     const std::vector<double>* sigma = a.Values("sigma", 2);
     if (!a.status().ok()) return a.status();
     const int kw = static_cast<int>((*kernel)[0]), kh = static_cast<int>((*kernel)[1]);
-    if (kw <= 0 || kh <= 0 || kw % 2 == 0 || kh % 2 == 0 || kw > 1023 || kh > 1023) {
-      return absl::InvalidArgumentError("GaussianBlur: kernel sizes must be odd, 1..1023");
+    if (kw <= 0 || kh <= 0 || kw % 2 == 0 || kh % 2 == 0) {
+      return absl::InvalidArgumentError("GaussianBlur: kernel sizes must be odd and positive");
     }
     if (!((*sigma)[0] > 0) || !((*sigma)[1] > 0)) {
       return absl::InvalidArgumentError("GaussianBlur: sigma must be positive");
