@@ -77,8 +77,8 @@ inline int Luma(int r, int g, int b) { return (r * 19595 + g * 38470 + b * 7471 
 
 // One level of Pillow's ImagingBlend(degenerate, image, alpha): degenerate + alpha * (value -
 // degenerate) in float, clipped to 0..255 and truncated. (Inside [0, 1] Pillow skips the clip;
-// the value cannot leave 0..255 there, so the result is the same.)
-// Written branch-free (min/max) so loops of it vectorise.
+// the value cannot leave 0..255 there, so the result is the same.) Branch-free, so loops of it
+// vectorise.
 inline uint8_t BlendLevel(int degenerate, int value, float alpha) {
   const float blended = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
   return static_cast<uint8_t>(std::min(std::max(blended, 0.f), 255.f));
@@ -146,7 +146,7 @@ inline void HsvToRgb(int h, int s, int v, uint8_t* rgb) {
     case 2: rgb[0] = p, rgb[1] = uv, rgb[2] = t; break;
     case 3: rgb[0] = p, rgb[1] = q, rgb[2] = uv; break;
     case 4: rgb[0] = t, rgb[1] = p, rgb[2] = uv; break;
-    default: rgb[0] = uv, rgb[1] = p, rgb[2] = q; break;
+    default: rgb[0] = uv, rgb[1] = p, rgb[2] = q; break;  // 5
   }
 }
 
@@ -263,7 +263,8 @@ inline bool SampleBilinear(const RgbView& src, double xin, double yin, uint8_t* 
   return true;
 }
 
-// Pillow's BICUBIC interpolation of four samples at offset d (its a = -1 cubic).
+// Pillow's transform BICUBIC: the a = -1 cubic convolution of four samples at offset d, in
+// its evaluation order.
 inline double Cubic(double v1, double v2, double v3, double v4, double d) {
   const double p1 = v2;
   const double p2 = -v1 + v3;
@@ -374,7 +375,7 @@ int PadSourceIndex(int i, int size, PadMode mode) {
       if (m < 0) m += period;
       return m < size ? m : period - 1 - m;
     }
-    default:
+    default:  // edge (constant padding never asks for a source index)
       return ClampIndex(i, size);
   }
 }
@@ -397,8 +398,8 @@ inline int ReflectIndex(int i, int size) { return PadSourceIndex(i, size, PadMod
 
 // One interior row of ImageEnhance.Sharpness: Pillow's ImagingFilter3x3 with SMOOTH's kernel
 // (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, the row below first, +0.5 then truncation, blended
-// with the row's levels. `centre` and the out row start at the row's first pixel and second
-// pixel respectively; `count` levels are written.
+// with the row's levels. `above`, `centre` and `below` point at the first pixel of their
+// rows, `out` at the second pixel of the output row; `count` levels are written.
 void SharpenRow(const uint8_t* __restrict above, const uint8_t* __restrict centre,
                 const uint8_t* __restrict below, uint8_t* __restrict out, int count, float alpha) {
   const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
@@ -644,7 +645,7 @@ void TransformAffine(RgbView img, const double matrix[6], Interpolation interpol
     case Interpolation::kBicubic:
       GenericAffine(src, img, matrix, fill, SampleBicubic);
       return;
-    default:
+    default:  // kNearest; the header rules out the filters Image.transform rejects
       break;
   }
   // Nearest: Pillow's ImagingTransformAffine picks the scale-only loop, the 16.16 fixed-point

@@ -28,12 +28,11 @@ struct RgbView {
   size_t stride = 0;
 };
 
-/// Grow-only buffers for the operations that need a second image or a row of sums.
+/// Grow-only buffers for the operations that need a copy of the source or intermediate rows.
 struct ImageOpScratch {
-  std::vector<uint8_t> image;
-  std::vector<uint8_t> image2;
-  std::vector<float> floats;
-  std::vector<int32_t> ints;
+  std::vector<uint8_t> image;  ///< packed copy of the source (sharpness, geometry)
+  std::vector<float> floats;   ///< Gaussian kernels and horizontally blurred rows
+  std::vector<int32_t> ints;   ///< source columns of Pillow's scale-only nearest transform
 };
 
 // ---- colour (torchvision F.adjust_* on PIL: PIL.ImageEnhance / Image.blend) -----------------
