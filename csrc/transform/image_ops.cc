@@ -26,6 +26,7 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr double kDegToRad = kPi / 180.0;
 constexpr double kRadToDeg = 180.0 / kPi;
 
+// First byte of row y.
 uint8_t* Row(const RgbView& img, int y) { return img.data + static_cast<size_t>(y) * img.stride; }
 
 // A packed copy of `img` in `buffer` (grown when too small), the source of the operations that
@@ -160,8 +161,10 @@ inline int NearestIndex(double v, int size) {
 // Pillow's Geometry.c FLOOR: truncation for non-negative values, floor() below zero.
 inline int PillowFloor(double v) { return v < 0.0 ? static_cast<int>(std::floor(v)) : static_cast<int>(v); }
 
+// Pillow's XCLIP/YCLIP (and numpy's edge padding): i clamped to [0, size).
 inline int ClampIndex(int i, int size) { return i < 0 ? 0 : i >= size ? size - 1 : i; }
 
+// Copies one RGB pixel.
 inline void PutPixel(uint8_t* out, const uint8_t* in) {
   out[0] = in[0];
   out[1] = in[1];
