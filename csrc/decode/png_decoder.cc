@@ -63,6 +63,9 @@ absl::Status SpngStatus(int err, const uint8_t* d, size_t n) {
     case SPNG_EMEM:
     case SPNG_ECHUNK_LIMITS:
       return absl::ResourceExhaustedError(absl::StrCat("PNG decode needs too much memory: ", what));
+    case SPNG_ECHUNK_UNKNOWN_CRITICAL:
+      // The PNG spec forbids decoding past one (Pillow skips it).
+      return absl::UnimplementedError("unsupported PNG: unknown critical chunk");
     case SPNG_EUSER_WIDTH:
     case SPNG_EUSER_HEIGHT:
     case SPNG_EOVERFLOW:
@@ -79,13 +82,15 @@ absl::Status SpngStatus(int err, const uint8_t* d, size_t n) {
   return absl::DataLossError(absl::StrCat("corrupt PNG: ", what));
 }
 
-/// A context over `data` with its header read: limits set, CRCs of every chunk checked
-/// (libspng's default; Pillow checks those of the chunks it parses).
+/// A context over `data` with its header read and limits set. A bad CRC is an error in any
+/// chunk libspng reads: every critical chunk, and the ancillary ones before the image data
+/// (Pillow refuses those too; libspng's default would drop a damaged ancillary chunk silently).
 absl::Status Open(const uint8_t* data, size_t size, Ctx* ctx, spng_ihdr* ihdr) {
   ctx->reset(spng_ctx_new(0));
   if (*ctx == nullptr) return absl::ResourceExhaustedError("libspng context could not be created");
   spng_ctx* c = ctx->get();
   spng_set_chunk_limits(c, kChunkLimit, kChunkLimit);
+  spng_set_crc_action(c, SPNG_CRC_ERROR, SPNG_CRC_ERROR);
   if (int e = spng_set_png_buffer(c, data, size); e != 0) return SpngStatus(e, data, size);
   if (int e = spng_get_ihdr(c, ihdr); e != 0) return SpngStatus(e, data, size);
   return absl::OkStatus();

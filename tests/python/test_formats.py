@@ -286,3 +286,38 @@ def test_corrupt_files_raise_or_skip(tmp_path: Path):
         assert [x.shape[0] for x, _ in batches] == [2], name
         assert loader.stats()["skipped"] == 1
         assert name in loader.stats()["recent_errors"][0]
+
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+
+def test_png_chunk_damage_accepted_and_refused_as_pillow_does(tmp_path: Path):
+    """Ancillary chunks are ignored, but one with a bad CRC before the image data is refused (as
+    Pillow refuses it); a missing IEND or junk after it is accepted (as by Pillow)."""
+    base = png_bytes(texture(50, 44, 41), 2, 8)
+    after_ihdr, iend = 8 + 25, base.rindex(b"IEND") - 4
+    text = _png_chunk(b"tEXt", b"Comment\0hello")
+    bad_text = text[:-1] + bytes([text[-1] ^ 1])
+    cases = {  # name: (file, accepted)
+        "text": (base[:after_ihdr] + text + base[after_ihdr:], True),
+        "gama": (base[:after_ihdr] + _png_chunk(b"gAMA", struct.pack(">I", 45455))
+                 + base[after_ihdr:], True),
+        "no_iend": (base[:iend], True),
+        "junk_after_iend": (base + b"junk" * 10, True),
+        "bad_crc_text_before_idat": (base[:after_ihdr] + bad_text + base[after_ihdr:], False),
+    }
+    for name, (data, _) in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "x.png").write_bytes(data)
+    ours = rl.ImageFolder(tmp_path, transform=NO_RESIZE)
+    theirs = torchvision.datasets.ImageFolder(tmp_path, transform=NO_RESIZE)
+    for i, (path, label) in enumerate(theirs.samples):
+        name = theirs.classes[label]
+        if cases[name][1]:
+            assert torch.equal(ours[i][0], theirs[i][0]), name
+        else:
+            with pytest.raises(OSError):
+                theirs[i]
+            with pytest.raises(rl.SampleError, match="bad CRC in tEXt"):
+                ours[i]
