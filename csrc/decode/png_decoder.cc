@@ -161,6 +161,7 @@ int DecodePackedInterlaced(spng_ctx* c, int w, int h, int depth, uint8_t* out) {
     const int e = spng_decode_scanline(c, line.data(), line.size());
     if (e != 0 && e != SPNG_EOI) return e;
     const int pass = info.pass, y = static_cast<int>(info.row_num);
+    if (pass < 0 || pass > 6 || y < 0 || y >= h) return SPNG_EINTERNAL;
     uint8_t* row = out + row_bytes * static_cast<size_t>(y);
     const int per_byte = 8 / depth;
     for (int i = 0, x = kPassX0[pass]; x < w; ++i, x += kPassDx[pass]) {
