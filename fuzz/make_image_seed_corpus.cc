@@ -1,12 +1,14 @@
 /// Writes image_decode_fuzzer's seed corpus into argv[1]: small files of every format and
 /// variant ImageDecoder reads (PNG colour types, bit depths and interlacing; lossy, lossless and
-/// animated WebP; BMP depths, bitfields and row orders; PBM/PGM/PPM maxvals), a JPEG, and
+/// animated WebP; BMP depths, bitfields and row orders; uncompressed TIFF strips; PBM/PGM/PPM
+/// maxvals), a JPEG, and
 /// truncated copies so the error paths are reachable from the first execution. Encoded here,
 /// never downloaded; deterministic.
 
 #include <spng.h>
 #include <webp/encode.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -160,6 +162,49 @@ Bytes Bmp(int w, int h, int bits, bool top_down, int header_size = 40, uint32_t 
   return b;
 }
 
+/// Little-endian uncompressed TIFF, one strip per `rows_per_strip` rows: 8-bit gray (spp 1) or
+/// RGB (spp 3). Tags in ascending order, values that do not fit in 4 bytes after the IFD.
+Bytes Tiff(int w, int h, int spp, int rows_per_strip) {
+  const size_t row = static_cast<size_t>(w) * spp;
+  const int strips = (h + rows_per_strip - 1) / rows_per_strip;
+  const int tags = 9;
+  const uint32_t ifd = 8, extra = ifd + 2 + tags * 12 + 4;
+  const uint32_t bps_at = extra, offsets_at = bps_at + 8, counts_at = offsets_at + 4 * strips;
+  const uint32_t data_at = counts_at + 4 * strips;
+  Bytes b = {'I', 'I', 42, 0};
+  PutLe(&b, ifd, 4);
+  PutLe(&b, tags, 2);
+  auto tag = [&](uint16_t id, uint16_t type, uint32_t count, uint32_t value) {
+    PutLe(&b, id, 2);
+    PutLe(&b, type, 2);
+    PutLe(&b, count, 4);
+    PutLe(&b, value, 4);
+  };
+  const uint32_t offsets = strips == 1 ? data_at : offsets_at;
+  const uint32_t counts = strips == 1 ? static_cast<uint32_t>(row * h) : counts_at;
+  tag(256, 4, 1, static_cast<uint32_t>(w));
+  tag(257, 4, 1, static_cast<uint32_t>(h));
+  tag(258, 3, static_cast<uint32_t>(spp), spp == 1 ? 8 : bps_at);
+  tag(259, 3, 1, 1);
+  tag(262, 3, 1, spp == 1 ? 1 : 2);
+  tag(273, 4, static_cast<uint32_t>(strips), offsets);
+  tag(277, 3, 1, static_cast<uint32_t>(spp));
+  tag(278, 4, 1, static_cast<uint32_t>(rows_per_strip));
+  tag(279, 4, static_cast<uint32_t>(strips), counts);
+  PutLe(&b, 0, 4);  // no next IFD
+  for (int i = 0; i < 4; ++i) PutLe(&b, 8, 2);
+  for (int s = 0; s < strips; ++s) {
+    PutLe(&b, data_at + static_cast<uint32_t>(row * rows_per_strip * s), 4);
+  }
+  for (int s = 0; s < strips; ++s) {
+    const int rows = std::min(rows_per_strip, h - s * rows_per_strip);
+    PutLe(&b, static_cast<uint32_t>(row * rows), 4);
+  }
+  const Bytes px = Pattern(row * h, 8);
+  b.insert(b.end(), px.begin(), px.end());
+  return b;
+}
+
 Bytes Pnm(const std::string& header, size_t data_bytes) {
   Bytes b(header.begin(), header.end());
   const Bytes px = Pattern(data_bytes, 6);
@@ -196,6 +241,8 @@ int main(int argc, char** argv) {
       {"palette4_core.bmp", Bmp(11, 6, 4, false, 12, 0, 16)},
       {"rgb565.bmp", Bmp(11, 6, 16, false, 40, 3)},
       {"rgb555_v5.bmp", Bmp(7, 5, 16, true, 124)},
+      {"gray.tif", Tiff(19, 7, 1, 7)},
+      {"rgb_strips.tif", Tiff(13, 11, 3, 4)},
       {"p6.ppm", Pnm("P6\n14 9\n255\n", 14 * 9 * 3)},
       {"p6_maxval100.ppm", Pnm("P6 10 6 100\n", 10 * 6 * 3)},
       {"p5_16bit.pgm", Pnm("P5\n# comment\n12 8\n1000\n", 12 * 8 * 2)},
@@ -209,7 +256,7 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, Bytes>> cut;
   for (const auto& [name, bytes] : seeds) {
     if (name == "rgb8.png" || name == "lossy.webp" || name == "animated.webp" ||
-        name == "rgb24.bmp" || name == "p6.ppm") {
+        name == "rgb24.bmp" || name == "rgb_strips.tif" || name == "p6.ppm") {
       cut.push_back({"cut_half_" + name, Bytes(bytes.begin(), bytes.begin() + bytes.size() / 2)});
     }
   }

@@ -72,12 +72,11 @@ absl::StatusOr<ImageFormat> Sniff(const uint8_t* d, size_t n) {
     return ImageFormat::kWebp;
   }
   if (StartsWith(d, n, "BM", 2)) return ImageFormat::kBmp;
+  if (StartsWith(d, n, "II*\0", 4) || StartsWith(d, n, "MM\0*", 4)) return ImageFormat::kTiff;
   if (IsNetpbmMagic(d, n)) return ImageFormat::kPnm;
   const char* unsupported = nullptr;
   if (StartsWith(d, n, "GIF87a", 6) || StartsWith(d, n, "GIF89a", 6)) {
     unsupported = "GIF";
-  } else if (StartsWith(d, n, "II*\0", 4) || StartsWith(d, n, "MM\0*", 4)) {
-    unsupported = "TIFF";
   } else if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
     unsupported = "ISO media (HEIF/AVIF/MP4 'ftyp')";
   } else if (StartsWith(d, n, "\0\0\0\x0cjP  ", 8) || StartsWith(d, n, "\xff\x4f\xff\x51", 4)) {
@@ -108,6 +107,8 @@ const char* ImageFormatName(ImageFormat format) {
       return "WebP";
     case ImageFormat::kBmp:
       return "BMP";
+    case ImageFormat::kTiff:
+      return "TIFF";
     case ImageFormat::kPnm:
       return "PNM";
   }
@@ -140,6 +141,8 @@ absl::StatusOr<ImageSize> Header(ImageFormat format, const uint8_t* data, size_t
       return decode_internal::WebpHeader(data, size);
     case ImageFormat::kBmp:
       return decode_internal::BmpHeader(data, size);
+    case ImageFormat::kTiff:
+      return decode_internal::TiffHeader(data, size);
     case ImageFormat::kPnm:
       return decode_internal::PnmHeader(data, size);
     case ImageFormat::kJpeg:
@@ -158,6 +161,8 @@ absl::Status Decode(ImageFormat format, const uint8_t* data, size_t size, uint64
       return decode_internal::WebpDecode(data, size, max_pixels, scratch, out);
     case ImageFormat::kBmp:
       return decode_internal::BmpDecode(data, size, max_pixels, scratch, out);
+    case ImageFormat::kTiff:
+      return decode_internal::TiffDecode(data, size, max_pixels, scratch, out);
     case ImageFormat::kPnm:
       return decode_internal::PnmDecode(data, size, max_pixels, scratch, out);
     case ImageFormat::kJpeg:

@@ -1,7 +1,8 @@
 #pragma once
 /// One decoder for every image format torchvision's ImageFolder picks up, chosen by the file's
 /// signature (never its name): JPEG (libjpeg-turbo, see jpeg_decoder.h), PNG (libspng), WebP
-/// (libwebp), BMP and binary PNM (PBM/PGM/PPM). Every format converts to RGB exactly as
+/// (libwebp), BMP, TIFF (libtiff; the layouts Pillow reads as plain samples) and binary PNM
+/// (PBM/PGM/PPM). Every format converts to RGB exactly as
 /// Pillow's `Image.open(f).convert("RGB")` does, so lossless formats give the same pixels as
 /// torchvision's default loader.
 ///
@@ -24,9 +25,9 @@
 namespace ringloader {
 
 /// The container formats the decoder recognises by signature.
-enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kPnm };
+enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kTiff, kPnm };
 
-/// "JPEG", "PNG", "WebP", "BMP", "PNM".
+/// "JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM".
 const char* ImageFormatName(ImageFormat format);
 
 /// What the header says about an image.

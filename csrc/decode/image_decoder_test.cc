@@ -2,12 +2,16 @@
 
 #include <spng.h>
 #include <webp/decode.h>
+#include <tiffio.h>
 #include <webp/encode.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -440,6 +444,130 @@ TEST(ImageDecoderBmp, RleIsUnimplementedAndTruncationIsDataLoss) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// TIFF.
+
+struct TiffSpec {
+  int width = 37;
+  int height = 23;
+  uint16_t photometric = PHOTOMETRIC_RGB;
+  uint16_t bits = 8;
+  uint16_t samples = 3;
+  uint16_t compression = COMPRESSION_LZW;
+  int tile = 0;  ///< tile size, 0: strips of 5 rows
+  std::vector<uint16_t> colormap;  ///< 3 x 2^bits entries (R..., G..., B...)
+};
+
+/// libtiff encode of `raw` (packed rows) through a temporary file.
+Bytes EncodeTiff(const TiffSpec& s, const Bytes& raw) {
+  const std::string path = testing::MakeTempDir() + "/x.tif";
+  TIFF* t = TIFFOpen(path.c_str(), "w");
+  TIFFSetField(t, TIFFTAG_IMAGEWIDTH, uint32_t(s.width));
+  TIFFSetField(t, TIFFTAG_IMAGELENGTH, uint32_t(s.height));
+  TIFFSetField(t, TIFFTAG_PHOTOMETRIC, s.photometric);
+  TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, s.bits);
+  TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, s.samples);
+  TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+  TIFFSetField(t, TIFFTAG_COMPRESSION, s.compression);
+  if (s.compression == COMPRESSION_LZW && s.bits == 8) TIFFSetField(t, TIFFTAG_PREDICTOR, 2);
+  if (!s.colormap.empty()) {
+    const size_t n = s.colormap.size() / 3;
+    TIFFSetField(t, TIFFTAG_COLORMAP, &s.colormap[0], &s.colormap[n], &s.colormap[2 * n]);
+  }
+  const size_t row = (size_t(s.width) * s.samples * s.bits + 7) / 8;
+  if (s.tile > 0) {
+    TIFFSetField(t, TIFFTAG_TILEWIDTH, uint32_t(s.tile));
+    TIFFSetField(t, TIFFTAG_TILELENGTH, uint32_t(s.tile));
+    const size_t tile_row = size_t(s.tile) * s.samples * s.bits / 8;
+    for (int y = 0; y < s.height; y += s.tile) {
+      for (int x = 0; x < s.width; x += s.tile) {
+        Bytes tile(tile_row * s.tile, 0);
+        const size_t x0 = size_t(x) * s.samples * s.bits / 8;
+        for (int r = 0; r < s.tile && y + r < s.height; ++r) {
+          std::memcpy(&tile[tile_row * r], &raw[row * (y + r) + x0], std::min(tile_row, row - x0));
+        }
+        TIFFWriteTile(t, tile.data(), uint32_t(x), uint32_t(y), 0, 0);
+      }
+    }
+  } else {
+    TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, uint32_t(5));
+    Bytes line(row);  // the predictor rewrites the row it is given
+    for (int y = 0; y < s.height; ++y) {
+      std::memcpy(line.data(), &raw[row * y], row);
+      TIFFWriteScanline(t, line.data(), uint32_t(y), 0);
+    }
+  }
+  TIFFClose(t);
+  std::ifstream in(path, std::ios::binary);
+  Bytes out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return out;
+}
+
+TEST(ImageDecoderTiff, StripsTilesPaletteAndGrayFollowPillow) {
+  const RgbImage t = Texture(37, 23);
+  {
+    TiffSpec s;  // RGB, LZW + horizontal predictor, strips
+    EXPECT_EQ(Decode(EncodeTiff(s, t.pixels)), t.pixels);
+    s.tile = 16;
+    s.compression = COMPRESSION_ADOBE_DEFLATE;
+    EXPECT_EQ(Decode(EncodeTiff(s, t.pixels)), t.pixels);
+  }
+  Bytes gray(size_t(37) * 23), expect_white, expect_black;
+  for (size_t i = 0; i < gray.size(); ++i) {
+    gray[i] = t.pixels[3 * i + 1];
+    expect_black.insert(expect_black.end(), 3, gray[i]);
+    expect_white.insert(expect_white.end(), 3, static_cast<uint8_t>(255 - gray[i]));
+  }
+  TiffSpec g;
+  g.photometric = PHOTOMETRIC_MINISBLACK;
+  g.samples = 1;
+  EXPECT_EQ(Decode(EncodeTiff(g, gray)), expect_black);
+  g.photometric = PHOTOMETRIC_MINISWHITE;  // Pillow's "L;I"
+  g.tile = 16;
+  EXPECT_EQ(Decode(EncodeTiff(g, gray)), expect_white);
+  // 4-bit palette: a 16-bit colour map, of which Pillow keeps the high byte.
+  TiffSpec p;
+  p.photometric = PHOTOMETRIC_PALETTE;
+  p.bits = 4;
+  p.samples = 1;
+  p.compression = COMPRESSION_PACKBITS;
+  for (int i = 0; i < 48; ++i) p.colormap.push_back(static_cast<uint16_t>(i * 1361 + 77));
+  const size_t row = (37 * 4 + 7) / 8;
+  const Bytes idx = Pattern(row * 23, 8);
+  Bytes expected;
+  for (int y = 0; y < 23; ++y) {
+    for (int x = 0; x < 37; ++x) {
+      const int v = (idx[row * y + x / 2] >> (x % 2 ? 0 : 4)) & 15;
+      for (int c = 0; c < 3; ++c) expected.push_back(static_cast<uint8_t>(p.colormap[c * 16 + v] >> 8));
+    }
+  }
+  EXPECT_EQ(Decode(EncodeTiff(p, idx)), expected);
+}
+
+TEST(ImageDecoderTiff, UnsupportedLayoutsAndDamage) {
+  TiffSpec cmyk;
+  cmyk.photometric = PHOTOMETRIC_SEPARATED;
+  cmyk.samples = 4;
+  absl::Status s = DecodeStatus(EncodeTiff(cmyk, Pattern(37 * 23 * 4, 1)));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("photometric 5"), std::string::npos) << s;
+  TiffSpec wide;
+  wide.bits = 16;
+  s = DecodeStatus(EncodeTiff(wide, Pattern(37 * 23 * 6, 1)));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  TiffSpec rgb;
+  rgb.compression = COMPRESSION_NONE;
+  const Bytes file = EncodeTiff(rgb, Pattern(37 * 23 * 3, 2));
+  // libtiff writes the strips before the directory: cutting into them leaves the header intact.
+  Bytes cut = file;
+  std::memset(cut.data() + 8, 0, 1000);  // zeroed strip data still decodes...
+  EXPECT_TRUE(DecodeStatus(cut).ok());
+  s = DecodeStatus(Bytes(file.begin(), file.begin() + file.size() / 3));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("TIFF"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
 // PNM.
 
 Bytes Pnm(const std::string& header, const Bytes& data) {
@@ -516,10 +644,13 @@ TEST(ImageDecoder, PixelLimitBeforeDecodingEveryFormat) {
   PngSpec spec;
   spec.width = t.width;
   spec.height = t.height;
+  TiffSpec tiff;
+  tiff.width = t.width;
+  tiff.height = t.height;
   const std::vector<Bytes> files = {
       EncodePng(spec, t.pixels), WebpLossless(t.pixels, t.width, t.height, false),
       Bmp(t.width, t.height, 24, true, Bytes(size_t(48 * 3) * 31, 0)),
-      Pnm("P6 45 31 255\n", t.pixels)};
+      Pnm("P6 45 31 255\n", t.pixels), EncodeTiff(tiff, t.pixels)};
   for (const Bytes& file : files) {
     ImageDecoder d;
     d.set_max_image_pixels(45 * 31 - 1);

@@ -1,6 +1,6 @@
 #pragma once
 /// Internal interface between ImageDecoder and the whole-image format readers (PNG, WebP, BMP,
-/// PNM). Each reader has two entry points: a header read that reports the size without
+/// TIFF, PNM). Each reader has two entry points: a header read that reports the size without
 /// allocating for pixels (so the caller can enforce the pixel limit first), and a decode that
 /// fills a grow-only buffer with the image as Pillow's convert("RGB") would see it.
 
@@ -33,6 +33,7 @@ struct Decoded {
 struct Scratch {
   std::vector<uint8_t> pixels;  ///< the decoded image
   std::vector<uint8_t> raw;     ///< the library's output before conversion, when one is needed
+  std::vector<uint8_t> tile;    ///< one TIFF tile
 
   /// `pixels` with room for at least `bytes`.
   uint8_t* Pixels(size_t bytes) {
@@ -43,6 +44,11 @@ struct Scratch {
   uint8_t* Raw(size_t bytes) {
     if (raw.size() < bytes) raw.resize(bytes);
     return raw.data();
+  }
+  /// `tile` with room for at least `bytes`.
+  uint8_t* Tile(size_t bytes) {
+    if (tile.size() < bytes) tile.resize(bytes);
+    return tile.data();
   }
 };
 
@@ -61,6 +67,10 @@ absl::Status WebpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, S
 absl::StatusOr<ImageSize> BmpHeader(const uint8_t* data, size_t size);
 absl::Status BmpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
                        Decoded* out);
+
+absl::StatusOr<ImageSize> TiffHeader(const uint8_t* data, size_t size);
+absl::Status TiffDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                        Decoded* out);
 
 absl::StatusOr<ImageSize> PnmHeader(const uint8_t* data, size_t size);
 absl::Status PnmDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,

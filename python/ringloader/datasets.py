@@ -40,10 +40,10 @@ def _scan_python(root: str, is_valid_file: Callable[[str], bool], allow_empty: b
 class ImageFolder:
     """A drop-in for ``torchvision.datasets.ImageFolder`` whose images are decoded natively.
 
-    JPEG, PNG, WebP, BMP and binary PPM/PGM/PBM are decoded in C++, chosen by the file's
-    signature (not its extension), to the RGB pixels Pillow's ``convert("RGB")`` gives; other
-    files (TIFF, GIF, plain-text PNM, RLE BMP...) fail as a sample error that ``on_error``
-    handles.
+    JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
+    decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
+    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM, RLE
+    BMP...) fail as a sample error that ``on_error`` handles.
 
     Same class discovery, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and sample order
     as torchvision. ``transform`` is a :mod:`ringloader.transforms` chain or a torchvision

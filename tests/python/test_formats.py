@@ -3,7 +3,8 @@ ImageFolder (Pillow ``Image.open(f).convert("RGB")``) with the same transform.
 
 Bounds (max |difference| per uint8 value, whole tensor):
   * PNG (every colour type and bit depth, palette + tRNS, interlaced), BMP, PPM/PGM/PBM, lossless
-    WebP (with or without alpha, animated): 0.
+    WebP (with or without alpha, animated), TIFF (8-bit RGB/RGBA/gray/gray+alpha, bilevel,
+    palette; uncompressed, LZW, deflate, PackBits, CCITT G4): 0.
   * lossy WebP (with and without alpha, animated): ``LOSSY_WEBP_MAX_DIFF`` = 0. Both sides run
     libwebp, possibly different releases (measured: Debian's 1.2.4 against the 1.6.0 bundled
     with Pillow 13, bit-identical); raise the bound if a release ever changes lossy output.
@@ -170,6 +171,25 @@ def bmp_files() -> dict:
     }
 
 
+def tiff_files() -> dict:
+    W, H = 71, 55
+    rgb = texture(W, H, 15)
+    img = Image.fromarray(rgb)
+    return {
+        "rgb": pil_bytes(img, "TIFF"),
+        "rgb_lzw": pil_bytes(img, "TIFF", compression="tiff_lzw"),
+        "rgb_deflate": pil_bytes(img, "TIFF", compression="tiff_adobe_deflate"),
+        "rgb_packbits": pil_bytes(img, "TIFF", compression="packbits"),
+        "rgba_lzw": pil_bytes(Image.fromarray(texture(W, H, 16, channels=4)), "TIFF",
+                              compression="tiff_lzw"),
+        "gray": pil_bytes(Image.fromarray(rgb[..., 0]), "TIFF"),
+        "gray_alpha": pil_bytes(Image.fromarray(np.ascontiguousarray(rgb[..., :2])), "TIFF"),
+        "bilevel_group4": pil_bytes(Image.fromarray(rgb[..., 1] > 120), "TIFF",
+                                    compression="group4"),
+        "palette": pil_bytes(img.quantize(90), "TIFF", compression="tiff_deflate"),
+    }
+
+
 def pnm_files() -> dict:
     W, H = 66, 58
     rgb = texture(W, H, 13)
@@ -215,9 +235,10 @@ def compare(root: Path, transform, fast_decode: bool = False) -> dict:
 # Pillow warns when convert("RGB") drops a palette image's tRNS; the pixels are still RGB.
 @pytest.mark.filterwarnings("ignore:Palette images with Transparency")
 @pytest.mark.parametrize("transform", [RESIZE, NO_RESIZE], ids=["resize_crop", "center_crop"])
-@pytest.mark.parametrize("kind", ["png", "bmp", "pnm", "webp"])
+@pytest.mark.parametrize("kind", ["png", "bmp", "pnm", "webp", "tiff"])
 def test_matches_torchvision(tmp_path: Path, kind: str, transform):
-    files = {"png": png_files, "bmp": bmp_files, "pnm": pnm_files, "webp": webp_files}[kind]()
+    files = {"png": png_files, "bmp": bmp_files, "pnm": pnm_files, "webp": webp_files,
+             "tiff": tiff_files}[kind]()
     diffs = compare(write_tree(tmp_path, files, "." + kind), transform)
     bound = {name: LOSSY_WEBP_MAX_DIFF if "lossy" in name else 0 for name in diffs}
     assert diffs == {name: min(diffs[name], bound[name]) for name in diffs}, diffs
@@ -254,14 +275,15 @@ def corrupt_files() -> dict:
     webp = pil_bytes(rgb, "WEBP", quality=80)
     bmp = pil_bytes(rgb, "BMP")
     gif = pil_bytes(rgb.convert("P"), "GIF")
-    # file name: (contents, what the reason must mention). All but the GIF (valid, not decoded
-    # natively: Unimplemented) are damaged, and Pillow refuses them too.
+    # file name: (contents, what the reason must mention). All but the GIF and the CMYK TIFF
+    # (valid, not decoded natively: Unimplemented) are damaged, and Pillow refuses them too.
     return {
         "truncated.png": (png[: len(png) // 2], "PNG"),
         "bad_crc.png": (bytes(bad_crc), "bad CRC in IDAT"),
         "truncated.webp": (webp[: len(webp) - 100], "truncated WebP"),
         "truncated.bmp": (bmp[:-200], "truncated BMP"),
         "gif_named.png": (gif, "GIF"),
+        "cmyk.tiff": (pil_bytes(rgb.convert("CMYK"), "TIFF"), "unsupported TIFF layout"),
         "text.ppm": (b"P7 not a netpbm file\n", "not an image"),
     }
 
@@ -274,7 +296,7 @@ def test_corrupt_files_raise_or_skip(tmp_path: Path):
         (root / "c" / "0.png").write_bytes(good)
         (root / "c" / f"1_{name}").write_bytes(data)
         (root / "c" / "2.png").write_bytes(good)
-        if "gif" not in name:
+        if "gif" not in name and "cmyk" not in name:
             with pytest.raises(OSError):
                 torchvision.datasets.ImageFolder(root)[1]
         ds = rl.ImageFolder(root, transform=NO_RESIZE)
