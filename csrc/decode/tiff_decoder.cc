@@ -126,6 +126,10 @@ absl::Status ReadLayout(TIFF* t, Layout* l) {
   const int pm = l->photometric, bits = l->bits, spp = l->samples;
   // Unspecified (0) or unassociated (2) alpha: Pillow's "LX"/"LA"/"RGBX"/"RGBA" raw modes.
   const bool plain_extra = extra_count == 1 && extra != nullptr && (extra[0] == 0 || extra[0] == 2);
+  if (!TIFFIsCODECConfigured(compression)) {
+    return absl::UnimplementedError(
+        absl::StrCat("unsupported TIFF compression ", compression, " (not in this libtiff)"));
+  }
   bool ok = format == 1 && (planar == 1 || spp == 1) && fill == 1 && compression != 6 &&
             compression != 7;
   if (pm == PHOTOMETRIC_MINISBLACK || pm == PHOTOMETRIC_MINISWHITE) {
