@@ -1,9 +1,8 @@
 /// Writes image_decode_fuzzer's seed corpus into argv[1]: small files of every format and
 /// variant ImageDecoder reads (PNG colour types, bit depths and interlacing; lossy, lossless and
-/// animated WebP; BMP depths, bitfields and row orders; uncompressed TIFF strips; PBM/PGM/PPM
-/// maxvals), a JPEG, and
-/// truncated copies so the error paths are reachable from the first execution. Encoded here,
-/// never downloaded; deterministic.
+/// animated WebP; BMP depths, bitfields, RLE and row orders; uncompressed TIFF strips;
+/// PBM/PGM/PPM maxvals), a JPEG, and truncated copies so the error paths are reachable from the
+/// first execution. Encoded here, never downloaded; deterministic.
 
 #include <spng.h>
 #include <webp/encode.h>
@@ -241,6 +240,8 @@ int main(int argc, char** argv) {
       {"palette4_core.bmp", Bmp(11, 6, 4, false, 12, 0, 16)},
       {"rgb565.bmp", Bmp(11, 6, 16, false, 40, 3)},
       {"rgb555_v5.bmp", Bmp(7, 5, 16, true, 124)},
+      {"rle8.bmp", Bmp(15, 10, 8, false, 40, 1, 200)},
+      {"rle4.bmp", Bmp(15, 10, 4, false, 40, 2, 16)},
       {"gray.tif", Tiff(19, 7, 1, 7)},
       {"rgb_strips.tif", Tiff(13, 11, 3, 4)},
       {"p6.ppm", Pnm("P6\n14 9\n255\n", 14 * 9 * 3)},

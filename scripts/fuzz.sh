@@ -47,7 +47,8 @@ fi
 SECONDS_TO_RUN=${1:-60}
 JPEG_SECONDS=$(( (SECONDS_TO_RUN + 1) / 2 ))
 IMAGE_SECONDS=$(( SECONDS_TO_RUN - JPEG_SECONDS > 0 ? SECONDS_TO_RUN - JPEG_SECONDS : 1 ))
-mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/image_seeds" "$BUILD/image_corpus" "$BUILD/artifacts"
+mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/image_seeds" "$BUILD/image_corpus" \
+  "$BUILD/artifacts"
 "$BUILD/make_seed_corpus" "$BUILD/seeds"
 "$BUILD/make_image_seed_corpus" "$BUILD/image_seeds"
 
@@ -67,9 +68,11 @@ fuzz() {
   set -e
   local execs
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  echo "fuzz: $target: ${execs:-unknown} executions in $seconds s, corpus $(ls "$corpus" | wc -l) inputs"
+  echo "fuzz: $target: ${execs:-unknown} executions in $seconds s," \
+    "corpus $(ls "$corpus" | wc -l) inputs"
   if [ "$status" -ne 0 ]; then
-    echo "fuzz: $target: FINDING (exit $status); reproducer(s) in $BUILD/artifacts/, full log in $log" >&2
+    echo "fuzz: $target: FINDING (exit $status); reproducer(s) in $BUILD/artifacts/," \
+      "full log in $log" >&2
     ls -1 "$BUILD/artifacts/" >&2 || true
   fi
   return "$status"

@@ -1,11 +1,12 @@
 /// BMP reader following Pillow's BmpImagePlugin: the Windows (40..124-byte) and OS/2 core
 /// (12-byte) headers; uncompressed 1, 4 and 8-bit palette, 16-bit 5-5-5, 24-bit and 32-bit
-/// pixels; BITFIELDS with the masks Pillow accepts; bottom-up and top-down rows. RLE4/RLE8 and
-/// other compressions are Unimplemented.
+/// pixels; BITFIELDS with the masks Pillow accepts; RLE8 and RLE4 palette images; bottom-up and
+/// top-down rows. Other compressions are Unimplemented.
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
@@ -36,6 +37,8 @@ struct Header {
   int height = 0;
   bool top_down = false;
   int bits = 0;
+  int rle = 0;         ///< 8 or 4 for RLE8/RLE4 (indices expanded to one byte each), else 0
+  int index_bits = 0;  ///< bits per palette index in the rows ConvertRow reads
   size_t offset = 0;  ///< first pixel byte
   size_t stride = 0;  ///< bytes per row, padded to 4
   Pixel pixel = Pixel::kBytes;
@@ -127,11 +130,15 @@ absl::Status ParseHeader(const uint8_t* d, size_t n, Header* h) {
                                                    bits, "-bit pixels"));
     }
   } else if (compression == kRle8 || compression == kRle4) {
-    return absl::UnimplementedError(
-        absl::StrCat("unsupported BMP compression: RLE", compression == kRle8 ? 8 : 4));
+    h->rle = compression == kRle8 ? 8 : 4;
+    if (bits > 8) {
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported BMP: RLE", h->rle, " with ", bits, "-bit pixels"));
+    }
   } else if (compression != kRaw) {
     return absl::UnimplementedError(absl::StrCat("unsupported BMP compression ", compression));
   }
+  h->index_bits = h->rle ? 8 : bits;
   if (colors == 0) colors = uint32_t{1} << std::min(bits, 31);
   h->offset = offset;
   if (bits <= 8) {
@@ -149,9 +156,12 @@ absl::Status ParseHeader(const uint8_t* d, size_t n, Header* h) {
       const int want = colors == 2 ? (i == 0 ? 0 : 255) : static_cast<int>(i);
       gray = e[0] == want && e[1] == want && e[2] == want;
     }
-    if (gray && colors <= 2) {
+    if (gray && colors <= 2 && h->rle) {
+      // Pillow then unpacks the expanded indices as raw mode "L" into a mode "1" image.
+      return absl::UnimplementedError("unsupported BMP: RLE with a black/white palette");
+    } else if (gray && colors <= 2) {
       h->pixel = Pixel::kBilevel;
-    } else if (gray && bits == 8) {
+    } else if (gray && (bits == 8 || h->rle)) {
       h->pixel = Pixel::kGray;
     } else if (gray) {
       // Pillow then reads packed 1/4-bit indices as whole bytes ("L"): not a real image layout.
@@ -176,11 +186,12 @@ void ConvertRow(const Header& h, const uint8_t* in, uint8_t* out) {
     case Pixel::kIndexed:
       for (int x = 0; x < w; ++x, out += 3) {
         int v;
-        if (h.bits == 8) {
+        const int bits = h.index_bits;
+        if (bits == 8) {
           v = in[x];
         } else {
-          const int per_byte = 8 / h.bits;
-          v = (in[x / per_byte] >> (8 - h.bits * (x % per_byte + 1))) & ((1 << h.bits) - 1);
+          const int per_byte = 8 / bits;
+          v = (in[x / per_byte] >> (8 - bits * (x % per_byte + 1))) & ((1 << bits) - 1);
         }
         std::memcpy(out, h.palette[v], 3);
       }
@@ -221,6 +232,63 @@ void ConvertRow(const Header& h, const uint8_t* in, uint8_t* out) {
   }
 }
 
+/// Pillow's BmpRleDecoder, step for step (including its quirks: a run past the row end is
+/// clipped by a column count that absolute runs advance by their nominal length, absolute runs
+/// align to an even offset in the file, a delta fills with index 0): expands the RLE stream at
+/// `pos` into `out`, one index per pixel in file row order. Pillow refuses a stream that ends
+/// before every pixel has a value, even by an end-of-bitmap code.
+absl::Status ExpandRle(const uint8_t* d, size_t n, size_t pos, const Header& h,
+                       std::vector<uint8_t>* out) {
+  const size_t w = static_cast<size_t>(h.width);
+  const size_t dest = w * static_cast<size_t>(h.height);
+  const bool rle4 = h.rle == 4;
+  out->clear();
+  size_t x = 0;
+  while (out->size() < dest) {
+    if (n - std::min(n, pos) < 2) break;
+    size_t count = d[pos];
+    const uint8_t byte = d[pos + 1];
+    pos += 2;
+    if (count > 0) {  // encoded run
+      if (x + count > w) count = x < w ? w - x : 0;
+      for (size_t i = 0; i < count; ++i) {
+        out->push_back(rle4 ? (i % 2 == 0 ? byte >> 4 : byte & 0x0F) : byte);
+      }
+      x += count;
+    } else if (byte == 0) {  // end of line
+      while (out->size() % w != 0) out->push_back(0);
+      x = 0;
+    } else if (byte == 1) {  // end of bitmap
+      break;
+    } else if (byte == 2) {  // delta
+      if (n - pos < 2) break;
+      const size_t skip = d[pos] + size_t{d[pos + 1]} * w;
+      pos += 2;
+      out->resize(out->size() + std::min(dest - out->size(), skip), 0);
+      x = out->size() % w;
+    } else {  // absolute run of `byte` indices
+      const size_t wanted = std::min<size_t>(dest - out->size(), byte);
+      const size_t want_bytes = rle4 ? (wanted + 1) / 2 : wanted;
+      const size_t got = std::min(want_bytes, n - pos);
+      for (size_t i = 0; i < got; ++i) {
+        const uint8_t v = d[pos + i];
+        if (!rle4) {
+          out->push_back(v);
+          continue;
+        }
+        out->push_back(v >> 4);
+        if (i * 2 + 1 < wanted) out->push_back(v & 0x0F);
+      }
+      pos += got;
+      if (got < want_bytes || out->size() == dest) break;
+      x += byte;
+      if (pos % 2 != 0) ++pos;
+    }
+  }
+  if (out->size() < dest) return absl::DataLossError("truncated BMP: RLE data ends early");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ImageSize> BmpHeader(const uint8_t* data, size_t size) {
@@ -234,15 +302,21 @@ absl::Status BmpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
   Header h;
   RL_RETURN_IF_ERROR(ParseHeader(data, size, &h));
   RL_RETURN_IF_ERROR(CheckPixelLimit("BMP", h.width, h.height, max_pixels));
-  // Pillow refuses a file whose pixel data ends early ("image file is truncated").
-  if (h.offset > size || (size - h.offset) / h.stride < static_cast<size_t>(h.height)) {
+  const uint8_t* rows = data + std::min(h.offset, size);
+  size_t row_stride = h.stride;
+  if (h.rle) {
+    RL_RETURN_IF_ERROR(ExpandRle(data, size, h.offset, h, &scratch.raw));
+    rows = scratch.raw.data();
+    row_stride = static_cast<size_t>(h.width);
+  } else if (h.offset > size || (size - h.offset) / h.stride < static_cast<size_t>(h.height)) {
+    // Pillow refuses a file whose pixel data ends early ("image file is truncated").
     return absl::DataLossError("truncated BMP: pixel data ends early");
   }
   const size_t stride = static_cast<size_t>(h.width) * 3;
   uint8_t* px = scratch.Pixels(stride * static_cast<size_t>(h.height));
   for (int y = 0; y < h.height; ++y) {
     const int file_row = h.top_down ? y : h.height - 1 - y;
-    ConvertRow(h, data + h.offset + h.stride * static_cast<size_t>(file_row),
+    ConvertRow(h, rows + row_stride * static_cast<size_t>(file_row),
                px + stride * static_cast<size_t>(y));
   }
   *out = Decoded{px, stride, 3, h.width, h.height};

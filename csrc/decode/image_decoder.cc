@@ -22,8 +22,9 @@ absl::Status CheckPixelLimit(const char* format, int width, int height, uint64_t
   }
   const uint64_t pixels = uint64_t(width) * uint64_t(height);
   if (pixels > max_pixels) {
-    return absl::OutOfRangeError(absl::StrFormat("%s image %d x %d = %d pixels exceeds the limit %d",
-                                                 format, width, height, pixels, max_pixels));
+    return absl::OutOfRangeError(
+        absl::StrFormat("%s image %d x %d = %d pixels exceeds the limit %d", format, width,
+                        height, pixels, max_pixels));
   }
   return absl::OkStatus();
 }

@@ -433,11 +433,21 @@ TEST(ImageDecoderBmp, TrueColourAndPaletteRowsInBothOrders) {
   EXPECT_EQ(Decode(Bmp(w, h, 8, false, data, palette)), expected);
 }
 
-TEST(ImageDecoderBmp, RleIsUnimplementedAndTruncationIsDataLoss) {
-  const Bytes data(16 * 4, 0);
-  absl::Status s = DecodeStatus(Bmp(4, 4, 8, false, data, Pattern(16 * 4, 1), /*RLE8=*/1));
+TEST(ImageDecoderBmp, RleRunsAndTruncation) {
+  const Bytes palette = Pattern(8 * 4, 5);
+  // Bottom row: an encoded run of index 1, end of line; top row: an absolute run, end.
+  const Bytes rle = {4, 1, 0, 0, 0, 4, 2, 3, 4, 5, 0, 1};
+  Bytes expected;
+  for (int i : {2, 3, 4, 5, 1, 1, 1, 1}) {
+    for (int c = 2; c >= 0; --c) expected.push_back(palette[4 * i + c]);
+  }
+  EXPECT_EQ(Decode(Bmp(4, 2, 8, false, rle, palette, /*RLE8=*/1)), expected);
+  // Pillow refuses a stream that stops before every pixel has a value.
+  absl::Status s = DecodeStatus(Bmp(4, 2, 8, false, {4, 1, 0, 1}, palette, 1));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("RLE"), std::string::npos) << s;
+  s = DecodeStatus(Bmp(4, 4, 24, false, Bytes(16 * 3, 7), {}, /*RLE8=*/1));
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
-  EXPECT_NE(s.message().find("RLE8"), std::string::npos) << s;
   const Bytes file = Bmp(4, 4, 24, false, Bytes(16 * 3, 7));
   s = DecodeStatus(Bytes(file.begin(), file.end() - 5));
   EXPECT_TRUE(absl::IsDataLoss(s)) << s;
@@ -538,7 +548,9 @@ TEST(ImageDecoderTiff, StripsTilesPaletteAndGrayFollowPillow) {
   for (int y = 0; y < 23; ++y) {
     for (int x = 0; x < 37; ++x) {
       const int v = (idx[row * y + x / 2] >> (x % 2 ? 0 : 4)) & 15;
-      for (int c = 0; c < 3; ++c) expected.push_back(static_cast<uint8_t>(p.colormap[c * 16 + v] >> 8));
+      for (int c = 0; c < 3; ++c) {
+        expected.push_back(static_cast<uint8_t>(p.colormap[c * 16 + v] >> 8));
+      }
     }
   }
   EXPECT_EQ(Decode(EncodeTiff(p, idx)), expected);

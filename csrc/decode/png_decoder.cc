@@ -208,9 +208,9 @@ absl::Status PngDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
     return absl::OkStatus();
   }
   uint8_t* raw = scratch.Raw(len);
-  const int e = depth < 8 && ihdr.interlace_method != 0 ? DecodePackedInterlaced(c, w, h, depth, raw)
-                                                         : spng_decode_image(c, raw, len,
-                                                                             SPNG_FMT_PNG, 0);
+  const int e = depth < 8 && ihdr.interlace_method != 0
+                    ? DecodePackedInterlaced(c, w, h, depth, raw)
+                    : spng_decode_image(c, raw, len, SPNG_FMT_PNG, 0);
   if (e != 0) return SpngStatus(e, data, size);
   uint8_t lut[256][3] = {};
   if (type == kPalette) {

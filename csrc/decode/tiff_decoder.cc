@@ -193,7 +193,9 @@ absl::Status ReadSamples(TIFF* t, MemFile& f, const Layout& l, size_t row_bytes,
   const size_t bits_per_pixel = static_cast<size_t>(l.bits) * l.samples;
   for (uint32_t y = 0; y < h; y += th) {
     for (uint32_t x = 0; x < static_cast<uint32_t>(l.width); x += tw) {
-      if (TIFFReadTile(t, tile, x, y, 0, 0) != tile_bytes) return LibtiffError(f, "tile ends early");
+      if (TIFFReadTile(t, tile, x, y, 0, 0) != tile_bytes) {
+        return LibtiffError(f, "tile ends early");
+      }
       // Tile widths are multiples of 16 pixels, so a tile starts on a byte of the row.
       const size_t x0 = x * bits_per_pixel / 8;
       const size_t bytes = std::min(tile_row, row_bytes - x0);

@@ -42,8 +42,8 @@ class ImageFolder:
 
     JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
     decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
-    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM, RLE
-    BMP...) fail as a sample error that ``on_error`` handles.
+    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM...)
+    fail as a sample error that ``on_error`` handles.
 
     Same class discovery, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and sample order
     as torchvision. ``transform`` is a :mod:`ringloader.transforms` chain or a torchvision

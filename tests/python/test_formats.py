@@ -102,7 +102,8 @@ def png_files() -> dict:
     rgb = texture(W, H, 1)
     rgba = texture(W, H, 2, channels=4)
     gray = rgb[..., 0]
-    wide = ((texture(W, H, 3).astype(np.uint32) * 257 + np.arange(W)[:, None]) % 65536).astype(np.uint16)
+    wide = (texture(W, H, 3).astype(np.uint32) * 257 + np.arange(W)[:, None]) % 65536
+    wide = wide.astype(np.uint16)
     pal = bytes(texture(16, 16, 4).reshape(-1)[:200 * 3])  # 200 entries: some indices past it
     files = {
         "rgb": pil_bytes(Image.fromarray(rgb), "PNG"),
@@ -158,6 +159,42 @@ def bmp_16bit_top_down(rgb: np.ndarray) -> bytes:
     return b"BM" + struct.pack("<IHHI", 14 + 40 + len(rows), 0, 0, 54) + info + rows
 
 
+def bmp_rle(idx: np.ndarray, rle4: bool, palette: bytes) -> bytes:
+    """An RLE8/RLE4 BMP (bottom-up) of palette indices `idx`, with encoded runs, absolute runs of
+    odd and even lengths (padded to even offsets), a delta, end-of-line and end-of-bitmap codes."""
+    h, w = idx.shape
+    rng = np.random.default_rng(7)
+    out = bytearray()
+    for r, row in enumerate(idx[::-1]):
+        x = 0
+        if r == 2:
+            out += bytes([0, 2, 3, 0])  # delta: 3 pixels of index 0
+            x = 3
+        while x < w:
+            n = int(min(w - x, rng.integers(3, 40)))
+            if rng.random() < 0.5:  # encoded run: one index (RLE4: two alternating nibbles)
+                out += bytes([n, (row[x] << 4 | row[min(x + 1, w - 1)]) if rle4 else row[x]])
+                row[x:x + n] = [row[x] if (i % 2 == 0 or not rle4) else row[min(x + 1, w - 1)]
+                                for i in range(n)]
+            else:  # absolute run
+                vals = row[x:x + n]
+                if rle4:
+                    packed = bytes((vals[i] << 4) | (vals[i + 1] if i + 1 < n else 0)
+                                   for i in range(0, n, 2))
+                else:
+                    packed = bytes(vals)
+                out += bytes([0, n]) + packed
+                if len(out) % 2:
+                    out += b"\0"
+            x += n
+        out += bytes([0, 1 if r == h - 1 else 0])
+    colors = len(palette) // 4
+    offset = 14 + 40 + len(palette)
+    info = struct.pack("<IiiHHIIiiII", 40, w, h, 1, 4 if rle4 else 8, 2 if rle4 else 1, len(out),
+                       2835, 2835, colors, 0)
+    return b"BM" + struct.pack("<IHHI", offset + len(out), 0, 0, offset) + info + palette + out
+
+
 def bmp_files() -> dict:
     W, H = 73, 57
     rgb = texture(W, H, 11)
@@ -168,6 +205,9 @@ def bmp_files() -> dict:
         "gray8": pil_bytes(Image.fromarray(rgb[..., 0]), "BMP"),
         "bilevel": pil_bytes(Image.fromarray(rgb[..., 0] > 100), "BMP"),
         "rgb15_top_down": bmp_16bit_top_down(rgb),
+        # RLE8 indices up to 31 with 24 palette entries: the ones past it are black.
+        "rle8": bmp_rle(rgb[..., 0] // 8, False, bytes(texture(4, 6, 17, 4).reshape(-1))),
+        "rle4": bmp_rle(rgb[..., 1] // 16, True, bytes(texture(4, 4, 18, 4).reshape(-1))),
     }
 
 
@@ -198,9 +238,10 @@ def pnm_files() -> dict:
         "ppm": (pil_bytes(Image.fromarray(rgb), "PPM"), ".ppm"),
         "pgm": (pil_bytes(Image.fromarray(rgb[..., 1]), "PPM"), ".pgm"),
         "pbm": (pil_bytes(Image.fromarray(rgb[..., 2] > 90), "PPM"), ".ppm"),
-        "pgm16": (b"P5\n%d %d\n# a comment\n1000\n" % (W, H) + wide.astype(">u2").tobytes(), ".pgm"),
-        "ppm16": (b"P6 %d %d 65535\n" % (W, H) + (rgb.astype(np.uint16) * 251).astype(">u2").tobytes(),
-                  ".ppm"),
+        "pgm16": (b"P5\n%d %d\n# a comment\n1000\n" % (W, H) + wide.astype(">u2").tobytes(),
+                  ".pgm"),
+        "ppm16": (b"P6 %d %d 65535\n" % (W, H)
+                  + (rgb.astype(np.uint16) * 251).astype(">u2").tobytes(), ".ppm"),
         "ppm_maxval100": (b"P6 %d %d 100\n" % (W, H) + (rgb // 2).tobytes(), ".ppm"),
     }
 
