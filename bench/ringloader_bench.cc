@@ -5,7 +5,7 @@
 //   train, eval  the full Loader (reader threads -> decode workers -> batches in slots) with the
 //                same chains as the Python package: RandomResizedCrop(224) + flip + ToTensor +
 //                Normalize, or Resize(256) + CenterCrop(224) + ToTensor + Normalize.
-//   decode       reads (FileFetcher) and fully decodes (JpegDecoder::DecodeFull) each file on
+//   decode       reads (FileFetcher) and fully decodes (ImageDecoder::DecodeFull) each file on
 //                --decode_threads threads, no transform and no batching: the cost of a plain
 //                decode under the loader's I/O.
 //   read         reads whole files only (FileFetcher on --reader_threads threads): the storage
@@ -46,7 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "decode/jpeg_decoder.h"
+#include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
@@ -159,7 +159,7 @@ ABSL_FLAG(std::string, device, "cpu",
           "into host memory. simulated measures the staging pipeline's own cost and the consumer's "
           "wait on this machine; it says nothing about a GPU's copy bandwidth.");
 ABSL_FLAG(int, floor_images, 100,
-          "Files (in dataset order) for the decode floor: single-thread JpegDecoder::DecodeFull "
+          "Files (in dataset order) for the decode floor: single-thread ImageDecoder::DecodeFull "
           "rate on this machine. 0: skip.");
 ABSL_FLAG(std::string, json, "", "Also write the whole report as JSON to this path.");
 ABSL_FLAG(bool, progress, true,
@@ -652,7 +652,7 @@ class WorkList {
   std::vector<int64_t> order_;
 };
 
-// read / decode presets: worker threads, each with its own FileFetcher (and JpegDecoder for
+// read / decode presets: worker threads, each with its own FileFetcher (and ImageDecoder for
 // decode) keeping up to --io_depth reads in flight while it decodes what has arrived.
 absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) {
   const bool decode = cfg.preset == Preset::kDecode;
@@ -692,7 +692,7 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
       backend = (*reader)->name();
     }
     FileFetcher fetcher(*std::move(reader), size_t{256} << 20);
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     std::vector<ByteBuffer> buffers(static_cast<size_t>(depth));
     std::vector<int> free_buffers(static_cast<size_t>(depth));
     std::iota(free_buffers.begin(), free_buffers.end(), 0);
@@ -802,7 +802,7 @@ absl::StatusOr<DecodeFloor> MeasureDecodeFloor(const Dataset& ds, int count) {
     if (in.bad()) return absl::InternalError(absl::StrCat("cannot read ", ds.samples[i].path));
     files.push_back(std::move(bytes));
   }
-  JpegDecoder decoder;
+  ImageDecoder decoder;
   DecodeFloor floor;
   double pixels = 0;
   const auto start = Clock::now();

@@ -31,7 +31,7 @@
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
-#include "decode/jpeg_decoder.h"
+#include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "numa/topology.h"
 #include "pipeline/bounded_queue.h"
@@ -527,7 +527,7 @@ struct Loader::Epoch {
 
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, index, attempt) into the
   // failed row, with the failed sample's own augmentation seed, and relabel the row.
-  absl::Status Replace(JpegDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
+  absl::Status Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
                        uint8_t* dst, absl::Status cause) {
     const int64_t n = loader->dataset_size();
     const uint64_t sample_seed = SampleSeed(seed, static_cast<uint64_t>(epoch),
@@ -565,7 +565,7 @@ struct Loader::Epoch {
     const LoaderOptions& o = loader->options_;
     const TransformPipeline& pipeline = loader->pipeline_;
     const size_t sample_bytes = pipeline.SampleBytes();
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     decoder.set_max_image_pixels(o.max_image_pixels);
     decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
     ByteBuffer substitute_bytes;
@@ -904,14 +904,14 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
   ByteBuffer buffer;
   absl::Status status = ReadWholeFile(path, options_.max_file_bytes, &buffer);
   if (status.ok()) {
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);
     decoder.set_dct_scaling(options_.fast_decode);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the
     // generator (DecodeInto plans again from the same state and gets the same geometry).
-    absl::StatusOr<JpegInfo> info = decoder.ReadInfo(buffer.data(), buffer.size());
+    absl::StatusOr<ImageInfo> info = decoder.ReadInfo(buffer.data(), buffer.size());
     status = info.status();
     if (status.ok()) {
       SampleRng planner = rng;

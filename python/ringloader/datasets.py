@@ -38,7 +38,12 @@ def _scan_python(root: str, is_valid_file: Callable[[str], bool], allow_empty: b
 
 
 class ImageFolder:
-    """A drop-in for ``torchvision.datasets.ImageFolder`` whose JPEGs are decoded natively.
+    """A drop-in for ``torchvision.datasets.ImageFolder`` whose images are decoded natively.
+
+    JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
+    decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
+    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM...)
+    fail as a sample error that ``on_error`` handles.
 
     Same class discovery, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and sample order
     as torchvision. ``transform`` is a :mod:`ringloader.transforms` chain or a torchvision
@@ -57,7 +62,7 @@ class ImageFolder:
     ):
         if loader is not None:
             raise TypeError(
-                "ImageFolder(loader=...) is not supported: ringloader decodes JPEG natively. "
+                "ImageFolder(loader=...) is not supported: ringloader decodes images natively. "
                 "Use torchvision's ImageFolder with ringloader.DataLoader's generic path instead."
             )
         root = os.fspath(root)
