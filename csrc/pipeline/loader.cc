@@ -677,7 +677,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
-                      TransformPipeline::Create(options.transform, options.dtype, options.layout));
+                      TransformPipeline::Create(options.transform, options.dtype, options.layout,
+                                                options.variable_size));
   // Device and placement are decided before any memory is allocated: the slot allocator
   // depends on both.
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
@@ -766,7 +767,16 @@ void Loader::Stop() {
   epoch_.reset();
 }
 
+absl::Status Loader::CheckBatchable() const {
+  if (pipeline_.fixed_size()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "the transform's output size depends on the input image, so samples cannot be batched "
+      "natively; end the geometric steps with CenterCrop, RandomResizedCrop, RandomCrop or "
+      "Resize((h, w)), or decode samples one at a time");
+}
+
 absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
   EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
   if (first_batch < 0 || first_batch > order.num_batches()) {
     return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
@@ -781,6 +791,7 @@ absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
 
 absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
                                 std::vector<int64_t> offsets, int64_t first_batch) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
   if (offsets.empty() || offsets.front() != 0 ||
       offsets.back() != static_cast<int64_t>(indices.size())) {
     return absl::InvalidArgumentError("offsets must start at 0 and end at len(indices)");
@@ -888,6 +899,15 @@ LoaderStats Loader::Stats() const {
 }
 
 absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, void* dst) const {
+  if (!pipeline_.fixed_size()) {
+    return absl::FailedPreconditionError(
+        "this loader's output size depends on the image: decode with an allocator");
+  }
+  return DecodeSample(index, seed, epoch, -1, [dst](int, int) { return dst; });
+}
+
+absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
+                                  const OutputAllocator& allocate) const {
   if (index < 0 || index >= dataset_size()) {
     return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
                                               dataset_size(), " samples"));
@@ -899,8 +919,21 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, v
     JpegDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);
     decoder.set_fast_paths(options_.fast_decode);
-    SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(index)));
-    status = decoder.DecodeInto(buffer.data(), buffer.size(), pipeline_, rng, dst);
+    SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
+                             static_cast<uint64_t>(key < 0 ? index : key)));
+    // The output size follows from the header and the geometric draws: plan on a copy of the
+    // generator (DecodeInto plans again from the same state and gets the same geometry).
+    absl::StatusOr<JpegInfo> info = decoder.ReadInfo(buffer.data(), buffer.size());
+    status = info.status();
+    if (status.ok()) {
+      SampleRng planner = rng;
+      int h = 0, w = 0;
+      pipeline_.OutputSize(pipeline_.Plan(info->width, info->height, planner), &h, &w);
+      void* dst = allocate(h, w);
+      status = dst == nullptr
+                   ? absl::ResourceExhaustedError("no memory for the decoded sample")
+                   : decoder.DecodeInto(buffer.data(), buffer.size(), pipeline_, rng, dst);
+    }
   }
   if (!status.ok()) return AnnotateSampleError(status, index, path);
   return absl::OkStatus();

@@ -21,6 +21,7 @@
 #include "cuda/device_stager.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
+#include "transform/augment.h"
 #include "transform/image_ops.h"
 #include "ringloader/ringloader.h"
 
@@ -220,16 +221,71 @@ DType ParseDType(const std::string& name) {
                                      name, "'"));
 }
 
+Interpolation ParseInterpolation(const std::string& name) {
+  static const std::pair<const char*, Interpolation> kNames[] = {
+      {"nearest", Interpolation::kNearest}, {"bilinear", Interpolation::kBilinear},
+      {"bicubic", Interpolation::kBicubic}, {"lanczos", Interpolation::kLanczos},
+      {"box", Interpolation::kBox},         {"hamming", Interpolation::kHamming}};
+  for (const auto& [n, v] : kNames) {
+    if (name == n) return v;
+  }
+  throw py::value_error(absl::StrCat("unknown interpolation '", name, "'"));
+}
+
+PadMode ParsePadMode(const std::string& name) {
+  if (name == "constant") return PadMode::kConstant;
+  if (name == "edge") return PadMode::kEdge;
+  if (name == "reflect") return PadMode::kReflect;
+  if (name == "symmetric") return PadMode::kSymmetric;
+  throw py::value_error(absl::StrCat("unknown padding_mode '", name, "'"));
+}
+
+AugOp ParseAugOp(const std::string& name) {
+  static const std::pair<const char*, AugOp> kNames[] = {
+      {"Identity", AugOp::kIdentity},     {"ShearX", AugOp::kShearX},
+      {"ShearY", AugOp::kShearY},         {"TranslateX", AugOp::kTranslateX},
+      {"TranslateY", AugOp::kTranslateY}, {"Rotate", AugOp::kRotate},
+      {"Brightness", AugOp::kBrightness}, {"Color", AugOp::kColor},
+      {"Contrast", AugOp::kContrast},     {"Sharpness", AugOp::kSharpness},
+      {"Posterize", AugOp::kPosterize},   {"Solarize", AugOp::kSolarize},
+      {"AutoContrast", AugOp::kAutoContrast}, {"Equalize", AugOp::kEqualize},
+      {"Invert", AugOp::kInvert},         {"SolarizeAdd", AugOp::kSolarizeAdd}};
+  for (const auto& [n, v] : kNames) {
+    if (name == n) return v;
+  }
+  throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
+}
+
 TransformStep ParseStep(py::dict step) {
   TransformStep s;
+  using K = TransformStep::Kind;
+  static const std::pair<const char*, K> kKinds[] = {
+      {"resize", K::kResize},
+      {"center_crop", K::kCenterCrop},
+      {"random_resized_crop", K::kRandomResizedCrop},
+      {"random_horizontal_flip", K::kRandomHorizontalFlip},
+      {"to_tensor", K::kToTensor},
+      {"normalize", K::kNormalize},
+      {"random_vertical_flip", K::kRandomVerticalFlip},
+      {"random_crop", K::kRandomCrop},
+      {"pad", K::kPad},
+      {"color_jitter", K::kColorJitter},
+      {"grayscale", K::kGrayscale},
+      {"random_rotation", K::kRandomRotation},
+      {"random_affine", K::kRandomAffine},
+      {"gaussian_blur", K::kGaussianBlur},
+      {"aug_op", K::kAugOp},
+      {"rand_augment", K::kRandAugment},
+      {"trivial_augment_wide", K::kTrivialAugmentWide},
+      {"auto_augment", K::kAutoAugment},
+      {"timm_rand_augment", K::kTimmRandAugment},
+      {"random_erasing", K::kRandomErasing}};
   const std::string kind = step["kind"].cast<std::string>();
-  if (kind == "resize") s.kind = TransformStep::Kind::kResize;
-  else if (kind == "center_crop") s.kind = TransformStep::Kind::kCenterCrop;
-  else if (kind == "random_resized_crop") s.kind = TransformStep::Kind::kRandomResizedCrop;
-  else if (kind == "random_horizontal_flip") s.kind = TransformStep::Kind::kRandomHorizontalFlip;
-  else if (kind == "to_tensor") s.kind = TransformStep::Kind::kToTensor;
-  else if (kind == "normalize") s.kind = TransformStep::Kind::kNormalize;
-  else throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
+  bool known = false;
+  for (const auto& [name, k] : kKinds) {
+    if (kind == name) s.kind = k, known = true;
+  }
+  if (!known) throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
   if (step.contains("size_h")) s.size_h = step["size_h"].cast<int>();
   if (step.contains("size_w")) s.size_w = step["size_w"].cast<int>();
   if (step.contains("max_size")) s.max_size = step["max_size"].cast<int>();
@@ -243,6 +299,55 @@ TransformStep ParseStep(py::dict step) {
     if (values.size() != 3) throw py::value_error(absl::StrCat("Normalize ", key, " needs 1 or 3 values"));
     std::copy(values.begin(), values.end(), std::string(key) == "mean" ? s.mean : s.std);
   }
+  if (step.contains("interpolation")) s.interpolation = ParseInterpolation(step["interpolation"].cast<std::string>());
+  if (step.contains("pad_mode")) s.pad_mode = ParsePadMode(step["pad_mode"].cast<std::string>());
+  if (step.contains("pad")) {
+    auto pad = step["pad"].cast<std::vector<int>>();
+    if (pad.size() != 4) throw py::value_error("pad needs (left, top, right, bottom)");
+    std::copy(pad.begin(), pad.end(), s.pad);
+  }
+  if (step.contains("pad_if_needed")) s.pad_if_needed = step["pad_if_needed"].cast<bool>();
+  if (step.contains("fill")) {
+    auto fill = step["fill"].cast<std::vector<float>>();
+    if (fill.size() == 1) fill.assign(3, fill[0]);
+    if (fill.size() != 3) throw py::value_error("fill needs 1 or 3 values");
+    std::copy(fill.begin(), fill.end(), s.fill);
+  }
+  if (step.contains("ranges")) {
+    py::list ranges = step["ranges"];
+    if (ranges.size() > 5) throw py::value_error("at most 5 parameter ranges");
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      if (ranges[i].is_none()) continue;
+      std::tie(s.range[i][0], s.range[i][1]) = ranges[i].cast<std::pair<double, double>>();
+      s.has_range[i] = true;
+    }
+  }
+  if (step.contains("center") && !step["center"].is_none()) {
+    std::tie(s.center[0], s.center[1]) = step["center"].cast<std::pair<double, double>>();
+    s.has_center = true;
+  }
+  if (step.contains("op")) s.aug_op = ParseAugOp(step["op"].cast<std::string>());
+  if (step.contains("magnitude")) s.magnitude = step["magnitude"].cast<double>();
+  if (step.contains("num_ops")) s.num_ops = step["num_ops"].cast<int>();
+  if (step.contains("num_bins")) s.num_bins = step["num_bins"].cast<int>();
+  if (step.contains("policy")) s.policy = step["policy"].cast<int>();
+  if (step.contains("timm_ops")) {
+    auto names = step["timm_ops"].cast<std::vector<std::string>>();
+    if (names.size() > std::size(s.timm_ops)) throw py::value_error("too many timm ops");
+    for (const std::string& name : names) {
+      const int code = TimmOpFromName(name.c_str());
+      if (code < 0) throw py::value_error(absl::StrCat("unknown timm op '", name, "'"));
+      s.timm_ops[s.timm_op_count++] = code;
+    }
+  }
+  if (step.contains("magnitude_std")) s.magnitude_std = step["magnitude_std"].cast<double>();
+  if (step.contains("magnitude_max")) s.magnitude_max = step["magnitude_max"].cast<double>();
+  if (step.contains("translate_pct")) s.translate_pct = step["translate_pct"].cast<double>();
+  if (step.contains("translate_const")) s.translate_const = step["translate_const"].cast<double>();
+  if (step.contains("random_interpolation")) s.random_interpolation = step["random_interpolation"].cast<bool>();
+  if (step.contains("erase_mode")) s.erase_mode = step["erase_mode"].cast<int>();
+  if (step.contains("timm_erasing")) s.timm_erasing = step["timm_erasing"].cast<bool>();
+  if (step.contains("erase_count")) s.erase_count = step["erase_count"].cast<int>();
   return s;
 }
 
@@ -259,6 +364,7 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "drop_last", &o.drop_last);
   Take(d, "shuffle", &o.shuffle);
   Take(d, "seed", &o.seed);
+  Take(d, "variable_size", &o.variable_size);
   Take(d, "rank", &o.rank);
   Take(d, "world_size", &o.world_size);
   Take(d, "max_image_pixels", &o.max_image_pixels);
@@ -384,19 +490,24 @@ class PyLoader {
     loader_->Stop();
   }
 
-  Tensor DecodeSample(int64_t index, uint64_t seed, int64_t epoch) {
+  Tensor DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key) {
     const TransformPipeline& p = loader_->pipeline();
-    const size_t bytes = p.SampleBytes();
-    std::shared_ptr<uint8_t[]> buffer(new uint8_t[bytes]);
+    std::shared_ptr<uint8_t[]> buffer;
+    int out_h = 0, out_w = 0;
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = loader_->DecodeSample(index, seed, epoch, buffer.get());
+      status = loader_->DecodeSample(index, seed, epoch, key, [&](int h, int w) -> void* {
+        out_h = h, out_w = w;
+        const size_t bytes = static_cast<size_t>(h) * w * 3 * DTypeSize(p.dtype());
+        buffer.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
+        return buffer.get();
+      });
     }
     ThrowIfError(status);
     std::vector<int64_t> shape = p.layout() == Layout::kHWC
-                                     ? std::vector<int64_t>{p.out_h(), p.out_w(), 3}
-                                     : std::vector<int64_t>{3, p.out_h(), p.out_w()};
+                                     ? std::vector<int64_t>{out_h, out_w, 3}
+                                     : std::vector<int64_t>{3, out_h, out_w};
     void* data = buffer.get();
     return Tensor(std::shared_ptr<void>(buffer, data), data, std::move(shape), ToDl(p.dtype()), false);
   }
@@ -438,8 +549,9 @@ class PyLoader {
   int64_t num_batches() const { return loader_->num_batches(); }
   int64_t next_batch() const { return loader_->next_batch(); }
   int64_t batches_per_epoch() const { return loader_->BatchesPerEpoch(); }
-  py::tuple sample_shape() const {
+  py::object sample_shape() const {
     const TransformPipeline& p = loader_->pipeline();
+    if (!p.fixed_size()) return py::none();  // depends on the image
     if (p.layout() == Layout::kHWC) return py::make_tuple(p.out_h(), p.out_w(), 3);
     return py::make_tuple(3, p.out_h(), p.out_w());
   }
@@ -534,7 +646,9 @@ PYBIND11_MODULE(_C, m) {
       .def("next", &PyLoader::Next, py::arg("timeout") = 0.0)
       .def("stop", &PyLoader::Stop)
       .def("decode_sample", &PyLoader::DecodeSample, py::arg("index"), py::arg("seed") = 0,
-           py::arg("epoch") = 0)
+           py::arg("epoch") = 0, py::arg("key") = -1,
+           "One sample (any output size) with the augmentation seed of (seed, epoch, key); "
+           "key defaults to the index.")
       .def("stats", &PyLoader::Stats)
       .def_property_readonly("num_batches", &PyLoader::num_batches)
       .def_property_readonly("next_batch", &PyLoader::next_batch)

@@ -60,13 +60,45 @@ const char* KindName(Kind kind) {
     case Kind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
     case Kind::kToTensor: return "ToTensor";
     case Kind::kNormalize: return "Normalize";
+    case Kind::kRandomVerticalFlip: return "RandomVerticalFlip";
+    case Kind::kRandomCrop: return "RandomCrop";
+    case Kind::kPad: return "Pad";
+    case Kind::kColorJitter: return "ColorJitter";
+    case Kind::kGrayscale: return "RandomGrayscale";
+    case Kind::kRandomRotation: return "RandomRotation";
+    case Kind::kRandomAffine: return "RandomAffine";
+    case Kind::kGaussianBlur: return "GaussianBlur";
+    case Kind::kAugOp: return "AugOp";
+    case Kind::kRandAugment: return "RandAugment";
+    case Kind::kTrivialAugmentWide: return "TrivialAugmentWide";
+    case Kind::kAutoAugment: return "AutoAugment";
+    case Kind::kTimmRandAugment: return "TimmRandAugment";
+    case Kind::kRandomErasing: return "RandomErasing";
   }
   return "Unknown";
 }
 
+bool ZeroConstantFill(const TransformStep& s) {
+  return s.pad_mode == PadMode::kConstant && s.fill[0] == 0.f && s.fill[1] == 0.f &&
+         s.fill[2] == 0.f;
+}
+
+/// Steps that can only be part of the fused geometric stage.
 bool IsGeometric(Kind kind) {
   return kind == Kind::kResize || kind == Kind::kCenterCrop ||
-         kind == Kind::kRandomResizedCrop || kind == Kind::kRandomHorizontalFlip;
+         kind == Kind::kRandomResizedCrop || kind == Kind::kRandomHorizontalFlip ||
+         kind == Kind::kRandomVerticalFlip;
+}
+
+/// Steps the geometric stage absorbs: the geometric ones, and padding/cropping with a zero
+/// constant fill (the resampler writes zeros outside the source).
+bool IsFusable(const TransformStep& s) {
+  if (IsGeometric(s.kind)) return true;
+  return (s.kind == Kind::kRandomCrop || s.kind == Kind::kPad) && ZeroConstantFill(s);
+}
+
+bool IsOutputStep(Kind kind) {
+  return kind == Kind::kToTensor || kind == Kind::kNormalize || kind == Kind::kRandomErasing;
 }
 
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
@@ -139,8 +171,92 @@ const char* DTypeName(DType dtype) {
   return "unknown";
 }
 
+namespace {
+
+bool ValidRange(const double r[2], double lo, double hi) {
+  return std::isfinite(r[0]) && std::isfinite(r[1]) && r[0] <= r[1] && r[0] >= lo && r[1] <= hi;
+}
+
+/// Per-kind parameter checks of the steps added for the full recipe set ("" when valid).
+std::string CheckImageStep(const TransformStep& s) {
+  const auto prob_ok = [&] { return s.p >= 0.0 && s.p <= 1.0; };
+  switch (s.kind) {
+    case Kind::kRandomCrop:
+      if (s.size_w == 0) return "size must be > 0";
+      [[fallthrough]];
+    case Kind::kPad:
+      for (int v : s.pad) {
+        if (v < 0 && s.kind == Kind::kRandomCrop) return "padding must be >= 0";
+        if (v < 0 && s.pad_mode != PadMode::kConstant) {
+          return "negative padding is only supported with padding_mode='constant'";
+        }
+      }
+      return "";
+    case Kind::kColorJitter:
+      for (int i = 0; i < 3; ++i) {
+        if (s.has_range[i] && !ValidRange(s.range[i], 0.0, 1e9)) {
+          return "brightness, contrast and saturation ranges must satisfy 0 <= min <= max";
+        }
+      }
+      if (s.has_range[3] && !ValidRange(s.range[3], -0.5, 0.5)) {
+        return "hue range must lie in [-0.5, 0.5] with min <= max";
+      }
+      return "";
+    case Kind::kGrayscale:
+    case Kind::kRandomVerticalFlip:
+    case Kind::kAugOp:
+    case Kind::kRandomErasing:
+      if (!prob_ok()) return "p must be in [0, 1]";
+      if (s.kind == Kind::kRandomErasing) {
+        if (!ValidRange(s.range[0], 0.0, 1.0)) return "scale must satisfy 0 <= min <= max <= 1";
+        if (!(s.range[1][0] > 0 && s.range[1][0] <= s.range[1][1])) {
+          return "ratio must satisfy 0 < min <= max";
+        }
+        if (s.erase_count < 1) return "max_count must be >= 1";
+      }
+      return "";
+    case Kind::kRandomRotation:
+      return ValidRange(s.range[0], -1e6, 1e6) ? "" : "degrees must be finite with min <= max";
+    case Kind::kRandomAffine:
+      if (!ValidRange(s.range[0], -1e6, 1e6)) return "degrees must be finite with min <= max";
+      if (s.has_range[1] && !(s.range[1][0] >= 0 && s.range[1][0] <= 1 && s.range[1][1] >= 0 &&
+                              s.range[1][1] <= 1)) {
+        return "translate values must be in [0, 1]";
+      }
+      if (s.has_range[2] && !(ValidRange(s.range[2], 0.0, 1e6) && s.range[2][0] > 0)) {
+        return "scale must satisfy 0 < min <= max";
+      }
+      return "";
+    case Kind::kGaussianBlur:
+      if (s.size_w <= 0 || s.size_h <= 0 || s.size_w % 2 == 0 || s.size_h % 2 == 0) {
+        return "kernel size must be odd and positive";
+      }
+      if (!(s.range[0][0] > 0 && s.range[0][0] <= s.range[0][1])) {
+        return "sigma must satisfy 0 < min <= max";
+      }
+      return "";
+    case Kind::kRandAugment:
+    case Kind::kTrivialAugmentWide:
+      if (s.num_bins < 2) return "num_magnitude_bins must be >= 2";
+      if (s.kind == Kind::kRandAugment &&
+          (s.num_ops < 0 || s.magnitude < 0 || s.magnitude >= s.num_bins)) {
+        return "num_ops must be >= 0 and magnitude in [0, num_magnitude_bins)";
+      }
+      return "";
+    case Kind::kAutoAugment:
+      return s.policy >= 0 && s.policy <= 2 ? "" : "policy must be IMAGENET, CIFAR10 or SVHN";
+    case Kind::kTimmRandAugment:
+      return s.num_ops >= 0 && s.magnitude >= 0 ? "" : "num_ops and magnitude must be >= 0";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<TransformStep> steps,
-                                                            DType dtype, Layout layout) {
+                                                            DType dtype, Layout layout,
+                                                            bool allow_variable_size) {
   if (DTypeSize(dtype) == 0) return absl::InvalidArgumentError("unknown dtype");
   if (layout != Layout::kCHW && layout != Layout::kHWC) {
     return absl::InvalidArgumentError("unknown layout");
@@ -151,12 +267,27 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
   // The output size is known statically once a step fixes it; Resize(int) after a fixed size is
   // fixed too, before one it depends on the input.
   std::optional<Size2> size;
+  enum class Stage { kGeometry, kImage, kOutput } stage = Stage::kGeometry;
   bool seen_to_tensor = false;
+  p.image_begin_ = p.image_end_ = steps.size();
   double scale[3] = {1, 1, 1}, bias[3] = {0, 0, 0};
   for (size_t i = 0; i < steps.size(); ++i) {
     TransformStep& s = steps[i];
-    if (IsGeometric(s.kind) && seen_to_tensor) {
-      return StepError(i, s.kind, "geometric steps must come before ToTensor/Normalize");
+    if (s.kind == Kind::kRandomCrop && s.size_w == 0) s.size_w = s.size_h;
+    const std::string bad = CheckImageStep(s);
+    if (!bad.empty()) return StepError(i, s.kind, bad);
+    if (IsOutputStep(s.kind)) {
+      if (stage == Stage::kImage) p.image_end_ = i;
+      stage = Stage::kOutput;
+    } else if (stage == Stage::kOutput) {
+      return StepError(i, s.kind, "image steps must come before ToTensor/Normalize");
+    } else if (stage == Stage::kGeometry && !IsFusable(s)) {
+      stage = Stage::kImage;
+      p.image_begin_ = i;
+    } else if (stage == Stage::kImage && IsGeometric(s.kind)) {
+      return StepError(i, s.kind,
+                       "geometric steps after an image step (colour, augmentation policy, "
+                       "rotation...) are not supported natively");
     }
     switch (s.kind) {
       case Kind::kResize:
@@ -193,7 +324,20 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         }
         size = Size2{s.size_h, s.size_w};
         break;
+      case Kind::kRandomCrop:
+        if (s.size_h <= 0 || s.size_w <= 0) return StepError(i, s.kind, "size must be > 0");
+        size = Size2{s.size_h, s.size_w};
+        break;
+      case Kind::kPad:
+        if (size) {
+          size = Size2{size->h + s.pad[1] + s.pad[3], size->w + s.pad[0] + s.pad[2]};
+          if (size->h <= 0 || size->w <= 0) {
+            return StepError(i, s.kind, "negative padding removes the whole image");
+          }
+        }
+        break;
       case Kind::kRandomHorizontalFlip:
+      case Kind::kRandomVerticalFlip:
         if (!(s.p >= 0.0 && s.p <= 1.0)) return StepError(i, s.kind, "p must be in [0, 1]");
         break;
       case Kind::kToTensor:
@@ -213,16 +357,23 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
           bias[c] = (bias[c] - s.mean[c]) / s.std[c];
         }
         break;
+      case Kind::kRandomErasing:
+        if (!seen_to_tensor) {
+          return StepError(i, s.kind, "RandomErasing works on the tensor: put ToTensor first");
+        }
+        p.has_erasing_ = true;
+        break;
       default:
-        return StepError(i, s.kind, "unknown step kind");
+        break;  // image steps keep the size
     }
   }
-  if (!size) {
+  if (stage == Stage::kImage) p.image_end_ = steps.size();
+  if (!size && !allow_variable_size) {
     return absl::InvalidArgumentError(
         "transform chain output size depends on the input image; end the geometric steps with "
-        "CenterCrop, RandomResizedCrop or Resize((h, w)) so samples can be batched");
+        "CenterCrop, RandomResizedCrop, RandomCrop or Resize((h, w)) so samples can be batched");
   }
-  if (size->h > (1 << 16) || size->w > (1 << 16)) {
+  if (size && (size->h > (1 << 16) || size->w > (1 << 16))) {
     return absl::InvalidArgumentError(
         absl::StrCat("output size ", size->h, "x", size->w, " is too large"));
   }
@@ -230,8 +381,9 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     return absl::InvalidArgumentError(
         "dtype uint8 cannot hold ToTensor/Normalize output; use float32, float16 or bfloat16");
   }
-  p.out_h_ = static_cast<int>(size->h);
-  p.out_w_ = static_cast<int>(size->w);
+  p.fixed_size_ = size.has_value();
+  p.out_h_ = size ? static_cast<int>(size->h) : 0;
+  p.out_w_ = size ? static_cast<int>(size->w) : 0;
   p.to_unit_ = seen_to_tensor;
   for (int c = 0; c < 3; ++c) {
     p.scale_[c] = static_cast<float>(scale[c]);
@@ -241,6 +393,16 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
   return p;
 }
 
+namespace {
+
+/// Pads the view by (left, top, right, bottom): the new pixels lie outside the clip box, so
+/// the resampler writes zeros there (constant fill 0).
+void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) {
+  v.Crop(-top, -left, v.h + top + bottom, v.w + left + right);
+}
+
+}  // namespace
+
 SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) const {
   View v;
   v.w = std::max(src_w, 1);
@@ -248,7 +410,9 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   v.x0 = 0, v.x1 = static_cast<double>(src_w);
   v.y0 = 0, v.y1 = static_cast<double>(src_h);
   v.ClipToView(src_w, src_h);
-  for (const TransformStep& s : steps_) {
+  SampleGeometry g;
+  for (size_t i = 0; i < image_begin_ && i < steps_.size(); ++i) {
+    const TransformStep& s = steps_[i];
     switch (s.kind) {
       case Kind::kResize: {
         const Size2 n = ResizedOutputSize(v.h, v.w, s);
@@ -256,6 +420,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         v.ClipToView(src_w, src_h);
         v.w = std::max<int64_t>(n.w, 1);
         v.h = std::max<int64_t>(n.h, 1);
+        g.filter = s.interpolation;
         break;
       }
       case Kind::kCenterCrop: {
@@ -277,22 +442,67 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         v.ClipToView(src_w, src_h);  // PIL resizes the cropped image: taps stop at the crop
         v.w = s.size_w;
         v.h = s.size_h;
+        g.filter = s.interpolation;
         break;
       }
       case Kind::kRandomHorizontalFlip:
         if (rng.Uniform() < s.p) std::swap(v.x0, v.x1);
         break;
-      case Kind::kToTensor:
-      case Kind::kNormalize:
+      case Kind::kRandomVerticalFlip:
+        if (rng.Uniform() < s.p) std::swap(v.y0, v.y1);
+        break;
+      case Kind::kPad:
+        PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
+        break;
+      case Kind::kRandomCrop: {
+        // torchvision RandomCrop.forward: padding, then pad_if_needed on each axis (both sides
+        // by the missing amount), then get_params.
+        PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
+        const int64_t th = s.size_h, tw = s.size_w;
+        if (s.pad_if_needed && v.w < tw) PadView(v, tw - v.w, 0, tw - v.w, 0);
+        if (s.pad_if_needed && v.h < th) PadView(v, 0, th - v.h, 0, th - v.h);
+        if (v.h < th || v.w < tw) {
+          g.error = "RandomCrop: required crop size is larger than the (padded) input image";
+          v.Crop(0, 0, th, tw);
+          break;
+        }
+        if (v.h == th && v.w == tw) break;
+        const int64_t top = rng.RandInt(0, v.h - th + 1);
+        const int64_t left = rng.RandInt(0, v.w - tw + 1);
+        v.Crop(top, left, th, tw);
+        break;
+      }
+      default:
         break;
     }
   }
-  SampleGeometry g;
   g.x0 = v.x0, g.x1 = v.x1, g.y0 = v.y0, g.y1 = v.y1;
   g.out_w = static_cast<int>(v.w);
   g.out_h = static_cast<int>(v.h);
   g.clip_x0 = v.cx0, g.clip_x1 = v.cx1, g.clip_y0 = v.cy0, g.clip_y1 = v.cy1;
   return g;
+}
+
+void TransformPipeline::OutputSize(const SampleGeometry& g, int* height, int* width) const {
+  int64_t h = g.out_h, w = g.out_w;
+  for (size_t i = image_begin_; i < image_end_; ++i) {
+    const TransformStep& s = steps_[i];
+    if (s.kind == Kind::kPad) {
+      h += s.pad[1] + s.pad[3];
+      w += s.pad[0] + s.pad[2];
+    } else if (s.kind == Kind::kRandomCrop) {
+      h = s.size_h;
+      w = s.size_w;
+    }
+  }
+  *height = static_cast<int>(std::max<int64_t>(h, 0));
+  *width = static_cast<int>(std::max<int64_t>(w, 0));
+}
+
+size_t TransformPipeline::OutputBytes(const SampleGeometry& g) const {
+  int h = 0, w = 0;
+  OutputSize(g, &h, &w);
+  return static_cast<size_t>(h) * static_cast<size_t>(w) * 3 * DTypeSize(dtype_);
 }
 
 size_t TransformPipeline::SampleBytes() const {
@@ -336,6 +546,31 @@ std::string TransformPipeline::Describe() const {
         parts.push_back(absl::StrCat("Normalize(mean=(", FormatFloats(s.mean), "), std=(",
                                      FormatFloats(s.std), "))"));
         break;
+      case Kind::kRandomCrop:
+        parts.push_back(absl::StrCat("RandomCrop(", s.size_h, "x", s.size_w, ")"));
+        break;
+      case Kind::kRandomVerticalFlip:
+        parts.push_back(absl::StrFormat("VFlip(%g)", s.p));
+        break;
+      case Kind::kRandAugment:
+        parts.push_back(absl::StrFormat("RandAugment(%d, %g)", s.num_ops, s.magnitude));
+        break;
+      case Kind::kTimmRandAugment:
+        parts.push_back(absl::StrFormat("timm RandAugment(m%g, n%d, mstd%g, %d ops)", s.magnitude,
+                                        s.num_ops, s.magnitude_std, s.timm_op_count));
+        break;
+      case Kind::kAugOp:
+        parts.push_back(absl::StrFormat("AugOp(%d, %g, p=%g)", static_cast<int>(s.aug_op),
+                                        s.magnitude, s.p));
+        break;
+      default:
+        parts.push_back(KindName(s.kind));
+        break;
+    }
+    if ((s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop) &&
+        s.interpolation != Interpolation::kBilinear) {
+      parts.back().insert(parts.back().size() - 1,
+                          absl::StrCat(", ", InterpolationName(s.interpolation)));
     }
   }
   return absl::StrJoin(parts, " -> ");

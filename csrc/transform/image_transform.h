@@ -104,19 +104,32 @@ struct TransformStep {
   int pad[4] = {0, 0, 0, 0};         ///< left, top, right, bottom
   bool pad_if_needed = false;        ///< RandomCrop
   float fill[3] = {0.f, 0.f, 0.f};   ///< fill levels 0..255 (RandomErasing: output values)
-  bool fill_random = false;          ///< RandomErasing value="random" / timm mode="pixel"
-  double range[4][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}};  ///< per-kind (lo, hi) parameter ranges
-  bool has_range[4] = {false, false, false, false};        ///< which ranges are set
+  /// Per-kind (lo, hi) parameter ranges. ColorJitter: brightness, contrast, saturation, hue.
+  /// RandomRotation: degrees. RandomAffine: degrees, translate (max fraction x, y), scale,
+  /// shear x, shear y. GaussianBlur: sigma. RandomErasing: scale, ratio.
+  double range[5][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  bool has_range[5] = {false, false, false, false, false};  ///< which ranges are set
   bool has_center = false;           ///< rotation/affine: center given (else the image centre)
   double center[2] = {0, 0};
   AugOp aug_op = AugOp::kIdentity;   ///< kAugOp
   double magnitude = 0;              ///< kAugOp: op magnitude; policies: magnitude (bin / level)
-  int num_ops = 2;                   ///< RandAugment / timm
+  int num_ops = 2;                   ///< RandAugment / timm: ops per image
   int num_bins = 31;                 ///< RandAugment / TrivialAugmentWide magnitude bins
-  int policy = 0;                    ///< AutoAugment policy
-  double magnitude_std = 0;          ///< timm mstd (inf: uniform in [0, magnitude])
-  bool increasing = false;           ///< timm "inc1": the increasing op variants
-  int erase_count = 1;               ///< timm RandomErasing max_count (1 = torchvision)
+  int policy = 0;                    ///< AutoAugment policy: 0 ImageNet, 1 CIFAR10, 2 SVHN
+  /// timm RandAugment: the op set (TimmOp codes, see augment.h), each applied with
+  /// probability p; magnitude noise (std; inf: uniform in [0, magnitude]); upper bound.
+  int timm_ops[24] = {};
+  int timm_op_count = 0;
+  double magnitude_std = 0;
+  double magnitude_max = 10;
+  double translate_pct = 0.45;       ///< timm TranslateXRel/YRel
+  double translate_const = 100;      ///< timm TranslateX/Y (absolute pixels at level 10)
+  bool random_interpolation = false; ///< timm: bilinear or bicubic drawn per op
+  /// RandomErasing: 0 = constant `fill`, 1 = random normal per element (torchvision
+  /// value="random", timm mode="pixel"), 2 = random normal per channel (timm mode="rand").
+  int erase_mode = 0;
+  bool timm_erasing = false;         ///< timm's RandomErasing sampling (count, area / count)
+  int erase_count = 1;               ///< timm max_count (min_count 1)
 };
 
 /// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
@@ -131,6 +144,9 @@ struct SampleGeometry {
   double clip_x0 = 0, clip_x1 = 0, clip_y0 = 0, clip_y1 = 0;
   /// Filter of the resize that produces the output (the last resizing step's interpolation).
   Interpolation filter = Interpolation::kBilinear;
+  /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
+  /// RandomCrop larger than the image without pad_if_needed): a static message.
+  const char* error = nullptr;
   bool flipped() const { return x0 > x1; }
 };
 
@@ -138,16 +154,37 @@ struct SampleGeometry {
 /// do not depend on the sample); `Plan` is cheap and allocation-free per sample.
 class TransformPipeline {
  public:
-  /// Validates `steps` (order rules as torchvision: Normalize needs ToTensor first; the chain must
-  /// end in a fixed output size so samples can be batched) and fixes dtype and layout.
-  /// Errors: InvalidArgument naming the offending step.
+  /// Validates `steps` and fixes dtype and layout. A chain has three stages, in this order:
+  ///  1. geometric steps fused into one resample (Resize, CenterCrop, RandomResizedCrop, the
+  ///     flips, and RandomCrop/Pad with zero constant fill);
+  ///  2. image steps on the 8-bit image (colour, policies, rotation/affine, blur, and
+  ///     RandomCrop/Pad with other fills or modes);
+  ///  3. output steps: ToTensor, Normalize, RandomErasing (after ToTensor).
+  /// Unless `allow_variable_size`, the chain must end in a fixed output size so samples can be
+  /// batched. Errors: InvalidArgument naming the offending step.
   static absl::StatusOr<TransformPipeline> Create(std::vector<TransformStep> steps, DType dtype,
-                                                  Layout layout);
+                                                  Layout layout, bool allow_variable_size = false);
 
-  /// Geometry for one source image of src_w x src_h, drawing random parameters from `rng` in
-  /// step order (RandomResizedCrop: torchvision's get_params; flip: one uniform draw).
+  /// Geometry for one source image of src_w x src_h, drawing the random parameters of the
+  /// geometric stage from `rng` in step order (RandomResizedCrop: torchvision's get_params;
+  /// flip: one uniform draw). The image and output stages draw later, from the same `rng`.
   SampleGeometry Plan(int src_w, int src_h, SampleRng& rng) const;
 
+  /// Output size of a sample with this geometry (the image stage may pad or crop).
+  void OutputSize(const SampleGeometry& geometry, int* height, int* width) const;
+  /// Bytes of the output of a sample with this geometry.
+  size_t OutputBytes(const SampleGeometry& geometry) const;
+  /// False when the output size depends on the input image (allowed by Create's flag only).
+  bool fixed_size() const { return fixed_size_; }
+  /// Index of the first image-stage step (== first output step when there are none).
+  size_t image_begin() const { return image_begin_; }
+  /// One past the last image-stage step.
+  size_t image_end() const { return image_end_; }
+  bool has_image_steps() const { return image_end_ > image_begin_; }
+  /// True when an output step works on the written output (RandomErasing).
+  bool has_erasing() const { return has_erasing_; }
+
+  /// Fixed output size (0 x 0 when !fixed_size()).
   int out_h() const { return out_h_; }
   int out_w() const { return out_w_; }
   DType dtype() const { return dtype_; }
@@ -157,7 +194,7 @@ class TransformPipeline {
   /// Output value = stored_level * scale[c] + bias[c], stored_level in [0,255] (rounded).
   const float* scale() const { return scale_; }
   const float* bias() const { return bias_; }
-  /// Bytes of one output image.
+  /// Bytes of one output image (fixed size).
   size_t SampleBytes() const;
   const std::vector<TransformStep>& steps() const { return steps_; }
   /// Human readable, e.g. "RandomResizedCrop(224x224) -> Flip(0.5) -> ToTensor -> Normalize".
@@ -168,6 +205,9 @@ class TransformPipeline {
   DType dtype_ = DType::kUint8;
   Layout layout_ = Layout::kCHW;
   int out_h_ = 0, out_w_ = 0;
+  bool fixed_size_ = true;
+  size_t image_begin_ = 0, image_end_ = 0;
+  bool has_erasing_ = false;
   bool to_unit_ = false;
   float scale_[3] = {1.f, 1.f, 1.f};
   float bias_[3] = {0.f, 0.f, 0.f};

@@ -46,6 +46,12 @@ class SampleRng {
   double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
   /// Uniform double in [lo, hi).
   double Uniform(double lo, double hi) { return lo + (hi - lo) * Uniform(); }
+  /// Standard normal draw (Box-Muller), as torch's normal_() / random.gauss in distribution.
+  double Normal() {
+    const double u1 = 1.0 - Uniform();  // (0, 1]: log is finite
+    const double u2 = Uniform();
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  }
   /// Uniform integer in [lo, hi) (hi > lo), as torch.randint(lo, hi).
   int64_t RandInt(int64_t lo, int64_t hi) {
     const uint64_t span = static_cast<uint64_t>(hi - lo);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "transform/augment.h"
 #include "transform/image_ops.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
@@ -21,12 +22,13 @@ namespace ringloader {
 /// Per-thread state of the render stage; all buffers are grow-only.
 struct RenderState {
   Resampler resampler;
-  ImageOpScratch ops;
+  AugmentScratch augment;
   std::vector<uint8_t> image;  ///< the 8-bit image the image steps work on
 };
 
 /// Finishes a sample whose source rows were streamed into `state.resampler` (Prepare'd for
-/// `geometry`): writes pipeline.OutputBytes(geometry) bytes at `dst`. `rng` continues the
+/// `geometry`): writes pipeline.OutputBytes(geometry) bytes at `dst`. A geometry that carries
+/// an error (e.g. a RandomCrop larger than the image) gives InvalidArgument and writes nothing. `rng` continues the
 /// sample's draws (the geometry's were drawn by Plan).
 absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometry& geometry,
                           SampleRng& rng, RenderState& state, void* dst);

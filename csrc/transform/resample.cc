@@ -178,6 +178,53 @@ void WriteRow(const uint8_t* levels, int out_w, int out_h, int y, Layout layout,
   }
 }
 
+/// Pillow's filter kernels (Resample.c) and their support at scale 1.
+double FilterSupport(Interpolation f) {
+  switch (f) {
+    case Interpolation::kBox: return 0.5;
+    case Interpolation::kBicubic: return 2.0;
+    case Interpolation::kLanczos: return 3.0;
+    default: return 1.0;  // bilinear, hamming
+  }
+}
+
+double Sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x *= M_PI;
+  return std::sin(x) / x;
+}
+
+double FilterWeight(Interpolation f, double x) {
+  switch (f) {
+    case Interpolation::kBox:
+      return (x > -0.5 && x <= 0.5) ? 1.0 : 0.0;  // half-open, as Pillow: not symmetric
+    case Interpolation::kBicubic: {
+      constexpr double a = -0.5;
+      x = std::abs(x);
+      if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+      if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+      return 0.0;
+    }
+    case Interpolation::kHamming:
+      x = std::abs(x);
+      if (x == 0.0) return 1.0;
+      if (x >= 1.0) return 0.0;
+      x *= M_PI;
+      return std::sin(x) / x * (0.54 + 0.46 * std::cos(x));
+    case Interpolation::kLanczos:
+      return (-3.0 <= x && x < 3.0) ? Sinc(x) * Sinc(x / 3.0) : 0.0;
+    default:
+      x = std::abs(x);
+      return x < 1.0 ? 1.0 - x : 0.0;
+  }
+}
+
+/// Pillow's normalize_coeffs_8bpc: round half away from zero into fixed point.
+int32_t FixedWeight(double v) {
+  const double scaled = v * (1 << kResamplePrecisionBits);
+  return static_cast<int32_t>(v < 0 ? -0.5 + scaled : 0.5 + scaled);
+}
+
 /// Converts a window edge to int without overflow for absurd geometries.
 inline int ClampToInt(double v, double edge) {
   return static_cast<int>(std::clamp(v, -1.0, edge));
@@ -223,6 +270,7 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   }
   x->out_size = g.out_w;
   y->out_size = g.out_h;
+  x->filter = y->filter = g.filter;
 }
 
 void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
@@ -231,8 +279,9 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   const double lo = mirrored ? m.end : m.begin;
   const double hi = mirrored ? m.begin : m.end;
   const double scale = out > 0 ? (hi - lo) / out : 1.0;
+  const bool nearest = m.filter == Interpolation::kNearest;
   const double filterscale = std::max(scale, 1.0);
-  const double support = filterscale;  // triangle filter: support 1 at scale 1
+  const double support = nearest ? 0.5 : FilterSupport(m.filter) * filterscale;
   // Pillow's ksize. No window holds more than the whole source, which bounds the table for
   // absurd geometries.
   const int ksize =
@@ -250,6 +299,19 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   if (weights_.size() < nweights) weights_.resize(nweights);
   if (scratch_.size() < static_cast<size_t>(ksize)) scratch_.resize(ksize);
 
+  // Nearest: Pillow's resize(NEAREST) of the clip box (the image the last resize read) into
+  // `resized` pixels is an affine scale whose source position is accumulated pixel by pixel
+  // (xo += a0) and truncated; this axis shows `out` of those pixels starting at `offset`.
+  int64_t offset = 0;
+  double a0 = 1.0, xo = 0.0;
+  int64_t next_k = 0;
+  if (nearest && out > 0 && m.clip_hi > m.clip_lo) {
+    const double resized = std::max(1.0, std::round((m.clip_hi - m.clip_lo) / scale));
+    a0 = (m.clip_hi - m.clip_lo) / resized;
+    offset = static_cast<int64_t>(std::floor((lo - m.clip_lo) / scale + 0.5));
+    xo = a0 * 0.5;
+  }
+
   int first = src_size, last = 0;
   for (int xx = 0; xx < out; ++xx) {
     int32_t* k = weights_.data() + static_cast<size_t>(xx) * ksize;
@@ -258,23 +320,33 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
     int xmin = 0, n = 0;
     // Output pixels whose centre lies outside the clip box are CenterCrop's zero padding.
     if (center >= m.clip_lo && center < m.clip_hi && clip_hi > clip_lo) {
-      // Pillow rounds the filter window to whole pixels, then clips it to the input image.
-      xmin = std::max({0, clip_lo, ClampToInt(std::floor(center - support + 0.5), edge)});
-      const int xmax =
-          std::min({src_size, clip_hi, ClampToInt(std::floor(center + support + 0.5), edge)});
-      n = std::max(0, std::min(xmax - xmin, ksize));
-      double ww = 0.0;
-      for (int t = 0; t < n; ++t) {
-        const double arg = std::abs((t + xmin - center + 0.5) * inv_filterscale);
-        const double w = arg < 1.0 ? 1.0 - arg : 0.0;
-        scratch_[t] = w;
-        ww += w;
+      if (nearest) {
+        const int64_t kx = offset + xx;
+        for (; next_k < kx; ++next_k) xo += a0;
+        const int xin = xo < 0.0 ? -1 : static_cast<int>(xo);  // Pillow's COORD
+        const int src = clip_lo + xin;
+        if (xin >= 0 && src < std::min(src_size, clip_hi)) {
+          xmin = src;
+          n = 1;
+          k[0] = 1 << kResamplePrecisionBits;
+        }
+      } else {
+        // Pillow rounds the filter window to whole pixels, then clips it to the input image.
+        xmin = std::max({0, clip_lo, ClampToInt(std::floor(center - support + 0.5), edge)});
+        const int xmax =
+            std::min({src_size, clip_hi, ClampToInt(std::floor(center + support + 0.5), edge)});
+        n = std::max(0, std::min(xmax - xmin, ksize));
+        double ww = 0.0;
+        for (int t = 0; t < n; ++t) {
+          const double w = FilterWeight(m.filter, (t + xmin - center + 0.5) * inv_filterscale);
+          scratch_[t] = w;
+          ww += w;
+        }
+        for (int t = 0; t < n; ++t) {
+          k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+        }
+        if (ww == 0.0) n = 0;
       }
-      for (int t = 0; t < n; ++t) {
-        const double v = ww != 0.0 ? scratch_[t] / ww : scratch_[t];
-        k[t] = static_cast<int32_t>(0.5 + v * (1 << kResamplePrecisionBits));
-      }
-      if (ww == 0.0) n = 0;
     }
     bounds_[2 * xx] = xmin;
     bounds_[2 * xx + 1] = n;
@@ -402,6 +474,26 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
       case DType::kFloat16:
       case DType::kBFloat16:
         WriteRow<uint16_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        break;
+    }
+  }
+}
+
+void Resampler::WriteImage(const uint8_t* rgb, size_t stride, int width, int height,
+                           const OutputFormat& fmt, void* dst) {
+  PrepareLut(fmt);
+  for (int y = 0; y < height; ++y) {
+    const uint8_t* row = rgb + static_cast<size_t>(y) * stride;
+    switch (fmt.dtype) {
+      case DType::kUint8:
+        WriteRow<uint8_t>(row, width, height, y, fmt.layout, lut_, dst);
+        break;
+      case DType::kFloat32:
+        WriteRow<uint32_t>(row, width, height, y, fmt.layout, lut_, dst);
+        break;
+      case DType::kFloat16:
+      case DType::kBFloat16:
+        WriteRow<uint16_t>(row, width, height, y, fmt.layout, lut_, dst);
         break;
     }
   }

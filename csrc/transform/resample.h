@@ -1,9 +1,10 @@
 #pragma once
-/// Antialiased bilinear resampling with Pillow's arithmetic (ImagingResample, 8-bit path), fused
-/// with the write-out into the output dtype and layout.
+/// Antialiased resampling with Pillow's arithmetic (ImagingResample, 8-bit path; every filter
+/// Pillow has: bilinear, bicubic, lanczos, box, hamming, and nearest), fused with the write-out
+/// into the output dtype and layout.
 ///
-/// Pillow computes, per output index, a triangle filter of support max(1, scale) centred on the
-/// output pixel's source position, clipped and renormalised at the input image border, converted
+/// Pillow computes, per output index, a filter of support filter_support * max(1, scale)
+/// centred on the output pixel's source position, clipped and renormalised at the input image border, converted
 /// to 22-bit fixed point. It runs a horizontal pass into an 8-bit intermediate image and then a
 /// vertical pass. `Resampler` does the same, but streams source rows in (so the decoder never
 /// holds the whole image) and writes the final levels straight into the tensor layout.
@@ -37,6 +38,9 @@ struct AxisMapping {
   double end = 0;    ///< Source coordinate of output edge out_size (end < begin: mirrored).
   double clip_lo = 0, clip_hi = 0;  ///< Taps stay inside; output centres outside give 0.
   int out_size = 0;
+  /// Pillow's filter. kNearest reproduces Image.resize(NEAREST) (an affine scale that picks
+  /// one source pixel per output, not a convolution): one tap of weight 1.
+  Interpolation filter = Interpolation::kBilinear;
 };
 
 /// Maps a sample's geometry (full-resolution source coordinates) into an image whose pixels are
@@ -100,6 +104,11 @@ class Resampler {
   /// elements of fmt.dtype in fmt.layout). Every row in [first_row, end_row) must have been
   /// added first.
   void Finish(const OutputFormat& fmt, void* dst);
+
+  /// Writes a packed RGB image of levels (width x height, rows `stride` bytes apart) to `dst`
+  /// in fmt's dtype and layout, as Finish writes the resampled output.
+  void WriteImage(const uint8_t* rgb, size_t stride, int width, int height,
+                  const OutputFormat& fmt, void* dst);
 
   /// Adds every needed row of an image already in memory (after Prepare): packed RGB
   /// (bytes_per_pixel 3) or RGBX (4), rows `stride` bytes apart, starting at column 0.

@@ -183,35 +183,261 @@ class Normalize(Transform):
         return f"Normalize(mean={self.mean}, std={self.std})"
 
 
-def _is_bilinear(interpolation: Any) -> bool:
-    name = getattr(interpolation, "value", interpolation)
-    return str(name).lower() in ("bilinear", "2", "interpolationmode.bilinear")
+_INTERPOLATIONS = {
+    "nearest": "nearest", "bilinear": "bilinear", "bicubic": "bicubic", "box": "box",
+    "hamming": "hamming", "lanczos": "lanczos",
+    # PIL's Image.Resampling numbers, which torchvision and timm also accept
+    "0": "nearest", "1": "lanczos", "2": "bilinear", "3": "bicubic", "4": "box", "5": "hamming",
+}
+
+
+def _interpolation(value: Any, where: str) -> str:
+    """The native filter name of a torchvision InterpolationMode, a PIL resampling enum/int or a
+    string; TypeError for modes PIL has no native equivalent of here (NEAREST_EXACT)."""
+    raw = getattr(value, "value", value)
+    key = str(raw).lower()
+    if key in _INTERPOLATIONS:
+        return _INTERPOLATIONS[key]
+    raise TypeError(f"{where}: interpolation {value!r} has no native equivalent")
+
+
+def _fill(value: Any, where: str) -> List[float]:
+    """A fill colour as three levels (torchvision's PIL path: an int or a 1/3-sequence)."""
+    if value is None:
+        return [0.0, 0.0, 0.0]
+    if isinstance(value, dict):
+        raise TypeError(f"{where}: a per-type fill dict has no native equivalent")
+    if isinstance(value, numbers.Number):
+        return [float(value)] * 3
+    values = [float(v) for v in value]
+    if len(values) == 1:
+        return values * 3
+    if len(values) != 3:
+        raise TypeError(f"{where}: fill needs 1 or 3 values for RGB images, got {value!r}")
+    return values
+
+
+def _padding(padding: Any, where: str) -> List[int]:
+    """torchvision's padding argument as (left, top, right, bottom)."""
+    if padding is None:
+        return [0, 0, 0, 0]
+    if isinstance(padding, numbers.Integral):
+        return [int(padding)] * 4
+    values = [int(v) for v in padding]
+    if len(values) == 1:
+        return values * 4
+    if len(values) == 2:
+        return [values[0], values[1], values[0], values[1]]
+    if len(values) == 4:
+        return values
+    raise TypeError(f"{where}: padding must be an int or a sequence of 1, 2 or 4 ints")
+
+
+def _range(value: Any) -> Optional[Tuple[float, float]]:
+    if value is None:
+        return None
+    lo, hi = (float(v) for v in value)
+    return (lo, hi)
+
+
+def _center(value: Any) -> Optional[Tuple[float, float]]:
+    return None if value is None else (float(value[0]), float(value[1]))
+
+
+_AUTO_AUGMENT_POLICIES = {"imagenet": 0, "cifar10": 1, "svhn": 2}
+
+# timm/data/auto_augment.py op names ringloader runs natively (NAME_TO_OP keys).
+_TIMM_OPS = {
+    "AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "PosterizeIncreasing",
+    "PosterizeOriginal", "Solarize", "SolarizeIncreasing", "SolarizeAdd", "Color",
+    "ColorIncreasing", "Contrast", "ContrastIncreasing", "Brightness", "BrightnessIncreasing",
+    "Sharpness", "SharpnessIncreasing", "ShearX", "ShearY", "TranslateX", "TranslateY",
+    "TranslateXRel", "TranslateYRel",
+}
+
+
+def _timm_rand_augment(t: Any, where: str) -> List[Dict[str, Any]]:
+    """timm's RandAugment (rand-m*-n*-mstd*-inc*...): one native step when every op is native and
+    the ops share their settings (as rand_augment_transform makes them)."""
+    if t.choice_weights is not None:
+        raise TypeError(f"{where}: weighted op choice (the 't' config section) has no native equivalent")
+    ops = list(t.ops)
+    if not ops:
+        return []
+    first = ops[0]
+    names = []
+    for op in ops:
+        if op.name not in _TIMM_OPS:
+            raise TypeError(f"{where}: timm op {op.name} has no native equivalent")
+        same = (op.prob, op.magnitude, op.magnitude_std, op.magnitude_max, op.kwargs.get("fillcolor"),
+                op.kwargs.get("resample"), op.hparams.get("translate_pct", 0.45),
+                op.hparams.get("translate_const"))
+        if same != (first.prob, first.magnitude, first.magnitude_std, first.magnitude_max,
+                    first.kwargs.get("fillcolor"), first.kwargs.get("resample"),
+                    first.hparams.get("translate_pct", 0.45), first.hparams.get("translate_const")):
+            raise TypeError(f"{where}: ops with different settings have no native equivalent")
+        names.append(op.name)
+    resample = first.kwargs.get("resample")
+    random_interp = isinstance(resample, (list, tuple))
+    if random_interp:
+        modes = sorted(_interpolation(r, where) for r in resample)
+        if modes != ["bicubic", "bilinear"]:
+            raise TypeError(f"{where}: a random choice among {resample!r} has no native equivalent")
+        interp = "bilinear"
+    else:
+        interp = _interpolation(resample, where)
+    if interp not in ("nearest", "bilinear", "bicubic"):
+        raise TypeError(f"{where}: PIL transforms only take nearest, bilinear or bicubic")
+    mstd = float(first.magnitude_std or 0.0)
+    return [{
+        "kind": "timm_rand_augment", "timm_ops": names, "num_ops": int(t.num_layers),
+        "p": float(first.prob), "magnitude": float(first.magnitude), "magnitude_std": mstd,
+        "magnitude_max": float(first.magnitude_max or 10.0),
+        "translate_pct": float(first.hparams.get("translate_pct", 0.45)),
+        "translate_const": float(first.hparams.get("translate_const", 250)),
+        "fill": _fill(first.kwargs.get("fillcolor", (128, 128, 128)), where),
+        "interpolation": interp, "random_interpolation": random_interp,
+    }]
+
+
+def _timm_random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
+    import math
+
+    if getattr(t, "num_splits", 0):
+        raise TypeError(f"{where}: num_splits (AugMix splits) has no native equivalent")
+    mode = {"const": 0, "pixel": 1, "rand": 2}.get(t.mode)
+    if mode is None:
+        raise TypeError(f"{where}: mode {t.mode!r} has no native equivalent")
+    lo, hi = t.log_aspect_ratio
+    if int(t.min_count) != 1:
+        raise TypeError(f"{where}: min_count other than 1 has no native equivalent")
+    return [{
+        "kind": "random_erasing", "p": float(t.probability), "timm_erasing": True,
+        "ranges": [(float(t.min_area), float(t.max_area)), (math.exp(lo), math.exp(hi))],
+        "erase_mode": mode, "erase_count": int(t.max_count), "fill": [0.0, 0.0, 0.0],
+    }]
+
+
+def _random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
+    value = t.value
+    step: Dict[str, Any] = {
+        "kind": "random_erasing", "p": float(t.p),
+        "ranges": [_range(t.scale), _range(t.ratio)],
+    }
+    if value is None or (isinstance(value, str) and value == "random"):
+        step["erase_mode"] = 1
+    else:
+        step["fill"] = _fill(value, where)
+    return [step]
+
+
+def _aug_op(name: str, magnitude: float, p: float) -> List[Dict[str, Any]]:
+    return [{"kind": "aug_op", "op": name, "magnitude": float(magnitude), "p": float(p)}]
 
 
 def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
-    """Translate one torchvision transform (v1 or v2) into native steps."""
+    """Native steps for one torchvision (v1 or v2) or timm transform; TypeError says why not."""
     name = type(t).__name__
     module = type(t).__module__
     where = f"{module}.{name}"
+    is_timm = module.startswith("timm")
     if name == "Compose":
         return Compose(t.transforms).steps()
-    if name in ("Resize", "RandomResizedCrop"):
-        if not _is_bilinear(getattr(t, "interpolation", "bilinear")):
-            raise TypeError(f"{where}: only InterpolationMode.BILINEAR is supported natively")
-        if getattr(t, "antialias", True) is False:
-            raise TypeError(f"{where}: antialias=False is not supported (PIL always antialiases)")
-        if name == "Resize":
-            return Resize(t.size, max_size=getattr(t, "max_size", None)).steps()
-        return RandomResizedCrop(t.size, scale=tuple(t.scale), ratio=tuple(t.ratio)).steps()
+    if name == "Resize" and not is_timm:
+        interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+        if t.size is None:
+            raise TypeError(f"{where}: size=None (max_size only) has no native equivalent")
+        step = Resize(t.size, max_size=getattr(t, "max_size", None)).steps()[0]
+        step["interpolation"] = interp
+        return [step]
+    if name in ("RandomResizedCrop", "RandomResizedCropAndInterpolation"):
+        interp = getattr(t, "interpolation", "bilinear")
+        if isinstance(interp, (list, tuple)):
+            raise TypeError(f"{where}: interpolation='random' has no native equivalent")
+        step = RandomResizedCrop(t.size, scale=tuple(t.scale), ratio=tuple(t.ratio)).steps()[0]
+        step["interpolation"] = _interpolation(interp, where)
+        return [step]
     if name == "CenterCrop":
         return CenterCrop(t.size).steps()
     if name == "RandomHorizontalFlip":
         return RandomHorizontalFlip(t.p).steps()
-    if name == "ToTensor":
+    if name == "RandomVerticalFlip":
+        return [{"kind": "random_vertical_flip", "p": float(t.p)}]
+    if name in ("RandomCrop", "Pad"):
+        mode = getattr(t, "padding_mode", "constant")
+        if mode not in ("constant", "edge", "reflect", "symmetric"):
+            raise TypeError(f"{where}: padding_mode {mode!r} has no native equivalent")
+        pad = _padding(t.padding, where)
+        if module.startswith("torchvision.transforms.v2") and t.padding is not None:
+            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2 keeps [left, right, top, bottom]
+        step = {"kind": "random_crop" if name == "RandomCrop" else "pad",
+                "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
+        if name == "RandomCrop":
+            size = _pair(t.size, where)
+            step.update(size_h=size[0], size_w=size[1], pad_if_needed=bool(t.pad_if_needed))
+        return [step]
+    if name == "ColorJitter":
+        ranges = [_range(t.brightness), _range(t.contrast), _range(t.saturation), _range(t.hue)]
+        if all(r is None for r in ranges):
+            return []
+        return [{"kind": "color_jitter", "ranges": ranges}]
+    if name in ("Grayscale", "RandomGrayscale"):
+        if name == "Grayscale" and int(getattr(t, "num_output_channels", 1)) != 3:
+            raise TypeError(f"{where}: num_output_channels=1 (a 1-channel image) has no native "
+                            "equivalent; use num_output_channels=3")
+        return [{"kind": "grayscale", "p": 1.0 if name == "Grayscale" else float(t.p)}]
+    if name == "RandomRotation":
+        if t.expand:
+            raise TypeError(f"{where}: expand=True (a size that depends on the angle) has no native equivalent")
+        return [{"kind": "random_rotation", "ranges": [_range(t.degrees)],
+                 "interpolation": _interpolation(t.interpolation, where), "fill": _fill(t.fill, where),
+                 "center": _center(t.center)}]
+    if name == "RandomAffine":
+        shear = None if t.shear is None else [float(v) for v in t.shear]
+        ranges = [_range(t.degrees), _range(t.translate), _range(t.scale),
+                  None if shear is None else (shear[0], shear[1]),
+                  None if shear is None or len(shear) < 4 else (shear[2], shear[3])]
+        return [{"kind": "random_affine", "ranges": ranges,
+                 "interpolation": _interpolation(t.interpolation, where), "fill": _fill(t.fill, where),
+                 "center": _center(t.center)}]
+    if name == "GaussianBlur":
+        kx, ky = (int(v) for v in t.kernel_size)
+        return [{"kind": "gaussian_blur", "size_w": kx, "size_h": ky, "ranges": [_range(t.sigma)]}]
+    if name == "RandomPosterize":
+        return _aug_op("Posterize", t.bits, t.p)
+    if name == "RandomSolarize":
+        return _aug_op("Solarize", t.threshold, t.p)
+    if name == "RandomAdjustSharpness":
+        return _aug_op("Sharpness", float(t.sharpness_factor) - 1.0, t.p)
+    if name == "RandomAutocontrast":
+        return _aug_op("AutoContrast", 0, t.p)
+    if name == "RandomEqualize":
+        return _aug_op("Equalize", 0, t.p)
+    if name == "RandomInvert":
+        return _aug_op("Invert", 0, t.p)
+    if name in ("RandAugment", "TrivialAugmentWide", "AutoAugment") and not is_timm:
+        interp = _interpolation(t.interpolation, where)
+        if interp not in ("nearest", "bilinear"):
+            raise TypeError(f"{where}: torchvision's PIL affine only takes nearest or bilinear")
+        step: Dict[str, Any] = {"interpolation": interp, "fill": _fill(t.fill, where)}
+        if name == "AutoAugment":
+            policy = str(getattr(t.policy, "value", t.policy)).lower()
+            step.update(kind="auto_augment", policy=_AUTO_AUGMENT_POLICIES[policy])
+        else:
+            step.update(kind="rand_augment" if name == "RandAugment" else "trivial_augment_wide",
+                        num_bins=int(t.num_magnitude_bins))
+            if name == "RandAugment":
+                step.update(num_ops=int(t.num_ops), magnitude=float(t.magnitude))
+        return [step]
+    if name == "RandAugment" and is_timm:
+        return _timm_rand_augment(t, where)
+    if name == "RandomErasing":
+        return _timm_random_erasing(t, where) if is_timm else _random_erasing(t, where)
+    if name in ("ToTensor", "MaybeToTensor"):
         return ToTensor().steps()
     if name == "Normalize":
-        return Normalize(t.mean, t.std).steps()
-    if name in ("PILToTensor", "ToImage", "ToImageTensor"):
+        return Normalize([float(v) for v in t.mean], [float(v) for v in t.std]).steps()
+    if name in ("PILToTensor", "ToImage", "ToImageTensor", "MaybePILToTensor"):
         return []  # uint8 CHW tensor: the native default without ToTensor
     if name in ("ConvertImageDtype", "ToDtype"):
         import torch
@@ -222,12 +448,35 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
         scale = getattr(t, "scale", True) if name == "ToDtype" else True
         if dtype is torch.float32 and scale:
             return ToTensor().steps()
-        raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is supported")
-    raise TypeError(
-        f"transform {where} is not supported by ringloader's native pipeline "
-        "(supported: Compose, Resize, CenterCrop, RandomResizedCrop, RandomHorizontalFlip, "
-        "ToTensor, Normalize, PILToTensor/ToImage, ConvertImageDtype/ToDtype(float32))"
-    )
+        raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
+    raise TypeError(f"transform {where} has no native equivalent")
+
+
+# Which stage a native step belongs to (see TransformPipeline::Create): geometric steps fuse into
+# one resample and must come before any image step; after ToTensor only output steps follow.
+_GEOMETRIC = {"resize", "center_crop", "random_resized_crop", "random_horizontal_flip",
+              "random_vertical_flip"}
+_OUTPUT = {"to_tensor", "normalize", "random_erasing"}
+
+
+def _stage_error(steps: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> Optional[str]:
+    """Why `new` cannot follow `steps` natively, or None."""
+    kinds = [s["kind"] for s in steps]
+    after_image = any(k not in _GEOMETRIC and k not in _OUTPUT and k not in ("random_crop", "pad")
+                      for k in kinds) or any(
+        k in ("random_crop", "pad") and (s.get("pad_mode", "constant") != "constant"
+                                         or any(s.get("fill", [0, 0, 0])))
+        for k, s in zip(kinds, steps))
+    after_tensor = "to_tensor" in kinds
+    for step in new:
+        kind = step["kind"]
+        if after_tensor and kind not in ("normalize", "random_erasing"):
+            return "it runs on the tensor after ToTensor"
+        if kind in ("normalize", "random_erasing") and not after_tensor:
+            return "it needs ToTensor before it"
+        if after_image and kind in _GEOMETRIC:
+            return "geometric steps after an image step are not fused natively"
+    return None
 
 
 def from_torchvision(transform: Any) -> List[Dict[str, Any]]:
@@ -241,7 +490,8 @@ def to_steps(transform: Any) -> List[Dict[str, Any]]:
         return []
     if isinstance(transform, Transform):
         return transform.steps()
-    if callable(transform) and type(transform).__module__.startswith("torchvision"):
+    module = type(transform).__module__
+    if callable(transform) and (module.startswith("torchvision") or module.startswith("timm")):
         return from_torchvision(transform)
     raise TypeError(
         f"transform {type(transform).__module__}.{type(transform).__name__} is neither a "
@@ -268,6 +518,7 @@ class Split(NamedTuple):
     tail: Optional[Callable[[Any], Any]]
     tail_names: List[str]
     tail_input: str
+    reason: str = ""  #: why the first tail step is not native ("" when there is no tail)
 
 
 def _flatten(transform: Any) -> List[Any]:
@@ -293,8 +544,12 @@ def split(transform: Any) -> Split:
     steps: List[Dict[str, Any]] = []
     for i, t in enumerate(parts):
         try:
-            steps.extend(to_steps(t))
-        except TypeError:
+            new = to_steps(t)
+            why = _stage_error(steps, new)
+            if why is not None:
+                raise TypeError(f"{_step_name(t)}: {why}")
+            steps.extend(new)
+        except TypeError as error:
             rest = parts[i:]
             for r in rest:
                 if isinstance(r, Transform):
@@ -304,7 +559,7 @@ def split(transform: Any) -> Split:
                         f"{type(r).__name__} there") from None
             tail = _PythonTail(rest)
             return Split(steps, tail, [_step_name(r) for r in rest],
-                         "tensor" if has_to_tensor(steps) else "pil")
+                         "tensor" if has_to_tensor(steps) else "pil", str(error))
     return Split(steps, None, [], "tensor" if has_to_tensor(steps) else "pil")
 
 

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,7 +88,12 @@ struct LoaderOptions {
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
   bool fast_decode = true;       ///< DCT-scaled and region-of-interest decoding.
   ErrorPolicy on_error = ErrorPolicy::kRaise;
-  std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size.
+  std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size
+                                         ///< (unless variable_size).
+  /// Accept a chain whose output size depends on the image (no fixed-size geometric step, or
+  /// padding after a size-keeping resize). Such a loader decodes single samples only
+  /// (DecodeSample with an allocator); StartEpoch refuses.
+  bool variable_size = false;
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kCHW;
   /// Page-locked (cudaHostAlloc) slots when a GPU is visible; otherwise host memory, and
@@ -249,9 +255,20 @@ class Loader {
   /// pipeline().SampleBytes() bytes, with the augmentation seed of (seed, epoch, index).
   absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, void* dst) const;
 
+  /// Returns the destination for an output of height x width (pipeline().dtype(), layout(),
+  /// 3 channels), or null to refuse.
+  using OutputAllocator = std::function<void*(int height, int width)>;
+  /// Decodes one sample of any output size: `allocate` is called once, with the sample's size,
+  /// before anything is written. The augmentation seed is that of (seed, epoch, key), where key
+  /// defaults to the index when negative.
+  absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
+                            const OutputAllocator& allocate) const;
+
  private:
   struct Epoch;
   struct Counters;
+  /// FailedPrecondition when the output size is not fixed (variable_size).
+  absl::Status CheckBatchable() const;
   /// The built-in sampler's settings, from options_.
   SamplerOptions BuiltinSampler() const;
   Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,

@@ -1,0 +1,534 @@
+#include "transform/augment.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "transform/resample.h"
+
+namespace ringloader {
+namespace {
+
+using Kind = TransformStep::Kind;
+
+// ---- torchvision's AutoAugment family (torchvision/transforms/autoaugment.py, v1) -------------
+
+/// The op list RandAugment and TrivialAugmentWide draw from, in torchvision's order.
+constexpr AugOp kWideOps[] = {AugOp::kIdentity,   AugOp::kShearX,     AugOp::kShearY,
+                              AugOp::kTranslateX, AugOp::kTranslateY, AugOp::kRotate,
+                              AugOp::kBrightness, AugOp::kColor,      AugOp::kContrast,
+                              AugOp::kSharpness,  AugOp::kPosterize,  AugOp::kSolarize,
+                              AugOp::kAutoContrast, AugOp::kEqualize};
+
+enum class Space { kRandAugment, kTrivialWide, kAutoAugment };
+
+/// magnitudes[bin] of torchvision's _augmentation_space for `op` (as float(tensor[bin])), and
+/// whether the op is signed. Ops without magnitudes give 0.
+double Magnitude(Space space, AugOp op, int num_bins, int bin, int height, int width,
+                 bool* signed_op) {
+  const bool wide = space == Space::kTrivialWide;
+  *signed_op = true;
+  switch (op) {
+    case AugOp::kShearX:
+    case AugOp::kShearY:
+      return LinspaceF32(0.0, wide ? 0.99 : 0.3, num_bins, bin);
+    case AugOp::kTranslateX:
+      return LinspaceF32(0.0, wide ? 32.0 : 150.0 / 331.0 * width, num_bins, bin);
+    case AugOp::kTranslateY:
+      return LinspaceF32(0.0, wide ? 32.0 : 150.0 / 331.0 * height, num_bins, bin);
+    case AugOp::kRotate:
+      return LinspaceF32(0.0, wide ? 135.0 : 30.0, num_bins, bin);
+    case AugOp::kBrightness:
+    case AugOp::kColor:
+    case AugOp::kContrast:
+    case AugOp::kSharpness:
+      return LinspaceF32(0.0, wide ? 0.99 : 0.9, num_bins, bin);
+    case AugOp::kPosterize: {
+      *signed_op = false;
+      // 8 - (arange(num_bins) / ((num_bins - 1) / k)).round(): float32 division, half to even.
+      const float divisor = static_cast<float>((num_bins - 1) / (wide ? 6.0 : 4.0));
+      const float q = static_cast<float>(bin) / divisor;
+      return 8.0 - static_cast<double>(std::nearbyint(q));
+    }
+    case AugOp::kSolarize:
+      *signed_op = false;
+      return LinspaceF32(255.0, 0.0, num_bins, bin);
+    default:
+      *signed_op = false;
+      return 0.0;
+  }
+}
+
+/// One (op, probability, magnitude bin or -1) half of an AutoAugment sub-policy.
+struct PolicyOp {
+  AugOp op;
+  float p;
+  int bin;
+};
+using SubPolicy = std::array<PolicyOp, 2>;
+
+// torchvision AutoAugment._get_policies (the AutoAugment paper's learned policies).
+constexpr AugOp P = AugOp::kPosterize, R = AugOp::kRotate, S = AugOp::kSolarize,
+                AC = AugOp::kAutoContrast, EQ = AugOp::kEqualize, C = AugOp::kColor,
+                IN = AugOp::kInvert, CO = AugOp::kContrast, SH = AugOp::kSharpness,
+                SX = AugOp::kShearX, SY = AugOp::kShearY, TX = AugOp::kTranslateX,
+                TY = AugOp::kTranslateY, B = AugOp::kBrightness;
+constexpr SubPolicy kImageNetPolicy[] = {
+    {{{P, .4f, 8}, {R, .6f, 9}}},   {{{S, .6f, 5}, {AC, .6f, -1}}}, {{{EQ, .8f, -1}, {EQ, .6f, -1}}},
+    {{{P, .6f, 7}, {P, .6f, 6}}},   {{{EQ, .4f, -1}, {S, .2f, 4}}}, {{{EQ, .4f, -1}, {R, .8f, 8}}},
+    {{{S, .6f, 3}, {EQ, .6f, -1}}}, {{{P, .8f, 5}, {EQ, 1.f, -1}}}, {{{R, .2f, 3}, {S, .6f, 8}}},
+    {{{EQ, .6f, -1}, {P, .4f, 6}}}, {{{R, .8f, 8}, {C, .4f, 0}}},   {{{R, .4f, 9}, {EQ, .6f, -1}}},
+    {{{EQ, 0.f, -1}, {EQ, .8f, -1}}}, {{{IN, .6f, -1}, {EQ, 1.f, -1}}}, {{{C, .6f, 4}, {CO, 1.f, 8}}},
+    {{{R, .8f, 8}, {C, 1.f, 2}}},   {{{C, .8f, 8}, {S, .8f, 7}}},   {{{SH, .4f, 7}, {IN, .6f, -1}}},
+    {{{SX, .6f, 5}, {EQ, 1.f, -1}}}, {{{C, .4f, 0}, {EQ, .6f, -1}}}, {{{EQ, .4f, -1}, {S, .2f, 4}}},
+    {{{S, .6f, 5}, {AC, .6f, -1}}}, {{{IN, .6f, -1}, {EQ, 1.f, -1}}}, {{{C, .6f, 4}, {CO, 1.f, 8}}},
+    {{{EQ, .8f, -1}, {EQ, .6f, -1}}},
+};
+constexpr SubPolicy kCifar10Policy[] = {
+    {{{IN, .1f, -1}, {CO, .2f, 6}}}, {{{R, .7f, 2}, {TX, .3f, 9}}},   {{{SH, .8f, 1}, {SH, .9f, 3}}},
+    {{{SY, .5f, 8}, {TY, .7f, 9}}}, {{{AC, .5f, -1}, {EQ, .9f, -1}}}, {{{SY, .2f, 7}, {P, .3f, 7}}},
+    {{{C, .4f, 3}, {B, .6f, 7}}},   {{{SH, .3f, 9}, {B, .7f, 9}}},   {{{EQ, .6f, -1}, {EQ, .5f, -1}}},
+    {{{CO, .6f, 7}, {SH, .6f, 5}}}, {{{C, .7f, 7}, {TX, .5f, 8}}},   {{{EQ, .3f, -1}, {AC, .4f, -1}}},
+    {{{TY, .4f, 3}, {SH, .2f, 6}}}, {{{B, .9f, 6}, {C, .2f, 8}}},    {{{S, .5f, 2}, {IN, 0.f, -1}}},
+    {{{EQ, .2f, -1}, {AC, .6f, -1}}}, {{{EQ, .2f, -1}, {EQ, .6f, -1}}}, {{{C, .9f, 9}, {EQ, .6f, -1}}},
+    {{{AC, .8f, -1}, {S, .2f, 8}}}, {{{B, .1f, 3}, {C, .7f, 0}}},    {{{S, .4f, 5}, {AC, .9f, -1}}},
+    {{{TY, .9f, 9}, {TY, .7f, 9}}}, {{{AC, .9f, -1}, {S, .8f, 3}}}, {{{EQ, .8f, -1}, {IN, .1f, -1}}},
+    {{{TY, .7f, 9}, {AC, .9f, -1}}},
+};
+constexpr SubPolicy kSvhnPolicy[] = {
+    {{{SX, .9f, 4}, {IN, .2f, -1}}}, {{{SY, .9f, 8}, {IN, .7f, -1}}}, {{{EQ, .6f, -1}, {S, .6f, 6}}},
+    {{{IN, .9f, -1}, {EQ, .6f, -1}}}, {{{EQ, .6f, -1}, {R, .9f, 3}}}, {{{SX, .9f, 4}, {AC, .8f, -1}}},
+    {{{SY, .9f, 8}, {IN, .4f, -1}}}, {{{SY, .9f, 5}, {S, .2f, 6}}},   {{{IN, .9f, -1}, {AC, .8f, -1}}},
+    {{{EQ, .6f, -1}, {R, .9f, 3}}},  {{{SX, .9f, 4}, {S, .3f, 3}}},   {{{SY, .8f, 8}, {IN, .7f, -1}}},
+    {{{EQ, .9f, -1}, {TY, .6f, 6}}}, {{{IN, .9f, -1}, {EQ, .6f, -1}}}, {{{CO, .3f, 3}, {R, .8f, 4}}},
+    {{{IN, .8f, -1}, {TY, 0.f, 2}}}, {{{SY, .7f, 6}, {S, .4f, 8}}},   {{{IN, .6f, -1}, {R, .8f, 4}}},
+    {{{SY, .3f, 7}, {TX, .9f, 3}}},  {{{SX, .1f, 6}, {IN, .6f, -1}}}, {{{S, .7f, 2}, {TY, .6f, 7}}},
+    {{{SY, .8f, 4}, {IN, .8f, -1}}}, {{{SX, .7f, 9}, {TY, .8f, 3}}},  {{{SY, .8f, 5}, {AC, .7f, -1}}},
+    {{{SX, .7f, 2}, {IN, .1f, -1}}},
+};
+
+uint8_t ToLevel(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L)); }
+
+void FillLevels(const TransformStep& s, uint8_t out[3]) {
+  for (int c = 0; c < 3; ++c) out[c] = ToLevel(s.fill[c]);
+}
+
+/// RandAugment.forward: num_ops uniform choices among the 14 ops, fixed magnitude bin.
+void RandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  const int bin = static_cast<int>(s.magnitude);
+  for (int k = 0; k < s.num_ops; ++k) {
+    const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
+    bool signed_op = false;
+    double m = Magnitude(Space::kRandAugment, op, s.num_bins, bin, img.height, img.width,
+                         &signed_op);
+    if (signed_op && rng.RandInt(0, 2) == 1) m = -m;
+    ApplyAugOp(op, m, s.interpolation, fill, img, scratch.ops);
+  }
+}
+
+/// TrivialAugmentWide.forward: one op, a uniform magnitude bin, a random sign.
+void TrivialAugmentWide(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                        RgbView img) {
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
+  bool signed_op = false;
+  const int bin = static_cast<int>(rng.RandInt(0, s.num_bins));
+  double m = Magnitude(Space::kTrivialWide, op, s.num_bins, bin, img.height, img.width,
+                       &signed_op);
+  if (signed_op && rng.RandInt(0, 2) == 1) m = -m;
+  ApplyAugOp(op, m, s.interpolation, fill, img, scratch.ops);
+}
+
+/// AutoAugment.forward: a uniform sub-policy; each half applied when its draw <= p, negated
+/// when its sign draw is 0.
+void AutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  const SubPolicy* table = s.policy == 1 ? kCifar10Policy
+                           : s.policy == 2 ? kSvhnPolicy
+                                           : kImageNetPolicy;
+  const size_t n = s.policy == 1 ? std::size(kCifar10Policy)
+                   : s.policy == 2 ? std::size(kSvhnPolicy)
+                                   : std::size(kImageNetPolicy);
+  const SubPolicy& sub = table[rng.RandInt(0, static_cast<int64_t>(n))];
+  const double probs[2] = {rng.Uniform(), rng.Uniform()};
+  const int64_t signs[2] = {rng.RandInt(0, 2), rng.RandInt(0, 2)};
+  for (int i = 0; i < 2; ++i) {
+    if (!(probs[i] <= sub[i].p)) continue;
+    bool signed_op = false;
+    double m = 0;
+    if (sub[i].bin >= 0) {
+      m = Magnitude(Space::kAutoAugment, sub[i].op, 10, sub[i].bin, img.height, img.width,
+                    &signed_op);
+    }
+    if (signed_op && signs[i] == 0) m = -m;
+    ApplyAugOp(sub[i].op, m, s.interpolation, fill, img, scratch.ops);
+  }
+}
+
+// ---- timm's RandAugment (timm/data/auto_augment.py: AugmentOp and the *_level_to_arg) --------
+
+double RandomlyNegate(SampleRng& rng, double v) { return rng.Uniform() > 0.5 ? -v : v; }
+
+/// One AugmentOp.__call__: probability, magnitude noise, level -> argument, then the op.
+void TimmOp1(const TransformStep& s, TimmOp op, SampleRng& rng, AugmentScratch& scratch,
+             RgbView img) {
+  if (s.p < 1.0 && rng.Uniform() > s.p) return;
+  double m = s.magnitude;
+  if (s.magnitude_std > 0) {
+    m = std::isinf(s.magnitude_std) ? rng.Uniform(0.0, m) : m + s.magnitude_std * rng.Normal();
+  }
+  m = std::max(0.0, std::min(m, s.magnitude_max > 0 ? s.magnitude_max : 10.0));
+  const double level = m / 10.0;
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  Interpolation interp = s.interpolation;
+  if (s.random_interpolation) {
+    interp = rng.RandInt(0, 2) == 0 ? Interpolation::kBilinear : Interpolation::kBicubic;
+  }
+  const auto enhance = [&](AugOp a, bool increasing) {
+    const double f = increasing ? std::max(0.1, 1.0 + RandomlyNegate(rng, level * 0.9))
+                                : level * 1.8 + 0.1;
+    ApplyTimmOp(a, f, interp, fill, img, scratch.ops);
+  };
+  switch (op) {
+    case TimmOp::kAutoContrast: ApplyTimmOp(AugOp::kAutoContrast, 0, interp, fill, img, scratch.ops); break;
+    case TimmOp::kEqualize: ApplyTimmOp(AugOp::kEqualize, 0, interp, fill, img, scratch.ops); break;
+    case TimmOp::kInvert: ApplyTimmOp(AugOp::kInvert, 0, interp, fill, img, scratch.ops); break;
+    case TimmOp::kRotate:
+      ApplyTimmOp(AugOp::kRotate, RandomlyNegate(rng, level * 30.0), interp, fill, img,
+                  scratch.ops);
+      break;
+    case TimmOp::kPosterize:
+    case TimmOp::kPosterizeIncreasing:
+    case TimmOp::kPosterizeOriginal: {
+      const int bits = static_cast<int>(level * 4);
+      const int arg = op == TimmOp::kPosterize ? bits
+                      : op == TimmOp::kPosterizeIncreasing ? 4 - bits
+                                                           : bits + 4;
+      ApplyTimmOp(AugOp::kPosterize, arg, interp, fill, img, scratch.ops);
+      break;
+    }
+    case TimmOp::kSolarize:
+    case TimmOp::kSolarizeIncreasing: {
+      const int t = std::min(256, static_cast<int>(level * 256));
+      ApplyTimmOp(AugOp::kSolarize, op == TimmOp::kSolarize ? t : 256 - t, interp, fill, img,
+                  scratch.ops);
+      break;
+    }
+    case TimmOp::kSolarizeAdd:
+      ApplyTimmOp(AugOp::kSolarizeAdd, std::min(128, static_cast<int>(level * 110)), interp,
+                  fill, img, scratch.ops);
+      break;
+    case TimmOp::kColor: enhance(AugOp::kColor, false); break;
+    case TimmOp::kColorIncreasing: enhance(AugOp::kColor, true); break;
+    case TimmOp::kContrast: enhance(AugOp::kContrast, false); break;
+    case TimmOp::kContrastIncreasing: enhance(AugOp::kContrast, true); break;
+    case TimmOp::kBrightness: enhance(AugOp::kBrightness, false); break;
+    case TimmOp::kBrightnessIncreasing: enhance(AugOp::kBrightness, true); break;
+    case TimmOp::kSharpness: enhance(AugOp::kSharpness, false); break;
+    case TimmOp::kSharpnessIncreasing: enhance(AugOp::kSharpness, true); break;
+    case TimmOp::kShearX:
+    case TimmOp::kShearY:
+      ApplyTimmOp(op == TimmOp::kShearX ? AugOp::kShearX : AugOp::kShearY,
+                  RandomlyNegate(rng, level * 0.3), interp, fill, img, scratch.ops);
+      break;
+    case TimmOp::kTranslateX:
+    case TimmOp::kTranslateY:
+      ApplyTimmOp(op == TimmOp::kTranslateX ? AugOp::kTranslateX : AugOp::kTranslateY,
+                  RandomlyNegate(rng, level * s.translate_const), interp, fill, img,
+                  scratch.ops);
+      break;
+    case TimmOp::kTranslateXRel:
+    case TimmOp::kTranslateYRel: {
+      // translate_*_rel: pixels = pct * img.size[0] (x) or img.size[1] (y).
+      const double pct = RandomlyNegate(rng, level * s.translate_pct);
+      const bool x = op == TimmOp::kTranslateXRel;
+      ApplyTimmOp(x ? AugOp::kTranslateX : AugOp::kTranslateY,
+                  pct * (x ? img.width : img.height), interp, fill, img, scratch.ops);
+      break;
+    }
+    case TimmOp::kCount:
+      break;
+  }
+}
+
+/// timm RandAugment.__call__: num_layers uniform choices with replacement.
+void TimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                     RgbView img) {
+  if (s.timm_op_count <= 0) return;
+  for (int k = 0; k < s.num_ops; ++k) {
+    const int which = static_cast<int>(rng.RandInt(0, s.timm_op_count));
+    TimmOp1(s, static_cast<TimmOp>(s.timm_ops[which]), rng, scratch, img);
+  }
+}
+
+// ---- the other image steps (torchvision v1 get_params + F.*) ------------------------------
+
+/// ColorJitter.forward: a random order of the four adjustments, each factor uniform in range.
+void ColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+  int order[4] = {0, 1, 2, 3};
+  for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.RandInt(0, i + 1)]);
+  double factor[4] = {0, 0, 0, 0};
+  for (int k = 0; k < 4; ++k) {
+    if (s.has_range[k]) factor[k] = rng.Uniform(s.range[k][0], s.range[k][1]);
+  }
+  for (int k : order) {
+    if (!s.has_range[k]) continue;
+    switch (k) {
+      case 0: AdjustBrightness(img, factor[0]); break;
+      case 1: AdjustContrast(img, factor[1]); break;
+      case 2: AdjustSaturation(img, factor[2]); break;
+      case 3: AdjustHue(img, factor[3]); break;
+    }
+  }
+}
+
+/// RandomAffine.get_params + F.affine.
+void RandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+  const double angle = rng.Uniform(s.range[0][0], s.range[0][1]);
+  double tx = 0, ty = 0;
+  if (s.has_range[1]) {
+    const double max_dx = s.range[1][0] * img.width;
+    const double max_dy = s.range[1][1] * img.height;
+    tx = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
+    ty = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
+  }
+  const double scale = s.has_range[2] ? rng.Uniform(s.range[2][0], s.range[2][1]) : 1.0;
+  double shear_x = 0, shear_y = 0;
+  if (s.has_range[3]) shear_x = rng.Uniform(s.range[3][0], s.range[3][1]);
+  if (s.has_range[4]) shear_y = rng.Uniform(s.range[4][0], s.range[4][1]);
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  Affine(img, angle, tx, ty, scale, shear_x, shear_y, s.interpolation, fill, s.has_center,
+         s.center[0], s.center[1], scratch.ops);
+}
+
+/// Pads `*img` into scratch.padded (F.pad) and points `*img` there.
+void PadInto(RgbView* img, int left, int top, int right, int bottom, const TransformStep& s,
+             AugmentScratch& scratch) {
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  RgbView dst;
+  dst.width = img->width + left + right;
+  dst.height = img->height + top + bottom;
+  dst.stride = static_cast<size_t>(dst.width) * 3;
+  const size_t bytes = dst.stride * dst.height;
+  // The source may live in `padded` from an earlier step: pad into the other buffer.
+  const bool in_padded = !scratch.padded.empty() && img->data >= scratch.padded.data() &&
+                         img->data < scratch.padded.data() + scratch.padded.size();
+  std::vector<uint8_t>& target = in_padded ? scratch.padded2 : scratch.padded;
+  if (target.size() < bytes) target.resize(bytes);
+  dst.data = target.data();
+  Pad(*img, left, top, right, bottom, s.pad_mode, fill, dst);
+  *img = dst;
+}
+
+/// RandomCrop.forward on the 8-bit image (non-zero fill or another padding mode).
+absl::Status RandomCropImage(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                             RgbView* img) {
+  if (s.pad[0] || s.pad[1] || s.pad[2] || s.pad[3]) {
+    PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+  }
+  const int th = s.size_h, tw = s.size_w;
+  if (s.pad_if_needed && img->width < tw) {
+    const int d = tw - img->width;
+    PadInto(img, d, 0, d, 0, s, scratch);
+  }
+  if (s.pad_if_needed && img->height < th) {
+    const int d = th - img->height;
+    PadInto(img, 0, d, 0, d, s, scratch);
+  }
+  if (img->height < th || img->width < tw) {
+    return absl::InvalidArgumentError(
+        "RandomCrop: required crop size is larger than the (padded) input image");
+  }
+  if (img->height == th && img->width == tw) return absl::OkStatus();
+  const int64_t top = rng.RandInt(0, img->height - th + 1);
+  const int64_t left = rng.RandInt(0, img->width - tw + 1);
+  img->data += static_cast<size_t>(top) * img->stride + static_cast<size_t>(left) * 3;
+  img->width = tw;
+  img->height = th;
+  return absl::OkStatus();
+}
+
+// ---- RandomErasing on the written output ---------------------------------------------------
+
+/// Writes `v` at (c, y, x) of an output of `dtype`/`layout`.
+void Store(void* dst, DType dtype, Layout layout, int height, int width, int c, int y, int x,
+           float v) {
+  const size_t i = layout == Layout::kHWC
+                       ? (static_cast<size_t>(y) * width + x) * 3 + c
+                       : (static_cast<size_t>(c) * height + y) * width + x;
+  switch (dtype) {
+    case DType::kFloat32: static_cast<float*>(dst)[i] = v; break;
+    case DType::kFloat16: static_cast<uint16_t*>(dst)[i] = FloatToHalf(v); break;
+    case DType::kBFloat16: static_cast<uint16_t*>(dst)[i] = FloatToBFloat16(v); break;
+    case DType::kUint8: static_cast<uint8_t*>(dst)[i] = ToLevel(v); break;
+  }
+}
+
+void EraseBox(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout, int height,
+              int width, int top, int left, int h, int w, void* dst) {
+  float channel_value[3];
+  for (int c = 0; c < 3; ++c) {
+    channel_value[c] = s.erase_mode == 2 ? static_cast<float>(rng.Normal()) : s.fill[c];
+  }
+  for (int c = 0; c < 3; ++c) {
+    for (int y = top; y < top + h; ++y) {
+      for (int x = left; x < left + w; ++x) {
+        const float v = s.erase_mode == 1 ? static_cast<float>(rng.Normal()) : channel_value[c];
+        Store(dst, dtype, layout, height, width, c, y, x, v);
+      }
+    }
+  }
+}
+
+/// torchvision RandomErasing.forward / get_params (v1).
+void TorchvisionErasing(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout,
+                        int height, int width, void* dst) {
+  if (!(rng.Uniform() < s.p)) return;
+  const double area = static_cast<double>(height) * width;
+  const double log_lo = std::log(s.range[1][0]), log_hi = std::log(s.range[1][1]);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double erase_area = area * rng.Uniform(s.range[0][0], s.range[0][1]);
+    const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+    const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
+    const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
+    if (!(h < height && w < width)) continue;
+    const int top = static_cast<int>(rng.RandInt(0, height - h + 1));
+    const int left = static_cast<int>(rng.RandInt(0, width - w + 1));
+    EraseBox(s, rng, dtype, layout, height, width, top, left, h, w, dst);
+    return;
+  }
+}
+
+/// timm RandomErasing._erase: count boxes (1..max_count), each area / count, 10 attempts.
+void TimmErasing(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout, int height,
+                 int width, void* dst) {
+  if (rng.Uniform() > s.p) return;
+  const double area = static_cast<double>(height) * width;
+  const int count = s.erase_count <= 1 ? 1 : static_cast<int>(rng.RandInt(1, s.erase_count + 1));
+  const double log_lo = std::log(s.range[1][0]), log_hi = std::log(s.range[1][1]);
+  for (int k = 0; k < count; ++k) {
+    for (int attempt = 0; attempt < 10; ++attempt) {
+      const double target = rng.Uniform(s.range[0][0], s.range[0][1]) * area / count;
+      const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
+      const int h = static_cast<int>(std::nearbyint(std::sqrt(target * aspect)));
+      const int w = static_cast<int>(std::nearbyint(std::sqrt(target / aspect)));
+      if (w < width && h < height) {
+        const int top = static_cast<int>(rng.RandInt(0, height - h + 1));
+        const int left = static_cast<int>(rng.RandInt(0, width - w + 1));
+        EraseBox(s, rng, dtype, layout, height, width, top, left, h, w, dst);
+        break;
+      }
+    }
+  }
+}
+
+constexpr const char* kTimmNames[] = {
+    "AutoContrast",  "Equalize",           "Invert",          "Rotate",
+    "Posterize",     "PosterizeIncreasing", "PosterizeOriginal", "Solarize",
+    "SolarizeIncreasing", "SolarizeAdd",   "Color",           "ColorIncreasing",
+    "Contrast",      "ContrastIncreasing", "Brightness",      "BrightnessIncreasing",
+    "Sharpness",     "SharpnessIncreasing", "ShearX",         "ShearY",
+    "TranslateX",    "TranslateY",         "TranslateXRel",   "TranslateYRel"};
+static_assert(std::size(kTimmNames) == static_cast<size_t>(TimmOp::kCount));
+
+}  // namespace
+
+int TimmOpFromName(const char* name) {
+  for (size_t i = 0; i < std::size(kTimmNames); ++i) {
+    if (std::strcmp(kTimmNames[i], name) == 0) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+double LinspaceF32(double start, double end, int steps, int index) {
+  const float a = static_cast<float>(start), b = static_cast<float>(end);
+  if (steps <= 1) return a;
+  const float step = (b - a) / static_cast<float>(steps - 1);
+  const float v = index < steps / 2 ? a + step * static_cast<float>(index)
+                                    : b - step * static_cast<float>(steps - index - 1);
+  return static_cast<double>(v);
+}
+
+absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
+                             AugmentScratch& scratch, RgbView* img) {
+  const std::vector<TransformStep>& steps = pipeline.steps();
+  for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
+    const TransformStep& s = steps[i];
+    switch (s.kind) {
+      case Kind::kColorJitter:
+        ColorJitter(s, rng, scratch, *img);
+        break;
+      case Kind::kGrayscale:
+        if (s.p >= 1.0 || rng.Uniform() < s.p) ToGrayscale(*img);
+        break;
+      case Kind::kRandomRotation: {
+        uint8_t fill[3];
+        FillLevels(s, fill);
+        Rotate(*img, rng.Uniform(s.range[0][0], s.range[0][1]), s.interpolation, fill,
+               s.has_center, s.center[0], s.center[1], scratch.ops);
+        break;
+      }
+      case Kind::kRandomAffine:
+        RandomAffine(s, rng, scratch, *img);
+        break;
+      case Kind::kGaussianBlur: {
+        const double sigma = rng.Uniform(s.range[0][0], s.range[0][1]);
+        GaussianBlur(*img, s.size_w, s.size_h, sigma, sigma, scratch.ops);
+        break;
+      }
+      case Kind::kAugOp:
+        if (s.p >= 1.0 || rng.Uniform() < s.p) {
+          uint8_t fill[3];
+          FillLevels(s, fill);
+          ApplyAugOp(s.aug_op, s.magnitude, s.interpolation, fill, *img, scratch.ops);
+        }
+        break;
+      case Kind::kRandAugment:
+        RandAugment(s, rng, scratch, *img);
+        break;
+      case Kind::kTrivialAugmentWide:
+        TrivialAugmentWide(s, rng, scratch, *img);
+        break;
+      case Kind::kAutoAugment:
+        AutoAugment(s, rng, scratch, *img);
+        break;
+      case Kind::kTimmRandAugment:
+        TimmRandAugment(s, rng, scratch, *img);
+        break;
+      case Kind::kPad:
+        PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+        break;
+      case Kind::kRandomCrop: {
+        absl::Status status = RandomCropImage(s, rng, scratch, img);
+        if (!status.ok()) return status;
+        break;
+      }
+      default:
+        return absl::InternalError("a geometric or output step reached the image stage");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void ApplyErasing(const TransformPipeline& pipeline, SampleRng& rng, int height, int width,
+                  void* dst) {
+  for (const TransformStep& s : pipeline.steps()) {
+    if (s.kind != Kind::kRandomErasing) continue;
+    if (s.timm_erasing) {
+      TimmErasing(s, rng, pipeline.dtype(), pipeline.layout(), height, width, dst);
+    } else {
+      TorchvisionErasing(s, rng, pipeline.dtype(), pipeline.layout(), height, width, dst);
+    }
+  }
+}
+
+}  // namespace ringloader

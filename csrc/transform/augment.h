@@ -1,0 +1,69 @@
+#pragma once
+/// The image and output stages of a transform chain: parameter sampling with torchvision's
+/// (and timm's) distributions, drawn from the sample's generator, then the Pillow-exact
+/// operations of image_ops.h. Called by render.cc for every sample whose chain has such steps.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "transform/image_ops.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+
+namespace ringloader {
+
+/// timm's RandAugment op names (timm/data/auto_augment.py NAME_TO_OP), the codes stored in
+/// TransformStep::timm_ops.
+enum class TimmOp : int {
+  kAutoContrast = 0,
+  kEqualize,
+  kInvert,
+  kRotate,
+  kPosterize,
+  kPosterizeIncreasing,
+  kPosterizeOriginal,
+  kSolarize,
+  kSolarizeIncreasing,
+  kSolarizeAdd,
+  kColor,
+  kColorIncreasing,
+  kContrast,
+  kContrastIncreasing,
+  kBrightness,
+  kBrightnessIncreasing,
+  kSharpness,
+  kSharpnessIncreasing,
+  kShearX,
+  kShearY,
+  kTranslateX,
+  kTranslateY,
+  kTranslateXRel,
+  kTranslateYRel,
+  kCount,
+};
+
+/// The timm op code for timm's name ("SolarizeAdd"...), or -1.
+int TimmOpFromName(const char* name);
+
+/// Grow-only buffers of the image stage.
+struct AugmentScratch {
+  ImageOpScratch ops;
+  std::vector<uint8_t> padded;   ///< target of Pad / RandomCrop padding
+  std::vector<uint8_t> padded2;  ///< the other target, when the image already lives in padded
+};
+
+/// Runs steps [pipeline.image_begin(), image_end()) on `*img` (packed RGB; the view may be
+/// replaced by one over scratch.padded when a step changes the size).
+absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
+                             AugmentScratch& scratch, RgbView* img);
+
+/// Runs the output stage's RandomErasing steps on a written output of height x width.
+void ApplyErasing(const TransformPipeline& pipeline, SampleRng& rng, int height, int width,
+                  void* dst);
+
+/// torch.linspace(start, end, steps)[index] in float32, as torchvision's magnitude tables hold.
+double LinspaceF32(double start, double end, int steps, int index);
+
+}  // namespace ringloader
