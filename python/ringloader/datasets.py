@@ -238,7 +238,8 @@ class ImageFolder:
     def _single_loader(self) -> "_C.Loader":
         if self._single is None:
             paths = [p for p, _ in self.samples]
-            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread"}
+            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
+                       "fast_decode": False}
             options.update(self.native_options())
             if self._returns_pil():
                 options["layout"] = "NHWC"  # what PIL.Image.fromarray takes
