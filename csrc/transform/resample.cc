@@ -210,7 +210,7 @@ double FilterWeight(Interpolation f, double x) {
       if (x == 0.0) return 1.0;
       if (x >= 1.0) return 0.0;
       x *= M_PI;
-      return std::sin(x) / x * (0.54 + 0.46 * std::cos(x));
+      return std::sin(x) / x * (0.54f + 0.46f * std::cos(x));  // float constants, as Pillow
     case Interpolation::kLanczos:
       return (-3.0 <= x && x < 3.0) ? Sinc(x) * Sinc(x / 3.0) : 0.0;
     default:
@@ -280,17 +280,41 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   const double hi = mirrored ? m.begin : m.end;
   const double scale = out > 0 ? (hi - lo) / out : 1.0;
   const bool nearest = m.filter == Interpolation::kNearest;
-  const double filterscale = std::max(scale, 1.0);
+  // Integer tap range: the clip box rounded to pixel edges, inside the source.
+  const double edge = static_cast<double>(src_size) + 1.0;
+  const int clip_lo = static_cast<int>(std::floor(std::clamp(m.clip_lo, -1.0, edge) + 0.5));
+  const int clip_hi = static_cast<int>(std::floor(std::clamp(m.clip_hi, -1.0, edge) + 0.5));
+
+  // Pillow resizes the clip box (the image the last resize read: the whole image, or the crop
+  // of RandomResizedCrop) into `resized` pixels, computing every filter position relative to
+  // that image; this axis shows `out` of those pixels starting at `offset`. When the box starts
+  // on a whole pixel (always, at full decode scale) the same arithmetic is done here, so the
+  // taps are bit-identical to Pillow's even where a tap sits exactly on a filter edge (box).
+  // (The view must lie on that image's pixel grid; otherwise the absolute form below is used.)
+  const double resized_f = out > 0 ? (m.clip_hi - m.clip_lo) / scale : 0.0;
+  const double offset_f = out > 0 ? (lo - m.clip_lo) / scale : 0.0;
+  const bool exact = m.clip_hi > m.clip_lo && out > 0 &&
+                     std::abs(m.clip_lo - std::round(m.clip_lo)) < 1e-9 && clip_lo >= 0 &&
+                     std::abs(resized_f - std::round(resized_f)) < 1e-6 &&
+                     std::abs(offset_f - std::round(offset_f)) < 1e-6 && resized_f >= 0.5;
+  double in_scale = scale;  // Pillow's (in1 - in0) / outSize
+  int64_t offset = 0, resized = out;
+  int base = 0, in_size = src_size;
+  if (exact) {
+    resized = std::llround(resized_f);
+    in_scale = static_cast<double>(static_cast<float>(m.clip_hi - m.clip_lo)) /
+               static_cast<double>(resized);
+    offset = std::llround(offset_f);
+    base = clip_lo;
+    in_size = std::max(0, std::min(src_size, clip_hi) - clip_lo);
+  }
+  const double filterscale = std::max(in_scale, 1.0);
   const double support = nearest ? 0.5 : FilterSupport(m.filter) * filterscale;
   // Pillow's ksize. No window holds more than the whole source, which bounds the table for
   // absurd geometries.
   const int ksize =
       static_cast<int>(std::ceil(std::min(support, static_cast<double>(src_size) + 1.0))) * 2 + 1;
   const double inv_filterscale = 1.0 / filterscale;
-  // Integer tap range: the clip box rounded to pixel edges, inside the source.
-  const double edge = static_cast<double>(src_size) + 1.0;
-  const int clip_lo = static_cast<int>(std::floor(std::clamp(m.clip_lo, -1.0, edge) + 0.5));
-  const int clip_hi = static_cast<int>(std::floor(std::clamp(m.clip_hi, -1.0, edge) + 0.5));
 
   out_size_ = out;
   ksize_ = ksize;
@@ -299,53 +323,69 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   if (weights_.size() < nweights) weights_.resize(nweights);
   if (scratch_.size() < static_cast<size_t>(ksize)) scratch_.resize(ksize);
 
-  // Nearest: Pillow's resize(NEAREST) of the clip box (the image the last resize read) into
-  // `resized` pixels is an affine scale whose source position is accumulated pixel by pixel
-  // (xo += a0) and truncated; this axis shows `out` of those pixels starting at `offset`.
-  int64_t offset = 0;
-  double a0 = 1.0, xo = 0.0;
+  // Nearest: Pillow's resize(NEAREST) is an affine scale whose source position is accumulated
+  // pixel by pixel (xo += a0) and truncated (COORD).
+  double xo = in_scale * 0.5;
   int64_t next_k = 0;
-  if (nearest && out > 0 && m.clip_hi > m.clip_lo) {
-    const double resized = std::max(1.0, std::round((m.clip_hi - m.clip_lo) / scale));
-    a0 = (m.clip_hi - m.clip_lo) / resized;
-    offset = static_cast<int64_t>(std::floor((lo - m.clip_lo) / scale + 0.5));
-    xo = a0 * 0.5;
-  }
 
   int first = src_size, last = 0;
   for (int xx = 0; xx < out; ++xx) {
     int32_t* k = weights_.data() + static_cast<size_t>(xx) * ksize;
     std::fill(k, k + ksize, 0);
-    const double center = lo + (xx + 0.5) * scale;
     int xmin = 0, n = 0;
-    // Output pixels whose centre lies outside the clip box are CenterCrop's zero padding.
-    if (center >= m.clip_lo && center < m.clip_hi && clip_hi > clip_lo) {
-      if (nearest) {
-        const int64_t kx = offset + xx;
-        for (; next_k < kx; ++next_k) xo += a0;
-        const int xin = xo < 0.0 ? -1 : static_cast<int>(xo);  // Pillow's COORD
-        const int src = clip_lo + xin;
-        if (xin >= 0 && src < std::min(src_size, clip_hi)) {
-          xmin = src;
-          n = 1;
-          k[0] = 1 << kResamplePrecisionBits;
+    if (exact) {
+      const int64_t kx = offset + xx;  // index in the resized image
+      if (kx >= 0 && kx < resized && in_size > 0) {  // outside: CenterCrop's zero padding
+        if (nearest) {
+          for (; next_k < kx; ++next_k) xo += in_scale;
+          const int xin = xo < 0.0 ? -1 : static_cast<int>(xo);
+          if (xin >= 0 && xin < in_size) {
+            xmin = base + xin;
+            n = 1;
+            k[0] = 1 << kResamplePrecisionBits;
+          }
+        } else {
+          const double center = (static_cast<double>(kx) + 0.5) * in_scale;
+          const int rmin = std::max(0, static_cast<int>(center - support + 0.5));
+          const int rmax = std::min(in_size, static_cast<int>(center + support + 0.5));
+          n = std::max(0, std::min(rmax - rmin, ksize));
+          double ww = 0.0;
+          for (int t = 0; t < n; ++t) {
+            const double w = FilterWeight(m.filter, (t + rmin - center + 0.5) * inv_filterscale);
+            scratch_[t] = w;
+            ww += w;
+          }
+          for (int t = 0; t < n; ++t) {
+            k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+          }
+          if (ww == 0.0) n = 0;
+          xmin = base + rmin;
         }
-      } else {
-        // Pillow rounds the filter window to whole pixels, then clips it to the input image.
+      }
+    } else {
+      // Scaled decode (fractional clip box): the same filter in source coordinates.
+      const double center = lo + (xx + 0.5) * scale;
+      if (center >= m.clip_lo && center < m.clip_hi && clip_hi > clip_lo) {
         xmin = std::max({0, clip_lo, ClampToInt(std::floor(center - support + 0.5), edge)});
         const int xmax =
             std::min({src_size, clip_hi, ClampToInt(std::floor(center + support + 0.5), edge)});
         n = std::max(0, std::min(xmax - xmin, ksize));
-        double ww = 0.0;
-        for (int t = 0; t < n; ++t) {
-          const double w = FilterWeight(m.filter, (t + xmin - center + 0.5) * inv_filterscale);
-          scratch_[t] = w;
-          ww += w;
+        if (nearest && n > 0) {
+          xmin = std::clamp(static_cast<int>(std::floor(center)), xmin, xmin + n - 1);
+          n = 1;
+          k[0] = 1 << kResamplePrecisionBits;
+        } else {
+          double ww = 0.0;
+          for (int t = 0; t < n; ++t) {
+            const double w = FilterWeight(m.filter, (t + xmin - center + 0.5) * inv_filterscale);
+            scratch_[t] = w;
+            ww += w;
+          }
+          for (int t = 0; t < n; ++t) {
+            k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+          }
+          if (ww == 0.0) n = 0;
         }
-        for (int t = 0; t < n; ++t) {
-          k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
-        }
-        if (ww == 0.0) n = 0;
       }
     }
     bounds_[2 * xx] = xmin;

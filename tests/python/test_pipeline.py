@@ -121,6 +121,13 @@ def test_unsupported_torchvision_transform_is_named(image_tree: Path):
                        strict=True)
 
 
+def test_transform_without_native_equivalent_is_named(image_tree: Path):
+    with pytest.raises(TypeError, match="Lambda"):
+        rl.transforms.to_steps(tvt.Compose([tvt.Lambda(lambda x: x), tvt.ToTensor()]))
+    with pytest.raises(TypeError, match="NEAREST_EXACT|nearest-exact"):
+        rl.transforms.to_steps(tvt.Resize(256, interpolation=tvt.InterpolationMode.NEAREST_EXACT))
+
+
 def test_normalize_math_matches_torchvision_on_our_pixels(image_tree: Path):
     """ToTensor+Normalize equals torchvision's math applied to our own uint8 output."""
     u8 = rl.ImageFolder(image_tree, transform=rl_eval())
