@@ -15,7 +15,8 @@ Two paths:
   An ImageFolder that runs per sample (Python transform steps, or sizes that depend on the
   image) takes this path: native decode and prefix then the Python steps run in torch's worker
   processes, each sample's augmentations seeded by (base seed, epoch, position in the epoch).
-  A wrapper around a ringloader ImageFolder that the native path cannot serve warns once.
+  A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
+  UserWarning naming it and the cost).
 
 ``loader.native`` tells which path a loader takes.
 """
@@ -36,7 +37,6 @@ __all__ = ["DataLoader"]
 
 _log = logging.getLogger("ringloader")
 _reported_io_notes: set = set()
-_warned_wrappers: set = set()
 
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
 
@@ -178,7 +178,7 @@ class DataLoader:
                     f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}): "
                     "convert in the transform or collate_fn instead")
             if not isinstance(dataset, ImageFolder) and _wraps_image_folder(dataset):
-                _warn_wrapper_once(dataset, _generic_reason(dataset, view, collate_fn))
+                _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                    drop_last)
@@ -206,13 +206,15 @@ class DataLoader:
             self._planned = None
             if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
                 # torch's loader again, drawing its batches from an epoch plan: the same order and
-                # RNG consumption, and a plan can be resumed mid-epoch (state_dict). A ringloader
-                # ImageFolder gets SampleKeys, which carry each sample's augmentation seed.
+                # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
+                # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
+                # sample's augmentation seed.
                 self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
-                                                keyed=isinstance(dataset, ImageFolder))
+                                                keyed=view is not None)
                 for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                     kwargs.pop(name)
-                torch_loader = tud.DataLoader(dataset, batch_sampler=self._planned, **kwargs)
+                source = dataset if view is None or isinstance(dataset, ImageFolder) else _KeyedView(*view)
+                torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             self._generic = torch_loader
             return
 
@@ -508,6 +510,25 @@ def _native_view(dataset: Any):
     return None
 
 
+class _KeyedView:
+    """A Subset/ConcatDataset chain of ringloader ImageFolders (``_native_view``) for the generic
+    path: position ``key.index`` of the chain is made by the ImageFolder it resolves to, with the
+    key's seed. Subset and ConcatDataset only map indices, so the samples are the chain's own."""
+
+    def __init__(self, folders: Sequence[ImageFolder], index_map: Optional[np.ndarray]):
+        self.folders = list(folders)
+        self.index_map = index_map
+        self.starts = np.cumsum([0] + [len(f) for f in self.folders])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1]) if self.index_map is None else len(self.index_map)
+
+    def __getitem__(self, key: SampleKey):
+        flat = key.index if self.index_map is None else int(self.index_map[key.index])
+        member = int(np.searchsorted(self.starts, flat, side="right")) - 1
+        return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
+
+
 def _servable(folders: Sequence[ImageFolder]) -> Optional[str]:
     """Why the native pipeline cannot batch these folders together, or None when it can."""
     for f in folders:
@@ -538,11 +559,9 @@ def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
     return any(d is not None and _wraps_image_folder(d, depth + 1) for d in inner)
 
 
-def _warn_wrapper_once(dataset: Any, reason: str) -> None:
+def _warn_wrapper(dataset: Any, reason: str) -> None:
+    """One warning per loader (Python's default filter then shows it once per call site)."""
     name = f"{type(dataset).__module__}.{type(dataset).__name__}"
-    if name in _warned_wrappers:
-        return
-    _warned_wrappers.add(name)
     warnings.warn(
         f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
         "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "

@@ -142,6 +142,26 @@ def test_repeated_indices_differ_on_the_hybrid_path(tree: Path):
     assert len({x.numpy().tobytes() for x in images}) == 8
 
 
+def test_subset_and_concat_of_hybrid_datasets_use_the_same_keys(tree: Path):
+    ds = hybrid(tree, [tvt.ToTensor(), Jitter()], prefix=[tvt.RandomResizedCrop(32)])
+    other = rl.ImageFolder(tree, transform=tvt.Compose([tvt.Resize(40), tvt.CenterCrop(32), tvt.ToTensor()]))
+
+    def run(dataset, workers=0, **kwargs):
+        torch.manual_seed(2)
+        return batches(rl.DataLoader(dataset, batch_size=3, num_workers=workers, **kwargs))
+
+    with pytest.warns(UserWarning, match="Subset .*runs per sample.*generic path"):
+        subset = run(tud.Subset(ds, [3, 3, 1, 8]))
+    # Position p of the Subset is made as position p of the ImageFolder with that sampler.
+    assert_same(subset, run(ds, sampler=[3, 3, 1, 8]))
+    assert not torch.equal(subset[0][0][0], subset[0][0][1])
+    concat = tud.ConcatDataset([other, ds])
+    with pytest.warns(UserWarning, match="ConcatDataset"):
+        one, two = run(concat), run(concat, workers=2)
+    assert_same(one, two)
+    assert [y.tolist() for _, y in one][3] == [9, 0, 1]
+
+
 def test_collate_fn_and_plain_indexing(tree: Path):
     ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
     loader = rl.DataLoader(ds, batch_size=4, collate_fn=lambda rows: [y for _, y in rows])
