@@ -172,11 +172,20 @@ class DataLoader:
                     "collate_fn is not supported with ringloader.ImageFolder: batches are "
                     "assembled natively. Use torchvision's ImageFolder for custom collation."
                 )
-            if dtype is not None or native_layout != "NCHW" or self._channels_last:
+            native_only = [name for name, given in (
+                ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
+                ("memory_format", self._channels_last), ("io", io != "auto"),
+                ("reader_threads", reader_threads != 1), ("io_depth", io_depth != 32),
+                ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
+                ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
+                ("numa", numa is not None)) if given]
+            if native_only:
                 raise ValueError(
-                    "dtype, layout and memory_format shape natively assembled batches; this loader "
-                    f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}): "
-                    "convert in the transform or collate_fn instead")
+                    f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
+                    f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}), "
+                    "where samples come from __getitem__ as with torch (a bad sample raises there): "
+                    "leave them at their defaults, or convert dtype/layout in the transform or "
+                    "collate_fn")
             if not isinstance(dataset, ImageFolder) and _wraps_image_folder(dataset):
                 _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
             # Sharding and device staging apply to the generic path too.

@@ -170,6 +170,14 @@ def test_collate_fn_and_plain_indexing(tree: Path):
         ds[10]
 
 
+@pytest.mark.parametrize("kwargs", [dict(on_error="skip"), dict(fast_decode=True), dict(dtype=torch.float16),
+                                    dict(memory_format=torch.channels_last)])
+def test_native_only_arguments_are_refused_on_the_hybrid_path(tree: Path, kwargs):
+    ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
+    with pytest.raises(ValueError, match=f"{next(iter(kwargs))} only apply to natively batched.*runs per sample"):
+        rl.DataLoader(ds, batch_size=2, **kwargs)
+
+
 def test_sizes_that_depend_on_the_image(tree: Path):
     # No transform: PIL images, as torchvision's ImageFolder.
     plain = rl.ImageFolder(tree)
