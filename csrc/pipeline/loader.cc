@@ -575,7 +575,7 @@ struct Loader::Epoch {
     const size_t sample_bytes = pipeline.SampleBytes();
     JpegDecoder decoder;
     decoder.set_max_image_pixels(o.max_image_pixels);
-    decoder.set_fast_paths(o.fast_decode);
+    decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
     ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -918,7 +918,7 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
   if (status.ok()) {
     JpegDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);
-    decoder.set_fast_paths(options_.fast_decode);
+    decoder.set_dct_scaling(options_.fast_decode);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the

@@ -108,9 +108,57 @@ def _import_torch() -> tuple[ModuleType, ModuleType]:
 # --------------------------------------------------------------------------
 
 
+RECIPES = ("tv-recipe", "timm-recipe")
+
+
+def make_recipe(kind: str) -> Any:
+    """The training recipes real scripts use, as torchvision/timm build them (ringloader gets
+    the same object): ``tv-recipe`` is torchvision's reference ImageNet recipe
+    (RandomResizedCrop(176) + flip + TrivialAugmentWide + PILToTensor + ConvertImageDtype +
+    Normalize + RandomErasing(0.1)); ``timm-recipe`` is timm's ``create_transform(224,
+    is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25, re_mode="pixel")``."""
+    torch, torchvision = _import_torch()
+    T = torchvision.transforms
+    if kind == "tv-recipe":
+        return T.Compose([  # torchvision's references/classification recipe (train-crop-size 176)
+            T.RandomResizedCrop(176), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
+            T.PILToTensor(), T.ConvertImageDtype(torch.float), T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            T.RandomErasing(0.1)])
+    try:
+        from timm.data import create_transform
+    except ImportError as e:
+        raise BenchError("--transform timm-recipe needs timm (pip install timm)") from e
+    _posterize_zero_bits_as_black()
+    return create_transform(CROP, is_training=True, auto_augment="rand-m9-mstd0.5-inc1", re_prob=0.25,
+                            re_mode="pixel")
+
+
+def _posterize_zero_bits_as_black() -> None:
+    """timm's PosterizeIncreasing asks for 0 bits at magnitude 10 (reached through mstd noise),
+    which Pillow >= 11 refuses ("bits must be between or equal to 1 and 8") and older Pillow
+    turned into a black image. Restore the old meaning so the torch side of the comparison does
+    not crash a few batches in (ringloader's native posterize keeps 0 bits as black)."""
+    from PIL import Image, ImageOps
+
+    original = ImageOps.posterize
+    if getattr(original, "_zero_bits_black", False):
+        return
+
+    def posterize(image, bits):
+        if bits <= 0:
+            return Image.new(image.mode, image.size)
+        return original(image, bits)
+
+    posterize._zero_bits_black = True
+    ImageOps.posterize = posterize
+
+
 def make_transform(T: Any, kind: str) -> Any:
     """The ``train`` or ``eval`` pipeline built from a torchvision-compatible
-    transforms module (``torchvision.transforms`` or ``ringloader.transforms``)."""
+    transforms module (``torchvision.transforms`` or ``ringloader.transforms``), or one of
+    :data:`RECIPES` (torchvision's/timm's own objects, whatever ``T`` is)."""
+    if kind in RECIPES:
+        return make_recipe(kind)
     if kind == "train":
         steps = [T.RandomResizedCrop(CROP), T.RandomHorizontalFlip()]
     elif kind == "eval":
@@ -208,7 +256,7 @@ def _jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
-def measure_once(make_loader: Callable[[], Any], cfg: Config) -> Measurement:
+def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP) -> Measurement:
     """Iterate a fresh loader: warm-up batches untimed, then ``cfg.timed_batches`` timed.
 
     If the timed batches run past the end of an epoch a new epoch is started
@@ -218,7 +266,7 @@ def measure_once(make_loader: Callable[[], Any], cfg: Config) -> Measurement:
 
     loader = make_loader()
     it = iter(loader)
-    expected = (cfg.batch_size, 3, CROP, CROP)
+    expected = (cfg.batch_size, 3, crop, crop)
     label_acc = torch.zeros((), dtype=torch.int64)
 
     def next_batch() -> tuple[Any, Any]:
@@ -284,7 +332,7 @@ def run_benchmark(cfg: Config, log: Callable[[str], None]) -> list[Result]:
                     continue
                 _seed_everything(cfg.seed + r)
                 try:
-                    m = measure_once(factories[name], cfg)
+                    m = measure_once(factories[name], cfg, 176 if kind == "tv-recipe" else CROP)
                 except KeyboardInterrupt:
                     raise
                 except Exception as e:  # report and carry on with the other loader
@@ -502,7 +550,10 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                    help="upper bound on timed images per measurement (default 4096)")
     p.add_argument("--warmup-batches", type=int, default=2, help="untimed batches per measurement (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="alternating measurements per loader (default 3)")
-    p.add_argument("--transform", choices=("train", "eval", "both"), default="both")
+    p.add_argument("--transform", choices=("train", "eval", "both", *RECIPES, "recipes"), default="both",
+                   help="train/eval (default: both), or the training recipes: tv-recipe (torchvision's "
+                        "reference: TrivialAugmentWide + RandomErasing), timm-recipe (timm's "
+                        "rand-m9-mstd0.5-inc1 + RandomErasing), recipes (both)")
     p.add_argument("--loaders", default="torch,ringloader",
                    help="comma-separated subset of torch,ringloader (default both)")
     p.add_argument("--ringloader-transform", choices=("native", "torchvision"), default="native",
@@ -533,7 +584,8 @@ def _config(args: argparse.Namespace, num_images: int) -> Config:
         raise BenchError("--epochs/--max-images leave no batch to time after the warm-up")
     return Config(
         root=args.root,
-        transforms=["train", "eval"] if args.transform == "both" else [args.transform],
+        transforms=(["train", "eval"] if args.transform == "both"
+                    else list(RECIPES) if args.transform == "recipes" else [args.transform]),
         loaders=loaders,
         num_workers=args.num_workers,
         batch_size=args.batch_size,

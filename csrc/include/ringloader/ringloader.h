@@ -86,7 +86,8 @@ struct LoaderOptions {
   int world_size = 1;            ///< ... of this many.
   uint64_t max_image_pixels = kDefaultMaxImagePixels;  ///< Decompression-bomb limit.
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
-  bool fast_decode = true;       ///< DCT-scaled and region-of-interest decoding.
+  bool fast_decode = true;       ///< Allow DCT-scaled decoding (not pixel-exact vs Pillow);
+                                 ///< region-of-interest decoding is exact and always on.
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size
                                          ///< (unless variable_size).

@@ -11,6 +11,7 @@
 ///
 /// Chains are validated by Loader::Create (TransformPipeline::Create), not here.
 
+#include <algorithm>
 #include <array>
 #include <vector>
 
@@ -90,6 +91,107 @@ inline TransformStep Normalize(const std::array<float, 3>& mean, const std::arra
     s.std[c] = std[c];
   }
   return s;
+}
+
+/// `step` (Resize, RandomResizedCrop, rotation, affine or a policy) with another filter, e.g.
+/// WithInterpolation(Resize(256), Interpolation::kBicubic).
+inline TransformStep WithInterpolation(TransformStep step, Interpolation interpolation) {
+  step.interpolation = interpolation;
+  return step;
+}
+
+/// RandomVerticalFlip(p=0.5).
+inline TransformStep RandomVerticalFlip(double p = 0.5) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kRandomVerticalFlip;
+  s.p = p;
+  return s;
+}
+
+/// RandomCrop(size, padding) with constant zero fill: padding on every side, as
+/// RandomCrop(32, padding=4) in CIFAR recipes.
+inline TransformStep RandomCrop(int height, int width = 0, int padding = 0,
+                                bool pad_if_needed = false) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kRandomCrop;
+  s.size_h = height;
+  s.size_w = width > 0 ? width : height;
+  for (int& p : s.pad) p = padding;
+  s.pad_if_needed = pad_if_needed;
+  return s;
+}
+
+/// ColorJitter(brightness, contrast, saturation, hue): factors drawn in [1 - v, 1 + v] (hue in
+/// [-hue, hue]); 0 leaves that adjustment out, as torchvision.
+inline TransformStep ColorJitter(double brightness = 0, double contrast = 0,
+                                 double saturation = 0, double hue = 0) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kColorJitter;
+  const double values[4] = {brightness, contrast, saturation, hue};
+  for (int i = 0; i < 4; ++i) {
+    if (values[i] <= 0) continue;
+    s.has_range[i] = true;
+    s.range[i][0] = i < 3 ? std::max(0.0, 1.0 - values[i]) : -values[i];
+    s.range[i][1] = i < 3 ? 1.0 + values[i] : values[i];
+  }
+  return s;
+}
+
+/// RandomGrayscale(p=0.1); p = 1 is Grayscale(num_output_channels=3).
+inline TransformStep RandomGrayscale(double p = 0.1) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kGrayscale;
+  s.p = p;
+  return s;
+}
+
+/// RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31), nearest filtering, fill 0.
+inline TransformStep RandAugment(int num_ops = 2, int magnitude = 9, int num_bins = 31) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kRandAugment;
+  s.num_ops = num_ops;
+  s.magnitude = magnitude;
+  s.num_bins = num_bins;
+  s.interpolation = Interpolation::kNearest;
+  return s;
+}
+
+/// TrivialAugmentWide(num_magnitude_bins=31), nearest filtering, fill 0.
+inline TransformStep TrivialAugmentWide(int num_bins = 31) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kTrivialAugmentWide;
+  s.num_bins = num_bins;
+  s.interpolation = Interpolation::kNearest;
+  return s;
+}
+
+/// AutoAugment(policy): 0 ImageNet, 1 CIFAR10, 2 SVHN; nearest filtering, fill 0.
+inline TransformStep AutoAugment(int policy = 0) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kAutoAugment;
+  s.policy = policy;
+  s.interpolation = Interpolation::kNearest;
+  return s;
+}
+
+/// RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0), after ToTensor;
+/// random_value: value="random" (normal draws per element).
+inline TransformStep RandomErasing(double p = 0.5, bool random_value = false) {
+  TransformStep s;
+  s.kind = TransformStep::Kind::kRandomErasing;
+  s.p = p;
+  s.range[0][0] = 0.02, s.range[0][1] = 0.33;
+  s.range[1][0] = 0.3, s.range[1][1] = 3.3;
+  s.has_range[0] = s.has_range[1] = true;
+  s.erase_mode = random_value ? 1 : 0;
+  return s;
+}
+
+/// torchvision's reference recipe: RandomResizedCrop(size) + flip + TrivialAugmentWide +
+/// ToTensor + Normalize(ImageNet) + RandomErasing(0.1).
+inline std::vector<TransformStep> ImageNetTrainTrivialAugment(int size = 176) {
+  return {RandomResizedCrop(size), RandomHorizontalFlip(), TrivialAugmentWide(), ToTensor(),
+          Normalize(kImageNetMean, kImageNetStd), RandomErasing(0.1)};
 }
 
 /// The reference ImageNet training chain: RandomResizedCrop(size) + RandomHorizontalFlip +

@@ -1,0 +1,256 @@
+// The recipe steps beyond geometry: stage rules, fused padding/cropping, the image stage and
+// RandomErasing, through TransformPipeline and the render stage. Pixel parity of each
+// operation against torchvision/Pillow is checked from Python (tests/python/test_recipes.py,
+// test_image_ops.py); these tests pin the C++ contract.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ringloader/transforms.h"
+#include "transform/augment.h"
+#include "transform/image_transform.h"
+#include "transform/render.h"
+
+namespace ringloader {
+namespace {
+
+namespace T = ringloader::transforms;
+using Kind = TransformStep::Kind;
+
+TransformStep AugOpStep(AugOp op, double magnitude = 0, double p = 1.0) {
+  TransformStep s;
+  s.kind = Kind::kAugOp;
+  s.aug_op = op;
+  s.magnitude = magnitude;
+  s.p = p;
+  return s;
+}
+
+TransformStep PadStep(int l, int t, int r, int b, PadMode mode, float fill = 0) {
+  TransformStep s;
+  s.kind = Kind::kPad;
+  s.pad[0] = l, s.pad[1] = t, s.pad[2] = r, s.pad[3] = b;
+  s.pad_mode = mode;
+  s.fill[0] = s.fill[1] = s.fill[2] = fill;
+  return s;
+}
+
+std::string CreateError(std::vector<TransformStep> steps, DType dtype = DType::kFloat32) {
+  auto p = TransformPipeline::Create(std::move(steps), dtype, Layout::kCHW);
+  return p.ok() ? "" : std::string(p.status().message());
+}
+
+/// A packed RGB test image whose pixels encode their position.
+std::vector<uint8_t> Gradient(int w, int h) {
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = &px[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 7 + 3), p[1] = static_cast<uint8_t>(y * 5 + 1);
+      p[2] = static_cast<uint8_t>((x + y) * 3);
+    }
+  }
+  return px;
+}
+
+/// Renders `pixels` (w x h RGB) through `p` with the generator of `seed`; uint8 HWC output.
+std::vector<uint8_t> Render(const TransformPipeline& p, const std::vector<uint8_t>& pixels, int w,
+                            int h, uint64_t seed, absl::Status* status = nullptr) {
+  SampleRng rng(seed);
+  const SampleGeometry g = p.Plan(w, h, rng);
+  std::vector<uint8_t> out(p.OutputBytes(g));
+  RenderState state;
+  absl::Status s = RenderSample(pixels.data(), static_cast<size_t>(w) * 3, 3, w, h, p, g, rng,
+                                state, out.data());
+  if (status) *status = s;
+  return out;
+}
+
+TEST(RecipeStages, OrderRulesNameTheStep) {
+  EXPECT_NE(CreateError({T::ColorJitter(0.4), T::CenterCrop(8)}).find("geometric steps after an image step"),
+            std::string::npos);
+  EXPECT_NE(CreateError({T::CenterCrop(8), T::ToTensor(), T::ColorJitter(0.4)}).find("before ToTensor"),
+            std::string::npos);
+  EXPECT_NE(CreateError({T::CenterCrop(8), T::RandomErasing()}).find("put ToTensor first"),
+            std::string::npos);
+  TransformStep hue = T::ColorJitter(0, 0, 0, 0.2);
+  hue.range[3][1] = 0.7;
+  EXPECT_NE(CreateError({T::CenterCrop(8), hue}).find("hue range"), std::string::npos);
+  TransformStep blur;
+  blur.kind = Kind::kGaussianBlur;
+  blur.size_w = 4, blur.size_h = 3;
+  blur.range[0][0] = blur.range[0][1] = 1.0;
+  EXPECT_NE(CreateError({T::CenterCrop(8), blur}).find("step 1 (GaussianBlur): kernel size must be odd"),
+            std::string::npos);
+}
+
+TEST(RecipeStages, StagesAndSizes) {
+  auto p = TransformPipeline::Create({T::Resize(40), T::RandomCrop(32, 0, 4), T::RandomVerticalFlip(),
+                                      T::TrivialAugmentWide(), PadStep(1, 2, 3, 4, PadMode::kEdge),
+                                      T::ToTensor(), T::RandomErasing()},
+                                     DType::kFloat32, Layout::kCHW);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->image_begin(), 3u);  // RandomCrop with zero fill and the flip are fused
+  EXPECT_EQ(p->image_end(), 5u);
+  EXPECT_TRUE(p->has_erasing());
+  EXPECT_EQ(p->out_h(), 32 + 2 + 4);
+  EXPECT_EQ(p->out_w(), 32 + 1 + 3);
+}
+
+TEST(RecipeStages, VariableSizeOnlyWhenAllowed) {
+  EXPECT_NE(CreateError({T::ToTensor()}).find("depends on the input image"), std::string::npos);
+  auto p = TransformPipeline::Create({T::Resize(20), T::ToTensor()}, DType::kFloat32, Layout::kCHW,
+                                     /*allow_variable_size=*/true);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->fixed_size());
+  SampleRng rng(1);
+  int h = 0, w = 0;
+  p->OutputSize(p->Plan(60, 30, rng), &h, &w);
+  EXPECT_EQ(h, 20);
+  EXPECT_EQ(w, 40);
+}
+
+TEST(RecipePlan, VerticalFlipMirrorsRows) {
+  auto p = TransformPipeline::Create({T::RandomVerticalFlip(1.0)}, DType::kUint8, Layout::kHWC, true);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(5, 4);
+  const std::vector<uint8_t> out = Render(*p, img, 5, 4, 0);
+  for (int y = 0; y < 4; ++y) {
+    for (size_t i = 0; i < 15; ++i) EXPECT_EQ(out[y * 15 + i], img[(3 - y) * 15 + i]);
+  }
+}
+
+TEST(RecipePlan, RandomCropWithPaddingCoversEveryOffset) {
+  auto p = TransformPipeline::Create({T::RandomCrop(8, 0, 2)}, DType::kUint8, Layout::kHWC);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(8, 8);
+  std::set<std::pair<int, int>> offsets;
+  for (uint64_t seed = 0; seed < 400; ++seed) {
+    const std::vector<uint8_t> out = Render(*p, img, 8, 8, seed);
+    // Find the offset: the output is the zero-padded image shifted by (dy, dx) in [-2, 2].
+    bool found = false;
+    for (int dy = -2; dy <= 2 && !found; ++dy) {
+      for (int dx = -2; dx <= 2 && !found; ++dx) {
+        bool same = true;
+        for (int y = 0; y < 8 && same; ++y) {
+          for (int x = 0; x < 8 && same; ++x) {
+            const int sy = y + dy, sx = x + dx;
+            for (int c = 0; c < 3; ++c) {
+              const uint8_t want = (sy < 0 || sy >= 8 || sx < 0 || sx >= 8) ? 0 : img[(sy * 8 + sx) * 3 + c];
+              same = same && out[(y * 8 + x) * 3 + c] == want;
+            }
+          }
+        }
+        if (same) offsets.insert({dy, dx}), found = true;
+      }
+    }
+    ASSERT_TRUE(found) << "seed " << seed;
+  }
+  EXPECT_EQ(offsets.size(), 25u);  // 5 x 5 offsets, each equally likely
+}
+
+TEST(RecipePlan, RandomCropLargerThanImageIsASampleError) {
+  auto p = TransformPipeline::Create({T::RandomCrop(16)}, DType::kUint8, Layout::kHWC);
+  ASSERT_TRUE(p.ok());
+  absl::Status status;
+  Render(*p, Gradient(8, 8), 8, 8, 0, &status);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  auto padded = TransformPipeline::Create({T::RandomCrop(16, 0, 0, /*pad_if_needed=*/true)},
+                                          DType::kUint8, Layout::kHWC);
+  ASSERT_TRUE(padded.ok());
+  Render(*padded, Gradient(8, 8), 8, 8, 0, &status);
+  EXPECT_TRUE(status.ok()) << status;
+}
+
+TEST(RecipeRender, ImageStageRunsBeforeTheWriteOut) {
+  auto p = TransformPipeline::Create({T::CenterCrop(6), AugOpStep(AugOp::kInvert), T::ToTensor()},
+                                     DType::kFloat32, Layout::kHWC);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(6, 6);
+  SampleRng rng(3);
+  const SampleGeometry g = p->Plan(6, 6, rng);
+  std::vector<float> out(6 * 6 * 3);
+  RenderState state;
+  ASSERT_TRUE(RenderSample(img.data(), 18, 3, 6, 6, *p, g, rng, state, out.data()).ok());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_FLOAT_EQ(out[i], (255 - img[i]) / 255.0f);
+}
+
+TEST(RecipeRender, PadModesChangeTheSize) {
+  auto p = TransformPipeline::Create({T::CenterCrop(4), PadStep(1, 0, 2, 1, PadMode::kEdge, 0),
+                                      PadStep(1, 1, 1, 1, PadMode::kConstant, 9)},
+                                     DType::kUint8, Layout::kHWC);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(4, 4);
+  const std::vector<uint8_t> out = Render(*p, img, 4, 4, 0);
+  const int w = 4 + 3 + 2;
+  ASSERT_EQ(out.size(), static_cast<size_t>(w) * (4 + 1 + 2) * 3);
+  EXPECT_EQ(out[0], 9);                                   // constant border
+  EXPECT_EQ(out[(1 * w + 1) * 3 + 0], img[0]);            // edge copy of the first pixel
+  EXPECT_EQ(out[(1 * w + 2) * 3 + 0], img[0]);            // the first pixel itself
+}
+
+TEST(RecipeRender, RandomErasingErasesOneBoxWithTheValue) {
+  TransformStep erase = T::RandomErasing(1.0);
+  erase.fill[0] = erase.fill[1] = erase.fill[2] = -7.f;
+  auto p = TransformPipeline::Create({T::CenterCrop(32), T::ToTensor(), erase}, DType::kFloat32,
+                                     Layout::kCHW);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(32, 32);
+  std::set<int> areas;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SampleRng rng(seed);
+    const SampleGeometry g = p->Plan(32, 32, rng);
+    std::vector<float> out(3 * 32 * 32);
+    RenderState state;
+    ASSERT_TRUE(RenderSample(img.data(), 96, 3, 32, 32, *p, g, rng, state, out.data()).ok());
+    int erased = 0, y0 = 32, y1 = -1, x0 = 32, x1 = -1;
+    for (int y = 0; y < 32; ++y) {
+      for (int x = 0; x < 32; ++x) {
+        if (out[y * 32 + x] != -7.f) continue;
+        ++erased;
+        y0 = std::min(y0, y), y1 = std::max(y1, y), x0 = std::min(x0, x), x1 = std::max(x1, x);
+      }
+    }
+    if (erased == 0) continue;  // 10 attempts may all fail (rare)
+    EXPECT_EQ(erased, (y1 - y0 + 1) * (x1 - x0 + 1)) << "one solid box";
+    EXPECT_GE(erased, std::floor(0.02 * 1024 * 0.5));
+    EXPECT_LE(erased, std::ceil(0.33 * 1024 * 1.5));
+    areas.insert(erased);
+  }
+  EXPECT_GT(areas.size(), 10u);  // scale and ratio are drawn per sample
+}
+
+TEST(RecipeRender, SameSeedSameOutputAcrossStates) {
+  auto p = TransformPipeline::Create({T::RandomResizedCrop(24), T::RandAugment(), T::ColorJitter(0.4, 0.4, 0.4, 0.1),
+                                      T::ToTensor(), T::RandomErasing(0.5, true)},
+                                     DType::kFloat32, Layout::kCHW);
+  ASSERT_TRUE(p.ok());
+  const std::vector<uint8_t> img = Gradient(40, 30);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    EXPECT_EQ(Render(*p, img, 40, 30, seed), Render(*p, img, 40, 30, seed));
+  }
+  EXPECT_NE(Render(*p, img, 40, 30, 1), Render(*p, img, 40, 30, 2));
+}
+
+TEST(RecipeTables, LinspaceMatchesTorchFloat32) {
+  // torch.linspace(...)[i].item() values.
+  EXPECT_EQ(LinspaceF32(0.0, 0.3, 31, 9), 0.09000000357627869);
+  EXPECT_EQ(LinspaceF32(255.0, 0.0, 31, 20), 85.0);
+  EXPECT_EQ(LinspaceF32(0.0, 150.0 / 331.0 * 224, 31, 17), 57.52265930175781);
+  EXPECT_EQ(LinspaceF32(0.0, 0.99, 31, 30), 0.9900000095367432);
+}
+
+TEST(RecipeTables, TimmOpNames) {
+  EXPECT_EQ(TimmOpFromName("AutoContrast"), 0);
+  EXPECT_EQ(TimmOpFromName("TranslateYRel"), static_cast<int>(TimmOp::kTranslateYRel));
+  EXPECT_EQ(TimmOpFromName("Cutout"), -1);
+}
+
+}  // namespace
+}  // namespace ringloader
