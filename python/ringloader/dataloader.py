@@ -68,10 +68,10 @@ class DataLoader:
     ``fast_decode``, ``max_image_pixels`` and ``on_error``.
 
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
-    1/8 scale when the output is at least that much smaller, and only the region the transform
-    reads. On photos over 2,000 px that is 2-3x faster per image and differs from torchvision
-    (PSNR >= 37 dB, mean |diff| about 1 level, max |diff| up to 27 of 255); on ImageNet-sized
-    images the pixels are the same and it is 15-20% faster (README, "Differences from torch").
+    1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
+    1.2-1.5x faster per image and differs from torchvision (PSNR >= 37 dB, mean |diff| about 1
+    level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (README,
+    "Refused arguments and differences from torch").
 
     ``on_error``:
 
