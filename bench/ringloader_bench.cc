@@ -56,7 +56,7 @@
 namespace ringloader::bench {
 
 /// Which work the benchmark measures.
-enum class Preset { kTrain, kEval, kDecode, kRead };
+enum class Preset { kTrain, kEval, kTrivial, kDecode, kRead };
 
 /// --preset value.
 struct PresetFlag {
@@ -72,6 +72,7 @@ const char* PresetName(Preset p) {
   switch (p) {
     case Preset::kTrain: return "train";
     case Preset::kEval: return "eval";
+    case Preset::kTrivial: return "trivial";
     case Preset::kDecode: return "decode";
     case Preset::kRead: return "read";
   }
@@ -90,13 +91,13 @@ const char* IoName(IoBackend io) {
 // Abseil finds these by argument-dependent lookup; a bad value makes ParseCommandLine print
 // "Illegal value '...' specified for flag '...'; <error>" and exit non-zero.
 bool AbslParseFlag(absl::string_view text, PresetFlag* out, std::string* error) {
-  for (Preset p : {Preset::kTrain, Preset::kEval, Preset::kDecode, Preset::kRead}) {
+  for (Preset p : {Preset::kTrain, Preset::kEval, Preset::kTrivial, Preset::kDecode, Preset::kRead}) {
     if (text == PresetName(p)) {
       out->value = p;
       return true;
     }
   }
-  *error = "expected one of train, eval, decode, read";
+  *error = "expected one of train, eval, trivial, decode, read";
   return false;
 }
 std::string AbslUnparseFlag(PresetFlag p) { return PresetName(p.value); }
@@ -128,7 +129,9 @@ ABSL_FLAG(int, synthetic_images, 1000,
           "Images in the synthetic set generated when neither --data nor the sample set exists.");
 ABSL_FLAG(ringloader::bench::PresetFlag, preset, ringloader::bench::PresetFlag{},
           "What to measure: train (RandomResizedCrop(224)+flip+ToTensor+Normalize, the full "
-          "loader), eval (Resize(256)+CenterCrop(224)+ToTensor+Normalize), decode (read + full "
+          "loader), eval (Resize(256)+CenterCrop(224)+ToTensor+Normalize), trivial (torchvision's "
+          "reference recipe: RandomResizedCrop(176)+flip+TrivialAugmentWide+ToTensor+Normalize+"
+          "RandomErasing(0.1)), decode (read + full "
           "decode, no transform, no batching), read (read file bytes only).");
 ABSL_FLAG(int, batch_size, 64, "Samples per batch (train/eval; decode/read count warm-up in "
           "units of this many files).");
@@ -516,7 +519,9 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   o.prefetch_batches = cfg.queue_depth;
   o.shuffle = cfg.shuffle;
   o.seed = cfg.seed;
-  o.transform = cfg.preset == Preset::kTrain ? transforms::ImageNetTrain() : transforms::ImageNetEval();
+  o.transform = cfg.preset == Preset::kTrain     ? transforms::ImageNetTrain()
+                : cfg.preset == Preset::kTrivial ? transforms::ImageNetTrainTrivialAugment()
+                                                 : transforms::ImageNetEval();
   o.dtype = DType::kFloat32;
   o.layout = Layout::kCHW;
   if (cfg.device == "simulated") {
@@ -1102,7 +1107,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Benchmarks the ringloader native data loader (no Python) and names the bottleneck stage.\n"
       "\n"
-      "  ringloader-bench [--data DIR] [--preset train|eval|decode|read] [flags]\n"
+      "  ringloader-bench [--data DIR] [--preset train|eval|trivial|decode|read] [flags]\n"
       "\n"
       "Reports images/s and MB/s, per-stage busy time, batch latency, a verdict (I/O-, decode- or "
       "consumer-bound) with its evidence, and the single-thread decode floor. --json PATH writes "
@@ -1121,7 +1126,8 @@ int Main(int argc, char** argv) {
   if (!ds.ok()) return Fail(ds.status());
   report.ds = *std::move(ds);
 
-  absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval)
+  absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval ||
+                                    cfg->preset == Preset::kTrivial)
                                       ? RunLoader(report.ds, *cfg)
                                       : RunComponents(report.ds, *cfg);
   if (!m.ok()) return Fail(m.status());
