@@ -74,6 +74,7 @@ def test_repeated_indices_draw_independent_augmentations(ids_tree: Path):
         return batches(rl.DataLoader(ds, batch_size=8, sampler=sampler, num_workers=workers))
 
     one = run(1)
+    assert len(one) == 3
     images = torch.cat([x for x, _ in one])
     labels = torch.cat([y for _, y in one])
     copies = images[labels == 0]
@@ -82,6 +83,33 @@ def test_repeated_indices_draw_independent_augmentations(ids_tree: Path):
     assert len(distinct) == len(copies)  # every copy of index 0 got its own augmentation
     assert_same(one, run(1))  # the same seed repeats
     assert_same(one, run(3))  # any number of workers
+
+
+def test_weighted_sampling_with_replacement_resumes_exactly(ids_tree: Path):
+    ds = rl.ImageFolder(ids_tree, transform=TRAIN)
+    weights = [1.0, 0.05, 0.05] + [0.0] * 9
+
+    def make(generator=None):
+        sampler = tud.WeightedRandomSampler(weights, num_samples=20, replacement=True, generator=generator)
+        return rl.DataLoader(ds, batch_size=4, sampler=sampler, num_workers=2)
+
+    for generator in (None, torch.Generator().manual_seed(8)):
+        torch.manual_seed(3)
+        full = batches(make(generator))
+        torch.manual_seed(3)
+        if generator is not None:
+            generator.manual_seed(8)
+        first = make(generator)
+        it = iter(first)
+        seen = [tuple(t.clone() for t in next(it)) for _ in range(2)]
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+        del it, first
+        torch.manual_seed(77)  # the resumed run depends only on the checkpoint
+        resumed = make(torch.Generator().manual_seed(1) if generator is not None else None)
+        resumed.load_state_dict(state)
+        rest = batches(resumed)
+        assert_same(seen + rest, full)
+        assert len(rest) == 3
 
 
 def test_repeated_indices_resume_with_the_same_augmentations(ids_tree: Path):
