@@ -85,6 +85,15 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   return status;
 }
 
+// The seed key of the row at `position` of an epoch's order that holds dataset index `index`:
+// the index itself when the row sits at its own position (a sequential epoch), otherwise the
+// index with the pair's difference in the high bits, so distinct (index, position) pairs get
+// distinct keys (below 2^32 samples). The Python package computes the same key (SampleKey).
+uint64_t RowKey(int64_t index, int64_t position) {
+  const auto i = static_cast<uint64_t>(index);
+  return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
+}
+
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 constexpr int64_t kReplaceWalk = 256;
 
@@ -525,13 +534,14 @@ struct Loader::Epoch {
                                             std::memory_order_relaxed);
   }
 
-  // The augmentation seed of a row: (seed, epoch, the row's position in the epoch's order). The
-  // position, not the index, so that copies of one index in an epoch (sampling with replacement)
-  // draw independent augmentations. Positions are absolute (a resumed epoch starts at
-  // first_batch of the same order), so they do not depend on workers or on resuming.
+  // The augmentation seed of a row: (seed, epoch, RowKey(index, position in the epoch's order)).
+  // The position, so that copies of one index in an epoch (sampling with replacement) draw
+  // independent augmentations; the index too, so that the same position on another rank (same
+  // seed, a different shard) does not repeat this row's draws. Positions are absolute (a resumed
+  // epoch starts at first_batch of the same order): no dependence on workers or resuming.
   uint64_t RowSeed(const ReadRequest& request) const {
     const int64_t position = Offset(request.batch) + request.row;
-    return SampleSeed(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(position));
+    return SampleSeed(seed, static_cast<uint64_t>(epoch), RowKey(request.index, position));
   }
 
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into

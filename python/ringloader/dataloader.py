@@ -14,7 +14,8 @@ Two paths:
   checkpoints (``state_dict``: the epoch's sample order resumes exactly; see its docstring).
   An ImageFolder that runs per sample (Python transform steps, or sizes that depend on the
   image) takes this path: native decode and prefix then the Python steps run in torch's worker
-  processes, each sample's augmentations seeded by (base seed, epoch, position in the epoch).
+  processes, each sample's augmentations seeded by (base seed, epoch, index, position in the
+  epoch).
   A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
   UserWarning naming it and the cost).
 
@@ -629,7 +630,7 @@ class _PlannedBatches:
     torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
 
     With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
-    augmentations are seeded by (base seed, epoch, position in the epoch), whichever worker
+    augmentations are seeded by (base seed, epoch, index, position in the epoch), whichever worker
     process makes it, and a resumed epoch keeps the positions (so its samples equal an
     uninterrupted run's). The base seed is peeked from torch's RNG after torch's own draws
     (``_peek_seed``) and saved in ``state_dict``.

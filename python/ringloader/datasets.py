@@ -44,12 +44,19 @@ def _scan_python(root: str, is_valid_file: Callable[[str], bool], allow_empty: b
 
 class SampleKey(NamedTuple):
     """What ``ringloader.DataLoader``'s generic path asks an :class:`ImageFolder` for: a sample and
-    the seed of its augmentations, (base seed, epoch, position of the sample in the epoch)."""
+    the seed of its augmentations, (base seed, epoch, index and position of the sample in the
+    epoch)."""
 
     index: int
     seed: int
     epoch: int
     position: int
+
+    def row_key(self) -> int:
+        """The key of this sample's per-sample seed, as the native pipeline's RowKey: the index
+        when the sample sits at its own position, else the index with (position ^ index) in the
+        high 32 bits."""
+        return (self.index ^ ((self.position ^ self.index) << 32)) & _MASK64
 
 
 _MASK64 = (1 << 64) - 1
@@ -72,10 +79,11 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def tail_seed(seed: int, epoch: int, position: int) -> int:
-    """The seed of the Python tail of the sample at ``position`` of ``epoch``: the native
-    pipeline's per-sample seed, mixed once more so the two draw independently."""
-    return _mix64(_mix64(_mix64(_mix64(seed & _MASK64) ^ (epoch & _MASK64)) ^ (position & _MASK64)) + 1)
+def tail_seed(key: SampleKey) -> int:
+    """The seed of the Python tail of ``key``'s sample: the native pipeline's per-sample seed,
+    SampleSeed(seed, epoch, row key), mixed once more so the two draw independently."""
+    seed = _mix64(_mix64(_mix64(key.seed & _MASK64) ^ (key.epoch & _MASK64)) ^ key.row_key())
+    return _mix64(seed + 1)
 
 
 def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
@@ -266,7 +274,7 @@ class ImageFolder:
         single = self._single_loader()
         if isinstance(key, SampleKey):
             seed = key.seed & _MASK64
-            out = single.decode_sample(index, seed, key.epoch, key=key.position)
+            out = single.decode_sample(index, seed, key.epoch, key=key.row_key())
         else:
             seed = int(torch.empty((), dtype=torch.int64).random_().item()) & _MASK64
             out = single.decode_sample(index, seed, 0)
@@ -278,7 +286,7 @@ class ImageFolder:
         tail = self._split.tail
         if tail is not None:
             if isinstance(key, SampleKey):
-                image = _run_seeded(tail, image, tail_seed(key.seed, key.epoch, key.position))
+                image = _run_seeded(tail, image, tail_seed(key))
             else:
                 image = tail(image)
         target = self.targets[index]

@@ -133,6 +133,22 @@ def test_repeated_indices_resume_with_the_same_augmentations(ids_tree: Path):
     assert len({c.numpy().tobytes() for c in copies}) == 8
 
 
+def test_ranks_with_one_seed_draw_independently_for_identical_images(tmp_path: Path):
+    """Same seed on every rank (as training scripts do): the rows at one position of two ranks'
+    shards must not share their augmentation draws. All images are the same here, so equal draws
+    would give equal rows."""
+    for i in range(8):
+        (tmp_path / f"c{i}").mkdir()
+        (tmp_path / f"c{i}" / "x.jpg").write_bytes(jpeg_bytes(96, 80, seed=1))
+    ds = rl.ImageFolder(tmp_path, transform=TRAIN)
+    rows = []
+    for rank in (0, 1):
+        torch.manual_seed(0)
+        loader = rl.DataLoader(ds, batch_size=4, rank=rank, world_size=2, seed=0)
+        rows.append(torch.cat([x for x, _ in loader]))
+    assert all(not torch.equal(a, b) for a, b in zip(*rows))
+
+
 # ---- 2. reassigned transforms take effect at the next iter() -------------------------------
 
 def test_reassigned_transform_and_target_transform_take_effect(ids_tree: Path):
