@@ -162,6 +162,19 @@ def test_subset_and_concat_of_hybrid_datasets_use_the_same_keys(tree: Path):
     assert [y.tolist() for _, y in one][3] == [9, 0, 1]
 
 
+def test_sample_keys_draw_what_the_native_batches_draw(tree: Path):
+    """A SampleKey's native prefix uses the native pipeline's per-row seed: same key, same pixels."""
+    ds = rl.ImageFolder(tree, transform=tvt.Compose([tvt.RandomResizedCrop(32), tvt.RandomHorizontalFlip()]))
+    torch.manual_seed(5)
+    loader = rl.DataLoader(ds, batch_size=4, sampler=[3, 3, 1, 8, 8, 0, 2, 3])
+    it = iter(loader)
+    rows = torch.cat([next(it)[0], next(it)[0]])
+    seed = loader.state_dict()["base_seed"]
+    for position, index in enumerate([3, 3, 1, 8, 8, 0, 2, 3]):
+        x, _ = ds[rl.datasets.SampleKey(index, seed, 0, position)]
+        assert torch.equal(x, rows[position])
+
+
 def test_collate_fn_and_plain_indexing(tree: Path):
     ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
     loader = rl.DataLoader(ds, batch_size=4, collate_fn=lambda rows: [y for _, y in rows])
