@@ -320,3 +320,15 @@ def test_color_jitter_applies_its_factors_in_a_random_order(tree: Path):
             assert found, "native ColorJitter output is neither order of torchvision's"
             orders[found[0]] += 1
     assert orders["bc"] > 0 and orders["cb"] > 0, orders
+
+
+def test_tail_after_pil_to_tensor_gets_a_uint8_tensor(tree: Path):
+    transform = v1.Compose([*BASE, v1.PILToTensor(), v1.Lambda(lambda x: x.flip(-1))])
+    split = rl.transforms.split(transform)
+    assert split.tail_input == "uint8_tensor"
+    with pytest.warns(UserWarning, match="Lambda"):
+        ds = rl.ImageFolder(str(tree), transform=transform)
+    image, _ = ds[0]
+    ref = TorchvisionImageFolder(str(tree), transform=transform)[0][0]
+    assert image.dtype == torch.uint8 and image.shape == (3, 64, 64)
+    assert torch.equal(image, ref)
