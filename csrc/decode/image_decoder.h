@@ -52,6 +52,8 @@ class ImageDecoder {
   void set_fast_paths(bool enabled);
   /// JPEG: allow DCT-scaled decoding (see JpegDecoder::set_dct_scaling).
   void set_dct_scaling(bool enabled);
+  /// JPEG: refuse data libjpeg only warns about (see JpegDecoder::set_strict; default true).
+  void set_strict(bool enabled);
 
   /// Reads the header only (for WebP and PNG: what the library parses before pixel data).
   absl::StatusOr<ImageInfo> ReadInfo(const uint8_t* data, size_t size);

@@ -370,6 +370,7 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_image_pixels", &o.max_image_pixels);
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "fast_decode", &o.fast_decode);
+  Take(d, "strict_decode", &o.strict_decode);
   Take(d, "pin_memory", &o.pin_memory);
   Take(d, "device", &o.device);
   Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology

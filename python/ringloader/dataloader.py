@@ -66,13 +66,19 @@ class DataLoader:
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``max_image_pixels`` and ``on_error``.
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels`` and ``on_error``.
 
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
     1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
     1.2-1.5x faster per image and differs from torchvision (PSNR >= 37 dB, mean |diff| about 1
     level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (README,
     "Refused arguments and differences from torch").
+
+    ``strict_decode`` (default True): JPEG data that libjpeg only warns about ("Corrupt JPEG data:
+    N extraneous bytes before marker", "premature end of data segment", bad Huffman codes...) is a
+    sample error (``DataLoss``) handled by ``on_error``: libjpeg decodes past it into wrong
+    pixels. ``False`` accepts those files, as Pillow and ``torchvision.io.decode_jpeg`` do (the
+    files Pillow refuses are refused either way). The per-sample path (``ds[i]``) is always strict.
 
     ``on_error``:
 
@@ -143,6 +149,7 @@ class DataLoader:
         io_depth: int = 32,
         max_slots: int = 0,
         fast_decode: bool = False,
+        strict_decode: bool = True,
         max_image_pixels: Optional[int] = None,
         on_error: str = "raise",
         rank: Optional[int] = None,
@@ -178,6 +185,7 @@ class DataLoader:
                 ("memory_format", self._channels_last), ("io", io != "auto"),
                 ("reader_threads", reader_threads != 1), ("io_depth", io_depth != 32),
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
+                ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
                 ("numa", numa is not None)) if given]
             if native_only:
@@ -281,6 +289,7 @@ class DataLoader:
             io=io,
             layout=native_layout,
             fast_decode=bool(fast_decode),
+            strict_decode=bool(strict_decode),
             pin_memory=self.pin_memory,
             on_error=on_error,
             device=_check_device(device),
