@@ -604,6 +604,21 @@ py::tuple ScanFolder(const std::string& root) {
   return py::make_tuple(classes, paths, labels);
 }
 
+py::tuple FileList(const std::string& list_path) {
+  absl::StatusOr<std::vector<Sample>> samples;
+  {
+    py::gil_scoped_release release;
+    samples = ReadFileList(list_path);
+  }
+  ThrowIfError(samples.status());
+  py::list paths, labels;
+  for (const Sample& s : *samples) {
+    paths.append(s.path);
+    labels.append(s.label);
+  }
+  return py::make_tuple(paths, labels);
+}
+
 }  // namespace
 }  // namespace ringloader
 
@@ -675,4 +690,6 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
         "(classes, paths, labels) of an image folder in torchvision's order.");
+  m.def("read_file_list", &FileList, py::arg("list_path"),
+        "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
 }

@@ -12,15 +12,18 @@ from . import _C
 from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
-from .datasets import IMG_EXTENSIONS, ImageFolder
+from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DataLoader",
+    "DatasetFolder",
+    "FileList",
     "ImageFolder",
     "IMG_EXTENSIONS",
     "LoaderTimeoutError",
+    "NativeDataset",
     "SampleError",
     "SlotsExhaustedError",
     "transforms",
