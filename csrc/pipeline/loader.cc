@@ -587,6 +587,7 @@ struct Loader::Epoch {
     decoder.set_max_image_pixels(o.max_image_pixels);
     decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
     decoder.set_strict(o.strict_decode);
+    decoder.set_exif_transpose(o.exif_transpose);
     ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -931,6 +932,7 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
     decoder.set_max_image_pixels(options_.max_image_pixels);
     decoder.set_dct_scaling(options_.fast_decode);
     decoder.set_strict(options_.strict_decode);
+    decoder.set_exif_transpose(options_.exif_transpose);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the

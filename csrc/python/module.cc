@@ -371,6 +371,7 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "fast_decode", &o.fast_decode);
   Take(d, "strict_decode", &o.strict_decode);
+  Take(d, "exif_transpose", &o.exif_transpose);
   Take(d, "pin_memory", &o.pin_memory);
   Take(d, "device", &o.device);
   Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology

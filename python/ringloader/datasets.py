@@ -147,6 +147,11 @@ class NativeDataset(_TorchDataset):
     per sample too. ``strict=True`` raises ``TypeError`` naming the first step that would run in
     Python instead.
 
+    ``exif_transpose=True`` turns each image upright by its EXIF orientation (JPEG, PNG, WebP,
+    TIFF) before the transform, exactly as Pillow's ``ImageOps.exif_transpose`` (so the
+    transform sees the rotated size); the default keeps the stored orientation, as torchvision.
+    An image that needs turning is decoded whole (no region-of-interest decoding).
+
     ``transform`` and ``target_transform`` may be reassigned; a DataLoader over the dataset uses
     the new ones from its next ``iter()``. The dataset pickles and deep-copies at any time.
     """
@@ -160,8 +165,10 @@ class NativeDataset(_TorchDataset):
         transform: Any = None,
         target_transform: Optional[Callable[[int], Any]] = None,
         strict: bool = False,
+        exif_transpose: bool = False,
     ):
         self.root = root
+        self.exif_transpose = bool(exif_transpose)
         self.classes: List[str] = list(classes)
         self.class_to_idx: Dict[str, int] = {c: i for i, c in enumerate(self.classes)}
         self.samples: List[Tuple[str, int]] = list(zip(paths, labels))
@@ -244,6 +251,7 @@ class NativeDataset(_TorchDataset):
         return {
             "transform": self.steps,
             "dtype": "float32" if T.has_to_tensor(self.steps) else "uint8",
+            "exif_transpose": self.exif_transpose,
         }
 
     # ---- single samples -----------------------------------------------------------------------
@@ -349,6 +357,7 @@ class DatasetFolder(NativeDataset):
         is_valid_file: Optional[Callable[[str], bool]] = None,
         allow_empty: bool = False,
         strict: bool = False,
+        exif_transpose: bool = False,
     ):
         _refuse_loader(type(self).__name__, loader)
         if (extensions is None) == (is_valid_file is None):
@@ -370,7 +379,8 @@ class DatasetFolder(NativeDataset):
             paths, labels = _make_dataset(root, class_to_idx, is_valid_file, allow_empty,
                                           extensions)
         self.extensions = extensions
-        super().__init__(root, paths, labels, classes, transform, target_transform, strict)
+        super().__init__(root, paths, labels, classes, transform, target_transform, strict,
+                         exif_transpose)
 
     def find_classes(self, directory: str) -> Tuple[List[str], Dict[str, int]]:
         """The class folders of ``directory``, sorted, and their indices (torchvision's)."""
@@ -393,9 +403,11 @@ class ImageFolder(DatasetFolder):
         is_valid_file: Optional[Callable[[str], bool]] = None,
         allow_empty: bool = False,
         strict: bool = False,
+        exif_transpose: bool = False,
     ):
         super().__init__(root, loader, IMG_EXTENSIONS if is_valid_file is None else None,
-                         transform, target_transform, is_valid_file, allow_empty, strict)
+                         transform, target_transform, is_valid_file, allow_empty, strict,
+                         exif_transpose)
         self.imgs = self.samples
 
 
@@ -422,6 +434,7 @@ class FileList(NativeDataset):
         target_transform: Optional[Callable[[int], Any]] = None,
         classes: Optional[Sequence[str]] = None,
         strict: bool = False,
+        exif_transpose: bool = False,
     ):
         if isinstance(source, (str, os.PathLike)):
             if labels is not None:
@@ -448,7 +461,7 @@ class FileList(NativeDataset):
             raise ValueError(f"FileList: label {max(labels)} has no name in the {len(classes)} "
                              "classes given")
         super().__init__(root, list(paths), list(labels), list(classes), transform,
-                         target_transform, strict)
+                         target_transform, strict, exif_transpose)
 
     def find_classes(self, directory: Optional[str] = None) -> Tuple[List[str], Dict[str, int]]:
         """``(classes, class_to_idx)`` of the list (there are no class folders to find)."""

@@ -92,6 +92,9 @@ struct LoaderOptions {
   /// of a data segment, bad Huffman codes...: it decodes past them into wrong pixels) as
   /// DataLoss. False accepts them, as Pillow and torchvision do.
   bool strict_decode = true;
+  /// Turn images upright by their EXIF orientation before the transform, as Pillow's
+  /// ImageOps.exif_transpose does (torchvision does not: default false).
+  bool exif_transpose = false;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size
                                          ///< (unless variable_size).
