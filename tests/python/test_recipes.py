@@ -93,6 +93,23 @@ EXACT_CASES = [
 ]
 
 
+# torchvision's v2 classes on PIL images: the same kernels, v2's own parameter handling
+# (padding order, fill, interpolation enums).
+P2 = v2.PILToTensor()
+BASE2 = [v2.Resize(72), v2.CenterCrop(64)]
+EXACT_CASES += [
+    ("v2 Resize bicubic + flips", v2.Compose([v2.Resize((61, 83), interpolation=v2.InterpolationMode.BICUBIC),
+                                              v2.RandomVerticalFlip(1.0), v2.RandomHorizontalFlip(1.0), P2]), 0),
+    ("v2 RandomCrop padding (l, t, r, b) fill", v2.Compose([*BASE2, v2.RandomCrop(74, padding=(1, 2, 9, 8), fill=7), P2]), 0),
+    ("v2 Pad reflect", v2.Compose([*BASE2, v2.Pad((2, 5), padding_mode="reflect"), P2]), 0),
+    ("v2 rotation bilinear", v2.Compose([*BASE2, v2.RandomRotation((21, 21), interpolation=v2.InterpolationMode.BILINEAR), P2]), 0),
+    ("v2 affine", v2.Compose([*BASE2, v2.RandomAffine((-8, -8), scale=(1.1, 1.1), shear=(4, 4)), P2]), 0),
+    ("v2 grayscale", v2.Compose([*BASE2, v2.Grayscale(3), P2]), 0),
+    ("v2 posterize", v2.Compose([*BASE2, v2.RandomPosterize(2, p=1), P2]), 0),
+    ("v2 equalize", v2.Compose([*BASE2, v2.RandomEqualize(p=1), P2]), 0),
+]
+
+
 @pytest.mark.parametrize("name,transform,bound", EXACT_CASES, ids=[c[0] for c in EXACT_CASES])
 def test_fixed_parameters_match_torchvision(tree: Path, name, transform, bound):
     split = rl.transforms.split(transform)
