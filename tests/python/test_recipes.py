@@ -22,16 +22,35 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from conftest import write_tree
+from imagegen import jpeg_bytes
 
 NEAREST, BILINEAR = v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
+# Every flavour the JPEG decoder handles (a shared conftest name is ambiguous when pytest
+# collects tests/python and tests/cuda together, so the tree is written here).
+FLAVOURS = [
+    (500, 375, dict(quality=90, subsampling="4:2:0")),
+    (333, 500, dict(quality=85, subsampling="4:2:0")),
+    (420, 320, dict(quality=95, subsampling="4:4:4")),
+    (480, 360, dict(quality=90, subsampling="4:2:2")),
+    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
+    (360, 480, dict(quality=90, mode="L")),
+    (400, 400, dict(quality=92, mode="CMYK")),
+    (512, 341, dict(quality=87, subsampling="4:2:0")),
+]
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK)."""
-    return write_tree(tmp_path_factory.mktemp("recipes"), num_classes=2, per_class=4, seed=7)
+    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
+    root = tmp_path_factory.mktemp("recipes")
+    for k, (w, h, kw) in enumerate(FLAVOURS):
+        d = root / f"class_{k // 4}"
+        d.mkdir(exist_ok=True)
+        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=7000 + k, **kw))
+    return root
 
 
 def native_batch(root: Path, transform, seed: int = 0):
