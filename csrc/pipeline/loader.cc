@@ -412,10 +412,11 @@ struct Loader::Epoch {
         next_batch = num_batches;  // the rest were batches whose every sample was skipped
         return absl::OutOfRangeError("end of epoch");
       }
-      // Nothing staged, the stage thread waits for a buffer and none is free: the consumer holds
-      // them all. (A buffer freed a moment ago is seen by HasFreeBuffer before the stage thread
-      // wakes, so this is never reported spuriously.)
-      if (stage_waiting && !loader->stager_->HasFreeBuffer()) {
+      // Nothing staged, the stage thread waits for a buffer, none is free and the consumer holds
+      // every one. (A buffer the consumer released is free only once the waiter has also seen
+      // its copy complete; until then it is neither free nor held, and this keeps waiting.)
+      if (stage_waiting && !loader->stager_->HasFreeBuffer() &&
+          loader->stager_->buffers_held() >= loader->stager_->max_buffers()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "all ", loader->stager_->max_buffers(), " device buffers are held by the consumer; free earlier "
             "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", next_batch,

@@ -241,19 +241,11 @@ PadMode ParsePadMode(const std::string& name) {
 }
 
 AugOp ParseAugOp(const std::string& name) {
-  static const std::pair<const char*, AugOp> kNames[] = {
-      {"Identity", AugOp::kIdentity},     {"ShearX", AugOp::kShearX},
-      {"ShearY", AugOp::kShearY},         {"TranslateX", AugOp::kTranslateX},
-      {"TranslateY", AugOp::kTranslateY}, {"Rotate", AugOp::kRotate},
-      {"Brightness", AugOp::kBrightness}, {"Color", AugOp::kColor},
-      {"Contrast", AugOp::kContrast},     {"Sharpness", AugOp::kSharpness},
-      {"Posterize", AugOp::kPosterize},   {"Solarize", AugOp::kSolarize},
-      {"AutoContrast", AugOp::kAutoContrast}, {"Equalize", AugOp::kEqualize},
-      {"Invert", AugOp::kInvert},         {"SolarizeAdd", AugOp::kSolarizeAdd}};
-  for (const auto& [n, v] : kNames) {
-    if (name == n) return v;
+  AugOp op = AugOp::kIdentity;
+  if (!AugOpFromName(name, &op)) {
+    throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
   }
-  throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
+  return op;
 }
 
 TransformStep ParseStep(py::dict step) {

@@ -369,8 +369,8 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
         if mode not in ("constant", "edge", "reflect", "symmetric"):
             raise TypeError(f"{where}: padding_mode {mode!r} has no native equivalent")
         pad = _padding(t.padding, where)
-        if module.startswith("torchvision.transforms.v2") and t.padding is not None:
-            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2 keeps [left, right, top, bottom]
+        if module.startswith("torchvision.transforms.v2") and name == "RandomCrop" and t.padding:
+            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2's RandomCrop keeps [left, right, top, bottom]
         step = {"kind": "random_crop" if name == "RandomCrop" else "pad",
                 "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
         if name == "RandomCrop":

@@ -139,6 +139,19 @@ def jpeg_bytes(
     return _jpeg_cached(int(width), int(height), int(quality), str(subsampling), bool(progressive), str(mode), int(seed))
 
 
+# (width, height, kwargs) — sizes around 300-500 px and every flavour the decoder must handle.
+FLAVOURS = [
+    (500, 375, dict(quality=90, subsampling="4:2:0")),
+    (333, 500, dict(quality=85, subsampling="4:2:0")),
+    (420, 320, dict(quality=95, subsampling="4:4:4")),
+    (480, 360, dict(quality=90, subsampling="4:2:2")),
+    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
+    (360, 480, dict(quality=90, mode="L")),
+    (400, 400, dict(quality=92, mode="CMYK")),
+    (512, 341, dict(quality=87, subsampling="4:2:0")),
+]
+
+
 def _encode_other(width: int, height: int, fmt: str, seed: int, mode: str = "RGB") -> bytes:
     from PIL import Image
 

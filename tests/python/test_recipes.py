@@ -22,16 +22,25 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from conftest import write_tree
+from imagegen import FLAVOURS, jpeg_bytes
 
 NEAREST, BILINEAR = v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
+# A shared conftest name is ambiguous when pytest collects tests/python and tests/cuda together,
+# so the tree is written here from imagegen's flavours.
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK)."""
-    return write_tree(tmp_path_factory.mktemp("recipes"), num_classes=2, per_class=4, seed=7)
+    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
+    root = tmp_path_factory.mktemp("recipes")
+    for k, (w, h, kw) in enumerate(FLAVOURS):
+        d = root / f"class_{k // 4}"
+        d.mkdir(exist_ok=True)
+        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=7000 + k, **kw))
+    return root
 
 
 def native_batch(root: Path, transform, seed: int = 0):
@@ -90,6 +99,23 @@ EXACT_CASES = [
                              v2.ColorJitter(saturation=(1.2, 1.2)),
                              v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                              v2.Normalize(MEAN, STD)]), 1e-6),
+]
+
+
+# torchvision's v2 classes on PIL images: the same kernels, v2's own parameter handling
+# (padding order, fill, interpolation enums).
+P2 = v2.PILToTensor()
+BASE2 = [v2.Resize(72), v2.CenterCrop(64)]
+EXACT_CASES += [
+    ("v2 Resize bicubic + flips", v2.Compose([v2.Resize((61, 83), interpolation=v2.InterpolationMode.BICUBIC),
+                                              v2.RandomVerticalFlip(1.0), v2.RandomHorizontalFlip(1.0), P2]), 0),
+    ("v2 RandomCrop padding (l, t, r, b) fill", v2.Compose([*BASE2, v2.RandomCrop(74, padding=(1, 2, 9, 8), fill=7), P2]), 0),
+    ("v2 Pad reflect", v2.Compose([*BASE2, v2.Pad((2, 5), padding_mode="reflect"), P2]), 0),
+    ("v2 rotation bilinear", v2.Compose([*BASE2, v2.RandomRotation((21, 21), interpolation=v2.InterpolationMode.BILINEAR), P2]), 0),
+    ("v2 affine", v2.Compose([*BASE2, v2.RandomAffine((-8, -8), scale=(1.1, 1.1), shear=(4, 4)), P2]), 0),
+    ("v2 grayscale", v2.Compose([*BASE2, v2.Grayscale(3), P2]), 0),
+    ("v2 posterize", v2.Compose([*BASE2, v2.RandomPosterize(2, p=1), P2]), 0),
+    ("v2 equalize", v2.Compose([*BASE2, v2.RandomEqualize(p=1), P2]), 0),
 ]
 
 
