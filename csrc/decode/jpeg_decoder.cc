@@ -477,7 +477,8 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
         rs.AddRow(static_cast<int>(y + i), row);
       }
     }
-    if (cinfo->output_scanline < static_cast<JDIMENSION>(row1)) return;  // reported below
+    const bool short_read = row1 > row0 && cinfo->output_scanline < static_cast<JDIMENSION>(row1);
+    if (short_read) return;  // reported below
     rows_read = static_cast<int>(cinfo->output_scanline) - row0;
     FinishScan(cinfo, s.rows.data());
   });
