@@ -40,8 +40,9 @@ endfunction()
 
 function(ringloader_check_dependencies)
   if(RINGLOADER_STATIC_DEPS)
-    list(JOIN RINGLOADER_STATIC_REPORT ", " report)
-    message(STATUS "ringloader: RINGLOADER_STATIC_DEPS:${report}")
+    set(report ${RINGLOADER_STATIC_REPORT})  # unquoted: drops the empty first item
+    list(JOIN report ", " report)
+    message(STATUS "ringloader: RINGLOADER_STATIC_DEPS: ${report}")
   endif()
   get_property(missing GLOBAL PROPERTY RINGLOADER_MISSING_DEPENDENCIES)
   if(missing)
@@ -60,7 +61,7 @@ function(_ringloader_link_static prefix)
       list(APPEND system_libs "${lib}")  # glibc/toolchain: always shared
       continue()
     endif()
-    unset(archive CACHE)
+    unset(archive)  # find_library skips the search while the variable holds a path
     find_library(archive NAMES "lib${lib}.a" HINTS ${${prefix}_STATIC_LIBRARY_DIRS} NO_CACHE)
     if(NOT archive)
       set(RINGLOADER_STATIC_REPORT "${RINGLOADER_STATIC_REPORT};${prefix} shared (no lib${lib}.a)" PARENT_SCOPE)

@@ -101,12 +101,13 @@ for item in ${pip_conf[find-links]:-}; do
 done
 pip_env=()
 if ((${#local_indexes[@]} + ${#local_links[@]})); then
-  if ((${#local_indexes[@]})); then
-    pip_env+=("PIP_INDEX_URL=${local_indexes[0]}" "PIP_EXTRA_INDEX_URL=${local_indexes[*]:1}")
-  else
+  if ((${#local_indexes[@]} == 0)); then
     pip_env+=(PIP_NO_INDEX=1)
+  else
+    pip_env+=("PIP_INDEX_URL=${local_indexes[0]}")
+    ((${#local_indexes[@]} == 1)) || pip_env+=("PIP_EXTRA_INDEX_URL=${local_indexes[*]:1}")
   fi
-  pip_env+=("PIP_FIND_LINKS=${local_links[*]}")
+  ((${#local_links[@]} == 0)) || pip_env+=("PIP_FIND_LINKS=${local_links[*]}")
 else
   for key in index-url extra-index-url find-links cert; do
     [ -n "${pip_conf[$key]:-}" ] || continue
