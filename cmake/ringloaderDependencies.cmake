@@ -8,11 +8,11 @@
 #       the same for a dependency found another way (a CMake package config).
 #
 # RINGLOADER_STATIC_DEPS=ON (the wheel build sets it) links each PkgConfig::<PREFIX> from its
-# static archives instead, so the wheel does not carry that shared library. An archive can only go
-# into the Python extension (a shared object) if it was compiled position-independent: Debian's
-# liburing.a, libwebp*.a and libz.a are, but its libjpeg.a, libnuma.a and libabsl_*.a are built
-# -fPIE, whose references to libc/libstdc++ data (stderr, vtables) and local-exec TLS cannot be
-# relocated in a shared object. Each dependency is therefore checked by linking its archives into
+# static archives instead, so the wheel does not carry that shared library. An archive can only
+# go into the Python extension (a shared object) if it was compiled position-independent:
+# Debian's liburing.a, libwebp.a, libwebpdemux.a and libz.a are, but its libjpeg.a, libnuma.a and
+# libabsl_*.a are built -fPIE, whose references to libc/libstdc++ data (stderr, vtables) and
+# local-exec TLS cannot be relocated in a shared object. Each dependency is therefore checked by linking its archives into
 # a scratch shared object; one that fails stays shared and `auditwheel repair` copies its .so into
 # the wheel (ringloader.libs/). The archives' symbols are hidden (--exclude-libs), so they never
 # clash with another copy of the same library in the process (torch's, Pillow's).
