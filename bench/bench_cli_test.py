@@ -175,7 +175,7 @@ class BenchCliTest(unittest.TestCase):
     def test_07_bad_flags_fail_clearly(self):
         cases = [
             (["--io=fast"], "expected one of uring, pread, auto"),
-            (["--preset=bogus"], "expected one of train, eval, decode, read"),
+            (["--preset=bogus"], "expected one of train, eval, trivial, decode, read"),
             (["--batch_size=0"], "--batch_size must be >= 1"),
             (["--batch_size=many"], "batch_size"),
             (["--no_such_flag"], "no_such_flag"),

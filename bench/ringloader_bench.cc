@@ -5,7 +5,7 @@
 //   train, eval  the full Loader (reader threads -> decode workers -> batches in slots) with the
 //                same chains as the Python package: RandomResizedCrop(224) + flip + ToTensor +
 //                Normalize, or Resize(256) + CenterCrop(224) + ToTensor + Normalize.
-//   decode       reads (FileFetcher) and fully decodes (JpegDecoder::DecodeFull) each file on
+//   decode       reads (FileFetcher) and fully decodes (ImageDecoder::DecodeFull) each file on
 //                --decode_threads threads, no transform and no batching: the cost of a plain
 //                decode under the loader's I/O.
 //   read         reads whole files only (FileFetcher on --reader_threads threads): the storage
@@ -46,7 +46,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "decode/jpeg_decoder.h"
+#include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
@@ -56,7 +56,7 @@
 namespace ringloader::bench {
 
 /// Which work the benchmark measures.
-enum class Preset { kTrain, kEval, kDecode, kRead };
+enum class Preset { kTrain, kEval, kTrivial, kDecode, kRead };
 
 /// --preset value.
 struct PresetFlag {
@@ -72,6 +72,7 @@ const char* PresetName(Preset p) {
   switch (p) {
     case Preset::kTrain: return "train";
     case Preset::kEval: return "eval";
+    case Preset::kTrivial: return "trivial";
     case Preset::kDecode: return "decode";
     case Preset::kRead: return "read";
   }
@@ -90,13 +91,13 @@ const char* IoName(IoBackend io) {
 // Abseil finds these by argument-dependent lookup; a bad value makes ParseCommandLine print
 // "Illegal value '...' specified for flag '...'; <error>" and exit non-zero.
 bool AbslParseFlag(absl::string_view text, PresetFlag* out, std::string* error) {
-  for (Preset p : {Preset::kTrain, Preset::kEval, Preset::kDecode, Preset::kRead}) {
+  for (Preset p : {Preset::kTrain, Preset::kEval, Preset::kTrivial, Preset::kDecode, Preset::kRead}) {
     if (text == PresetName(p)) {
       out->value = p;
       return true;
     }
   }
-  *error = "expected one of train, eval, decode, read";
+  *error = "expected one of train, eval, trivial, decode, read";
   return false;
 }
 std::string AbslUnparseFlag(PresetFlag p) { return PresetName(p.value); }
@@ -128,7 +129,9 @@ ABSL_FLAG(int, synthetic_images, 1000,
           "Images in the synthetic set generated when neither --data nor the sample set exists.");
 ABSL_FLAG(ringloader::bench::PresetFlag, preset, ringloader::bench::PresetFlag{},
           "What to measure: train (RandomResizedCrop(224)+flip+ToTensor+Normalize, the full "
-          "loader), eval (Resize(256)+CenterCrop(224)+ToTensor+Normalize), decode (read + full "
+          "loader), eval (Resize(256)+CenterCrop(224)+ToTensor+Normalize), trivial (torchvision's "
+          "reference recipe: RandomResizedCrop(176)+flip+TrivialAugmentWide+ToTensor+Normalize+"
+          "RandomErasing(0.1)), decode (read + full "
           "decode, no transform, no batching), read (read file bytes only).");
 ABSL_FLAG(int, batch_size, 64, "Samples per batch (train/eval; decode/read count warm-up in "
           "units of this many files).");
@@ -156,7 +159,7 @@ ABSL_FLAG(std::string, device, "cpu",
           "into host memory. simulated measures the staging pipeline's own cost and the consumer's "
           "wait on this machine; it says nothing about a GPU's copy bandwidth.");
 ABSL_FLAG(int, floor_images, 100,
-          "Files (in dataset order) for the decode floor: single-thread JpegDecoder::DecodeFull "
+          "Files (in dataset order) for the decode floor: single-thread ImageDecoder::DecodeFull "
           "rate on this machine. 0: skip.");
 ABSL_FLAG(std::string, json, "", "Also write the whole report as JSON to this path.");
 ABSL_FLAG(bool, progress, true,
@@ -516,7 +519,9 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   o.prefetch_batches = cfg.queue_depth;
   o.shuffle = cfg.shuffle;
   o.seed = cfg.seed;
-  o.transform = cfg.preset == Preset::kTrain ? transforms::ImageNetTrain() : transforms::ImageNetEval();
+  o.transform = cfg.preset == Preset::kTrain     ? transforms::ImageNetTrain()
+                : cfg.preset == Preset::kTrivial ? transforms::ImageNetTrainTrivialAugment()
+                                                 : transforms::ImageNetEval();
   o.dtype = DType::kFloat32;
   o.layout = Layout::kCHW;
   if (cfg.device == "simulated") {
@@ -647,7 +652,7 @@ class WorkList {
   std::vector<int64_t> order_;
 };
 
-// read / decode presets: worker threads, each with its own FileFetcher (and JpegDecoder for
+// read / decode presets: worker threads, each with its own FileFetcher (and ImageDecoder for
 // decode) keeping up to --io_depth reads in flight while it decodes what has arrived.
 absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) {
   const bool decode = cfg.preset == Preset::kDecode;
@@ -687,7 +692,7 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
       backend = (*reader)->name();
     }
     FileFetcher fetcher(*std::move(reader), size_t{256} << 20);
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     std::vector<ByteBuffer> buffers(static_cast<size_t>(depth));
     std::vector<int> free_buffers(static_cast<size_t>(depth));
     std::iota(free_buffers.begin(), free_buffers.end(), 0);
@@ -797,7 +802,7 @@ absl::StatusOr<DecodeFloor> MeasureDecodeFloor(const Dataset& ds, int count) {
     if (in.bad()) return absl::InternalError(absl::StrCat("cannot read ", ds.samples[i].path));
     files.push_back(std::move(bytes));
   }
-  JpegDecoder decoder;
+  ImageDecoder decoder;
   DecodeFloor floor;
   double pixels = 0;
   const auto start = Clock::now();
@@ -1102,7 +1107,7 @@ int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "Benchmarks the ringloader native data loader (no Python) and names the bottleneck stage.\n"
       "\n"
-      "  ringloader-bench [--data DIR] [--preset train|eval|decode|read] [flags]\n"
+      "  ringloader-bench [--data DIR] [--preset train|eval|trivial|decode|read] [flags]\n"
       "\n"
       "Reports images/s and MB/s, per-stage busy time, batch latency, a verdict (I/O-, decode- or "
       "consumer-bound) with its evidence, and the single-thread decode floor. --json PATH writes "
@@ -1121,7 +1126,8 @@ int Main(int argc, char** argv) {
   if (!ds.ok()) return Fail(ds.status());
   report.ds = *std::move(ds);
 
-  absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval)
+  absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval ||
+                                    cfg->preset == Preset::kTrivial)
                                       ? RunLoader(report.ds, *cfg)
                                       : RunComponents(report.ds, *cfg);
   if (!m.ok()) return Fail(m.status());

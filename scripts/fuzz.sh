@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target for the decode + transform stage (fuzz/, clang, ASan+UBSan) in
-# build/fuzz, writes the generated seed corpus, and fuzzes for a bounded time.
+# Builds the libFuzzer targets for the decode + transform stage (fuzz/, clang, ASan+UBSan) in
+# build/fuzz, writes their generated seed corpora, and fuzzes each for a bounded time:
+# jpeg_decode_fuzzer (the JPEG decoder in depth), image_decode_fuzzer (ImageDecoder: every
+# format, chosen by signature) and recipe_fuzzer (fuzzed transform chains of every step kind on
+# fuzzed images) share the budget, a third each.
 #
-#   scripts/fuzz.sh [SECONDS]        default 60; exits non-zero on any finding (crash, UB, leak,
-#                                    timeout, OOM or a broken decoder contract)
+#   scripts/fuzz.sh [SECONDS]        default 60 in all; exits non-zero on any finding (crash, UB,
+#                                    leak, timeout, OOM or a broken decoder contract)
 #   scripts/fuzz.sh --repro FILE...  replays inputs (e.g. build/fuzz/artifacts/crash-*) once
+#                                    through every target
 #   FUZZ_ARGS="-jobs=4 ..."          extra libFuzzer flags (later flags override earlier ones)
 #
-# The working corpus in build/fuzz/corpus persists between runs (coverage accumulates); findings
-# land in build/fuzz/artifacts/. Needs clang with libFuzzer (Debian: clang, libclang-rt-14-dev).
+# The working corpora in build/fuzz/corpus (JPEG) and build/fuzz/image_corpus persist between
+# runs (coverage accumulates); findings land in build/fuzz/artifacts/. Needs clang with
+# libFuzzer (Debian: clang, libclang-rt-14-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,30 +41,53 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ "${1:-}" = "--repro" ]; then
   shift
-  exec "$BUILD/jpeg_decode_fuzzer" -runs=1 "$@"
+  "$BUILD/jpeg_decode_fuzzer" -runs=1 "$@"
+  "$BUILD/image_decode_fuzzer" -runs=1 "$@"
+  exec "$BUILD/recipe_fuzzer" -runs=1 "$@"
 fi
 
 SECONDS_TO_RUN=${1:-60}
-mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/artifacts"
+THIRD=$(( SECONDS_TO_RUN / 3 > 0 ? SECONDS_TO_RUN / 3 : 1 ))
+JPEG_SECONDS=$THIRD
+IMAGE_SECONDS=$THIRD
+RECIPE_SECONDS=$(( SECONDS_TO_RUN - 2 * THIRD > 0 ? SECONDS_TO_RUN - 2 * THIRD : 1 ))
+mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/image_seeds" "$BUILD/image_corpus" \
+  "$BUILD/recipe_seeds" "$BUILD/recipe_corpus" "$BUILD/artifacts"
 "$BUILD/make_seed_corpus" "$BUILD/seeds"
+"$BUILD/make_image_seed_corpus" "$BUILD/image_seeds"
 
-log="$BUILD/last_run.log"
-set +e
+# fuzz TARGET DICT CORPUS SEEDS SECONDS: one bounded run; returns libFuzzer's exit status
+# (DICT "-": none).
 # -timeout: one input may take at most 10 s (a hang is a finding); -rss_limit_mb: the target's
 # pixel limit keeps a legitimate input far below this, so more is a finding too.
 # -max_len: the largest seed is ~12 KiB; 64 KiB leaves room for growth without slow inputs.
-"$BUILD/jpeg_decode_fuzzer" "$BUILD/corpus" "$BUILD/seeds" \
-  -dict=fuzz/jpeg.dict -max_total_time="$SECONDS_TO_RUN" -timeout=10 -rss_limit_mb=2048 \
-  -max_len=65536 -artifact_prefix="$BUILD/artifacts/" -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 \
-  | tee "$log" \
-  | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|contract violated|stat::"
-status=${PIPESTATUS[0]}
-set -e
+fuzz() {
+  local target=$1 dict=$2 corpus=$3 seeds=$4 seconds=$5 log="$BUILD/last_run_$1.log"
+  set +e
+  local dict_flag=()
+  [ "$dict" = "-" ] || dict_flag=(-dict="$dict")
+  "$BUILD/$target" "$corpus" "$seeds" \
+    "${dict_flag[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -max_len=65536 -artifact_prefix="$BUILD/artifacts/" -print_final_stats=1 ${FUZZ_ARGS:-} 2>&1 \
+    | tee "$log" \
+    | grep -E "^#[0-9]+[[:space:]]+(INITED|DONE)|ERROR|SUMMARY|contract violated|stat::"
+  local status=${PIPESTATUS[0]}
+  set -e
+  local execs
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  echo "fuzz: $target: ${execs:-unknown} executions in $seconds s," \
+    "corpus $(ls "$corpus" | wc -l) inputs"
+  if [ "$status" -ne 0 ]; then
+    echo "fuzz: $target: FINDING (exit $status); reproducer(s) in $BUILD/artifacts/," \
+      "full log in $log" >&2
+    ls -1 "$BUILD/artifacts/" >&2 || true
+  fi
+  return "$status"
+}
 
-execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-echo "fuzz: ${execs:-unknown} executions in ${SECONDS_TO_RUN} s, corpus $(ls "$BUILD/corpus" | wc -l) inputs"
-if [ "$status" -ne 0 ]; then
-  echo "fuzz: FINDING (exit $status); reproducer(s) in $BUILD/artifacts/, full log in $log" >&2
-  ls -1 "$BUILD/artifacts/" >&2 || true
-  exit 1
-fi
+status=0
+fuzz jpeg_decode_fuzzer fuzz/jpeg.dict "$BUILD/corpus" "$BUILD/seeds" "$JPEG_SECONDS" || status=1
+fuzz image_decode_fuzzer fuzz/image.dict "$BUILD/image_corpus" "$BUILD/image_seeds" \
+  "$IMAGE_SECONDS" || status=1
+fuzz recipe_fuzzer - "$BUILD/recipe_corpus" "$BUILD/recipe_seeds" "$RECIPE_SECONDS" || status=1
+exit "$status"

@@ -367,7 +367,7 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
                         s.render, dst);
   }
 
-  const int num = ChooseScale(g);
+  const int num = dct_scaling_ ? ChooseScale(g) : 8;
   cinfo->scale_num = static_cast<unsigned>(num);
   // RGBX: the resampler's horizontal kernel loads one pixel per integer vector.
   if (!s.cmyk) cinfo->out_color_space = JCS_EXT_RGBX;

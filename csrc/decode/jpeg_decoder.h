@@ -57,6 +57,11 @@ class JpegDecoder {
   void set_max_image_pixels(uint64_t max_pixels) { max_pixels_ = max_pixels; }
   /// Use DCT scaling and region-of-interest decoding (default true). Off: always full decode.
   void set_fast_paths(bool enabled) { fast_paths_ = enabled; }
+  /// With fast paths: may decode at a reduced DCT scale (1/8..1/2) when the output is that much
+  /// smaller (default true). Off: region-of-interest decoding at full scale only, which gives
+  /// exactly the pixels of a full decode (what Pillow decodes), and still skips the rows and
+  /// columns the sample does not read.
+  void set_dct_scaling(bool enabled) { dct_scaling_ = enabled; }
 
   /// Reads the header only. Errors: InvalidArgument (not a JPEG: names what it looks like,
   /// e.g. "PNG signature"), DataLoss (corrupt or truncated header), OutOfRange (pixel limit).
@@ -76,6 +81,7 @@ class JpegDecoder {
   std::unique_ptr<State> state_;
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
   bool fast_paths_ = true;
+  bool dct_scaling_ = true;
 };
 
 }  // namespace ringloader

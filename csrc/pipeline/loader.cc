@@ -31,7 +31,7 @@
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
-#include "decode/jpeg_decoder.h"
+#include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "numa/topology.h"
 #include "pipeline/bounded_queue.h"
@@ -83,6 +83,15 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   status.SetPayload(kSampleIndexPayload, absl::Cord(absl::StrCat(index)));
   status.SetPayload(kSamplePathPayload, absl::Cord(path));
   return status;
+}
+
+// The seed key of the row at `position` of an epoch's order that holds dataset index `index`:
+// the index itself when the row sits at its own position (a sequential epoch), otherwise the
+// index with the pair's difference in the high bits, so distinct (index, position) pairs get
+// distinct keys (below 2^32 samples). The Python package computes the same key (SampleKey).
+uint64_t RowKey(int64_t index, int64_t position) {
+  const auto i = static_cast<uint64_t>(index);
+  return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
 }
 
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
@@ -525,13 +534,22 @@ struct Loader::Epoch {
                                             std::memory_order_relaxed);
   }
 
-  // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, index, attempt) into the
-  // failed row, with the failed sample's own augmentation seed, and relabel the row.
-  absl::Status Replace(JpegDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
+  // The augmentation seed of a row: (seed, epoch, RowKey(index, position in the epoch's order)).
+  // The position, so that copies of one index in an epoch (sampling with replacement) draw
+  // independent augmentations; the index too, so that the same position on another rank (same
+  // seed, a different shard) does not repeat this row's draws. Positions are absolute (a resumed
+  // epoch starts at first_batch of the same order): no dependence on workers or resuming.
+  uint64_t RowSeed(const ReadRequest& request) const {
+    const int64_t position = Offset(request.batch) + request.row;
+    return SampleSeed(seed, static_cast<uint64_t>(epoch), RowKey(request.index, position));
+  }
+
+  // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into
+  // the failed row, with the failed row's own augmentation seed, and relabel the row.
+  absl::Status Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
                        uint8_t* dst, absl::Status cause) {
     const int64_t n = loader->dataset_size();
-    const uint64_t sample_seed = SampleSeed(seed, static_cast<uint64_t>(epoch),
-                                            static_cast<uint64_t>(request.index));
+    const uint64_t sample_seed = RowSeed(request);
     // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
     // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
     const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(n, kReplaceWalk));
@@ -565,9 +583,9 @@ struct Loader::Epoch {
     const LoaderOptions& o = loader->options_;
     const TransformPipeline& pipeline = loader->pipeline_;
     const size_t sample_bytes = pipeline.SampleBytes();
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     decoder.set_max_image_pixels(o.max_image_pixels);
-    decoder.set_fast_paths(o.fast_decode);
+    decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
     ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -576,8 +594,7 @@ struct Loader::Epoch {
       if (status.ok()) {
         const auto start = Clock::now();
         const ByteBuffer& bytes = loader->buffers_[static_cast<size_t>(item->buffer)];
-        SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
-                                 static_cast<uint64_t>(item->request.index)));
+        SampleRng rng(RowSeed(item->request));
         uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
         status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
         loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
@@ -783,11 +800,16 @@ absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
 }
 
 absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
-                                std::vector<int64_t> offsets) {
+                                std::vector<int64_t> offsets, int64_t first_batch) {
   RL_RETURN_IF_ERROR(CheckBatchable());
   if (offsets.empty() || offsets.front() != 0 ||
       offsets.back() != static_cast<int64_t>(indices.size())) {
     return absl::InvalidArgumentError("offsets must start at 0 and end at len(indices)");
+  }
+  const int64_t num_batches = static_cast<int64_t>(offsets.size()) - 1;
+  if (first_batch < 0 || first_batch > num_batches) {
+    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
+                                              num_batches, " batches"));
   }
   for (size_t b = 1; b < offsets.size(); ++b) {
     const int64_t size = offsets[b] - offsets[b - 1];
@@ -804,7 +826,7 @@ absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
     }
   }
   Stop();
-  epoch_ = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets), 0);
+  epoch_ = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets), first_batch);
   epoch_->Start();
   return absl::OkStatus();
 }
@@ -904,14 +926,14 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
   ByteBuffer buffer;
   absl::Status status = ReadWholeFile(path, options_.max_file_bytes, &buffer);
   if (status.ok()) {
-    JpegDecoder decoder;
+    ImageDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);
-    decoder.set_fast_paths(options_.fast_decode);
+    decoder.set_dct_scaling(options_.fast_decode);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the
     // generator (DecodeInto plans again from the same state and gets the same geometry).
-    absl::StatusOr<JpegInfo> info = decoder.ReadInfo(buffer.data(), buffer.size());
+    absl::StatusOr<ImageInfo> info = decoder.ReadInfo(buffer.data(), buffer.size());
     status = info.status();
     if (status.ok()) {
       SampleRng planner = rng;

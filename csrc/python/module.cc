@@ -434,12 +434,12 @@ class PyLoader {
   }
 
   void StartEpoch(int64_t epoch, uint64_t seed, py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices,
-                  py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets) {
+                  py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets, int64_t first_batch) {
     std::vector<int64_t> idx = ToVector(indices), off = ToVector(offsets);
     absl::Status status;
     {
       py::gil_scoped_release release;
-      status = loader_->StartEpoch(epoch, seed, std::move(idx), std::move(off));
+      status = loader_->StartEpoch(epoch, seed, std::move(idx), std::move(off), first_batch);
     }
     ThrowIfError(status);
   }
@@ -641,7 +641,7 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict>(), py::arg("paths"),
            py::arg("labels"), py::arg("options"))
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
-           py::arg("offsets"))
+           py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
       .def("next", &PyLoader::Next, py::arg("timeout") = 0.0)
       .def("stop", &PyLoader::Stop)

@@ -309,14 +309,18 @@ void RandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratc
          s.center[0], s.center[1], scratch.ops);
 }
 
-/// Pads `*img` into scratch.padded (F.pad) and points `*img` there.
-void PadInto(RgbView* img, int left, int top, int right, int bottom, const TransformStep& s,
-             AugmentScratch& scratch) {
+/// Pads `*img` into scratch.padded (F.pad) and points `*img` there. Negative padding crops, as
+/// torchvision's; cropping the whole image away is an error (Pillow refuses the empty crop).
+absl::Status PadInto(RgbView* img, int left, int top, int right, int bottom,
+                     const TransformStep& s, AugmentScratch& scratch) {
   uint8_t fill[3];
   FillLevels(s, fill);
   RgbView dst;
   dst.width = img->width + left + right;
   dst.height = img->height + top + bottom;
+  if (dst.width <= 0 || dst.height <= 0) {
+    return absl::InvalidArgumentError("Pad: negative padding removes the whole image");
+  }
   dst.stride = static_cast<size_t>(dst.width) * 3;
   const size_t bytes = dst.stride * dst.height;
   // The source may live in `padded` from an earlier step: pad into the other buffer.
@@ -327,22 +331,26 @@ void PadInto(RgbView* img, int left, int top, int right, int bottom, const Trans
   dst.data = target.data();
   Pad(*img, left, top, right, bottom, s.pad_mode, fill, dst);
   *img = dst;
+  return absl::OkStatus();
 }
 
 /// RandomCrop.forward on the 8-bit image (non-zero fill or another padding mode).
 absl::Status RandomCropImage(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
                              RgbView* img) {
   if (s.pad[0] || s.pad[1] || s.pad[2] || s.pad[3]) {
-    PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+    absl::Status status = PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+    if (!status.ok()) return status;
   }
   const int th = s.size_h, tw = s.size_w;
   if (s.pad_if_needed && img->width < tw) {
     const int d = tw - img->width;
-    PadInto(img, d, 0, d, 0, s, scratch);
+    absl::Status status = PadInto(img, d, 0, d, 0, s, scratch);
+    if (!status.ok()) return status;
   }
   if (s.pad_if_needed && img->height < th) {
     const int d = th - img->height;
-    PadInto(img, 0, d, 0, d, s, scratch);
+    absl::Status status = PadInto(img, 0, d, 0, d, s, scratch);
+    if (!status.ok()) return status;
   }
   if (img->height < th || img->width < tw) {
     return absl::InvalidArgumentError(
@@ -504,9 +512,11 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
       case Kind::kTimmRandAugment:
         TimmRandAugment(s, rng, scratch, *img);
         break;
-      case Kind::kPad:
-        PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+      case Kind::kPad: {
+        absl::Status status = PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+        if (!status.ok()) return status;
         break;
+      }
       case Kind::kRandomCrop: {
         absl::Status status = RandomCropImage(s, rng, scratch, img);
         if (!status.ok()) return status;

@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <string_view>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -24,6 +26,7 @@ constexpr double kPi = 3.14159265358979323846;
 constexpr double kDegToRad = kPi / 180.0;
 constexpr double kRadToDeg = 180.0 / kPi;
 
+// First byte of row y.
 uint8_t* Row(const RgbView& img, int y) { return img.data + static_cast<size_t>(y) * img.stride; }
 
 // A packed copy of `img` in `buffer` (grown when too small), the source of the operations that
@@ -75,12 +78,11 @@ inline int Luma(int r, int g, int b) { return (r * 19595 + g * 38470 + b * 7471 
 
 // One level of Pillow's ImagingBlend(degenerate, image, alpha): degenerate + alpha * (value -
 // degenerate) in float, clipped to 0..255 and truncated. (Inside [0, 1] Pillow skips the clip;
-// the value cannot leave 0..255 there, so the result is the same.)
+// the value cannot leave 0..255 there, so the result is the same.) Branch-free, so loops of it
+// vectorise.
 inline uint8_t BlendLevel(int degenerate, int value, float alpha) {
   const float blended = static_cast<float>(degenerate) + alpha * static_cast<float>(value - degenerate);
-  if (blended <= 0.f) return 0;
-  if (blended >= 255.f) return 255;
-  return static_cast<uint8_t>(blended);
+  return static_cast<uint8_t>(std::min(std::max(blended, 0.f), 255.f));
 }
 
 // Pillow's CLIP8 for the int results of its colour conversions.
@@ -109,9 +111,18 @@ inline void RgbToHsv(int r, int g, int b, uint8_t* h_out, uint8_t* s_out, uint8_
   } else {
     h = static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
   }
-  h = static_cast<float>(std::fmod(static_cast<double>(h) / 6.0 + 1.0, 1.0));
+  // fmod(h / 6 + 1, 1): the argument lies in [5/6, 11/6], where subtracting 1 is exact.
+  const double turns = static_cast<double>(h) / 6.0 + 1.0;
+  h = static_cast<float>(turns >= 1.0 ? turns - 1.0 : turns);
   *h_out = Clip8(static_cast<int>(static_cast<double>(h) * 255.0));
   *s_out = Clip8(static_cast<int>(static_cast<double>(s) * 255.0));
+}
+
+// C round() (half away from zero) of a non-negative double, without the libm call: the
+// fractional part x - trunc(x) is exact.
+inline int RoundNonNegative(double x) {
+  const int whole = static_cast<int>(x);
+  return x - whole >= 0.5 ? whole + 1 : whole;
 }
 
 // Pillow's hsv2rgb (Convert.c), with its float/double mix and round() (half away from zero).
@@ -121,14 +132,14 @@ inline void HsvToRgb(int h, int s, int v, uint8_t* rgb) {
     return;
   }
   const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
-  const int i = static_cast<int>(std::floor(h6));
+  const int i = static_cast<int>(h6);  // floor: h6 >= 0
   const float f = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
   const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
   const double fv = static_cast<double>(static_cast<float>(v));
-  const uint8_t p = Clip8(static_cast<int>(std::round(fv * (1.0 - static_cast<double>(fs)))));
-  const uint8_t q = Clip8(static_cast<int>(std::round(fv * (1.0 - static_cast<double>(fs * f)))));
-  const uint8_t t = Clip8(static_cast<int>(
-      std::round(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f))))));
+  // 0 <= fs <= 1 and 0 <= f < 1, so the products below are non-negative.
+  const uint8_t p = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs))));
+  const uint8_t q = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs * f))));
+  const uint8_t t = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
   const uint8_t uv = static_cast<uint8_t>(v);
   switch (i % 6) {
     case 0: rgb[0] = uv, rgb[1] = t, rgb[2] = p; break;
@@ -136,7 +147,7 @@ inline void HsvToRgb(int h, int s, int v, uint8_t* rgb) {
     case 2: rgb[0] = p, rgb[1] = uv, rgb[2] = t; break;
     case 3: rgb[0] = p, rgb[1] = q, rgb[2] = uv; break;
     case 4: rgb[0] = t, rgb[1] = p, rgb[2] = uv; break;
-    default: rgb[0] = uv, rgb[1] = p, rgb[2] = q; break;
+    default: rgb[0] = uv, rgb[1] = p, rgb[2] = q; break;  // 5
   }
 }
 
@@ -150,8 +161,10 @@ inline int NearestIndex(double v, int size) {
 // Pillow's Geometry.c FLOOR: truncation for non-negative values, floor() below zero.
 inline int PillowFloor(double v) { return v < 0.0 ? static_cast<int>(std::floor(v)) : static_cast<int>(v); }
 
+// Pillow's XCLIP/YCLIP (and numpy's edge padding): i clamped to [0, size).
 inline int ClampIndex(int i, int size) { return i < 0 ? 0 : i >= size ? size - 1 : i; }
 
+// Copies one RGB pixel.
 inline void PutPixel(uint8_t* out, const uint8_t* in) {
   out[0] = in[0];
   out[1] = in[1];
@@ -253,7 +266,8 @@ inline bool SampleBilinear(const RgbView& src, double xin, double yin, uint8_t* 
   return true;
 }
 
-// Pillow's BICUBIC interpolation of four samples at offset d (its a = -1 cubic).
+// Pillow's transform BICUBIC: the a = -1 cubic convolution of four samples at offset d, in
+// its evaluation order.
 inline double Cubic(double v1, double v2, double v3, double v4, double d) {
   const double p1 = v2;
   const double p2 = -v1 + v3;
@@ -364,26 +378,49 @@ int PadSourceIndex(int i, int size, PadMode mode) {
       if (m < 0) m += period;
       return m < size ? m : period - 1 - m;
     }
-    default:
+    default:  // edge (constant padding never asks for a source index)
       return ClampIndex(i, size);
   }
 }
 
-// Normalised 1-D Gaussian of odd `size` and `sigma` as torchvision's _get_gaussian_kernel1d.
+// Normalised 1-D Gaussian of odd `size` and `sigma` as torchvision's _get_gaussian_kernel1d
+// (computed in double, stored as the float weights the convolution uses).
 void GaussianKernel(int size, double sigma, float* weights) {
   const double half = (size - 1) * 0.5;
-  double sum = 0;
-  double pdf[1024];
-  for (int i = 0; i < size; ++i) {
+  auto pdf = [&](int i) {
     const double x = (i - half) / sigma;
-    pdf[i] = std::exp(-0.5 * x * x);
-    sum += pdf[i];
-  }
-  for (int i = 0; i < size; ++i) weights[i] = static_cast<float>(pdf[i] / sum);
+    return std::exp(-0.5 * x * x);
+  };
+  double sum = 0;
+  for (int i = 0; i < size; ++i) sum += pdf(i);
+  for (int i = 0; i < size; ++i) weights[i] = static_cast<float>(pdf(i) / sum);
 }
 
 // Reflect index (torch reflect padding, periodic so any kernel size is defined).
 inline int ReflectIndex(int i, int size) { return PadSourceIndex(i, size, PadMode::kReflect); }
+
+// One interior row of ImageEnhance.Sharpness: Pillow's ImagingFilter3x3 with SMOOTH's kernel
+// (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, the row below first, +0.5 then truncation, blended
+// with the row's levels. `above`, `centre` and `below` point at the first pixel of their
+// rows, `out` at the second pixel of the output row; `count` levels are written.
+void SharpenRow(const uint8_t* __restrict above, const uint8_t* __restrict centre,
+                const uint8_t* __restrict below, uint8_t* __restrict out, int count, float alpha) {
+  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
+  for (int j = 0; j < count; ++j) {
+    const int i = j + 3;
+    float sum = 0.5f;
+    sum += static_cast<float>(below[i - 3]) * k1 + static_cast<float>(below[i]) * k1 +
+           static_cast<float>(below[i + 3]) * k1;
+    sum += static_cast<float>(centre[i - 3]) * k1 + static_cast<float>(centre[i]) * k5 +
+           static_cast<float>(centre[i + 3]) * k1;
+    sum += static_cast<float>(above[i - 3]) * k1 + static_cast<float>(above[i]) * k1 +
+           static_cast<float>(above[i + 3]) * k1;
+    // Pillow clips to 0..255 here; with positive weights summing to 1 the sum lies in
+    // [0.5, 255.5], so truncation alone gives the same level.
+    const int smooth = static_cast<int>(sum);
+    out[j] = BlendLevel(smooth, centre[i], alpha);
+  }
+}
 
 }  // namespace
 
@@ -417,13 +454,16 @@ void AdjustContrast(RgbView img, double factor) {
 void AdjustSaturation(RgbView img, double factor) {
   if (factor == 1.0) return;
   const float alpha = static_cast<float>(factor);
+  // In chunks of pixels: the L level repeated per channel, then one flat (vectorisable) blend.
+  constexpr int kChunk = 256;
+  int gray[3 * kChunk];
   for (int y = 0; y < img.height; ++y) {
-    uint8_t* p = Row(img, y);
-    for (int x = 0; x < img.width; ++x, p += 3) {
-      const int gray = Luma(p[0], p[1], p[2]);
-      p[0] = BlendLevel(gray, p[0], alpha);
-      p[1] = BlendLevel(gray, p[1], alpha);
-      p[2] = BlendLevel(gray, p[2], alpha);
+    uint8_t* row = Row(img, y);
+    for (int x0 = 0; x0 < img.width; x0 += kChunk) {
+      const int n = std::min(kChunk, img.width - x0);
+      uint8_t* p = row + 3 * x0;
+      for (int j = 0; j < n; ++j) gray[3 * j] = gray[3 * j + 1] = gray[3 * j + 2] = Luma(p[3 * j], p[3 * j + 1], p[3 * j + 2]);
+      for (int i = 0; i < 3 * n; ++i) p[i] = BlendLevel(gray[i], p[i], alpha);
     }
   }
 }
@@ -447,25 +487,8 @@ void AdjustSharpness(RgbView img, double factor, ImageOpScratch& scratch) {
   if (factor == 1.0 || img.width < 3 || img.height < 3) return;
   const RgbView src = CopyToScratch(img, scratch.image);
   const float alpha = static_cast<float>(factor);
-  // Pillow's ImagingFilter3x3 with SMOOTH's kernel (1 1 1 / 1 5 1 / 1 1 1) / 13 in float, the
-  // row below first, +0.5 then truncation.
-  const float k1 = 1.0f / 13.0f, k5 = 5.0f / 13.0f;
   for (int y = 1; y < img.height - 1; ++y) {
-    const uint8_t* above = Row(src, y - 1);
-    const uint8_t* centre = Row(src, y);
-    const uint8_t* below = Row(src, y + 1);
-    uint8_t* out = Row(img, y);
-    for (int i = 3; i < (img.width - 1) * 3; ++i) {
-      float sum = 0.5f;
-      sum += static_cast<float>(below[i - 3]) * k1 + static_cast<float>(below[i]) * k1 +
-             static_cast<float>(below[i + 3]) * k1;
-      sum += static_cast<float>(centre[i - 3]) * k1 + static_cast<float>(centre[i]) * k5 +
-             static_cast<float>(centre[i + 3]) * k1;
-      sum += static_cast<float>(above[i - 3]) * k1 + static_cast<float>(above[i]) * k1 +
-             static_cast<float>(above[i + 3]) * k1;
-      const int smooth = sum <= 0.f ? 0 : sum >= 255.f ? 255 : static_cast<int>(sum);
-      out[i] = BlendLevel(smooth, centre[i], alpha);
-    }
+    SharpenRow(Row(src, y - 1), Row(src, y), Row(src, y + 1), Row(img, y) + 3, 3 * (img.width - 2), alpha);
   }
 }
 
@@ -568,17 +591,18 @@ void GaussianBlur(RgbView img, int kernel_w, int kernel_h, double sigma_x, doubl
   if (img.width <= 0 || img.height <= 0) return;
   const int rx = kernel_w / 2, ry = kernel_h / 2;
   const int w = img.width, h = img.height, row_len = 3 * w;
-  float kx[1024], ky[1024];
-  GaussianKernel(kernel_w, sigma_x, kx);
-  GaussianKernel(kernel_h, sigma_y, ky);
-  // Scratch: the horizontally filtered image (h rows of 3w floats), then one reflect-padded
-  // source row and one output accumulator row.
+  // Scratch: the two kernels, the horizontally filtered image (h rows of 3w floats), one
+  // reflect-padded source row and one output accumulator row.
   const size_t padded_len = static_cast<size_t>(3 * (w + 2 * rx));
-  const size_t needed = static_cast<size_t>(h) * row_len + padded_len + row_len;
+  const size_t needed = static_cast<size_t>(kernel_w + kernel_h) + static_cast<size_t>(h) * row_len + padded_len + row_len;
   if (scratch.floats.size() < needed) scratch.floats.resize(needed);
-  float* rows = scratch.floats.data();
+  float* kx = scratch.floats.data();
+  float* ky = kx + kernel_w;
+  float* rows = ky + kernel_h;
   float* padded = rows + static_cast<size_t>(h) * row_len;
   float* acc = padded + padded_len;
+  GaussianKernel(kernel_w, sigma_x, kx);
+  GaussianKernel(kernel_h, sigma_y, ky);
   for (int y = 0; y < h; ++y) {
     const uint8_t* in = Row(img, y);
     for (int x = -rx; x < w + rx; ++x) {
@@ -603,8 +627,9 @@ void GaussianBlur(RgbView img, int kernel_w, int kernel_h, double sigma_x, doubl
     }
     uint8_t* out = Row(img, y);
     for (int i = 0; i < row_len; ++i) {
-      // torch.round (half to even) then the uint8 cast.
-      const float level = std::nearbyint(acc[i]);
+      // torch.round (half to even) then the uint8 cast; adding and removing 2^23 rounds a
+      // float below 2^23 to an integer, ties to even.
+      const float level = (acc[i] + 8388608.f) - 8388608.f;
       out[i] = level <= 0.f ? 0 : level >= 255.f ? 255 : static_cast<uint8_t>(level);
     }
   }
@@ -623,7 +648,7 @@ void TransformAffine(RgbView img, const double matrix[6], Interpolation interpol
     case Interpolation::kBicubic:
       GenericAffine(src, img, matrix, fill, SampleBicubic);
       return;
-    default:
+    default:  // kNearest; the header rules out the filters Image.transform rejects
       break;
   }
   // Nearest: Pillow's ImagingTransformAffine picks the scale-only loop, the 16.16 fixed-point
@@ -921,8 +946,8 @@ absl::Status ApplyImageOpForTesting(const std::string& name,
     const std::vector<double>* sigma = a.Values("sigma", 2);
     if (!a.status().ok()) return a.status();
     const int kw = static_cast<int>((*kernel)[0]), kh = static_cast<int>((*kernel)[1]);
-    if (kw <= 0 || kh <= 0 || kw % 2 == 0 || kh % 2 == 0 || kw > 1023 || kh > 1023) {
-      return absl::InvalidArgumentError("GaussianBlur: kernel sizes must be odd, 1..1023");
+    if (kw <= 0 || kh <= 0 || kw % 2 == 0 || kh % 2 == 0) {
+      return absl::InvalidArgumentError("GaussianBlur: kernel sizes must be odd and positive");
     }
     if (!((*sigma)[0] > 0) || !((*sigma)[1] > 0)) {
       return absl::InvalidArgumentError("GaussianBlur: sigma must be positive");

@@ -28,12 +28,11 @@ struct RgbView {
   size_t stride = 0;
 };
 
-/// Grow-only buffers for the operations that need a second image or a row of sums.
+/// Grow-only buffers for the operations that need a copy of the source or intermediate rows.
 struct ImageOpScratch {
-  std::vector<uint8_t> image;
-  std::vector<uint8_t> image2;
-  std::vector<float> floats;
-  std::vector<int32_t> ints;
+  std::vector<uint8_t> image;  ///< packed copy of the source (sharpness, geometry)
+  std::vector<float> floats;   ///< Gaussian kernels and horizontally blurred rows
+  std::vector<int32_t> ints;   ///< source columns of Pillow's scale-only nearest transform
 };
 
 // ---- colour (torchvision F.adjust_* on PIL: PIL.ImageEnhance / Image.blend) -----------------
@@ -74,6 +73,7 @@ void SolarizeAdd(RgbView img, int add, int threshold);
 /// torchvision F.gaussian_blur on a PIL image (it runs the tensor kernel: Gaussian of
 /// kernel_w x kernel_h odd sizes, reflect padding, float arithmetic, rounded half to even back
 /// to uint8). Computed separably; equal to torchvision up to float rounding (<= 1 level).
+/// Kernels wider than the image reflect periodically (torch rejects them).
 void GaussianBlur(RgbView img, int kernel_w, int kernel_h, double sigma_x, double sigma_y,
                   ImageOpScratch& scratch);
 
@@ -100,8 +100,9 @@ void Rotate(RgbView img, double angle, Interpolation interpolation, const uint8_
 
 /// torchvision F.pad on a PIL image: writes `src` padded by (left, top, right, bottom) into
 /// `dst`, which must be (src.width + left + right) x (src.height + top + bottom) and not
-/// overlap src. Negative padding crops, as torchvision allows. Reflect and symmetric follow
-/// numpy.pad, including pads wider than the image.
+/// overlap src. Negative padding crops, as torchvision allows; edge, reflect and symmetric
+/// need at least one pixel left after cropping (numpy.pad cannot extend an empty axis).
+/// Reflect and symmetric follow numpy.pad, including pads wider than the image.
 void Pad(const RgbView& src, int left, int top, int right, int bottom, PadMode mode,
          const uint8_t fill[3], RgbView dst);
 

@@ -476,6 +476,11 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         break;
     }
   }
+  if (v.w <= 0 || v.h <= 0) {
+    g.error = "Pad: negative padding removes the whole image";
+    v.w = std::max<int64_t>(v.w, 1);
+    v.h = std::max<int64_t>(v.h, 1);
+  }
   g.x0 = v.x0, g.x1 = v.x1, g.y0 = v.y0, g.y1 = v.y1;
   g.out_w = static_cast<int>(v.w);
   g.out_h = static_cast<int>(v.h);

@@ -1,6 +1,7 @@
 #pragma once
 /// Per-sample random numbers. Every random augmentation draw comes from a generator seeded by
-/// (seed, epoch, index), never from a shared one, so results do not depend on thread count.
+/// (seed, epoch, key), never from a shared one, so results do not depend on thread count. The
+/// loader's key combines the sample's index and its position in the epoch (RowKey).
 
 #include <cmath>
 #include <cstdint>
@@ -15,7 +16,8 @@ inline uint64_t Mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-/// Seed of sample `index` in `epoch` for a loader seeded with `seed`.
+/// Seed of the sample with key `index` (an index, or RowKey(index, position)) in `epoch` for a
+/// loader seeded with `seed`.
 inline uint64_t SampleSeed(uint64_t seed, uint64_t epoch, uint64_t index) {
   return Mix64(Mix64(Mix64(seed) ^ epoch) ^ index);
 }

@@ -484,6 +484,12 @@ void Resampler::PrepareLut(const OutputFormat& fmt) {
   }
   lut_fmt_ = fmt;
   lut_valid_ = true;
+  lut_identity_ = fmt.dtype == DType::kUint8;
+  for (int c = 0; c < 3 && lut_identity_; ++c) {
+    for (int level = 0; level < 256 && lut_identity_; ++level) {
+      lut_identity_ = lut_[c][level] == static_cast<uint32_t>(level);
+    }
+  }
 }
 
 void Resampler::Finish(const OutputFormat& fmt, void* dst) {
@@ -494,26 +500,32 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
   const int32_t* bounds = yc_.bounds();
   const int32_t* weights = yc_.weights();
   const int ksize = yc_.ksize();
+  // uint8 HWC levels as they are (the image stage's input, or a uint8 batch): the vertical
+  // pass writes straight into the output rows.
+  const bool direct = lut_identity_ && fmt.layout == Layout::kHWC;
   for (int y = 0; y < out_h; ++y) {
+    uint8_t* levels = direct ? static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * width
+                             : levels_.data();
     const int n = bounds[2 * y + 1];
     if (n == 0) {
-      std::fill(levels_.begin(), levels_.begin() + width, 0);
+      std::fill(levels, levels + width, 0);
     } else {
       const uint8_t* rows = tmp_.data() + static_cast<size_t>(bounds[2 * y] - yc_.first()) *
                                               tmp_stride_;
       GetKernels().vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize, width,
-                     levels_.data());
+                            levels);
     }
+    if (direct) continue;
     switch (fmt.dtype) {
       case DType::kUint8:
-        WriteRow<uint8_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
         break;
       case DType::kFloat32:
-        WriteRow<uint32_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
         break;
       case DType::kFloat16:
       case DType::kBFloat16:
-        WriteRow<uint16_t>(levels_.data(), out_w, out_h, y, fmt.layout, lut_, dst);
+        WriteRow<uint16_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
         break;
     }
   }

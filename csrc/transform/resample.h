@@ -132,6 +132,7 @@ class Resampler {
   // Level -> stored element lookup, rebuilt only when the output format changes.
   alignas(64) uint32_t lut_[3][256] = {};
   bool lut_valid_ = false;
+  bool lut_identity_ = false;  // uint8 output whose levels are stored unchanged
   OutputFormat lut_fmt_;
 };
 

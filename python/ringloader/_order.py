@@ -8,6 +8,9 @@ epoch, the shard layout), so a checkpoint stores those numbers, never the order 
 * ``RandomSampler`` with a generator: that generator's state before the draw (torch's RNG state;
   the one case that is bytes rather than integers).
 * ``DistributedSampler``: seed, epoch, shuffle, drop_last, num_replicas, rank.
+* ``WeightedRandomSampler``, ``SubsetRandomSampler`` and ``RandomSampler`` with replacement or
+  ``num_samples``: torch's global RNG state before the draw (and their generator's, if any), as
+  bytes. These draw only from torch's RNGs, so setting them back replays the epoch.
 * an epoch resumed onto another world size ("resharded"): the checkpoint it was resumed from,
   how many batches each old rank had delivered, and the new num_replicas and rank; nested as
   deep as the run was resharded, so a resharded epoch can be checkpointed and resharded again.
@@ -87,7 +90,28 @@ def _sampler_kind(sampler: Any) -> str:
         return "random"
     if isinstance(sampler, tud.distributed.DistributedSampler):
         return "distributed"
+    if type(sampler) in (tud.RandomSampler, tud.WeightedRandomSampler, tud.SubsetRandomSampler):
+        return "torch_rng"
     return "opaque"
+
+
+def _replay_rng(state: Dict[str, Any], batch_sampler: Any) -> List[List[int]]:
+    """A ``torch_rng`` epoch: the batches drawn with torch's RNG states set back to the recorded
+    ones; the caller's states are restored afterwards."""
+    import torch
+
+    generator = batch_sampler.sampler.generator
+    saved, saved_generator = torch.get_rng_state(), None
+    torch.set_rng_state(state["rng_state"])
+    if state["generator_state"] is not None:
+        saved_generator = generator.get_state()
+        generator.set_state(state["generator_state"])
+    try:
+        return [list(b) for b in batch_sampler]
+    finally:
+        torch.set_rng_state(saved)
+        if saved_generator is not None:
+            generator.set_state(saved_generator)
 
 
 def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
@@ -123,6 +147,11 @@ def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
                  "num_replicas": int(s.num_replicas), "rank": int(s.rank), **common}
         order = _distributed_order(dataset_len, s.seed, s.epoch, s.shuffle, s.drop_last, s.num_replicas)
         return EpochPlan(_batch(order[s.rank::s.num_replicas], bs, drop), state)
+    if kind == "torch_rng":
+        generator = sampler.generator
+        state = {"kind": kind, "rng_state": torch.get_rng_state(),
+                 "generator_state": None if generator is None else generator.get_state(), **common}
+        return EpochPlan([list(b) for b in batch_sampler], state)
     state = {"kind": "opaque", **common}
     if hasattr(sampler, "state_dict"):
         state["state"] = sampler.state_dict()
@@ -145,6 +174,8 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
             return [list(b) for b in batch_sampler]
         finally:
             generator.set_state(saved)
+    if kind == "torch_rng":
+        return _replay_rng(state, batch_sampler)
     if kind in ("distributed", "resharded"):
         order, _ = _global_order(state, dataset_len)
         return _batch(order[state["rank"]::state["num_replicas"]], bs, drop)
@@ -153,8 +184,9 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
         target.load_state_dict(state["state"])
         return [list(b) for b in batch_sampler]
     raise ValueError(
-        "cannot resume: the sampler is neither Sequential-, Random- nor DistributedSampler and has no "
-        "state_dict()/load_state_dict(); ringloader only replays samplers from a few integers"
+        "cannot resume: the sampler is none of torch's Sequential-, Random-, WeightedRandom-, "
+        "SubsetRandom- or DistributedSampler and has no state_dict()/load_state_dict(); give it "
+        "that pair to make it resumable"
     )
 
 

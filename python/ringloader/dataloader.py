@@ -2,14 +2,22 @@
 
 Two paths:
 
-* **native** — the dataset is a :class:`ringloader.ImageFolder` (no ``collate_fn``): reading,
-  decoding, transforms and batching run on native threads; batches arrive zero-copy through
-  DLPack and their slot is recycled when the tensors are freed.
+* **native** — the dataset is a :class:`ringloader.ImageFolder` whose transform runs wholly
+  natively to a fixed size, or a ``Subset``/``random_split``/``ConcatDataset`` of such datasets
+  (a ConcatDataset's members sharing one transform), and no ``collate_fn``: reading, decoding,
+  transforms and batching run on native threads; batches arrive zero-copy through DLPack and
+  their slot is recycled when the tensors are freed.
 * **generic** — any other ``torch.utils.data.Dataset``: reading, ``__getitem__`` and collation
   are delegated to ``torch.utils.data.DataLoader`` with the same arguments, so results match
   torch's; ringloader still shards (``rank``/``world_size`` or a process group), stages (with
   ``device=`` each batch is copied on a side CUDA stream while the previous one is in use) and
   checkpoints (``state_dict``: the epoch's sample order resumes exactly; see its docstring).
+  An ImageFolder that runs per sample (Python transform steps, or sizes that depend on the
+  image) takes this path: native decode and prefix then the Python steps run in torch's worker
+  processes, each sample's augmentations seeded by (base seed, epoch, index, position in the
+  epoch).
+  A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
+  UserWarning naming it and the cost).
 
 ``loader.native`` tells which path a loader takes.
 """
@@ -24,12 +32,14 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _C, _order
-from .datasets import ImageFolder
+from .datasets import ImageFolder, SampleKey
 
 __all__ = ["DataLoader"]
 
 _log = logging.getLogger("ringloader")
 _reported_io_notes: set = set()
+
+_DTYPES = ("uint8", "float32", "float16", "bfloat16")
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -50,15 +60,31 @@ class DataLoader:
     threads start per epoch in microseconds; pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
     ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
-    arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"``),
-    ``layout`` (``"NCHW"`` or ``"NHWC"``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
+    arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"`` or the torch
+    dtype), ``memory_format`` (``torch.contiguous_format`` or ``torch.channels_last``: an
+    NCHW-shaped tensor with channels-last strides, a zero-copy view of the native NHWC batch),
+    ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
+    means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``max_image_pixels`` and ``on_error``:
+    ``fast_decode``, ``max_image_pixels`` and ``on_error``.
+
+    ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
+    1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
+    1.2-1.5x faster per image and differs from torchvision (PSNR >= 37 dB, mean |diff| about 1
+    level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (README,
+    "Refused arguments and differences from torch").
+
+    ``on_error``:
 
     * ``"raise"`` (default): a bad sample raises :class:`ringloader.SampleError` at its batch,
       after every earlier batch; iterating again continues with the next batch.
     * ``"skip"``: the sample is left out, its batch is delivered shorter (a batch whose every
-      sample failed is dropped); counted in ``stats()["skipped"]``.
+      sample failed is dropped); counted in ``stats()["skipped"]``. With ``drop_last=True`` every
+      batch stays full instead: the surviving samples of the epoch, in order, are cut into
+      batches of ``batch_size`` (so a short batch is completed by the samples that follow it, and
+      the rows after a skip are copied rather than zero-copy) and a short remainder at the end is
+      dropped; the epoch then ends earlier by whole batches (``len(loader)`` is the planned count,
+      an upper bound).
     * ``"replace"``: the row gets a substitute sample drawn deterministically from
       (seed, epoch, index); batches keep their size; counted in ``stats()["replaced"]``.
 
@@ -109,13 +135,14 @@ class DataLoader:
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
-        dtype: Optional[str] = None,
-        layout: str = "NCHW",
+        dtype: Any = None,
+        layout: Any = "NCHW",
+        memory_format: Any = None,
         io: str = "auto",
         reader_threads: int = 1,
         io_depth: int = 32,
         max_slots: int = 0,
-        fast_decode: bool = True,
+        fast_decode: bool = False,
         max_image_pixels: Optional[int] = None,
         on_error: str = "raise",
         rank: Optional[int] = None,
@@ -135,14 +162,33 @@ class DataLoader:
         self.timeout = float(timeout)
         self.pin_memory = bool(pin_memory)
         self.generator = generator
-        self.native = isinstance(dataset, ImageFolder) and collate_fn is None
+        dtype = _check_dtype(dtype)
+        native_layout, self._channels_last = _check_layout(layout, memory_format)
+        view = _native_view(dataset)
+        self.native = view is not None and collate_fn is None and _servable(view[0]) is None
 
         if not self.native:
-            if isinstance(dataset, ImageFolder):
+            if isinstance(dataset, ImageFolder) and not dataset.per_sample:
                 raise TypeError(
                     "collate_fn is not supported with ringloader.ImageFolder: batches are "
                     "assembled natively. Use torchvision's ImageFolder for custom collation."
                 )
+            native_only = [name for name, given in (
+                ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
+                ("memory_format", self._channels_last), ("io", io != "auto"),
+                ("reader_threads", reader_threads != 1), ("io_depth", io_depth != 32),
+                ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
+                ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
+                ("numa", numa is not None)) if given]
+            if native_only:
+                raise ValueError(
+                    f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
+                    f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}), "
+                    "where samples come from __getitem__ as with torch (a bad sample raises there): "
+                    "leave them at their defaults, or convert dtype/layout in the transform or "
+                    "collate_fn")
+            if not isinstance(dataset, ImageFolder) and _wraps_image_folder(dataset):
+                _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                    drop_last)
@@ -170,11 +216,15 @@ class DataLoader:
             self._planned = None
             if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
                 # torch's loader again, drawing its batches from an epoch plan: the same order and
-                # RNG consumption, and a plan can be resumed mid-epoch (state_dict).
-                self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset))
+                # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
+                # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
+                # sample's augmentation seed.
+                self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
+                                                keyed=view is not None)
                 for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                     kwargs.pop(name)
-                torch_loader = tud.DataLoader(dataset, batch_sampler=self._planned, **kwargs)
+                source = dataset if view is None or isinstance(dataset, ImageFolder) else _KeyedView(*view)
+                torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             self._generic = torch_loader
             return
 
@@ -213,9 +263,10 @@ class DataLoader:
             warnings.warn("in_order=False has no effect: ringloader always delivers in sampler order",
                           stacklevel=2)
 
-        steps_options = dataset.native_options()
-        if dtype is not None:
-            steps_options["dtype"] = dtype
+        self._folders, self._index_map = view
+        self._dtype = dtype
+        self._versions = [f.version for f in self._folders]
+        steps_options = self._steps_options()
         workers = max(1, self.num_workers)
         prefetch = prefetch_factor if prefetch_factor is not None else 2
         max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
@@ -228,7 +279,7 @@ class DataLoader:
             prefetch_batches=max(2, prefetch * workers),
             max_slots=_check_int("max_slots", max_slots, 0),
             io=io,
-            layout=layout,
+            layout=native_layout,
             fast_decode=bool(fast_decode),
             pin_memory=self.pin_memory,
             on_error=on_error,
@@ -252,6 +303,12 @@ class DataLoader:
         if self.pin_memory and not started["memory"].startswith("cuda-pinned"):
             _warn_no_pinning_once(started["memory_note"])
 
+    def _steps_options(self) -> dict:
+        options = self._folders[0].native_options()
+        if self._dtype is not None:
+            options["dtype"] = self._dtype
+        return options
+
     # ---- torch-compatible surface -----------------------------------------------------------
 
     def __len__(self) -> int:
@@ -265,15 +322,27 @@ class DataLoader:
             if self._device is not None:
                 batches = _device_prefetch(batches, self._device)
             return batches if self._planned is None else _count_delivered(self, batches)
-        if self._pid != os.getpid():
+        versions = [f.version for f in self._folders]
+        if versions != self._versions:
+            # transform or target_transform was reassigned: rebuild the pipeline with the new one.
+            why = _servable(self._folders)
+            if why is not None:
+                raise TypeError(f"the dataset's transform changed and it {why}; the native path built "
+                                "for it cannot serve it: create a new ringloader.DataLoader")
+            self._versions = versions
+            self._options.update(self._steps_options())
+            self._native.stop()
+            self._native = self._make_native()
+        elif self._pid != os.getpid():
             # A fork()ed child: the parent's native threads do not exist here. Start afresh.
             self._native = self._make_native()
         return _NativeIter(self)
 
     def _make_native(self) -> "_C.Loader":
         self._pid = os.getpid()
-        paths = [p for p, _ in self.dataset.samples]
-        return _C.Loader(paths, self.dataset.native_targets(), self._options)
+        paths = [p for f in self._folders for p, _ in f.samples]
+        targets = [t for f in self._folders for t in f.native_targets()]
+        return _C.Loader(paths, targets, self._options)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``)."""
@@ -304,12 +373,13 @@ class DataLoader:
             "version": 1,
             "epoch": it.epoch,
             "delivered": it.skip + it.delivered,
+            "rows": it.rows,
             "complete": False,
             "sampler": it.sampler_state,
             "dataset_size": len(self.dataset),
         }
         if it.seed is not None:
-            state["base_seed"] = it.seed  # native: the augmentation seed of the epoch
+            state["base_seed"] = it.seed  # the augmentation seed of the epoch
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -322,8 +392,9 @@ class DataLoader:
             raise ValueError(f"checkpoint is for a dataset of {state['dataset_size']} samples, "
                              f"this one has {len(self.dataset)}")
         if self.native and not state["complete"] and "base_seed" not in state:
-            raise ValueError("this checkpoint comes from a generic-path loader (no base_seed); the native "
-                             "path needs one to reproduce its augmentations")
+            raise ValueError("this checkpoint comes from a generic-path loader over a dataset other than "
+                             "a ringloader ImageFolder (no base_seed); the native path needs one to "
+                             "reproduce its augmentations")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
 
@@ -369,24 +440,160 @@ _warned_pinning = False
 
 def _warn_no_pinning_once(why: str) -> None:
     global _warned_pinning
-    if not _warned_pinning:
-        _warned_pinning = True
-        warnings.warn(f"pin_memory=True but {why}: batches use plain host memory", stacklevel=3)
+    if _warned_pinning:
+        return
+    _warned_pinning = True
+    import torch
+
+    if not torch.cuda.is_available():
+        message = ("pin_memory=True ignored: no CUDA GPU is visible; batches use ordinary host "
+                   "memory")
+    else:
+        message = (f"pin_memory=True ignored: page-locked memory could not be allocated ({why}); "
+                   "batches use ordinary host memory")
+    warnings.warn(message, stacklevel=3)
+
+
+def _check_dtype(dtype: Any) -> Optional[str]:
+    """The native dtype name for a string or a torch dtype, or None for the default."""
+    if dtype is None:
+        return None
+    import torch
+
+    name = str(dtype)[len("torch."):] if isinstance(dtype, torch.dtype) else dtype
+    if isinstance(name, str) and name in _DTYPES:
+        return name
+    raise ValueError(f"dtype must be one of {', '.join(_DTYPES)} (a string or the torch dtype), "
+                     f"got {dtype!r}")
+
+
+def _check_layout(layout: Any, memory_format: Any) -> Tuple[str, bool]:
+    """(native layout, whether batches are viewed as NCHW with channels-last strides)."""
+    import torch
+
+    if memory_format is not None and memory_format not in (torch.contiguous_format, torch.channels_last):
+        raise ValueError("memory_format must be None, torch.contiguous_format or torch.channels_last, "
+                         f"got {memory_format!r}")
+    if layout is torch.channels_last:
+        layout, memory_format = "NCHW", torch.channels_last
+    elif layout is torch.contiguous_format:
+        layout = "NCHW"
+    if not isinstance(layout, str) or layout not in ("NCHW", "NHWC"):
+        raise ValueError(f"layout must be 'NCHW', 'NHWC' (raw [B,H,W,3]) or torch.channels_last, got {layout!r}")
+    if memory_format is torch.channels_last:
+        if layout == "NHWC":
+            raise ValueError("layout='NHWC' (a raw [B,H,W,3] tensor) and memory_format=torch.channels_last "
+                             "(an NCHW-shaped view of it) contradict each other: pass one of them")
+        return "NHWC", True
+    return layout, False
+
+
+def _native_view(dataset: Any):
+    """(ImageFolders, index map) of ``dataset`` when it is a ringloader ImageFolder, or a
+    ``Subset`` (``random_split``'s parts) or ``ConcatDataset`` built from them at any depth: the
+    folders' samples concatenated are the native loader's samples, and position ``i`` of
+    ``dataset`` is sample ``index_map[i]`` of them (no map: the identity). None otherwise."""
+    import torch.utils.data as tud
+
+    if isinstance(dataset, ImageFolder):
+        return [dataset], None
+    if type(dataset) is tud.Subset:
+        inner = _native_view(dataset.dataset)
+        if inner is None:
+            return None
+        folders, index_map = inner
+        indices = np.asarray(dataset.indices, dtype=np.int64).reshape(-1)
+        indices = np.where(indices < 0, indices + len(dataset.dataset), indices)
+        return folders, indices if index_map is None else index_map[indices]
+    if type(dataset) is tud.ConcatDataset:
+        folders, maps, base = [], [], 0
+        for member in dataset.datasets:
+            inner = _native_view(member)
+            if inner is None:
+                return None
+            member_folders, index_map = inner
+            size = sum(len(f) for f in member_folders)
+            maps.append((np.arange(size, dtype=np.int64) if index_map is None else index_map) + base)
+            folders += member_folders
+            base += size
+        return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
+    return None
+
+
+class _KeyedView:
+    """A Subset/ConcatDataset chain of ringloader ImageFolders (``_native_view``) for the generic
+    path: position ``key.index`` of the chain is made by the ImageFolder it resolves to, with the
+    key's seed. Subset and ConcatDataset only map indices, so the samples are the chain's own."""
+
+    def __init__(self, folders: Sequence[ImageFolder], index_map: Optional[np.ndarray]):
+        self.folders = list(folders)
+        self.index_map = index_map
+        self.starts = np.cumsum([0] + [len(f) for f in self.folders])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1]) if self.index_map is None else len(self.index_map)
+
+    def __getitem__(self, key: SampleKey):
+        flat = key.index if self.index_map is None else int(self.index_map[key.index])
+        member = int(np.searchsorted(self.starts, flat, side="right")) - 1
+        return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
+
+
+def _servable(folders: Sequence[ImageFolder]) -> Optional[str]:
+    """Why the native pipeline cannot batch these folders together, or None when it can."""
+    for f in folders:
+        if f.per_sample:
+            return ("runs per sample (Python transform steps, or an output size that depends on "
+                    "the image)")
+    first = folders[0].native_options()
+    if any(f.native_options() != first for f in folders[1:]):
+        return "combines ImageFolders with different transforms"
+    return None
+
+
+def _generic_reason(dataset: Any, view: Any, collate_fn: Any) -> str:
+    if view is None:
+        return f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader ImageFolder"
+    if collate_fn is not None:
+        return "collate_fn is set"
+    return "the dataset " + _servable(view[0])
+
+
+def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
+    """True when a ringloader ImageFolder is inside ``dataset`` (``.dataset``/``.datasets``)."""
+    if isinstance(dataset, ImageFolder):
+        return True
+    if depth > 8:
+        return False
+    inner = [getattr(dataset, "dataset", None)] + list(getattr(dataset, "datasets", None) or [])
+    return any(d is not None and _wraps_image_folder(d, depth + 1) for d in inner)
+
+
+def _warn_wrapper(dataset: Any, reason: str) -> None:
+    """One warning per loader (Python's default filter then shows it once per call site)."""
+    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
+    warnings.warn(
+        f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
+        "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
+        "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
+        "transform stay native.", UserWarning, stacklevel=3)
 
 
 class _Progress:
     """What state_dict() needs to know about the epoch in progress."""
 
-    __slots__ = ("epoch", "seed", "sampler_state", "skip", "delivered", "done")
+    __slots__ = ("epoch", "seed", "sampler_state", "skip", "delivered", "rows", "done")
 
     def __init__(self, epoch: int, seed: Optional[int], sampler_state: dict, skip: int):
         self.epoch, self.seed, self.sampler_state, self.skip = epoch, seed, sampler_state, skip
         self.delivered = 0
+        self.rows = 0  # rows of the next planned batch already delivered (skip refill)
         self.done = False
 
 
 def _resumed_batches(loader: DataLoader, state: dict, n: int):
-    """(batches, sampler state, batches skipped) that finish the epoch ``state`` was taken in."""
+    """(the batches of the epoch ``state`` was taken in, sampler state, batches already
+    delivered): iteration resumes at that batch of those batches."""
     delivered = int(state["delivered"])
     sampler_state = state["sampler"]
     if sampler_state["kind"] in ("distributed", "resharded"):
@@ -399,7 +606,20 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
             return _order.replay_epoch(resharded, loader.batch_sampler, n), resharded, 0
         # Same world size: this rank's part of the layout, whichever rank wrote the checkpoint.
         sampler_state = dict(sampler_state, rank=rank)
-    return _order.replay_epoch(sampler_state, loader.batch_sampler, n)[delivered:], sampler_state, delivered
+    return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
+
+
+def _peek_seed(generator: Any) -> int:
+    """A seed from torch's RNG (``generator``'s, else the global one) without advancing it: the
+    generic path's augmentation seed, taken where torch's own RNG use is already done, so the
+    RNG stream the caller sees is exactly torch's."""
+    import torch
+
+    source = generator if generator is not None else torch.default_generator
+    state = source.get_state()
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    source.set_state(state)
+    return seed
 
 
 class _PlannedBatches:
@@ -408,10 +628,16 @@ class _PlannedBatches:
     torch's loader iterates it in the main process when it first needs indices, after drawing its
     base seed, the moment torch's own sampler would draw: so order and RNG consumption are
     torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
+
+    With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
+    augmentations are seeded by (base seed, epoch, index, position in the epoch), whichever worker
+    process makes it, and a resumed epoch keeps the positions (so its samples equal an
+    uninterrupted run's). The base seed is peeked from torch's RNG after torch's own draws
+    (``_peek_seed``) and saved in ``state_dict``.
     """
 
-    def __init__(self, loader: DataLoader, batch_sampler: Any, dataset_len: int):
-        self._loader, self._inner, self._n = loader, batch_sampler, dataset_len
+    def __init__(self, loader: DataLoader, batch_sampler: Any, dataset_len: int, keyed: bool):
+        self._loader, self._inner, self._n, self._keyed = loader, batch_sampler, dataset_len, keyed
 
     def __len__(self) -> int:
         return len(self._inner)
@@ -422,11 +648,23 @@ class _PlannedBatches:
         if resume is None:
             plan = _order.plan_epoch(self._inner, self._n)
             batches, sampler_state, skip = plan.batches, plan.sampler_state, 0
+            seed = _peek_seed(loader.generator) if self._keyed else None
         else:
             batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
-        loader._current = _Progress(loader._epoch, None, sampler_state, skip)
+            seed = resume.get("base_seed") if self._keyed else None
+            if self._keyed and seed is None:
+                raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
+                                 "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
+        epoch = loader._epoch
+        loader._current = _Progress(epoch, seed, sampler_state, skip)
         loader._epoch += 1
-        yield from batches
+        if not self._keyed:
+            yield from batches[skip:]
+            return
+        position = sum(len(b) for b in batches[:skip])
+        for batch in batches[skip:]:
+            yield [SampleKey(int(i), seed, epoch, position + k) for k, i in enumerate(batch)]
+            position += len(batch)
 
 
 def _count_delivered(loader: DataLoader, batches: Iterator[Any]) -> Iterator[Any]:
@@ -453,6 +691,7 @@ class _NativeIter:
         resume, loader._resume = loader._resume, None
         n = len(loader.dataset)
         self._skip = 0
+        self._drop_rows = 0
         if resume is None:
             # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
             self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
@@ -461,19 +700,27 @@ class _NativeIter:
         else:
             self._seed = resume["base_seed"]
             batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+            self._drop_rows = int(resume.get("rows", 0))
         flat, offsets = _order.to_arrays(batches)
+        if loader._index_map is not None:
+            flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
         loader._generation += 1
         self._generation = loader._generation
         self._epoch = loader._epoch
         loader._epoch += 1
         self._pid = os.getpid()
-        self._delivered = 0
         # The loader keeps only this record (for state_dict), never the iterator itself, so an
         # abandoned iterator is collected and its __del__ stops the epoch's threads.
         self._progress = loader._current = _Progress(
             self._epoch, self._seed, self._sampler_state, self._skip)
-        self._len = len(batches)
-        loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets)
+        self._len = len(batches) - self._skip
+        # on_error="skip" with drop_last: every batch full (see the class docstring). _carry holds
+        # [batch number, first row, images, labels] of rows received and not yet delivered.
+        self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
+            loader.batch_size is not None
+        self._carry: list = []
+        # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
+        loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets, self._skip)
         self._done = False
 
     def __iter__(self) -> "_NativeIter":
@@ -494,20 +741,65 @@ class _NativeIter:
                 "this iterator was superseded: a newer iter() over the same ringloader.DataLoader "
                 "started another epoch (one epoch runs at a time per loader)"
             )
-        item = self._loader._native.next(self._loader.timeout)
-        if item is None:
-            self._done = self._progress.done = True
-            raise StopIteration
-        self._delivered += 1
-        self._progress.delivered = self._delivered
-        images, labels, _indices, _number = item
-        from_dlpack = self._torch.from_dlpack
-        images, labels = from_dlpack(images), from_dlpack(labels)
-        if labels.is_cuda:
-            # A copy on the current stream, after the wait from_dlpack queued: keeping labels (for
-            # metrics) must not keep the batch's device buffer out of the ring.
-            labels = labels.clone()
-        return images, labels
+        while True:
+            item = self._loader._native.next(self._loader.timeout)
+            if item is None:
+                self._done = self._progress.done = True  # refill: a short remainder is dropped
+                raise StopIteration
+            images, labels, _indices, number = item
+            from_dlpack = self._torch.from_dlpack
+            images, labels = from_dlpack(images), from_dlpack(labels)
+            if labels.is_cuda:
+                # A copy on the current stream, after the wait from_dlpack queued: keeping labels
+                # (for metrics) must not keep the batch's device buffer out of the ring.
+                labels = labels.clone()
+            if self._refill:
+                batch = self._refilled(number, images, labels)
+                if batch is None:
+                    continue
+                images, labels = batch
+            else:
+                self._progress.delivered = number + 1 - self._skip
+            if self._loader._channels_last:
+                images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
+            return images, labels
+
+    def _refilled(self, number: int, images: Any, labels: Any):
+        """A full batch from the rows received so far, or None when more rows are needed.
+
+        Rule: the rows that survive skipping, in epoch order, cut into batches of batch_size.
+        """
+        first = 0
+        if self._drop_rows:  # resumed inside this batch: its first rows were delivered before
+            first, self._drop_rows = self._drop_rows, 0
+            images, labels = images[first:], labels[first:]
+        size = self._loader.batch_size
+        if not self._carry and images.shape[0] == size:
+            self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
+            return images, labels
+        self._carry.append([number, first, images, labels])
+        if sum(segment[2].shape[0] for segment in self._carry) < size:
+            self._carry[-1][2] = images.clone()  # kept across next(): a copy, not the slot
+            return None
+        parts_images, parts_labels, need = [], [], size
+        while need:
+            segment = self._carry[0]
+            take = min(need, segment[2].shape[0])
+            parts_images.append(segment[2][:take])
+            parts_labels.append(segment[3][:take])
+            need -= take
+            if take == segment[2].shape[0]:
+                self._carry.pop(0)
+            else:
+                segment[1] += take
+                segment[2], segment[3] = segment[2][take:].clone(), segment[3][take:]
+        if self._carry:
+            self._progress.delivered = self._carry[0][0] - self._skip
+            self._progress.rows = self._carry[0][1]
+        else:
+            self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
+        cat = self._torch.cat
+        return cat(parts_images), cat(parts_labels)
 
     def __del__(self):
         # An abandoned epoch (break, exception in the loop) stops its threads now rather than at

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import operator
 import os
-from typing import Any, Callable, Dict, List, Optional, Tuple
+import random
+import warnings
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
 
 from . import _C
 from . import transforms as T
 
-__all__ = ["ImageFolder", "IMG_EXTENSIONS"]
+__all__ = ["ImageFolder", "IMG_EXTENSIONS", "SampleKey"]
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -37,27 +42,110 @@ def _scan_python(root: str, is_valid_file: Callable[[str], bool], allow_empty: b
     return classes, paths, labels
 
 
+class SampleKey(NamedTuple):
+    """What ``ringloader.DataLoader``'s generic path asks an :class:`ImageFolder` for: a sample and
+    the seed of its augmentations, (base seed, epoch, index and position of the sample in the
+    epoch)."""
+
+    index: int
+    seed: int
+    epoch: int
+    position: int
+
+    def row_key(self) -> int:
+        """The key of this sample's per-sample seed, as the native pipeline's RowKey: the index
+        when the sample sits at its own position, else the index with (position ^ index) in the
+        high 32 bits."""
+        return (self.index ^ ((self.position ^ self.index) << 32)) & _MASK64
+
+
+_MASK64 = (1 << 64) - 1
+
+# Steps that set both output dimensions; every other step keeps the size it is given.
+_SIZING_STEPS = ("center_crop", "random_resized_crop", "random_crop")
+
+
+def _fixed_size(steps: List[Dict[str, Any]]) -> bool:
+    """True when the chain's output size does not depend on the input image."""
+    return any(s["kind"] in _SIZING_STEPS or (s["kind"] == "resize" and s.get("size_w", 0) > 0)
+               for s in steps)
+
+
+def _mix64(x: int) -> int:
+    """splitmix64's finaliser, as the native pipeline's Mix64."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def tail_seed(key: SampleKey) -> int:
+    """The seed of the Python tail of ``key``'s sample: the native pipeline's per-sample seed,
+    SampleSeed(seed, epoch, row key), mixed once more so the two draw independently."""
+    seed = _mix64(_mix64(_mix64(key.seed & _MASK64) ^ (key.epoch & _MASK64)) ^ key.row_key())
+    return _mix64(seed + 1)
+
+
+def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
+    """``fn(value)`` with torch's, Python's and numpy's global RNGs seeded from ``seed``. In the
+    main process the caller's RNG states are restored afterwards (a worker process owns its own)."""
+    import torch
+    import torch.utils.data as tud
+
+    in_main = tud.get_worker_info() is None
+    if in_main:
+        saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+    try:
+        torch.default_generator.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
+        return fn(value)
+    finally:
+        if in_main:
+            torch.default_generator.set_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])
+
+
 class ImageFolder:
-    """A drop-in for ``torchvision.datasets.ImageFolder`` whose JPEGs are decoded natively.
+    """A drop-in for ``torchvision.datasets.ImageFolder`` whose images are decoded natively.
+
+    JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
+    decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
+    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM...)
+    fail as a sample error that ``on_error`` handles.
 
     Same class discovery, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and sample order
-    as torchvision. ``transform`` is a :mod:`ringloader.transforms` chain or a torchvision
-    ``Compose`` of the supported transforms. ``dataset[i]`` decodes one sample on the calling
-    thread and returns ``(tensor, target)``; batches come from :class:`ringloader.DataLoader`.
+    as torchvision. ``dataset[i]`` decodes one sample on the calling thread and returns
+    ``(image, target)``; batches come from :class:`ringloader.DataLoader`.
+
+    ``transform`` is a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` or any
+    callable. The longest prefix with a native equivalent runs natively
+    (:func:`ringloader.transforms.split`). When everything runs natively and the output size is
+    fixed, the DataLoader batches natively. Otherwise the dataset runs **per sample**: native
+    decode and prefix, then the remaining steps in Python (one ``UserWarning`` per dataset names
+    them), and the DataLoader batches through torch's machinery in worker processes. Output sizes
+    that depend on the image (no transform, ``ToTensor()`` alone, ``Resize`` without a crop) are
+    per sample too. ``strict=True`` raises ``TypeError`` naming the first step that would run in
+    Python instead.
+
+    ``transform`` and ``target_transform`` may be reassigned; a DataLoader over the dataset uses
+    the new ones from its next ``iter()``. The dataset pickles and deep-copies at any time.
     """
 
     def __init__(
         self,
         root: str,
         transform: Any = None,
-        target_transform: Optional[Callable[[int], int]] = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
         loader: Optional[Callable[[str], Any]] = None,
         is_valid_file: Optional[Callable[[str], bool]] = None,
         allow_empty: bool = False,
+        strict: bool = False,
     ):
         if loader is not None:
             raise TypeError(
-                "ImageFolder(loader=...) is not supported: ringloader decodes JPEG natively. "
+                "ImageFolder(loader=...) is not supported: ringloader decodes images natively. "
                 "Use torchvision's ImageFolder with ringloader.DataLoader's generic path instead."
             )
         root = os.fspath(root)
@@ -74,10 +162,63 @@ class ImageFolder:
         self.samples: List[Tuple[str, int]] = list(zip(paths, labels))
         self.imgs = self.samples
         self.targets: List[int] = list(labels)
+        self.strict = bool(strict)
+        # Bumped whenever transform or target_transform is assigned: a DataLoader compares it to
+        # rebuild its native pipeline at the next iter().
+        self.version = 0
+        self._single: Optional[_C.Loader] = None
         self.transform = transform
         self.target_transform = target_transform
-        self.steps = T.to_steps(transform)
-        self._single: Optional[_C.Loader] = None
+
+    # ---- transforms ---------------------------------------------------------------------------
+
+    @property
+    def transform(self) -> Any:
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Any) -> None:
+        split = T.split(transform)
+        if split.tail is not None and self.strict:
+            raise TypeError(
+                f"strict=True: transform step {split.tail_names[0]} has no native equivalent "
+                "(it would run per sample in Python); remove it or pass strict=False")
+        if split.tail is not None:
+            warnings.warn(
+                f"ringloader.ImageFolder({self.root!r}): the transform steps "
+                f"{', '.join(split.tail_names)} have no native equivalent and run per sample in "
+                "Python, in DataLoader worker processes (slower; the native steps before them "
+                "still run natively). Pass strict=True to refuse instead.", UserWarning, stacklevel=3)
+        self._transform = transform
+        self._split = split
+        self._single = None
+        self.version += 1
+
+    @property
+    def target_transform(self) -> Optional[Callable[[int], Any]]:
+        return self._target_transform
+
+    @target_transform.setter
+    def target_transform(self, target_transform: Optional[Callable[[int], Any]]) -> None:
+        self._target_transform = target_transform
+        self._single = None
+        self.version += 1
+
+    @property
+    def steps(self) -> List[Dict[str, Any]]:
+        """The native steps of the transform (its whole chain when ``per_sample`` is False)."""
+        return self._split.steps
+
+    @property
+    def python_steps(self) -> List[str]:
+        """Names of the transform steps that run in Python (empty when all run natively)."""
+        return list(self._split.tail_names)
+
+    @property
+    def per_sample(self) -> bool:
+        """True when samples are made one at a time (Python steps, or an output size that
+        depends on the image) rather than batched by the native pipeline."""
+        return self._split.tail is not None or not _fixed_size(self._split.steps)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -87,9 +228,9 @@ class ImageFolder:
         if self.target_transform is None:
             return self.targets
         out = [self.target_transform(t) for t in self.targets]
-        if not all(isinstance(t, int) for t in out):
+        if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in out):
             raise TypeError("target_transform must return ints for the native pipeline")
-        return out
+        return [int(t) for t in out]
 
     def native_options(self) -> Dict[str, Any]:
         """The transform part of the native loader's options."""
@@ -98,28 +239,74 @@ class ImageFolder:
             "dtype": "float32" if T.has_to_tensor(self.steps) else "uint8",
         }
 
-    def __getitem__(self, index: int):
-        import torch
+    # ---- single samples -----------------------------------------------------------------------
 
-        if index < 0:
-            index += len(self)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for a dataset of {len(self)} samples")
-        if not self.steps:
-            from PIL import Image  # no transform: torchvision gives the PIL image
+    def _returns_pil(self) -> bool:
+        """True when the native part hands a PIL image on: to the Python tail, or to the caller
+        when there is no transform at all (as torchvision's ImageFolder)."""
+        if self._split.tail is not None:
+            return self._split.tail_input == "pil"
+        return self._transform is None
 
-            with open(self.samples[index][0], "rb") as f:
-                img = Image.open(f).convert("RGB")
-            target = self.native_targets()[index]
-            return img, target
+    def _single_loader(self) -> "_C.Loader":
         if self._single is None:
             paths = [p for p, _ in self.samples]
-            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread"}
+            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
+                       "fast_decode": False}
             options.update(self.native_options())
-            self._single = _C.Loader(paths, self.native_targets(), options)
-        seed = int(torch.empty((), dtype=torch.int64).random_().item())
-        tensor = torch.from_dlpack(self._single.decode_sample(index, seed & (2**64 - 1), 0))
-        return tensor, self.native_targets()[index]
+            if self._returns_pil():
+                options["layout"] = "NHWC"  # what PIL.Image.fromarray takes
+            if not _fixed_size(self.steps):
+                options["variable_size"] = True
+            # Labels are not used by decode_sample; targets go through target_transform here.
+            self._single = _C.Loader(paths, [0] * len(paths), options)
+        return self._single
+
+    def __getitem__(self, key: Any):
+        """``dataset[i]`` as torchvision's (augmentations drawn from torch's RNG), or
+        ``dataset[SampleKey(...)]`` with augmentations drawn from the key's seed (the
+        DataLoader's generic path: independent of worker count, repeatable on resume)."""
+        import torch
+
+        if isinstance(key, SampleKey):
+            index = key.index
+        else:
+            index = operator.index(key)
+            if index < 0:
+                index += len(self)
+        if not 0 <= index < len(self):
+            raise IndexError(f"index {index} out of range for a dataset of {len(self)} samples")
+        single = self._single_loader()
+        if isinstance(key, SampleKey):
+            seed = key.seed & _MASK64
+            out = single.decode_sample(index, seed, key.epoch, key=key.row_key())
+        else:
+            seed = int(torch.empty((), dtype=torch.int64).random_().item()) & _MASK64
+            out = single.decode_sample(index, seed, 0)
+        image: Any = torch.from_dlpack(out)
+        if self._returns_pil():
+            from PIL import Image
+
+            image = Image.fromarray(image.numpy(), "RGB")
+        tail = self._split.tail
+        if tail is not None:
+            if isinstance(key, SampleKey):
+                image = _run_seeded(tail, image, tail_seed(key))
+            else:
+                image = tail(image)
+        target = self.targets[index]
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return image, target
+
+    # ---- pickling -----------------------------------------------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # The native handle holds threads and file state: a copy (pickle, deepcopy, a spawned
+        # worker) makes its own on first use.
+        state = dict(self.__dict__)
+        state["_single"] = None
+        return state
 
     def __repr__(self) -> str:
         return (

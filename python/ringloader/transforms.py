@@ -111,7 +111,8 @@ class CenterCrop(Transform):
 class RandomResizedCrop(Transform):
     """torchvision's RandomResizedCrop: same parameter sampling, bilinear antialiased resize.
 
-    Random draws come from a per-sample generator seeded by (seed, epoch, index).
+    Random draws come from a per-sample generator seeded by (seed, epoch, index and position in
+    the epoch).
     """
 
     def __init__(
@@ -368,8 +369,8 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
         if mode not in ("constant", "edge", "reflect", "symmetric"):
             raise TypeError(f"{where}: padding_mode {mode!r} has no native equivalent")
         pad = _padding(t.padding, where)
-        if module.startswith("torchvision.transforms.v2") and t.padding is not None:
-            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2 keeps [left, right, top, bottom]
+        if module.startswith("torchvision.transforms.v2") and name == "RandomCrop" and t.padding:
+            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2's RandomCrop keeps [left, right, top, bottom]
         step = {"kind": "random_crop" if name == "RandomCrop" else "pad",
                 "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
         if name == "RandomCrop":
@@ -510,7 +511,8 @@ class Split(NamedTuple):
 
     ``steps`` is the longest prefix with a native equivalent; ``tail`` (None when everything is
     native) runs the rest exactly as torchvision would, on the prefix's output: a PIL image
-    (``tail_input == "pil"``: the prefix is decoded to uint8 HWC) or, once the prefix holds
+    (``tail_input == "pil"``: the prefix is decoded to uint8 HWC), a uint8 CHW tensor
+    (``"uint8_tensor"``: the prefix ends in PILToTensor/ToImage) or, once the prefix holds
     ``ToTensor``, a float tensor (``"tensor"``). ``tail_names`` names the Python steps.
     """
 
@@ -537,6 +539,19 @@ def _step_name(t: Any) -> str:
     return f"{type(t).__module__}.{type(t).__name__}"
 
 
+_TO_UINT8_TENSOR = {"PILToTensor", "ToImage", "ToImageTensor", "MaybePILToTensor"}
+
+
+def _tail_input(steps: List[Dict[str, Any]], parts: Sequence[Any]) -> str:
+    """What the native prefix hands the Python tail: a float tensor after ToTensor, a uint8 CHW
+    tensor after PILToTensor/ToImage, else a PIL image."""
+    if has_to_tensor(steps):
+        return "tensor"
+    if any(type(p).__name__ in _TO_UINT8_TENSOR for p in parts):
+        return "uint8_tensor"
+    return "pil"
+
+
 def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's or
     anything callable) at the first step without a native equivalent."""
@@ -558,9 +573,9 @@ def split(transform: Any) -> Split:
                         f"{_step_name(parts[i])} and cannot run in Python: use torchvision's "
                         f"{type(r).__name__} there") from None
             tail = _PythonTail(rest)
-            return Split(steps, tail, [_step_name(r) for r in rest],
-                         "tensor" if has_to_tensor(steps) else "pil", str(error))
-    return Split(steps, None, [], "tensor" if has_to_tensor(steps) else "pil")
+            return Split(steps, tail, [_step_name(r) for r in rest], _tail_input(steps, parts[:i]),
+                         str(error))
+    return Split(steps, None, [], _tail_input(steps, parts))
 
 
 class _PythonTail:

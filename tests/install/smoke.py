@@ -2,12 +2,13 @@
 
     python smoke.py <expected version>
 
-1. The extension and the native CLI resolve every shared library from the root's glibc/libstdc++/
-   libgcc or from the wheel's own ringloader.libs/ (ldd: nothing "not found", nothing else), and
-   importing ringloader does not look for the CUDA driver.
+1. The extension and the native CLI resolve every shared library from the root's glibc,
+   libstdc++, libgcc and zlib or from the wheel's own ringloader.libs/ (ldd: nothing "not
+   found", nothing else), and importing ringloader does not look for the CUDA driver.
 2. ringloader.__version__ is the wheel's version.
-3. A real epoch: a small ImageFolder of JPEGs (generated here with numpy + Pillow) through
-   rl.DataLoader with a training transform, every sample delivered once, float32 NCHW batches.
+3. A real epoch: a small ImageFolder of JPEG, PNG, WebP and TIFF files (generated here with
+   numpy + Pillow) through rl.DataLoader with a training transform, every sample delivered
+   once, float32 NCHW batches.
 4. The console scripts: ringloader-bench --help/--version and a short run on the same images;
    ringloader-compare --help.
 """
@@ -23,9 +24,11 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-# What a manylinux wheel may take from the system (plus the dynamic loader and the vDSO).
+# What the wheel may take from the system (plus the dynamic loader and the vDSO): glibc,
+# libstdc++, libgcc, and zlib, which every manylinux policy lists as always present; the libspng
+# and libtiff that auditwheel vendors link it (ringloader's own zlib is static).
 SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0",
-               "libstdc++.so.6", "libgcc_s.so.1"}
+               "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"}
 
 
 def check_ldd(binary: Path, libs_dir: Path) -> None:
@@ -40,7 +43,7 @@ def check_ldd(binary: Path, libs_dir: Path) -> None:
         assert path != "not", f"{binary.name}: {name} not found\n{out}"
         assert name in SYSTEM_LIBS or Path(path).resolve().parent == libs_dir, \
             f"{binary.name}: needs {name} ({path}) from outside the wheel\n{out}"
-    print(f"ldd {binary.name}: only glibc/libstdc++/libgcc and ringloader.libs/")
+    print(f"ldd {binary.name}: only glibc/libstdc++/libgcc/zlib and ringloader.libs/")
 
 
 def check_no_driver_at_import() -> None:
@@ -62,7 +65,9 @@ def make_images(root: Path, classes: int = 3, per_class: int = 24) -> int:
         for i in range(per_class):
             h, w = rng.integers(160, 320, size=2)
             pixels = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(root / f"class{c}" / f"{i:03d}.jpg", quality=90)
+            # Mostly JPEG, and every other format the native decoders (and their libraries) cover.
+            ext = ("jpg", "jpg", "png", "webp", "tiff")[i % 5]
+            Image.fromarray(pixels).save(root / f"class{c}" / f"{i:03d}.{ext}")
     return classes * per_class
 
 

@@ -114,6 +114,13 @@ def test_torchvision_compose_is_translated_exactly(image_tree: Path):
         assert torch.equal(xa, xb) and torch.equal(ya, yb)
 
 
+def test_unsupported_torchvision_transform_is_named(image_tree: Path):
+    # strict=True refuses what would run in Python (test_hybrid.py covers strict=False).
+    with pytest.raises(TypeError, match="ElasticTransform"):
+        rl.ImageFolder(image_tree, transform=tvt.Compose([tvt.ElasticTransform(), tvt.ToTensor()]),
+                       strict=True)
+
+
 def test_transform_without_native_equivalent_is_named(image_tree: Path):
     with pytest.raises(TypeError, match="Lambda"):
         rl.transforms.to_steps(tvt.Compose([tvt.Lambda(lambda x: x), tvt.ToTensor()]))
@@ -294,8 +301,3 @@ def test_bad_arguments_fail_at_construction(image_tree: Path, kwargs, exc, match
     ds = rl.ImageFolder(image_tree, transform=rl_eval())
     with pytest.raises(exc, match=match):
         rl.DataLoader(ds, **kwargs)
-
-
-def test_chain_without_fixed_size_is_refused(image_tree: Path):
-    with pytest.raises(ValueError, match="CenterCrop|fixed"):
-        rl.DataLoader(rl.ImageFolder(image_tree, transform=T.Compose([T.Resize(256), T.ToTensor()])))

@@ -22,16 +22,35 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from conftest import write_tree
+from imagegen import jpeg_bytes
 
 NEAREST, BILINEAR = v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
+# Every flavour the JPEG decoder handles (a shared conftest name is ambiguous when pytest
+# collects tests/python and tests/cuda together, so the tree is written here).
+FLAVOURS = [
+    (500, 375, dict(quality=90, subsampling="4:2:0")),
+    (333, 500, dict(quality=85, subsampling="4:2:0")),
+    (420, 320, dict(quality=95, subsampling="4:4:4")),
+    (480, 360, dict(quality=90, subsampling="4:2:2")),
+    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
+    (360, 480, dict(quality=90, mode="L")),
+    (400, 400, dict(quality=92, mode="CMYK")),
+    (512, 341, dict(quality=87, subsampling="4:2:0")),
+]
+
+
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
-    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK)."""
-    return write_tree(tmp_path_factory.mktemp("recipes"), num_classes=2, per_class=4, seed=7)
+    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
+    root = tmp_path_factory.mktemp("recipes")
+    for k, (w, h, kw) in enumerate(FLAVOURS):
+        d = root / f"class_{k // 4}"
+        d.mkdir(exist_ok=True)
+        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=7000 + k, **kw))
+    return root
 
 
 def native_batch(root: Path, transform, seed: int = 0):
@@ -90,6 +109,23 @@ EXACT_CASES = [
                              v2.ColorJitter(saturation=(1.2, 1.2)),
                              v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
                              v2.Normalize(MEAN, STD)]), 1e-6),
+]
+
+
+# torchvision's v2 classes on PIL images: the same kernels, v2's own parameter handling
+# (padding order, fill, interpolation enums).
+P2 = v2.PILToTensor()
+BASE2 = [v2.Resize(72), v2.CenterCrop(64)]
+EXACT_CASES += [
+    ("v2 Resize bicubic + flips", v2.Compose([v2.Resize((61, 83), interpolation=v2.InterpolationMode.BICUBIC),
+                                              v2.RandomVerticalFlip(1.0), v2.RandomHorizontalFlip(1.0), P2]), 0),
+    ("v2 RandomCrop padding (l, t, r, b) fill", v2.Compose([*BASE2, v2.RandomCrop(74, padding=(1, 2, 9, 8), fill=7), P2]), 0),
+    ("v2 Pad reflect", v2.Compose([*BASE2, v2.Pad((2, 5), padding_mode="reflect"), P2]), 0),
+    ("v2 rotation bilinear", v2.Compose([*BASE2, v2.RandomRotation((21, 21), interpolation=v2.InterpolationMode.BILINEAR), P2]), 0),
+    ("v2 affine", v2.Compose([*BASE2, v2.RandomAffine((-8, -8), scale=(1.1, 1.1), shear=(4, 4)), P2]), 0),
+    ("v2 grayscale", v2.Compose([*BASE2, v2.Grayscale(3), P2]), 0),
+    ("v2 posterize", v2.Compose([*BASE2, v2.RandomPosterize(2, p=1), P2]), 0),
+    ("v2 equalize", v2.Compose([*BASE2, v2.RandomEqualize(p=1), P2]), 0),
 ]
 
 
@@ -320,3 +356,15 @@ def test_color_jitter_applies_its_factors_in_a_random_order(tree: Path):
             assert found, "native ColorJitter output is neither order of torchvision's"
             orders[found[0]] += 1
     assert orders["bc"] > 0 and orders["cb"] > 0, orders
+
+
+def test_tail_after_pil_to_tensor_gets_a_uint8_tensor(tree: Path):
+    transform = v1.Compose([*BASE, v1.PILToTensor(), v1.Lambda(lambda x: x.flip(-1))])
+    split = rl.transforms.split(transform)
+    assert split.tail_input == "uint8_tensor"
+    with pytest.warns(UserWarning, match="Lambda"):
+        ds = rl.ImageFolder(str(tree), transform=transform)
+    image, _ = ds[0]
+    ref = TorchvisionImageFolder(str(tree), transform=transform)[0][0]
+    assert image.dtype == torch.uint8 and image.shape == (3, 64, 64)
+    assert torch.equal(image, ref)

@@ -51,7 +51,7 @@ enum class ErrorPolicy : uint8_t {
   kSkip = 1,     ///< The sample is left out: its batch is delivered shorter (an all-bad batch is
                  ///< skipped entirely). Counted in LoaderStats::skipped.
   kReplace = 2,  ///< The row is filled with a substitute sample drawn deterministically from
-                 ///< (seed, epoch, index, attempt); batches keep their size. Counted in
+                 ///< (seed, epoch, index and position, attempt); batches keep their size. Counted in
                  ///< LoaderStats::replaced. After 16 failed random draws it walks on through
                  ///< up to 256 samples; if none decodes, the error is raised.
 };
@@ -86,7 +86,8 @@ struct LoaderOptions {
   int world_size = 1;            ///< ... of this many.
   uint64_t max_image_pixels = kDefaultMaxImagePixels;  ///< Decompression-bomb limit.
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
-  bool fast_decode = true;       ///< DCT-scaled and region-of-interest decoding.
+  bool fast_decode = true;       ///< Allow DCT-scaled decoding (not pixel-exact vs Pillow);
+                                 ///< region-of-interest decoding is exact and always on.
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size
                                          ///< (unless variable_size).
@@ -225,10 +226,13 @@ class Loader {
   /// Starts `epoch` with the built-in sampler (shuffle/seed/rank/world_size/drop_last), from
   /// batch `first_batch`. Stops any epoch in progress.
   absl::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
-  /// Starts an epoch with an explicit order: batch b holds indices[offsets[b]..offsets[b+1]).
-  /// `seed` and `epoch` seed the per-sample augmentation.
+  /// Starts an epoch with an explicit order: batch b holds indices[offsets[b]..offsets[b+1]),
+  /// from batch `first_batch` (a resumed epoch passes its whole order). A row's augmentation is
+  /// seeded by (seed, epoch, key of its index and its position in `indices`; the index when the
+  /// two are equal): repeated indices draw independently, and so do the same positions of other
+  /// ranks' shards.
   absl::Status StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
-                          std::vector<int64_t> offsets);
+                          std::vector<int64_t> offsets, int64_t first_batch = 0);
   /// Next batch in order. OutOfRange at the end of the epoch; FailedPrecondition before
   /// StartEpoch; a sample's error (message and payloads name index and path) at the batch it
   /// belongs to, after all earlier batches — the following call continues with the next batch;

@@ -1,0 +1,75 @@
+#pragma once
+/// One decoder for every image format torchvision's ImageFolder picks up, chosen by the file's
+/// signature (never its name): JPEG (libjpeg-turbo, see jpeg_decoder.h), PNG (libspng), WebP
+/// (libwebp), BMP, TIFF (libtiff; the layouts Pillow reads as plain samples) and binary PNM
+/// (PBM/PGM/PPM). Every format converts to RGB exactly as
+/// Pillow's `Image.open(f).convert("RGB")` does, so lossless formats give the same pixels as
+/// torchvision's default loader.
+///
+/// JPEG streams rows into the transform (scaled + region-of-interest decoding); the other
+/// formats decode the whole image into a grow-only buffer and hand it to RenderSample.
+///
+/// Errors: InvalidArgument (not an image: names what the bytes look like), Unimplemented (a
+/// known format or variant that is not decoded natively: names it), DataLoss (corrupt or
+/// truncated: names the format and the problem), OutOfRange (pixel limit), ResourceExhausted.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decode/jpeg_decoder.h"
+#include "transform/image_transform.h"
+
+namespace ringloader {
+
+/// The container formats the decoder recognises by signature.
+enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kTiff, kPnm };
+
+/// "JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM".
+const char* ImageFormatName(ImageFormat format);
+
+/// What the header says about an image.
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kJpeg;
+  int width = 0;
+  int height = 0;
+};
+
+/// Decodes image byte buffers of any supported format. Not thread-safe: one per thread; its
+/// buffers are grow-only, so a long-lived decoder allocates only what the libraries need.
+class ImageDecoder {
+ public:
+  ImageDecoder();
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  /// Refuse images with more pixels than this (decompression bombs) before allocating.
+  void set_max_image_pixels(uint64_t max_pixels);
+  /// JPEG only: DCT scaling and region-of-interest decoding (default true). Off: full decode.
+  void set_fast_paths(bool enabled);
+  /// JPEG: allow DCT-scaled decoding (see JpegDecoder::set_dct_scaling).
+  void set_dct_scaling(bool enabled);
+
+  /// Reads the header only (for WebP and PNG: what the library parses before pixel data).
+  absl::StatusOr<ImageInfo> ReadInfo(const uint8_t* data, size_t size);
+
+  /// Full-resolution decode to packed RGB.
+  absl::StatusOr<RgbImage> DecodeFull(const uint8_t* data, size_t size);
+
+  /// Decodes, applies `pipeline` with random draws from `rng`, and writes exactly
+  /// pipeline.SampleBytes() bytes at `dst` in the pipeline's dtype and layout. For formats
+  /// other than JPEG, `stats` reports a full-resolution decode (scale 8/8).
+  absl::Status DecodeInto(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
+                          SampleRng& rng, void* dst, DecodeStats* stats = nullptr);
+
+ private:
+  struct State;
+  JpegDecoder jpeg_;
+  std::unique_ptr<State> state_;
+  uint64_t max_pixels_ = kDefaultMaxImagePixels;
+};
+
+}  // namespace ringloader

@@ -1,0 +1,756 @@
+#include "decode/image_decoder.h"
+
+#include <spng.h>
+#include <webp/decode.h>
+#include <tiffio.h>
+#include <webp/encode.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "testing/jpeg_fixtures.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+
+namespace ringloader {
+namespace {
+
+using Bytes = std::vector<uint8_t>;
+using Kind = TransformStep::Kind;
+
+// ---------------------------------------------------------------------------------------------
+// Encoders for the fixtures. Pixel values are a deterministic texture; each test states the RGB
+// Pillow's convert("RGB") gives for them.
+
+/// `n` bytes of a deterministic pattern that covers every byte value.
+Bytes Pattern(size_t n, uint32_t seed) {
+  Bytes out(n);
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 1664525u + 1013904223u;
+    out[i] = static_cast<uint8_t>(x >> 24);
+  }
+  return out;
+}
+
+struct PngSpec {
+  int width = 37;
+  int height = 23;
+  int color_type = 2;
+  int bit_depth = 8;
+  bool interlaced = false;
+  std::vector<uint8_t> palette;  ///< RGB triples
+  std::vector<uint8_t> trns;     ///< palette alpha entries
+};
+
+/// libspng encode of `raw` (the PNG's own big-endian sample layout, rows packed).
+Bytes EncodePng(const PngSpec& spec, const Bytes& raw) {
+  spng_ctx* ctx = spng_ctx_new(SPNG_CTX_ENCODER);
+  spng_set_option(ctx, SPNG_ENCODE_TO_BUFFER, 1);
+  spng_ihdr ihdr = {};
+  ihdr.width = static_cast<uint32_t>(spec.width);
+  ihdr.height = static_cast<uint32_t>(spec.height);
+  ihdr.color_type = static_cast<uint8_t>(spec.color_type);
+  ihdr.bit_depth = static_cast<uint8_t>(spec.bit_depth);
+  ihdr.interlace_method = spec.interlaced ? 1 : 0;
+  EXPECT_EQ(spng_set_ihdr(ctx, &ihdr), 0);
+  if (!spec.palette.empty()) {
+    spng_plte plte = {};
+    plte.n_entries = static_cast<uint32_t>(spec.palette.size() / 3);
+    for (uint32_t i = 0; i < plte.n_entries; ++i) {
+      plte.entries[i].red = spec.palette[3 * i];
+      plte.entries[i].green = spec.palette[3 * i + 1];
+      plte.entries[i].blue = spec.palette[3 * i + 2];
+    }
+    EXPECT_EQ(spng_set_plte(ctx, &plte), 0);
+  }
+  if (!spec.trns.empty()) {
+    spng_trns trns = {};
+    trns.n_type3_entries = static_cast<uint32_t>(spec.trns.size());
+    std::memcpy(trns.type3_alpha, spec.trns.data(), spec.trns.size());
+    EXPECT_EQ(spng_set_trns(ctx, &trns), 0);
+  }
+  const int e = spng_encode_image(ctx, raw.data(), raw.size(), SPNG_FMT_RAW, SPNG_ENCODE_FINALIZE);
+  EXPECT_EQ(e, 0) << spng_strerror(e);
+  size_t len = 0;
+  int err = 0;
+  auto* buf = static_cast<uint8_t*>(spng_get_png_buffer(ctx, &len, &err));
+  Bytes out(buf, buf + len);
+  std::free(buf);
+  spng_ctx_free(ctx);
+  return out;
+}
+
+size_t PngRowBytes(const PngSpec& s) {
+  const int channels[] = {1, 0, 3, 1, 2, 0, 4};
+  return (static_cast<size_t>(s.width) * channels[s.color_type] * s.bit_depth + 7) / 8;
+}
+
+Bytes Decode(const Bytes& file, ImageDecoder* decoder = nullptr) {
+  ImageDecoder local;
+  ImageDecoder& d = decoder ? *decoder : local;
+  absl::StatusOr<RgbImage> image = d.DecodeFull(file.data(), file.size());
+  EXPECT_TRUE(image.ok()) << image.status();
+  if (!image.ok()) return {};
+  return image->pixels;
+}
+
+absl::Status DecodeStatus(const Bytes& file) {
+  ImageDecoder d;
+  return d.DecodeFull(file.data(), file.size()).status();
+}
+
+// ---------------------------------------------------------------------------------------------
+// PNG.
+
+/// Expected RGB for each PNG kind, by Pillow's rules (see png_decoder.cc).
+Bytes ExpectedPng(const PngSpec& s, const Bytes& raw) {
+  const size_t row = PngRowBytes(s);
+  Bytes out;
+  for (int y = 0; y < s.height; ++y) {
+    const uint8_t* in = raw.data() + row * y;
+    for (int x = 0; x < s.width; ++x) {
+      uint8_t rgb[3];
+      auto be16 = [&](int i) { return in[2 * i] << 8 | in[2 * i + 1]; };
+      auto sub = [&](int i) {  // sub-byte sample
+        const int per = 8 / s.bit_depth;
+        return (in[i / per] >> (8 - s.bit_depth * (i % per + 1))) & ((1 << s.bit_depth) - 1);
+      };
+      switch (s.color_type) {
+        case 0:
+          if (s.bit_depth == 16) {
+            rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(std::min(be16(x), 255));
+          } else {
+            rgb[0] = rgb[1] = rgb[2] =
+                static_cast<uint8_t>(sub(x) * (255 / ((1 << s.bit_depth) - 1)));
+          }
+          break;
+        case 2:
+        case 6: {
+          const int ch = s.color_type == 2 ? 3 : 4;
+          for (int c = 0; c < 3; ++c) {
+            rgb[c] = s.bit_depth == 16 ? static_cast<uint8_t>(be16(x * ch + c) >> 8)
+                                       : in[x * ch + c];
+          }
+          break;
+        }
+        case 3: {
+          const size_t i = static_cast<size_t>(s.bit_depth == 8 ? in[x] : sub(x));
+          for (int c = 0; c < 3; ++c) {
+            rgb[c] = 3 * i + 2 < s.palette.size() ? s.palette[3 * i + c] : 0;
+          }
+          break;
+        }
+        default:  // gray + alpha
+          rgb[0] = rgb[1] = rgb[2] =
+              s.bit_depth == 16 ? static_cast<uint8_t>(be16(2 * x) >> 8) : in[2 * x];
+      }
+      out.insert(out.end(), rgb, rgb + 3);
+    }
+  }
+  return out;
+}
+
+struct PngCase {
+  const char* name;
+  PngSpec spec;
+};
+
+std::vector<PngCase> PngCases() {
+  std::vector<PngCase> cases;
+  auto add = [&](const char* name, int type, int depth, bool interlaced = false) {
+    PngSpec s;
+    s.color_type = type;
+    s.bit_depth = depth;
+    s.interlaced = interlaced;
+    cases.push_back({name, s});
+  };
+  add("rgb8", 2, 8);
+  add("rgba8", 6, 8);
+  add("rgb16", 2, 16);
+  add("rgba16", 6, 16);
+  add("gray1", 0, 1);
+  add("gray2", 0, 2);
+  add("gray4", 0, 4);
+  add("gray8", 0, 8);
+  add("gray16", 0, 16);
+  add("gray_alpha8", 4, 8);
+  add("gray_alpha16", 4, 16);
+  add("rgb8_interlaced", 2, 8, true);
+  add("rgba16_interlaced", 6, 16, true);
+  add("gray2_interlaced", 0, 2, true);
+  for (int depth : {1, 2, 4, 8}) {
+    PngSpec s;
+    s.color_type = 3;
+    s.bit_depth = depth;
+    // Fewer entries than indices: the missing ones are black, as in Pillow.
+    s.palette = Pattern(3 * ((1 << depth) - (depth > 1 ? 1 : 0)), 7);
+    s.trns = {0, 128};
+    cases.push_back({depth == 1 ? "palette1" : depth == 2 ? "palette2" : depth == 4 ? "palette4"
+                                                                                  : "palette8",
+                     s});
+  }
+  PngCase interlaced = cases.back();
+  cases.push_back(interlaced);
+  cases.back().name = "palette8_interlaced";
+  cases.back().spec.interlaced = true;
+  return cases;
+}
+
+TEST(ImageDecoderPng, EveryModeMatchesPillowRules) {
+  ImageDecoder decoder;  // one decoder for every case: no state leaks between images
+  for (const PngCase& c : PngCases()) {
+    SCOPED_TRACE(c.name);
+    const Bytes raw = Pattern(PngRowBytes(c.spec) * c.spec.height, 3);
+    const Bytes file = EncodePng(c.spec, raw);
+    absl::StatusOr<ImageInfo> info = decoder.ReadInfo(file.data(), file.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->format, ImageFormat::kPng);
+    EXPECT_EQ(info->width, c.spec.width);
+    EXPECT_EQ(info->height, c.spec.height);
+    EXPECT_EQ(Decode(file, &decoder), ExpectedPng(c.spec, raw));
+  }
+}
+
+/// A valid 8-bit RGB PNG and the offset of its IDAT chunk's length field.
+Bytes SmallPng(size_t* idat = nullptr) {
+  PngSpec s;
+  Bytes file = EncodePng(s, Pattern(PngRowBytes(s) * s.height, 1));
+  for (size_t i = 8; idat && i + 8 < file.size(); ++i) {
+    if (std::memcmp(&file[i + 4], "IDAT", 4) == 0) {
+      *idat = i;
+      break;
+    }
+  }
+  return file;
+}
+
+TEST(ImageDecoderPng, BadCrcIsDataLossNamingTheChunk) {
+  size_t idat = 0;
+  Bytes file = SmallPng(&idat);
+  ASSERT_GT(idat, 0u);
+  file[idat + 8 + 5] ^= 0x40;  // a byte of the compressed data
+  const absl::Status s = DecodeStatus(file);
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("bad CRC in IDAT"), std::string::npos) << s;
+}
+
+TEST(ImageDecoderPng, TruncationIsDataLoss) {
+  const Bytes file = SmallPng();
+  for (size_t keep : {file.size() / 2, file.size() - 20}) {
+    const absl::Status s = DecodeStatus(Bytes(file.begin(), file.begin() + keep));
+    EXPECT_TRUE(absl::IsDataLoss(s)) << keep << ": " << s;
+    EXPECT_NE(s.message().find("PNG"), std::string::npos) << s;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// WebP.
+
+Bytes WebpLossless(const Bytes& rgb, int w, int h, bool alpha) {
+  uint8_t* out = nullptr;
+  size_t n = 0;
+  if (alpha) {
+    Bytes rgba;
+    for (int i = 0; i < w * h; ++i) {
+      rgba.insert(rgba.end(), &rgb[3 * i], &rgb[3 * i] + 3);
+      // Never 0: the encoder may rewrite the colour of fully transparent pixels.
+      rgba.push_back(static_cast<uint8_t>(1 + i * 7 % 255));
+    }
+    n = WebPEncodeLosslessRGBA(rgba.data(), w, h, w * 4, &out);
+  } else {
+    n = WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &out);
+  }
+  Bytes file(out, out + n);
+  WebPFree(out);
+  return file;
+}
+
+RgbImage Texture(int w, int h) { return testing::MakeTexture(w, h, 11); }
+
+TEST(ImageDecoderWebp, LosslessIsExactAndAlphaIsDropped) {
+  const RgbImage t = Texture(45, 31);
+  for (bool alpha : {false, true}) {
+    SCOPED_TRACE(alpha ? "rgba" : "rgb");
+    const Bytes file = WebpLossless(t.pixels, t.width, t.height, alpha);
+    ImageDecoder d;
+    absl::StatusOr<ImageInfo> info = d.ReadInfo(file.data(), file.size());
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->format, ImageFormat::kWebp);
+    EXPECT_EQ(info->width, t.width);
+    EXPECT_EQ(Decode(file), t.pixels);
+  }
+}
+
+TEST(ImageDecoderWebp, LossyMatchesLibwebpRgbDecode) {
+  const RgbImage t = Texture(64, 48);
+  uint8_t* out = nullptr;
+  const size_t n = WebPEncodeRGB(t.pixels.data(), t.width, t.height, t.width * 3, 80, &out);
+  const Bytes file(out, out + n);
+  WebPFree(out);
+  int w = 0, h = 0;
+  uint8_t* ref = WebPDecodeRGB(file.data(), file.size(), &w, &h);
+  ASSERT_NE(ref, nullptr);
+  const Bytes expected(ref, ref + size_t(w) * h * 3);
+  WebPFree(ref);
+  EXPECT_EQ(Decode(file), expected);
+}
+
+void PutLe(Bytes* b, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+void Chunk(Bytes* b, const char* tag, const Bytes& payload) {
+  b->insert(b->end(), tag, tag + 4);
+  PutLe(b, static_cast<uint32_t>(payload.size()), 4);
+  b->insert(b->end(), payload.begin(), payload.end());
+  if (payload.size() & 1) b->push_back(0);
+}
+
+/// An animated WebP: a canvas with two frames, the first one smaller than the canvas.
+Bytes AnimatedWebp(const Bytes& frame1, int fw, int fh, int x, int y, int cw, int ch) {
+  Bytes vp8x;
+  PutLe(&vp8x, 0x02, 4);  // animation flag (byte 0), reserved bytes
+  PutLe(&vp8x, cw - 1, 3);
+  PutLe(&vp8x, ch - 1, 3);
+  Bytes anim;
+  PutLe(&anim, 0xFF00FF00u, 4);  // background colour (ignored by decoders)
+  PutLe(&anim, 0, 2);
+  Bytes body(frame1.begin() + 12, frame1.end());  // the VP8L chunk of a still file
+  Bytes anmf;
+  PutLe(&anmf, x / 2, 3);
+  PutLe(&anmf, y / 2, 3);
+  PutLe(&anmf, fw - 1, 3);
+  PutLe(&anmf, fh - 1, 3);
+  PutLe(&anmf, 100, 3);  // duration
+  anmf.push_back(0);     // blend, no dispose
+  anmf.insert(anmf.end(), body.begin(), body.end());
+  Bytes anmf2 = anmf;
+  anmf2[0] = anmf2[3] = 0;  // second frame at the origin
+  Bytes chunks;
+  Chunk(&chunks, "VP8X", vp8x);
+  Chunk(&chunks, "ANIM", anim);
+  Chunk(&chunks, "ANMF", anmf);
+  Chunk(&chunks, "ANMF", anmf2);
+  Bytes file = {'R', 'I', 'F', 'F'};
+  PutLe(&file, static_cast<uint32_t>(chunks.size() + 4), 4);
+  file.insert(file.end(), {'W', 'E', 'B', 'P'});
+  file.insert(file.end(), chunks.begin(), chunks.end());
+  return file;
+}
+
+TEST(ImageDecoderWebp, AnimatedGivesFirstFrameOnBlackCanvas) {
+  const RgbImage t = Texture(20, 10);
+  const Bytes frame = WebpLossless(t.pixels, t.width, t.height, false);
+  const int cw = 30, ch = 16, x0 = 6, y0 = 4;
+  const Bytes file = AnimatedWebp(frame, t.width, t.height, x0, y0, cw, ch);
+  Bytes expected(size_t(cw) * ch * 3, 0);
+  for (int y = 0; y < t.height; ++y) {
+    std::memcpy(&expected[(size_t(y + y0) * cw + x0) * 3], &t.pixels[size_t(y) * t.width * 3],
+                size_t(t.width) * 3);
+  }
+  EXPECT_EQ(Decode(file), expected);
+  const absl::Status s = DecodeStatus(Bytes(file.begin(), file.end() - 30));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+}
+
+TEST(ImageDecoderWebp, TruncationIsDataLoss) {
+  const RgbImage t = Texture(45, 31);
+  const Bytes file = WebpLossless(t.pixels, t.width, t.height, false);
+  const absl::Status s = DecodeStatus(Bytes(file.begin(), file.begin() + file.size() / 2));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("truncated WebP"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// BMP.
+
+/// A BITMAPINFOHEADER file: `bits` 8 (with `palette`, BGRX entries), 24 or 32, rows padded to
+/// 4 bytes, bottom-up unless `top_down`.
+Bytes Bmp(int w, int h, int bits, bool top_down, const Bytes& pixels_in_file_order,
+          const Bytes& palette = {}, uint32_t compression = 0) {
+  Bytes b = {'B', 'M'};
+  const uint32_t offset = 14 + 40 + static_cast<uint32_t>(palette.size());
+  PutLe(&b, offset + static_cast<uint32_t>(pixels_in_file_order.size()), 4);
+  PutLe(&b, 0, 4);
+  PutLe(&b, offset, 4);
+  PutLe(&b, 40, 4);
+  PutLe(&b, static_cast<uint32_t>(w), 4);
+  PutLe(&b, top_down ? static_cast<uint32_t>(-h) : static_cast<uint32_t>(h), 4);
+  PutLe(&b, 1, 2);
+  PutLe(&b, static_cast<uint32_t>(bits), 2);
+  PutLe(&b, compression, 4);
+  PutLe(&b, static_cast<uint32_t>(pixels_in_file_order.size()), 4);
+  PutLe(&b, 2835, 4);
+  PutLe(&b, 2835, 4);
+  PutLe(&b, static_cast<uint32_t>(palette.size() / 4), 4);
+  PutLe(&b, 0, 4);
+  b.insert(b.end(), palette.begin(), palette.end());
+  b.insert(b.end(), pixels_in_file_order.begin(), pixels_in_file_order.end());
+  return b;
+}
+
+TEST(ImageDecoderBmp, TrueColourAndPaletteRowsInBothOrders) {
+  const int w = 13, h = 7;
+  const RgbImage t = Texture(w, h);
+  for (int bits : {24, 32}) {
+    for (bool top_down : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << bits << (top_down ? " top-down" : " bottom-up"));
+      const size_t stride = ((size_t(w) * bits + 31) / 32) * 4;
+      Bytes data(stride * h, 0);
+      for (int y = 0; y < h; ++y) {
+        const int fy = top_down ? y : h - 1 - y;
+        for (int x = 0; x < w; ++x) {
+          uint8_t* p = &data[stride * fy + size_t(x) * bits / 8];
+          const uint8_t* rgb = &t.pixels[(size_t(y) * w + x) * 3];
+          p[0] = rgb[2], p[1] = rgb[1], p[2] = rgb[0];
+          if (bits == 32) p[3] = 0x5A;  // ignored, as Pillow's "BGRX"
+        }
+      }
+      EXPECT_EQ(Decode(Bmp(w, h, bits, top_down, data)), t.pixels);
+    }
+  }
+  // 8-bit palette of 20 colours: indices past it are black.
+  const Bytes palette = Pattern(20 * 4, 9);
+  const size_t stride = (w + 3) / 4 * 4;
+  const Bytes data = Pattern(stride * h, 4);
+  Bytes expected;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      const int i = data[stride * (h - 1 - y) + x];
+      for (int c = 2; c >= 0; --c) expected.push_back(i < 20 ? palette[4 * i + c] : 0);
+    }
+  }
+  EXPECT_EQ(Decode(Bmp(w, h, 8, false, data, palette)), expected);
+}
+
+TEST(ImageDecoderBmp, RleRunsAndTruncation) {
+  const Bytes palette = Pattern(8 * 4, 5);
+  // Bottom row: an encoded run of index 1, end of line; top row: an absolute run, end.
+  const Bytes rle = {4, 1, 0, 0, 0, 4, 2, 3, 4, 5, 0, 1};
+  Bytes expected;
+  for (int i : {2, 3, 4, 5, 1, 1, 1, 1}) {
+    for (int c = 2; c >= 0; --c) expected.push_back(palette[4 * i + c]);
+  }
+  EXPECT_EQ(Decode(Bmp(4, 2, 8, false, rle, palette, /*RLE8=*/1)), expected);
+  // Pillow refuses a stream that stops before every pixel has a value.
+  absl::Status s = DecodeStatus(Bmp(4, 2, 8, false, {4, 1, 0, 1}, palette, 1));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("RLE"), std::string::npos) << s;
+  s = DecodeStatus(Bmp(4, 4, 24, false, Bytes(16 * 3, 7), {}, /*RLE8=*/1));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  const Bytes file = Bmp(4, 4, 24, false, Bytes(16 * 3, 7));
+  s = DecodeStatus(Bytes(file.begin(), file.end() - 5));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TIFF.
+
+struct TiffSpec {
+  int width = 37;
+  int height = 23;
+  uint16_t photometric = PHOTOMETRIC_RGB;
+  uint16_t bits = 8;
+  uint16_t samples = 3;
+  uint16_t compression = COMPRESSION_LZW;
+  int tile = 0;  ///< tile size, 0: strips of 5 rows
+  std::vector<uint16_t> colormap;  ///< 3 x 2^bits entries (R..., G..., B...)
+};
+
+/// libtiff encode of `raw` (packed rows) through a temporary file.
+Bytes EncodeTiff(const TiffSpec& s, const Bytes& raw) {
+  const std::string path = testing::MakeTempDir() + "/x.tif";
+  TIFF* t = TIFFOpen(path.c_str(), "w");
+  TIFFSetField(t, TIFFTAG_IMAGEWIDTH, uint32_t(s.width));
+  TIFFSetField(t, TIFFTAG_IMAGELENGTH, uint32_t(s.height));
+  TIFFSetField(t, TIFFTAG_PHOTOMETRIC, s.photometric);
+  TIFFSetField(t, TIFFTAG_BITSPERSAMPLE, s.bits);
+  TIFFSetField(t, TIFFTAG_SAMPLESPERPIXEL, s.samples);
+  TIFFSetField(t, TIFFTAG_PLANARCONFIG, PLANARCONFIG_CONTIG);
+  TIFFSetField(t, TIFFTAG_COMPRESSION, s.compression);
+  if (s.compression == COMPRESSION_LZW && s.bits == 8) TIFFSetField(t, TIFFTAG_PREDICTOR, 2);
+  if (!s.colormap.empty()) {
+    const size_t n = s.colormap.size() / 3;
+    TIFFSetField(t, TIFFTAG_COLORMAP, &s.colormap[0], &s.colormap[n], &s.colormap[2 * n]);
+  }
+  const size_t row = (size_t(s.width) * s.samples * s.bits + 7) / 8;
+  if (s.tile > 0) {
+    TIFFSetField(t, TIFFTAG_TILEWIDTH, uint32_t(s.tile));
+    TIFFSetField(t, TIFFTAG_TILELENGTH, uint32_t(s.tile));
+    const size_t tile_row = size_t(s.tile) * s.samples * s.bits / 8;
+    for (int y = 0; y < s.height; y += s.tile) {
+      for (int x = 0; x < s.width; x += s.tile) {
+        Bytes tile(tile_row * s.tile, 0);
+        const size_t x0 = size_t(x) * s.samples * s.bits / 8;
+        for (int r = 0; r < s.tile && y + r < s.height; ++r) {
+          std::memcpy(&tile[tile_row * r], &raw[row * (y + r) + x0], std::min(tile_row, row - x0));
+        }
+        TIFFWriteTile(t, tile.data(), uint32_t(x), uint32_t(y), 0, 0);
+      }
+    }
+  } else {
+    TIFFSetField(t, TIFFTAG_ROWSPERSTRIP, uint32_t(5));
+    Bytes line(row);  // the predictor rewrites the row it is given
+    for (int y = 0; y < s.height; ++y) {
+      std::memcpy(line.data(), &raw[row * y], row);
+      TIFFWriteScanline(t, line.data(), uint32_t(y), 0);
+    }
+  }
+  TIFFClose(t);
+  std::ifstream in(path, std::ios::binary);
+  Bytes out((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(path.c_str());
+  return out;
+}
+
+TEST(ImageDecoderTiff, StripsTilesPaletteAndGrayFollowPillow) {
+  const RgbImage t = Texture(37, 23);
+  {
+    TiffSpec s;  // RGB, LZW + horizontal predictor, strips
+    EXPECT_EQ(Decode(EncodeTiff(s, t.pixels)), t.pixels);
+    s.tile = 16;
+    s.compression = COMPRESSION_ADOBE_DEFLATE;
+    EXPECT_EQ(Decode(EncodeTiff(s, t.pixels)), t.pixels);
+  }
+  Bytes gray(size_t(37) * 23), expect_white, expect_black;
+  for (size_t i = 0; i < gray.size(); ++i) {
+    gray[i] = t.pixels[3 * i + 1];
+    expect_black.insert(expect_black.end(), 3, gray[i]);
+    expect_white.insert(expect_white.end(), 3, static_cast<uint8_t>(255 - gray[i]));
+  }
+  TiffSpec g;
+  g.photometric = PHOTOMETRIC_MINISBLACK;
+  g.samples = 1;
+  EXPECT_EQ(Decode(EncodeTiff(g, gray)), expect_black);
+  g.photometric = PHOTOMETRIC_MINISWHITE;  // Pillow's "L;I"
+  g.tile = 16;
+  EXPECT_EQ(Decode(EncodeTiff(g, gray)), expect_white);
+  // 4-bit palette: a 16-bit colour map, of which Pillow keeps the high byte.
+  TiffSpec p;
+  p.photometric = PHOTOMETRIC_PALETTE;
+  p.bits = 4;
+  p.samples = 1;
+  p.compression = COMPRESSION_PACKBITS;
+  for (int i = 0; i < 48; ++i) p.colormap.push_back(static_cast<uint16_t>(i * 1361 + 77));
+  const size_t row = (37 * 4 + 7) / 8;
+  const Bytes idx = Pattern(row * 23, 8);
+  Bytes expected;
+  for (int y = 0; y < 23; ++y) {
+    for (int x = 0; x < 37; ++x) {
+      const int v = (idx[row * y + x / 2] >> (x % 2 ? 0 : 4)) & 15;
+      for (int c = 0; c < 3; ++c) {
+        expected.push_back(static_cast<uint8_t>(p.colormap[c * 16 + v] >> 8));
+      }
+    }
+  }
+  EXPECT_EQ(Decode(EncodeTiff(p, idx)), expected);
+}
+
+TEST(ImageDecoderTiff, UnsupportedLayoutsAndDamage) {
+  TiffSpec cmyk;
+  cmyk.photometric = PHOTOMETRIC_SEPARATED;
+  cmyk.samples = 4;
+  absl::Status s = DecodeStatus(EncodeTiff(cmyk, Pattern(37 * 23 * 4, 1)));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("photometric 5"), std::string::npos) << s;
+  TiffSpec wide;
+  wide.bits = 16;
+  s = DecodeStatus(EncodeTiff(wide, Pattern(37 * 23 * 6, 1)));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  TiffSpec rgb;
+  rgb.compression = COMPRESSION_NONE;
+  const Bytes file = EncodeTiff(rgb, Pattern(37 * 23 * 3, 2));
+  // libtiff writes the strips before the directory: cutting into them leaves the header intact.
+  Bytes cut = file;
+  std::memset(cut.data() + 8, 0, 1000);  // zeroed strip data still decodes...
+  EXPECT_TRUE(DecodeStatus(cut).ok());
+  s = DecodeStatus(Bytes(file.begin(), file.begin() + file.size() / 3));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  EXPECT_NE(s.message().find("TIFF"), std::string::npos) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// PNM.
+
+Bytes Pnm(const std::string& header, const Bytes& data) {
+  Bytes b(header.begin(), header.end());
+  b.insert(b.end(), data.begin(), data.end());
+  return b;
+}
+
+TEST(ImageDecoderPnm, BinaryVariantsFollowPillow) {
+  const Bytes rgb = Pattern(5 * 3 * 3, 2);
+  // A comment inside the header is skipped.
+  EXPECT_EQ(Decode(Pnm("P6\n# made in a test\n5 3\n255\n", rgb)), rgb);
+  // maxval below 255: rescaled with round-half-even, values past maxval clip.
+  Bytes small = {0, 50, 100, 101, 200, 255};
+  Bytes expected;
+  for (int v : small) {
+    const int s = std::min(255, int(std::nearbyint(v / 100.0 * 255)));
+    expected.insert(expected.end(), {uint8_t(s), uint8_t(s), uint8_t(s)});
+  }
+  EXPECT_EQ(Decode(Pnm("P5 6 1 100\n", small)), expected);
+  // 16-bit PGM: Pillow mode "I", whose RGB conversion clips at 255.
+  const Bytes wide = {0x00, 0x07, 0x00, 0xFF, 0x01, 0x00, 0xFF, 0xFF};
+  EXPECT_EQ(Decode(Pnm("P5 4 1 65535\n", wide)),
+            (Bytes{7, 7, 7, 255, 255, 255, 255, 255, 255, 255, 255, 255}));
+  // 16-bit PPM: rescaled to 0..255.
+  EXPECT_EQ(Decode(Pnm("P6 1 1 65535\n", {0x00, 0x80, 0x80, 0x00, 0xFF, 0xFF})),
+            (Bytes{0, 128, 255}));
+  // PBM: a set bit is black; rows padded to bytes.
+  EXPECT_EQ(Decode(Pnm("P4 3 2\n", {0b10100000, 0b01000000})),
+            (Bytes{0, 0, 0, 255, 255, 255, 0, 0, 0, 255, 255, 255, 0, 0, 0, 255, 255, 255}));
+}
+
+TEST(ImageDecoderPnm, PlainAndTruncated) {
+  absl::Status s = DecodeStatus(Pnm("P3 1 1 255\n1 2 3\n", {}));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("P3"), std::string::npos) << s;
+  s = DecodeStatus(Pnm("P6 4 4 255\n", Bytes(40, 1)));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+  s = DecodeStatus(Pnm("P6 4", {}));
+  EXPECT_TRUE(absl::IsDataLoss(s)) << s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dispatch, limits, the transform stage.
+
+TEST(ImageDecoder, SignatureDecidesAndUnknownDataIsNamed) {
+  ImageDecoder d;
+  const Bytes gif = {'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0};
+  absl::Status s = d.DecodeFull(gif.data(), gif.size()).status();
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("GIF"), std::string::npos);
+  const std::string text = "just some text\n";
+  s = d.DecodeFull(reinterpret_cast<const uint8_t*>(text.data()), text.size()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("text"), std::string::npos);
+  s = d.DecodeFull(nullptr, 0).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  // JPEG goes to the JPEG decoder.
+  testing::JpegFlavor f;
+  f.width = 40;
+  f.height = 30;
+  const Bytes jpeg = testing::EncodeJpeg(f);
+  JpegDecoder jd;
+  absl::StatusOr<RgbImage> ref = jd.DecodeFull(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(Decode(jpeg, &d), ref->pixels);
+  absl::StatusOr<ImageInfo> info = d.ReadInfo(jpeg.data(), jpeg.size());
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->format, ImageFormat::kJpeg);
+}
+
+TEST(ImageDecoder, PixelLimitBeforeDecodingEveryFormat) {
+  const RgbImage t = Texture(45, 31);
+  PngSpec spec;
+  spec.width = t.width;
+  spec.height = t.height;
+  TiffSpec tiff;
+  tiff.width = t.width;
+  tiff.height = t.height;
+  const std::vector<Bytes> files = {
+      EncodePng(spec, t.pixels), WebpLossless(t.pixels, t.width, t.height, false),
+      Bmp(t.width, t.height, 24, true, Bytes(size_t(48 * 3) * 31, 0)),
+      Pnm("P6 45 31 255\n", t.pixels), EncodeTiff(tiff, t.pixels)};
+  for (const Bytes& file : files) {
+    ImageDecoder d;
+    d.set_max_image_pixels(45 * 31 - 1);
+    absl::Status s = d.ReadInfo(file.data(), file.size()).status();
+    EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+    s = d.DecodeFull(file.data(), file.size()).status();
+    EXPECT_TRUE(absl::IsOutOfRange(s)) << s;
+    EXPECT_NE(s.message().find("exceeds the limit"), std::string::npos) << s;
+    d.set_max_image_pixels(45 * 31);
+    EXPECT_TRUE(d.DecodeFull(file.data(), file.size()).ok());
+  }
+}
+
+TEST(ImageDecoder, DecodeIntoRendersTheSamePixelsWhateverTheFormat) {
+  const RgbImage t = Texture(83, 61);
+  TransformStep resize;
+  resize.kind = Kind::kResize;
+  resize.size_h = 40;
+  TransformStep crop;
+  crop.kind = Kind::kCenterCrop;
+  crop.size_h = crop.size_w = 32;
+  const TransformPipeline p = *TransformPipeline::Create({resize, crop}, DType::kUint8,
+                                                         Layout::kHWC);
+  PngSpec rgb;
+  rgb.width = t.width;
+  rgb.height = t.height;
+  PngSpec rgba = rgb;
+  rgba.color_type = 6;
+  Bytes with_alpha;
+  for (size_t i = 0; i < t.pixels.size(); i += 3) {
+    with_alpha.insert(with_alpha.end(), &t.pixels[i], &t.pixels[i] + 3);
+    with_alpha.push_back(static_cast<uint8_t>(i));
+  }
+  const std::vector<Bytes> files = {EncodePng(rgb, t.pixels), EncodePng(rgba, with_alpha),
+                                    WebpLossless(t.pixels, t.width, t.height, true),
+                                    Pnm("P6 83 61 255\n", t.pixels)};
+  ImageDecoder d;
+  Bytes first;
+  for (const Bytes& file : files) {
+    Bytes out(p.SampleBytes(), 0xCD);
+    SampleRng rng(1);
+    DecodeStats stats;
+    ASSERT_TRUE(d.DecodeInto(file.data(), file.size(), p, rng, out.data(), &stats).ok());
+    EXPECT_EQ(stats.decoded_width, t.width);
+    if (first.empty()) {
+      first = out;
+    } else {
+      EXPECT_EQ(out, first);
+    }
+  }
+}
+
+TEST(ImageDecoder, DamagedInputsNeverCrash) {
+  const RgbImage t = Texture(24, 17);
+  PngSpec spec;
+  spec.width = t.width;
+  spec.height = t.height;
+  spec.interlaced = true;
+  uint8_t* lossy = nullptr;
+  const size_t lossy_n = WebPEncodeRGB(t.pixels.data(), t.width, t.height, t.width * 3, 70, &lossy);
+  const std::vector<Bytes> files = {
+      EncodePng(spec, t.pixels), WebpLossless(t.pixels, t.width, t.height, true),
+      Bytes(lossy, lossy + lossy_n), Bmp(4, 4, 24, false, Bytes(16 * 3, 7)),
+      Pnm("P6 24 17 255\n", t.pixels)};
+  WebPFree(lossy);
+  ImageDecoder d;
+  for (const Bytes& file : files) {
+    for (size_t keep = 0; keep < file.size(); keep += 1 + file.size() / 97) {
+      (void)d.DecodeFull(file.data(), keep);
+    }
+    for (uint32_t seed = 0; seed < 200; ++seed) {
+      Bytes bad = file;
+      const Bytes noise = Pattern(8, seed);
+      for (int i = 0; i < 4; ++i) {
+        bad[(noise[2 * i] * 131 + noise[2 * i + 1]) % bad.size()] ^= 1 << (seed % 8);
+      }
+      absl::StatusOr<RgbImage> r = d.DecodeFull(bad.data(), bad.size());
+      if (r.ok()) {
+        EXPECT_EQ(r->pixels.size(), size_t(r->width) * r->height * 3);
+      } else {
+        EXPECT_NE(r.status().code(), absl::StatusCode::kUnknown);
+        EXPECT_FALSE(r.status().message().empty());
+      }
+    }
+  }
+  // The decoder is still good afterwards.
+  EXPECT_EQ(Decode(EncodePng(spec, t.pixels), &d), t.pixels);
+}
+
+}  // namespace
+}  // namespace ringloader

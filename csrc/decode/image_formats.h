@@ -1,0 +1,79 @@
+#pragma once
+/// Internal interface between ImageDecoder and the whole-image format readers (PNG, WebP, BMP,
+/// TIFF, PNM). Each reader has two entry points: a header read that reports the size without
+/// allocating for pixels (so the caller can enforce the pixel limit first), and a decode that
+/// fills a grow-only buffer with the image as Pillow's convert("RGB") would see it.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ringloader::decode_internal {
+
+/// Width and height from a header.
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+/// A decoded image in `Scratch::pixels`: rows `stride` bytes apart, `bytes_per_pixel` 3 (packed
+/// RGB) or 4 (RGB plus a fourth byte that carries no colour: alpha Pillow drops, or padding).
+struct Decoded {
+  const uint8_t* pixels = nullptr;
+  size_t stride = 0;
+  int bytes_per_pixel = 3;
+  int width = 0;
+  int height = 0;
+};
+
+/// Grow-only buffers shared by the readers of one decoder.
+struct Scratch {
+  std::vector<uint8_t> pixels;  ///< the decoded image
+  std::vector<uint8_t> raw;     ///< the library's output before conversion, when one is needed
+  std::vector<uint8_t> tile;    ///< one TIFF tile
+
+  /// `pixels` with room for at least `bytes`.
+  uint8_t* Pixels(size_t bytes) {
+    if (pixels.size() < bytes) pixels.resize(bytes);
+    return pixels.data();
+  }
+  /// `raw` with room for at least `bytes`.
+  uint8_t* Raw(size_t bytes) {
+    if (raw.size() < bytes) raw.resize(bytes);
+    return raw.data();
+  }
+  /// `tile` with room for at least `bytes`.
+  uint8_t* Tile(size_t bytes) {
+    if (tile.size() < bytes) tile.resize(bytes);
+    return tile.data();
+  }
+};
+
+/// OutOfRange when width x height exceeds `max_pixels` (Pillow's decompression-bomb error);
+/// every reader calls it between its header and its first pixel allocation.
+absl::Status CheckPixelLimit(const char* format, int width, int height, uint64_t max_pixels);
+
+absl::StatusOr<ImageSize> PngHeader(const uint8_t* data, size_t size);
+absl::Status PngDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                       Decoded* out);
+
+absl::StatusOr<ImageSize> WebpHeader(const uint8_t* data, size_t size);
+absl::Status WebpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                        Decoded* out);
+
+absl::StatusOr<ImageSize> BmpHeader(const uint8_t* data, size_t size);
+absl::Status BmpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                       Decoded* out);
+
+absl::StatusOr<ImageSize> TiffHeader(const uint8_t* data, size_t size);
+absl::Status TiffDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                        Decoded* out);
+
+absl::StatusOr<ImageSize> PnmHeader(const uint8_t* data, size_t size);
+absl::Status PnmDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                       Decoded* out);
+
+}  // namespace ringloader::decode_internal

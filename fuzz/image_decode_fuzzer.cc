@@ -1,0 +1,201 @@
+/// libFuzzer target for ImageDecoder, the one entry point for every format: format sniffing,
+/// the PNG (libspng), WebP (libwebp), BMP and PNM readers, the pixel limit and the render stage,
+/// through ReadInfo, DecodeFull and DecodeInto with fixed train and eval pipelines on one
+/// long-lived decoder, as a loader worker uses it. JPEG inputs reach the JPEG decoder, which
+/// jpeg_decode_fuzzer covers in depth.
+///
+/// Contract checked on every input besides what ASan/UBSan catch (a break aborts: a finding):
+///  * a failure is a Status with a specific code and a message, never a crash;
+///  * ReadInfo/DecodeFull agree on dimensions; DecodeFull returns exactly w*h*3 bytes;
+///  * a successful DecodeInto writes every byte of SampleBytes() and is deterministic;
+///  * afterwards the same decoder still decodes known-good images (JPEG, PNM) identically, so
+///    no state leaks from one image into the next.
+///
+/// libspng and libwebp come from the system, not coverage-instrumented: coverage steers by
+/// ringloader's own code (sniffing, the BMP/PNM parsers, the PNG/WebP conversions and limits).
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "decode/image_decoder.h"
+#include "testing/jpeg_fixtures.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+
+namespace ringloader {
+namespace {
+
+/// Keeps one input fast and small; the limit check itself is exercised either way.
+constexpr uint64_t kMaxPixels = uint64_t{1} << 22;
+constexpr int kOut = 64;
+
+[[noreturn]] void Finding(const char* what, const absl::Status& status = absl::OkStatus()) {
+  std::fprintf(stderr, "image_decode_fuzzer: contract violated: %s (%s)\n", what,
+               status.ToString().c_str());
+  std::abort();
+}
+
+TransformStep Step(TransformStep::Kind kind, int size = 0) {
+  TransformStep s;
+  s.kind = kind;
+  s.size_h = size;
+  s.size_w = size;
+  return s;
+}
+
+/// RandomResizedCrop + flip + ToTensor + Normalize, float32 CHW.
+TransformPipeline TrainPipeline() {
+  using Kind = TransformStep::Kind;
+  TransformStep norm = Step(Kind::kNormalize);
+  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
+  for (int c = 0; c < 3; ++c) norm.mean[c] = mean[c], norm.std[c] = std[c];
+  auto p = TransformPipeline::Create({Step(Kind::kRandomResizedCrop, kOut),
+                                      Step(Kind::kRandomHorizontalFlip), Step(Kind::kToTensor),
+                                      norm},
+                                     DType::kFloat32, Layout::kCHW);
+  if (!p.ok()) Finding("train pipeline", p.status());
+  return *std::move(p);
+}
+
+/// Resize (shorter side) + CenterCrop, uint8 HWC; pads very wide or tall images.
+TransformPipeline EvalPipeline() {
+  using Kind = TransformStep::Kind;
+  TransformStep resize = Step(Kind::kResize, kOut + kOut / 8);
+  resize.size_w = 0;
+  auto p = TransformPipeline::Create({resize, Step(Kind::kCenterCrop, kOut)}, DType::kUint8,
+                                     Layout::kHWC);
+  if (!p.ok()) Finding("eval pipeline", p.status());
+  return *std::move(p);
+}
+
+/// A 31 x 23 binary PPM of the fixtures' texture.
+std::vector<uint8_t> KnownGoodPnm() {
+  const RgbImage t = testing::MakeTexture(31, 23, 9);
+  const std::string header = "P6\n31 23\n255\n";
+  std::vector<uint8_t> out(header.begin(), header.end());
+  out.insert(out.end(), t.pixels.begin(), t.pixels.end());
+  return out;
+}
+
+std::vector<uint8_t> KnownGoodJpeg() {
+  testing::JpegFlavor f;
+  f.width = 97;
+  f.height = 71;
+  f.seed = 5;
+  return testing::EncodeJpeg(f);
+}
+
+/// Everything that lives across inputs, as in a loader worker.
+struct Harness {
+  ImageDecoder decoder;
+  TransformPipeline train = TrainPipeline();
+  TransformPipeline eval = EvalPipeline();
+  std::vector<std::vector<uint8_t>> known_good = {KnownGoodJpeg(), KnownGoodPnm()};
+  std::vector<std::vector<uint8_t>> known_good_out;  // train output on a fresh decoder
+  Harness() {
+    decoder.set_max_image_pixels(kMaxPixels);
+    known_good_out = DecodeKnownGood(decoder);
+  }
+  std::vector<std::vector<uint8_t>> DecodeKnownGood(ImageDecoder& d) const {
+    std::vector<std::vector<uint8_t>> outs;
+    for (const std::vector<uint8_t>& file : known_good) {
+      std::vector<uint8_t> out(train.SampleBytes());
+      SampleRng rng(42);
+      const absl::Status s = d.DecodeInto(file.data(), file.size(), train, rng, out.data());
+      if (!s.ok()) Finding("known-good image failed to decode", s);
+      outs.push_back(std::move(out));
+    }
+    return outs;
+  }
+};
+
+void CheckError(const absl::Status& s) {
+  if (s.ok()) return;
+  if (s.code() == absl::StatusCode::kUnknown || s.code() == absl::StatusCode::kInternal) {
+    Finding("unexpected status code", s);
+  }
+  if (s.message().empty()) Finding("error without a message", s);
+}
+
+/// FNV-1a over the size and the first bytes: a per-input (reproducible) seed and path choice.
+uint64_t InputHash(const uint8_t* data, size_t size) {
+  uint64_t h = 1469598103934665603ULL ^ size;
+  for (size_t i = 0; i < size && i < 64; ++i) h = (h ^ data[i]) * 1099511628211ULL;
+  return Mix64(h);
+}
+
+/// Exact-size heap block, so ASan reports a write one byte past SampleBytes().
+absl::Status DecodeOnce(ImageDecoder& d, const uint8_t* data, size_t size,
+                        const TransformPipeline& p, uint64_t seed, uint8_t fill,
+                        std::vector<uint8_t>* out) {
+  std::unique_ptr<uint8_t[]> dst(new uint8_t[p.SampleBytes()]);
+  std::memset(dst.get(), fill, p.SampleBytes());
+  SampleRng rng(seed);
+  const absl::Status s = d.DecodeInto(data, size, p, rng, dst.get());
+  if (s.ok()) out->assign(dst.get(), dst.get() + p.SampleBytes());
+  return s;
+}
+
+}  // namespace
+}  // namespace ringloader
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ringloader;
+  static Harness* h = new Harness();  // never destroyed: outlives every input, like a worker's
+  ImageDecoder& d = h->decoder;
+  const uint64_t hash = InputHash(data, size);
+  const uint8_t* bytes = size == 0 ? nullptr : data;
+
+  absl::StatusOr<ImageInfo> info = d.ReadInfo(bytes, size);
+  CheckError(info.status());
+  if (info.ok()) {
+    if (info->width < 1 || info->height < 1) Finding("ReadInfo returned impossible dimensions");
+    if (uint64_t(info->width) * uint64_t(info->height) > kMaxPixels) {
+      Finding("ReadInfo accepted an image over the pixel limit");
+    }
+  }
+
+  absl::StatusOr<RgbImage> full = d.DecodeFull(bytes, size);
+  CheckError(full.status());
+  if (full.ok()) {
+    if (!info.ok()) Finding("DecodeFull succeeded where ReadInfo failed", info.status());
+    if (full->width != info->width || full->height != info->height) {
+      Finding("DecodeFull and ReadInfo disagree on dimensions");
+    }
+    if (full->pixels.size() != size_t(full->width) * size_t(full->height) * 3) {
+      Finding("DecodeFull returned a wrongly sized buffer");
+    }
+  }
+
+  const bool train = (hash & 1) != 0;
+  const TransformPipeline& p = train ? h->train : h->eval;
+  d.set_fast_paths((hash & 6) != 0);
+  std::vector<uint8_t> first, second;
+  const absl::Status s = DecodeOnce(d, bytes, size, p, hash, 0x00, &first);
+  CheckError(s);
+  if (s.ok()) {
+    if (!info.ok()) Finding("DecodeInto succeeded where ReadInfo failed", info.status());
+    const absl::Status again = DecodeOnce(d, bytes, size, p, hash, 0xFF, &second);
+    if (!again.ok()) Finding("second identical DecodeInto failed", again);
+    if (first != second) Finding("DecodeInto left output bytes unwritten or is nondeterministic");
+    if (train) {
+      const float* f = reinterpret_cast<const float*>(second.data());
+      for (size_t i = 0; i < second.size() / sizeof(float); ++i) {
+        if (!std::isfinite(f[i]) || std::fabs(f[i]) > 3.0f) Finding("train output out of range");
+      }
+    }
+  }
+
+  d.set_fast_paths(true);
+  if (h->DecodeKnownGood(d) != h->known_good_out) {
+    Finding("decoder state leaked from the previous image into the next one");
+  }
+  return 0;
+}

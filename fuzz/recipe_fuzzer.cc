@@ -1,0 +1,149 @@
+/// libFuzzer target for the transform chain beyond the decoder: TransformPipeline::Create on a
+/// fuzzed chain of every step kind with fuzzed parameters (valid or not), then Plan and
+/// RenderSample on a fuzzed image of 1..80 pixels a side, as a decode thread runs them.
+///
+/// Contract checked on every input (a violation aborts, which libFuzzer records):
+///  * Create either fails with InvalidArgument or gives a pipeline;
+///  * rendering writes exactly OutputBytes(geometry) bytes into an exact-size heap block (a
+///    write past it is an ASan report) and nothing depends on what the block held before
+///    (rendered twice over different fill patterns);
+///  * the same seed gives the same bytes, also through a RenderState already used by other
+///    images (no state leaks between samples);
+///  * a render error is InvalidArgument (a crop larger than the image), never anything else.
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+#include "transform/render.h"
+
+namespace ringloader {
+namespace {
+
+[[noreturn]] void Finding(const char* what, const absl::Status& status = absl::OkStatus()) {
+  std::fprintf(stderr, "recipe_fuzzer: contract violated: %s (%s)\n", what,
+               status.ToString().c_str());
+  std::abort();
+}
+
+using Kind = TransformStep::Kind;
+
+constexpr Kind kKinds[] = {
+    Kind::kResize,          Kind::kCenterCrop,         Kind::kRandomResizedCrop,
+    Kind::kRandomHorizontalFlip, Kind::kRandomVerticalFlip, Kind::kRandomCrop,
+    Kind::kPad,             Kind::kColorJitter,        Kind::kGrayscale,
+    Kind::kRandomRotation,  Kind::kRandomAffine,       Kind::kGaussianBlur,
+    Kind::kAugOp,           Kind::kRandAugment,        Kind::kTrivialAugmentWide,
+    Kind::kAutoAugment,     Kind::kTimmRandAugment,    Kind::kToTensor,
+    Kind::kNormalize,       Kind::kRandomErasing};
+
+TransformStep FuzzStep(FuzzedDataProvider& in) {
+  TransformStep s;
+  s.kind = in.PickValueInArray(kKinds);
+  s.size_h = in.ConsumeIntegralInRange(-2, 90);
+  s.size_w = in.ConsumeIntegralInRange(-2, 90);
+  if (in.ConsumeBool()) s.max_size = in.ConsumeIntegralInRange(0, 120);
+  s.p = in.ConsumeFloatingPointInRange(-0.1, 1.1);
+  s.scale_min = in.ConsumeFloatingPointInRange(0.0, 1.0);
+  s.scale_max = in.ConsumeFloatingPointInRange(0.0, 1.2);
+  s.interpolation = static_cast<Interpolation>(in.ConsumeIntegralInRange(0, 5));
+  s.pad_mode = static_cast<PadMode>(in.ConsumeIntegralInRange(0, 3));
+  for (int& v : s.pad) v = in.ConsumeIntegralInRange(-3, 12);
+  s.pad_if_needed = in.ConsumeBool();
+  for (float& v : s.fill) v = in.ConsumeBool() ? 0.f : in.ConsumeFloatingPointInRange(-10.f, 300.f);
+  for (int i = 0; i < 5; ++i) {
+    s.has_range[i] = in.ConsumeBool();
+    s.range[i][0] = in.ConsumeFloatingPointInRange(-2.0, 2.0);
+    s.range[i][1] = s.range[i][0] + in.ConsumeFloatingPointInRange(0.0, 2.0);
+  }
+  if (s.kind == Kind::kRandomRotation || s.kind == Kind::kRandomAffine) {
+    s.range[0][0] *= 180, s.range[0][1] *= 180;
+  }
+  s.has_center = in.ConsumeBool();
+  s.center[0] = in.ConsumeFloatingPointInRange(-20.0, 100.0);
+  s.center[1] = in.ConsumeFloatingPointInRange(-20.0, 100.0);
+  s.aug_op = static_cast<AugOp>(in.ConsumeIntegralInRange(0, static_cast<int>(AugOp::kSolarizeAdd)));
+  s.magnitude = in.ConsumeFloatingPointInRange(-2.0, 40.0);
+  s.num_ops = in.ConsumeIntegralInRange(-1, 4);
+  s.num_bins = in.ConsumeIntegralInRange(0, 40);
+  s.policy = in.ConsumeIntegralInRange(-1, 3);
+  s.timm_op_count = in.ConsumeIntegralInRange(0, 24);
+  for (int i = 0; i < s.timm_op_count; ++i) {
+    s.timm_ops[i] = in.ConsumeIntegralInRange(0, static_cast<int>(TimmOp::kCount) - 1);
+  }
+  s.magnitude_std = in.ConsumeFloatingPointInRange(0.0, 3.0);
+  s.random_interpolation = in.ConsumeBool();
+  s.erase_mode = in.ConsumeIntegralInRange(0, 2);
+  s.timm_erasing = in.ConsumeBool();
+  s.erase_count = in.ConsumeIntegralInRange(0, 4);
+  return s;
+}
+
+std::vector<uint8_t> Render(const TransformPipeline& p, const std::vector<uint8_t>& pixels, int w,
+                            int h, uint64_t seed, uint8_t fill, RenderState& state,
+                            absl::Status* status) {
+  SampleRng rng(seed);
+  const SampleGeometry g = p.Plan(w, h, rng);
+  const size_t bytes = p.OutputBytes(g);
+  if (p.fixed_size() && bytes != p.SampleBytes() && g.error == nullptr) Finding("output size");
+  std::unique_ptr<uint8_t[]> out(new uint8_t[bytes + 1]);  // exact-size block (+1 for 0 bytes)
+  std::memset(out.get(), fill, bytes);
+  *status = RenderSample(pixels.data(), static_cast<size_t>(w) * 3, 3, w, h, p, g, rng, state,
+                         out.get());
+  return std::vector<uint8_t>(out.get(), out.get() + bytes);
+}
+
+RenderState& SharedState() {
+  static RenderState state;  // reused across inputs, as a decode thread reuses its own
+  return state;
+}
+
+}  // namespace
+}  // namespace ringloader
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace ringloader;
+  FuzzedDataProvider in(data, size);
+  const int w = in.ConsumeIntegralInRange(1, 80);
+  const int h = in.ConsumeIntegralInRange(1, 80);
+  const uint64_t seed = in.ConsumeIntegral<uint64_t>();
+  const DType dtype = static_cast<DType>(in.ConsumeIntegralInRange(0, 3));
+  const Layout layout = in.ConsumeBool() ? Layout::kHWC : Layout::kCHW;
+  const bool variable = in.ConsumeBool();
+  std::vector<TransformStep> steps(in.ConsumeIntegralInRange(0, 6));
+  for (TransformStep& s : steps) s = FuzzStep(in);
+  std::vector<uint8_t> pixels = in.ConsumeBytes<uint8_t>(static_cast<size_t>(w) * h * 3);
+  pixels.resize(static_cast<size_t>(w) * h * 3, 0x5A);
+
+  absl::StatusOr<TransformPipeline> p = TransformPipeline::Create(steps, dtype, layout, variable);
+  if (!p.ok()) {
+    if (p.status().code() != absl::StatusCode::kInvalidArgument) Finding("Create", p.status());
+    return 0;
+  }
+  // Keep single inputs fast: huge outputs are legal but only slow the search down.
+  {
+    SampleRng probe(seed);
+    if (p->OutputBytes(p->Plan(w, h, probe)) > (size_t{4} << 20)) return 0;
+  }
+  absl::Status s1, s2, s3;
+  RenderState fresh;
+  const std::vector<uint8_t> a = Render(*p, pixels, w, h, seed, 0x00, fresh, &s1);
+  const std::vector<uint8_t> b = Render(*p, pixels, w, h, seed, 0xFF, SharedState(), &s2);
+  if (s1.code() != s2.code()) Finding("same input, different status", s1.ok() ? s2 : s1);
+  if (!s1.ok()) {
+    if (s1.code() != absl::StatusCode::kInvalidArgument) Finding("render error code", s1);
+    return 0;
+  }
+  if (a != b) Finding("output depends on the destination's old bytes or on earlier samples");
+  const std::vector<uint8_t> c = Render(*p, pixels, w, h, seed, 0x33, SharedState(), &s3);
+  if (!s3.ok() || a != c) Finding("not deterministic for one seed", s3);
+  return 0;
+}
