@@ -161,6 +161,42 @@ class BenchCliTest(unittest.TestCase):
         with open(cpu) as f:
             self.assertEqual(json.load(f)["stages"]["device_bytes"], 0)
 
+    def test_05d_bad_data_stops_and_is_named(self):
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "all_bad", "a"))
+            for i in range(20):
+                with open(os.path.join(d, "all_bad", "a", f"img_{i}.jpg"), "w") as f:
+                    f.write("not an image\n")
+            for preset in ("eval", "decode"):
+                # With --duration this measured 0 images/s until killed: it must stop at once.
+                r = self.bench("--data", os.path.join(d, "all_bad"), "--preset", preset,
+                               "--duration=600", "--warmup=0", "--progress=false")
+                self.assertNotEqual(r.returncode, 0, preset)
+                self.assertIn("all failed and none succeeded", r.stderr, preset)
+                self.assertIn("INVALID_ARGUMENT", r.stderr, preset)
+                self.assertRegex(r.stderr, r"all_bad/a/img_\d+\.jpg", preset)
+                self.assertIn("not an image: text data", r.stderr, preset)
+
+            # Mostly bad: the run is measured, and the verdict says errors dominate.
+            import glob
+            os.makedirs(os.path.join(d, "mostly_bad", "a"))
+            good = sorted(glob.glob(os.path.join(self.root, "*", "*.jpg")))[:4]
+            for i, path in enumerate(good):
+                with open(path, "rb") as src, open(os.path.join(d, "mostly_bad", "a", f"ok_{i}.jpg"), "wb") as dst:
+                    dst.write(src.read())
+            for i in range(20):
+                with open(os.path.join(d, "mostly_bad", "a", f"bad_{i}.jpg"), "w") as f:
+                    f.write("not an image\n")
+            path = os.path.join(d, "report.json")
+            r = self.bench("--data", os.path.join(d, "mostly_bad"), "--batch_size=1", "--epochs=2",
+                           "--warmup=0", "--progress=false", "--json", path)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("error-bound", r.stdout)
+            with open(path) as f:
+                verdict = json.load(f)["verdict"]
+            self.assertEqual(verdict["bottleneck"], "errors")
+            self.assertIn("40 of 48 batches failed", verdict["evidence"])
+
     def test_06_help_explains_every_flag(self):
         r = run("--help")
         self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help

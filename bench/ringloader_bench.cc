@@ -509,6 +509,19 @@ absl::Status WarmupTooLong(const Config& cfg) {
       "raise --epochs / --duration"));
 }
 
+/// Failures in a row, with nothing delivered yet, after which a run stops: every sample (or every
+/// batch) failing would otherwise measure 0 images/s for the whole --duration, or forever.
+constexpr int64_t kMaxFailuresBeforeFirstSuccess = 64;
+
+/// The error that stops a run where nothing succeeded: the kind and one failing sample, whose
+/// message names its file.
+absl::Status NothingSucceeded(int64_t failures, const char* what, const absl::Status& example) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "stopped: the first ", failures, " ", what, " all failed and none succeeded, so there is "
+      "nothing to measure; errors of kind ", absl::StatusCodeToString(example.code()),
+      ", for example ", example.message(), "; fix or filter the data set"));
+}
+
 absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   LoaderOptions o;
   o.batch_size = cfg.batch_size;
@@ -563,6 +576,12 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
         if (!batch.status().GetPayload(kSampleIndexPayload).has_value()) return batch.status();
         ++m.errors;
         m.last_error = std::string(batch.status().message());
+        const int64_t epoch_batches = loader.BatchesPerEpoch();
+        if (delivered == 0 && m.errors >= std::min(kMaxFailuresBeforeFirstSuccess, epoch_batches)) {
+          loader.Stop();
+          progress.Stop();
+          return NothingSucceeded(m.errors, "batches", batch.status());
+        }
         continue;
       }
       ++delivered;
@@ -675,6 +694,9 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
   Clock::time_point t0 = Clock::now();
   std::string last_error, backend;
   absl::Status fatal;
+  const int64_t max_failures =
+      std::min(kMaxFailuresBeforeFirstSuccess, static_cast<int64_t>(ds.samples.size()));
+  int64_t failures = 0;  // all failures, warm-up included (under mu)
 
   ProgressDisplay progress(cfg.progress, PresetName(cfg.preset),
                            [&] { return ProgressSnapshot{files_total.load(), bytes_total.load()}; });
@@ -694,6 +716,7 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
     FileFetcher fetcher(*std::move(reader), size_t{256} << 20);
     ImageDecoder decoder;
     std::vector<ByteBuffer> buffers(static_cast<size_t>(depth));
+    std::vector<int64_t> buffer_sample(static_cast<size_t>(depth));  // the file each one holds
     std::vector<int> free_buffers(static_cast<size_t>(depth));
     std::iota(free_buffers.begin(), free_buffers.end(), 0);
     std::vector<FetchedFile> fetched;
@@ -708,6 +731,7 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
         }
         const int b = free_buffers.back();
         free_buffers.pop_back();
+        buffer_sample[static_cast<size_t>(b)] = index;
         fetcher.Start(ds.samples[static_cast<size_t>(index)].path, &buffers[static_cast<size_t>(b)],
                       static_cast<uint64_t>(b));
       }
@@ -739,7 +763,12 @@ absl::StatusOr<Measurement> RunComponents(const Dataset& ds, const Config& cfg) 
         if (!s.ok()) {
           if (measuring.load()) ++m_errors;
           std::lock_guard<std::mutex> lock(mu);
-          last_error = std::string(s.message());
+          last_error = absl::StrCat(ds.samples[static_cast<size_t>(buffer_sample[f.tag])].path,
+                                    ": ", s.message());
+          if (++failures >= max_failures && files_total.load() == 0 && fatal.ok()) {
+            fatal = NothingSucceeded(failures, "files", absl::Status(s.code(), last_error));
+            work.Stop();
+          }
           continue;
         }
         bytes_total += size;
@@ -824,7 +853,7 @@ absl::StatusOr<DecodeFloor> MeasureDecodeFloor(const Dataset& ds, int count) {
 // Verdict
 
 struct Verdict {
-  std::string bottleneck;  // "io", "decode", "consumer"
+  std::string bottleneck;  // "io", "decode", "consumer", "errors"
   std::string label;       // "I/O-bound", ...
   std::string evidence;
 };
@@ -844,6 +873,17 @@ Verdict Judge(const Config& cfg, const Measurement& m) {
     v.label = label;
     v.evidence = std::move(evidence);
   };
+  // The loader reports one error per failed batch; the component presets one per failed file.
+  const bool per_batch = cfg.preset != Preset::kRead && cfg.preset != Preset::kDecode;
+  const int64_t succeeded = per_batch ? m.batches : m.images;
+  if (m.errors > 0 && m.errors >= succeeded) {
+    set("errors", "error-bound",
+        absl::StrFormat("%d of %d %s failed (last: %s): the rates mostly measure failing samples, "
+                        "not the pipeline; fix or filter the data set first",
+                        m.errors, m.errors + succeeded, per_batch ? "batches" : "files",
+                        m.last_error));
+    return v;
+  }
   if (cfg.preset == Preset::kRead) {
     set("io", "I/O-bound",
         absl::StrFormat("the read preset does nothing but read: %.0f%% of the %d reader threads' "

@@ -369,7 +369,8 @@ TEST(DevicePathTest, MemoryStaysBoundedOver1000Batches) {
   auto loader = Loader::Create(samples, o).value();
   int64_t batches = 0;
   for (int64_t epoch = 0; batches < 1000; ++epoch) {
-    ASSERT_TRUE(loader->StartEpoch(epoch).ok());
+    const absl::Status started = loader->StartEpoch(epoch);
+    ASSERT_TRUE(started.ok()) << started;
     while (true) {
       absl::StatusOr<Batch> b = loader->Next();
       if (absl::IsOutOfRange(b.status())) break;

@@ -96,6 +96,117 @@ absl::StatusOr<ImageFormat> Sniff(const uint8_t* d, size_t n) {
   return absl::InvalidArgumentError(what);
 }
 
+uint32_t Be32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
+}
+
+uint32_t Le32(const uint8_t* p) {
+  return (uint32_t{p[3]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[1]} << 8) | p[0];
+}
+
+/// The Orientation tag (274) of IFD0 of a TIFF structure (an EXIF block, or a TIFF file); 1 when
+/// absent, out of 1..8 or unreadable: Pillow ignores a broken EXIF block too.
+int TiffOrientation(const uint8_t* d, size_t n) {
+  if (n >= 6 && std::memcmp(d, "Exif\0\0", 6) == 0) d += 6, n -= 6;  // WebP may keep the prefix
+  if (n < 8) return 1;
+  const bool little = d[0] == 'I' && d[1] == 'I';
+  if (!little && !(d[0] == 'M' && d[1] == 'M')) return 1;
+  auto u16 = [&](size_t at) {
+    return little ? uint32_t{d[at]} | (uint32_t{d[at + 1]} << 8)
+                  : (uint32_t{d[at]} << 8) | d[at + 1];
+  };
+  auto u32 = [&](size_t at) { return little ? Le32(d + at) : Be32(d + at); };
+  const size_t ifd = u32(4);
+  if (ifd > n || n - ifd < 2) return 1;
+  const size_t entries = u16(ifd);
+  for (size_t e = 0; e < entries; ++e) {
+    const size_t at = ifd + 2 + 12 * e;
+    if (at > n || n - at < 12) return 1;
+    if (u16(at) != 274) continue;
+    const uint32_t type = u16(at + 2);
+    const uint32_t value = type == 3 ? u16(at + 8) : type == 4 ? u32(at + 8) : 0;
+    return value >= 1 && value <= 8 ? static_cast<int>(value) : 1;
+  }
+  return 1;
+}
+
+/// The EXIF orientation Pillow's ImageOps.exif_transpose reads: JPEG's first "Exif" APP1
+/// segment, PNG's eXIf chunk, WebP's EXIF chunk, a TIFF's own IFD0. 1 for the other formats.
+int ExifOrientation(ImageFormat format, const uint8_t* d, size_t n) {
+  switch (format) {
+    case ImageFormat::kJpeg:
+      for (size_t i = 2; i + 4 <= n && d[i] == 0xFF;) {
+        const uint8_t marker = d[i + 1];
+        if (marker == 0xFF) {  // fill byte
+          ++i;
+          continue;
+        }
+        if (marker == 0xDA || marker == 0xD9) break;  // the scan: no metadata after it
+        const size_t len = (size_t{d[i + 2]} << 8) | d[i + 3];
+        if (len < 2 || len > n - i - 2) break;
+        if (marker == 0xE1 && len >= 8 && std::memcmp(d + i + 4, "Exif\0\0", 6) == 0) {
+          return TiffOrientation(d + i + 4, len - 2);
+        }
+        i += 2 + len;
+      }
+      return 1;
+    case ImageFormat::kPng:
+      for (size_t i = 8; i + 12 <= n;) {
+        const size_t len = Be32(d + i);
+        if (len > n - i - 12) break;
+        if (std::memcmp(d + i + 4, "eXIf", 4) == 0) return TiffOrientation(d + i + 8, len);
+        if (std::memcmp(d + i + 4, "IEND", 4) == 0) break;
+        i += 12 + len;
+      }
+      return 1;
+    case ImageFormat::kWebp:
+      for (size_t i = 12; i + 8 <= n;) {
+        const size_t len = Le32(d + i + 4);
+        if (len > n - i - 8) break;
+        if (std::memcmp(d + i, "EXIF", 4) == 0) return TiffOrientation(d + i + 8, len);
+        i += 8 + len + (len & 1);
+      }
+      return 1;
+    case ImageFormat::kTiff:
+      return TiffOrientation(d, n);
+    case ImageFormat::kBmp:
+    case ImageFormat::kPnm:
+      return 1;
+  }
+  return 1;
+}
+
+/// The orientation to apply: Pillow's TIFF reader always applies a TIFF's own Orientation tag
+/// (convert("RGB") is already upright, and exif_transpose then finds nothing to do).
+int Orientation(bool exif_transpose, ImageFormat format, const uint8_t* d, size_t n) {
+  return exif_transpose || format == ImageFormat::kTiff ? ExifOrientation(format, d, n) : 1;
+}
+
+/// `in` transposed as Pillow's ImageOps.exif_transpose does for EXIF `orientation` (2..8).
+void Orient(const RgbImage& in, int orientation, RgbImage* out) {
+  const int w = in.width, h = in.height;
+  const bool swap = orientation >= 5;
+  out->width = swap ? h : w;
+  out->height = swap ? w : h;
+  out->pixels.resize(in.pixels.size());
+  for (int y = 0; y < out->height; ++y) {
+    for (int x = 0; x < out->width; ++x) {
+      int sx = x, sy = y;
+      switch (orientation) {
+        case 2: sx = w - 1 - x; break;                       // FLIP_LEFT_RIGHT
+        case 3: sx = w - 1 - x, sy = h - 1 - y; break;       // ROTATE_180
+        case 4: sy = h - 1 - y; break;                       // FLIP_TOP_BOTTOM
+        case 5: sx = y, sy = x; break;                       // TRANSPOSE
+        case 6: sx = y, sy = h - 1 - x; break;               // ROTATE_270
+        case 7: sx = w - 1 - y, sy = h - 1 - x; break;       // TRANSVERSE
+        case 8: sx = w - 1 - y, sy = x; break;               // ROTATE_90
+      }
+      std::memcpy(out->pixels.data() + (static_cast<size_t>(y) * out->width + x) * 3,
+                  in.pixels.data() + (static_cast<size_t>(sy) * w + sx) * 3, 3);
+    }
+  }
+}
+
 }  // namespace
 
 const char* ImageFormatName(ImageFormat format) {
@@ -119,6 +230,7 @@ const char* ImageFormatName(ImageFormat format) {
 struct ImageDecoder::State {
   decode_internal::Scratch scratch;
   RenderState render;
+  RgbImage oriented;  // exif_transpose: the upright image
 };
 
 ImageDecoder::ImageDecoder() : state_(std::make_unique<State>()) {}
@@ -131,6 +243,8 @@ void ImageDecoder::set_max_image_pixels(uint64_t max_pixels) {
 
 void ImageDecoder::set_fast_paths(bool enabled) { jpeg_.set_fast_paths(enabled); }
 void ImageDecoder::set_dct_scaling(bool enabled) { jpeg_.set_dct_scaling(enabled); }
+void ImageDecoder::set_strict(bool enabled) { jpeg_.set_strict(enabled); }
+void ImageDecoder::set_exif_transpose(bool enabled) { exif_transpose_ = enabled; }
 
 namespace {
 
@@ -183,18 +297,31 @@ absl::StatusOr<ImageInfo> ImageDecoder::ReadInfo(const uint8_t* data, size_t siz
     RL_ASSIGN_OR_RETURN(const JpegInfo jpeg, jpeg_.ReadInfo(data, size));
     info.width = jpeg.width;
     info.height = jpeg.height;
-    return info;
+  } else {
+    RL_ASSIGN_OR_RETURN(const ImageSize s, Header(format, data, size));
+    RL_RETURN_IF_ERROR(
+        decode_internal::CheckPixelLimit(ImageFormatName(format), s.width, s.height, max_pixels_));
+    info.width = s.width;
+    info.height = s.height;
   }
-  RL_ASSIGN_OR_RETURN(const ImageSize s, Header(format, data, size));
-  RL_RETURN_IF_ERROR(
-      decode_internal::CheckPixelLimit(ImageFormatName(format), s.width, s.height, max_pixels_));
-  info.width = s.width;
-  info.height = s.height;
+  if (Orientation(exif_transpose_, format, data, size) >= 5) {
+    std::swap(info.width, info.height);
+  }
   return info;
 }
 
 absl::StatusOr<RgbImage> ImageDecoder::DecodeFull(const uint8_t* data, size_t size) {
   RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
+  RL_ASSIGN_OR_RETURN(RgbImage image, DecodeStored(format, data, size));
+  const int orientation = Orientation(exif_transpose_, format, data, size);
+  if (orientation == 1) return image;
+  RgbImage upright;
+  Orient(image, orientation, &upright);
+  return upright;
+}
+
+absl::StatusOr<RgbImage> ImageDecoder::DecodeStored(ImageFormat format, const uint8_t* data,
+                                                    size_t size) {
   if (format == ImageFormat::kJpeg) return jpeg_.DecodeFull(data, size);
   Decoded d;
   RL_RETURN_IF_ERROR(Decode(format, data, size, max_pixels_, state_->scratch, &d));
@@ -219,6 +346,17 @@ absl::Status ImageDecoder::DecodeInto(const uint8_t* data, size_t size,
                                       const TransformPipeline& pipeline, SampleRng& rng, void* dst,
                                       DecodeStats* stats) {
   RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
+  const int orientation = Orientation(exif_transpose_, format, data, size);
+  if (orientation != 1) {
+    // Rare in training sets: a full decode, transposed, then the transform as for other formats.
+    RL_ASSIGN_OR_RETURN(const RgbImage image, DecodeStored(format, data, size));
+    RgbImage& upright = state_->oriented;
+    Orient(image, orientation, &upright);
+    if (stats) *stats = DecodeStats{8, upright.width, upright.height, 0};
+    const SampleGeometry g = pipeline.Plan(upright.width, upright.height, rng);
+    return RenderSample(upright.pixels.data(), static_cast<size_t>(upright.width) * 3, 3,
+                        upright.width, upright.height, pipeline, g, rng, state_->render, dst);
+  }
   if (format == ImageFormat::kJpeg) return jpeg_.DecodeInto(data, size, pipeline, rng, dst, stats);
   Decoded d;
   RL_RETURN_IF_ERROR(Decode(format, data, size, max_pixels_, state_->scratch, &d));

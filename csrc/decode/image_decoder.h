@@ -52,8 +52,16 @@ class ImageDecoder {
   void set_fast_paths(bool enabled);
   /// JPEG: allow DCT-scaled decoding (see JpegDecoder::set_dct_scaling).
   void set_dct_scaling(bool enabled);
+  /// JPEG: refuse data libjpeg only warns about (see JpegDecoder::set_strict; default true).
+  void set_strict(bool enabled);
+  /// Apply the EXIF orientation (JPEG APP1, PNG eXIf, WebP EXIF, a TIFF's own tag) as Pillow's
+  /// ImageOps.exif_transpose does, before the transform (default false, as torchvision). An
+  /// image that needs it is decoded whole (no region-of-interest or DCT-scaled JPEG decode).
+  /// A TIFF's Orientation tag is applied either way, as Pillow's TIFF reader does.
+  void set_exif_transpose(bool enabled);
 
-  /// Reads the header only (for WebP and PNG: what the library parses before pixel data).
+  /// Reads the header only (for WebP and PNG: what the library parses before pixel data). With
+  /// exif_transpose, the size is the upright image's.
   absl::StatusOr<ImageInfo> ReadInfo(const uint8_t* data, size_t size);
 
   /// Full-resolution decode to packed RGB.
@@ -66,10 +74,14 @@ class ImageDecoder {
                           SampleRng& rng, void* dst, DecodeStats* stats = nullptr);
 
  private:
+  /// Full decode as stored (no EXIF orientation applied).
+  absl::StatusOr<RgbImage> DecodeStored(ImageFormat format, const uint8_t* data, size_t size);
+
   struct State;
   JpegDecoder jpeg_;
   std::unique_ptr<State> state_;
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
+  bool exif_transpose_ = false;
 };
 
 }  // namespace ringloader

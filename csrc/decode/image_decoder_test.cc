@@ -754,3 +754,69 @@ TEST(ImageDecoder, DamagedInputsNeverCrash) {
 
 }  // namespace
 }  // namespace ringloader
+
+namespace ringloader {
+namespace {
+
+/// A JPEG with an EXIF APP1 segment (big-endian TIFF, IFD0 holding Orientation) after SOI.
+Bytes WithExifOrientation(const Bytes& jpeg, int orientation) {
+  const Bytes tiff = {'M', 'M', 0, 42, 0, 0, 0, 8,            // header, IFD0 at 8
+                      0, 1,                                    // one entry
+                      0x01, 0x12, 0, 3, 0, 0, 0, 1,            // Orientation, SHORT, count 1
+                      0, static_cast<uint8_t>(orientation), 0, 0,
+                      0, 0, 0, 0};                             // no next IFD
+  Bytes app1 = {0xFF, 0xE1, 0, 0, 'E', 'x', 'i', 'f', 0, 0};
+  app1.insert(app1.end(), tiff.begin(), tiff.end());
+  const size_t len = app1.size() - 2;
+  app1[2] = static_cast<uint8_t>(len >> 8);
+  app1[3] = static_cast<uint8_t>(len);
+  Bytes out(jpeg.begin(), jpeg.begin() + 2);
+  out.insert(out.end(), app1.begin(), app1.end());
+  out.insert(out.end(), jpeg.begin() + 2, jpeg.end());
+  return out;
+}
+
+TEST(ImageDecoderExif, OrientationTurnsTheImageUprightOnlyWhenAsked) {
+  testing::JpegFlavor flavor;
+  flavor.width = 48;
+  flavor.height = 32;
+  const Bytes plain = testing::EncodeJpeg(flavor);
+  ImageDecoder decoder;
+  const RgbImage stored = *decoder.DecodeFull(plain.data(), plain.size());
+  auto at = [](const RgbImage& im, int x, int y) {
+    const uint8_t* p = im.pixels.data() + (static_cast<size_t>(y) * im.width + x) * 3;
+    return std::vector<uint8_t>(p, p + 3);
+  };
+  for (int orientation = 1; orientation <= 8; ++orientation) {
+    SCOPED_TRACE(orientation);
+    const Bytes jpeg = WithExifOrientation(plain, orientation);
+    decoder.set_exif_transpose(false);
+    const RgbImage as_stored = *decoder.DecodeFull(jpeg.data(), jpeg.size());
+    EXPECT_EQ(as_stored.pixels, stored.pixels);
+    decoder.set_exif_transpose(true);
+    const RgbImage upright = *decoder.DecodeFull(jpeg.data(), jpeg.size());
+    const ImageInfo info = *decoder.ReadInfo(jpeg.data(), jpeg.size());
+    const bool swapped = orientation >= 5;
+    ASSERT_EQ(upright.width, swapped ? 32 : 48);
+    ASSERT_EQ(info.width, upright.width);
+    ASSERT_EQ(info.height, upright.height);
+    // Where the stored image's top-left pixel lands, per ImageOps.exif_transpose.
+    const int w = upright.width - 1, h = upright.height - 1;
+    const int corner[9][2] = {{0, 0}, {0, 0}, {w, 0}, {w, h}, {0, h},
+                              {0, 0}, {w, 0}, {w, h}, {0, h}};
+    EXPECT_EQ(at(upright, corner[orientation][0], corner[orientation][1]), at(stored, 0, 0));
+    // A transform plans on the upright size.
+    TransformStep crop;
+    crop.kind = TransformStep::Kind::kCenterCrop;
+    crop.size_h = upright.height;
+    crop.size_w = upright.width;
+    const TransformPipeline p = *TransformPipeline::Create({crop}, DType::kUint8, Layout::kHWC);
+    Bytes out(p.SampleBytes());
+    SampleRng rng(1);
+    ASSERT_TRUE(decoder.DecodeInto(jpeg.data(), jpeg.size(), p, rng, out.data()).ok());
+    EXPECT_EQ(out, upright.pixels);
+  }
+}
+
+}  // namespace
+}  // namespace ringloader

@@ -7,9 +7,10 @@
 #include <string>
 #include <utility>
 
-// jpeglib.h needs size_t and FILE declared first.
-#include <jerror.h>
+// jpeglib.h needs size_t and FILE declared first; jerror.h needs jpeglib.h's configuration
+// (D_ARITH_CODING_SUPPORTED declares JWRN_ARITH_BAD_CODE).
 #include <jpeglib.h>
+#include <jerror.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,7 @@ struct ErrorManager {
   int error_code;
   int warnings;
   bool hit_eof;  // libjpeg ran out of data and inserted a fake EOI (JWRN_JPEG_EOF)
+  bool strict;   // a warning about corrupt data aborts the decode
 };
 
 ErrorManager* Err(j_common_ptr cinfo) { return reinterpret_cast<ErrorManager*>(cinfo->err); }
@@ -48,11 +50,34 @@ void ErrorExit(j_common_ptr cinfo) {
   std::longjmp(err->jump, 1);
 }
 
+/// Warnings libjpeg gives when it decodes past damaged data (wrong pixels follow). The others
+/// (unknown JFIF revision or Adobe transform code, a bad ICC profile) leave the pixels intact.
+bool IsCorruptDataWarning(int code) {
+  switch (code) {
+    case JWRN_EXTRANEOUS_DATA:    // "Corrupt JPEG data: N extraneous bytes before marker"
+    case JWRN_HIT_MARKER:         // "Corrupt JPEG data: premature end of data segment"
+    case JWRN_HUFF_BAD_CODE:      // "Corrupt JPEG data: bad Huffman code"
+    case JWRN_ARITH_BAD_CODE:     // "Corrupt JPEG data: bad arithmetic code"
+    case JWRN_MUST_RESYNC:        // "Corrupt JPEG data: found marker ... instead of RST"
+    case JWRN_BOGUS_PROGRESSION:  // "Inconsistent progression sequence"
+    case JWRN_NOT_SEQUENTIAL:     // "Invalid SOS parameters for sequential JPEG"
+      return true;
+    default:
+      return false;
+  }
+}
+
 void EmitMessage(j_common_ptr cinfo, int msg_level) {
   if (msg_level >= 0) return;  // trace output
   ErrorManager* err = Err(cinfo);
   ++err->warnings;
-  if (cinfo->err->msg_code == JWRN_JPEG_EOF) err->hit_eof = true;
+  const int code = cinfo->err->msg_code;
+  if (code == JWRN_JPEG_EOF) err->hit_eof = true;
+  if (err->strict && IsCorruptDataWarning(code)) {
+    (*cinfo->err->format_message)(cinfo, err->message);
+    err->error_code = code;
+    std::longjmp(err->jump, 1);
+  }
 }
 
 void OutputMessage(j_common_ptr) {}  // never print from a library
@@ -89,7 +114,13 @@ bool IsPrintableText(const uint8_t* d, size_t n) {
 /// InvalidArgument naming what the bytes look like when they are not a JPEG.
 absl::Status CheckSignature(const uint8_t* d, size_t n) {
   if (n == 0 || d == nullptr) return absl::InvalidArgumentError("not a JPEG: empty file");
-  if (n >= 2 && d[0] == 0xFF && d[1] == 0xD8) return absl::OkStatus();
+  if (n >= 2 && d[0] == 0xFF && d[1] == 0xD8) {
+    // Pillow identifies a JPEG by FF D8 FF: junk right after the start-of-image marker is refused.
+    if (n > 2 && d[2] != 0xFF) {
+      return absl::DataLossError("corrupt JPEG: no marker after the start-of-image marker");
+    }
+    return absl::OkStatus();
+  }
   if (n == 1 && d[0] == 0xFF) return absl::DataLossError("truncated JPEG: 1 byte");
   auto starts = [&](const char* sig, size_t len) {
     return n >= len && std::memcmp(d, sig, len) == 0;
@@ -194,6 +225,11 @@ absl::Status FailureStatus(j_decompress_ptr cinfo, const ErrorManager& err) {
   jpeg_abort_decompress(cinfo);
   const std::string msg = err.message;
   if (err.hit_eof) return absl::DataLossError(absl::StrCat("truncated JPEG: ", msg));
+  if (IsCorruptDataWarning(err.error_code)) {
+    return absl::DataLossError(absl::StrCat(
+        "corrupt JPEG data (libjpeg decodes past it into wrong pixels; strict_decode=false "
+        "accepts it, as Pillow does): ", msg));
+  }
   switch (err.error_code) {
     case JERR_SOF_UNSUPPORTED:
       return absl::UnimplementedError(absl::StrCat(
@@ -215,11 +251,12 @@ absl::Status FailureStatus(j_decompress_ptr cinfo, const ErrorManager& err) {
 /// Shared start of every entry point: validation, header, limits. Leaves the decompressor with
 /// a read header on success and reset on failure.
 absl::Status ReadHeader(DecoderState& s, const uint8_t* data, size_t size,
-                        uint64_t max_pixels, bool need_end_marker) {
+                        uint64_t max_pixels, bool strict, bool need_end_marker) {
   if (!s.created) return absl::ResourceExhaustedError("libjpeg decompressor could not be created");
   RL_RETURN_IF_ERROR(CheckSignature(data, size));
   j_decompress_ptr cinfo = &s.cinfo;
   s.err.warnings = 0;
+  s.err.strict = strict;
   s.err.hit_eof = false;
   s.err.error_code = 0;
   s.err.message[0] = '\0';
@@ -297,9 +334,14 @@ absl::Status DecodeWhole(DecoderState& s, int bpp, std::vector<uint8_t>* out, in
       if (jpeg_read_scanlines(cinfo, &row, 1) != 1) break;
       if (s.cmyk) CmykToRgb(s.rows.data(), w, bpp, base + stride * y);
     }
+    // Reads the markers up to end-of-image, as Pillow does: a broken one there is an error.
+    if (cinfo->output_scanline == cinfo->output_height) jpeg_finish_decompress(cinfo);
   });
   if (!ok) return FailureStatus(cinfo, s.err);
-  jpeg_abort_decompress(cinfo);  // the trailer holds nothing we need
+  if (cinfo->output_scanline < cinfo->output_height) {
+    jpeg_abort_decompress(cinfo);
+    return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than the image has");
+  }
   if (s.err.hit_eof) return absl::DataLossError("truncated JPEG: premature end of data");
   *width = w;
   *height = h;
@@ -324,10 +366,24 @@ int ChooseScale(const SampleGeometry& g) {
   return 8;
 }
 
+/// Reads the rest of the image after the rows a sample needs and the markers up to end-of-image,
+/// so that damage below the crop (a corrupt-data warning in strict mode, a broken marker) gives
+/// the same verdict whatever the crop. The remaining rows are skipped (entropy-decoded, no IDCT)
+/// except the last one: jpeg_skip_scanlines does not decode at all when asked to skip to the end.
+void FinishScan(j_decompress_ptr cinfo, uint8_t* row_buffer) {
+  const JDIMENSION h = cinfo->output_height;
+  if (cinfo->output_scanline + 1 < h) jpeg_skip_scanlines(cinfo, h - 1 - cinfo->output_scanline);
+  JSAMPROW row = row_buffer;
+  while (cinfo->output_scanline < h && jpeg_read_scanlines(cinfo, &row, 1) == 1) {
+  }
+  jpeg_finish_decompress(cinfo);  // fails (too little data) if a row was missing
+}
+
 }  // namespace
 
 absl::StatusOr<JpegInfo> JpegDecoder::ReadInfo(const uint8_t* data, size_t size) {
-  RL_RETURN_IF_ERROR(ReadHeader(*state_, data, size, max_pixels_, /*need_end_marker=*/false));
+  RL_RETURN_IF_ERROR(
+      ReadHeader(*state_, data, size, max_pixels_, strict_, /*need_end_marker=*/false));
   const jpeg_decompress_struct& c = state_->cinfo;
   JpegInfo info;
   info.width = static_cast<int>(c.image_width);
@@ -339,7 +395,8 @@ absl::StatusOr<JpegInfo> JpegDecoder::ReadInfo(const uint8_t* data, size_t size)
 }
 
 absl::StatusOr<RgbImage> JpegDecoder::DecodeFull(const uint8_t* data, size_t size) {
-  RL_RETURN_IF_ERROR(ReadHeader(*state_, data, size, max_pixels_, /*need_end_marker=*/true));
+  RL_RETURN_IF_ERROR(
+      ReadHeader(*state_, data, size, max_pixels_, strict_, /*need_end_marker=*/true));
   RgbImage image;
   RL_RETURN_IF_ERROR(DecodeWhole(*state_, 3, &image.pixels, &image.width, &image.height));
   image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
@@ -350,7 +407,7 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
                                      const TransformPipeline& pipeline, SampleRng& rng, void* dst,
                                      DecodeStats* stats) {
   State& s = *state_;
-  RL_RETURN_IF_ERROR(ReadHeader(s, data, size, max_pixels_, /*need_end_marker=*/true));
+  RL_RETURN_IF_ERROR(ReadHeader(s, data, size, max_pixels_, strict_, /*need_end_marker=*/true));
   j_decompress_ptr cinfo = &s.cinfo;
   const int src_w = static_cast<int>(cinfo->image_width);
   const int src_h = static_cast<int>(cinfo->image_height);
@@ -403,9 +460,9 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
   for (int i = 0; i < kRowChunk; ++i) s.row_ptrs[i] = s.rows.data() + row_bytes * i;
 
   const int out_cols = static_cast<int>(cinfo->output_width);
+  int rows_read = 0;
   ok = Guarded(s.err, [&] {
-    if (row1 <= row0) return;  // the whole output is padding
-    if (row0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row0));
+    if (row1 > row0 && row0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row0));
     while (cinfo->output_scanline < static_cast<JDIMENSION>(row1)) {
       const JDIMENSION y = cinfo->output_scanline;
       const JDIMENSION want = std::min<JDIMENSION>(kRowChunk, static_cast<JDIMENSION>(row1) - y);
@@ -420,12 +477,18 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
         rs.AddRow(static_cast<int>(y + i), row);
       }
     }
+    const bool short_read = row1 > row0 && cinfo->output_scanline < static_cast<JDIMENSION>(row1);
+    if (short_read) return;  // reported below
+    rows_read = static_cast<int>(cinfo->output_scanline) - row0;
+    FinishScan(cinfo, s.rows.data());
   });
   if (!ok) return FailureStatus(cinfo, s.err);
-  const int rows_read = static_cast<int>(cinfo->output_scanline) - row0;
-  jpeg_abort_decompress(cinfo);  // the rest of the file is not needed
-  if (s.err.hit_eof) return absl::DataLossError("truncated JPEG: premature end of data");
+  if (s.err.hit_eof) {
+    jpeg_abort_decompress(cinfo);
+    return absl::DataLossError("truncated JPEG: premature end of data");
+  }
   if (row1 > row0 && rows_read < row1 - row0) {
+    jpeg_abort_decompress(cinfo);
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};

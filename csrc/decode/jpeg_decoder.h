@@ -62,6 +62,13 @@ class JpegDecoder {
   /// exactly the pixels of a full decode (what Pillow decodes), and still skips the rows and
   /// columns the sample does not read.
   void set_dct_scaling(bool enabled) { dct_scaling_ = enabled; }
+  /// Refuse data libjpeg only warns about (default true): "Corrupt JPEG data: N extraneous bytes
+  /// before marker", "premature end of data segment", bad Huffman or arithmetic codes, a wrong
+  /// restart marker, an inconsistent progression: libjpeg decodes past them into wrong pixels.
+  /// Off: accepted, as Pillow and torchvision.io.decode_jpeg do. Either way the whole scan is
+  /// read up to the end-of-image marker, also when a sample needs only some rows, so a file's
+  /// verdict never depends on its crop; a broken marker there is an error, as in Pillow.
+  void set_strict(bool enabled) { strict_ = enabled; }
 
   /// Reads the header only. Errors: InvalidArgument (not a JPEG: names what it looks like,
   /// e.g. "PNG signature"), DataLoss (corrupt or truncated header), OutOfRange (pixel limit).
@@ -72,7 +79,8 @@ class JpegDecoder {
 
   /// Decodes, applies `pipeline` with random draws from `rng`, and writes exactly
   /// pipeline.SampleBytes() bytes at `dst` in the pipeline's dtype and layout.
-  /// A truncated file (no end-of-image marker, or libjpeg hit the end of data) is DataLoss.
+  /// A truncated file (no end-of-image marker, or libjpeg hit the end of data) is DataLoss, and
+  /// so is corrupt data (see set_strict).
   absl::Status DecodeInto(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
                           SampleRng& rng, void* dst, DecodeStats* stats = nullptr);
 
@@ -82,6 +90,7 @@ class JpegDecoder {
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
   bool fast_paths_ = true;
   bool dct_scaling_ = true;
+  bool strict_ = true;
 };
 
 }  // namespace ringloader

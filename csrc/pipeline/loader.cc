@@ -412,10 +412,11 @@ struct Loader::Epoch {
         next_batch = num_batches;  // the rest were batches whose every sample was skipped
         return absl::OutOfRangeError("end of epoch");
       }
-      // Nothing staged, the stage thread waits for a buffer and none is free: the consumer holds
-      // them all. (A buffer freed a moment ago is seen by HasFreeBuffer before the stage thread
-      // wakes, so this is never reported spuriously.)
-      if (stage_waiting && !loader->stager_->HasFreeBuffer()) {
+      // Nothing staged, the stage thread waits for a buffer, none is free and the consumer holds
+      // every one. (A buffer the consumer released is free only once the waiter has also seen
+      // its copy complete; until then it is neither free nor held, and this keeps waiting.)
+      if (stage_waiting && !loader->stager_->HasFreeBuffer() &&
+          loader->stager_->buffers_held() >= loader->stager_->max_buffers()) {
         return absl::ResourceExhaustedError(absl::StrCat(
             "all ", loader->stager_->max_buffers(), " device buffers are held by the consumer; free earlier "
             "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", next_batch,
@@ -586,6 +587,8 @@ struct Loader::Epoch {
     ImageDecoder decoder;
     decoder.set_max_image_pixels(o.max_image_pixels);
     decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
+    decoder.set_strict(o.strict_decode);
+    decoder.set_exif_transpose(o.exif_transpose);
     ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -929,6 +932,8 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
     ImageDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);
     decoder.set_dct_scaling(options_.fast_decode);
+    decoder.set_strict(options_.strict_decode);
+    decoder.set_exif_transpose(options_.exif_transpose);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the

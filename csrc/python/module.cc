@@ -241,19 +241,11 @@ PadMode ParsePadMode(const std::string& name) {
 }
 
 AugOp ParseAugOp(const std::string& name) {
-  static const std::pair<const char*, AugOp> kNames[] = {
-      {"Identity", AugOp::kIdentity},     {"ShearX", AugOp::kShearX},
-      {"ShearY", AugOp::kShearY},         {"TranslateX", AugOp::kTranslateX},
-      {"TranslateY", AugOp::kTranslateY}, {"Rotate", AugOp::kRotate},
-      {"Brightness", AugOp::kBrightness}, {"Color", AugOp::kColor},
-      {"Contrast", AugOp::kContrast},     {"Sharpness", AugOp::kSharpness},
-      {"Posterize", AugOp::kPosterize},   {"Solarize", AugOp::kSolarize},
-      {"AutoContrast", AugOp::kAutoContrast}, {"Equalize", AugOp::kEqualize},
-      {"Invert", AugOp::kInvert},         {"SolarizeAdd", AugOp::kSolarizeAdd}};
-  for (const auto& [n, v] : kNames) {
-    if (name == n) return v;
+  AugOp op = AugOp::kIdentity;
+  if (!AugOpFromName(name, &op)) {
+    throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
   }
-  throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
+  return op;
 }
 
 TransformStep ParseStep(py::dict step) {
@@ -370,6 +362,8 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_image_pixels", &o.max_image_pixels);
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "fast_decode", &o.fast_decode);
+  Take(d, "strict_decode", &o.strict_decode);
+  Take(d, "exif_transpose", &o.exif_transpose);
   Take(d, "pin_memory", &o.pin_memory);
   Take(d, "device", &o.device);
   Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology
@@ -603,6 +597,21 @@ py::tuple ScanFolder(const std::string& root) {
   return py::make_tuple(classes, paths, labels);
 }
 
+py::tuple FileList(const std::string& list_path) {
+  absl::StatusOr<std::vector<Sample>> samples;
+  {
+    py::gil_scoped_release release;
+    samples = ReadFileList(list_path);
+  }
+  ThrowIfError(samples.status());
+  py::list paths, labels;
+  for (const Sample& s : *samples) {
+    paths.append(s.path);
+    labels.append(s.label);
+  }
+  return py::make_tuple(paths, labels);
+}
+
 }  // namespace
 }  // namespace ringloader
 
@@ -674,4 +683,6 @@ PYBIND11_MODULE(_C, m) {
 
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
         "(classes, paths, labels) of an image folder in torchvision's order.");
+  m.def("read_file_list", &FileList, py::arg("list_path"),
+        "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
 }

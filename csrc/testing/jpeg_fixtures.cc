@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -170,13 +171,45 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (std::fclose(f) != 0 || written != bytes.size()) Fail("write(" + path + ") failed");
 }
 
+namespace {
+
+/// The directories MakeTempDir made in this process, removed when it exits.
+struct TempDirs {
+  std::mutex mu;
+  std::vector<std::string> paths;
+  pid_t owner = getpid();  // a forked child that exits must not delete its parent's data
+};
+
+TempDirs& Made() {
+  static TempDirs* dirs = new TempDirs;  // never destroyed: the exit handler runs after statics
+  return *dirs;
+}
+
+void RemoveTempDirs() {
+  TempDirs& dirs = Made();
+  if (getpid() != dirs.owner) return;
+  std::lock_guard<std::mutex> lock(dirs.mu);
+  for (const std::string& path : dirs.paths) {
+    std::error_code ignored;  // a test may have removed it already
+    std::filesystem::remove_all(path, ignored);
+  }
+  dirs.paths.clear();
+}
+
+}  // namespace
+
 std::string MakeTempDir() {
   const char* base = std::getenv("TMPDIR");
   std::string pattern = std::string(base && *base ? base : "/tmp") + "/ringloader_test_XXXXXX";
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) Fail("mkdtemp(" + pattern + ") failed");
-  return std::string(buf.data());
+  static const bool registered = std::atexit(RemoveTempDirs) == 0;
+  if (!registered) Fail("atexit failed");
+  TempDirs& dirs = Made();
+  std::lock_guard<std::mutex> lock(dirs.mu);
+  dirs.paths.emplace_back(buf.data());
+  return dirs.paths.back();
 }
 
 std::vector<Sample> WriteJpegDataset(const std::string& dir, int n, int classes) {

@@ -35,7 +35,8 @@ std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor);
 /// Writes bytes to a file, creating parent directories. Aborts the test on failure.
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
 
-/// A fresh, empty temporary directory (removed by the OS's tmp cleaning; tests may delete it).
+/// A fresh, empty temporary directory under $TMPDIR (or /tmp), removed with its contents when
+/// the process that made it exits normally; tests may delete it earlier.
 std::string MakeTempDir();
 
 /// `n` small JPEGs of mixed sizes (120..209 x 100..179; every 7th progressive, every 11th gray)

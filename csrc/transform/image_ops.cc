@@ -809,8 +809,6 @@ void ApplyTimmOp(AugOp op, double arg, Interpolation interpolation, const uint8_
   }
 }
 
-// ---- tests -----------------------------------------------------------------------------------
-
 namespace {
 
 // AugOp names as torchvision (and timm, for SolarizeAdd) spell them.
@@ -824,6 +822,23 @@ constexpr std::pair<std::string_view, AugOp> kAugOpNames[] = {
     {"AutoContrast", AugOp::kAutoContrast}, {"Equalize", AugOp::kEqualize},
     {"Invert", AugOp::kInvert},           {"SolarizeAdd", AugOp::kSolarizeAdd},
 };
+
+}  // namespace
+
+bool AugOpFromName(std::string_view name, AugOp* op) {
+  for (const auto& [n, v] : kAugOpNames) {
+    if (n == name) {
+      *op = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+// ---- tests -----------------------------------------------------------------------------------
+
+namespace {
+
 
 // Reads the named arguments of one ApplyImageOpForTesting call, recording the first problem.
 class OpArgs {
@@ -889,9 +904,8 @@ absl::Status ApplyImageOpForTesting(const std::string& name,
   if (colon != std::string::npos) {
     const std::string family = name.substr(0, colon);
     const std::string_view op_name = std::string_view(name).substr(colon + 1);
-    const auto* entry = std::find_if(std::begin(kAugOpNames), std::end(kAugOpNames),
-                                     [&](const auto& e) { return e.first == op_name; });
-    if (entry == std::end(kAugOpNames) || (family != "ApplyAugOp" && family != "ApplyTimmOp")) {
+    AugOp op = AugOp::kIdentity;
+    if (!AugOpFromName(op_name, &op) || (family != "ApplyAugOp" && family != "ApplyTimmOp")) {
       return absl::InvalidArgumentError(absl::StrCat("unknown image operation '", name, "'"));
     }
     const bool timm = family == "ApplyTimmOp";
@@ -900,9 +914,9 @@ absl::Status ApplyImageOpForTesting(const std::string& name,
     a.Fill(fill);
     if (!a.status().ok()) return a.status();
     if (timm) {
-      ApplyTimmOp(entry->second, value, interpolation, fill, img, scratch);
+      ApplyTimmOp(op, value, interpolation, fill, img, scratch);
     } else {
-      ApplyAugOp(entry->second, value, interpolation, fill, img, scratch);
+      ApplyAugOp(op, value, interpolation, fill, img, scratch);
     }
     return absl::OkStatus();
   }

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -123,6 +124,10 @@ void ApplyAugOp(AugOp op, double magnitude, Interpolation interpolation, const u
 /// the one timm's _interpolation picked and `fill` its fillcolor (hparams img_mean).
 void ApplyTimmOp(AugOp op, double arg, Interpolation interpolation, const uint8_t fill[3],
                  RgbView img, ImageOpScratch& scratch);
+
+/// The op of torchvision's name ("ShearX", "Posterize"...; "SolarizeAdd" as timm names it);
+/// false for an unknown name.
+bool AugOpFromName(std::string_view name, AugOp* op);
 
 // ---- tests -------------------------------------------------------------------------------
 

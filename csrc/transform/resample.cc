@@ -273,6 +273,19 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   x->filter = y->filter = g.filter;
 }
 
+int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, double inv_filterscale,
+                     int32_t* k) {
+  n = std::max(n, 0);
+  double ww = 0.0;
+  for (int t = 0; t < n; ++t) {
+    const double w = FilterWeight(filter, (t + xmin - center + 0.5) * inv_filterscale);
+    scratch_[t] = w;
+    ww += w;
+  }
+  for (int t = 0; t < n; ++t) k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+  return ww == 0.0 ? 0 : n;
+}
+
 void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   const int out = std::max(m.out_size, 0);
   const bool mirrored = m.end < m.begin;
@@ -348,17 +361,7 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
           const double center = (static_cast<double>(kx) + 0.5) * in_scale;
           const int rmin = std::max(0, static_cast<int>(center - support + 0.5));
           const int rmax = std::min(in_size, static_cast<int>(center + support + 0.5));
-          n = std::max(0, std::min(rmax - rmin, ksize));
-          double ww = 0.0;
-          for (int t = 0; t < n; ++t) {
-            const double w = FilterWeight(m.filter, (t + rmin - center + 0.5) * inv_filterscale);
-            scratch_[t] = w;
-            ww += w;
-          }
-          for (int t = 0; t < n; ++t) {
-            k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
-          }
-          if (ww == 0.0) n = 0;
+          n = Taps(m.filter, center, rmin, std::min(rmax - rmin, ksize), inv_filterscale, k);
           xmin = base + rmin;
         }
       }
@@ -375,16 +378,7 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
           n = 1;
           k[0] = 1 << kResamplePrecisionBits;
         } else {
-          double ww = 0.0;
-          for (int t = 0; t < n; ++t) {
-            const double w = FilterWeight(m.filter, (t + xmin - center + 0.5) * inv_filterscale);
-            scratch_[t] = w;
-            ww += w;
-          }
-          for (int t = 0; t < n; ++t) {
-            k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
-          }
-          if (ww == 0.0) n = 0;
+          n = Taps(m.filter, center, xmin, n, inv_filterscale, k);
         }
       }
     }

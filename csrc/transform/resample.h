@@ -70,6 +70,11 @@ class AxisCoeffs {
   const int32_t* weights() const { return weights_.data(); }
 
  private:
+  // Pillow's normalised fixed-point taps of `filter` for the n source pixels from xmin around
+  // `center`; returns the tap count (0 when every weight is 0).
+  int Taps(Interpolation filter, double center, int xmin, int n, double inv_filterscale,
+           int32_t* k);
+
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
   std::vector<int32_t> bounds_;
   std::vector<int32_t> weights_;

@@ -12,14 +12,17 @@ from . import _C
 from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
-from .datasets import IMG_EXTENSIONS, ImageFolder
+from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
     "DataLoader",
+    "DatasetFolder",
+    "FileList",
     "ImageFolder",
     "IMG_EXTENSIONS",
     "LoaderTimeoutError",
+    "NativeDataset",
     "SampleError",
     "SlotsExhaustedError",
     "transforms",

@@ -2,8 +2,9 @@
 
 Two paths:
 
-* **native** — the dataset is a :class:`ringloader.ImageFolder` whose transform runs wholly
-  natively to a fixed size, or a ``Subset``/``random_split``/``ConcatDataset`` of such datasets
+* **native** — the dataset is a ringloader dataset (:class:`ringloader.ImageFolder`,
+  ``DatasetFolder`` or ``FileList``: any :class:`ringloader.NativeDataset`) whose transform runs
+  wholly natively to a fixed size, or a ``Subset``/``random_split``/``ConcatDataset`` of such datasets
   (a ConcatDataset's members sharing one transform), and no ``collate_fn``: reading, decoding,
   transforms and batching run on native threads; batches arrive zero-copy through DLPack and
   their slot is recycled when the tensors are freed.
@@ -32,7 +33,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _C, _order
-from .datasets import ImageFolder, SampleKey
+from .datasets import NativeDataset, SampleKey
 
 __all__ = ["DataLoader"]
 
@@ -66,13 +67,19 @@ class DataLoader:
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``max_image_pixels`` and ``on_error``.
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels`` and ``on_error``.
 
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
     1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
     1.2-1.5x faster per image and differs from torchvision (PSNR >= 37 dB, mean |diff| about 1
     level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (README,
     "Refused arguments and differences from torch").
+
+    ``strict_decode`` (default True): JPEG data that libjpeg only warns about ("Corrupt JPEG data:
+    N extraneous bytes before marker", "premature end of data segment", bad Huffman codes...) is a
+    sample error (``DataLoss``) handled by ``on_error``: libjpeg decodes past it into wrong
+    pixels. ``False`` accepts those files, as Pillow and ``torchvision.io.decode_jpeg`` do (the
+    files Pillow refuses are refused either way). The per-sample path (``ds[i]``) is always strict.
 
     ``on_error``:
 
@@ -143,6 +150,7 @@ class DataLoader:
         io_depth: int = 32,
         max_slots: int = 0,
         fast_decode: bool = False,
+        strict_decode: bool = True,
         max_image_pixels: Optional[int] = None,
         on_error: str = "raise",
         rank: Optional[int] = None,
@@ -168,7 +176,7 @@ class DataLoader:
         self.native = view is not None and collate_fn is None and _servable(view[0]) is None
 
         if not self.native:
-            if isinstance(dataset, ImageFolder) and not dataset.per_sample:
+            if isinstance(dataset, NativeDataset) and not dataset.per_sample:
                 raise TypeError(
                     "collate_fn is not supported with ringloader.ImageFolder: batches are "
                     "assembled natively. Use torchvision's ImageFolder for custom collation."
@@ -178,6 +186,7 @@ class DataLoader:
                 ("memory_format", self._channels_last), ("io", io != "auto"),
                 ("reader_threads", reader_threads != 1), ("io_depth", io_depth != 32),
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
+                ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
                 ("numa", numa is not None)) if given]
             if native_only:
@@ -187,7 +196,7 @@ class DataLoader:
                     "where samples come from __getitem__ as with torch (a bad sample raises there): "
                     "leave them at their defaults, or convert dtype/layout in the transform or "
                     "collate_fn")
-            if not isinstance(dataset, ImageFolder) and _wraps_image_folder(dataset):
+            if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
                 _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
@@ -223,7 +232,7 @@ class DataLoader:
                                                 keyed=view is not None)
                 for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                     kwargs.pop(name)
-                source = dataset if view is None or isinstance(dataset, ImageFolder) else _KeyedView(*view)
+                source = dataset if view is None or isinstance(dataset, NativeDataset) else _KeyedView(*view)
                 torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             self._generic = torch_loader
             return
@@ -281,6 +290,7 @@ class DataLoader:
             io=io,
             layout=native_layout,
             fast_decode=bool(fast_decode),
+            strict_decode=bool(strict_decode),
             pin_memory=self.pin_memory,
             on_error=on_error,
             device=_check_device(device),
@@ -495,7 +505,7 @@ def _native_view(dataset: Any):
     ``dataset`` is sample ``index_map[i]`` of them (no map: the identity). None otherwise."""
     import torch.utils.data as tud
 
-    if isinstance(dataset, ImageFolder):
+    if isinstance(dataset, NativeDataset):
         return [dataset], None
     if type(dataset) is tud.Subset:
         inner = _native_view(dataset.dataset)
@@ -525,7 +535,7 @@ class _KeyedView:
     path: position ``key.index`` of the chain is made by the ImageFolder it resolves to, with the
     key's seed. Subset and ConcatDataset only map indices, so the samples are the chain's own."""
 
-    def __init__(self, folders: Sequence[ImageFolder], index_map: Optional[np.ndarray]):
+    def __init__(self, folders: Sequence[NativeDataset], index_map: Optional[np.ndarray]):
         self.folders = list(folders)
         self.index_map = index_map
         self.starts = np.cumsum([0] + [len(f) for f in self.folders])
@@ -539,7 +549,7 @@ class _KeyedView:
         return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
 
 
-def _servable(folders: Sequence[ImageFolder]) -> Optional[str]:
+def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
     """Why the native pipeline cannot batch these folders together, or None when it can."""
     for f in folders:
         if f.per_sample:
@@ -553,7 +563,8 @@ def _servable(folders: Sequence[ImageFolder]) -> Optional[str]:
 
 def _generic_reason(dataset: Any, view: Any, collate_fn: Any) -> str:
     if view is None:
-        return f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader ImageFolder"
+        return (f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader "
+                "ImageFolder, DatasetFolder or FileList")
     if collate_fn is not None:
         return "collate_fn is set"
     return "the dataset " + _servable(view[0])
@@ -561,7 +572,7 @@ def _generic_reason(dataset: Any, view: Any, collate_fn: Any) -> str:
 
 def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
     """True when a ringloader ImageFolder is inside ``dataset`` (``.dataset``/``.datasets``)."""
-    if isinstance(dataset, ImageFolder):
+    if isinstance(dataset, NativeDataset):
         return True
     if depth > 8:
         return False

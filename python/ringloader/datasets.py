@@ -6,40 +6,57 @@ import operator
 import os
 import random
 import warnings
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _C
 from . import transforms as T
 
-__all__ = ["ImageFolder", "IMG_EXTENSIONS", "SampleKey"]
+try:
+    from torch.utils.data import Dataset as _TorchDataset
+except ImportError:  # torch is only needed to iterate; the datasets themselves work without it
+    _TorchDataset = object  # type: ignore[assignment,misc]
+
+__all__ = ["DatasetFolder", "FileList", "ImageFolder", "IMG_EXTENSIONS", "NativeDataset",
+           "SampleKey"]
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 
 
-def _scan_python(root: str, is_valid_file: Callable[[str], bool], allow_empty: bool):
-    """torchvision's find_classes + make_dataset, for a custom ``is_valid_file``."""
-    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+def find_classes(directory: str) -> Tuple[List[str], Dict[str, int]]:
+    """torchvision's ``find_classes``: the sorted class folders of ``directory`` and their
+    indices."""
+    classes = sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
     if not classes:
-        raise FileNotFoundError(f"Couldn't find any class folder in {root}.")
+        raise FileNotFoundError(f"Couldn't find any class folder in {directory}.")
+    return classes, {name: i for i, name in enumerate(classes)}
+
+
+def _make_dataset(root: str, class_to_idx: Dict[str, int], is_valid_file: Callable[[str], bool],
+                  allow_empty: bool, extensions: Any = None) -> Tuple[List[str], List[int]]:
+    """torchvision's ``make_dataset``: files in each class folder, walked in sorted order."""
     paths: List[str] = []
     labels: List[int] = []
     empty = []
-    for label, name in enumerate(classes):
+    for name in sorted(class_to_idx, key=class_to_idx.__getitem__):
         before = len(paths)
         for dirpath, _, fnames in sorted(os.walk(os.path.join(root, name), followlinks=True)):
             for fname in sorted(fnames):
                 path = os.path.join(dirpath, fname)
                 if is_valid_file(path):
                     paths.append(path)
-                    labels.append(label)
+                    labels.append(class_to_idx[name])
         if len(paths) == before:
             empty.append(name)
     if empty and not allow_empty:
-        raise FileNotFoundError(f"Found no valid file for the classes {', '.join(empty)}. ")
-    return classes, paths, labels
+        msg = f"Found no valid file for the classes {', '.join(sorted(empty))}. "
+        if extensions is not None:
+            listed = extensions if isinstance(extensions, str) else ", ".join(extensions)
+            msg += f"Supported extensions are: {listed}"
+        raise FileNotFoundError(msg)
+    return paths, labels
 
 
 class SampleKey(NamedTuple):
@@ -107,17 +124,18 @@ def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
             np.random.set_state(saved[2])
 
 
-class ImageFolder:
-    """A drop-in for ``torchvision.datasets.ImageFolder`` whose images are decoded natively.
+class NativeDataset(_TorchDataset):
+    """A list of ``(path, target)`` samples whose images ringloader reads and decodes natively:
+    the common base of :class:`ImageFolder`, :class:`DatasetFolder` and :class:`FileList`, and
+    what :class:`ringloader.DataLoader` batches natively (a ``torch.utils.data.Dataset``).
 
     JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
     decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
     Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM...)
     fail as a sample error that ``on_error`` handles.
 
-    Same class discovery, ``classes``, ``class_to_idx``, ``samples``, ``targets`` and sample order
-    as torchvision. ``dataset[i]`` decodes one sample on the calling thread and returns
-    ``(image, target)``; batches come from :class:`ringloader.DataLoader`.
+    ``dataset[i]`` decodes one sample on the calling thread and returns ``(image, target)``;
+    batches come from :class:`ringloader.DataLoader`.
 
     ``transform`` is a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` or any
     callable. The longest prefix with a native equivalent runs natively
@@ -129,38 +147,31 @@ class ImageFolder:
     per sample too. ``strict=True`` raises ``TypeError`` naming the first step that would run in
     Python instead.
 
+    ``exif_transpose=True`` turns each image upright by its EXIF orientation (JPEG, PNG, WebP,
+    TIFF) before the transform, exactly as Pillow's ``ImageOps.exif_transpose`` (so the
+    transform sees the rotated size); the default keeps the stored orientation, as torchvision.
+    An image that needs turning is decoded whole (no region-of-interest decoding).
+
     ``transform`` and ``target_transform`` may be reassigned; a DataLoader over the dataset uses
     the new ones from its next ``iter()``. The dataset pickles and deep-copies at any time.
     """
 
     def __init__(
         self,
-        root: str,
+        root: Optional[str],
+        paths: List[str],
+        labels: List[int],
+        classes: List[str],
         transform: Any = None,
         target_transform: Optional[Callable[[int], Any]] = None,
-        loader: Optional[Callable[[str], Any]] = None,
-        is_valid_file: Optional[Callable[[str], bool]] = None,
-        allow_empty: bool = False,
         strict: bool = False,
+        exif_transpose: bool = False,
     ):
-        if loader is not None:
-            raise TypeError(
-                "ImageFolder(loader=...) is not supported: ringloader decodes images natively. "
-                "Use torchvision's ImageFolder with ringloader.DataLoader's generic path instead."
-            )
-        root = os.fspath(root)
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"ImageFolder root {root!r} is not a directory")
         self.root = root
-        if is_valid_file is not None or allow_empty:
-            valid = is_valid_file or (lambda p: p.lower().endswith(IMG_EXTENSIONS))
-            classes, paths, labels = _scan_python(root, valid, allow_empty)
-        else:
-            classes, paths, labels = _C.scan_image_folder(root)
+        self.exif_transpose = bool(exif_transpose)
         self.classes: List[str] = list(classes)
         self.class_to_idx: Dict[str, int] = {c: i for i, c in enumerate(self.classes)}
         self.samples: List[Tuple[str, int]] = list(zip(paths, labels))
-        self.imgs = self.samples
         self.targets: List[int] = list(labels)
         self.strict = bool(strict)
         # Bumped whenever transform or target_transform is assigned: a DataLoader compares it to
@@ -169,6 +180,9 @@ class ImageFolder:
         self._single: Optional[_C.Loader] = None
         self.transform = transform
         self.target_transform = target_transform
+
+    def _name(self) -> str:
+        return f"ringloader.{type(self).__name__}({self.root!r})"
 
     # ---- transforms ---------------------------------------------------------------------------
 
@@ -185,7 +199,7 @@ class ImageFolder:
                 "(it would run per sample in Python); remove it or pass strict=False")
         if split.tail is not None:
             warnings.warn(
-                f"ringloader.ImageFolder({self.root!r}): the transform steps "
+                f"{self._name()}: the transform steps "
                 f"{', '.join(split.tail_names)} have no native equivalent and run per sample in "
                 "Python, in DataLoader worker processes (slower; the native steps before them "
                 "still run natively). Pass strict=True to refuse instead.", UserWarning, stacklevel=3)
@@ -237,6 +251,7 @@ class ImageFolder:
         return {
             "transform": self.steps,
             "dtype": "float32" if T.has_to_tensor(self.steps) else "uint8",
+            "exif_transpose": self.exif_transpose,
         }
 
     # ---- single samples -----------------------------------------------------------------------
@@ -310,6 +325,144 @@ class ImageFolder:
 
     def __repr__(self) -> str:
         return (
-            f"ringloader.ImageFolder(root={self.root!r}, samples={len(self)}, "
+            f"ringloader.{type(self).__name__}(root={self.root!r}, samples={len(self)}, "
             f"classes={len(self.classes)}, transform={self.transform!r})"
         )
+
+
+def _refuse_loader(cls: str, loader: Any) -> None:
+    if loader is not None:
+        raise TypeError(
+            f"{cls}(loader=...) is not supported: ringloader decodes images natively. Use "
+            f"torchvision's {cls} with ringloader.DataLoader's generic path instead."
+        )
+
+
+class DatasetFolder(NativeDataset):
+    """A drop-in for ``torchvision.datasets.DatasetFolder`` whose images are decoded natively:
+    one folder per class under ``root``, the files in them kept when their name ends with one of
+    ``extensions`` (case-insensitive) or when ``is_valid_file(path)`` is true (exactly one of the
+    two), walked in torchvision's order. ``classes``, ``class_to_idx``, ``samples``,
+    ``targets`` and :meth:`find_classes` (which a subclass may override, as with torchvision) are
+    torchvision's. ``loader`` is refused: files are decoded natively (see
+    :class:`NativeDataset` for the formats, transforms and the per-sample path)."""
+
+    def __init__(
+        self,
+        root: str,
+        loader: Optional[Callable[[str], Any]] = None,
+        extensions: Optional[Tuple[str, ...]] = None,
+        transform: Any = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
+        is_valid_file: Optional[Callable[[str], bool]] = None,
+        allow_empty: bool = False,
+        strict: bool = False,
+        exif_transpose: bool = False,
+    ):
+        _refuse_loader(type(self).__name__, loader)
+        if (extensions is None) == (is_valid_file is None):
+            raise ValueError("Both extensions and is_valid_file cannot be None or not None at the "
+                             "same time")
+        root = os.fspath(root)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"{type(self).__name__} root {root!r} is not a directory")
+        native_scan = (is_valid_file is None and not allow_empty
+                       and tuple(extensions) == IMG_EXTENSIONS
+                       and type(self).find_classes is DatasetFolder.find_classes)
+        if native_scan:
+            classes, paths, labels = _C.scan_image_folder(root)
+        else:
+            classes, class_to_idx = self.find_classes(root)
+            if is_valid_file is None:
+                suffixes = extensions if isinstance(extensions, str) else tuple(extensions)
+                is_valid_file = lambda path: path.lower().endswith(suffixes)  # noqa: E731
+            paths, labels = _make_dataset(root, class_to_idx, is_valid_file, allow_empty,
+                                          extensions)
+        self.extensions = extensions
+        super().__init__(root, paths, labels, classes, transform, target_transform, strict,
+                         exif_transpose)
+
+    def find_classes(self, directory: str) -> Tuple[List[str], Dict[str, int]]:
+        """The class folders of ``directory``, sorted, and their indices (torchvision's)."""
+        return find_classes(directory)
+
+
+class ImageFolder(DatasetFolder):
+    """A drop-in for ``torchvision.datasets.ImageFolder`` whose images are decoded natively:
+    a :class:`DatasetFolder` of torchvision's image extensions (``IMG_EXTENSIONS``), or of the
+    files ``is_valid_file`` accepts. Same class discovery, ``classes``, ``class_to_idx``,
+    ``samples``, ``imgs``, ``targets`` and sample order as torchvision. See
+    :class:`NativeDataset` for the formats, transforms and the per-sample path."""
+
+    def __init__(
+        self,
+        root: str,
+        transform: Any = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
+        loader: Optional[Callable[[str], Any]] = None,
+        is_valid_file: Optional[Callable[[str], bool]] = None,
+        allow_empty: bool = False,
+        strict: bool = False,
+        exif_transpose: bool = False,
+    ):
+        super().__init__(root, loader, IMG_EXTENSIONS if is_valid_file is None else None,
+                         transform, target_transform, is_valid_file, allow_empty, strict,
+                         exif_transpose)
+        self.imgs = self.samples
+
+
+class FileList(NativeDataset):
+    """Samples from a file list, decoded natively.
+
+    ``FileList("train.txt", transform=...)`` reads one sample per line, ``<path> <label>``
+    (separated by spaces or a tab; the label, a non-negative int, is the last field, so paths
+    may contain spaces); relative paths are resolved against the list's folder, blank lines and
+    lines starting with ``#`` are skipped, and errors name the list and the line.
+    ``FileList(paths, labels, transform=...)`` takes the samples directly.
+
+    ``classes`` names the labels (``classes[label]``); by default ``"0"`` ... ``str(max label)``.
+    ``samples``, ``targets``, ``classes``, ``class_to_idx`` and :meth:`find_classes` follow
+    torchvision's names. See :class:`NativeDataset` for the formats, transforms and the
+    per-sample path.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        labels: Optional[Sequence[int]] = None,
+        transform: Any = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
+        classes: Optional[Sequence[str]] = None,
+        strict: bool = False,
+        exif_transpose: bool = False,
+    ):
+        if isinstance(source, (str, os.PathLike)):
+            if labels is not None:
+                raise TypeError("FileList(list_path) reads the labels from the list: pass no "
+                                "labels, or pass paths and labels")
+            root: Optional[str] = os.fspath(source)
+            paths, labels = _C.read_file_list(root)
+        else:
+            root = None
+            paths = [os.fspath(p) for p in source]
+            if labels is None:
+                raise TypeError("FileList(paths, labels): labels are missing")
+            labels = [operator.index(label) for label in labels]
+            if len(labels) != len(paths):
+                raise ValueError(f"FileList: {len(paths)} paths but {len(labels)} labels")
+            if not paths:
+                raise ValueError("FileList: no samples")
+            negative = [label for label in labels if label < 0]
+            if negative:
+                raise ValueError(f"FileList: labels must be non-negative, got {negative[0]}")
+        if classes is None:
+            classes = [str(i) for i in range(max(labels) + 1)]
+        elif max(labels) >= len(classes):
+            raise ValueError(f"FileList: label {max(labels)} has no name in the {len(classes)} "
+                             "classes given")
+        super().__init__(root, list(paths), list(labels), list(classes), transform,
+                         target_transform, strict, exif_transpose)
+
+    def find_classes(self, directory: Optional[str] = None) -> Tuple[List[str], Dict[str, int]]:
+        """``(classes, class_to_idx)`` of the list (there are no class folders to find)."""
+        return list(self.classes), dict(self.class_to_idx)

@@ -10,19 +10,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from imagegen import jpeg_bytes  # noqa: E402
+from imagegen import FLAVOURS, jpeg_bytes  # noqa: E402
 
-# (width, height, kwargs) — sizes around 300-500 px and every flavour the decoder must handle.
-FLAVOURS = [
-    (500, 375, dict(quality=90, subsampling="4:2:0")),
-    (333, 500, dict(quality=85, subsampling="4:2:0")),
-    (420, 320, dict(quality=95, subsampling="4:4:4")),
-    (480, 360, dict(quality=90, subsampling="4:2:2")),
-    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
-    (360, 480, dict(quality=90, mode="L")),
-    (400, 400, dict(quality=92, mode="CMYK")),
-    (512, 341, dict(quality=87, subsampling="4:2:0")),
-]
 
 
 def write_tree(root: Path, num_classes: int, per_class: int, seed: int = 0) -> Path:

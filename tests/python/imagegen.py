@@ -33,9 +33,11 @@ import numpy as np
 
 __all__ = [
     "CORRUPT_CASES",
+    "DAMAGED_JPEG_CASES",
     "IMG_EXTENSIONS",
     "ImageTree",
     "corrupt_cases",
+    "damaged_jpeg_cases",
     "jpeg_bytes",
     "load_sample_data",
     "make_image_tree",
@@ -135,6 +137,19 @@ def jpeg_bytes(
             **save_kwargs,
         )
     return _jpeg_cached(int(width), int(height), int(quality), str(subsampling), bool(progressive), str(mode), int(seed))
+
+
+# (width, height, kwargs) — sizes around 300-500 px and every flavour the decoder must handle.
+FLAVOURS = [
+    (500, 375, dict(quality=90, subsampling="4:2:0")),
+    (333, 500, dict(quality=85, subsampling="4:2:0")),
+    (420, 320, dict(quality=95, subsampling="4:4:4")),
+    (480, 360, dict(quality=90, subsampling="4:2:2")),
+    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
+    (360, 480, dict(quality=90, mode="L")),
+    (400, 400, dict(quality=92, mode="CMYK")),
+    (512, 341, dict(quality=87, subsampling="4:2:0")),
+]
 
 
 def _encode_other(width: int, height: int, fmt: str, seed: int, mode: str = "RGB") -> bytes:
@@ -454,3 +469,83 @@ def corrupt_cases(directory: str | os.PathLike[str]) -> dict[str, Path]:
             path.write_bytes(contents[name])
         out[name] = path
     return out
+
+
+#: Damaged JPEGs by what libjpeg makes of them: name -> (category, description). Categories:
+#:   ``warns``  libjpeg decodes past the damage with a warning ("Corrupt JPEG data: ..."), into
+#:              wrong pixels; Pillow 13 and torchvision's decode_jpeg accept these;
+#:   ``fatal``  libjpeg (or Pillow's own marker parser) stops with an error: Pillow refuses;
+#:   ``intact`` the damage does not touch the pixels; everyone accepts.
+DAMAGED_JPEG_CASES: dict[str, tuple[str, str]] = {
+    "eoi_mid_scan": ("warns", "baseline cut in the middle of the scan, EOI appended"),
+    "eoi_mid_scan_progressive": ("warns", "progressive cut in the middle of a scan, EOI appended"),
+    "scan_run_of_fe": ("warns", "30 scan bytes set to FE (bad Huffman codes)"),
+    "scan_bytes_removed": ("warns", "60 bytes cut out of the scan"),
+    "scan_bitflips": ("warns", "16 random bit flips in the scan"),
+    "progressive_bitflips": ("warns", "16 random bit flips in the scans of a progressive JPEG"),
+    "restart_marker_in_scan": ("warns", "an RST0 marker in a scan without restart intervals"),
+    "junk_between_headers": ("warns", "3 junk bytes between two header segments"),
+    "bottom_rows_damaged": ("warns", "256x256 baseline, 30 scan bytes near the end set to FE"),
+    "junk_after_soi": ("fatal", "3 junk bytes right after the start-of-image marker"),
+    "bad_segment_before_eoi": ("fatal", "a DHT segment with a bogus length after the scan"),
+    "sof_before_eoi": ("fatal", "a second SOF marker after the scan"),
+    "bottom_sof_before_eoi": ("fatal", "256x256 baseline, a second SOF marker after the scan"),
+    "progressive_bad_scan_params": ("fatal", "a progressive scan header with Ss=80"),
+    "progressive_bad_component": ("fatal", "a progressive scan header naming component 9"),
+    "padding_before_eoi": ("intact", "3 bytes between the last entropy-coded byte and EOI"),
+    "empty_segment_before_eoi": ("intact", "an empty DHT segment (length 2) after the scan"),
+    "progressive_last_scans_missing": ("intact", "progressive without its last scan (coarser)"),
+}
+
+
+def _sos_positions(data: bytes) -> list[int]:
+    """Offsets of every SOS marker (entropy-coded data stuffs FF as FF 00, so FF DA is a marker)."""
+    out, i = [], data.find(b"\xff\xda")
+    while i >= 0:
+        out.append(i)
+        i = data.find(b"\xff\xda", i + 2)
+    return out
+
+
+def damaged_jpeg_cases() -> dict[str, bytes]:
+    """The bytes of every case of :data:`DAMAGED_JPEG_CASES` (deterministic)."""
+    good = jpeg_bytes(96, 64, seed=7)
+    prog = jpeg_bytes(96, 64, seed=8, progressive=True)
+    big = jpeg_bytes(256, 256, seed=9)
+    sos, n = scan_offset(good), len(good)
+    psos = scan_offset(prog)
+    scans = _sos_positions(prog)
+
+    def fe_run(data: bytes, start: int) -> bytes:
+        out = bytearray(data)
+        out[start:start + 30] = b"\xfe" * 30
+        return bytes(out)
+
+    def patched(data: bytes, pos: int, value: int) -> bytes:
+        out = bytearray(data)
+        out[pos] = value
+        return bytes(out)
+
+    ss_pos = scans[2] + 2 + int.from_bytes(prog[scans[2] + 2:scans[2] + 4], "big") - 3
+    contents = {
+        "eoi_mid_scan": good[: sos + (n - sos) // 2] + b"\xff\xd9",
+        "eoi_mid_scan_progressive": prog[: psos + (len(prog) - psos) // 2] + b"\xff\xd9",
+        "scan_run_of_fe": fe_run(good, sos + 10),
+        "scan_bytes_removed": good[: sos + 100] + good[sos + 160:],
+        "scan_bitflips": _flip_bits(good, sos, n - 2, 16, seed=1),
+        "progressive_bitflips": _flip_bits(prog, psos, len(prog) - 2, 16, seed=2),
+        "restart_marker_in_scan": good[: sos + 100] + b"\xff\xd0" + good[sos + 100:],
+        "junk_between_headers": good[:20] + b"\x00\x01\x02" + good[20:],
+        "bottom_rows_damaged": fe_run(big, len(big) - 200),
+        "junk_after_soi": good[:2] + b"\x00\x00\x00" + good[2:],
+        "bad_segment_before_eoi": good[:-2] + b"\xff\xc4\x00\x05\x00\x01\x02" + good[-2:],
+        "sof_before_eoi": good[:-2] + b"\xff\xc0\x00\x03\x08" + good[-2:],
+        "bottom_sof_before_eoi": big[:-2] + b"\xff\xc0\x00\x03\x08" + big[-2:],
+        "progressive_bad_scan_params": patched(prog, ss_pos, 0x50),
+        "progressive_bad_component": patched(prog, scans[3] + 5, 0x09),
+        "padding_before_eoi": good[:-2] + b"\x12\x34\x56" + good[-2:],
+        "empty_segment_before_eoi": good[:-2] + b"\xff\xc4\x00\x02" + good[-2:],
+        "progressive_last_scans_missing": prog[: scans[-1]] + b"\xff\xd9",
+    }
+    assert contents.keys() == DAMAGED_JPEG_CASES.keys()
+    return contents

@@ -22,24 +22,14 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from imagegen import jpeg_bytes
+from imagegen import FLAVOURS, jpeg_bytes
 
 NEAREST, BILINEAR = v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-# Every flavour the JPEG decoder handles (a shared conftest name is ambiguous when pytest
-# collects tests/python and tests/cuda together, so the tree is written here).
-FLAVOURS = [
-    (500, 375, dict(quality=90, subsampling="4:2:0")),
-    (333, 500, dict(quality=85, subsampling="4:2:0")),
-    (420, 320, dict(quality=95, subsampling="4:4:4")),
-    (480, 360, dict(quality=90, subsampling="4:2:2")),
-    (400, 300, dict(quality=88, subsampling="4:2:0", progressive=True)),
-    (360, 480, dict(quality=90, mode="L")),
-    (400, 400, dict(quality=92, mode="CMYK")),
-    (512, 341, dict(quality=87, subsampling="4:2:0")),
-]
+# A shared conftest name is ambiguous when pytest collects tests/python and tests/cuda together,
+# so the tree is written here from imagegen's flavours.
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,13 @@ struct LoaderOptions {
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
   bool fast_decode = true;       ///< Allow DCT-scaled decoding (not pixel-exact vs Pillow);
                                  ///< region-of-interest decoding is exact and always on.
+  /// Refuse JPEG data libjpeg only warns about (extraneous bytes before a marker, premature end
+  /// of a data segment, bad Huffman codes...: it decodes past them into wrong pixels) as
+  /// DataLoss. False accepts them, as Pillow and torchvision do.
+  bool strict_decode = true;
+  /// Turn images upright by their EXIF orientation before the transform, as Pillow's
+  /// ImageOps.exif_transpose does (torchvision does not: default false).
+  bool exif_transpose = false;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
   std::vector<TransformStep> transform;  ///< torchvision-style chain; must fix the output size
                                          ///< (unless variable_size).
