@@ -1142,7 +1142,7 @@ int Main(int argc, char** argv) {
     const size_t at = file.rfind("bench/");
     return std::string(at == absl::string_view::npos ? file : file.substr(at));
   };
-  usage.version_string = [] { return std::string("ringloader-bench 0.1.0\n"); };
+  usage.version_string = [] { return std::string("ringloader-bench " RINGLOADER_VERSION "\n"); };
   absl::SetFlagsUsageConfig(usage);
   absl::SetProgramUsageMessage(
       "Benchmarks the ringloader native data loader (no Python) and names the bottleneck stage.\n"

@@ -9,7 +9,13 @@
 # object, so a consumer needs only Abseil and Threads, the two that appear in the public headers.
 # The Python extension keeps linking the static core and is unaffected.
 if(SKBUILD)
-  return()  # the wheel ships the extension only
+  # The wheel ships the extension and, next to it, the native CLI: the `ringloader-bench` console
+  # script (ringloader/_cli.py) execs ringloader/bin/ringloader-bench. Inside the package, the
+  # libraries `auditwheel repair` copies into ringloader.libs/ are found through its RPATH.
+  if(TARGET ringloader-bench)
+    install(TARGETS ringloader-bench RUNTIME DESTINATION ringloader/bin COMPONENT python)
+  endif()
+  return()
 endif()
 
 include(GNUInstallDirs)

@@ -7,6 +7,8 @@ echo "== C++ tests"
 ctest --test-dir build/py --output-on-failure -j2 --timeout 600
 echo "== C++ package, LibTorch adaptor and example"
 RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
+echo "== The wheel on a clean Debian root (skipped with the reason where that cannot be made)"
+bash scripts/test_wheel_clean_root.sh
 echo "== Python tests"
 .venv/bin/python -m pytest tests/python tests/cuda -q "$@"
 echo "== Python pipeline tests again with io_uring refused (as under Docker's seccomp): pread fallback"

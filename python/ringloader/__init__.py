@@ -13,8 +13,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
-
-__version__ = "0.1.0"
+from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
     "DataLoader",

@@ -535,9 +535,9 @@ def write_png(path: Path, results: list[Result], machine: dict[str, Any], cfg: C
 # --------------------------------------------------------------------------
 
 
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m ringloader.bench",
+        prog=prog,
         description="Compare torchvision ImageFolder + torch DataLoader with ringloader, side by side.",
     )
     p.add_argument("--root", type=Path, default=None,
@@ -597,8 +597,8 @@ def _config(args: argparse.Namespace, num_images: int) -> Config:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.bench") -> int:
+    args = _parse_args(argv, prog)
     log = (lambda s: None) if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
     try:
         loaders = [s.strip() for s in args.loaders.split(",") if s.strip()]

@@ -1,0 +1,144 @@
+"""Runs inside the clean Debian root, against the installed wheel only.
+
+    python smoke.py <expected version>
+
+1. The extension and the native CLI resolve every shared library from the root's glibc,
+   libstdc++, libgcc and zlib or from the wheel's own ringloader.libs/ (ldd: nothing "not
+   found", nothing else), and importing ringloader does not look for the CUDA driver.
+2. ringloader.__version__ is the wheel's version.
+3. A real epoch: a small ImageFolder of JPEG, PNG, WebP and TIFF files (generated here with
+   numpy + Pillow) through rl.DataLoader with a training transform, every sample delivered
+   once, float32 NCHW batches.
+4. The console scripts: ringloader-bench --help/--version and a short run on the same images;
+   ringloader-compare --help.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from pathlib import Path
+
+# What the wheel may take from the system (plus the dynamic loader and the vDSO): glibc,
+# libstdc++, libgcc, and zlib, which every manylinux policy lists as always present; the libspng
+# and libtiff that auditwheel vendors link it (ringloader's own zlib is static).
+SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0",
+               "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"}
+
+
+def check_ldd(binary: Path, libs_dir: Path) -> None:
+    out = subprocess.run(["ldd", str(binary)], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        line = line.strip()
+        m = re.match(r"(\S+) => (\S+)", line)
+        if m is None:  # linux-vdso.so.1 (0x...), /lib64/ld-linux-x86-64.so.2 (0x...)
+            assert "vdso" in line or "ld-linux" in line, f"{binary.name}: unexpected ldd line {line!r}"
+            continue
+        name, path = m.groups()
+        assert path != "not", f"{binary.name}: {name} not found\n{out}"
+        assert name in SYSTEM_LIBS or Path(path).resolve().parent == libs_dir, \
+            f"{binary.name}: needs {name} ({path}) from outside the wheel\n{out}"
+    print(f"ldd {binary.name}: only glibc/libstdc++/libgcc/zlib and ringloader.libs/")
+
+
+def check_no_driver_at_import() -> None:
+    """CUDA is optional at run time: importing ringloader must not even look for the driver."""
+    env = {**os.environ, "LD_DEBUG": "libs"}
+    out = subprocess.run([sys.executable, "-c", "import ringloader"], env=env, check=True,
+                         capture_output=True, text=True).stderr
+    assert "libcuda" not in out, "import ringloader looked for the CUDA driver"
+    print("import ringloader: does not look for libcuda")
+
+
+def make_images(root: Path, classes: int = 3, per_class: int = 24) -> int:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True)
+        for i in range(per_class):
+            h, w = rng.integers(160, 320, size=2)
+            pixels = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+            # Mostly JPEG, and every other format the native decoders (and their libraries) cover.
+            ext = ("jpg", "jpg", "png", "webp", "tiff")[i % 5]
+            Image.fromarray(pixels).save(root / f"class{c}" / f"{i:03d}.{ext}")
+    return classes * per_class
+
+
+def epoch(root: Path, count: int) -> None:
+    import torch
+
+    import ringloader as rl
+    from ringloader import transforms as T
+
+    ds = rl.ImageFolder(str(root), transform=T.Compose([
+        T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToTensor(),
+        T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]))
+    assert len(ds) == count and ds.classes == ["class0", "class1", "class2"]
+    loader = rl.DataLoader(ds, batch_size=16, shuffle=True, num_workers=2)
+    assert loader.native, "rl.ImageFolder must take the native path"
+    seen = 0
+    labels = []
+    for images, target in loader:
+        assert images.dtype == torch.float32 and tuple(images.shape[1:]) == (3, 64, 64), images.shape
+        assert torch.isfinite(images).all()
+        seen += images.shape[0]
+        labels.append(target)
+    assert seen == count, (seen, count)
+    assert sorted(torch.cat(labels).tolist()) == sorted(ds.targets)
+    stats = loader.stats()
+    print(f"epoch: {seen} images in {seen // 16 + (seen % 16 > 0)} batches, errors={stats['errors']}, "
+          f"io={stats.get('io_backend', '?')}, torch {torch.__version__}, "
+          f"cuda available: {torch.cuda.is_available()}")
+    assert stats["errors"] == 0
+
+
+def run(*cmd: str, status: int = 0) -> str:
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    assert result.returncode == status, f"{' '.join(cmd)} exited {result.returncode}\n{result.stdout}{result.stderr}"
+    return result.stdout + result.stderr
+
+
+def main() -> None:
+    version = sys.argv[1]
+    import ringloader
+
+    package = Path(ringloader.__file__).parent
+    libs_dir = (package.parent / "ringloader.libs").resolve()
+    (extension,) = package.glob("_C*.so")
+    check_ldd(extension, libs_dir)
+    check_ldd(package / "bin" / "ringloader-bench", libs_dir)
+    check_no_driver_at_import()
+    assert ringloader.__version__ == version, (ringloader.__version__, version)
+    print(f"ringloader.__version__ == {version}")
+
+    bindir = Path(sysconfig.get_path("scripts"))
+    work = Path(tempfile.mkdtemp())
+    try:
+        data = work / "images"
+        count = make_images(data)
+        epoch(data, count)
+
+        bench = str(bindir / "ringloader-bench")
+        # Abseil's --help exits with status 1.
+        assert run(bench, "--help", status=1).startswith("ringloader-bench: Benchmarks")
+        assert run(bench, "--version").strip().splitlines()[0] == f"ringloader-bench {version}"
+        report = run(bench, f"--data={data}", "--preset=train", "--epochs=1", "--warmup=0",
+                     "--progress=false", "--decode_threads=2")
+        print("ringloader-bench run:", next(l for l in report.splitlines() if "images/s" in l).strip())
+        usage = run(str(bindir / "ringloader-compare"), "--help")
+        assert usage.startswith("usage: ringloader-compare"), usage
+        print("ringloader-bench --help/--version, ringloader-compare --help: named correctly")
+    finally:
+        shutil.rmtree(work)
+    print("clean-root smoke test: OK")
+
+
+if __name__ == "__main__":
+    main()
