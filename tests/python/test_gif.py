@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import torchvision
 from PIL import Image
+from torchvision import transforms as tvt
 
 import ringloader as rl
 
@@ -155,3 +157,48 @@ def test_gif_pixel_limit_from_logical_screen(tmp_path: Path):
     with pytest.raises(rl.SampleError) as info:
         list(loader)
     assert "GIF" in info.value.reason and "limit" in info.value.reason
+
+
+@pytest.mark.filterwarnings("ignore:Palette images with Transparency")
+def test_mutated_gifs_get_pillows_verdict_and_pixels(tmp_path: Path):
+    """Bit flips, byte overwrites and truncations anywhere in Pillow-written and hand-built GIFs:
+    each file is refused by both or decoded to the same pixels by both."""
+    rng = np.random.default_rng(11)
+    frames = [Image.fromarray(texture(30, 20, s)).convert("P", palette=Image.Palette.ADAPTIVE,
+                                                         colors=16) for s in (50, 51)]
+    animated = io.BytesIO()
+    frames[0].save(animated, "GIF", save_all=True, append_images=frames[1:], loop=0,
+                   transparency=2, comment=b"note")
+    idx = rng.integers(0, 8, (13, 17))
+    bases = [animated.getvalue(), save(frames[0].convert("L"), interlace=True),
+             gif((20, 15), [dict(idx=idx, x=3, y=2, transparency=5, bits=3)], PAL4),
+             gif((9, 9), [dict(idx=idx, interlace=True, bits=5)], None)]
+    (tmp_path / "c").mkdir()
+    mutated = []
+    for b in bases:
+        for trial in range(60):
+            m = bytearray(b)
+            if trial % 3 == 0:
+                m[int(rng.integers(6, len(m)))] ^= 1 << int(rng.integers(0, 8))
+            elif trial % 3 == 1:
+                m = m[: int(rng.integers(10, len(m)))]
+            else:
+                m[int(rng.integers(6, len(m)))] = int(rng.integers(0, 256))
+            (tmp_path / "c" / f"{len(mutated):04d}.png").write_bytes(bytes(m))
+            mutated.append(bytes(m))
+    ds = rl.ImageFolder(tmp_path, transform=tvt.PILToTensor())
+    verdicts = {"decoded": 0, "refused": 0}
+    for i, m in enumerate(mutated):
+        try:
+            ref = tvt.PILToTensor()(Image.open(io.BytesIO(m)).convert("RGB"))
+        except Exception:  # any refusal of Pillow's (OSError, ValueError, struct.error, ...)
+            ref = None
+        if ref is None:
+            with pytest.raises(rl.SampleError) as info:
+                ds[i]
+            assert "GIF" in info.value.reason, (i, info.value.reason)
+            verdicts["refused"] += 1
+        else:
+            assert torch.equal(ds[i][0], ref), i
+            verdicts["decoded"] += 1
+    assert verdicts["decoded"] > 50 and verdicts["refused"] > 50, verdicts
