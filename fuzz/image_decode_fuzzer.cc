@@ -1,6 +1,6 @@
 /// libFuzzer target for ImageDecoder, the one entry point for every format: format sniffing,
-/// the PNG (libspng), WebP (libwebp), BMP and PNM readers, the pixel limit and the render stage,
-/// through ReadInfo, DecodeFull and DecodeInto with fixed train and eval pipelines on one
+/// the PNG (libspng), WebP (libwebp), BMP, PNM and GIF readers, the pixel limit and the render
+/// stage, through ReadInfo, DecodeFull and DecodeInto with fixed train and eval pipelines on one
 /// long-lived decoder, as a loader worker uses it. JPEG inputs reach the JPEG decoder, which
 /// jpeg_decode_fuzzer covers in depth.
 ///
@@ -12,7 +12,8 @@
 ///    no state leaks from one image into the next.
 ///
 /// libspng and libwebp come from the system, not coverage-instrumented: coverage steers by
-/// ringloader's own code (sniffing, the BMP/PNM parsers, the PNG/WebP conversions and limits).
+/// ringloader's own code (sniffing, the BMP/PNM/GIF parsers, the PNG/WebP conversions and
+/// limits).
 
 #include <cmath>
 #include <cstdint>

@@ -1,8 +1,9 @@
 /// Writes image_decode_fuzzer's seed corpus into argv[1]: small files of every format and
 /// variant ImageDecoder reads (PNG colour types, bit depths and interlacing; lossy, lossless and
 /// animated WebP; BMP depths, bitfields, RLE and row orders; uncompressed TIFF strips;
-/// PBM/PGM/PPM maxvals), a JPEG, and truncated copies so the error paths are reachable from the
-/// first execution. Encoded here, never downloaded; deterministic.
+/// PBM/PGM/PPM maxvals; GIF frames offset, interlaced, transparent, with local tables), a JPEG,
+/// and truncated copies so the error paths are reachable from the first execution. Encoded
+/// here, never downloaded; deterministic.
 
 #include <spng.h>
 #include <webp/encode.h>
@@ -204,6 +205,54 @@ Bytes Tiff(int w, int h, int spp, int rows_per_strip) {
   return b;
 }
 
+/// GIF89a: a `sw` x `sh` screen with a 4-entry global table, one `w` x `h` frame at (x, y)
+/// whose indices (0..7, past the table too) are literal LZW codes; optionally interlaced, with a
+/// transparency index and a 2-entry local table.
+Bytes Gif(int sw, int sh, int x, int y, int w, int h, bool interlace, bool transparent,
+          bool local) {
+  Bytes b = {'G', 'I', 'F', '8', '9', 'a'};
+  PutLe(&b, static_cast<uint32_t>(sw), 2);
+  PutLe(&b, static_cast<uint32_t>(sh), 2);
+  b.insert(b.end(), {0x81, 1, 0, 10, 20, 30, 40, 50, 60, 70, 80, 90, 100, 110, 120});
+  if (transparent) b.insert(b.end(), {'!', 0xF9, 4, 1, 0, 0, 2, 0});
+  b.push_back(',');
+  for (int v : {x, y, w, h}) PutLe(&b, static_cast<uint32_t>(v), 2);
+  b.push_back(static_cast<uint8_t>((interlace ? 0x40 : 0) | (local ? 0x80 : 0)));
+  if (local) b.insert(b.end(), {200, 0, 0, 0, 200, 0});
+  const int bits = 3, clear = 1 << bits;
+  int size = bits + 1, next = clear + 2;
+  uint64_t acc = uint64_t(clear);
+  int nbits = size;
+  Bytes packed;
+  const Bytes px = Pattern(size_t(w) * h, 9);
+  auto put = [&](int code) {
+    acc |= uint64_t(code) << nbits;
+    nbits += size;
+    for (; nbits >= 8; nbits -= 8, acc >>= 8) packed.push_back(static_cast<uint8_t>(acc));
+  };
+  bool first = true;  // the first code after a clear adds no table entry
+  for (const uint8_t v : px) {
+    if (next >= 4000) put(clear), size = bits + 1, next = clear + 2, first = true;
+    put(v & 7);
+    if (first) {
+      first = false;
+    } else if (next < 4096) {
+      if (next == (1 << size) - 1 && size < 12) ++size;
+      ++next;
+    }
+  }
+  put(clear + 1);
+  if (nbits > 0) packed.push_back(static_cast<uint8_t>(acc));
+  b.push_back(bits);
+  for (size_t i = 0; i < packed.size(); i += 255) {
+    const size_t n = std::min<size_t>(255, packed.size() - i);
+    b.push_back(static_cast<uint8_t>(n));
+    b.insert(b.end(), packed.begin() + i, packed.begin() + i + n);
+  }
+  b.insert(b.end(), {0, ';'});
+  return b;
+}
+
 Bytes Pnm(const std::string& header, size_t data_bytes) {
   Bytes b(header.begin(), header.end());
   const Bytes px = Pattern(data_bytes, 6);
@@ -248,6 +297,9 @@ int main(int argc, char** argv) {
       {"p6_maxval100.ppm", Pnm("P6 10 6 100\n", 10 * 6 * 3)},
       {"p5_16bit.pgm", Pnm("P5\n# comment\n12 8\n1000\n", 12 * 8 * 2)},
       {"p4.pbm", Pnm("P4 13 7\n", 2 * 7)},
+      {"plain.gif", Gif(23, 11, 0, 0, 23, 11, false, false, false)},
+      {"offset_transparent_local.gif", Gif(30, 20, 5, 3, 17, 9, false, true, true)},
+      {"interlaced_past_screen.gif", Gif(12, 10, 4, 2, 15, 13, true, false, false)},
   };
   ringloader::testing::JpegFlavor jpeg;
   jpeg.width = 40;
@@ -257,7 +309,8 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, Bytes>> cut;
   for (const auto& [name, bytes] : seeds) {
     if (name == "rgb8.png" || name == "lossy.webp" || name == "animated.webp" ||
-        name == "rgb24.bmp" || name == "rgb_strips.tif" || name == "p6.ppm") {
+        name == "rgb24.bmp" || name == "rgb_strips.tif" || name == "p6.ppm" ||
+        name == "plain.gif") {
       cut.push_back({"cut_half_" + name, Bytes(bytes.begin(), bytes.begin() + bytes.size() / 2)});
     }
   }

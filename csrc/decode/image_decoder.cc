@@ -62,7 +62,7 @@ bool IsNetpbmMagic(const uint8_t* d, size_t n) {
 }
 
 /// The format by signature, as Pillow's plugins accept it: JPEG (FF, then the JPEG decoder
-/// judges the rest), PNG, RIFF/WEBP, "BM", and the Netpbm magic numbers.
+/// judges the rest), PNG, RIFF/WEBP, "BM", the Netpbm magic numbers and GIF87a/GIF89a.
 /// Otherwise the status says what the bytes look like: Unimplemented for image formats that are
 /// recognised but not decoded natively, InvalidArgument for anything else.
 absl::StatusOr<ImageFormat> Sniff(const uint8_t* d, size_t n) {
@@ -75,10 +75,9 @@ absl::StatusOr<ImageFormat> Sniff(const uint8_t* d, size_t n) {
   if (StartsWith(d, n, "BM", 2)) return ImageFormat::kBmp;
   if (StartsWith(d, n, "II*\0", 4) || StartsWith(d, n, "MM\0*", 4)) return ImageFormat::kTiff;
   if (IsNetpbmMagic(d, n)) return ImageFormat::kPnm;
+  if (StartsWith(d, n, "GIF87a", 6) || StartsWith(d, n, "GIF89a", 6)) return ImageFormat::kGif;
   const char* unsupported = nullptr;
-  if (StartsWith(d, n, "GIF87a", 6) || StartsWith(d, n, "GIF89a", 6)) {
-    unsupported = "GIF";
-  } else if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
+  if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
     unsupported = "ISO media (HEIF/AVIF/MP4 'ftyp')";
   } else if (StartsWith(d, n, "\0\0\0\x0cjP  ", 8) || StartsWith(d, n, "\xff\x4f\xff\x51", 4)) {
     unsupported = "JPEG 2000";
@@ -171,6 +170,7 @@ int ExifOrientation(ImageFormat format, const uint8_t* d, size_t n) {
       return TiffOrientation(d, n);
     case ImageFormat::kBmp:
     case ImageFormat::kPnm:
+    case ImageFormat::kGif:
       return 1;
   }
   return 1;
@@ -223,6 +223,8 @@ const char* ImageFormatName(ImageFormat format) {
       return "TIFF";
     case ImageFormat::kPnm:
       return "PNM";
+    case ImageFormat::kGif:
+      return "GIF";
   }
   return "unknown";
 }
@@ -261,6 +263,8 @@ absl::StatusOr<ImageSize> Header(ImageFormat format, const uint8_t* data, size_t
       return decode_internal::TiffHeader(data, size);
     case ImageFormat::kPnm:
       return decode_internal::PnmHeader(data, size);
+    case ImageFormat::kGif:
+      return decode_internal::GifHeader(data, size);
     case ImageFormat::kJpeg:
       break;
   }
@@ -281,6 +285,8 @@ absl::Status Decode(ImageFormat format, const uint8_t* data, size_t size, uint64
       return decode_internal::TiffDecode(data, size, max_pixels, scratch, out);
     case ImageFormat::kPnm:
       return decode_internal::PnmDecode(data, size, max_pixels, scratch, out);
+    case ImageFormat::kGif:
+      return decode_internal::GifDecode(data, size, max_pixels, scratch, out);
     case ImageFormat::kJpeg:
       break;
   }

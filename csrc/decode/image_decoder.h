@@ -25,7 +25,7 @@
 namespace ringloader {
 
 /// The container formats the decoder recognises by signature.
-enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kTiff, kPnm };
+enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kTiff, kPnm, kGif };
 
 /// "JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM".
 const char* ImageFormatName(ImageFormat format);

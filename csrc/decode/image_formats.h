@@ -1,6 +1,6 @@
 #pragma once
 /// Internal interface between ImageDecoder and the whole-image format readers (PNG, WebP, BMP,
-/// TIFF, PNM). Each reader has two entry points: a header read that reports the size without
+/// TIFF, PNM, GIF). Each reader has two entry points: a header read that reports the size without
 /// allocating for pixels (so the caller can enforce the pixel limit first), and a decode that
 /// fills a grow-only buffer with the image as Pillow's convert("RGB") would see it.
 
@@ -71,6 +71,10 @@ absl::Status BmpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
 absl::StatusOr<ImageSize> TiffHeader(const uint8_t* data, size_t size);
 absl::Status TiffDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
                         Decoded* out);
+
+absl::StatusOr<ImageSize> GifHeader(const uint8_t* data, size_t size);
+absl::Status GifDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
+                       Decoded* out);
 
 absl::StatusOr<ImageSize> PnmHeader(const uint8_t* data, size_t size);
 absl::Status PnmDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,

@@ -359,14 +359,12 @@ def make_image_tree(
 # --------------------------------------------------------------------------
 
 #: name -> (category, description).  Categories:
-#:   ``valid``      a well-formed image every decoder must read (a JPEG, or a PNG named .jpg:
-#:                  formats are chosen by signature, as Pillow does);
+#:   ``valid``      a well-formed image every decoder must read (a JPEG, or a PNG or GIF named
+#:                  .jpg: formats are chosen by signature, as Pillow does);
 #:   ``invalid``    no image can be produced; a loader must fail cleanly (or skip);
 #:   ``damaged``    a JPEG with damaged/missing entropy-coded data: libjpeg may
 #:                  recover with a warning (grey/garbled blocks) or fail, so a
 #:                  loader may return an image or raise, but must not crash;
-#:   ``not_jpeg``   a valid image of a format ringloader does not decode (GIF), named
-#:                  ``.jpg``: Pillow reads it, ringloader must reject it cleanly;
 #:   ``oversized``  a JPEG whose header claims a huge frame (with far too little
 #:                  data): a loader must reject it from the header (size limit)
 #:                  rather than allocate ~10 GB; note that Pillow with
@@ -384,7 +382,7 @@ CORRUPT_CASES: dict[str, tuple[str, str]] = {
     "bitflip_scan": ("damaged", "16 random bit flips in the entropy-coded data"),
     "bitflip_headers": ("damaged", "8 random bit flips in the DQT/DHT/SOF header bytes"),
     "png_named_jpg": ("valid", "a valid PNG file named .jpg (decoded by its signature, as Pillow)"),
-    "gif_named_jpg": ("not_jpeg", "a valid GIF file named .jpg"),
+    "gif_named_jpg": ("valid", "a valid GIF file named .jpg (decoded by its signature, as Pillow)"),
     "text_named_jpg": ("invalid", "plain text named .jpg"),
     "huge_sof": ("oversized", "valid small JPEG whose SOF0 header claims 60000x60000"),
     "zero_size_sof": ("invalid", "valid small JPEG whose SOF0 header claims 0x0"),
