@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fuzz_common.h"
 #include "decode/image_decoder.h"
 #include "testing/jpeg_fixtures.h"
 #include "transform/image_transform.h"
@@ -38,43 +39,11 @@ constexpr uint64_t kMaxPixels = uint64_t{1} << 22;
 constexpr int kOut = 64;
 
 [[noreturn]] void Finding(const char* what, const absl::Status& status = absl::OkStatus()) {
-  std::fprintf(stderr, "image_decode_fuzzer: contract violated: %s (%s)\n", what,
-               status.ToString().c_str());
-  std::abort();
+  fuzz::Finding("image_decode_fuzzer", what, status);
 }
 
-TransformStep Step(TransformStep::Kind kind, int size = 0) {
-  TransformStep s;
-  s.kind = kind;
-  s.size_h = size;
-  s.size_w = size;
-  return s;
-}
-
-/// RandomResizedCrop + flip + ToTensor + Normalize, float32 CHW.
-TransformPipeline TrainPipeline() {
-  using Kind = TransformStep::Kind;
-  TransformStep norm = Step(Kind::kNormalize);
-  const float mean[3] = {0.485f, 0.456f, 0.406f}, std[3] = {0.229f, 0.224f, 0.225f};
-  for (int c = 0; c < 3; ++c) norm.mean[c] = mean[c], norm.std[c] = std[c];
-  auto p = TransformPipeline::Create({Step(Kind::kRandomResizedCrop, kOut),
-                                      Step(Kind::kRandomHorizontalFlip), Step(Kind::kToTensor),
-                                      norm},
-                                     DType::kFloat32, Layout::kCHW);
-  if (!p.ok()) Finding("train pipeline", p.status());
-  return *std::move(p);
-}
-
-/// Resize (shorter side) + CenterCrop, uint8 HWC; pads very wide or tall images.
-TransformPipeline EvalPipeline() {
-  using Kind = TransformStep::Kind;
-  TransformStep resize = Step(Kind::kResize, kOut + kOut / 8);
-  resize.size_w = 0;
-  auto p = TransformPipeline::Create({resize, Step(Kind::kCenterCrop, kOut)}, DType::kUint8,
-                                     Layout::kHWC);
-  if (!p.ok()) Finding("eval pipeline", p.status());
-  return *std::move(p);
-}
+TransformPipeline TrainPipeline() { return fuzz::TrainPipeline(kOut, "image_decode_fuzzer"); }
+TransformPipeline EvalPipeline() { return fuzz::EvalPipeline(kOut, "image_decode_fuzzer"); }
 
 /// A 31 x 23 binary PPM of the fixtures' texture.
 std::vector<uint8_t> KnownGoodPnm() {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "fuzz_common.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
 #include "transform/render.h"
@@ -29,9 +30,7 @@ namespace ringloader {
 namespace {
 
 [[noreturn]] void Finding(const char* what, const absl::Status& status = absl::OkStatus()) {
-  std::fprintf(stderr, "recipe_fuzzer: contract violated: %s (%s)\n", what,
-               status.ToString().c_str());
-  std::abort();
+  fuzz::Finding("recipe_fuzzer", what, status);
 }
 
 using Kind = TransformStep::Kind;

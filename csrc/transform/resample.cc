@@ -509,19 +509,23 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
       GetKernels().vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize, width,
                             levels);
     }
-    if (direct) continue;
-    switch (fmt.dtype) {
-      case DType::kUint8:
-        WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
-        break;
-      case DType::kFloat32:
-        WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
-        break;
-      case DType::kFloat16:
-      case DType::kBFloat16:
-        WriteRow<uint16_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
-        break;
-    }
+    if (!direct) StoreRow(levels, out_w, out_h, y, fmt, dst);
+  }
+}
+
+void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
+                         const OutputFormat& fmt, void* dst) const {
+  switch (fmt.dtype) {
+    case DType::kUint8:
+      WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      break;
+    case DType::kFloat32:
+      WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      break;
+    case DType::kFloat16:
+    case DType::kBFloat16:
+      WriteRow<uint16_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      break;
   }
 }
 
@@ -529,19 +533,7 @@ void Resampler::WriteImage(const uint8_t* rgb, size_t stride, int width, int hei
                            const OutputFormat& fmt, void* dst) {
   PrepareLut(fmt);
   for (int y = 0; y < height; ++y) {
-    const uint8_t* row = rgb + static_cast<size_t>(y) * stride;
-    switch (fmt.dtype) {
-      case DType::kUint8:
-        WriteRow<uint8_t>(row, width, height, y, fmt.layout, lut_, dst);
-        break;
-      case DType::kFloat32:
-        WriteRow<uint32_t>(row, width, height, y, fmt.layout, lut_, dst);
-        break;
-      case DType::kFloat16:
-      case DType::kBFloat16:
-        WriteRow<uint16_t>(row, width, height, y, fmt.layout, lut_, dst);
-        break;
-    }
+    StoreRow(rgb + static_cast<size_t>(y) * stride, width, height, y, fmt, dst);
   }
 }
 

@@ -126,6 +126,9 @@ class Resampler {
 
  private:
   void PrepareLut(const OutputFormat& fmt);
+  // Row y of levels (out_w RGB) through the lookup table into dst's dtype and layout.
+  void StoreRow(const uint8_t* levels, int out_w, int out_h, int y, const OutputFormat& fmt,
+                void* dst) const;
 
   AxisCoeffs xc_, yc_;
   int x_origin_ = 0;
