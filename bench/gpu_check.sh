@@ -22,7 +22,11 @@ SITE="$BUILD/site"
 PY="${PYTHON:-python3}"
 JOBS="$(nproc)"
 DEBS=(liburing2 liburing-dev libjpeg62-turbo libjpeg62-turbo-dev libturbojpeg0 libturbojpeg0-dev libabsl20220623 libabsl-dev
-      libnuma1 libnuma-dev libgtest-dev libgmock-dev)
+      libnuma1 libnuma-dev libgtest-dev libgmock-dev
+      # the image formats besides JPEG (and what libtiff's pkg-config file requires)
+      libspng0 libspng-dev libwebp7 libwebpdemux2 libwebpmux3 libwebp-dev libtiff6 libtiffxx6
+      libtiff-dev libdeflate0 libdeflate-dev libjbig0 libjbig-dev liblerc4 liblerc-dev liblzma5
+      liblzma-dev libzstd1 libzstd-dev zlib1g zlib1g-dev libjpeg-dev)
 # Pure-Python (any version) plus numpy/pillow for this machine's Python; used only when missing.
 WHEELS=(pybind11 pytest pytest-timeout pluggy iniconfig packaging numpy pillow)
 
@@ -81,6 +85,9 @@ grep -E "ringloader: CUDA stager" "$BUILD/configure.log"
 log "build (-j$JOBS)"
 cmake --build "$BUILD/cmake" -j"$JOBS" >"$BUILD/build.log" 2>&1 || { grep -E "error" -A3 "$BUILD/build.log" | head -60; exit 1; }
 rm -rf "$SITE/ringloader" && cp -r "$ROOT/python/ringloader" "$SITE/ringloader"
+# The version module a wheel build writes from pyproject.toml's version.
+sed -n 's/^version = "\(.*\)"$/__version__ = "\1"/p' "$ROOT/pyproject.toml" | head -1 \
+  > "$SITE/ringloader/_version.py"
 cp "$BUILD"/cmake/_C*.so "$SITE/ringloader/"
 "$PY" -c "import ringloader, sys; assert ringloader.__file__.startswith('$SITE'), ringloader.__file__; print('ringloader from', ringloader.__file__)"
 
