@@ -2,12 +2,15 @@
 /// What the fuzz targets share: how a broken contract is reported, and the train and eval
 /// chains a loader worker runs (built with the public, torchvision-named builders).
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "ringloader/transforms.h"
+#include "transform/random.h"
 
 namespace ringloader::fuzz {
 
@@ -18,6 +21,23 @@ namespace ringloader::fuzz {
   std::fprintf(stderr, "%s: contract violated: %s (%s)\n", target, what,
                status.ToString().c_str());
   std::abort();
+}
+
+/// A decoder's failure must be a specific, explained Status: never Unknown or Internal, never
+/// without a message.
+inline void CheckError(const char* target, const absl::Status& s) {
+  if (s.ok()) return;
+  if (s.code() == absl::StatusCode::kUnknown || s.code() == absl::StatusCode::kInternal) {
+    Finding(target, "unexpected status code", s);
+  }
+  if (s.message().empty()) Finding(target, "error without a message", s);
+}
+
+/// FNV-1a over the size and the first bytes: a per-input (reproducible) seed and path choice.
+inline uint64_t InputHash(const uint8_t* data, size_t size) {
+  uint64_t h = 1469598103934665603ULL ^ size;
+  for (size_t i = 0; i < size && i < 64; ++i) h = (h ^ data[i]) * 1099511628211ULL;
+  return Mix64(h);
 }
 
 /// RandomResizedCrop(out) + RandomHorizontalFlip + ToTensor + Normalize(ImageNet), float32 CHW.

@@ -76,20 +76,7 @@ struct Harness {
   }
 };
 
-void CheckError(const absl::Status& s) {
-  if (s.ok()) return;
-  if (s.code() == absl::StatusCode::kUnknown || s.code() == absl::StatusCode::kInternal) {
-    Finding("unexpected status code", s);
-  }
-  if (s.message().empty()) Finding("error without a message", s);
-}
-
-/// FNV-1a over the size and the first bytes: a per-input (reproducible) seed and path choice.
-uint64_t InputHash(const uint8_t* data, size_t size) {
-  uint64_t h = 1469598103934665603ULL ^ size;
-  for (size_t i = 0; i < size && i < 64; ++i) h = (h ^ data[i]) * 1099511628211ULL;
-  return Mix64(h);
-}
+void CheckError(const absl::Status& s) { fuzz::CheckError("jpeg_decode_fuzzer", s); }
 
 /// Exact-size heap block, so ASan reports a write one byte past SampleBytes().
 absl::Status DecodeOnce(JpegDecoder& d, const uint8_t* data, size_t size,
@@ -117,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ringloader;
   static Harness* h = new Harness();  // never destroyed: outlives every input, like a worker's
   JpegDecoder& d = h->decoder;
-  const uint64_t hash = InputHash(data, size);
+  const uint64_t hash = fuzz::InputHash(data, size);
   // libFuzzer hands a non-null pointer even for empty inputs; the decoder must not read it.
   const uint8_t* bytes = size == 0 ? nullptr : data;
 
