@@ -13,6 +13,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
+from .webdataset import WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
@@ -26,5 +27,6 @@ __all__ = [
     "SampleError",
     "SlotsExhaustedError",
     "transforms",
+    "WebDataset",
     "__version__",
 ]

@@ -14,6 +14,9 @@ epoch, the shard layout), so a checkpoint stores those numbers, never the order 
 * an epoch resumed onto another world size ("resharded"): the checkpoint it was resumed from,
   how many batches each old rank had delivered, and the new num_replicas and rank; nested as
   deep as the run was resharded, so a resharded epoch can be checkpointed and resharded again.
+* a ``WebDataset`` epoch ("webdataset", see ``ringloader.webdataset.WebDatasetSampler``): seed,
+  epoch, shuffle, drop_last, num_replicas, rank, shuffle_buffer; resharded onto another world
+  size as "webdataset_resharded", nested the same way.
 
 Any other sampler is evaluated as it is; resuming it needs a ``state_dict``/``load_state_dict``
 pair on the sampler, else ``load_state_dict`` explains what is missing.
@@ -27,7 +30,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays"]
+__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays", "webdataset_order"]
 
 
 @dataclass
@@ -90,6 +93,8 @@ def _sampler_kind(sampler: Any) -> str:
         return "random"
     if isinstance(sampler, tud.distributed.DistributedSampler):
         return "distributed"
+    if _is_webdataset_sampler(sampler):
+        return "webdataset"
     if type(sampler) in (tud.RandomSampler, tud.WeightedRandomSampler, tud.SubsetRandomSampler):
         return "torch_rng"
     return "opaque"
@@ -147,6 +152,10 @@ def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
                  "num_replicas": int(s.num_replicas), "rank": int(s.rank), **common}
         order = _distributed_order(dataset_len, s.seed, s.epoch, s.shuffle, s.drop_last, s.num_replicas)
         return EpochPlan(_batch(order[s.rank::s.num_replicas], bs, drop), state)
+    if kind == "webdataset":
+        state = dict(sampler.state(), **common)
+        return EpochPlan(_batch(webdataset_order(state, sampler.shard_sizes).tolist(), bs, drop),
+                         state)
     if kind == "torch_rng":
         generator = sampler.generator
         state = {"kind": kind, "rng_state": torch.get_rng_state(),
@@ -176,6 +185,12 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
             generator.set_state(saved)
     if kind == "torch_rng":
         return _replay_rng(state, batch_sampler)
+    if kind in ("webdataset", "webdataset_resharded"):
+        sizes = batch_sampler.sampler.shard_sizes
+        if state.get("num_shards", len(sizes)) != len(sizes):
+            raise ValueError(f"checkpoint is for a WebDataset of {state['num_shards']} shards, "
+                             f"this one has {len(sizes)}")
+        return _batch(webdataset_order(state, sizes).tolist(), bs, drop)
     if kind in ("distributed", "resharded"):
         order, _ = _global_order(state, dataset_len)
         return _batch(order[state["rank"]::state["num_replicas"]], bs, drop)
@@ -220,6 +235,10 @@ def reshard(state: Dict[str, Any], delivered: int, new_rank: int, new_world: int
     same count. Every sample not yet seen is seen exactly once, plus that padding. Replay the
     result with :func:`replay_epoch`; it can itself be checkpointed and resharded again.
     """
+    if state["kind"] in ("webdataset", "webdataset_resharded"):
+        return {"kind": "webdataset_resharded", "parent": state, "parent_delivered": int(delivered),
+                "num_replicas": int(new_world), "rank": int(new_rank), "batch_size": batch_size,
+                "drop_last": drop_last, "num_shards": state.get("num_shards")}
     if state["kind"] not in ("distributed", "resharded"):
         raise ValueError("resuming onto a different world size needs a DistributedSampler checkpoint")
     return {"kind": "resharded", "parent": state, "parent_delivered": int(delivered),
@@ -234,3 +253,99 @@ def to_arrays(batches: List[List[int]]):
     np.cumsum(sizes, out=offsets[1:])
     flat = np.fromiter((i for b in batches for i in b), dtype=np.int64, count=int(offsets[-1]))
     return flat, offsets
+
+
+# ---- WebDataset epochs ----------------------------------------------------------------------
+
+_WDS_FIELDS = ("seed", "epoch", "shuffle", "sampler_drop_last", "shuffle_buffer")
+
+
+def _is_webdataset_sampler(sampler: Any) -> bool:
+    from .webdataset import WebDatasetSampler
+
+    return isinstance(sampler, WebDatasetSampler)
+
+
+def _wds_root(state: Dict[str, Any]) -> Dict[str, Any]:
+    while state["kind"] == "webdataset_resharded":
+        state = state["parent"]
+    return state
+
+
+def _wds_depth(state: Dict[str, Any]) -> int:
+    depth = 0
+    while state["kind"] == "webdataset_resharded":
+        state, depth = state["parent"], depth + 1
+    return depth
+
+
+def _wds_layout(n: int, world: int, rank: int, drop_last: bool) -> np.ndarray:
+    """Positions of rank ``rank``'s contiguous part of a sequence of ``n`` (padded by wrapping
+    round when ``drop_last`` is False; positions >= n stand for position p % n)."""
+    per_rank = n // world if drop_last else -(-n // world)
+    return np.arange(rank * per_rank, (rank + 1) * per_rank, dtype=np.int64)
+
+
+def _buffer_shuffle(items: np.ndarray, size: int, rng: np.random.Generator) -> np.ndarray:
+    """A bounded shuffle buffer: fill ``size`` items, then each step emits a random buffered item
+    and puts the next input in its place; the rest leaves in a random order."""
+    n = len(items)
+    size = min(size, n)
+    if size <= 1:
+        return items.copy()
+    out = np.empty(n, dtype=items.dtype)
+    buffer = items[:size].tolist()
+    picks = rng.integers(0, size, n - size).tolist()
+    k = 0
+    for item, j in zip(items[size:].tolist(), picks):
+        out[k] = buffer[j]
+        buffer[j] = item
+        k += 1
+    out[k:] = np.asarray(buffer, dtype=items.dtype)[rng.permutation(size)]
+    return out
+
+
+def _wds_sequence(state: Dict[str, Any], shard_sizes: List[int]) -> np.ndarray:
+    """The global sequence of the epoch's layer ``state`` (sample indices, unpadded)."""
+    if state["kind"] == "webdataset":
+        starts = np.concatenate([[0], np.cumsum(shard_sizes, dtype=np.int64)])
+        shards = np.arange(len(shard_sizes))
+        if state["shuffle"]:
+            rng = np.random.default_rng([state["seed"] & 0xFFFFFFFFFFFFFFFF, state["epoch"], 0])
+            shards = rng.permutation(len(shard_sizes))
+        parts = [np.arange(starts[s], starts[s + 1], dtype=np.int64) for s in shards]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    # Resharded: what the parent layer had not delivered, in its order.
+    parent = state["parent"]
+    sequence = _wds_sequence(parent, shard_sizes)
+    n, world = len(sequence), parent["num_replicas"]
+    drop = _wds_root(parent)["sampler_drop_last"]
+    real = (n // world) * world if drop else n
+    done = np.zeros(max(n, 1), dtype=bool)
+    take = state["parent_delivered"] * parent["batch_size"]
+    for rank in range(world):
+        positions = _wds_positions(parent, sequence, rank)[:take]
+        done[positions[positions < n]] = True
+    return sequence[:real][~done[:real]]
+
+
+def _wds_positions(state: Dict[str, Any], sequence: np.ndarray, rank: int) -> np.ndarray:
+    """Rank ``rank``'s positions in ``sequence`` for the layer ``state``, after the buffer
+    (positions >= len(sequence) are padding: position p % len(sequence) again)."""
+    root = _wds_root(state)
+    positions = _wds_layout(len(sequence), state["num_replicas"], rank, root["sampler_drop_last"])
+    if root["shuffle"] and root["shuffle_buffer"] > 1:
+        rng = np.random.default_rng([root["seed"] & 0xFFFFFFFFFFFFFFFF, root["epoch"], 1,
+                                     _wds_depth(state), rank])
+        positions = _buffer_shuffle(positions, root["shuffle_buffer"], rng)
+    return positions
+
+
+def webdataset_order(state: Dict[str, Any], shard_sizes: List[int]) -> np.ndarray:
+    """Sample indices of one rank's epoch of a WebDataset (the rule of
+    ``ringloader.webdataset.WebDatasetSampler``; a resharded epoch: what no old rank delivered,
+    in the old global order, laid out again over the new ranks by the same rule)."""
+    sequence = _wds_sequence(state, [int(s) for s in shard_sizes])
+    if len(sequence) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return sequence[_wds_positions(state, sequence, state["rank"]) % len(sequence)]

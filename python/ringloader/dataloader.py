@@ -34,6 +34,7 @@ import numpy as np
 
 from . import _C, _order
 from .datasets import NativeDataset, SampleKey
+from .webdataset import WebDataset, WebDatasetSampler, annotate_error
 
 __all__ = ["DataLoader"]
 
@@ -120,6 +121,13 @@ class DataLoader:
     ``DistributedSampler(dataset, world_size, rank, shuffle, seed, drop_last)`` lays it out; call
     ``loader.set_epoch(epoch)`` as with torch. A ``DistributedSampler`` passed as ``sampler``
     works the same way.
+
+    A :class:`ringloader.WebDataset` without a ``sampler`` is ordered by
+    :class:`ringloader.webdataset.WebDatasetSampler` (shards permuted per epoch, a contiguous
+    equal part per rank, a seeded shuffle buffer), seeded by ``seed`` (or, when a ``generator``
+    is given, its ``initial_seed()``); the epoch is the loader's own count of ``iter()`` calls,
+    or what ``set_epoch`` set. An explicit sampler over a WebDataset is allowed for local shards
+    and refused for ``pipe:`` shards (a stream has no random access).
     """
 
     def __init__(
@@ -173,6 +181,9 @@ class DataLoader:
         dtype = _check_dtype(dtype)
         native_layout, self._channels_last = _check_layout(layout, memory_format)
         view = _native_view(dataset)
+        _check_streams(dataset, view, sampler, batch_sampler)
+        if isinstance(dataset, WebDataset) and generator is not None:
+            seed = int(generator.initial_seed())
         self.native = view is not None and collate_fn is None and _servable(view[0]) is None
 
         if not self.native:
@@ -352,7 +363,21 @@ class DataLoader:
         self._pid = os.getpid()
         paths = [p for f in self._folders for p, _ in f.samples]
         targets = [t for f in self._folders for t in f.native_targets()]
-        return _C.Loader(paths, targets, self._options)
+        if not any(isinstance(f, WebDataset) for f in self._folders):
+            return _C.Loader(paths, targets, self._options)
+        # Shard members: byte ranges of the shards (whole files elsewhere: length -1).
+        offsets, lengths, errors = [], [], []
+        for f in self._folders:
+            if isinstance(f, WebDataset):
+                offsets.append(f.offsets)
+                lengths.append(f.lengths)
+                errors += f.sample_errors
+            else:
+                offsets.append(np.zeros(len(f), dtype=np.int64))
+                lengths.append(np.full(len(f), -1, dtype=np.int64))
+                errors += [""] * len(f)
+        return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
+                         lengths=np.concatenate(lengths), errors=errors)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``)."""
@@ -607,7 +632,8 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     delivered): iteration resumes at that batch of those batches."""
     delivered = int(state["delivered"])
     sampler_state = state["sampler"]
-    if sampler_state["kind"] in ("distributed", "resharded"):
+    if sampler_state["kind"] in ("distributed", "resharded", "webdataset",
+                                 "webdataset_resharded"):
         target = getattr(loader.batch_sampler, "sampler", loader.sampler)
         rank, world = getattr(target, "rank", 0), getattr(target, "num_replicas", 1)
         if sampler_state["num_replicas"] != world:
@@ -657,6 +683,7 @@ class _PlannedBatches:
         loader = self._loader
         resume, loader._resume = loader._resume, None
         if resume is None:
+            _sync_epoch(loader)
             plan = _order.plan_epoch(self._inner, self._n)
             batches, sampler_state, skip = plan.batches, plan.sampler_state, 0
             seed = _peek_seed(loader.generator) if self._keyed else None
@@ -706,6 +733,7 @@ class _NativeIter:
         if resume is None:
             # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
             self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+            _sync_epoch(loader)
             plan = _order.plan_epoch(loader.batch_sampler, n)
             batches, self._sampler_state = plan.batches, plan.sampler_state
         else:
@@ -753,7 +781,13 @@ class _NativeIter:
                 "started another epoch (one epoch runs at a time per loader)"
             )
         while True:
-            item = self._loader._native.next(self._loader.timeout)
+            try:
+                item = self._loader._native.next(self._loader.timeout)
+            except _C.SampleError as exc:
+                annotated = annotate_error(exc, self._loader._folders)
+                if annotated is exc:
+                    raise
+                raise annotated from None
             if item is None:
                 self._done = self._progress.done = True  # refill: a short remainder is dropped
                 raise StopIteration
@@ -916,10 +950,41 @@ def _shard_sampler(dataset: Any, sampler: Any, batch_sampler: Any, rank: Optiona
                              "exclusive with sampler and batch_sampler (use a DistributedSampler)")
         return None
     rank, world_size = _distributed_layout(rank, world_size)
+    if isinstance(dataset, WebDataset):
+        return WebDatasetSampler(dataset, world_size or 1, rank or 0, shuffle=bool(shuffle),
+                                 seed=seed, drop_last=drop_last)
     if world_size is None:
         return None
     return tud.distributed.DistributedSampler(dataset, num_replicas=world_size, rank=rank,
                                               shuffle=bool(shuffle), seed=seed, drop_last=drop_last)
+
+
+def _sync_epoch(loader: DataLoader) -> None:
+    """A WebDataset order's epoch is the loader's (its count of iter() calls, or set_epoch's)."""
+    target = getattr(loader.batch_sampler, "sampler", loader.sampler)
+    if isinstance(target, WebDatasetSampler):
+        target.set_epoch(loader._epoch)
+
+
+def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) -> None:
+    """pipe: shards are read front to back: only a WebDataset's own order can read them."""
+    folders = view[0] if view is not None else []
+    streamed = [f for f in folders if isinstance(f, WebDataset) and f.streamed]
+    if not streamed:
+        return
+    if not isinstance(dataset, WebDataset):
+        raise ValueError(
+            f"{type(dataset).__name__} over a WebDataset with pipe: shards: a stream is read "
+            "front to back, so only the WebDataset itself, in its own order, can be loaded. Use "
+            "local shards for Subset/ConcatDataset/random_split.")
+    custom = batch_sampler if batch_sampler is not None else sampler
+    if custom is not None and not isinstance(custom, WebDatasetSampler) and not isinstance(
+            getattr(custom, "sampler", None), WebDatasetSampler):
+        raise ValueError(
+            f"sampler/batch_sampler {type(custom).__name__} over a WebDataset with pipe: shards: "
+            "a stream is read front to back and cannot serve an arbitrary order. Leave sampler "
+            "unset (the WebDataset order shuffles shards and a buffer; rank/world_size shard it), "
+            "or use local shards, which allow any sampler.")
 
 
 def _distributed_layout(rank: Optional[int], world_size: Optional[int]):

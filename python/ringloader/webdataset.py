@@ -1,0 +1,615 @@
+"""WebDataset tar shards, read natively: ``ringloader.WebDataset``.
+
+A shard is a tar file whose members are grouped into samples by key, as the ``webdataset``
+package writes them: the key of a member is its path up to the first ``.`` of its last
+component, the rest is its extension, and consecutive members with one key form a sample
+(``n01440764_10026.jpg`` + ``n01440764_10026.cls``). A sample's image is its member with one of
+``image_exts``; its label comes from the ``.cls`` or ``.txt`` member (an integer in ASCII) or a
+field of its ``.json`` member.
+
+Each shard is indexed once: where every image member's bytes start and how long they are.
+Samples are then byte ranges of shards, read and decoded by the native pipeline like files of an
+ImageFolder, so random access, transforms, ``on_error`` and the DataLoader work unchanged.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import re
+import subprocess
+import tarfile
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _C
+from .datasets import NativeDataset, _fixed_size
+
+__all__ = ["WebDataset", "WebDatasetSampler", "expand_urls", "DEFAULT_SHUFFLE_BUFFER",
+           "INDEX_SUFFIX"]
+
+#: Default size of the per-rank shuffle buffer (samples).
+DEFAULT_SHUFFLE_BUFFER = 2000
+#: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
+INDEX_SUFFIX = ".idx.json"
+INDEX_FORMAT = "ringloader-webdataset-index"
+IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
+LABEL_KEYS = ("cls", "txt", "json")
+
+_BRACE = re.compile(r"\{([^{}]*)\}")
+_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+
+
+# ---- URLs -----------------------------------------------------------------------------------
+
+def _expand_braces(pattern: str) -> List[str]:
+    """``{000..146}`` (zero padding kept, as the wider end) and ``{a,b}``, left to right, every
+    group of a pattern expanded (innermost first when nested)."""
+    match = _BRACE.search(pattern)
+    if match is None:
+        return [pattern]
+    body = match.group(1)
+    numeric = _RANGE.match(body)
+    if numeric:
+        first, last = numeric.group(1), numeric.group(2)
+        lo, hi = int(first), int(last)
+        padded = (len(first) > 1 and first.lstrip("-").startswith("0")) or \
+            (len(last) > 1 and last.lstrip("-").startswith("0"))
+        width = max(len(first), len(last)) if padded else 0
+        step = 1 if hi >= lo else -1
+        choices = [str(i).zfill(width) for i in range(lo, hi + step, step)]
+    else:
+        choices = body.split(",")
+    head, tail = pattern[:match.start()], pattern[match.end():]
+    out: List[str] = []
+    for choice in choices:
+        out.extend(_expand_braces(head + choice + tail))
+    return out
+
+
+def expand_urls(urls: Any) -> List[str]:
+    """Shard URLs from a string or a list of strings: brace patterns expanded
+    (``train-{000000..000146}.tar``, ``{a,b}``), ``file://`` stripped, globs (``*``, ``?``,
+    ``[``) matched for local paths (sorted), ``pipe:COMMAND`` kept as is (braces expanded).
+    Raises ``ValueError`` for an empty result and ``FileNotFoundError`` for a glob that matches
+    nothing."""
+    if isinstance(urls, (str, os.PathLike)):
+        urls = [urls]
+    try:
+        items = list(urls)
+    except TypeError:
+        raise TypeError(f"WebDataset urls must be a str or a list of str, got "
+                        f"{type(urls).__name__}") from None
+    out: List[str] = []
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise TypeError(f"WebDataset urls must be strings, got {type(item).__name__} {item!r}")
+        for url in _expand_braces(os.fspath(item)):
+            if url.startswith("pipe:"):
+                if not url[5:].strip():
+                    raise ValueError(f"WebDataset url {url!r}: pipe: needs a command")
+                out.append(url)
+                continue
+            if url.startswith("file://"):
+                url = url[len("file://"):]
+            elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", url):
+                raise ValueError(f"WebDataset url {url!r}: only local paths, file:// and "
+                                 f"pipe:COMMAND are read (for http, use 'pipe:curl -s {url}')")
+            if any(c in url for c in "*?["):
+                matched = sorted(glob.glob(url))
+                if not matched:
+                    raise FileNotFoundError(f"WebDataset: the pattern {url!r} matches no file")
+                out.extend(matched)
+            else:
+                out.append(url)
+    if not out:
+        raise ValueError("WebDataset: no shard urls given")
+    return out
+
+
+# ---- shard indexes --------------------------------------------------------------------------
+
+def split_name(name: str) -> Optional[Tuple[str, str]]:
+    """(key, extension) of a tar member as the webdataset package groups them: the key is the
+    path up to the first ``.`` of the last component. None for names without one."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    if dot <= slash + 1:
+        return None
+    return name[:dot], name[dot + 1:]
+
+
+def _parse_label(shard: str, member: str, data: bytes, label_key: str,
+                 label_field: str) -> Tuple[int, str]:
+    """(label, '') or (0, error message) for a label member's bytes."""
+    try:
+        text = data.decode("utf-8").strip()
+        if label_key == "json":
+            value = json.loads(text)
+            if not isinstance(value, dict) or label_field not in value:
+                return 0, (f"shard {shard}: member {member}: no field {label_field!r} in the "
+                           "JSON label")
+            value = value[label_field]
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(repr(value))
+        else:
+            value = int(text)
+    except (UnicodeDecodeError, ValueError) as exc:
+        shown = data[:40].decode("utf-8", "replace")
+        return 0, (f"shard {shard}: member {member}: label {shown!r} is not an integer"
+                   + (f" ({exc})" if label_key == "json" else ""))
+    if value < 0:
+        return 0, f"shard {shard}: member {member}: label {value} is negative"
+    return int(value), ""
+
+
+class _Grouper:
+    """Groups tar members into samples while a shard is read once, in member order."""
+
+    def __init__(self, shard: str, image_exts: Sequence[str], label_key: str, label_field: str):
+        self.shard, self.image_exts = shard, [e.lower() for e in image_exts]
+        self.label_key, self.label_field = label_key, label_field
+        self.keys: List[str] = []
+        self.members: List[str] = []
+        self.offsets: List[int] = []
+        self.lengths: List[int] = []
+        self.labels: List[int] = []
+        self.errors: List[str] = []
+        self._key: Optional[str] = None
+        self._parts: Dict[str, Tuple[str, int, int]] = {}
+        self._label: Optional[Tuple[int, str]] = None
+
+    def wants_data(self, ext: str) -> bool:
+        return ext.lower() == self.label_key
+
+    def add(self, name: str, offset: int, length: int, data: Optional[bytes] = None) -> None:
+        parts = split_name(name)
+        if parts is None:
+            return
+        key, ext = parts
+        if key != self._key:
+            self.flush()
+            self._key = key
+        ext = ext.lower()
+        self._parts.setdefault(ext, (name, offset, length))
+        if ext == self.label_key and data is not None and self._label is None:
+            self._label = _parse_label(self.shard, name, data, self.label_key, self.label_field)
+
+    def flush(self) -> None:
+        if self._key is None:
+            return
+        key, parts = self._key, self._parts
+        image = next((parts[e] for e in self.image_exts if e in parts), None)
+        error = ""
+        label = 0
+        if image is None:
+            listed = ", ".join(sorted(p[0] for p in parts.values()))
+            error = (f"shard {self.shard}: sample {key} has no image member "
+                     f"({'/'.join(self.image_exts)}; it has {listed})")
+            image = (next(iter(parts.values()))[0], 0, 0)
+        elif self._label is None:
+            error = (f"shard {self.shard}: member {image[0]}: sample {key} has no "
+                     f".{self.label_key} label member")
+        else:
+            label, error = self._label
+        self.keys.append(key)
+        self.members.append(image[0])
+        self.offsets.append(image[1])
+        self.lengths.append(image[2])
+        self.labels.append(label)
+        self.errors.append(error)
+        self._key, self._parts, self._label = None, {}, None
+
+    def truncated(self, member: str, message: str) -> None:
+        """The shard ends inside ``member``: the samples before it are kept, and one sample
+        stands for the lost rest, failing with ``message``."""
+        parts = split_name(member)
+        if parts is not None and parts[0] == self._key:
+            self._key, self._parts, self._label = None, {}, None  # the sample being cut
+        self.flush()
+        self.keys.append(parts[0] if parts else member)
+        self.members.append(member)
+        self.offsets.append(0)
+        self.lengths.append(0)
+        self.labels.append(0)
+        self.errors.append(message)
+
+    def result(self, size: int, error: str = "") -> Dict[str, Any]:
+        self.flush()
+        return {"keys": self.keys, "members": self.members,
+                "offsets": np.asarray(self.offsets, dtype=np.int64),
+                "lengths": np.asarray(self.lengths, dtype=np.int64),
+                "labels": np.asarray(self.labels, dtype=np.int64),
+                "errors": self.errors, "bytes": int(size), "error": error}
+
+
+def _scan_stream(shard: str, fileobj: Any, size: Optional[int], image_exts: Sequence[str],
+                 label_key: str, label_field: str) -> Dict[str, Any]:
+    """Index a shard read front to back (a local file or a command's stdout) with ``tarfile``:
+    headers (GNU and pax long names included) and the label members' bytes."""
+    grouper = _Grouper(shard, image_exts, label_key, label_field)
+    total = 0
+    error = ""
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+            for info in tar:
+                total = info.offset_data + info.size
+                if not info.isreg():
+                    continue
+                if size is not None and total > size:
+                    error = (f"shard {shard}: truncated inside member {info.name} (it needs "
+                             f"{total} bytes, the shard has {size})")
+                    grouper.truncated(info.name, error)
+                    break
+                parts = split_name(info.name)
+                data = None
+                if parts is not None and grouper.wants_data(parts[1]):
+                    handle = tar.extractfile(info)
+                    data = handle.read() if handle is not None else b""
+                    if len(data) != info.size:
+                        error = f"shard {shard}: truncated inside member {info.name}"
+                        grouper.truncated(info.name, error)
+                        break
+                grouper.add(info.name, info.offset_data, info.size, data)
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        last = grouper._parts and next(reversed(list(grouper._parts.values())))[0]
+        where = f" after member {last}" if last else ""
+        error = f"shard {shard}: truncated or not a tar file{where} ({exc})"
+        grouper.truncated(last or "(shard end)", error)
+    return grouper.result(total if size is None else size, error)
+
+
+def _scan_local(path: str, image_exts: Sequence[str], label_key: str,
+                label_field: str) -> Dict[str, Any]:
+    scan = getattr(_C, "scan_webdataset_shard", None)
+    if scan is not None:
+        return dict(scan(path, image_exts=list(image_exts), label_key=label_key,
+                         json_field=label_field))
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        return _scan_stream(path, f, size, image_exts, label_key, label_field)
+
+
+def _scan_pipe(url: str, image_exts: Sequence[str], label_key: str,
+               label_field: str) -> Dict[str, Any]:
+    scan = getattr(_C, "scan_webdataset_shard", None)
+    if scan is not None:
+        return dict(scan(url, image_exts=list(image_exts), label_key=label_key,
+                         json_field=label_field))
+    proc = subprocess.Popen(url[5:], shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        result = _scan_stream(url, proc.stdout, None, image_exts, label_key, label_field)
+        proc.stdout.read()
+    finally:
+        proc.stdout.close()
+        stderr = proc.stderr.read().decode("utf-8", "replace").strip()
+        proc.stderr.close()
+        code = proc.wait()
+    if code != 0:
+        raise RuntimeError(f"WebDataset shard {url}: the command exited with status {code}"
+                           + (f": {stderr[-300:]}" if stderr else ""))
+    return result
+
+
+def _index_to_json(url: str, scan: Dict[str, Any]) -> Dict[str, Any]:
+    return {
+        "format": INDEX_FORMAT, "version": 1, "shard": url, "bytes": int(scan["bytes"]),
+        "error": scan.get("error", ""),
+        "samples": [[k, m, int(o), int(n), int(lab), e] for k, m, o, n, lab, e in zip(
+            scan["keys"], scan["members"], scan["offsets"], scan["lengths"], scan["labels"],
+            scan["errors"])],
+    }
+
+
+def _index_from_json(data: Dict[str, Any], where: str) -> Dict[str, Any]:
+    if data.get("format") != INDEX_FORMAT or data.get("version") != 1:
+        raise ValueError(f"{where} is not a ringloader WebDataset index (version 1)")
+    rows = data["samples"]
+    return {
+        "keys": [r[0] for r in rows], "members": [r[1] for r in rows],
+        "offsets": np.asarray([r[2] for r in rows], dtype=np.int64),
+        "lengths": np.asarray([r[3] for r in rows], dtype=np.int64),
+        "labels": np.asarray([r[4] for r in rows], dtype=np.int64),
+        "errors": [r[5] if len(r) > 5 else "" for r in rows],
+        "bytes": int(data["bytes"]), "error": data.get("error", ""),
+    }
+
+
+def default_index_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ringloader", "webdataset")
+
+
+def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_field: str,
+                 index_cache: Optional[str]) -> Dict[str, Any]:
+    """The index of one shard: a local shard's ``.idx.json`` sidecar when its byte size matches
+    (and it was made with the same label options: pack writes ``.cls``), else a native header
+    scan; a ``pipe:`` shard's cached index, else one streaming read, then cached."""
+    options = {"image_exts": list(image_exts), "label_key": label_key, "label_field": label_field}
+    if url.startswith("pipe:"):
+        cache_path = None
+        if index_cache is not None:
+            digest = hashlib.sha256(json.dumps([url, options]).encode()).hexdigest()[:32]
+            cache_path = os.path.join(index_cache, digest + ".json")
+            if os.path.exists(cache_path):
+                with open(cache_path, encoding="utf-8") as f:
+                    return _index_from_json(json.load(f), cache_path)
+        scan = _scan_pipe(url, image_exts, label_key, label_field)
+        if cache_path is not None and not scan.get("error"):
+            os.makedirs(index_cache, exist_ok=True)
+            tmp = f"{cache_path}.{os.getpid()}.tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(_index_to_json(url, scan), f)
+            os.replace(tmp, cache_path)
+        return scan
+    if not os.path.isfile(url):
+        raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
+    size = os.path.getsize(url)
+    sidecar = url + INDEX_SUFFIX
+    if os.path.isfile(sidecar) and label_key == "cls":
+        try:
+            with open(sidecar, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            data = None
+        if isinstance(data, dict) and data.get("bytes") == size and \
+                data.get("format") == INDEX_FORMAT:
+            index = _index_from_json(data, sidecar)
+            exts = [e.lower() for e in image_exts]
+            if all(split_name(m) is not None and split_name(m)[1].lower() in exts
+                   for m in index["members"]):
+                return index
+    return _scan_local(url, image_exts, label_key, label_field)
+
+
+# ---- the dataset ----------------------------------------------------------------------------
+
+class WebDataset(NativeDataset):
+    """Samples of WebDataset tar shards, decoded natively.
+
+    ``urls``: a string or a list of strings, each a local path (``file://`` stripped), a glob
+    (``shards/*.tar``), a brace pattern (``train-{000000..000146}.tar``, zero padding kept;
+    ``{a,b}``) or ``pipe:COMMAND`` (the shard is the command's stdout, e.g.
+    ``pipe:curl -s http://host/train-{000..009}.tar``). Shards are read in the order given.
+
+    Samples group a shard's members by key (the ``webdataset`` package's rule). The image is the
+    member whose extension is the first of ``image_exts`` present; the label comes from the
+    ``label_key`` member: ``"cls"`` or ``"txt"`` (an integer in ASCII) or ``"json"`` (the
+    ``label_field`` field of an object). A sample without an image member, without a label or
+    with a bad one, and a shard that ends inside a member (the samples before it are kept) give
+    samples that fail when read, handled by the DataLoader's ``on_error``, with the shard and
+    member named.
+
+    Indexing: a local shard is indexed at construction from its tar headers (fast), or from the
+    ``<shard>.idx.json`` sidecar ``ringloader.pack`` writes when its recorded byte size matches.
+    A ``pipe:`` shard is read once, by streaming, at its first use, and its index is cached under
+    ``index_cache`` (default ``~/.cache/ringloader/webdataset/``, keyed by a hash of the URL and
+    the label options; ``None`` disables the cache).
+
+    Order: ``ringloader.DataLoader(ds, shuffle=True, ...)`` permutes the shards per epoch, gives
+    each rank a contiguous equal part of the epoch's samples and shuffles it through a seeded
+    buffer of ``shuffle_buffer`` samples (see :class:`WebDatasetSampler`).
+
+    ``dataset[i]`` works for local shards (random access into the tar); ``pipe:`` shards are
+    streamed and only the DataLoader's native path reads them. See :class:`NativeDataset` for
+    ``transform``, ``target_transform``, ``strict`` and ``exif_transpose``.
+    """
+
+    def __init__(
+        self,
+        urls: Any,
+        transform: Any = None,
+        target_transform: Optional[Callable[[int], Any]] = None,
+        *,
+        label_key: str = "cls",
+        label_field: str = "label",
+        image_exts: Sequence[str] = IMAGE_EXTS,
+        shuffle_buffer: int = DEFAULT_SHUFFLE_BUFFER,
+        index_cache: Optional[str] = "default",
+        classes: Optional[Sequence[str]] = None,
+        strict: bool = False,
+        exif_transpose: bool = False,
+    ):
+        if label_key not in LABEL_KEYS:
+            raise ValueError(f"WebDataset label_key must be one of {', '.join(LABEL_KEYS)}, got "
+                             f"{label_key!r}")
+        if not isinstance(label_field, str) or not label_field:
+            raise ValueError(f"WebDataset label_field must be a non-empty string, got "
+                             f"{label_field!r}")
+        if isinstance(image_exts, str):
+            image_exts = [image_exts]
+        image_exts = [str(e).lower().lstrip(".") for e in image_exts]
+        if not image_exts:
+            raise ValueError("WebDataset image_exts is empty")
+        if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, (int, np.integer)) \
+                or shuffle_buffer < 0:
+            raise ValueError(f"WebDataset shuffle_buffer must be an int >= 0, got "
+                             f"{shuffle_buffer!r}")
+        if index_cache == "default":
+            index_cache = default_index_cache()
+        self.urls = expand_urls(urls)
+        self.label_key, self.label_field = label_key, label_field
+        self.image_exts = tuple(image_exts)
+        self.shuffle_buffer = int(shuffle_buffer)
+        self.index_cache = None if index_cache is None else os.fspath(index_cache)
+        keys: List[str] = []
+        members: List[str] = []
+        offsets, lengths, labels = [], [], []
+        errors: List[str] = []
+        sizes: List[int] = []
+        self.shard_bytes: List[int] = []
+        self.scan_errors: List[str] = []
+        for url in self.urls:
+            index = _index_shard(url, self.image_exts, label_key, label_field, self.index_cache)
+            count = len(index["keys"])
+            if index.get("error") and (count == 0 or not index["errors"][-1]):
+                # The native scan reports where the shard ends; one failing sample stands for
+                # what was lost so that on_error sees it.
+                index = dict(index)
+                index["keys"] = list(index["keys"]) + ["(truncated)"]
+                index["members"] = list(index["members"]) + ["(shard end)"]
+                index["offsets"] = np.append(index["offsets"], 0)
+                index["lengths"] = np.append(index["lengths"], 0)
+                index["labels"] = np.append(index["labels"], 0)
+                index["errors"] = list(index["errors"]) + [f"shard {url}: {index['error']}"]
+                count += 1
+            keys += list(index["keys"])
+            members += list(index["members"])
+            offsets.append(np.asarray(index["offsets"], dtype=np.int64))
+            lengths.append(np.asarray(index["lengths"], dtype=np.int64))
+            labels.append(np.asarray(index["labels"], dtype=np.int64))
+            errors += [str(e) for e in index["errors"]]
+            sizes.append(count)
+            self.shard_bytes.append(int(index["bytes"]))
+            self.scan_errors.append(str(index.get("error", "")))
+        if sum(sizes) == 0:
+            raise ValueError(f"WebDataset: the shards hold no samples ({self.urls[0]!r}"
+                             f"{' ...' if len(self.urls) > 1 else ''})")
+        self.keys, self.members = keys, members
+        self.offsets = np.concatenate(offsets)
+        self.lengths = np.concatenate(lengths)
+        self.sample_errors = errors
+        self.shard_sizes = np.asarray(sizes, dtype=np.int64)
+        self.shard_starts = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
+        shard_of = np.repeat(np.arange(len(self.urls)), self.shard_sizes)
+        paths = [self.urls[s] for s in shard_of]
+        label_list = np.concatenate(labels).tolist()
+        if classes is None:
+            classes = self._classes_file() or [str(i) for i in range(max(label_list) + 1)]
+        super().__init__(None, paths, label_list, list(classes), transform, target_transform,
+                         strict, exif_transpose)
+
+    def _classes_file(self) -> Optional[List[str]]:
+        """``classes.json`` next to the first local shard (``ringloader.pack`` writes it)."""
+        first = self.urls[0]
+        if first.startswith("pipe:"):
+            return None
+        path = os.path.join(os.path.dirname(first), "classes.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            return None
+        if isinstance(data, list) and all(isinstance(c, str) for c in data):
+            return data
+        return None
+
+    def _name(self) -> str:
+        return f"ringloader.WebDataset({self.urls[0]!r}{', ...' if len(self.urls) > 1 else ''})"
+
+    @property
+    def streamed(self) -> bool:
+        """True when some shard is a ``pipe:`` stream (no random access)."""
+        return any(u.startswith("pipe:") for u in self.urls)
+
+    def native_extents(self):
+        """(offsets, lengths, errors) of the samples inside their shards, for the native loader."""
+        return self.offsets, self.lengths, self.sample_errors
+
+    def shard_of(self, index: int) -> int:
+        return int(np.searchsorted(self.shard_starts, index, side="right")) - 1
+
+    def describe_sample(self, index: int) -> str:
+        """``shard S, member M`` of sample ``index``."""
+        return f"shard {self.urls[self.shard_of(index)]}, member {self.members[index]}"
+
+    def _single_loader(self) -> "_C.Loader":
+        if self.streamed:
+            raise TypeError(
+                f"{self._name()}: samples of pipe: shards cannot be read one at a time (dataset[i], "
+                "or a transform that runs per sample in Python): a stream has no random access. "
+                "Iterate it with ringloader.DataLoader and a transform that runs natively to a "
+                "fixed size, or use local shards.")
+        if self._single is None:
+            paths = [p for p, _ in self.samples]
+            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
+                       "fast_decode": False}
+            options.update(self.native_options())
+            if self._returns_pil():
+                options["layout"] = "NHWC"
+            if not _fixed_size(self.steps):
+                options["variable_size"] = True
+            self._single = _C.Loader(paths, [0] * len(paths), options, offsets=self.offsets,
+                                     lengths=self.lengths, errors=self.sample_errors)
+        return self._single
+
+    def __repr__(self) -> str:
+        return (f"ringloader.WebDataset(shards={len(self.urls)}, samples={len(self)}, "
+                f"classes={len(self.classes)}, transform={self.transform!r})")
+
+
+class WebDatasetSampler:
+    """The epoch order of a :class:`WebDataset`, replayable from a few integers.
+
+    Rule, per epoch (``seed``, ``epoch``):
+
+    1. shard order: the shards as given, or, with ``shuffle``, permuted by a generator seeded
+       with (``seed``, ``epoch``);
+    2. the global sequence: every shard's samples, in shard order;
+    3. rank ``r`` of ``W`` takes the contiguous part ``[r * L, (r + 1) * L)`` of it, where
+       ``L = ceil(N / W)`` (``drop_last=False``: the sequence is padded by wrapping round to its
+       own head, as ``DistributedSampler`` pads) or ``floor(N / W)`` (``drop_last=True``: the
+       last ``N mod W`` samples are left out of this epoch); every rank gets ``L`` samples, so
+       the same number of batches;
+    4. with ``shuffle``, the rank's part goes through a shuffle buffer of ``shuffle_buffer``
+       samples seeded with (``seed``, ``epoch``, ``rank``): when the buffer is full, a random
+       one of its samples is emitted and replaced by the next; at the end the rest leaves in a
+       random order. A sample is emitted at most ``shuffle_buffer`` places before its position,
+       so a rank reads its shards nearly front to back.
+
+    The order is computed in the main process from these integers: it is the same for any
+    ``num_workers``, and a checkpoint stores only them.
+    """
+
+    def __init__(self, dataset: WebDataset, num_replicas: int = 1, rank: int = 0,
+                 shuffle: bool = False, seed: int = 0, drop_last: bool = False,
+                 shuffle_buffer: Optional[int] = None):
+        self.shard_sizes = [int(s) for s in dataset.shard_sizes]
+        self.num_replicas, self.rank = int(num_replicas), int(rank)
+        self.shuffle, self.seed, self.drop_last = bool(shuffle), int(seed), bool(drop_last)
+        self.shuffle_buffer = int(dataset.shuffle_buffer if shuffle_buffer is None
+                                  else shuffle_buffer)
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def state(self) -> Dict[str, Any]:
+        return {"kind": "webdataset", "seed": self.seed, "epoch": self.epoch,
+                "shuffle": self.shuffle, "sampler_drop_last": self.drop_last,
+                "num_replicas": self.num_replicas, "rank": self.rank,
+                "shuffle_buffer": self.shuffle_buffer, "num_shards": len(self.shard_sizes)}
+
+    def indices(self) -> List[int]:
+        from . import _order
+
+        return _order.webdataset_order(self.state(), self.shard_sizes).tolist()
+
+    def __iter__(self):
+        return iter(self.indices())
+
+    def __len__(self) -> int:
+        n, w = sum(self.shard_sizes), self.num_replicas
+        return n // w if self.drop_last else -(-n // w)
+
+
+def annotate_error(exc: BaseException, datasets: Sequence[NativeDataset]) -> BaseException:
+    """A SampleError from a loader over WebDatasets, its message naming the shard member."""
+    index = getattr(exc, "index", None)
+    if index is None or not any(isinstance(d, WebDataset) for d in datasets):
+        return exc
+    flat = int(index)
+    for d in datasets:
+        if flat < len(d):
+            if isinstance(d, WebDataset) and d.members[flat] not in str(exc):
+                new = type(exc)(f"{exc} [{d.describe_sample(flat)}]")
+                for name in ("index", "path", "reason", "code"):
+                    if hasattr(exc, name):
+                        setattr(new, name, getattr(exc, name))
+                return new
+            return exc
+        flat -= len(d)
+    return exc
