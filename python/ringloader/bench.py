@@ -5,6 +5,7 @@ Run as::
     python -m ringloader.bench                      # sample set, train + eval
     python -m ringloader.bench --root /data/imagenet/train --max-images 4096
     python -m ringloader.bench --transform train --json out.json --png out.png
+    python -m ringloader.bench --dataset shards     # ImageFolder vs WebDataset shards, pipe:
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
 RandomHorizontalFlip + ToTensor + Normalize; ``eval``: Resize(256) +
@@ -535,6 +536,99 @@ def write_png(path: Path, results: list[Result], machine: dict[str, Any], cfg: C
 # --------------------------------------------------------------------------
 
 
+# --------------------------------------------------------------------------
+# Shards: ImageFolder vs WebDataset shards of the same images, and pipe: at a bandwidth
+# --------------------------------------------------------------------------
+
+
+def run_shards_benchmark(cfg: Config, args: argparse.Namespace,
+                         log: Callable[[str], None]) -> dict[str, Any]:
+    """ringloader ImageFolder vs ringloader WebDataset over the same images (packed once with
+    ``ringloader.pack``), train transform, ``cfg.num_workers`` threads, warm page cache,
+    alternating rounds (medians); then one epoch from ``pipe:`` streams each limited to
+    ``--pipe-rate`` MB/s by ``--ratecat``, reporting the MB/s the loader reached."""
+    import tempfile
+
+    rl = _import_ringloader()
+    pack = importlib.import_module("ringloader.pack")
+    wdsmod = importlib.import_module("ringloader.webdataset")
+    T = importlib.import_module("ringloader.transforms")
+    work = Path(args.shards_dir) if args.shards_dir else Path(
+        tempfile.mkdtemp(prefix="ringloader-shards-"))
+    if not list(work.glob("shard-*.tar")):
+        log(f"packing {cfg.root} into {work} ...")
+        summary = pack.pack(str(cfg.root), str(work), pack.parse_size(args.shard_size))
+        log(f"packed {summary['samples']} samples into {summary['shards']} shards")
+    shards = sorted(str(p) for p in work.glob("shard-*.tar"))
+    _warm_page_cache(cfg.root)
+    _warm_page_cache(work)
+    transform = make_transform(T, "train")
+    folder = rl.ImageFolder(str(cfg.root), transform=transform)
+    sharded = rl.WebDataset(shards, transform=transform, index_cache=None)
+    if len(sharded) != len(folder):
+        raise BenchError(f"{work} holds {len(sharded)} samples, {cfg.root} {len(folder)}: give "
+                         "--shards-dir a folder packed from this --root")
+
+    def loader_of(ds: Any) -> Callable[[], Any]:
+        return lambda: rl.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True,
+                                     num_workers=cfg.num_workers, drop_last=True)
+
+    factories = {"ImageFolder": loader_of(folder), "WebDataset": loader_of(sharded)}
+    results = {name: Result("train", name) for name in factories}
+    for r in range(cfg.rounds):
+        for name in (list(factories) if r % 2 == 0 else list(reversed(list(factories)))):
+            m = measure_once(factories[name], cfg)
+            results[name].runs.append(m.images_per_s)
+            results[name].seconds.append(m.seconds)
+            log(f"  round {r + 1}/{cfg.rounds} {name}: {m.images_per_s:.0f} img/s")
+    report: dict[str, Any] = {
+        "shards": len(shards), "shard_bytes": sum(os.path.getsize(s) for s in shards),
+        "local": {name: {"runs": res.runs, "median_images_per_s": res.median}
+                  for name, res in results.items()},
+    }
+    if args.pipe_rate > 0:
+        ratecat = Path(args.ratecat)
+        if not ratecat.is_file():
+            raise BenchError(f"--ratecat {ratecat} not found (run from the repository root or "
+                             "pass its path)")
+        cache = work / "pipe-index"
+        urls = [f"pipe:{sys.executable} {ratecat.resolve()} --rate {args.pipe_rate:g} {s}"
+                for s in shards]
+        for url, shard in zip(urls, shards):
+            wdsmod.cache_index_as(url, shard, str(cache))  # no indexing read through the limit
+        piped = rl.WebDataset(urls, transform=transform, index_cache=str(cache))
+        loader = rl.DataLoader(piped, batch_size=cfg.batch_size, shuffle=True,
+                               num_workers=cfg.num_workers, drop_last=True)
+        log(f"one epoch from pipe: streams limited to {args.pipe_rate:g} MB/s each ...")
+        t0 = time.perf_counter()
+        images = sum(int(labels.shape[0]) for _, labels in loader)
+        elapsed = time.perf_counter() - t0
+        report["pipe"] = {"limit_mb_per_s": args.pipe_rate, "seconds": elapsed,
+                          "images_per_s": images / elapsed,
+                          "mb_per_s": report["shard_bytes"] / elapsed / 1e6}
+    return report
+
+
+def format_shards_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
+                         report: dict[str, Any]) -> str:
+    local = report["local"]
+    lines = [
+        f"ringloader shards benchmark: {data['images']} images, {report['shards']} shards "
+        f"({report['shard_bytes'] / 1e6:.1f} MB), train transform, batch {cfg.batch_size}, "
+        f"{cfg.num_workers} threads, warm page cache, median of {cfg.rounds} rounds",
+        f"  ImageFolder : {local['ImageFolder']['median_images_per_s']:8.0f} img/s",
+        f"  WebDataset  : {local['WebDataset']['median_images_per_s']:8.0f} img/s "
+        f"({local['WebDataset']['median_images_per_s'] / local['ImageFolder']['median_images_per_s']:.2f}x)",
+    ]
+    pipe = report.get("pipe")
+    if pipe:
+        lines.append(f"  pipe: at {pipe['limit_mb_per_s']:g} MB/s per stream: "
+                     f"{pipe['mb_per_s']:.1f} MB/s reached, {pipe['images_per_s']:.0f} img/s "
+                     f"({pipe['seconds']:.1f} s for the epoch)")
+    lines.append(f"  machine: {machine.get('cpu', '?')}")
+    return "\n".join(lines)
+
+
 def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -562,6 +656,18 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--json", type=Path, default=None, help="write all results as JSON")
     p.add_argument("--png", type=Path, default=None, help="write a bar chart (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
+    p.add_argument("--dataset", choices=("folder", "shards"), default="folder",
+                   help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
+                        "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
+                        "bandwidth-limited pipe: run (train transform)")
+    p.add_argument("--shards-dir", type=Path, default=None,
+                   help="--dataset shards: where the packed shards are kept (default: a temporary "
+                        "folder; an existing folder of shard-*.tar is reused)")
+    p.add_argument("--shard-size", default="64MB", help="--dataset shards: bytes per shard")
+    p.add_argument("--pipe-rate", type=float, default=50.0,
+                   help="--dataset shards: MB/s limit of each pipe: stream (default 50; 0 skips)")
+    p.add_argument("--ratecat", type=Path, default=Path("bench") / "ratelimit_cat.py",
+                   help="the rate-limited copy script (default bench/ratelimit_cat.py)")
     return p.parse_args(argv)
 
 
@@ -619,6 +725,19 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
+    if args.dataset == "shards":
+        try:
+            report = run_shards_benchmark(cfg, args, log)
+        except BenchError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(format_shards_report(cfg, machine, data, report))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"machine": machine, "dataset": data, **report},
+                                            indent=2, default=repr))
+            print(f"results written to {args.json}")
+        return 0
     _warm_page_cache(cfg.root)
     log(f"measuring {', '.join(cfg.loaders)} on {cfg.root} ...")
     t0 = time.perf_counter()

@@ -323,27 +323,45 @@ def default_index_cache() -> str:
     return os.path.join(base, "ringloader", "webdataset")
 
 
+def _cache_path(url: str, image_exts: Sequence[str], label_key: str, label_field: str,
+                index_cache: str) -> str:
+    options = {"image_exts": list(image_exts), "label_key": label_key, "label_field": label_field}
+    digest = hashlib.sha256(json.dumps([url, options]).encode()).hexdigest()[:32]
+    return os.path.join(index_cache, digest + ".json")
+
+
+def _write_cache(cache_path: str, url: str, scan: Dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
+    tmp = f"{cache_path}.{os.getpid()}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(_index_to_json(url, scan), f)
+    os.replace(tmp, cache_path)
+
+
+def cache_index_as(url: str, local_shard: str, index_cache: str, *,
+                   image_exts: Sequence[str] = IMAGE_EXTS, label_key: str = "cls",
+                   label_field: str = "label") -> None:
+    """Store the index of ``local_shard`` as the cached index of the ``pipe:`` URL ``url``
+    (which must stream the same bytes), so a first use does not read the stream to index it."""
+    scan = _index_shard(local_shard, image_exts, label_key, label_field, None)
+    _write_cache(_cache_path(url, image_exts, label_key, label_field, index_cache), url, scan)
+
+
 def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_field: str,
                  index_cache: Optional[str]) -> Dict[str, Any]:
     """The index of one shard: a local shard's ``.idx.json`` sidecar when its byte size matches
     (and it was made with the same label options: pack writes ``.cls``), else a native header
     scan; a ``pipe:`` shard's cached index, else one streaming read, then cached."""
-    options = {"image_exts": list(image_exts), "label_key": label_key, "label_field": label_field}
     if url.startswith("pipe:"):
         cache_path = None
         if index_cache is not None:
-            digest = hashlib.sha256(json.dumps([url, options]).encode()).hexdigest()[:32]
-            cache_path = os.path.join(index_cache, digest + ".json")
+            cache_path = _cache_path(url, image_exts, label_key, label_field, index_cache)
             if os.path.exists(cache_path):
                 with open(cache_path, encoding="utf-8") as f:
                     return _index_from_json(json.load(f), cache_path)
         scan = _scan_pipe(url, image_exts, label_key, label_field)
         if cache_path is not None and not scan.get("error"):
-            os.makedirs(index_cache, exist_ok=True)
-            tmp = f"{cache_path}.{os.getpid()}.tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(_index_to_json(url, scan), f)
-            os.replace(tmp, cache_path)
+            _write_cache(cache_path, url, scan)
         return scan
     if not os.path.isfile(url):
         raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
