@@ -972,6 +972,11 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
     streamed = [f for f in folders if isinstance(f, WebDataset) and f.streamed]
     if not streamed:
         return
+    if streamed[0].per_sample:
+        raise ValueError(
+            f"{streamed[0]._name()} has pipe: shards and its transform runs per sample (Python "
+            "steps, or an output size that depends on the image), which needs random access to "
+            "samples: use a transform that runs natively to a fixed size, or local shards")
     if not isinstance(dataset, WebDataset):
         raise ValueError(
             f"{type(dataset).__name__} over a WebDataset with pipe: shards: a stream is read "

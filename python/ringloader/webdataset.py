@@ -228,13 +228,14 @@ class _Grouper:
 
 def _scan_stream(shard: str, fileobj: Any, size: Optional[int], image_exts: Sequence[str],
                  label_key: str, label_field: str) -> Dict[str, Any]:
-    """Index a shard read front to back (a local file or a command's stdout) with ``tarfile``:
-    headers (GNU and pax long names included) and the label members' bytes."""
+    """Index a shard with ``tarfile``: headers (GNU and pax long names included) and the label
+    members' bytes; a local file (``size`` known) by seeking from header to header, a command's
+    stdout read front to back."""
     grouper = _Grouper(shard, image_exts, label_key, label_field)
     total = 0
     error = ""
     try:
-        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+        with tarfile.open(fileobj=fileobj, mode="r|" if size is None else "r:") as tar:
             for info in tar:
                 total = info.offset_data + info.size
                 if not info.isreg():

@@ -548,6 +548,34 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def test_pipe_index_cache_and_refusals(image_tree, tmp_path):
+    import torch.utils.data as tud
+
+    urls = expand_urls(_write_wds(image_tree, tmp_path / "c", per_shard=12))
+    piped_urls = [f"pipe:cat {u}" for u in urls]
+    cache = tmp_path / "cache"
+    piped = rl.WebDataset(piped_urls, transform=TRANSFORM, index_cache=str(cache))
+    local = rl.WebDataset(urls, index_cache=None)
+    assert piped.targets == local.targets and piped.keys == local.keys
+    assert np.array_equal(piped.offsets, local.offsets)
+    assert len(list(cache.iterdir())) == 2
+    for u in urls:
+        os.rename(u, u + ".moved")  # the cached index is used: the streams are not read
+    again = rl.WebDataset(piped_urls, transform=TRANSFORM, index_cache=str(cache))
+    assert again.targets == local.targets
+    with pytest.raises(TypeError, match="pipe: shards cannot be read one at a time"):
+        piped[0]
+    with pytest.raises(ValueError, match="front to back"):
+        rl.DataLoader(piped, sampler=tud.RandomSampler(piped))
+    with pytest.raises(ValueError, match="only the WebDataset itself"):
+        rl.DataLoader(tud.Subset(piped, [0, 1]))
+    with pytest.warns(UserWarning, match="run per sample"):
+        per_sample = rl.WebDataset(piped_urls, transform=T.Compose([T.ToTensor(), lambda x: x]),
+                                   index_cache=str(cache))
+    with pytest.raises(ValueError, match="runs per sample"):
+        rl.DataLoader(per_sample, batch_size=2)
+
+
 def test_pipe_command_failing_at_index_time_names_it(tmp_path):
     with pytest.raises(RuntimeError, match=r"pipe:false"):
         rl.WebDataset("pipe:false", index_cache=str(tmp_path / "c"))
