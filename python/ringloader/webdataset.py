@@ -41,6 +41,7 @@ LABEL_KEYS = ("cls", "txt", "json")
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
+_META = re.compile(r"__[^/]*__($|/)")  # metadata members the webdataset package skips
 
 
 # ---- URLs -----------------------------------------------------------------------------------
@@ -167,7 +168,7 @@ class _Grouper:
 
     def add(self, name: str, offset: int, length: int, data: Optional[bytes] = None) -> None:
         parts = split_name(name)
-        if parts is None:
+        if parts is None or _META.search(name):
             return
         key, ext = parts
         if key != self._key:
