@@ -40,7 +40,9 @@ struct FileFetcher::Job {
   std::string path;
   ByteBuffer* buffer = nullptr;
   uint64_t tag = 0;
+  uint64_t base = 0;              // file offset of the first byte wanted
   size_t done = 0;
+  CachedFile* cached = nullptr;   // op.fd belongs to this cache entry (not closed by Finish)
 };
 
 FileFetcher::FileFetcher(std::unique_ptr<Reader> reader, size_t max_file_bytes)
@@ -65,23 +67,81 @@ FileFetcher::~FileFetcher() {
     sink.clear();
   }
   for (auto& job : jobs_) {
-    if (job->op.fd >= 0) close(job->op.fd);
+    if (job->op.fd >= 0 && job->cached == nullptr) close(job->op.fd);
   }
+  for (auto& file : cache_) close(file->fd);
 }
 
 bool FileFetcher::has_room() const { return !idle_jobs_.empty(); }
 
 void FileFetcher::Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out) {
-  if (job->op.fd >= 0) {
+  if (job->cached != nullptr) {
+    --job->cached->users;
+    job->cached = nullptr;
+  } else if (job->op.fd >= 0) {
     close(job->op.fd);
-    job->op.fd = -1;
   }
+  job->op.fd = -1;
   out->push_back(FetchedFile{job->tag, std::move(status), job->buffer});
   idle_jobs_.push_back(job);
   --outstanding_;
 }
 
-void FileFetcher::Start(const std::string& path, ByteBuffer* buffer, uint64_t tag) {
+namespace {
+
+// Why a stat()ed file cannot be read as a sample, or OK.
+absl::Status CheckRegular(const std::string& path, const struct stat& st) {
+  if (S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file"));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file"));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::Status* error) {
+  for (auto& file : cache_) {
+    if (file->path == path) {
+      file->last_use = ++use_clock_;
+      return file.get();
+    }
+  }
+  // O_NONBLOCK: see Start.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  ++opens_;
+  if (fd < 0) {
+    *error = ErrnoStatus(errno, "open", path);
+    return nullptr;
+  }
+  struct stat st;
+  absl::Status usable = fstat(fd, &st) != 0 ? ErrnoStatus(errno, "fstat", path) : CheckRegular(path, st);
+  if (!usable.ok()) {
+    close(fd);
+    *error = std::move(usable);
+    return nullptr;
+  }
+  auto file = std::make_unique<CachedFile>();
+  file->path = path;
+  file->fd = fd;
+  file->size = static_cast<uint64_t>(st.st_size);
+  file->last_use = ++use_clock_;
+  if (cache_.size() >= kMaxCachedFiles) {
+    // Evict the least recently used file no read is using; when all are busy, grow past the
+    // bound for now (at most depth() files can be busy).
+    auto victim = cache_.end();
+    for (auto it = cache_.begin(); it != cache_.end(); ++it) {
+      if ((*it)->users == 0 && (victim == cache_.end() || (*it)->last_use < (*victim)->last_use)) victim = it;
+    }
+    if (victim != cache_.end()) {
+      close((*victim)->fd);
+      cache_.erase(victim);
+    }
+  }
+  cache_.push_back(std::move(file));
+  return cache_.back().get();
+}
+
+void FileFetcher::Start(const std::string& path, ByteBuffer* buffer, uint64_t tag, uint64_t offset,
+                        int64_t length) {
   Job* job = idle_jobs_.back();
   idle_jobs_.pop_back();
   ++outstanding_;
@@ -89,35 +149,56 @@ void FileFetcher::Start(const std::string& path, ByteBuffer* buffer, uint64_t ta
   job->buffer = buffer;
   job->tag = tag;
   job->done = 0;
+  job->base = 0;
+  job->cached = nullptr;
   buffer->Resize(0);
 
-  // O_NONBLOCK: opening a FIFO or device named like an image must not hang the reader (the
-  // S_ISREG check below then refuses it); it has no effect on regular files.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return Finish(job, ErrnoStatus(errno, "open", path), &early_);
-  job->op.fd = fd;
-  struct stat st;
-  if (fstat(fd, &st) != 0) return Finish(job, ErrnoStatus(errno, "fstat", path), &early_);
-  if (S_ISDIR(st.st_mode)) {
-    return Finish(job, absl::InvalidArgumentError(absl::StrCat(path, " is a directory, not a file")),
-                  &early_);
+  size_t size = 0;
+  if (length >= 0) {
+    // A member of a shard: the file stays open for the next member.
+    absl::Status error;
+    CachedFile* file = OpenCached(path, &error);
+    if (file == nullptr) return Finish(job, std::move(error), &early_);
+    ++file->users;
+    job->cached = file;
+    job->op.fd = file->fd;
+    const uint64_t end = offset + static_cast<uint64_t>(length);
+    if (end < offset || end > file->size) {
+      return Finish(job,
+                    absl::DataLossError(absl::StrCat("truncated: ", path, " has ", file->size,
+                                                     " bytes, member needs ", end, " (offset ", offset,
+                                                     ", length ", length, ")")),
+                    &early_);
+    }
+    size = static_cast<size_t>(length);
+    job->base = offset;
+  } else {
+    // O_NONBLOCK: opening a FIFO or device named like an image must not hang the reader (the
+    // S_ISREG check below then refuses it); it has no effect on regular files.
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    ++opens_;
+    if (fd < 0) return Finish(job, ErrnoStatus(errno, "open", path), &early_);
+    job->op.fd = fd;
+    struct stat st;
+    if (fstat(fd, &st) != 0) return Finish(job, ErrnoStatus(errno, "fstat", path), &early_);
+    if (absl::Status regular = CheckRegular(path, st); !regular.ok()) {
+      return Finish(job, std::move(regular), &early_);
+    }
+    size = static_cast<size_t>(st.st_size);
   }
-  if (!S_ISREG(st.st_mode)) {
-    return Finish(job, absl::InvalidArgumentError(absl::StrCat(path, " is not a regular file")),
-                  &early_);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
   if (size > max_file_bytes_) {
     return Finish(job,
-                  absl::OutOfRangeError(absl::StrCat(path, " is ", size, " bytes, over the limit of ",
-                                                     max_file_bytes_, " bytes per file")),
+                  absl::OutOfRangeError(absl::StrCat(path, length >= 0 ? " member at offset " : "",
+                                                     length >= 0 ? absl::StrCat(offset) : "", " is ", size,
+                                                     " bytes, over the limit of ", max_file_bytes_,
+                                                     " bytes per file")),
                   &early_);
   }
   buffer->Resize(size);
   if (size == 0) return Finish(job, absl::OkStatus(), &early_);
   job->op.dst = buffer->data();
   job->op.length = size;
-  job->op.offset = 0;
+  job->op.offset = job->base;
   absl::Status submitted = reader_->Submit(&job->op);
   if (!submitted.ok()) Finish(job, std::move(submitted), &early_);
 }
@@ -158,7 +239,7 @@ absl::Status FileFetcher::Poll(std::vector<FetchedFile>* out, bool wait) {
       // Short read (or retry): queue the rest of the file.
       op->dst = job->buffer->data() + job->done;
       op->length = job->buffer->size() - job->done;
-      op->offset = job->done;
+      op->offset = job->base + job->done;
       absl::Status submitted = reader_->Submit(op);
       if (!submitted.ok()) {
         Finish(job, std::move(submitted), out);

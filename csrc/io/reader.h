@@ -1,6 +1,7 @@
 #pragma once
 /// File reading: a `Reader` moves bytes (io_uring with many reads in flight, or plain pread),
-/// and a `FileFetcher` drives one to read whole files, retrying short reads, EINTR and EAGAIN.
+/// and a `FileFetcher` drives one to read whole files or byte ranges of them (members of a tar
+/// shard), retrying short reads, EINTR and EAGAIN.
 ///
 /// Threading: a Reader and its FileFetcher belong to one reader thread; nothing here is
 /// thread-safe.
@@ -84,7 +85,9 @@ struct FetchedFile {
   ByteBuffer* buffer = nullptr;
 };
 
-/// Reads whole files through a Reader, at most reader->depth() at a time.
+/// Reads whole files, or byte ranges of files, through a Reader, at most reader->depth() at a
+/// time. Files read by range (shards) stay open in a small cache until the fetcher is destroyed
+/// (at epoch end), so reading one member costs no open().
 class FileFetcher {
  public:
   FileFetcher(std::unique_ptr<Reader> reader, size_t max_file_bytes);
@@ -92,10 +95,13 @@ class FileFetcher {
   FileFetcher(const FileFetcher&) = delete;
   FileFetcher& operator=(const FileFetcher&) = delete;
 
-  /// Opens `path` and queues a read of the whole file into `buffer`. Failures to open or stat
-  /// are not returned here: they come back from Poll as a FetchedFile with an error status,
-  /// like any other completion. Call Flush() after a group of Starts.
-  void Start(const std::string& path, ByteBuffer* buffer, uint64_t tag);
+  /// Opens `path` and queues a read of the whole file (`length` < 0) or of the bytes
+  /// [offset, offset + length) into `buffer`. Failures to open or stat are not returned here:
+  /// they come back from Poll as a FetchedFile with an error status, like any other completion;
+  /// a file too short for the range is DataLoss ("truncated: ..."). Call Flush() after a group
+  /// of Starts.
+  void Start(const std::string& path, ByteBuffer* buffer, uint64_t tag, uint64_t offset = 0,
+             int64_t length = -1);
   /// Submits what Start queued.
   absl::Status Flush();
   /// Appends finished files to `out`. With `wait`, blocks until at least one finishes when any
@@ -107,10 +113,25 @@ class FileFetcher {
   bool has_room() const;
   const Reader& reader() const { return *reader_; }
   uint64_t bytes_read() const { return bytes_read_; }
+  /// open() calls made so far (ranged reads of a cached file make none).
+  uint64_t opens() const { return opens_; }
+
+  /// Files kept open for ranged reads.
+  static constexpr size_t kMaxCachedFiles = 16;
 
  private:
   struct Job;
+  struct CachedFile {
+    std::string path;
+    int fd = -1;
+    uint64_t size = 0;
+    int users = 0;  // jobs reading through fd now
+    uint64_t last_use = 0;
+  };
   void Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out);
+  // The cache entry of `path`, opening (and evicting an idle entry) when needed; null with
+  // `*error` set when the file cannot be used.
+  CachedFile* OpenCached(const std::string& path, absl::Status* error);
 
   std::unique_ptr<Reader> reader_;
   size_t max_file_bytes_;
@@ -120,6 +141,9 @@ class FileFetcher {
   std::vector<ReadOp*> reaped_;
   int outstanding_ = 0;  // started and not finished (finished ones may still sit in early_)
   uint64_t bytes_read_ = 0;
+  uint64_t opens_ = 0;
+  uint64_t use_clock_ = 0;
+  std::vector<std::unique_ptr<CachedFile>> cache_;
 };
 
 }  // namespace ringloader

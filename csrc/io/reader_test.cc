@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
 
 namespace ringloader {
@@ -168,6 +170,107 @@ TEST(ReaderTest, DestroyingWithUnsubmittedReadsDoesNotHang) {
   ASSERT_TRUE(fetcher.Poll(&done, true).ok());
   ASSERT_EQ(done.size(), 1u);
   EXPECT_TRUE(done[0].status.ok());
+}
+
+// Reads byte ranges of one file (a shard) in a shuffled order, many in flight, and checks each
+// against the file's bytes; the file is opened once.
+void CheckRangeReads(std::unique_ptr<Reader> reader) {
+  const std::string dir = MakeTempDir();
+  std::mt19937 rng(11);
+  std::vector<uint8_t> shard(3 << 20);
+  for (auto& b : shard) b = static_cast<uint8_t>(rng());
+  WriteFile(dir + "/shard.tar", shard);
+  struct Range { uint64_t offset; int64_t length; };
+  std::vector<Range> ranges;
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t offset = rng() % shard.size();
+    const int64_t length = static_cast<int64_t>(std::min<uint64_t>(rng() % 300000, shard.size() - offset));
+    ranges.push_back({offset, length});
+  }
+  ranges.push_back({0, 0});
+  ranges.push_back({shard.size(), 0});
+  ranges.push_back({0, static_cast<int64_t>(shard.size())});
+  FileFetcher fetcher(std::move(reader), size_t{64} << 20);
+  std::vector<ByteBuffer> buffers(ranges.size());
+  size_t next = 0, finished = 0;
+  std::vector<FetchedFile> done;
+  while (finished < ranges.size()) {
+    while (next < ranges.size() && fetcher.has_room()) {
+      fetcher.Start(dir + "/shard.tar", &buffers[next], next, ranges[next].offset, ranges[next].length);
+      ++next;
+    }
+    ASSERT_TRUE(fetcher.Flush().ok());
+    done.clear();
+    ASSERT_TRUE(fetcher.Poll(&done, true).ok());
+    for (FetchedFile& f : done) {
+      ASSERT_TRUE(f.status.ok()) << f.status;
+      const Range& r = ranges[f.tag];
+      ASSERT_EQ(f.buffer->size(), static_cast<size_t>(r.length));
+      EXPECT_TRUE(std::equal(f.buffer->data(), f.buffer->data() + r.length, shard.begin() + r.offset)) << f.tag;
+      ++finished;
+    }
+  }
+  EXPECT_EQ(fetcher.opens(), 1u) << "the shard stays open across member reads";
+  EXPECT_EQ(fetcher.bytes_read(), [&] {
+    uint64_t total = 0;
+    for (const Range& r : ranges) total += static_cast<uint64_t>(r.length);
+    return total;
+  }());
+}
+
+TEST(ReaderTest, RangeReadsWithPread) { CheckRangeReads(MakePreadReader(8)); }
+
+TEST(ReaderTest, RangeReadsWithUring) {
+  if (!UringAvailable()) GTEST_SKIP() << "io_uring is refused here: " << MakeUringReader(4).status();
+  CheckRangeReads(*MakeUringReader(16));
+}
+
+TEST(ReaderTest, RangeReadsSurviveShortReadsAndRetries) { CheckRangeReads(std::make_unique<FaultyReader>(4)); }
+
+TEST(ReaderTest, TruncatedRangeIsDataLossNamingTheFile) {
+  const std::string dir = MakeTempDir();
+  WriteFile(dir + "/short.tar", std::vector<uint8_t>(1000, 7));
+  FileFetcher fetcher(MakePreadReader(4), 4096);
+  ByteBuffer a, b, c, d;
+  fetcher.Start(dir + "/short.tar", &a, 1, 512, 1024);   // runs past the end
+  fetcher.Start(dir + "/short.tar", &b, 2, 2000, 0);     // starts past the end
+  fetcher.Start(dir + "/short.tar", &c, 3, 0, 1000);     // exactly the file
+  fetcher.Start(dir + "/missing.tar", &d, 4, 0, 10);
+  ASSERT_TRUE(fetcher.Flush().ok());
+  std::vector<FetchedFile> done;
+  while (done.size() < 4) ASSERT_TRUE(fetcher.Poll(&done, true).ok());
+  std::map<uint64_t, absl::Status> by_tag;
+  for (auto& f : done) by_tag[f.tag] = f.status;
+  EXPECT_TRUE(absl::IsDataLoss(by_tag[1])) << by_tag[1];
+  EXPECT_EQ(by_tag[1].message(),
+            absl::StrCat("truncated: ", dir, "/short.tar has 1000 bytes, member needs 1536 (offset 512, length 1024)"));
+  EXPECT_TRUE(absl::IsDataLoss(by_tag[2])) << by_tag[2];
+  EXPECT_TRUE(by_tag[3].ok()) << by_tag[3];
+  EXPECT_EQ(c.size(), 1000u);
+  EXPECT_TRUE(absl::IsNotFound(by_tag[4])) << by_tag[4];
+  EXPECT_NE(by_tag[4].message().find("missing.tar"), std::string::npos);
+  EXPECT_EQ(fetcher.outstanding(), 0);
+}
+
+TEST(ReaderTest, ManyShardsEvictIdleCachedFiles) {
+  const std::string dir = MakeTempDir();
+  const int files = static_cast<int>(FileFetcher::kMaxCachedFiles) + 5;
+  for (int i = 0; i < files; ++i) WriteFile(dir + "/s" + std::to_string(i), std::vector<uint8_t>(64, static_cast<uint8_t>(i)));
+  FileFetcher fetcher(MakePreadReader(2), 4096);
+  ByteBuffer buffer;
+  std::vector<FetchedFile> done;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < files; ++i) {
+      fetcher.Start(dir + "/s" + std::to_string(i), &buffer, 0, 8, 4);
+      ASSERT_TRUE(fetcher.Flush().ok());
+      done.clear();
+      while (done.empty()) ASSERT_TRUE(fetcher.Poll(&done, true).ok());
+      ASSERT_TRUE(done[0].status.ok()) << done[0].status;
+      EXPECT_EQ(buffer.data()[0], static_cast<uint8_t>(i));
+    }
+  }
+  // Cycling through more shards than the cache holds reopens them; it never leaks descriptors.
+  EXPECT_EQ(fetcher.opens(), 2u * files);
 }
 
 TEST(ReaderTest, ByteBufferGrowsOnlyWhenNeeded) {

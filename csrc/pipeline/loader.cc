@@ -97,10 +97,12 @@ uint64_t RowKey(int64_t index, int64_t position) {
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 constexpr int64_t kReplaceWalk = 256;
 
-// Reads one file synchronously (substitutes, single-sample decode).
-absl::Status ReadWholeFile(const std::string& path, size_t max_file_bytes, ByteBuffer* buffer) {
+// Reads one sample's bytes synchronously (substitutes, single-sample decode): its byte range,
+// or the whole file; a known-bad sample fails with its error.
+absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer) {
+  if (!sample.error.empty()) return absl::DataLossError(sample.error);
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
-  fetcher.Start(path, buffer, 0);
+  fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
   RL_RETURN_IF_ERROR(fetcher.Flush());
   std::vector<FetchedFile> done;
   while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
@@ -504,14 +506,19 @@ struct Loader::Epoch {
           request = requests.TryPop();
         }
         if (!request) break;
+        const Sample& sample = loader->samples_[static_cast<size_t>(request->index)];
+        if (!sample.error.empty()) {
+          // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
+          if (!decode_queue.Push(DecodeItem{*request, -1, absl::DataLossError(sample.error)})) return;
+          continue;
+        }
         const auto buffer_wait = Clock::now();
         std::optional<int> buffer = free_buffers.Pop();  // waiting here means decode is behind
         idle_ns += NanosSince(buffer_wait);
         if (!buffer) return;  // closed: cancelled
         by_buffer[static_cast<size_t>(*buffer)] = *request;
-        const std::string& path = loader->samples_[static_cast<size_t>(request->index)].path;
-        fetcher.Start(path, &loader->buffers_[static_cast<size_t>(*buffer)],
-                      static_cast<uint64_t>(*buffer));
+        fetcher.Start(sample.path, &loader->buffers_[static_cast<size_t>(*buffer)],
+                      static_cast<uint64_t>(*buffer), sample.offset, sample.length);
       }
       if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
       if (fetcher.outstanding() == 0 && input_done) break;
@@ -559,8 +566,8 @@ struct Loader::Epoch {
       const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
       const int64_t substitute = static_cast<int64_t>(draw % static_cast<uint64_t>(n));
       if (substitute == request.index) continue;
-      absl::Status status = ReadWholeFile(loader->samples_[static_cast<size_t>(substitute)].path,
-                                          loader->options_.max_file_bytes, &bytes);
+      absl::Status status = ReadSampleBytes(loader->samples_[static_cast<size_t>(substitute)],
+                                            loader->options_.max_file_bytes, &bytes);
       if (status.ok()) {
         SampleRng rng(sample_seed);
         status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);
@@ -602,7 +609,8 @@ struct Loader::Epoch {
         status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
         loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
       }
-      (void)free_buffers.TryPush(item->buffer);  // capacity == buffer count: never full
+      // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
+      if (item->buffer >= 0) (void)free_buffers.TryPush(item->buffer);
       if (!status.ok()) {
         const std::string& path = loader->samples_[static_cast<size_t>(item->request.index)].path;
         status = AnnotateSampleError(status, item->request.index, path);
@@ -925,9 +933,10 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
     return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
                                               dataset_size(), " samples"));
   }
-  const std::string& path = samples_[static_cast<size_t>(index)].path;
+  const Sample& sample = samples_[static_cast<size_t>(index)];
+  const std::string& path = sample.path;
   ByteBuffer buffer;
-  absl::Status status = ReadWholeFile(path, options_.max_file_bytes, &buffer);
+  absl::Status status = ReadSampleBytes(sample, options_.max_file_bytes, &buffer);
   if (status.ok()) {
     ImageDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);

@@ -194,6 +194,129 @@ TEST(LoaderTest, ReplacePolicyKeepsBatchSizeDeterministically) {
   }
 }
 
+// The dataset's files concatenated into one "shard" with junk between them; samples become byte
+// ranges of it.
+std::vector<Sample> PackIntoShard(const std::vector<Sample>& files, const std::string& shard_path) {
+  std::vector<uint8_t> shard(100, 0xAB);
+  std::vector<Sample> ranged;
+  for (const Sample& file : files) {
+    FILE* f = fopen(file.path.c_str(), "rb");
+    EXPECT_NE(f, nullptr);
+    std::vector<uint8_t> bytes;
+    uint8_t chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) bytes.insert(bytes.end(), chunk, chunk + n);
+    fclose(f);
+    Sample s;
+    s.path = shard_path;
+    s.label = file.label;
+    s.offset = shard.size();
+    s.length = static_cast<int64_t>(bytes.size());
+    ranged.push_back(s);
+    shard.insert(shard.end(), bytes.begin(), bytes.end());
+    shard.insert(shard.end(), 37 + shard.size() % 500, 0xCD);
+  }
+  WriteFile(shard_path, shard);
+  return ranged;
+}
+
+TEST(LoaderTest, ByteRangeSamplesDecodeLikeTheirFiles) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(14, dir);
+  auto ranged = PackIntoShard(files, dir + "/shard.bin");
+  for (IoBackend io : {IoBackend::kPread, IoBackend::kAuto}) {
+    LoaderOptions o = TrainOptions();
+    o.shuffle = true;
+    o.io = io;
+    auto whole = Loader::Create(files, o);
+    auto members = Loader::Create(ranged, o);
+    ASSERT_TRUE(whole.ok() && members.ok());
+    auto [order_a, bytes_a] = RunEpoch(**whole, 3);
+    auto [order_b, bytes_b] = RunEpoch(**members, 3);
+    EXPECT_EQ(order_a, order_b);
+    EXPECT_EQ(bytes_a, bytes_b) << "members read by range decode exactly like their files";
+    // Stats count the members' bytes, not the shard's.
+    EXPECT_EQ((*members)->Stats().bytes_read, (*whole)->Stats().bytes_read);
+    // The single-sample path reads the range too.
+    const size_t sample_bytes = (*members)->pipeline().SampleBytes();
+    std::vector<uint8_t> one(sample_bytes), reference(sample_bytes);
+    for (int64_t index : {0, 5, 13}) {
+      ASSERT_TRUE((*members)->DecodeSample(index, o.seed, 3, one.data()).ok());
+      ASSERT_TRUE((*whole)->DecodeSample(index, o.seed, 3, reference.data()).ok());
+      EXPECT_EQ(one, reference) << index;
+    }
+  }
+  // A member past the shard's end fails with DataLoss naming index and shard.
+  ranged[5].offset = 1u << 30;
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 7;
+  auto loader = Loader::Create(ranged, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  absl::StatusOr<Batch> batch = (*loader)->Next();
+  ASSERT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+  EXPECT_EQ(std::string(*batch.status().GetPayload(kSampleIndexPayload)), "5");
+  EXPECT_NE(batch.status().message().find("truncated: " + dir + "/shard.bin has"), std::string::npos)
+      << batch.status();
+}
+
+TEST(LoaderTest, KnownBadSamplesFailUnderEveryPolicy) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(12, dir);
+  const std::string why = "shard-3.tar: sample 'k7' has no image member (.jpg/.jpeg/.png/.webp)";
+  samples[7].error = why;
+  samples[7].path = dir + "/shard-3.tar";  // need not exist: nothing is read
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  {
+    auto loader = Loader::Create(samples, o);
+    ASSERT_TRUE(loader.ok());
+    ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+    std::vector<std::string> outcomes;
+    while (true) {
+      absl::StatusOr<Batch> batch = (*loader)->Next();
+      if (absl::IsOutOfRange(batch.status())) break;
+      if (batch.ok()) {
+        outcomes.push_back(absl::StrCat("ok", batch->number()));
+        continue;
+      }
+      outcomes.push_back("err");
+      EXPECT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+      EXPECT_EQ(batch.status().message(), absl::StrCat("sample 7 (", samples[7].path, "): ", why));
+      EXPECT_EQ(std::string(*batch.status().GetPayload(kSampleIndexPayload)), "7");
+      EXPECT_EQ(std::string(*batch.status().GetPayload(kSamplePathPayload)), samples[7].path);
+    }
+    EXPECT_EQ(outcomes, (std::vector<std::string>{"ok0", "ok1", "err", "ok3"}));
+    EXPECT_EQ((*loader)->Stats().errors, 1);
+    std::vector<uint8_t> one((*loader)->pipeline().SampleBytes());
+    absl::Status single = (*loader)->DecodeSample(7, 0, 0, one.data());
+    EXPECT_TRUE(absl::IsDataLoss(single)) << single;
+    EXPECT_NE(single.message().find(why), std::string::npos);
+  }
+  {
+    o.on_error = ErrorPolicy::kSkip;
+    auto loader = Loader::Create(samples, o);
+    ASSERT_TRUE(loader.ok());
+    auto [order, bytes] = RunEpoch(**loader, 0);
+    EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2, 3, 4, 5, 6, 8, 9, 10, 11}));
+    EXPECT_EQ((*loader)->Stats().skipped, 1);
+    EXPECT_NE((*loader)->Stats().last_error.find(why), std::string::npos);
+  }
+  {
+    o.on_error = ErrorPolicy::kReplace;
+    // Every other sample is known bad too, so substitutes drawn from them must be refused.
+    for (int i = 0; i < 12; i += 2) samples[static_cast<size_t>(i)].error = "bad member";
+    auto loader = Loader::Create(samples, o);
+    ASSERT_TRUE(loader.ok());
+    auto [order, bytes] = RunEpoch(**loader, 0);
+    ASSERT_EQ(order.size(), 12u);
+    for (int64_t index : order) {
+      EXPECT_TRUE(samples[static_cast<size_t>(index)].error.empty()) << "row holds bad sample " << index;
+    }
+    EXPECT_EQ((*loader)->Stats().replaced, 7);
+  }
+}
+
 TEST(LoaderTest, HeldBatchesStayIntactAndExhaustionIsAnErrorNotAHang) {
   const std::string dir = MakeTempDir();
   auto samples = MakeDataset(30, dir);

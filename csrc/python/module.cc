@@ -417,10 +417,49 @@ std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::arra
 
 class PyLoader {
  public:
-  PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options) {
+  PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options, py::object offsets,
+           py::object lengths, py::object errors) {
     if (paths.size() != labels.size()) throw py::value_error("paths and labels differ in length");
     std::vector<Sample> samples(paths.size());
-    for (size_t i = 0; i < paths.size(); ++i) samples[i] = Sample{std::move(paths[i]), labels[i]};
+    for (size_t i = 0; i < paths.size(); ++i) {
+      samples[i].path = std::move(paths[i]);
+      samples[i].label = labels[i];
+    }
+    // Byte ranges (members of shards) and known errors, each of len(paths) when given.
+    auto column = [&](const py::object& values, const char* name) {
+      auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
+      if (!array) {
+        PyErr_Clear();
+        throw py::type_error(absl::StrCat(name, " must be a sequence of integers (int64)"));
+      }
+      if (array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
+        throw py::value_error(absl::StrCat(name, " has ", array.size(), " entries; expected one per path (",
+                                           samples.size(), ")"));
+      }
+      return ToVector(array);
+    };
+    if (!offsets.is_none()) {
+      std::vector<int64_t> v = column(offsets, "offsets");
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < 0) throw py::value_error(absl::StrCat("offsets[", i, "] is negative: ", v[i]));
+        samples[i].offset = static_cast<uint64_t>(v[i]);
+      }
+    }
+    if (!lengths.is_none()) {
+      std::vector<int64_t> v = column(lengths, "lengths");
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < -1) throw py::value_error(absl::StrCat("lengths[", i, "] must be >= 0 or -1 (whole file), got ", v[i]));
+        samples[i].length = v[i];
+      }
+    }
+    if (!errors.is_none()) {
+      std::vector<std::string> v = errors.cast<std::vector<std::string>>();
+      if (v.size() != samples.size()) {
+        throw py::value_error(absl::StrCat("errors has ", v.size(), " entries; expected one per path (",
+                                           samples.size(), ")"));
+      }
+      for (size_t i = 0; i < v.size(); ++i) samples[i].error = std::move(v[i]);
+    }
     LoaderOptions parsed = ParseOptions(options);
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(std::move(samples), std::move(parsed));
     ThrowIfError(loader.status());
@@ -647,8 +686,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("data_ptr", &Tensor::data_ptr);
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict>(), py::arg("paths"),
-           py::arg("labels"), py::arg("options"))
+      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict, py::object, py::object, py::object>(),
+           py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
+           py::arg("lengths") = py::none(), py::arg("errors") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,10 +36,19 @@ class DeviceLease;
 class DeviceRuntime;
 struct NumaPlacement;
 
-/// One item of a dataset: a file and its class label.
+/// One item of a dataset: a file (or a byte range of one, e.g. a member of a tar shard) and its
+/// class label.
 struct Sample {
+  Sample() = default;
+  Sample(std::string path_, int64_t label_, uint64_t offset_ = 0, int64_t length_ = -1, std::string error_ = {})
+      : path(std::move(path_)), label(label_), offset(offset_), length(length_), error(std::move(error_)) {}
   std::string path;
   int64_t label = 0;
+  uint64_t offset = 0;  ///< First byte of the sample's data within `path`.
+  int64_t length = -1;  ///< Bytes from `offset`; -1 = the whole file.
+  /// Non-empty: the sample is known bad (e.g. a shard member without an image); it fails with
+  /// DataLoss(error) at its batch, like any sample error, and ErrorPolicy handles it.
+  std::string error;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path).
