@@ -114,3 +114,15 @@ def test_pack_module_entry_point(image_tree, tmp_path):
                          text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "packed 24 samples into 1 shards" in run.stdout
+
+
+def test_pack_progress_bar_on_a_terminal(image_tree, tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    stream = Terminal()
+    pack(str(image_tree), str(tmp_path / "t"), progress_stream=stream)
+    text = stream.getvalue()
+    assert text.count("\r") == 24 and "[##############################] 24/24 samples" in text
+    assert text.endswith("\n")

@@ -433,6 +433,32 @@ def test_loader_resume_onto_another_world_size(unique_shards, old_world, new_wor
     assert len(seen) + len(flat) - 24 < old_world + new_world
 
 
+def _halve(image):
+    return image / 2
+
+
+@needs_ranges
+@pytest.mark.timeout(120)
+def test_per_sample_transform_takes_the_same_order(unique_shards):
+    """A transform with a Python step runs on torch's generic path, in the WebDataset order."""
+    import torch.utils.data as tud
+
+    native = rl.WebDataset(unique_shards, transform=TRANSFORM, shuffle_buffer=3, index_cache=None)
+    with pytest.warns(UserWarning, match="run per sample"):
+        generic = rl.WebDataset(unique_shards, transform=T.Compose([*TRANSFORM.transforms, _halve]),
+                                shuffle_buffer=3, index_cache=None)
+    kw = dict(batch_size=4, shuffle=True, rank=1, world_size=2, seed=2)
+    fast, slow = rl.DataLoader(native, **kw), rl.DataLoader(generic, **kw)
+    assert fast.native and not slow.native
+    want, got = _batches(fast), _batches(slow)
+    assert [l.tolist() for _, l in got] == [l.tolist() for _, l in want]
+    for (gi, _), (wi, _) in zip(got, want):
+        assert (gi * 2 - wi).abs().max().item() == 0
+    # An explicit sampler over local shards: random access works.
+    sampler = tud.SequentialSampler(native)
+    assert _labels(rl.DataLoader(native, batch_size=5, sampler=sampler)) == list(range(24))
+
+
 # ---- errors through the loader ----------------------------------------------------------------
 
 @pytest.fixture()
