@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/device_stager.h"
+#include "dataset/webdataset.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
@@ -651,6 +652,45 @@ py::tuple FileList(const std::string& list_path) {
   return py::make_tuple(paths, labels);
 }
 
+py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, const std::string& label_key,
+                  const std::string& json_field) {
+  WebDatasetOptions options;
+  options.image_exts = std::move(image_exts);
+  options.label_key = label_key;
+  options.json_field = json_field;
+  absl::StatusOr<ShardIndex> index;
+  {
+    py::gil_scoped_release release;
+    index = ScanWebDatasetShard(url, options);
+  }
+  ThrowIfError(index.status());
+  const auto n = static_cast<py::ssize_t>(index->samples.size());
+  py::list keys, members, errors;
+  py::array_t<int64_t> offsets(n), lengths(n), labels(n);
+  int64_t* off = offsets.mutable_data();
+  int64_t* len = lengths.mutable_data();
+  int64_t* lab = labels.mutable_data();
+  for (py::ssize_t i = 0; i < n; ++i) {
+    const ShardSample& s = index->samples[static_cast<size_t>(i)];
+    keys.append(s.key);
+    members.append(s.member);
+    errors.append(s.error);
+    off[i] = static_cast<int64_t>(s.offset);
+    len[i] = s.length;
+    lab[i] = s.label;
+  }
+  py::dict out;
+  out["keys"] = keys;
+  out["members"] = members;
+  out["offsets"] = offsets;
+  out["lengths"] = lengths;
+  out["labels"] = labels;
+  out["errors"] = errors;
+  out["bytes"] = index->bytes;
+  out["error"] = index->error;
+  return out;
+}
+
 }  // namespace
 }  // namespace ringloader
 
@@ -725,4 +765,9 @@ PYBIND11_MODULE(_C, m) {
         "(classes, paths, labels) of an image folder in torchvision's order.");
   m.def("read_file_list", &FileList, py::arg("list_path"),
         "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
+  m.def("scan_webdataset_shard", &ScanShard, py::arg("url"),
+        py::arg("image_exts") = std::vector<std::string>{"jpg", "jpeg", "png", "webp"}, py::arg("label_key") = "cls",
+        py::arg("json_field") = "label",
+        "Index of a WebDataset tar shard (local path or pipe:COMMAND): dict of keys, members, offsets, "
+        "lengths, labels, errors ('' = ok), bytes, error ('' = scanned to its end).");
 }
