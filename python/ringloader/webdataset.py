@@ -19,8 +19,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import tarfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,7 +39,6 @@ LABEL_KEYS = ("cls", "txt", "json")
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
-_META = re.compile(r"__[^/]*__($|/)")  # metadata members the webdataset package skips
 
 
 # ---- URLs -----------------------------------------------------------------------------------
@@ -123,177 +120,11 @@ def split_name(name: str) -> Optional[Tuple[str, str]]:
     return name[:dot], name[dot + 1:]
 
 
-def _parse_label(shard: str, member: str, data: bytes, label_key: str,
-                 label_field: str) -> Tuple[int, str]:
-    """(label, '') or (0, error message) for a label member's bytes."""
-    try:
-        text = data.decode("utf-8").strip()
-        if label_key == "json":
-            value = json.loads(text)
-            if not isinstance(value, dict) or label_field not in value:
-                return 0, (f"shard {shard}: member {member}: no field {label_field!r} in the "
-                           "JSON label")
-            value = value[label_field]
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(repr(value))
-        else:
-            value = int(text)
-    except (UnicodeDecodeError, ValueError) as exc:
-        shown = data[:40].decode("utf-8", "replace")
-        return 0, (f"shard {shard}: member {member}: label {shown!r} is not an integer"
-                   + (f" ({exc})" if label_key == "json" else ""))
-    if value < 0:
-        return 0, f"shard {shard}: member {member}: label {value} is negative"
-    return int(value), ""
-
-
-class _Grouper:
-    """Groups tar members into samples while a shard is read once, in member order."""
-
-    def __init__(self, shard: str, image_exts: Sequence[str], label_key: str, label_field: str):
-        self.shard, self.image_exts = shard, [e.lower() for e in image_exts]
-        self.label_key, self.label_field = label_key, label_field
-        self.keys: List[str] = []
-        self.members: List[str] = []
-        self.offsets: List[int] = []
-        self.lengths: List[int] = []
-        self.labels: List[int] = []
-        self.errors: List[str] = []
-        self._key: Optional[str] = None
-        self._parts: Dict[str, Tuple[str, int, int]] = {}
-        self._label: Optional[Tuple[int, str]] = None
-
-    def wants_data(self, ext: str) -> bool:
-        return ext.lower() == self.label_key
-
-    def add(self, name: str, offset: int, length: int, data: Optional[bytes] = None) -> None:
-        parts = split_name(name)
-        if parts is None or _META.search(name):
-            return
-        key, ext = parts
-        if key != self._key:
-            self.flush()
-            self._key = key
-        ext = ext.lower()
-        self._parts.setdefault(ext, (name, offset, length))
-        if ext == self.label_key and data is not None and self._label is None:
-            self._label = _parse_label(self.shard, name, data, self.label_key, self.label_field)
-
-    def flush(self) -> None:
-        if self._key is None:
-            return
-        key, parts = self._key, self._parts
-        image = next((parts[e] for e in self.image_exts if e in parts), None)
-        error = ""
-        label = 0
-        if image is None:
-            listed = ", ".join(sorted(p[0] for p in parts.values()))
-            error = (f"shard {self.shard}: sample {key} has no image member "
-                     f"({'/'.join(self.image_exts)}; it has {listed})")
-            image = (next(iter(parts.values()))[0], 0, 0)
-        elif self._label is None:
-            error = (f"shard {self.shard}: member {image[0]}: sample {key} has no "
-                     f".{self.label_key} label member")
-        else:
-            label, error = self._label
-        self.keys.append(key)
-        self.members.append(image[0])
-        self.offsets.append(image[1])
-        self.lengths.append(image[2])
-        self.labels.append(label)
-        self.errors.append(error)
-        self._key, self._parts, self._label = None, {}, None
-
-    def truncated(self, member: str, message: str) -> None:
-        """The shard ends inside ``member``: the samples before it are kept, and one sample
-        stands for the lost rest, failing with ``message``."""
-        parts = split_name(member)
-        if parts is not None and parts[0] == self._key:
-            self._key, self._parts, self._label = None, {}, None  # the sample being cut
-        self.flush()
-        self.keys.append(parts[0] if parts else member)
-        self.members.append(member)
-        self.offsets.append(0)
-        self.lengths.append(0)
-        self.labels.append(0)
-        self.errors.append(message)
-
-    def result(self, size: int, error: str = "") -> Dict[str, Any]:
-        self.flush()
-        return {"keys": self.keys, "members": self.members,
-                "offsets": np.asarray(self.offsets, dtype=np.int64),
-                "lengths": np.asarray(self.lengths, dtype=np.int64),
-                "labels": np.asarray(self.labels, dtype=np.int64),
-                "errors": self.errors, "bytes": int(size), "error": error}
-
-
-def _scan_stream(shard: str, fileobj: Any, size: Optional[int], image_exts: Sequence[str],
-                 label_key: str, label_field: str) -> Dict[str, Any]:
-    """Index a shard with ``tarfile``: headers (GNU and pax long names included) and the label
-    members' bytes; a local file (``size`` known) by seeking from header to header, a command's
-    stdout read front to back."""
-    grouper = _Grouper(shard, image_exts, label_key, label_field)
-    total = 0
-    error = ""
-    try:
-        with tarfile.open(fileobj=fileobj, mode="r|" if size is None else "r:") as tar:
-            for info in tar:
-                total = info.offset_data + info.size
-                if not info.isreg():
-                    continue
-                if size is not None and total > size:
-                    error = (f"shard {shard}: truncated inside member {info.name} (it needs "
-                             f"{total} bytes, the shard has {size})")
-                    grouper.truncated(info.name, error)
-                    break
-                parts = split_name(info.name)
-                data = None
-                if parts is not None and grouper.wants_data(parts[1]):
-                    handle = tar.extractfile(info)
-                    data = handle.read() if handle is not None else b""
-                    if len(data) != info.size:
-                        error = f"shard {shard}: truncated inside member {info.name}"
-                        grouper.truncated(info.name, error)
-                        break
-                grouper.add(info.name, info.offset_data, info.size, data)
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        last = grouper._parts and next(reversed(list(grouper._parts.values())))[0]
-        where = f" after member {last}" if last else ""
-        error = f"shard {shard}: truncated or not a tar file{where} ({exc})"
-        grouper.truncated(last or "(shard end)", error)
-    return grouper.result(total if size is None else size, error)
-
-
-def _scan_local(path: str, image_exts: Sequence[str], label_key: str,
-                label_field: str) -> Dict[str, Any]:
-    scan = getattr(_C, "scan_webdataset_shard", None)
-    if scan is not None:
-        return dict(scan(path, image_exts=list(image_exts), label_key=label_key,
-                         json_field=label_field))
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        return _scan_stream(path, f, size, image_exts, label_key, label_field)
-
-
-def _scan_pipe(url: str, image_exts: Sequence[str], label_key: str,
-               label_field: str) -> Dict[str, Any]:
-    scan = getattr(_C, "scan_webdataset_shard", None)
-    if scan is not None:
-        return dict(scan(url, image_exts=list(image_exts), label_key=label_key,
-                         json_field=label_field))
-    proc = subprocess.Popen(url[5:], shell=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        result = _scan_stream(url, proc.stdout, None, image_exts, label_key, label_field)
-        proc.stdout.read()
-    finally:
-        proc.stdout.close()
-        stderr = proc.stderr.read().decode("utf-8", "replace").strip()
-        proc.stderr.close()
-        code = proc.wait()
-    if code != 0:
-        raise RuntimeError(f"WebDataset shard {url}: the command exited with status {code}"
-                           + (f": {stderr[-300:]}" if stderr else ""))
-    return result
+def _scan(url: str, image_exts: Sequence[str], label_key: str,
+          label_field: str) -> Dict[str, Any]:
+    """The native scan of a local shard (headers only) or a ``pipe:`` shard (read once)."""
+    return dict(_C.scan_webdataset_shard(url, image_exts=list(image_exts), label_key=label_key,
+                                         json_field=label_field))
 
 
 def _index_to_json(url: str, scan: Dict[str, Any]) -> Dict[str, Any]:
@@ -361,7 +192,10 @@ def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_fiel
             if os.path.exists(cache_path):
                 with open(cache_path, encoding="utf-8") as f:
                     return _index_from_json(json.load(f), cache_path)
-        scan = _scan_pipe(url, image_exts, label_key, label_field)
+        scan = _scan(url, image_exts, label_key, label_field)
+        if scan.get("error") and not len(scan["keys"]):
+            # Nothing came out of the command: a wrong URL or command, not a damaged shard.
+            raise RuntimeError(f"WebDataset shard {url}: no sample could be read ({scan['error']})")
         if cache_path is not None and not scan.get("error"):
             _write_cache(cache_path, url, scan)
         return scan
@@ -382,7 +216,7 @@ def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_fiel
             if all(split_name(m) is not None and split_name(m)[1].lower() in exts
                    for m in index["members"]):
                 return index
-    return _scan_local(url, image_exts, label_key, label_field)
+    return _scan(url, image_exts, label_key, label_field)
 
 
 # ---- the dataset ----------------------------------------------------------------------------
@@ -465,9 +299,13 @@ class WebDataset(NativeDataset):
         for url in self.urls:
             index = _index_shard(url, self.image_exts, label_key, label_field, self.index_cache)
             count = len(index["keys"])
-            if index.get("error") and (count == 0 or not index["errors"][-1]):
-                # The native scan reports where the shard ends; one failing sample stands for
-                # what was lost so that on_error sees it.
+            if index.get("error") and count and index["errors"][-1]:
+                # The shard ends inside its last sample (the scan drops the cut member): say so.
+                index = dict(index, errors=list(index["errors"]))
+                index["errors"][-1] += f"; the shard is damaged: {index['error']}"
+            elif index.get("error"):
+                # The shard ends after a whole sample: one failing sample stands for what was
+                # lost, so that on_error sees it.
                 index = dict(index)
                 index["keys"] = list(index["keys"]) + ["(truncated)"]
                 index["members"] = list(index["members"]) + ["(shard end)"]
