@@ -2,8 +2,9 @@
 # Builds the libFuzzer targets for the decode + transform stage (fuzz/, clang, ASan+UBSan) in
 # build/fuzz, writes their generated seed corpora, and fuzzes each for a bounded time:
 # jpeg_decode_fuzzer (the JPEG decoder in depth), image_decode_fuzzer (ImageDecoder: every
-# format, chosen by signature) and recipe_fuzzer (fuzzed transform chains of every step kind on
-# fuzzed images) share the budget, a third each.
+# format, chosen by signature), recipe_fuzzer (fuzzed transform chains of every step kind on
+# fuzzed images) and tar_fuzzer (WebDataset shards: tar headers, label parsers) share the
+# budget, a quarter each.
 #
 #   scripts/fuzz.sh [SECONDS]        default 60 in all; exits non-zero on any finding (crash, UB,
 #                                    leak, timeout, OOM or a broken decoder contract)
@@ -43,17 +44,20 @@ if [ "${1:-}" = "--repro" ]; then
   shift
   "$BUILD/jpeg_decode_fuzzer" -runs=1 "$@"
   "$BUILD/image_decode_fuzzer" -runs=1 "$@"
+  "$BUILD/tar_fuzzer" -runs=1 "$@"
   exec "$BUILD/recipe_fuzzer" -runs=1 "$@"
 fi
 
 SECONDS_TO_RUN=${1:-60}
-THIRD=$(( SECONDS_TO_RUN / 3 > 0 ? SECONDS_TO_RUN / 3 : 1 ))
-JPEG_SECONDS=$THIRD
-IMAGE_SECONDS=$THIRD
-RECIPE_SECONDS=$(( SECONDS_TO_RUN - 2 * THIRD > 0 ? SECONDS_TO_RUN - 2 * THIRD : 1 ))
+QUARTER=$(( SECONDS_TO_RUN / 4 > 0 ? SECONDS_TO_RUN / 4 : 1 ))
+JPEG_SECONDS=$QUARTER
+IMAGE_SECONDS=$QUARTER
+TAR_SECONDS=$QUARTER
+RECIPE_SECONDS=$(( SECONDS_TO_RUN - 3 * QUARTER > 0 ? SECONDS_TO_RUN - 3 * QUARTER : 1 ))
 mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/image_seeds" "$BUILD/image_corpus" \
-  "$BUILD/recipe_seeds" "$BUILD/recipe_corpus" "$BUILD/artifacts"
+  "$BUILD/recipe_seeds" "$BUILD/recipe_corpus" "$BUILD/tar_seeds" "$BUILD/tar_corpus" "$BUILD/artifacts"
 "$BUILD/make_seed_corpus" "$BUILD/seeds"
+"$BUILD/make_tar_seed_corpus" "$BUILD/tar_seeds"
 "$BUILD/make_image_seed_corpus" "$BUILD/image_seeds"
 
 # fuzz TARGET DICT CORPUS SEEDS SECONDS: one bounded run; returns libFuzzer's exit status
@@ -89,5 +93,6 @@ status=0
 fuzz jpeg_decode_fuzzer fuzz/jpeg.dict "$BUILD/corpus" "$BUILD/seeds" "$JPEG_SECONDS" || status=1
 fuzz image_decode_fuzzer fuzz/image.dict "$BUILD/image_corpus" "$BUILD/image_seeds" \
   "$IMAGE_SECONDS" || status=1
+fuzz tar_fuzzer - "$BUILD/tar_corpus" "$BUILD/tar_seeds" "$TAR_SECONDS" || status=1
 fuzz recipe_fuzzer - "$BUILD/recipe_corpus" "$BUILD/recipe_seeds" "$RECIPE_SECONDS" || status=1
 exit "$status"

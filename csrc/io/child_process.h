@@ -39,6 +39,8 @@ class ChildProcess {
   /// Bytes read so far.
   uint64_t bytes_read() const { return bytes_read_; }
   const std::string& command() const { return command_; }
+  /// The child's pid (also its process group id).
+  pid_t pid() const { return pid_; }
 
  private:
   ChildProcess(std::string command, pid_t pid, int fd);

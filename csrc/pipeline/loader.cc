@@ -20,6 +20,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -33,6 +34,7 @@
 #include "cuda/device_stager.h"
 #include "decode/image_decoder.h"
 #include "io/reader.h"
+#include "io/stream_cache.h"
 #include "numa/topology.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/slot_pool.h"
@@ -98,9 +100,11 @@ uint64_t RowKey(int64_t index, int64_t position) {
 constexpr int64_t kReplaceWalk = 256;
 
 // Reads one sample's bytes synchronously (substitutes, single-sample decode): its byte range,
-// or the whole file; a known-bad sample fails with its error.
-absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer) {
+// or the whole file, or its member of a `pipe:` stream; a known-bad sample fails with its error.
+absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
+                             StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
+  if (IsPipePath(sample.path)) return streams->Fetch(sample.path, sample.offset, sample.length, buffer, cancel);
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
   fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
   RL_RETURN_IF_ERROR(fetcher.Flush());
@@ -197,6 +201,17 @@ struct Loader::Epoch {
   ~Epoch() { Cancel(); }
 
   void Start() {
+    if (loader->has_pipes_) {
+      // The members of pipe: streams this epoch will request (from where it starts), so readers
+      // keep those they pass on the way to another.
+      std::map<std::string, std::vector<StreamCache::Range>> wanted;
+      for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
+        const Sample& s = loader->samples_[static_cast<size_t>(indices[i])];
+        if (IsPipePath(s.path) && s.error.empty()) wanted[s.path].push_back({s.offset, s.length});
+      }
+      loader->streams_->StartEpoch(wanted);
+    }
+    readers_left.store(loader->options_.reader_threads, std::memory_order_relaxed);
     // Pinning happens first thing in each thread, before it touches a slot or a buffer, so
     // first-touch page placement also lands on the chosen node.
     dispatcher = std::thread([this] {
@@ -207,6 +222,10 @@ struct Loader::Epoch {
       readers.emplace_back([this] {
         loader->EnterPipelineThread("rl-read");
         Read();
+        // The last reader out ends the epoch's pipe: commands (nothing more will be read).
+        if (readers_left.fetch_sub(1, std::memory_order_acq_rel) == 1 && loader->has_pipes_) {
+          loader->streams_->Reset();
+        }
       });
     }
     for (int i = 0; i < loader->options_.num_workers; ++i) {
@@ -235,6 +254,7 @@ struct Loader::Epoch {
     readers.clear();
     workers.clear();
     if (stage_thread.joinable()) stage_thread.join();  // its waits are sliced and see `cancel`
+    if (loader->has_pipes_) loader->streams_->Reset();  // kill and reap the epoch's commands
     // Slots of batches that were dispatched but never taken go back to the free list. (Staged
     // device batches that were never delivered release their buffers with `staged`.)
     for (int64_t b = taken; b < dispatched; ++b) {
@@ -516,6 +536,14 @@ struct Loader::Epoch {
         std::optional<int> buffer = free_buffers.Pop();  // waiting here means decode is behind
         idle_ns += NanosSince(buffer_wait);
         if (!buffer) return;  // closed: cancelled
+        if (IsPipePath(sample.path)) {
+          // A member of a pipe: stream, read here (the stream is sequential, not positional).
+          ByteBuffer& bytes = loader->buffers_[static_cast<size_t>(*buffer)];
+          absl::Status fetched = loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel);
+          if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
+          if (!decode_queue.Push(DecodeItem{*request, *buffer, std::move(fetched)})) return;
+          continue;
+        }
         by_buffer[static_cast<size_t>(*buffer)] = *request;
         fetcher.Start(sample.path, &loader->buffers_[static_cast<size_t>(*buffer)],
                       static_cast<uint64_t>(*buffer), sample.offset, sample.length);
@@ -567,7 +595,8 @@ struct Loader::Epoch {
       const int64_t substitute = static_cast<int64_t>(draw % static_cast<uint64_t>(n));
       if (substitute == request.index) continue;
       absl::Status status = ReadSampleBytes(loader->samples_[static_cast<size_t>(substitute)],
-                                            loader->options_.max_file_bytes, &bytes);
+                                            loader->options_.max_file_bytes, &bytes, loader->streams_.get(),
+                                            &cancel);
       if (status.ok()) {
         SampleRng rng(sample_seed);
         status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);
@@ -675,6 +704,7 @@ struct Loader::Epoch {
                        // consumer, or the stage thread on the device path)
   std::vector<BatchTask> window;
   std::atomic<bool> cancel{false};
+  std::atomic<int> readers_left{0};
   BoundedQueue<ReadRequest> requests;
   BoundedQueue<DecodeItem> decode_queue;
   BoundedQueue<int> free_buffers;
@@ -737,6 +767,8 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
       counters_(std::make_unique<Counters>()) {
+  for (const Sample& s : samples_) has_pipes_ = has_pipes_ || IsPipePath(s.path);
+  streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
   const int node = placement_->node;
   // Device staging copies from the slots, so it wants them page-locked (asynchronous DMA).
   if (!options_.allocator && (options_.pin_memory || stager_)) {
@@ -783,6 +815,9 @@ void Loader::Stop() {
     // destroying it would block forever (pthread_cond_destroy waits for waiters).
     (void)epoch_.release();
     (void)new std::shared_ptr<SlotPool>(pool_);
+    // The pipe: commands are the parent's children: killing them from here would break its
+    // epoch, and their mutexes may have been held at the fork.
+    (void)streams_.release();
     return;
   }
   epoch_.reset();
@@ -890,7 +925,8 @@ LoaderStats Loader::Stats() const {
   s.errors = counters_->errors.load(std::memory_order_relaxed);
   s.skipped = counters_->skipped.load(std::memory_order_relaxed);
   s.replaced = counters_->replaced.load(std::memory_order_relaxed);
-  s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed);
+  s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
+  s.stream_restarts = streams_->restarts();
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
   s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;
@@ -936,7 +972,7 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, i
   const Sample& sample = samples_[static_cast<size_t>(index)];
   const std::string& path = sample.path;
   ByteBuffer buffer;
-  absl::Status status = ReadSampleBytes(sample, options_.max_file_bytes, &buffer);
+  absl::Status status = ReadSampleBytes(sample, options_.max_file_bytes, &buffer, streams_.get(), nullptr);
   if (status.ok()) {
     ImageDecoder decoder;
     decoder.set_max_image_pixels(options_.max_image_pixels);

@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <set>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -258,6 +260,95 @@ TEST(LoaderTest, ByteRangeSamplesDecodeLikeTheirFiles) {
   EXPECT_EQ(std::string(*batch.status().GetPayload(kSampleIndexPayload)), "5");
   EXPECT_NE(batch.status().message().find("truncated: " + dir + "/shard.bin has"), std::string::npos)
       << batch.status();
+}
+
+TEST(LoaderTest, PipeStreamSamplesDecodeLikeTheirFiles) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(14, dir);
+  auto ranged = PackIntoShard(files, dir + "/shard.bin");
+  std::vector<Sample> piped = ranged;
+  for (Sample& s : piped) s.path = "pipe:cat " + dir + "/shard.bin";
+  LoaderOptions o = TrainOptions();
+  o.shuffle = true;
+  o.reader_threads = 2;
+  auto whole = Loader::Create(files, o);
+  auto streamed = Loader::Create(piped, o);
+  ASSERT_TRUE(whole.ok() && streamed.ok());
+  for (int64_t epoch : {0, 1}) {
+    auto [order_a, bytes_a] = RunEpoch(**whole, epoch);
+    auto [order_b, bytes_b] = RunEpoch(**streamed, epoch);
+    EXPECT_EQ(order_a, order_b);
+    EXPECT_EQ(bytes_a, bytes_b) << "epoch " << epoch;
+  }
+  // Every member the epoch wants is kept as the stream passes it: no restarts, whatever the order.
+  EXPECT_EQ((*streamed)->Stats().stream_restarts, 0);
+  std::vector<uint8_t> one((*streamed)->pipeline().SampleBytes()), reference(one.size());
+  ASSERT_TRUE((*streamed)->DecodeSample(9, 1, 0, one.data()).ok());
+  ASSERT_TRUE((*whole)->DecodeSample(9, 1, 0, reference.data()).ok());
+  EXPECT_EQ(one, reference);
+}
+
+TEST(LoaderTest, PipeStreamErrorsAreSampleErrorsAndReplaceable) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(8, dir);
+  auto ranged = PackIntoShard(files, dir + "/shard.bin");
+  // The stream ends inside member 5: members 5.. fail, with index and path.
+  const uint64_t cut = ranged[5].offset + 10;
+  const std::string path = absl::StrCat("pipe:cat ", dir, "/shard.bin | head -c ", cut);
+  for (Sample& s : ranged) s.path = path;
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 4;
+  auto loader = Loader::Create(ranged, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  ASSERT_TRUE((*loader)->Next().ok());
+  absl::StatusOr<Batch> batch = (*loader)->Next();
+  ASSERT_TRUE(absl::IsDataLoss(batch.status())) << batch.status();
+  EXPECT_EQ(std::string(*batch.status().GetPayload(kSampleIndexPayload)), "5");
+  EXPECT_EQ(std::string(*batch.status().GetPayload(kSamplePathPayload)), path);
+  EXPECT_NE(batch.status().message().find(absl::StrCat(": stream ended at byte ", cut, " before member at offset ",
+                                                       ranged[5].offset)),
+            std::string::npos)
+      << batch.status();
+  // kReplace draws substitutes from the members before the cut (read through the same stream).
+  o.on_error = ErrorPolicy::kReplace;
+  loader = Loader::Create(ranged, o);
+  ASSERT_TRUE(loader.ok());
+  auto [order, bytes] = RunEpoch(**loader, 0);
+  ASSERT_EQ(order.size(), 8u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(order[i], static_cast<int64_t>(i));
+  for (size_t i = 5; i < 8; ++i) EXPECT_LT(order[i], 5) << "row " << i << " holds a substitute";
+  EXPECT_EQ((*loader)->Stats().replaced, 3);
+  o.on_error = ErrorPolicy::kRaise;
+  // A failing command.
+  for (Sample& s : ranged) s.path = "pipe:false";
+  loader = Loader::Create(ranged, o);
+  ASSERT_TRUE(loader.ok());
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  batch = (*loader)->Next();
+  ASSERT_TRUE(absl::IsDataLoss(batch.status()));
+  EXPECT_EQ(batch.status().message(), "sample 0 (pipe:false): pipe:false exited with status 1 before member at offset 100");
+}
+
+TEST(LoaderTest, StopWithASlowPipeProducerReturnsPromptly) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(6, dir);
+  auto ranged = PackIntoShard(files, dir + "/shard.bin");
+  for (Sample& s : ranged) s.path = absl::StrCat("pipe:head -c 3000 ", dir, "/shard.bin; sleep 60");
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  auto loader = Loader::Create(ranged, o);
+  ASSERT_TRUE(loader.ok());
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*loader)->StartEpoch(round).ok());
+    EXPECT_TRUE(absl::IsDeadlineExceeded((*loader)->Next(0.2).status()));
+    const auto start = std::chrono::steady_clock::now();
+    (*loader)->Stop();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
+  }
+  loader->reset();  // the destructor too
+  int wstatus;
+  EXPECT_EQ(waitpid(-1, &wstatus, WNOHANG), -1) << "every command was reaped";
 }
 
 TEST(LoaderTest, KnownBadSamplesFailUnderEveryPolicy) {

@@ -556,6 +556,7 @@ class PyLoader {
     d["replaced"] = s.replaced;
     d["recent_errors"] = s.recent_errors;
     d["bytes_read"] = s.bytes_read;
+    d["stream_restarts"] = s.stream_restarts;
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;
     d["wait_seconds"] = s.wait_seconds;

@@ -35,9 +35,11 @@ class DeviceStager;
 class DeviceLease;
 class DeviceRuntime;
 struct NumaPlacement;
+class StreamCache;
 
 /// One item of a dataset: a file (or a byte range of one, e.g. a member of a tar shard) and its
-/// class label.
+/// class label. A path `pipe:COMMAND` names the stdout of `/bin/sh -c COMMAND`; such a sample
+/// must give its byte range (see StreamCache in csrc/io/stream_cache.h).
 struct Sample {
   Sample() = default;
   Sample(std::string path_, int64_t label_, uint64_t offset_ = 0, int64_t length_ = -1, std::string error_ = {})
@@ -201,7 +203,8 @@ struct LoaderStats {
   int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
   int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
   int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
-  int64_t bytes_read = 0;
+  int64_t bytes_read = 0;        ///< Includes bytes read from `pipe:` commands.
+  int64_t stream_restarts = 0;   ///< `pipe:` commands restarted for a member behind the stream.
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
   double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
   double wait_seconds = 0;       ///< Consumer blocked in Next().
@@ -308,6 +311,8 @@ class Loader {
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
   std::vector<ByteBuffer> buffers_;  // file bytes between reader and decoder, reused across epochs
+  bool has_pipes_ = false;           // some sample is a member of a `pipe:` stream
+  std::unique_ptr<StreamCache> streams_;  // those streams' commands (one per pipe path)
   std::unique_ptr<Counters> counters_;
   std::unique_ptr<Epoch> epoch_;
 };

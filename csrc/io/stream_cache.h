@@ -1,0 +1,95 @@
+#pragma once
+/// Byte ranges of `pipe:COMMAND` streams: a sample whose path is `pipe:COMMAND` is the bytes
+/// [offset, offset + length) of the stdout of `/bin/sh -c COMMAND`.
+///
+/// One running command per pipe path, read sequentially in large reads. A request for a member
+/// ahead of the stream reads forward, keeping in memory the members this epoch still wants from
+/// that stream (declared by SetWanted at epoch start) until they are requested; a request behind
+/// the stream position that was not kept restarts the command (counted in restarts()). The
+/// epoch order of shards is roughly sequential per shard with a bounded shuffle, so what is kept
+/// stays bounded by that shuffle.
+///
+/// Threading: any thread. The stream map takes a mutex; each stream has its own mutex, held while
+/// its command is read, so reader threads fetching from different streams run in parallel.
+/// Fetch() returns Cancelled soon (within ~50 ms) after `*cancel` is set, so Stop() never waits
+/// for a slow command.
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "io/child_process.h"
+#include "io/reader.h"
+
+namespace ringloader {
+
+/// True for a `pipe:` path.
+inline bool IsPipePath(const std::string& path) { return path.rfind("pipe:", 0) == 0; }
+
+class StreamCache {
+ public:
+  /// Bytes per read from a command.
+  static constexpr size_t kReadChunk = size_t{256} << 10;
+
+  explicit StreamCache(size_t max_member_bytes) : max_member_bytes_(max_member_bytes) {}
+  ~StreamCache();
+
+  /// One wanted member (counted: an epoch may want a member more than once).
+  struct Range {
+    uint64_t offset;
+    int64_t length;
+  };
+  /// Starts a new epoch: kills and reaps every command (so each stream starts from its
+  /// beginning) and records the members the epoch will request, per pipe path.
+  void StartEpoch(const std::map<std::string, std::vector<Range>>& wanted);
+  /// Reads member [offset, offset + length) of `path` (a `pipe:` path) into `out`. DataLoss when
+  /// the command ends or fails before the member ("pipe:CMD exited with status N before member at
+  /// offset X", or "stream ended ..."); Cancelled when `*cancel` was set.
+  absl::Status Fetch(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
+                     const std::atomic<bool>* cancel);
+  /// Kills and reaps every command and drops what was kept (epoch end, Stop, destruction).
+  void Reset();
+
+  /// Commands restarted because a member behind the stream position was requested.
+  int64_t restarts() const { return restarts_.load(std::memory_order_relaxed); }
+  /// Bytes read from commands.
+  int64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+  /// Commands started.
+  int64_t starts() const { return starts_.load(std::memory_order_relaxed); }
+  /// Bytes of members kept in memory now (read ahead and not yet requested).
+  int64_t kept_bytes() const { return kept_bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Kept {
+    int64_t length = 0;
+    std::vector<uint8_t> bytes;  // filled as the stream passes
+    size_t filled = 0;
+  };
+  struct Stream {
+    std::mutex mu;
+    std::string command;                               // immutable
+    std::unique_ptr<ChildProcess> child;               // guarded by mu
+    uint64_t pos = 0;                                  // guarded by mu: next stream byte
+    std::map<std::pair<uint64_t, int64_t>, int> wanted;  // guarded by mu: ranges -> count still wanted
+    std::map<std::pair<uint64_t, int64_t>, Kept> kept;   // guarded by mu: read ahead (complete or filling)
+    std::string ended;                                 // guarded by mu: why the current run ended early
+  };
+
+  Stream* GetStream(const std::string& path);
+  // Starts (or restarts) `s`'s command from byte 0.
+  absl::Status Restart(Stream* s);
+
+  const size_t max_member_bytes_;
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Stream>> streams_;  // guarded by mu_ (entries never erased
+                                                            // while a Fetch may use them: Reset
+                                                            // runs with no Fetch in flight)
+  std::atomic<int64_t> restarts_{0}, bytes_read_{0}, starts_{0}, kept_bytes_{0};
+};
+
+}  // namespace ringloader
