@@ -545,8 +545,9 @@ def run_shards_benchmark(cfg: Config, args: argparse.Namespace,
                          log: Callable[[str], None]) -> dict[str, Any]:
     """ringloader ImageFolder vs ringloader WebDataset over the same images (packed once with
     ``ringloader.pack``), train transform, ``cfg.num_workers`` threads, warm page cache,
-    alternating rounds (medians); then one epoch from ``pipe:`` streams each limited to
-    ``--pipe-rate`` MB/s by ``--ratecat``, reporting the MB/s the loader reached."""
+    alternating rounds (medians); then one epoch, in shard order (one stream open at a time),
+    from ``pipe:`` streams each limited to ``--pipe-rate`` MB/s by ``--ratecat``, reporting the
+    MB/s the loader reached."""
     import tempfile
 
     rl = _import_ringloader()
@@ -597,15 +598,19 @@ def run_shards_benchmark(cfg: Config, args: argparse.Namespace,
         for url, shard in zip(urls, shards):
             wdsmod.cache_index_as(url, shard, str(cache))  # no indexing read through the limit
         piped = rl.WebDataset(urls, transform=transform, index_cache=str(cache))
-        loader = rl.DataLoader(piped, batch_size=cfg.batch_size, shuffle=True,
+        # In shard order: one stream open at a time, so the limit is the loader's bandwidth.
+        loader = rl.DataLoader(piped, batch_size=cfg.batch_size, shuffle=False,
                                num_workers=cfg.num_workers, drop_last=True)
         log(f"one epoch from pipe: streams limited to {args.pipe_rate:g} MB/s each ...")
         t0 = time.perf_counter()
         images = sum(int(labels.shape[0]) for _, labels in loader)
         elapsed = time.perf_counter() - t0
+        stats = loader.stats()
         report["pipe"] = {"limit_mb_per_s": args.pipe_rate, "seconds": elapsed,
                           "images_per_s": images / elapsed,
-                          "mb_per_s": report["shard_bytes"] / elapsed / 1e6}
+                          "mb_per_s": stats.get("bytes_read", 0) / elapsed / 1e6,
+                          "bytes_read": stats.get("bytes_read"),
+                          "stream_restarts": stats.get("stream_restarts")}
     return report
 
 
@@ -624,7 +629,8 @@ def format_shards_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
     if pipe:
         lines.append(f"  pipe: at {pipe['limit_mb_per_s']:g} MB/s per stream: "
                      f"{pipe['mb_per_s']:.1f} MB/s reached, {pipe['images_per_s']:.0f} img/s "
-                     f"({pipe['seconds']:.1f} s for the epoch)")
+                     f"({pipe['seconds']:.1f} s for the epoch, {pipe['stream_restarts']} "
+                     "stream restarts)")
     lines.append(f"  machine: {machine.get('cpu', '?')}")
     return "\n".join(lines)
 
