@@ -369,15 +369,26 @@ def unique_shards(unique_tree, tmp_path):
 @needs_ranges
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_loader_ranks_exactly_once_and_equal_batches(unique_shards, world):
-    ds = rl.WebDataset(unique_shards, transform=TRANSFORM, shuffle_buffer=4, index_cache=None)
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_loader_ranks_exactly_once_and_equal_batches(unique_shards, world, drop_last):
+    # Shards 1-4: 19 samples (labels 5..23), uneven for every world size > 1.
+    ds = rl.WebDataset(expand_urls(unique_shards)[1:], transform=TRANSFORM, shuffle_buffer=4,
+                       index_cache=None)
+    n = len(ds)
+    assert n == 19
     per_rank = []
     for r in range(world):
-        loader = rl.DataLoader(ds, batch_size=2, shuffle=True, rank=r, world_size=world, seed=3)
+        loader = rl.DataLoader(ds, batch_size=2, shuffle=True, rank=r, world_size=world, seed=3,
+                               drop_last=drop_last)
         per_rank.append([labels.tolist() for _, labels in loader])
-    assert len({len(b) for b in per_rank}) == 1
+        assert len(per_rank[-1]) == len(loader)
+    assert len({len(b) for b in per_rank}) == 1  # every rank: the same number of batches
     seen = [v for batches in per_rank for b in batches for v in b]
-    assert set(seen) == set(range(24)) and len(seen) == -(-24 // world) * world
+    if drop_last:
+        assert len(set(seen)) == len(seen)  # nothing twice
+        assert len(seen) == (n // world) // 2 * 2 * world
+    else:
+        assert set(seen) == set(range(5, 24)) and len(seen) == -(-n // world) * world
 
 
 @needs_ranges
@@ -398,11 +409,13 @@ def test_loader_order_independent_of_num_workers(unique_shards):
 
 @needs_ranges
 @pytest.mark.timeout(120)
-def test_loader_resume_bit_identical(unique_shards):
+@pytest.mark.parametrize("stream", [False, pytest.param(True, marks=needs_pipes)])
+def test_loader_resume_bit_identical(unique_shards, tmp_path, stream):
     import torch
 
-    ds = rl.WebDataset(unique_shards, transform=T.Compose([T.RandomResizedCrop(24), T.ToTensor()]),
-                       index_cache=None)
+    urls = [f"pipe:cat {u}" if stream else u for u in expand_urls(unique_shards)]
+    ds = rl.WebDataset(urls, transform=T.Compose([T.RandomResizedCrop(24), T.ToTensor()]),
+                       index_cache=str(tmp_path / "cache"))
 
     def make():
         return rl.DataLoader(ds, batch_size=3, shuffle=True, rank=1, world_size=2, seed=4)
@@ -548,10 +561,12 @@ def test_pipe_cat_equals_local(image_tree, tmp_path):
     assert len(os.listdir(tmp_path / "cache")) == 4  # one index per shard
     assert piped.targets == local.targets
     for shuffle in (False, True):
-        got = _batches(rl.DataLoader(piped, batch_size=4, shuffle=shuffle, seed=1))
+        loader = rl.DataLoader(piped, batch_size=4, shuffle=shuffle, seed=1)
+        got = _batches(loader)
         want = _batches(rl.DataLoader(local, batch_size=4, shuffle=shuffle, seed=1))
         for (gi, gl), (wi, wl) in zip(got, want):
             assert gl.tolist() == wl.tolist() and (gi - wi).abs().max().item() == 0
+        assert loader.stats()["stream_restarts"] == 0  # each stream read once, front to back
     with pytest.raises(TypeError, match="pipe: shards cannot be read one at a time"):
         piped[0]
     import torch.utils.data as tud
