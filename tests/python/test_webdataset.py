@@ -17,38 +17,12 @@ import numpy as np
 import pytest
 
 import ringloader as rl
-from ringloader import _C, _order
+from ringloader import _order
 from ringloader import transforms as T
 from ringloader.webdataset import WebDatasetSampler, expand_urls, split_name
 
 wds = pytest.importorskip("webdataset")
 
-
-def _loader_takes_ranges() -> bool:
-    return "offsets" in (_C.Loader.__init__.__doc__ or "")
-
-
-def _loader_reads_pipes() -> bool:
-    """True when the native loader reads a sample whose path is pipe:COMMAND (its message for
-    a pipe: path is then not a failed open())."""
-    if not _loader_takes_ranges():
-        return False
-    options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
-               "transform": [], "variable_size": True}
-    loader = _C.Loader(["pipe:printf abcd"], [0], options, offsets=[0], lengths=[4])
-    try:
-        loader.decode_sample(0)
-    except _C.SampleError as exc:
-        return "open(pipe:" not in str(exc)
-    except Exception:
-        return False
-    return True
-
-
-needs_ranges = pytest.mark.skipif(not _loader_takes_ranges(),
-                                  reason="the native loader does not read byte ranges yet")
-needs_pipes = pytest.mark.skipif(not _loader_reads_pipes(),
-                                 reason="the native loader does not read pipe: shards yet")
 
 TRANSFORM = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
 
@@ -149,7 +123,6 @@ def test_index_matches_image_folder(image_tree, tmp_path, writer):
         assert len(ds.members[0]) > 100  # a GNU/pax long name, read back whole
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("writer", ["webdataset", "gnu", "pax"])
 def test_pixels_equal_image_folder(image_tree, tmp_path, writer):
@@ -366,7 +339,6 @@ def unique_shards(unique_tree, tmp_path):
     return _write_wds(unique_tree, tmp_path / "u", per_shard=5)
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 @pytest.mark.parametrize("drop_last", [False, True])
@@ -391,7 +363,6 @@ def test_loader_ranks_exactly_once_and_equal_batches(unique_shards, world, drop_
         assert set(seen) == set(range(5, 24)) and len(seen) == -(-n // world) * world
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
 def test_loader_order_independent_of_num_workers(unique_shards):
     ds = rl.WebDataset(unique_shards, transform=T.Compose([T.RandomResizedCrop(24), T.ToTensor()]),
@@ -407,9 +378,8 @@ def test_loader_order_independent_of_num_workers(unique_shards):
     assert [b[1].tolist() for b in runs[0][:6]] != [b[1].tolist() for b in runs[0][6:]]
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("stream", [False, pytest.param(True, marks=needs_pipes)])
+@pytest.mark.parametrize("stream", [False, True])
 def test_loader_resume_bit_identical(unique_shards, tmp_path, stream):
     import torch
 
@@ -436,7 +406,6 @@ def test_loader_resume_bit_identical(unique_shards, tmp_path, stream):
         assert al.tolist() == bl.tolist() and (ai - bi).abs().max().item() == 0
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("old_world,new_world", [(2, 3), (3, 1)])
 def test_loader_resume_onto_another_world_size(unique_shards, old_world, new_world):
@@ -463,7 +432,6 @@ def _halve(image):
     return image / 2
 
 
-@needs_ranges
 @pytest.mark.timeout(120)
 def test_per_sample_transform_takes_the_same_order(unique_shards):
     """A transform with a Python step runs on torch's generic path, in the WebDataset order."""
@@ -512,7 +480,6 @@ def damaged_shards(unique_tree, tmp_path):
     return str(tmp_path / "d-{0..1}.tar")
 
 
-@needs_ranges
 @pytest.mark.timeout(60)
 def test_errors_skip_replace_raise_name_shard_and_member(damaged_shards):
     ds = rl.WebDataset(damaged_shards, transform=TRANSFORM, index_cache=None)
@@ -538,7 +505,6 @@ def test_errors_skip_replace_raise_name_shard_and_member(damaged_shards):
     assert "d-1.tar" in messages[2] and "truncated" in messages[2]
 
 
-@needs_ranges
 @pytest.mark.timeout(60)
 def test_vanished_shard_fails_its_samples_only(unique_tree, tmp_path):
     urls = _write_wds(unique_tree, tmp_path / "v", per_shard=12)
@@ -551,7 +517,6 @@ def test_vanished_shard_fails_its_samples_only(unique_tree, tmp_path):
 
 # ---- pipe: streams ----------------------------------------------------------------------------
 
-@needs_pipes
 @pytest.mark.timeout(120)
 def test_pipe_cat_equals_local(image_tree, tmp_path):
     urls = _write_wds(image_tree, tmp_path / "p", per_shard=7)
@@ -575,7 +540,6 @@ def test_pipe_cat_equals_local(image_tree, tmp_path):
         rl.DataLoader(piped, sampler=tud.RandomSampler(piped))
 
 
-@needs_pipes
 @pytest.mark.timeout(120)
 def test_pipe_curl_from_loopback_http(image_tree, tmp_path):
     urls = _write_wds(image_tree, tmp_path / "h", per_shard=12)
@@ -635,7 +599,6 @@ def test_pipe_command_failing_at_index_time_names_it(tmp_path):
         rl.WebDataset("pipe:false", index_cache=str(tmp_path / "c"))
 
 
-@needs_pipes
 @pytest.mark.timeout(60)
 def test_pipe_command_failing_at_load_time_is_a_sample_error(unique_tree, tmp_path):
     urls = _write_wds(unique_tree, tmp_path / "f", per_shard=12)
