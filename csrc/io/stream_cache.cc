@@ -40,7 +40,7 @@ void StreamCache::Reset() {
     s->pos = 0;
     s->ended.clear();
     int64_t dropped = 0;
-    for (auto& [range, kept] : s->kept) dropped += static_cast<int64_t>(kept.bytes.size());
+    for (auto& [range, kept] : s->kept) dropped += kept.length;
     kept_bytes_.fetch_sub(dropped, std::memory_order_relaxed);
     s->kept.clear();
     s->wanted.clear();
@@ -72,46 +72,43 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
   Stream* s = GetStream(path);
   std::lock_guard<std::mutex> lock(s->mu);
   const std::pair<uint64_t, int64_t> key{offset, length};
-  auto served = [&](std::vector<uint8_t>* bytes) {
-    out->Resize(static_cast<size_t>(length));
-    if (length > 0) std::memcpy(out->data(), bytes->data(), static_cast<size_t>(length));
+  const auto size = static_cast<size_t>(length);
+  out->Resize(size);
+  if (length == 0) return absl::OkStatus();
+  // One request of the member served: the epoch wants it once less.
+  auto served = [&] {
     auto w = s->wanted.find(key);
     if (w != s->wanted.end() && --w->second <= 0) s->wanted.erase(w);
   };
-  if (length == 0) {
-    out->Resize(0);
-    return absl::OkStatus();
-  }
-  // The requested member is captured like a wanted one (it may not be wanted: a substitute).
-  Kept own;
-  own.length = length;
+  size_t filled = 0;  // bytes of the member already in `out`
   if (auto k = s->kept.find(key); k != s->kept.end()) {
-    if (k->second.filled == static_cast<size_t>(length)) {
+    std::memcpy(out->data(), k->second.bytes.get(), k->second.filled);
+    if (k->second.filled == size) {
       // Kept from an earlier pass.
-      served(&k->second.bytes);
+      served();
       if (s->wanted.find(key) == s->wanted.end()) {
-        kept_bytes_.fetch_sub(static_cast<int64_t>(k->second.bytes.size()), std::memory_order_relaxed);
+        kept_bytes_.fetch_sub(length, std::memory_order_relaxed);
         s->kept.erase(k);
       }
       return absl::OkStatus();
     }
     // Being filled: the stream stands inside it; carry on from there.
-    own = std::move(k->second);
+    filled = k->second.filled;
     kept_bytes_.fetch_sub(length, std::memory_order_relaxed);
     s->kept.erase(k);
   }
-  if (own.filled == 0 && (!s->child || offset < s->pos)) {
+  if (filled == 0 && (!s->child || offset < s->pos)) {
     // Not started yet, or the member is behind the stream and was not kept: from the start.
     absl::Status restarted = Restart(s);
     if (!restarted.ok()) return restarted;
   } else if (!s->ended.empty()) {
     return absl::DataLossError(absl::StrCat(s->ended, " before member at offset ", offset));
   }
-  own.bytes.resize(static_cast<size_t>(length));
+  if (!s->chunk) s->chunk.reset(new uint8_t[kReadChunk]);
+  uint8_t* chunk = s->chunk.get();
   const uint64_t end = offset + static_cast<uint64_t>(length);
-  std::vector<uint8_t> chunk(kReadChunk);
-  while (own.filled < static_cast<size_t>(length)) {
-    absl::StatusOr<size_t> got = s->child->Read(chunk.data(), chunk.size(), cancel);
+  while (filled < size) {
+    absl::StatusOr<size_t> got = s->child->Read(chunk, kReadChunk, cancel);
     if (!got.ok()) {
       if (absl::IsCancelled(got.status())) return got.status();
       return absl::DataLossError(absl::StrCat(path, ": ", got.status().message()));
@@ -125,15 +122,16 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
     }
     bytes_read_.fetch_add(static_cast<int64_t>(*got), std::memory_order_relaxed);
     const uint64_t c0 = s->pos, c1 = s->pos + *got;
-    // Copies the part of [c0, c1) that falls in the member at `at` into it.
-    auto capture = [&](uint64_t at, Kept* k) {
-      const uint64_t from = std::max(c0, at + k->filled);
-      const uint64_t to = std::min(c1, at + static_cast<uint64_t>(k->length));
-      if (from >= to || from != at + k->filled) return;
-      std::memcpy(k->bytes.data() + k->filled, chunk.data() + (from - c0), static_cast<size_t>(to - from));
-      k->filled += static_cast<size_t>(to - from);
+    // Copies the part of [c0, c1) that continues the member at `at` (of `len` bytes, `*done`
+    // of them in `dst`) into it.
+    auto capture = [&](uint64_t at, int64_t len, uint8_t* dst, size_t* done) {
+      const uint64_t from = std::max(c0, at + *done);
+      const uint64_t to = std::min(c1, at + static_cast<uint64_t>(len));
+      if (from >= to || from != at + *done) return;
+      std::memcpy(dst + *done, chunk + (from - c0), static_cast<size_t>(to - from));
+      *done += static_cast<size_t>(to - from);
     };
-    if (offset < c1 && end > c0) capture(offset, &own);
+    if (offset < c1 && end > c0) capture(offset, length, out->data(), &filled);
     // Members the epoch still wants that begin in (or run through) this chunk are kept.
     // Members do not overlap, so only the last one starting at or before c0 can run into the
     // chunk from before it.
@@ -143,7 +141,7 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
       const uint64_t at = w->first.first;
       if (at >= c1) break;
       const int64_t len = w->first.second;
-      if (at + static_cast<uint64_t>(len) <= c0 || w->first == key) continue;
+      if (len <= 0 || at + static_cast<uint64_t>(len) <= c0 || w->first == key) continue;
       auto [k, inserted] = s->kept.try_emplace(w->first);
       if (inserted) {
         if (at < c0) {  // began before this run passed it and was not kept: cannot be whole
@@ -151,18 +149,23 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
           continue;
         }
         k->second.length = len;
-        k->second.bytes.resize(static_cast<size_t>(len));
+        k->second.bytes.reset(new uint8_t[static_cast<size_t>(len)]);  // no zero-fill: written next
         kept_bytes_.fetch_add(len, std::memory_order_relaxed);
       }
-      if (k->second.filled < static_cast<size_t>(len)) capture(at, &k->second);
+      if (k->second.filled < static_cast<size_t>(len)) capture(at, len, k->second.bytes.get(), &k->second.filled);
     }
     s->pos = c1;
   }
-  served(&own.bytes);
+  served();
   // Another copy of this member still wanted later in the epoch: keep it.
   if (s->wanted.count(key) > 0 && s->kept.find(key) == s->kept.end()) {
+    Kept copy;
+    copy.length = length;
+    copy.bytes.reset(new uint8_t[size]);
+    std::memcpy(copy.bytes.get(), out->data(), size);
+    copy.filled = size;
     kept_bytes_.fetch_add(length, std::memory_order_relaxed);
-    s->kept.emplace(key, std::move(own));
+    s->kept.emplace(key, std::move(copy));
   }
   return absl::OkStatus();
 }

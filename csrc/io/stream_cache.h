@@ -67,7 +67,7 @@ class StreamCache {
  private:
   struct Kept {
     int64_t length = 0;
-    std::vector<uint8_t> bytes;  // filled as the stream passes
+    std::unique_ptr<uint8_t[]> bytes;  // `length` bytes, filled as the stream passes
     size_t filled = 0;
   };
   struct Stream {
@@ -78,6 +78,7 @@ class StreamCache {
     std::map<std::pair<uint64_t, int64_t>, int> wanted;  // guarded by mu: ranges -> count still wanted
     std::map<std::pair<uint64_t, int64_t>, Kept> kept;   // guarded by mu: read ahead (complete or filling)
     std::string ended;                                 // guarded by mu: why the current run ended early
+    std::unique_ptr<uint8_t[]> chunk;                  // guarded by mu: kReadChunk bytes, one read
   };
 
   Stream* GetStream(const std::string& path);

@@ -454,12 +454,23 @@ class PyLoader {
       }
     }
     if (!errors.is_none()) {
-      std::vector<std::string> v = errors.cast<std::vector<std::string>>();
-      if (v.size() != samples.size()) {
-        throw py::value_error(absl::StrCat("errors has ", v.size(), " entries; expected one per path (",
+      // str per sample: '' (or None) = ok, anything else is why the sample is bad.
+      if (!py::isinstance<py::sequence>(errors) || py::isinstance<py::str>(errors)) {
+        throw py::type_error("errors must be a list of str ('' = ok), one per path");
+      }
+      py::sequence v = errors;
+      if (static_cast<size_t>(py::len(v)) != samples.size()) {
+        throw py::value_error(absl::StrCat("errors has ", py::len(v), " entries; expected one per path (",
                                            samples.size(), ")"));
       }
-      for (size_t i = 0; i < v.size(); ++i) samples[i].error = std::move(v[i]);
+      for (size_t i = 0; i < samples.size(); ++i) {
+        py::object item = v[i];
+        if (item.is_none()) continue;
+        if (!py::isinstance<py::str>(item)) {
+          throw py::type_error(absl::StrCat("errors[", i, "] must be a str ('' = ok) or None"));
+        }
+        samples[i].error = item.cast<std::string>();
+      }
     }
     LoaderOptions parsed = ParseOptions(options);
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(std::move(samples), std::move(parsed));

@@ -105,7 +105,7 @@ class TarBuilder {
     std::snprintf(h + 116, 8, "%07o", 1000);
     if (base256_size) {
       h[124] = static_cast<char>(0x80);
-      for (int i = 0; i < 11; ++i) h[124 + 11 - i] = static_cast<char>((size >> (8 * i)) & 0xFF);
+      for (int i = 0; i < 8; ++i) h[124 + 11 - i] = static_cast<char>((size >> (8 * i)) & 0xFF);
     } else {
       char field[13];
       std::snprintf(field, sizeof(field), "%011llo", static_cast<unsigned long long>(size));

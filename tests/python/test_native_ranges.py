@@ -82,7 +82,7 @@ def test_range_past_the_end_is_a_sample_error_naming_index_and_shard(packed):
 @pytest.mark.parametrize("policy", ["raise", "skip", "replace"])
 def test_known_bad_samples_follow_the_error_policy(packed, policy):
     _, shard, offsets, lengths = packed
-    errors = [""] * 10
+    errors = [""] * 9 + [None]  # None reads as ''
     errors[5] = "shard.tar: sample 'k5' has no image member (.jpg/.jpeg/.png/.webp)"
     loader = _C.Loader([shard] * 10, list(range(10)), _options(on_error=policy),
                        offsets=offsets, lengths=lengths, errors=errors)
@@ -121,6 +121,10 @@ def test_bad_range_arguments_are_named(packed):
         _C.Loader([shard] * 10, [0] * 10, _options(), offsets=[-1] + [0] * 9)
     with pytest.raises(ValueError, match="errors has 1 entries"):
         _C.Loader([shard] * 10, [0] * 10, _options(), errors=[""])
+    with pytest.raises(TypeError, match=r"errors\[1\] must be a str"):
+        _C.Loader([shard] * 10, [0] * 10, _options(), errors=["", 3] + [""] * 8)
+    with pytest.raises(TypeError, match="errors must be a list of str"):
+        _C.Loader([shard] * 10, [0] * 10, _options(), errors="bad")
     with pytest.raises(TypeError, match="offsets must be a sequence of integers"):
         _C.Loader([shard] * 10, [0] * 10, _options(), offsets=["a"] * 10)
 
