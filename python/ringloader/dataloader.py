@@ -56,9 +56,16 @@ class DataLoader:
 
     torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
     (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
-    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path
-    ``persistent_workers`` and ``pin_memory_device`` are accepted and have no effect (native
-    threads start per epoch in microseconds; pinned slots are portable), ``in_order=False``
+    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path the
+    pipeline does not drain between epochs (as with ``persistent_workers=True``, the default
+    here): while the last batches of an epoch are delivered, the next epoch's batches are read
+    and decoded, within the same slot bound, wherever its order and augmentation seed can be
+    computed ahead without drawing from any RNG; the next ``iter()`` keeps that work only if
+    its order and seed are exactly the predicted ones (``set_epoch`` to another epoch,
+    ``load_state_dict`` or anything else drawn from torch's RNG in between cancels it), so
+    results never depend on it. ``persistent_workers=False`` given explicitly turns this off (the
+    pipeline then starts empty every epoch); ``describe()`` says which applies and why.
+    ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
     ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"`` or the torch
@@ -139,7 +146,7 @@ class DataLoader:
         generator: Any = None,
         *,
         prefetch_factor: Optional[int] = None,
-        persistent_workers: bool = False,
+        persistent_workers: Optional[bool] = None,
         pin_memory_device: str = "",
         in_order: bool = True,
         dtype: Any = None,
@@ -210,7 +217,7 @@ class DataLoader:
                 pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
                 worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
                 generator=generator, prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                persistent_workers=bool(persistent_workers), pin_memory_device=pin_memory_device,
             )
             if not in_order:
                 kwargs["in_order"] = False
@@ -300,6 +307,12 @@ class DataLoader:
         if max_image_pixels is not None:
             options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
         self._options = options
+        # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
+        self._overlap_off: Optional[str] = (
+            "persistent_workers=False: the pipeline starts empty every epoch"
+            if persistent_workers is False else None)
+        self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
+        self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
         self._epoch = 0
         self._generation = 0
@@ -360,6 +373,8 @@ class DataLoader:
         if hasattr(target, "set_epoch"):
             target.set_epoch(epoch)
         self._epoch = int(epoch)
+        if self.native and self._queued is not None and self._queued[0] != self._epoch:
+            self._cancel_queued()  # another epoch than the one read ahead: stop its work now
 
     def state_dict(self) -> dict:
         """A mid-epoch checkpoint: a few integers (see ``ringloader._order`` for the sampler part).
@@ -407,6 +422,12 @@ class DataLoader:
                              "reproduce its augmentations")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
+        if self.native:
+            self._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
+
+    def _cancel_queued(self) -> None:
+        self._queued = None
+        self._native.cancel_queued()
 
     def stats(self) -> dict:
         """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...)."""
@@ -436,6 +457,9 @@ class DataLoader:
                                             f"{s['device_buffers_held']} held"
                                             if s["device"] != "cpu" else ""),
             f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
+            "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
+                             f"({s['epochs_adopted']} of {s['epochs_queued']} epochs read ahead were used)"
+                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
         ]
         return "\n".join(lines)
 
@@ -620,6 +644,51 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
 
 
+def _plan_ahead(loader: DataLoader):
+    """(base seed, flat indices, offsets) of the epoch the next ``iter()`` will plan, computed
+    with every RNG involved set back afterwards (torch's global one, the loader's and the
+    sampler's generators), or None where the next order cannot be computed without side
+    effects (a sampler other than torch's, which might keep its own state).
+
+    A guess, never a draw: the next ``iter()`` draws as torch would, and the native loader keeps
+    the work done ahead only when the result is the same. A DistributedSampler's next epoch is
+    taken to be one more than its current one while it is being advanced (``set_epoch``), else
+    the same."""
+    import torch
+    import torch.utils.data as tud
+
+    batch_sampler = loader.batch_sampler
+    if type(batch_sampler) is not tud.BatchSampler:
+        return None
+    sampler = batch_sampler.sampler
+    kind = _order._sampler_kind(sampler)
+    if kind == "opaque":
+        return None
+    generators = []
+    for g in (loader.generator, getattr(sampler, "generator", None)):
+        if g is not None and all(g is not h for h in generators):
+            generators.append(g)
+    saved_rng = torch.get_rng_state()
+    saved = [g.get_state() for g in generators]
+    saved_epoch = getattr(sampler, "epoch", None)
+    if kind == "distributed":
+        last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
+        sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
+    try:
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+        plan = _order.plan_epoch(batch_sampler, len(loader.dataset))
+    finally:
+        torch.set_rng_state(saved_rng)
+        for g, state in zip(generators, saved):
+            g.set_state(state)
+        if kind == "distributed":
+            sampler.epoch = saved_epoch
+    flat, offsets = _order.to_arrays(plan.batches)
+    if loader._index_map is not None:
+        flat = loader._index_map[flat]
+    return seed, flat, offsets
+
+
 def _peek_seed(generator: Any) -> int:
     """A seed from torch's RNG (``generator``'s, else the global one) without advancing it: the
     generic path's augmentation seed, taken where torch's own RNG use is already done, so the
@@ -730,9 +799,23 @@ class _NativeIter:
         self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
             loader.batch_size is not None
         self._carry: list = []
+        queued, loader._queued = loader._queued, None
+        if queued is not None and queued[1] != self._seed and loader._overlap_off is None:
+            # The base seed came out of torch's RNG other than predicted: something draws from it
+            # between epochs, so predictions would keep missing (wasted work). Stop predicting.
+            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
+                                   "next epoch's seed cannot be known ahead")
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
+        # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
+        # delivered); anything else cancels it.
         loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets, self._skip)
         self._done = False
+        if loader._overlap_off is None:
+            ahead = _plan_ahead(loader)
+            if ahead is not None:
+                seed, flat, offsets = ahead
+                loader._native.queue_epoch(loader._epoch, seed & (2**64 - 1), flat, offsets)
+                loader._queued = (loader._epoch, seed)
 
     def __iter__(self) -> "_NativeIter":
         return self
