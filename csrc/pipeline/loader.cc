@@ -94,12 +94,6 @@ uint64_t RowKey(int64_t index, int64_t position) {
   return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
 }
 
-// Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read).
-std::mutex& RingLifetimeMutex() {
-  static std::mutex* mu = new std::mutex;  // never destroyed: readers may outlive statics
-  return *mu;
-}
-
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 constexpr int64_t kReplaceWalk = 256;
 
@@ -520,21 +514,23 @@ struct Loader::Epoch {
     loader->DispatchFinished(this);  // the queued epoch, if any, goes on from here
   }
 
-  // A reader thread's I/O ring is created and destroyed under RingLifetimeMutex(): with epochs
+  // A reader thread's I/O ring is created and destroyed under the loader's ring_mu_: with epochs
   // overlapping, a queued epoch's reader may map its io_uring where an exited (not yet joined)
   // reader's ring was. The kernel orders the two, but liburing maps rings with raw syscalls that
   // ThreadSanitizer does not see; the mutex makes that order visible to it. Once per thread.
+  // (The loader's own mutex, not a global one: a fork()ed child's new loader never finds it
+  // held by a parent's thread.)
   void Read() {
     const LoaderOptions& o = loader->options_;
     std::unique_ptr<FileFetcher> fetcher;
     {
-      std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+      std::lock_guard<std::mutex> lock(loader->ring_mu_);
       absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(loader->io_backend_, o.io_depth, nullptr);
       if (!reader.ok()) return Fail(reader.status());
       fetcher = std::make_unique<FileFetcher>(std::move(*reader), o.max_file_bytes);
     }
     ReadWith(*fetcher);
-    std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+    std::lock_guard<std::mutex> lock(loader->ring_mu_);
     fetcher.reset();  // waits for reads still in flight (cancelled), then unmaps the ring
   }
 
