@@ -312,6 +312,7 @@ class DataLoader:
             "persistent_workers=False: the pipeline starts empty every epoch"
             if persistent_workers is False else None)
         self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
+        self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
         self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
         self._epoch = 0
@@ -426,7 +427,7 @@ class DataLoader:
             self._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
 
     def _cancel_queued(self) -> None:
-        self._queued = None
+        self._queued = self._ahead = None
         self._native.cancel_queued()
 
     def stats(self) -> dict:
@@ -644,49 +645,92 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
 
 
-def _plan_ahead(loader: DataLoader):
-    """(base seed, flat indices, offsets) of the epoch the next ``iter()`` will plan, computed
-    with every RNG involved set back afterwards (torch's global one, the loader's and the
-    sampler's generators), or None where the next order cannot be computed without side
-    effects (a sampler other than torch's, which might keep its own state).
+def _attributes(obj: Any) -> dict:
+    """A shallow snapshot of ``obj``'s attributes: numbers and strings by value, anything else
+    by identity (a sampler's dataset, weights or generator)."""
+    return {k: v if isinstance(v, (bool, int, float, str, type(None))) else id(v)
+            for k, v in vars(obj).items()}
 
-    A guess, never a draw: the next ``iter()`` draws as torch would, and the native loader keeps
-    the work done ahead only when the result is the same. A DistributedSampler's next epoch is
-    taken to be one more than its current one while it is being advanced (``set_epoch``), else
-    the same."""
-    import torch
+
+class _Ahead:
+    """The epoch the next ``iter()`` is predicted to plan: its base seed and batches, computed
+    with every RNG involved set back afterwards (torch's global one, the loader's and the
+    sampler's generators), and the RNG states before and after those draws.
+
+    A guess, never a draw. At the next ``iter()``, if every input of the plan is still what it
+    was (the RNG states, the sampler's and batch sampler's attributes, a DistributedSampler's
+    epoch as predicted), drawing again would give the very same seed and batches and leave the
+    RNGs in the recorded after-states: the plan is used and the RNGs are set to those states,
+    so order and RNG consumption are exactly torch's without planning twice. Otherwise it is
+    dropped and the epoch planned as usual (and the native loader cancels the queued work).
+    """
+
+    def __init__(self, loader: DataLoader):
+        import torch
+
+        self.kind = _order._sampler_kind(loader.batch_sampler.sampler)
+        sampler = loader.batch_sampler.sampler
+        self.generators = []
+        for g in (loader.generator, getattr(sampler, "generator", None)):
+            if g is not None and all(g is not h for h in self.generators):
+                self.generators.append(g)
+        saved_epoch = getattr(sampler, "epoch", None)
+        if self.kind == "distributed":
+            # The next epoch is one more than this one while set_epoch advances it, else the same.
+            last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
+            sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
+        self.rng_before = torch.get_rng_state()
+        self.before = [g.get_state() for g in self.generators]
+        self.attributes = (_attributes(loader.batch_sampler), _attributes(sampler))
+        try:
+            self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+            plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
+            self.rng_after = torch.get_rng_state()
+            self.after = [g.get_state() for g in self.generators]
+        finally:
+            torch.set_rng_state(self.rng_before)
+            for g, state in zip(self.generators, self.before):
+                g.set_state(state)
+            if self.kind == "distributed":
+                sampler.epoch = saved_epoch
+        self.batches, self.sampler_state = plan.batches, plan.sampler_state
+        self.flat, self.offsets = _order.to_arrays(plan.batches)
+        if loader._index_map is not None:
+            self.flat = loader._index_map[self.flat]
+
+    def miss(self, loader: DataLoader) -> Optional[str]:
+        """None when the prediction holds now; else "rng" (torch's RNG was drawn from in
+        between) or "inputs" (set_epoch, a changed sampler...)."""
+        import torch
+
+        sampler = loader.batch_sampler.sampler
+        if (_attributes(loader.batch_sampler), _attributes(sampler)) != self.attributes:
+            return "inputs"
+        if not torch.equal(torch.get_rng_state(), self.rng_before):
+            return "rng"
+        if any(not torch.equal(g.get_state(), state) for g, state in zip(self.generators, self.before)):
+            return "rng"
+        return None
+
+    def draw(self) -> None:
+        """Leaves the RNGs as drawing the plan would have."""
+        import torch
+
+        torch.set_rng_state(self.rng_after)
+        for g, state in zip(self.generators, self.after):
+            g.set_state(state)
+
+
+def _plan_ahead(loader: DataLoader) -> Optional[_Ahead]:
+    """The next epoch's prediction, or None where the next order cannot be computed without
+    side effects (a sampler other than torch's, which might keep its own state)."""
     import torch.utils.data as tud
 
-    batch_sampler = loader.batch_sampler
-    if type(batch_sampler) is not tud.BatchSampler:
+    if type(loader.batch_sampler) is not tud.BatchSampler:
         return None
-    sampler = batch_sampler.sampler
-    kind = _order._sampler_kind(sampler)
-    if kind == "opaque":
+    if _order._sampler_kind(loader.batch_sampler.sampler) == "opaque":
         return None
-    generators = []
-    for g in (loader.generator, getattr(sampler, "generator", None)):
-        if g is not None and all(g is not h for h in generators):
-            generators.append(g)
-    saved_rng = torch.get_rng_state()
-    saved = [g.get_state() for g in generators]
-    saved_epoch = getattr(sampler, "epoch", None)
-    if kind == "distributed":
-        last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
-        sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
-    try:
-        seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-        plan = _order.plan_epoch(batch_sampler, len(loader.dataset))
-    finally:
-        torch.set_rng_state(saved_rng)
-        for g, state in zip(generators, saved):
-            g.set_state(state)
-        if kind == "distributed":
-            sampler.epoch = saved_epoch
-    flat, offsets = _order.to_arrays(plan.batches)
-    if loader._index_map is not None:
-        flat = loader._index_map[flat]
-    return seed, flat, offsets
+    return _Ahead(loader)
 
 
 def _peek_seed(generator: Any) -> int:
@@ -772,18 +816,31 @@ class _NativeIter:
         n = len(loader.dataset)
         self._skip = 0
         self._drop_rows = 0
-        if resume is None:
-            # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
-            self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-            plan = _order.plan_epoch(loader.batch_sampler, n)
-            batches, self._sampler_state = plan.batches, plan.sampler_state
+        ahead, loader._ahead = loader._ahead, None
+        miss = "inputs" if ahead is None or resume is not None else ahead.miss(loader)
+        if miss == "rng" and loader._overlap_off is None:
+            # Something draws from torch's RNG between epochs, so predictions would keep missing
+            # (wasted work): stop predicting.
+            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
+                                   "next epoch's seed cannot be known ahead")
+        if miss is None:
+            # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
+            ahead.draw()
+            self._seed, batches, self._sampler_state = ahead.seed, ahead.batches, ahead.sampler_state
+            flat, offsets = ahead.flat, ahead.offsets
         else:
-            self._seed = resume["base_seed"]
-            batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
-            self._drop_rows = int(resume.get("rows", 0))
-        flat, offsets = _order.to_arrays(batches)
-        if loader._index_map is not None:
-            flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
+            if resume is None:
+                # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
+                self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+                plan = _order.plan_epoch(loader.batch_sampler, n)
+                batches, self._sampler_state = plan.batches, plan.sampler_state
+            else:
+                self._seed = resume["base_seed"]
+                batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+                self._drop_rows = int(resume.get("rows", 0))
+            flat, offsets = _order.to_arrays(batches)
+            if loader._index_map is not None:
+                flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
         loader._generation += 1
         self._generation = loader._generation
         self._epoch = loader._epoch
@@ -799,12 +856,7 @@ class _NativeIter:
         self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
             loader.batch_size is not None
         self._carry: list = []
-        queued, loader._queued = loader._queued, None
-        if queued is not None and queued[1] != self._seed and loader._overlap_off is None:
-            # The base seed came out of torch's RNG other than predicted: something draws from it
-            # between epochs, so predictions would keep missing (wasted work). Stop predicting.
-            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
-                                   "next epoch's seed cannot be known ahead")
+        loader._queued = None
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
         # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
         # delivered); anything else cancels it.
@@ -813,9 +865,8 @@ class _NativeIter:
         if loader._overlap_off is None:
             ahead = _plan_ahead(loader)
             if ahead is not None:
-                seed, flat, offsets = ahead
-                loader._native.queue_epoch(loader._epoch, seed & (2**64 - 1), flat, offsets)
-                loader._queued = (loader._epoch, seed)
+                loader._native.queue_epoch(loader._epoch, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
+                loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
 
     def __iter__(self) -> "_NativeIter":
         return self

@@ -187,3 +187,39 @@ def test_generic_path_loaders_are_unaffected():
         for _ in range(2):
             for (a, b), (c, d) in zip(ours, theirs):
                 assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_a_prediction_that_holds_is_the_next_plan(tree: Path, monkeypatch):
+    # Each epoch is planned once: the prediction made at iter() k is iter() k+1's plan (with the
+    # RNGs advanced as drawing it would), so reading ahead costs no second plan per epoch.
+    from ringloader import _order
+
+    calls = []
+    real = _order.plan_epoch
+    monkeypatch.setattr(_order, "plan_epoch", lambda *a: calls.append(1) or real(*a))
+    loader = loader_over(tree, shuffle=True, generator=torch.Generator().manual_seed(8))
+    for _ in range(3):
+        epoch(loader)
+    assert len(calls) == 4  # epoch 0, then one prediction per iter()
+    assert loader.stats()["epochs_adopted"] == 2
+
+
+@pytest.mark.parametrize("kind", ["weighted", "distributed_without_set_epoch"])
+def test_other_replayable_samplers_match_a_loader_that_drains(tree: Path, kind: str):
+    def run(**kwargs):
+        torch.manual_seed(21)
+        if kind == "weighted":
+            sampler = tud.WeightedRandomSampler(torch.linspace(1, 2, 20), 16)
+        else:
+            sampler = tud.DistributedSampler(range(20), num_replicas=2, rank=1, shuffle=True)
+        loader = loader_over(tree, sampler=sampler, **kwargs)
+        return [epoch(loader) for _ in range(3)], torch.rand(2), loader
+
+    overlapped, after_overlap, loader = run()
+    drained, after_drain, _ = run(persistent_workers=False)
+    for a, b in zip(overlapped, drained):
+        assert_same(a, b)
+    assert torch.equal(after_overlap, after_drain)
+    # Weighted: every epoch predicted right. Distributed without set_epoch: the first prediction
+    # (epoch + 1) misses, then the epoch is taken to stay.
+    assert loader.stats()["epochs_adopted"] == (2 if kind == "weighted" else 1)
