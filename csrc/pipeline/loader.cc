@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <pthread.h>
 #include <unistd.h>
 #include <condition_variable>
 #include <cstring>
@@ -92,6 +93,19 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 uint64_t RowKey(int64_t index, int64_t position) {
   const auto i = static_cast<uint64_t>(index);
   return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
+}
+
+// Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
+// wide, since the rings of different loaders share one address space. fork() takes it first
+// (pthread_atfork), so a child never inherits it held by a thread that does not exist there.
+std::mutex& RingLifetimeMutex() {
+  static std::mutex* const mu = [] {
+    auto* m = new std::mutex;  // never destroyed: reader threads may outlive static destructors
+    pthread_atfork([] { RingLifetimeMutex().lock(); }, [] { RingLifetimeMutex().unlock(); },
+                   [] { RingLifetimeMutex().unlock(); });
+    return m;
+  }();
+  return *mu;
 }
 
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
@@ -514,23 +528,22 @@ struct Loader::Epoch {
     loader->DispatchFinished(this);  // the queued epoch, if any, goes on from here
   }
 
-  // A reader thread's I/O ring is created and destroyed under the loader's ring_mu_: with epochs
-  // overlapping, a queued epoch's reader may map its io_uring where an exited (not yet joined)
-  // reader's ring was. The kernel orders the two, but liburing maps rings with raw syscalls that
-  // ThreadSanitizer does not see; the mutex makes that order visible to it. Once per thread.
-  // (The loader's own mutex, not a global one: a fork()ed child's new loader never finds it
-  // held by a parent's thread.)
+  // A reader thread's I/O ring is created and destroyed under RingLifetimeMutex(): a new reader
+  // (of a queued epoch, or of another loader) may map its io_uring where an exited, not yet
+  // joined reader's ring was. The kernel orders the two, but liburing maps rings with raw
+  // syscalls that ThreadSanitizer does not see; the mutex makes that order visible to it. Taken
+  // twice per reader thread.
   void Read() {
     const LoaderOptions& o = loader->options_;
     std::unique_ptr<FileFetcher> fetcher;
     {
-      std::lock_guard<std::mutex> lock(loader->ring_mu_);
+      std::lock_guard<std::mutex> lock(RingLifetimeMutex());
       absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(loader->io_backend_, o.io_depth, nullptr);
       if (!reader.ok()) return Fail(reader.status());
       fetcher = std::make_unique<FileFetcher>(std::move(*reader), o.max_file_bytes);
     }
     ReadWith(*fetcher);
-    std::lock_guard<std::mutex> lock(loader->ring_mu_);
+    std::lock_guard<std::mutex> lock(RingLifetimeMutex());
     fetcher.reset();  // waits for reads still in flight (cancelled), then unmaps the ring
   }
 

@@ -346,7 +346,6 @@ class Loader {
   // the queued epoch's threads when it finishes.
   mutable std::mutex handoff_mu_;
   std::unique_ptr<Epoch> queued_;
-  std::mutex ring_mu_;  // reader threads create and destroy their I/O rings under it (Epoch::Read)
 };
 
 /// Lists an image folder exactly as torchvision.datasets.ImageFolder does: class folders sorted,
