@@ -369,7 +369,8 @@ class DataLoader:
         return _C.Loader(paths, targets, self._options)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``)."""
+        """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes
+        effect exactly: an epoch other than the one being read ahead cancels that work."""
         target = getattr(self.batch_sampler, "sampler", self.sampler)
         if hasattr(target, "set_epoch"):
             target.set_epoch(epoch)
@@ -409,7 +410,8 @@ class DataLoader:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`; also onto another world size (see the README)."""
+        """Resume from :meth:`state_dict`; also onto another world size (see the README). Work
+        read ahead for the next epoch is cancelled: the next ``iter()`` follows the checkpoint."""
         if not self.native and self._planned is None:
             raise TypeError("load_state_dict() needs a map-style dataset with batches (batch_size or batch_sampler)")
         if state.get("version") != 1:
