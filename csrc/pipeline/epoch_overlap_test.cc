@@ -282,6 +282,24 @@ TEST(EpochOverlapTest, HeldBatchesOfTheCurrentEpochNeverStallIt) {
   EXPECT_EQ(loader->Stats().epochs_adopted, 1);
 }
 
+TEST(EpochOverlapTest, AdoptedBeforeTheCurrentEpochDispatchedEverything) {
+  // The consumer leaves epoch 0 early (its dispatcher still waits for slots): the queued epoch
+  // never started, and StartEpoch(1) starts and adopts it.
+  const std::string dir = testing::MakeTempDir();
+  const std::vector<Sample> samples = testing::WriteJpegDataset(dir, 40);  // 10 batches
+  LoaderOptions o = Options();
+  o.prefetch_batches = 2;
+  auto loader = Loader::Create(samples, o).value();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  ASSERT_TRUE(loader->QueueEpoch(1).ok());
+  ASSERT_TRUE(loader->Next(20.0).ok());
+  std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(loader->Stats().samples_ahead, 0) << "epoch 0 has batches left to dispatch";
+  ASSERT_TRUE(loader->StartEpoch(1).ok());
+  EXPECT_EQ(Drain(*loader), Fresh(samples, o, 1));
+  EXPECT_EQ(loader->Stats().epochs_adopted, 1);
+}
+
 TEST(EpochOverlapTest, DevicePathStagesTheAdoptedEpochOnlyAfterAdoption) {
   const std::string dir = testing::MakeTempDir();
   const std::vector<Sample> samples = testing::WriteJpegDataset(dir, 14);

@@ -237,10 +237,12 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   /// Starts `epoch` with the built-in sampler (shuffle/seed/rank/world_size/drop_last), from
-  /// batch `first_batch`. Stops any epoch in progress.
+  /// batch `first_batch`. Stops any epoch in progress. Adopts the queued epoch when it is this
+  /// one from batch 0 (QueueEpoch), else cancels it.
   absl::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
   /// Starts an epoch with an explicit order: batch b holds indices[offsets[b]..offsets[b+1]),
-  /// from batch `first_batch` (a resumed epoch passes its whole order). A row's augmentation is
+  /// from batch `first_batch` (a resumed epoch passes its whole order); adopts or cancels the
+  /// queued epoch as the overload above. A row's augmentation is
   /// seeded by (seed, epoch, key of its index and its position in `indices`; the index when the
   /// two are equal): repeated indices draw independently, and so do the same positions of other
   /// ranks' shards.
