@@ -55,7 +55,7 @@ class BenchCliTest(unittest.TestCase):
             report = json.load(f)
         self.assertEqual(report["schema"], "ringloader-bench/1")
         self.assertEqual(set(report), {"schema", "dataset", "config", "io", "throughput", "stages",
-                                       "batch_latency_ms", "verdict", "decode_floor"})
+                                       "batch_latency_ms", "epochs", "verdict", "decode_floor"})
         self.assertEqual(report["dataset"]["images"], 48)
         self.assertEqual(report["dataset"]["classes"], 10)
         self.assertEqual(report["dataset"]["source"], "synthetic")
@@ -197,13 +197,53 @@ class BenchCliTest(unittest.TestCase):
             self.assertEqual(verdict["bottleneck"], "errors")
             self.assertIn("40 of 48 batches failed", verdict["evidence"])
 
+    def test_05e_epoch_timeline(self):
+        # Output shape only: the waits are timings of a shared machine.
+        path = os.path.join(self.tmp.name, "timeline.json")
+        r = self.bench("--epochs=3", "--warmup=1", "--timeline", "--json", path)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("next epoch queued ahead (2 of 2 adopted)", r.stdout)
+        for e in range(3):
+            self.assertRegex(r.stdout, rf"epoch {e} +6 batches, first batch [0-9.]+ ms, median [0-9.]+ ms, "
+                                       r"p95 [0-9.]+ ms, max [0-9.]+ ms")
+        self.assertEqual(r.stdout.count("waits ms"), 3)
+        with open(path) as f:
+            report = json.load(f)
+        self.assertEqual((report["config"]["overlap_epochs"], report["config"]["timeline"]), (True, True))
+        epochs = report["epochs"]
+        self.assertEqual([e["epoch"] for e in epochs], [0, 1, 2])
+        for e in epochs:
+            self.assertEqual(set(e), {"epoch", "batches", "first_wait_ms", "median_wait_ms", "p95_wait_ms",
+                                      "max_wait_ms", "waits_ms"})
+            self.assertEqual(e["batches"], 6)  # warm-up included
+            self.assertEqual(len(e["waits_ms"]), 6)
+            self.assertEqual(e["first_wait_ms"], e["waits_ms"][0])
+            self.assertEqual(e["max_wait_ms"], max(e["waits_ms"]))
+            self.assertLessEqual(e["median_wait_ms"], e["p95_wait_ms"])
+
+        drained = self.bench("--epochs=2", "--warmup=1", "--overlap_epochs=false", "--json", path)
+        self.assertEqual(drained.returncode, 0, drained.stderr)
+        self.assertIn("drained between epochs (--overlap_epochs=false)", drained.stdout)
+        self.assertNotIn("waits ms", drained.stdout)
+        with open(path) as f:
+            report = json.load(f)
+        self.assertFalse(report["config"]["overlap_epochs"])
+        self.assertEqual([set(e) for e in report["epochs"]],
+                         [{"epoch", "batches", "first_wait_ms", "median_wait_ms", "p95_wait_ms",
+                           "max_wait_ms"}] * 2)
+        decode = self.bench("--preset=decode", "--warmup=1", "--json", path)
+        self.assertEqual(decode.returncode, 0, decode.stderr)
+        with open(path) as f:
+            self.assertIsNone(json.load(f)["epochs"])
+
     def test_06_help_explains_every_flag(self):
         r = run("--help")
         self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help
         text = r.stdout + r.stderr
         for flag in ("--data", "--list", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
                      "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
-                     "--shuffle", "--json", "--consumer_ms", "--floor_images", "--device"):
+                     "--shuffle", "--json", "--consumer_ms", "--floor_images", "--device",
+                     "--overlap_epochs", "--timeline"):
             self.assertIn(flag, text)
         self.assertIn("uring", text)
         self.assertNotIn("--flagfile", text)  # Abseil's own flags stay out of --help

@@ -45,6 +45,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "decode/image_decoder.h"
 #include "io/reader.h"
@@ -147,6 +148,13 @@ ABSL_FLAG(ringloader::bench::IoFlag, io, ringloader::bench::IoFlag{},
 ABSL_FLAG(int, epochs, 1, "Passes over the dataset to measure (ignored with --duration).");
 ABSL_FLAG(double, duration, 0,
           "Seconds to measure after the warm-up, cycling epochs as needed; 0: run --epochs.");
+ABSL_FLAG(bool, overlap_epochs, true,
+          "train/eval: queue the next epoch while the current one is delivered "
+          "(Loader::QueueEpoch), so the pipeline does not drain between epochs; false: every "
+          "epoch starts with an empty pipeline.");
+ABSL_FLAG(bool, timeline, false,
+          "train/eval: also print every batch's consumer wait, epoch by epoch (in --json: "
+          "epochs[].waits_ms).");
 ABSL_FLAG(int, warmup, 2,
           "Batches delivered before measuring starts (first reads, allocation, page cache).");
 ABSL_FLAG(bool, shuffle, true, "Shuffle the order each epoch (seeded by --seed and the epoch).");
@@ -193,6 +201,8 @@ struct Config {
   IoBackend io = IoBackend::kAuto;
   int epochs = 1;
   double duration = 0;
+  bool overlap_epochs = true;
+  bool timeline = false;
   int warmup = 2;
   bool shuffle = true;
   uint64_t seed = 0;
@@ -222,6 +232,8 @@ absl::StatusOr<Config> ReadFlags() {
   c.epochs = absl::GetFlag(FLAGS_epochs);
   c.duration = absl::GetFlag(FLAGS_duration);
   c.warmup = absl::GetFlag(FLAGS_warmup);
+  c.overlap_epochs = absl::GetFlag(FLAGS_overlap_epochs);
+  c.timeline = absl::GetFlag(FLAGS_timeline);
   c.shuffle = absl::GetFlag(FLAGS_shuffle);
   c.seed = absl::GetFlag(FLAGS_seed);
   c.consumer_ms = absl::GetFlag(FLAGS_consumer_ms);
@@ -486,6 +498,10 @@ struct Measurement {
   int decode_threads = 0;
   std::vector<double> latency_ms;  // per batch: time in Loader::Next() (train/eval)
   std::vector<double> interval_ms;  // per batch: time between deliveries (train/eval)
+  // Per epoch, every delivered batch's time in Next(), warm-up included (train/eval): the first
+  // batch of an epoch shows whether the pipeline drained at the epoch boundary.
+  std::vector<std::vector<double>> epoch_waits_ms;
+  int64_t epochs_queued = 0, epochs_adopted = 0;
   int64_t errors = 0;
   std::string last_error;
   std::string io_backend;
@@ -566,6 +582,12 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   const auto consumer_work = std::chrono::duration<double, std::milli>(cfg.consumer_ms);
   for (int64_t epoch = 0; !done && (cfg.duration > 0 || epoch < cfg.epochs); ++epoch) {
     if (absl::Status s = loader.StartEpoch(epoch); !s.ok()) return s;
+    // The next epoch is known (epoch + 1 of the built-in order): queue it, so its batches are
+    // read and decoded while this epoch's last ones are consumed.
+    if (cfg.overlap_epochs && (cfg.duration > 0 || epoch + 1 < cfg.epochs)) {
+      if (absl::Status s = loader.QueueEpoch(epoch + 1); !s.ok()) return s;
+    }
+    m.epoch_waits_ms.emplace_back();
     while (true) {
       const auto asked = Clock::now();
       absl::StatusOr<Batch> batch = loader.Next();
@@ -585,6 +607,7 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
         continue;
       }
       ++delivered;
+      m.epoch_waits_ms.back().push_back(std::chrono::duration<double, std::milli>(got - asked).count());
       int64_t batch_bytes = 0;
       for (int r = 0; r < batch->size(); ++r) {
         batch_bytes += ds.file_bytes[static_cast<size_t>(batch->indices()[r])];
@@ -626,6 +649,8 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   m.device_copy_busy = after.device_copy_seconds - before.device_copy_seconds;
   m.io_backend = after.io_backend;
   m.io_note = after.io_note;
+  m.epochs_queued = after.epochs_queued;
+  m.epochs_adopted = after.epochs_adopted;
   if (m.last_error.empty()) m.last_error = after.last_error;
   return m;
 }
@@ -1005,6 +1030,8 @@ std::string RenderJson(const Report& r) {
       .Str("io", IoName(c.io))
       .Int("epochs", c.epochs)
       .Num("duration_s", c.duration)
+      .Bool("overlap_epochs", c.overlap_epochs)
+      .Bool("timeline", c.timeline)
       .Int("warmup_batches", c.warmup)
       .Bool("shuffle", c.shuffle)
       .Str("seed", absl::StrCat(c.seed))
@@ -1043,6 +1070,27 @@ std::string RenderJson(const Report& r) {
         .Num("interval_p99", Percentile(m.interval_ms, 0.99));
     latency = l.Render(2);
   }
+  std::string epochs = "null";
+  if (!m.epoch_waits_ms.empty()) {
+    std::vector<std::string> items;
+    for (size_t e = 0; e < m.epoch_waits_ms.size(); ++e) {
+      const std::vector<double>& w = m.epoch_waits_ms[e];
+      JsonObject item;
+      item.Int("epoch", static_cast<int64_t>(e))
+          .Int("batches", static_cast<int64_t>(w.size()))
+          .Add("first_wait_ms", w.empty() ? "null" : JsonNumber(w.front()))
+          .Num("median_wait_ms", Percentile(w, 0.50))
+          .Num("p95_wait_ms", Percentile(w, 0.95))
+          .Num("max_wait_ms", Percentile(w, 1.0));
+      if (c.timeline) {
+        std::vector<std::string> waits;
+        for (double v : w) waits.push_back(JsonNumber(v));
+        item.Add("waits_ms", absl::StrCat("[", absl::StrJoin(waits, ", "), "]"));
+      }
+      items.push_back(absl::StrCat("    ", item.Render(4)));
+    }
+    epochs = absl::StrCat("[\n", absl::StrJoin(items, ",\n"), "\n  ]");
+  }
   JsonObject verdict;
   verdict.Str("bottleneck", r.verdict.bottleneck)
       .Str("label", r.verdict.label)
@@ -1071,9 +1119,33 @@ std::string RenderJson(const Report& r) {
       .Add("throughput", throughput.Render(2))
       .Add("stages", stages.Render(2))
       .Add("batch_latency_ms", latency)
+      .Add("epochs", epochs)
       .Add("verdict", verdict.Render(2))
       .Add("decode_floor", floor);
   return root.Render() + "\n";
+}
+
+// Per epoch: the first batch's wait against the epoch's median and p95 (a drained pipeline shows
+// as a first batch far above them), and with --timeline every batch's wait.
+void PrintEpochs(const Report& r) {
+  const Measurement& m = r.m;
+  if (m.epoch_waits_ms.empty()) return;
+  std::printf("  epochs        %s; consumer wait per batch, warm-up included:\n",
+              r.cfg.overlap_epochs
+                  ? absl::StrCat("next epoch queued ahead (", m.epochs_adopted, " of ", m.epochs_queued,
+                                 " adopted)").c_str()
+                  : "drained between epochs (--overlap_epochs=false)");
+  for (size_t e = 0; e < m.epoch_waits_ms.size(); ++e) {
+    const std::vector<double>& w = m.epoch_waits_ms[e];
+    if (w.empty()) continue;
+    std::printf("    epoch %-3zu   %zu batches, first batch %.2f ms, median %.2f ms, p95 %.2f ms, max %.2f ms\n",
+                e, w.size(), w.front(), Percentile(w, 0.5), Percentile(w, 0.95), Percentile(w, 1.0));
+    if (r.cfg.timeline) {
+      std::string line;
+      for (size_t b = 0; b < w.size(); ++b) absl::StrAppend(&line, b ? " " : "", absl::StrFormat("%.2f", w[b]));
+      std::printf("      waits ms  %s\n", line.c_str());
+    }
+  }
 }
 
 void PrintReport(const Report& r) {
@@ -1112,6 +1184,7 @@ void PrintReport(const Report& r) {
   } else {
     std::printf("  batch latency n/a (the %s preset makes no batches)\n", PresetName(c.preset));
   }
+  PrintEpochs(r);
   if (r.floor.has_value() && r.floor->images > 0) {
     std::printf("  decode floor  %.0f images/s (%.1f MP/s) single-thread DecodeFull on %d files",
                 r.floor->images_per_s, r.floor->megapixels_per_s, r.floor->images);

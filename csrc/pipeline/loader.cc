@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <pthread.h>
 #include <unistd.h>
 #include <condition_variable>
 #include <cstring>
@@ -96,6 +97,19 @@ uint64_t RowKey(int64_t index, int64_t position) {
   return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
 }
 
+// Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
+// wide, since the rings of different loaders share one address space. fork() takes it first
+// (pthread_atfork), so a child never inherits it held by a thread that does not exist there.
+std::mutex& RingLifetimeMutex() {
+  static std::mutex* const mu = [] {
+    auto* m = new std::mutex;  // never destroyed: reader threads may outlive static destructors
+    pthread_atfork([] { RingLifetimeMutex().lock(); }, [] { RingLifetimeMutex().unlock(); },
+                   [] { RingLifetimeMutex().unlock(); });
+    return m;
+  }();
+  return *mu;
+}
+
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 constexpr int64_t kReplaceWalk = 256;
 
@@ -146,6 +160,7 @@ std::vector<int64_t> Batch::image_shape() const {
 struct Loader::Counters {
   std::atomic<int64_t> samples{0}, batches{0}, errors{0}, skipped{0}, replaced{0}, bytes_read{0};
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
+  std::atomic<int64_t> epochs_queued{0}, epochs_adopted{0};
   std::atomic<int> threads_pinned{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
@@ -157,6 +172,17 @@ struct Loader::Counters {
     std::lock_guard<std::mutex> lock(mu);
     recent_errors.emplace_back(status.message());
     if (recent_errors.size() > kRecentErrors) recent_errors.pop_front();
+  }
+
+  // Adds the sample counts and errors of an adopted epoch's own counters (see Epoch).
+  void Add(const Counters& other) {
+    samples.fetch_add(other.samples.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    errors.fetch_add(other.errors.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    skipped.fetch_add(other.skipped.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    replaced.fetch_add(other.replaced.load(std::memory_order_relaxed), std::memory_order_relaxed);
+    std::scoped_lock lock(mu, other.mu);
+    for (const std::string& e : other.recent_errors) recent_errors.push_back(e);
+    while (recent_errors.size() > kRecentErrors) recent_errors.pop_front();
   }
 };
 
@@ -177,8 +203,12 @@ struct Loader::Epoch {
   };
 
   Epoch(Loader* owner, int64_t epoch_number, uint64_t epoch_seed, std::vector<int64_t> order,
-        std::vector<int64_t> batch_offsets, int64_t first_batch)
+        std::vector<int64_t> batch_offsets, int64_t first_batch, std::vector<ByteBuffer>* buffer_set,
+        bool queued)
       : loader(owner),
+        buffers(*buffer_set),
+        own_counters(queued ? std::make_unique<Counters>() : nullptr),
+        counters(queued ? own_counters.get() : owner->counters_.get()),
         epoch(epoch_number),
         seed(epoch_seed),
         indices(std::move(order)),
@@ -189,8 +219,8 @@ struct Loader::Epoch {
         requests(static_cast<size_t>(std::max(64, 2 * owner->options_.batch_size))),
         decode_queue(static_cast<size_t>(owner->options_.reader_threads * owner->options_.io_depth +
                                          2 * owner->options_.num_workers)),
-        free_buffers(owner->buffers_.size()) {
-    for (int i = 0; i < static_cast<int>(owner->buffers_.size()); ++i) {
+        free_buffers(buffer_set->size()) {
+    for (int i = 0; i < static_cast<int>(buffer_set->size()); ++i) {
       (void)free_buffers.TryPush(i);
     }
     for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(owner->options_.batch_size), 0);
@@ -200,10 +230,24 @@ struct Loader::Epoch {
 
   ~Epoch() { Cancel(); }
 
+  // An epoch started by StartEpoch starts everything at once. A queued epoch starts its
+  // pipeline (dispatcher, readers, decoders) when the epoch before it has dispatched its last
+  // batch, and its stage thread only once adopted: the device ring then belongs to the epoch
+  // before it until that one is done, so a queued epoch never takes a buffer the consumer's
+  // current epoch needs.
   void Start() {
+    StartPipeline();
+    StartStage();
+  }
+
+  // Requires loader->handoff_mu_ (or an epoch nobody else can see yet).
+  void StartPipeline() {
+    if (pipeline_started) return;
+    pipeline_started = true;
     if (loader->has_pipes_) {
       // The members of pipe: streams this epoch will request (from where it starts), so readers
-      // keep those they pass on the way to another.
+      // keep those they pass on the way to another. (A loader with pipe: samples never queues an
+      // epoch, so one epoch at a time owns the streams.)
       std::map<std::string, std::vector<StreamCache::Range>> wanted;
       for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
         const Sample& s = loader->samples_[static_cast<size_t>(indices[i])];
@@ -234,7 +278,10 @@ struct Loader::Epoch {
         Decode();
       });
     }
-    if (loader->stager_) {
+  }
+
+  void StartStage() {
+    if (loader->stager_ && !stage_thread.joinable()) {
       stage_thread = std::thread([this] {
         loader->EnterPipelineThread("rl-stage");
         StageBatches();
@@ -501,14 +548,30 @@ struct Loader::Epoch {
       }
     }
     requests.Close();  // readers drain what is queued, then finish
+    loader->DispatchFinished(this);  // the queued epoch, if any, goes on from here
   }
 
+  // A reader thread's I/O ring is created and destroyed under RingLifetimeMutex(): a new reader
+  // (of a queued epoch, or of another loader) may map its io_uring where an exited, not yet
+  // joined reader's ring was. The kernel orders the two, but liburing maps rings with raw
+  // syscalls that ThreadSanitizer does not see; the mutex makes that order visible to it. Taken
+  // twice per reader thread.
   void Read() {
     const LoaderOptions& o = loader->options_;
-    absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(loader->io_backend_, o.io_depth, nullptr);
-    if (!reader.ok()) return Fail(reader.status());
-    FileFetcher fetcher(std::move(*reader), o.max_file_bytes);
-    std::vector<ReadRequest> by_buffer(loader->buffers_.size());
+    std::unique_ptr<FileFetcher> fetcher;
+    {
+      std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+      absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(loader->io_backend_, o.io_depth, nullptr);
+      if (!reader.ok()) return Fail(reader.status());
+      fetcher = std::make_unique<FileFetcher>(std::move(*reader), o.max_file_bytes);
+    }
+    ReadWith(*fetcher);
+    std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+    fetcher.reset();  // waits for reads still in flight (cancelled), then unmaps the ring
+  }
+
+  void ReadWith(FileFetcher& fetcher) {
+    std::vector<ReadRequest> by_buffer(buffers.size());
     std::vector<FetchedFile> done;
     bool input_done = false;
     uint64_t bytes_reported = 0;
@@ -538,14 +601,14 @@ struct Loader::Epoch {
         if (!buffer) return;  // closed: cancelled
         if (IsPipePath(sample.path)) {
           // A member of a pipe: stream, read here (the stream is sequential, not positional).
-          ByteBuffer& bytes = loader->buffers_[static_cast<size_t>(*buffer)];
+          ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
           absl::Status fetched = loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel);
           if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
           if (!decode_queue.Push(DecodeItem{*request, *buffer, std::move(fetched)})) return;
           continue;
         }
         by_buffer[static_cast<size_t>(*buffer)] = *request;
-        fetcher.Start(sample.path, &loader->buffers_[static_cast<size_t>(*buffer)],
+        fetcher.Start(sample.path, &buffers[static_cast<size_t>(*buffer)],
                       static_cast<uint64_t>(*buffer), sample.offset, sample.length);
       }
       if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
@@ -602,7 +665,7 @@ struct Loader::Epoch {
         status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);
       }
       if (!status.ok()) {
-        loader->counters_->RecordError(AnnotateSampleError(
+        counters->RecordError(AnnotateSampleError(
             status, substitute, loader->samples_[static_cast<size_t>(substitute)].path));
         continue;
       }
@@ -610,7 +673,7 @@ struct Loader::Epoch {
       uint8_t* base = loader->pool_->data(Task(request.batch).slot);
       layout.labels(base)[request.row] = loader->samples_[static_cast<size_t>(substitute)].label;
       layout.indices(base)[request.row] = substitute;
-      loader->counters_->replaced.fetch_add(1, std::memory_order_relaxed);
+      counters->replaced.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
     return cause;  // no decodable substitute: the original error stands
@@ -632,7 +695,7 @@ struct Loader::Epoch {
       absl::Status status = std::move(item->status);
       if (status.ok()) {
         const auto start = Clock::now();
-        const ByteBuffer& bytes = loader->buffers_[static_cast<size_t>(item->buffer)];
+        const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
         SampleRng rng(RowSeed(item->request));
         uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
         status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
@@ -643,11 +706,11 @@ struct Loader::Epoch {
       if (!status.ok()) {
         const std::string& path = loader->samples_[static_cast<size_t>(item->request.index)].path;
         status = AnnotateSampleError(status, item->request.index, path);
-        loader->counters_->RecordError(status);
+        counters->RecordError(status);
         if (o.on_error == ErrorPolicy::kSkip) {
           task.skip[static_cast<size_t>(item->request.row)] = 1;
           task.skipped.fetch_add(1, std::memory_order_relaxed);
-          loader->counters_->skipped.fetch_add(1, std::memory_order_relaxed);
+          counters->skipped.fetch_add(1, std::memory_order_relaxed);
           status = absl::OkStatus();
         } else if (o.on_error == ErrorPolicy::kReplace) {
           uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
@@ -655,7 +718,7 @@ struct Loader::Epoch {
         }
       }
       if (status.ok()) {
-        loader->counters_->samples.fetch_add(1, std::memory_order_relaxed);
+        counters->samples.fetch_add(1, std::memory_order_relaxed);
       } else {
         std::lock_guard<std::mutex> lock(task.error_mu);
         if (item->request.row < task.error_row) {
@@ -692,7 +755,21 @@ struct Loader::Epoch {
     staged_cv.notify_all();
   }
 
+  bool Matches(int64_t e, uint64_t s, const std::vector<int64_t>& order,
+               const std::vector<int64_t>& batch_offsets) const {
+    return epoch == e && seed == s && indices == order && offsets == batch_offsets;
+  }
+
   Loader* loader;
+  std::vector<ByteBuffer>& buffers;  // this epoch's set of the loader's two
+  // A queued epoch counts its samples, errors, skips and replacements apart (LoaderStats::
+  // samples_ahead): they join the loader's counts when it is adopted, and vanish with it when it
+  // is cancelled, so counts never include work that is not delivered, nor count it twice.
+  // (Read/decode busy time and bytes are the machine's work and count at once.)
+  const std::unique_ptr<Counters> own_counters;
+  Counters* const counters;
+  bool pipeline_started = false;     // guarded by loader->handoff_mu_ once the epoch is queued
+  bool dispatch_finished = false;    // guarded by loader->handoff_mu_
   const pid_t owner_pid = getpid();  // threads below exist only in this process
   const int64_t epoch;
   const uint64_t seed;
@@ -785,7 +862,8 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, options_.prefetch_batches, max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
                                              2 * options_.num_workers + 2 * options_.num_workers);
-  buffers_.resize(buffers);
+  buffers_[0].resize(buffers);
+  buffers_[1].resize(buffers);
 }
 
 Loader::~Loader() { Stop(); }
@@ -808,19 +886,55 @@ void Loader::EnterPipelineThread(const char* name) const {
 }
 
 void Loader::Stop() {
-  if (epoch_ && epoch_->owner_pid != getpid()) {
-    // We are a fork()ed child: the epoch's threads exist only in the parent, and its mutexes may
-    // have been held at the fork. Joining or locking would hang, so the child abandons it, and
-    // the slot pool too: its condition variable still counts the parent's waiting dispatcher, so
-    // destroying it would block forever (pthread_cond_destroy waits for waiters).
+  if (ForkedChild()) {
+    // We are a fork()ed child: the epochs' threads exist only in the parent, and their mutexes
+    // (and handoff_mu_) may have been held at the fork. Joining or locking would hang, so the
+    // child abandons them, and the slot pool too: its condition variable still counts the
+    // parent's waiting dispatcher, so destroying it would block forever (pthread_cond_destroy
+    // waits for waiters).
     (void)epoch_.release();
+    (void)queued_.release();
     (void)new std::shared_ptr<SlotPool>(pool_);
     // The pipe: commands are the parent's children: killing them from here would break its
     // epoch, and their mutexes may have been held at the fork.
     (void)streams_.release();
     return;
   }
-  epoch_.reset();
+  CancelQueued();
+  RetireEpoch();
+}
+
+void Loader::CancelQueued() {
+  std::unique_ptr<Epoch> queued;
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    queued = std::move(queued_);
+  }
+  queued.reset();  // cancels and joins whatever it started; its slots return to the free list
+}
+
+bool Loader::HasQueuedEpoch() const {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  return queued_ != nullptr;
+}
+
+void Loader::RetireEpoch() {
+  if (!epoch_) return;
+  epoch_->Cancel();  // joins its threads while Stats() still sees its counts
+  std::unique_ptr<Epoch> retired;
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    retired = std::move(epoch_);
+    if (const Counters* own = retired->own_counters.get()) counters_->Add(*own);
+  }
+}
+
+void Loader::DispatchFinished(Epoch* epoch) {
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  epoch->dispatch_finished = true;
+  // Only the epoch in progress has a successor to start; a queued epoch that finishes
+  // dispatching before it is adopted just records it.
+  if (queued_ && queued_.get() != epoch) queued_->StartPipeline();
 }
 
 absl::Status Loader::CheckBatchable() const {
@@ -831,31 +945,11 @@ absl::Status Loader::CheckBatchable() const {
       "Resize((h, w)), or decode samples one at a time");
 }
 
-absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
-  RL_RETURN_IF_ERROR(CheckBatchable());
-  EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
-  if (first_batch < 0 || first_batch > order.num_batches()) {
-    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
-                                              order.num_batches(), " batches"));
-  }
-  Stop();
-  epoch_ = std::make_unique<Epoch>(this, epoch, options_.seed, std::move(order.indices),
-                                   std::move(order.offsets), first_batch);
-  epoch_->Start();
-  return absl::OkStatus();
-}
-
-absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
-                                std::vector<int64_t> offsets, int64_t first_batch) {
-  RL_RETURN_IF_ERROR(CheckBatchable());
+absl::Status Loader::CheckOrder(const std::vector<int64_t>& indices,
+                                const std::vector<int64_t>& offsets) const {
   if (offsets.empty() || offsets.front() != 0 ||
       offsets.back() != static_cast<int64_t>(indices.size())) {
     return absl::InvalidArgumentError("offsets must start at 0 and end at len(indices)");
-  }
-  const int64_t num_batches = static_cast<int64_t>(offsets.size()) - 1;
-  if (first_batch < 0 || first_batch > num_batches) {
-    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
-                                              num_batches, " batches"));
   }
   for (size_t b = 1; b < offsets.size(); ++b) {
     const int64_t size = offsets[b] - offsets[b - 1];
@@ -871,9 +965,95 @@ absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
                                                 " outside the dataset of ", dataset_size(), " samples"));
     }
   }
-  Stop();
-  epoch_ = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets), first_batch);
-  epoch_->Start();
+  return absl::OkStatus();
+}
+
+bool Loader::ForkedChild() const {
+  const pid_t pid = getpid();
+  return (epoch_ && epoch_->owner_pid != pid) || (queued_ && queued_->owner_pid != pid);
+}
+
+void Loader::StartChecked(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                          std::vector<int64_t> offsets, int64_t first_batch) {
+  if (ForkedChild()) Stop();  // abandons the parent's epochs (see Stop)
+  std::unique_ptr<Epoch> adopted;
+  {
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    if (queued_ && first_batch == 0 && queued_->Matches(epoch, seed, indices, offsets)) {
+      adopted = std::move(queued_);
+    }
+  }
+  if (!adopted) CancelQueued();  // set_epoch, load_state_dict, another order: nothing of it is kept
+  // The epoch in progress stops (its undelivered slots go back) before the next takes over.
+  RetireEpoch();
+  if (adopted) {
+    counters_->epochs_adopted.fetch_add(1, std::memory_order_relaxed);
+    // Nobody else can reach it now; its pipeline runs already unless the previous epoch was
+    // stopped before it dispatched its last batch.
+    std::lock_guard<std::mutex> lock(handoff_mu_);
+    adopted->StartPipeline();
+    adopted->StartStage();
+    epoch_ = std::move(adopted);
+    return;
+  }
+  auto fresh = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets),
+                                       first_batch, &buffers_[0], /*queued=*/false);
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  fresh->Start();
+  epoch_ = std::move(fresh);
+}
+
+void Loader::QueueChecked(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                          std::vector<int64_t> offsets) {
+  if (ForkedChild()) Stop();
+  CancelQueued();
+  std::lock_guard<std::mutex> lock(handoff_mu_);
+  // The buffer set the epoch in progress does not use.
+  std::vector<ByteBuffer>* set = epoch_ && &epoch_->buffers == &buffers_[0] ? &buffers_[1] : &buffers_[0];
+  queued_ = std::make_unique<Epoch>(this, epoch, seed, std::move(indices), std::move(offsets), 0, set,
+                                    /*queued=*/true);
+  counters_->epochs_queued.fetch_add(1, std::memory_order_relaxed);
+  if (!epoch_ || epoch_->dispatch_finished) queued_->StartPipeline();
+}
+
+absl::Status Loader::StartEpoch(int64_t epoch, int64_t first_batch) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
+  EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
+  if (first_batch < 0 || first_batch > order.num_batches()) {
+    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
+                                              order.num_batches(), " batches"));
+  }
+  StartChecked(epoch, options_.seed, std::move(order.indices), std::move(order.offsets), first_batch);
+  return absl::OkStatus();
+}
+
+absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                                std::vector<int64_t> offsets, int64_t first_batch) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
+  RL_RETURN_IF_ERROR(CheckOrder(indices, offsets));
+  const int64_t num_batches = static_cast<int64_t>(offsets.size()) - 1;
+  if (first_batch < 0 || first_batch > num_batches) {
+    return absl::OutOfRangeError(absl::StrCat("first_batch ", first_batch, " is outside the epoch's ",
+                                              num_batches, " batches"));
+  }
+  StartChecked(epoch, seed, std::move(indices), std::move(offsets), first_batch);
+  return absl::OkStatus();
+}
+
+absl::Status Loader::QueueEpoch(int64_t epoch) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
+  if (has_pipes_) return absl::OkStatus();  // see the header: pipe: streams are not read ahead
+  EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
+  QueueChecked(epoch, options_.seed, std::move(order.indices), std::move(order.offsets));
+  return absl::OkStatus();
+}
+
+absl::Status Loader::QueueEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                                std::vector<int64_t> offsets) {
+  RL_RETURN_IF_ERROR(CheckBatchable());
+  RL_RETURN_IF_ERROR(CheckOrder(indices, offsets));
+  if (has_pipes_) return absl::OkStatus();  // see the header: pipe: streams are not read ahead
+  QueueChecked(epoch, seed, std::move(indices), std::move(offsets));
   return absl::OkStatus();
 }
 
@@ -920,16 +1100,26 @@ int64_t Loader::next_batch() const { return epoch_ ? epoch_->next_batch : 0; }
 
 LoaderStats Loader::Stats() const {
   LoaderStats s;
-  s.samples = counters_->samples.load(std::memory_order_relaxed);
+  // The loader's counts plus those of the adopted epoch in progress (Epoch::own_counters).
+  std::lock_guard<std::mutex> handoff(handoff_mu_);
+  const Counters* adopted = epoch_ ? epoch_->own_counters.get() : nullptr;
+  auto count = [adopted](std::atomic<int64_t> Counters::*field, const Counters& base) {
+    return (base.*field).load(std::memory_order_relaxed) +
+           (adopted ? (adopted->*field).load(std::memory_order_relaxed) : 0);
+  };
+  s.samples = count(&Counters::samples, *counters_);
   s.batches = counters_->batches.load(std::memory_order_relaxed);
-  s.errors = counters_->errors.load(std::memory_order_relaxed);
-  s.skipped = counters_->skipped.load(std::memory_order_relaxed);
-  s.replaced = counters_->replaced.load(std::memory_order_relaxed);
+  s.errors = count(&Counters::errors, *counters_);
+  s.skipped = count(&Counters::skipped, *counters_);
+  s.replaced = count(&Counters::replaced, *counters_);
+  s.samples_ahead = queued_ ? queued_->counters->samples.load(std::memory_order_relaxed) : 0;
   s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
   s.stream_restarts = streams_->restarts();
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
   s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;
+  s.epochs_queued = counters_->epochs_queued.load(std::memory_order_relaxed);
+  s.epochs_adopted = counters_->epochs_adopted.load(std::memory_order_relaxed);
   s.slots_allocated = pool_->allocated();
   s.slots_held = pool_->held_by_consumer();
   s.io_backend = io_backend_ == IoBackend::kUring ? "io_uring" : "pread";
@@ -951,6 +1141,13 @@ LoaderStats Loader::Stats() const {
   s.thread_cpus = FormatCpuList(counters_->thread_cpus);
   if (!counters_->pin_error.empty()) absl::StrAppend(&s.numa_note, "; pinning failed: ", counters_->pin_error);
   s.recent_errors.assign(counters_->recent_errors.begin(), counters_->recent_errors.end());
+  if (adopted) {
+    std::lock_guard<std::mutex> own(adopted->mu);
+    s.recent_errors.insert(s.recent_errors.end(), adopted->recent_errors.begin(), adopted->recent_errors.end());
+    if (s.recent_errors.size() > kRecentErrors) {
+      s.recent_errors.erase(s.recent_errors.begin(), s.recent_errors.end() - kRecentErrors);
+    }
+  }
   if (!s.recent_errors.empty()) s.last_error = s.recent_errors.back();
   return s;
 }

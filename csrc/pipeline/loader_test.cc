@@ -280,6 +280,9 @@ TEST(LoaderTest, PipeStreamSamplesDecodeLikeTheirFiles) {
     EXPECT_EQ(order_a, order_b);
     EXPECT_EQ(bytes_a, bytes_b) << "epoch " << epoch;
   }
+  // The epoch in progress owns each stream's command: nothing is queued ahead.
+  ASSERT_TRUE((*streamed)->QueueEpoch(2).ok());
+  EXPECT_FALSE((*streamed)->HasQueuedEpoch());
   // Every member the epoch wants is kept as the stream passes it: no restarts, whatever the order.
   EXPECT_EQ((*streamed)->Stats().stream_restarts, 0);
   std::vector<uint8_t> one((*streamed)->pipeline().SampleBytes()), reference(one.size());

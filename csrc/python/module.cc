@@ -498,6 +498,33 @@ class PyLoader {
     ThrowIfError(status);
   }
 
+  void QueueEpoch(int64_t epoch, uint64_t seed, py::array_t<int64_t, py::array::c_style | py::array::forcecast> indices,
+                  py::array_t<int64_t, py::array::c_style | py::array::forcecast> offsets) {
+    std::vector<int64_t> idx = ToVector(indices), off = ToVector(offsets);
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = loader_->QueueEpoch(epoch, seed, std::move(idx), std::move(off));
+    }
+    ThrowIfError(status);
+  }
+
+  void QueueBuiltinEpoch(int64_t epoch) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = loader_->QueueEpoch(epoch);
+    }
+    ThrowIfError(status);
+  }
+
+  void CancelQueued() {
+    py::gil_scoped_release release;
+    loader_->CancelQueued();
+  }
+
+  bool HasQueuedEpoch() const { return loader_->HasQueuedEpoch(); }
+
   /// (images, labels, indices) or None at the end of the epoch.
   py::object Next(double timeout) {
     using Clock = std::chrono::steady_clock;
@@ -571,6 +598,9 @@ class PyLoader {
     d["read_seconds"] = s.read_seconds;
     d["decode_seconds"] = s.decode_seconds;
     d["wait_seconds"] = s.wait_seconds;
+    d["samples_ahead"] = s.samples_ahead;
+    d["epochs_queued"] = s.epochs_queued;
+    d["epochs_adopted"] = s.epochs_adopted;
     d["slots_allocated"] = s.slots_allocated;
     d["slots_held"] = s.slots_held;
     d["io_backend"] = s.io_backend;
@@ -744,6 +774,11 @@ PYBIND11_MODULE(_C, m) {
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
+      .def("queue_epoch", &PyLoader::QueueEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
+           py::arg("offsets"))
+      .def("queue_builtin_epoch", &PyLoader::QueueBuiltinEpoch, py::arg("epoch"))
+      .def("cancel_queued", &PyLoader::CancelQueued)
+      .def("has_queued_epoch", &PyLoader::HasQueuedEpoch)
       .def("next", &PyLoader::Next, py::arg("timeout") = 0.0)
       .def("stop", &PyLoader::Stop)
       .def("decode_sample", &PyLoader::DecodeSample, py::arg("index"), py::arg("seed") = 0,

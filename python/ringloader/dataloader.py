@@ -57,9 +57,16 @@ class DataLoader:
 
     torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
     (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
-    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path
-    ``persistent_workers`` and ``pin_memory_device`` are accepted and have no effect (native
-    threads start per epoch in microseconds; pinned slots are portable), ``in_order=False``
+    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path the
+    pipeline does not drain between epochs (as with ``persistent_workers=True``, the default
+    here): while the last batches of an epoch are delivered, the next epoch's batches are read
+    and decoded, within the same slot bound, wherever its order and augmentation seed can be
+    computed ahead without drawing from any RNG; the next ``iter()`` keeps that work only if
+    its order and seed are exactly the predicted ones (``set_epoch`` to another epoch,
+    ``load_state_dict`` or anything else drawn from torch's RNG in between cancels it), so
+    results never depend on it. ``persistent_workers=False`` given explicitly turns this off (the
+    pipeline then starts empty every epoch); ``describe()`` says which applies and why.
+    ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
     ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"`` or the torch
@@ -147,7 +154,7 @@ class DataLoader:
         generator: Any = None,
         *,
         prefetch_factor: Optional[int] = None,
-        persistent_workers: bool = False,
+        persistent_workers: Optional[bool] = None,
         pin_memory_device: str = "",
         in_order: bool = True,
         dtype: Any = None,
@@ -221,7 +228,7 @@ class DataLoader:
                 pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
                 worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
                 generator=generator, prefetch_factor=prefetch_factor,
-                persistent_workers=persistent_workers, pin_memory_device=pin_memory_device,
+                persistent_workers=bool(persistent_workers), pin_memory_device=pin_memory_device,
             )
             if not in_order:
                 kwargs["in_order"] = False
@@ -311,6 +318,13 @@ class DataLoader:
         if max_image_pixels is not None:
             options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
         self._options = options
+        # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
+        self._overlap_off: Optional[str] = (
+            "persistent_workers=False: the pipeline starts empty every epoch"
+            if persistent_workers is False else None)
+        self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
+        self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
+        self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
         self._epoch = 0
         self._generation = 0
@@ -380,11 +394,14 @@ class DataLoader:
                          lengths=np.concatenate(lengths), errors=errors)
 
     def set_epoch(self, epoch: int) -> None:
-        """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``)."""
+        """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes
+        effect exactly: an epoch other than the one being read ahead cancels that work."""
         target = getattr(self.batch_sampler, "sampler", self.sampler)
         if hasattr(target, "set_epoch"):
             target.set_epoch(epoch)
         self._epoch = int(epoch)
+        if self.native and self._queued is not None and self._queued[0] != self._epoch:
+            self._cancel_queued()  # another epoch than the one read ahead: stop its work now
 
     def state_dict(self) -> dict:
         """A mid-epoch checkpoint: a few integers (see ``ringloader._order`` for the sampler part).
@@ -418,7 +435,8 @@ class DataLoader:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`; also onto another world size (see the README)."""
+        """Resume from :meth:`state_dict`; also onto another world size (see the README). Work
+        read ahead for the next epoch is cancelled: the next ``iter()`` follows the checkpoint."""
         if not self.native and self._planned is None:
             raise TypeError("load_state_dict() needs a map-style dataset with batches (batch_size or batch_sampler)")
         if state.get("version") != 1:
@@ -432,6 +450,12 @@ class DataLoader:
                              "reproduce its augmentations")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
+        if self.native:
+            self._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
+
+    def _cancel_queued(self) -> None:
+        self._queued = self._ahead = None
+        self._native.cancel_queued()
 
     def stats(self) -> dict:
         """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...)."""
@@ -461,6 +485,9 @@ class DataLoader:
                                             f"{s['device_buffers_held']} held"
                                             if s["device"] != "cpu" else ""),
             f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
+            "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
+                             f"({s['epochs_adopted']} of {s['epochs_queued']} epochs read ahead were used)"
+                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
         ]
         return "\n".join(lines)
 
@@ -646,6 +673,96 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
 
 
+def _attributes(obj: Any) -> dict:
+    """A shallow snapshot of ``obj``'s attributes: numbers and strings by value, anything else
+    by identity (a sampler's dataset, weights or generator)."""
+    return {k: v if isinstance(v, (bool, int, float, str, type(None))) else id(v)
+            for k, v in vars(obj).items()}
+
+
+class _Ahead:
+    """The epoch the next ``iter()`` is predicted to plan: its base seed and batches, computed
+    with every RNG involved set back afterwards (torch's global one, the loader's and the
+    sampler's generators), and the RNG states before and after those draws.
+
+    A guess, never a draw. At the next ``iter()``, if every input of the plan is still what it
+    was (the RNG states, the sampler's and batch sampler's attributes, a DistributedSampler's
+    epoch as predicted), drawing again would give the very same seed and batches and leave the
+    RNGs in the recorded after-states: the plan is used and the RNGs are set to those states,
+    so order and RNG consumption are exactly torch's without planning twice. Otherwise it is
+    dropped and the epoch planned as usual (and the native loader cancels the queued work).
+    """
+
+    def __init__(self, loader: DataLoader):
+        import torch
+
+        self.kind = _order._sampler_kind(loader.batch_sampler.sampler)
+        sampler = loader.batch_sampler.sampler
+        self.generators = []
+        for g in (loader.generator, getattr(sampler, "generator", None)):
+            if g is not None and all(g is not h for h in self.generators):
+                self.generators.append(g)
+        saved_epoch = getattr(sampler, "epoch", None)
+        if self.kind == "webdataset":
+            sampler.epoch = loader._epoch  # what _sync_epoch will set at the next iter()
+        if self.kind == "distributed":
+            # The next epoch is one more than this one while set_epoch advances it, else the same.
+            last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
+            sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
+        self.rng_before = torch.get_rng_state()
+        self.before = [g.get_state() for g in self.generators]
+        self.attributes = (_attributes(loader.batch_sampler), _attributes(sampler))
+        try:
+            self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+            plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
+            self.rng_after = torch.get_rng_state()
+            self.after = [g.get_state() for g in self.generators]
+        finally:
+            torch.set_rng_state(self.rng_before)
+            for g, state in zip(self.generators, self.before):
+                g.set_state(state)
+            if self.kind in ("distributed", "webdataset"):
+                sampler.epoch = saved_epoch
+        self.batches, self.sampler_state = plan.batches, plan.sampler_state
+        self.flat, self.offsets = _order.to_arrays(plan.batches)
+        if loader._index_map is not None:
+            self.flat = loader._index_map[self.flat]
+
+    def miss(self, loader: DataLoader) -> Optional[str]:
+        """None when the prediction holds now; else "rng" (torch's RNG was drawn from in
+        between) or "inputs" (set_epoch, a changed sampler...)."""
+        import torch
+
+        sampler = loader.batch_sampler.sampler
+        if (_attributes(loader.batch_sampler), _attributes(sampler)) != self.attributes:
+            return "inputs"
+        if not torch.equal(torch.get_rng_state(), self.rng_before):
+            return "rng"
+        if any(not torch.equal(g.get_state(), state) for g, state in zip(self.generators, self.before)):
+            return "rng"
+        return None
+
+    def draw(self) -> None:
+        """Leaves the RNGs as drawing the plan would have."""
+        import torch
+
+        torch.set_rng_state(self.rng_after)
+        for g, state in zip(self.generators, self.after):
+            g.set_state(state)
+
+
+def _plan_ahead(loader: DataLoader) -> Optional[_Ahead]:
+    """The next epoch's prediction, or None where the next order cannot be computed without
+    side effects (a sampler other than torch's, which might keep its own state)."""
+    import torch.utils.data as tud
+
+    if type(loader.batch_sampler) is not tud.BatchSampler:
+        return None
+    if _order._sampler_kind(loader.batch_sampler.sampler) == "opaque":
+        return None
+    return _Ahead(loader)
+
+
 def _peek_seed(generator: Any) -> int:
     """A seed from torch's RNG (``generator``'s, else the global one) without advancing it: the
     generic path's augmentation seed, taken where torch's own RNG use is already done, so the
@@ -730,19 +847,33 @@ class _NativeIter:
         n = len(loader.dataset)
         self._skip = 0
         self._drop_rows = 0
+        ahead, loader._ahead = loader._ahead, None
         if resume is None:
-            # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
-            self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-            _sync_epoch(loader)
-            plan = _order.plan_epoch(loader.batch_sampler, n)
-            batches, self._sampler_state = plan.batches, plan.sampler_state
+            _sync_epoch(loader)  # a WebDataset's order takes the loader's epoch (before the check)
+        miss = "inputs" if ahead is None or resume is not None else ahead.miss(loader)
+        if miss == "rng" and loader._overlap_off is None:
+            # Something draws from torch's RNG between epochs, so predictions would keep missing
+            # (wasted work): stop predicting.
+            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
+                                   "next epoch's seed cannot be known ahead")
+        if miss is None:
+            # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
+            ahead.draw()
+            self._seed, batches, self._sampler_state = ahead.seed, ahead.batches, ahead.sampler_state
+            flat, offsets = ahead.flat, ahead.offsets
         else:
-            self._seed = resume["base_seed"]
-            batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
-            self._drop_rows = int(resume.get("rows", 0))
-        flat, offsets = _order.to_arrays(batches)
-        if loader._index_map is not None:
-            flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
+            if resume is None:
+                # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
+                self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+                plan = _order.plan_epoch(loader.batch_sampler, n)
+                batches, self._sampler_state = plan.batches, plan.sampler_state
+            else:
+                self._seed = resume["base_seed"]
+                batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+                self._drop_rows = int(resume.get("rows", 0))
+            flat, offsets = _order.to_arrays(batches)
+            if loader._index_map is not None:
+                flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
         loader._generation += 1
         self._generation = loader._generation
         self._epoch = loader._epoch
@@ -758,9 +889,17 @@ class _NativeIter:
         self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
             loader.batch_size is not None
         self._carry: list = []
+        loader._queued = None
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
+        # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
+        # delivered); anything else cancels it.
         loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets, self._skip)
         self._done = False
+        if loader._overlap_off is None:
+            ahead = _plan_ahead(loader)
+            if ahead is not None:
+                loader._native.queue_epoch(loader._epoch, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
+                loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
 
     def __iter__(self) -> "_NativeIter":
         return self
@@ -785,9 +924,15 @@ class _NativeIter:
                 item = self._loader._native.next(self._loader.timeout)
             except _C.SampleError as exc:
                 annotated = annotate_error(exc, self._loader._folders)
-                if annotated is exc:
-                    raise
-                raise annotated from None
+                try:
+                    if annotated is exc:
+                        raise
+                    raise annotated from None
+                finally:
+                    # A local holding the exception raised from this frame would be a cycle
+                    # (exception -> traceback -> frame -> exception) keeping the iterator, and
+                    # the batches it references, alive until the garbage collector runs.
+                    del annotated
             if item is None:
                 self._done = self._progress.done = True  # refill: a short remainder is dropped
                 raise StopIteration

@@ -150,6 +150,7 @@ def test_soak_memory_and_threads_stay_flat(tmp_path: Path):
     assert stats["errors"] > 0, "the corrupt files were never read"
     assert growth < MARGIN_MIB * 2**20, f"RSS grew {growth / 2**20:.1f} MiB over {EPOCHS - 2} epochs"
     assert threads_after == threads_before, f"threads leaked: {threads_before} -> {threads_after}"
-    # Between epochs at most one epoch's threads exist (dispatcher, reader, 2 decode workers):
-    # an abandoned or superseded epoch's threads are joined, never accumulated.
-    assert most_threads - threads_before <= 4, f"{most_threads - threads_before} extra threads"
+    # Between epochs at most two epochs' threads exist (dispatcher, reader, 2 decode workers
+    # each): the epoch just delivered and the next one, read ahead. An abandoned or superseded
+    # epoch's threads are joined, never accumulated.
+    assert most_threads - threads_before <= 8, f"{most_threads - threads_before} extra threads"

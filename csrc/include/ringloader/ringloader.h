@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -225,6 +226,11 @@ struct LoaderStats {
   int device_buffers_held = 0;   ///< ... of which hold a batch (staged ahead or held by the consumer).
   int64_t device_bytes = 0;      ///< Bytes copied to the device (completed copies).
   double device_copy_seconds = 0;  ///< Copy-engine busy time as the stager observed it.
+  int64_t samples_ahead = 0;     ///< Samples decoded for the queued epoch (Loader::QueueEpoch),
+                                 ///< not yet in `samples`: they join it (with their errors,
+                                 ///< skips and replacements) when the epoch is adopted.
+  int64_t epochs_queued = 0;     ///< Epochs queued by QueueEpoch.
+  int64_t epochs_adopted = 0;    ///< ... of which StartEpoch adopted (their work done ahead kept).
   std::string last_error;
   std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };
@@ -244,15 +250,36 @@ class Loader {
   Loader& operator=(const Loader&) = delete;
 
   /// Starts `epoch` with the built-in sampler (shuffle/seed/rank/world_size/drop_last), from
-  /// batch `first_batch`. Stops any epoch in progress.
+  /// batch `first_batch`. Stops any epoch in progress. Adopts the queued epoch when it is this
+  /// one from batch 0 (QueueEpoch), else cancels it.
   absl::Status StartEpoch(int64_t epoch, int64_t first_batch = 0);
   /// Starts an epoch with an explicit order: batch b holds indices[offsets[b]..offsets[b+1]),
-  /// from batch `first_batch` (a resumed epoch passes its whole order). A row's augmentation is
+  /// from batch `first_batch` (a resumed epoch passes its whole order); adopts or cancels the
+  /// queued epoch as the overload above. A row's augmentation is
   /// seeded by (seed, epoch, key of its index and its position in `indices`; the index when the
   /// two are equal): repeated indices draw independently, and so do the same positions of other
   /// ranks' shards.
   absl::Status StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
                           std::vector<int64_t> offsets, int64_t first_batch = 0);
+  /// Queues the next epoch with the built-in sampler, so that the pipeline goes on reading and
+  /// decoding it (into free slots, within the same slot and prefetch bounds) as soon as the
+  /// current epoch's last batch has been dispatched: the pipeline never drains between epochs.
+  /// A later StartEpoch(epoch) with the same epoch (and first_batch 0) adopts that work: batches
+  /// decoded ahead are delivered, not redone, and are bit-identical to batches decoded on time.
+  /// StartEpoch with anything else, Stop() and CancelQueued() cancel it (nothing of it is
+  /// delivered). Errors met while decoding ahead are delivered at their batch after adoption.
+  /// Replaces an epoch queued before. Without an epoch in progress, the queued one starts now.
+  /// A loader with `pipe:` samples queues nothing (returns OK, HasQueuedEpoch() stays false):
+  /// each stream has one running command, which the epoch in progress owns until it ends.
+  absl::Status QueueEpoch(int64_t epoch);
+  /// Queues an epoch with an explicit order (as the StartEpoch overload); adopted by a StartEpoch
+  /// with equal epoch, seed, indices and offsets, and first_batch 0.
+  absl::Status QueueEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                          std::vector<int64_t> offsets);
+  /// Cancels the queued epoch, if any, and joins its threads; its slots return to the free list.
+  void CancelQueued();
+  /// True while an epoch is queued (not yet adopted or cancelled).
+  bool HasQueuedEpoch() const;
   /// Next batch in order. OutOfRange at the end of the epoch; FailedPrecondition before
   /// StartEpoch; a sample's error (message and payloads name index and path) at the batch it
   /// belongs to, after all earlier batches — the following call continues with the next batch;
@@ -260,7 +287,8 @@ class Loader {
   /// not lost: release batches and call again); DeadlineExceeded after `timeout_seconds` > 0
   /// without a batch.
   absl::StatusOr<Batch> Next(double timeout_seconds = 0);
-  /// Stops the epoch in progress and joins its threads. Delivered batches stay valid.
+  /// Stops the epoch in progress (and cancels a queued one) and joins its threads. Delivered
+  /// batches stay valid.
   void Stop();
 
   /// Batches in an epoch of the built-in sampler.
@@ -296,6 +324,21 @@ class Loader {
   SamplerOptions BuiltinSampler() const;
   Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
          NumaPlacement placement, std::shared_ptr<DeviceStager> stager);
+  // Checks an explicit order against the dataset and batch size (StartEpoch, QueueEpoch).
+  absl::Status CheckOrder(const std::vector<int64_t>& indices, const std::vector<int64_t>& offsets) const;
+  // Starts an epoch whose order is checked: adopts the queued epoch when it is this one, else
+  // cancels it and starts afresh.
+  void StartChecked(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                    std::vector<int64_t> offsets, int64_t first_batch);
+  // Queues an epoch whose order is checked.
+  void QueueChecked(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
+                    std::vector<int64_t> offsets);
+  // Called by an epoch's dispatcher once it dispatched its last batch: starts the queued epoch.
+  void DispatchFinished(Epoch* epoch);
+  // True in a fork()ed child of the process that started the epochs (their threads are not here).
+  bool ForkedChild() const;
+  // Stops the epoch in progress (undelivered slots go back) and keeps its counts.
+  void RetireEpoch();
   // Pins and names a pipeline thread and records where it ended up (LoaderStats).
   void EnterPipelineThread(const char* name) const;
   // A Batch's shape fields for batch `number` of `size` samples (memory is set by the caller).
@@ -310,11 +353,18 @@ class Loader {
   std::unique_ptr<NumaPlacement> placement_;
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
-  std::vector<ByteBuffer> buffers_;  // file bytes between reader and decoder, reused across epochs
+  // File bytes between reader and decoder, reused across epochs: two sets, so the epoch in
+  // progress and the queued one never share a buffer.
+  std::vector<ByteBuffer> buffers_[2];
   bool has_pipes_ = false;           // some sample is a member of a `pipe:` stream
   std::unique_ptr<StreamCache> streams_;  // those streams' commands (one per pipe path)
   std::unique_ptr<Counters> counters_;
-  std::unique_ptr<Epoch> epoch_;
+  std::unique_ptr<Epoch> epoch_;   // written by the consumer thread only, under handoff_mu_
+  // The hand-off between the epoch in progress and the queued one: queued_, and each epoch's
+  // "dispatched everything" and "started" flags. The dispatcher of the epoch in progress starts
+  // the queued epoch's threads when it finishes.
+  mutable std::mutex handoff_mu_;
+  std::unique_ptr<Epoch> queued_;
 };
 
 /// Lists an image folder exactly as torchvision.datasets.ImageFolder does: class folders sorted,
