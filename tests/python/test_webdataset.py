@@ -379,6 +379,37 @@ def test_loader_order_independent_of_num_workers(unique_shards):
 
 
 @pytest.mark.timeout(120)
+def test_next_epoch_read_ahead_for_local_shards_only(unique_shards, tmp_path):
+    """Local shards: the loader's next epoch (its own order, epoch + 1) is queued and adopted, and
+    equals a loader that drains between epochs. pipe: shards are never read ahead."""
+    import torch
+
+    transform = T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ToTensor()])
+    ds = rl.WebDataset(unique_shards, transform=transform, shuffle_buffer=4, index_cache=None)
+    runs = {}
+    for overlap in (None, False):
+        loader = rl.DataLoader(ds, batch_size=4, shuffle=True, seed=5, persistent_workers=overlap,
+                               generator=torch.Generator().manual_seed(5))
+        runs[overlap] = [_batches(loader) for _ in range(3)]
+        if overlap is None:
+            assert loader.stats()["epochs_adopted"] == 2
+    for ahead, drained in zip(runs[None], runs[False]):
+        assert [l.tolist() for _, l in ahead] == [l.tolist() for _, l in drained]
+        assert all((a - b).abs().max().item() == 0 for (a, _), (b, _) in zip(ahead, drained))
+    assert [l.tolist() for _, l in runs[None][0]] != [l.tolist() for _, l in runs[None][1]]
+
+    piped = [f"pipe:cat {u}" for u in expand_urls(unique_shards)]
+    stream = rl.WebDataset(piped, transform=transform, shuffle_buffer=4,
+                           index_cache=str(tmp_path / "cache"))
+    loader = rl.DataLoader(stream, batch_size=4, shuffle=True, seed=5,
+                           generator=torch.Generator().manual_seed(5))
+    first, second = _batches(loader), _batches(loader)
+    assert loader.stats()["epochs_adopted"] == 0
+    assert [l.tolist() for _, l in first] == [l.tolist() for _, l in runs[False][0]]
+    assert [l.tolist() for _, l in second] == [l.tolist() for _, l in runs[False][1]]
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("stream", [False, True])
 def test_loader_resume_bit_identical(unique_shards, tmp_path, stream):
     import torch
