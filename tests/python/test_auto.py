@@ -1,0 +1,261 @@
+"""num_workers="auto", prefetch_factor="auto", max_memory and describe().
+
+The CPU budget is read from a fake cgroup tree (as the NUMA tests fake sysfs); adaptive prefetch is
+driven by the consumer's pattern (fill the pipeline, then drain it), observed through stats(), never
+by timing."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import ringloader as rl
+from ringloader import _C
+from ringloader import transforms as T
+from ringloader.dataloader import _parse_memory, _torch_default_threads
+
+SMALL = T.Compose([T.Resize(32), T.CenterCrop(32)])  # uint8 [3,32,32]: 3 KiB a sample
+
+
+def fake_cgroup_v2(tmp_path: Path, cpu_max: str) -> dict:
+    root = tmp_path / "cgroup"
+    (root / "job" / "step").mkdir(parents=True)
+    (root / "job" / "cpu.max").write_text(cpu_max + "\n")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("0::/job/step\n")
+    return {"cgroup_root": str(root), "proc_self_cgroup": str(proc)}
+
+
+def fake_cgroup_v1(tmp_path: Path, quota_us: int, period_us: int = 100000) -> dict:
+    root = tmp_path / "cgroup"
+    leaf = root / "cpu,cpuacct" / "docker" / "abc"
+    leaf.mkdir(parents=True)
+    (leaf / "cpu.cfs_quota_us").write_text(f"{quota_us}\n")
+    (leaf / "cpu.cfs_period_us").write_text(f"{period_us}\n")
+    proc = tmp_path / "proc-self-cgroup"
+    proc.write_text("4:cpu,cpuacct:/docker/abc\n5:memory:/docker/abc\n")
+    return {"cgroup_root": str(root), "proc_self_cgroup": str(proc)}
+
+
+def affinity() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.fixture
+def no_explicit_threads(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(_torch_default_threads())
+    yield
+    torch.set_num_threads(saved)
+
+
+# ---- the CPU budget -------------------------------------------------------------------------
+
+def test_cgroup_quota_of_one_cpu_gives_one_decode_thread(tmp_path, no_explicit_threads):
+    plan = _C.choose_auto_threads(fake_cgroup_v2(tmp_path, "100000 100000"))
+    assert (plan["usable_cpus"], plan["decode_threads"], plan["reader_threads"]) == (1, 1, 1)
+    assert plan["reserved_cpus"] == 0
+    assert "cgroup quota 1.0 from cgroup v2 /job cpu.max" in plan["note"]
+    assert plan["note"].startswith("decode 1, readers 1: 1 usable CPU (affinity ")
+
+
+def test_cgroup_v1_fractional_quota_rounds_to_nearest(tmp_path, no_explicit_threads):
+    # 1.5 CPUs -> 2 (halves up), unless the affinity mask allows fewer.
+    plan = _C.choose_auto_threads(fake_cgroup_v1(tmp_path, 150000))
+    assert plan["usable_cpus"] == min(2, affinity())
+    assert "cgroup quota 1.5 from cgroup v1 /docker/abc cpu.cfs_quota_us" in plan["note"]
+
+
+def test_no_quota_uses_the_affinity_mask(tmp_path, no_explicit_threads):
+    plan = _C.choose_auto_threads(fake_cgroup_v2(tmp_path, "max 100000"))
+    n = affinity()
+    assert plan["usable_cpus"] == n
+    assert plan["reserved_cpus"] == (1 if n >= 4 else 0)
+    rest = n - plan["reserved_cpus"]
+    assert plan["decode_threads"] == max(1, rest - rest // 9)
+    assert "no cgroup quota" in plan["note"]
+
+
+def test_malformed_quota_names_the_file(tmp_path):
+    options = fake_cgroup_v2(tmp_path, "plenty")
+    with pytest.raises(ValueError, match="cpu.max"):
+        _C.choose_auto_threads(options)
+
+
+def test_explicit_training_threads_are_reserved(tmp_path, monkeypatch, no_explicit_threads, image_tree):
+    cgroup = fake_cgroup_v2(tmp_path, "400000 100000")  # 4 CPUs, if the mask allows them
+    usable = min(4, affinity())
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    plan = _C.choose_auto_threads(cgroup)
+    assert plan["reserved_cpus"] == min(2, usable - 1)
+    assert plan["decode_threads"] == max(1, usable - min(2, usable - 1))
+    assert "OMP_NUM_THREADS=2 set explicitly" in plan["note"]
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    # torch.set_num_threads(n) with n other than torch's own default counts as explicit.
+    explicit = 1 if _torch_default_threads() != 1 else 3
+    torch.set_num_threads(explicit)
+    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=SMALL), batch_size=2, num_workers="auto")
+    stats = loader.stats()
+    assert f"torch.get_num_threads()={explicit} set explicitly" in stats["threads_note"]
+    assert loader.num_workers == stats["decode_threads"] >= 1
+    assert stats["reader_threads"] >= 1
+
+
+# ---- DataLoader arguments -------------------------------------------------------------------
+
+def test_auto_loader_delivers_what_a_fixed_one_does(image_tree, no_explicit_threads):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    fixed = [(x.clone(), y) for x, y in rl.DataLoader(ds, batch_size=5, num_workers=1)]
+    auto = rl.DataLoader(ds, batch_size=5, num_workers="auto", prefetch_factor="auto", max_memory="1MiB")
+    got = [(x.clone(), y) for x, y in auto]
+    assert len(got) == len(fixed) == 5
+    for (a, la), (b, lb) in zip(got, fixed):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    plan = _C.choose_auto_threads({"numa": None})
+    stats = auto.stats()
+    assert stats["decode_threads"] == plan["decode_threads"] == auto.num_workers
+    text = auto.describe()
+    assert f"threads: {plan['decode_threads']} decode, {plan['reader_threads']} reader" in text
+    assert f"chosen:  {plan['note']}" in text
+    assert "prefetch: auto, " in text and "max_memory 1.0 MiB" in text
+
+
+def test_explicit_num_workers_keeps_torch_meaning(image_tree):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    loader = rl.DataLoader(ds, batch_size=4, num_workers=0)  # torch: in-process; here one thread
+    assert loader.stats()["decode_threads"] == 1
+    assert loader.stats()["threads_note"] == "decode 1, readers 1: set explicitly"
+    assert "prefetch: 2 batches" in loader.describe()
+    loader = rl.DataLoader(ds, batch_size=4, num_workers=3, prefetch_factor=2, reader_threads=2)
+    stats = loader.stats()
+    assert (stats["decode_threads"], stats["reader_threads"], stats["prefetch_batches"]) == (3, 2, 6)
+
+
+def test_auto_threads_keep_given_reader_threads(image_tree):
+    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=SMALL), batch_size=4,
+                           num_workers="auto", reader_threads=3)
+    assert loader.stats()["reader_threads"] == 3
+
+
+@pytest.mark.parametrize("kwargs, name, error", [
+    (dict(num_workers="many"), "num_workers", ValueError),
+    (dict(num_workers=-1), "num_workers", ValueError),
+    (dict(num_workers=2.5), "num_workers", TypeError),
+    (dict(prefetch_factor="deep"), "prefetch_factor", ValueError),
+    (dict(prefetch_factor=0), "prefetch_factor", ValueError),
+    (dict(max_memory=-1), "max_memory", ValueError),
+    (dict(max_memory=0), "max_memory", ValueError),
+    (dict(max_memory="2XB"), "max_memory", ValueError),
+    (dict(max_memory="GB"), "max_memory", ValueError),
+    (dict(max_memory=True), "max_memory", TypeError),
+    (dict(max_memory=2.5e9), "max_memory", TypeError),
+    (dict(max_memory=10_000), "max_memory", ValueError),  # not even 2 slots of 2 x 3 KiB
+])
+def test_bad_values_name_the_argument(image_tree, kwargs, name, error):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    with pytest.raises(error, match=name):
+        rl.DataLoader(ds, batch_size=2, **kwargs)
+
+
+def test_memory_sizes():
+    assert _parse_memory(None) is None
+    assert _parse_memory(1234) == 1234
+    assert _parse_memory("2GB") == 2 * 10 ** 9
+    assert _parse_memory("2 GiB") == 2 << 30
+    assert _parse_memory("2g") == 2 << 30
+    assert _parse_memory("512MiB") == 512 << 20
+    assert _parse_memory("1.5GiB") == 3 << 29
+    assert _parse_memory("100") == 100
+
+
+def test_max_memory_is_native_only_on_the_generic_path(image_tree):
+    import torchvision
+
+    ds = torchvision.datasets.ImageFolder(image_tree)
+    with pytest.raises(ValueError, match="max_memory"):
+        rl.DataLoader(ds, batch_size=2, max_memory="1GB")
+    # num_workers="auto" sizes torch's worker processes the same way.
+    loader = rl.DataLoader(ds, batch_size=2, num_workers="auto", prefetch_factor="auto")
+    assert loader.num_workers == _C.choose_auto_threads({"numa": None})["decode_threads"]
+
+
+# ---- adaptive prefetch within the memory budget ----------------------------------------------
+
+def wait_for(predicate, what: str, limit: float = 30.0):
+    """Waits for a state of the pipeline (not a duration): fails after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.002)
+
+
+def native_loader(image_tree: Path, max_memory: int, batch_size: int = 2):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    options = dict(batch_size=batch_size, num_workers=1, reader_threads=1, prefetch_batches=2,
+                   auto_prefetch=True, max_memory=max_memory, **ds.native_options())
+    return _C.Loader([p for p, _ in ds.samples], list(ds.targets), options), len(ds)
+
+
+def test_prefetch_grows_when_the_consumer_waits_after_the_pipeline_stood_full(image_tree):
+    slot = 2 * (3 * 32 * 32) + 2 * 2 * 8  # 2 samples + labels + indices
+    loader, n = native_loader(image_tree, max_memory=8 * slot)
+    s = loader.stats()
+    assert (s["slot_bytes"], s["max_slots"], s["prefetch_batches"], s["prefetch_max"]) == (slot, 8, 2, 4)
+    depths = []
+    for epoch in range(3):
+        loader.start_builtin_epoch(epoch)
+        taken = 0
+        while taken < n // 2:
+            # A slow step: the pipeline fills every slot it has and stands idle ...
+            depth = loader.stats()["prefetch_batches"]
+            want = min(n, (taken + depth) * 2)
+            wait_for(lambda: loader.stats()["samples"] >= epoch * n + want, "the pipeline to fill")
+            # ... then fast steps drain it until one has to wait: the pipeline deepens by one.
+            before = loader.stats()["prefetch_grown"]
+            while taken < n // 2:
+                batch = loader.next()
+                assert batch is not None
+                taken += 1
+                del batch
+                if loader.stats()["prefetch_grown"] > before:
+                    break
+            depths.append(loader.stats()["prefetch_batches"])
+        assert loader.next() is None
+    s = loader.stats()
+    assert depths[-1] == 4, depths  # grew to the cap ...
+    assert max(depths) <= 4 and s["prefetch_grown"] == 2  # ... and never past it
+    assert s["slots_allocated"] <= 8
+    assert s["producer_waits"] > 0
+
+
+def test_prefetch_stays_put_when_the_consumer_keeps_up_or_lags(image_tree):
+    slot = 2 * (3 * 32 * 32) + 2 * 2 * 8
+    loader, n = native_loader(image_tree, max_memory=8 * slot)
+    # A consumer that never waits (every batch complete before it asks): no growth.
+    loader.start_builtin_epoch(0)
+    for b in range(n // 2):
+        # Batches b and b + 1 hold the only two slots: both complete means every started one is.
+        wait_for(lambda: loader.stats()["samples"] >= min(n, 2 * (b + 2)), "the pipeline to fill")
+        assert loader.next() is not None
+    assert loader.next() is None
+    assert loader.stats()["prefetch_grown"] == 0
+    assert loader.stats()["prefetch_batches"] == 2
+
+
+def test_memory_budget_bounds_held_batches_too(image_tree):
+    slot = 2 * (3 * 32 * 32) + 2 * 2 * 8
+    loader, n = native_loader(image_tree, max_memory=5 * slot)
+    assert loader.stats()["max_slots"] == 5
+    loader.start_builtin_epoch(0)
+    held = [loader.next() for _ in range(5)]
+    assert all(b is not None for b in held)
+    with pytest.raises(rl.SlotsExhaustedError):
+        loader.next()
+    assert loader.stats()["slots_allocated"] == 5
+    held.clear()
+    assert loader.next() is not None  # nothing lost
