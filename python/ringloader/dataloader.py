@@ -103,10 +103,12 @@ def _parse_memory(max_memory: Any) -> Optional[int]:
                     f"{type(max_memory).__name__} {max_memory!r}")
 
 
-def _torch_default_threads() -> int:
-    """The intra-op thread count torch picks by itself: the machine's physical cores (distinct
-    (package, core) pairs in sysfs), as torch's cpuinfo-based default; os.cpu_count() without sysfs."""
-    cores = set()
+def _torch_default_threads() -> set:
+    """The intra-op thread counts torch may pick by itself: the physical cores (distinct
+    (package, core) pairs in sysfs) of the machine or of the affinity mask, or the CPUs of the
+    mask (OpenMP's default under `taskset`)."""
+    mask = os.sched_getaffinity(0)
+    cores, cores_in_mask = set(), set()
     base = "/sys/devices/system/cpu"
     try:
         names = os.listdir(base)
@@ -123,23 +125,25 @@ def _torch_default_threads() -> int:
         except OSError:
             continue
         cores.add((package, core))
-    return len(cores) or (os.cpu_count() or 1)
+        if int(name[3:]) in mask:
+            cores_in_mask.add((package, core))
+    return {n for n in (len(cores), len(cores_in_mask), len(mask), os.cpu_count()) if n}
 
 
 def _training_threads() -> Tuple[int, str]:
     """The training loop's compute threads when they were set explicitly, else (-1, "").
 
     ``OMP_NUM_THREADS`` in the environment (its first value), or ``torch.get_num_threads()`` when
-    it differs from the count torch picks by itself (the physical cores): that is, after
-    ``torch.set_num_threads(n)``. (Setting it to exactly the default is indistinguishable from
-    not setting it, and then 1 CPU is reserved from 4 usable ones, as when unset.)"""
+    it differs from every count torch picks by itself (see ``_torch_default_threads``): that is,
+    after ``torch.set_num_threads(n)``. (Setting it to a default count is indistinguishable from
+    not setting it; then 1 CPU is reserved from 4 usable ones, as when unset.)"""
     env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
     if env.isdigit() and int(env) > 0:
         return int(env), "OMP_NUM_THREADS"
     import torch
 
     n = torch.get_num_threads()
-    if n != _torch_default_threads():
+    if n not in _torch_default_threads():
         return n, "torch.get_num_threads()"
     return -1, ""
 

@@ -49,7 +49,7 @@ def affinity() -> int:
 def no_explicit_threads(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     saved = torch.get_num_threads()
-    torch.set_num_threads(_torch_default_threads())
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # one of torch's own defaults
     yield
     torch.set_num_threads(saved)
 
@@ -96,8 +96,8 @@ def test_explicit_training_threads_are_reserved(tmp_path, monkeypatch, no_explic
     assert plan["decode_threads"] == max(1, usable - min(2, usable - 1))
     assert "OMP_NUM_THREADS=2 set explicitly" in plan["note"]
     monkeypatch.delenv("OMP_NUM_THREADS")
-    # torch.set_num_threads(n) with n other than torch's own default counts as explicit.
-    explicit = 1 if _torch_default_threads() != 1 else 3
+    # torch.set_num_threads(n) with n other than torch's own defaults counts as explicit.
+    explicit = next(n for n in (1, 3, 5, 7, 9, 11) if n not in _torch_default_threads())
     torch.set_num_threads(explicit)
     loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=SMALL), batch_size=2, num_workers="auto")
     stats = loader.stats()
@@ -259,3 +259,24 @@ def test_memory_budget_bounds_held_batches_too(image_tree):
     assert loader.stats()["slots_allocated"] == 5
     held.clear()
     assert loader.next() is not None  # nothing lost
+
+
+def test_one_cpu_affinity_picks_one_decode_thread_and_no_false_explicit_torch_threads(tmp_path):
+    # As under `taskset -c 0`: torch then defaults to 1 thread by itself, which is not "explicit".
+    import json
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})\n"
+        "import json, torch\n"
+        "from ringloader.dataloader import _auto_threads\n"
+        "print(json.dumps(_auto_threads({'numa': None})))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (plan["usable_cpus"], plan["decode_threads"], plan["reader_threads"]) == (1, 1, 1)
+    assert "(affinity 1, " in plan["note"]
+    assert "not set explicitly" in plan["note"], plan["note"]
