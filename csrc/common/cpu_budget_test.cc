@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/match.h"
+#include "ringloader/ringloader.h"
 #include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
 
@@ -227,6 +228,71 @@ TEST(TrainingThreadsTest, OmpNumThreadsIsExplicit) {
   unsetenv("OMP_NUM_THREADS");
   EXPECT_EQ(TrainingThreadsFromEnvironment().count, -1);
   if (saved) setenv("OMP_NUM_THREADS", saved_value.c_str(), 1);
+}
+
+LoaderOptions AutoOptions(const FakeCgroup& cgroup) {
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.auto_threads = true;
+  o.reader_threads = 0;
+  o.cgroup_root = cgroup.root;
+  o.proc_self_cgroup = cgroup.proc_file;
+  o.training_threads = 1;
+  o.training_threads_source = "torch.get_num_threads()";
+  TransformStep crop;
+  crop.kind = TransformStep::Kind::kCenterCrop;
+  crop.size_h = crop.size_w = 16;
+  o.transform = {crop};
+  o.dtype = DType::kUint8;
+  return o;
+}
+
+TEST(LoaderAutoTest, QuotaSizesTheThreadsAndStatsSayWhy) {
+  FakeCgroup f = V2("/ctr");
+  WriteText(f.root + "/ctr/cpu.max", "100000 100000\n");  // 1 CPU
+  std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, AutoOptions(f));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  LoaderStats s = (*loader)->Stats();
+  EXPECT_EQ(s.decode_threads, 1);
+  EXPECT_EQ(s.reader_threads, 1);
+  EXPECT_TRUE(absl::StartsWith(s.threads_note, "decode 1, readers 1: 1 usable CPU (affinity ")) << s.threads_note;
+  EXPECT_TRUE(absl::StrContains(s.threads_note, "cgroup quota 1.0 from cgroup v2 /ctr cpu.max")) << s.threads_note;
+  // 1 usable CPU: the explicit training thread cannot take the only one.
+  EXPECT_TRUE(absl::StrContains(s.threads_note, "0 reserved for the training loop (torch.get_num_threads()=1 "
+                                                "set explicitly, capped")) << s.threads_note;
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  int batches = 0;
+  while ((*loader)->Next().ok()) ++batches;
+  EXPECT_EQ(batches, 2);
+}
+
+TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
+  FakeCgroup f = V2("/ctr");
+  std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
+  LoaderOptions o = AutoOptions(f);
+  o.auto_prefetch = true;
+  o.prefetch_batches = 2;
+  const size_t slot = 4 * 3 * 16 * 16 + 2 * 4 * 8;
+  o.max_memory = 7 * slot + slot / 2;  // 7 slots and a half: 7
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  LoaderStats s = (*loader)->Stats();
+  EXPECT_EQ(s.slot_bytes, static_cast<int64_t>(slot));
+  EXPECT_EQ(s.max_slots, 7);
+  EXPECT_EQ(s.prefetch_batches, 2);
+  EXPECT_EQ(s.prefetch_max, 3);  // half of 7
+  o.max_memory = slot + 1;       // not even 2 slots
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(loader.status()));
+  EXPECT_TRUE(absl::StrContains(loader.status().message(), "max_memory=")) << loader.status();
+  o.auto_prefetch = false;  // a fixed depth needs prefetch_batches + 1 slots
+  o.prefetch_batches = 4;
+  o.max_memory = 4 * slot;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_TRUE(absl::StrContains(loader.status().message(), "(prefetch_batches + 1)")) << loader.status();
 }
 
 }  // namespace
