@@ -280,3 +280,21 @@ def test_one_cpu_affinity_picks_one_decode_thread_and_no_false_explicit_torch_th
     assert (plan["usable_cpus"], plan["decode_threads"], plan["reader_threads"]) == (1, 1, 1)
     assert "(affinity 1, " in plan["note"]
     assert "not set explicitly" in plan["note"], plan["note"]
+
+
+def test_python_bench_tune_runs_the_native_trials(image_tree):
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "ringloader.bench", "--tune", "--root", str(image_tree),
+                           "--batch-size", "4", "--tune-seconds", "1", "--transform", "eval"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert out.startswith("ringloader-bench --tune: eval on ")
+    assert sum(line.strip().startswith("trial ") for line in out.splitlines()) >= 4
+    assert "  choice        decode " in out
+    assert "ringloader.DataLoader(dataset, batch_size=4, num_workers=" in out
+    bad = subprocess.run([sys.executable, "-m", "ringloader.bench", "--tune", "--root", str(image_tree),
+                          "--transform", "tv-recipe"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--transform train or eval" in bad.stderr
