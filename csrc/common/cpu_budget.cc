@@ -107,7 +107,93 @@ bool IsDirectory(const std::string& path) {
 
 std::string FormatCpus(double cpus) { return absl::StrFormat("%.1f", cpus); }
 
+bool ReadUint64File(const std::string& path, uint64_t* out) {
+  std::string text;
+  int64_t value = 0;
+  if (!ReadSmallFile(path, &text) || !ParseInt64(text, &value) || value < 0) return false;
+  *out = static_cast<uint64_t>(value);
+  return true;
+}
+
+// Memory left under a cgroup level's limit; false when the level sets none (or does not exist).
+bool CgroupMemoryLeft(const std::string& dir, bool v1, uint64_t* left) {
+  uint64_t limit = 0, usage = 0;
+  if (!ReadUint64File(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"), &limit)) return false;  // "max"
+  if (v1 && limit >= (uint64_t{1} << 60)) return false;  // v1 writes "unlimited" as about 2^63
+  if (!ReadUint64File(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"), &usage)) usage = 0;
+  *left = limit > usage ? limit - usage : 0;
+  return true;
+}
+
+std::string FormatGiB(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  return b >= (1 << 30) ? absl::StrFormat("%.1f GiB", b / (1 << 30)) : absl::StrFormat("%.1f MiB", b / (1 << 20));
+}
+
 }  // namespace
+
+AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::string& cgroup_root,
+                                    const std::string& proc_self_cgroup) {
+  AvailableMemory out;
+  std::string text;
+  if (ReadSmallFile(meminfo, &text)) {
+    for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+      if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
+      line = absl::StripAsciiWhitespace(line);
+      int64_t kib = 0;
+      if (absl::ConsumeSuffix(&line, "kB") && ParseInt64(line, &kib) && kib > 0) {
+        out.bytes = static_cast<uint64_t>(kib) * 1024;
+        out.source = "MemAvailable";
+      }
+    }
+  }
+  if (!ReadSmallFile(proc_self_cgroup, &text)) return out;
+  std::string mount, path;
+  bool v1 = false;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    if (parts[0] == "0" && parts[1].empty()) {
+      if (mount.empty()) {
+        mount = cgroup_root;
+        path = std::string(parts[2]);
+      }
+      continue;
+    }
+    std::vector<absl::string_view> controllers = absl::StrSplit(parts[1], ',');
+    if (std::find(controllers.begin(), controllers.end(), "memory") == controllers.end()) continue;
+    mount = cgroup_root + "/" + std::string(parts[1]);
+    path = std::string(parts[2]);
+    v1 = true;
+    break;
+  }
+  if (mount.empty() || !IsDirectory(mount)) return out;
+  for (const std::string& level : PathAndAncestors(path)) {
+    uint64_t left = 0;
+    if (!CgroupMemoryLeft(mount + level, v1, &left)) continue;
+    if (out.bytes == 0 || left < out.bytes) {
+      out.bytes = left;
+      out.source = absl::StrCat(v1 ? "cgroup v1 " : "cgroup v2 ", level.empty() ? "/" : level,
+                                v1 ? " memory.limit_in_bytes - memory.usage_in_bytes" : " memory.max - memory.current");
+    }
+  }
+  return out;
+}
+
+uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note) {
+  constexpr uint64_t kCeiling = uint64_t{2} << 30;
+  if (available.bytes == 0) {
+    if (note) *note = "2.0 GiB: the default (available memory unknown)";
+    return kCeiling;
+  }
+  const uint64_t quarter = available.bytes / 4;
+  const uint64_t budget = std::max<uint64_t>(1, std::min(kCeiling, quarter));
+  if (note) {
+    *note = absl::StrCat(FormatGiB(budget), ": the default, a quarter of ", FormatGiB(available.bytes),
+                         " available (", available.source, "), at most 2 GiB");
+  }
+  return budget;
+}
 
 absl::StatusOr<CpuQuota> ReadCpuQuota(const std::string& cgroup_root, const std::string& proc_self_cgroup) {
   std::string text;

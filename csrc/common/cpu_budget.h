@@ -25,6 +25,7 @@
 ///              cent of the decode time: it submits and reaps, the kernel reads);
 ///   readers  = ceil(decode / 8)  (>= 1), unless given.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,24 @@ struct CpuBudget {
   /// "4 usable CPUs (affinity 8, NUMA node 0: 4, cgroup quota 4.0 from ...)".
   std::string Describe() const;
 };
+
+/// Memory this process may still use: MemAvailable from /proc/meminfo, capped by the cgroup
+/// memory limit minus the cgroup's usage (v2 memory.max / memory.current, v1
+/// memory.limit_in_bytes / memory.usage_in_bytes; every level up to the mount root, the tightest
+/// wins). bytes == 0: unknown.
+struct AvailableMemory {
+  uint64_t bytes = 0;
+  std::string source;  ///< "MemAvailable" or "cgroup v2 /a memory.max - memory.current"
+};
+
+/// Reads AvailableMemory (see above); files that are missing or malformed are skipped.
+AvailableMemory ReadAvailableMemory(const std::string& meminfo = "/proc/meminfo",
+                                    const std::string& cgroup_root = "/sys/fs/cgroup",
+                                    const std::string& proc_self_cgroup = "/proc/self/cgroup");
+
+/// The slot-memory budget when LoaderOptions::max_memory is 0: a quarter of the available
+/// memory, at most 2 GiB (2 GiB when unknown). `note` (when given) says where it came from.
+uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note = nullptr);
 
 /// The threads of the training loop's own compute, when known.
 struct TrainingThreads {

@@ -230,6 +230,43 @@ TEST(TrainingThreadsTest, OmpNumThreadsIsExplicit) {
   if (saved) setenv("OMP_NUM_THREADS", saved_value.c_str(), 1);
 }
 
+TEST(AvailableMemoryTest, MemAvailableCappedByTheCgroupLimitLessUsage) {
+  FakeCgroup f = V2("/job/step");
+  const std::string meminfo = f.root + "-meminfo";
+  WriteText(meminfo, "MemTotal:       65536000 kB\nMemFree:  1000 kB\nMemAvailable:   16777216 kB\n");
+  AvailableMemory m = ReadAvailableMemory(meminfo, f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, uint64_t{16} << 30);
+  EXPECT_EQ(m.source, "MemAvailable");
+  WriteText(f.root + "/job/memory.max", "4294967296\n");      // 4 GiB for the job ...
+  WriteText(f.root + "/job/memory.current", "1073741824\n");  // ... 1 GiB of it used
+  WriteText(f.root + "/job/step/memory.max", "max\n");
+  m = ReadAvailableMemory(meminfo, f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, uint64_t{3} << 30);
+  EXPECT_EQ(m.source, "cgroup v2 /job memory.max - memory.current");
+  std::string note;
+  EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{3} << 28);  // a quarter: 0.75 GiB
+  EXPECT_EQ(note, "768.0 MiB: the default, a quarter of 3.0 GiB available (cgroup v2 /job memory.max - "
+                  "memory.current), at most 2 GiB");
+}
+
+TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
+  FakeCgroup f{MakeTempDir() + "/cgroup", ""};
+  f.proc_file = f.root + "-proc";
+  WriteText(f.proc_file, "4:memory:/docker/abc\n3:cpu:/docker/abc\n");
+  WriteText(f.root + "/memory/docker/abc/memory.limit_in_bytes", "9223372036854771712\n");
+  WriteText(f.root + "/memory/docker/abc/memory.usage_in_bytes", "1000\n");
+  AvailableMemory m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, 0u);
+  std::string note;
+  EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{2} << 30);
+  EXPECT_EQ(note, "2.0 GiB: the default (available memory unknown)");
+  WriteText(f.root + "/memory/docker/abc/memory.limit_in_bytes", "536870912\n");  // 512 MiB
+  m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, (uint64_t{512} << 20) - 1000);
+  EXPECT_EQ(m.source, "cgroup v1 /docker/abc memory.limit_in_bytes - memory.usage_in_bytes");
+  EXPECT_EQ(DefaultMemoryBudget(AvailableMemory{uint64_t{64} << 30, "MemAvailable"}), uint64_t{2} << 30);
+}
+
 LoaderOptions AutoOptions(const FakeCgroup& cgroup) {
   LoaderOptions o;
   o.batch_size = 4;
@@ -293,6 +330,22 @@ TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
   loader = Loader::Create(samples, o);
   ASSERT_FALSE(loader.ok());
   EXPECT_TRUE(absl::StrContains(loader.status().message(), "(prefetch_batches + 1)")) << loader.status();
+}
+
+TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
+  FakeCgroup f = V2("/ctr");
+  WriteText(f.root + "/ctr/memory.max", "4000000\n");  // 4 MB: a 1 MB budget
+  std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
+  LoaderOptions o = AutoOptions(f);
+  o.meminfo_path = f.root + "/no-meminfo";
+  o.prefetch_batches = 2;
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  LoaderStats s = (*loader)->Stats();
+  EXPECT_EQ(s.max_memory, 1000000);
+  EXPECT_EQ(s.max_slots, static_cast<int>(1000000 / s.slot_bytes));
+  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "1.0 MiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
+      << s.memory_budget_note;
 }
 
 }  // namespace

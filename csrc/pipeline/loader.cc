@@ -823,7 +823,15 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   // 2 * prefetch + 2 and at most 1024, so `list(loader)` works on small data while big batches
   // stay bounded.
   // With max_memory set, that budget is a hard bound: max_slots never exceeds it.
-  const size_t budget = options_.max_memory > 0 ? options_.max_memory : size_t{2} << 30;
+  if (options_.max_memory > 0) {
+    memory_budget_ = options_.max_memory;
+    memory_budget_note_ = "set (max_memory)";
+  } else {
+    memory_budget_ = DefaultMemoryBudget(
+        ReadAvailableMemory(options_.meminfo_path, options_.cgroup_root, options_.proc_self_cgroup),
+        &memory_budget_note_);
+  }
+  const size_t budget = static_cast<size_t>(memory_budget_);
   const int by_memory = static_cast<int>(std::min<size_t>(1024, budget / std::max<size_t>(slot_bytes, 1)));
   int max_slots = options_.max_slots > 0 ? options_.max_slots
                                          : std::max(2 * options_.prefetch_batches + 2, by_memory);
@@ -997,6 +1005,8 @@ LoaderStats Loader::Stats() const {
   s.prefetch_max = prefetch_cap_;
   s.prefetch_grown = counters_->prefetch_grown.load(std::memory_order_relaxed);
   s.max_slots = pool_->max_slots();
+  s.max_memory = static_cast<int64_t>(memory_budget_);
+  s.memory_budget_note = memory_budget_note_;
   s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
   s.producer_waits = pool_->producer_waits();
   s.device = stager_ ? stager_->name() : "cpu";

@@ -360,6 +360,7 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "proc_self_cgroup", &o.proc_self_cgroup);  // ... and /proc/self/cgroup
   Take(d, "auto_prefetch", &o.auto_prefetch);
   Take(d, "max_memory", &o.max_memory);
+  Take(d, "meminfo_path", &o.meminfo_path);  // tests fake /proc/meminfo
   Take(d, "drop_last", &o.drop_last);
   Take(d, "shuffle", &o.shuffle);
   Take(d, "seed", &o.seed);
@@ -545,6 +546,8 @@ class PyLoader {
     d["prefetch_grown"] = s.prefetch_grown;
     d["max_slots"] = s.max_slots;
     d["slot_bytes"] = s.slot_bytes;
+    d["max_memory"] = s.max_memory;
+    d["memory_budget_note"] = s.memory_budget_note;
     d["producer_waits"] = s.producer_waits;
     d["device"] = s.device;
     d["device_buffers"] = s.device_buffers;

@@ -170,8 +170,9 @@ class DataLoader:
     path it sets torch's worker processes to the same count. ``prefetch_factor="auto"`` starts 2
     batches deep and deepens by one batch whenever the loop had to wait after the pipeline stood
     full and idle, up to half the slots ``max_memory`` allows (at most 64). ``max_memory``
-    (bytes, or ``"2GB"`` = 2*10**9, ``"2GiB"``/``"2G"`` = 2*2**30; default 2 GiB) bounds slot
-    memory, batches you keep included. ``describe()`` says what was chosen and why. On the native path
+    (bytes, or ``"2GB"`` = 2*10**9, ``"2GiB"``/``"2G"`` = 2*2**30; default: a quarter of the
+    available memory, cgroup limit included, at most 2 GiB) bounds slot memory, batches you keep
+    included. ``describe()`` says what was chosen and why. On the native path
     ``persistent_workers`` and ``pin_memory_device`` are accepted and have no effect (native
     threads start per epoch in microseconds; pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
@@ -587,9 +588,8 @@ class DataLoader:
                 f"times, at most {s['prefetch_max']}: half the slots max_memory allows)"
                 if self._auto_prefetch else f"{s['prefetch_batches']} batches (prefetch_factor x num_workers)"),
             f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
-            f"(max_memory {_format_bytes(self._options.get('max_memory', 2 << 30))}"
-            + ("" if "max_memory" in self._options else ", the default") + ")"
-            + f"; the pipeline waited for a free slot {s['producer_waits']} times",
+            f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
+            f"; the pipeline waited for a free slot {s['producer_waits']} times",
         ]
         return "\n".join(lines)
 

@@ -122,7 +122,7 @@ def test_auto_loader_delivers_what_a_fixed_one_does(image_tree, no_explicit_thre
     text = auto.describe()
     assert f"threads: {plan['decode_threads']} decode, {plan['reader_threads']} reader" in text
     assert f"chosen:  {plan['note']}" in text
-    assert "prefetch: auto, " in text and "max_memory 1.0 MiB" in text
+    assert "prefetch: auto, " in text and "max_memory 1.0 MiB: set (max_memory)" in text
 
 
 def test_explicit_num_workers_keeps_torch_meaning(image_tree):
@@ -298,3 +298,19 @@ def test_python_bench_tune_runs_the_native_trials(image_tree):
     bad = subprocess.run([sys.executable, "-m", "ringloader.bench", "--tune", "--root", str(image_tree),
                           "--transform", "tv-recipe"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "--transform train or eval" in bad.stderr
+
+
+def test_default_memory_budget_is_a_quarter_of_what_is_available(tmp_path, image_tree):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 8000 kB\nMemAvailable:    4096 kB\n")  # 4 MiB: a 1 MiB budget
+    options = dict(batch_size=2, num_workers=1, meminfo_path=str(meminfo),
+                   **fake_cgroup_v2(tmp_path, "max 100000"), **ds.native_options())
+    loader = _C.Loader([p for p, _ in ds.samples], list(ds.targets), options)
+    s = loader.stats()
+    assert s["max_memory"] == 1 << 20
+    assert s["max_slots"] == (1 << 20) // s["slot_bytes"]
+    assert s["memory_budget_note"] == "1.0 MiB: the default, a quarter of 4.0 MiB available (MemAvailable), at most 2 GiB"
+    # The real machine's default, as describe() reports it.
+    text = rl.DataLoader(ds, batch_size=2).describe()
+    assert ": the default, " in text

@@ -98,10 +98,13 @@ struct LoaderOptions {
   /// PrefetchGovernor), up to half the slots max_memory allows (at most 64): the other half is
   /// for batches the consumer keeps. Host slots only: a device ring keeps prefetch_batches + 1.
   bool auto_prefetch = false;
-  /// Bytes of slot memory (batch slots x slot bytes) the loader may use; 0: 2 GiB. Create fails
+  /// Bytes of slot memory (batch slots x slot bytes) the loader may use. Create fails
   /// (InvalidArgument naming max_memory) when it holds fewer than 2 slots, or fewer than
-  /// prefetch_batches + 1 without auto_prefetch.
+  /// prefetch_batches + 1 without auto_prefetch. 0: a quarter of the available memory
+  /// (MemAvailable, capped by the cgroup memory limit less its usage), at most 2 GiB; that
+  /// default bounds max_slots but never below 2 * prefetch_batches + 2.
   size_t max_memory = 0;
+  std::string meminfo_path = "/proc/meminfo";  ///< Where MemAvailable is read (tests fake it).
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
   bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
   uint64_t seed = 0;             ///< Shuffle and augmentation seed.
@@ -237,6 +240,8 @@ struct LoaderStats {
   int prefetch_max = 0;          ///< Depth auto_prefetch may grow to (= prefetch_batches without).
   int prefetch_grown = 0;        ///< Times auto_prefetch deepened the pipeline.
   int max_slots = 0;             ///< Slot bound (max_memory / slot bytes, or max_slots).
+  int64_t max_memory = 0;        ///< The slot-memory budget in force (given, or the default) ...
+  std::string memory_budget_note;  ///< ... and where it came from.
   int64_t slot_bytes = 0;        ///< Bytes per slot.
   int64_t producer_waits = 0;    ///< Times the pipeline was full and waited for a free slot
                                  ///< (the consumer was the slower side).
@@ -331,6 +336,8 @@ class Loader {
   std::string memory_note_;
   std::string threads_note_;  // how num_workers / reader_threads were chosen (LoaderStats)
   int prefetch_cap_ = 0;      // depth auto_prefetch may grow to
+  uint64_t memory_budget_ = 0;       // max_memory, or the default
+  std::string memory_budget_note_;
   std::unique_ptr<NumaPlacement> placement_;
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
