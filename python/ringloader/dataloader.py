@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -245,7 +245,7 @@ class DataLoader:
         shuffle: Optional[bool] = None,
         sampler: Any = None,
         batch_sampler: Any = None,
-        num_workers: Any = 0,
+        num_workers: Union[int, str] = 0,
         collate_fn: Optional[Callable] = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -254,7 +254,7 @@ class DataLoader:
         multiprocessing_context: Any = None,
         generator: Any = None,
         *,
-        prefetch_factor: Any = None,
+        prefetch_factor: Union[int, str, None] = None,
         persistent_workers: bool = False,
         pin_memory_device: str = "",
         in_order: bool = True,
@@ -274,7 +274,7 @@ class DataLoader:
         seed: int = 0,
         device: Any = None,
         numa: Any = None,
-        max_memory: Any = None,
+        max_memory: Union[int, str, None] = None,
     ):
         import torch.utils.data as tud
 

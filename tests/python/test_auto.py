@@ -314,3 +314,20 @@ def test_default_memory_budget_is_a_quarter_of_what_is_available(tmp_path, image
     # The real machine's default, as describe() reports it.
     text = rl.DataLoader(ds, batch_size=2).describe()
     assert ": the default, " in text
+
+
+def test_numa_node_narrows_the_budget(tmp_path, image_tree, no_explicit_threads):
+    # A fake two-node machine: node 0 holds one of our CPUs, node 1 the rest.
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("needs 2 allowed CPUs to split them over two nodes")
+    sysfs = tmp_path / "sys"
+    for node, cpus in ((0, str(allowed[-1])), (1, ",".join(map(str, allowed[:-1])))):
+        d = sysfs / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+    plan = _C.choose_auto_threads({"numa": 0, "numa_sysfs_root": str(sysfs), **fake_cgroup_v2(tmp_path, "max 100000")})
+    assert (plan["usable_cpus"], plan["decode_threads"]) == (1, 1)
+    assert f"(affinity {len(allowed)}, NUMA node 0: 1, no cgroup quota)" in plan["note"]
+    plan = _C.choose_auto_threads({"numa": 1, "numa_sysfs_root": str(sysfs), **fake_cgroup_v2(tmp_path / "b", "max 100000")})
+    assert plan["usable_cpus"] == len(allowed) - 1
