@@ -819,10 +819,10 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
   const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
-  // Default bound on slots (pipeline + batches the consumer keeps): what fits in 2 GiB, at least
-  // 2 * prefetch + 2 and at most 1024, so `list(loader)` works on small data while big batches
-  // stay bounded.
-  // With max_memory set, that budget is a hard bound: max_slots never exceeds it.
+  // Bound on slots (pipeline + batches the consumer keeps): what fits in the memory budget, at
+  // most 1024, so `list(loader)` works on small data while big batches stay bounded. The default
+  // budget (a quarter of the available memory, at most 2 GiB) never goes below 2 * prefetch + 2
+  // slots; a max_memory the user set is a hard bound (Create checked it holds enough).
   if (options_.max_memory > 0) {
     memory_budget_ = options_.max_memory;
     memory_budget_note_ = "set (max_memory)";
