@@ -211,7 +211,7 @@ class BenchCliTest(unittest.TestCase):
         settings = set()
         for line in trials:
             m = re.search(r"decode +(\d+) +readers (\d+) +prefetch +(\d+) +(\d+) images/s +read +\d+% +"
-                          r"decode +\d+% +consumer wait +\d+% +pipeline full \d+ x", line)
+                          r"decode +\d+% +consumer wait +\d+% +pipeline idle \d+ x", line)
             self.assertIsNotNone(m, line)
             settings.add(m.groups()[:3])
         self.assertEqual(len(settings), len(trials), "no trial is repeated")

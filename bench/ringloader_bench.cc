@@ -510,7 +510,7 @@ struct Measurement {
   std::string device = "cpu";   // the loader's LoaderStats::device
   int64_t device_bytes = 0;     // copied to the device while measuring
   double device_copy_busy = 0;  // the copy stream's busy time as the stager observed it
-  int64_t producer_waits = 0;   // times the pipeline was full (LoaderStats::producer_waits)
+  int64_t idle_spells = 0;      // times the pipeline stood idle, ahead of the consumer (LoaderStats)
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -641,7 +641,7 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   m.device = after.device;
   m.device_bytes = after.device_bytes - before.device_bytes;
   m.device_copy_busy = after.device_copy_seconds - before.device_copy_seconds;
-  m.producer_waits = after.producer_waits - before.producer_waits;
+  m.idle_spells = after.idle_spells - before.idle_spells;
   m.io_backend = after.io_backend;
   m.io_note = after.io_note;
   if (m.last_error.empty()) m.last_error = after.last_error;
@@ -1160,9 +1160,9 @@ struct Trial {
 
 std::string TrialStages(const Trial& t) {
   const double w = std::max(1e-9, t.m.seconds);
-  return absl::StrFormat("read %3.0f%%  decode %3.0f%%  consumer wait %3.0f%%  pipeline full %lld x",
+  return absl::StrFormat("read %3.0f%%  decode %3.0f%%  consumer wait %3.0f%%  pipeline idle %lld x",
                          100 * t.m.read_busy / (w * t.readers), 100 * t.m.decode_busy / (w * t.decode),
-                         100 * t.m.consumer_wait / w, static_cast<long long>(t.m.producer_waits));
+                         100 * t.m.consumer_wait / w, static_cast<long long>(t.m.idle_spells));
 }
 
 // Runs the trials and prints the table, the choice and the line to paste.
@@ -1246,7 +1246,7 @@ int RunTune(const Dataset& ds, Config cfg) {
                         : absl::StrFormat("within 5%% of the fastest (%.0f images/s with decode %d, readers %d, "
                                           "prefetch %d) with fewer threads or a shallower queue",
                                           top->rate(), top->decode, top->readers, top->prefetch);
-  if (wait < 0.05) {
+  if (wait < 0.1) {
     absl::StrAppend(&why, "; the consumer waits ", absl::StrFormat("%.0f%%", 100 * wait),
                     " of the time: the loader keeps up with this step");
   } else if (decode_busy > 0.8) {

@@ -145,6 +145,8 @@ struct Loader::Counters {
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
   std::atomic<int> threads_pinned{0};
   std::atomic<int> prefetch_grown{0};
+  std::atomic<int64_t> idle_spells{0};
+  std::atomic<int64_t> batches_completed{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
   std::vector<int> thread_cpus ABSL_GUARDED_BY(mu);  // union of what pinned threads read back
@@ -253,7 +255,19 @@ struct Loader::Epoch {
   void MarkReady(BatchTask& task) {
     std::lock_guard<std::mutex> lock(ready_mu);
     task.ready = true;
+    ++ready_count;
+    loader->counters_->batches_completed.fetch_add(1, std::memory_order_relaxed);
+    if (!idle_seen && PipelineIdle()) {
+      idle_seen = true;
+      loader->counters_->idle_spells.fetch_add(1, std::memory_order_relaxed);
+    }
     ready_cv.notify_all();
+  }
+
+  // auto_prefetch: every batch the pipeline started is complete and it has no slot to start
+  // another (the producer is ahead and stands still). Caller holds ready_mu.
+  bool PipelineIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(ready_mu) {
+    return in_flight > 0 && ready_count == in_flight && in_flight >= loader->pool_->base_slots();
   }
 
   void Fail(absl::Status status) {
@@ -295,6 +309,9 @@ struct Loader::Epoch {
         ready_cv.wait_for(lock, std::chrono::milliseconds(20));
       }
       task.ready = false;
+      --ready_count;
+      --in_flight;
+      idle_seen = false;  // a slot is about to free up: a new idle spell starts from here
     }
     taken = b + 1;
     Taken out;
@@ -361,11 +378,9 @@ struct Loader::Epoch {
       std::lock_guard<std::mutex> lock(ready_mu);
       BatchTask& task = Task(b);
       ready = task.ready && task.number == b;
-      const int64_t started = dispatched - taken;
-      idle = started > 0 && started >= loader->pool_->base_slots();
-      for (int64_t x = taken; idle && x < dispatched; ++x) {
-        idle = Task(x).ready && Task(x).number == x;
-      }
+      // Idle now, or at any moment since the last call (recorded as batches completed).
+      idle = idle_seen || PipelineIdle();
+      idle_seen = false;
     }
     if (governor.OnNext(ready, idle) && loader->pool_->GrowBase(loader->prefetch_cap_)) {
       loader->counters_->prefetch_grown.fetch_add(1, std::memory_order_relaxed);
@@ -496,6 +511,7 @@ struct Loader::Epoch {
         task.number = b;
         task.ready = false;
         dispatched = b + 1;
+        ++in_flight;
       }
       if (size == 0) MarkReady(task);
       for (int r = 0; r < size; ++r) {
@@ -699,6 +715,9 @@ struct Loader::Epoch {
   std::mutex ready_mu;
   std::condition_variable ready_cv;
   int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
+  int64_t in_flight ABSL_GUARDED_BY(ready_mu) = 0;    // dispatched, not yet taken
+  int64_t ready_count ABSL_GUARDED_BY(ready_mu) = 0;  // ... of which complete
+  bool idle_seen ABSL_GUARDED_BY(ready_mu) = false;   // PipelineIdle() since the consumer last looked
   absl::Status fatal ABSL_GUARDED_BY(ready_mu);
   std::mutex staged_mu;
   std::condition_variable staged_cv;
@@ -1009,6 +1028,8 @@ LoaderStats Loader::Stats() const {
   s.memory_budget_note = memory_budget_note_;
   s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
   s.producer_waits = pool_->producer_waits();
+  s.idle_spells = counters_->idle_spells.load(std::memory_order_relaxed);
+  s.batches_completed = counters_->batches_completed.load(std::memory_order_relaxed);
   s.device = stager_ ? stager_->name() : "cpu";
   if (stager_) {
     s.device_buffers = stager_->buffers_allocated();

@@ -549,6 +549,8 @@ class PyLoader {
     d["max_memory"] = s.max_memory;
     d["memory_budget_note"] = s.memory_budget_note;
     d["producer_waits"] = s.producer_waits;
+    d["idle_spells"] = s.idle_spells;
+    d["batches_completed"] = s.batches_completed;
     d["device"] = s.device;
     d["device_buffers"] = s.device_buffers;
     d["device_buffers_held"] = s.device_buffers_held;

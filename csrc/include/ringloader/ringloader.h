@@ -214,6 +214,7 @@ class Batch {
 struct LoaderStats {
   int64_t samples = 0;           ///< Samples decoded into slots.
   int64_t batches = 0;           ///< Batches delivered.
+  int64_t batches_completed = 0;  ///< Batches complete in their slots (marked ready for Next()).
   int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
   int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
   int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
@@ -243,8 +244,11 @@ struct LoaderStats {
   int64_t max_memory = 0;        ///< The slot-memory budget in force (given, or the default) ...
   std::string memory_budget_note;  ///< ... and where it came from.
   int64_t slot_bytes = 0;        ///< Bytes per slot.
-  int64_t producer_waits = 0;    ///< Times the pipeline was full and waited for a free slot
-                                 ///< (the consumer was the slower side).
+  int64_t producer_waits = 0;    ///< Times the dispatcher waited for a free slot (every slot
+                                 ///< in use: being filled, or complete and not yet taken).
+  int64_t idle_spells = 0;       ///< Times the pipeline stood idle: every batch it had started
+                                 ///< complete and no slot to start another (it was ahead of the
+                                 ///< consumer). What auto_prefetch grows on.
   std::string thread_cpus;       ///< Union of the CPUs those threads read back with
                                  ///< sched_getaffinity after pinning ("" before any epoch).
   std::string device;            ///< "cpu" or "cuda:N".
