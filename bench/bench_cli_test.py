@@ -8,6 +8,7 @@ $RINGLOADER_CACHE, so it neither needs nor touches the real cache.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -236,6 +237,42 @@ class BenchCliTest(unittest.TestCase):
         with open(path) as f:
             self.assertIsNone(json.load(f)["epochs"])
 
+    def test_05g_tune_prints_trials_choice_and_the_line_to_paste(self):
+        r = self.bench("--tune", "--tune_seconds=2", "--warmup=1")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        lines = r.stdout.splitlines()
+        self.assertTrue(lines[0].startswith("ringloader-bench --tune: train on "), lines[0])
+        auto = [l for l in lines if l.strip().startswith("auto ")]
+        self.assertEqual(len(auto), 1, r.stdout)
+        self.assertRegex(auto[0], r"decode \d+, readers \d+: \d+ usable CPUs? \(affinity \d+")
+        trials = [l for l in lines if l.strip().startswith("trial ")]
+        self.assertTrue(4 <= len(trials) <= 9, r.stdout)  # threads, one more reader, depths
+        settings = set()
+        for line in trials:
+            m = re.search(r"decode +(\d+) +readers (\d+) +prefetch +(\d+) +(\d+) images/s +read +\d+% +"
+                          r"decode +\d+% +consumer wait +\d+% +pipeline idle \d+ x", line)
+            self.assertIsNotNone(m, line)
+            settings.add(m.groups()[:3])
+        self.assertEqual(len(settings), len(trials), "no trial is repeated")
+        self.assertTrue({p for _, _, p in settings} >= {"2", "8", "16"}, settings)
+        choice = [l for l in lines if l.strip().startswith("choice ")]
+        self.assertEqual(len(choice), 1, r.stdout)
+        m = re.search(r"decode (\d+), readers (\d+), prefetch (\d+): \d+ images/s; \S", choice[0])
+        self.assertIsNotNone(m, choice[0])
+        self.assertIn(m.groups(), settings, "the choice is one of the trials")
+        paste = [l for l in lines if l.strip().startswith("paste ")]
+        self.assertEqual(len(paste), 1, r.stdout)
+        self.assertRegex(paste[0], r"ringloader\.DataLoader\(dataset, batch_size=8, num_workers=(\d+|\"auto\"), "
+                                   r"prefetch_factor=\d+(, reader_threads=\d+)?\)$")
+
+    def test_05h_tune_needs_a_loader_preset(self):
+        r = self.bench("--tune", "--preset=decode")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--tune runs the loader", r.stderr)
+        r = self.bench("--tune", "--tune_seconds=0")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--tune_seconds must be > 0", r.stderr)
+
     def test_06_help_explains_every_flag(self):
         r = run("--help")
         self.assertIn(r.returncode, (0, 1))  # Abseil exits 1 after printing --help
@@ -243,7 +280,7 @@ class BenchCliTest(unittest.TestCase):
         for flag in ("--data", "--list", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
                      "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
                      "--shuffle", "--json", "--consumer_ms", "--floor_images", "--device",
-                     "--overlap_epochs", "--timeline"):
+                     "--overlap_epochs", "--timeline", "--tune", "--tune_seconds"):
             self.assertIn(flag, text)
         self.assertIn("uring", text)
         self.assertNotIn("--flagfile", text)  # Abseil's own flags stay out of --help

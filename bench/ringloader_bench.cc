@@ -170,6 +170,13 @@ ABSL_FLAG(int, floor_images, 100,
           "Files (in dataset order) for the decode floor: single-thread ImageDecoder::DecodeFull "
           "rate on this machine. 0: skip.");
 ABSL_FLAG(std::string, json, "", "Also write the whole report as JSON to this path.");
+ABSL_FLAG(bool, tune, false,
+          "Short trials over decode threads, reader threads and prefetch depth around what "
+          "num_workers='auto' chooses (train/eval/trivial): prints each trial (images/s, stage "
+          "busy, waits), the settings it would choose and why, and the DataLoader(...) line to "
+          "paste. --consumer_ms simulates the training step.");
+ABSL_FLAG(double, tune_seconds, 24,
+          "--tune: total seconds of measurement, shared by the trials (at least 0.5 s each).");
 ABSL_FLAG(bool, progress, true,
           "Live progress on stderr: a refreshing line on a terminal, a plain line every 2 s "
           "otherwise.");
@@ -211,6 +218,8 @@ struct Config {
   int floor_images = 100;
   std::string json;
   bool progress = true;
+  bool tune = false;
+  double tune_seconds = 24;
 };
 
 // Range checks the flag parser cannot express. Returns an error naming the flag.
@@ -241,6 +250,8 @@ absl::StatusOr<Config> ReadFlags() {
   c.floor_images = absl::GetFlag(FLAGS_floor_images);
   c.json = absl::GetFlag(FLAGS_json);
   c.progress = absl::GetFlag(FLAGS_progress);
+  c.tune = absl::GetFlag(FLAGS_tune);
+  c.tune_seconds = absl::GetFlag(FLAGS_tune_seconds);
   auto bad = [](absl::string_view flag, auto value, absl::string_view rule) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ", rule, ", got ", value));
   };
@@ -258,6 +269,11 @@ absl::StatusOr<Config> ReadFlags() {
     return bad("consumer_ms", c.consumer_ms, ">= 0");
   }
   if (c.floor_images < 0) return bad("floor_images", c.floor_images, ">= 0");
+  if (!(c.tune_seconds > 0) || !std::isfinite(c.tune_seconds)) return bad("tune_seconds", c.tune_seconds, "> 0");
+  if (c.tune && c.preset != Preset::kTrain && c.preset != Preset::kEval && c.preset != Preset::kTrivial) {
+    return absl::InvalidArgumentError(absl::StrCat("--tune runs the loader: use --preset train, eval or trivial, not ",
+                                                   PresetName(c.preset)));
+  }
   if (c.device != "cpu" && c.device != "simulated" && c.device != "cuda" && !absl::StartsWith(c.device, "cuda:")) {
     return bad("device", c.device, "cpu, cuda, cuda:N or simulated");
   }
@@ -510,6 +526,7 @@ struct Measurement {
   std::string device = "cpu";   // the loader's LoaderStats::device
   int64_t device_bytes = 0;     // copied to the device while measuring
   double device_copy_busy = 0;  // the copy stream's busy time as the stager observed it
+  int64_t idle_spells = 0;      // times the pipeline stood idle, ahead of the consumer (LoaderStats)
 };
 
 double Percentile(std::vector<double> v, double q) {
@@ -647,6 +664,7 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   m.device = after.device;
   m.device_bytes = after.device_bytes - before.device_bytes;
   m.device_copy_busy = after.device_copy_seconds - before.device_copy_seconds;
+  m.idle_spells = after.idle_spells - before.idle_spells;
   m.io_backend = after.io_backend;
   m.io_note = after.io_note;
   m.epochs_queued = after.epochs_queued;
@@ -1204,6 +1222,128 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// ---------------------------------------------------------------------------------------------
+// --tune: short trials around the auto choice.
+
+struct Trial {
+  int decode = 1, readers = 1, prefetch = 4;
+  Measurement m;
+  double rate() const { return m.seconds > 0 ? m.images / m.seconds : 0; }
+};
+
+std::string TrialStages(const Trial& t) {
+  const double w = std::max(1e-9, t.m.seconds);
+  return absl::StrFormat("read %3.0f%%  decode %3.0f%%  consumer wait %3.0f%%  pipeline idle %lld x",
+                         100 * t.m.read_busy / (w * t.readers), 100 * t.m.decode_busy / (w * t.decode),
+                         100 * t.m.consumer_wait / w, static_cast<long long>(t.m.idle_spells));
+}
+
+// Runs the trials and prints the table, the choice and the line to paste.
+int RunTune(const Dataset& ds, Config cfg) {
+  LoaderOptions probe;
+  probe.auto_threads = true;
+  probe.reader_threads = 0;
+  absl::StatusOr<AutoThreads> automatic = ChooseAutoThreads(probe);
+  if (!automatic.ok()) return Fail(automatic.status());
+  const int a = automatic->decode_threads;
+  const int most = std::max(automatic->usable_cpus, HardwareThreads());
+  std::printf("ringloader-bench --tune: %s on %s (%zu images), batch %d%s\n", PresetName(cfg.preset),
+              ds.root.c_str(), ds.samples.size(), cfg.batch_size,
+              cfg.consumer_ms > 0 ? absl::StrFormat(", step %.1f ms", cfg.consumer_ms).c_str() : "");
+  std::printf("  auto          %s\n", automatic->note.c_str());
+
+  // Decode threads around the auto choice, then one more reader, then prefetch depths: at most
+  // 9 trials sharing --tune_seconds.
+  std::vector<int> decodes = {std::max(1, a / 2), std::max(1, a - 1), a, std::min(most, a + 1), std::min(2 * most, 2 * a)};
+  std::sort(decodes.begin(), decodes.end());
+  decodes.erase(std::unique(decodes.begin(), decodes.end()), decodes.end());
+  const int planned = static_cast<int>(decodes.size()) + 1 + 3;
+  cfg.duration = std::max(0.5, cfg.tune_seconds / planned);
+  cfg.warmup = std::max(cfg.warmup, 2);
+  cfg.progress = false;
+  std::vector<Trial> trials;
+  auto run = [&](int decode, int readers, int prefetch) -> absl::Status {
+    for (const Trial& t : trials) {
+      if (t.decode == decode && t.readers == readers && t.prefetch == prefetch) return absl::OkStatus();
+    }
+    Config c = cfg;
+    c.decode_threads = decode;
+    c.reader_threads = readers;
+    c.queue_depth = prefetch;
+    absl::StatusOr<Measurement> m = RunLoader(ds, c);
+    if (!m.ok()) return m.status();
+    Trial t{decode, readers, prefetch, *std::move(m)};
+    std::printf("  trial %2zu      decode %2d  readers %d  prefetch %2d  %7.0f images/s  %s\n", trials.size() + 1,
+                decode, readers, prefetch, t.rate(), TrialStages(t).c_str());
+    std::fflush(stdout);
+    trials.push_back(std::move(t));
+    return absl::OkStatus();
+  };
+  // Fewer threads win unless more are clearly (over 5%) faster: every thread left idle is a CPU
+  // the training loop can use.
+  auto best = [&]() -> const Trial& {
+    const Trial* top = &trials.front();
+    for (const Trial& t : trials) {
+      if (t.rate() > top->rate()) top = &t;
+    }
+    const Trial* lean = top;
+    for (const Trial& t : trials) {
+      const int threads = t.decode + t.readers, lean_threads = lean->decode + lean->readers;
+      if (t.rate() >= 0.95 * top->rate() &&
+          (threads < lean_threads || (threads == lean_threads && t.prefetch < lean->prefetch))) {
+        lean = &t;
+      }
+    }
+    return *lean;
+  };
+  const int readers = automatic->reader_threads;
+  for (int d : decodes) {
+    if (absl::Status s = run(d, readers, cfg.queue_depth); !s.ok()) return Fail(s);
+  }
+  Trial chosen = best();
+  if (absl::Status s = run(chosen.decode, chosen.readers + 1, chosen.prefetch); !s.ok()) return Fail(s);
+  chosen = best();
+  for (int p : {2, 8, 16}) {
+    if (absl::Status s = run(chosen.decode, chosen.readers, p); !s.ok()) return Fail(s);
+  }
+  const Trial& pick = best();
+  const Trial* top = &trials.front();
+  for (const Trial& t : trials) {
+    if (t.rate() > top->rate()) top = &t;
+  }
+  const double w = std::max(1e-9, pick.m.seconds);
+  const double decode_busy = pick.m.decode_busy / (w * pick.decode);
+  const double wait = pick.m.consumer_wait / w;
+  std::string why = &pick == top
+                        ? "the fastest trial"
+                        : absl::StrFormat("within 5%% of the fastest (%.0f images/s with decode %d, readers %d, "
+                                          "prefetch %d) with fewer threads or a shallower queue",
+                                          top->rate(), top->decode, top->readers, top->prefetch);
+  if (wait < 0.1) {
+    absl::StrAppend(&why, "; the consumer waits ", absl::StrFormat("%.0f%%", 100 * wait),
+                    " of the time: the loader keeps up with this step");
+  } else if (decode_busy > 0.8) {
+    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy: decode-bound", 100 * decode_busy),
+                    ", more CPUs (or a cheaper transform) would help");
+  } else {
+    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy while the consumer waits %.0f%%: ",
+                                          100 * decode_busy, 100 * wait),
+                    "reads or the CPU budget limit it");
+  }
+  std::printf("  choice        decode %d, readers %d, prefetch %d: %.0f images/s; %s\n", pick.decode, pick.readers,
+              pick.prefetch, pick.rate(), why.c_str());
+  const int factor = std::max(1, (pick.prefetch + pick.decode - 1) / pick.decode);
+  const bool same_as_auto = pick.decode == a && pick.readers == automatic->reader_threads;
+  std::printf("  paste         ringloader.DataLoader(dataset, batch_size=%d, num_workers=%s, prefetch_factor=%d%s)\n",
+              cfg.batch_size, same_as_auto ? "\"auto\"" : absl::StrCat(pick.decode).c_str(), factor,
+              pick.readers != 1 ? absl::StrCat(", reader_threads=", pick.readers).c_str() : "");
+  if (same_as_auto) std::printf("                (num_workers=\"auto\" chooses decode %d, readers %d here)\n", a,
+                                automatic->reader_threads);
+  return 0;
+}
+
+
+
 int Main(int argc, char** argv) {
   absl::FlagsUsageConfig usage;
   // Only this program's flags in --help, not Abseil's own.
@@ -1238,6 +1378,7 @@ int Main(int argc, char** argv) {
   absl::StatusOr<Dataset> ds = ResolveDataset(*cfg);
   if (!ds.ok()) return Fail(ds.status());
   report.ds = *std::move(ds);
+  if (cfg->tune) return RunTune(report.ds, *cfg);
 
   absl::StatusOr<Measurement> m = (cfg->preset == Preset::kTrain || cfg->preset == Preset::kEval ||
                                     cfg->preset == Preset::kTrivial)

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
@@ -132,8 +133,10 @@ absl::Status ValidateOptions(const LoaderOptions& o, size_t dataset_size) {
     return absl::InvalidArgumentError(absl::StrCat(name, " must be ", rule, ", got ", value));
   };
   if (o.batch_size < 1) return bad("batch_size", o.batch_size, ">= 1");
-  if (o.num_workers < 1) return bad("num_workers", o.num_workers, ">= 1");
-  if (o.reader_threads < 1) return bad("reader_threads", o.reader_threads, ">= 1");
+  if (!o.auto_threads && o.num_workers < 1) return bad("num_workers", o.num_workers, ">= 1");
+  if (o.auto_threads ? o.reader_threads < 0 : o.reader_threads < 1) {
+    return bad("reader_threads", o.reader_threads, o.auto_threads ? ">= 0 (0: chosen)" : ">= 1");
+  }
   if (o.io_depth < 1 || o.io_depth > 4096) return bad("io_depth", o.io_depth, "in 1..4096");
   if (o.prefetch_batches < 1) return bad("prefetch_batches", o.prefetch_batches, ">= 1");
   if (o.max_slots < 0) return bad("max_slots", o.max_slots, ">= 0");
@@ -162,6 +165,9 @@ struct Loader::Counters {
   std::atomic<int64_t> read_ns{0}, decode_ns{0}, wait_ns{0};
   std::atomic<int64_t> epochs_queued{0}, epochs_adopted{0};
   std::atomic<int> threads_pinned{0};
+  std::atomic<int> prefetch_grown{0};
+  std::atomic<int64_t> idle_spells{0};
+  std::atomic<int64_t> batches_completed{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
   std::vector<int> thread_cpus ABSL_GUARDED_BY(mu);  // union of what pinned threads read back
@@ -318,7 +324,19 @@ struct Loader::Epoch {
   void MarkReady(BatchTask& task) {
     std::lock_guard<std::mutex> lock(ready_mu);
     task.ready = true;
+    ++ready_count;
+    loader->counters_->batches_completed.fetch_add(1, std::memory_order_relaxed);
+    if (!idle_seen && PipelineIdle()) {
+      idle_seen = true;
+      loader->counters_->idle_spells.fetch_add(1, std::memory_order_relaxed);
+    }
     ready_cv.notify_all();
+  }
+
+  // auto_prefetch: every batch the pipeline started is complete and it has no slot to start
+  // another (the producer is ahead and stands still). Caller holds ready_mu.
+  bool PipelineIdle() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(ready_mu) {
+    return in_flight > 0 && ready_count == in_flight && in_flight >= loader->pool_->base_slots();
   }
 
   void Fail(absl::Status status) {
@@ -360,6 +378,9 @@ struct Loader::Epoch {
         ready_cv.wait_for(lock, std::chrono::milliseconds(20));
       }
       task.ready = false;
+      --ready_count;
+      --in_flight;
+      idle_seen = false;  // a slot is about to free up: a new idle spell starts from here
     }
     taken = b + 1;
     Taken out;
@@ -401,6 +422,7 @@ struct Loader::Epoch {
     while (true) {  // loops only past batches whose every sample was skipped
       const int64_t b = next_batch;
       if (b >= num_batches) return absl::OutOfRangeError("end of epoch");
+      if (loader->options_.auto_prefetch) AdaptPrefetch(b);
       RL_ASSIGN_OR_RETURN(Taken t, Take(b, start, timeout_seconds, /*consumer=*/true));
       next_batch = b + 1;
       if (!t.error.ok()) return t.error;
@@ -413,6 +435,24 @@ struct Loader::Epoch {
       batch.indices_ = layout.indices(base);
       batch.pinned_ = loader->pool_->pinned();
       return batch;
+    }
+  }
+
+  // auto_prefetch, before the consumer waits for batch `b`: tells the governor whether `b` is
+  // complete and whether the pipeline stands idle (every started batch complete, no slot to
+  // start another), and deepens the pipeline by one slot when it says so.
+  void AdaptPrefetch(int64_t b) {
+    bool ready = false, idle = false;
+    {
+      std::lock_guard<std::mutex> lock(ready_mu);
+      BatchTask& task = Task(b);
+      ready = task.ready && task.number == b;
+      // Idle now, or at any moment since the last call (recorded as batches completed).
+      idle = idle_seen || PipelineIdle();
+      idle_seen = false;
+    }
+    if (governor.OnNext(ready, idle) && loader->pool_->GrowBase(loader->prefetch_cap_)) {
+      loader->counters_->prefetch_grown.fetch_add(1, std::memory_order_relaxed);
     }
   }
 
@@ -540,6 +580,7 @@ struct Loader::Epoch {
         task.number = b;
         task.ready = false;
         dispatched = b + 1;
+        ++in_flight;
       }
       if (size == 0) MarkReady(task);
       for (int r = 0; r < size; ++r) {
@@ -780,6 +821,7 @@ struct Loader::Epoch {
   int64_t taken;       // first batch not yet taken out of the window (by its one taker: the
                        // consumer, or the stage thread on the device path)
   std::vector<BatchTask> window;
+  PrefetchGovernor governor;  // auto_prefetch (consumer thread only)
   std::atomic<bool> cancel{false};
   std::atomic<int> readers_left{0};
   BoundedQueue<ReadRequest> requests;
@@ -788,6 +830,9 @@ struct Loader::Epoch {
   std::mutex ready_mu;
   std::condition_variable ready_cv;
   int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
+  int64_t in_flight ABSL_GUARDED_BY(ready_mu) = 0;    // dispatched, not yet taken
+  int64_t ready_count ABSL_GUARDED_BY(ready_mu) = 0;  // ... of which complete
+  bool idle_seen ABSL_GUARDED_BY(ready_mu) = false;   // PipelineIdle() since the consumer last looked
   absl::Status fatal ABSL_GUARDED_BY(ready_mu);
   std::mutex staged_mu;
   std::condition_variable staged_cv;
@@ -800,6 +845,43 @@ struct Loader::Epoch {
   std::vector<std::thread> workers;
   std::thread stage_thread;
 };
+
+namespace {
+
+// The CPU budget of a loader placed by `placement` (common/cpu_budget.h), and its threads.
+absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const NumaPlacement& placement) {
+  CpuBudget budget;
+  budget.affinity_cpus = static_cast<int>(AllowedCpus().size());
+  if (!placement.cpus.empty()) {
+    budget.numa_node = placement.node;
+    budget.node_cpus = static_cast<int>(placement.cpus.size());
+  }
+  RL_ASSIGN_OR_RETURN(budget.quota, ReadCpuQuota(options.cgroup_root, options.proc_self_cgroup));
+  TrainingThreads training{options.training_threads, options.training_threads_source};
+  if (training.count < 1) training = TrainingThreadsFromEnvironment();
+  const ThreadPlan plan = PlanThreads(budget, training, std::max(0, options.reader_threads));
+  AutoThreads out;
+  out.decode_threads = plan.decode;
+  out.reader_threads = plan.readers;
+  out.usable_cpus = plan.usable;
+  out.reserved_cpus = plan.reserved;
+  out.note = plan.Describe();
+  return out;
+}
+
+absl::StatusOr<NumaPlacement> PlaceThreads(const LoaderOptions& options, int ordinal) {
+  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(options.numa.sysfs_root));
+  return ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
+                             ordinal >= 0 && !options.device_runtime ? CudaPciBusId(ordinal) : std::string());
+}
+
+}  // namespace
+
+absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
+  RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal));
+  return PlanAutoThreads(options, placement);
+}
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
@@ -820,13 +902,33 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     // The ring bounds device memory: prefetch_batches staged ahead plus the consumer's batch.
     RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(std::move(runtime), slot_bytes, options.prefetch_batches + 1));
   }
-  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(options.numa.sysfs_root));
-  RL_ASSIGN_OR_RETURN(NumaPlacement placement,
-                      ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
-                                          ordinal >= 0 && !options.device_runtime ? CudaPciBusId(ordinal)
-                                                                                  : std::string()));
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal));
+  // Threads: chosen from the CPU budget (auto_threads), after placement, whose CPUs bound it.
+  std::string threads_note;
+  if (options.auto_threads) {
+    RL_ASSIGN_OR_RETURN(const AutoThreads plan, PlanAutoThreads(options, placement));
+    options.num_workers = plan.decode_threads;
+    options.reader_threads = plan.reader_threads;
+    threads_note = plan.note;
+  } else {
+    threads_note = absl::StrCat("decode ", options.num_workers, ", readers ", options.reader_threads,
+                                ": set explicitly");
+  }
+  // Slot memory: max_memory bounds slots x slot bytes.
+  const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+  if (options.max_memory > 0) {
+    const size_t fits = options.max_memory / std::max<size_t>(slot_bytes, 1);
+    const size_t needed = options.auto_prefetch ? 2 : static_cast<size_t>(options.prefetch_batches) + 1;
+    if (fits < needed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_memory=", options.max_memory, " bytes holds ", fits, " batch slot(s) of ", slot_bytes,
+          " bytes; at least ", needed, options.auto_prefetch ? "" : " (prefetch_batches + 1)",
+          " are needed: raise max_memory or lower batch_size / the output size"));
+    }
+  }
   std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline),
                                             std::move(placement), std::move(stager)));
+  loader->threads_note_ = std::move(threads_note);
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
   std::string note;
   RL_ASSIGN_OR_RETURN(std::unique_ptr<Reader> probe,
@@ -853,13 +955,32 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
   const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
-  // Default bound on slots (pipeline + batches the consumer keeps): what fits in 2 GiB, at least
-  // 2 * prefetch + 2 and at most 1024, so `list(loader)` works on small data while big batches
-  // stay bounded.
-  const int by_memory = static_cast<int>(std::min<size_t>(1024, (size_t{2} << 30) / std::max<size_t>(slot_bytes, 1)));
-  const int max_slots = options_.max_slots > 0 ? options_.max_slots
-                                               : std::max(2 * options_.prefetch_batches + 2, by_memory);
-  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, options_.prefetch_batches, max_slots);
+  // Bound on slots (pipeline + batches the consumer keeps): what fits in the memory budget, at
+  // most 1024, so `list(loader)` works on small data while big batches stay bounded. The default
+  // budget (a quarter of the available memory, at most 2 GiB) never goes below 2 * prefetch + 2
+  // slots; a max_memory the user set is a hard bound (Create checked it holds enough).
+  if (options_.max_memory > 0) {
+    memory_budget_ = options_.max_memory;
+    memory_budget_note_ = "set (max_memory)";
+  } else {
+    memory_budget_ = DefaultMemoryBudget(
+        ReadAvailableMemory(options_.meminfo_path, options_.cgroup_root, options_.proc_self_cgroup),
+        &memory_budget_note_);
+  }
+  const size_t budget = static_cast<size_t>(memory_budget_);
+  const int by_memory = static_cast<int>(std::min<size_t>(1024, budget / std::max<size_t>(slot_bytes, 1)));
+  int max_slots = options_.max_slots > 0 ? options_.max_slots
+                                         : std::max(2 * options_.prefetch_batches + 2, by_memory);
+  if (options_.max_memory > 0) max_slots = std::max(2, std::min(max_slots, by_memory));
+  int depth = options_.prefetch_batches;
+  prefetch_cap_ = depth;
+  if (options_.auto_prefetch) {
+    // Half the slots for the pipeline, half for batches the consumer keeps; at most 64 deep.
+    prefetch_cap_ = std::max(1, std::min(64, max_slots / 2));
+    depth = std::min(depth, prefetch_cap_);
+    prefetch_cap_ = std::max(prefetch_cap_, depth);
+  }
+  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, depth, max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
                                              2 * options_.num_workers + 2 * options_.num_workers);
   buffers_[0].resize(buffers);
@@ -1130,6 +1251,19 @@ LoaderStats Loader::Stats() const {
   s.numa_cpus = FormatCpuList(placement_->cpus);
   s.numa_note = placement_->note;
   s.threads_pinned = counters_->threads_pinned.load(std::memory_order_relaxed);
+  s.decode_threads = options_.num_workers;
+  s.reader_threads = options_.reader_threads;
+  s.threads_note = threads_note_;
+  s.prefetch_batches = pool_->base_slots();
+  s.prefetch_max = prefetch_cap_;
+  s.prefetch_grown = counters_->prefetch_grown.load(std::memory_order_relaxed);
+  s.max_slots = pool_->max_slots();
+  s.max_memory = static_cast<int64_t>(memory_budget_);
+  s.memory_budget_note = memory_budget_note_;
+  s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
+  s.producer_waits = pool_->producer_waits();
+  s.idle_spells = counters_->idle_spells.load(std::memory_order_relaxed);
+  s.batches_completed = counters_->batches_completed.load(std::memory_order_relaxed);
   s.device = stager_ ? stager_->name() : "cpu";
   if (stager_) {
     s.device_buffers = stager_->buffers_allocated();

@@ -10,9 +10,9 @@ SlotPool::SlotPool(std::shared_ptr<SlotAllocator> allocator, size_t slot_bytes, 
                    int max_slots)
     : allocator_(std::move(allocator)),
       slot_bytes_(slot_bytes),
-      base_slots_(base_slots),
       max_slots_(std::max(base_slots, max_slots)),
-      slots_(static_cast<size_t>(std::max(base_slots, max_slots)), nullptr) {}
+      slots_(static_cast<size_t>(std::max(base_slots, max_slots)), nullptr),
+      base_slots_(base_slots) {}
 
 SlotPool::~SlotPool() {
   for (uint8_t* slot : slots_) {
@@ -22,6 +22,7 @@ SlotPool::~SlotPool() {
 
 absl::StatusOr<int> SlotPool::Acquire(const std::atomic<bool>& cancel) {
   std::unique_lock<std::mutex> lock(mu_);
+  bool counted = false;
   while (true) {
     if (cancel.load(std::memory_order_acquire)) return absl::CancelledError("loader stopped");
     if (!free_.empty()) {
@@ -42,8 +43,35 @@ absl::StatusOr<int> SlotPool::Acquire(const std::atomic<bool>& cancel) {
       slots_[slot] = static_cast<uint8_t*>(memory);
       return slot;
     }
+    if (!counted) ++waits_;  // the pipeline is full: counted once per Acquire
+    counted = true;
     freed_.wait(lock);
   }
+}
+
+bool SlotPool::GrowBase(int cap) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (base_slots_ >= std::min(cap, max_slots_)) return false;
+  ++base_slots_;
+  freed_.notify_all();
+  return true;
+}
+
+int SlotPool::base_slots() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return base_slots_;
+}
+
+int64_t SlotPool::TakeProducerWaits() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const int64_t fresh = waits_ - waits_taken_;
+  waits_taken_ = waits_;
+  return fresh;
+}
+
+int64_t SlotPool::producer_waits() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return waits_;
 }
 
 void SlotPool::Wake() {

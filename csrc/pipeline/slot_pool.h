@@ -10,6 +10,10 @@
 /// When every slot is held by the consumer, `Exhausted()` says so, so the consumer gets a clear
 /// error instead of waiting forever.
 ///
+/// The pipeline's share (`base_slots`) may grow while the pool lives (adaptive prefetch:
+/// GrowBase), never past `max_slots`; `TakeProducerWaits` tells the loader whether the
+/// dispatcher had to wait for a slot, i.e. the pipeline was full.
+///
 /// Acquire/Release happen once per batch, so a mutex and condition variable guard the lists.
 /// All methods are thread-safe; leases may be released from any thread, also after the Loader
 /// is gone (the pool is shared with the leases).
@@ -68,6 +72,15 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
   /// True when all max_slots slots exist and the consumer holds every one of them.
   bool Exhausted() const;
 
+  /// Raises the pipeline's share by one slot when it is below `cap` (and max_slots); true when
+  /// it grew. Wakes a dispatcher waiting for a slot.
+  bool GrowBase(int cap);
+  /// Pipeline's share of slots now.
+  int base_slots() const;
+  /// Times Acquire had to wait for a slot since the last call (then resets), and in all.
+  int64_t TakeProducerWaits();
+  int64_t producer_waits() const;
+
   uint8_t* data(int slot) const { return slots_[slot]; }
   size_t slot_bytes() const { return slot_bytes_; }
   int max_slots() const { return max_slots_; }
@@ -82,7 +95,6 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
 
   std::shared_ptr<SlotAllocator> allocator_;
   const size_t slot_bytes_;
-  const int base_slots_;
   const int max_slots_;
   std::vector<uint8_t*> slots_;  // sized max_slots_ up front; entries set once, under mu_
 
@@ -91,6 +103,34 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
   std::vector<int> free_ ABSL_GUARDED_BY(mu_);
   int allocated_ ABSL_GUARDED_BY(mu_) = 0;
   int held_ ABSL_GUARDED_BY(mu_) = 0;
+  int base_slots_ ABSL_GUARDED_BY(mu_);
+  int64_t waits_ ABSL_GUARDED_BY(mu_) = 0;         // Acquire calls that had to wait
+  int64_t waits_taken_ ABSL_GUARDED_BY(mu_) = 0;   // ... as of the last TakeProducerWaits
+};
+
+/// Adaptive prefetch's decision (LoaderOptions::auto_prefetch), apart from threads and clocks so
+/// it can be tested step by step. At each Next() the loader reports whether the batch asked for
+/// was already complete, and whether the pipeline stood idle: every batch it had started was
+/// complete and it had no slot to start another (the producer was ahead and stopped). When the
+/// pipeline stood idle and later the consumer has to wait, the batches the producer could have
+/// made while it stood are the ones now missing: the depth grows by one. A producer that is
+/// simply slower than the consumer never stands idle, so it never makes the queue deeper, and
+/// a consumer that never waits never does either.
+class PrefetchGovernor {
+ public:
+  /// Call once per Next(), before it waits. True: grow the depth by one.
+  bool OnNext(bool batch_ready, bool pipeline_idle) {
+    if (pipeline_idle) idle_seen_ = true;
+    if (batch_ready) return false;
+    const bool grow = idle_seen_;
+    idle_seen_ = false;
+    return grow;
+  }
+  /// A new epoch starts empty: nothing seen yet.
+  void Reset() { idle_seen_ = false; }
+
+ private:
+  bool idle_seen_ = false;
 };
 
 }  // namespace ringloader

@@ -70,5 +70,44 @@ TEST(SlotPoolTest, LeaseOutlivesOwnerReference) {
   lease.reset();
 }
 
+TEST(SlotPoolTest, GrowBaseWakesTheWaitingDispatcherAndStopsAtTheCap) {
+  auto pool = std::make_shared<SlotPool>(MakeHostAllocator(), 64, 1, 3);
+  std::atomic<bool> cancel{false};
+  ASSERT_TRUE(pool->Acquire(cancel).ok());
+  EXPECT_EQ(pool->TakeProducerWaits(), 0);
+  std::atomic<int> second{-1};
+  std::thread waiter([&] { second = *pool->Acquire(cancel); });
+  // The waiter counts its wait before it sleeps; wait for that state, not for a clock.
+  while (pool->producer_waits() == 0) std::this_thread::yield();
+  EXPECT_TRUE(pool->GrowBase(2));
+  waiter.join();
+  EXPECT_EQ(second.load(), 1);
+  EXPECT_EQ(pool->allocated(), 2);
+  EXPECT_EQ(pool->TakeProducerWaits(), 1);
+  EXPECT_EQ(pool->TakeProducerWaits(), 0) << "taken: reset";
+  EXPECT_FALSE(pool->GrowBase(2)) << "at the cap";
+  EXPECT_TRUE(pool->GrowBase(10));
+  EXPECT_FALSE(pool->GrowBase(10)) << "never past max_slots";
+  EXPECT_EQ(pool->base_slots(), 3);
+}
+
+TEST(PrefetchGovernorTest, GrowsOnlyWhenTheConsumerWaitsAfterThePipelineStoodIdle) {
+  PrefetchGovernor g;
+  // A loader slower than the consumer: batches are never ready ahead, the pipeline never idles.
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(g.OnNext(/*batch_ready=*/false, /*pipeline_idle=*/false));
+  // A consumer slower than the loader: batches are always ready; idle, but no one waits.
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(g.OnNext(true, true));
+  // ... then momentarily faster: it drains what was banked and has to wait: grow once.
+  EXPECT_FALSE(g.OnNext(true, false));
+  EXPECT_TRUE(g.OnNext(false, false));
+  EXPECT_FALSE(g.OnNext(false, false)) << "one step per idle spell";
+  // Idle seen at the very call that waits (every started batch complete, no slot: the batch
+  // asked for is not started yet).
+  EXPECT_TRUE(g.OnNext(false, true));
+  g.OnNext(true, true);
+  g.Reset();  // a new epoch forgets the last one's idle spell
+  EXPECT_FALSE(g.OnNext(false, false));
+}
+
 }  // namespace
 }  // namespace ringloader

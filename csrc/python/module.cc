@@ -354,6 +354,14 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "io_depth", &o.io_depth);
   Take(d, "prefetch_batches", &o.prefetch_batches);
   Take(d, "max_slots", &o.max_slots);
+  Take(d, "auto_threads", &o.auto_threads);
+  Take(d, "training_threads", &o.training_threads);
+  Take(d, "training_threads_source", &o.training_threads_source);
+  Take(d, "cgroup_root", &o.cgroup_root);            // tests fake the cgroup tree
+  Take(d, "proc_self_cgroup", &o.proc_self_cgroup);  // ... and /proc/self/cgroup
+  Take(d, "auto_prefetch", &o.auto_prefetch);
+  Take(d, "max_memory", &o.max_memory);
+  Take(d, "meminfo_path", &o.meminfo_path);  // tests fake /proc/meminfo
   Take(d, "drop_last", &o.drop_last);
   Take(d, "shuffle", &o.shuffle);
   Take(d, "seed", &o.seed);
@@ -612,6 +620,19 @@ class PyLoader {
     d["numa_note"] = s.numa_note;
     d["threads_pinned"] = s.threads_pinned;
     d["thread_cpus"] = s.thread_cpus;
+    d["decode_threads"] = s.decode_threads;
+    d["reader_threads"] = s.reader_threads;
+    d["threads_note"] = s.threads_note;
+    d["prefetch_batches"] = s.prefetch_batches;
+    d["prefetch_max"] = s.prefetch_max;
+    d["prefetch_grown"] = s.prefetch_grown;
+    d["max_slots"] = s.max_slots;
+    d["slot_bytes"] = s.slot_bytes;
+    d["max_memory"] = s.max_memory;
+    d["memory_budget_note"] = s.memory_budget_note;
+    d["producer_waits"] = s.producer_waits;
+    d["idle_spells"] = s.idle_spells;
+    d["batches_completed"] = s.batches_completed;
     d["device"] = s.device;
     d["device_buffers"] = s.device_buffers;
     d["device_buffers_held"] = s.device_buffers_held;
@@ -808,6 +829,26 @@ PYBIND11_MODULE(_C, m) {
       py::arg("name"), py::arg("image"), py::arg("args"),
       "Test hook: one native image operation on an HxWx3 uint8 array (parity tests).");
 
+  m.def(
+      "choose_auto_threads",
+      [](py::dict options) {
+        LoaderOptions o = ParseOptions(options);
+        absl::StatusOr<AutoThreads> plan;
+        {
+          py::gil_scoped_release release;
+          plan = ChooseAutoThreads(o);
+        }
+        ThrowIfError(plan.status());
+        py::dict d;
+        d["decode_threads"] = plan->decode_threads;
+        d["reader_threads"] = plan->reader_threads;
+        d["usable_cpus"] = plan->usable_cpus;
+        d["reserved_cpus"] = plan->reserved_cpus;
+        d["note"] = plan->note;
+        return d;
+      },
+      py::arg("options"),
+      "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
         "(classes, paths, labels) of an image folder in torchvision's order.");
   m.def("read_file_list", &FileList, py::arg("list_path"),

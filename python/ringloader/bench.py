@@ -6,6 +6,7 @@ Run as::
     python -m ringloader.bench --root /data/imagenet/train --max-images 4096
     python -m ringloader.bench --transform train --json out.json --png out.png
     python -m ringloader.bench --dataset shards     # ImageFolder vs WebDataset shards, pipe:
+    python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
 RandomHorizontalFlip + ToTensor + Normalize; ``eval``: Resize(256) +
@@ -674,7 +675,27 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="--dataset shards: MB/s limit of each pipe: stream (default 50; 0 skips)")
     p.add_argument("--ratecat", type=Path, default=Path("bench") / "ratelimit_cat.py",
                    help="the rate-limited copy script (default bench/ratelimit_cat.py)")
+    p.add_argument("--tune", action="store_true",
+                   help="instead of the comparison: short trials of ringloader alone over threads, readers "
+                        "and prefetch around num_workers='auto' on --root, then the settings it would "
+                        "choose and the DataLoader(...) line to paste (runs ringloader-bench --tune)")
+    p.add_argument("--tune-seconds", type=float, default=24.0, help="--tune: total measuring time (default 24)")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="--tune: simulated training step per batch in ms (default 0: none)")
     return p.parse_args(argv)
+
+
+def tune_command(args: argparse.Namespace) -> list[str]:
+    """The native CLI's --tune command line for these arguments."""
+    exe = Path(__file__).resolve().parent / "bin" / "ringloader-bench"
+    if not os.access(exe, os.X_OK):
+        raise BenchError(f"--tune needs the native CLI, and {exe} is missing: this ringloader was built "
+                         "without it (RINGLOADER_BUILD_BENCH=OFF)")
+    if args.transform not in ("train", "eval"):
+        raise BenchError("--tune measures the train or eval transform: pass --transform train or eval")
+    return [str(exe), "--tune", f"--data={args.root}", f"--batch_size={args.batch_size}",
+            f"--preset={args.transform}", f"--tune_seconds={args.tune_seconds}",
+            f"--consumer_ms={args.step_ms}", f"--seed={args.seed}", "--progress=false"]
 
 
 def _config(args: argparse.Namespace, num_images: int) -> Config:
@@ -724,6 +745,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         args.root = Path(args.root).expanduser()
         if not args.root.is_dir():
             raise BenchError(f"--root {args.root} is not a directory")
+        if args.tune:
+            if args.transform == "both":
+                args.transform = "train"
+            command = tune_command(args)
+            sys.stdout.flush()
+            os.execv(command[0], command)
         data = dataset_info(args.root)
         cfg = _config(args, data["images"])
     except BenchError as e:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -52,14 +52,131 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return int(value)
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+               "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
+
+
+def _check_workers(num_workers: Any) -> Any:
+    """``num_workers``: an int >= 0 (torch's meaning) or ``"auto"``."""
+    if isinstance(num_workers, str):
+        if num_workers != "auto":
+            raise ValueError(f"num_workers should be an int >= 0 or 'auto', got {num_workers!r}")
+        return "auto"
+    return _check_int("num_workers", num_workers, 0)
+
+
+def _check_prefetch(prefetch_factor: Any) -> Any:
+    """``prefetch_factor``: None (2), an int >= 1 or ``"auto"``."""
+    if isinstance(prefetch_factor, str):
+        if prefetch_factor != "auto":
+            raise ValueError(f"prefetch_factor should be an int >= 1, None or 'auto', got {prefetch_factor!r}")
+        return "auto"
+    if prefetch_factor is not None:
+        _check_int("prefetch_factor", prefetch_factor, 1)
+    return prefetch_factor
+
+
+def _parse_memory(max_memory: Any) -> Optional[int]:
+    """``max_memory``: None, a number of bytes > 0, or a size string: "2GB" (10**9), "2GiB" or
+    "2G" (2**30), "512MB", "1.5GiB"..."""
+    if max_memory is None:
+        return None
+    if isinstance(max_memory, bool):
+        raise TypeError(f"max_memory should be bytes (an int) or a size like '2GB', got {max_memory!r}")
+    if isinstance(max_memory, (int, np.integer)):
+        if max_memory <= 0:
+            raise ValueError(f"max_memory should be > 0 bytes, got {max_memory}")
+        return int(max_memory)
+    if isinstance(max_memory, str):
+        import re
+
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", max_memory)
+        unit = match.group(2).lower() if match else None
+        if match is None or unit not in _SIZE_UNITS:
+            raise ValueError(f"max_memory should be bytes or a size like '2GB', '512MiB' or '4G', "
+                             f"got {max_memory!r}")
+        value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+        if value <= 0:
+            raise ValueError(f"max_memory should be > 0 bytes, got {max_memory!r}")
+        return value
+    raise TypeError(f"max_memory should be bytes (an int) or a size like '2GB', got "
+                    f"{type(max_memory).__name__} {max_memory!r}")
+
+
+def _torch_default_threads() -> set:
+    """The intra-op thread counts torch may pick by itself: the physical cores (distinct
+    (package, core) pairs in sysfs) of the machine or of the affinity mask, or the CPUs of the
+    mask (OpenMP's default under `taskset`)."""
+    mask = os.sched_getaffinity(0)
+    cores, cores_in_mask = set(), set()
+    base = "/sys/devices/system/cpu"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        names = []
+    for name in names:
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        try:
+            with open(f"{base}/{name}/topology/physical_package_id") as f:
+                package = f.read().strip()
+            with open(f"{base}/{name}/topology/core_id") as f:
+                core = f.read().strip()
+        except OSError:
+            continue
+        cores.add((package, core))
+        if int(name[3:]) in mask:
+            cores_in_mask.add((package, core))
+    return {n for n in (len(cores), len(cores_in_mask), len(mask), os.cpu_count()) if n}
+
+
+def _training_threads() -> Tuple[int, str]:
+    """The training loop's compute threads when they were set explicitly, else (-1, "").
+
+    ``OMP_NUM_THREADS`` in the environment (its first value), or ``torch.get_num_threads()`` when
+    it differs from every count torch picks by itself (see ``_torch_default_threads``): that is,
+    after ``torch.set_num_threads(n)``. (Setting it to a default count is indistinguishable from
+    not setting it; then 1 CPU is reserved from 4 usable ones, as when unset.)"""
+    env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    if env.isdigit() and int(env) > 0:
+        return int(env), "OMP_NUM_THREADS"
+    import torch
+
+    n = torch.get_num_threads()
+    if n not in _torch_default_threads():
+        return n, "torch.get_num_threads()"
+    return -1, ""
+
+
+def _format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
 class DataLoader:
     """Drop-in for ``torch.utils.data.DataLoader`` (see the module docstring for the two paths).
 
     torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
     (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
-    ``pin_memory`` asks for page-locked slots when a GPU is visible. On the native path the
-    pipeline does not drain between epochs (as with ``persistent_workers=True``, the default
-    here): while the last batches of an epoch are delivered, the next epoch's batches are read
+    ``pin_memory`` asks for page-locked slots when a GPU is visible.
+
+    ``num_workers="auto"`` sizes decode and reader threads from the CPUs this process may use
+    (affinity mask, the NUMA node's CPUs with ``numa``, the cgroup CPU quota rounded to the
+    nearest CPU), leaving the training loop ``min(T, usable - 1)`` CPUs when its thread count T
+    was set explicitly (``OMP_NUM_THREADS``, or ``torch.set_num_threads`` to other than torch's
+    default), else 1 CPU from 4 usable ones; readers: one per 8 decode threads. On the generic
+    path it sets torch's worker processes to the same count. ``prefetch_factor="auto"`` starts 2
+    batches deep and deepens by one batch whenever the loop had to wait after the pipeline stood
+    full and idle, up to half the slots ``max_memory`` allows (at most 64). ``max_memory``
+    (bytes, or ``"2GB"`` = 2*10**9, ``"2GiB"``/``"2G"`` = 2*2**30; default: a quarter of the
+    available memory, cgroup limit included, at most 2 GiB) bounds slot memory, batches you keep
+    included. ``describe()`` says what was chosen and why.
+
+    On the native path the pipeline does not drain between epochs (as with
+    ``persistent_workers=True``, the default here): while the last batches of an epoch are delivered, the next epoch's batches are read
     and decoded, within the same slot bound, wherever its order and augmentation seed can be
     computed ahead without drawing from any RNG; the next ``iter()`` keeps that work only if
     its order and seed are exactly the predicted ones (``set_epoch`` to another epoch,
@@ -144,7 +261,7 @@ class DataLoader:
         shuffle: Optional[bool] = None,
         sampler: Any = None,
         batch_sampler: Any = None,
-        num_workers: int = 0,
+        num_workers: Union[int, str] = 0,
         collate_fn: Optional[Callable] = None,
         pin_memory: bool = False,
         drop_last: bool = False,
@@ -153,7 +270,7 @@ class DataLoader:
         multiprocessing_context: Any = None,
         generator: Any = None,
         *,
-        prefetch_factor: Optional[int] = None,
+        prefetch_factor: Union[int, str, None] = None,
         persistent_workers: Optional[bool] = None,
         pin_memory_device: str = "",
         in_order: bool = True,
@@ -161,7 +278,7 @@ class DataLoader:
         layout: Any = "NCHW",
         memory_format: Any = None,
         io: str = "auto",
-        reader_threads: int = 1,
+        reader_threads: Optional[int] = None,
         io_depth: int = 32,
         max_slots: int = 0,
         fast_decode: bool = False,
@@ -173,15 +290,19 @@ class DataLoader:
         seed: int = 0,
         device: Any = None,
         numa: Any = None,
+        max_memory: Union[int, str, None] = None,
     ):
         import torch.utils.data as tud
 
         self.dataset = dataset
-        self.num_workers = _check_int("num_workers", num_workers, 0)
+        num_workers = _check_workers(num_workers)
+        self.num_workers = num_workers
         if timeout < 0:
             raise ValueError(f"timeout option should be non-negative, got {timeout}")
-        if prefetch_factor is not None:
-            _check_int("prefetch_factor", prefetch_factor, 1)
+        prefetch_factor = _check_prefetch(prefetch_factor)
+        max_memory = _parse_memory(max_memory)
+        if reader_threads is not None:
+            _check_int("reader_threads", reader_threads, 1)
         self.timeout = float(timeout)
         self.pin_memory = bool(pin_memory)
         self.generator = generator
@@ -202,7 +323,8 @@ class DataLoader:
             native_only = [name for name, given in (
                 ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
                 ("memory_format", self._channels_last), ("io", io != "auto"),
-                ("reader_threads", reader_threads != 1), ("io_depth", io_depth != 32),
+                ("reader_threads", reader_threads not in (None, 1)), ("io_depth", io_depth != 32),
+                ("max_memory", max_memory is not None),
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
                 ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
@@ -222,6 +344,12 @@ class DataLoader:
             if shard is not None:
                 sampler, shuffle = shard, None
             self._device = _generic_device(_check_device(device))
+            if num_workers == "auto":
+                # torch's worker processes, as many as the native path would run decode threads.
+                num_workers = _auto_threads({"numa": None})["decode_threads"]
+                self.num_workers = num_workers
+            if prefetch_factor == "auto":
+                prefetch_factor = None  # torch's default (2 per worker); no adaptive depth here
             kwargs = dict(
                 batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                 batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
@@ -294,16 +422,27 @@ class DataLoader:
         self._dtype = dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
-        workers = max(1, self.num_workers)
-        prefetch = prefetch_factor if prefetch_factor is not None else 2
+        auto = num_workers == "auto"
+        self._auto_threads = None
+        if auto:
+            # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers.
+            self._auto_threads = _auto_threads({"numa": _check_numa(numa), "device": _check_device(device),
+                                                "reader_threads": reader_threads or 0})
+            workers = self._auto_threads["decode_threads"]
+        else:
+            workers = max(1, num_workers)
+        self._auto_prefetch = prefetch_factor == "auto"
+        prefetch = 2 if prefetch_factor in (None, "auto") else prefetch_factor
         max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
             max(1, max((len(b) for b in batch_sampler), default=1))
         options = dict(
             batch_size=int(max_batch),
             num_workers=workers,
-            reader_threads=_check_int("reader_threads", reader_threads, 1),
+            reader_threads=reader_threads if reader_threads is not None else (0 if auto else 1),
             io_depth=_check_int("io_depth", io_depth, 1),
-            prefetch_batches=max(2, prefetch * workers),
+            # auto: start at 2 batches; the pipeline deepens while the training loop waits.
+            prefetch_batches=2 if self._auto_prefetch else max(2, prefetch * workers),
+            auto_prefetch=self._auto_prefetch,
             max_slots=_check_int("max_slots", max_slots, 0),
             io=io,
             layout=native_layout,
@@ -317,6 +456,11 @@ class DataLoader:
         )
         if max_image_pixels is not None:
             options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
+        if max_memory is not None:
+            options["max_memory"] = max_memory
+        if auto:
+            options.update(_training_options())
+            options["auto_threads"] = True
         self._options = options
         # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
         self._overlap_off: Optional[str] = (
@@ -326,6 +470,8 @@ class DataLoader:
         self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
         self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
+        if auto:
+            self.num_workers = self._native.stats()["decode_threads"]
         self._epoch = 0
         self._generation = 0
         self._resume: Optional[dict] = None
@@ -473,7 +619,7 @@ class DataLoader:
         node = s["numa_node"]
         lines = [
             "ringloader.DataLoader (native)",
-            f"  threads: {self._options['num_workers']} decode, {self._options['reader_threads']} reader, "
+            f"  threads: {s['decode_threads']} decode, {s['reader_threads']} reader, "
             f"1 dispatcher" + (", 1 device stage thread" if s["device"] != "cpu" else ""),
             f"  numa:    {'node ' + str(node) if node >= 0 else 'not placed'} ({s['numa_note']})",
             f"  cpus:    {s['numa_cpus'] or 'not pinned'}"
@@ -485,6 +631,15 @@ class DataLoader:
                                             f"{s['device_buffers_held']} held"
                                             if s["device"] != "cpu" else ""),
             f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
+            f"  chosen:  {s['threads_note']}" if self._options.get("auto_threads")
+            else f"  chosen:  {s['threads_note']} (num_workers='auto' sizes them from the usable CPUs)",
+            "  prefetch: " + (
+                f"auto, {s['prefetch_batches']} batches deep now (starts at 2, grew {s['prefetch_grown']} "
+                f"times, at most {s['prefetch_max']}: half the slots max_memory allows)"
+                if self._auto_prefetch else f"{s['prefetch_batches']} batches (prefetch_factor x num_workers)"),
+            f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
+            f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
+            f"; the pipeline waited for a free slot {s['producer_waits']} times",
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({s['epochs_adopted']} of {s['epochs_queued']} epochs read ahead were used)"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
@@ -498,6 +653,21 @@ class DataLoader:
 
 
 _warned_pinning = False
+
+
+def _training_options() -> dict:
+    count, source = _training_threads()
+    if count < 0:
+        return {}
+    return {"training_threads": count, "training_threads_source": source}
+
+
+def _auto_threads(options: dict) -> dict:
+    """What num_workers='auto' chooses (decode_threads, reader_threads, usable_cpus,
+    reserved_cpus, note) for these native options."""
+    options = {k: v for k, v in options.items() if v is not None or k == "numa"}
+    options.update(_training_options())
+    return _C.choose_auto_threads(options)
 
 
 def _warn_no_pinning_once(why: str) -> None:

@@ -89,9 +89,35 @@ struct LoaderOptions {
   int reader_threads = 1;        ///< I/O threads (>= 1).
   int io_depth = 32;             ///< Reads in flight per reader thread.
   IoBackend io = IoBackend::kAuto;
-  int prefetch_batches = 4;      ///< Batches in the pipeline ahead of the consumer (>= 1).
+  int prefetch_batches = 4;      ///< Batches in the pipeline ahead of the consumer (>= 1); with
+                                 ///< auto_prefetch, the starting depth.
   int max_slots = 0;             ///< Slot bound incl. batches the consumer holds (0: as many as
-                                 ///< fit in 2 GiB, clamped to [2*prefetch+2, 1024]).
+                                 ///< fit in max_memory, clamped to [2*prefetch+2, 1024] when
+                                 ///< max_memory is 0, to [2, 1024] when it is set).
+  /// Size num_workers and reader_threads from the CPUs this process may use (affinity mask, the
+  /// NUMA node's CPUs when `numa` places threads, the cgroup CPU quota), leaving room for the
+  /// training loop's own threads: the rule is in common/cpu_budget.h and the README. num_workers
+  /// is then ignored; reader_threads 0 is chosen too, > 0 is kept. LoaderStats::threads_note says
+  /// what was chosen and from which limits.
+  bool auto_threads = false;
+  /// Compute threads of the training loop when set explicitly (torch.set_num_threads); -1: not
+  /// known, then OMP_NUM_THREADS is read from the environment. Only used by auto_threads.
+  int training_threads = -1;
+  std::string training_threads_source = "training_threads";  ///< Named in the threads note.
+  std::string cgroup_root = "/sys/fs/cgroup";       ///< Where the CPU quota is read (tests fake ...
+  std::string proc_self_cgroup = "/proc/self/cgroup";  ///< ... both).
+  /// Adaptive prefetch: start at prefetch_batches and grow by one batch each time the consumer
+  /// has to wait in Next() after the pipeline stood idle with every slot complete (see
+  /// PrefetchGovernor), up to half the slots max_memory allows (at most 64): the other half is
+  /// for batches the consumer keeps. Host slots only: a device ring keeps prefetch_batches + 1.
+  bool auto_prefetch = false;
+  /// Bytes of slot memory (batch slots x slot bytes) the loader may use. Create fails
+  /// (InvalidArgument naming max_memory) when it holds fewer than 2 slots, or fewer than
+  /// prefetch_batches + 1 without auto_prefetch. 0: a quarter of the available memory
+  /// (MemAvailable, capped by the cgroup memory limit less its usage), at most 2 GiB; that
+  /// default bounds max_slots but never below 2 * prefetch_batches + 2.
+  size_t max_memory = 0;
+  std::string meminfo_path = "/proc/meminfo";  ///< Where MemAvailable is read (tests fake it).
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
   bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
   uint64_t seed = 0;             ///< Shuffle and augmentation seed.
@@ -201,6 +227,7 @@ class Batch {
 struct LoaderStats {
   int64_t samples = 0;           ///< Samples decoded into slots.
   int64_t batches = 0;           ///< Batches delivered.
+  int64_t batches_completed = 0;  ///< Batches complete in their slots (marked ready for Next()).
   int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
   int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
   int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
@@ -219,6 +246,23 @@ struct LoaderStats {
   std::string numa_cpus;         ///< CPUs the pipeline threads are pinned to ("": not pinned).
   std::string numa_note;         ///< How the placement was chosen, or why nothing was placed.
   int threads_pinned = 0;        ///< Pipeline threads started with the pinning applied.
+  int decode_threads = 0;        ///< Decode threads per epoch (chosen, with auto_threads).
+  int reader_threads = 0;        ///< Reader threads per epoch.
+  /// How the thread counts were chosen: "decode 3, readers 1: 4 usable CPUs (affinity 8, cgroup
+  /// quota 4.0 from ...), 1 reserved for the training loop (...)", or "set explicitly".
+  std::string threads_note;
+  int prefetch_batches = 0;      ///< Pipeline depth now (grows with auto_prefetch).
+  int prefetch_max = 0;          ///< Depth auto_prefetch may grow to (= prefetch_batches without).
+  int prefetch_grown = 0;        ///< Times auto_prefetch deepened the pipeline.
+  int max_slots = 0;             ///< Slot bound (max_memory / slot bytes, or max_slots).
+  int64_t max_memory = 0;        ///< The slot-memory budget in force (given, or the default) ...
+  std::string memory_budget_note;  ///< ... and where it came from.
+  int64_t slot_bytes = 0;        ///< Bytes per slot.
+  int64_t producer_waits = 0;    ///< Times the dispatcher waited for a free slot (every slot
+                                 ///< in use: being filled, or complete and not yet taken).
+  int64_t idle_spells = 0;       ///< Times the pipeline stood idle: every batch it had started
+                                 ///< complete and no slot to start another (it was ahead of the
+                                 ///< consumer). What auto_prefetch grows on.
   std::string thread_cpus;       ///< Union of the CPUs those threads read back with
                                  ///< sched_getaffinity after pinning ("" before any epoch).
   std::string device;            ///< "cpu" or "cuda:N".
@@ -350,6 +394,10 @@ class Loader {
   IoBackend io_backend_ = IoBackend::kPread;  // resolved by the probe in Create
   std::string io_note_;
   std::string memory_note_;
+  std::string threads_note_;  // how num_workers / reader_threads were chosen (LoaderStats)
+  int prefetch_cap_ = 0;      // depth auto_prefetch may grow to
+  uint64_t memory_budget_ = 0;       // max_memory, or the default
+  std::string memory_budget_note_;
   std::unique_ptr<NumaPlacement> placement_;
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
@@ -366,6 +414,17 @@ class Loader {
   mutable std::mutex handoff_mu_;
   std::unique_ptr<Epoch> queued_;
 };
+
+/// The threads LoaderOptions::auto_threads chooses for `options` (its placement, cgroup paths,
+/// training_threads and a given reader_threads), without creating a loader.
+struct AutoThreads {
+  int decode_threads = 1;
+  int reader_threads = 1;
+  int usable_cpus = 1;    ///< CPUs this process may use (affinity ∩ node, capped by the quota).
+  int reserved_cpus = 0;  ///< Left to the training loop.
+  std::string note;       ///< As LoaderStats::threads_note.
+};
+absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options);
 
 /// Lists an image folder exactly as torchvision.datasets.ImageFolder does: class folders sorted,
 /// files found recursively (following links) in sorted order, extensions matched
