@@ -1187,6 +1187,11 @@ void PrintReport(const Report& r) {
               m.read_threads, m.decode_busy,
               m.decode_threads ? 100 * m.decode_busy / (window * m.decode_threads) : 0.0,
               m.decode_threads, m.consumer_wait, 100 * m.consumer_wait / window);
+  if (c.overlap_epochs && (m.decode_busy > window * m.decode_threads ||
+                           m.read_busy > window * m.read_threads)) {
+    std::printf("                (over 100%%: as an epoch ends, the next epoch's threads already run "
+                "beside its own)\n");
+  }
   if (m.device != "cpu") {
     std::printf("  device        %s: %.1f MB copied, copy busy %.2f s (%.0f%% of the run)%s\n", m.device.c_str(),
                 m.device_bytes / 1e6, m.device_copy_busy, 100 * m.device_copy_busy / window,
