@@ -207,8 +207,13 @@ def _loader_factories(cfg: Config, kind: str) -> dict[str, Callable[[], Any]]:
         rl_ds = rl.ImageFolder(str(cfg.root), transform=rl_tf)
 
         def make_rl() -> Any:
+            # persistent_workers=False, torch's default, as the torch loader above: a round times
+            # batches of one fresh loader's first epoch, and reading the next epoch ahead would
+            # spend part of the window on batches the round never takes (the overlap is measured
+            # by ringloader-bench's epoch timeline instead).
             return rl.DataLoader(
-                rl_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True
+                rl_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True,
+                persistent_workers=False,
             )
 
         factories["ringloader"] = make_rl
@@ -551,12 +556,19 @@ def run_shards_benchmark(cfg: Config, args: argparse.Namespace,
     MB/s the loader reached."""
     import tempfile
 
+    if args.shards_dir:
+        return _shards_benchmark_in(Path(args.shards_dir), cfg, args, log)
+    # A folder made here is removed afterwards (the shards are a copy of the whole data set).
+    with tempfile.TemporaryDirectory(prefix="ringloader-shards-") as work:
+        return _shards_benchmark_in(Path(work), cfg, args, log)
+
+
+def _shards_benchmark_in(work: Path, cfg: Config, args: argparse.Namespace,
+                         log: Callable[[str], None]) -> dict[str, Any]:
     rl = _import_ringloader()
     pack = importlib.import_module("ringloader.pack")
     wdsmod = importlib.import_module("ringloader.webdataset")
     T = importlib.import_module("ringloader.transforms")
-    work = Path(args.shards_dir) if args.shards_dir else Path(
-        tempfile.mkdtemp(prefix="ringloader-shards-"))
     if not list(work.glob("shard-*.tar")):
         log(f"packing {cfg.root} into {work} ...")
         summary = pack.pack(str(cfg.root), str(work), pack.parse_size(args.shard_size))
@@ -573,7 +585,8 @@ def run_shards_benchmark(cfg: Config, args: argparse.Namespace,
 
     def loader_of(ds: Any) -> Callable[[], Any]:
         return lambda: rl.DataLoader(ds, batch_size=cfg.batch_size, shuffle=True,
-                                     num_workers=cfg.num_workers, drop_last=True)
+                                     num_workers=cfg.num_workers, drop_last=True,
+                                     persistent_workers=False)  # as make_rl: one epoch per round
 
     factories = {"ImageFolder": loader_of(folder), "WebDataset": loader_of(sharded)}
     results = {name: Result("train", name) for name in factories}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import os
 import subprocess
 import sys
@@ -126,3 +127,26 @@ def test_pack_progress_bar_on_a_terminal(image_tree, tmp_path):
     text = stream.getvalue()
     assert text.count("\r") == 24 and "[##############################] 24/24 samples" in text
     assert text.endswith("\n")
+
+
+@pytest.mark.timeout(240)
+def test_shards_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path):
+    """``python -m ringloader.bench --dataset shards``: the report's shape (not its timings), and
+    the shards it packed into a temporary folder are removed afterwards."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    ratecat = Path(__file__).resolve().parents[2] / "bench" / "ratelimit_cat.py"
+    env = dict(os.environ, TMPDIR=str(scratch))
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "shards", "--root", str(image_tree),
+         "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1", "--num-workers", "2",
+         "--pipe-rate", "20", "--ratecat", str(ratecat), "--quiet"],
+        capture_output=True, text=True, env=env, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader shards benchmark: 24 images, 1 shards", out), out
+    assert re.search(r"ImageFolder : +\d+ img/s", out), out
+    assert re.search(r"WebDataset  : +\d+ img/s \([0-9.]+x\)", out), out
+    assert re.search(r"pipe: at 20 MB/s per stream: [0-9.]+ MB/s reached, \d+ img/s .*0 stream restarts",
+                     out), out
+    assert not list(scratch.glob("ringloader-shards-*"))  # (torch may leave its own caches)
