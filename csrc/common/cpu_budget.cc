@@ -13,26 +13,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/small_file.h"
 
 namespace ringloader {
 namespace {
 
-bool ReadSmallFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
-}
-
-bool ParseInt64(absl::string_view text, int64_t* out) {
-  text = absl::StripAsciiWhitespace(text);
-  if (text.empty()) return false;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
-  return ec == std::errc() && ptr == end;
-}
 
 // "/a/b" -> {"/a/b", "/a", ""}: the cgroup and its ancestors, the mount root last.
 std::vector<std::string> PathAndAncestors(std::string path) {
@@ -56,8 +41,8 @@ absl::StatusOr<double> ReadV2Level(const std::string& dir) {
   std::vector<absl::string_view> fields =
       absl::StrSplit(absl::StripAsciiWhitespace(text), ' ', absl::SkipEmpty());
   int64_t quota = 0, period = 0;
-  if (fields.size() == 2 && fields[0] == "max" && ParseInt64(fields[1], &period) && period > 0) return 0.0;
-  if (fields.size() != 2 || !ParseInt64(fields[0], &quota) || !ParseInt64(fields[1], &period) ||
+  if (fields.size() == 2 && fields[0] == "max" && ParseWholeInteger(fields[1], &period) && period > 0) return 0.0;
+  if (fields.size() != 2 || !ParseWholeInteger(fields[0], &quota) || !ParseWholeInteger(fields[1], &period) ||
       quota <= 0 || period <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("malformed cgroup CPU quota in ", file, ": '", absl::StripAsciiWhitespace(text),
@@ -72,13 +57,13 @@ absl::StatusOr<double> ReadV1Level(const std::string& dir) {
   const std::string period_file = dir + "/cpu.cfs_period_us";
   if (!ReadSmallFile(quota_file, &quota_text)) return 0.0;
   int64_t quota = 0, period = 0;
-  if (!ParseInt64(quota_text, &quota) || (quota <= 0 && quota != -1)) {
+  if (!ParseWholeInteger(quota_text, &quota) || (quota <= 0 && quota != -1)) {
     return absl::InvalidArgumentError(absl::StrCat("malformed cgroup CPU quota in ", quota_file, ": '",
                                                    absl::StripAsciiWhitespace(quota_text),
                                                    "' (expected microseconds or -1)"));
   }
   if (quota == -1) return 0.0;
-  if (!ReadSmallFile(period_file, &period_text) || !ParseInt64(period_text, &period) || period <= 0) {
+  if (!ReadSmallFile(period_file, &period_text) || !ParseWholeInteger(period_text, &period) || period <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("missing or malformed ", period_file, " next to ",
                                                    quota_file));
   }
@@ -110,7 +95,7 @@ std::string FormatCpus(double cpus) { return absl::StrFormat("%.1f", cpus); }
 bool ReadUint64File(const std::string& path, uint64_t* out) {
   std::string text;
   int64_t value = 0;
-  if (!ReadSmallFile(path, &text) || !ParseInt64(text, &value) || value < 0) return false;
+  if (!ReadSmallFile(path, &text) || !ParseWholeInteger(text, &value) || value < 0) return false;
   *out = static_cast<uint64_t>(value);
   return true;
 }
@@ -141,7 +126,7 @@ AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::strin
       if (!absl::ConsumePrefix(&line, "MemAvailable:")) continue;
       line = absl::StripAsciiWhitespace(line);
       int64_t kib = 0;
-      if (absl::ConsumeSuffix(&line, "kB") && ParseInt64(line, &kib) && kib > 0) {
+      if (absl::ConsumeSuffix(&line, "kB") && ParseWholeInteger(line, &kib) && kib > 0) {
         out.bytes = static_cast<uint64_t>(kib) * 1024;
         out.source = "MemAvailable";
       }
@@ -253,7 +238,7 @@ TrainingThreads TrainingThreadsFromEnvironment() {
   const absl::string_view all(value);
   const absl::string_view first = all.substr(0, all.find(','));
   int64_t count = 0;
-  if (ParseInt64(first, &count) && count > 0 && count < (1 << 20)) {
+  if (ParseWholeInteger(first, &count) && count > 0 && count < (1 << 20)) {
     out.count = static_cast<int>(count);
     out.source = "OMP_NUM_THREADS";
   }

@@ -14,14 +14,7 @@ namespace ringloader {
 namespace {
 
 using testing::MakeTempDir;
-
-void WriteText(const std::string& path, const std::string& text) {
-  const size_t slash = path.rfind('/');
-  ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", path.substr(0, slash), "'").c_str()), 0);
-  std::ofstream out(path);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::WriteText;
 
 void MakeDir(const std::string& path) {
   ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", path, "'").c_str()), 0);

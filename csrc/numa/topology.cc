@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/small_file.h"
 #include "memory/slot_allocator.h"
 
 #ifdef RINGLOADER_WITH_NUMA
@@ -29,22 +30,6 @@ namespace {
 
 constexpr size_t kPageBytes = 4096;
 
-bool ReadSmallFile(const std::string& path, std::string* out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  *out = buffer.str();
-  return true;
-}
-
-bool ParseInt(absl::string_view text, int* out) {
-  text = absl::StripAsciiWhitespace(text);
-  if (text.empty()) return false;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, *out);
-  return ec == std::errc() && ptr == end;
-}
 
 class NodeHostAllocator final : public SlotAllocator {
  public:
@@ -72,8 +57,8 @@ absl::StatusOr<std::vector<int>> ParseCpuList(absl::string_view text) {
     const size_t dash = part.find('-');
     int first = 0, last = 0;
     const bool ok = dash == absl::string_view::npos
-                        ? ParseInt(part, &first) && (last = first, true)
-                        : ParseInt(part.substr(0, dash), &first) && ParseInt(part.substr(dash + 1), &last);
+                        ? ParseWholeInteger(part, &first) && (last = first, true)
+                        : ParseWholeInteger(part.substr(0, dash), &first) && ParseWholeInteger(part.substr(dash + 1), &last);
     if (!ok || first < 0 || last < first || last >= (1 << 20)) {
       return absl::InvalidArgumentError(absl::StrCat("malformed CPU list '", text, "' at '", part, "'"));
     }
@@ -130,7 +115,7 @@ absl::StatusOr<NumaTopology> NumaTopology::Read(const std::string& sysfs_root) {
     absl::string_view name(entry->d_name);
     if (!absl::ConsumePrefix(&name, "node")) continue;
     int id = 0;
-    if (!ParseInt(name, &id) || id < 0) continue;
+    if (!ParseWholeInteger(name, &id) || id < 0) continue;
     std::string text;
     if (!ReadSmallFile(absl::StrCat(dir, "/", entry->d_name, "/cpulist"), &text)) continue;
     absl::StatusOr<std::vector<int>> cpus = ParseCpuList(text);
@@ -169,7 +154,7 @@ int NumaTopology::NodeOfPciDevice(absl::string_view bus_id) const {
     return -1;
   }
   int node = -1;
-  if (!ParseInt(text, &node) || node < 0) return -1;
+  if (!ParseWholeInteger(text, &node) || node < 0) return -1;
   return node;
 }
 

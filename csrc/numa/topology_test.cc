@@ -25,14 +25,7 @@ namespace ringloader {
 namespace {
 
 using testing::MakeTempDir;
-
-void WriteText(const std::string& path, const std::string& text) {
-  const size_t slash = path.rfind('/');
-  ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", path.substr(0, slash), "'").c_str()), 0);
-  std::ofstream out(path);
-  out << text;
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::WriteText;
 
 // A two-socket machine: node 0 = CPUs 0-3,8-11, node 1 = CPUs 4-7,12-15, three PCI devices.
 std::string FakeTwoNodeSysfs() {

@@ -171,6 +171,10 @@ void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (std::fclose(f) != 0 || written != bytes.size()) Fail("write(" + path + ") failed");
 }
 
+void WriteText(const std::string& path, const std::string& text) {
+  WriteFile(path, std::vector<uint8_t>(text.begin(), text.end()));
+}
+
 namespace {
 
 /// The directories MakeTempDir made in this process, removed when it exits.

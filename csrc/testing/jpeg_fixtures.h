@@ -34,6 +34,8 @@ std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor);
 
 /// Writes bytes to a file, creating parent directories. Aborts the test on failure.
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
+/// WriteFile for text (the fake sysfs, procfs and cgroup trees of the tests).
+void WriteText(const std::string& path, const std::string& text);
 
 /// A fresh, empty temporary directory under $TMPDIR (or /tmp), removed with its contents when
 /// the process that made it exits normally; tests may delete it earlier.

@@ -523,15 +523,16 @@ class DataLoader:
         self._pid = os.getpid()
         paths = [p for f in self._folders for p, _ in f.samples]
         targets = [t for f in self._folders for t in f.native_targets()]
-        if not any(isinstance(f, WebDataset) for f in self._folders):
+        ranges = [f.byte_ranges() for f in self._folders]
+        if not any(ranges):
             return _C.Loader(paths, targets, self._options)
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1).
         offsets, lengths, errors = [], [], []
-        for f in self._folders:
-            if isinstance(f, WebDataset):
-                offsets.append(f.offsets)
-                lengths.append(f.lengths)
-                errors += f.sample_errors
+        for f, r in zip(self._folders, ranges):
+            if r:
+                offsets.append(r["offsets"])
+                lengths.append(r["lengths"])
+                errors += r["errors"]
             else:
                 offsets.append(np.zeros(len(f), dtype=np.int64))
                 lengths.append(np.full(len(f), -1, dtype=np.int64))

@@ -274,8 +274,14 @@ class NativeDataset(_TorchDataset):
             if not _fixed_size(self.steps):
                 options["variable_size"] = True
             # Labels are not used by decode_sample; targets go through target_transform here.
-            self._single = _C.Loader(paths, [0] * len(paths), options)
+            self._single = _C.Loader(paths, [0] * len(paths), options, **self.byte_ranges())
         return self._single
+
+    def byte_ranges(self) -> Dict[str, Any]:
+        """Where each sample's bytes are, as the native loader's keyword arguments: empty for
+        whole files; ``offsets``/``lengths``/``errors`` when samples are parts of larger files
+        (a :class:`ringloader.WebDataset`'s shard members)."""
+        return {}
 
     def __getitem__(self, key: Any):
         """``dataset[i]`` as torchvision's (augmentations drawn from torch's RNG), or

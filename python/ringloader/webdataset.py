@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _C
-from .datasets import NativeDataset, _fixed_size
+from .datasets import NativeDataset
 
 __all__ = ["WebDataset", "WebDatasetSampler", "expand_urls", "DEFAULT_SHUFFLE_BUFFER",
            "INDEX_SUFFIX"]
@@ -381,18 +381,10 @@ class WebDataset(NativeDataset):
                 "or a transform that runs per sample in Python): a stream has no random access. "
                 "Iterate it with ringloader.DataLoader and a transform that runs natively to a "
                 "fixed size, or use local shards.")
-        if self._single is None:
-            paths = [p for p, _ in self.samples]
-            options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
-                       "fast_decode": False}
-            options.update(self.native_options())
-            if self._returns_pil():
-                options["layout"] = "NHWC"
-            if not _fixed_size(self.steps):
-                options["variable_size"] = True
-            self._single = _C.Loader(paths, [0] * len(paths), options, offsets=self.offsets,
-                                     lengths=self.lengths, errors=self.sample_errors)
-        return self._single
+        return super()._single_loader()
+
+    def byte_ranges(self) -> Dict[str, Any]:
+        return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors}
 
     def __repr__(self) -> str:
         return (f"ringloader.WebDataset(shards={len(self.urls)}, samples={len(self)}, "
