@@ -642,7 +642,7 @@ class DataLoader:
             f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
-                             f"({s['epochs_adopted']} of {s['epochs_queued']} epochs read ahead were used)"
+                             f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
         ]
         return "\n".join(lines)
@@ -669,6 +669,16 @@ def _auto_threads(options: dict) -> dict:
     options = {k: v for k, v in options.items() if v is not None or k == "numa"}
     options.update(_training_options())
     return _C.choose_auto_threads(options)
+
+
+def _read_ahead_counts(s: dict, waiting: bool) -> str:
+    """describe()'s count of queued epochs: adopted, cancelled, and one waiting for iter()."""
+    queued, adopted = s["epochs_queued"], s["epochs_adopted"]
+    cancelled = queued - adopted - (1 if waiting else 0)
+    text = f"{adopted} of {queued} epochs read ahead were used"
+    if waiting:
+        text += ", 1 is waiting for the next iter()"
+    return text + (f", {cancelled} cancelled" if cancelled else "")
 
 
 def _warn_no_pinning_once(why: str) -> None:

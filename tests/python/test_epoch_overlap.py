@@ -223,3 +223,14 @@ def test_other_replayable_samplers_match_a_loader_that_drains(tree: Path, kind: 
     # Weighted: every epoch predicted right. Distributed without set_epoch: the first prediction
     # (epoch + 1) misses, then the epoch is taken to stay.
     assert loader.stats()["epochs_adopted"] == (2 if kind == "weighted" else 1)
+
+
+def test_describe_counts_used_waiting_and_cancelled_epochs(tree: Path):
+    loader = loader_over(tree, shuffle=True, generator=torch.Generator().manual_seed(5))
+    epoch(loader)
+    epoch(loader)
+    assert "(1 of 2 epochs read ahead were used, 1 is waiting for the next iter())" in loader.describe()
+    loader.set_epoch(7)  # not the epoch queued: cancelled at once or at the next iter()
+    epoch(loader)
+    text = loader.describe()
+    assert "1 of 3 epochs read ahead were used, 1 is waiting for the next iter(), 1 cancelled" in text, text
