@@ -15,7 +15,6 @@
 /// ringloader's own code (sniffing, the BMP/PNM/GIF parsers, the PNG/WebP conversions and
 /// limits).
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -119,40 +118,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
-  absl::StatusOr<RgbImage> full = d.DecodeFull(bytes, size);
-  CheckError(full.status());
-  if (full.ok()) {
-    if (!info.ok()) Finding("DecodeFull succeeded where ReadInfo failed", info.status());
-    if (full->width != info->width || full->height != info->height) {
-      Finding("DecodeFull and ReadInfo disagree on dimensions");
-    }
-    if (full->pixels.size() != size_t(full->width) * size_t(full->height) * 3) {
-      Finding("DecodeFull returned a wrongly sized buffer");
-    }
-  }
-
-  const bool train = (hash & 1) != 0;
-  const TransformPipeline& p = train ? h->train : h->eval;
-  d.set_fast_paths((hash & 6) != 0);
-  std::vector<uint8_t> first, second;
-  const absl::Status s = DecodeOnce(d, bytes, size, p, hash, 0x00, &first);
-  CheckError(s);
-  if (s.ok()) {
-    if (!info.ok()) Finding("DecodeInto succeeded where ReadInfo failed", info.status());
-    const absl::Status again = DecodeOnce(d, bytes, size, p, hash, 0xFF, &second);
-    if (!again.ok()) Finding("second identical DecodeInto failed", again);
-    if (first != second) Finding("DecodeInto left output bytes unwritten or is nondeterministic");
-    if (train) {
-      const float* f = reinterpret_cast<const float*>(second.data());
-      for (size_t i = 0; i < second.size() / sizeof(float); ++i) {
-        if (!std::isfinite(f[i]) || std::fabs(f[i]) > 3.0f) Finding("train output out of range");
-      }
-    }
-  }
-
-  d.set_fast_paths(true);
-  if (h->DecodeKnownGood(d) != h->known_good_out) {
-    Finding("decoder state leaked from the previous image into the next one");
-  }
+  fuzz::CheckDecodeContract("image_decode_fuzzer", *h, info, bytes, size, hash, DecodeOnce);
   return 0;
 }

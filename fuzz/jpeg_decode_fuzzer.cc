@@ -17,7 +17,6 @@
 /// conversion, resampler), which depends on the header fields it mutates. libjpeg-turbo's own
 /// parser is fuzzed upstream.
 
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -122,44 +121,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
 
-  absl::StatusOr<RgbImage> full = d.DecodeFull(bytes, size);
-  CheckError(full.status());
-  if (full.ok()) {
-    if (!info.ok()) Finding("DecodeFull succeeded where ReadInfo failed", info.status());
-    if (full->width != info->width || full->height != info->height) {
-      Finding("DecodeFull and ReadInfo disagree on dimensions");
-    }
-    if (full->pixels.size() != size_t(full->width) * size_t(full->height) * 3) {
-      Finding("DecodeFull returned a wrongly sized buffer");
-    }
-  }
-
-  // One pipeline and path per input (chosen by its bytes, so a reproducer replays exactly);
-  // mutations cover all four combinations.
-  const bool train = (hash & 1) != 0;
-  const bool fast = (hash & 6) != 0;  // 3 in 4 inputs take the fast path, as in production
-  const TransformPipeline& p = train ? h->train : h->eval;
-  d.set_fast_paths(fast);
-  std::vector<uint8_t> first, second;
-  const absl::Status s = DecodeOnce(d, bytes, size, p, hash, 0x00, &first);
-  CheckError(s);
-  if (s.ok()) {
-    if (!info.ok()) Finding("DecodeInto succeeded where ReadInfo failed", info.status());
-    const absl::Status again = DecodeOnce(d, bytes, size, p, hash, 0xFF, &second);
-    if (!again.ok()) Finding("second identical DecodeInto failed", again);
-    if (first != second) Finding("DecodeInto left output bytes unwritten or is nondeterministic");
-    if (train) {
-      // All-0xFF bytes are a NaN: any float left unwritten shows up here as well.
-      const float* f = reinterpret_cast<const float*>(second.data());
-      for (size_t i = 0; i < second.size() / sizeof(float); ++i) {
-        if (!std::isfinite(f[i]) || std::fabs(f[i]) > 3.0f) Finding("train output out of range");
-      }
-    }
-  }
-
-  d.set_fast_paths(true);
-  if (h->DecodeKnownGood(d) != h->known_good_out) {
-    Finding("decoder state leaked from the previous image into the next one");
-  }
+  fuzz::CheckDecodeContract("jpeg_decode_fuzzer", *h, info, bytes, size, hash, DecodeOnce);
   return 0;
 }
