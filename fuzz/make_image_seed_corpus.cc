@@ -20,20 +20,10 @@
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-Bytes Pattern(size_t n, uint32_t seed) {
-  Bytes out(n);
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (uint8_t& b : out) {
-    x = x * 1664525u + 1013904223u;
-    b = static_cast<uint8_t>(x >> 24);
-  }
-  return out;
-}
-
-void PutLe(Bytes* b, uint32_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
+using ringloader::testing::Chunk;
+using ringloader::testing::Pattern;
+using ringloader::testing::PutLe;
+using ringloader::testing::RiffWebp;
 
 /// libspng encode of pattern samples; palette images get `entries` colours and a tRNS chunk.
 Bytes Png(int w, int h, int type, int depth, bool interlaced, int entries = 0) {
@@ -90,13 +80,6 @@ Bytes Webp(int w, int h, bool lossless, bool alpha) {
   return file;
 }
 
-void Chunk(Bytes* b, const char* tag, const Bytes& payload) {
-  b->insert(b->end(), tag, tag + 4);
-  PutLe(b, static_cast<uint32_t>(payload.size()), 4);
-  b->insert(b->end(), payload.begin(), payload.end());
-  if (payload.size() & 1) b->push_back(0);
-}
-
 /// Two-frame animation on a 24 x 18 canvas; the first frame (16 x 10) sits at (4, 6).
 Bytes AnimatedWebp() {
   const Bytes still = Webp(16, 10, true, true);
@@ -114,11 +97,7 @@ Bytes AnimatedWebp() {
   Chunk(&chunks, "ANIM", anim);
   Chunk(&chunks, "ANMF", anmf);
   Chunk(&chunks, "ANMF", anmf);
-  Bytes file = {'R', 'I', 'F', 'F'};
-  PutLe(&file, static_cast<uint32_t>(chunks.size() + 4), 4);
-  file.insert(file.end(), {'W', 'E', 'B', 'P'});
-  file.insert(file.end(), chunks.begin(), chunks.end());
-  return file;
+  return RiffWebp(chunks);
 }
 
 /// BMP with a `header_size`-byte info header (12: OS/2 core), `colors` palette entries and, for

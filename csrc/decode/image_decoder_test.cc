@@ -27,22 +27,15 @@ namespace ringloader {
 namespace {
 
 using Bytes = std::vector<uint8_t>;
+using testing::Chunk;
+using testing::Pattern;
+using testing::PutLe;
+using testing::RiffWebp;
 using Kind = TransformStep::Kind;
 
 // ---------------------------------------------------------------------------------------------
 // Encoders for the fixtures. Pixel values are a deterministic texture; each test states the RGB
 // Pillow's convert("RGB") gives for them.
-
-/// `n` bytes of a deterministic pattern that covers every byte value.
-Bytes Pattern(size_t n, uint32_t seed) {
-  Bytes out(n);
-  uint32_t x = seed * 2654435761u + 12345u;
-  for (size_t i = 0; i < n; ++i) {
-    x = x * 1664525u + 1013904223u;
-    out[i] = static_cast<uint8_t>(x >> 24);
-  }
-  return out;
-}
 
 struct PngSpec {
   int width = 37;
@@ -307,17 +300,6 @@ TEST(ImageDecoderWebp, LossyMatchesLibwebpRgbDecode) {
   EXPECT_EQ(Decode(file), expected);
 }
 
-void PutLe(Bytes* b, uint32_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
-}
-
-void Chunk(Bytes* b, const char* tag, const Bytes& payload) {
-  b->insert(b->end(), tag, tag + 4);
-  PutLe(b, static_cast<uint32_t>(payload.size()), 4);
-  b->insert(b->end(), payload.begin(), payload.end());
-  if (payload.size() & 1) b->push_back(0);
-}
-
 /// An animated WebP: a canvas with two frames, the first one smaller than the canvas.
 Bytes AnimatedWebp(const Bytes& frame1, int fw, int fh, int x, int y, int cw, int ch) {
   Bytes vp8x;
@@ -343,11 +325,7 @@ Bytes AnimatedWebp(const Bytes& frame1, int fw, int fh, int x, int y, int cw, in
   Chunk(&chunks, "ANIM", anim);
   Chunk(&chunks, "ANMF", anmf);
   Chunk(&chunks, "ANMF", anmf2);
-  Bytes file = {'R', 'I', 'F', 'F'};
-  PutLe(&file, static_cast<uint32_t>(chunks.size() + 4), 4);
-  file.insert(file.end(), {'W', 'E', 'B', 'P'});
-  file.insert(file.end(), chunks.begin(), chunks.end());
-  return file;
+  return RiffWebp(chunks);
 }
 
 TEST(ImageDecoderWebp, AnimatedGivesFirstFrameOnBlackCanvas) {

@@ -160,6 +160,35 @@ std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor) {
   return bytes;
 }
 
+std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> out(n);
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (uint8_t& b : out) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  return out;
+}
+
+void PutLe(std::vector<uint8_t>* b, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) b->push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+void Chunk(std::vector<uint8_t>* b, const char* tag, const std::vector<uint8_t>& payload) {
+  b->insert(b->end(), tag, tag + 4);
+  PutLe(b, static_cast<uint32_t>(payload.size()), 4);
+  b->insert(b->end(), payload.begin(), payload.end());
+  if (payload.size() & 1) b->push_back(0);
+}
+
+std::vector<uint8_t> RiffWebp(const std::vector<uint8_t>& chunks) {
+  std::vector<uint8_t> file = {'R', 'I', 'F', 'F'};
+  PutLe(&file, static_cast<uint32_t>(chunks.size() + 4), 4);
+  file.insert(file.end(), {'W', 'E', 'B', 'P'});
+  file.insert(file.end(), chunks.begin(), chunks.end());
+  return file;
+}
+
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::error_code ec;
   const std::filesystem::path p(path);

@@ -32,6 +32,16 @@ RgbImage MakeTexture(int width, int height, uint64_t seed);
 /// Encodes MakeTexture(flavor.width, flavor.height, flavor.seed) as a JPEG.
 std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor);
 
+/// Byte builders for files written by hand (the decoder tests' fixtures and the fuzz seeds).
+/// `n` bytes of a deterministic pattern that covers every byte value.
+std::vector<uint8_t> Pattern(size_t n, uint32_t seed);
+/// Appends the low `bytes` bytes of `v`, little-endian.
+void PutLe(std::vector<uint8_t>* b, uint32_t v, int bytes);
+/// Appends a RIFF chunk: 4-byte tag, little-endian size, payload, pad byte to an even size.
+void Chunk(std::vector<uint8_t>* b, const char* tag, const std::vector<uint8_t>& payload);
+/// A RIFF WEBP file around `chunks` (already framed by Chunk).
+std::vector<uint8_t> RiffWebp(const std::vector<uint8_t>& chunks);
+
 /// Writes bytes to a file, creating parent directories. Aborts the test on failure.
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes);
 /// WriteFile for text (the fake sysfs, procfs and cgroup trees of the tests).
