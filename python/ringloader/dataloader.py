@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _C, _order
+from . import _C, _order, _sizes
 from .datasets import NativeDataset, SampleKey
 from .webdataset import WebDataset, WebDatasetSampler, annotate_error
 
@@ -50,11 +50,6 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} should be >= {minimum}, got {value}")
     return int(value)
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
-               "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
-               "kb": 10 ** 3, "mb": 10 ** 6, "gb": 10 ** 9, "tb": 10 ** 12}
 
 
 def _check_workers(num_workers: Any) -> Any:
@@ -89,17 +84,7 @@ def _parse_memory(max_memory: Any) -> Optional[int]:
             raise ValueError(f"max_memory should be > 0 bytes, got {max_memory}")
         return int(max_memory)
     if isinstance(max_memory, str):
-        import re
-
-        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([A-Za-z]*)\s*", max_memory)
-        unit = match.group(2).lower() if match else None
-        if match is None or unit not in _SIZE_UNITS:
-            raise ValueError(f"max_memory should be bytes or a size like '2GB', '512MiB' or '4G', "
-                             f"got {max_memory!r}")
-        value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-        if value <= 0:
-            raise ValueError(f"max_memory should be > 0 bytes, got {max_memory!r}")
-        return value
+        return _sizes.parse_size(max_memory, "max_memory")
     raise TypeError(f"max_memory should be bytes (an int) or a size like '2GB', got "
                     f"{type(max_memory).__name__} {max_memory!r}")
 

@@ -29,62 +29,32 @@ import tarfile
 import time
 from typing import List, Optional, Sequence, Tuple
 
-from .datasets import IMG_EXTENSIONS, _make_dataset, find_classes
+from . import _sizes
+from .datasets import FileList, ImageFolder, NativeDataset
+from .webdataset import IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX
 
 __all__ = ["pack", "parse_size", "main"]
 
 SHARD_PATTERN = "shard-{:06d}.tar"
-_KEPT_EXTS = (".jpg", ".jpeg", ".png", ".webp")
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6,
-          "G": 10**9, "T": 10**12}
+_KEPT_EXTS = tuple("." + ext for ext in IMAGE_EXTS)  # what a WebDataset reads as images
 
 
 def parse_size(text: str) -> int:
-    """Bytes of ``"1GB"``, ``"500MB"``, ``"1.5GB"``, ``"64MiB"`` or ``"1000000"`` (KB/MB/GB are
-    powers of 1000, KiB/MiB/GiB of 1024)."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = match.group(2).upper() if match else None
-    if match is None or unit not in _UNITS:
-        raise ValueError(f"--shard-size {text!r}: expected a size such as 1GB, 500MB or 64MiB")
-    size = int(float(match.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise ValueError(f"--shard-size {text!r} must be positive")
-    return size
-
-
-def _read_list(path: str) -> Tuple[List[str], List[int], List[str]]:
-    """A ``<path> <label>`` list, as ringloader.FileList reads it."""
-    paths, labels = [], []
-    folder = os.path.dirname(os.path.abspath(path))
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            text = line.strip()
-            if not text or text.startswith("#"):
-                continue
-            parts = text.rsplit(None, 1)
-            if len(parts) != 2 or not parts[1].isdigit():
-                raise ValueError(f"{path}:{number}: expected '<path> <label>' with a "
-                                 f"non-negative integer label, got {text!r}")
-            file_path = parts[0] if os.path.isabs(parts[0]) else os.path.join(folder, parts[0])
-            paths.append(file_path)
-            labels.append(int(parts[1]))
-    if not paths:
-        raise ValueError(f"{path}: the file list holds no samples")
-    classes = [str(i) for i in range(max(labels) + 1)]
-    return paths, labels, classes
+    """Bytes of ``--shard-size``: ``"1GB"``, ``"500MB"``, ``"64MiB"``, ``"1000000"`` (the rule of
+    ``max_memory=``: GB/MB powers of 1000; GiB/MiB, and bare G/M, powers of 1024)."""
+    return _sizes.parse_size(text, "--shard-size")
 
 
 def _sources(src: str) -> Tuple[List[str], List[int], List[str]]:
+    """(paths, labels, classes) of an ImageFolder root or a file list, read as
+    :class:`ringloader.ImageFolder` and :class:`ringloader.FileList` read them."""
     if os.path.isdir(src):
-        classes, class_to_idx = find_classes(src)
-        paths, labels = _make_dataset(src, class_to_idx,
-                                      lambda p: p.lower().endswith(IMG_EXTENSIONS), False,
-                                      IMG_EXTENSIONS)
-        return paths, labels, classes
-    if os.path.isfile(src):
-        return _read_list(src)
-    raise FileNotFoundError(f"pack: SRC {src!r} is neither an ImageFolder root nor a file list")
+        ds: NativeDataset = ImageFolder(src)
+    elif os.path.isfile(src):
+        ds = FileList(src)
+    else:
+        raise FileNotFoundError(f"pack: SRC {src!r} is neither an ImageFolder root nor a file list")
+    return [p for p, _ in ds.samples], list(ds.targets), list(ds.classes)
 
 
 def _image_bytes(path: str, max_side: Optional[int], quality: int) -> Tuple[bytes, str, bool]:
@@ -153,8 +123,8 @@ def _closed_size(offset: int, image_bytes: int) -> int:
 
 
 class _ShardWriter:
-    def __init__(self, path: str, number: int):
-        self.path, self.number = path, number
+    def __init__(self, path: str):
+        self.path = path
         self.tar = tarfile.open(path, "w", format=tarfile.USTAR_FORMAT)
         self.rows: List[list] = []
 
@@ -174,10 +144,10 @@ class _ShardWriter:
     def close(self) -> dict:
         self.tar.close()
         size = os.path.getsize(self.path)
-        index = {"format": "ringloader-webdataset-index", "version": 1,
+        index = {"format": INDEX_FORMAT, "version": 1,
                  "shard": os.path.basename(self.path), "bytes": size, "error": "",
                  "samples": self.rows}
-        with open(self.path + ".idx.json", "w", encoding="utf-8") as f:
+        with open(self.path + INDEX_SUFFIX, "w", encoding="utf-8") as f:
             json.dump(index, f)
         return {"name": os.path.basename(self.path), "samples": len(self.rows), "bytes": size}
 
@@ -215,8 +185,7 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
             total_bytes += shards[-1]["bytes"]
             writer = None
         if writer is None:
-            writer = _ShardWriter(os.path.join(dst, SHARD_PATTERN.format(len(shards))),
-                                  len(shards))
+            writer = _ShardWriter(os.path.join(dst, SHARD_PATTERN.format(len(shards))))
         key = f"{i:0{width}d}"
         mtime = int(os.path.getmtime(path))
         offset = writer.add(f"{key}.{ext}", data, mtime)
