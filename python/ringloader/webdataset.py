@@ -151,6 +151,20 @@ def _index_from_json(data: Dict[str, Any], where: str) -> Dict[str, Any]:
     }
 
 
+def _load_index(path: str, size: Optional[int] = None) -> Optional[Dict[str, Any]]:
+    """The index stored at ``path`` (a pack sidecar or a cached ``pipe:`` index), or None when it
+    is missing, unreadable, not an index of this format, or (with ``size``) made for a shard of
+    another byte size: the caller then indexes the shard itself."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        if not isinstance(data, dict) or (size is not None and data.get("bytes") != size):
+            return None
+        return _index_from_json(data, path)
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def default_index_cache() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "ringloader", "webdataset")
@@ -189,9 +203,9 @@ def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_fiel
         cache_path = None
         if index_cache is not None:
             cache_path = _cache_path(url, image_exts, label_key, label_field, index_cache)
-            if os.path.exists(cache_path):
-                with open(cache_path, encoding="utf-8") as f:
-                    return _index_from_json(json.load(f), cache_path)
+            cached = _load_index(cache_path)
+            if cached is not None:
+                return cached
         scan = _scan(url, image_exts, label_key, label_field)
         if scan.get("error") and not len(scan["keys"]):
             # Nothing came out of the command: a wrong URL or command, not a damaged shard.
@@ -203,19 +217,12 @@ def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_fiel
         raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
     size = os.path.getsize(url)
     sidecar = url + INDEX_SUFFIX
-    if os.path.isfile(sidecar) and label_key == "cls":
-        try:
-            with open(sidecar, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            data = None
-        if isinstance(data, dict) and data.get("bytes") == size and \
-                data.get("format") == INDEX_FORMAT:
-            index = _index_from_json(data, sidecar)
-            exts = [e.lower() for e in image_exts]
-            if all(split_name(m) is not None and split_name(m)[1].lower() in exts
-                   for m in index["members"]):
-                return index
+    index = _load_index(sidecar, size) if label_key == "cls" else None
+    if index is not None:
+        exts = [e.lower() for e in image_exts]
+        if all((parts := split_name(m)) is not None and parts[1].lower() in exts
+               for m in index["members"]):
+            return index
     return _scan(url, image_exts, label_key, label_field)
 
 
@@ -294,8 +301,6 @@ class WebDataset(NativeDataset):
         offsets, lengths, labels = [], [], []
         errors: List[str] = []
         sizes: List[int] = []
-        self.shard_bytes: List[int] = []
-        self.scan_errors: List[str] = []
         for url in self.urls:
             index = _index_shard(url, self.image_exts, label_key, label_field, self.index_cache)
             count = len(index["keys"])
@@ -321,8 +326,6 @@ class WebDataset(NativeDataset):
             labels.append(np.asarray(index["labels"], dtype=np.int64))
             errors += [str(e) for e in index["errors"]]
             sizes.append(count)
-            self.shard_bytes.append(int(index["bytes"]))
-            self.scan_errors.append(str(index.get("error", "")))
         if sum(sizes) == 0:
             raise ValueError(f"WebDataset: the shards hold no samples ({self.urls[0]!r}"
                              f"{' ...' if len(self.urls) > 1 else ''})")
@@ -362,10 +365,6 @@ class WebDataset(NativeDataset):
     def streamed(self) -> bool:
         """True when some shard is a ``pipe:`` stream (no random access)."""
         return any(u.startswith("pipe:") for u in self.urls)
-
-    def native_extents(self):
-        """(offsets, lengths, errors) of the samples inside their shards, for the native loader."""
-        return self.offsets, self.lengths, self.sample_errors
 
     def shard_of(self, index: int) -> int:
         return int(np.searchsorted(self.shard_starts, index, side="right")) - 1

@@ -623,6 +623,14 @@ def test_pipe_index_cache_and_refusals(image_tree, tmp_path):
                                    index_cache=str(cache))
     with pytest.raises(ValueError, match="runs per sample"):
         rl.DataLoader(per_sample, batch_size=2)
+    # A damaged cache file is not an index: the shard is read again and the cache rewritten.
+    for u in urls:
+        os.rename(u + ".moved", u)
+    for f in cache.iterdir():
+        f.write_text("{not json")
+    rebuilt = rl.WebDataset(piped_urls, transform=TRANSFORM, index_cache=str(cache))
+    assert rebuilt.targets == local.targets and np.array_equal(rebuilt.offsets, local.offsets)
+    assert all(json.loads(f.read_text())["samples"] for f in cache.iterdir())
 
 
 def test_pipe_command_failing_at_index_time_names_it(tmp_path):
