@@ -9,6 +9,7 @@ kept over the whole copy (bytes written <= rate x elapsed time, in 64 KiB chunks
 """
 
 import argparse
+import os
 import sys
 import time
 
@@ -37,6 +38,9 @@ def main() -> int:
             sent += len(chunk)
         out.flush()
     except BrokenPipeError:  # the reader stopped early: not an error of the copy
+        # What is still buffered can never be written: point stdout at /dev/null, so the flush at
+        # exit does not print "Exception ignored ... BrokenPipeError".
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     finally:
         if source is not sys.stdin.buffer:
