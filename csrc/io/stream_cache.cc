@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_util.h"
 
 namespace ringloader {
 
@@ -59,8 +60,7 @@ absl::Status StreamCache::Restart(Stream* s) {
   return absl::OkStatus();
 }
 
-absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
-                                const std::atomic<bool>* cancel) {
+absl::Status StreamCache::CheckMember(const std::string& path, uint64_t offset, int64_t length) const {
   if (length < 0) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": a pipe: sample needs a length (member at offset ",
                                                    offset, ")"));
@@ -69,6 +69,57 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
     return absl::OutOfRangeError(absl::StrCat(path, " member at offset ", offset, " is ", length,
                                               " bytes, over the limit of ", max_member_bytes_, " bytes per file"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, int64_t length,
+                                     ByteBuffer* out, const std::atomic<bool>* cancel) {
+  RL_RETURN_IF_ERROR(CheckMember(path, offset, length));
+  const auto size = static_cast<size_t>(length);
+  out->Resize(size);
+  if (length == 0) return absl::OkStatus();
+  {
+    Stream* s = GetStream(path);
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (auto k = s->kept.find({offset, length}); k != s->kept.end() && k->second.filled == size) {
+      std::memcpy(out->data(), k->second.bytes.get(), size);
+      return absl::OkStatus();
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(path.substr(5));
+  if (!child.ok()) return child.status();
+  starts_.fetch_add(1, std::memory_order_relaxed);
+  std::unique_ptr<uint8_t[]> chunk(new uint8_t[kReadChunk]);
+  const uint64_t end = offset + static_cast<uint64_t>(length);
+  uint64_t pos = 0;
+  size_t filled = 0;
+  while (filled < size) {  // the child is killed and reaped when `child` goes
+    absl::StatusOr<size_t> got = (*child)->Read(chunk.get(), kReadChunk, cancel);
+    if (!got.ok()) {
+      if (absl::IsCancelled(got.status())) return got.status();
+      return absl::DataLossError(absl::StrCat(path, ": ", got.status().message()));
+    }
+    if (*got == 0) {
+      const int code = (*child)->Wait();
+      return absl::DataLossError(
+          code != 0 ? absl::StrCat(path, " exited with status ", code, " before member at offset ", offset)
+                    : absl::StrCat(path, ": stream ended at byte ", pos, " before member at offset ", offset,
+                                   " (", length, " bytes)"));
+    }
+    bytes_read_.fetch_add(static_cast<int64_t>(*got), std::memory_order_relaxed);
+    const uint64_t from = std::max(pos, offset), to = std::min(pos + *got, end);
+    if (from < to) {
+      std::memcpy(out->data() + (from - offset), chunk.get() + (from - pos), static_cast<size_t>(to - from));
+      filled += static_cast<size_t>(to - from);
+    }
+    pos += *got;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
+                                const std::atomic<bool>* cancel) {
+  RL_RETURN_IF_ERROR(CheckMember(path, offset, length));
   Stream* s = GetStream(path);
   std::lock_guard<std::mutex> lock(s->mu);
   const std::pair<uint64_t, int64_t> key{offset, length};

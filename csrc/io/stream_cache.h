@@ -57,6 +57,12 @@ class StreamCache {
 
   /// Commands restarted because a member behind the stream position was requested.
   int64_t restarts() const { return restarts_.load(std::memory_order_relaxed); }
+  /// One member read at random, not in the epoch's order (a kReplace substitute, DecodeSample):
+  /// served from a complete kept copy when there is one (which stays kept for the epoch), else by
+  /// a private run of the command from its start, ended once the member is read. The shared
+  /// stream, its position and what the epoch still wants are left as they are.
+  absl::Status FetchAside(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
+                          const std::atomic<bool>* cancel);
   /// Bytes read from commands.
   int64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
   /// Commands started.
@@ -82,14 +88,15 @@ class StreamCache {
   };
 
   Stream* GetStream(const std::string& path);
+  // InvalidArgument / OutOfRange for a member Fetch cannot serve (no length, over the limit).
+  absl::Status CheckMember(const std::string& path, uint64_t offset, int64_t length) const;
   // Starts (or restarts) `s`'s command from byte 0.
   absl::Status Restart(Stream* s);
 
   const size_t max_member_bytes_;
   std::mutex mu_;
-  std::map<std::string, std::unique_ptr<Stream>> streams_;  // guarded by mu_ (entries never erased
-                                                            // while a Fetch may use them: Reset
-                                                            // runs with no Fetch in flight)
+  std::map<std::string, std::unique_ptr<Stream>> streams_;  // guarded by mu_; entries are never
+                                                            // erased (Reset empties them)
   std::atomic<int64_t> restarts_{0}, bytes_read_{0}, starts_{0}, kept_bytes_{0};
 };
 

@@ -153,6 +153,33 @@ TEST(StreamCacheTest, RequestBehindTheStreamThatWasNotKeptRestarts) {
   EXPECT_EQ(cache.restarts(), 1) << "the second copy was kept";
 }
 
+TEST(StreamCacheTest, MembersFetchedAsideLeaveTheEpochsStreamAlone) {
+  Stream s = MakeStream(1 << 20);
+  const std::string path = "pipe:cat " + s.file;
+  StreamCache cache(size_t{1} << 30);
+  const std::vector<StreamCache::Range>& order = s.members;
+  cache.StartEpoch({{path, order}});
+  ByteBuffer got;
+  const size_t half = order.size() / 2;
+  for (size_t i = 0; i < half; ++i) ASSERT_TRUE(cache.Fetch(path, order[i].offset, order[i].length, &got, nullptr).ok());
+  // A member behind the stream and one ahead of it (a substitute, a single sample): each read by
+  // a private run of the command.
+  for (const auto& r : {order.front(), order.back()}) {
+    ASSERT_TRUE(cache.FetchAside(path, r.offset, r.length, &got, nullptr).ok());
+    ExpectMember(s, r, got);
+  }
+  EXPECT_EQ(cache.starts(), 3);
+  // The epoch goes on where it was: no restart, and the last member is still wanted and served.
+  for (size_t i = half; i < order.size(); ++i) {
+    ASSERT_TRUE(cache.Fetch(path, order[i].offset, order[i].length, &got, nullptr).ok());
+    ExpectMember(s, order[i], got);
+  }
+  EXPECT_EQ(cache.restarts(), 0);
+  EXPECT_EQ(cache.starts(), 3);
+  // A failing command is a sample error here too.
+  EXPECT_TRUE(absl::IsDataLoss(cache.FetchAside("pipe:false", 0, 10, &got, nullptr)));
+}
+
 TEST(StreamCacheTest, EndedOrFailedStreamsAreSampleErrors) {
   Stream s = MakeStream(1 << 20);
   StreamCache cache(size_t{1} << 30);

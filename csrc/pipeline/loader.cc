@@ -119,7 +119,8 @@ constexpr int64_t kReplaceWalk = 256;
 absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
                              StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
-  if (IsPipePath(sample.path)) return streams->Fetch(sample.path, sample.offset, sample.length, buffer, cancel);
+  // Substitutes and single samples come out of the epoch's order: they must not move its streams.
+  if (IsPipePath(sample.path)) return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel);
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
   fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
   RL_RETURN_IF_ERROR(fetcher.Flush());
@@ -1017,8 +1018,10 @@ void Loader::Stop() {
     (void)queued_.release();
     (void)new std::shared_ptr<SlotPool>(pool_);
     // The pipe: commands are the parent's children: killing them from here would break its
-    // epoch, and their mutexes may have been held at the fork.
+    // epoch, and their mutexes may have been held at the fork. The child gets its own cache, so
+    // the loader stays usable here (StartEpoch, Stats, DecodeSample).
     (void)streams_.release();
+    streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
     return;
   }
   CancelQueued();

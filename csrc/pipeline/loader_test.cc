@@ -262,6 +262,33 @@ TEST(LoaderTest, ByteRangeSamplesDecodeLikeTheirFiles) {
       << batch.status();
 }
 
+TEST(LoaderTest, AForkedChildRunsItsOwnEpochOverPipeStreams) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(10, dir);
+  std::vector<Sample> piped = PackIntoShard(files, dir + "/shard.bin");
+  for (Sample& s : piped) s.path = "pipe:cat " + dir + "/shard.bin";
+  LoaderOptions o = TrainOptions();
+  auto whole = Loader::Create(files, o);
+  auto loader = Loader::Create(piped, o);
+  ASSERT_TRUE(whole.ok() && loader.ok());
+  const auto expected = RunEpoch(**whole, 1);
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  ASSERT_TRUE((*loader)->Next().ok());  // the parent's epoch is mid-way at the fork
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child abandons the parent's epoch and streams, then runs one of its own.
+    const auto got = RunEpoch(**loader, 1);
+    const LoaderStats stats = (*loader)->Stats();
+    _exit(got == expected && stats.bytes_read > 0 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  (*loader)->Stop();
+}
+
 TEST(LoaderTest, PipeStreamSamplesDecodeLikeTheirFiles) {
   const std::string dir = MakeTempDir();
   auto files = MakeDataset(14, dir);
