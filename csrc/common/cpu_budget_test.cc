@@ -9,6 +9,7 @@
 #include "ringloader/ringloader.h"
 #include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
+#include "testing/simulated_device.h"
 
 namespace ringloader {
 namespace {
@@ -312,6 +313,14 @@ TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
   EXPECT_EQ(s.max_slots, 7);
   EXPECT_EQ(s.prefetch_batches, 2);
   EXPECT_EQ(s.prefetch_max, 3);  // half of 7
+  {
+    // With a device the pipeline never deepens (the ring keeps its size), and says so.
+    LoaderOptions staged = o;
+    staged.device_runtime = std::make_shared<SimulatedDevice>();
+    absl::StatusOr<std::unique_ptr<Loader>> on_device = Loader::Create(samples, staged);
+    ASSERT_TRUE(on_device.ok()) << on_device.status();
+    EXPECT_EQ((*on_device)->Stats().prefetch_max, 2);
+  }
   o.max_memory = slot + 1;       // not even 2 slots
   loader = Loader::Create(samples, o);
   ASSERT_FALSE(loader.ok());

@@ -121,9 +121,9 @@ absl::StatusOr<int64_t> ParseTarNumber(const uint8_t* field, size_t size) {
   size_t i = 0;
   while (i < size && (field[i] == ' ' || field[i] == 0)) ++i;
   uint64_t value = 0;
-  size_t digits = 0;
-  for (; i < size && field[i] >= '0' && field[i] <= '7'; ++i, ++digits) {
-    if (value > (uint64_t{1} << 60)) return absl::DataLossError("octal number does not fit 63 bits");
+  for (; i < size && field[i] >= '0' && field[i] <= '7'; ++i) {
+    // value * 8 + 7 must stay below 2^63.
+    if (value >= (uint64_t{1} << 60)) return absl::DataLossError("octal number does not fit 63 bits");
     value = value * 8 + (field[i] - '0');
   }
   for (; i < size; ++i) {
@@ -131,7 +131,6 @@ absl::StatusOr<int64_t> ParseTarNumber(const uint8_t* field, size_t size) {
       return absl::DataLossError(absl::StrCat("bad octal number '", FieldString(field, size), "'"));
     }
   }
-  (void)digits;
   return static_cast<int64_t>(value);
 }
 

@@ -150,14 +150,12 @@ class JsonScanner {
     }
   }
   absl::Status Number() {
-    const size_t start = p_;
     Eat('-');
     if (p_ >= s_.size() || !(s_[p_] >= '0' && s_[p_] <= '9')) return Bad("bad number");
     while (p_ < s_.size() && ((s_[p_] >= '0' && s_[p_] <= '9') || s_[p_] == '.' || s_[p_] == 'e' ||
                               s_[p_] == 'E' || s_[p_] == '+' || s_[p_] == '-')) {
       ++p_;
     }
-    (void)start;
     return absl::OkStatus();
   }
   absl::Status Literal(absl::string_view word) {
@@ -313,9 +311,9 @@ absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const Web
 
   std::unique_ptr<ChildProcess> child;
   std::unique_ptr<ByteSource> source;
-  const bool is_pipe = url.rfind("pipe:", 0) == 0;
+  const bool is_pipe = IsPipePath(url);
   if (is_pipe) {
-    RL_ASSIGN_OR_RETURN(child, ChildProcess::Spawn(url.substr(5)));
+    RL_ASSIGN_OR_RETURN(child, ChildProcess::Spawn(PipeCommand(url)));
     source = std::make_unique<PipeByteSource>(child.get());
   } else {
     RL_ASSIGN_OR_RETURN(source, FileByteSource::Open(url));

@@ -21,6 +21,11 @@
 
 namespace ringloader {
 
+/// True for a `pipe:COMMAND` path (a sample or shard read from COMMAND's stdout).
+inline bool IsPipePath(const std::string& path) { return path.rfind("pipe:", 0) == 0; }
+/// The COMMAND of a `pipe:COMMAND` path.
+inline std::string PipeCommand(const std::string& path) { return path.substr(5); }
+
 class ChildProcess {
  public:
   /// Starts `/bin/sh -c command`.

@@ -15,7 +15,7 @@ StreamCache::Stream* StreamCache::GetStream(const std::string& path) {
   std::unique_ptr<Stream>& s = streams_[path];
   if (!s) {
     s = std::make_unique<Stream>();
-    s->command = path.substr(5);
+    s->command = PipeCommand(path);
   }
   return s.get();
 }
@@ -86,7 +86,7 @@ absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, i
       return absl::OkStatus();
     }
   }
-  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(path.substr(5));
+  absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(PipeCommand(path));
   if (!child.ok()) return child.status();
   starts_.fetch_add(1, std::memory_order_relaxed);
   std::unique_ptr<uint8_t[]> chunk(new uint8_t[kReadChunk]);

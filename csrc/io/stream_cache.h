@@ -28,8 +28,6 @@
 
 namespace ringloader {
 
-/// True for a `pipe:` path.
-inline bool IsPipePath(const std::string& path) { return path.rfind("pipe:", 0) == 0; }
 
 class StreamCache {
  public:

@@ -975,11 +975,11 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   if (options_.max_memory > 0) max_slots = std::max(2, std::min(max_slots, by_memory));
   int depth = options_.prefetch_batches;
   prefetch_cap_ = depth;
-  if (options_.auto_prefetch) {
+  if (options_.auto_prefetch && !stager_) {
     // Half the slots for the pipeline, half for batches the consumer keeps; at most 64 deep.
+    // (Host path only: NextStaged never grows it, so with a device the cap is the depth.)
     prefetch_cap_ = std::max(1, std::min(64, max_slots / 2));
     depth = std::min(depth, prefetch_cap_);
-    prefetch_cap_ = std::max(prefetch_cap_, depth);
   }
   pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, depth, max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +

@@ -109,7 +109,8 @@ struct LoaderOptions {
   /// Adaptive prefetch: start at prefetch_batches and grow by one batch each time the consumer
   /// has to wait in Next() after the pipeline stood idle with every slot complete (see
   /// PrefetchGovernor), up to half the slots max_memory allows (at most 64): the other half is
-  /// for batches the consumer keeps. Host slots only: a device ring keeps prefetch_batches + 1.
+  /// for batches the consumer keeps. Host path only: with a device nothing grows (the ring keeps
+  /// prefetch_batches + 1 buffers) and LoaderStats::prefetch_max is prefetch_batches.
   bool auto_prefetch = false;
   /// Bytes of slot memory (batch slots x slot bytes) the loader may use. Create fails
   /// (InvalidArgument naming max_memory) when it holds fewer than 2 slots, or fewer than
