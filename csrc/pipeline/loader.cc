@@ -13,6 +13,7 @@
 // batch for Next(), so a batch is on its way to the GPU before the training step asks for it.
 
 #include <algorithm>
+#include <new>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -1022,6 +1023,9 @@ void Loader::Stop() {
     // the loader stays usable here (StartEpoch, Stats, DecodeSample).
     (void)streams_.release();
     streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
+    // A parent thread may have held handoff_mu_ at the fork (it does while starting an epoch's
+    // threads or reading Stats); in the child nobody ever will release it: make it anew.
+    new (&handoff_mu_) std::mutex();
     return;
   }
   CancelQueued();
