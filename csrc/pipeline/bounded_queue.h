@@ -83,6 +83,13 @@ class BoundedQueue {
   }
 
   /// Wakes all waiters; later pushes fail, pops drain then fail.
+  /// Values queued now, approximately (for reports: producers and consumers move on meanwhile).
+  size_t ApproxSize() const {
+    const size_t head = head_.load(std::memory_order_relaxed);
+    const size_t tail = tail_.load(std::memory_order_relaxed);
+    return tail > head ? tail - head : 0;
+  }
+
   void Close() {
     closed_.store(true, std::memory_order_release);
     Wake(not_empty_);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/cpu_budget.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
@@ -49,6 +50,10 @@ namespace ringloader {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+int64_t NowNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 int64_t NanosSince(Clock::time_point start) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
@@ -149,6 +154,7 @@ absl::Status ValidateOptions(const LoaderOptions& o, size_t dataset_size) {
   if (o.rank < 0 || o.rank >= o.world_size) return bad("rank", o.rank, "in [0, world_size)");
   if (o.max_image_pixels < 1) return bad("max_image_pixels", o.max_image_pixels, ">= 1");
   if (o.max_file_bytes < 1) return bad("max_file_bytes", o.max_file_bytes, ">= 1");
+  if (!(o.stall_seconds > 0)) return bad("stall_seconds", o.stall_seconds, "> 0");
   if (dataset_size == 0) return absl::InvalidArgumentError("the dataset is empty");
   if (o.numa.mode == NumaOption::Mode::kNode && o.numa.node < 0) return bad("numa", o.numa.node, "a node number >= 0");
   RL_RETURN_IF_ERROR(ParseDevice(o.device).status());
@@ -161,6 +167,19 @@ std::vector<int64_t> Batch::image_shape() const {
   if (layout_ == Layout::kHWC) return {size_, height_, width_, 3};
   return {size_, 3, height_, width_};
 }
+
+// Counts a thread in a state (waiting for a slot, a request, a buffer...) for as long as it
+// lives. Relaxed: the gauges are a snapshot for the stall report, never a synchronisation.
+class GaugeScope {
+ public:
+  explicit GaugeScope(std::atomic<int>& gauge) : gauge_(gauge) { gauge_.fetch_add(1, std::memory_order_relaxed); }
+  ~GaugeScope() { gauge_.fetch_sub(1, std::memory_order_relaxed); }
+  GaugeScope(const GaugeScope&) = delete;
+  GaugeScope& operator=(const GaugeScope&) = delete;
+
+ private:
+  std::atomic<int>& gauge_;
+};
 
 struct Loader::Counters {
   std::atomic<int64_t> samples{0}, batches{0}, errors{0}, skipped{0}, replaced{0}, bytes_read{0};
@@ -264,6 +283,7 @@ struct Loader::Epoch {
       loader->streams_->StartEpoch(wanted);
     }
     readers_left.store(loader->options_.reader_threads, std::memory_order_relaxed);
+    last_progress_ns.store(NowNanos(), std::memory_order_relaxed);
     // Pinning happens first thing in each thread, before it touches a slot or a buffer, so
     // first-touch page placement also lands on the chosen node.
     dispatcher = std::thread([this] {
@@ -327,6 +347,7 @@ struct Loader::Epoch {
     std::lock_guard<std::mutex> lock(ready_mu);
     task.ready = true;
     ++ready_count;
+    last_progress_ns.store(NowNanos(), std::memory_order_relaxed);
     loader->counters_->batches_completed.fetch_add(1, std::memory_order_relaxed);
     if (!idle_seen && PipelineIdle()) {
       idle_seen = true;
@@ -552,7 +573,10 @@ struct Loader::Epoch {
   void Dispatch() {
     const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
     for (int64_t b = dispatched; b < num_batches; ++b) {
-      absl::StatusOr<int> slot = loader->pool_->Acquire(cancel);
+      absl::StatusOr<int> slot = [&] {
+        GaugeScope waiting(gauges.dispatcher_waiting_slot);
+        return loader->pool_->Acquire(cancel);
+      }();
       if (!slot.ok()) {
         if (!absl::IsCancelled(slot.status())) Fail(slot.status());
         return;
@@ -587,6 +611,7 @@ struct Loader::Epoch {
       if (size == 0) MarkReady(task);
       for (int r = 0; r < size; ++r) {
         // release (inside Push): the reader and decoder see slot, size and remaining.
+        GaugeScope pushing(gauges.dispatcher_pushing);
         if (!requests.Push(ReadRequest{b, r, row_indices[r]})) return;
       }
     }
@@ -613,57 +638,89 @@ struct Loader::Epoch {
     fetcher.reset();  // waits for reads still in flight (cancelled), then unmaps the ring
   }
 
+  // A reader blocks (on the request queue or for a free buffer) only while it holds no buffer of
+  // its own: a finished read, successful or not (a missing or empty file fails inside Start),
+  // keeps its buffer until Poll hands it to the decoders. Blocking with any of them outstanding
+  // could wait for a buffer only this thread can free: with every buffer parked in this
+  // reader's finished list, the epoch would stop forever.
   void ReadWith(FileFetcher& fetcher) {
     std::vector<ReadRequest> by_buffer(buffers.size());
     std::vector<FetchedFile> done;
+    std::optional<ReadRequest> pending;  // taken from the queue, waiting for a buffer
     bool input_done = false;
     uint64_t bytes_reported = 0;
     while (!cancel.load(std::memory_order_acquire)) {
       const auto busy_start = Clock::now();
       int64_t idle_ns = 0;
       while (!input_done && fetcher.has_room()) {
-        std::optional<ReadRequest> request;
-        if (fetcher.outstanding() == 0) {
-          const auto wait_start = Clock::now();
-          request = requests.Pop();
-          idle_ns += NanosSince(wait_start);
-          if (!request) input_done = true;
-        } else {
-          request = requests.TryPop();
+        const bool may_block = fetcher.outstanding() == 0;
+        if (!pending) {
+          if (may_block) {
+            const auto wait_start = Clock::now();
+            GaugeScope waiting(gauges.readers_waiting_request);
+            pending = requests.Pop();
+            idle_ns += NanosSince(wait_start);
+            if (!pending) input_done = true;
+          } else {
+            pending = requests.TryPop();
+          }
+          if (!pending) break;
         }
-        if (!request) break;
-        const Sample& sample = loader->samples_[static_cast<size_t>(request->index)];
+        const ReadRequest request = *pending;
+        const Sample& sample = loader->samples_[static_cast<size_t>(request.index)];
         if (!sample.error.empty()) {
           // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
-          if (!decode_queue.Push(DecodeItem{*request, -1, absl::DataLossError(sample.error)})) return;
+          pending.reset();
+          GaugeScope handing(gauges.readers_handing_on);
+          if (!decode_queue.Push(DecodeItem{request, -1, absl::DataLossError(sample.error)})) return;
           continue;
         }
-        const auto buffer_wait = Clock::now();
-        std::optional<int> buffer = free_buffers.Pop();  // waiting here means decode is behind
-        idle_ns += NanosSince(buffer_wait);
-        if (!buffer) return;  // closed: cancelled
+        std::optional<int> buffer;
+        if (may_block) {
+          const auto buffer_wait = Clock::now();
+          GaugeScope waiting(gauges.readers_waiting_buffer);
+          buffer = free_buffers.Pop();  // waiting here means decode is behind
+          idle_ns += NanosSince(buffer_wait);
+          if (!buffer) return;  // closed: cancelled
+        } else {
+          buffer = free_buffers.TryPop();
+          if (!buffer) break;  // hand this reader's finished reads on first (Poll below)
+        }
+        pending.reset();
         if (IsPipePath(sample.path)) {
           // A member of a pipe: stream, read here (the stream is sequential, not positional).
           ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
-          absl::Status fetched = loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel);
+          absl::Status fetched = [&] {
+            GaugeScope streaming(gauges.readers_streaming);
+            return loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel);
+          }();
           if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
-          if (!decode_queue.Push(DecodeItem{*request, *buffer, std::move(fetched)})) return;
+          GaugeScope handing(gauges.readers_handing_on);
+          if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(fetched)})) return;
           continue;
         }
-        by_buffer[static_cast<size_t>(*buffer)] = *request;
+        by_buffer[static_cast<size_t>(*buffer)] = request;
         fetcher.Start(sample.path, &buffers[static_cast<size_t>(*buffer)],
                       static_cast<uint64_t>(*buffer), sample.offset, sample.length);
       }
       if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
       if (fetcher.outstanding() == 0 && input_done) break;
       done.clear();
-      if (absl::Status polled = fetcher.Poll(&done, /*wait=*/true); !polled.ok()) return Fail(polled);
+      {
+        GaugeScope reading(gauges.readers_reading);
+        const int outstanding = fetcher.outstanding();
+        gauges.reads_outstanding.fetch_add(outstanding, std::memory_order_relaxed);
+        absl::Status polled = fetcher.Poll(&done, /*wait=*/true);
+        gauges.reads_outstanding.fetch_sub(outstanding, std::memory_order_relaxed);
+        if (!polled.ok()) return Fail(polled);
+      }
       loader->counters_->read_ns.fetch_add(NanosSince(busy_start) - idle_ns, std::memory_order_relaxed);
       // Live byte count (the fetcher's is cumulative): readers report as they go.
       const uint64_t read_total = fetcher.bytes_read();
       loader->counters_->bytes_read.fetch_add(static_cast<int64_t>(read_total - bytes_reported),
                                               std::memory_order_relaxed);
       bytes_reported = read_total;
+      GaugeScope handing(gauges.readers_handing_on);
       for (FetchedFile& file : done) {
         const int buffer = static_cast<int>(file.tag);
         if (!decode_queue.Push(DecodeItem{by_buffer[static_cast<size_t>(buffer)], buffer,
@@ -734,6 +791,7 @@ struct Loader::Epoch {
     ByteBuffer substitute_bytes;
     while (std::optional<DecodeItem> item = decode_queue.Pop()) {
       if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
+      GaugeScope busy(gauges.decoders_busy);
       BatchTask& task = Task(item->request.batch);
       absl::Status status = std::move(item->status);
       if (status.ok()) {
@@ -803,6 +861,42 @@ struct Loader::Epoch {
     return epoch == e && seed == s && indices == order && offsets == batch_offsets;
   }
 
+  // For the stall report (LoaderStats::pipeline_state): seconds since the last batch completed,
+  // and what each stage is doing now. Caller holds no lock of the epoch's.
+  double SecondsSinceProgress() const {
+    return (NowNanos() - last_progress_ns.load(std::memory_order_relaxed)) * 1e-9;
+  }
+  bool Stalled() {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    return in_flight > ready_count && SecondsSinceProgress() >= loader->options_.stall_seconds;
+  }
+  std::string DescribeState() {
+    int64_t flight, complete, first_taken;
+    {
+      std::lock_guard<std::mutex> lock(ready_mu);
+      flight = in_flight;
+      complete = ready_count;
+      first_taken = taken;
+    }
+    auto n = [](const std::atomic<int>& gauge) { return gauge.load(std::memory_order_relaxed); };
+    const LoaderOptions& o = loader->options_;
+    std::string dispatcher = n(gauges.dispatcher_waiting_slot) > 0 ? "waiting for a free slot"
+                             : n(gauges.dispatcher_pushing) > 0   ? "waiting to queue a read request"
+                                                                  : "running or done";
+    return absl::StrFormat(
+        "epoch %d at batch %d of %d, no batch completed for %.1f s; batches in flight %d (%d complete); "
+        "dispatcher: %s; read requests queued %d; readers (%d): %d waiting for a request, %d for a free "
+        "read buffer, %d reading (%d reads outstanding), %d streaming a pipe: command, %d handing on to "
+        "decode; free read buffers %d of %d; decode queue %d; decoders busy %d of %d; slots allocated %d of "
+        "%d, held by the consumer %d",
+        epoch, first_taken, num_batches, SecondsSinceProgress(), flight, complete, dispatcher,
+        requests.ApproxSize(), o.reader_threads, n(gauges.readers_waiting_request),
+        n(gauges.readers_waiting_buffer), n(gauges.readers_reading), n(gauges.reads_outstanding),
+        n(gauges.readers_streaming), n(gauges.readers_handing_on), free_buffers.ApproxSize(), buffers.size(),
+        decode_queue.ApproxSize(), n(gauges.decoders_busy), o.num_workers,
+        loader->pool_->allocated(), loader->pool_->max_slots(), loader->pool_->held_by_consumer());
+  }
+
   Loader* loader;
   std::vector<ByteBuffer>& buffers;  // this epoch's set of the loader's two
   // A queued epoch counts its samples, errors, skips and replacements apart (LoaderStats::
@@ -826,6 +920,13 @@ struct Loader::Epoch {
   PrefetchGovernor governor;  // auto_prefetch (consumer thread only)
   std::atomic<bool> cancel{false};
   std::atomic<int> readers_left{0};
+  std::atomic<int64_t> last_progress_ns{0};  // NowNanos() when a batch last completed
+  struct {
+    std::atomic<int> dispatcher_waiting_slot{0}, dispatcher_pushing{0};
+    std::atomic<int> readers_waiting_request{0}, readers_waiting_buffer{0}, readers_reading{0};
+    std::atomic<int> readers_streaming{0}, readers_handing_on{0}, reads_outstanding{0};
+    std::atomic<int> decoders_busy{0};
+  } gauges;  // see GaugeScope
   BoundedQueue<ReadRequest> requests;
   BoundedQueue<DecodeItem> decode_queue;
   BoundedQueue<int> free_buffers;
@@ -1290,6 +1391,11 @@ LoaderStats Loader::Stats() const {
     }
   }
   if (!s.recent_errors.empty()) s.last_error = s.recent_errors.back();
+  if (epoch_ && epoch_->pipeline_started && !ForkedChild()) {
+    s.seconds_since_progress = epoch_->SecondsSinceProgress();
+    s.stalled = epoch_->Stalled();
+    s.pipeline_state = epoch_->DescribeState();
+  }
   return s;
 }
 

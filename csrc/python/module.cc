@@ -370,6 +370,7 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "world_size", &o.world_size);
   Take(d, "max_image_pixels", &o.max_image_pixels);
   Take(d, "max_file_bytes", &o.max_file_bytes);
+  Take(d, "stall_seconds", &o.stall_seconds);
   Take(d, "fast_decode", &o.fast_decode);
   Take(d, "strict_decode", &o.strict_decode);
   Take(d, "exif_transpose", &o.exif_transpose);
@@ -557,9 +558,13 @@ class PyLoader {
         if (PyErr_CheckSignals() != 0) throw py::error_already_set();
         const double waited = std::chrono::duration<double>(Clock::now() - start).count();
         if (timeout <= 0 || waited < timeout) continue;
+        // Say where the batch is stuck: which stage holds what, and the errors seen so far.
+        const LoaderStats stats = loader_->Stats();
+        std::string detail = stats.pipeline_state.empty() ? "" : absl::StrCat("; ", stats.pipeline_state);
+        if (!stats.last_error.empty()) absl::StrAppend(&detail, "; last error: ", stats.last_error);
         Raise(absl::DeadlineExceededError(absl::StrCat("DataLoader timed out after ", timeout,
                                                        " seconds waiting for batch ",
-                                                       loader_->next_batch())));
+                                                       loader_->next_batch(), detail)));
       }
       Raise(batch.status());
     }
@@ -638,6 +643,9 @@ class PyLoader {
     d["device_buffers_held"] = s.device_buffers_held;
     d["device_bytes"] = s.device_bytes;
     d["device_copy_seconds"] = s.device_copy_seconds;
+    d["seconds_since_progress"] = s.seconds_since_progress;
+    d["stalled"] = s.stalled;
+    d["pipeline_state"] = s.pipeline_state;
     d["last_error"] = s.last_error;
     d["transform"] = loader_->pipeline().Describe();
     return d;

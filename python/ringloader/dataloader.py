@@ -177,7 +177,13 @@ class DataLoader:
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``strict_decode``, ``max_image_pixels`` and ``on_error``.
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error`` and ``stall_seconds``.
+
+    ``stall_seconds`` (default 60): when batches are in flight and none has completed for this
+    long, ``stats()["stalled"]`` is True and ``describe()`` has a ``stalled:`` line saying which
+    stage holds what (requests queued, reads outstanding, read buffers, the decode queue, busy
+    decoders, slots). It only reports; ``timeout=`` bounds a wait, and its
+    ``LoaderTimeoutError`` names the same state and the last sample error.
 
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
     1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
@@ -276,6 +282,7 @@ class DataLoader:
         device: Any = None,
         numa: Any = None,
         max_memory: Union[int, str, None] = None,
+        stall_seconds: float = 60,
     ):
         import torch.utils.data as tud
 
@@ -313,7 +320,7 @@ class DataLoader:
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
                 ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
-                ("numa", numa is not None)) if given]
+                ("numa", numa is not None), ("stall_seconds", stall_seconds != 60)) if given]
             if native_only:
                 raise ValueError(
                     f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
@@ -443,6 +450,10 @@ class DataLoader:
             options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
         if max_memory is not None:
             options["max_memory"] = max_memory
+        if isinstance(stall_seconds, bool) or not isinstance(stall_seconds, (int, float)) or \
+                not stall_seconds > 0:
+            raise ValueError(f"stall_seconds should be a number of seconds > 0, got {stall_seconds!r}")
+        options["stall_seconds"] = float(stall_seconds)
         if auto:
             options.update(_training_options())
             options["auto_threads"] = True
@@ -630,6 +641,11 @@ class DataLoader:
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
         ]
+        if s["errors"]:
+            lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
+                         f"replaced); last: {s['last_error']}")
+        if s["stalled"]:
+            lines.append(f"  stalled: {s['pipeline_state']}")
         return "\n".join(lines)
 
     def __del__(self):

@@ -126,6 +126,10 @@ struct LoaderOptions {
   int world_size = 1;            ///< ... of this many.
   uint64_t max_image_pixels = kDefaultMaxImagePixels;  ///< Decompression-bomb limit.
   size_t max_file_bytes = size_t{256} << 20;           ///< Larger files are refused.
+  /// When no batch has completed for this long while batches are in flight, Stats() reports the
+  /// epoch as stalled (LoaderStats::stalled) with what each stage holds. A report only: nothing
+  /// is cancelled (a huge image may legitimately take long; `Next(timeout)` bounds a wait).
+  double stall_seconds = 60;
   bool fast_decode = true;       ///< Allow DCT-scaled decoding (not pixel-exact vs Pillow);
                                  ///< region-of-interest decoding is exact and always on.
   /// Refuse JPEG data libjpeg only warns about (extraneous bytes before a marker, premature end
@@ -276,6 +280,14 @@ struct LoaderStats {
                                  ///< skips and replacements) when the epoch is adopted.
   int64_t epochs_queued = 0;     ///< Epochs queued by QueueEpoch.
   int64_t epochs_adopted = 0;    ///< ... of which StartEpoch adopted (their work done ahead kept).
+  /// Seconds since the epoch in progress last completed a batch (or started); 0 between epochs.
+  double seconds_since_progress = 0;
+  /// Batches are in flight and none has completed for LoaderOptions::stall_seconds.
+  bool stalled = false;
+  /// What each stage of the epoch in progress holds now ("" between epochs): batches in
+  /// flight, complete and taken; the dispatcher; readers waiting for requests or buffers, reading
+  /// or streaming; reads outstanding; free read buffers; the decode queue; busy decoders.
+  std::string pipeline_state;
   std::string last_error;
   std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };
