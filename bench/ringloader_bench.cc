@@ -609,10 +609,10 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
       const auto asked = Clock::now();
       absl::StatusOr<Batch> batch = loader.Next();
       const auto got = Clock::now();
-      if (absl::IsOutOfRange(batch.status())) break;
+      if (IsEndOfEpoch(batch.status())) break;
       if (!batch.ok()) {
         // A sample's error is reported at its batch and the epoch goes on; anything else is fatal.
-        if (!batch.status().GetPayload(kSampleIndexPayload).has_value()) return batch.status();
+        if (!IsSampleError(batch.status())) return batch.status();
         ++m.errors;
         m.last_error = std::string(batch.status().message());
         const int64_t epoch_batches = loader.BatchesPerEpoch();

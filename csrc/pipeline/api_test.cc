@@ -243,7 +243,9 @@ TEST(ApiTest, BadPathsAreStatusesNamingThePath) {
   ASSERT_TRUE(good.ok()) << good.status();
   absl::StatusOr<Batch> bad = (*loader)->Next();
   ASSERT_FALSE(bad.ok());
-  EXPECT_TRUE(absl::IsNotFound(bad.status())) << bad.status();
+  EXPECT_TRUE(IsSampleError(bad.status())) << bad.status();
+  EXPECT_FALSE(IsEndOfEpoch(bad.status()));
+  EXPECT_EQ(bad.status().GetPayload(kSampleCausePayload).value(), absl::Cord("NOT_FOUND"));
   EXPECT_NE(bad.status().message().find(missing), std::string::npos) << bad.status();
   EXPECT_EQ(bad.status().GetPayload(kSampleIndexPayload).value(), absl::Cord("5"));
   EXPECT_EQ(bad.status().GetPayload(kSamplePathPayload).value(), absl::Cord(missing));
@@ -355,7 +357,8 @@ TEST(ApiTest, RangeForDeliversTheEpochAndThrowsLoaderErrorForABadSample) {
     thrown = e.status();
     EXPECT_NE(std::string(e.what()).find("bad.jpg"), std::string::npos);
   }
-  EXPECT_TRUE(absl::IsNotFound(thrown)) << thrown;
+  EXPECT_TRUE(IsSampleError(thrown)) << thrown;
+  EXPECT_EQ(thrown.GetPayload(kSampleCausePayload).value(), absl::Cord("NOT_FOUND"));
   EXPECT_EQ(thrown.GetPayload(kSamplePathPayload).value(), absl::Cord("/nonexistent/ringloader/bad.jpg"));
   for (Batch& batch : range) numbers.push_back(batch.number());
   EXPECT_EQ(numbers, (std::vector<int64_t>{0, 2}));

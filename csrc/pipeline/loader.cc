@@ -87,11 +87,16 @@ SlotLayout LayoutOf(const TransformPipeline& pipeline, int batch_size) {
   return SlotLayout{pipeline.SampleBytes(), batch_size};
 }
 
+// Every sample failure leaves the loader as DataLoss (see IsSampleError): its cause's code
+// (OutOfRange for the pixel limit or a file over max_file_bytes) must never read as the end of
+// the epoch. The cause's code and message travel as payloads.
 absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path) {
-  absl::Status status(cause.code(),
+  absl::Status status(absl::StatusCode::kDataLoss,
                       absl::StrCat("sample ", index, " (", path, "): ", cause.message()));
   status.SetPayload(kSampleIndexPayload, absl::Cord(absl::StrCat(index)));
   status.SetPayload(kSamplePathPayload, absl::Cord(path));
+  status.SetPayload(kSampleReasonPayload, absl::Cord(cause.message()));
+  status.SetPayload(kSampleCausePayload, absl::Cord(absl::StatusCodeToString(cause.code())));
   return status;
 }
 
@@ -1291,7 +1296,7 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   const auto start = Clock::now();
   absl::StatusOr<Batch> batch =
       stager_ ? epoch_->NextStaged(start, timeout_seconds) : epoch_->NextHost(start, timeout_seconds);
-  if (batch.ok() || !absl::IsOutOfRange(batch.status())) {
+  if (!IsEndOfEpoch(batch.status())) {
     counters_->wait_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
   }
   if (batch.ok()) counters_->batches.fetch_add(1, std::memory_order_relaxed);

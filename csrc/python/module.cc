@@ -45,10 +45,10 @@ PyObject* g_timeout_error = nullptr;
     py::object error = py::reinterpret_borrow<py::object>(g_sample_error)(message);
     error.attr("index") = py::int_(std::stoll(std::string(*index)));
     error.attr("path") = path ? py::str(std::string(*path)) : py::str("");
-    error.attr("reason") = py::str(message.substr(message.find("): ") == std::string::npos
-                                                      ? 0
-                                                      : message.find("): ") + 3));
-    error.attr("code") = py::str(absl::StatusCodeToString(status.code()));
+    auto reason = status.GetPayload(kSampleReasonPayload);
+    auto cause = status.GetPayload(kSampleCausePayload);
+    error.attr("reason") = py::str(reason ? std::string(*reason) : message);
+    error.attr("code") = py::str(cause ? std::string(*cause) : absl::StatusCodeToString(status.code()));
     PyErr_SetObject(g_sample_error, error.ptr());
     throw py::error_already_set();
   }
@@ -551,7 +551,7 @@ class PyLoader {
         batch = loader_->Next(slice);
       }
       if (batch.ok()) return Wrap(*batch);
-      if (absl::IsOutOfRange(batch.status()) && !batch.status().GetPayload(kSampleIndexPayload)) {
+      if (IsEndOfEpoch(batch.status())) {
         return py::none();
       }
       if (absl::IsDeadlineExceeded(batch.status())) {

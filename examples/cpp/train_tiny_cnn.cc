@@ -90,10 +90,14 @@ int main(int argc, char** argv) {
     }
     while (step < steps) {
       absl::StatusOr<ringloader::Batch> batch = (*loader)->Next();
-      if (absl::IsOutOfRange(batch.status())) break;  // end of epoch
-      if (!batch.ok()) {                              // a bad sample: skip its batch
+      if (ringloader::IsEndOfEpoch(batch.status())) break;
+      if (ringloader::IsSampleError(batch.status())) {  // a bad sample: skip its batch
         std::cerr << "skipping a batch: " << batch.status() << "\n";
         continue;
+      }
+      if (!batch.ok()) {
+        std::cerr << batch.status() << "\n";
+        return 1;
       }
       // Zero-copy: the tensors read the loader's slot; it is recycled once they are freed.
       ringloader::BatchTensors t = ringloader::ToTensors(*batch);

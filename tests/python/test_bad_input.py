@@ -126,3 +126,20 @@ def test_single_sample_access_raises_the_same_error(tmp_path: Path, cases: dict)
     with pytest.raises(rl.SampleError, match="text") as info:
         ds[2]
     assert info.value.index == 2
+
+
+@pytest.mark.parametrize("policy", ["raise", "skip", "replace"])
+def test_oversized_image_mid_epoch_is_a_sample_error_not_the_end(tmp_path: Path, policy: str):
+    """The pixel limit's cause is OUT_OF_RANGE, which must never read as the end of the epoch."""
+    root = tree_with(tmp_path, None)
+    (root / "a" / "img_2.jpg").write_bytes(jpeg_bytes(400, 300, seed=9))
+    loader = rl.DataLoader(rl.ImageFolder(root, transform=EVAL), batch_size=2, num_workers=2,
+                           on_error=policy, max_image_pixels=200 * 200)
+    got = outcomes(loader)
+    if policy == "raise":
+        assert got[0] == "ok" and got[2] == "ok" and len(got) == 3, got
+        assert got[1].index == 2 and got[1].code == "OUT_OF_RANGE"
+        assert "exceeds the limit" in got[1].reason and not got[1].reason.startswith("sample")
+    else:
+        assert got == ["ok", "ok", "ok"], got
+    assert loader.stats()["errors"] == 1

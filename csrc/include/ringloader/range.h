@@ -6,8 +6,7 @@
 ///   }
 ///
 /// Errors are thrown as ringloader::LoaderError, which carries the absl::Status Next() returned
-/// (for a bad sample: its code, a message naming index and path, and the kSampleIndexPayload /
-/// kSamplePathPayload payloads). After catching one, the loader is still usable: iterating the
+/// (for a bad sample, IsSampleError: a message naming index and path, and the sample payloads). After catching one, the loader is still usable: iterating the
 /// same range again continues with the batch after the failed one, exactly as Next() would.
 
 #include <cstddef>
@@ -77,7 +76,7 @@ class EpochRange {
   void Advance() {
     current_.reset();  // release the slot before asking for the next one
     absl::StatusOr<Batch> next = loader_->Next();
-    if (absl::IsOutOfRange(next.status())) return;
+    if (IsEndOfEpoch(next.status())) return;
     if (!next.ok()) throw LoaderError(next.status());
     current_ = *std::move(next);
   }

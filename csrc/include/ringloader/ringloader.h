@@ -6,8 +6,9 @@
 ///   loader->StartEpoch(0);
 ///   while (true) {
 ///     absl::StatusOr<ringloader::Batch> batch = loader->Next();
-///     if (absl::IsOutOfRange(batch.status())) break;   // end of epoch
-///     if (!batch.ok()) { /* a bad sample: message names index and path */ continue; }
+///     if (ringloader::IsEndOfEpoch(batch.status())) break;
+///     if (ringloader::IsSampleError(batch.status())) { /* names index, path, reason */ continue; }
+///     if (!batch.ok()) { /* the loader failed: stop */ }
 ///     use(batch->images(), batch->labels());          // slot recycled when `batch` dies
 ///   }
 
@@ -54,9 +55,25 @@ struct Sample {
   std::string error;
 };
 
-/// Status payload keys carried by per-sample errors (values: decimal index, path).
+/// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
+/// without the "sample N (path): " prefix, and the code of the underlying failure, e.g.
+/// "NOT_FOUND" for a missing file, "OUT_OF_RANGE" for the pixel limit).
 inline constexpr char kSampleIndexPayload[] = "ringloader.sample_index";
 inline constexpr char kSamplePathPayload[] = "ringloader.sample_path";
+inline constexpr char kSampleReasonPayload[] = "ringloader.sample_reason";
+inline constexpr char kSampleCausePayload[] = "ringloader.sample_cause";
+
+/// One sample could not be read or decoded. Such a status always has code DataLoss, whatever
+/// the cause (kSampleCausePayload has that), so no cause can be taken for another outcome: an
+/// image over the pixel limit is not the end of the epoch.
+inline bool IsSampleError(const absl::Status& status) {
+  return absl::IsDataLoss(status) && status.GetPayload(kSampleIndexPayload).has_value();
+}
+
+/// Loader::Next() reached the end of the epoch (OutOfRange, never a sample's error).
+inline bool IsEndOfEpoch(const absl::Status& status) {
+  return absl::IsOutOfRange(status) && !status.GetPayload(kSampleIndexPayload).has_value();
+}
 
 /// What happens to a sample that cannot be read or decoded.
 enum class ErrorPolicy : uint8_t {
@@ -337,7 +354,8 @@ class Loader {
   void CancelQueued();
   /// True while an epoch is queued (not yet adopted or cancelled).
   bool HasQueuedEpoch() const;
-  /// Next batch in order. OutOfRange at the end of the epoch; FailedPrecondition before
+  /// Next batch in order. OutOfRange at the end of the epoch (IsEndOfEpoch); a sample's failure
+  /// (ErrorPolicy::kRaise) is DataLoss with the sample payloads (IsSampleError); FailedPrecondition before
   /// StartEpoch; a sample's error (message and payloads name index and path) at the batch it
   /// belongs to, after all earlier batches — the following call continues with the next batch;
   /// ResourceExhausted when the consumer holds every slot, or every device buffer (the batch is
