@@ -21,10 +21,22 @@
 
 namespace ringloader {
 
-/// True for a `pipe:COMMAND` path (a sample or shard read from COMMAND's stdout).
-inline bool IsPipePath(const std::string& path) { return path.rfind("pipe:", 0) == 0; }
-/// The COMMAND of a `pipe:COMMAND` path.
-inline std::string PipeCommand(const std::string& path) { return path.substr(5); }
+/// Where the bytes of a sample or shard come from. Nothing is ever run because of how a path is
+/// spelled: kPipe is set only by a caller that was handed a command (WebDataset, for a `pipe:`
+/// URL its user wrote), so a file whose name starts with `pipe:` (matched by a glob, found by a
+/// folder scan, listed in a file list) is read as the file it is.
+enum class SourceKind : uint8_t {
+  kFile = 0,  ///< A local file (or a byte range of one).
+  kPipe = 1,  ///< `pipe:COMMAND`: the stdout of `/bin/sh -c COMMAND`.
+};
+
+inline constexpr char kPipePrefix[] = "pipe:";
+
+/// OK when `path` can be a kPipe source: `pipe:` followed by a non-blank command;
+/// InvalidArgument naming `what` otherwise.
+absl::Status CheckPipePath(const std::string& path, const std::string& what);
+/// The COMMAND of the `pipe:COMMAND` path of a kPipe source (checked by CheckPipePath).
+inline std::string PipeCommand(const std::string& path) { return path.substr(sizeof(kPipePrefix) - 1); }
 
 class ChildProcess {
  public:
