@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "io/child_process.h"
+#include "io/source_kind.h"
 
 namespace ringloader {
 

@@ -36,6 +36,7 @@
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "decode/image_decoder.h"
+#include "io/child_process.h"
 #include "io/reader.h"
 #include "io/stream_cache.h"
 #include "numa/topology.h"

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "decode/jpeg_decoder.h"
-#include "io/child_process.h"
+#include "io/source_kind.h"
 #include "io/reader.h"
 #include "transform/image_transform.h"
 
