@@ -51,7 +51,8 @@ install(TARGETS ringloader EXPORT ringloaderTargets
 file(GLOB ringloader_public_headers "${CMAKE_CURRENT_SOURCE_DIR}/csrc/include/ringloader/*.h")
 list(FILTER ringloader_public_headers EXCLUDE REGEX "/torch\\.h$")
 install(FILES ${ringloader_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader)
-foreach(header decode/jpeg_decoder.h io/reader.h transform/image_transform.h transform/random.h)
+foreach(header decode/jpeg_decoder.h io/reader.h io/source_kind.h transform/image_transform.h
+               transform/random.h)
   get_filename_component(header_dir "${header}" DIRECTORY)
   install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/${header}"
           DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader/${header_dir})

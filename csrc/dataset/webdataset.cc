@@ -294,7 +294,8 @@ absl::StatusOr<int64_t> JsonIntegerField(const std::string& text, const std::str
   return JsonScanner(text).Field(field);
 }
 
-absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const WebDatasetOptions& options) {
+absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const WebDatasetOptions& options,
+                                               SourceKind kind) {
   if (options.image_exts.empty()) return absl::InvalidArgumentError("image_exts must name at least one extension");
   std::vector<std::string> image_exts;
   for (const std::string& ext : options.image_exts) {
@@ -311,8 +312,9 @@ absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const Web
 
   std::unique_ptr<ChildProcess> child;
   std::unique_ptr<ByteSource> source;
-  const bool is_pipe = IsPipePath(url);
+  const bool is_pipe = kind == SourceKind::kPipe;
   if (is_pipe) {
+    RL_RETURN_IF_ERROR(CheckPipePath(url, "shard"));
     RL_ASSIGN_OR_RETURN(child, ChildProcess::Spawn(PipeCommand(url)));
     source = std::make_unique<PipeByteSource>(child.get());
   } else {

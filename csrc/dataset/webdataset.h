@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "io/source_kind.h"
 
 namespace ringloader {
 
@@ -48,10 +49,12 @@ struct ShardIndex {
   std::string error;
 };
 
-/// Indexes a shard: `url` is a local path or `pipe:COMMAND` (the stdout of `/bin/sh -c COMMAND`
-/// is scanned as a stream). Fails (NotFound, PermissionDenied, InvalidArgument...) naming the
-/// shard only when it cannot be opened at all, or for bad options.
-absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const WebDatasetOptions& options);
+/// Indexes a shard: `url` is a local path (kFile, whatever its name), or with kPipe
+/// `pipe:COMMAND` (the stdout of `/bin/sh -c COMMAND` is scanned as a stream). Fails (NotFound,
+/// PermissionDenied, InvalidArgument...) naming the shard only when it cannot be opened at all,
+/// or for bad options.
+absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const WebDatasetOptions& options,
+                                               SourceKind kind = SourceKind::kFile);
 
 /// Splits a member path into key and lower-case extension, as the grouping does. False when the
 /// member is ignored. Exposed for tests.

@@ -1,11 +1,13 @@
 #include "dataset/webdataset.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
 #include "testing/tar_builder.h"
@@ -157,7 +159,8 @@ TEST(WebDatasetTest, TruncatedShardKeepsTheSamplesBeforeTheCut) {
   tar.bytes() = bytes;
   tar.Write(dir + "/cut.tar");
   for (const std::string url : {dir + "/cut.tar", "pipe:cat '" + dir + "/cut.tar'"}) {
-    auto index = ScanWebDatasetShard(url, WebDatasetOptions());
+    const SourceKind source = absl::StartsWith(url, "pipe:") ? SourceKind::kPipe : SourceKind::kFile;
+    auto index = ScanWebDatasetShard(url, WebDatasetOptions(), source);
     ASSERT_TRUE(index.ok()) << index.status();
     ASSERT_EQ(index->samples.size(), 2u) << url;
     EXPECT_EQ(index->samples[0].error, "");
@@ -181,7 +184,7 @@ TEST(WebDatasetTest, PipeUrlsAndShardErrors) {
   tar.bytes().resize(10240, '\0');  // tar's record padding after the end blocks
   tar.Write(dir + "/s.tar");
   auto local = ScanWebDatasetShard(dir + "/s.tar", WebDatasetOptions());
-  auto piped = ScanWebDatasetShard("pipe:cat " + dir + "/s.tar", WebDatasetOptions());
+  auto piped = ScanWebDatasetShard("pipe:cat " + dir + "/s.tar", WebDatasetOptions(), SourceKind::kPipe);
   ASSERT_TRUE(local.ok() && piped.ok());
   EXPECT_EQ(piped->error, "");
   EXPECT_EQ(piped->bytes, 10240u);
@@ -192,11 +195,11 @@ TEST(WebDatasetTest, PipeUrlsAndShardErrors) {
     EXPECT_EQ(piped->samples[i].label, local->samples[i].label);
   }
   // A failing command: its status is the shard's error, the samples it wrote are kept.
-  auto failed = ScanWebDatasetShard("pipe:cat " + dir + "/s.tar; exit 3", WebDatasetOptions());
+  auto failed = ScanWebDatasetShard("pipe:cat " + dir + "/s.tar; exit 3", WebDatasetOptions(), SourceKind::kPipe);
   ASSERT_TRUE(failed.ok());
   EXPECT_EQ(failed->samples.size(), 2u);
   EXPECT_EQ(failed->error, "pipe:cat " + dir + "/s.tar; exit 3 exited with status 3");
-  auto nothing = ScanWebDatasetShard("pipe:false", WebDatasetOptions());
+  auto nothing = ScanWebDatasetShard("pipe:false", WebDatasetOptions(), SourceKind::kPipe);
   ASSERT_TRUE(nothing.ok());
   EXPECT_TRUE(nothing->samples.empty());
   EXPECT_EQ(nothing->error, "pipe:false exited with status 1");
@@ -215,6 +218,30 @@ TEST(WebDatasetTest, PipeUrlsAndShardErrors) {
 }
 
 // A shard written by GNU tar from files named like a webdataset.
+TEST(WebDatasetTest, AShardNamedLikeAPipeIsReadAsAFile) {
+  const std::string dir = MakeTempDir();
+  TarBuilder tar;
+  tar.AddFile("k1.jpg", "one");
+  tar.AddFile("k1.cls", "1");
+  tar.End();
+  const std::string name = "pipe:touch PWNED; cat s.tar; true .tar";
+  tar.Write(dir + "/" + name);
+  char previous[4096];
+  ASSERT_NE(getcwd(previous, sizeof(previous)), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  auto index = ScanWebDatasetShard(name, WebDatasetOptions());
+  auto absent = ScanWebDatasetShard("pipe:touch PWNED", WebDatasetOptions());
+  auto unmarked = ScanWebDatasetShard("s.tar", WebDatasetOptions(), SourceKind::kPipe);
+  const bool pwned = access("PWNED", F_OK) == 0;
+  ASSERT_EQ(chdir(previous), 0);
+  EXPECT_FALSE(pwned) << "a shard's name was run as a command";
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(Keys(*index), "k1");
+  EXPECT_EQ(index->error, "");
+  EXPECT_TRUE(absl::IsNotFound(absent.status())) << absent.status();
+  EXPECT_TRUE(absl::IsInvalidArgument(unmarked.status())) << unmarked.status();
+}
+
 TEST(WebDatasetTest, ScansAShardWrittenByGnuTar) {
   if (std::system("tar --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "GNU tar is not installed";
   const std::string dir = MakeTempDir();

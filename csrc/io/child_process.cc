@@ -9,12 +9,25 @@
 
 #include <cerrno>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 
 extern char** environ;
 
 namespace ringloader {
+
+absl::Status CheckPipePath(const std::string& path, const std::string& what) {
+  if (!absl::StartsWith(path, kPipePrefix)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " is marked as a pipe: stream but its path \"", path, "\" is not pipe:COMMAND"));
+  }
+  if (absl::StripAsciiWhitespace(PipeCommand(path)).empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": \"", path, "\" has no command after pipe:"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const std::string& command) {
   int fds[2];

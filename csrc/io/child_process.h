@@ -18,13 +18,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "io/source_kind.h"
 
 namespace ringloader {
 
-/// True for a `pipe:COMMAND` path (a sample or shard read from COMMAND's stdout).
-inline bool IsPipePath(const std::string& path) { return path.rfind("pipe:", 0) == 0; }
-/// The COMMAND of a `pipe:COMMAND` path.
-inline std::string PipeCommand(const std::string& path) { return path.substr(5); }
+/// OK when `path` can be a kPipe source: `pipe:` followed by a non-blank command;
+/// InvalidArgument naming `what` otherwise.
+absl::Status CheckPipePath(const std::string& path, const std::string& what);
+/// The COMMAND of the `pipe:COMMAND` path of a kPipe source (checked by CheckPipePath).
+inline std::string PipeCommand(const std::string& path) { return path.substr(sizeof(kPipePrefix) - 1); }
 
 class ChildProcess {
  public:

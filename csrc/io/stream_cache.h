@@ -1,6 +1,8 @@
 #pragma once
-/// Byte ranges of `pipe:COMMAND` streams: a sample whose path is `pipe:COMMAND` is the bytes
-/// [offset, offset + length) of the stdout of `/bin/sh -c COMMAND`.
+/// Byte ranges of `pipe:COMMAND` streams: a SourceKind::kPipe sample, whose path is
+/// `pipe:COMMAND`, is the bytes [offset, offset + length) of the stdout of `/bin/sh -c COMMAND`.
+/// Every path given here is run: callers pass only the paths of kPipe sources (the Loader checks
+/// them with CheckPipePath at Create), never a file's name.
 ///
 /// One running command per pipe path, read sequentially in large reads. A request for a member
 /// ahead of the stream reads forward, keeping in memory the members this epoch still wants from

@@ -28,6 +28,13 @@ constexpr double kWatchdogSeconds = 30;
 
 enum class Backend { kPread, kUring, kPipe };
 
+// A sample read from a command's stdout (only ever built from a command the caller wrote).
+Sample Pipe(std::string command, int64_t label, uint64_t offset, int64_t length) {
+  Sample s(std::move(command), label, offset, length);
+  s.source = SourceKind::kPipe;
+  return s;
+}
+
 const char* Name(Backend b) {
   switch (b) {
     case Backend::kPread: return "pread";
@@ -60,7 +67,7 @@ class Mix {
         std::ifstream in(s.path, std::ios::binary);
         std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-        s = Sample(absl::StrCat("pipe:cat ", blob), s.label, offset, static_cast<int64_t>(bytes.size()));
+        s = Pipe(absl::StrCat("pipe:cat ", blob), s.label, offset, static_cast<int64_t>(bytes.size()));
         offset += bytes.size();
       }
     }
@@ -89,7 +96,7 @@ class Mix {
       case 5:
         return Sample(path, 0, 0, -1, "known bad: a shard group without an image");
       default:
-        if (backend_ == Backend::kPipe) return Sample(absl::StrCat("pipe:cat ", path, " 2>/dev/null"), 0, 0, 100);
+        if (backend_ == Backend::kPipe) return Pipe(absl::StrCat("pipe:cat ", path, " 2>/dev/null"), 0, 0, 100);
         return Sample(dir_ + "/no_such_dir/x.jpg", 0);  // missing parent
     }
   }
@@ -288,7 +295,7 @@ TEST(FailureBurstTest, RandomMixesAlwaysEnd) {
 TEST(FailureBurstTest, StallReportNamesTheStuckStage) {
   const std::string dir = MakeTempDir();
   std::vector<Sample> samples = testing::WriteJpegDataset(dir, 4);
-  samples.push_back(Sample("pipe:sleep 30", 0, 0, 100));
+  samples.push_back(Pipe("pipe:sleep 30", 0, 0, 100));
   LoaderOptions o;
   o.batch_size = 5;
   o.num_workers = 1;

@@ -37,6 +37,7 @@
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "decode/image_decoder.h"
+#include "io/child_process.h"
 #include "io/reader.h"
 #include "io/stream_cache.h"
 #include "numa/topology.h"
@@ -131,7 +132,7 @@ absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBu
                              StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
   // Substitutes and single samples come out of the epoch's order: they must not move its streams.
-  if (IsPipePath(sample.path)) return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel);
+  if (sample.source == SourceKind::kPipe) return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel);
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
   fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
   RL_RETURN_IF_ERROR(fetcher.Flush());
@@ -283,7 +284,7 @@ struct Loader::Epoch {
       std::map<std::string, std::vector<StreamCache::Range>> wanted;
       for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
         const Sample& s = loader->samples_[static_cast<size_t>(indices[i])];
-        if (IsPipePath(s.path) && s.error.empty()) wanted[s.path].push_back({s.offset, s.length});
+        if (s.source == SourceKind::kPipe && s.error.empty()) wanted[s.path].push_back({s.offset, s.length});
       }
       loader->streams_->StartEpoch(wanted);
     }
@@ -692,7 +693,7 @@ struct Loader::Epoch {
           if (!buffer) break;  // hand this reader's finished reads on first (Poll below)
         }
         pending.reset();
-        if (IsPipePath(sample.path)) {
+        if (sample.source == SourceKind::kPipe) {
           // A member of a pipe: stream, read here (the stream is sequential, not positional).
           ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
           absl::Status fetched = [&] {
@@ -994,6 +995,10 @@ absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
+  for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].source != SourceKind::kPipe) continue;
+    RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
+  }
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
                       TransformPipeline::Create(options.transform, options.dtype, options.layout,
                                                 options.variable_size));
@@ -1054,7 +1059,7 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
       counters_(std::make_unique<Counters>()) {
-  for (const Sample& s : samples_) has_pipes_ = has_pipes_ || IsPipePath(s.path);
+  for (const Sample& s : samples_) has_pipes_ = has_pipes_ || s.source == SourceKind::kPipe;
   streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
   const int node = placement_->node;
   // Device staging copies from the slots, so it wants them page-locked (asynchronous DMA).

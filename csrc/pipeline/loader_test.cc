@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <chrono>
 #include <thread>
@@ -282,7 +285,10 @@ TEST(LoaderTest, AForkedChildRunsItsOwnEpochOverPipeStreams) {
   const std::string dir = MakeTempDir();
   auto files = MakeDataset(10, dir);
   std::vector<Sample> piped = PackIntoShard(files, dir + "/shard.bin");
-  for (Sample& s : piped) s.path = "pipe:cat " + dir + "/shard.bin";
+  for (Sample& s : piped) {
+    s.path = "pipe:cat " + dir + "/shard.bin";
+    s.source = SourceKind::kPipe;
+  }
   LoaderOptions o = TrainOptions();
   auto whole = Loader::Create(files, o);
   auto loader = Loader::Create(piped, o);
@@ -310,7 +316,10 @@ TEST(LoaderTest, PipeStreamSamplesDecodeLikeTheirFiles) {
   auto files = MakeDataset(14, dir);
   auto ranged = PackIntoShard(files, dir + "/shard.bin");
   std::vector<Sample> piped = ranged;
-  for (Sample& s : piped) s.path = "pipe:cat " + dir + "/shard.bin";
+  for (Sample& s : piped) {
+    s.path = "pipe:cat " + dir + "/shard.bin";
+    s.source = SourceKind::kPipe;
+  }
   LoaderOptions o = TrainOptions();
   o.shuffle = true;
   o.reader_threads = 2;
@@ -341,7 +350,10 @@ TEST(LoaderTest, PipeStreamErrorsAreSampleErrorsAndReplaceable) {
   // The stream ends inside member 5: members 5.. fail, with index and path.
   const uint64_t cut = ranged[5].offset + 10;
   const std::string path = absl::StrCat("pipe:cat ", dir, "/shard.bin | head -c ", cut);
-  for (Sample& s : ranged) s.path = path;
+  for (Sample& s : ranged) {
+    s.path = path;
+    s.source = SourceKind::kPipe;
+  }
   LoaderOptions o = TrainOptions();
   o.batch_size = 4;
   auto loader = Loader::Create(ranged, o);
@@ -367,7 +379,7 @@ TEST(LoaderTest, PipeStreamErrorsAreSampleErrorsAndReplaceable) {
   EXPECT_EQ((*loader)->Stats().replaced, 3);
   o.on_error = ErrorPolicy::kRaise;
   // A failing command.
-  for (Sample& s : ranged) s.path = "pipe:false";
+  for (Sample& s : ranged) s.path = "pipe:false";  // still kPipe
   loader = Loader::Create(ranged, o);
   ASSERT_TRUE(loader.ok());
   ASSERT_TRUE((*loader)->StartEpoch(0).ok());
@@ -376,11 +388,52 @@ TEST(LoaderTest, PipeStreamErrorsAreSampleErrorsAndReplaceable) {
   EXPECT_EQ(batch.status().message(), "sample 0 (pipe:false): pipe:false exited with status 1 before member at offset 100");
 }
 
+TEST(LoaderTest, APathSpelledLikeAPipeIsReadAsAFile) {
+  const std::string dir = MakeTempDir();
+  auto files = MakeDataset(5, dir);
+  // Files whose names start with pipe: (as a folder scan or a file list could find them), next
+  // to the working directory, hold the same images.
+  std::vector<Sample> named = files;
+  for (size_t i = 0; i < named.size(); ++i) {
+    const std::string name = absl::StrCat("pipe:touch PWNED; cat x", i, ".jpg; true .jpg");
+    std::ifstream in(files[i].path, std::ios::binary);
+    WriteFile(dir + "/" + name, std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {}));
+    named[i].path = name;
+  }
+  char previous[4096];
+  ASSERT_NE(getcwd(previous, sizeof(previous)), nullptr);
+  ASSERT_EQ(chdir(dir.c_str()), 0);
+  LoaderOptions o = TrainOptions();
+  auto whole = Loader::Create(files, o);
+  auto loader = Loader::Create(named, o);
+  ASSERT_TRUE(whole.ok() && loader.ok());
+  const auto got = RunEpoch(**loader, 0);
+  const bool pwned = access("PWNED", F_OK) == 0;
+  ASSERT_EQ(chdir(previous), 0);
+  EXPECT_EQ(got, RunEpoch(**whole, 0));
+  EXPECT_FALSE(pwned) << "a file name was run as a command";
+  EXPECT_EQ((*loader)->Stats().stream_restarts, 0);
+
+  // A kPipe sample must be spelled pipe:COMMAND, with a command.
+  std::vector<Sample> marked = files;
+  marked[2].source = SourceKind::kPipe;
+  auto refused = Loader::Create(marked, o);
+  ASSERT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_EQ(refused.status().message(), absl::StrCat("sample 2 is marked as a pipe: stream but its path \"",
+                                                     files[2].path, "\" is not pipe:COMMAND"));
+  marked[2].path = "pipe:  ";
+  refused = Loader::Create(marked, o);
+  EXPECT_EQ(refused.status().message(), "sample 2: \"pipe:  \" has no command after pipe:");
+}
+
 TEST(LoaderTest, StopWithASlowPipeProducerReturnsPromptly) {
   const std::string dir = MakeTempDir();
   auto files = MakeDataset(6, dir);
   auto ranged = PackIntoShard(files, dir + "/shard.bin");
-  for (Sample& s : ranged) s.path = absl::StrCat("pipe:head -c 3000 ", dir, "/shard.bin; sleep 60");
+  for (Sample& s : ranged) {
+    s.path = absl::StrCat("pipe:head -c 3000 ", dir, "/shard.bin; sleep 60");
+    s.source = SourceKind::kPipe;
+  }
   LoaderOptions o = TrainOptions();
   o.batch_size = 3;
   auto loader = Loader::Create(ranged, o);

@@ -428,7 +428,7 @@ std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::arra
 class PyLoader {
  public:
   PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options, py::object offsets,
-           py::object lengths, py::object errors) {
+           py::object lengths, py::object errors, py::object pipes) {
     if (paths.size() != labels.size()) throw py::value_error("paths and labels differ in length");
     std::vector<Sample> samples(paths.size());
     for (size_t i = 0; i < paths.size(); ++i) {
@@ -460,6 +460,19 @@ class PyLoader {
       for (size_t i = 0; i < v.size(); ++i) {
         if (v[i] < -1) throw py::value_error(absl::StrCat("lengths[", i, "] must be >= 0 or -1 (whole file), got ", v[i]));
         samples[i].length = v[i];
+      }
+    }
+    if (!pipes.is_none()) {
+      // bool per sample: True only for members of a pipe: stream whose command the user wrote. A
+      // path is never run because of its spelling.
+      auto array = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(pipes);
+      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
+        PyErr_Clear();
+        throw py::value_error(absl::StrCat("pipes must be a sequence of bool with one entry per path (",
+                                           samples.size(), ")"));
+      }
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (array.data()[i]) samples[i].source = SourceKind::kPipe;
       }
     }
     if (!errors.is_none()) {
@@ -724,7 +737,7 @@ py::tuple FileList(const std::string& list_path) {
 }
 
 py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, const std::string& label_key,
-                  const std::string& json_field) {
+                  const std::string& json_field, bool pipe) {
   WebDatasetOptions options;
   options.image_exts = std::move(image_exts);
   options.label_key = label_key;
@@ -732,7 +745,7 @@ py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, 
   absl::StatusOr<ShardIndex> index;
   {
     py::gil_scoped_release release;
-    index = ScanWebDatasetShard(url, options);
+    index = ScanWebDatasetShard(url, options, pipe ? SourceKind::kPipe : SourceKind::kFile);
   }
   ThrowIfError(index.status());
   const auto n = static_cast<py::ssize_t>(index->samples.size());
@@ -797,9 +810,10 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("data_ptr", &Tensor::data_ptr);
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict, py::object, py::object, py::object>(),
+      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict, py::object, py::object, py::object,
+                    py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
-           py::arg("lengths") = py::none(), py::arg("errors") = py::none())
+           py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
@@ -863,7 +877,8 @@ PYBIND11_MODULE(_C, m) {
         "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
   m.def("scan_webdataset_shard", &ScanShard, py::arg("url"),
         py::arg("image_exts") = std::vector<std::string>{"jpg", "jpeg", "png", "webp"}, py::arg("label_key") = "cls",
-        py::arg("json_field") = "label",
-        "Index of a WebDataset tar shard (local path or pipe:COMMAND): dict of keys, members, offsets, "
-        "lengths, labels, errors ('' = ok), bytes, error ('' = scanned to its end).");
+        py::arg("json_field") = "label", py::arg("pipe") = false,
+        "Index of a WebDataset tar shard: a local path, or with pipe=True a pipe:COMMAND URL whose "
+        "command is run: dict of keys, members, offsets, lengths, labels, errors ('' = ok), bytes, error "
+        "('' = scanned to its end).");
 }

@@ -522,19 +522,24 @@ class DataLoader:
         ranges = [f.byte_ranges() for f in self._folders]
         if not any(ranges):
             return _C.Loader(paths, targets, self._options)
-        # Shard members: byte ranges of the shards (whole files elsewhere: length -1).
-        offsets, lengths, errors = [], [], []
+        # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
+        # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
+        # file, whatever its name).
+        offsets, lengths, errors, pipes = [], [], [], []
         for f, r in zip(self._folders, ranges):
             if r:
                 offsets.append(r["offsets"])
                 lengths.append(r["lengths"])
                 errors += r["errors"]
+                pipes.append(np.asarray(r.get("pipes", np.zeros(len(f), dtype=bool)), dtype=bool))
             else:
                 offsets.append(np.zeros(len(f), dtype=np.int64))
                 lengths.append(np.full(len(f), -1, dtype=np.int64))
                 errors += [""] * len(f)
+                pipes.append(np.zeros(len(f), dtype=bool))
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
-                         lengths=np.concatenate(lengths), errors=errors)
+                         lengths=np.concatenate(lengths), errors=errors,
+                         pipes=np.concatenate(pipes))
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes

@@ -15,6 +15,16 @@ Images keep their bytes and extension, except: with ``--max-side N`` an image wh
 exceeds ``N`` is resized with Pillow (aspect kept, shorter side ``N``) and re-encoded as JPEG of
 ``--quality Q``; an image in a format WebDataset's default extensions do not cover (BMP, TIFF,
 PPM...) is re-encoded as PNG (lossless).
+
+What is packed is checked, since a shard is often shared more widely than its source: a file
+whose bytes Pillow does not identify as an image (whatever its extension) is skipped, and one
+kept under ``.jpg``/``.png``/``.webp`` must be that format or it is re-encoded as PNG; so is a file reached through a
+symlink that leads out of the source tree (the ImageFolder root, or the list's folder; for a
+list's entry named outside it, the entry itself being a symlink), unless ``--follow-symlinks``;
+and anything not a regular file (a FIFO, a device). Each skip is named in the summary. Output
+files are created under temporary names with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and renamed into
+place, so a symlink planted in ``DST`` (``index.json`` -> elsewhere) is replaced, never written
+through; they get the usual permissions (0666 less the umask).
 """
 
 from __future__ import annotations
@@ -24,10 +34,12 @@ import io
 import json
 import os
 import re
+import secrets
+import stat
 import sys
 import tarfile
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _sizes
 from .datasets import FileList, ImageFolder, NativeDataset
@@ -37,12 +49,115 @@ __all__ = ["pack", "parse_size", "main"]
 
 SHARD_PATTERN = "shard-{:06d}.tar"
 _KEPT_EXTS = tuple("." + ext for ext in IMAGE_EXTS)  # what a WebDataset reads as images
+_KEPT_FORMATS = ("JPEG", "PNG", "WEBP")  # kept as they are under those extensions
+#: Skipped files named in the summary line by line; the rest are counted.
+_SKIPS_LISTED = 20
 
 
 def parse_size(text: str) -> int:
     """Bytes of ``--shard-size``: ``"1GB"``, ``"500MB"``, ``"64MiB"``, ``"1000000"`` (the rule of
     ``max_memory=``: GB/MB powers of 1000; GiB/MiB, and bare G/M, powers of 1024)."""
     return _sizes.parse_size(text, "--shard-size")
+
+
+class _Tree(NamedTuple):
+    """The source tree: as given (made absolute) and resolved."""
+
+    lexical: str
+    real: str
+
+
+class _Skip(Exception):
+    """A source file that is not packed: why."""
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _source_tree(src: str) -> _Tree:
+    top = os.path.abspath(src if os.path.isdir(src) else os.path.dirname(os.path.abspath(src)))
+    return _Tree(os.path.normpath(top), os.path.realpath(top))
+
+
+def _opened_path(fd: int, fallback: str) -> str:
+    """Where the open file ``fd`` really is (Linux: /proc/self/fd), else ``fallback`` resolved."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return os.path.realpath(fallback)
+
+
+def _read_source(path: str, tree: _Tree, follow_symlinks: bool) -> Tuple[bytes, int]:
+    """(bytes, mtime) of a source file. Raises _Skip when it is reached through a symlink that
+    leads out of ``tree`` (unless ``follow_symlinks``), or is not a regular file. The check is
+    made on the file actually opened, so a link swapped in after a check is caught too."""
+    lexical = os.path.normpath(os.path.abspath(path))
+    named_inside = _within(lexical, tree.lexical) or _within(lexical, tree.real)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks and not named_inside:
+        flags |= getattr(os, "O_NOFOLLOW", 0)  # a list's entry outside the tree: no link at all
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow_symlinks and not named_inside and os.path.islink(path):
+            raise _Skip(f"a symlink (to {os.path.realpath(path)}); --follow-symlinks packs it")                 from None
+        if isinstance(exc, FileNotFoundError):
+            raise FileNotFoundError(f"pack: {path} does not exist") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _Skip("not a regular file")
+        if not follow_symlinks and named_inside:
+            real = _opened_path(fd, path)
+            if not _within(real, tree.real):
+                raise _Skip(f"a symlink out of the source tree (to {real}); --follow-symlinks "
+                            "packs it")
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+        return b"".join(chunks), int(info.st_mtime)
+    finally:
+        os.close(fd)
+
+
+def _create_exclusive(path: str) -> Tuple[int, str]:
+    """A new file next to ``path`` under a fresh temporary name: (fd, name). O_EXCL and
+    O_NOFOLLOW: never an existing file, never through a symlink; mode 0666 less the umask."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
+        getattr(os, "O_CLOEXEC", 0)
+    head, tail = os.path.split(path)
+    for _ in range(100):
+        tmp = os.path.join(head, f".{tail}.{secrets.token_hex(8)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"pack: cannot create a temporary file next to {path}")
+
+
+def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
+    """Writes ``path`` through ``write(file)`` into a new temporary file, then renames it over
+    ``path``: a symlink planted at ``path`` is replaced, its target left alone."""
+    fd, tmp = _create_exclusive(path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _write_json(path: str, value: Any, **kwargs: Any) -> None:
+    _write_atomic(path, lambda f: f.write(json.dumps(value, **kwargs).encode("utf-8")))
 
 
 def _sources(src: str) -> Tuple[List[str], List[int], List[str]]:
@@ -57,17 +172,19 @@ def _sources(src: str) -> Tuple[List[str], List[int], List[str]]:
     return [p for p, _ in ds.samples], list(ds.targets), list(ds.classes)
 
 
-def _image_bytes(path: str, max_side: Optional[int], quality: int) -> Tuple[bytes, str, bool]:
-    """(bytes, extension without dot, re-encoded) of one image."""
-    ext = os.path.splitext(path)[1].lower()
-    with open(path, "rb") as f:
-        data = f.read()
-    if max_side is None and ext in _KEPT_EXTS:
-        return data, ext[1:], False
+def _image_bytes(path: str, data: bytes, max_side: Optional[int],
+                quality: int) -> Tuple[bytes, str, bool]:
+    """(bytes, extension without dot, re-encoded) of one image. Raises _Skip when ``data`` is
+    not an image: Pillow must identify it from its header (an image kept as it is is not decoded,
+    which would cost ~100 times as much; one whose body is damaged fails at load time, as any
+    damaged sample), and decode it when it is re-encoded."""
     from PIL import Image
 
+    ext = os.path.splitext(path)[1].lower()
     try:
         with Image.open(io.BytesIO(data)) as img:
+            if max_side is None and ext in _KEPT_EXTS and img.format in _KEPT_FORMATS:
+                return data, ext[1:], False
             img.load()
             short = min(img.size)
             exif = img.info.get("exif")
@@ -79,13 +196,13 @@ def _image_bytes(path: str, max_side: Optional[int], quality: int) -> Tuple[byte
                 buf = io.BytesIO()
                 out.save(buf, "JPEG", quality=quality, **({"exif": exif} if exif else {}))
                 return buf.getvalue(), "jpg", True
-            if ext in _KEPT_EXTS:
+            if ext in _KEPT_EXTS and img.format in _KEPT_FORMATS:
                 return data, ext[1:], False
             buf = io.BytesIO()
             img.convert("RGB").save(buf, "PNG")
             return buf.getvalue(), "png", True
-    except OSError as exc:
-        raise ValueError(f"pack: cannot read image {path}: {exc}") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise _Skip(f"not an image ({exc})") from None
 
 
 class _Progress:
@@ -125,7 +242,9 @@ def _closed_size(offset: int, image_bytes: int) -> int:
 class _ShardWriter:
     def __init__(self, path: str):
         self.path = path
-        self.tar = tarfile.open(path, "w", format=tarfile.USTAR_FORMAT)
+        fd, self.tmp = _create_exclusive(path)
+        self.file = os.fdopen(fd, "wb")
+        self.tar = tarfile.open(fileobj=self.file, mode="w", format=tarfile.USTAR_FORMAT)
         self.rows: List[list] = []
 
     def add(self, name: str, data: bytes, mtime: int) -> int:
@@ -142,26 +261,37 @@ class _ShardWriter:
         return self.tar.offset
 
     def close(self) -> dict:
-        self.tar.close()
-        size = os.path.getsize(self.path)
+        self.tar.close()  # leaves the file object open
+        size = self.file.tell()
+        self.file.close()
+        os.replace(self.tmp, self.path)
         index = {"format": INDEX_FORMAT, "version": 1,
                  "shard": os.path.basename(self.path), "bytes": size, "error": "",
                  "samples": self.rows}
-        with open(self.path + INDEX_SUFFIX, "w", encoding="utf-8") as f:
-            json.dump(index, f)
+        _write_json(self.path + INDEX_SUFFIX, index)
         return {"name": os.path.basename(self.path), "samples": len(self.rows), "bytes": size}
+
+    def abandon(self) -> None:
+        """Drops the unfinished shard (pack failed)."""
+        self.file.close()
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
 
 
 def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = None,
-         quality: int = 90, progress_stream=None) -> dict:
+         quality: int = 90, progress_stream=None, follow_symlinks: bool = False) -> dict:
     """Write ``src`` (ImageFolder root or file list) into shards under ``dst``; returns the
-    summary (samples, shards, bytes, seconds, re-encoded)."""
+    summary (samples, shards, bytes, seconds, re-encoded, and ``skipped``: ``[path, why]`` of
+    every source file left out, see the module's docstring)."""
     start = time.monotonic()
     if max_side is not None and max_side < 1:
         raise ValueError(f"--max-side must be >= 1, got {max_side}")
     if not 1 <= quality <= 100:
         raise ValueError(f"--quality must be in 1..100, got {quality}")
     paths, labels, classes = _sources(src)
+    tree = _source_tree(src)
     os.makedirs(dst, exist_ok=True)
     existing = [f for f in os.listdir(dst) if re.fullmatch(r"shard-\d{6}\.tar", f)]
     if existing:
@@ -173,36 +303,59 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
     writer: Optional[_ShardWriter] = None
     total_bytes = 0
     reencoded = 0
-    for i, (path, label) in enumerate(zip(paths, labels)):
-        try:
-            data, ext, changed = _image_bytes(path, max_side, quality)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"pack: {path} does not exist") from None
-        reencoded += changed
-        if writer is not None and writer.rows and \
-                _closed_size(writer.size, len(data)) > shard_size:
+    packed = 0
+    skipped: List[List[str]] = []
+    try:
+        for i, (path, label) in enumerate(zip(paths, labels)):
+            try:
+                raw, mtime = _read_source(path, tree, follow_symlinks)
+                data, ext, changed = _image_bytes(path, raw, max_side, quality)
+            except _Skip as why:
+                skipped.append([path, str(why)])
+                progress.update(i + 1, len(shards) + (writer is not None),
+                                total_bytes + (writer.size if writer else 0))
+                continue
+            reencoded += changed
+            if writer is not None and writer.rows and \
+                    _closed_size(writer.size, len(data)) > shard_size:
+                shards.append(writer.close())
+                total_bytes += shards[-1]["bytes"]
+                writer = None
+            if writer is None:
+                writer = _ShardWriter(os.path.join(dst, SHARD_PATTERN.format(len(shards))))
+            key = f"{packed:0{width}d}"
+            packed += 1
+            offset = writer.add(f"{key}.{ext}", data, mtime)
+            writer.add(f"{key}.cls", str(label).encode(), mtime)
+            writer.rows.append([key, f"{key}.{ext}", offset, len(data), int(label)])
+            progress.update(i + 1, len(shards) + 1, total_bytes + writer.size)
+        if writer is not None:
             shards.append(writer.close())
             total_bytes += shards[-1]["bytes"]
             writer = None
-        if writer is None:
-            writer = _ShardWriter(os.path.join(dst, SHARD_PATTERN.format(len(shards))))
-        key = f"{i:0{width}d}"
-        mtime = int(os.path.getmtime(path))
-        offset = writer.add(f"{key}.{ext}", data, mtime)
-        writer.add(f"{key}.cls", str(label).encode(), mtime)
-        writer.rows.append([key, f"{key}.{ext}", offset, len(data), int(label)])
-        progress.update(i + 1, len(shards) + 1, total_bytes + writer.size)
-    if writer is not None:
-        shards.append(writer.close())
-        total_bytes += shards[-1]["bytes"]
-    with open(os.path.join(dst, "classes.json"), "w", encoding="utf-8") as f:
-        json.dump(classes, f)
-    summary = {"samples": len(paths), "shards": len(shards), "bytes": total_bytes,
-               "seconds": round(time.monotonic() - start, 3), "reencoded": reencoded}
-    with open(os.path.join(dst, "index.json"), "w", encoding="utf-8") as f:
-        json.dump({"format": "ringloader-webdataset-pack", "version": 1, "source": src,
-                   "classes": len(classes), "shards": shards, **summary}, f, indent=1)
+    finally:
+        if writer is not None:
+            writer.abandon()
+    if not packed:
+        raise ValueError(f"pack: no image of {src!r} could be packed ({len(skipped)} skipped, "
+                         f"first: {skipped[0][0]}: {skipped[0][1]})")
+    _write_json(os.path.join(dst, "classes.json"), classes)
+    summary = {"samples": packed, "shards": len(shards), "bytes": total_bytes,
+               "seconds": round(time.monotonic() - start, 3), "reencoded": reencoded,
+               "skipped": skipped}
+    _write_json(os.path.join(dst, "index.json"),
+                {"format": "ringloader-webdataset-pack", "version": 1, "source": src,
+                 "classes": len(classes), "shards": shards, **summary}, indent=1)
     return summary
+
+
+def skipped_lines(skipped: Sequence[Sequence[str]]) -> List[str]:
+    """The summary's lines about skipped source files: each named, up to a limit."""
+    lines = [f"skipped {path}: {why}" for path, why in skipped[:_SKIPS_LISTED]]
+    if len(skipped) > _SKIPS_LISTED:
+        lines.append(f"... and {len(skipped) - _SKIPS_LISTED} more skipped (all are listed under "
+                     "'skipped' in index.json)")
+    return lines
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -215,16 +368,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max-side", type=int, default=None,
                         help="re-encode images whose shorter side exceeds N to shorter side N")
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    parser.add_argument("--follow-symlinks", action="store_true",
+                        help="also pack files reached through symlinks that lead out of SRC")
     args = parser.parse_args(argv)
     try:
         summary = pack(args.src, args.dst, parse_size(args.shard_size), args.max_side,
-                       args.quality)
+                       args.quality, follow_symlinks=args.follow_symlinks)
     except (ValueError, OSError) as exc:
         print(f"ringloader-pack: error: {exc}", file=sys.stderr)
         return 2
+    for line in skipped_lines(summary["skipped"]):
+        print(line)
     print(f"packed {summary['samples']} samples into {summary['shards']} shards, "
           f"{summary['bytes']} bytes ({summary['bytes'] / 1e6:.1f} MB) in "
-          f"{summary['seconds']:.1f} s ({summary['reencoded']} re-encoded) -> {args.dst}")
+          f"{summary['seconds']:.1f} s ({summary['reencoded']} re-encoded, "
+          f"{len(summary['skipped'])} skipped) -> {args.dst}")
     return 0
 
 

@@ -34,6 +34,7 @@ DEFAULT_SHUFFLE_BUFFER = 2000
 #: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
 INDEX_SUFFIX = ".idx.json"
 INDEX_FORMAT = "ringloader-webdataset-index"
+PIPE_PREFIX = "pipe:"
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_KEYS = ("cls", "txt", "json")
 
@@ -68,12 +69,15 @@ def _expand_braces(pattern: str) -> List[str]:
     return out
 
 
-def expand_urls(urls: Any) -> List[str]:
-    """Shard URLs from a string or a list of strings: brace patterns expanded
-    (``train-{000000..000146}.tar``, ``{a,b}``), ``file://`` stripped, globs (``*``, ``?``,
-    ``[``) matched for local paths (sorted), ``pipe:COMMAND`` kept as is (braces expanded).
-    Raises ``ValueError`` for an empty result and ``FileNotFoundError`` for a glob that matches
-    nothing."""
+def _local(path: str) -> str:
+    """A local path that no later step can take for a command: a relative path whose text starts
+    with ``pipe:`` (a file so named, matched by a glob or written after ``file://``) gets ``./``."""
+    return "./" + path if path.startswith(PIPE_PREFIX) else path
+
+
+def _expand(urls: Any) -> List[Tuple[str, bool]]:
+    """``(url, is_pipe)`` of every shard: ``is_pipe`` only for a ``pipe:COMMAND`` the caller
+    wrote (braces expanded in it), never for a name found on disk (see :func:`expand_urls`)."""
     if isinstance(urls, (str, os.PathLike)):
         urls = [urls]
     try:
@@ -81,15 +85,17 @@ def expand_urls(urls: Any) -> List[str]:
     except TypeError:
         raise TypeError(f"WebDataset urls must be a str or a list of str, got "
                         f"{type(urls).__name__}") from None
-    out: List[str] = []
+    out: List[Tuple[str, bool]] = []
     for item in items:
         if not isinstance(item, (str, os.PathLike)):
             raise TypeError(f"WebDataset urls must be strings, got {type(item).__name__} {item!r}")
+        # A path object names files whatever its text: it is never taken for a command.
+        written = isinstance(item, str)
         for url in _expand_braces(os.fspath(item)):
-            if url.startswith("pipe:"):
-                if not url[5:].strip():
+            if written and url.startswith(PIPE_PREFIX):
+                if not url[len(PIPE_PREFIX):].strip():
                     raise ValueError(f"WebDataset url {url!r}: pipe: needs a command")
-                out.append(url)
+                out.append((url, True))
                 continue
             if url.startswith("file://"):
                 url = url[len("file://"):]
@@ -100,12 +106,27 @@ def expand_urls(urls: Any) -> List[str]:
                 matched = sorted(glob.glob(url))
                 if not matched:
                     raise FileNotFoundError(f"WebDataset: the pattern {url!r} matches no file")
-                out.extend(matched)
+                out.extend((_local(m), False) for m in matched)
             else:
-                out.append(url)
+                out.append((_local(url), False))
     if not out:
         raise ValueError("WebDataset: no shard urls given")
     return out
+
+
+def expand_urls(urls: Any) -> List[str]:
+    """Shard URLs from a string or a list of strings: brace patterns expanded
+    (``train-{000000..000146}.tar``, ``{a,b}``), ``file://`` stripped, globs (``*``, ``?``,
+    ``[``) matched for local paths (sorted), ``pipe:COMMAND`` kept as is (braces expanded).
+    Raises ``ValueError`` for an empty result and ``FileNotFoundError`` for a glob that matches
+    nothing.
+
+    Only a ``pipe:COMMAND`` written in ``urls`` is a command. Whatever is found on disk (a glob's
+    matches, a path after ``file://``, an ``os.PathLike``) is a file: a relative one whose name
+    starts with ``pipe:`` comes back as ``./pipe:...``, so a file named
+    ``pipe:touch x; cat a.tar; true .tar`` is read, never run. The result's strings that start
+    with ``pipe:`` are therefore exactly the commands written by the caller."""
+    return [url for url, _ in _expand(urls)]
 
 
 # ---- shard indexes --------------------------------------------------------------------------
@@ -120,11 +141,12 @@ def split_name(name: str) -> Optional[Tuple[str, str]]:
     return name[:dot], name[dot + 1:]
 
 
-def _scan(url: str, image_exts: Sequence[str], label_key: str,
+def _scan(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
           label_field: str) -> Dict[str, Any]:
-    """The native scan of a local shard (headers only) or a ``pipe:`` shard (read once)."""
+    """The native scan of a local shard (headers only) or, with ``pipe``, of the stdout of the
+    ``pipe:`` URL's command (read once)."""
     return dict(_C.scan_webdataset_shard(url, image_exts=list(image_exts), label_key=label_key,
-                                         json_field=label_field))
+                                         json_field=label_field, pipe=pipe))
 
 
 def _index_to_json(url: str, scan: Dict[str, Any]) -> Dict[str, Any]:
@@ -190,23 +212,24 @@ def cache_index_as(url: str, local_shard: str, index_cache: str, *,
                    label_field: str = "label") -> None:
     """Store the index of ``local_shard`` as the cached index of the ``pipe:`` URL ``url``
     (which must stream the same bytes), so a first use does not read the stream to index it."""
-    scan = _index_shard(local_shard, image_exts, label_key, label_field, None)
+    scan = _index_shard(local_shard, False, image_exts, label_key, label_field, None)
     _write_cache(_cache_path(url, image_exts, label_key, label_field, index_cache), url, scan)
 
 
-def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_field: str,
-                 index_cache: Optional[str]) -> Dict[str, Any]:
+def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
+                 label_field: str, index_cache: Optional[str]) -> Dict[str, Any]:
     """The index of one shard: a local shard's ``.idx.json`` sidecar when its byte size matches
     (and it was made with the same label options: pack writes ``.cls``), else a native header
-    scan; a ``pipe:`` shard's cached index, else one streaming read, then cached."""
-    if url.startswith("pipe:"):
+    scan; a ``pipe:`` shard's (``pipe`` True) cached index, else one streaming read, then cached.
+    An index holds byte ranges and labels only: the shard it names is never read from it."""
+    if pipe:
         cache_path = None
         if index_cache is not None:
             cache_path = _cache_path(url, image_exts, label_key, label_field, index_cache)
             cached = _load_index(cache_path)
             if cached is not None:
                 return cached
-        scan = _scan(url, image_exts, label_key, label_field)
+        scan = _scan(url, True, image_exts, label_key, label_field)
         if scan.get("error") and not len(scan["keys"]):
             # Nothing came out of the command: a wrong URL or command, not a damaged shard.
             raise RuntimeError(f"WebDataset shard {url}: no sample could be read ({scan['error']})")
@@ -223,7 +246,7 @@ def _index_shard(url: str, image_exts: Sequence[str], label_key: str, label_fiel
         if all((parts := split_name(m)) is not None and parts[1].lower() in exts
                for m in index["members"]):
             return index
-    return _scan(url, image_exts, label_key, label_field)
+    return _scan(url, False, image_exts, label_key, label_field)
 
 
 # ---- the dataset ----------------------------------------------------------------------------
@@ -291,7 +314,10 @@ class WebDataset(NativeDataset):
                              f"{shuffle_buffer!r}")
         if index_cache == "default":
             index_cache = default_index_cache()
-        self.urls = expand_urls(urls)
+        expanded = _expand(urls)
+        self.urls = [url for url, _ in expanded]
+        #: Per shard: True when it is the stdout of a ``pipe:`` command written in ``urls``.
+        self.url_pipes = [pipe for _, pipe in expanded]
         self.label_key, self.label_field = label_key, label_field
         self.image_exts = tuple(image_exts)
         self.shuffle_buffer = int(shuffle_buffer)
@@ -301,8 +327,9 @@ class WebDataset(NativeDataset):
         offsets, lengths, labels = [], [], []
         errors: List[str] = []
         sizes: List[int] = []
-        for url in self.urls:
-            index = _index_shard(url, self.image_exts, label_key, label_field, self.index_cache)
+        for url, pipe in expanded:
+            index = _index_shard(url, pipe, self.image_exts, label_key, label_field,
+                                 self.index_cache)
             count = len(index["keys"])
             if index.get("error") and count and index["errors"][-1]:
                 # The shard ends inside its last sample (the scan drops the cut member): say so.
@@ -346,7 +373,7 @@ class WebDataset(NativeDataset):
     def _classes_file(self) -> Optional[List[str]]:
         """``classes.json`` next to the first local shard (``ringloader.pack`` writes it)."""
         first = self.urls[0]
-        if first.startswith("pipe:"):
+        if self.url_pipes[0]:
             return None
         path = os.path.join(os.path.dirname(first), "classes.json")
         try:
@@ -364,7 +391,7 @@ class WebDataset(NativeDataset):
     @property
     def streamed(self) -> bool:
         """True when some shard is a ``pipe:`` stream (no random access)."""
-        return any(u.startswith("pipe:") for u in self.urls)
+        return any(self.url_pipes)
 
     def shard_of(self, index: int) -> int:
         return int(np.searchsorted(self.shard_starts, index, side="right")) - 1
@@ -383,7 +410,9 @@ class WebDataset(NativeDataset):
         return super()._single_loader()
 
     def byte_ranges(self) -> Dict[str, Any]:
-        return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors}
+        pipes = np.repeat(np.asarray(self.url_pipes, dtype=bool), self.shard_sizes)
+        return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors,
+                "pipes": pipes}
 
     def __repr__(self) -> str:
         return (f"ringloader.WebDataset(shards={len(self.urls)}, samples={len(self)}, "

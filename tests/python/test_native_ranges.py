@@ -134,7 +134,7 @@ def test_pipe_stream_members_decode_like_their_files(packed):
     labels = [i % 3 for i in range(10)]
     whole = _C.Loader(files, labels, _options())
     piped = _C.Loader([f"pipe:cat '{shard}'"] * 10, labels, _options(reader_threads=2),
-                      offsets=offsets, lengths=lengths)
+                      offsets=offsets, lengths=lengths, pipes=[True] * 10)
     order = [2, 0, 1, 3, 6, 4, 5, 7, 9, 8]  # roughly sequential, shuffled in a small window
     for (a_img, a_lab, _), (b_img, b_lab, _) in zip(_images(whole, 10, order), _images(piped, 10, order)):
         np.testing.assert_array_equal(a_img, b_img)
@@ -147,7 +147,8 @@ def test_pipe_stream_members_decode_like_their_files(packed):
 def test_pipe_stream_that_ends_early_fails_its_samples(packed):
     _, shard, offsets, lengths = packed
     path = f"pipe:head -c {offsets[7] + 5} '{shard}'"
-    loader = _C.Loader([path] * 10, [0] * 10, _options(), offsets=offsets, lengths=lengths)
+    loader = _C.Loader([path] * 10, [0] * 10, _options(), offsets=offsets, lengths=lengths,
+                       pipes=np.ones(10, dtype=bool))
     loader.start_epoch(0, 0, np.arange(10, dtype=np.int64), np.asarray([0, 4, 8, 10], dtype=np.int64))
     assert loader.next() is not None
     with pytest.raises(SampleError) as info:

@@ -64,14 +64,20 @@ def test_options_errors_and_pipe_urls(tmp_path):
         f"{shard}: member 'b.json': field 'label' is not an integer",
         f"{shard}: sample 'c' has no image member (.png/.jpg)",
     ]
-    piped = _C.scan_webdataset_shard(f"pipe:cat {shard}", image_exts=["png", "jpg"], label_key="json")
+    # Without pipe=True a pipe:-spelled url is a file name, never a command.
+    with pytest.raises(FileNotFoundError, match="pipe:cat"):
+        _C.scan_webdataset_shard(f"pipe:cat {shard}", image_exts=["png", "jpg"], label_key="json")
+    piped = _C.scan_webdataset_shard(f"pipe:cat {shard}", image_exts=["png", "jpg"], label_key="json",
+                                     pipe=True)
     assert piped["keys"] == index["keys"]
     np.testing.assert_array_equal(piped["offsets"], index["offsets"])
     assert piped["error"] == ""
-    failing = _C.scan_webdataset_shard("pipe:exit 2")
+    failing = _C.scan_webdataset_shard("pipe:exit 2", pipe=True)
     assert failing["keys"] == [] and failing["error"] == "pipe:exit 2 exited with status 2"
     with pytest.raises(FileNotFoundError, match="missing.tar"):
         _C.scan_webdataset_shard(str(tmp_path / "missing.tar"))
+    with pytest.raises(ValueError, match="is not pipe:COMMAND"):
+        _C.scan_webdataset_shard(str(shard), pipe=True)
     with pytest.raises(ValueError, match="image_exts"):
         _C.scan_webdataset_shard(str(shard), image_exts=[])
 

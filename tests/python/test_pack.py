@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import stat
 import os
 import subprocess
 import sys
@@ -150,3 +151,147 @@ def test_shards_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path)
     assert re.search(r"pipe: at 20 MB/s per stream: [0-9.]+ MB/s reached, \d+ img/s .*0 stream restarts",
                      out), out
     assert not list(scratch.glob("ringloader-shards-*"))  # (torch may leave its own caches)
+
+
+# ---- what is packed, and how outputs are written ----------------------------------------------
+
+def _small_tree(root: Path) -> Path:
+    for c, name in enumerate(("cat", "dog")):
+        (root / name).mkdir(parents=True)
+        for i in range(2):
+            (root / name / f"{i}.jpg").write_bytes(jpeg_bytes(40, 30, seed=10 * c + i))
+    return root
+
+
+def _members(out: Path) -> list:
+    names = []
+    for s in sorted(out.glob("shard-*.tar")):
+        with tarfile.open(s) as tar:
+            names += tar.getnames()
+    return names
+
+
+def _packed_bytes(out: Path) -> list:
+    found = []
+    for s in sorted(out.glob("shard-*.tar")):
+        with tarfile.open(s) as tar:
+            found += [tar.extractfile(m).read() for m in tar.getmembers()
+                      if not m.name.endswith(".cls")]
+    return found
+
+
+def test_pack_skips_symlinks_out_of_the_tree_unless_asked(tmp_path, capsys):
+    src = _small_tree(tmp_path / "src")
+    secret = tmp_path / "secret.txt"
+    secret.write_bytes(jpeg_bytes(40, 30, seed=99))  # an image, even: it is not in SRC
+    secret.chmod(0o600)
+    (src / "cat" / "leak.jpg").symlink_to(secret)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "x.jpg").write_bytes(jpeg_bytes(40, 30, seed=98))
+    (src / "zebra").symlink_to(outside, target_is_directory=True)  # a symlinked class folder
+    (src / "dog" / "same.jpg").symlink_to(src / "dog" / "0.jpg")  # a link inside SRC: packed
+
+    assert main([str(src), str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {src}/cat/leak.jpg: a symlink out of the source tree (to {secret})" in out
+    assert f"skipped {src}/zebra/x.jpg: a symlink out of the source tree (to {outside}/x.jpg)" in out
+    assert "packed 5 samples into 1 shards" in out and "2 skipped" in out
+    assert secret.read_bytes() not in _packed_bytes(tmp_path / "o")
+    index = json.loads((tmp_path / "o" / "index.json").read_text())
+    assert [p for p, _ in index["skipped"]] == [f"{src}/cat/leak.jpg", f"{src}/zebra/x.jpg"]
+    assert json.loads((tmp_path / "o" / "classes.json").read_text()) == ["cat", "dog", "zebra"]
+
+    assert main([str(src), str(tmp_path / "f"), "--follow-symlinks"]) == 0
+    assert "packed 7 samples" in capsys.readouterr().out
+    packed = _packed_bytes(tmp_path / "f")
+    assert secret.read_bytes() in packed and (outside / "x.jpg").read_bytes() in packed
+    ds = rl.WebDataset(str(tmp_path / "f" / "shard-*.tar"), index_cache=None)
+    assert ds.targets == [0, 0, 0, 1, 1, 1, 2]
+
+
+def test_pack_file_list_symlinks_and_special_files(tmp_path):
+    (tmp_path / "imgs").mkdir()
+    (tmp_path / "imgs" / "a.jpg").write_bytes(jpeg_bytes(40, 30, seed=1))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "b.jpg").write_bytes(jpeg_bytes(40, 30, seed=2))
+    (other / "link.jpg").symlink_to(tmp_path / "imgs" / "a.jpg")
+    (tmp_path / "imgs" / "out.jpg").symlink_to(other / "b.jpg")
+    os.mkfifo(tmp_path / "imgs" / "fifo.jpg")  # would block a plain open() forever
+    lst = tmp_path / "imgs" / "list.txt"
+    lst.write_text(f"a.jpg 0\nout.jpg 1\nfifo.jpg 1\n{other}/b.jpg 1\n../other/link.jpg 0\n")
+    summary = pack(str(lst), str(tmp_path / "o"), progress_stream=io.StringIO())
+    # Entries named outside the list's folder are packed when they are no symlink themselves.
+    assert summary["samples"] == 2
+    why = {os.path.basename(p): w for p, w in summary["skipped"]}
+    assert why["out.jpg"].startswith("a symlink out of the source tree")
+    assert why["fifo.jpg"] == "not a regular file"
+    assert why["link.jpg"].startswith(f"a symlink (to {tmp_path}/imgs/a.jpg)")
+
+
+def test_pack_skips_bytes_that_are_not_images(tmp_path, capsys):
+    src = _small_tree(tmp_path / "src")
+    (src / "cat" / "notes.jpg").write_text("not a picture\n")
+    (src / "dog" / "empty.jpg").write_bytes(b"")
+    from PIL import Image
+
+    Image.new("RGB", (8, 8), (1, 2, 3)).save(src / "dog" / "gif.png", "GIF")  # a GIF named .png
+    assert main([str(src), str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {src}/cat/notes.jpg: not an image (cannot identify image file" in out
+    assert f"skipped {src}/dog/empty.jpg: not an image" in out
+    assert "packed 5 samples" in out and "(1 re-encoded, 2 skipped)" in out
+    assert "000004.png" in _members(tmp_path / "o")  # the GIF, stored as a real PNG
+    with tarfile.open(tmp_path / "o" / "shard-000000.tar") as tar:
+        assert Image.open(io.BytesIO(tar.extractfile("000004.png").read())).format == "PNG"
+    nothing = tmp_path / "bad"
+    (nothing / "c").mkdir(parents=True)
+    (nothing / "c" / "x.jpg").write_text("text")
+    assert main([str(nothing), str(tmp_path / "o2")]) == 2
+    assert "no image of" in capsys.readouterr().err
+
+
+def test_pack_never_writes_through_planted_symlinks(tmp_path, monkeypatch):
+    src = _small_tree(tmp_path / "src")
+    out = tmp_path / "out"
+    out.mkdir()
+    victims = {}
+    for name in ("index.json", "classes.json", "shard-000000.tar.idx.json"):
+        victim = tmp_path / f"victim-{name}"
+        victim.write_text("keep me")
+        victims[name] = victim
+        (out / name).symlink_to(victim)
+    opened = []
+    real_open = os.open
+
+    def spy(path, flags, *args, **kwargs):
+        opened.append((os.fspath(path), flags))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    old_umask = os.umask(0o022)
+    try:
+        pack(str(src), str(out), progress_stream=io.StringIO())
+    finally:
+        os.umask(old_umask)
+        monkeypatch.undo()
+    for name, victim in victims.items():
+        assert victim.read_text() == "keep me", name
+        assert not (out / name).is_symlink() and (out / name).is_file()
+    for name in ("index.json", "classes.json", "shard-000000.tar", "shard-000000.tar.idx.json"):
+        assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
+    written = [(p, f) for p, f in opened if str(out) in p]
+    assert len(written) == 4 and all(os.path.basename(p).endswith(".tmp") for p, _ in written)
+    need = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    assert all(f & need == need for _, f in written)
+    assert not list(out.glob(".*.tmp"))
+    # A planted shard name is refused (DST must be empty of shards), its target untouched.
+    again = tmp_path / "again"
+    again.mkdir()
+    victim = tmp_path / "victim.tar"
+    victim.write_text("keep me")
+    (again / "shard-000000.tar").symlink_to(victim)
+    with pytest.raises(FileExistsError, match="already holds shards"):
+        pack(str(src), str(again), progress_stream=io.StringIO())
+    assert victim.read_text() == "keep me"

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "decode/jpeg_decoder.h"
+#include "io/source_kind.h"
 #include "io/reader.h"
 #include "transform/image_transform.h"
 
@@ -40,8 +41,9 @@ struct NumaPlacement;
 class StreamCache;
 
 /// One item of a dataset: a file (or a byte range of one, e.g. a member of a tar shard) and its
-/// class label. A path `pipe:COMMAND` names the stdout of `/bin/sh -c COMMAND`; such a sample
-/// must give its byte range (see StreamCache in csrc/io/stream_cache.h).
+/// class label. With `source` SourceKind::kPipe, `path` is `pipe:COMMAND` and names the stdout of
+/// `/bin/sh -c COMMAND`; such a sample must give its byte range (see StreamCache in
+/// csrc/io/stream_cache.h). Any other sample is a file, whatever its name looks like.
 struct Sample {
   Sample() = default;
   Sample(std::string path_, int64_t label_, uint64_t offset_ = 0, int64_t length_ = -1, std::string error_ = {})
@@ -53,6 +55,8 @@ struct Sample {
   /// Non-empty: the sample is known bad (e.g. a shard member without an image); it fails with
   /// DataLoss(error) at its batch, like any sample error, and ErrorPolicy handles it.
   std::string error;
+  /// kPipe only when whoever built the sample was given a command (never from a path's spelling).
+  SourceKind source = SourceKind::kFile;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
