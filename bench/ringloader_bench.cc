@@ -30,7 +30,6 @@
 #include <map>
 #include <mutex>
 #include <numeric>
-#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -549,9 +548,12 @@ constexpr int64_t kMaxFailuresBeforeFirstSuccess = 64;
 /// The error that stops a run where nothing succeeded: the kind and one failing sample, whose
 /// message names its file.
 absl::Status NothingSucceeded(int64_t failures, const char* what, const absl::Status& example) {
+  // A sample error's own code is always DataLoss: its cause's kind is in the payload.
+  const auto cause = example.GetPayload(kSampleCausePayload);
   return absl::FailedPreconditionError(absl::StrCat(
       "stopped: the first ", failures, " ", what, " all failed and none succeeded, so there is "
-      "nothing to measure; errors of kind ", absl::StatusCodeToString(example.code()),
+      "nothing to measure; errors of kind ",
+      cause ? std::string(*cause) : absl::StatusCodeToString(example.code()),
       ", for example ", example.message(), "; fix or filter the data set"));
 }
 
