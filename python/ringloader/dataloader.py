@@ -540,6 +540,11 @@ class DataLoader:
 
         ``load_state_dict`` on a loader over the same dataset makes its next ``iter()`` yield exactly
         the batches this one had not yet delivered, bit-identical, then continue with later epochs.
+        The checkpoint holds the states of the ``generator`` given to the loader and of its
+        sampler's, as they are now, and ``load_state_dict`` sets them back: the epochs after the
+        resumed one draw their seed and order as an uninterrupted run would. torch's global RNG
+        (used when no ``generator`` is given) is yours: save ``torch.get_rng_state()`` beside this
+        state and restore it, as with torch.
 
         Generic path (any map-style Dataset): the remaining batches hold exactly the remaining
         samples, in order. Randomness inside ``__getitem__`` is the dataset's own: torch seeds its
@@ -551,8 +556,12 @@ class DataLoader:
             raise TypeError("state_dict() needs a map-style dataset with batches (batch_size or batch_sampler): "
                             "an IterableDataset or batch_size=None has no sample order to resume")
         it = self._current
+        generators = [g.get_state() for g in _generators(self)]
         if it is None or it.done:
-            return {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
+            state = {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
+            if generators:
+                state["generators"] = generators
+            return state
         state = {
             "version": 1,
             "epoch": it.epoch,
@@ -564,6 +573,9 @@ class DataLoader:
         }
         if it.seed is not None:
             state["base_seed"] = it.seed  # the augmentation seed of the epoch
+        if generators:
+            # Where the epochs after this one draw from: as they are now, the epoch's own draws done.
+            state["generators"] = generators
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -580,10 +592,21 @@ class DataLoader:
             raise ValueError("this checkpoint comes from a generic-path loader over a dataset other than "
                              "a ringloader ImageFolder (no base_seed); the native path needs one to "
                              "reproduce its augmentations")
+        generators = _generators(self)
+        saved = state.get("generators")
+        if saved is not None and len(saved) != len(generators):
+            raise ValueError(
+                f"checkpoint holds the state of {len(saved)} random generator(s) (the loader's "
+                f"generator= and its sampler's), this loader has {len(generators)}: pass the same "
+                "generator arguments as the run that wrote it")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
         if self.native:
             self._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
+        if state["complete"]:
+            _restore_generators(self, saved)
+        # Else the resumed iter() restores them, after any draw of its own (torch's loader draws
+        # a base seed at each iter() on the generic path).
 
     def _cancel_queued(self) -> None:
         self._queued = self._ahead = None
@@ -839,6 +862,25 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
 
 
+def _generators(loader: DataLoader) -> list:
+    """The random generators an epoch's plan draws from besides torch's global one: the loader's
+    ``generator`` (the base seed) and its sampler's (the order), each once."""
+    sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+    found = []
+    for g in (loader.generator, getattr(sampler, "generator", None)):
+        if g is not None and all(g is not h for h in found):
+            found.append(g)
+    return found
+
+
+def _restore_generators(loader: DataLoader, states: Optional[list]) -> None:
+    """Sets the loader's generators to a checkpoint's states: the epochs after the resumed one
+    then draw their seed and order where the checkpointed run would have (a fresh generator would
+    repeat epoch 0's)."""
+    for g, state in zip(_generators(loader), states or ()):
+        g.set_state(state)
+
+
 def _attributes(obj: Any) -> dict:
     """A shallow snapshot of ``obj``'s attributes: numbers and strings by value, anything else
     by identity (a sampler's dataset, weights or generator)."""
@@ -864,10 +906,7 @@ class _Ahead:
 
         self.kind = _order._sampler_kind(loader.batch_sampler.sampler)
         sampler = loader.batch_sampler.sampler
-        self.generators = []
-        for g in (loader.generator, getattr(sampler, "generator", None)):
-            if g is not None and all(g is not h for h in self.generators):
-                self.generators.append(g)
+        self.generators = _generators(loader)
         saved_epoch = getattr(sampler, "epoch", None)
         if self.kind == "webdataset":
             sampler.epoch = loader._epoch  # what _sync_epoch will set at the next iter()
@@ -972,6 +1011,7 @@ class _PlannedBatches:
             seed = _peek_seed(loader.generator) if self._keyed else None
         else:
             batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
+            _restore_generators(loader, resume.get("generators"))
             seed = resume.get("base_seed") if self._keyed else None
             if self._keyed and seed is None:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
@@ -1036,6 +1076,7 @@ class _NativeIter:
             else:
                 self._seed = resume["base_seed"]
                 batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+                _restore_generators(loader, resume.get("generators"))
                 self._drop_rows = int(resume.get("rows", 0))
             flat, offsets = _order.to_arrays(batches)
             if loader._index_map is not None:
