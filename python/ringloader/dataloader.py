@@ -166,7 +166,10 @@ class DataLoader:
     computed ahead without drawing from any RNG; the next ``iter()`` keeps that work only if
     its order and seed are exactly the predicted ones (``set_epoch`` to another epoch,
     ``load_state_dict`` or anything else drawn from torch's RNG in between cancels it), so
-    results never depend on it. ``persistent_workers=False`` given explicitly turns this off (the
+    results never depend on it; nor does it keep old bytes of files that changed before that
+    ``iter()`` (a folder swapped, a file replaced or rewritten: their inode, size and times are
+    compared, and a change drops the work; see the README for what this cannot see).
+    ``persistent_workers=False`` given explicitly turns this off (the
     pipeline then starts empty every epoch); ``describe()`` says which applies and why.
     ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
@@ -453,6 +456,9 @@ class DataLoader:
             if persistent_workers is False else None)
         self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
         self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
+        # Read-ahead epochs dropped because their files changed before adoption, and the last why.
+        self._stale_drops = 0
+        self._stale_why = ""
         self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
         if auto:
@@ -507,6 +513,7 @@ class DataLoader:
     def _make_native(self) -> "_C.Loader":
         self._pid = os.getpid()
         paths = [p for f in self._folders for p, _ in f.samples]
+        self._paths = paths  # native sample i is read from paths[i] (whole, or a byte range)
         targets = [t for f in self._folders for t in f.native_targets()]
         ranges = [f.byte_ranges() for f in self._folders]
         if not any(ranges):
@@ -651,7 +658,9 @@ class DataLoader:
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
-                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
+                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")
+            + (f"; {self._stale_drops} read ahead dropped because their files changed before "
+               f"the epoch began, last: {self._stale_why}" if self._stale_drops else ""),
         ]
         return "\n".join(lines)
 
@@ -929,6 +938,7 @@ class _Ahead:
             if self.kind in ("distributed", "webdataset"):
                 sampler.epoch = saved_epoch
         self.batches, self.sampler_state = plan.batches, plan.sampler_state
+        self.files: Optional[dict] = None  # set by the caller before the epoch is queued
         self.flat, self.offsets = _order.to_arrays(plan.batches)
         if loader._index_map is not None:
             self.flat = loader._index_map[self.flat]
@@ -954,6 +964,46 @@ class _Ahead:
         torch.set_rng_state(self.rng_after)
         for g, state in zip(self.generators, self.after):
             g.set_state(state)
+
+
+def _file_states(loader: DataLoader, flat: np.ndarray) -> dict:
+    """{path: (device, inode, size, mtime, ctime) or None if it cannot be stat'ed} of the files
+    an epoch read ahead in the order ``flat`` may read before it is adopted, and of their
+    directories. The pipeline holds at most its prefetch depth of batches (the pool's pipeline
+    share, ``prefetch_max`` with auto prefetch), so only that many leading rows can be read ahead;
+    the rest of the epoch is read after adoption, as the files are then."""
+    s = loader._native.stats()
+    rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
+    files = dict.fromkeys(loader._paths[i] for i in flat[:rows].tolist())
+    folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
+    states = {}
+    for path in list(folders) + list(files):
+        try:
+            st = os.stat(path)
+            states[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            states[path] = None
+    return states
+
+
+def _changed_files(before: Optional[dict]) -> str:
+    """What changed since ``before`` (``_file_states``) was taken, or "" when nothing did."""
+    for path, was in (before or {}).items():
+        try:
+            st = os.stat(path)
+            now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            now = None
+        if now == was:
+            continue
+        if now is None or was is None:
+            return f"{path} {'disappeared' if now is None else 'appeared'}"
+        if now[:2] != was[:2]:
+            return f"{path} was replaced (another inode)"
+        what = "size" if now[2] != was[2] else "modification time" if now[3] != was[3] else \
+            "status change time"
+        return f"{path} changed ({what})"
+    return ""
 
 
 def _plan_ahead(loader: DataLoader) -> Optional[_Ahead]:
@@ -1065,6 +1115,13 @@ class _NativeIter:
         if miss is None:
             # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
             ahead.draw()
+            changed = _changed_files(ahead.files)
+            if changed:
+                # Its order and seed are right, but rows read ahead may hold the old files'
+                # bytes: start the epoch afresh, reading the files as they are now.
+                loader._native.cancel_queued()
+                loader._stale_drops += 1
+                loader._stale_why = changed
             self._seed, batches, self._sampler_state = ahead.seed, ahead.batches, ahead.sampler_state
             flat, offsets = ahead.flat, ahead.offsets
         else:
@@ -1105,6 +1162,8 @@ class _NativeIter:
         if loader._overlap_off is None:
             ahead = _plan_ahead(loader)
             if ahead is not None:
+                # Before anything of it is read: what the next iter() compares the files with.
+                ahead.files = _file_states(loader, ahead.flat)
                 loader._native.queue_epoch(loader._epoch, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
                 loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
 
