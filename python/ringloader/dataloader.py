@@ -15,7 +15,7 @@ Two paths:
   checkpoints (``state_dict``: the epoch's sample order resumes exactly; see its docstring).
   An ImageFolder that runs per sample (Python transform steps, or sizes that depend on the
   image) takes this path: native decode and prefix then the Python steps run in torch's worker
-  processes, each sample's augmentations seeded by (base seed, epoch, index, position in the
+  processes, each sample's augmentations seeded by (base seed, index, position in the
   epoch).
   A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
   UserWarning naming it and the cost).
@@ -42,6 +42,13 @@ _log = logging.getLogger("ringloader")
 _reported_io_notes: set = set()
 
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
+
+# The epoch number the DataLoader gives the per-sample augmentation seeds (native SampleSeed and
+# the hybrid path's SampleKey): always 0, so a sample's augmentations follow from the base seed
+# drawn at iter() (and its index and position) alone, as torch's worker seeds follow from its
+# base seed: torch.manual_seed(s) before iter() repeats the epoch's augmentations too. Epochs
+# still differ, each iter() drawing a new base seed.
+_AUGMENT_EPOCH = 0
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -206,7 +213,7 @@ class DataLoader:
       dropped; the epoch then ends earlier by whole batches (``len(loader)`` is the planned count,
       an upper bound).
     * ``"replace"``: the row gets a substitute sample drawn deterministically from
-      (seed, epoch, index); batches keep their size; counted in ``stats()["replaced"]``.
+      (base seed, index); batches keep their size; counted in ``stats()["replaced"]``.
 
     Placement and device staging:
 
@@ -1039,7 +1046,7 @@ class _PlannedBatches:
     torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
 
     With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
-    augmentations are seeded by (base seed, epoch, index, position in the epoch), whichever worker
+    augmentations are seeded by (base seed, index, position in the epoch), whichever worker
     process makes it, and a resumed epoch keeps the positions (so its samples equal an
     uninterrupted run's). The base seed is peeked from torch's RNG after torch's own draws
     (``_peek_seed``) and saved in ``state_dict``.
@@ -1074,7 +1081,7 @@ class _PlannedBatches:
             return
         position = sum(len(b) for b in batches[:skip])
         for batch in batches[skip:]:
-            yield [SampleKey(int(i), seed, epoch, position + k) for k, i in enumerate(batch)]
+            yield [SampleKey(int(i), seed, _AUGMENT_EPOCH, position + k) for k, i in enumerate(batch)]
             position += len(batch)
 
 
@@ -1110,8 +1117,8 @@ class _NativeIter:
         if miss == "rng" and loader._overlap_off is None:
             # Something draws from torch's RNG between epochs, so predictions would keep missing
             # (wasted work): stop predicting.
-            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
-                                   "next epoch's seed cannot be known ahead")
+            loader._overlap_off = ("torch's random generator is drawn from or re-seeded between "
+                                   "epochs, so the next epoch's seed cannot be known ahead")
         if miss is None:
             # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
             ahead.draw()
@@ -1157,14 +1164,14 @@ class _NativeIter:
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
         # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
         # delivered); anything else cancels it.
-        loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets, self._skip)
+        loader._native.start_epoch(_AUGMENT_EPOCH, self._seed & (2**64 - 1), flat, offsets, self._skip)
         self._done = False
         if loader._overlap_off is None:
             ahead = _plan_ahead(loader)
             if ahead is not None:
                 # Before anything of it is read: what the next iter() compares the files with.
                 ahead.files = _file_states(loader, ahead.flat)
-                loader._native.queue_epoch(loader._epoch, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
+                loader._native.queue_epoch(_AUGMENT_EPOCH, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
                 loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
 
     def __iter__(self) -> "_NativeIter":

@@ -108,7 +108,7 @@ def test_rng_drawn_between_epochs_cancels_and_stops_predicting(tree: Path):
         assert_same(a, b)
     stats = loader.stats()
     assert (stats["epochs_queued"], stats["epochs_adopted"]) == (1, 0)
-    assert "torch's random generator is drawn from between epochs" in loader.describe()
+    assert "torch's random generator is drawn from or re-seeded between epochs" in loader.describe()
 
 
 def test_set_epoch_to_another_epoch_takes_effect_exactly(tree: Path):
