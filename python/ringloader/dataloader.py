@@ -15,7 +15,7 @@ Two paths:
   checkpoints (``state_dict``: the epoch's sample order resumes exactly; see its docstring).
   An ImageFolder that runs per sample (Python transform steps, or sizes that depend on the
   image) takes this path: native decode and prefix then the Python steps run in torch's worker
-  processes, each sample's augmentations seeded by (base seed, epoch, index, position in the
+  processes, each sample's augmentations seeded by (base seed, index, position in the
   epoch).
   A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
   UserWarning naming it and the cost).
@@ -42,6 +42,13 @@ _log = logging.getLogger("ringloader")
 _reported_io_notes: set = set()
 
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
+
+# The epoch number the DataLoader gives the per-sample augmentation seeds (native SampleSeed and
+# the hybrid path's SampleKey): always 0, so a sample's augmentations follow from the base seed
+# drawn at iter() (and its index and position) alone, as torch's worker seeds follow from its
+# base seed: torch.manual_seed(s) before iter() repeats the epoch's augmentations too. Epochs
+# still differ, each iter() drawing a new base seed.
+_AUGMENT_EPOCH = 0
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -166,7 +173,10 @@ class DataLoader:
     computed ahead without drawing from any RNG; the next ``iter()`` keeps that work only if
     its order and seed are exactly the predicted ones (``set_epoch`` to another epoch,
     ``load_state_dict`` or anything else drawn from torch's RNG in between cancels it), so
-    results never depend on it. ``persistent_workers=False`` given explicitly turns this off (the
+    results never depend on it; nor does it keep old bytes of files that changed before that
+    ``iter()`` (a folder swapped, a file replaced or rewritten: their inode, size and times are
+    compared, and a change drops the work; see the README for what this cannot see).
+    ``persistent_workers=False`` given explicitly turns this off (the
     pipeline then starts empty every epoch); ``describe()`` says which applies and why.
     ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
     warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
@@ -209,7 +219,7 @@ class DataLoader:
       dropped; the epoch then ends earlier by whole batches (``len(loader)`` is the planned count,
       an upper bound).
     * ``"replace"``: the row gets a substitute sample drawn deterministically from
-      (seed, epoch, index); batches keep their size; counted in ``stats()["replaced"]``.
+      (base seed, index); batches keep their size; counted in ``stats()["replaced"]``.
 
     Placement and device staging:
 
@@ -464,6 +474,9 @@ class DataLoader:
             if persistent_workers is False else None)
         self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
         self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
+        # Read-ahead epochs dropped because their files changed before adoption, and the last why.
+        self._stale_drops = 0
+        self._stale_why = ""
         self._last_sampler_epoch: Optional[int] = None
         self._native = self._make_native()
         if auto:
@@ -518,6 +531,7 @@ class DataLoader:
     def _make_native(self) -> "_C.Loader":
         self._pid = os.getpid()
         paths = [p for f in self._folders for p, _ in f.samples]
+        self._paths = paths  # native sample i is read from paths[i] (whole, or a byte range)
         targets = [t for f in self._folders for t in f.native_targets()]
         ranges = [f.byte_ranges() for f in self._folders]
         if not any(ranges):
@@ -556,6 +570,11 @@ class DataLoader:
 
         ``load_state_dict`` on a loader over the same dataset makes its next ``iter()`` yield exactly
         the batches this one had not yet delivered, bit-identical, then continue with later epochs.
+        The checkpoint holds the states of the ``generator`` given to the loader and of its
+        sampler's, as they are now, and ``load_state_dict`` sets them back: the epochs after the
+        resumed one draw their seed and order as an uninterrupted run would. torch's global RNG
+        (used when no ``generator`` is given) is yours: save ``torch.get_rng_state()`` beside this
+        state and restore it, as with torch.
 
         Generic path (any map-style Dataset): the remaining batches hold exactly the remaining
         samples, in order. Randomness inside ``__getitem__`` is the dataset's own: torch seeds its
@@ -567,8 +586,12 @@ class DataLoader:
             raise TypeError("state_dict() needs a map-style dataset with batches (batch_size or batch_sampler): "
                             "an IterableDataset or batch_size=None has no sample order to resume")
         it = self._current
+        generators = [g.get_state() for g in _generators(self)]
         if it is None or it.done:
-            return {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
+            state = {"version": 1, "epoch": self._epoch, "delivered": 0, "complete": True}
+            if generators:
+                state["generators"] = generators
+            return state
         state = {
             "version": 1,
             "epoch": it.epoch,
@@ -580,6 +603,9 @@ class DataLoader:
         }
         if it.seed is not None:
             state["base_seed"] = it.seed  # the augmentation seed of the epoch
+        if generators:
+            # Where the epochs after this one draw from: as they are now, the epoch's own draws done.
+            state["generators"] = generators
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -596,10 +622,21 @@ class DataLoader:
             raise ValueError("this checkpoint comes from a generic-path loader over a dataset other than "
                              "a ringloader ImageFolder (no base_seed); the native path needs one to "
                              "reproduce its augmentations")
+        generators = _generators(self)
+        saved = state.get("generators")
+        if saved is not None and len(saved) != len(generators):
+            raise ValueError(
+                f"checkpoint holds the state of {len(saved)} random generator(s) (the loader's "
+                f"generator= and its sampler's), this loader has {len(generators)}: pass the same "
+                "generator arguments as the run that wrote it")
         self._epoch = int(state["epoch"])
         self._resume = None if state["complete"] else dict(state)
         if self.native:
             self._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
+        if state["complete"]:
+            _restore_generators(self, saved)
+        # Else the resumed iter() restores them, after any draw of its own (torch's loader draws
+        # a base seed at each iter() on the generic path).
 
     def _cancel_queued(self) -> None:
         self._queued = self._ahead = None
@@ -644,7 +681,9 @@ class DataLoader:
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
-                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})"),
+                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")
+            + (f"; {self._stale_drops} read ahead dropped because their files changed before "
+               f"the epoch began, last: {self._stale_why}" if self._stale_drops else ""),
         ]
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
@@ -860,6 +899,25 @@ def _resumed_batches(loader: DataLoader, state: dict, n: int):
     return _order.replay_epoch(sampler_state, loader.batch_sampler, n), sampler_state, delivered
 
 
+def _generators(loader: DataLoader) -> list:
+    """The random generators an epoch's plan draws from besides torch's global one: the loader's
+    ``generator`` (the base seed) and its sampler's (the order), each once."""
+    sampler = getattr(loader.batch_sampler, "sampler", loader.sampler)
+    found = []
+    for g in (loader.generator, getattr(sampler, "generator", None)):
+        if g is not None and all(g is not h for h in found):
+            found.append(g)
+    return found
+
+
+def _restore_generators(loader: DataLoader, states: Optional[list]) -> None:
+    """Sets the loader's generators to a checkpoint's states: the epochs after the resumed one
+    then draw their seed and order where the checkpointed run would have (a fresh generator would
+    repeat epoch 0's)."""
+    for g, state in zip(_generators(loader), states or ()):
+        g.set_state(state)
+
+
 def _attributes(obj: Any) -> dict:
     """A shallow snapshot of ``obj``'s attributes: numbers and strings by value, anything else
     by identity (a sampler's dataset, weights or generator)."""
@@ -885,10 +943,7 @@ class _Ahead:
 
         self.kind = _order._sampler_kind(loader.batch_sampler.sampler)
         sampler = loader.batch_sampler.sampler
-        self.generators = []
-        for g in (loader.generator, getattr(sampler, "generator", None)):
-            if g is not None and all(g is not h for h in self.generators):
-                self.generators.append(g)
+        self.generators = _generators(loader)
         saved_epoch = getattr(sampler, "epoch", None)
         if self.kind == "webdataset":
             sampler.epoch = loader._epoch  # what _sync_epoch will set at the next iter()
@@ -911,6 +966,7 @@ class _Ahead:
             if self.kind in ("distributed", "webdataset"):
                 sampler.epoch = saved_epoch
         self.batches, self.sampler_state = plan.batches, plan.sampler_state
+        self.files: Optional[dict] = None  # set by the caller before the epoch is queued
         self.flat, self.offsets = _order.to_arrays(plan.batches)
         if loader._index_map is not None:
             self.flat = loader._index_map[self.flat]
@@ -936,6 +992,46 @@ class _Ahead:
         torch.set_rng_state(self.rng_after)
         for g, state in zip(self.generators, self.after):
             g.set_state(state)
+
+
+def _file_states(loader: DataLoader, flat: np.ndarray) -> dict:
+    """{path: (device, inode, size, mtime, ctime) or None if it cannot be stat'ed} of the files
+    an epoch read ahead in the order ``flat`` may read before it is adopted, and of their
+    directories. The pipeline holds at most its prefetch depth of batches (the pool's pipeline
+    share, ``prefetch_max`` with auto prefetch), so only that many leading rows can be read ahead;
+    the rest of the epoch is read after adoption, as the files are then."""
+    s = loader._native.stats()
+    rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
+    files = dict.fromkeys(loader._paths[i] for i in flat[:rows].tolist())
+    folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
+    states = {}
+    for path in list(folders) + list(files):
+        try:
+            st = os.stat(path)
+            states[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            states[path] = None
+    return states
+
+
+def _changed_files(before: Optional[dict]) -> str:
+    """What changed since ``before`` (``_file_states``) was taken, or "" when nothing did."""
+    for path, was in (before or {}).items():
+        try:
+            st = os.stat(path)
+            now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except OSError:
+            now = None
+        if now == was:
+            continue
+        if now is None or was is None:
+            return f"{path} {'disappeared' if now is None else 'appeared'}"
+        if now[:2] != was[:2]:
+            return f"{path} was replaced (another inode)"
+        what = "size" if now[2] != was[2] else "modification time" if now[3] != was[3] else \
+            "status change time"
+        return f"{path} changed ({what})"
+    return ""
 
 
 def _plan_ahead(loader: DataLoader) -> Optional[_Ahead]:
@@ -971,7 +1067,7 @@ class _PlannedBatches:
     torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
 
     With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
-    augmentations are seeded by (base seed, epoch, index, position in the epoch), whichever worker
+    augmentations are seeded by (base seed, index, position in the epoch), whichever worker
     process makes it, and a resumed epoch keeps the positions (so its samples equal an
     uninterrupted run's). The base seed is peeked from torch's RNG after torch's own draws
     (``_peek_seed``) and saved in ``state_dict``.
@@ -993,6 +1089,7 @@ class _PlannedBatches:
             seed = _peek_seed(loader.generator) if self._keyed else None
         else:
             batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
+            _restore_generators(loader, resume.get("generators"))
             seed = resume.get("base_seed") if self._keyed else None
             if self._keyed and seed is None:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
@@ -1005,7 +1102,7 @@ class _PlannedBatches:
             return
         position = sum(len(b) for b in batches[:skip])
         for batch in batches[skip:]:
-            yield [SampleKey(int(i), seed, epoch, position + k) for k, i in enumerate(batch)]
+            yield [SampleKey(int(i), seed, _AUGMENT_EPOCH, position + k) for k, i in enumerate(batch)]
             position += len(batch)
 
 
@@ -1041,11 +1138,18 @@ class _NativeIter:
         if miss == "rng" and loader._overlap_off is None:
             # Something draws from torch's RNG between epochs, so predictions would keep missing
             # (wasted work): stop predicting.
-            loader._overlap_off = ("torch's random generator is drawn from between epochs, so the "
-                                   "next epoch's seed cannot be known ahead")
+            loader._overlap_off = ("torch's random generator is drawn from or re-seeded between "
+                                   "epochs, so the next epoch's seed cannot be known ahead")
         if miss is None:
             # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
             ahead.draw()
+            changed = _changed_files(ahead.files)
+            if changed:
+                # Its order and seed are right, but rows read ahead may hold the old files'
+                # bytes: start the epoch afresh, reading the files as they are now.
+                loader._native.cancel_queued()
+                loader._stale_drops += 1
+                loader._stale_why = changed
             self._seed, batches, self._sampler_state = ahead.seed, ahead.batches, ahead.sampler_state
             flat, offsets = ahead.flat, ahead.offsets
         else:
@@ -1057,6 +1161,7 @@ class _NativeIter:
             else:
                 self._seed = resume["base_seed"]
                 batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+                _restore_generators(loader, resume.get("generators"))
                 self._drop_rows = int(resume.get("rows", 0))
             flat, offsets = _order.to_arrays(batches)
             if loader._index_map is not None:
@@ -1080,12 +1185,14 @@ class _NativeIter:
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
         # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
         # delivered); anything else cancels it.
-        loader._native.start_epoch(self._epoch, self._seed & (2**64 - 1), flat, offsets, self._skip)
+        loader._native.start_epoch(_AUGMENT_EPOCH, self._seed & (2**64 - 1), flat, offsets, self._skip)
         self._done = False
         if loader._overlap_off is None:
             ahead = _plan_ahead(loader)
             if ahead is not None:
-                loader._native.queue_epoch(loader._epoch, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
+                # Before anything of it is read: what the next iter() compares the files with.
+                ahead.files = _file_states(loader, ahead.flat)
+                loader._native.queue_epoch(_AUGMENT_EPOCH, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
                 loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
 
     def __iter__(self) -> "_NativeIter":

@@ -62,7 +62,8 @@ def _make_dataset(root: str, class_to_idx: Dict[str, int], is_valid_file: Callab
 class SampleKey(NamedTuple):
     """What ``ringloader.DataLoader``'s generic path asks an :class:`ImageFolder` for: a sample and
     the seed of its augmentations, (base seed, epoch, index and position of the sample in the
-    epoch)."""
+    epoch). The DataLoader always gives epoch 0, as to its native path: its base seed, drawn
+    anew at each ``iter()``, is what tells epochs apart."""
 
     index: int
     seed: int

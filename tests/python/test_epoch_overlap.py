@@ -108,7 +108,7 @@ def test_rng_drawn_between_epochs_cancels_and_stops_predicting(tree: Path):
         assert_same(a, b)
     stats = loader.stats()
     assert (stats["epochs_queued"], stats["epochs_adopted"]) == (1, 0)
-    assert "torch's random generator is drawn from between epochs" in loader.describe()
+    assert "torch's random generator is drawn from or re-seeded between epochs" in loader.describe()
 
 
 def test_set_epoch_to_another_epoch_takes_effect_exactly(tree: Path):
@@ -234,3 +234,63 @@ def test_describe_counts_used_waiting_and_cancelled_epochs(tree: Path):
     epoch(loader)
     text = loader.describe()
     assert "1 of 3 epochs read ahead were used, 1 is waiting for the next iter(), 1 cancelled" in text, text
+
+
+def write_tree(root: Path, seed: int) -> Path:
+    """The 20-sample layout of `tree`, its pixels drawn from `seed`."""
+    for i in range(20):
+        d = root / f"c{i // 2:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"x{i % 2}.jpg").write_bytes(jpeg_bytes(80 + 3 * i, 64, seed=seed + i))
+    return root
+
+
+def swap_folder(data: Path, new: Path) -> None:
+    """The usual atomic swap of a dataset folder: the new one renamed into place."""
+    data.rename(data.with_name(data.name + ".old"))
+    new.rename(data)
+
+
+def rewrite_in_place(data: Path, seed: int) -> None:
+    """Every file truncated and written again with new pixels (same inode, same directory)."""
+    for i in range(20):
+        with open(data / f"c{i // 2:02d}" / f"x{i % 2}.jpg", "r+b") as f:
+            f.truncate(0)
+            f.write(jpeg_bytes(80 + 3 * i, 64, seed=seed + i))
+
+
+@pytest.mark.parametrize("change", ["swap", "in_place"])
+def test_files_changed_between_epochs_are_read_again(tmp_path: Path, change: str):
+    data = write_tree(tmp_path / "data", seed=500)
+    overlap = loader_over(data, shuffle=True, generator=torch.Generator().manual_seed(3))
+    drained = loader_over(data, shuffle=True, generator=torch.Generator().manual_seed(3),
+                          persistent_workers=False)
+    assert_same(epoch(overlap), epoch(drained))
+    wait_ahead(overlap, 4)  # epoch 1 was read (from the old files) before they change
+    if change == "swap":
+        swap_folder(data, write_tree(tmp_path / "new", seed=900))
+    else:
+        rewrite_in_place(data, seed=900)
+    second = epoch(overlap)
+    assert_same(second, epoch(drained))  # the new files' pixels, as torch would read them
+    assert overlap.stats()["epochs_adopted"] == 0
+    text = overlap.describe()
+    why = "was replaced (another inode)" if change == "swap" else ".jpg changed ("
+    assert "1 read ahead dropped because their files changed before the epoch began" in text, text
+    assert why in text, text
+    # Unchanged files from then on: the read-ahead is used again.
+    assert_same(epoch(overlap), epoch(drained))
+    assert overlap.stats()["epochs_adopted"] == 1
+
+
+def test_the_check_only_covers_what_can_be_read_ahead(tree: Path):
+    # The pipeline holds at most its prefetch depth of the next epoch: only those rows' files
+    # (and their folders) are compared, whatever the dataset's size.
+    loader = loader_over(tree, shuffle=True, generator=torch.Generator().manual_seed(3))
+    epoch(loader)
+    files = loader._ahead.files
+    depth = loader.stats()["prefetch_batches"] * 4
+    leading = {loader._paths[i] for i in loader._ahead.flat[:depth].tolist()}
+    assert {p for p in files if p.endswith(".jpg")} == leading
+    assert {p for p in files if not p.endswith(".jpg")} == {str(Path(p).parent) for p in leading}
+    assert all(state is not None for state in files.values())

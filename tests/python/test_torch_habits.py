@@ -353,3 +353,63 @@ def test_fast_decode_on_large_photos_against_torchvision(tmp_path: Path):
     assert 0 < int(diff.max()) <= 32
     assert min(psnr(fast[i], ref[i]) for i in range(2)) >= 35.0
     assert float(np.mean(diff.numpy())) < 1.5
+
+
+class _Noise:
+    """A Python step after the native prefix (hybrid path), drawing from torch's RNG."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand(())
+
+
+def _reseeded_epochs(loader, seeds):
+    out = []
+    for s in seeds:
+        if s is not None:
+            torch.manual_seed(s)
+        out.append(batches(loader))
+    return out
+
+
+@pytest.mark.parametrize("path", ["native", "native_generator", "hybrid"])
+def test_reseeding_before_iter_repeats_order_and_augmentations(ids_tree: Path, path: str):
+    # torch: torch.manual_seed(s) before iter() draws the same base seed, hence the same worker
+    # seeds and the same augmentations. Here the per-sample seeds follow from that base seed alone.
+    if path == "hybrid":
+        with pytest.warns(UserWarning, match="run per sample in Python"):
+            ds = rl.ImageFolder(ids_tree, transform=tvt.Compose(
+                [tvt.RandomResizedCrop(32), tvt.ToTensor(), _Noise()]))
+    else:
+        ds = rl.ImageFolder(ids_tree, transform=TRAIN)
+
+    def make(**kwargs):
+        if path == "native_generator":
+            kwargs["generator"] = torch.Generator().manual_seed(9)
+        return rl.DataLoader(ds, batch_size=4, shuffle=True, **kwargs)
+
+    loader = make()
+    if path == "native_generator":
+        first = batches(loader)
+        loader.generator.manual_seed(9)  # re-seeding the loader's own generator
+        again = batches(loader)
+    else:
+        first, again = _reseeded_epochs(loader, [7, 7])
+    assert_same(first, again)
+    # Without re-seeding, epochs still differ (each iter() draws a new base seed).
+    if path == "native_generator":
+        loader.generator.manual_seed(9)
+        third, fourth = batches(loader), batches(loader)
+    else:
+        third, fourth = _reseeded_epochs(loader, [7, None])
+    assert_same(first, third)
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(third, fourth))
+    if loader.native:
+        # The re-seed cancelled the epoch read ahead (its seed was another), as set_epoch does:
+        # results are those of a loader that never reads ahead.
+        assert loader.stats()["epochs_adopted"] == 0
+        assert "re-seeded between epochs" in loader.describe()
+        drained = make(persistent_workers=False)
+        if path == "native_generator":
+            assert_same(batches(drained), first)
+        else:
+            assert_same(_reseeded_epochs(drained, [7])[0], first)
