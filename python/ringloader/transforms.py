@@ -563,7 +563,13 @@ _SAME_ON_UINT8_TENSOR = {"random_horizontal_flip", "random_vertical_flip", "cent
 
 def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Optional[str]:
     """Why `new`, following the uint8 tensor conversion `conversion`, cannot run natively."""
-    if any(step["kind"] not in _SAME_ON_UINT8_TENSOR for step in new):
+    def same(step: Dict[str, Any]) -> bool:
+        # torchvision's tensor padding takes one fill for all channels (v1 refuses a tuple) and
+        # casts it to uint8; Pillow rounds a per-channel fill its own way.
+        fill = step.get("fill", [0.0])
+        return step["kind"] in _SAME_ON_UINT8_TENSOR and len(set(fill)) == 1 and float(fill[0]).is_integer()
+
+    if not all(same(step) for step in new):
         return (f"it follows {conversion}, so torchvision runs it on the uint8 tensor with "
                 "torch's tensor numerics, not Pillow's; it runs in Python with them (move it "
                 f"before {conversion} to run it natively with Pillow's numerics)")

@@ -63,6 +63,7 @@ TENSOR_NUMERICS = [
     ("RandomRotation", lambda m: [m.RandomRotation((20, 20))], "RandomRotation"),
     ("RandomAdjustSharpness", lambda m: [m.RandomAdjustSharpness(2.0, p=1)], "RandomAdjustSharpness"),
     ("RandomAutocontrast", lambda m: [m.RandomAutocontrast(p=1)], "RandomAutocontrast"),
+    ("Pad fractional fill", lambda m: [m.Pad(2, fill=7.6)], "Pad"),
 ]
 
 
@@ -128,6 +129,12 @@ def test_the_reported_chain_matches_torchvision(tree: Path):
     assert split.steps == [] and split.tail_names[0].endswith("Resize")
     ours, theirs, _ = _both(tree, transform)
     assert _max_diff(ours, theirs) == 0
+
+
+def test_a_per_channel_fill_on_the_tensor_is_torchvisions_to_refuse():
+    # v1 pads a tensor with one value only: the step stays in Python, where torchvision raises.
+    split = rl.transforms.split(v1.Compose([v1.PILToTensor(), v1.Pad(2, fill=(10, 20, 30))]))
+    assert split.steps == [] and split.tail_names[0].endswith("Pad")
 
 
 def test_strict_refuses_with_the_reason(tree: Path):
