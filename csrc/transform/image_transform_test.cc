@@ -437,10 +437,12 @@ TEST(RandomResizedCropParams, FallbackIsClampedCentreCrop) {
 
 /// Pillow's ImagingResample (bilinear, antialiased), written plainly in double precision:
 /// per-axis taps over [center - support, center + support] clipped to [lo, hi) and normalised,
-/// horizontal pass rounded to 8 bits (Pillow keeps an 8-bit intermediate), then vertical pass.
+/// one pass rounded to 8 bits (Pillow keeps an 8-bit intermediate), then the other: horizontal
+/// first, or vertical first when `vertical_first`.
 std::vector<uint8_t> ReferenceResample(const RgbImage& img, double bx0, double bx1, double by0,
                                        double by1, int out_w, int out_h, int clip_x0,
-                                       int clip_x1, int clip_y0, int clip_y1) {
+                                       int clip_x1, int clip_y0, int clip_y1,
+                                       bool vertical_first) {
   struct Taps {
     int first = 0;
     std::vector<double> w;
@@ -466,6 +468,34 @@ std::vector<uint8_t> ReferenceResample(const RgbImage& img, double bx0, double b
   };
   const std::vector<Taps> tx = axis(bx0, bx1, out_w, clip_x0, clip_x1);
   const std::vector<Taps> ty = axis(by0, by1, out_h, clip_y0, clip_y1);
+  auto level = [](double s) {
+    return static_cast<uint8_t>(std::clamp(std::floor(s + 0.5), 0.0, 255.0));
+  };
+  if (vertical_first) {
+    std::vector<uint8_t> mid(static_cast<size_t>(out_h) * img.width * 3);
+    for (int y = 0; y < out_h; ++y) {
+      for (int x = 0; x < img.width * 3; ++x) {
+        double s = 0;
+        for (size_t t = 0; t < ty[y].w.size(); ++t) {
+          s += ty[y].w[t] * img.pixels[(ty[y].first + t) * img.width * 3 + x];
+        }
+        mid[static_cast<size_t>(y) * img.width * 3 + x] = level(s);
+      }
+    }
+    std::vector<uint8_t> out(static_cast<size_t>(out_h) * out_w * 3);
+    for (int y = 0; y < out_h; ++y) {
+      for (int x = 0; x < out_w; ++x) {
+        for (int c = 0; c < 3; ++c) {
+          double s = 0;
+          for (size_t t = 0; t < tx[x].w.size(); ++t) {
+            s += tx[x].w[t] * mid[(static_cast<size_t>(y) * img.width + tx[x].first + t) * 3 + c];
+          }
+          out[(static_cast<size_t>(y) * out_w + x) * 3 + c] = level(s);
+        }
+      }
+    }
+    return out;
+  }
   std::vector<uint8_t> mid(static_cast<size_t>(img.height) * out_w * 3);
   for (int y = 0; y < img.height; ++y) {
     for (int x = 0; x < out_w; ++x) {
@@ -501,6 +531,7 @@ TEST(Resampler, MatchesDoublePrecisionPillowReference) {
   OutputFormat hwc;
   hwc.layout = Layout::kHWC;
   size_t total = 0, exact = 0;
+  int vertical_firsts = 0;
   for (int iter = 0; iter < 60; ++iter) {
     // Integer crop boxes (as torchvision produces) resized to random sizes: down and up.
     const int cw = static_cast<int>(rng.RandInt(1, 332));
@@ -509,7 +540,8 @@ TEST(Resampler, MatchesDoublePrecisionPillowReference) {
     const int top = static_cast<int>(rng.RandInt(0, 247 - ch + 1));
     const int out_w = static_cast<int>(rng.RandInt(1, 300));
     const int out_h = static_cast<int>(rng.RandInt(1, 300));
-    const bool whole_image_clip = iter % 3 == 0;  // Resize semantics: taps may leave the box
+    // Resize semantics: taps may leave the box, which is a view of the whole image resized.
+    const bool whole_image_clip = iter % 3 == 0;
     AxisMapping ax{static_cast<double>(left), static_cast<double>(left + cw), 0, 0, out_w};
     AxisMapping ay{static_cast<double>(top), static_cast<double>(top + ch), 0, 0, out_h};
     ax.clip_lo = whole_image_clip ? 0 : left;
@@ -518,10 +550,16 @@ TEST(Resampler, MatchesDoublePrecisionPillowReference) {
     ay.clip_hi = whole_image_clip ? 247 : top + ch;
     std::vector<uint8_t> got(static_cast<size_t>(out_w) * out_h * 3);
     rs.Resample(img.pixels.data(), 331 * 3, 3, 331, 247, ax, ay, hwc, got.data());
+    // Pillow's pass order follows the image it resizes (the clip box) and its resized size.
+    const double clip_w = ax.clip_hi - ax.clip_lo, clip_h = ay.clip_hi - ay.clip_lo;
+    const bool vertical_first = ResizesVerticallyFirst(
+        clip_w, clip_h, clip_w * out_w / cw, clip_h * out_h / ch);
+    vertical_firsts += vertical_first;
     const std::vector<uint8_t> want =
         ReferenceResample(img, left, left + cw, top, top + ch, out_w, out_h,
                           static_cast<int>(ax.clip_lo), static_cast<int>(ax.clip_hi),
-                          static_cast<int>(ay.clip_lo), static_cast<int>(ay.clip_hi));
+                          static_cast<int>(ay.clip_lo), static_cast<int>(ay.clip_hi),
+                          vertical_first);
     for (size_t i = 0; i < got.size(); ++i) {
       ASSERT_LE(std::abs(got[i] - want[i]), 1)
           << "case " << iter << " box " << left << "," << top << " " << cw << "x" << ch
@@ -532,6 +570,53 @@ TEST(Resampler, MatchesDoublePrecisionPillowReference) {
   }
   // 22-bit fixed point differs from double only where a value sits on a rounding boundary.
   EXPECT_GT(static_cast<double>(exact) / total, 0.995);
+  EXPECT_GT(vertical_firsts, 5);  // both pass orders are covered
+  EXPECT_LT(vertical_firsts, 55);
+}
+
+TEST(Resampler, PassOrderIsPillows) {
+  // Sizes measured with Pillow 13 (resize of random noise, bicubic: only one order matches).
+  EXPECT_TRUE(ResizesVerticallyFirst(203, 278, 224, 224));   // taller: the reported case
+  EXPECT_TRUE(ResizesVerticallyFirst(333, 500, 224, 224));
+  EXPECT_TRUE(ResizesVerticallyFirst(120, 360, 224, 224));   // width grows, height shrinks
+  EXPECT_TRUE(ResizesVerticallyFirst(120, 120, 97, 64));     // 56 > 2 * 23
+  EXPECT_FALSE(ResizesVerticallyFirst(120, 120, 97, 80));    // 40 <= 2 * 23
+  EXPECT_FALSE(ResizesVerticallyFirst(120, 120, 80, 40));    // 80 == 2 * 40: horizontal first
+  EXPECT_FALSE(ResizesVerticallyFirst(300, 300, 224, 200));
+  EXPECT_FALSE(ResizesVerticallyFirst(333, 500, 224, 336));  // aspect kept: Resize(224)
+  EXPECT_FALSE(ResizesVerticallyFirst(360, 120, 224, 224));  // wide
+  EXPECT_FALSE(ResizesVerticallyFirst(40, 57, 57, 64));      // height grows
+  EXPECT_FALSE(ResizesVerticallyFirst(300, 500, 300, 224));  // one pass only
+  EXPECT_FALSE(ResizesVerticallyFirst(300, 500, 224, 500));
+}
+
+TEST(Resampler, VerticalFirstStreamsRowsFromAColumnOrigin) {
+  // The decoder's region-of-interest path: rows start at a column origin and arrive one by one.
+  // Vertical-first keeps them raw and filters in Finish; the result equals a whole-image resample.
+  const RgbImage img = testing::MakeTexture(203, 278, 4);
+  AxisMapping ax{40, 160, 40, 160, 90}, ay{10, 270, 10, 270, 64};
+  ax.filter = ay.filter = Interpolation::kBicubic;
+  OutputFormat hwc;
+  hwc.layout = Layout::kHWC;
+  Resampler whole, streamed;
+  std::vector<uint8_t> want(90 * 64 * 3), got(want.size());
+  whole.Resample(img.pixels.data(), 203 * 3, 3, 203, 278, ax, ay, hwc, want.data());
+  streamed.Prepare(ax, ay, 203, 278);
+  ASSERT_TRUE(streamed.vertical_first());
+  const int origin = streamed.first_col() - 3;
+  streamed.SetColumnOrigin(origin);
+  std::vector<uint8_t> row(static_cast<size_t>(203 - origin) * 4);
+  for (int y = 0; y < 278; ++y) {
+    for (int x = origin; x < 203; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        row[(x - origin) * 4 + c] = img.pixels[(static_cast<size_t>(y) * 203 + x) * 3 + c];
+      }
+      row[(x - origin) * 4 + 3] = 0xAB;  // the 4th byte is ignored
+    }
+    streamed.AddRow(y, row.data());
+  }
+  streamed.Finish(hwc, got.data());
+  EXPECT_EQ(got, want);
 }
 
 TEST(Resampler, ScalarAndSimdKernelsAgree) {

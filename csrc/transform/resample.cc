@@ -321,6 +321,8 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
     base = clip_lo;
     in_size = std::max(0, std::min(src_size, clip_hi) - clip_lo);
   }
+  resize_in_ = exact ? in_size : std::max(0.0, m.clip_hi - m.clip_lo);
+  resize_out_ = exact ? static_cast<double>(resized) : resized_f;
   const double filterscale = std::max(in_scale, 1.0);
   const double support = nearest ? 0.5 : FilterSupport(m.filter) * filterscale;
   // Pillow's ksize. No window holds more than the whole source, which bounds the table for
@@ -427,15 +429,32 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   ksize_ = taps;
 }
 
+bool ResizesVerticallyFirst(double in_w, double in_h, double out_w, double out_h) {
+  // A pass whose size does not change is skipped (the clip box is the whole image Pillow
+  // resizes, so no box offset forces it); with one pass there is no order.
+  const bool horizontal = out_w != in_w;
+  const bool vertical = out_h != in_h;
+  return horizontal && vertical && in_h > out_h && in_h - out_h > 2 * (in_w - out_w);
+}
+
 void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h) {
   xc_.Compute(x, src_w);
   yc_.Compute(y, src_h);
   x_origin_ = 0;
-  // Padding after each row absorbs the horizontal kernel's 4-byte store of the last pixel.
-  tmp_stride_ = static_cast<size_t>(xc_.out_size()) * 3 + 4;
+  vertical_first_ = ResizesVerticallyFirst(xc_.resize_in(), yc_.resize_in(), xc_.resize_out(),
+                                           yc_.resize_out());
+  // Padding after each row of levels absorbs the horizontal kernel's 4-byte store of the last
+  // pixel.
+  const size_t level_bytes = static_cast<size_t>(xc_.out_size()) * 3 + 4;
+  if (vertical_first_) {
+    tmp_stride_ = static_cast<size_t>(xc_.end() - xc_.first()) * 4;
+    if (column_row_.size() < tmp_stride_) column_row_.resize(tmp_stride_);
+  } else {
+    tmp_stride_ = level_bytes;
+  }
   const size_t rows = static_cast<size_t>(yc_.end() - yc_.first());
   if (tmp_.size() < rows * tmp_stride_) tmp_.resize(rows * tmp_stride_);
-  if (levels_.size() < tmp_stride_) levels_.resize(tmp_stride_);
+  if (levels_.size() < level_bytes) levels_.resize(level_bytes);
   if (GetKernels().wide_weights) {
     const size_t n = static_cast<size_t>(xc_.out_size()) * xc_.ksize();
     if (wide_weights_.size() < n * 4) wide_weights_.resize(n * 4);
@@ -447,6 +466,10 @@ void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, i
 void Resampler::AddRow(int y, const uint8_t* rgbx) {
   if (y < yc_.first() || y >= yc_.end()) return;
   uint8_t* dst = tmp_.data() + static_cast<size_t>(y - yc_.first()) * tmp_stride_;
+  if (vertical_first_) {
+    std::memcpy(dst, rgbx + static_cast<ptrdiff_t>(xc_.first() - x_origin_) * 4, tmp_stride_);
+    return;
+  }
   const Kernels& kernels = GetKernels();
   kernels.horizontal(rgbx, x_origin_, xc_.bounds(),
                      kernels.wide_weights ? wide_weights_.data() : xc_.weights(), xc_.ksize(),
@@ -497,6 +520,10 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
   // uint8 HWC levels as they are (the image stage's input, or a uint8 batch): the vertical
   // pass writes straight into the output rows.
   const bool direct = lut_identity_ && fmt.layout == Layout::kHWC;
+  if (vertical_first_) {
+    FinishVerticalFirst(fmt, direct, dst);
+    return;
+  }
   for (int y = 0; y < out_h; ++y) {
     uint8_t* levels = direct ? static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * width
                              : levels_.data();
@@ -510,6 +537,38 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
                             levels);
     }
     if (!direct) StoreRow(levels, out_w, out_h, y, fmt, dst);
+  }
+}
+
+void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* dst) {
+  const Kernels& kernels = GetKernels();
+  const int out_w = xc_.out_size();
+  const int out_h = yc_.out_size();
+  const size_t width = static_cast<size_t>(out_w) * 3;
+  const int32_t* bounds = yc_.bounds();
+  const int32_t* weights = yc_.weights();
+  const int ksize = yc_.ksize();
+  const int32_t* xweights = kernels.wide_weights ? wide_weights_.data() : xc_.weights();
+  // The horizontal kernel stores 4 bytes per pixel, one past the row: rows go through levels_
+  // even when they are stored unchanged.
+  uint8_t* levels = levels_.data();
+  for (int y = 0; y < out_h; ++y) {
+    const int n = bounds[2 * y + 1];
+    if (n == 0) {
+      std::fill(levels, levels + width, 0);
+    } else {
+      const uint8_t* rows = tmp_.data() + static_cast<size_t>(bounds[2 * y] - yc_.first()) *
+                                              tmp_stride_;
+      kernels.vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize,
+                       static_cast<int>(tmp_stride_), column_row_.data());
+      kernels.horizontal(column_row_.data(), xc_.first(), xc_.bounds(), xweights, xc_.ksize(),
+                         out_w, levels);
+    }
+    if (direct) {
+      std::memcpy(static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * width, levels, width);
+    } else {
+      StoreRow(levels, out_w, out_h, y, fmt, dst);
+    }
   }
 }
 

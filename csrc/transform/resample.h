@@ -5,9 +5,12 @@
 ///
 /// Pillow computes, per output index, a filter of support filter_support * max(1, scale)
 /// centred on the output pixel's source position, clipped and renormalised at the input image border, converted
-/// to 22-bit fixed point. It runs a horizontal pass into an 8-bit intermediate image and then a
-/// vertical pass. `Resampler` does the same, but streams source rows in (so the decoder never
-/// holds the whole image) and writes the final levels straight into the tensor layout.
+/// to 22-bit fixed point. It runs two passes with an 8-bit intermediate image: horizontal then
+/// vertical, except that Pillow 13 runs the vertical pass first when the height shrinks by more
+/// than twice as many pixels as the width (see ResizesVerticallyFirst). The rounding (and for
+/// bicubic and lanczos the clipping of overshoot) between the passes makes the order visible in
+/// the levels, so `Resampler` follows it. It streams source rows in (so the decoder never holds
+/// the whole image) and writes the final levels straight into the tensor layout.
 
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +71,11 @@ class AxisCoeffs {
   const int32_t* bounds() const { return bounds_.data(); }
   /// ksize() weights per output index, summing to 1 << kResamplePrecisionBits (up to rounding).
   const int32_t* weights() const { return weights_.data(); }
+  /// The size of the image Pillow resizes along this axis (the clip box) and the size it
+  /// resizes it to (the whole resized image, of which the out_size() outputs are a view).
+  /// These, not the view, decide Pillow's pass order.
+  double resize_in() const { return resize_in_; }
+  double resize_out() const { return resize_out_; }
 
  private:
   // Pillow's normalised fixed-point taps of `filter` for the n source pixels from xmin around
@@ -76,19 +84,28 @@ class AxisCoeffs {
            int32_t* k);
 
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
+  double resize_in_ = 0, resize_out_ = 0;
   std::vector<int32_t> bounds_;
   std::vector<int32_t> weights_;
   std::vector<double> scratch_;
   std::vector<int32_t> row_tmp_;
 };
 
+/// Pillow 13's pass order (ImagingResample): the vertical pass runs first when both passes run
+/// and the height shrinks by more than twice as many pixels as the width does.
+bool ResizesVerticallyFirst(double in_w, double in_h, double out_w, double out_h);
+
 /// Two-pass resampler over streamed RGB rows. Usage per image: Prepare, then AddRow for source
 /// rows (only rows in [first_row, end_row) are used), then Finish. Reuse one per thread: all
 /// buffers are grow-only.
 class Resampler {
  public:
-  /// Computes both axes' taps for a source of src_w x src_h pixels.
+  /// Computes both axes' taps for a source of src_w x src_h pixels and Pillow's pass order.
   void Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h);
+
+  /// Whether Finish runs the vertical pass before the horizontal one (as Pillow does for this
+  /// geometry). AddRow then only keeps the used part of each row; both passes run in Finish.
+  bool vertical_first() const { return vertical_first_; }
 
   /// Source columns [first_col, end_col) and rows [first_row, end_row) that the output reads.
   int first_col() const { return xc_.first(); }
@@ -100,9 +117,10 @@ class Resampler {
   /// must be <= first_col(). Default 0.
   void SetColumnOrigin(int x_origin) { x_origin_ = x_origin; }
 
-  /// Horizontal pass of source row `y`; `rgbx` holds RGBX pixels (4 bytes, the 4th ignored:
-  /// one pixel fills one integer vector) starting at column x_origin and covering at least
-  /// end_col(). Rows outside [first_row, end_row) are ignored.
+  /// Horizontal pass of source row `y` (vertical_first(): a copy of its used columns);
+  /// `rgbx` holds RGBX pixels (4 bytes, the 4th ignored: one pixel fills one integer vector)
+  /// starting at column x_origin and covering at least end_col(). Rows outside
+  /// [first_row, end_row) are ignored.
   void AddRow(int y, const uint8_t* rgbx);
 
   /// Vertical pass and write-out of the whole output image to `dst` (out_h * out_w * 3
@@ -130,10 +148,17 @@ class Resampler {
   void StoreRow(const uint8_t* levels, int out_w, int out_h, int y, const OutputFormat& fmt,
                 void* dst) const;
 
+  // Vertical-first Finish: both passes over the kept source rows.
+  void FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* dst);
+
   AxisCoeffs xc_, yc_;
   int x_origin_ = 0;
+  bool vertical_first_ = false;
   size_t tmp_stride_ = 0;
-  std::vector<uint8_t> tmp_;       // horizontal pass output, rows [first_row, end_row)
+  // Rows [first_row, end_row): the horizontal pass output (RGB), or with vertical_first_ the
+  // source columns [first_col, end_col) as RGBX.
+  std::vector<uint8_t> tmp_;
+  std::vector<uint8_t> column_row_;  // vertical_first_: one vertically filtered row, RGBX
   std::vector<uint8_t> rgbx_row_;  // Resample(): one packed-RGB row widened to RGBX
   std::vector<int32_t> wide_weights_;  // horizontal weights, each repeated per channel lane
   std::vector<uint8_t> levels_;    // one output row of final levels

@@ -196,14 +196,16 @@ class NativeDataset(_TorchDataset):
         split = T.split(transform)
         if split.tail is not None and self.strict:
             raise TypeError(
-                f"strict=True: transform step {split.tail_names[0]} has no native equivalent "
-                "(it would run per sample in Python); remove it or pass strict=False")
+                f"strict=True: transform step {split.tail_names[0]} cannot run natively "
+                f"({split.reason}; it would run per sample in Python); change it or pass "
+                "strict=False")
         if split.tail is not None:
             warnings.warn(
                 f"{self._name()}: the transform steps "
-                f"{', '.join(split.tail_names)} have no native equivalent and run per sample in "
-                "Python, in DataLoader worker processes (slower; the native steps before them "
-                "still run natively). Pass strict=True to refuse instead.", UserWarning, stacklevel=3)
+                f"{', '.join(split.tail_names)} run per sample in Python, in DataLoader worker "
+                f"processes (slower; the native steps before them still run natively). The first "
+                f"cannot run natively: {split.reason}. Pass strict=True to refuse instead.",
+                UserWarning, stacklevel=3)
         self._transform = transform
         self._split = split
         self._single = None

@@ -552,18 +552,52 @@ def _tail_input(steps: List[Dict[str, Any]], parts: Sequence[Any]) -> str:
     return "pil"
 
 
+# Native steps whose result on a uint8 CHW tensor (torchvision's tensor kernels) equals their
+# result on a PIL image: pure pixel moves, and the float conversion. After PILToTensor/ToImage
+# torchvision runs every other step with tensor numerics (Resize: torch's antialiased
+# interpolate; colour and affine steps: float maths), which Pillow's native numerics do not
+# reproduce, so those run in the Python tail.
+_SAME_ON_UINT8_TENSOR = {"random_horizontal_flip", "random_vertical_flip", "center_crop",
+                         "random_crop", "pad", "to_tensor"}
+
+
+def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Optional[str]:
+    """Why `new`, following the uint8 tensor conversion `conversion`, cannot run natively."""
+    def same(step: Dict[str, Any]) -> bool:
+        # torchvision's tensor padding takes one fill for all channels (v1 refuses a tuple) and
+        # casts it to uint8; Pillow rounds a per-channel fill its own way.
+        fill = step.get("fill", [0.0])
+        return step["kind"] in _SAME_ON_UINT8_TENSOR and len(set(fill)) == 1 and float(fill[0]).is_integer()
+
+    if not all(same(step) for step in new):
+        return (f"it follows {conversion}, so torchvision runs it on the uint8 tensor with "
+                "torch's tensor numerics, not Pillow's; it runs in Python with them (move it "
+                f"before {conversion} to run it natively with Pillow's numerics)")
+    return None
+
+
 def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's or
-    anything callable) at the first step without a native equivalent."""
+    anything callable) at the first step without a native equivalent, or whose numerics would
+    differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
+    with tensor kernels)."""
     parts = _flatten(transform)
     steps: List[Dict[str, Any]] = []
+    conversion = ""  # the PILToTensor/ToImage the steps so far end in ("" before one)
     for i, t in enumerate(parts):
         try:
+            module = type(t).__module__
+            if not isinstance(t, Transform) and not module.startswith(("torchvision", "timm")):
+                raise TypeError(f"{_step_name(t)} has no native equivalent")
             new = to_steps(t)
             why = _stage_error(steps, new)
+            if why is None and conversion and not has_to_tensor(steps):
+                why = _tensor_numerics_error(conversion, new)
             if why is not None:
                 raise TypeError(f"{_step_name(t)}: {why}")
             steps.extend(new)
+            if type(t).__name__ in _TO_UINT8_TENSOR:
+                conversion = type(t).__name__
         except TypeError as error:
             rest = parts[i:]
             for r in rest:

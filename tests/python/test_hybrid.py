@@ -60,7 +60,7 @@ def assert_same(a, b):
 
 
 def test_warning_names_python_steps_and_strict_refuses(tree: Path):
-    with pytest.warns(UserWarning, match=r"Jitter have no native equivalent.*per sample in Python") as record:
+    with pytest.warns(UserWarning, match=r"Jitter run per sample in Python.*has no native equivalent") as record:
         ds = rl.ImageFolder(tree, transform=tvt.Compose(PREFIX + [tvt.ToTensor(), Jitter()]))
     assert len(record) == 1
     assert ds.per_sample and ds.python_steps == [f"{__name__}.Jitter"]
