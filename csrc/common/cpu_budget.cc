@@ -107,12 +107,12 @@ bool CgroupMemoryLeft(const std::string& dir, bool v1, uint64_t* left) {
   return true;
 }
 
-std::string FormatGiB(uint64_t bytes) {
+}  // namespace
+
+std::string FormatMemorySize(uint64_t bytes) {
   const double b = static_cast<double>(bytes);
   return b >= (1 << 30) ? absl::StrFormat("%.1f GiB", b / (1 << 30)) : absl::StrFormat("%.1f MiB", b / (1 << 20));
 }
-
-}  // namespace
 
 AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::string& cgroup_root,
                                     const std::string& proc_self_cgroup) {
@@ -171,7 +171,7 @@ uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note
   const uint64_t quarter = available.bytes / 4;
   const uint64_t budget = std::max<uint64_t>(1, std::min(kCeiling, quarter));
   if (note) {
-    *note = absl::StrCat(FormatGiB(budget), ": the default, a quarter of ", FormatGiB(available.bytes),
+    *note = absl::StrCat(FormatMemorySize(budget), ": the default, a quarter of ", FormatMemorySize(available.bytes),
                          " available (", available.source, "), at most 2 GiB");
   }
   return budget;

@@ -74,6 +74,9 @@ AvailableMemory ReadAvailableMemory(const std::string& meminfo = "/proc/meminfo"
                                     const std::string& cgroup_root = "/sys/fs/cgroup",
                                     const std::string& proc_self_cgroup = "/proc/self/cgroup");
 
+/// "115.5 MiB", "2.0 GiB": sizes in messages and notes.
+std::string FormatMemorySize(uint64_t bytes);
+
 /// The slot-memory budget when LoaderOptions::max_memory is 0: a quarter of the available
 /// memory, at most 2 GiB (2 GiB when unknown). `note` (when given) says where it came from.
 uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note = nullptr);
