@@ -237,6 +237,18 @@ TEST(AvailableMemoryTest, MemAvailableCappedByTheCgroupLimitLessUsage) {
   m = ReadAvailableMemory(meminfo, f.root, f.proc_file);
   EXPECT_EQ(m.bytes, uint64_t{3} << 30);
   EXPECT_EQ(m.source, "cgroup v2 /job memory.max - memory.current");
+  {
+    // v2: memory.stat's inactive_file (hierarchical) is left out of the usage; never below 0.
+    FakeCgroup g = V2("/job");
+    WriteText(g.root + "/job/memory.max", "4294967296\n");
+    WriteText(g.root + "/job/memory.current", "1073741824\n");
+    WriteText(g.root + "/job/memory.stat", "anon 1\nfile 2\nactive_file 3\ninactive_file 536870912\n");
+    EXPECT_EQ(ReadAvailableMemory(meminfo, g.root, g.proc_file).bytes, uint64_t{7} << 29);  // 3.5 GiB
+    WriteText(g.root + "/job/memory.stat", "inactive_file 2147483648\n");
+    AvailableMemory all = ReadAvailableMemory(meminfo, g.root, g.proc_file);
+    EXPECT_EQ(all.bytes, uint64_t{4} << 30);
+    EXPECT_EQ(all.source, "cgroup v2 /job memory.max - memory.current + 1.0 GiB inactive file cache");
+  }
   std::string note;
   EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{3} << 28);  // a quarter: 0.75 GiB
   EXPECT_EQ(note, "768.0 MiB: the default, a quarter of 3.0 GiB available (cgroup v2 /job memory.max - "
@@ -258,6 +270,15 @@ TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
   m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
   EXPECT_EQ(m.bytes, (uint64_t{512} << 20) - 1000);
   EXPECT_EQ(m.source, "cgroup v1 /docker/abc memory.limit_in_bytes - memory.usage_in_bytes");
+  // Page cache the job read through is in the usage; its inactive part is reclaimable, so it
+  // counts as available (v1: the hierarchical total, as the usage is).
+  WriteText(f.root + "/memory/docker/abc/memory.usage_in_bytes", "268436456\n");  // 256 MiB + 1000
+  WriteText(f.root + "/memory/docker/abc/memory.stat",
+            "cache 300000000\ninactive_file 1\ntotal_inactive_file 201326592\n");  // 192 MiB
+  m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, (uint64_t{448} << 20) - 1000);
+  EXPECT_EQ(m.source, "cgroup v1 /docker/abc memory.limit_in_bytes - memory.usage_in_bytes + 192.0 MiB "
+                      "inactive file cache");
   EXPECT_EQ(DefaultMemoryBudget(AvailableMemory{uint64_t{64} << 30, "MemAvailable"}), uint64_t{2} << 30);
 }
 
@@ -358,7 +379,7 @@ TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.max_memory, 1000000);
   EXPECT_EQ(s.max_slots, static_cast<int>(1000000 / s.slot_bytes));
-  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "1.0 MiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
+  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "976.6 KiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
       << s.memory_budget_note;
 }
 
@@ -395,7 +416,7 @@ TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
     ASSERT_TRUE(absl::IsInvalidArgument(loader.status())) << loader.status();
     const absl::string_view message = loader.status().message();
-    EXPECT_TRUE(absl::StartsWith(message, "the memory budget (0.0 MiB: the default, a quarter of 0.0 MiB available "
+    EXPECT_TRUE(absl::StartsWith(message, "the memory budget (2.4 KiB: the default, a quarter of 9.8 KiB available "
                                           "(cgroup v2 /ctr memory.max - memory.current), at most 2 GiB) holds 0 "
                                           "batch slots of 3136 bytes")) << message;
     EXPECT_TRUE(absl::StrContains(message, "needs at least 2 (one being filled, one the training loop holds): "
