@@ -158,7 +158,11 @@ class DataLoader:
     full and idle, up to half the slots ``max_memory`` allows (at most 64). ``max_memory``
     (bytes, or ``"2GB"`` = 2*10**9, ``"2GiB"``/``"2G"`` = 2*2**30; default: a quarter of the
     available memory, cgroup limit included, at most 2 GiB) bounds slot memory, batches you keep
-    included. ``describe()`` says what was chosen and why.
+    included: a depth that does not fit is cut to the slots it holds less one (warning when
+    ``prefetch_factor`` was given) and the next epoch is then not read ahead; below 2 slots
+    construction raises ``ValueError`` naming the budget and the bytes needed (the default alone
+    may rise to 2 slots when they fit in half of the available memory). ``describe()`` says what
+    was chosen, what the budget covers and what it cut.
 
     On the native path the pipeline does not drain between epochs (as with
     ``persistent_workers=True``, the default here): while the last batches of an epoch are delivered, the next epoch's batches are read
