@@ -97,22 +97,45 @@ bool ReadUint64File(const std::string& path, uint64_t* out) {
   return true;
 }
 
+// The inactive file cache a cgroup level's usage includes (memory.stat; 0 when unknown).
+uint64_t InactiveFileCache(const std::string& dir, bool v1) {
+  std::string text;
+  if (!ReadSmallFile(dir + "/memory.stat", &text)) return 0;
+  // v1's usage covers the level's children: so does total_inactive_file (inactive_file does
+  // not). v2's inactive_file is hierarchical already.
+  const absl::string_view key = v1 ? "total_inactive_file " : "inactive_file ";
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    int64_t bytes = 0;
+    if (absl::ConsumePrefix(&line, key) && ParseWholeInteger(line, &bytes) && bytes > 0) {
+      return static_cast<uint64_t>(bytes);
+    }
+  }
+  return 0;
+}
+
 // Memory left under a cgroup level's limit; false when the level sets none (or does not exist).
-bool CgroupMemoryLeft(const std::string& dir, bool v1, uint64_t* left) {
+// The usage counts page cache too; its inactive part is reclaimed before anything is killed
+// (the working set that container runtimes report leaves it out likewise), so a job that read
+// its dataset through the cache is not taken for one without memory. `*reclaimable` is that part.
+bool CgroupMemoryLeft(const std::string& dir, bool v1, uint64_t* left, uint64_t* reclaimable) {
   uint64_t limit = 0, usage = 0;
   if (!ReadUint64File(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"), &limit)) return false;  // "max"
   if (v1 && limit >= (uint64_t{1} << 60)) return false;  // v1 writes "unlimited" as about 2^63
   if (!ReadUint64File(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"), &usage)) usage = 0;
+  *reclaimable = std::min(usage, InactiveFileCache(dir, v1));
+  usage -= *reclaimable;
   *left = limit > usage ? limit - usage : 0;
   return true;
 }
 
-std::string FormatGiB(uint64_t bytes) {
-  const double b = static_cast<double>(bytes);
-  return b >= (1 << 30) ? absl::StrFormat("%.1f GiB", b / (1 << 30)) : absl::StrFormat("%.1f MiB", b / (1 << 20));
-}
-
 }  // namespace
+
+std::string FormatMemorySize(uint64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (b >= (1 << 30)) return absl::StrFormat("%.1f GiB", b / (1 << 30));
+  if (b >= (1 << 20)) return absl::StrFormat("%.1f MiB", b / (1 << 20));
+  return b >= 1024 ? absl::StrFormat("%.1f KiB", b / 1024) : absl::StrCat(bytes, " B");
+}
 
 AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::string& cgroup_root,
                                     const std::string& proc_self_cgroup) {
@@ -151,12 +174,14 @@ AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::strin
   }
   if (mount.empty() || !IsDirectory(mount)) return out;
   for (const std::string& level : PathAndAncestors(path)) {
-    uint64_t left = 0;
-    if (!CgroupMemoryLeft(mount + level, v1, &left)) continue;
+    uint64_t left = 0, reclaimable = 0;
+    if (!CgroupMemoryLeft(mount + level, v1, &left, &reclaimable)) continue;
     if (out.bytes == 0 || left < out.bytes) {
       out.bytes = left;
       out.source = absl::StrCat(v1 ? "cgroup v1 " : "cgroup v2 ", level.empty() ? "/" : level,
-                                v1 ? " memory.limit_in_bytes - memory.usage_in_bytes" : " memory.max - memory.current");
+                                v1 ? " memory.limit_in_bytes - memory.usage_in_bytes" : " memory.max - memory.current",
+                                reclaimable > 0 ? absl::StrCat(" + ", FormatMemorySize(reclaimable), " inactive file cache")
+                                                : std::string());
     }
   }
   return out;
@@ -171,7 +196,7 @@ uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note
   const uint64_t quarter = available.bytes / 4;
   const uint64_t budget = std::max<uint64_t>(1, std::min(kCeiling, quarter));
   if (note) {
-    *note = absl::StrCat(FormatGiB(budget), ": the default, a quarter of ", FormatGiB(available.bytes),
+    *note = absl::StrCat(FormatMemorySize(budget), ": the default, a quarter of ", FormatMemorySize(available.bytes),
                          " available (", available.source, "), at most 2 GiB");
   }
   return budget;

@@ -63,7 +63,8 @@ struct CpuBudget {
 /// Memory this process may still use: MemAvailable from /proc/meminfo, capped by the cgroup
 /// memory limit minus the cgroup's usage (v2 memory.max / memory.current, v1
 /// memory.limit_in_bytes / memory.usage_in_bytes; every level up to the mount root, the tightest
-/// wins). bytes == 0: unknown.
+/// wins). The usage leaves out the inactive file cache it includes (memory.stat inactive_file,
+/// v1 total_inactive_file): the kernel reclaims it before it kills. bytes == 0: unknown.
 struct AvailableMemory {
   uint64_t bytes = 0;
   std::string source;  ///< "MemAvailable" or "cgroup v2 /a memory.max - memory.current"
@@ -73,6 +74,9 @@ struct AvailableMemory {
 AvailableMemory ReadAvailableMemory(const std::string& meminfo = "/proc/meminfo",
                                     const std::string& cgroup_root = "/sys/fs/cgroup",
                                     const std::string& proc_self_cgroup = "/proc/self/cgroup");
+
+/// "512 B", "6.0 KiB", "115.5 MiB", "2.0 GiB": sizes in messages and notes.
+std::string FormatMemorySize(uint64_t bytes);
 
 /// The slot-memory budget when LoaderOptions::max_memory is 0: a quarter of the available
 /// memory, at most 2 GiB (2 GiB when unknown). `note` (when given) says where it came from.

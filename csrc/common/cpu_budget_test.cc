@@ -237,6 +237,18 @@ TEST(AvailableMemoryTest, MemAvailableCappedByTheCgroupLimitLessUsage) {
   m = ReadAvailableMemory(meminfo, f.root, f.proc_file);
   EXPECT_EQ(m.bytes, uint64_t{3} << 30);
   EXPECT_EQ(m.source, "cgroup v2 /job memory.max - memory.current");
+  {
+    // v2: memory.stat's inactive_file (hierarchical) is left out of the usage; never below 0.
+    FakeCgroup g = V2("/job");
+    WriteText(g.root + "/job/memory.max", "4294967296\n");
+    WriteText(g.root + "/job/memory.current", "1073741824\n");
+    WriteText(g.root + "/job/memory.stat", "anon 1\nfile 2\nactive_file 3\ninactive_file 536870912\n");
+    EXPECT_EQ(ReadAvailableMemory(meminfo, g.root, g.proc_file).bytes, uint64_t{7} << 29);  // 3.5 GiB
+    WriteText(g.root + "/job/memory.stat", "inactive_file 2147483648\n");
+    AvailableMemory all = ReadAvailableMemory(meminfo, g.root, g.proc_file);
+    EXPECT_EQ(all.bytes, uint64_t{4} << 30);
+    EXPECT_EQ(all.source, "cgroup v2 /job memory.max - memory.current + 1.0 GiB inactive file cache");
+  }
   std::string note;
   EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{3} << 28);  // a quarter: 0.75 GiB
   EXPECT_EQ(note, "768.0 MiB: the default, a quarter of 3.0 GiB available (cgroup v2 /job memory.max - "
@@ -258,6 +270,15 @@ TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
   m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
   EXPECT_EQ(m.bytes, (uint64_t{512} << 20) - 1000);
   EXPECT_EQ(m.source, "cgroup v1 /docker/abc memory.limit_in_bytes - memory.usage_in_bytes");
+  // Page cache the job read through is in the usage; its inactive part is reclaimable, so it
+  // counts as available (v1: the hierarchical total, as the usage is).
+  WriteText(f.root + "/memory/docker/abc/memory.usage_in_bytes", "268436456\n");  // 256 MiB + 1000
+  WriteText(f.root + "/memory/docker/abc/memory.stat",
+            "cache 300000000\ninactive_file 1\ntotal_inactive_file 201326592\n");  // 192 MiB
+  m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
+  EXPECT_EQ(m.bytes, (uint64_t{448} << 20) - 1000);
+  EXPECT_EQ(m.source, "cgroup v1 /docker/abc memory.limit_in_bytes - memory.usage_in_bytes + 192.0 MiB "
+                      "inactive file cache");
   EXPECT_EQ(DefaultMemoryBudget(AvailableMemory{uint64_t{64} << 30, "MemAvailable"}), uint64_t{2} << 30);
 }
 
@@ -326,12 +347,24 @@ TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
   ASSERT_FALSE(loader.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(loader.status()));
   EXPECT_TRUE(absl::StrContains(loader.status().message(), "max_memory=")) << loader.status();
-  o.auto_prefetch = false;  // a fixed depth needs prefetch_batches + 1 slots
+  o.auto_prefetch = false;  // a fixed depth that does not fit is cut to slots - 1, and says so
   o.prefetch_batches = 4;
   o.max_memory = 4 * slot;
   loader = Loader::Create(samples, o);
-  ASSERT_FALSE(loader.ok());
-  EXPECT_TRUE(absl::StrContains(loader.status().message(), "(prefetch_batches + 1)")) << loader.status();
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  s = (*loader)->Stats();
+  EXPECT_EQ(s.max_slots, 4);
+  EXPECT_EQ(s.prefetch_batches, 3);
+  EXPECT_FALSE(s.read_ahead);
+  EXPECT_TRUE(absl::StartsWith(s.slots_note, "prefetch 4 -> 3 batches (the budget holds 4 slots")) << s.slots_note;
+  // A whole epoch runs within it, and the read-ahead asked for is not started.
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  ASSERT_TRUE((*loader)->QueueEpoch(1).ok());
+  EXPECT_FALSE((*loader)->HasQueuedEpoch());
+  int batches = 0;
+  while ((*loader)->Next().ok()) ++batches;
+  EXPECT_EQ(batches, 2);
+  EXPECT_LE((*loader)->Stats().slots_allocated, 4);
 }
 
 TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
@@ -346,8 +379,51 @@ TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.max_memory, 1000000);
   EXPECT_EQ(s.max_slots, static_cast<int>(1000000 / s.slot_bytes));
-  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "1.0 MiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
+  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "976.6 KiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
       << s.memory_budget_note;
+}
+
+TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
+  const size_t slot = 4 * 3 * 16 * 16 + 2 * 4 * 8;
+  std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
+  {
+    // A quarter of 16000 bytes holds 1 slot; 2 fit in half of it: the default rises to them.
+    FakeCgroup f = V2("/ctr");
+    WriteText(f.root + "/ctr/memory.max", "16000\n");
+    LoaderOptions o = AutoOptions(f);
+    o.meminfo_path = f.root + "/no-meminfo";
+    o.prefetch_batches = 4;
+    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+    ASSERT_TRUE(loader.ok()) << loader.status();
+    LoaderStats s = (*loader)->Stats();
+    EXPECT_EQ(s.max_memory, static_cast<int64_t>(2 * slot));
+    EXPECT_EQ(s.max_slots, 2);
+    EXPECT_EQ(s.prefetch_batches, 1);
+    EXPECT_FALSE(s.read_ahead);
+    EXPECT_TRUE(absl::StartsWith(s.slots_note, "the default budget holds fewer than 2 slots: raised to 2 x "))
+        << s.slots_note;
+    ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+    int batches = 0;
+    for (absl::StatusOr<Batch> b = (*loader)->Next(); b.ok(); b = (*loader)->Next()) ++batches;
+    EXPECT_EQ(batches, 2);
+  }
+  {
+    // 10000 bytes: 2 slots are more than half of it. Refused, naming the budget and the need.
+    FakeCgroup f = V2("/ctr");
+    WriteText(f.root + "/ctr/memory.max", "10000\n");
+    LoaderOptions o = AutoOptions(f);
+    o.meminfo_path = f.root + "/no-meminfo";
+    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+    ASSERT_TRUE(absl::IsInvalidArgument(loader.status())) << loader.status();
+    const absl::string_view message = loader.status().message();
+    EXPECT_TRUE(absl::StartsWith(message, "the memory budget (2.4 KiB: the default, a quarter of 9.8 KiB available "
+                                          "(cgroup v2 /ctr memory.max - memory.current), at most 2 GiB) holds 0 "
+                                          "batch slots of 3136 bytes")) << message;
+    EXPECT_TRUE(absl::StrContains(message, "needs at least 2 (one being filled, one the training loop holds): "
+                                           "2 x 3136 = 6272 bytes")) << message;
+    EXPECT_TRUE(absl::StrContains(message, "lower batch_size or the output size")) << message;
+    EXPECT_TRUE(absl::StrContains(message, "max_memory=")) << message;
+  }
 }
 
 }  // namespace

@@ -1027,21 +1027,32 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     threads_note = absl::StrCat("decode ", options.num_workers, ", readers ", options.reader_threads,
                                 ": set explicitly");
   }
-  // Slot memory: max_memory bounds slots x slot bytes.
-  const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+  // Slot memory: slots x slot bytes within the budget (max_memory, or the default), refused
+  // here when even the minimum does not fit, so nothing is allocated past it later.
+  SlotRequest request;
+  request.slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+  request.batch_size = options.batch_size;
+  request.prefetch_batches = options.prefetch_batches;
+  request.auto_prefetch = options.auto_prefetch;
+  request.device = stager != nullptr;
+  request.max_slots = options.max_slots;
+  std::string budget_note;
   if (options.max_memory > 0) {
-    const size_t fits = options.max_memory / std::max<size_t>(slot_bytes, 1);
-    const size_t needed = options.auto_prefetch ? 2 : static_cast<size_t>(options.prefetch_batches) + 1;
-    if (fits < needed) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "max_memory=", options.max_memory, " bytes holds ", fits, " batch slot(s) of ", slot_bytes,
-          " bytes; at least ", needed, options.auto_prefetch ? "" : " (prefetch_batches + 1)",
-          " are needed: raise max_memory or lower batch_size / the output size"));
-    }
+    request.budget = options.max_memory;
+    request.budget_given = true;
+    budget_note = "set (max_memory)";
+  } else {
+    const AvailableMemory available =
+        ReadAvailableMemory(options.meminfo_path, options.cgroup_root, options.proc_self_cgroup);
+    request.available = available.bytes;
+    request.budget = DefaultMemoryBudget(available, &budget_note);
+    request.budget_note = budget_note;
   }
+  RL_ASSIGN_OR_RETURN(const SlotPlan plan, PlanSlots(request));
   std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline),
-                                            std::move(placement), std::move(stager)));
+                                            std::move(placement), std::move(stager), plan));
   loader->threads_note_ = std::move(threads_note);
+  loader->memory_budget_note_ = std::move(budget_note);
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
   std::string note;
   RL_ASSIGN_OR_RETURN(std::unique_ptr<Reader> probe,
@@ -1052,7 +1063,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
 }
 
 Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-               NumaPlacement placement, std::shared_ptr<DeviceStager> stager)
+               NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
     : samples_(std::move(samples)),
       options_(std::move(options)),
       pipeline_(std::move(pipeline)),
@@ -1068,32 +1079,12 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
   const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
-  // Bound on slots (pipeline + batches the consumer keeps): what fits in the memory budget, at
-  // most 1024, so `list(loader)` works on small data while big batches stay bounded. The default
-  // budget (a quarter of the available memory, at most 2 GiB) never goes below 2 * prefetch + 2
-  // slots; a max_memory the user set is a hard bound (Create checked it holds enough).
-  if (options_.max_memory > 0) {
-    memory_budget_ = options_.max_memory;
-    memory_budget_note_ = "set (max_memory)";
-  } else {
-    memory_budget_ = DefaultMemoryBudget(
-        ReadAvailableMemory(options_.meminfo_path, options_.cgroup_root, options_.proc_self_cgroup),
-        &memory_budget_note_);
-  }
-  const size_t budget = static_cast<size_t>(memory_budget_);
-  const int by_memory = static_cast<int>(std::min<size_t>(1024, budget / std::max<size_t>(slot_bytes, 1)));
-  int max_slots = options_.max_slots > 0 ? options_.max_slots
-                                         : std::max(2 * options_.prefetch_batches + 2, by_memory);
-  if (options_.max_memory > 0) max_slots = std::max(2, std::min(max_slots, by_memory));
-  int depth = options_.prefetch_batches;
-  prefetch_cap_ = depth;
-  if (options_.auto_prefetch && !stager_) {
-    // Half the slots for the pipeline, half for batches the consumer keeps; at most 64 deep.
-    // (Host path only: NextStaged never grows it, so with a device the cap is the depth.)
-    prefetch_cap_ = std::max(1, std::min(64, max_slots / 2));
-    depth = std::min(depth, prefetch_cap_);
-  }
-  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, depth, max_slots);
+  // Slots (pipeline + batches the consumer keeps) and depth: PlanSlots, in Create.
+  memory_budget_ = plan.budget;
+  slots_note_ = plan.note;
+  read_ahead_ = plan.read_ahead;
+  prefetch_cap_ = plan.prefetch_cap;
+  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, plan.depth, plan.max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
                                              2 * options_.num_workers + 2 * options_.num_workers);
   buffers_[0].resize(buffers);
@@ -1281,7 +1272,8 @@ absl::Status Loader::StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
 
 absl::Status Loader::QueueEpoch(int64_t epoch) {
   RL_RETURN_IF_ERROR(CheckBatchable());
-  if (has_pipes_) return absl::OkStatus();  // see the header: pipe: streams are not read ahead
+  // See the header: pipe: streams are not read ahead, nor anything under a tight budget.
+  if (has_pipes_ || !read_ahead_) return absl::OkStatus();
   EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
   QueueChecked(epoch, options_.seed, std::move(order.indices), std::move(order.offsets));
   return absl::OkStatus();
@@ -1291,7 +1283,8 @@ absl::Status Loader::QueueEpoch(int64_t epoch, uint64_t seed, std::vector<int64_
                                 std::vector<int64_t> offsets) {
   RL_RETURN_IF_ERROR(CheckBatchable());
   RL_RETURN_IF_ERROR(CheckOrder(indices, offsets));
-  if (has_pipes_) return absl::OkStatus();  // see the header: pipe: streams are not read ahead
+  // See the header: pipe: streams are not read ahead, nor anything under a tight budget.
+  if (has_pipes_ || !read_ahead_) return absl::OkStatus();
   QueueChecked(epoch, seed, std::move(indices), std::move(offsets));
   return absl::OkStatus();
 }
@@ -1378,6 +1371,9 @@ LoaderStats Loader::Stats() const {
   s.max_slots = pool_->max_slots();
   s.max_memory = static_cast<int64_t>(memory_budget_);
   s.memory_budget_note = memory_budget_note_;
+  s.slots_note = slots_note_;
+  s.read_ahead = read_ahead_ && !has_pipes_;
+  s.read_buffers = static_cast<int>(buffers_[0].size());
   s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
   s.producer_waits = pool_->producer_waits();
   s.idle_spells = counters_->idle_spells.load(std::memory_order_relaxed);

@@ -1,6 +1,10 @@
 #include "pipeline/slot_pool.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/cpu_budget.h"
 
 namespace ringloader {
 
@@ -115,6 +119,78 @@ int SlotPool::allocated() const {
 int SlotPool::held_by_consumer() const {
   std::lock_guard<std::mutex> lock(mu_);
   return held_;
+}
+
+namespace {
+
+constexpr int kMostSlots = 1024;   // so `list(loader)` works on small data while big batches stay bounded
+constexpr int kMostAutoDepth = 64;
+
+std::string Bytes(uint64_t bytes) { return absl::StrCat(bytes, " bytes (", FormatMemorySize(bytes), ")"); }
+
+}  // namespace
+
+absl::StatusOr<SlotPlan> PlanSlots(const SlotRequest& r) {
+  const uint64_t slot = std::max<uint64_t>(r.slot_bytes, 1);
+  const uint64_t minimum = kMinSlots * slot;
+  SlotPlan plan;
+  plan.budget = r.budget;
+  std::vector<std::string> cuts;
+  if (!r.budget_given && r.budget < minimum && r.available > 0 && minimum <= r.available / 2) {
+    plan.budget = minimum;
+    cuts.push_back(absl::StrCat("the default budget holds fewer than ", kMinSlots, " slots: raised to ",
+                                kMinSlots, " x ", FormatMemorySize(slot), " = ", FormatMemorySize(minimum),
+                                ", within half of the ", FormatMemorySize(r.available), " available"));
+  }
+  const uint64_t fits = std::min<uint64_t>(kMostSlots, plan.budget / slot);
+  if (fits < static_cast<uint64_t>(kMinSlots)) {
+    const size_t rows = static_cast<size_t>(std::max(1, r.batch_size));
+    const size_t tail = 2 * sizeof(int64_t) * rows;
+    const std::string what = absl::StrCat(
+        " holds ", fits, " batch slot", fits == 1 ? "" : "s", " of ", slot, " bytes (", FormatMemorySize(slot), ": batch_size ", r.batch_size,
+        " x ", slot > tail ? (slot - tail) / rows : 0, " bytes a sample, + ", tail,
+        " bytes of labels and indices); the pipeline needs at least ", kMinSlots,
+        " (one being filled, one the training loop holds): ", kMinSlots, " x ", slot, " = ", Bytes(minimum));
+    const std::string smaller = "lower batch_size or the output size (a smaller crop or resize, uint8 instead of float32)";
+    if (r.budget_given) {
+      return absl::InvalidArgumentError(absl::StrCat("max_memory=", r.budget, " bytes", what, ". Raise max_memory to at least ",
+                                                     minimum, " bytes, or ", smaller));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the memory budget (", r.budget_note, ")", what,
+        r.available > 0 ? absl::StrCat(", more than half of the ", FormatMemorySize(r.available), " available")
+                        : std::string(),
+        ". To fit, ", smaller, "; or give max_memory= explicitly (at least ", minimum,
+        " bytes) if the process can spare that much"));
+  }
+  plan.max_slots = static_cast<int>(fits);
+  if (r.max_slots > 0 && r.max_slots < plan.max_slots) plan.max_slots = r.max_slots;
+  if (r.max_slots > plan.max_slots) {
+    cuts.push_back(absl::StrCat("max_slots ", r.max_slots, " -> ", plan.max_slots, " (what the budget holds)"));
+  }
+  const int asked = std::max(1, r.prefetch_batches);
+  if (r.auto_prefetch) {
+    // Half the slots for the pipeline, half for batches the consumer keeps. (Host path only:
+    // with a device nothing grows, so the cap is the depth.)
+    const int half = std::max(1, std::min(kMostAutoDepth, plan.max_slots / 2));
+    plan.depth = std::min(asked, half);
+    plan.prefetch_cap = r.device ? plan.depth : half;
+  } else {
+    plan.depth = std::min(asked, std::max(1, plan.max_slots - 1));  // one slot is the consumer's
+    plan.prefetch_cap = plan.depth;
+  }
+  if (plan.depth < asked) {
+    cuts.push_back(absl::StrCat("prefetch ", asked, " -> ", plan.depth, " batch", plan.depth == 1 ? "" : "es",
+                                " (the budget holds ", plan.max_slots, " slots of ", FormatMemorySize(slot),
+                                r.auto_prefetch ? "; auto prefetch takes at most half" : "; one is the training loop's",
+                                ")"));
+  }
+  if (plan.depth < asked || plan.budget != r.budget) {
+    plan.read_ahead = false;
+    cuts.push_back("epoch read-ahead off (its second set of file buffers is outside the slot budget)");
+  }
+  plan.note = absl::StrJoin(cuts, "; ");
+  return plan;
 }
 
 }  // namespace ringloader

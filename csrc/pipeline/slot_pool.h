@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -107,6 +108,47 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
   int64_t waits_ ABSL_GUARDED_BY(mu_) = 0;         // Acquire calls that had to wait
   int64_t waits_taken_ ABSL_GUARDED_BY(mu_) = 0;   // ... as of the last TakeProducerWaits
 };
+
+/// The fewest slots a pipeline works with: one being filled while the consumer holds the batch
+/// it is working on (a `for` loop keeps the previous batch alive while it asks for the next).
+inline constexpr int kMinSlots = 2;
+
+/// What PlanSlots sizes: the slots and pipeline depth a loader asks for, and its memory budget.
+struct SlotRequest {
+  size_t slot_bytes = 0;
+  int batch_size = 1;            ///< Named in the refusal.
+  uint64_t budget = 0;           ///< Slot-memory budget in bytes ...
+  bool budget_given = false;     ///< ... set by the user (max_memory): a hard bound ...
+  std::string budget_note;       ///< ... or where the default came from (named in the refusal).
+  uint64_t available = 0;        ///< Memory available to the process (0: unknown).
+  int prefetch_batches = 1;      ///< Depth asked for (the starting depth with auto_prefetch).
+  bool auto_prefetch = false;
+  bool device = false;           ///< auto_prefetch never deepens with a device.
+  int max_slots = 0;             ///< Slot bound asked for (0: what the budget holds).
+};
+
+/// The slots and depth a loader gets.
+struct SlotPlan {
+  uint64_t budget = 0;           ///< The budget in force (the default may be raised, see below).
+  int max_slots = 0;
+  int depth = 0;                 ///< Pipeline depth (auto_prefetch: the starting depth) ...
+  int prefetch_cap = 0;          ///< ... and how deep auto_prefetch may grow (= depth without).
+  bool read_ahead = true;        ///< Whether the next epoch may be read ahead (Loader::QueueEpoch).
+  std::string note;              ///< What was cut to fit the budget, and why ("": nothing).
+};
+
+/// Sizes slots and depth within the budget: slots = budget / slot_bytes (at most 1024, at most
+/// max_slots when asked), depth = prefetch_batches, cut to slots - 1 (one slot is the consumer's)
+/// or, with auto_prefetch, to half the slots (at most 64). Nothing exceeds the budget; what was cut
+/// is said in `note`. When the budget was cut below what the asked depth wants (depth or the
+/// minimum), the epoch read-ahead is turned off: its second set of file buffers is outside the
+/// slot budget, and memory is tight.
+///
+/// Fewer than kMinSlots slots cannot run. A budget the user gave is then refused. The default one
+/// (a quarter of `available`) rises to kMinSlots slots when they fit in half of `available`
+/// (the other half stays the training loop's), and is refused otherwise. A refusal is
+/// InvalidArgument naming the budget, the need (bytes per slot x slots) and what to change.
+absl::StatusOr<SlotPlan> PlanSlots(const SlotRequest& request);
 
 /// Adaptive prefetch's decision (LoaderOptions::auto_prefetch), apart from threads and clocks so
 /// it can be tested step by step. At each Next() the loader reports whether the batch asked for

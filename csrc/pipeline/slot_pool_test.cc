@@ -5,6 +5,8 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/match.h"
+
 namespace ringloader {
 namespace {
 
@@ -107,6 +109,136 @@ TEST(PrefetchGovernorTest, GrowsOnlyWhenTheConsumerWaitsAfterThePipelineStoodIdl
   g.OnNext(true, true);
   g.Reset();  // a new epoch forgets the last one's idle spell
   EXPECT_FALSE(g.OnNext(false, false));
+}
+
+// ---- PlanSlots: slots and depth within the memory budget ------------------------------------
+
+constexpr size_t kSlot = 1 << 20;
+
+SlotRequest Request(uint64_t budget_slots_x2, int prefetch) {  // budget in half slots
+  SlotRequest r;
+  r.slot_bytes = kSlot;
+  r.batch_size = 4;
+  r.budget = budget_slots_x2 * kSlot / 2;
+  r.budget_note = "test default";
+  r.prefetch_batches = prefetch;
+  return r;
+}
+
+TEST(PlanSlotsTest, AmpleBudgetKeepsTheDepthAndReadAhead) {
+  absl::StatusOr<SlotPlan> plan = PlanSlots(Request(2 * 40, 4));  // 40 slots
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->max_slots, 40);
+  EXPECT_EQ(plan->depth, 4);
+  EXPECT_EQ(plan->prefetch_cap, 4);
+  EXPECT_TRUE(plan->read_ahead);
+  EXPECT_EQ(plan->note, "");
+  EXPECT_EQ(plan->budget, 40 * kSlot);
+  // At most 1024 slots, however large the budget.
+  EXPECT_EQ(PlanSlots(Request(2 * 5000, 4))->max_slots, 1024);
+}
+
+TEST(PlanSlotsTest, BudgetBelowTheOldFloorShrinksPrefetchNotTheBudget) {
+  // 3.5 slots fit; prefetch 4 wanted 2 x 4 + 2 = 10 slots (the old floor, which overrode the
+  // budget). Now: 3 slots, 2 in the pipeline, 1 for the consumer's batch.
+  absl::StatusOr<SlotPlan> plan = PlanSlots(Request(7, 4));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->max_slots, 3);
+  EXPECT_EQ(plan->depth, 2);
+  EXPECT_EQ(plan->prefetch_cap, 2);
+  EXPECT_LE(static_cast<uint64_t>(plan->max_slots) * kSlot, plan->budget);
+  EXPECT_EQ(plan->budget, 7 * kSlot / 2) << "the budget is never raised above a minimum that fits";
+  EXPECT_FALSE(plan->read_ahead);
+  EXPECT_EQ(plan->note, "prefetch 4 -> 2 batches (the budget holds 3 slots of 1.0 MiB; one is the training "
+                        "loop's); epoch read-ahead off (its second set of file buffers is outside the slot budget)");
+  // Exactly prefetch + 1 slots: nothing cut.
+  plan = PlanSlots(Request(2 * 5, 4));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->depth, 4);
+  EXPECT_TRUE(plan->read_ahead);
+  EXPECT_EQ(plan->note, "");
+}
+
+TEST(PlanSlotsTest, TheMinimumIsTwoSlotsAndOneBatchDeep) {
+  absl::StatusOr<SlotPlan> plan = PlanSlots(Request(2 * 2, 8));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->max_slots, kMinSlots);
+  EXPECT_EQ(plan->depth, 1);
+  EXPECT_FALSE(plan->read_ahead);
+  SlotRequest r = Request(2 * 2, 2);
+  r.auto_prefetch = true;  // half the slots: 1
+  plan = PlanSlots(r);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->depth, 1);
+  EXPECT_EQ(plan->prefetch_cap, 1);
+  EXPECT_TRUE(absl::StrContains(plan->note, "prefetch 2 -> 1 batch (the budget holds 2 slots of 1.0 MiB; auto "
+                                            "prefetch takes at most half)")) << plan->note;
+}
+
+TEST(PlanSlotsTest, AutoPrefetchGrowsToHalfTheSlotsOnTheHostOnly) {
+  SlotRequest r = Request(2 * 9, 2);
+  r.auto_prefetch = true;
+  absl::StatusOr<SlotPlan> plan = PlanSlots(r);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->depth, 2);
+  EXPECT_EQ(plan->prefetch_cap, 4);
+  EXPECT_TRUE(plan->read_ahead);
+  r.device = true;
+  EXPECT_EQ(PlanSlots(r)->prefetch_cap, 2);
+}
+
+TEST(PlanSlotsTest, MaxSlotsAskedForIsKeptWithinTheBudget) {
+  SlotRequest r = Request(2 * 20, 2);
+  r.max_slots = 6;
+  EXPECT_EQ(PlanSlots(r)->max_slots, 6);
+  EXPECT_EQ(PlanSlots(r)->note, "");
+  r.max_slots = 50;
+  absl::StatusOr<SlotPlan> plan = PlanSlots(r);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(plan->max_slots, 20);
+  EXPECT_EQ(plan->note, "max_slots 50 -> 20 (what the budget holds)");
+  EXPECT_TRUE(plan->read_ahead) << "the depth still fits";
+}
+
+TEST(PlanSlotsTest, DefaultBudgetRisesToTheMinimumWithinHalfOfWhatIsAvailable) {
+  SlotRequest r = Request(3, 4);  // a quarter of 6 slots available: 1.5 slots
+  r.available = 6 * kSlot;
+  absl::StatusOr<SlotPlan> plan = PlanSlots(r);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->budget, 2 * kSlot);
+  EXPECT_EQ(plan->max_slots, 2);
+  EXPECT_EQ(plan->depth, 1);
+  EXPECT_FALSE(plan->read_ahead);
+  EXPECT_TRUE(absl::StartsWith(plan->note, "the default budget holds fewer than 2 slots: raised to 2 x 1.0 MiB = "
+                                           "2.0 MiB, within half of the 6.0 MiB available; prefetch 4 -> 1 batch"))
+      << plan->note;
+  // A budget the user gave is a hard bound: never raised.
+  r.budget_given = true;
+  EXPECT_TRUE(absl::IsInvalidArgument(PlanSlots(r).status()));
+}
+
+TEST(PlanSlotsTest, RefusalNamesTheBudgetTheNeedAndWhatToChange) {
+  SlotRequest r = Request(3, 4);  // 1.5 slots ...
+  r.available = 3 * kSlot;        // ... and 2 slots are more than half of what is available
+  absl::Status refused = PlanSlots(r).status();
+  ASSERT_TRUE(absl::IsInvalidArgument(refused)) << refused;
+  EXPECT_EQ(std::string(refused.message()),
+            "the memory budget (test default) holds 1 batch slot of 1048576 bytes (1.0 MiB: batch_size 4 x "
+            "262128 bytes a sample, + 64 bytes of labels and indices); the pipeline needs at least 2 (one being "
+            "filled, one the training loop holds): 2 x 1048576 = 2097152 bytes (2.0 MiB), more than half of the "
+            "3.0 MiB available. To fit, lower batch_size or the output size (a smaller crop or resize, uint8 "
+            "instead of float32); or give max_memory= explicitly (at least 2097152 bytes) if the process can "
+            "spare that much");
+  r.budget_given = true;
+  refused = PlanSlots(r).status();
+  EXPECT_EQ(std::string(refused.message()),
+            "max_memory=1572864 bytes holds 1 batch slot of 1048576 bytes (1.0 MiB: batch_size 4 x 262128 bytes "
+            "a sample, + 64 bytes of labels and indices); the pipeline needs at least 2 (one being filled, one the "
+            "training loop holds): 2 x 1048576 = 2097152 bytes (2.0 MiB). Raise max_memory to at least 2097152 "
+            "bytes, or lower batch_size or the output size (a smaller crop or resize, uint8 instead of float32)");
+  // Unknown availability: the default (2 GiB then) is never raised.
+  r = Request(3, 4);
+  EXPECT_TRUE(absl::IsInvalidArgument(PlanSlots(r).status()));
 }
 
 }  // namespace

@@ -648,6 +648,9 @@ class PyLoader {
     d["slot_bytes"] = s.slot_bytes;
     d["max_memory"] = s.max_memory;
     d["memory_budget_note"] = s.memory_budget_note;
+    d["slots_note"] = s.slots_note;
+    d["read_ahead"] = s.read_ahead;
+    d["read_buffers"] = s.read_buffers;
     d["producer_waits"] = s.producer_waits;
     d["idle_spells"] = s.idle_spells;
     d["batches_completed"] = s.batches_completed;

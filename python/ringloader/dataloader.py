@@ -165,7 +165,11 @@ class DataLoader:
     full and idle, up to half the slots ``max_memory`` allows (at most 64). ``max_memory``
     (bytes, or ``"2GB"`` = 2*10**9, ``"2GiB"``/``"2G"`` = 2*2**30; default: a quarter of the
     available memory, cgroup limit included, at most 2 GiB) bounds slot memory, batches you keep
-    included. ``describe()`` says what was chosen and why.
+    included: a depth that does not fit is cut to the slots it holds less one (warning when
+    ``prefetch_factor`` was given) and the next epoch is then not read ahead; below 2 slots
+    construction raises ``ValueError`` naming the budget and the bytes needed (the default alone
+    may rise to 2 slots when they fit in half of the available memory). ``describe()`` says what
+    was chosen, what the budget covers and what it cut.
 
     On the native path the pipeline does not drain between epochs (as with
     ``persistent_workers=True``, the default here): while the last batches of an epoch are delivered, the next epoch's batches are read
@@ -434,6 +438,7 @@ class DataLoader:
         else:
             workers = max(1, num_workers)
         self._auto_prefetch = prefetch_factor == "auto"
+        prefetch_given = prefetch_factor if isinstance(prefetch_factor, int) else None
         prefetch = 2 if prefetch_factor in (None, "auto") else prefetch_factor
         max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
             max(1, max((len(b) for b in batch_sampler), default=1))
@@ -492,6 +497,14 @@ class DataLoader:
             _log.warning("ringloader: %s", note)
         if self.pin_memory and not started["memory"].startswith("cuda-pinned"):
             _warn_no_pinning_once(started["memory_note"])
+        if started["slots_note"]:
+            # The memory budget cut the depth or the slots (never exceeded: see describe()).
+            if prefetch_given is not None and started["prefetch_batches"] < options["prefetch_batches"]:
+                warnings.warn(f"prefetch_factor={prefetch_given} ({options['prefetch_batches']} batches) does not "
+                              f"fit the memory budget ({_format_bytes(started['max_memory'])}): "
+                              f"{started['slots_note']}; pass max_memory= to allow more", stacklevel=2)
+            if not started["read_ahead"] and self._overlap_off is None:
+                self._overlap_off = "the memory budget is too tight to read the next epoch ahead (see 'cut')"
 
     def _steps_options(self) -> dict:
         options = self._folders[0].native_options()
@@ -675,10 +688,16 @@ class DataLoader:
             "  prefetch: " + (
                 f"auto, {s['prefetch_batches']} batches deep now (starts at 2, grew {s['prefetch_grown']} "
                 f"times, at most {s['prefetch_max']}: half the slots max_memory allows)"
-                if self._auto_prefetch else f"{s['prefetch_batches']} batches (prefetch_factor x num_workers)"),
+                if self._auto_prefetch else f"{s['prefetch_batches']} batches (prefetch_factor x num_workers"
+                + (f" = {self._options['prefetch_batches']}, cut to fit the memory budget: see 'cut')"
+                   if s["prefetch_batches"] < self._options["prefetch_batches"] else ")")),
             f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
             f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
+            f"  budget:  covers the batch slots, batches you keep included; not the {s['read_buffers']} file "
+            "read buffers per epoch (each as large as the largest file it read; a second set while the next "
+            "epoch is read ahead), nor device buffers",
+        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + [
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")

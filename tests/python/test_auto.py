@@ -342,6 +342,53 @@ def test_default_memory_budget_is_a_quarter_of_what_is_available(tmp_path, image
     assert ": the default, " in text
 
 
+def test_a_prefetch_factor_that_does_not_fit_is_cut_with_a_warning(image_tree):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    slot = 2 * (3 * 32 * 32) + 2 * 2 * 8
+    fixed = [(x.clone(), y.clone()) for x, y in rl.DataLoader(ds, batch_size=2, num_workers=1)]
+    with pytest.warns(UserWarning, match=r"prefetch_factor=2 \(4 batches\) does not fit the memory budget "
+                                         r"\(18.1 KiB\): prefetch 4 -> 2 batches \(the budget holds 3 slots"):
+        loader = rl.DataLoader(ds, batch_size=2, num_workers=2, prefetch_factor=2, max_memory=3 * slot)
+    s = loader.stats()
+    assert (s["max_slots"], s["prefetch_batches"], s["read_ahead"]) == (3, 2, False)
+    for _ in range(2):  # two epochs within 3 slots, nothing read ahead, the same batches
+        got = [(x.clone(), y.clone()) for x, y in loader]
+        assert len(got) == len(fixed)
+        assert all(torch.equal(a, b) and torch.equal(la, lb) for (a, la), (b, lb) in zip(got, fixed))
+        assert loader.stats()["slots_allocated"] <= 3
+    assert loader.stats()["epochs_queued"] == 0
+    text = loader.describe()
+    assert "prefetch: 2 batches (prefetch_factor x num_workers = 4, cut to fit the memory budget: see 'cut')" in text
+    assert "  cut:     prefetch 4 -> 2 batches (the budget holds 3 slots of 6.0 KiB; one is the training loop's); " \
+           "epoch read-ahead off" in text
+    assert "drained between epochs (the memory budget is too tight to read the next epoch ahead" in text
+    # The default depth (prefetch_factor not given) is cut the same way, without a warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        quiet = rl.DataLoader(ds, batch_size=2, num_workers=2, max_memory=3 * slot)
+    assert quiet.stats()["prefetch_batches"] == 2
+
+
+def test_describe_says_what_the_budget_covers(image_tree):
+    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=SMALL), batch_size=2, num_workers=2, io_depth=8)
+    text = loader.describe()
+    # reader_threads x io_depth + 4 x num_workers file buffers per epoch, outside the budget.
+    assert ("  budget:  covers the batch slots, batches you keep included; not the 16 file read buffers per "
+            "epoch (each as large as the largest file it read; a second set while the next epoch is read "
+            "ahead), nor device buffers") in text
+    assert "  cut:" not in text and loader.stats()["slots_note"] == ""
+
+
+def test_a_budget_below_two_slots_is_refused_with_the_need(image_tree):
+    ds = rl.ImageFolder(image_tree, transform=SMALL)
+    with pytest.raises(ValueError, match=r"max_memory=10000 bytes holds 1 batch slot of 6176 bytes .* needs at least "
+                                         r"2 .*: 2 x 6176 = 12352 bytes .*Raise max_memory to at least 12352 "
+                                         r"bytes, or lower batch_size or the output size"):
+        rl.DataLoader(ds, batch_size=2, max_memory=10_000)
+
+
 def test_numa_node_narrows_the_budget(tmp_path, image_tree, no_explicit_threads):
     # A fake two-node machine: node 0 holds one of our CPUs, node 1 the rest.
     allowed = sorted(os.sched_getaffinity(0))

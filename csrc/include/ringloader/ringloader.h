@@ -38,6 +38,7 @@ class DeviceStager;
 class DeviceLease;
 class DeviceRuntime;
 struct NumaPlacement;
+struct SlotPlan;
 class StreamCache;
 
 /// One item of a dataset: a file (or a byte range of one, e.g. a member of a tar shard) and its
@@ -113,8 +114,7 @@ struct LoaderOptions {
   int prefetch_batches = 4;      ///< Batches in the pipeline ahead of the consumer (>= 1); with
                                  ///< auto_prefetch, the starting depth.
   int max_slots = 0;             ///< Slot bound incl. batches the consumer holds (0: as many as
-                                 ///< fit in max_memory, clamped to [2*prefetch+2, 1024] when
-                                 ///< max_memory is 0, to [2, 1024] when it is set).
+                                 ///< fit in max_memory, at most 1024); never more than fit.
   /// Size num_workers and reader_threads from the CPUs this process may use (affinity mask, the
   /// NUMA node's CPUs when `numa` places threads, the cgroup CPU quota), leaving room for the
   /// training loop's own threads: the rule is in common/cpu_budget.h and the README. num_workers
@@ -133,11 +133,16 @@ struct LoaderOptions {
   /// for batches the consumer keeps. Host path only: with a device nothing grows (the ring keeps
   /// prefetch_batches + 1 buffers) and LoaderStats::prefetch_max is prefetch_batches.
   bool auto_prefetch = false;
-  /// Bytes of slot memory (batch slots x slot bytes) the loader may use. Create fails
-  /// (InvalidArgument naming max_memory) when it holds fewer than 2 slots, or fewer than
-  /// prefetch_batches + 1 without auto_prefetch. 0: a quarter of the available memory
-  /// (MemAvailable, capped by the cgroup memory limit less its usage), at most 2 GiB; that
-  /// default bounds max_slots but never below 2 * prefetch_batches + 2.
+  /// Bytes of slot memory (batch slots x slot bytes, batches the consumer keeps included) the
+  /// loader may use. 0: a quarter of the available memory (MemAvailable, capped by the cgroup
+  /// memory limit less its usage), at most 2 GiB. Slots and depth are cut to fit it (PlanSlots in
+  /// pipeline/slot_pool.h): prefetch_batches to slots - 1, max_slots to what fits, and then the
+  /// epoch read-ahead is off; LoaderStats::slots_note says what was cut. Below 2 slots Create
+  /// fails (InvalidArgument naming the budget, the bytes needed and what to change), except that
+  /// the default rises to 2 slots when they fit in half of the available memory. Not covered:
+  /// file read buffers (reader_threads x io_depth + 4 x num_workers per epoch, each as large as
+  /// the largest file it read; a second set while the next epoch is read ahead) and device
+  /// buffers.
   size_t max_memory = 0;
   std::string meminfo_path = "/proc/meminfo";  ///< Where MemAvailable is read (tests fake it).
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
@@ -283,6 +288,12 @@ struct LoaderStats {
   int max_slots = 0;             ///< Slot bound (max_memory / slot bytes, or max_slots).
   int64_t max_memory = 0;        ///< The slot-memory budget in force (given, or the default) ...
   std::string memory_budget_note;  ///< ... and where it came from.
+  std::string slots_note;        ///< What was cut to fit the budget (prefetch, max_slots, the
+                                 ///< read-ahead), and why; "" when nothing was.
+  bool read_ahead = true;        ///< QueueEpoch reads the next epoch ahead (false: pipe: samples,
+                                 ///< or a budget too tight for it).
+  int read_buffers = 0;          ///< File buffers per epoch (outside the budget: each grows to
+                                 ///< the largest file it read; a second set for a queued epoch).
   int64_t slot_bytes = 0;        ///< Bytes per slot.
   int64_t producer_waits = 0;    ///< Times the dispatcher waited for a free slot (every slot
                                  ///< in use: being filled, or complete and not yet taken).
@@ -348,7 +359,8 @@ class Loader {
   /// delivered). Errors met while decoding ahead are delivered at their batch after adoption.
   /// Replaces an epoch queued before. Without an epoch in progress, the queued one starts now.
   /// A loader with `pipe:` samples queues nothing (returns OK, HasQueuedEpoch() stays false):
-  /// each stream has one running command, which the epoch in progress owns until it ends.
+  /// each stream has one running command, which the epoch in progress owns until it ends. Nor
+  /// does one whose memory budget made it cut its depth (LoaderStats::read_ahead, slots_note).
   absl::Status QueueEpoch(int64_t epoch);
   /// Queues an epoch with an explicit order (as the StartEpoch overload); adopted by a StartEpoch
   /// with equal epoch, seed, indices and offsets, and first_batch 0.
@@ -402,7 +414,7 @@ class Loader {
   /// The built-in sampler's settings, from options_.
   SamplerOptions BuiltinSampler() const;
   Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-         NumaPlacement placement, std::shared_ptr<DeviceStager> stager);
+         NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
   // Checks an explicit order against the dataset and batch size (StartEpoch, QueueEpoch).
   absl::Status CheckOrder(const std::vector<int64_t>& indices, const std::vector<int64_t>& offsets) const;
   // Starts an epoch whose order is checked: adopts the queued epoch when it is this one, else
@@ -433,6 +445,8 @@ class Loader {
   int prefetch_cap_ = 0;      // depth auto_prefetch may grow to
   uint64_t memory_budget_ = 0;       // max_memory, or the default
   std::string memory_budget_note_;
+  std::string slots_note_;           // what the budget cut (SlotPlan::note)
+  bool read_ahead_ = true;           // QueueEpoch reads ahead (SlotPlan::read_ahead)
   std::unique_ptr<NumaPlacement> placement_;
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
