@@ -4,7 +4,8 @@
 #      into a scratch prefix (build/pkg/prefix), with the LibTorch adaptor when torch is found;
 #   2. builds tests/cpp_consumer against that prefix only and runs it (plain API; and the
 #      LibTorch adaptor test when the torch component is available);
-#   3. builds the LibTorch training example (examples/cpp) the same way and runs a few steps
+#   3. compiles the README's C++ blocks (scripts/doc_cpp_blocks.py) against that prefix;
+#   4. builds the LibTorch training example (examples/cpp) the same way and runs a few steps
 #      on CPU.
 # Data: the Python sample set when it has been generated ($RINGLOADER_CACHE/sample-v1), else a
 # small synthetic set that the installed ringloader-bench generates once into build/pkg.
@@ -71,6 +72,13 @@ timed cmake --build "$OUT/consumer" -j "$JOBS"
 if [ -n "$TORCH_PREFIX" ]; then
   "$OUT/consumer/torch_adaptor_test" "$DATA"
 fi
+
+step "the docs' C++ blocks compile against the installed package"
+rm -rf "$OUT/doc_blocks/src"
+"$PYTHON" scripts/doc_cpp_blocks.py "$OUT/doc_blocks/src" README.md
+timed cmake -S "$OUT/doc_blocks/src" -B "$OUT/doc_blocks/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$PREFIX;$TORCH_PREFIX" >/dev/null
+timed cmake --build "$OUT/doc_blocks/build" -j "$JOBS"
 
 if [ -n "$TORCH_PREFIX" ]; then
   step "LibTorch example (examples/cpp) against the installed package"
