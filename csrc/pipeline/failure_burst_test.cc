@@ -28,6 +28,14 @@ constexpr double kWatchdogSeconds = 30;
 
 enum class Backend { kPread, kUring, kPipe };
 
+// Resize((size, size)): the cheapest transform, so a case costs its I/O and scheduling.
+TransformStep Resize(int size) {
+  TransformStep resize;
+  resize.kind = TransformStep::Kind::kResize;
+  resize.size_h = resize.size_w = size;
+  return resize;
+}
+
 // A sample read from a command's stdout (only ever built from a command the caller wrote).
 Sample Pipe(std::string command, int64_t label, uint64_t offset, int64_t length) {
   Sample s(std::move(command), label, offset, length);
@@ -177,10 +185,7 @@ void CheckCase(const Case& c) {
   o.on_error = c.policy;
   o.shuffle = c.shuffle;
   o.seed = 3;
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
-  resize.size_h = resize.size_w = 16;
-  o.transform = {resize};
+  o.transform = {Resize(16)};
   auto loader = Loader::Create(samples, o);
   if (!loader.ok() && c.backend == Backend::kUring) GTEST_SKIP() << "io_uring unavailable: " << loader.status();
   ASSERT_TRUE(loader.ok()) << loader.status();
@@ -277,10 +282,7 @@ TEST(FailureBurstTest, RandomMixesAlwaysEnd) {
     o.on_error = ErrorPolicy::kSkip;
     o.shuffle = rng() % 2;
     o.seed = seed;
-    TransformStep resize;
-    resize.kind = TransformStep::Kind::kResize;
-    resize.size_h = resize.size_w = 8;
-    o.transform = {resize};
+    o.transform = {Resize(8)};
     auto loader = Loader::Create(samples, o);
     ASSERT_TRUE(loader.ok()) << loader.status();
     Outcome out = RunEpoch(**loader, (*loader)->BatchesPerEpoch());
@@ -300,10 +302,7 @@ TEST(FailureBurstTest, StallReportNamesTheStuckStage) {
   o.batch_size = 5;
   o.num_workers = 1;
   o.stall_seconds = 0.2;
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
-  resize.size_h = resize.size_w = 8;
-  o.transform = {resize};
+  o.transform = {Resize(8)};
   auto loader = Loader::Create(samples, o);
   ASSERT_TRUE(loader.ok()) << loader.status();
   ASSERT_TRUE((*loader)->StartEpoch(0).ok());
