@@ -324,10 +324,17 @@ class WebDataset(NativeDataset):
     member named.
 
     Indexing: a local shard is indexed at construction from its tar headers (fast), or from the
-    ``<shard>.idx.json`` sidecar ``ringloader.pack`` writes when its recorded byte size matches.
-    A ``pipe:`` shard is read once, by streaming, at its first use, and its index is cached under
-    ``index_cache`` (default ``~/.cache/ringloader/webdataset/``, keyed by a hash of the URL and
-    the label options; ``None`` disables the cache).
+    ``<shard>.idx.json`` sidecar ``ringloader.pack`` writes when its recorded byte size and mtime
+    match and a spot check of member headers agrees. A ``pipe:`` shard is read once, by
+    streaming, at its first use, and its index is cached under ``index_cache`` (default
+    ``~/.cache/ringloader/webdataset/``, keyed by a hash of the URL and the label options;
+    ``None`` disables the cache).
+
+    Stale indexes: a ``pipe:`` stream checks each member's tar header (checksum, regular file,
+    length) as it passes; a mismatch ends the epoch with :class:`StaleIndexError` (no
+    ``on_error`` policy hides it) and removes the cached index, so that building the dataset
+    again re-indexes the shard. A local shard whose size or mtime changed since construction
+    raises :class:`StaleIndexError` at the next epoch (see :meth:`check_shards`).
 
     Order: ``ringloader.DataLoader(ds, shuffle=True, ...)`` permutes the shards per epoch, gives
     each rank a contiguous equal part of the epoch's samples and shuffles it through a seeded

@@ -379,7 +379,8 @@ class Loader {
   /// belongs to, after all earlier batches — the following call continues with the next batch;
   /// ResourceExhausted when the consumer holds every slot, or every device buffer (the batch is
   /// not lost: release batches and call again); DeadlineExceeded after `timeout_seconds` > 0
-  /// without a batch.
+  /// without a batch; IsStaleIndex when a `pipe:` stream no longer holds a tar member where its
+  /// sample says (Sample::tar_member; the epoch ends there, whatever the ErrorPolicy).
   absl::StatusOr<Batch> Next(double timeout_seconds = 0);
   /// Stops the epoch in progress (and cancels a queued one) and joins its threads. Delivered
   /// batches stay valid.
