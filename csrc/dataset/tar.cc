@@ -14,7 +14,7 @@
 namespace ringloader {
 namespace {
 
-constexpr size_t kBlock = 512;
+constexpr size_t kBlock = kTarBlock;
 
 uint64_t Padding(uint64_t size) { return (kBlock - size % kBlock) % kBlock; }
 
@@ -132,6 +132,38 @@ absl::StatusOr<int64_t> ParseTarNumber(const uint8_t* field, size_t size) {
     }
   }
   return static_cast<int64_t>(value);
+}
+
+absl::StatusOr<TarHeader> ParseTarHeader(const uint8_t* h, absl::string_view where) {
+  absl::StatusOr<int64_t> stored = ParseTarNumber(h + 148, 8);
+  uint64_t unsigned_sum = 0;
+  int64_t signed_sum = 0;
+  for (size_t i = 0; i < kBlock; ++i) {
+    const uint8_t b = (i >= 148 && i < 156) ? ' ' : h[i];
+    unsigned_sum += b;
+    signed_sum += static_cast<int8_t>(b);
+  }
+  if (!stored.ok() || (*stored != static_cast<int64_t>(unsigned_sum) && *stored != signed_sum)) {
+    return absl::DataLossError(absl::StrCat("bad header checksum", where, ": stored ",
+                                            stored.ok() ? absl::StrCat(*stored) : "unreadable", ", computed ",
+                                            unsigned_sum));
+  }
+  absl::StatusOr<int64_t> size = ParseTarNumber(h + 124, 12);
+  if (!size.ok() || *size < 0) {
+    return absl::DataLossError(
+        absl::StrCat("bad size field", where, ": ", size.ok() ? "negative" : size.status().message()));
+  }
+  TarHeader header;
+  header.type = static_cast<char>(h[156]);
+  header.size = static_cast<uint64_t>(*size);
+  header.name = FieldString(h, 100);
+  // POSIX ustar ("ustar\0"): a prefix field extends the name; GNU ("ustar  ") uses that area for
+  // other fields.
+  if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
+    const std::string prefix = FieldString(h + 345, 155);
+    if (!prefix.empty()) header.name = absl::StrCat(prefix, "/", header.name);
+  }
+  return header;
 }
 
 absl::StatusOr<size_t> TarReader::ReadFully(uint8_t* dst, size_t n) {
@@ -265,41 +297,21 @@ absl::StatusOr<bool> TarReader::Next(TarMember* member) {
       }
       return false;
     }
-    absl::StatusOr<int64_t> stored = ParseTarNumber(h + 148, 8);
-    uint64_t unsigned_sum = 0;
-    int64_t signed_sum = 0;
-    for (size_t i = 0; i < kBlock; ++i) {
-      const uint8_t b = (i >= 148 && i < 156) ? ' ' : h[i];
-      unsigned_sum += b;
-      signed_sum += static_cast<int8_t>(b);
-    }
-    if (!stored.ok() || (*stored != static_cast<int64_t>(unsigned_sum) && *stored != signed_sum)) {
+    absl::StatusOr<TarHeader> header = ParseTarHeader(h);
+    if (!header.ok()) {
       done_ = true;
-      return absl::DataLossError(absl::StrCat("bad header checksum at offset ", header_at, after(), ": stored ",
-                                              stored.ok() ? absl::StrCat(*stored) : "unreadable", ", computed ",
-                                              unsigned_sum));
+      // Parsed again for the message only: where the block is costs a string per header.
+      return ParseTarHeader(h, absl::StrCat(" at offset ", header_at, after())).status();
     }
-    absl::StatusOr<int64_t> size_field = ParseTarNumber(h + 124, 12);
-    if (!size_field.ok() || *size_field < 0) {
-      done_ = true;
-      return absl::DataLossError(absl::StrCat("bad size field in the header at offset ", header_at, after(),
-                                              size_field.ok() ? ": negative" : absl::StrCat(": ", size_field.status().message())));
-    }
-    uint64_t size = have_pax_size ? pax_size : static_cast<uint64_t>(*size_field);
-    const char type = static_cast<char>(h[156]);
+    uint64_t size = have_pax_size ? pax_size : header->size;
+    const char type = header->type;
     std::string name;
     if (have_pax_path) {
       name = pax_path;
     } else if (have_long_name) {
       name = long_name;
     } else {
-      name = FieldString(h, 100);
-      // POSIX ustar ("ustar\0"): a prefix field extends the name; GNU ("ustar  ") uses that area
-      // for other fields.
-      if (std::memcmp(h + 257, "ustar\0", 6) == 0) {
-        const std::string prefix = FieldString(h + 345, 155);
-        if (!prefix.empty()) name = absl::StrCat(prefix, "/", name);
-      }
+      name = std::move(header->name);
     }
     switch (type) {
       case 'L': {
@@ -332,7 +344,7 @@ absl::StatusOr<bool> TarReader::Next(TarMember* member) {
         break;
     }
     have_long_name = have_pax_path = have_pax_size = false;
-    const bool regular = type == '0' || type == '7' || (type == '\0' && (name.empty() || name.back() != '/'));
+    const bool regular = TarHeader{type, size, name}.regular();
     if (type >= '1' && type <= '6') size = 0;  // links, devices, directories, FIFOs: no data follows
     if (type == '\0' && !regular) size = 0;    // old-style directory
     data_left_ = size;

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace ringloader {
 
@@ -105,5 +106,23 @@ class TarReader {
 
 /// Parses a numeric header field: octal (NUL/space padded) or GNU base-256. Exposed for tests.
 absl::StatusOr<int64_t> ParseTarNumber(const uint8_t* field, size_t size);
+
+/// Bytes in a tar header (and the unit archives are padded to).
+inline constexpr size_t kTarBlock = 512;
+
+/// The fields of one header block that say what follows it.
+struct TarHeader {
+  char type = 0;      ///< typeflag ('0', '\0' and '7' regular, 'L' GNU long name, 'x' pax...).
+  uint64_t size = 0;  ///< The size field (a pax `size` record that follows may override it).
+  std::string name;   ///< The name field, with the ustar prefix when the block is POSIX ustar.
+  /// A regular file's header (what TarReader returns as a member).
+  bool regular() const { return type == '0' || type == '7' || (type == '\0' && (name.empty() || name.back() != '/')); }
+};
+
+/// Parses a `kTarBlock`-byte header block, checksum verified: DataLoss "bad header checksum<where>:
+/// stored S, computed C" or "bad size field<where>: ..." when it is not a valid header (`where`,
+/// e.g. " at offset N", names the block). An all-zero block (the end of an archive) has a bad
+/// checksum here; TarReader looks for that first.
+absl::StatusOr<TarHeader> ParseTarHeader(const uint8_t* block, absl::string_view where = "");
 
 }  // namespace ringloader

@@ -3,12 +3,68 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "dataset/tar.h"
+#include "ringloader/ringloader.h"
 
 namespace ringloader {
 
 StreamCache::~StreamCache() { Reset(); }
+
+void StreamCache::Tail::Advance(const uint8_t* chunk, size_t n) {
+  constexpr size_t kSize = sizeof(bytes_);
+  if (n >= kSize) {
+    std::memcpy(bytes_, chunk + (n - kSize), kSize);
+    len_ = kSize;
+    return;
+  }
+  const size_t keep = std::min(len_, kSize - n);
+  std::memmove(bytes_, bytes_ + (len_ - keep), keep);
+  std::memcpy(bytes_ + keep, chunk, n);
+  len_ = keep + n;
+}
+
+bool StreamCache::Tail::BlockBefore(uint64_t at, uint64_t c0, const uint8_t* chunk, uint8_t* block) const {
+  static_assert(sizeof(bytes_) == kTarBlock);
+  if (at < kTarBlock) return false;
+  const uint64_t from = at - kTarBlock;
+  if (from >= c0) {
+    std::memcpy(block, chunk + (from - c0), kTarBlock);
+    return true;
+  }
+  const auto before = static_cast<size_t>(c0 - from);  // bytes of the block before the chunk
+  if (before > len_) return false;
+  std::memcpy(block, bytes_ + (len_ - before), before);
+  std::memcpy(block + before, chunk, kTarBlock - before);
+  return true;
+}
+
+// Past this a size needs a pax `size` record (or base-256): writers then leave the field 0.
+constexpr uint64_t kLargestOctalSize = 077777777777;
+
+absl::Status StreamCache::CheckTarHeader(const std::string& path, uint64_t offset, int64_t length,
+                                         const uint8_t* block) {
+  std::string why;
+  if (block == nullptr) {
+    why = "the stream has no tar header before it";
+  } else if (absl::StatusOr<TarHeader> header = ParseTarHeader(block); !header.ok()) {
+    why = absl::StrCat("the 512 bytes before it are no tar header: ", header.status().message());
+  } else if (!header->regular()) {
+    why = absl::StrCat("the tar header before it is not a file's ('", header->name, "')");
+  } else if (header->size != static_cast<uint64_t>(length) &&
+             !(header->size == 0 && static_cast<uint64_t>(length) > kLargestOctalSize)) {
+    why = absl::StrCat("the tar header before it is that of '", header->name, "', ", header->size, " bytes");
+  } else {
+    return absl::OkStatus();
+  }
+  absl::Status status = absl::FailedPreconditionError(
+      absl::StrCat(path, ": the shard's index is out of date: its member at offset ", offset, " (", length,
+                   " bytes) is not where the index says (", why, "); the shard changed since it was indexed"));
+  status.SetPayload(kStaleIndexPayload, absl::Cord(path));
+  return status;
+}
 
 StreamCache::Stream* StreamCache::GetStream(const std::string& path) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -25,7 +81,11 @@ void StreamCache::StartEpoch(const std::map<std::string, std::vector<Range>>& wa
   for (const auto& [path, ranges] : wanted) {
     Stream* s = GetStream(path);
     std::lock_guard<std::mutex> lock(s->mu);
-    for (const Range& r : ranges) ++s->wanted[{r.offset, r.length}];
+    for (const Range& r : ranges) {
+      Want& want = s->wanted[{r.offset, r.length}];
+      ++want.count;
+      want.tar_member = want.tar_member || r.tar_member;
+    }
   }
 }
 
@@ -40,6 +100,8 @@ void StreamCache::Reset() {
     s->child.reset();  // kills the process group and reaps it
     s->pos = 0;
     s->ended.clear();
+    s->tail.Clear();
+    s->stale = absl::OkStatus();
     int64_t dropped = 0;
     for (auto& [range, kept] : s->kept) dropped += kept.length;
     kept_bytes_.fetch_sub(dropped, std::memory_order_relaxed);
@@ -53,6 +115,7 @@ absl::Status StreamCache::Restart(Stream* s) {
   s->child.reset();
   s->pos = 0;
   s->ended.clear();
+  s->tail.Clear();
   absl::StatusOr<std::unique_ptr<ChildProcess>> child = ChildProcess::Spawn(s->command);
   if (!child.ok()) return child.status();
   s->child = std::move(*child);
@@ -73,14 +136,15 @@ absl::Status StreamCache::CheckMember(const std::string& path, uint64_t offset, 
 }
 
 absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, int64_t length,
-                                     ByteBuffer* out, const std::atomic<bool>* cancel) {
+                                     ByteBuffer* out, const std::atomic<bool>* cancel, bool tar_member) {
   RL_RETURN_IF_ERROR(CheckMember(path, offset, length));
   const auto size = static_cast<size_t>(length);
   out->Resize(size);
   if (length == 0) return absl::OkStatus();
+  Stream* s = GetStream(path);
   {
-    Stream* s = GetStream(path);
     std::lock_guard<std::mutex> lock(s->mu);
+    if (!s->stale.ok()) return s->stale;
     if (auto k = s->kept.find({offset, length}); k != s->kept.end() && k->second.filled == size) {
       std::memcpy(out->data(), k->second.bytes.get(), size);
       return absl::OkStatus();
@@ -93,6 +157,7 @@ absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, i
   const uint64_t end = offset + static_cast<uint64_t>(length);
   uint64_t pos = 0;
   size_t filled = 0;
+  Tail tail;
   while (filled < size) {  // the child is killed and reaped when `child` goes
     absl::StatusOr<size_t> got = (*child)->Read(chunk.get(), kReadChunk, cancel);
     if (!got.ok()) {
@@ -107,6 +172,16 @@ absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, i
                                    " (", length, " bytes)"));
     }
     bytes_read_.fetch_add(static_cast<int64_t>(*got), std::memory_order_relaxed);
+    if (tar_member && offset >= pos && offset < pos + *got) {
+      uint8_t block[kTarBlock];
+      const bool whole = tail.BlockBefore(offset, pos, chunk.get(), block);
+      if (absl::Status checked = CheckTarHeader(path, offset, length, whole ? block : nullptr); !checked.ok()) {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->stale = checked;  // the epoch's own reads of this stream fail too
+        return checked;
+      }
+    }
+    tail.Advance(chunk.get(), *got);
     const uint64_t from = std::max(pos, offset), to = std::min(pos + *got, end);
     if (from < to) {
       std::memcpy(out->data() + (from - offset), chunk.get() + (from - pos), static_cast<size_t>(to - from));
@@ -118,10 +193,11 @@ absl::Status StreamCache::FetchAside(const std::string& path, uint64_t offset, i
 }
 
 absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
-                                const std::atomic<bool>* cancel) {
+                                const std::atomic<bool>* cancel, bool tar_member) {
   RL_RETURN_IF_ERROR(CheckMember(path, offset, length));
   Stream* s = GetStream(path);
   std::lock_guard<std::mutex> lock(s->mu);
+  if (!s->stale.ok()) return s->stale;
   const std::pair<uint64_t, int64_t> key{offset, length};
   const auto size = static_cast<size_t>(length);
   out->Resize(size);
@@ -129,7 +205,7 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
   // One request of the member served: the epoch wants it once less.
   auto served = [&] {
     auto w = s->wanted.find(key);
-    if (w != s->wanted.end() && --w->second <= 0) s->wanted.erase(w);
+    if (w != s->wanted.end() && --w->second.count <= 0) s->wanted.erase(w);
   };
   size_t filled = 0;  // bytes of the member already in `out`
   if (auto k = s->kept.find(key); k != s->kept.end()) {
@@ -173,6 +249,21 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
     }
     bytes_read_.fetch_add(static_cast<int64_t>(*got), std::memory_order_relaxed);
     const uint64_t c0 = s->pos, c1 = s->pos + *got;
+    // A stale stream: the chunk is passed (so the stream's position stays right) and the error
+    // stands for every request of the stream until the next epoch.
+    auto stale = [&](absl::Status checked) {
+      s->stale = std::move(checked);
+      s->tail.Advance(chunk, *got);
+      s->pos = c1;
+      return s->stale;
+    };
+    uint8_t block[kTarBlock];
+    if (tar_member && filled == 0 && offset >= c0 && offset < c1) {
+      const bool whole = s->tail.BlockBefore(offset, c0, chunk, block);
+      if (absl::Status checked = CheckTarHeader(path, offset, length, whole ? block : nullptr); !checked.ok()) {
+        return stale(std::move(checked));
+      }
+    }
     // Copies the part of [c0, c1) that continues the member at `at` (of `len` bytes, `*done`
     // of them in `dst`) into it.
     auto capture = [&](uint64_t at, int64_t len, uint8_t* dst, size_t* done) {
@@ -199,12 +290,20 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
           s->kept.erase(k);
           continue;
         }
+        if (w->second.tar_member) {
+          const bool whole = s->tail.BlockBefore(at, c0, chunk, block);
+          if (absl::Status checked = CheckTarHeader(path, at, len, whole ? block : nullptr); !checked.ok()) {
+            s->kept.erase(k);
+            return stale(std::move(checked));
+          }
+        }
         k->second.length = len;
         k->second.bytes.reset(new uint8_t[static_cast<size_t>(len)]);  // no zero-fill: written next
         kept_bytes_.fetch_add(len, std::memory_order_relaxed);
       }
       if (k->second.filled < static_cast<size_t>(len)) capture(at, len, k->second.bytes.get(), &k->second.filled);
     }
+    s->tail.Advance(chunk, *got);
     s->pos = c1;
   }
   served();

@@ -11,6 +11,17 @@
 /// epoch order of shards is roughly sequential per shard with a bounded shuffle, so what is kept
 /// stays bounded by that shuffle.
 ///
+/// Tar members (`tar_member`, what a WebDataset index gives): when the stream passes a member's
+/// first byte, the 512 bytes before it must be a valid tar header (checksum) of a regular member
+/// of exactly its length. Anything else means the index the ranges came from no longer describes
+/// what the command streams (the shard was rewritten since): the stream is then stale, and every
+/// request of it, this one included, fails with FailedPrecondition carrying kStaleIndexPayload
+/// (IsStaleIndex) until the next epoch. A member's name is not compared: names are not handed
+/// down, and a GNU long name or pax path sits before the header at an offset no index records.
+/// Sizes at every member's offset agreeing with a rewritten shard by chance is not a concern for
+/// compressed images; a rewrite that keeps every image member's offset and size but changes only
+/// labels is not seen (see the README).
+///
 /// Threading: any thread. The stream map takes a mutex; each stream has its own mutex, held while
 /// its command is read, so reader threads fetching from different streams run in parallel.
 /// Fetch() returns Cancelled soon (within ~50 ms) after `*cancel` is set, so Stop() never waits
@@ -43,15 +54,17 @@ class StreamCache {
   struct Range {
     uint64_t offset;
     int64_t length;
+    bool tar_member = false;  ///< its header is checked as the stream passes it (see above)
   };
   /// Starts a new epoch: kills and reaps every command (so each stream starts from its
   /// beginning) and records the members the epoch will request, per pipe path.
   void StartEpoch(const std::map<std::string, std::vector<Range>>& wanted);
   /// Reads member [offset, offset + length) of `path` (a `pipe:` path) into `out`. DataLoss when
   /// the command ends or fails before the member ("pipe:CMD exited with status N before member at
-  /// offset X", or "stream ended ..."); Cancelled when `*cancel` was set.
+  /// offset X", or "stream ended ..."); Cancelled when `*cancel` was set; with `tar_member`,
+  /// IsStaleIndex when its header (or any wanted member's the stream passed) does not match.
   absl::Status Fetch(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
-                     const std::atomic<bool>* cancel);
+                     const std::atomic<bool>* cancel, bool tar_member = false);
   /// Kills and reaps every command and drops what was kept (epoch end, Stop, destruction).
   void Reset();
 
@@ -62,7 +75,7 @@ class StreamCache {
   /// a private run of the command from its start, ended once the member is read. The shared
   /// stream, its position and what the epoch still wants are left as they are.
   absl::Status FetchAside(const std::string& path, uint64_t offset, int64_t length, ByteBuffer* out,
-                          const std::atomic<bool>* cancel);
+                          const std::atomic<bool>* cancel, bool tar_member = false);
   /// Bytes read from commands.
   int64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
   /// Commands started.
@@ -71,6 +84,25 @@ class StreamCache {
   int64_t kept_bytes() const { return kept_bytes_.load(std::memory_order_relaxed); }
 
  private:
+  // The last kTarBlock bytes a run of a command produced, so that the header right before a
+  // member can be checked when the member's first byte arrives (reads can be shorter than a block).
+  class Tail {
+   public:
+    void Clear() { len_ = 0; }
+    // Appends what a read produced.
+    void Advance(const uint8_t* chunk, size_t n);
+    // The kTarBlock stream bytes before `at`, where `chunk` holds bytes [c0, at + ...) and this
+    // tail the bytes before c0; false when the stream has fewer than kTarBlock bytes before `at`.
+    bool BlockBefore(uint64_t at, uint64_t c0, const uint8_t* chunk, uint8_t* block) const;
+
+   private:
+    uint8_t bytes_[512];
+    size_t len_ = 0;
+  };
+  struct Want {
+    int count = 0;
+    bool tar_member = false;
+  };
   struct Kept {
     int64_t length = 0;
     std::unique_ptr<uint8_t[]> bytes;  // `length` bytes, filled as the stream passes
@@ -81,15 +113,20 @@ class StreamCache {
     std::string command;                               // immutable
     std::unique_ptr<ChildProcess> child;               // guarded by mu
     uint64_t pos = 0;                                  // guarded by mu: next stream byte
-    std::map<std::pair<uint64_t, int64_t>, int> wanted;  // guarded by mu: ranges -> count still wanted
+    std::map<std::pair<uint64_t, int64_t>, Want> wanted;  // guarded by mu: ranges -> count still wanted
     std::map<std::pair<uint64_t, int64_t>, Kept> kept;   // guarded by mu: read ahead (complete or filling)
     std::string ended;                                 // guarded by mu: why the current run ended early
     std::unique_ptr<uint8_t[]> chunk;                  // guarded by mu: kReadChunk bytes, one read
+    Tail tail;                                         // guarded by mu: the bytes before pos
+    absl::Status stale;                                // guarded by mu: a tar member did not match
   };
 
   Stream* GetStream(const std::string& path);
   // InvalidArgument / OutOfRange for a member Fetch cannot serve (no length, over the limit).
   absl::Status CheckMember(const std::string& path, uint64_t offset, int64_t length) const;
+  // OK when `block` (null: the stream has no full block before the member) is the header of a
+  // regular tar member of `length` bytes; else the stale-index error for `path`.
+  static absl::Status CheckTarHeader(const std::string& path, uint64_t offset, int64_t length, const uint8_t* block);
   // Starts (or restarts) `s`'s command from byte 0.
   absl::Status Restart(Stream* s);
 

@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "ringloader/ringloader.h"
 #include "testing/jpeg_fixtures.h"
+#include "testing/tar_builder.h"
 
 namespace ringloader {
 namespace {
@@ -216,6 +218,106 @@ TEST(StreamCacheTest, CancelReturnsPromptlyFromASlowProducerAndResetReaps) {
   EXPECT_LT(SecondsSince(start), 3.0) << "Reset kills the sleeping command instead of waiting";
   int wstatus;
   EXPECT_EQ(waitpid(-1, &wstatus, WNOHANG), -1) << "no child left to reap";
+}
+
+// A shard of image members written in every header style the reader accepts (ustar with a
+// prefix, GNU long name, pax path, GNU base-256 size), each followed by its label member; the
+// image sizes come from `sizes`. Returns the archive and the image members' ranges (its index).
+std::pair<std::string, std::vector<StreamCache::Range>> TarShard(const std::vector<size_t>& sizes, uint32_t seed) {
+  testing::TarBuilder tar;
+  std::vector<StreamCache::Range> index;
+  std::mt19937 rng(seed);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::string data(sizes[i], '\0');
+    for (char& c : data) c = static_cast<char>(rng());
+    const std::string key = absl::StrCat(i);
+    testing::TarBuilder::Layout at;
+    switch (i % 4) {
+      case 0: at = tar.AddFile(key + ".jpg", data, '0', testing::TarBuilder::Magic::kUstar, "train"); break;
+      case 1: at = tar.AddGnuLongName(std::string(120, 'l') + "/" + key + ".jpg", data); break;
+      case 2: at = tar.AddPax(std::string(130, 'p') + "/" + key + ".jpg", data); break;
+      default: at = tar.AddFile(key + ".jpg", data, '0', testing::TarBuilder::Magic::kGnu, "", true); break;
+    }
+    index.push_back({at.data, static_cast<int64_t>(at.size), /*tar_member=*/true});
+    tar.AddFile(key + ".cls", std::to_string(i % 3));
+  }
+  tar.End();
+  return {tar.bytes(), index};
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  testing::WriteFile(path, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+}
+
+TEST(StreamCacheTest, TarMemberHeadersAreCheckedAsTheStreamPassesThem) {
+  const std::string dir = MakeTempDir();
+  const std::vector<size_t> sizes = {700, 1024, 33, 5000, 300000, 1, 90000, 511, 513};
+  auto [archive, index] = TarShard(sizes, 1);
+  WriteBytes(dir + "/s.tar", archive);
+  // Short reads too (dd writes 100 bytes at a time): a header then spans reads.
+  for (const std::string path : {"pipe:cat " + dir + "/s.tar", "pipe:dd if=" + dir + "/s.tar bs=100 status=none"}) {
+    StreamCache cache(size_t{1} << 30);
+    std::vector<StreamCache::Range> order = index;
+    std::swap(order[1], order[5]);  // members passed on the way to another are kept, and checked
+    cache.StartEpoch({{path, order}});
+    ByteBuffer got;
+    for (const auto& r : order) {
+      absl::Status status = cache.Fetch(path, r.offset, r.length, &got, nullptr, /*tar_member=*/true);
+      ASSERT_TRUE(status.ok()) << path << ": " << status;
+      EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()), archive.substr(r.offset, r.length));
+    }
+    EXPECT_EQ(cache.restarts(), 0);
+    ASSERT_TRUE(cache.FetchAside(path, index[3].offset, index[3].length, &got, nullptr, true).ok());
+  }
+}
+
+TEST(StreamCacheTest, AShardRewrittenSinceItsIndexIsAStaleIndexNotASampleError) {
+  const std::string dir = MakeTempDir();
+  const std::string path = "pipe:cat " + dir + "/s.tar";
+  std::vector<size_t> sizes = {700, 1024, 33, 5000, 3000, 1};
+  auto [a, index] = TarShard(sizes, 1);
+  // Shard B: the same names, the second image of another size, so its first member still matches.
+  sizes[1] = 1100;
+  auto [b, b_index] = TarShard(sizes, 2);
+  ASSERT_EQ(b_index[0].offset, index[0].offset);
+  WriteBytes(dir + "/s.tar", b);
+  StreamCache cache(size_t{1} << 30);
+  cache.StartEpoch({{path, index}});
+  ByteBuffer got;
+  // Member 0's own header matches, but the read that brings it passes member 1 (wanted later),
+  // where B has another header: the index is wrong, so this request fails too.
+  absl::Status status = cache.Fetch(path, index[0].offset, index[0].length, &got, nullptr, true);
+  ASSERT_TRUE(IsStaleIndex(status)) << status;
+  EXPECT_FALSE(IsSampleError(status));
+  EXPECT_EQ(status.GetPayload(kStaleIndexPayload).value_or(absl::Cord()), path);
+  EXPECT_NE(status.message().find(absl::StrCat(path, ": the shard's index is out of date: its member at offset ",
+                                               index[1].offset, " (1024 bytes) is not where the index says")),
+            std::string::npos)
+      << status;
+  EXPECT_NE(status.message().find("1100 bytes"), std::string::npos) << status;
+  // Every later request of the stream fails alike, kept copies and private reads included.
+  EXPECT_TRUE(IsStaleIndex(cache.Fetch(path, index[5].offset, index[5].length, &got, nullptr, true)));
+  EXPECT_TRUE(IsStaleIndex(cache.Fetch(path, index[0].offset, index[0].length, &got, nullptr, true)));
+  EXPECT_TRUE(IsStaleIndex(cache.FetchAside(path, index[0].offset, index[0].length, &got, nullptr, true)));
+  // A new epoch reads afresh: a member whose header matches is read; a private read finds a
+  // stale header itself.
+  cache.StartEpoch({});
+  ASSERT_TRUE(cache.Fetch(path, index[0].offset, index[0].length, &got, nullptr, true).ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(got.data()), got.size()), b.substr(index[0].offset, 700));
+  EXPECT_TRUE(IsStaleIndex(cache.FetchAside(path, index[2].offset, index[2].length, &got, nullptr, true)));
+  cache.StartEpoch({});
+  status = cache.Fetch(path, index[4].offset, index[4].length, &got, nullptr, true);
+  EXPECT_TRUE(IsStaleIndex(status)) << status;
+  // Offsets that land in the middle of B's data: no header there.
+  cache.StartEpoch({});
+  status = cache.Fetch(path, index[0].offset + 100, 10, &got, nullptr, true);
+  EXPECT_NE(status.message().find("are no tar header: bad header checksum"), std::string::npos) << status;
+  cache.StartEpoch({});
+  status = cache.Fetch(path, 100, 10, &got, nullptr, true);
+  EXPECT_NE(status.message().find("the stream has no tar header before it"), std::string::npos) << status;
+  // Ranges that are not tar members are not checked (any byte stream can be read by range).
+  cache.StartEpoch({});
+  EXPECT_TRUE(cache.Fetch(path, 100, 10, &got, nullptr).ok());
 }
 
 }  // namespace

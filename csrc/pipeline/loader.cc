@@ -132,7 +132,9 @@ absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBu
                              StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
   // Substitutes and single samples come out of the epoch's order: they must not move its streams.
-  if (sample.source == SourceKind::kPipe) return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel);
+  if (sample.source == SourceKind::kPipe) {
+    return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel, sample.tar_member);
+  }
   FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
   fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
   RL_RETURN_IF_ERROR(fetcher.Flush());
@@ -284,7 +286,9 @@ struct Loader::Epoch {
       std::map<std::string, std::vector<StreamCache::Range>> wanted;
       for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
         const Sample& s = loader->samples_[static_cast<size_t>(indices[i])];
-        if (s.source == SourceKind::kPipe && s.error.empty()) wanted[s.path].push_back({s.offset, s.length});
+        if (s.source == SourceKind::kPipe && s.error.empty()) {
+          wanted[s.path].push_back({s.offset, s.length, s.tar_member});
+        }
       }
       loader->streams_->StartEpoch(wanted);
     }
@@ -698,9 +702,13 @@ struct Loader::Epoch {
           ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
           absl::Status fetched = [&] {
             GaugeScope streaming(gauges.readers_streaming);
-            return loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel);
+            return loader->streams_->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel,
+                                           sample.tar_member);
           }();
           if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
+          // A shard's index that no longer matches it: its byte ranges and labels are wrong, so
+          // the epoch ends here rather than any ErrorPolicy delivering or replacing rows of it.
+          if (IsStaleIndex(fetched)) return Fail(std::move(fetched));
           GaugeScope handing(gauges.readers_handing_on);
           if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(fetched)})) return;
           continue;
@@ -766,6 +774,11 @@ struct Loader::Epoch {
       absl::Status status = ReadSampleBytes(loader->samples_[static_cast<size_t>(substitute)],
                                             loader->options_.max_file_bytes, &bytes, loader->streams_.get(),
                                             &cancel);
+      if (IsStaleIndex(status)) {
+        // The substitute's shard has a stale index: no substitute of it may stand in, nor may the epoch go on.
+        Fail(status);
+        return status;
+      }
       if (status.ok()) {
         SampleRng rng(sample_seed);
         status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);

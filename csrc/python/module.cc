@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cuda/device_stager.h"
+#include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
@@ -34,6 +35,7 @@ namespace {
 PyObject* g_sample_error = nullptr;
 PyObject* g_slots_exhausted_error = nullptr;
 PyObject* g_timeout_error = nullptr;
+PyObject* g_stale_index_error = nullptr;
 
 // ---- status -> Python exception ---------------------------------------------------------
 
@@ -50,6 +52,12 @@ PyObject* g_timeout_error = nullptr;
     error.attr("reason") = py::str(reason ? std::string(*reason) : message);
     error.attr("code") = py::str(cause ? std::string(*cause) : absl::StatusCodeToString(status.code()));
     PyErr_SetObject(g_sample_error, error.ptr());
+    throw py::error_already_set();
+  }
+  if (auto shard = status.GetPayload(kStaleIndexPayload); shard.has_value()) {
+    py::object error = py::reinterpret_borrow<py::object>(g_stale_index_error)(message);
+    error.attr("path") = py::str(std::string(*shard));
+    PyErr_SetObject(g_stale_index_error, error.ptr());
     throw py::error_already_set();
   }
   switch (status.code()) {
@@ -428,7 +436,7 @@ std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::arra
 class PyLoader {
  public:
   PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options, py::object offsets,
-           py::object lengths, py::object errors, py::object pipes) {
+           py::object lengths, py::object errors, py::object pipes, py::object tar_members) {
     if (paths.size() != labels.size()) throw py::value_error("paths and labels differ in length");
     std::vector<Sample> samples(paths.size());
     for (size_t i = 0; i < paths.size(); ++i) {
@@ -474,6 +482,17 @@ class PyLoader {
       for (size_t i = 0; i < samples.size(); ++i) {
         if (array.data()[i]) samples[i].source = SourceKind::kPipe;
       }
+    }
+    if (!tar_members.is_none()) {
+      // bool per sample: True for a member's data in a tar shard (its header is checked where a
+      // stream passes it; see Sample::tar_member).
+      auto array = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(tar_members);
+      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
+        PyErr_Clear();
+        throw py::value_error(absl::StrCat("tar_members must be a sequence of bool with one entry per path (",
+                                           samples.size(), ")"));
+      }
+      for (size_t i = 0; i < samples.size(); ++i) samples[i].tar_member = array.data()[i];
     }
     if (!errors.is_none()) {
       // str per sample: '' (or None) = ok, anything else is why the sample is bad.
@@ -796,7 +815,12 @@ PYBIND11_MODULE(_C, m) {
   g_timeout_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.LoaderTimeoutError", "No batch arrived within the timeout.", PyExc_RuntimeError,
       nullptr);
+  g_stale_index_error = PyErr_NewExceptionWithDoc(
+      "ringloader._C.StaleIndexError",
+      "A shard's index no longer matches the shard (it changed since it was indexed); attribute: path.",
+      PyExc_RuntimeError, nullptr);
   m.attr("SampleError") = py::handle(g_sample_error);
+  m.attr("StaleIndexError") = py::handle(g_stale_index_error);
   m.attr("SlotsExhaustedError") = py::handle(g_slots_exhausted_error);
   m.attr("LoaderTimeoutError") = py::handle(g_timeout_error);
 
@@ -814,9 +838,10 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict, py::object, py::object, py::object,
-                    py::object>(),
+                    py::object, py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
-           py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none())
+           py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
+           py::arg("tar_members") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
@@ -878,6 +903,20 @@ PYBIND11_MODULE(_C, m) {
         "(classes, paths, labels) of an image folder in torchvision's order.");
   m.def("read_file_list", &FileList, py::arg("list_path"),
         "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
+  m.def(
+      "parse_tar_header",
+      [](py::bytes block) {
+        const std::string bytes = block;
+        if (bytes.size() != kTarBlock) {
+          throw py::value_error(absl::StrCat("a tar header block is ", kTarBlock, " bytes, got ", bytes.size()));
+        }
+        absl::StatusOr<TarHeader> header = ParseTarHeader(reinterpret_cast<const uint8_t*>(bytes.data()));
+        if (!header.ok()) throw py::value_error(std::string(header.status().message()));
+        return py::make_tuple(py::bytes(header->name), header->size, header->regular());
+      },
+      py::arg("block"),
+      "(name as bytes, size, regular file) of a 512-byte tar header block; ValueError when it is none "
+      "(bad checksum or size field).");
   m.def("scan_webdataset_shard", &ScanShard, py::arg("url"),
         py::arg("image_exts") = std::vector<std::string>{"jpg", "jpeg", "png", "webp"}, py::arg("label_key") = "cls",
         py::arg("json_field") = "label", py::arg("pipe") = false,

@@ -13,7 +13,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
-from .webdataset import WebDataset
+from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "LoaderTimeoutError",
     "NativeDataset",
     "SampleError",
+    "StaleIndexError",
     "SlotsExhaustedError",
     "transforms",
     "WebDataset",

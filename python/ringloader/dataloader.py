@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _C, _order, _sizes
 from .datasets import NativeDataset, SampleKey
-from .webdataset import WebDataset, WebDatasetSampler, annotate_error
+from .webdataset import StaleIndexError, WebDataset, WebDatasetSampler, annotate_error
 
 __all__ = ["DataLoader"]
 
@@ -552,21 +552,24 @@ class DataLoader:
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
         # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
         # file, whatever its name).
-        offsets, lengths, errors, pipes = [], [], [], []
+        offsets, lengths, errors, pipes, tar_members = [], [], [], [], []
         for f, r in zip(self._folders, ranges):
+            none = np.zeros(len(f), dtype=bool)
             if r:
                 offsets.append(r["offsets"])
                 lengths.append(r["lengths"])
                 errors += r["errors"]
-                pipes.append(np.asarray(r.get("pipes", np.zeros(len(f), dtype=bool)), dtype=bool))
+                pipes.append(np.asarray(r.get("pipes", none), dtype=bool))
+                tar_members.append(np.asarray(r.get("tar_members", none), dtype=bool))
             else:
                 offsets.append(np.zeros(len(f), dtype=np.int64))
                 lengths.append(np.full(len(f), -1, dtype=np.int64))
                 errors += [""] * len(f)
-                pipes.append(np.zeros(len(f), dtype=bool))
+                pipes.append(none)
+                tar_members.append(none)
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
                          lengths=np.concatenate(lengths), errors=errors,
-                         pipes=np.concatenate(pipes))
+                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members))
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes
@@ -1146,6 +1149,15 @@ class _NativeIter:
 
         self._loader = loader
         self._torch = torch
+        try:
+            # A local shard changed since its index was built: nothing of this epoch may be read
+            # with that index (before any RNG is drawn, so a retry after rebuilding is the same).
+            for f in loader._folders:
+                if isinstance(f, WebDataset):
+                    f.check_shards()
+        except StaleIndexError:
+            loader._native.cancel_queued()
+            raise
         resume, loader._resume = loader._resume, None
         n = len(loader.dataset)
         self._skip = 0
@@ -1235,6 +1247,18 @@ class _NativeIter:
         while True:
             try:
                 item = self._loader._native.next(self._loader.timeout)
+            except StaleIndexError as exc:
+                # A pipe: shard's index (cached) no longer matches its stream: the epoch ended.
+                told = exc
+                for f in self._loader._folders:
+                    if isinstance(f, WebDataset):
+                        told = f.stale_index_error(told)
+                try:
+                    if told is exc:
+                        raise
+                    raise told from None
+                finally:
+                    del told
             except _C.SampleError as exc:
                 annotated = annotate_error(exc, self._loader._folders)
                 try:

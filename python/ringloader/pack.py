@@ -8,8 +8,8 @@
 ``shard-000000.tar``, ``shard-000001.tar``, ... of about ``--shard-size`` bytes each. Sample
 ``i`` is two members, ``<key>.<ext>`` (the image) and ``<key>.cls`` (its label in ASCII), with
 ``key`` the zero-padded sample number. Next to each shard, ``<shard>.idx.json`` records its
-byte size and where each sample's image lies in it (so :class:`ringloader.WebDataset` needs no
-scan); ``classes.json`` names the labels and ``index.json`` lists the shards.
+byte size, modification time and where each sample's image lies in it (so
+:class:`ringloader.WebDataset` needs no scan while the shard is unchanged); ``classes.json`` names the labels and ``index.json`` lists the shards.
 
 Images keep their bytes and extension, except: with ``--max-side N`` an image whose shorter side
 exceeds ``N`` is resized with Pillow (aspect kept, shorter side ``N``) and re-encoded as JPEG of
@@ -265,9 +265,13 @@ class _ShardWriter:
         size = self.file.tell()
         self.file.close()
         os.replace(self.tmp, self.path)
+        # The shard's mtime as well as its size: WebDataset trusts the sidecar only while both
+        # match (a shard rewritten in place, or replaced by another of the same size, is
+        # scanned instead).
+        mtime_ns = os.stat(self.path).st_mtime_ns
         index = {"format": INDEX_FORMAT, "version": 1,
-                 "shard": os.path.basename(self.path), "bytes": size, "error": "",
-                 "samples": self.rows}
+                 "shard": os.path.basename(self.path), "bytes": size, "mtime_ns": mtime_ns,
+                 "error": "", "samples": self.rows}
         _write_json(self.path + INDEX_SUFFIX, index)
         return {"name": os.path.basename(self.path), "samples": len(self.rows), "bytes": size}
 

@@ -27,7 +27,12 @@ from . import _C
 from .datasets import NativeDataset
 
 __all__ = ["WebDataset", "WebDatasetSampler", "expand_urls", "DEFAULT_SHUFFLE_BUFFER",
-           "INDEX_SUFFIX"]
+           "INDEX_SUFFIX", "StaleIndexError"]
+
+#: A shard's index no longer matches the shard (``path`` names it): it changed since it was
+#: indexed. A ``RuntimeError``; never a :class:`ringloader.SampleError`, so ``on_error`` does not
+#: skip or replace it.
+StaleIndexError = _C.StaleIndexError
 
 #: Default size of the per-rank shuffle buffer (samples).
 DEFAULT_SHUFFLE_BUFFER = 2000
@@ -170,21 +175,63 @@ def _index_from_json(data: Dict[str, Any], where: str) -> Dict[str, Any]:
         "labels": np.asarray([r[4] for r in rows], dtype=np.int64),
         "errors": [r[5] if len(r) > 5 else "" for r in rows],
         "bytes": int(data["bytes"]), "error": data.get("error", ""),
+        "mtime_ns": data.get("mtime_ns"),
     }
 
 
-def _load_index(path: str, size: Optional[int] = None) -> Optional[Dict[str, Any]]:
+def _load_index(path: str, size: Optional[int] = None,
+                mtime_ns: Optional[int] = None) -> Optional[Dict[str, Any]]:
     """The index stored at ``path`` (a pack sidecar or a cached ``pipe:`` index), or None when it
-    is missing, unreadable, not an index of this format, or (with ``size``) made for a shard of
-    another byte size: the caller then indexes the shard itself."""
+    is missing, unreadable, not an index of this format, or (with ``size`` / ``mtime_ns``) made
+    for a shard of another byte size or modification time (a sidecar without one included): the
+    caller then indexes the shard itself."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        if not isinstance(data, dict) or (size is not None and data.get("bytes") != size):
+        if not isinstance(data, dict) or (size is not None and data.get("bytes") != size) or \
+                (mtime_ns is not None and data.get("mtime_ns") != mtime_ns):
             return None
         return _index_from_json(data, path)
     except (OSError, ValueError, KeyError, IndexError, TypeError):
         return None
+
+
+#: Members whose tar headers a sidecar's check reads (first, last and evenly between).
+SPOT_CHECKS = 8
+
+
+def _headers_match(shard: str, index: Dict[str, Any]) -> bool:
+    """True when, for up to :data:`SPOT_CHECKS` of the index's members, the 512 bytes before the
+    member's data in ``shard`` are a valid tar header (the native parser, checksum verified) of a
+    regular file of the member's length and (for names that fit the header) name. A cheap check
+    that a sidecar belongs to this shard, beyond its size and mtime (copies keep both)."""
+    rows = [i for i, e in enumerate(index["errors"]) if not e and int(index["lengths"][i]) > 0]
+    if not rows:
+        return True
+    step = max(1, (len(rows) - 1) / max(1, SPOT_CHECKS - 1))
+    picks = sorted({rows[min(len(rows) - 1, round(k * step))] for k in range(SPOT_CHECKS)})
+    try:
+        fd = os.open(shard, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        for i in picks:
+            offset, length = int(index["offsets"][i]), int(index["lengths"][i])
+            if offset < 512:
+                return False
+            block = os.pread(fd, 512, offset - 512)
+            if len(block) != 512:
+                return False
+            try:
+                name, size, regular = _C.parse_tar_header(block)
+            except ValueError:
+                return False
+            member = index["members"][i].encode("utf-8", "surrogateescape")
+            if not regular or size != length or (len(member) <= 100 and name != member):
+                return False
+    finally:
+        os.close(fd)
+    return True
 
 
 def default_index_cache() -> str:
@@ -218,35 +265,44 @@ def cache_index_as(url: str, local_shard: str, index_cache: str, *,
 
 def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
                  label_field: str, index_cache: Optional[str]) -> Dict[str, Any]:
-    """The index of one shard: a local shard's ``.idx.json`` sidecar when its byte size matches
-    (and it was made with the same label options: pack writes ``.cls``), else a native header
-    scan; a ``pipe:`` shard's (``pipe`` True) cached index, else one streaming read, then cached.
-    An index holds byte ranges and labels only: the shard it names is never read from it."""
+    """The index of one shard: a local shard's ``.idx.json`` sidecar when it matches the shard
+    (its recorded byte size and mtime, and a spot check of member headers; made with the same
+    label options: pack writes ``.cls``), else a native header scan; a ``pipe:`` shard's
+    (``pipe`` True) cached index, else one streaming read, then cached. An index holds byte
+    ranges and labels only: the shard it names is never read from it.
+
+    The result also says where it came from: ``index_file`` (the sidecar or cache file it was
+    read from or written to, else None) and, for a local shard, ``stat`` (its size and mtime_ns
+    before it was indexed, which :meth:`WebDataset.check_shards` compares with)."""
     if pipe:
         cache_path = None
         if index_cache is not None:
             cache_path = _cache_path(url, image_exts, label_key, label_field, index_cache)
             cached = _load_index(cache_path)
             if cached is not None:
-                return cached
+                return dict(cached, index_file=cache_path, stat=None)
         scan = _scan(url, True, image_exts, label_key, label_field)
         if scan.get("error") and not len(scan["keys"]):
             # Nothing came out of the command: a wrong URL or command, not a damaged shard.
             raise RuntimeError(f"WebDataset shard {url}: no sample could be read ({scan['error']})")
-        if cache_path is not None and not scan.get("error"):
+        written = cache_path is not None and not scan.get("error")
+        if written:
             _write_cache(cache_path, url, scan)
-        return scan
+        return dict(scan, index_file=cache_path if written else None, stat=None)
     if not os.path.isfile(url):
         raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
-    size = os.path.getsize(url)
+    st = os.stat(url)
+    stat = (st.st_size, st.st_mtime_ns)
     sidecar = url + INDEX_SUFFIX
-    index = _load_index(sidecar, size) if label_key == "cls" else None
+    index = _load_index(sidecar, st.st_size, st.st_mtime_ns) if label_key == "cls" else None
     if index is not None:
         exts = [e.lower() for e in image_exts]
         if all((parts := split_name(m)) is not None and parts[1].lower() in exts
-               for m in index["members"]):
-            return index
-    return _scan(url, False, image_exts, label_key, label_field)
+               for m in index["members"]) and _headers_match(url, index):
+            return dict(index, index_file=sidecar, stat=stat)
+    # No sidecar, or one that is not this shard's as it is now (rewritten or replaced since,
+    # another shard's, or from before sidecars recorded mtimes): the headers say.
+    return dict(_scan(url, False, image_exts, label_key, label_field), index_file=None, stat=stat)
 
 
 # ---- the dataset ----------------------------------------------------------------------------
@@ -268,10 +324,17 @@ class WebDataset(NativeDataset):
     member named.
 
     Indexing: a local shard is indexed at construction from its tar headers (fast), or from the
-    ``<shard>.idx.json`` sidecar ``ringloader.pack`` writes when its recorded byte size matches.
-    A ``pipe:`` shard is read once, by streaming, at its first use, and its index is cached under
-    ``index_cache`` (default ``~/.cache/ringloader/webdataset/``, keyed by a hash of the URL and
-    the label options; ``None`` disables the cache).
+    ``<shard>.idx.json`` sidecar ``ringloader.pack`` writes when its recorded byte size and mtime
+    match and a spot check of member headers agrees. A ``pipe:`` shard is read once, by
+    streaming, at its first use, and its index is cached under ``index_cache`` (default
+    ``~/.cache/ringloader/webdataset/``, keyed by a hash of the URL and the label options;
+    ``None`` disables the cache).
+
+    Stale indexes: a ``pipe:`` stream checks each member's tar header (checksum, regular file,
+    length) as it passes; a mismatch ends the epoch with :class:`StaleIndexError` (no
+    ``on_error`` policy hides it) and removes the cached index, so that building the dataset
+    again re-indexes the shard. A local shard whose size or mtime changed since construction
+    raises :class:`StaleIndexError` at the next epoch (see :meth:`check_shards`).
 
     Order: ``ringloader.DataLoader(ds, shuffle=True, ...)`` permutes the shards per epoch, gives
     each rank a contiguous equal part of the epoch's samples and shuffles it through a seeded
@@ -327,9 +390,15 @@ class WebDataset(NativeDataset):
         offsets, lengths, labels = [], [], []
         errors: List[str] = []
         sizes: List[int] = []
+        #: Per shard: the sidecar or cache file its index was read from or stored in (or None).
+        self.index_files: List[Optional[str]] = []
+        #: Per local shard: (size, mtime_ns) when it was indexed; None for a pipe: shard.
+        self.shard_stats: List[Optional[Tuple[int, int]]] = []
         for url, pipe in expanded:
             index = _index_shard(url, pipe, self.image_exts, label_key, label_field,
                                  self.index_cache)
+            self.index_files.append(index.get("index_file"))
+            self.shard_stats.append(index.get("stat"))
             count = len(index["keys"])
             if index.get("error") and count and index["errors"][-1]:
                 # The shard ends inside its last sample (the scan drops the cut member): say so.
@@ -400,6 +469,16 @@ class WebDataset(NativeDataset):
         """``shard S, member M`` of sample ``index``."""
         return f"shard {self.urls[self.shard_of(index)]}, member {self.members[index]}"
 
+    def __getitem__(self, key: Any):
+        index = getattr(key, "index", key)
+        try:
+            index = int(index)
+        except (TypeError, ValueError):
+            return super().__getitem__(key)
+        if -len(self) <= index < len(self):
+            self.check_shards([self.shard_of(index % len(self))])
+        return super().__getitem__(key)
+
     def _single_loader(self) -> "_C.Loader":
         if self.streamed:
             raise TypeError(
@@ -411,8 +490,61 @@ class WebDataset(NativeDataset):
 
     def byte_ranges(self) -> Dict[str, Any]:
         pipes = np.repeat(np.asarray(self.url_pipes, dtype=bool), self.shard_sizes)
+        # Every range is a member's data: a stream checks the tar header before it as it passes.
         return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors,
-                "pipes": pipes}
+                "pipes": pipes, "tar_members": np.ones(len(self.offsets), dtype=bool)}
+
+    def check_shards(self, shards: Optional[Sequence[int]] = None) -> None:
+        """Raises :class:`StaleIndexError` when a local shard (of ``shards``, default all) is
+        not as it was indexed: its size or modification time differ. Its index would read wrong
+        bytes and labels; the DataLoader calls this at each epoch's start, ``dataset[i]`` for its
+        shard. A shard that is gone is not stale: reading its samples fails (``on_error``), as
+        for a missing file. (A ``pipe:`` shard is checked as it streams, member by member.)"""
+        for s in range(len(self.urls)) if shards is None else shards:
+            was = self.shard_stats[s]
+            if was is None:
+                continue
+            url = self.urls[s]
+            try:
+                st = os.stat(url)
+            except OSError:
+                continue
+            now = (st.st_size, st.st_mtime_ns)
+            if now == was:
+                continue
+            what = f"changed size ({was[0]} -> {now[0]} bytes)" if now[0] != was[0] else \
+                "was modified (its mtime changed)"
+            error = StaleIndexError(
+                f"WebDataset shard {url} {what} since the dataset was built: its index is out of "
+                f"date. Build the WebDataset again (it re-indexes the shard).")
+            error.path = url
+            raise error
+
+    def stale_index_error(self, exc: BaseException) -> BaseException:
+        """A StaleIndexError from a ``pipe:`` stream of this dataset, told what to do: the cached
+        index of that shard is removed, so building the WebDataset again indexes it afresh."""
+        path = getattr(exc, "path", None)
+        for s, url in enumerate(self.urls):
+            if not self.url_pipes[s] or url != path:
+                continue
+            cache = self.index_files[s]
+            if cache is None:
+                advice = "Build the WebDataset again (it re-indexes the shard)."
+            else:
+                try:
+                    os.unlink(cache)
+                    advice = (f"Its cached index {cache} was removed: build the WebDataset again "
+                              "to re-index the shard.")
+                except FileNotFoundError:
+                    advice = (f"Its cached index {cache} is already gone: build the WebDataset "
+                              "again to re-index the shard.")
+                except OSError as why:
+                    advice = (f"Delete its cached index {cache} (it could not be removed: "
+                              f"{why.strerror}) and build the WebDataset again.")
+            new = StaleIndexError(f"{exc} {advice}")
+            new.path = path
+            return new
+        return exc
 
     def __repr__(self) -> str:
         return (f"ringloader.WebDataset(shards={len(self.urls)}, samples={len(self)}, "

@@ -87,6 +87,7 @@ def test_index_sidecars_and_cached_indexes_never_name_what_runs(planted):
     cached.write_text(json.dumps(data))
     side = json.loads(cached.read_text())
     side["bytes"] = (planted / EVIL_SHARD).stat().st_size
+    side["mtime_ns"] = (planted / EVIL_SHARD).stat().st_mtime_ns  # so that it is used
     (planted / (EVIL_SHARD + ".idx.json")).write_text(json.dumps(side))
     piped = rl.WebDataset("pipe:cat shard-000000.tar", transform=TRANSFORM, index_cache=str(cache))
     local = rl.WebDataset("*.tar", transform=TRANSFORM, index_cache=str(cache))

@@ -58,6 +58,11 @@ struct Sample {
   std::string error;
   /// kPipe only when whoever built the sample was given a command (never from a path's spelling).
   SourceKind source = SourceKind::kFile;
+  /// The byte range is a member's data in a tar archive (a WebDataset shard). A kPipe stream then
+  /// checks, as it passes, that the 512 bytes before `offset` are the header of a regular member
+  /// of `length` bytes: anything else means the index the range came from is out of date, and the
+  /// epoch fails with IsStaleIndex.
+  bool tar_member = false;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
@@ -67,6 +72,16 @@ inline constexpr char kSampleIndexPayload[] = "ringloader.sample_index";
 inline constexpr char kSamplePathPayload[] = "ringloader.sample_path";
 inline constexpr char kSampleReasonPayload[] = "ringloader.sample_reason";
 inline constexpr char kSampleCausePayload[] = "ringloader.sample_cause";
+
+/// Set on the error that ends an epoch because a shard's index no longer matches the shard (see
+/// Sample::tar_member); the value is the shard's path.
+inline constexpr char kStaleIndexPayload[] = "ringloader.stale_index";
+
+/// A shard's index is out of date (FailedPrecondition with kStaleIndexPayload): not one bad sample
+/// but wrong byte ranges and labels, so no ErrorPolicy hides it.
+inline bool IsStaleIndex(const absl::Status& status) {
+  return absl::IsFailedPrecondition(status) && status.GetPayload(kStaleIndexPayload).has_value();
+}
 
 /// One sample could not be read or decoded. Such a status always has code DataLoss, whatever
 /// the cause (kSampleCausePayload has that), so no cause can be taken for another outcome: an
@@ -376,7 +391,8 @@ class Loader {
   /// belongs to, after all earlier batches — the following call continues with the next batch;
   /// ResourceExhausted when the consumer holds every slot, or every device buffer (the batch is
   /// not lost: release batches and call again); DeadlineExceeded after `timeout_seconds` > 0
-  /// without a batch.
+  /// without a batch; IsStaleIndex when a `pipe:` stream no longer holds a tar member where its
+  /// sample says (Sample::tar_member; the epoch ends there, whatever the ErrorPolicy).
   absl::StatusOr<Batch> Next(double timeout_seconds = 0);
   /// Stops the epoch in progress (and cancels a queued one) and joins its threads. Delivered
   /// batches stay valid.
