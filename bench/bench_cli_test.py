@@ -9,6 +9,7 @@ $RINGLOADER_CACHE, so it neither needs nor touches the real cache.
 import json
 import os
 import re
+import time
 import subprocess
 import sys
 import tempfile
@@ -249,10 +250,14 @@ class BenchCliTest(unittest.TestCase):
         self.assertTrue(4 <= len(trials) <= 9, r.stdout)  # threads, one more reader, depths
         settings = set()
         for line in trials:
-            m = re.search(r"decode +(\d+) +readers (\d+) +prefetch +(\d+) +(\d+) images/s +read +\d+% +"
-                          r"decode +\d+% +consumer wait +\d+% +pipeline idle \d+ x", line)
+            m = re.search(r"decode +(\d+) +readers (\d+) +prefetch +(\d+) +(\d+) images/s +read +(\d+)% +"
+                          r"decode +(\d+)% +consumer wait +\d+% +pipeline idle \d+ x", line)
             self.assertIsNotNone(m, line)
             settings.add(m.groups()[:3])
+            # A share of the threads running (both epochs' with the read-ahead): never far over 100%.
+            self.assertLessEqual(int(m.group(5)), 105, line)
+            self.assertLessEqual(int(m.group(6)), 105, line)
+        self.assertIn("  busy          % of the threads running", r.stdout)
         self.assertEqual(len(settings), len(trials), "no trial is repeated")
         self.assertTrue({p for _, _, p in settings} >= {"2", "8", "16"}, settings)
         choice = [l for l in lines if l.strip().startswith("choice ")]
@@ -264,6 +269,25 @@ class BenchCliTest(unittest.TestCase):
         self.assertEqual(len(paste), 1, r.stdout)
         self.assertRegex(paste[0], r"ringloader\.DataLoader\(dataset, batch_size=8, num_workers=(\d+|\"auto\"), "
                                    r"prefetch_factor=\d+(, reader_threads=\d+)?\)$")
+
+    def test_05g2_tune_marks_short_trials_and_says_the_choice_is_unreliable(self):
+        # No trial can measure 100000 batches: each is rerun longer once, out of a second
+        # --tune_seconds in all, then marked; with every trial short the choice says so.
+        start = time.monotonic()
+        r = self.bench("--tune", "--tune_seconds=1", "--warmup=1", "--tune_min_batches=100000")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        trials = [l for l in r.stdout.splitlines() if l.strip().startswith("trial ")]
+        self.assertTrue(trials and all(re.search(r"SHORT: \d+ batches in [\d.]+ s$", l) for l in trials),
+                        r.stdout)
+        self.assertRegex(r.stdout, r"caution +%d of %d trials measured fewer than 100000 batches even run "
+                         r"longer .*every trial is short, so the choice is UNRELIABLE; raise --tune_seconds"
+                         % (len(trials), len(trials)))
+        self.assertRegex(r.stdout, r"choice .*\(UNRELIABLE: short trials\)")
+        # Trials are at least 0.5 s each; the reruns add at most --tune_seconds.
+        self.assertLess(time.monotonic() - start, 0.5 * len(trials) + 1 + 30)
+        r = self.bench("--tune", "--tune_min_batches=0")
+        self.assertNotEqual(r.returncode, 0)
+        self.assertIn("--tune_min_batches must be >= 1", r.stderr)
 
     def test_05h_tune_needs_a_loader_preset(self):
         r = self.bench("--tune", "--preset=decode")
@@ -280,7 +304,7 @@ class BenchCliTest(unittest.TestCase):
         for flag in ("--data", "--list", "--preset", "--batch_size", "--decode_threads", "--reader_threads",
                      "--queue_depth", "--io ", "--io_depth", "--epochs", "--duration", "--warmup",
                      "--shuffle", "--json", "--consumer_ms", "--floor_images", "--device",
-                     "--overlap_epochs", "--timeline", "--tune", "--tune_seconds"):
+                     "--overlap_epochs", "--timeline", "--tune", "--tune_seconds", "--tune_min_batches"):
             self.assertIn(flag, text)
         self.assertIn("uring", text)
         self.assertNotIn("--flagfile", text)  # Abseil's own flags stay out of --help

@@ -176,6 +176,10 @@ ABSL_FLAG(bool, tune, false,
           "paste. --consumer_ms simulates the training step.");
 ABSL_FLAG(double, tune_seconds, 24,
           "--tune: total seconds of measurement, shared by the trials (at least 0.5 s each).");
+ABSL_FLAG(int, tune_min_batches, 20,
+          "--tune: batches a trial must measure for its rate to count (20: a 5% step, the margin "
+          "the choice uses). A shorter trial is run again for longer, within a second "
+          "--tune_seconds in all; one still short is marked and the choice avoids it.");
 ABSL_FLAG(bool, progress, true,
           "Live progress on stderr: a refreshing line on a terminal, a plain line every 2 s "
           "otherwise.");
@@ -219,6 +223,7 @@ struct Config {
   bool progress = true;
   bool tune = false;
   double tune_seconds = 24;
+  int tune_min_batches = 20;
 };
 
 // Range checks the flag parser cannot express. Returns an error naming the flag.
@@ -251,6 +256,7 @@ absl::StatusOr<Config> ReadFlags() {
   c.progress = absl::GetFlag(FLAGS_progress);
   c.tune = absl::GetFlag(FLAGS_tune);
   c.tune_seconds = absl::GetFlag(FLAGS_tune_seconds);
+  c.tune_min_batches = absl::GetFlag(FLAGS_tune_min_batches);
   auto bad = [](absl::string_view flag, auto value, absl::string_view rule) {
     return absl::InvalidArgumentError(absl::StrCat("--", flag, " must be ", rule, ", got ", value));
   };
@@ -269,6 +275,7 @@ absl::StatusOr<Config> ReadFlags() {
   }
   if (c.floor_images < 0) return bad("floor_images", c.floor_images, ">= 0");
   if (!(c.tune_seconds > 0) || !std::isfinite(c.tune_seconds)) return bad("tune_seconds", c.tune_seconds, "> 0");
+  if (c.tune_min_batches < 1) return bad("tune_min_batches", c.tune_min_batches, ">= 1");
   if (c.tune && c.preset != Preset::kTrain && c.preset != Preset::kEval && c.preset != Preset::kTrivial) {
     return absl::InvalidArgumentError(absl::StrCat("--tune runs the loader: use --preset train, eval or trivial, not ",
                                                    PresetName(c.preset)));
@@ -509,8 +516,11 @@ struct Measurement {
   double read_busy = 0;      // summed over reader threads
   double decode_busy = 0;    // summed over decode threads
   double consumer_wait = 0;  // consumer blocked in Next() (train/eval)
-  int read_threads = 0;      // threads the busy times are summed over
+  int read_threads = 0;      // threads per epoch
   int decode_threads = 0;
+  // 2 while the next epoch was queued (read ahead): its threads run beside the current epoch's
+  // (the loader queues it at the epoch's start), so twice the threads can be busy.
+  int epochs_in_flight = 1;
   std::vector<double> latency_ms;  // per batch: time in Loader::Next() (train/eval)
   std::vector<double> interval_ms;  // per batch: time between deliveries (train/eval)
   // Per epoch, every delivered batch's time in Next(), warm-up included (train/eval): the first
@@ -527,6 +537,22 @@ struct Measurement {
   double device_copy_busy = 0;  // the copy stream's busy time as the stager observed it
   int64_t idle_spells = 0;      // times the pipeline stood idle, ahead of the consumer (LoaderStats)
 };
+
+/// Threads that ran: per epoch, times the epochs in flight.
+int ReadRunning(const Measurement& m) { return m.read_threads * m.epochs_in_flight; }
+int DecodeRunning(const Measurement& m) { return m.decode_threads * m.epochs_in_flight; }
+
+/// Busy time as a share of the time of the `threads` that ran over `window` (0 without any).
+double Share(double busy, double window, int threads) {
+  return threads > 0 ? busy / (std::max(1e-9, window) * threads) : 0;
+}
+
+/// "2 threads" or, with the next epoch read ahead, "2 threads (1 per epoch, 2 epochs in flight)".
+std::string ThreadsRunning(int per_epoch, int epochs) {
+  return epochs > 1 ? absl::StrFormat("%d threads (%d per epoch, %d epochs in flight)", per_epoch * epochs,
+                                      per_epoch, epochs)
+                    : absl::StrFormat("%d threads", per_epoch);
+}
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -671,6 +697,7 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   m.io_note = after.io_note;
   m.epochs_queued = after.epochs_queued;
   m.epochs_adopted = after.epochs_adopted;
+  m.epochs_in_flight = after.epochs_queued > 0 ? 2 : 1;
   if (m.last_error.empty()) m.last_error = after.last_error;
   return m;
 }
@@ -905,13 +932,15 @@ struct Verdict {
 
 Verdict Judge(const Config& cfg, const Measurement& m) {
   const double window = std::max(1e-9, m.seconds);
-  const double read_util = m.read_threads > 0 ? m.read_busy / (window * m.read_threads) : 0;
-  const double decode_util =
-      m.decode_threads > 0 ? m.decode_busy / (window * m.decode_threads) : 0;
+  // The thresholds apply to busy time per configured thread (per epoch): it exceeds 100% while
+  // the next epoch is read ahead beside the current one.
+  const double read_util = Share(m.read_busy, window, m.read_threads);
+  const double decode_util = Share(m.decode_busy, window, m.decode_threads);
   const double wait_fraction = m.consumer_wait / window;
   const std::string busy = absl::StrFormat(
-      "decode threads busy %.0f%% (%d threads), reader threads busy %.0f%% (%d threads)",
-      100 * decode_util, m.decode_threads, 100 * read_util, m.read_threads);
+      "decode threads busy %.0f%% (%d threads), reader threads busy %.0f%% (%d threads)%s",
+      100 * decode_util, m.decode_threads, 100 * read_util, m.read_threads,
+      m.epochs_in_flight > 1 ? " per epoch, the next epoch's threads beside them" : "");
   Verdict v;
   auto set = [&v](const char* bottleneck, const char* label, std::string evidence) {
     v.bottleneck = bottleneck;
@@ -1073,9 +1102,10 @@ std::string RenderJson(const Report& r) {
   stages.Num("read_busy_s", m.read_busy)
       .Num("decode_busy_s", m.decode_busy)
       .Num("consumer_wait_s", m.consumer_wait)
-      .Num("read_utilization", m.read_threads ? m.read_busy / (window * m.read_threads) : 0)
-      .Num("decode_utilization",
-           m.decode_threads ? m.decode_busy / (window * m.decode_threads) : 0)
+      .Num("read_utilization", Share(m.read_busy, window, ReadRunning(m)))
+      .Num("decode_utilization", Share(m.decode_busy, window, DecodeRunning(m)))
+      .Int("read_threads_running", ReadRunning(m))
+      .Int("decode_threads_running", DecodeRunning(m))
       .Num("consumer_wait_fraction", m.consumer_wait / window)
       .Int("device_bytes", m.device_bytes)
       .Num("device_copy_busy_s", m.device_copy_busy);
@@ -1183,17 +1213,13 @@ void PrintReport(const Report& r) {
   std::printf("  throughput    %.0f images/s, %.1f MB/s  (%lld images in %.2f s%s)\n",
               m.images / window, m.bytes / window / 1e6, static_cast<long long>(m.images),
               m.seconds, m.errors ? absl::StrCat(", ", m.errors, " errors").c_str() : "");
-  std::printf("  stage busy    read %.2f s (%.0f%% of %d threads), decode %.2f s (%.0f%% of %d "
-              "threads), consumer wait %.2f s (%.0f%% of the run)\n",
-              m.read_busy, m.read_threads ? 100 * m.read_busy / (window * m.read_threads) : 0.0,
-              m.read_threads, m.decode_busy,
-              m.decode_threads ? 100 * m.decode_busy / (window * m.decode_threads) : 0.0,
-              m.decode_threads, m.consumer_wait, 100 * m.consumer_wait / window);
-  if (c.overlap_epochs && (m.decode_busy > window * m.decode_threads ||
-                           m.read_busy > window * m.read_threads)) {
-    std::printf("                (over 100%%: as an epoch ends, the next epoch's threads already run "
-                "beside its own)\n");
-  }
+  std::printf("  stage busy    read %.2f s (%.0f%% of %s), decode %.2f s (%.0f%% of %s), "
+              "consumer wait %.2f s (%.0f%% of the run)\n",
+              m.read_busy, 100 * Share(m.read_busy, window, ReadRunning(m)),
+              ThreadsRunning(m.read_threads, m.epochs_in_flight).c_str(), m.decode_busy,
+              100 * Share(m.decode_busy, window, DecodeRunning(m)),
+              ThreadsRunning(m.decode_threads, m.epochs_in_flight).c_str(), m.consumer_wait,
+              100 * m.consumer_wait / window);
   if (m.device != "cpu") {
     std::printf("  device        %s: %.1f MB copied, copy busy %.2f s (%.0f%% of the run)%s\n", m.device.c_str(),
                 m.device_bytes / 1e6, m.device_copy_busy, 100 * m.device_copy_busy / window,
@@ -1235,14 +1261,16 @@ int Fail(const absl::Status& status) {
 struct Trial {
   int decode = 1, readers = 1, prefetch = 4;
   Measurement m;
+  bool short_run = false;  // fewer than --tune_min_batches measured, even lengthened
   double rate() const { return m.seconds > 0 ? m.images / m.seconds : 0; }
 };
 
 std::string TrialStages(const Trial& t) {
   const double w = std::max(1e-9, t.m.seconds);
   return absl::StrFormat("read %3.0f%%  decode %3.0f%%  consumer wait %3.0f%%  pipeline idle %lld x",
-                         100 * t.m.read_busy / (w * t.readers), 100 * t.m.decode_busy / (w * t.decode),
-                         100 * t.m.consumer_wait / w, static_cast<long long>(t.m.idle_spells));
+                         100 * Share(t.m.read_busy, w, ReadRunning(t.m)),
+                         100 * Share(t.m.decode_busy, w, DecodeRunning(t.m)), 100 * t.m.consumer_wait / w,
+                         static_cast<long long>(t.m.idle_spells));
 }
 
 // Runs the trials and prints the table, the choice and the line to paste.
@@ -1268,7 +1296,12 @@ int RunTune(const Dataset& ds, Config cfg) {
   cfg.duration = std::max(0.5, cfg.tune_seconds / planned);
   cfg.warmup = std::max(cfg.warmup, 2);
   cfg.progress = false;
+  std::printf("  busy          %% of the threads running: with the next epoch read ahead, its threads run "
+              "beside the current epoch's, so 2 x decode and 2 x readers\n");
   std::vector<Trial> trials;
+  // A trial measuring fewer than --tune_min_batches batches is run again, longer, out of an extra
+  // budget of --tune_seconds; one still short is marked, and the choice avoids it.
+  double extra_left = cfg.tune_seconds;
   auto run = [&](int decode, int readers, int prefetch) -> absl::Status {
     for (const Trial& t : trials) {
       if (t.decode == decode && t.readers == readers && t.prefetch == prefetch) return absl::OkStatus();
@@ -1279,22 +1312,39 @@ int RunTune(const Dataset& ds, Config cfg) {
     c.queue_depth = prefetch;
     absl::StatusOr<Measurement> m = RunLoader(ds, c);
     if (!m.ok()) return m.status();
+    if (m->batches < cfg.tune_min_batches && extra_left > 0) {
+      // Long enough for the batches missing at the rate seen, with a margin; at most 4x.
+      const double wanted = c.duration * 1.25 * cfg.tune_min_batches / std::max<int64_t>(1, m->batches);
+      c.duration = std::min({wanted, 4 * cfg.duration, extra_left});
+      extra_left -= c.duration;
+      absl::StatusOr<Measurement> longer = RunLoader(ds, c);
+      if (!longer.ok()) return longer.status();
+      m = std::move(longer);
+    }
     Trial t{decode, readers, prefetch, *std::move(m)};
-    std::printf("  trial %2zu      decode %2d  readers %d  prefetch %2d  %7.0f images/s  %s\n", trials.size() + 1,
-                decode, readers, prefetch, t.rate(), TrialStages(t).c_str());
+    t.short_run = t.m.batches < cfg.tune_min_batches;
+    std::printf("  trial %2zu      decode %2d  readers %d  prefetch %2d  %7.0f images/s  %s%s\n", trials.size() + 1,
+                decode, readers, prefetch, t.rate(), TrialStages(t).c_str(),
+                t.short_run ? absl::StrFormat("  SHORT: %lld batches in %.2f s",
+                                              static_cast<long long>(t.m.batches), t.m.seconds).c_str()
+                            : "");
     std::fflush(stdout);
     trials.push_back(std::move(t));
     return absl::OkStatus();
   };
   // Fewer threads win unless more are clearly (over 5%) faster: every thread left idle is a CPU
-  // the training loop can use.
+  // the training loop can use. Short trials count only when every trial is short.
+  auto counts = [&](const Trial& t) {
+    return !t.short_run || std::all_of(trials.begin(), trials.end(), [](const Trial& u) { return u.short_run; });
+  };
   auto best = [&]() -> const Trial& {
-    const Trial* top = &trials.front();
+    const Trial* top = nullptr;
     for (const Trial& t : trials) {
-      if (t.rate() > top->rate()) top = &t;
+      if (counts(t) && (top == nullptr || t.rate() > top->rate())) top = &t;
     }
     const Trial* lean = top;
     for (const Trial& t : trials) {
+      if (!counts(t)) continue;
       const int threads = t.decode + t.readers, lean_threads = lean->decode + lean->readers;
       if (t.rate() >= 0.95 * top->rate() &&
           (threads < lean_threads || (threads == lean_threads && t.prefetch < lean->prefetch))) {
@@ -1314,12 +1364,15 @@ int RunTune(const Dataset& ds, Config cfg) {
     if (absl::Status s = run(chosen.decode, chosen.readers, p); !s.ok()) return Fail(s);
   }
   const Trial& pick = best();
-  const Trial* top = &trials.front();
+  const Trial* top = &pick;
   for (const Trial& t : trials) {
-    if (t.rate() > top->rate()) top = &t;
+    if (counts(t) && t.rate() > top->rate()) top = &t;
   }
   const double w = std::max(1e-9, pick.m.seconds);
-  const double decode_busy = pick.m.decode_busy / (w * pick.decode);
+  // Decided on busy time per configured decode thread (over 100% with the next epoch read ahead);
+  // shown as a share of the threads running.
+  const double decode_busy = Share(pick.m.decode_busy, w, pick.decode);
+  const double decode_running = Share(pick.m.decode_busy, w, DecodeRunning(pick.m));
   const double wait = pick.m.consumer_wait / w;
   std::string why = &pick == top
                         ? "the fastest trial"
@@ -1330,15 +1383,25 @@ int RunTune(const Dataset& ds, Config cfg) {
     absl::StrAppend(&why, "; the consumer waits ", absl::StrFormat("%.0f%%", 100 * wait),
                     " of the time: the loader keeps up with this step");
   } else if (decode_busy > 0.8) {
-    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy: decode-bound", 100 * decode_busy),
+    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy (of %d running): decode-bound",
+                                          100 * decode_running, DecodeRunning(pick.m)),
                     ", more CPUs (or a cheaper transform) would help");
   } else {
-    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy while the consumer waits %.0f%%: ",
-                                          100 * decode_busy, 100 * wait),
+    absl::StrAppend(&why, absl::StrFormat("; decode threads %.0f%% busy (of %d running) while the consumer "
+                                          "waits %.0f%%: ", 100 * decode_running, DecodeRunning(pick.m), 100 * wait),
                     "reads or the CPU budget limit it");
   }
-  std::printf("  choice        decode %d, readers %d, prefetch %d: %.0f images/s; %s\n", pick.decode, pick.readers,
-              pick.prefetch, pick.rate(), why.c_str());
+  const int64_t short_trials = std::count_if(trials.begin(), trials.end(), [](const Trial& t) { return t.short_run; });
+  if (short_trials > 0) {
+    std::printf("  caution       %lld of %zu trials measured fewer than %d batches even run longer (their rates "
+                "are too coarse to compare within 5%%): %s; raise --tune_seconds%s\n",
+                static_cast<long long>(short_trials), trials.size(), cfg.tune_min_batches,
+                pick.short_run ? "every trial is short, so the choice is UNRELIABLE"
+                               : "the choice leaves them out",
+                cfg.consumer_ms > 0 ? " or lower --consumer_ms" : "");
+  }
+  std::printf("  choice        decode %d, readers %d, prefetch %d: %.0f images/s; %s%s\n", pick.decode, pick.readers,
+              pick.prefetch, pick.rate(), why.c_str(), pick.short_run ? " (UNRELIABLE: short trials)" : "");
   const int factor = std::max(1, (pick.prefetch + pick.decode - 1) / pick.decode);
   const bool same_as_auto = pick.decode == a && pick.readers == automatic->reader_threads;
   std::printf("  paste         ringloader.DataLoader(dataset, batch_size=%d, num_workers=%s, prefetch_factor=%d%s)\n",

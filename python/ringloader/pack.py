@@ -21,7 +21,19 @@ whose bytes Pillow does not identify as an image (whatever its extension) is ski
 kept under ``.jpg``/``.png``/``.webp`` must be that format or it is re-encoded as PNG; so is a file reached through a
 symlink that leads out of the source tree (the ImageFolder root, or the list's folder; for a
 list's entry named outside it, the entry itself being a symlink), unless ``--follow-symlinks``;
-and anything not a regular file (a FIFO, a device). Each skip is named in the summary. Output
+and anything not a regular file (a FIFO, a device), a file that cannot be read (a symlink loop,
+no permission), and a truncated or damaged JPEG/PNG/WebP kept as it is (cheap checks, the ones
+ringloader's decoders make: a JPEG's end-of-image marker after its first scan, a PNG's chunks
+whole with their CRCs up to IEND, a WebP as long as its RIFF header says). Each skip is named in
+the summary (the first 20, then a count; index.json lists all). ``--strict`` stops at the first
+such file instead, naming it.
+
+``index.json`` is written last and marks a finished pack; while packing, ``.pack-progress.json``
+records the shards finished so far (each renamed into place, with its sidecar, only once whole).
+A ``DST`` holding a previous pack, finished or not, is refused unless ``--overwrite`` (delete it,
+start over) or ``--resume``: keep the recorded shards still intact on disk (size and sidecar as
+recorded), from the first on, and pack the rest; a pack of other sources (paths, labels) or
+options is refused. Resuming trusts that the source files kept their bytes. Output
 files are created under temporary names with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and renamed into
 place, so a symlink planted in ``DST`` (``index.json`` -> elsewhere) is replaced, never written
 through; they get the usual permissions (0666 less the umask).
@@ -30,6 +42,7 @@ through; they get the usual permissions (0666 less the umask).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import json
 import os
@@ -39,6 +52,7 @@ import stat
 import sys
 import tarfile
 import time
+import zlib
 from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _sizes
@@ -88,6 +102,11 @@ def _opened_path(fd: int, fallback: str) -> str:
         return os.path.realpath(fallback)
 
 
+def _strerror(exc: OSError) -> str:
+    """``"Too many levels of symbolic links"``: the reason without the path (the summary names it)."""
+    return exc.strerror or type(exc).__name__
+
+
 def _read_source(path: str, tree: _Tree, follow_symlinks: bool) -> Tuple[bytes, int]:
     """(bytes, mtime) of a source file. Raises _Skip when it is reached through a symlink that
     leads out of ``tree`` (unless ``follow_symlinks``), or is not a regular file. The check is
@@ -101,10 +120,9 @@ def _read_source(path: str, tree: _Tree, follow_symlinks: bool) -> Tuple[bytes, 
         fd = os.open(path, flags)
     except OSError as exc:
         if not follow_symlinks and not named_inside and os.path.islink(path):
-            raise _Skip(f"a symlink (to {os.path.realpath(path)}); --follow-symlinks packs it")                 from None
-        if isinstance(exc, FileNotFoundError):
-            raise FileNotFoundError(f"pack: {path} does not exist") from None
-        raise
+            raise _Skip(f"a symlink (to {os.path.realpath(path)}); --follow-symlinks packs it") \
+                from None
+        raise _Skip(f"unreadable ({_strerror(exc)})") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -116,7 +134,10 @@ def _read_source(path: str, tree: _Tree, follow_symlinks: bool) -> Tuple[bytes, 
                             "packs it")
         chunks = []
         while True:
-            chunk = os.read(fd, 1 << 20)
+            try:
+                chunk = os.read(fd, 1 << 20)
+            except OSError as exc:
+                raise _Skip(f"unreadable ({_strerror(exc)})") from None
             if not chunk:
                 break
             chunks.append(chunk)
@@ -181,8 +202,15 @@ def _image_bytes(path: str, data: bytes, max_side: Optional[int],
     from PIL import Image
 
     ext = os.path.splitext(path)[1].lower()
+    damage = _damage(data, _signature(data))
+    if damage:
+        raise _Skip(damage)
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        img = Image.open(io.BytesIO(data))
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise _Skip(f"not an image ({exc})") from None
+    try:
+        with img:
             if max_side is None and ext in _KEPT_EXTS and img.format in _KEPT_FORMATS:
                 return data, ext[1:], False
             img.load()
@@ -202,7 +230,75 @@ def _image_bytes(path: str, data: bytes, max_side: Optional[int],
             img.convert("RGB").save(buf, "PNG")
             return buf.getvalue(), "png", True
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise _Skip(f"not an image ({exc})") from None
+        raise _Skip(f"damaged {img.format or 'image'} ({exc})") from None
+
+
+def _jpeg_scan_start(data: bytes) -> Optional[int]:
+    """Where the entropy-coded data of a JPEG's first scan starts (after its SOS segment), or
+    None when the file ends before it."""
+    pos, n = 2, len(data)
+    while pos + 4 <= n:
+        if data[pos] != 0xFF:
+            return pos  # not a marker: leave the judgement to the decoder, search from here
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0x01 or 0xD0 <= marker <= 0xD8:  # no length field
+            pos += 2
+            continue
+        end = pos + 2 + int.from_bytes(data[pos + 2:pos + 4], "big")
+        if marker == 0xDA:
+            return end if end <= n else None
+        pos = end
+    return None
+
+
+def _signature(data: bytes) -> Optional[str]:
+    """"JPEG", "PNG" or "WEBP" when ``data`` starts as one (Pillow's own test), else None."""
+    if data[:3] == b"\xff\xd8\xff":
+        return "JPEG"
+    if data[:8] == b"\x89PNG\r\n\x1a\n":
+        return "PNG"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "WEBP"
+    return None
+
+
+def _damage(data: bytes, fmt: Optional[str]) -> str:
+    """Why the bytes of a JPEG, PNG or WebP cannot be whole ("" when they can): the checks
+    ringloader's decoders make before decoding, at a small part of a decode's cost. A JPEG must
+    hold an end-of-image marker after the start of its first scan (entropy-coded data cannot
+    contain one, so junk appended after it is fine and an EXIF thumbnail's does not count); a PNG's
+    chunks must run whole, with matching CRCs, up to IEND; a WebP must be as long as its RIFF
+    header says."""
+    n = len(data)
+    if fmt == "JPEG":
+        start = _jpeg_scan_start(data)
+        if start is None:
+            return "truncated JPEG: the file ends before its image data"
+        if data.rfind(b"\xff\xd9", start) < 0:
+            return "truncated JPEG: no end-of-image marker"
+    elif fmt == "PNG":
+        pos = 8
+        while True:
+            if pos + 12 > n:
+                return "truncated PNG: no IEND chunk"
+            length = int.from_bytes(data[pos:pos + 4], "big")
+            name = data[pos + 4:pos + 8].decode("latin-1")
+            if length > n - pos - 12:
+                return f"truncated PNG: the {name} chunk is cut short"
+            body = memoryview(data)[pos + 4:pos + 8 + length]
+            if zlib.crc32(body) != int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big"):
+                return f"corrupt PNG: bad CRC in the {name} chunk"
+            if name == "IEND":
+                return ""
+            pos += 12 + length
+    elif fmt == "WEBP":
+        riff = int.from_bytes(data[4:8], "little") + 8
+        if riff > n:
+            return f"truncated WebP: {n} of the {riff} bytes its header gives"
+    return ""
 
 
 class _Progress:
@@ -284,49 +380,186 @@ class _ShardWriter:
             pass
 
 
+PROGRESS_NAME = ".pack-progress.json"
+_PACK_FORMAT = "ringloader-webdataset-pack"
+_OUTPUT = re.compile(r"shard-\d{6}\.tar(\.idx\.json)?|index\.json|classes\.json|"
+                     + re.escape(PROGRESS_NAME))
+_TEMPORARY = re.compile(r"\.(shard-\d{6}\.tar(\.idx\.json)?|index\.json|classes\.json|"
+                        r"\.pack-progress\.json)\.[0-9a-f]{16}\.tmp")
+
+
+class PackError(ValueError):
+    """A pack refused or stopped (--strict), with what to do about it."""
+
+
+def _previous_outputs(dst: str) -> List[str]:
+    """Names in ``dst`` that a pack writes (finished or not), temporaries included."""
+    return sorted(f for f in os.listdir(dst) if _OUTPUT.fullmatch(f) or _TEMPORARY.fullmatch(f))
+
+
+def _remove(dst: str, names: Sequence[str]) -> None:
+    """Unlinks ``names`` in ``dst`` (a symlink itself, never its target); index.json first, so
+    that the folder stops claiming a finished pack before anything else goes."""
+    for name in sorted(names, key=lambda f: f != "index.json"):
+        try:
+            os.unlink(os.path.join(dst, name))
+        except FileNotFoundError:
+            pass
+
+
+def _load_state(path: str) -> Optional[dict]:
+    """A pack's record (index.json or the progress file), or None if missing or unreadable.
+    Read through lstat'd regular files only: a planted symlink is no record."""
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("format") != _PACK_FORMAT or \
+            not isinstance(data.get("shard_index"), list):
+        return None
+    return data
+
+
+def _shard_intact(dst: str, entry: Any) -> bool:
+    """The shard of a record ``entry`` is on disk as recorded: a regular file of the recorded
+    size, with a sidecar naming it, of that size and sample count."""
+    try:
+        name, size, samples = entry["name"], int(entry["bytes"]), int(entry["samples"])
+        path = os.path.join(dst, name)
+        info = os.lstat(path)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != size:
+            return False
+        if not stat.S_ISREG(os.lstat(path + INDEX_SUFFIX).st_mode):
+            return False
+        with open(path + INDEX_SUFFIX, encoding="utf-8") as f:
+            side = json.load(f)
+        return side.get("format") == INDEX_FORMAT and side.get("shard") == name and \
+            side.get("bytes") == size and len(side.get("samples", ())) == samples
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _sources_digest(paths: Sequence[str], labels: Sequence[int], classes: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps([list(paths), list(labels), list(classes)]).encode()) \
+        .hexdigest()
+
+
+def _resume_point(dst: str, options: dict, digest: str, total: int
+                  ) -> Tuple[List[dict], List[List[str]]]:
+    """(shards kept, skips so far) of the previous pack in ``dst`` for --resume: the longest run
+    of its recorded shards, from the first, that are intact on disk. Refuses a pack of other
+    sources or options (its shards would not be the ones this pack makes)."""
+    state = _load_state(os.path.join(dst, "index.json")) or \
+        _load_state(os.path.join(dst, PROGRESS_NAME))
+    if state is None:
+        return [], []  # nothing recorded (interrupted before its first shard): start over
+    differ = [k for k, v in options.items() if state.get("options", {}).get(k) != v]
+    if state.get("sources_digest") != digest:
+        differ.insert(0, "the source files or labels")
+    if differ:
+        raise PackError(f"pack: DST {dst!r} holds a pack made with other {', '.join(differ)} "
+                        f"(recorded: {json.dumps(state.get('options'))}); --overwrite starts over")
+    kept: List[dict] = []
+    for entry in state["shard_index"]:
+        if not isinstance(entry, dict) or entry.get("name") != SHARD_PATTERN.format(len(kept)) \
+                or not _shard_intact(dst, entry) or not 0 <= int(entry.get("end", -1)) <= total:
+            break
+        kept.append(entry)
+    skipped = state.get("skipped", [])
+    if "skipped_at" in state:  # index.json: [path, why] and, apart, their source indices
+        skipped = [[p, w, i] for (p, w), i in zip(skipped, state["skipped_at"])]
+    done = kept[-1]["end"] if kept else 0
+    # Skips recorded with each shard are those of the sources before its end.
+    skipped = [s for s in skipped if isinstance(s, list) and len(s) == 3 and s[2] < done]
+    return kept, skipped
+
+
 def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = None,
-         quality: int = 90, progress_stream=None, follow_symlinks: bool = False) -> dict:
+         quality: int = 90, progress_stream=None, follow_symlinks: bool = False,
+         strict: bool = False, overwrite: bool = False, resume: bool = False) -> dict:
     """Write ``src`` (ImageFolder root or file list) into shards under ``dst``; returns the
-    summary (samples, shards, bytes, seconds, re-encoded, and ``skipped``: ``[path, why]`` of
-    every source file left out, see the module's docstring)."""
+    summary (samples, shards, bytes, seconds, re-encoded, ``kept``: shards a --resume kept, and
+    ``skipped``: ``[path, why]`` of every source file left out, see the module's docstring).
+    ``strict`` stops at the first source file that cannot be packed; ``overwrite`` replaces a
+    previous pack in ``dst``, ``resume`` keeps its intact shards and packs the rest."""
     start = time.monotonic()
     if max_side is not None and max_side < 1:
         raise ValueError(f"--max-side must be >= 1, got {max_side}")
     if not 1 <= quality <= 100:
         raise ValueError(f"--quality must be in 1..100, got {quality}")
+    if overwrite and resume:
+        raise ValueError("--overwrite and --resume exclude each other")
     paths, labels, classes = _sources(src)
     tree = _source_tree(src)
+    options = {"shard_size": shard_size, "max_side": max_side, "quality": quality,
+               "follow_symlinks": follow_symlinks}
+    digest = _sources_digest(paths, labels, classes)
     os.makedirs(dst, exist_ok=True)
-    existing = [f for f in os.listdir(dst) if re.fullmatch(r"shard-\d{6}\.tar", f)]
-    if existing:
-        raise FileExistsError(f"pack: DST {dst!r} already holds shards ({sorted(existing)[0]}, "
-                              "...): give an empty or new folder")
+    previous = _previous_outputs(dst)
+    kept: List[dict] = []
+    skipped: List[List[Any]] = []  # [path, why, source index]
+    if previous and resume:
+        kept, skipped = _resume_point(dst, options, digest, len(paths))
+        keep = {name for e in kept for name in (e["name"], e["name"] + INDEX_SUFFIX)}
+        _remove(dst, [f for f in previous if f not in keep])
+    elif previous and overwrite:
+        _remove(dst, previous)
+    elif previous:
+        finished = "index.json" in previous
+        shards = sum(1 for f in previous if re.fullmatch(r"shard-\d{6}\.tar", f))
+        raise PackError(
+            f"pack: DST {dst!r} holds " + (
+                f"a finished pack ({shards} shards and index.json): --overwrite replaces it, "
+                "--resume checks its shards and packs only what is missing" if finished else
+                f"an unfinished pack ({shards} shards, no index.json: it was interrupted or "
+                "failed): --resume keeps its intact shards and packs the rest, --overwrite "
+                "starts over"))
     width = max(6, len(str(len(paths) - 1)))
     progress = _Progress(len(paths), progress_stream)
-    shards: List[dict] = []
+    shards: List[dict] = list(kept)
     writer: Optional[_ShardWriter] = None
-    total_bytes = 0
-    reencoded = 0
-    packed = 0
-    skipped: List[List[str]] = []
+    total_bytes = sum(int(e["bytes"]) for e in kept)
+    reencoded = sum(int(e.get("reencoded", 0)) for e in kept)
+    packed = sum(int(e["samples"]) for e in kept)
+    first = kept[-1]["end"] if kept else 0
+    record = {"format": _PACK_FORMAT, "version": 1, "source": src, "options": options,
+              "sources_digest": digest, "classes": len(classes)}
+    shard_reencoded = 0
+
+    def close(end: int) -> None:
+        nonlocal writer, total_bytes, shard_reencoded
+        assert writer is not None
+        shards.append(dict(writer.close(), end=end, reencoded=shard_reencoded))
+        total_bytes += shards[-1]["bytes"]
+        writer, shard_reencoded = None, 0
+        # Written after the shard and its sidecar are in place: what it lists is whole.
+        _write_json(os.path.join(dst, PROGRESS_NAME),
+                    dict(record, shard_index=shards, skipped=skipped), indent=1)
+
     try:
-        for i, (path, label) in enumerate(zip(paths, labels)):
+        for i in range(first, len(paths)):
+            path, label = paths[i], labels[i]
             try:
                 raw, mtime = _read_source(path, tree, follow_symlinks)
                 data, ext, changed = _image_bytes(path, raw, max_side, quality)
             except _Skip as why:
-                skipped.append([path, str(why)])
+                if strict:
+                    raise PackError(f"pack: {path}: {why} (--strict stops at the first file it "
+                                    "cannot pack; without it, such files are skipped)") from None
+                skipped.append([path, str(why), i])
                 progress.update(i + 1, len(shards) + (writer is not None),
                                 total_bytes + (writer.size if writer else 0))
                 continue
-            reencoded += changed
             if writer is not None and writer.rows and \
                     _closed_size(writer.size, len(data)) > shard_size:
-                shards.append(writer.close())
-                total_bytes += shards[-1]["bytes"]
-                writer = None
+                close(i)
             if writer is None:
                 writer = _ShardWriter(os.path.join(dst, SHARD_PATTERN.format(len(shards))))
+            reencoded += changed
+            shard_reencoded += changed
             key = f"{packed:0{width}d}"
             packed += 1
             offset = writer.add(f"{key}.{ext}", data, mtime)
@@ -334,9 +567,7 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
             writer.rows.append([key, f"{key}.{ext}", offset, len(data), int(label)])
             progress.update(i + 1, len(shards) + 1, total_bytes + writer.size)
         if writer is not None:
-            shards.append(writer.close())
-            total_bytes += shards[-1]["bytes"]
-            writer = None
+            close(len(paths))
     finally:
         if writer is not None:
             writer.abandon()
@@ -346,10 +577,15 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
     _write_json(os.path.join(dst, "classes.json"), classes)
     summary = {"samples": packed, "shards": len(shards), "bytes": total_bytes,
                "seconds": round(time.monotonic() - start, 3), "reencoded": reencoded,
-               "skipped": skipped}
+               "kept": len(kept), "skipped": [s[:2] for s in skipped]}
+    # index.json last: it marks the pack finished. It keeps what a later --resume checks.
     _write_json(os.path.join(dst, "index.json"),
-                {"format": "ringloader-webdataset-pack", "version": 1, "source": src,
-                 "classes": len(classes), "shards": shards, **summary}, indent=1)
+                dict(record, shard_index=shards, **summary, skipped_at=[s[2] for s in skipped]),
+                indent=1)
+    try:
+        os.unlink(os.path.join(dst, PROGRESS_NAME))
+    except FileNotFoundError:
+        pass
     return summary
 
 
@@ -374,10 +610,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
     parser.add_argument("--follow-symlinks", action="store_true",
                         help="also pack files reached through symlinks that lead out of SRC")
+    parser.add_argument("--strict", action="store_true",
+                        help="stop at the first source file that cannot be packed (unreadable, "
+                             "not an image, truncated) instead of skipping it")
+    again = parser.add_mutually_exclusive_group()
+    again.add_argument("--overwrite", action="store_true",
+                       help="DST holds a previous pack: delete it and start over")
+    again.add_argument("--resume", action="store_true",
+                       help="DST holds a previous pack of the same SRC and options: keep its "
+                            "intact shards, pack the rest")
     args = parser.parse_args(argv)
     try:
         summary = pack(args.src, args.dst, parse_size(args.shard_size), args.max_side,
-                       args.quality, follow_symlinks=args.follow_symlinks)
+                       args.quality, follow_symlinks=args.follow_symlinks, strict=args.strict,
+                       overwrite=args.overwrite, resume=args.resume)
     except (ValueError, OSError) as exc:
         print(f"ringloader-pack: error: {exc}", file=sys.stderr)
         return 2
@@ -386,7 +632,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"packed {summary['samples']} samples into {summary['shards']} shards, "
           f"{summary['bytes']} bytes ({summary['bytes'] / 1e6:.1f} MB) in "
           f"{summary['seconds']:.1f} s ({summary['reencoded']} re-encoded, "
-          f"{len(summary['skipped'])} skipped) -> {args.dst}")
+          f"{len(summary['skipped'])} skipped"
+          f"{', ' + str(summary['kept']) + ' shards kept from before' if args.resume else ''})"
+          f" -> {args.dst}")
     return 0
 
 

@@ -14,11 +14,14 @@ ImageFolder, so random access, transforms, ``on_error`` and the DataLoader work 
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import hashlib
 import json
 import os
 import re
+import sys
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -42,6 +45,13 @@ INDEX_FORMAT = "ringloader-webdataset-index"
 PIPE_PREFIX = "pipe:"
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_KEYS = ("cls", "txt", "json")
+#: Shards indexed at once at construction (a ``pipe:`` shard without a cached index is one
+#: streaming read of its command: these overlap; the native scan runs without the GIL).
+INDEX_THREADS = 8
+#: Seconds of indexing after which progress is shown (``progress=None``).
+PROGRESS_AFTER_S = 1.0
+#: ``RINGLOADER_PROGRESS=0`` silences the default progress output, ``=1`` shows it at once.
+PROGRESS_ENV = "RINGLOADER_PROGRESS"
 
 _BRACE = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
@@ -305,6 +315,46 @@ def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str
     return dict(_scan(url, False, image_exts, label_key, label_field), index_file=None, stat=stat)
 
 
+class _IndexProgress:
+    """Progress of indexing at construction on ``stream``: nothing for the first ``after``
+    seconds (most datasets index in less), then a line rewritten in place on a terminal, else a
+    line per second at most and one when done."""
+
+    def __init__(self, total: int, streamed: int, after: Optional[float], stream: Any = None):
+        self.total, self.streamed, self.after = total, streamed, after
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+        self.start = time.monotonic()
+        self.shown = False
+        self.last_line = -1.0
+
+    def update(self, done: int) -> None:
+        if self.after is None:
+            return
+        now = time.monotonic()
+        elapsed = now - self.start
+        if elapsed < self.after:
+            return
+        final = done == self.total
+        if not self.tty and not final and self.shown and now - self.last_line < 1.0:
+            return
+        line = (f"ringloader.WebDataset: indexed {done}/{self.total} shards "
+                f"({self.streamed} streamed from pipe:), {elapsed:.1f} s")
+        self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
+        self.stream.flush()
+        self.shown, self.last_line = True, now
+
+
+def _progress_delay(progress: Optional[bool]) -> Optional[float]:
+    """Seconds after which indexing progress shows, or None for never (see WebDataset)."""
+    if progress is None:
+        env = os.environ.get(PROGRESS_ENV, "").strip()
+        if env == "0":
+            return None
+        return 0.0 if env == "1" else PROGRESS_AFTER_S
+    return 0.0 if progress else None
+
+
 # ---- the dataset ----------------------------------------------------------------------------
 
 class WebDataset(NativeDataset):
@@ -336,6 +386,12 @@ class WebDataset(NativeDataset):
     again re-indexes the shard. A local shard whose size or mtime changed since construction
     raises :class:`StaleIndexError` at the next epoch (see :meth:`check_shards`).
 
+    Shards are indexed up to ``INDEX_THREADS`` (8) at a time, so ``pipe:`` commands stream side by
+    side; the result is the same as one at a time. When indexing takes over a second, progress
+    goes to stderr (``progress=None``, the default; the environment variable
+    ``RINGLOADER_PROGRESS=0`` silences it, ``=1`` shows it from the start); ``progress=False``
+    never shows it, ``progress=True`` always does.
+
     Order: ``ringloader.DataLoader(ds, shuffle=True, ...)`` permutes the shards per epoch, gives
     each rank a contiguous equal part of the epoch's samples and shuffles it through a seeded
     buffer of ``shuffle_buffer`` samples (see :class:`WebDatasetSampler`).
@@ -359,6 +415,7 @@ class WebDataset(NativeDataset):
         classes: Optional[Sequence[str]] = None,
         strict: bool = False,
         exif_transpose: bool = False,
+        progress: Optional[bool] = None,
     ):
         if label_key not in LABEL_KEYS:
             raise ValueError(f"WebDataset label_key must be one of {', '.join(LABEL_KEYS)}, got "
@@ -394,9 +451,9 @@ class WebDataset(NativeDataset):
         self.index_files: List[Optional[str]] = []
         #: Per local shard: (size, mtime_ns) when it was indexed; None for a pipe: shard.
         self.shard_stats: List[Optional[Tuple[int, int]]] = []
-        for url, pipe in expanded:
-            index = _index_shard(url, pipe, self.image_exts, label_key, label_field,
-                                 self.index_cache)
+        if progress is not None and not isinstance(progress, bool):
+            raise ValueError(f"WebDataset progress must be None, True or False, got {progress!r}")
+        for url, pipe, index in self._index_all(expanded, _progress_delay(progress)):
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
             count = len(index["keys"])
@@ -438,6 +495,38 @@ class WebDataset(NativeDataset):
             classes = self._classes_file() or [str(i) for i in range(max(label_list) + 1)]
         super().__init__(None, paths, label_list, list(classes), transform, target_transform,
                          strict, exif_transpose)
+
+    def _index_all(self, expanded: Sequence[Tuple[str, bool]],
+                   progress_after: Optional[float]) -> List[Tuple[str, bool, Dict[str, Any]]]:
+        """``(url, pipe, index)`` of every shard, in order, indexed ``INDEX_THREADS`` at a time.
+        At a failure the shards not yet started are dropped, those running finish, and the
+        first failure in shard order is raised (the one indexing one by one would raise)."""
+        index = lambda url, pipe: _index_shard(  # noqa: E731
+            url, pipe, self.image_exts, self.label_key, self.label_field, self.index_cache)
+        if len(expanded) == 1:
+            return [(expanded[0][0], expanded[0][1], index(*expanded[0]))]
+        streamed = sum(
+            1 for url, pipe in expanded if pipe and (self.index_cache is None or not os.path.isfile(
+                _cache_path(url, self.image_exts, self.label_key, self.label_field,
+                            self.index_cache))))
+        shown = _IndexProgress(len(expanded), streamed, progress_after)
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(INDEX_THREADS, len(expanded)), thread_name_prefix="wds-index")
+        try:
+            futures = [pool.submit(index, url, pipe) for url, pipe in expanded]
+            pending = set(futures)
+            while pending:
+                done, pending = concurrent.futures.wait(
+                    pending, timeout=0.25, return_when=concurrent.futures.FIRST_COMPLETED)
+                if any(f.exception() is not None for f in done):
+                    break
+                shown.update(len(futures) - len(pending))
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+        for future in futures:
+            if not future.cancelled() and future.exception() is not None:
+                raise future.exception()
+        return [(url, pipe, f.result()) for (url, pipe), f in zip(expanded, futures)]
 
     def _classes_file(self) -> Optional[List[str]]:
         """``classes.json`` next to the first local shard (``ringloader.pack`` writes it)."""

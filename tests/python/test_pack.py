@@ -99,8 +99,8 @@ def test_pack_cli_summary_and_errors(image_tree, tmp_path, capsys):
     captured = capsys.readouterr()
     assert "packed 24 samples into" in captured.out and "shards" in captured.out
     assert "pack: 24/24 samples" in captured.err  # plain progress lines off a TTY
-    assert main([str(image_tree), str(tmp_path / "o")]) == 2  # already holds shards
-    assert "already holds shards" in capsys.readouterr().err
+    assert main([str(image_tree), str(tmp_path / "o")]) == 2  # holds a finished pack
+    assert "holds a finished pack" in capsys.readouterr().err
     assert main([str(tmp_path / "missing"), str(tmp_path / "o2")]) == 2
     assert "neither an ImageFolder root nor a file list" in capsys.readouterr().err
     bad = tmp_path / "bad.txt"
@@ -272,7 +272,8 @@ def test_pack_never_writes_through_planted_symlinks(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "open", spy)
     old_umask = os.umask(0o022)
     try:
-        pack(str(src), str(out), progress_stream=io.StringIO())
+        # Files named like a pack's are a previous pack to replace: only unlinked, never followed.
+        pack(str(src), str(out), progress_stream=io.StringIO(), overwrite=True)
     finally:
         os.umask(old_umask)
         monkeypatch.undo()
@@ -281,17 +282,153 @@ def test_pack_never_writes_through_planted_symlinks(tmp_path, monkeypatch):
         assert not (out / name).is_symlink() and (out / name).is_file()
     for name in ("index.json", "classes.json", "shard-000000.tar", "shard-000000.tar.idx.json"):
         assert stat.S_IMODE((out / name).stat().st_mode) == 0o644, name
-    written = [(p, f) for p, f in opened if str(out) in p]
+    written = [(p, f) for p, f in opened if str(out) in p and "pack-progress" not in p]
     assert len(written) == 4 and all(os.path.basename(p).endswith(".tmp") for p, _ in written)
     need = os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
     assert all(f & need == need for _, f in written)
     assert not list(out.glob(".*.tmp"))
-    # A planted shard name is refused (DST must be empty of shards), its target untouched.
+    # A planted shard name is refused (a previous pack), its target untouched.
     again = tmp_path / "again"
     again.mkdir()
     victim = tmp_path / "victim.tar"
     victim.write_text("keep me")
     (again / "shard-000000.tar").symlink_to(victim)
-    with pytest.raises(FileExistsError, match="already holds shards"):
+    with pytest.raises(ValueError, match="holds an unfinished pack"):
         pack(str(src), str(again), progress_stream=io.StringIO())
     assert victim.read_text() == "keep me"
+
+
+def test_pack_skips_unreadable_and_truncated_files_or_stops_with_strict(tmp_path, capsys):
+    from PIL import Image
+
+    src = _small_tree(tmp_path / "src")
+    (src / "cat" / "loop.jpg").symlink_to(src / "cat" / "loop.jpg")  # ELOOP on open
+    whole = jpeg_bytes(64, 48, seed=7)
+    (src / "cat" / "cut.jpg").write_bytes(whole[:len(whole) // 2])  # header fine, body cut
+    (src / "cat" / "tail.jpg").write_bytes(whole + b"trailing junk")  # after EOI: kept
+    png = io.BytesIO()
+    Image.new("RGB", (16, 16), (9, 9, 9)).save(png, "PNG")
+    png = png.getvalue()
+    (src / "dog" / "noend.png").write_bytes(png[:-12])  # IEND chunk missing
+    bad_crc = bytearray(png)
+    bad_crc[-20] ^= 0xFF  # a byte of the last IDAT chunk's data
+    (src / "dog" / "crc.png").write_bytes(bytes(bad_crc))
+    (src / "dog" / "ok.png").write_bytes(png)
+    webp = io.BytesIO()
+    Image.new("RGB", (16, 16), (9, 9, 9)).save(webp, "WEBP")
+    (src / "dog" / "short.webp").write_bytes(webp.getvalue()[:-10])
+    secret = src / "dog" / "locked.jpg"
+    secret.write_bytes(whole)
+    secret.chmod(0)
+    unreadable = os.geteuid() != 0  # root reads it anyway
+
+    assert main([str(src), str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    assert f"skipped {src}/cat/loop.jpg: unreadable (Too many levels of symbolic links)" in out
+    assert f"skipped {src}/cat/cut.jpg: truncated JPEG: no end-of-image marker" in out
+    assert f"skipped {src}/dog/noend.png: truncated PNG: no IEND chunk" in out
+    assert f"skipped {src}/dog/crc.png: corrupt PNG: bad CRC in the IDAT chunk" in out
+    assert f"skipped {src}/dog/short.webp: truncated WebP:" in out
+    assert (f"skipped {src}/dog/locked.jpg: unreadable (Permission denied)" in out) == unreadable
+    skipped = 5 + unreadable
+    assert f"packed {12 - skipped} samples" in out and f"{skipped} skipped" in out
+    packed = _packed_bytes(tmp_path / "o")
+    assert whole + b"trailing junk" in packed and png in packed
+    index = json.loads((tmp_path / "o" / "index.json").read_text())
+    assert len(index["skipped"]) == skipped
+
+    # --strict: the first bad file stops the pack, named; nothing is left that looks finished.
+    assert main([str(src), str(tmp_path / "s"), "--strict"]) == 2
+    err = capsys.readouterr().err
+    assert f"pack: {src}/cat/cut.jpg: truncated JPEG: no end-of-image marker (--strict" in err
+    assert not (tmp_path / "s" / "index.json").exists()
+    assert not list((tmp_path / "s").glob(".*.tmp"))
+
+
+def test_jpeg_truncation_check_matches_the_native_decoder(tmp_path):
+    """The pack's cheap verdict on a cut JPEG is the one ringloader's decoder gives."""
+    whole = jpeg_bytes(64, 48, seed=3)
+    lst = tmp_path / "l.txt"
+    cuts = [len(whole) - 2, len(whole) // 2, 200]
+    for n in cuts:
+        (tmp_path / f"c{n}.jpg").write_bytes(whole[:n])
+    lst.write_text("".join(f"c{n}.jpg 0\n" for n in cuts))
+    ds = rl.FileList(str(lst))
+    for i, n in enumerate(cuts):
+        with pytest.raises(Exception, match="truncated JPEG"):
+            ds[i]
+    (tmp_path / "w.jpg").write_bytes(whole)
+    lst.write_text(lst.read_text() + "w.jpg 0\n")
+    summary = pack(str(lst), str(tmp_path / "o"), progress_stream=io.StringIO())
+    assert summary["samples"] == 1
+    assert all(why.startswith("truncated JPEG") for _, why in summary["skipped"])
+
+
+def _shard_state(out: Path) -> dict:
+    return {p.name: p.read_bytes() for p in sorted(out.glob("shard-*"))}
+
+
+def test_pack_rerun_refuses_then_resumes_or_overwrites(image_tree, tmp_path, capsys, monkeypatch):
+    from ringloader import pack as pack_module
+
+    total = sum(os.path.getsize(p) for p, _ in rl.ImageFolder(str(image_tree)).samples)
+    size = total // 4
+    ref = tmp_path / "ref"
+    pack(str(image_tree), str(ref), shard_size=size, progress_stream=io.StringIO())
+    want = _shard_state(ref)
+    assert len([n for n in want if n.endswith(".tar")]) >= 4
+
+    # Interrupt after the third source file of the second shard.
+    out = tmp_path / "out"
+    real = pack_module._read_source
+    calls = []
+
+    def dies(path, *args):
+        calls.append(path)
+        if len(calls) == 14:
+            raise KeyboardInterrupt
+        return real(path, *args)
+
+    monkeypatch.setattr(pack_module, "_read_source", dies)
+    with pytest.raises(KeyboardInterrupt):
+        pack(str(image_tree), str(out), shard_size=size, progress_stream=io.StringIO())
+    monkeypatch.undo()
+    done = sorted(p.name for p in out.glob("shard-*.tar"))
+    assert done and not (out / "index.json").exists() and not list(out.glob(".*.tmp"))
+    progress = json.loads((out / ".pack-progress.json").read_text())
+    assert [s["name"] for s in progress["shard_index"]] == done
+    # Every shard in place is whole (a reader may use it) and equal to the finished pack's.
+    assert all(want[n] == (out / n).read_bytes() for n in done)
+
+    assert main([str(image_tree), str(out), "--shard-size", str(size)]) == 2
+    assert f"holds an unfinished pack ({len(done)} shards, no index.json" in \
+        capsys.readouterr().err
+    assert main([str(image_tree), str(out), "--shard-size", str(size + 1), "--resume"]) == 2
+    assert "made with other shard_size" in capsys.readouterr().err
+    # A damaged kept shard is redone: resume keeps the intact ones before it only.
+    (out / done[-1]).write_bytes((out / done[-1]).read_bytes()[:-512])
+    read = []
+    monkeypatch.setattr(pack_module, "_read_source", lambda p, *a: (read.append(p), real(p, *a))[1])
+    assert main([str(image_tree), str(out), "--shard-size", str(size), "--resume"]) == 0
+    monkeypatch.undo()
+    kept = len(done) - 1
+    assert f"{kept} shards kept from before" in capsys.readouterr().out
+    assert _shard_state(out) == want
+    assert len(read) == 24 - progress["shard_index"][kept - 1]["end"]  # kept shards not re-read
+    index = json.loads((out / "index.json").read_text())
+    assert index["samples"] == 24 and index["kept"] == kept
+    assert not (out / ".pack-progress.json").exists()
+    ds = rl.WebDataset(str(out / "shard-*.tar"), index_cache=None)
+    assert ds.targets == rl.ImageFolder(str(image_tree)).targets
+
+    # A finished pack: refused, resumed as a no-op, or overwritten (stale extra shards go).
+    assert main([str(image_tree), str(out), "--shard-size", str(size)]) == 2
+    assert "holds a finished pack" in capsys.readouterr().err
+    assert main([str(image_tree), str(out), "--shard-size", str(size), "--resume"]) == 0
+    assert f"packed 24 samples into {index['shards']} shards" in capsys.readouterr().out
+    assert _shard_state(out) == want
+    assert main([str(image_tree), str(out), "--shard-size", "1GB", "--overwrite"]) == 0
+    assert sorted(p.name for p in out.glob("shard-*")) == ["shard-000000.tar",
+                                                            "shard-000000.tar.idx.json"]
+    with pytest.raises(SystemExit):
+        main([str(image_tree), str(out), "--resume", "--overwrite"])

@@ -11,6 +11,7 @@ import os
 import subprocess
 import tarfile
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -648,3 +649,56 @@ def test_pipe_command_failing_at_load_time_is_a_sample_error(unique_tree, tmp_pa
     assert _labels(rl.DataLoader(ds, batch_size=5, on_error="skip")) == list(range(12, 24))
     with pytest.raises(rl.SampleError, match="part-0000"):
         _labels(rl.DataLoader(ds, batch_size=5))
+
+
+@pytest.mark.timeout(60)
+def test_pipe_shards_index_concurrently_like_one_at_a_time(image_tree, tmp_path, capsys,
+                                                           monkeypatch):
+    from ringloader import webdataset as wd
+
+    monkeypatch.delenv(wd.PROGRESS_ENV, raising=False)
+    shards = expand_urls(_write_wds(image_tree, tmp_path / "s", per_shard=3))  # 8 shards
+    slow = [f"pipe:sleep 0.3; cat {s}" for s in shards]
+    fields = ("keys", "members", "offsets", "lengths", "targets", "sample_errors", "shard_sizes")
+
+    monkeypatch.setattr(wd, "INDEX_THREADS", 1)  # one at a time: the reference
+    start = time.monotonic()
+    one = rl.WebDataset(slow, index_cache=None, progress=False)
+    sequential = time.monotonic() - start
+    assert sequential >= 0.3 * len(shards)
+    monkeypatch.setattr(wd, "INDEX_THREADS", 8)
+    start = time.monotonic()
+    many = rl.WebDataset(slow, index_cache=None, progress=False)
+    assert time.monotonic() - start < sequential / 2
+    for field in fields:
+        assert np.array_equal(np.asarray(getattr(one, field), dtype=object),
+                              np.asarray(getattr(many, field), dtype=object)), field
+    assert many.targets == one.targets and many.urls == one.urls
+    assert capsys.readouterr().err == ""  # progress=False: silent
+
+    # Default: nothing for a quick construction; past PROGRESS_AFTER_S a line per second at most
+    # off a terminal and one at the end; RINGLOADER_PROGRESS=0 silences it.
+    rl.WebDataset(shards, index_cache=None)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(wd, "PROGRESS_AFTER_S", 0.2)
+    rl.WebDataset(slow, index_cache=None)
+    err = capsys.readouterr().err.splitlines()
+    assert err and err[-1].startswith(
+        f"ringloader.WebDataset: indexed {len(shards)}/{len(shards)} shards "
+        f"({len(shards)} streamed from pipe:)")
+    monkeypatch.setenv(wd.PROGRESS_ENV, "0")
+    rl.WebDataset(slow, index_cache=None)
+    assert capsys.readouterr().err == ""
+    rl.WebDataset(shards, index_cache=None, progress=True)  # asked for: shown even when quick
+    assert f"indexed {len(shards)}/{len(shards)} shards (0 streamed" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="progress must be None, True or False"):
+        rl.WebDataset(shards, index_cache=None, progress="yes")
+
+
+def test_concurrent_indexing_raises_the_first_failing_shard_in_order(image_tree, tmp_path):
+    shards = expand_urls(_write_wds(image_tree, tmp_path / "s", per_shard=6))
+    urls = [f"pipe:cat {s}" for s in shards]
+    urls[1] = "pipe:sleep 0.3; false"  # fails last in time, first in order
+    urls[3] = "pipe:false"
+    with pytest.raises(RuntimeError, match=r"pipe:sleep 0\.3; false"):
+        rl.WebDataset(urls, index_cache=None, progress=False)
