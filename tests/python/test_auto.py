@@ -162,6 +162,25 @@ def test_bad_values_name_the_argument(image_tree, kwargs, name, error):
         rl.DataLoader(ds, batch_size=2, **kwargs)
 
 
+def test_prefetch_factor_needs_workers_as_in_torch(image_tree):
+    import torchvision
+
+    native = rl.ImageFolder(image_tree, transform=SMALL)
+    generic = torchvision.datasets.ImageFolder(image_tree)
+    with pytest.raises(ValueError, match="prefetch_factor"):  # torch 2.14 refuses it too
+        torch.utils.data.DataLoader(generic, batch_size=2, num_workers=0, prefetch_factor=2)
+    for ds in (native, generic):
+        with pytest.raises(ValueError, match=r"prefetch_factor=2 needs num_workers > 0"):
+            rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor=2)
+        # None (torch's default), "auto" (ringloader's) and any number of workers are accepted.
+        rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor=None)
+        rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor="auto")
+        rl.DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=2)
+        rl.DataLoader(ds, batch_size=2, num_workers="auto", prefetch_factor=2)
+    loader = rl.DataLoader(native, batch_size=2, num_workers=0)
+    assert loader.native and loader.stats()["prefetch_batches"] == 2
+
+
 def test_memory_sizes():
     assert _parse_memory(None) is None
     assert _parse_memory(1234) == 1234
