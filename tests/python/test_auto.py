@@ -16,7 +16,7 @@ import torch
 import ringloader as rl
 from ringloader import _C
 from ringloader import transforms as T
-from ringloader.dataloader import _parse_memory, _torch_default_threads
+from ringloader.dataloader import _format_bytes, _parse_memory, _torch_default_threads
 
 SMALL = T.Compose([T.Resize(32), T.CenterCrop(32)])  # uint8 [3,32,32]: 3 KiB a sample
 
@@ -355,10 +355,12 @@ def test_default_memory_budget_is_a_quarter_of_what_is_available(tmp_path, image
     s = loader.stats()
     assert s["max_memory"] == 1 << 20
     assert s["max_slots"] == (1 << 20) // s["slot_bytes"]
-    assert s["memory_budget_note"] == "1.0 MiB: the default, a quarter of 4.0 MiB available (MemAvailable), at most 2 GiB"
+    assert s["memory_budget_note"] == "the default, a quarter of 4.0 MiB available (MemAvailable), at most 2 GiB"
     # The real machine's default, as describe() reports it.
-    text = rl.DataLoader(ds, batch_size=2).describe()
-    assert ": the default, " in text
+    loader = rl.DataLoader(ds, batch_size=2)
+    line = next(line for line in loader.describe().splitlines() if line.strip().startswith("slots:"))
+    amount = _format_bytes(loader.stats()["max_memory"])
+    assert f"(max_memory {amount}: the default, " in line and line.count(f" {amount}") == 1, line
 
 
 def test_numa_node_narrows_the_budget(tmp_path, image_tree, no_explicit_threads):
