@@ -450,7 +450,10 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
             dtype = next(iter(dtype.values()), None)
         scale = getattr(t, "scale", True) if name == "ToDtype" else True
         if dtype is torch.float32 and scale:
-            return ToTensor().steps()
+            step = ToTensor().steps()[0]
+            if module.startswith("torchvision.transforms.v2"):
+                step["by_reciprocal"] = True  # v2 multiplies by 1/255 where v1 divides by 255
+            return [step]
         raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
     raise TypeError(f"transform {where} has no native equivalent")
 
