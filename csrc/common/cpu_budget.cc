@@ -190,14 +190,14 @@ AvailableMemory ReadAvailableMemory(const std::string& meminfo, const std::strin
 uint64_t DefaultMemoryBudget(const AvailableMemory& available, std::string* note) {
   constexpr uint64_t kCeiling = uint64_t{2} << 30;
   if (available.bytes == 0) {
-    if (note) *note = "2.0 GiB: the default (available memory unknown)";
+    if (note) *note = "the default (available memory unknown)";
     return kCeiling;
   }
   const uint64_t quarter = available.bytes / 4;
   const uint64_t budget = std::max<uint64_t>(1, std::min(kCeiling, quarter));
   if (note) {
-    *note = absl::StrCat(FormatMemorySize(budget), ": the default, a quarter of ", FormatMemorySize(available.bytes),
-                         " available (", available.source, "), at most 2 GiB");
+    *note = absl::StrCat("the default, a quarter of ", FormatMemorySize(available.bytes), " available (",
+                         available.source, "), at most 2 GiB");
   }
   return budget;
 }

@@ -251,7 +251,7 @@ TEST(AvailableMemoryTest, MemAvailableCappedByTheCgroupLimitLessUsage) {
   }
   std::string note;
   EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{3} << 28);  // a quarter: 0.75 GiB
-  EXPECT_EQ(note, "768.0 MiB: the default, a quarter of 3.0 GiB available (cgroup v2 /job memory.max - "
+  EXPECT_EQ(note, "the default, a quarter of 3.0 GiB available (cgroup v2 /job memory.max - "
                   "memory.current), at most 2 GiB");
 }
 
@@ -265,7 +265,7 @@ TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
   EXPECT_EQ(m.bytes, 0u);
   std::string note;
   EXPECT_EQ(DefaultMemoryBudget(m, &note), uint64_t{2} << 30);
-  EXPECT_EQ(note, "2.0 GiB: the default (available memory unknown)");
+  EXPECT_EQ(note, "the default (available memory unknown)");
   WriteText(f.root + "/memory/docker/abc/memory.limit_in_bytes", "536870912\n");  // 512 MiB
   m = ReadAvailableMemory(f.root + "/no-meminfo", f.root, f.proc_file);
   EXPECT_EQ(m.bytes, (uint64_t{512} << 20) - 1000);
@@ -379,7 +379,7 @@ TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.max_memory, 1000000);
   EXPECT_EQ(s.max_slots, static_cast<int>(1000000 / s.slot_bytes));
-  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "976.6 KiB: the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
+  EXPECT_TRUE(absl::StrContains(s.memory_budget_note, "the default, a quarter of 3.8 MiB available (cgroup v2 /ctr memory.max"))
       << s.memory_budget_note;
 }
 

@@ -157,7 +157,7 @@ absl::StatusOr<SlotPlan> PlanSlots(const SlotRequest& r) {
                                                      minimum, " bytes, or ", smaller));
     }
     return absl::InvalidArgumentError(absl::StrCat(
-        "the memory budget (", r.budget_note, ")", what,
+        "the memory budget (", FormatMemorySize(r.budget), ": ", r.budget_note, ")", what,
         r.available > 0 ? absl::StrCat(", more than half of the ", FormatMemorySize(r.available), " available")
                         : std::string(),
         ". To fit, ", smaller, "; or give max_memory= explicitly (at least ", minimum,

@@ -223,7 +223,7 @@ TEST(PlanSlotsTest, RefusalNamesTheBudgetTheNeedAndWhatToChange) {
   absl::Status refused = PlanSlots(r).status();
   ASSERT_TRUE(absl::IsInvalidArgument(refused)) << refused;
   EXPECT_EQ(std::string(refused.message()),
-            "the memory budget (test default) holds 1 batch slot of 1048576 bytes (1.0 MiB: batch_size 4 x "
+            "the memory budget (1.5 MiB: test default) holds 1 batch slot of 1048576 bytes (1.0 MiB: batch_size 4 x "
             "262128 bytes a sample, + 64 bytes of labels and indices); the pipeline needs at least 2 (one being "
             "filled, one the training loop holds): 2 x 1048576 = 2097152 bytes (2.0 MiB), more than half of the "
             "3.0 MiB available. To fit, lower batch_size or the output size (a smaller crop or resize, uint8 "

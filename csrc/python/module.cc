@@ -293,6 +293,7 @@ TransformStep ParseStep(py::dict step) {
   if (step.contains("scale")) std::tie(s.scale_min, s.scale_max) = step["scale"].cast<std::pair<double, double>>();
   if (step.contains("ratio")) std::tie(s.ratio_min, s.ratio_max) = step["ratio"].cast<std::pair<double, double>>();
   if (step.contains("p")) s.p = step["p"].cast<double>();
+  if (step.contains("by_reciprocal")) s.by_reciprocal = step["by_reciprocal"].cast<bool>();
   for (const char* key : {"mean", "std"}) {
     if (!step.contains(key)) continue;
     auto values = step[key].cast<std::vector<float>>();

@@ -389,6 +389,23 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     p.scale_[c] = static_cast<float>(scale[c]);
     p.bias_[c] = static_cast<float>(bias[c]);
   }
+  // Each level's value as torch computes it, one float32 operation at a time (ToTensor and
+  // ConvertImageDtype divide by 255, v2's ToDtype multiplies by float(1/255); Normalize subtracts
+  // the mean, then divides by std). `volatile` keeps each rounding: no fused multiply-add.
+  for (int c = 0; c < 3; ++c) {
+    for (int level = 0; level < 256; ++level) {
+      volatile float x = static_cast<float>(level);
+      for (const TransformStep& s : steps) {
+        if (s.kind == Kind::kToTensor) {
+          x = s.by_reciprocal ? x * static_cast<float>(1.0 / 255.0) : x / 255.0f;
+        } else if (s.kind == Kind::kNormalize) {
+          x = x - s.mean[c];
+          x = x / s.std[c];
+        }
+      }
+      p.values_[static_cast<size_t>(c) * 256 + level] = x;
+    }
+  }
   p.steps_ = std::move(steps);
   return p;
 }

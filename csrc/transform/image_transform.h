@@ -7,6 +7,7 @@
 /// pixel coordinates, that lands on the output grid. The decoder uses it to pick a DCT scale and
 /// a region of interest, and the resampler uses it to produce the output in one pass.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -70,7 +71,7 @@ struct TransformStep {
     kCenterCrop,            ///< size_h x size_w
     kRandomResizedCrop,     ///< size_h x size_w, scale_min..scale_max, ratio_min..ratio_max
     kRandomHorizontalFlip,  ///< p
-    kToTensor,              ///< float output in [0, 1]
+    kToTensor,              ///< float output in [0, 1] (level / 255, or see by_reciprocal)
     kNormalize,             ///< (x - mean) / std per channel, after ToTensor
     // Added with the full torchvision/timm recipe set. Geometric when fused into the sample
     // geometry (vertical flip, RandomCrop with zero fill), otherwise applied to the 8-bit image.
@@ -98,6 +99,9 @@ struct TransformStep {
   double p = 0.5;
   float mean[3] = {0.f, 0.f, 0.f};
   float std[3] = {1.f, 1.f, 1.f};
+  /// ToTensor: level * float(1/255) (torchvision v2's ToDtype(scale=True)) rather than level / 255
+  /// (ToTensor, v1's ConvertImageDtype); the two differ in the last bit for about half the levels.
+  bool by_reciprocal = false;
   // Fields of the steps added for the full recipe set (unused ones keep their defaults).
   Interpolation interpolation = Interpolation::kBilinear;  ///< resizes, rotation, affine, policies
   PadMode pad_mode = PadMode::kConstant;
@@ -191,9 +195,13 @@ class TransformPipeline {
   Layout layout() const { return layout_; }
   /// True when ToTensor is in the chain (values scaled to [0,1] before Normalize).
   bool to_unit() const { return to_unit_; }
-  /// Output value = stored_level * scale[c] + bias[c], stored_level in [0,255] (rounded).
+  /// Output value = stored_level * scale[c] + bias[c], stored_level in [0,255] (rounded), up to
+  /// float rounding; values() has the exact ones.
   const float* scale() const { return scale_; }
   const float* bias() const { return bias_; }
+  /// The float32 output value of each level per channel (values()[c * 256 + level]), computed
+  /// with torch's float32 operations in the chain's order, so float outputs equal torchvision's.
+  const float* values() const { return values_.data(); }
   /// Bytes of one output image (fixed size).
   size_t SampleBytes() const;
   const std::vector<TransformStep>& steps() const { return steps_; }
@@ -211,6 +219,7 @@ class TransformPipeline {
   bool to_unit_ = false;
   float scale_[3] = {1.f, 1.f, 1.f};
   float bias_[3] = {0.f, 0.f, 0.f};
+  std::array<float, 3 * 256> values_{};
 };
 
 /// torchvision RandomResizedCrop.get_params on an image of width x height: returns the crop

@@ -706,8 +706,11 @@ TEST(Resampler, DTypesAndLayoutsHoldTheSameValues) {
         for (int c = 0; c < 3; ++c) {
           const int level = levels[(y * 40 + x) * 3 + c];
           const size_t i = layout == Layout::kHWC ? (y * 40 + x) * 3 + c : (c * 40 + y) * 40 + x;
-          const double expected = (level / 255.0 - kMean[c]) / kStd[c];  // torchvision's math
-          ASSERT_NEAR(o32[i], expected, 2e-6);
+          // torchvision's float32 operations: ConvertImageDtype, then Normalize's sub_ and div_.
+          const float unit = static_cast<float>(level) / 255.0f;
+          const float centred = unit - kMean[c];
+          const float expected = centred / kStd[c];
+          ASSERT_EQ(o32[i], expected);
           ASSERT_EQ(o16[i], FloatToHalf(o32[i]));
           ASSERT_EQ(ob16[i], FloatToBFloat16(o32[i]));
           ASSERT_NEAR(HalfToFloat(o16[i]), expected, 2.5e-3);     // 11-bit significand
@@ -723,7 +726,20 @@ TEST(Resampler, DTypesAndLayoutsHoldTheSameValues) {
   OutputFormat uf = OutputFormat::FromPipeline(unit);
   uf.layout = Layout::kHWC;
   rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, uf, o.data());
-  for (int i = 0; i < kN; ++i) ASSERT_FLOAT_EQ(o[i], levels[i] / 255.0f);
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(o[i], levels[i] / 255.0f);
+  // v2's ToDtype(float32, scale=True) multiplies by float(1/255), which differs in the last bit.
+  TransformStep to_dtype = ToTensor();
+  to_dtype.by_reciprocal = true;
+  const TransformPipeline v2_unit = MustCreate({Rrc(40), to_dtype}, DType::kFloat32);
+  uf = OutputFormat::FromPipeline(v2_unit);
+  uf.layout = Layout::kHWC;
+  rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, uf, o.data());
+  for (int i = 0; i < kN; ++i) ASSERT_EQ(o[i], levels[i] * static_cast<float>(1.0 / 255.0));
+  int differ = 0;
+  for (int level = 0; level < 256; ++level) {
+    differ += v2_unit.values()[level] != unit.values()[level];
+  }
+  EXPECT_GT(differ, 50);
 }
 
 TEST(HalfConversion, RoundsToNearestEven) {

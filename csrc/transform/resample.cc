@@ -232,7 +232,8 @@ inline int ClampToInt(double v, double edge) {
 
 bool SameFormat(const OutputFormat& a, const OutputFormat& b) {
   return a.dtype == b.dtype && std::memcmp(a.scale, b.scale, sizeof(a.scale)) == 0 &&
-         std::memcmp(a.bias, b.bias, sizeof(a.bias)) == 0;
+         std::memcmp(a.bias, b.bias, sizeof(a.bias)) == 0 && a.exact == b.exact &&
+         (!a.exact || std::memcmp(a.values.data(), b.values.data(), sizeof(a.values)) == 0);
 }
 
 }  // namespace
@@ -245,6 +246,8 @@ OutputFormat OutputFormat::FromPipeline(const TransformPipeline& pipeline) {
     f.scale[c] = pipeline.scale()[c];
     f.bias[c] = pipeline.bias()[c];
   }
+  f.exact = true;
+  std::copy(pipeline.values(), pipeline.values() + f.values.size(), f.values.begin());
   return f;
 }
 
@@ -480,7 +483,8 @@ void Resampler::PrepareLut(const OutputFormat& fmt) {
   if (lut_valid_ && SameFormat(fmt, lut_fmt_)) return;
   for (int c = 0; c < 3; ++c) {
     for (int level = 0; level < 256; ++level) {
-      const float v = static_cast<float>(level) * fmt.scale[c] + fmt.bias[c];
+      const float v = fmt.exact ? fmt.values[static_cast<size_t>(c) * 256 + level]
+                                : static_cast<float>(level) * fmt.scale[c] + fmt.bias[c];
       uint32_t bits = 0;
       switch (fmt.dtype) {
         case DType::kUint8:

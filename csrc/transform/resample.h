@@ -12,6 +12,7 @@
 /// the levels, so `Resampler` follows it. It streams source rows in (so the decoder never holds
 /// the whole image) and writes the final levels straight into the tensor layout.
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -23,13 +24,15 @@ namespace ringloader {
 /// Fractional bits of the fixed-point filter weights (Pillow: 32 - 8 - 2).
 inline constexpr int kResamplePrecisionBits = 22;
 
-/// How output levels (integers 0..255) become stored elements: value = level * scale + bias,
-/// rounded to the dtype (uint8: saturated to 0..255).
+/// How output levels (integers 0..255) become stored elements: value = level * scale + bias
+/// (or, when `exact`, values[c * 256 + level]), rounded to the dtype (uint8: saturated to 0..255).
 struct OutputFormat {
   DType dtype = DType::kUint8;
   Layout layout = Layout::kCHW;
   float scale[3] = {1.f, 1.f, 1.f};
   float bias[3] = {0.f, 0.f, 0.f};
+  bool exact = false;  ///< Use `values` (a pipeline's TransformPipeline::values()).
+  std::array<float, 3 * 256> values{};
 
   /// The format a pipeline writes.
   static OutputFormat FromPipeline(const TransformPipeline& pipeline);

@@ -68,14 +68,20 @@ def _check_workers(num_workers: Any) -> Any:
     return _check_int("num_workers", num_workers, 0)
 
 
-def _check_prefetch(prefetch_factor: Any) -> Any:
-    """``prefetch_factor``: None (2), an int >= 1 or ``"auto"``."""
+def _check_prefetch(prefetch_factor: Any, num_workers: Any) -> Any:
+    """``prefetch_factor``: None (2), an int >= 1 or ``"auto"``. As torch, a number needs
+    ``num_workers`` > 0 (or ``"auto"``, which is at least one): with ``num_workers=0`` torch
+    loads in the calling process, so it has nothing to prefetch with and refuses one."""
     if isinstance(prefetch_factor, str):
         if prefetch_factor != "auto":
             raise ValueError(f"prefetch_factor should be an int >= 1, None or 'auto', got {prefetch_factor!r}")
         return "auto"
     if prefetch_factor is not None:
         _check_int("prefetch_factor", prefetch_factor, 1)
+        if num_workers == 0:
+            raise ValueError(
+                f"prefetch_factor={prefetch_factor} needs num_workers > 0 (or 'auto'), as with torch's "
+                "DataLoader: with num_workers=0 leave prefetch_factor=None (or 'auto')")
     return prefetch_factor
 
 
@@ -152,8 +158,9 @@ class DataLoader:
     """Drop-in for ``torch.utils.data.DataLoader`` (see the module docstring for the two paths).
 
     torch arguments keep their meaning: ``num_workers`` is the number of native decode threads
-    (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2), and
-    ``pin_memory`` asks for page-locked slots when a GPU is visible.
+    (0 means one), ``prefetch_factor`` batches per worker are decoded ahead (default 2; as
+    torch, a number is refused with ``num_workers=0``, where the one thread still keeps 2 batches
+    ahead), and ``pin_memory`` asks for page-locked slots when a GPU is visible.
 
     ``num_workers="auto"`` sizes decode and reader threads from the CPUs this process may use
     (affinity mask, the NUMA node's CPUs with ``numa``, the cgroup CPU quota rounded to the
@@ -305,7 +312,7 @@ class DataLoader:
         self.num_workers = num_workers
         if timeout < 0:
             raise ValueError(f"timeout option should be non-negative, got {timeout}")
-        prefetch_factor = _check_prefetch(prefetch_factor)
+        prefetch_factor = _check_prefetch(prefetch_factor, num_workers)
         max_memory = _parse_memory(max_memory)
         if reader_threads is not None:
             _check_int("reader_threads", reader_threads, 1)

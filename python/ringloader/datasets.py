@@ -138,7 +138,8 @@ class NativeDataset(_TorchDataset):
     ``dataset[i]`` decodes one sample on the calling thread and returns ``(image, target)``;
     batches come from :class:`ringloader.DataLoader`.
 
-    ``transform`` is a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` or any
+    ``transform`` is a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` (or a preset
+    object that only applies one, as torchvision's classification references use) or any
     callable. The longest prefix with a native equivalent runs natively
     (:func:`ringloader.transforms.split`). When everything runs natively and the output size is
     fixed, the DataLoader batches natively. Otherwise the dataset runs **per sample**: native

@@ -440,6 +440,8 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
         return Normalize([float(v) for v in t.mean], [float(v) for v in t.std]).steps()
     if name in ("PILToTensor", "ToImage", "ToImageTensor", "MaybePILToTensor"):
         return []  # uint8 CHW tensor: the native default without ToTensor
+    if name == "ToPureTensor" and module.startswith("torchvision.transforms.v2"):
+        return []  # only unwraps tv_tensors subclasses: values and plain tensors pass unchanged
     if name in ("ConvertImageDtype", "ToDtype"):
         import torch
 
@@ -448,7 +450,10 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
             dtype = next(iter(dtype.values()), None)
         scale = getattr(t, "scale", True) if name == "ToDtype" else True
         if dtype is torch.float32 and scale:
-            return ToTensor().steps()
+            step = ToTensor().steps()[0]
+            if module.startswith("torchvision.transforms.v2"):
+                step["by_reciprocal"] = True  # v2 multiplies by 1/255 where v1 divides by 255
+            return [step]
         raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
     raise TypeError(f"transform {where} has no native equivalent")
 
@@ -480,6 +485,53 @@ def _stage_error(steps: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> Opti
     return None
 
 
+# What a preset class may define besides __init__ and __call__: bookkeeping Python adds to every
+# class, and methods that only display the object.
+_PRESET_INERT = {"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__", "__annotations__",
+                 "__firstlineno__", "__static_attributes__", "__init__", "__call__", "__repr__", "__str__"}
+_CODE_SHAPE_FLAGS = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200  # *args, **kwargs, generators, coroutines
+
+
+def _applies_transforms(self, img):
+    return self.transforms(img)
+
+
+def _unwrap_preset(obj: Any) -> Optional[Any]:
+    """The ``transforms`` a preset object only applies, or None.
+
+    torchvision's classification references (and many training scripts) wrap their Compose in a
+    class whose ``__call__`` is ``return self.transforms(img)``. Such an object is unwrapped when
+    all of these hold, so calling it is exactly calling its ``transforms``:
+
+    * ``__call__`` is a plain function whose bytecode is that one line (any argument name; no
+      decorator, default, ``*args``/``**kwargs`` or closure);
+    * ``transforms`` is an attribute of the instance itself (no property, slot or custom
+      ``__getattribute__``), not None;
+    * the class and its bases (other than ``object``) define nothing but ``__init__``,
+      ``__call__``, ``__repr__`` and ``__str__``, under the plain ``type`` metaclass.
+
+    Anything else (a ``__call__`` that does more, another method that could change the object)
+    stays an opaque Python callable.
+    """
+    cls = type(obj)
+    if type(cls) is not type or isinstance(obj, Transform) or cls.__module__.startswith(("torchvision", "timm")):
+        return None
+    call = getattr(cls, "__call__", None)
+    if not isinstance(call, type(_applies_transforms)) or call.__closure__ or call.__defaults__ \
+            or call.__kwdefaults__:
+        return None
+    code, ref = call.__code__, _applies_transforms.__code__
+    if (code.co_code != ref.co_code or code.co_names != ref.co_names
+            or code.co_argcount != 2 or code.co_kwonlyargcount or code.co_freevars
+            or code.co_flags & _CODE_SHAPE_FLAGS):
+        return None
+    for base in cls.__mro__[:-1]:
+        if set(vars(base)) - _PRESET_INERT:
+            return None
+    inner = getattr(obj, "__dict__", {}).get("transforms")
+    return None if inner is obj else inner
+
+
 def from_torchvision(transform: Any) -> List[Dict[str, Any]]:
     """Native steps for a torchvision transform or Compose; TypeError names what is unsupported."""
     return _from_torchvision_one(transform)
@@ -491,6 +543,9 @@ def to_steps(transform: Any) -> List[Dict[str, Any]]:
         return []
     if isinstance(transform, Transform):
         return transform.steps()
+    inner = _unwrap_preset(transform)
+    if inner is not None:
+        return to_steps(inner)
     module = type(transform).__module__
     if callable(transform) and (module.startswith("torchvision") or module.startswith("timm")):
         return from_torchvision(transform)
@@ -526,6 +581,9 @@ class Split(NamedTuple):
 def _flatten(transform: Any) -> List[Any]:
     if transform is None:
         return []
+    preset = _unwrap_preset(transform)
+    if preset is not None:
+        return _flatten(preset)
     inner = getattr(transform, "transforms", None)
     if type(transform).__name__ == "Compose" and isinstance(inner, (list, tuple)):
         out: List[Any] = []
@@ -577,8 +635,8 @@ def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Option
 
 
 def split(transform: Any) -> Split:
-    """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's or
-    anything callable) at the first step without a native equivalent, or whose numerics would
+    """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's, a
+    preset object that only applies one (see :func:`_unwrap_preset`), or anything callable) at the first step without a native equivalent, or whose numerics would
     differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
     with tensor kernels)."""
     parts = _flatten(transform)

@@ -16,7 +16,7 @@ import torch
 import ringloader as rl
 from ringloader import _C
 from ringloader import transforms as T
-from ringloader.dataloader import _parse_memory, _torch_default_threads
+from ringloader.dataloader import _format_bytes, _parse_memory, _torch_default_threads
 
 SMALL = T.Compose([T.Resize(32), T.CenterCrop(32)])  # uint8 [3,32,32]: 3 KiB a sample
 
@@ -160,6 +160,25 @@ def test_bad_values_name_the_argument(image_tree, kwargs, name, error):
     ds = rl.ImageFolder(image_tree, transform=SMALL)
     with pytest.raises(error, match=name):
         rl.DataLoader(ds, batch_size=2, **kwargs)
+
+
+def test_prefetch_factor_needs_workers_as_in_torch(image_tree):
+    import torchvision
+
+    native = rl.ImageFolder(image_tree, transform=SMALL)
+    generic = torchvision.datasets.ImageFolder(image_tree)
+    with pytest.raises(ValueError, match="prefetch_factor"):  # torch 2.14 refuses it too
+        torch.utils.data.DataLoader(generic, batch_size=2, num_workers=0, prefetch_factor=2)
+    for ds in (native, generic):
+        with pytest.raises(ValueError, match=r"prefetch_factor=2 needs num_workers > 0"):
+            rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor=2)
+        # None (torch's default), "auto" (ringloader's) and any number of workers are accepted.
+        rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor=None)
+        rl.DataLoader(ds, batch_size=2, num_workers=0, prefetch_factor="auto")
+        rl.DataLoader(ds, batch_size=2, num_workers=1, prefetch_factor=2)
+        rl.DataLoader(ds, batch_size=2, num_workers="auto", prefetch_factor=2)
+    loader = rl.DataLoader(native, batch_size=2, num_workers=0)
+    assert loader.native and loader.stats()["prefetch_batches"] == 2
 
 
 def test_memory_sizes():
@@ -336,10 +355,12 @@ def test_default_memory_budget_is_a_quarter_of_what_is_available(tmp_path, image
     s = loader.stats()
     assert s["max_memory"] == 1 << 20
     assert s["max_slots"] == (1 << 20) // s["slot_bytes"]
-    assert s["memory_budget_note"] == "1.0 MiB: the default, a quarter of 4.0 MiB available (MemAvailable), at most 2 GiB"
+    assert s["memory_budget_note"] == "the default, a quarter of 4.0 MiB available (MemAvailable), at most 2 GiB"
     # The real machine's default, as describe() reports it.
-    text = rl.DataLoader(ds, batch_size=2).describe()
-    assert ": the default, " in text
+    loader = rl.DataLoader(ds, batch_size=2)
+    line = next(line for line in loader.describe().splitlines() if line.strip().startswith("slots:"))
+    amount = _format_bytes(loader.stats()["max_memory"])
+    assert f"(max_memory {amount}: the default, " in line and line.count(f" {amount}") == 1, line
 
 
 def test_a_prefetch_factor_that_does_not_fit_is_cut_with_a_warning(image_tree):

@@ -237,7 +237,7 @@ def test_tensors_kept_alive_stay_intact(image_tree: Path):
 
 
 def test_zero_copy_and_slot_recycling(image_tree: Path):
-    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=rl_eval()), batch_size=2, prefetch_factor=1)
+    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=rl_eval()), batch_size=2)  # 2 batches ahead
     ptrs = set()
     for x, y in loader:
         ptrs.add(x.data_ptr())
@@ -248,8 +248,7 @@ def test_zero_copy_and_slot_recycling(image_tree: Path):
 
 
 def test_holding_every_slot_is_an_error_not_a_hang(image_tree: Path):
-    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=rl_eval()), batch_size=2,
-                           prefetch_factor=1, max_slots=3)
+    loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=rl_eval()), batch_size=2, max_slots=3)
     kept = []
     it = iter(loader)
     with pytest.raises(rl.SlotsExhaustedError, match="held by the consumer"):
