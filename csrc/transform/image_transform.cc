@@ -101,6 +101,20 @@ bool IsOutputStep(Kind kind) {
   return kind == Kind::kToTensor || kind == Kind::kNormalize || kind == Kind::kRandomErasing;
 }
 
+/// Why `s` starts the image stage: what keeps it out of the fused resample.
+std::string ImageStageReason(const TransformStep& s) {
+  if (s.kind == Kind::kRandomCrop || s.kind == Kind::kPad) {
+    static constexpr const char* kModes[] = {"constant", "edge", "reflect", "symmetric"};
+    if (s.pad_mode != PadMode::kConstant) {
+      return absl::StrCat(KindName(s.kind), " with padding_mode='",
+                          kModes[static_cast<int>(s.pad_mode)],
+                          "' runs on the 8-bit image");
+    }
+    return absl::StrCat(KindName(s.kind), " with a non-zero fill runs on the 8-bit image");
+  }
+  return absl::StrCat(KindName(s.kind), " runs on the 8-bit image");
+}
+
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat("transform step ", index, " (", KindName(kind), "): ", what));
@@ -310,10 +324,14 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     } else if (stage == Stage::kGeometry && !IsFusable(s)) {
       stage = Stage::kImage;
       p.image_begin_ = i;
-    } else if (stage == Stage::kImage && IsGeometric(s.kind)) {
+    } else if (stage == Stage::kImage &&
+               (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
+      // Flips and CenterCrop move pixels of the 8-bit image; a resize would need a second
+      // resample of it.
       return StepError(i, s.kind,
-                       "geometric steps after an image step (colour, augmentation policy, "
-                       "rotation...) are not supported natively");
+                       absl::StrCat("a resize after step ", p.image_begin_, " (",
+                                    ImageStageReason(steps[p.image_begin_]),
+                                    ") is not supported natively"));
     }
     switch (s.kind) {
       case Kind::kResize:
@@ -519,7 +537,7 @@ void TransformPipeline::OutputSize(const SampleGeometry& g, int* height, int* wi
     if (s.kind == Kind::kPad) {
       h += s.pad[1] + s.pad[3];
       w += s.pad[0] + s.pad[2];
-    } else if (s.kind == Kind::kRandomCrop) {
+    } else if (s.kind == Kind::kRandomCrop || s.kind == Kind::kCenterCrop) {
       h = s.size_h;
       w = s.size_w;
     }

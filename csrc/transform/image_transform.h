@@ -166,7 +166,8 @@ class TransformPipeline {
   ///  1. geometric steps fused into one resample (Resize, CenterCrop, RandomResizedCrop, the
   ///     flips, and RandomCrop/Pad with zero constant fill);
   ///  2. image steps on the 8-bit image (colour, policies, rotation/affine, blur, and
-  ///     RandomCrop/Pad with other fills or modes);
+  ///     RandomCrop/Pad with other fills or modes); flips and CenterCrop after the first of
+  ///     them move the 8-bit image's pixels, a resize there is refused;
   ///  3. output steps: ToTensor, Normalize, RandomErasing (after ToTensor).
   /// Unless `allow_variable_size`, the chain must end in a fixed output size so samples can be
   /// batched. Errors: InvalidArgument naming the offending step.
