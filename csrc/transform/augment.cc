@@ -365,6 +365,42 @@ absl::Status RandomCropImage(const TransformStep& s, SampleRng& rng, AugmentScra
   return absl::OkStatus();
 }
 
+/// torchvision's center_crop on the 8-bit image: zero padding first where the crop is larger
+/// ((crop - size) // 2 leading), then the crop at round((size - crop) / 2), halves to even.
+absl::Status CenterCropImage(const TransformStep& s, AugmentScratch& scratch, RgbView* img) {
+  const int ch = s.size_h, cw = s.size_w;
+  if (cw > img->width || ch > img->height) {
+    const int dw = std::max(cw - img->width, 0), dh = std::max(ch - img->height, 0);
+    const TransformStep zero;  // constant mode, fill 0
+    absl::Status status = PadInto(img, dw / 2, dh / 2, (dw + 1) / 2, (dh + 1) / 2, zero, scratch);
+    if (!status.ok()) return status;
+  }
+  const auto half_even = [](int d) { return d % 2 == 0 ? d / 2 : (d / 2) + ((d / 2) % 2); };
+  const int top = half_even(img->height - ch), left = half_even(img->width - cw);
+  img->data += static_cast<size_t>(top) * img->stride + static_cast<size_t>(left) * 3;
+  img->width = cw;
+  img->height = ch;
+  return absl::OkStatus();
+}
+
+void FlipImage(bool horizontal, RgbView& img) {
+  if (horizontal) {
+    for (int y = 0; y < img.height; ++y) {
+      uint8_t* row = img.data + static_cast<size_t>(y) * img.stride;
+      for (int a = 0, b = img.width - 1; a < b; ++a, --b) {
+        std::swap_ranges(row + 3 * a, row + 3 * a + 3, row + 3 * b);
+      }
+    }
+    return;
+  }
+  const size_t bytes = static_cast<size_t>(img.width) * 3;
+  for (int a = 0, b = img.height - 1; a < b; ++a, --b) {
+    std::swap_ranges(img.data + static_cast<size_t>(a) * img.stride,
+                     img.data + static_cast<size_t>(a) * img.stride + bytes,
+                     img.data + static_cast<size_t>(b) * img.stride);
+  }
+}
+
 // ---- RandomErasing on the written output ---------------------------------------------------
 
 /// Writes `v` at (c, y, x) of an output of `dtype`/`layout`.
@@ -522,8 +558,17 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
         if (!status.ok()) return status;
         break;
       }
+      case Kind::kRandomHorizontalFlip:
+      case Kind::kRandomVerticalFlip:
+        if (rng.Uniform() < s.p) FlipImage(s.kind == Kind::kRandomHorizontalFlip, *img);
+        break;
+      case Kind::kCenterCrop: {
+        absl::Status status = CenterCropImage(s, scratch, img);
+        if (!status.ok()) return status;
+        break;
+      }
       default:
-        return absl::InternalError("a geometric or output step reached the image stage");
+        return absl::InternalError("a resize or output step reached the image stage");
     }
   }
   return absl::OkStatus();

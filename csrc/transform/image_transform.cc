@@ -101,18 +101,54 @@ bool IsOutputStep(Kind kind) {
   return kind == Kind::kToTensor || kind == Kind::kNormalize || kind == Kind::kRandomErasing;
 }
 
+/// Why `s` starts the image stage: what keeps it out of the fused resample.
+std::string ImageStageReason(const TransformStep& s) {
+  if (s.kind == Kind::kRandomCrop || s.kind == Kind::kPad) {
+    static constexpr const char* kModes[] = {"constant", "edge", "reflect", "symmetric"};
+    if (s.pad_mode != PadMode::kConstant) {
+      return absl::StrCat(KindName(s.kind), " with padding_mode='",
+                          kModes[static_cast<int>(s.pad_mode)],
+                          "' runs on the 8-bit image");
+    }
+    return absl::StrCat(KindName(s.kind), " with a non-zero fill runs on the 8-bit image");
+  }
+  return absl::StrCat(KindName(s.kind), " runs on the 8-bit image");
+}
+
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
   return absl::InvalidArgumentError(
       absl::StrCat("transform step ", index, " (", KindName(kind), "): ", what));
 }
 
-/// The running state of Plan: the current image size and where its edges sit in the source.
+/// An ordered interval of source coordinates.
+struct Span {
+  double lo = 0, hi = 0;
+  Span Intersect(const Span& o) const { return {std::max(lo, o.lo), std::min(hi, o.hi)}; }
+};
+
+/// The running state of Plan: the current image size and where its edges sit in the source,
+/// plus the windows that say which of its pixels are zero padding.
 struct View {
   int64_t w = 0, h = 0;
   double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
-  double cx0 = 0, cx1 = 0, cy0 = 0, cy1 = 0;  // clip box (ordered)
+  Span clip_x, clip_y;  // the image the last resize read (its taps stop at its border)
+  Span read_x, read_y;  // the part of that image holding source pixels
+  Span show_x, show_y;  // the part of the current image holding resized (not padding) pixels
 
-  /// Restricts the view to the integer box (top, left, ch, cw) of the current image.
+  Span XSpan() const { return {std::min(x0, x1), std::max(x0, x1)}; }
+  Span YSpan() const { return {std::min(y0, y1), std::max(y0, y1)}; }
+
+  /// The whole source, unresized.
+  void Start(int src_w, int src_h) {
+    w = std::max(src_w, 1);
+    h = std::max(src_h, 1);
+    x0 = 0, x1 = static_cast<double>(src_w);
+    y0 = 0, y1 = static_cast<double>(src_h);
+    clip_x = read_x = show_x = XSpan();
+    clip_y = read_y = show_y = YSpan();
+  }
+  /// Restricts the view to the integer box (top, left, ch, cw) of the current image; a box
+  /// reaching outside it pads with zeros, and the pixels it cuts off never come back.
   void Crop(int64_t top, int64_t left, int64_t ch, int64_t cw) {
     const double sx = (x1 - x0) / static_cast<double>(w);
     const double sy = (y1 - y0) / static_cast<double>(h);
@@ -122,14 +158,18 @@ struct View {
     const double ny1 = y0 + static_cast<double>(top + ch) * sy;
     x0 = nx0, x1 = nx1, y0 = ny0, y1 = ny1;
     w = cw, h = ch;
+    show_x = show_x.Intersect(XSpan());
+    show_y = show_y.Intersect(YSpan());
   }
-  /// The next resample reads exactly the current view, so its taps are clipped to it (kept
-  /// inside the source: beyond it there is only CenterCrop's zero padding).
-  void ClipToView(int src_w, int src_h) {
-    cx0 = std::clamp(std::min(x0, x1), 0.0, static_cast<double>(src_w));
-    cx1 = std::clamp(std::max(x0, x1), 0.0, static_cast<double>(src_w));
-    cy0 = std::clamp(std::min(y0, y1), 0.0, static_cast<double>(src_h));
-    cy1 = std::clamp(std::max(y0, y1), 0.0, static_cast<double>(src_h));
+  /// The next resize reads exactly the current view, padding included: its taps stop at the
+  /// view's border, read zeros outside the shown part, and all of its output is image.
+  void Resize() {
+    clip_x = XSpan();
+    clip_y = YSpan();
+    read_x = show_x;
+    read_y = show_y;
+    show_x = clip_x;
+    show_y = clip_y;
   }
 };
 
@@ -284,10 +324,14 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     } else if (stage == Stage::kGeometry && !IsFusable(s)) {
       stage = Stage::kImage;
       p.image_begin_ = i;
-    } else if (stage == Stage::kImage && IsGeometric(s.kind)) {
+    } else if (stage == Stage::kImage &&
+               (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
+      // Flips and CenterCrop move pixels of the 8-bit image; a resize would need a second
+      // resample of it.
       return StepError(i, s.kind,
-                       "geometric steps after an image step (colour, augmentation policy, "
-                       "rotation...) are not supported natively");
+                       absl::StrCat("a resize after step ", p.image_begin_, " (",
+                                    ImageStageReason(steps[p.image_begin_]),
+                                    ") is not supported natively"));
     }
     switch (s.kind) {
       case Kind::kResize:
@@ -412,8 +456,8 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
 
 namespace {
 
-/// Pads the view by (left, top, right, bottom): the new pixels lie outside the clip box, so
-/// the resampler writes zeros there (constant fill 0).
+/// Pads the view by (left, top, right, bottom): the new pixels lie outside the shown window,
+/// so the resampler writes zeros there (constant fill 0).
 void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) {
   v.Crop(-top, -left, v.h + top + bottom, v.w + left + right);
 }
@@ -422,11 +466,7 @@ void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) 
 
 SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) const {
   View v;
-  v.w = std::max(src_w, 1);
-  v.h = std::max(src_h, 1);
-  v.x0 = 0, v.x1 = static_cast<double>(src_w);
-  v.y0 = 0, v.y1 = static_cast<double>(src_h);
-  v.ClipToView(src_w, src_h);
+  v.Start(src_w, src_h);
   SampleGeometry g;
   for (size_t i = 0; i < image_begin_ && i < steps_.size(); ++i) {
     const TransformStep& s = steps_[i];
@@ -434,7 +474,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
       case Kind::kResize: {
         const Size2 n = ResizedOutputSize(v.h, v.w, s);
         if (n.h == v.h && n.w == v.w) break;  // torchvision returns the image untouched
-        v.ClipToView(src_w, src_h);
+        v.Resize();
         v.w = std::max<int64_t>(n.w, 1);
         v.h = std::max<int64_t>(n.h, 1);
         g.filter = s.interpolation;
@@ -456,7 +496,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
             RandomResizedCropParams(static_cast<int>(v.w), static_cast<int>(v.h), s.scale_min,
                                     s.scale_max, s.ratio_min, s.ratio_max, rng);
         v.Crop(box.top, box.left, box.height, box.width);
-        v.ClipToView(src_w, src_h);  // PIL resizes the cropped image: taps stop at the crop
+        v.Resize();  // PIL resizes the cropped image: taps stop at the crop
         v.w = s.size_w;
         v.h = s.size_h;
         g.filter = s.interpolation;
@@ -501,7 +541,9 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   g.x0 = v.x0, g.x1 = v.x1, g.y0 = v.y0, g.y1 = v.y1;
   g.out_w = static_cast<int>(v.w);
   g.out_h = static_cast<int>(v.h);
-  g.clip_x0 = v.cx0, g.clip_x1 = v.cx1, g.clip_y0 = v.cy0, g.clip_y1 = v.cy1;
+  g.clip_x0 = v.clip_x.lo, g.clip_x1 = v.clip_x.hi, g.clip_y0 = v.clip_y.lo, g.clip_y1 = v.clip_y.hi;
+  g.read_x0 = v.read_x.lo, g.read_x1 = v.read_x.hi, g.read_y0 = v.read_y.lo, g.read_y1 = v.read_y.hi;
+  g.show_x0 = v.show_x.lo, g.show_x1 = v.show_x.hi, g.show_y0 = v.show_y.lo, g.show_y1 = v.show_y.hi;
   return g;
 }
 
@@ -512,7 +554,7 @@ void TransformPipeline::OutputSize(const SampleGeometry& g, int* height, int* wi
     if (s.kind == Kind::kPad) {
       h += s.pad[1] + s.pad[3];
       w += s.pad[0] + s.pad[2];
-    } else if (s.kind == Kind::kRandomCrop) {
+    } else if (s.kind == Kind::kRandomCrop || s.kind == Kind::kCenterCrop) {
       h = s.size_h;
       w = s.size_w;
     }

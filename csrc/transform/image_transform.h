@@ -139,13 +139,21 @@ struct TransformStep {
 /// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
 /// source-pixel coordinates (x0 > x1 means mirrored horizontally) mapped onto out_w x out_h.
 struct SampleGeometry {
+  static constexpr double kUnbounded = 1e300;  ///< a window edge that restricts nothing
   double x0 = 0, x1 = 0, y0 = 0, y1 = 0;
   int out_w = 0, out_h = 0;
   /// Source box of the image that torchvision's last resize step reads (ordered, continuous
   /// coordinates). PIL clips and renormalises filter taps at that image's border, which is the
-  /// crop box for RandomResizedCrop and the whole image for Resize. Output pixels whose centre
-  /// falls outside it are zero (CenterCrop padding). An empty box means the whole source.
+  /// crop box for RandomResizedCrop and the whole image for Resize; it extends beyond the
+  /// source where that image was padded. An empty box means the whole source.
   double clip_x0 = 0, clip_x1 = 0, clip_y0 = 0, clip_y1 = 0;
+  /// The part of the clip box holding image pixels: crops before the last resize narrow it,
+  /// and the rest of the clip box is zero padding that the filter reads as zeros.
+  double read_x0 = -kUnbounded, read_x1 = kUnbounded, read_y0 = -kUnbounded, read_y1 = kUnbounded;
+  /// The part of the last resize's output that the crops after it keep (source coordinates):
+  /// output pixels whose centre falls outside it are zero padding (a CenterCrop larger than
+  /// the image, Pad, RandomCrop padding).
+  double show_x0 = -kUnbounded, show_x1 = kUnbounded, show_y0 = -kUnbounded, show_y1 = kUnbounded;
   /// Filter of the resize that produces the output (the last resizing step's interpolation).
   Interpolation filter = Interpolation::kBilinear;
   /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
@@ -162,7 +170,8 @@ class TransformPipeline {
   ///  1. geometric steps fused into one resample (Resize, CenterCrop, RandomResizedCrop, the
   ///     flips, and RandomCrop/Pad with zero constant fill);
   ///  2. image steps on the 8-bit image (colour, policies, rotation/affine, blur, and
-  ///     RandomCrop/Pad with other fills or modes);
+  ///     RandomCrop/Pad with other fills or modes); flips and CenterCrop after the first of
+  ///     them move the 8-bit image's pixels, a resize there is refused;
   ///  3. output steps: ToTensor, Normalize, RandomErasing (after ToTensor).
   /// Unless `allow_variable_size`, the chain must end in a fixed output size so samples can be
   /// batched. Errors: InvalidArgument naming the offending step.

@@ -72,8 +72,54 @@ std::vector<uint8_t> Render(const TransformPipeline& p, const std::vector<uint8_
   return out;
 }
 
+TEST(RecipeStages, FlipsAndCenterCropAfterAnImageStepMoveItsPixels) {
+  // The CIFAR recipe: reflect padding runs on the 8-bit image, the flips after it mirror that
+  // image and CenterCrop crops it (zero padding where larger), drawing in step order.
+  const int w = 12, h = 10;
+  const std::vector<uint8_t> px = Gradient(w, h);
+  TransformStep reflect = T::RandomCrop(h, w, 3);
+  reflect.pad_mode = PadMode::kReflect;
+  TransformStep pad_only = PadStep(3, 3, 3, 3, PadMode::kReflect);
+  const TransformPipeline plain = *TransformPipeline::Create(
+      {pad_only, T::CenterCrop(h, w)}, DType::kUint8, Layout::kHWC);
+  const std::vector<uint8_t> base = Render(plain, px, w, h, 1);
+  // Reflect padding then the centre crop gives the image back.
+  ASSERT_EQ(base, px);
+  const TransformPipeline flipped = *TransformPipeline::Create(
+      {pad_only, T::RandomHorizontalFlip(1.0), T::RandomVerticalFlip(1.0), T::CenterCrop(h + 2, w - 2)},
+      DType::kUint8, Layout::kHWC);
+  const std::vector<uint8_t> out = Render(flipped, px, w, h, 1);
+  ASSERT_EQ(out.size(), static_cast<size_t>(h + 2) * (w - 2) * 3);
+  // Padded 18x16, mirrored both ways, centre crop (12 x 10): top = round(4 / 2) = 2, left 4.
+  for (int y = 0; y < h + 2; ++y) {
+    for (int x = 0; x < w - 2; ++x) {
+      const int py = 15 - (y + 2), px_ = 17 - (x + 4);  // position in the padded image
+      const auto reflect_index = [](int i, int n) { return i < 0 ? -i : (i >= n ? 2 * n - 2 - i : i); };
+      const int sy = reflect_index(py - 3, h), sx = reflect_index(px_ - 3, w);
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(out[(static_cast<size_t>(y) * (w - 2) + x) * 3 + c],
+                  px[(static_cast<size_t>(sy) * w + sx) * 3 + c])
+            << y << " " << x << " " << c;
+      }
+    }
+  }
+  // A CenterCrop larger than the image pads with zeros; p = 0 flips draw but change nothing.
+  const TransformPipeline larger = *TransformPipeline::Create(
+      {reflect, T::RandomHorizontalFlip(0.0), T::CenterCrop(h + 3, w + 1)}, DType::kUint8,
+      Layout::kHWC);
+  const std::vector<uint8_t> big = Render(larger, px, w, h, 5);
+  ASSERT_EQ(big.size(), static_cast<size_t>(h + 3) * (w + 1) * 3);
+  for (int x = 0; x < w + 1; ++x) EXPECT_EQ(big[static_cast<size_t>(x) * 3], 0);  // top row
+}
+
 TEST(RecipeStages, OrderRulesNameTheStep) {
-  EXPECT_NE(CreateError({T::ColorJitter(0.4), T::CenterCrop(8)}).find("geometric steps after an image step"),
+  EXPECT_NE(CreateError({T::ColorJitter(0.4), T::Resize(8)})
+                .find("step 1 (Resize): a resize after step 0 (ColorJitter runs on the 8-bit image)"),
+            std::string::npos);
+  TransformStep reflect = T::RandomCrop(8, 8, 2);
+  reflect.pad_mode = PadMode::kReflect;
+  EXPECT_NE(CreateError({reflect, T::RandomHorizontalFlip(), T::RandomResizedCrop(8)})
+                .find("RandomCrop with padding_mode='reflect' runs on the 8-bit image"),
             std::string::npos);
   EXPECT_NE(CreateError({T::CenterCrop(8), T::ToTensor(), T::ColorJitter(0.4)}).find("before ToTensor"),
             std::string::npos);

@@ -271,22 +271,37 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
     y->clip_lo = 0;
     y->clip_hi = src_h;
   }
+  x->read_lo = g.read_x0 * factor;
+  x->read_hi = g.read_x1 * factor;
+  y->read_lo = g.read_y0 * factor;
+  y->read_hi = g.read_y1 * factor;
+  x->show_lo = g.show_x0 * factor;
+  x->show_hi = g.show_x1 * factor;
+  y->show_lo = g.show_y0 * factor;
+  y->show_hi = g.show_y1 * factor;
   x->out_size = g.out_w;
   y->out_size = g.out_h;
   x->filter = y->filter = g.filter;
 }
 
-int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, double inv_filterscale,
-                     int32_t* k) {
+int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int keep_lo,
+                     int keep_hi, double inv_filterscale, int32_t* k) {
   n = std::max(n, 0);
+  if (scratch_.size() < static_cast<size_t>(n)) scratch_.resize(n);
   double ww = 0.0;
   for (int t = 0; t < n; ++t) {
     const double w = FilterWeight(filter, (t + xmin - center + 0.5) * inv_filterscale);
     scratch_[t] = w;
     ww += w;
   }
-  for (int t = 0; t < n; ++t) k[t] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
-  return ww == 0.0 ? 0 : n;
+  // Pillow normalises over the whole window and multiplies the padding's zeros by their
+  // weights; leaving those taps out gives the same sums.
+  const int t0 = std::clamp(keep_lo - xmin, 0, n);
+  const int t1 = std::clamp(keep_hi - xmin, t0, n);
+  for (int t = t0; t < t1; ++t) {
+    k[t - t0] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+  }
+  return ww == 0.0 ? 0 : t1 - t0;
 }
 
 void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
@@ -296,10 +311,18 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   const double hi = mirrored ? m.begin : m.end;
   const double scale = out > 0 ? (hi - lo) / out : 1.0;
   const bool nearest = m.filter == Interpolation::kNearest;
-  // Integer tap range: the clip box rounded to pixel edges, inside the source.
   const double edge = static_cast<double>(src_size) + 1.0;
-  const int clip_lo = static_cast<int>(std::floor(std::clamp(m.clip_lo, -1.0, edge) + 0.5));
-  const int clip_hi = static_cast<int>(std::floor(std::clamp(m.clip_hi, -1.0, edge) + 0.5));
+  // The clip box rounded to pixel edges; it reaches beyond the source where the resized image
+  // was padded. Taps read only [read_lo, read_hi): the source pixels the crops before the
+  // resize kept. The bound keeps absurd paddings inside int.
+  constexpr double kFar = 1 << 30;
+  const auto pixel_edge = [&](double v) {
+    return static_cast<int>(std::floor(std::clamp(v, -kFar, kFar) + 0.5));
+  };
+  const int clip_lo = pixel_edge(m.clip_lo);
+  const int clip_hi = pixel_edge(m.clip_hi);
+  const int read_lo = std::max({0, clip_lo, pixel_edge(m.read_lo)});
+  const int read_hi = std::min({src_size, clip_hi, pixel_edge(m.read_hi)});
 
   // Pillow resizes the clip box (the image the last resize read: the whole image, or the crop
   // of RandomResizedCrop) into `resized` pixels, computing every filter position relative to
@@ -310,7 +333,7 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   const double resized_f = out > 0 ? (m.clip_hi - m.clip_lo) / scale : 0.0;
   const double offset_f = out > 0 ? (lo - m.clip_lo) / scale : 0.0;
   const bool exact = m.clip_hi > m.clip_lo && out > 0 &&
-                     std::abs(m.clip_lo - std::round(m.clip_lo)) < 1e-9 && clip_lo >= 0 &&
+                     std::abs(m.clip_lo - std::round(m.clip_lo)) < 1e-9 &&
                      std::abs(resized_f - std::round(resized_f)) < 1e-6 &&
                      std::abs(offset_f - std::round(offset_f)) < 1e-6 && resized_f >= 0.5;
   double in_scale = scale;  // Pillow's (in1 - in0) / outSize
@@ -322,8 +345,15 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
                static_cast<double>(resized);
     offset = std::llround(offset_f);
     base = clip_lo;
-    in_size = std::max(0, std::min(src_size, clip_hi) - clip_lo);
+    in_size = std::max(0, clip_hi - clip_lo);
   }
+  // The resized pixels the crops after the resize keep, as indices of the resized image (exact)
+  // or source coordinates: outputs centred outside are zero padding.
+  const auto resized_index = [&](double v) {
+    return std::llround(std::clamp((v - m.clip_lo) / scale, -1.0, static_cast<double>(resized) + 1));
+  };
+  const int64_t show_lo = exact ? std::max<int64_t>(0, resized_index(m.show_lo)) : 0;
+  const int64_t show_hi = exact ? std::min<int64_t>(resized, resized_index(m.show_hi)) : 0;
   resize_in_ = exact ? in_size : std::max(0.0, m.clip_hi - m.clip_lo);
   resize_out_ = exact ? static_cast<double>(resized) : resized_f;
   const double filterscale = std::max(in_scale, 1.0);
@@ -332,6 +362,10 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   // absurd geometries.
   const int ksize =
       static_cast<int>(std::ceil(std::min(support, static_cast<double>(src_size) + 1.0))) * 2 + 1;
+  // Pillow's window over the resized image, which padding can make wider than the source (only
+  // the taps inside the source are stored, so ksize still bounds them).
+  const int window =
+      static_cast<int>(std::ceil(std::min(support, static_cast<double>(in_size) + 1.0))) * 2 + 1;
   const double inv_filterscale = 1.0 / filterscale;
 
   out_size_ = out;
@@ -339,7 +373,7 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
   if (bounds_.size() < static_cast<size_t>(out) * 2) bounds_.resize(static_cast<size_t>(out) * 2);
   const size_t nweights = static_cast<size_t>(out) * ksize;
   if (weights_.size() < nweights) weights_.resize(nweights);
-  if (scratch_.size() < static_cast<size_t>(ksize)) scratch_.resize(ksize);
+  if (scratch_.size() < static_cast<size_t>(window)) scratch_.resize(window);
 
   // Nearest: Pillow's resize(NEAREST) is an affine scale whose source position is accumulated
   // pixel by pixel (xo += a0) and truncated (COORD).
@@ -353,11 +387,11 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
     int xmin = 0, n = 0;
     if (exact) {
       const int64_t kx = offset + xx;  // index in the resized image
-      if (kx >= 0 && kx < resized && in_size > 0) {  // outside: CenterCrop's zero padding
+      if (kx >= show_lo && kx < show_hi && in_size > 0) {  // outside: zero padding
         if (nearest) {
           for (; next_k < kx; ++next_k) xo += in_scale;
           const int xin = xo < 0.0 ? -1 : static_cast<int>(xo);
-          if (xin >= 0 && xin < in_size) {
+          if (xin >= 0 && xin < in_size && base + xin >= read_lo && base + xin < read_hi) {
             xmin = base + xin;
             n = 1;
             k[0] = 1 << kResamplePrecisionBits;
@@ -366,24 +400,25 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
           const double center = (static_cast<double>(kx) + 0.5) * in_scale;
           const int rmin = std::max(0, static_cast<int>(center - support + 0.5));
           const int rmax = std::min(in_size, static_cast<int>(center + support + 0.5));
-          n = Taps(m.filter, center, rmin, std::min(rmax - rmin, ksize), inv_filterscale, k);
-          xmin = base + rmin;
+          n = Taps(m.filter, center, rmin, std::min(rmax - rmin, window), read_lo - base,
+                   read_hi - base, inv_filterscale, k);
+          xmin = base + std::max(rmin, read_lo - base);
         }
       }
     } else {
       // Scaled decode (fractional clip box): the same filter in source coordinates.
       const double center = lo + (xx + 0.5) * scale;
-      if (center >= m.clip_lo && center < m.clip_hi && clip_hi > clip_lo) {
-        xmin = std::max({0, clip_lo, ClampToInt(std::floor(center - support + 0.5), edge)});
-        const int xmax =
-            std::min({src_size, clip_hi, ClampToInt(std::floor(center + support + 0.5), edge)});
+      if (center >= m.clip_lo && center < m.clip_hi && center >= m.show_lo &&
+          center < m.show_hi && read_hi > read_lo) {
+        xmin = std::max(read_lo, ClampToInt(std::floor(center - support + 0.5), edge));
+        const int xmax = std::min(read_hi, ClampToInt(std::floor(center + support + 0.5), edge));
         n = std::max(0, std::min(xmax - xmin, ksize));
         if (nearest && n > 0) {
           xmin = std::clamp(static_cast<int>(std::floor(center)), xmin, xmin + n - 1);
           n = 1;
           k[0] = 1 << kResamplePrecisionBits;
         } else {
-          n = Taps(m.filter, center, xmin, n, inv_filterscale, k);
+          n = Taps(m.filter, center, xmin, n, xmin, xmin + n, inv_filterscale, k);
         }
       }
     }

@@ -40,6 +40,7 @@ struct OutputFormat {
 
 /// One axis of a resample, in the coordinates of the image being resampled.
 struct AxisMapping {
+  static constexpr double kUnbounded = 1e300;  ///< a window edge that restricts nothing
   double begin = 0;  ///< Source coordinate of output edge 0.
   double end = 0;    ///< Source coordinate of output edge out_size (end < begin: mirrored).
   double clip_lo = 0, clip_hi = 0;  ///< Taps stay inside; output centres outside give 0.
@@ -47,6 +48,12 @@ struct AxisMapping {
   /// Pillow's filter. kNearest reproduces Image.resize(NEAREST) (an affine scale that picks
   /// one source pixel per output, not a convolution): one tap of weight 1.
   Interpolation filter = Interpolation::kBilinear;
+  /// The part of the clip box that holds image pixels: beyond it lies zero padding added
+  /// before the resize (taps there weigh in the filter's normalisation but read zeros).
+  double read_lo = -kUnbounded, read_hi = kUnbounded;
+  /// The part of the resize's output that later crops keep: output centres outside it are the
+  /// zero padding added after the resize.
+  double show_lo = -kUnbounded, show_hi = kUnbounded;
 };
 
 /// Maps a sample's geometry (full-resolution source coordinates) into an image whose pixels are
@@ -81,10 +88,11 @@ class AxisCoeffs {
   double resize_out() const { return resize_out_; }
 
  private:
-  // Pillow's normalised fixed-point taps of `filter` for the n source pixels from xmin around
-  // `center`; returns the tap count (0 when every weight is 0).
-  int Taps(Interpolation filter, double center, int xmin, int n, double inv_filterscale,
-           int32_t* k);
+  // Pillow's normalised fixed-point taps of `filter` for the n pixels from xmin around
+  // `center`, of which only those in [keep_lo, keep_hi) are stored in k (the others read
+  // zeros); returns the stored count (0 when every weight is 0 or none is kept).
+  int Taps(Interpolation filter, double center, int xmin, int n, int keep_lo, int keep_hi,
+           double inv_filterscale, int32_t* k);
 
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
   double resize_in_ = 0, resize_out_ = 0;

@@ -76,6 +76,9 @@ EXACT_CASES = [
                                                         v1.Pad(5, padding_mode="reflect"), v1.Pad(2, padding_mode="edge"),
                                                         v1.Pad(3, padding_mode="symmetric"), P]), 0),
     ("brightness", v1.Compose([*BASE, v1.ColorJitter(brightness=(1.3, 1.3)), P]), 0),
+    ("flips and CenterCrop after an image step", v1.Compose([
+        *BASE, v1.ColorJitter(brightness=(1.3, 1.3)), v1.RandomHorizontalFlip(1.0), v1.CenterCrop((70, 50)),
+        v1.RandomVerticalFlip(1.0), P]), 0),
     ("contrast", v1.Compose([*BASE, v1.ColorJitter(contrast=(0.6, 0.6)), P]), 0),
     ("saturation", v1.Compose([*BASE, v1.ColorJitter(saturation=(1.7, 1.7)), P]), 0),
     ("hue", v1.Compose([*BASE, v1.ColorJitter(hue=(-0.3, -0.3)), P]), 0),
@@ -175,10 +178,12 @@ def test_torchvision_reference_recipe_is_fully_native():
     assert split.tail is None, split.reason
 
 
-def test_ops_after_tensor_or_geometry_after_colour_go_to_the_python_tail():
-    split = rl.transforms.split(v1.Compose([v1.Resize(64), v1.ColorJitter(0.4), v1.CenterCrop(56), v1.ToTensor()]))
-    assert [s["kind"] for s in split.steps] == ["resize", "color_jitter"]
-    assert split.tail_names[0].endswith("CenterCrop") and "geometric" in split.reason
+def test_ops_after_tensor_or_a_resize_after_colour_go_to_the_python_tail():
+    split = rl.transforms.split(v1.Compose([v1.Resize(64), v1.ColorJitter(0.4), v1.CenterCrop(60),
+                                            v1.Resize(56), v1.ToTensor()]))
+    assert [s["kind"] for s in split.steps] == ["resize", "color_jitter", "center_crop"]
+    assert split.tail_names[0].endswith("Resize")
+    assert "a resize after an earlier step that cannot fuse into the resample (ColorJitter" in split.reason
     split = rl.transforms.split(v1.Compose([v1.CenterCrop(56), v1.ToTensor(), v1.ColorJitter(0.4)]))
     assert split.tail_names[0].endswith("ColorJitter") and split.tail_input == "tensor"
 
