@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _C, _order, _sizes
+from . import _C, _mixing, _order, _sizes
 from .datasets import NativeDataset, SampleKey
 from .webdataset import WebDataset, WebDatasetSampler, annotate_error
 
@@ -297,6 +297,7 @@ class DataLoader:
         numa: Any = None,
         max_memory: Union[int, str, None] = None,
         stall_seconds: float = 60,
+        batch_transform: Any = None,
     ):
         import torch.utils.data as tud
 
@@ -318,14 +319,9 @@ class DataLoader:
         _check_streams(dataset, view, sampler, batch_sampler)
         if isinstance(dataset, WebDataset) and generator is not None:
             seed = int(generator.initial_seed())
-        self.native = view is not None and collate_fn is None and _servable(view[0]) is None
+        self.native = view is not None and _servable(view[0]) is None
 
         if not self.native:
-            if isinstance(dataset, NativeDataset) and not dataset.per_sample:
-                raise TypeError(
-                    "collate_fn is not supported with ringloader.ImageFolder: batches are "
-                    "assembled natively. Use torchvision's ImageFolder for custom collation."
-                )
             native_only = [name for name, given in (
                 ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
                 ("memory_format", self._channels_last), ("io", io != "auto"),
@@ -334,16 +330,17 @@ class DataLoader:
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
                 ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
-                ("numa", numa is not None), ("stall_seconds", stall_seconds != 60)) if given]
+                ("numa", numa is not None), ("stall_seconds", stall_seconds != 60),
+                ("batch_transform", batch_transform is not None)) if given]
             if native_only:
                 raise ValueError(
                     f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
-                    f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}), "
+                    f"runs on torch's generic path ({_generic_reason(dataset, view)}), "
                     "where samples come from __getitem__ as with torch (a bad sample raises there): "
                     "leave them at their defaults, or convert dtype/layout in the transform or "
-                    "collate_fn")
+                    "collate_fn (which can also call CutMix/MixUp on the collated batch)")
             if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
-                _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
+                _warn_wrapper(dataset, _generic_reason(dataset, view))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                    drop_last)
@@ -428,6 +425,16 @@ class DataLoader:
         self._dtype = dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn should be callable, got {type(collate_fn).__name__}")
+        if collate_fn is not None and batch_transform is not None:
+            raise ValueError("collate_fn and batch_transform were both given: batch_transform mixes the "
+                             "batch in its slot, collate_fn builds the batch from samples; pass one (a "
+                             "collate_fn can call CutMix/MixUp itself)")
+        self.collate_fn = collate_fn
+        self.batch_transform = batch_transform
+        self._mix_note = None if batch_transform is None else _mixing.check(
+            batch_transform, steps_options["dtype"], batch_size)
         auto = num_workers == "auto"
         self._auto_threads = None
         if auto:
@@ -858,12 +865,10 @@ def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
     return None
 
 
-def _generic_reason(dataset: Any, view: Any, collate_fn: Any) -> str:
+def _generic_reason(dataset: Any, view: Any) -> str:
     if view is None:
         return (f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader "
                 "ImageFolder, DatasetFolder or FileList")
-    if collate_fn is not None:
-        return "collate_fn is set"
     return "the dataset " + _servable(view[0])
 
 
@@ -1260,12 +1265,32 @@ class _NativeIter:
                 batch = self._refilled(number, images, labels)
                 if batch is None:
                     continue
-                images, labels = batch
+                images, labels, number = batch
             else:
                 self._progress.delivered = number + 1 - self._skip
-            if self._loader._channels_last:
+            loader = self._loader
+            if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
+            if loader.batch_transform is not None:
+                labels = self._mix(images, labels, number)
+            if loader.collate_fn is not None:
+                # torch's contract: the list of samples. Each image is a view of its slot row;
+                # the slot is recycled only once every view of it is released.
+                samples = list(zip(images.unbind(0), labels.tolist()))
+                del images, labels
+                return loader.collate_fn(samples)
             return images, labels
+
+    def _mix(self, images: Any, labels: Any, number: int) -> Any:
+        """batch_transform on the batch in its slot (``_mixing``), seeded by (base seed, batch
+        number in the epoch); returns the soft labels."""
+        view = images
+        if self._loader._options["layout"] == "NHWC" and not self._loader._channels_last:
+            view = images.permute(0, 3, 1, 2)  # the raw [B,H,W,3] batch, mixed through NCHW
+        gen = _mixing.rng(self._seed, number)
+        params = _mixing.sample(self._loader.batch_transform, gen, view.shape[0], view.shape[2],
+                                view.shape[3])
+        return _mixing.apply(view, labels, params)
 
     def _refilled(self, number: int, images: Any, labels: Any):
         """A full batch from the rows received so far, or None when more rows are needed.
@@ -1279,12 +1304,14 @@ class _NativeIter:
         size = self._loader.batch_size
         if not self._carry and images.shape[0] == size:
             self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
-            return images, labels
+            return images, labels, number
         self._carry.append([number, first, images, labels])
         if sum(segment[2].shape[0] for segment in self._carry) < size:
             self._carry[-1][2] = images.clone()  # kept across next(): a copy, not the slot
             return None
-        parts_images, parts_labels, need = [], [], size
+        # The batch's number (its mixing seed) is that of the planned batch its first row is from:
+        # distinct for every delivered batch, and the same after a resume.
+        parts_images, parts_labels, need, start = [], [], size, self._carry[0][0]
         while need:
             segment = self._carry[0]
             take = min(need, segment[2].shape[0])
@@ -1302,7 +1329,7 @@ class _NativeIter:
         else:
             self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
         cat = self._torch.cat
-        return cat(parts_images), cat(parts_labels)
+        return cat(parts_images), cat(parts_labels), start
 
     def __del__(self):
         # An abandoned epoch (break, exception in the loop) stops its threads now rather than at
