@@ -5,9 +5,11 @@ Two paths:
 * **native** — the dataset is a ringloader dataset (:class:`ringloader.ImageFolder`,
   ``DatasetFolder`` or ``FileList``: any :class:`ringloader.NativeDataset`) whose transform runs
   wholly natively to a fixed size, or a ``Subset``/``random_split``/``ConcatDataset`` of such datasets
-  (a ConcatDataset's members sharing one transform), and no ``collate_fn``: reading, decoding,
-  transforms and batching run on native threads; batches arrive zero-copy through DLPack and
-  their slot is recycled when the tensors are freed.
+  (a ConcatDataset's members sharing one transform): reading, decoding, transforms and batching
+  run on native threads; batches arrive zero-copy through DLPack and their slot is recycled
+  when the tensors are freed. A ``collate_fn`` receives the batch as torch's list of samples
+  (views of the slot's rows); ``batch_transform`` applies CutMix/MixUp to the batch in its
+  slot.
 * **generic** — any other ``torch.utils.data.Dataset``: reading, ``__getitem__`` and collation
   are delegated to ``torch.utils.data.DataLoader`` with the same arguments, so results match
   torch's; ringloader still shards (``rank``/``world_size`` or a process group), stages (with
@@ -183,15 +185,38 @@ class DataLoader:
     ``persistent_workers=False`` given explicitly turns this off (the
     pipeline then starts empty every epoch); ``describe()`` says which applies and why.
     ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
-    warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
-    ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
+    warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context`` are
+    refused with the reason (there are no worker processes).
+
+    ``collate_fn`` is called in the iterating thread with the list of samples
+    ``[(image, label), ...]`` as torch's loader gives it: each image a view of its row of the
+    slot (no copy; on the device with ``device=``), each label a Python int; whatever it
+    returns is yielded. The slot is recycled once every view of it is released, so a view
+    kept is never overwritten (keeping every slot raises ``SlotsExhaustedError``);
+    ``default_collate`` copies, releasing the slot at once. Without ``collate_fn`` the batch
+    tensors are yielded zero-copy.
+
+    ``batch_transform``: torchvision's ``v2.CutMix``/``v2.MixUp`` (``num_classes`` given), a
+    ``v2.RandomChoice`` of them, or ``timm.data.Mixup`` (``mode="batch"``; even batch sizes).
+    Each batch is mixed in place in its slot, in the iterating thread, with torch ops, before it
+    is yielded; labels become float32 ``[B, num_classes]`` tensors. The parameters are drawn as
+    the object's library draws them (lambda from Beta(alpha, alpha); the CutMix box from lambda,
+    clipped, lambda set from its area; torchvision pairs each row with the one before it,
+    timm with row B-1-i; timm's ``prob``, ``switch_prob``, ``cutmix_minmax``, ``correct_lam``,
+    ``label_smoothing`` and ``mixup_enabled``, read at every batch) from a generator seeded by
+    the epoch's base seed and the batch's number, so they are the same for any ``num_workers``
+    and after ``load_state_dict``. Blending (MixUp) needs floating batches: ``ValueError`` for
+    a uint8 loader. Exclusive with ``collate_fn``; native path only.
+
+    ringloader-only keyword
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"`` or the torch
     dtype), ``memory_format`` (``torch.contiguous_format`` or ``torch.channels_last``: an
     NCHW-shaped tensor with channels-last strides, a zero-copy view of the native NHWC batch),
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error`` and ``stall_seconds``.
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error``, ``stall_seconds`` and
+    ``batch_transform`` (above).
 
     ``stall_seconds`` (default 60): when batches are in flight and none has completed for this
     long, ``stats()["stalled"]`` is True and ``describe()`` has a ``stalled:`` line saying which
@@ -704,7 +729,11 @@ class DataLoader:
             f"  budget:  covers the batch slots, batches you keep included; not the {s['read_buffers']} file "
             "read buffers per epoch (each as large as the largest file it read; a second set while the next "
             "epoch is read ahead), nor device buffers",
-        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + [
+        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
+            [f"  batch:   batch_transform={self._mix_note}, applied in place in the slot by the iterating thread"]
+            if self._mix_note else []) + (
+            ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
+            if self.collate_fn is not None else []) + [
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")

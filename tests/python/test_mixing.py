@@ -189,6 +189,7 @@ def test_batch_transform_in_the_loader_is_the_seeded_mixing_of_the_plain_batches
     got = [first] + list(it)
     want = epoch(plain, seed=3)
     assert len(got) == len(want) == 5
+    assert "batch_transform=torchvision RandomChoice(CutMix(alpha=1.0, num_classes=4) p=0.5" in mixed.describe()
     for number, ((x, y), (px, py)) in enumerate(zip(got, want)):
         assert y.shape == (px.shape[0], CLASSES) and y.dtype == torch.float32
         assert torch.allclose(y.sum(1), torch.ones(px.shape[0]))
