@@ -5,9 +5,11 @@ Two paths:
 * **native** — the dataset is a ringloader dataset (:class:`ringloader.ImageFolder`,
   ``DatasetFolder`` or ``FileList``: any :class:`ringloader.NativeDataset`) whose transform runs
   wholly natively to a fixed size, or a ``Subset``/``random_split``/``ConcatDataset`` of such datasets
-  (a ConcatDataset's members sharing one transform), and no ``collate_fn``: reading, decoding,
-  transforms and batching run on native threads; batches arrive zero-copy through DLPack and
-  their slot is recycled when the tensors are freed.
+  (a ConcatDataset's members sharing one transform): reading, decoding, transforms and batching
+  run on native threads; batches arrive zero-copy through DLPack and their slot is recycled
+  when the tensors are freed. A ``collate_fn`` receives the batch as torch's list of samples
+  (views of the slot's rows); ``batch_transform`` applies CutMix/MixUp to the batch in its
+  slot.
 * **generic** — any other ``torch.utils.data.Dataset``: reading, ``__getitem__`` and collation
   are delegated to ``torch.utils.data.DataLoader`` with the same arguments, so results match
   torch's; ringloader still shards (``rank``/``world_size`` or a process group), stages (with
@@ -32,7 +34,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _C, _order, _sizes
+from . import _C, _mixing, _order, _sizes
 from .datasets import NativeDataset, SampleKey
 from .webdataset import StaleIndexError, WebDataset, WebDatasetSampler, annotate_error
 
@@ -190,15 +192,38 @@ class DataLoader:
     ``persistent_workers=False`` given explicitly turns this off (the
     pipeline then starts empty every epoch); ``describe()`` says which applies and why.
     ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
-    warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context``/
-    ``collate_fn`` are refused with the reason (there are no worker processes). ringloader-only keyword
+    warns that delivery stays in order, and ``worker_init_fn``/``multiprocessing_context`` are
+    refused with the reason (there are no worker processes).
+
+    ``collate_fn`` is called in the iterating thread with the list of samples
+    ``[(image, label), ...]`` as torch's loader gives it: each image a view of its row of the
+    slot (no copy; on the device with ``device=``), each label a Python int; whatever it
+    returns is yielded. The slot is recycled once every view of it is released, so a view
+    kept is never overwritten (keeping every slot raises ``SlotsExhaustedError``);
+    ``default_collate`` copies, releasing the slot at once. Without ``collate_fn`` the batch
+    tensors are yielded zero-copy.
+
+    ``batch_transform``: torchvision's ``v2.CutMix``/``v2.MixUp`` (``num_classes`` given), a
+    ``v2.RandomChoice`` of them, or ``timm.data.Mixup`` (``mode="batch"``; even batch sizes).
+    Each batch is mixed in place in its slot, in the iterating thread, with torch ops, before it
+    is yielded; labels become float32 ``[B, num_classes]`` tensors. The parameters are drawn as
+    the object's library draws them (lambda from Beta(alpha, alpha); the CutMix box from lambda,
+    clipped, lambda set from its area; torchvision pairs each row with the one before it,
+    timm with row B-1-i; timm's ``prob``, ``switch_prob``, ``cutmix_minmax``, ``correct_lam``,
+    ``label_smoothing`` and ``mixup_enabled``, read at every batch) from a generator seeded by
+    the epoch's base seed and the batch's number, so they are the same for any ``num_workers``
+    and after ``load_state_dict``. Blending (MixUp) needs floating batches: ``ValueError`` for
+    a uint8 loader. Exclusive with ``collate_fn``; native path only.
+
+    ringloader-only keyword
     arguments: ``dtype`` (``"uint8"``, ``"float32"``, ``"float16"``, ``"bfloat16"`` or the torch
     dtype), ``memory_format`` (``torch.contiguous_format`` or ``torch.channels_last``: an
     NCHW-shaped tensor with channels-last strides, a zero-copy view of the native NHWC batch),
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error`` and ``stall_seconds``.
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error``, ``stall_seconds`` and
+    ``batch_transform`` (above).
 
     ``stall_seconds`` (default 60): when batches are in flight and none has completed for this
     long, ``stats()["stalled"]`` is True and ``describe()`` has a ``stalled:`` line saying which
@@ -304,6 +329,7 @@ class DataLoader:
         numa: Any = None,
         max_memory: Union[int, str, None] = None,
         stall_seconds: float = 60,
+        batch_transform: Any = None,
     ):
         import torch.utils.data as tud
 
@@ -325,14 +351,9 @@ class DataLoader:
         _check_streams(dataset, view, sampler, batch_sampler)
         if isinstance(dataset, WebDataset) and generator is not None:
             seed = int(generator.initial_seed())
-        self.native = view is not None and collate_fn is None and _servable(view[0]) is None
+        self.native = view is not None and _servable(view[0]) is None
 
         if not self.native:
-            if isinstance(dataset, NativeDataset) and not dataset.per_sample:
-                raise TypeError(
-                    "collate_fn is not supported with ringloader.ImageFolder: batches are "
-                    "assembled natively. Use torchvision's ImageFolder for custom collation."
-                )
             native_only = [name for name, given in (
                 ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
                 ("memory_format", self._channels_last), ("io", io != "auto"),
@@ -341,16 +362,17 @@ class DataLoader:
                 ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
                 ("strict_decode", not strict_decode),
                 ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
-                ("numa", numa is not None), ("stall_seconds", stall_seconds != 60)) if given]
+                ("numa", numa is not None), ("stall_seconds", stall_seconds != 60),
+                ("batch_transform", batch_transform is not None)) if given]
             if native_only:
                 raise ValueError(
                     f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
-                    f"runs on torch's generic path ({_generic_reason(dataset, view, collate_fn)}), "
+                    f"runs on torch's generic path ({_generic_reason(dataset, view)}), "
                     "where samples come from __getitem__ as with torch (a bad sample raises there): "
                     "leave them at their defaults, or convert dtype/layout in the transform or "
-                    "collate_fn")
+                    "collate_fn (which can also call CutMix/MixUp on the collated batch)")
             if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
-                _warn_wrapper(dataset, _generic_reason(dataset, view, collate_fn))
+                _warn_wrapper(dataset, _generic_reason(dataset, view))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                    drop_last)
@@ -435,6 +457,16 @@ class DataLoader:
         self._dtype = dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn should be callable, got {type(collate_fn).__name__}")
+        if collate_fn is not None and batch_transform is not None:
+            raise ValueError("collate_fn and batch_transform were both given: batch_transform mixes the "
+                             "batch in its slot, collate_fn builds the batch from samples; pass one (a "
+                             "collate_fn can call CutMix/MixUp itself)")
+        self.collate_fn = collate_fn
+        self.batch_transform = batch_transform
+        self._mix_note = None if batch_transform is None else _mixing.check(
+            batch_transform, steps_options["dtype"], batch_size)
         auto = num_workers == "auto"
         self._auto_threads = None
         if auto:
@@ -707,7 +739,11 @@ class DataLoader:
             f"  budget:  covers the batch slots, batches you keep included; not the {s['read_buffers']} file "
             "read buffers per epoch (each as large as the largest file it read; a second set while the next "
             "epoch is read ahead), nor device buffers",
-        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + [
+        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
+            [f"  batch:   batch_transform={self._mix_note}, applied in place in the slot by the iterating thread"]
+            if self._mix_note else []) + (
+            ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
+            if self.collate_fn is not None else []) + [
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")
@@ -868,12 +904,10 @@ def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
     return None
 
 
-def _generic_reason(dataset: Any, view: Any, collate_fn: Any) -> str:
+def _generic_reason(dataset: Any, view: Any) -> str:
     if view is None:
         return (f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader "
                 "ImageFolder, DatasetFolder or FileList")
-    if collate_fn is not None:
-        return "collate_fn is set"
     return "the dataset " + _servable(view[0])
 
 
@@ -1291,12 +1325,32 @@ class _NativeIter:
                 batch = self._refilled(number, images, labels)
                 if batch is None:
                     continue
-                images, labels = batch
+                images, labels, number = batch
             else:
                 self._progress.delivered = number + 1 - self._skip
-            if self._loader._channels_last:
+            loader = self._loader
+            if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
+            if loader.batch_transform is not None:
+                labels = self._mix(images, labels, number)
+            if loader.collate_fn is not None:
+                # torch's contract: the list of samples. Each image is a view of its slot row;
+                # the slot is recycled only once every view of it is released.
+                samples = list(zip(images.unbind(0), labels.tolist()))
+                del images, labels
+                return loader.collate_fn(samples)
             return images, labels
+
+    def _mix(self, images: Any, labels: Any, number: int) -> Any:
+        """batch_transform on the batch in its slot (``_mixing``), seeded by (base seed, batch
+        number in the epoch); returns the soft labels."""
+        view = images
+        if self._loader._options["layout"] == "NHWC" and not self._loader._channels_last:
+            view = images.permute(0, 3, 1, 2)  # the raw [B,H,W,3] batch, mixed through NCHW
+        gen = _mixing.rng(self._seed, number)
+        params = _mixing.sample(self._loader.batch_transform, gen, view.shape[0], view.shape[2],
+                                view.shape[3])
+        return _mixing.apply(view, labels, params)
 
     def _refilled(self, number: int, images: Any, labels: Any):
         """A full batch from the rows received so far, or None when more rows are needed.
@@ -1310,12 +1364,14 @@ class _NativeIter:
         size = self._loader.batch_size
         if not self._carry and images.shape[0] == size:
             self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
-            return images, labels
+            return images, labels, number
         self._carry.append([number, first, images, labels])
         if sum(segment[2].shape[0] for segment in self._carry) < size:
             self._carry[-1][2] = images.clone()  # kept across next(): a copy, not the slot
             return None
-        parts_images, parts_labels, need = [], [], size
+        # The batch's number (its mixing seed) is that of the planned batch its first row is from:
+        # distinct for every delivered batch, and the same after a resume.
+        parts_images, parts_labels, need, start = [], [], size, self._carry[0][0]
         while need:
             segment = self._carry[0]
             take = min(need, segment[2].shape[0])
@@ -1333,7 +1389,7 @@ class _NativeIter:
         else:
             self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
         cat = self._torch.cat
-        return cat(parts_images), cat(parts_labels)
+        return cat(parts_images), cat(parts_labels), start
 
     def __del__(self):
         # An abandoned epoch (break, exception in the loop) stops its threads now rather than at
