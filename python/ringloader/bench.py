@@ -659,10 +659,12 @@ SCALE_CLASSES = 1000
 
 
 def make_link_tree(num_images: int = SCALE_IMAGES, num_classes: int = SCALE_CLASSES,
-                   root: Path | None = None, log: Callable[[str], None] = lambda s: None) -> Path:
+                   root: Path | None = None, log: Callable[[str], None] = lambda s: None,
+                   sources_root: Path | None = None) -> Path:
     """An ImageNet-shaped folder (``n00000000/n00000000_0.JPEG`` ...) of ``num_images`` hard
-    links to the sample set's JPEGs over ``num_classes`` classes: built once, then reused
-    (a ``.complete`` marker names its size). Costs inodes' directory entries, not image bytes."""
+    links over ``num_classes`` classes to the JPEGs of ``sources_root`` (default: the sample
+    set): built once, then reused (a ``.complete`` marker names its size). Costs directory
+    entries, not image bytes (the sources must be on the same file system)."""
     if num_images < num_classes or num_classes < 1:
         raise BenchError(f"need num_images >= num_classes >= 1; got {num_images}, {num_classes}")
     sample = _sample_data()
@@ -672,7 +674,8 @@ def make_link_tree(num_images: int = SCALE_IMAGES, num_classes: int = SCALE_CLAS
     want = f"{num_images} {num_classes}\n"
     if marker.is_file() and marker.read_text() == want:
         return root
-    sources = sorted(str(p) for p in Path(sample.make_sample_dataset()).rglob("*.jpg"))
+    source_root = Path(sources_root) if sources_root is not None else Path(sample.make_sample_dataset())
+    sources = sorted(str(p) for p in source_root.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     if not sources:
         raise BenchError("the sample set has no JPEG to link to")
     log(f"building the link tree {root} ({num_images} links, once) ...")
@@ -735,7 +738,7 @@ def run_scale_benchmark(args: argparse.Namespace, log: Callable[[str], None]) ->
     """Each loader's :func:`scale_child`, in alternating fresh processes, ``args.rounds`` each."""
     import subprocess
 
-    root = make_link_tree(args.scale_images, args.scale_classes, log=log)
+    root = make_link_tree(args.scale_images, args.scale_classes, log=log, sources_root=args.root)
     loaders = [s.strip() for s in args.loaders.split(",") if s.strip()]
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in loaders}
     for r in range(args.rounds):
@@ -804,7 +807,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
                         "bandwidth-limited pipe: run (train transform); scale: ImageFolder construction "
                         "time, memory, pickle size and time to the first batch on an ImageNet-sized "
-                        "tree of hard links (built once under the cache folder), torch vs ringloader")
+                        "tree of hard links (built once under the cache folder) to the JPEGs of --root "
+                        "(default: the sample set), torch vs ringloader")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
