@@ -53,8 +53,8 @@ absl::Status Walk(const fs::path& top, std::vector<std::pair<std::string, std::v
 
 }  // namespace
 
-absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
-                                                    std::vector<std::string>* classes_out) {
+absl::StatusOr<SampleTable> ScanImageFolderTable(const std::string& root,
+                                                 std::vector<std::string>* classes_out) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     return absl::NotFoundError(absl::StrCat("image folder root ", root, " is not a directory"));
@@ -69,23 +69,27 @@ absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
   if (classes.empty()) {
     return absl::NotFoundError(absl::StrCat("couldn't find any class folder in ", root));
   }
-  std::vector<Sample> samples;
+  SampleTable table;
   std::vector<std::string> empty_classes;
+  std::string path;
   for (size_t label = 0; label < classes.size(); ++label) {
     std::vector<std::pair<std::string, std::vector<std::string>>> walk;
     absl::Status status = Walk(fs::path(root) / classes[label], &walk);
     if (!status.ok()) return status;
     std::sort(walk.begin(), walk.end());
-    const size_t before = samples.size();
+    const size_t before = table.size();
     for (auto& [dir, files] : walk) {
       std::sort(files.begin(), files.end());
       for (const std::string& name : files) {
-        if (HasImageExtension(name)) {
-          samples.push_back(Sample{(fs::path(dir) / name).string(), static_cast<int64_t>(label)});
-        }
+        if (!HasImageExtension(name)) continue;
+        // os.path.join(dirpath, fname): one separator unless dirpath already ends with one.
+        path = dir;
+        if (!path.empty() && path.back() != '/') path += '/';
+        path += name;
+        table.Add(path, static_cast<int32_t>(label));
       }
     }
-    if (samples.size() == before) empty_classes.push_back(classes[label]);
+    if (table.size() == before) empty_classes.push_back(classes[label]);
   }
   if (!empty_classes.empty()) {
     std::string names;
@@ -93,7 +97,22 @@ absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
     return absl::NotFoundError(
         absl::StrCat("found no valid file for the classes ", names, " in ", root));
   }
+  table.paths.shrink_to_fit();
   if (classes_out != nullptr) *classes_out = std::move(classes);
+  return table;
+}
+
+absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
+                                                    std::vector<std::string>* classes_out) {
+  absl::StatusOr<SampleTable> table = ScanImageFolderTable(root, classes_out);
+  if (!table.ok()) return table.status();
+  std::vector<Sample> samples;
+  samples.reserve(table->size());
+  uint64_t start = 0;
+  for (size_t i = 0; i < table->size(); ++i) {
+    samples.emplace_back(table->paths.substr(start, table->ends[i] - start), table->labels[i]);
+    start = table->ends[i];
+  }
   return samples;
 }
 

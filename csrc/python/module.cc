@@ -436,14 +436,14 @@ std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::arra
 
 class PyLoader {
  public:
-  PyLoader(std::vector<std::string> paths, std::vector<int64_t> labels, py::dict options, py::object offsets,
-           py::object lengths, py::object errors, py::object pipes, py::object tar_members) {
-    if (paths.size() != labels.size()) throw py::value_error("paths and labels differ in length");
-    std::vector<Sample> samples(paths.size());
-    for (size_t i = 0; i < paths.size(); ++i) {
-      samples[i].path = std::move(paths[i]);
-      samples[i].label = labels[i];
+  PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
+           py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
+           py::object tar_members) {
+    std::vector<Sample> samples = SamplesFrom(paths);
+    if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
+      throw py::value_error("paths and labels differ in length");
     }
+    for (size_t i = 0; i < samples.size(); ++i) samples[i].label = labels.data()[i];
     // Byte ranges (members of shards) and known errors, each of len(paths) when given.
     auto column = [&](const py::object& values, const char* name) {
       auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
@@ -718,6 +718,37 @@ class PyLoader {
     return py::make_tuple(std::move(images), std::move(labels), std::move(indices), batch.number());
   }
 
+  // Samples (labels unset) from a list of str paths, or from a path arena: a pair (bytes or uint8
+  // array of every path, int64 array of each path's end in it), as SampleTable holds them.
+  static std::vector<Sample> SamplesFrom(const py::object& paths) {
+    if (py::isinstance<py::tuple>(paths) && py::len(paths) == 2) {
+      py::tuple pair = paths;
+      auto blob = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(pair[0]);
+      auto ends = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(pair[1]);
+      if (!blob || !ends || blob.ndim() != 1 || ends.ndim() != 1) {
+        PyErr_Clear();
+        throw py::type_error("paths as an arena must be (uint8 array of path bytes, int64 array of path ends)");
+      }
+      const char* bytes = reinterpret_cast<const char*>(blob.data());
+      const int64_t* end = ends.data();
+      std::vector<Sample> samples(static_cast<size_t>(ends.size()));
+      int64_t start = 0;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (end[i] < start || end[i] > blob.size()) {
+          throw py::value_error(absl::StrCat("path arena: end ", end[i], " of path ", i, " is outside [", start,
+                                             ", ", blob.size(), "]"));
+        }
+        samples[i].path.assign(bytes + start, static_cast<size_t>(end[i] - start));
+        start = end[i];
+      }
+      return samples;
+    }
+    auto list = paths.cast<std::vector<std::string>>();
+    std::vector<Sample> samples(list.size());
+    for (size_t i = 0; i < list.size(); ++i) samples[i].path = std::move(list[i]);
+    return samples;
+  }
+
   static Tensor CopyInt64(const int64_t* values, int n) {
     std::shared_ptr<int64_t[]> copy(new int64_t[std::max(n, 1)]);
     std::memcpy(copy.get(), values, sizeof(int64_t) * n);
@@ -728,20 +759,33 @@ class PyLoader {
   std::unique_ptr<Loader> loader_;
 };
 
+// A numpy array over `values`, which it keeps alive (no copy).
+template <typename T, typename Owner>
+py::array_t<T> OwningArray(std::unique_ptr<Owner> owner, T* data, size_t n) {
+  Owner* raw = owner.release();
+  py::capsule keep(raw, [](void* p) { delete static_cast<Owner*>(p); });
+  return py::array_t<T>({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(T))}, data, keep);
+}
+
 py::tuple ScanFolder(const std::string& root) {
   std::vector<std::string> classes;
-  absl::StatusOr<std::vector<Sample>> samples;
+  absl::StatusOr<SampleTable> table;
   {
     py::gil_scoped_release release;
-    samples = ScanImageFolder(root, &classes);
+    table = ScanImageFolderTable(root, &classes);
   }
-  ThrowIfError(samples.status());
-  py::list paths, labels;
-  for (const Sample& s : *samples) {
-    paths.append(s.path);
-    labels.append(s.label);
-  }
-  return py::make_tuple(classes, paths, labels);
+  ThrowIfError(table.status());
+  // The arena goes to Python as it is: one path bytes array, path ends, labels; no str per sample.
+  const size_t n = table->size();
+  auto paths = std::make_unique<std::string>(std::move(table->paths));
+  auto ends = std::make_unique<std::vector<uint64_t>>(std::move(table->ends));
+  auto labels = std::make_unique<std::vector<int32_t>>(std::move(table->labels));
+  uint8_t* path_bytes = reinterpret_cast<uint8_t*>(paths->data());
+  const size_t path_size = paths->size();
+  int64_t* end_data = reinterpret_cast<int64_t*>(ends->data());
+  int32_t* label_data = labels->data();
+  return py::make_tuple(classes, OwningArray(std::move(paths), path_bytes, path_size),
+                        OwningArray(std::move(ends), end_data, n), OwningArray(std::move(labels), label_data, n));
 }
 
 py::tuple FileList(const std::string& list_path) {
@@ -838,8 +882,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("data_ptr", &Tensor::data_ptr);
 
   py::class_<PyLoader>(m, "Loader")
-      .def(py::init<std::vector<std::string>, std::vector<int64_t>, py::dict, py::object, py::object, py::object,
-                    py::object, py::object>(),
+      .def(py::init<py::object, py::array_t<int64_t, py::array::c_style | py::array::forcecast>, py::dict,
+                    py::object, py::object, py::object, py::object, py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
            py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
            py::arg("tar_members") = py::none())
@@ -901,7 +945,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("options"),
       "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
-        "(classes, paths, labels) of an image folder in torchvision's order.");
+        "(classes, path bytes, path ends, labels) of an image folder in torchvision's order: every path in "
+        "one uint8 array (path i is bytes [ends[i-1], ends[i])), int64 ends, int32 labels.");
   m.def("read_file_list", &FileList, py::arg("list_path"),
         "(paths, labels) of a \"<path> <label>\" file list; relative paths against its folder.");
   m.def(

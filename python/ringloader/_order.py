@@ -26,26 +26,73 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from collections.abc import Sequence
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-__all__ = ["EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays", "webdataset_order"]
+__all__ = ["Batches", "EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays", "webdataset_order"]
+
+
+class Batches(Sequence):
+    """The batches of an epoch as two int64 arrays, all indices in order and where each batch
+    starts (``offsets``, one more than there are batches): a 1.28M-sample epoch is planned
+    without a Python int per index. Reads as a list of lists of ints (``len``, ``batches[i]``,
+    slices, iteration, ``==`` with a list)."""
+
+    __slots__ = ("flat", "offsets")
+
+    def __init__(self, flat: np.ndarray, offsets: np.ndarray):
+        self.flat, self.offsets = flat, offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            lo, hi, step = key.indices(len(self))
+            if step != 1:
+                return [self[i] for i in range(lo, hi, step)]
+            return Batches(self.flat, self.offsets[lo:max(lo, hi) + 1])
+        i = int(key)
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError("batch index out of range")
+        return self.flat[self.offsets[i]:self.offsets[i + 1]].tolist()
+
+    def __iter__(self) -> Iterator[List[int]]:
+        bounds = self.offsets.tolist()
+        for lo, hi in zip(bounds[:-1], bounds[1:]):
+            yield self.flat[lo:hi].tolist()
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, (Batches, list, tuple)):
+            return len(self) == len(other) and all(list(a) == list(b) for a, b in zip(self, other))
+        return NotImplemented
+
+    def arrays(self):
+        """(flat indices, offsets from 0)."""
+        lo, hi = int(self.offsets[0]), int(self.offsets[-1])
+        return self.flat[lo:hi], self.offsets - lo
 
 
 @dataclass
 class EpochPlan:
     """Batches of one epoch for this rank, plus what is needed to replay them."""
 
-    batches: List[List[int]]
+    batches: Sequence[List[int]]
     sampler_state: Dict[str, Any] = field(default_factory=dict)
 
 
-def _batch(indices: List[int], batch_size: int, drop_last: bool) -> List[List[int]]:
-    out = [indices[i:i + batch_size] for i in range(0, len(indices), batch_size)]
-    if drop_last and out and len(out[-1]) < batch_size:
-        out.pop()
-    return out
+def _batch(indices: Any, batch_size: int, drop_last: bool) -> Batches:
+    """``indices`` (a list or an int64 array) cut as torch's BatchSampler cuts them."""
+    flat = np.asarray(indices, dtype=np.int64)
+    n = len(flat)
+    if drop_last:
+        n -= n % batch_size
+    offsets = np.append(np.arange(0, n, batch_size, dtype=np.int64), np.int64(n))
+    return Batches(flat[:n], offsets)
 
 
 def _distributed_order(n: int, seed: int, epoch: int, shuffle: bool, drop_last: bool,
@@ -75,12 +122,23 @@ def _distributed_order(n: int, seed: int, epoch: int, shuffle: bool, drop_last: 
     return order
 
 
-def _random_order(n: int, seed: int) -> List[int]:
+def _random_order(n: int, seed: int) -> np.ndarray:
     import torch
 
     g = torch.Generator()
     g.manual_seed(seed)
-    return torch.randperm(n, generator=g).tolist()
+    return torch.randperm(n, generator=g).numpy()
+
+
+def _generator_order(n: int, generator: Any) -> np.ndarray:
+    """What RandomSampler(generator=...) yields (num_samples = n, no replacement), drawn as it
+    draws: one randperm(n), then the randperm its tail slice ``[:num_samples % n]`` takes
+    (empty, but drawn once iteration runs to the end, as a BatchSampler's does)."""
+    import torch
+
+    order = torch.randperm(n, generator=generator).numpy()
+    torch.randperm(n, generator=generator)
+    return order
 
 
 def _sampler_kind(sampler: Any) -> str:
@@ -136,7 +194,8 @@ def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
     kind = _sampler_kind(sampler)
     common = {"batch_size": bs, "drop_last": drop}
     if kind == "sequential":
-        return EpochPlan(_batch(list(range(dataset_len)), bs, drop), {"kind": kind, **common})
+        return EpochPlan(_batch(np.arange(dataset_len, dtype=np.int64), bs, drop),
+                         {"kind": kind, **common})
     if kind == "random" and sampler.generator is None:
         # RandomSampler.__iter__: a seed from the global RNG, then randperm on a fresh generator.
         seed = int(torch.empty((), dtype=torch.int64).random_().item())
@@ -144,7 +203,9 @@ def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
                          {"kind": "random", "seed": seed, **common})
     if kind == "random":
         state = {"kind": "random_generator", "generator_state": sampler.generator.get_state(), **common}
-        return EpochPlan([list(b) for b in batch_sampler], state)
+        if len(sampler.data_source) != dataset_len:
+            return EpochPlan([list(b) for b in batch_sampler], state)
+        return EpochPlan(_batch(_generator_order(dataset_len, sampler.generator), bs, drop), state)
     if kind == "distributed":
         s = sampler
         state = {"kind": "distributed", "seed": int(s.seed), "epoch": int(s.epoch),
@@ -154,7 +215,7 @@ def plan_epoch(batch_sampler: Any, dataset_len: int) -> EpochPlan:
         return EpochPlan(_batch(order[s.rank::s.num_replicas], bs, drop), state)
     if kind == "webdataset":
         state = dict(sampler.state(), **common)
-        return EpochPlan(_batch(webdataset_order(state, sampler.shard_sizes).tolist(), bs, drop),
+        return EpochPlan(_batch(webdataset_order(state, sampler.shard_sizes), bs, drop),
                          state)
     if kind == "torch_rng":
         generator = sampler.generator
@@ -172,14 +233,17 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
     kind = state["kind"]
     bs, drop = state.get("batch_size"), state.get("drop_last")
     if kind == "sequential":
-        return _batch(list(range(dataset_len)), bs, drop)
+        return _batch(np.arange(dataset_len, dtype=np.int64), bs, drop)
     if kind == "random":
         return _batch(_random_order(dataset_len, state["seed"]), bs, drop)
     if kind == "random_generator":
-        generator = batch_sampler.sampler.generator
+        sampler = batch_sampler.sampler
+        generator = sampler.generator
         saved = generator.get_state()
         generator.set_state(state["generator_state"])
         try:
+            if len(sampler.data_source) == dataset_len:
+                return _batch(_generator_order(dataset_len, generator), bs, drop)
             return [list(b) for b in batch_sampler]
         finally:
             generator.set_state(saved)
@@ -190,7 +254,7 @@ def replay_epoch(state: Dict[str, Any], batch_sampler: Any, dataset_len: int) ->
         if state.get("num_shards", len(sizes)) != len(sizes):
             raise ValueError(f"checkpoint is for a WebDataset of {state['num_shards']} shards, "
                              f"this one has {len(sizes)}")
-        return _batch(webdataset_order(state, sizes).tolist(), bs, drop)
+        return _batch(webdataset_order(state, sizes), bs, drop)
     if kind in ("distributed", "resharded"):
         order, _ = _global_order(state, dataset_len)
         return _batch(order[state["rank"]::state["num_replicas"]], bs, drop)
@@ -246,8 +310,10 @@ def reshard(state: Dict[str, Any], delivered: int, new_rank: int, new_world: int
             "drop_last": drop_last}
 
 
-def to_arrays(batches: List[List[int]]):
+def to_arrays(batches: Sequence[List[int]]):
     """(flat indices, offsets) int64 arrays for the native loader."""
+    if isinstance(batches, Batches):
+        return batches.arrays()
     sizes = np.fromiter((len(b) for b in batches), dtype=np.int64, count=len(batches))
     offsets = np.zeros(len(batches) + 1, dtype=np.int64)
     np.cumsum(sizes, out=offsets[1:])

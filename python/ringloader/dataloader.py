@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from . import _C, _mixing, _order, _sizes
-from .datasets import NativeDataset, SampleKey
+from .datasets import NativeDataset, SampleKey, _PathsView, _SampleTable
 from .webdataset import StaleIndexError, WebDataset, WebDatasetSampler, annotate_error
 
 __all__ = ["DataLoader"]
@@ -582,9 +582,12 @@ class DataLoader:
 
     def _make_native(self) -> "_C.Loader":
         self._pid = os.getpid()
-        paths = [p for f in self._folders for p, _ in f.samples]
-        self._paths = paths  # native sample i is read from paths[i] (whole, or a byte range)
-        targets = [t for f in self._folders for t in f.native_targets()]
+        # The folders' compact sample tables, end to end: the native loader is built from the
+        # path arena (no str per sample); native sample i is read from self._paths[i].
+        table = _SampleTable.concat([f._table for f in self._folders])
+        self._paths = _PathsView(table, "paths")
+        paths = table.arena()
+        targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
         ranges = [f.byte_ranges() for f in self._folders]
         if not any(ranges):
             return _C.Loader(paths, targets, self._options)
@@ -1017,6 +1020,7 @@ class _Ahead:
         self.rng_before = torch.get_rng_state()
         self.before = [g.get_state() for g in self.generators]
         self.attributes = (_attributes(loader.batch_sampler), _attributes(sampler))
+        self.dataset_len = len(loader.dataset)
         try:
             self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
             plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
@@ -1041,6 +1045,8 @@ class _Ahead:
 
         sampler = loader.batch_sampler.sampler
         if (_attributes(loader.batch_sampler), _attributes(sampler)) != self.attributes:
+            return "inputs"
+        if len(loader.dataset) != self.dataset_len:  # samples reassigned
             return "inputs"
         if not torch.equal(torch.get_rng_state(), self.rng_before):
             return "rng"

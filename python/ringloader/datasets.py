@@ -6,7 +6,9 @@ import operator
 import os
 import random
 import warnings
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from collections.abc import Sequence as _AbcSequence
+from typing import (Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple,
+                    Union)
 
 import numpy as np
 
@@ -57,6 +59,196 @@ def _make_dataset(root: str, class_to_idx: Dict[str, int], is_valid_file: Callab
             msg += f"Supported extensions are: {listed}"
         raise FileNotFoundError(msg)
     return paths, labels
+
+
+class _SampleTable:
+    """The samples of a dataset, compact: every path's bytes in one uint8 arena, ``ends[i]`` the end
+    of path i in it, and an integer array of labels. About the path's length plus 12 bytes a
+    sample (a list of ``(str, int)`` tuples costs ~4x that): an ImageNet-sized folder stays small,
+    pickles as three buffers, and the native loader is built from it without a str per sample.
+    ``samples``/``targets``/``imgs`` are list-like views of it (:class:`_SamplesView`)."""
+
+    __slots__ = ("blob", "ends", "labels")
+
+    def __init__(self, blob: np.ndarray, ends: np.ndarray, labels: np.ndarray):
+        self.blob, self.ends, self.labels = blob, ends, labels
+
+    @classmethod
+    def from_lists(cls, paths: Sequence[Any], labels: Sequence[int]) -> "_SampleTable":
+        encoded = [os.fsencode(p) for p in paths]
+        ends = np.fromiter((len(p) for p in encoded), dtype=np.int64, count=len(encoded))
+        np.cumsum(ends, out=ends)
+        blob = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+        return cls(blob, ends, _label_array(labels, len(encoded)))
+
+    def __len__(self) -> int:
+        return len(self.ends)
+
+    def __reduce__(self) -> Any:
+        return (_SampleTable, (self.blob, self.ends, self.labels))
+
+    def path(self, i: int) -> str:
+        start = int(self.ends[i - 1]) if i > 0 else 0
+        return os.fsdecode(self.blob[start:int(self.ends[i])].tobytes())
+
+    def paths(self, rows: Optional[range] = None) -> List[str]:
+        """The paths as str (of ``rows`` only when given, a range of step 1)."""
+        lo, hi = (0, len(self)) if rows is None else (rows.start, rows.stop)
+        if hi <= lo:
+            return []
+        base = int(self.ends[lo - 1]) if lo > 0 else 0
+        data = self.blob[base:int(self.ends[hi - 1])].tobytes()
+        ends = (self.ends[lo:hi] - base).tolist()
+        decode = os.fsdecode
+        return [decode(data[s:e]) for s, e in zip([0] + ends[:-1], ends)]
+
+    def arena(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(path bytes, path ends): the native loader's ``paths`` argument."""
+        return self.blob, self.ends
+
+    @staticmethod
+    def concat(tables: Sequence["_SampleTable"]) -> "_SampleTable":
+        if len(tables) == 1:
+            return tables[0]
+        shifts = np.cumsum([0] + [len(t.blob) for t in tables[:-1]])
+        return _SampleTable(np.concatenate([t.blob for t in tables]),
+                            np.concatenate([t.ends + s for t, s in zip(tables, shifts)]),
+                            np.concatenate([t.labels.astype(np.int64) for t in tables]))
+
+
+def _label_array(labels: Any, n: int) -> np.ndarray:
+    """Labels as int32 (int64 when one does not fit), refusing non-integers by position."""
+    try:
+        array = np.asarray(labels)
+    except ValueError:
+        array = np.asarray(labels, dtype=object)
+    if array.shape != (n,):
+        raise ValueError(f"{n} paths but labels of shape {array.shape}")
+    if array.dtype.kind not in "iu" and n:
+        bad = next((i for i, t in enumerate(labels)
+                    if isinstance(t, bool) or not isinstance(t, (int, np.integer))), None)
+        if bad is not None:
+            raise TypeError(f"labels must be ints; labels[{bad}] is {labels[bad]!r}")
+        array = np.asarray([int(t) for t in labels], dtype=np.int64)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    small = array.min() >= np.iinfo(np.int32).min and array.max() <= np.iinfo(np.int32).max
+    return array.astype(np.int32 if small else np.int64)
+
+
+class _ListView(_AbcSequence):
+    """A read-only, list-like view of a :class:`_SampleTable`: length, indexing (negative too),
+    slicing (to a list), iteration, ``==`` with a list, ``+``, ``count``/``index``. It is not a
+    list: items cannot be set in place; assign a new list to the dataset attribute instead."""
+
+    __slots__ = ("_table", "_name")
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, table: _SampleTable, name: str):
+        self._table, self._name = table, name
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def _item(self, i: int) -> Any:
+        raise NotImplementedError
+
+    def _items(self, rows: range) -> List[Any]:
+        raise NotImplementedError
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, slice):
+            rows = range(*key.indices(len(self)))
+            if rows.step == 1:
+                return self._items(rows)
+            return [self._item(i) for i in rows]
+        i = operator.index(key)
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"{self._name} index out of range")
+        return self._item(i)
+
+    def __iter__(self) -> Iterator[Any]:
+        chunk = 65536
+        for lo in range(0, len(self), chunk):
+            yield from self._items(range(lo, min(lo + chunk, len(self))))
+
+    def __eq__(self, other: Any) -> bool:
+        if isinstance(other, _ListView):
+            return type(other) is type(self) and len(self) == len(other) and list(self) == list(other)
+        if isinstance(other, (list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __ne__(self, other: Any) -> bool:
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __add__(self, other: Any) -> List[Any]:
+        return list(self) + list(other)
+
+    def __radd__(self, other: Any) -> List[Any]:
+        return list(other) + list(self)
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+    def __reduce__(self) -> Any:
+        return (list, (list(self),))  # a view pickled alone comes back as the list it shows
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError(
+            f"dataset.{self._name} is a read-only view of the dataset's compact sample table; "
+            f"assign a new list instead (dataset.{self._name} = [...]), which the DataLoader "
+            "uses from its next iter()")
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = sort = reverse = clear = _refuse
+
+
+class _SamplesView(_ListView):
+    """``dataset.samples`` (and ``imgs``): ``(path, target)`` tuples, as torchvision's list."""
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> Tuple[str, int]:
+        return self._table.path(i), int(self._table.labels[i])
+
+    def _items(self, rows: range) -> List[Tuple[str, int]]:
+        return list(zip(self._table.paths(rows), self._table.labels[rows.start:rows.stop].tolist()))
+
+
+class _TargetsView(_ListView):
+    """``dataset.targets``: the int target of each sample, as torchvision's list (and an array:
+    ``np.asarray(dataset.targets)`` and ``torch.tensor(dataset.targets)`` take it whole)."""
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> int:
+        return int(self._table.labels[i])
+
+    def _items(self, rows: range) -> List[int]:
+        return self._table.labels[rows.start:rows.stop].tolist()
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._table.labels.tolist())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self._table.labels.astype(np.int64 if dtype is None else dtype)
+
+
+class _PathsView(_ListView):
+    """The paths of a table, as str (what the DataLoader reads sample i from)."""
+
+    __slots__ = ()
+
+    def _item(self, i: int) -> str:
+        return self._table.path(i)
+
+    def _items(self, rows: range) -> List[str]:
+        return self._table.paths(rows)
 
 
 class SampleKey(NamedTuple):
@@ -161,8 +353,8 @@ class NativeDataset(_TorchDataset):
     def __init__(
         self,
         root: Optional[str],
-        paths: List[str],
-        labels: List[int],
+        paths: Union[List[str], _SampleTable],
+        labels: Optional[List[int]],
         classes: List[str],
         transform: Any = None,
         target_transform: Optional[Callable[[int], Any]] = None,
@@ -173,11 +365,13 @@ class NativeDataset(_TorchDataset):
         self.exif_transpose = bool(exif_transpose)
         self.classes: List[str] = list(classes)
         self.class_to_idx: Dict[str, int] = {c: i for i, c in enumerate(self.classes)}
-        self.samples: List[Tuple[str, int]] = list(zip(paths, labels))
-        self.targets: List[int] = list(labels)
+        self._table = (paths if isinstance(paths, _SampleTable)
+                       else _SampleTable.from_lists(paths, labels))
+        # A list assigned to `targets` (None: the table's labels).
+        self._targets: Optional[List[Any]] = None
         self.strict = bool(strict)
-        # Bumped whenever transform or target_transform is assigned: a DataLoader compares it to
-        # rebuild its native pipeline at the next iter().
+        # Bumped whenever transform, target_transform, samples or targets is assigned: a
+        # DataLoader compares it to rebuild its native pipeline at the next iter().
         self.version = 0
         self._single: Optional[_C.Loader] = None
         self.transform = transform
@@ -185,6 +379,44 @@ class NativeDataset(_TorchDataset):
 
     def _name(self) -> str:
         return f"ringloader.{type(self).__name__}({self.root!r})"
+
+    # ---- samples and targets ------------------------------------------------------------------
+
+    @property
+    def samples(self) -> Sequence[Tuple[str, int]]:
+        """``(path, target)`` of each sample, as torchvision's list: a read-only view of the
+        compact sample table (index, slice, iterate, compare with a list). Assign a new list
+        to change the samples; ``targets`` then follows its targets."""
+        return _SamplesView(self._table, "samples")
+
+    @samples.setter
+    def samples(self, samples: Sequence[Tuple[str, int]]) -> None:
+        pairs = list(samples)
+        for i, pair in enumerate(pairs):
+            if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
+                raise TypeError(f"samples[{i}] must be a (path, target) pair, got {pair!r}")
+        if not pairs:
+            raise ValueError(f"{self._name()}: samples cannot be empty")
+        self._table = _SampleTable.from_lists([os.fspath(p) for p, _ in pairs],
+                                              [t for _, t in pairs])
+        self._targets = None
+        self._single = None
+        self.version += 1
+
+    @property
+    def targets(self) -> Sequence[int]:
+        """The target of each sample, as torchvision's list: a read-only view of the sample
+        table, or the list last assigned (which the DataLoader and ``dataset[i]`` then use,
+        mutations included, from the DataLoader's next ``iter()``)."""
+        if self._targets is not None:
+            return self._targets
+        return _TargetsView(self._table, "targets")
+
+    @targets.setter
+    def targets(self, targets: Sequence[int]) -> None:
+        self._targets = targets if isinstance(targets, list) else list(targets)
+        self._single = None
+        self.version += 1
 
     # ---- transforms ---------------------------------------------------------------------------
 
@@ -239,13 +471,19 @@ class NativeDataset(_TorchDataset):
         return self._split.tail is not None or not _fixed_size(self._split.steps)
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self._table)
 
-    def native_targets(self) -> List[int]:
-        """Targets after ``target_transform`` (which must map an int to an int)."""
+    def native_targets(self) -> Union[np.ndarray, List[int]]:
+        """Targets after ``target_transform`` (which must map an int to an int), one per sample."""
+        targets: Any = self._table.labels if self._targets is None else self._targets
+        if len(targets) != len(self):
+            raise ValueError(f"{self._name()}: targets has {len(targets)} entries for "
+                             f"{len(self)} samples (assign samples first, then targets)")
         if self.target_transform is None:
-            return self.targets
-        out = [self.target_transform(t) for t in self.targets]
+            return targets
+        if isinstance(targets, np.ndarray):
+            targets = targets.tolist()
+        out = [self.target_transform(t) for t in targets]
         if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in out):
             raise TypeError("target_transform must return ints for the native pipeline")
         return [int(t) for t in out]
@@ -269,7 +507,6 @@ class NativeDataset(_TorchDataset):
 
     def _single_loader(self) -> "_C.Loader":
         if self._single is None:
-            paths = [p for p, _ in self.samples]
             options = {"batch_size": 1, "num_workers": 1, "prefetch_batches": 1, "io": "pread",
                        "fast_decode": False}
             options.update(self.native_options())
@@ -278,7 +515,8 @@ class NativeDataset(_TorchDataset):
             if not _fixed_size(self.steps):
                 options["variable_size"] = True
             # Labels are not used by decode_sample; targets go through target_transform here.
-            self._single = _C.Loader(paths, [0] * len(paths), options, **self.byte_ranges())
+            self._single = _C.Loader(self._table.arena(), np.zeros(len(self), dtype=np.int64),
+                                     options, **self.byte_ranges())
         return self._single
 
     def byte_ranges(self) -> Dict[str, Any]:
@@ -379,8 +617,10 @@ class DatasetFolder(NativeDataset):
         native_scan = (is_valid_file is None and not allow_empty
                        and tuple(extensions) == IMG_EXTENSIONS
                        and type(self).find_classes is DatasetFolder.find_classes)
+        labels: Optional[List[int]] = None
         if native_scan:
-            classes, paths, labels = _C.scan_image_folder(root)
+            classes, blob, ends, label_array = _C.scan_image_folder(root)
+            paths: Any = _SampleTable(blob, ends, label_array)
         else:
             classes, class_to_idx = self.find_classes(root)
             if is_valid_file is None:
@@ -418,7 +658,15 @@ class ImageFolder(DatasetFolder):
         super().__init__(root, loader, IMG_EXTENSIONS if is_valid_file is None else None,
                          transform, target_transform, is_valid_file, allow_empty, strict,
                          exif_transpose)
-        self.imgs = self.samples
+
+    @property
+    def imgs(self) -> Sequence[Tuple[str, int]]:
+        """torchvision's alias of ``samples``."""
+        return _SamplesView(self._table, "imgs")
+
+    @imgs.setter
+    def imgs(self, samples: Sequence[Tuple[str, int]]) -> None:
+        self.samples = samples
 
 
 class FileList(NativeDataset):

@@ -497,6 +497,26 @@ absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options);
 absl::StatusOr<std::vector<Sample>> ScanImageFolder(const std::string& root,
                                                     std::vector<std::string>* classes = nullptr);
 
+/// A compact sample list: every path in one arena, `ends[i]` the end of path i in it (path i is
+/// `paths[ends[i-1], ends[i])`, the first starts at 0), and an int32 label per sample. An
+/// ImageNet-sized folder costs its path bytes plus 12 bytes a sample, against a Sample's ~100
+/// plus a heap string: this is what the Python datasets keep.
+struct SampleTable {
+  std::string paths;
+  std::vector<uint64_t> ends;
+  std::vector<int32_t> labels;
+  size_t size() const { return labels.size(); }
+  void Add(const std::string& path, int32_t label) {
+    paths += path;
+    ends.push_back(paths.size());
+    labels.push_back(label);
+  }
+};
+
+/// ScanImageFolder's listing, as a SampleTable (no per-sample allocation).
+absl::StatusOr<SampleTable> ScanImageFolderTable(const std::string& root,
+                                                 std::vector<std::string>* classes = nullptr);
+
 /// Reads a file list: one sample per line, "<path> <label>" (separated by spaces or a tab; the
 /// label is the last field, so paths may contain spaces). Relative paths are resolved against
 /// the list's folder; blank lines and lines starting with '#' are skipped. Errors name the list
