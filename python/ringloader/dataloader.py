@@ -560,7 +560,7 @@ class DataLoader:
 
     def __iter__(self) -> Iterator[Tuple[Any, Any]]:
         if not self.native:
-            batches = iter(self._generic)
+            batches = _start_generic(self._generic)
             if self._device is not None:
                 batches = _device_prefetch(batches, self._device)
             return batches if self._planned is None else _count_delivered(self, batches)
@@ -1173,6 +1173,46 @@ class _PlannedBatches:
         for batch in batches[skip:]:
             yield [SampleKey(int(i), seed, _AUGMENT_EPOCH, position + k) for k, i in enumerate(batch)]
             position += len(batch)
+
+
+def _start_generic(torch_loader: Any) -> Iterator[Any]:
+    """``iter(torch_loader)``, where torch forks its worker processes, without losing a Ctrl-C.
+
+    A SIGINT that arrives while ``os.fork()`` runs is handled at the first Python line of the
+    interpreter's fork callbacks (``logging`` registers some), and CPython reports an exception
+    raised there as "Exception ignored" and drops it: the KeyboardInterrupt vanishes and the
+    training loop carries on as if Ctrl-C had never been pressed. Here such an interrupt is kept
+    and raised once the iterator is made (whose workers then shut down as on any Ctrl-C). It
+    cannot be signalled again from the report: the handler would run, and be dropped, there."""
+    import sys
+    import threading
+
+    pid, thread = os.getpid(), threading.get_ident()
+    previous = sys.unraisablehook
+    dropped: list = []
+    starting = True
+
+    def hook(unraisable: Any) -> None:
+        # Fork callbacks run on the forking thread; a forked child keeps the default report, and
+        # so does everything once the start is over (another thread may have chained onto this).
+        if (starting and unraisable.exc_type is not None
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)
+                and os.getpid() == pid and threading.get_ident() == thread):
+            dropped.append(unraisable.exc_value)
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        batches = iter(torch_loader)
+    finally:
+        starting = False
+        if sys.unraisablehook is hook:  # unless something replaced it meanwhile
+            sys.unraisablehook = previous
+    if dropped:
+        del batches  # shuts its workers down
+        raise dropped[0].with_traceback(None)
+    return batches
 
 
 def _count_delivered(loader: DataLoader, batches: Iterator[Any]) -> Iterator[Any]:

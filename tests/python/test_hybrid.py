@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
+import textwrap
 import warnings
 from pathlib import Path
 
@@ -213,3 +216,50 @@ def test_sizes_that_depend_on_the_image(tree: Path):
     x, _ = capped[9]
     ref = tvt.PILToTensor()(tvt.Resize(30, max_size=33)(Image.open(capped.samples[9][0]).convert("RGB")))
     assert x.shape == ref.shape and (x.int() - ref.int()).abs().max() <= 2
+
+
+def test_ctrl_c_while_workers_fork_is_not_lost(tree: Path):
+    """A SIGINT that lands while torch forks the worker processes is handled inside CPython's
+    fork callbacks, which drop the KeyboardInterrupt ("Exception ignored"): it must still stop the
+    loop. Each try raises SIGINT from a fork callback (before the fork, then after it in the
+    parent), as a Ctrl-C during the fork system call is; a later epoch runs whole. In a
+    subprocess: the callbacks cannot be unregistered, and a lost interrupt must not hang the suite."""
+    script = textwrap.dedent(f"""
+        import os, signal, sys, warnings
+        import torchvision.transforms as tvt
+        import ringloader as rl
+
+        class AddOne:
+            def __call__(self, x):
+                return x + 1
+
+        parent, armed = os.getpid(), [None]
+
+        def ctrl_c(phase):
+            if armed[0] == phase and os.getpid() == parent:
+                armed[0] = None
+                signal.raise_signal(signal.SIGINT)  # its handler runs here, in the callback
+
+        os.register_at_fork(before=lambda: ctrl_c("before"),
+                            after_in_parent=lambda: ctrl_c("after_in_parent"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = rl.ImageFolder({str(tree)!r}, transform=tvt.Compose(
+                [tvt.Resize(40), tvt.CenterCrop(32), tvt.ToTensor(), AddOne()]))
+        loader = rl.DataLoader(ds, batch_size=4, num_workers=2, timeout=30)
+        assert not loader.native
+        for phase in ("before", "after_in_parent"):
+            armed[0] = phase
+            try:
+                n = sum(1 for _ in loader)
+            except KeyboardInterrupt:
+                print(phase, "interrupted")
+            else:
+                print(phase, "lost: the epoch ran on,", n, "batches")
+        print("then", sorted(int(y) for _, ys in loader for y in ys))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines() == ["before interrupted", "after_in_parent interrupted",
+                                       f"then {list(range(10))}"], out.stdout + out.stderr[-2000:]
+    assert "Exception ignored" not in out.stderr, out.stderr[-2000:]
