@@ -347,6 +347,7 @@ TransformStep ParseStep(py::dict step) {
   if (step.contains("translate_pct")) s.translate_pct = step["translate_pct"].cast<double>();
   if (step.contains("translate_const")) s.translate_const = step["translate_const"].cast<double>();
   if (step.contains("random_interpolation")) s.random_interpolation = step["random_interpolation"].cast<bool>();
+  if (step.contains("v2_magnitudes")) s.v2_magnitudes = step["v2_magnitudes"].cast<bool>();
   if (step.contains("erase_mode")) s.erase_mode = step["erase_mode"].cast<int>();
   if (step.contains("timm_erasing")) s.timm_erasing = step["timm_erasing"].cast<bool>();
   if (step.contains("erase_count")) s.erase_count = step["erase_count"].cast<int>();

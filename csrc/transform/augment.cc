@@ -25,8 +25,8 @@ constexpr AugOp kWideOps[] = {AugOp::kIdentity,   AugOp::kShearX,     AugOp::kSh
 enum class Space { kRandAugment, kTrivialWide, kAutoAugment };
 
 /// magnitudes[bin] of torchvision's _augmentation_space for `op` (as float(tensor[bin])), and
-/// whether the op is signed. Ops without magnitudes give 0.
-double Magnitude(Space space, AugOp op, int num_bins, int bin, int height, int width,
+/// whether the op is signed; `v2`: the v2 class's table. Ops without magnitudes give 0.
+double Magnitude(Space space, bool v2, AugOp op, int num_bins, int bin, int height, int width,
                  bool* signed_op) {
   const bool wide = space == Space::kTrivialWide;
   *signed_op = true;
@@ -54,7 +54,10 @@ double Magnitude(Space space, AugOp op, int num_bins, int bin, int height, int w
     }
     case AugOp::kSolarize:
       *signed_op = false;
-      return LinspaceF32(255.0, 0.0, num_bins, bin);
+      // v2 scales its float32 linspace(1, 0) by 255.0 in double: thresholds a few 1e-6 above
+      // v1's, which keeps a level equal to v1's integer threshold (170 of 10 bins) unchanged.
+      return v2 ? 255.0 * LinspaceF32(1.0, 0.0, num_bins, bin)
+                : LinspaceF32(255.0, 0.0, num_bins, bin);
     default:
       *signed_op = false;
       return 0.0;
@@ -123,8 +126,8 @@ void RandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch
   for (int k = 0; k < s.num_ops; ++k) {
     const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
     bool signed_op = false;
-    double m = Magnitude(Space::kRandAugment, op, s.num_bins, bin, img.height, img.width,
-                         &signed_op);
+    double m = Magnitude(Space::kRandAugment, s.v2_magnitudes, op, s.num_bins, bin, img.height,
+                         img.width, &signed_op);
     if (signed_op && rng.RandInt(0, 2) == 1) m = -m;
     ApplyAugOp(op, m, s.interpolation, fill, img, scratch.ops);
   }
@@ -138,8 +141,8 @@ void TrivialAugmentWide(const TransformStep& s, SampleRng& rng, AugmentScratch& 
   const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
   bool signed_op = false;
   const int bin = static_cast<int>(rng.RandInt(0, s.num_bins));
-  double m = Magnitude(Space::kTrivialWide, op, s.num_bins, bin, img.height, img.width,
-                       &signed_op);
+  double m = Magnitude(Space::kTrivialWide, s.v2_magnitudes, op, s.num_bins, bin, img.height,
+                       img.width, &signed_op);
   if (signed_op && rng.RandInt(0, 2) == 1) m = -m;
   ApplyAugOp(op, m, s.interpolation, fill, img, scratch.ops);
 }
@@ -163,8 +166,8 @@ void AutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch
     bool signed_op = false;
     double m = 0;
     if (sub[i].bin >= 0) {
-      m = Magnitude(Space::kAutoAugment, sub[i].op, 10, sub[i].bin, img.height, img.width,
-                    &signed_op);
+      m = Magnitude(Space::kAutoAugment, s.v2_magnitudes, sub[i].op, 10, sub[i].bin, img.height,
+                    img.width, &signed_op);
     }
     if (signed_op && signs[i] == 0) m = -m;
     ApplyAugOp(sub[i].op, m, s.interpolation, fill, img, scratch.ops);
@@ -497,8 +500,13 @@ double LinspaceF32(double start, double end, int steps, int index) {
   const float a = static_cast<float>(start), b = static_cast<float>(end);
   if (steps <= 1) return a;
   const float step = (b - a) / static_cast<float>(steps - 1);
-  const float v = index < steps / 2 ? a + step * static_cast<float>(index)
-                                    : b - step * static_cast<float>(steps - index - 1);
+  // torch's CPU kernel (the AVX2/AVX512 build current x86 CPUs run) fuses each multiply and
+  // add into one rounding; separate float operations differ by an ulp at some bins, which
+  // matters through int(): bin 15 of TrivialAugmentWide's translations is 15.999999 in torch
+  // (a 15-pixel shift), 16.0 unfused.
+  const float v = index < steps / 2
+                      ? std::fma(step, static_cast<float>(index), a)
+                      : std::fma(-step, static_cast<float>(steps - index - 1), b);
   return static_cast<double>(v);
 }
 

@@ -217,9 +217,35 @@ bool ValidRange(const double r[2], double lo, double hi) {
   return std::isfinite(r[0]) && std::isfinite(r[1]) && r[0] <= r[1] && r[0] >= lo && r[1] <= hi;
 }
 
+/// Whether the step resamples with Pillow's Image.transform / Image.rotate, which take the
+/// nearest, bilinear and bicubic filters only (image_ops.h).
+bool UsesTransformFilter(const TransformStep& s) {
+  switch (s.kind) {
+    case Kind::kRandomRotation:
+    case Kind::kRandomAffine:
+    case Kind::kRandAugment:
+    case Kind::kTrivialAugmentWide:
+    case Kind::kAutoAugment:
+    case Kind::kTimmRandAugment:
+      return true;
+    case Kind::kAugOp:
+      return s.aug_op == AugOp::kShearX || s.aug_op == AugOp::kShearY ||
+             s.aug_op == AugOp::kTranslateX || s.aug_op == AugOp::kTranslateY ||
+             s.aug_op == AugOp::kRotate;
+    default:
+      return false;
+  }
+}
+
 /// Per-kind parameter checks of the steps added for the full recipe set ("" when valid).
 std::string CheckImageStep(const TransformStep& s) {
   const auto prob_ok = [&] { return s.p >= 0.0 && s.p <= 1.0; };
+  if (UsesTransformFilter(s) && s.interpolation != Interpolation::kNearest &&
+      s.interpolation != Interpolation::kBilinear && s.interpolation != Interpolation::kBicubic) {
+    return absl::StrCat("interpolation ", InterpolationName(s.interpolation),
+                        " is not a filter of Pillow's Image.transform/rotate; use nearest, "
+                        "bilinear or bicubic");
+  }
   switch (s.kind) {
     case Kind::kRandomCrop:
       if (s.size_w == 0) return "size must be > 0";

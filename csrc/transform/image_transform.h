@@ -120,6 +120,9 @@ struct TransformStep {
   int num_ops = 2;                   ///< RandAugment / timm: ops per image
   int num_bins = 31;                 ///< RandAugment / TrivialAugmentWide magnitude bins
   int policy = 0;                    ///< AutoAugment policy: 0 ImageNet, 1 CIFAR10, 2 SVHN
+  /// The torchvision v2 policy classes: their Solarize table is linspace(1, 0) in float32,
+  /// scaled by 255.0 in double when applied, not v1's linspace(255, 0) (augment.cc).
+  bool v2_magnitudes = false;
   /// timm RandAugment: the op set (TimmOp codes, see augment.h), each applied with
   /// probability p; magnitude noise (std; inf: uniform in [0, magnitude]); upper bound.
   int timm_ops[24] = {};

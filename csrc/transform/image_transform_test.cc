@@ -113,6 +113,37 @@ TEST(TransformPipelineCreate, RejectsInvalidChains) {
   EXPECT_EQ(CreateCode({CenterCrop(8, 8), ToTensor()}, DType::kUint8), kInvalid);
 }
 
+TEST(TransformPipelineCreate, PillowTransformStepsTakeOnlyItsFilters) {
+  // Rotation, affine and the policies resample with Pillow's Image.transform, which refuses
+  // the resize-only filters; each filter it takes is accepted.
+  for (Kind kind : {Kind::kRandomRotation, Kind::kRandomAffine, Kind::kRandAugment,
+                    Kind::kTrivialAugmentWide, Kind::kAutoAugment, Kind::kTimmRandAugment}) {
+    TransformStep s;
+    s.kind = kind;
+    s.num_bins = 31;
+    for (Interpolation f : {Interpolation::kLanczos, Interpolation::kBox, Interpolation::kHamming}) {
+      s.interpolation = f;
+      const absl::Status status =
+          TransformPipeline::Create({CenterCrop(8, 8), s}, DType::kUint8, Layout::kHWC).status();
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << static_cast<int>(kind);
+      EXPECT_NE(status.message().find("nearest, bilinear or bicubic"), std::string::npos) << status;
+    }
+    for (Interpolation f : {Interpolation::kNearest, Interpolation::kBilinear, Interpolation::kBicubic}) {
+      s.interpolation = f;
+      EXPECT_TRUE(TransformPipeline::Create({CenterCrop(8, 8), s}, DType::kUint8, Layout::kHWC).ok())
+          << static_cast<int>(kind) << " " << InterpolationName(f);
+    }
+  }
+  // A single op only resamples when it is geometric.
+  TransformStep op;
+  op.kind = Kind::kAugOp;
+  op.interpolation = Interpolation::kLanczos;
+  op.aug_op = AugOp::kPosterize;
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), op}, DType::kUint8), absl::StatusCode::kOk);
+  op.aug_op = AugOp::kShearX;
+  EXPECT_EQ(CreateCode({CenterCrop(8, 8), op}, DType::kUint8), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TransformPipelineCreate, InputDependentSizeIsRejectedWithHint) {
   const auto status =
       TransformPipeline::Create({Resize(256), Flip(0.5)}, DType::kUint8, Layout::kCHW).status();

@@ -290,6 +290,11 @@ TEST(RecipeTables, LinspaceMatchesTorchFloat32) {
   EXPECT_EQ(LinspaceF32(255.0, 0.0, 31, 20), 85.0);
   EXPECT_EQ(LinspaceF32(0.0, 150.0 / 331.0 * 224, 31, 17), 57.52265930175781);
   EXPECT_EQ(LinspaceF32(0.0, 0.99, 31, 30), 0.9900000095367432);
+  // Bins where torch's fused multiply-add differs from separate float operations.
+  EXPECT_EQ(LinspaceF32(0.0, 32.0, 31, 15), 15.999999046325684);
+  EXPECT_EQ(LinspaceF32(1.0, 0.0, 10, 3), 0.6666666865348816);
+  EXPECT_EQ(LinspaceF32(0.0, 0.99, 31, 19), 0.6270000338554382);
+  EXPECT_EQ(LinspaceF32(0.0, 0.9, 31, 20), 0.5999999642372131);
 }
 
 TEST(RecipeTables, TimmOpNames) {

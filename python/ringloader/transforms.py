@@ -202,6 +202,35 @@ def _interpolation(value: Any, where: str) -> str:
     raise TypeError(f"{where}: interpolation {value!r} has no native equivalent")
 
 
+class _Refused(TypeError):
+    """An argument torchvision itself rejects with a TypeError: split() raises it at once rather
+    than running the step in Python, where it would fail mid-epoch."""
+
+
+def _transform_filter(value: Any, where: str) -> str:
+    """The filter of a step torchvision runs on PIL images with Image.transform/Image.rotate
+    (RandomRotation, RandomAffine, the AutoAugment policies). torchvision hands Pillow its
+    number for the mode (NEAREST_EXACT becomes NEAREST); Pillow takes nearest, bilinear and
+    bicubic only and raises ValueError for the others at the first geometric op, so those are
+    refused here with the same error, before the epoch starts. v1 classes keep the argument as
+    given and F.affine/F.rotate raise TypeError for a string, so a string is refused there too."""
+    raw = getattr(value, "value", value)
+    if isinstance(value, str) and not where.startswith("torchvision.transforms.v2"):
+        known = value.lower() in _INTERPOLATIONS or value.lower() == "nearest-exact"
+        mode = f"InterpolationMode.{value.upper().replace('-', '_')}" if known else "an InterpolationMode"
+        raise _Refused(f"{where}: interpolation {value!r} is a string, which torchvision's v1 "
+                       f"F.affine/F.rotate reject with a TypeError; pass {mode} (or use "
+                       "torchvision.transforms.v2, which takes strings)")
+    if str(raw).lower() == "nearest-exact":
+        return "nearest"  # torchvision's pil_modes_mapping: Pillow's NEAREST
+    name = _interpolation(value, where)
+    if name not in ("nearest", "bilinear", "bicubic"):
+        raise ValueError(f"{where}: interpolation {value!r} is not a filter Pillow's "
+                         "Image.transform/rotate accept (torchvision raises ValueError at the first "
+                         "geometric op); use InterpolationMode.NEAREST, BILINEAR or BICUBIC")
+    return name
+
+
 def _fill(value: Any, where: str) -> List[float]:
     """A fill colour as three levels (torchvision's PIL path: an int or a 1/3-sequence)."""
     if value is None:
@@ -256,6 +285,10 @@ _TIMM_OPS = {
     "TranslateXRel", "TranslateYRel",
 }
 
+# The timm ops that resample (Image.transform / Image.rotate with the op's resample).
+_TIMM_GEOMETRIC = {"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel",
+                   "TranslateYRel"}
+
 
 def _timm_rand_augment(t: Any, where: str) -> List[Dict[str, Any]]:
     """timm's RandAugment (rand-m*-n*-mstd*-inc*...): one native step when every op is native and
@@ -288,7 +321,11 @@ def _timm_rand_augment(t: Any, where: str) -> List[Dict[str, Any]]:
     else:
         interp = _interpolation(resample, where)
     if interp not in ("nearest", "bilinear", "bicubic"):
-        raise TypeError(f"{where}: PIL transforms only take nearest, bilinear or bicubic")
+        if _TIMM_GEOMETRIC.intersection(names):
+            raise ValueError(f"{where}: resample {resample!r} is not a filter Pillow's "
+                             "Image.transform/rotate accept (timm's geometric ops raise ValueError "
+                             "with it); use nearest, bilinear, bicubic or 'random'")
+        interp = "bilinear"  # no op of this policy transforms geometry: the filter is never used
     mstd = float(first.magnitude_std or 0.0)
     return [{
         "kind": "timm_rand_augment", "timm_ops": names, "num_ops": int(t.num_layers),
@@ -391,7 +428,7 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
         if t.expand:
             raise TypeError(f"{where}: expand=True (a size that depends on the angle) has no native equivalent")
         return [{"kind": "random_rotation", "ranges": [_range(t.degrees)],
-                 "interpolation": _interpolation(t.interpolation, where), "fill": _fill(t.fill, where),
+                 "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
                  "center": _center(t.center)}]
     if name == "RandomAffine":
         shear = None if t.shear is None else [float(v) for v in t.shear]
@@ -399,7 +436,7 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
                   None if shear is None else (shear[0], shear[1]),
                   None if shear is None or len(shear) < 4 else (shear[2], shear[3])]
         return [{"kind": "random_affine", "ranges": ranges,
-                 "interpolation": _interpolation(t.interpolation, where), "fill": _fill(t.fill, where),
+                 "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
                  "center": _center(t.center)}]
     if name == "GaussianBlur":
         kx, ky = (int(v) for v in t.kernel_size)
@@ -417,10 +454,9 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
     if name == "RandomInvert":
         return _aug_op("Invert", 0, t.p)
     if name in ("RandAugment", "TrivialAugmentWide", "AutoAugment") and not is_timm:
-        interp = _interpolation(t.interpolation, where)
-        if interp not in ("nearest", "bilinear"):
-            raise TypeError(f"{where}: torchvision's PIL affine only takes nearest or bilinear")
-        step: Dict[str, Any] = {"interpolation": interp, "fill": _fill(t.fill, where)}
+        step: Dict[str, Any] = {"interpolation": _transform_filter(t.interpolation, where),
+                                "fill": _fill(t.fill, where),
+                                "v2_magnitudes": module.startswith("torchvision.transforms.v2")}
         if name == "AutoAugment":
             policy = str(getattr(t.policy, "value", t.policy)).lower()
             step.update(kind="auto_augment", policy=_AUTO_AUGMENT_POLICIES[policy])
@@ -683,6 +719,8 @@ def split(transform: Any) -> Split:
             steps.extend(new)
             if type(t).__name__ in _TO_UINT8_TENSOR:
                 conversion = type(t).__name__
+        except _Refused:
+            raise
         except TypeError as error:
             rest = parts[i:]
             for r in rest:

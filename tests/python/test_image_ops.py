@@ -261,6 +261,27 @@ def test_torchvision_apply_op_is_bit_exact(op, magnitudes):
                              SMALL_SET)
 
 
+GEOMETRIC_TV_OPS = [(op, m) for op, m in TV_OPS if op in ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate")]
+
+
+@pytest.mark.parametrize("op,magnitudes", GEOMETRIC_TV_OPS, ids=[op for op, _ in GEOMETRIC_TV_OPS])
+def test_torchvision_v2_policy_ops_are_bit_exact(op, magnitudes):
+    """The v2 policies' ops on PIL images, with each filter Pillow's transform takes (v2 also takes
+    strings, and NEAREST_EXACT, which it hands Pillow as NEAREST)."""
+    v2 = pytest.importorskip("torchvision.transforms.v2")
+    modes = [(NEAREST, "nearest"), (NEAREST, InterpolationMode.NEAREST_EXACT), (NEAREST, "nearest-exact"),
+             (BILINEAR, "bilinear"), (BICUBIC, InterpolationMode.BICUBIC), (BICUBIC, 3)]
+    for native, mode in modes:
+        for fill in ([0, 0, 0], [128, 64, 255]):
+            policy = v2.RandAugment(interpolation=mode, fill=fill)
+            for magnitude in magnitudes:
+                assert_exact(f"ApplyAugOp:{op}",
+                             {"magnitude": [magnitude], "interpolation": [native], "fill": fill},
+                             lambda im: policy._apply_image_or_video_transform(
+                                 im, op, magnitude, interpolation=policy.interpolation, fill=policy._fill),
+                             SMALL_SET + ["random31x17"])
+
+
 def _timm():
     return pytest.importorskip("timm.data.auto_augment")
 

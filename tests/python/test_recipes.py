@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,8 @@ from torchvision.transforms import autoaugment as tv_auto
 import ringloader as rl
 from imagegen import FLAVOURS, jpeg_bytes
 
-NEAREST, BILINEAR = v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR
+NEAREST, BILINEAR, BICUBIC = (v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR,
+                              v1.InterpolationMode.BICUBIC)
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
@@ -178,6 +180,60 @@ def test_torchvision_reference_recipe_is_fully_native():
     assert split.tail is None, split.reason
 
 
+def test_policy_filters_map_as_torchvision_hands_them_to_pillow():
+    """Every interpolation torchvision runs on PIL images is native: NEAREST_EXACT is Pillow's
+    NEAREST there, a Pillow integer its filter, v2 strings their mode."""
+    cases = [(v1.RandAugment(interpolation=v1.InterpolationMode.NEAREST_EXACT), "nearest"),
+             (v1.TrivialAugmentWide(interpolation=2), "bilinear"),
+             (v1.AutoAugment(interpolation=BICUBIC), "bicubic"),
+             (v2.TrivialAugmentWide(interpolation="nearest-exact"), "nearest"),
+             (v2.RandAugment(interpolation=3), "bicubic"),
+             (v1.RandomRotation(10, interpolation=BICUBIC), "bicubic"),
+             (v2.RandomAffine(10, interpolation="nearest-exact"), "nearest")]
+    for t, filter_name in cases:
+        split = rl.transforms.split(v1.Compose([*BASE, t, P]))
+        assert split.tail is None, (t, split.reason)
+        assert split.steps[-1]["interpolation"] == filter_name, t
+
+
+@pytest.mark.parametrize("make", [
+    lambda m: v1.RandAugment(interpolation=m), lambda m: v2.TrivialAugmentWide(interpolation=m),
+    lambda m: v1.AutoAugment(interpolation=m), lambda m: v1.RandomRotation(10, interpolation=m),
+    lambda m: v2.RandomAffine(10, interpolation=m),
+], ids=["v1-RandAugment", "v2-TrivialAugmentWide", "v1-AutoAugment", "v1-RandomRotation", "v2-RandomAffine"])
+@pytest.mark.parametrize("mode", [v1.InterpolationMode.LANCZOS, v1.InterpolationMode.BOX, v1.InterpolationMode.HAMMING])
+def test_filters_pillow_transform_rejects_are_refused_like_torchvision(tree: Path, make, mode):
+    t = make(mode)
+    img = prefix_images(tree)[0]
+    # torchvision itself raises Pillow's ValueError at the first geometric op...
+    with pytest.raises(ValueError):
+        if isinstance(t, (v1.RandomRotation, v2.RandomAffine)):
+            t(img)
+        else:
+            apply_op(t, img, "ShearX", 0.2)
+    # ... so ringloader refuses the transform before the epoch, saying what to pass instead.
+    with pytest.raises(ValueError, match="NEAREST, BILINEAR or BICUBIC"):
+        rl.ImageFolder(str(tree), transform=v1.Compose([*BASE, t, P]))
+
+
+def test_v1_policy_with_a_string_interpolation_is_refused_like_torchvision(tree: Path):
+    t = v1.TrivialAugmentWide(interpolation="bicubic")
+    with pytest.raises(TypeError):  # torchvision: F.affine/F.rotate take no strings in v1
+        apply_op(t, prefix_images(tree)[0], "Rotate", 10.0)
+    with pytest.raises(TypeError, match="InterpolationMode.BICUBIC"):
+        rl.transforms.split(v1.Compose([*BASE, t, P]))
+
+
+def test_timm_rand_augment_refuses_a_resize_only_filter_only_when_an_op_resamples():
+    timm_aa = pytest.importorskip("timm.data.auto_augment")
+    t = timm_aa.rand_augment_transform("rand-m9-n2", dict(interpolation=1))  # LANCZOS
+    with pytest.raises(ValueError, match="nearest, bilinear, bicubic"):
+        rl.transforms.split(v1.Compose([*BASE, t, P]))
+    colour = timm_aa.RandAugment([op for op in t.ops if op.name in ("Color", "Contrast", "Equalize")], 2)
+    split = rl.transforms.split(v1.Compose([*BASE, colour, P]))
+    assert split.tail is None, split.reason
+
+
 def test_ops_after_tensor_or_a_resize_after_colour_go_to_the_python_tail():
     split = rl.transforms.split(v1.Compose([v1.Resize(64), v1.ColorJitter(0.4), v1.CenterCrop(60),
                                             v1.Resize(56), v1.ToTensor()]))
@@ -198,9 +254,14 @@ def prefix_images(root: Path):
 
 
 def native_epochs(root: Path, transform, epochs: int):
-    """uint8 HWC outputs of `epochs` epochs (different augmentation seeds), per sample index."""
+    """uint8 HWC outputs of `epochs` epochs (different augmentation seeds), per sample index; the
+    whole transform must run natively (no Python-tail warning)."""
     torch.manual_seed(11)
-    loader = rl.DataLoader(rl.ImageFolder(str(root), transform=transform), batch_size=8, fast_decode=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = rl.ImageFolder(str(root), transform=transform)
+    loader = rl.DataLoader(ds, batch_size=8, fast_decode=False)
+    assert loader.native and not ds.python_steps, ds.python_steps
     out = []
     for _ in range(epochs):
         images, _ = next(iter(loader))
@@ -212,9 +273,41 @@ def identify(candidates: dict, output: np.ndarray):
     return [key for key, cand in candidates.items() if np.array_equal(cand, output)]
 
 
-def test_rand_augment_draws_torchvision_ops(tree: Path):
-    t = v1.RandAugment(num_ops=1, magnitude=9)
-    space = t._augmentation_space(t.num_magnitude_bins, (64, 64))
+def apply_op(t, img, op: str, magnitude: float):
+    """torchvision's own op of policy `t` (v1 or v2, with its interpolation and fill) on a PIL image."""
+    if isinstance(t, v2.Transform):
+        return t._apply_image_or_video_transform(img, op, magnitude, interpolation=t.interpolation, fill=t._fill)
+    fill = t.fill
+    if isinstance(fill, (int, float)):
+        fill = [float(fill)] * 3
+    elif fill is not None:
+        fill = [float(f) for f in fill]
+    return tv_auto._apply_op(img, op, magnitude, t.interpolation, fill)
+
+
+def space_of(t, num_bins: int, height: int = 64, width: int = 64):
+    """The policy's {op: (magnitudes, signed)} as v1's _augmentation_space gives it."""
+    if isinstance(t, v2.Transform):
+        space = {}
+        for op, (fn, signed) in t._AUGMENTATION_SPACE.items():
+            mags = fn(num_bins, height, width)
+            space[op] = (torch.tensor(0.0) if mags is None else mags, signed)
+        return space
+    if isinstance(t, v1.TrivialAugmentWide):
+        return t._augmentation_space(num_bins)
+    return t._augmentation_space(num_bins, (height, width))
+
+
+# Each policy with each filter kind Pillow's affine transform takes, v1 and v2 classes (v2 takes
+# strings; a Pillow integer is taken by both); the NEAREST cases are the defaults.
+@pytest.mark.parametrize("make", [
+    lambda: v1.RandAugment(num_ops=1, magnitude=9),
+    lambda: v1.RandAugment(num_ops=1, magnitude=9, interpolation=BICUBIC, fill=[30, 60, 90]),
+    lambda: v2.RandAugment(num_ops=1, magnitude=9, interpolation="bilinear"),
+], ids=["v1-nearest", "v1-bicubic-fill", "v2-bilinear"])
+def test_rand_augment_draws_torchvision_ops(tree: Path, make):
+    t = make()
+    space = space_of(t, t.num_magnitude_bins)
     counts = collections.Counter()
     images = prefix_images(tree)
     for outputs in native_epochs(tree, v1.Compose([*BASE, t, P]), epochs=10):
@@ -223,8 +316,7 @@ def test_rand_augment_draws_torchvision_ops(tree: Path):
             for op, (mags, signed) in space.items():
                 m = float(mags[9]) if mags.ndim > 0 else 0.0
                 for sign in ((1, -1) if signed else (1,)):
-                    res = tv_auto._apply_op(img, op, sign * m, NEAREST, [0.0, 0.0, 0.0])
-                    candidates[(op, sign)] = np.asarray(res)
+                    candidates[(op, sign)] = np.asarray(apply_op(t, img, op, sign * m))
             found = identify(candidates, out)
             assert found, "native RandAugment output matches no torchvision op"
             counts[found[0][0]] += 1
@@ -232,9 +324,14 @@ def test_rand_augment_draws_torchvision_ops(tree: Path):
     assert max(counts.values()) <= 20, counts
 
 
-def test_trivial_augment_draws_torchvision_ops_and_magnitudes(tree: Path):
-    t = v1.TrivialAugmentWide(num_magnitude_bins=3)
-    space = t._augmentation_space(3)
+@pytest.mark.parametrize("make", [
+    lambda: v1.TrivialAugmentWide(num_magnitude_bins=3),
+    lambda: v1.TrivialAugmentWide(num_magnitude_bins=3, interpolation=3),
+    lambda: v2.TrivialAugmentWide(num_magnitude_bins=3, interpolation="bicubic", fill=128),
+], ids=["v1-nearest", "v1-bicubic-int", "v2-bicubic-fill"])
+def test_trivial_augment_draws_torchvision_ops_and_magnitudes(tree: Path, make):
+    t = make()
+    space = space_of(t, 3)
     ops, bins = collections.Counter(), collections.Counter()
     images = prefix_images(tree)
     for outputs in native_epochs(tree, v1.Compose([*BASE, t, P]), epochs=10):
@@ -244,7 +341,7 @@ def test_trivial_augment_draws_torchvision_ops_and_magnitudes(tree: Path):
                 for b in range(3 if mags.ndim > 0 else 1):
                     m = float(mags[b]) if mags.ndim > 0 else 0.0
                     for sign in ((1, -1) if signed else (1,)):
-                        candidates[(op, b, sign)] = np.asarray(tv_auto._apply_op(img, op, sign * m, NEAREST, None))
+                        candidates[(op, b, sign)] = np.asarray(apply_op(t, img, op, sign * m))
             found = identify(candidates, out)
             assert found, "native TrivialAugmentWide output matches no torchvision op/magnitude"
             ops[found[0][0]] += 1
@@ -254,19 +351,26 @@ def test_trivial_augment_draws_torchvision_ops_and_magnitudes(tree: Path):
     assert set(bins) <= {0, 1, 2} and len(bins) >= 2, bins
 
 
-def test_auto_augment_imagenet_draws_its_sub_policies(tree: Path):
-    t = v1.AutoAugment(v1.AutoAugmentPolicy.IMAGENET)
-    space = t._augmentation_space(10, (64, 64))
+@pytest.mark.parametrize("make", [
+    lambda: v1.AutoAugment(v1.AutoAugmentPolicy.IMAGENET),
+    lambda: v1.AutoAugment(v1.AutoAugmentPolicy.IMAGENET, interpolation=BICUBIC),
+    lambda: v2.AutoAugment(v2.AutoAugmentPolicy.IMAGENET, interpolation=v2.InterpolationMode.BILINEAR,
+                           fill=[200, 100, 0]),
+], ids=["v1-nearest", "v1-bicubic", "v2-bilinear-fill"])
+def test_auto_augment_imagenet_draws_its_sub_policies(tree: Path, make):
+    t = make()
+    policies = t.policies if hasattr(t, "policies") else t._policies
+    space = space_of(t, 10)
     images = prefix_images(tree)
     unchanged = total = 0
     for outputs in native_epochs(tree, v1.Compose([*BASE, t, P]), epochs=6):
         for img, out in zip(images, outputs):
             candidates = {}
-            for pid, policy in enumerate(t.policies):
+            for pid, policy in enumerate(policies):
                 def apply(im, op, mid, sign):
                     mags, signed = space[op]
                     m = float(mags[mid]) if mid is not None else 0.0
-                    return tv_auto._apply_op(im, op, -m if (signed and sign < 0) else m, NEAREST, None)
+                    return apply_op(t, im, op, -m if (signed and sign < 0) else m)
                 (op1, _, m1), (op2, _, m2) = policy
                 candidates[(pid, "none")] = np.asarray(img)
                 for s1 in (1, -1):
