@@ -337,6 +337,7 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
   bool seen_to_tensor = false;
   p.image_begin_ = p.image_end_ = steps.size();
   double scale[3] = {1, 1, 1}, bias[3] = {0, 0, 0};
+  std::optional<size_t> resized_at;  // the fused geometry's resize
   for (size_t i = 0; i < steps.size(); ++i) {
     TransformStep& s = steps[i];
     if (s.kind == Kind::kRandomCrop && s.size_w == 0) s.size_w = s.size_h;
@@ -350,6 +351,14 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     } else if (stage == Stage::kGeometry && !IsFusable(s)) {
       stage = Stage::kImage;
       p.image_begin_ = i;
+    } else if (stage == Stage::kGeometry && resized_at &&
+               (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
+      // The fused geometry resamples once, from the source; torchvision resamples twice, and the
+      // second pass filters the first one's rounded levels: one resample cannot equal that.
+      return StepError(i, s.kind,
+                       absl::StrCat("a second resize (after step ", *resized_at, ", ",
+                                    KindName(steps[*resized_at].kind),
+                                    ") would need a second resample, which is not native"));
     } else if (stage == Stage::kImage &&
                (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
       // Flips and CenterCrop move pixels of the 8-bit image; a resize would need a second
@@ -359,6 +368,7 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
                                     ImageStageReason(steps[p.image_begin_]),
                                     ") is not supported natively"));
     }
+    if (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop) resized_at = i;
     switch (s.kind) {
       case Kind::kResize:
         if (s.size_h <= 0 || s.size_w < 0) return StepError(i, s.kind, "size must be > 0");

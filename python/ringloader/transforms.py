@@ -545,6 +545,9 @@ def _stage_error(steps: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> Opti
         if image_stage and kind in _RESIZES:
             return (f"a resize after an earlier step that cannot fuse into the resample "
                     f"({image_stage}) would need a second resample, which is not native")
+        if kind in _RESIZES and any(k in _RESIZES for k in kinds):
+            # The fused geometry resamples once, from the source; torchvision resamples twice.
+            return "a second resize would need a second resample, which is not native"
     return None
 
 

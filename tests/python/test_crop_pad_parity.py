@@ -101,3 +101,19 @@ def test_random_crop_after_a_smaller_crop_shows_zeros(tree: Path, random_crop):
                     padded = v1.functional.pad(padded, [0, size[0] - ph])
             assert image.shape[1:] == torch.Size(size)
             assert _window_of(image, padded), (ref.samples[i][0], epoch_seed)
+
+
+def test_a_second_resize_goes_to_the_python_tail_and_is_exact(tree: Path):
+    """One fused resample cannot equal torchvision's two (the second filters the first's rounded
+    levels): the second resize and what follows run in Python, with the warning, and the result
+    is torchvision's."""
+    t = v1.Compose([v1.Resize(80), v1.CenterCrop(64), v1.Pad((3, 1, 4, 2)), v1.Resize((33, 40)),
+                    v1.PILToTensor()])
+    split = rl.transforms.split(t)
+    assert [s["kind"] for s in split.steps] == ["resize", "center_crop", "pad"]
+    assert split.tail_names[0].endswith("Resize") and "second resize" in split.reason
+    with pytest.warns(UserWarning, match="second resize"):
+        ds = rl.ImageFolder(str(tree), transform=t)
+    ref = TorchvisionImageFolder(str(tree), transform=t)
+    for i in range(len(ref)):
+        assert torch.equal(ds[i][0], ref[i][0]), ref.samples[i][0]

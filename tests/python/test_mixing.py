@@ -267,7 +267,7 @@ def test_collate_fn_views_keep_their_slot(image_tree: Path):
         pass
     assert all(torch.equal(a[0], b[0]) for ka, kb in zip(kept, copies) for a, b in zip(ka, kb))
     # Holding every slot through the samples' views is an error, never an overwrite.
-    loader = rl.DataLoader(ds, batch_size=2, prefetch_factor=1, max_slots=3, collate_fn=lambda b: b)
+    loader = rl.DataLoader(ds, batch_size=2, max_slots=3, collate_fn=lambda b: b)
     held, it = [], iter(loader)
     with pytest.raises(rl.SlotsExhaustedError):
         for samples in it:
