@@ -714,9 +714,11 @@ def split(transform: Any) -> Split:
             if not isinstance(t, Transform) and not module.startswith(("torchvision", "timm")):
                 raise TypeError(f"{_step_name(t)} has no native equivalent")
             new = to_steps(t)
-            why = _stage_error(steps, new)
-            if why is None and conversion and not has_to_tensor(steps):
-                why = _tensor_numerics_error(conversion, new)
+            # After a uint8 tensor conversion, tensor numerics are the first reason (and the one
+            # that says what to do: move the step before the conversion).
+            why = _tensor_numerics_error(conversion, new) if conversion and not has_to_tensor(steps) else None
+            if why is None:
+                why = _stage_error(steps, new)
             if why is not None:
                 raise TypeError(f"{_step_name(t)}: {why}")
             steps.extend(new)

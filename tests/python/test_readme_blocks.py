@@ -1,7 +1,8 @@
 """Every Python code block of the README runs, so the examples cannot drift from the code.
 
 A block runs in a fresh interpreter, in a scratch folder, after a prelude that gives it what a
-reader would have: ``rl`` and ``T`` imported, ``root`` (a small ImageFolder), ``rank``/``world``.
+reader would have: ``rl`` and ``T`` imported, ``root`` (a small ImageFolder), ``ds`` (an
+``rl.ImageFolder`` of it with a float output), ``rank``/``world``.
 Paths under ``/data/`` are rewritten into the scratch folder, where the block's data is made
 first (an image folder, or WebDataset shards for a ``.tar`` pattern). A block preceded by an HTML
 comment ``<!-- not run: REASON -->`` is skipped with that reason. (The C++ blocks are compiled
@@ -78,6 +79,7 @@ def test_readme_python_block_runs(tmp_path: Path, line: int, code: str, skip: st
         import ringloader as rl
         from ringloader import transforms as T
         root, rank, world = {str(root)!r}, 0, 1
+        ds = rl.ImageFolder(root, transform=T.Compose([T.RandomResizedCrop(224), T.ToTensor()]))
     """)
     script = prelude + localise(code, tmp_path)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
