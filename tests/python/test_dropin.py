@@ -362,7 +362,8 @@ DIST_SCRIPT = textwrap.dedent("""
 def test_torchrun_multi_process(tmp_path: Path, ids_tree: Path, nproc: int):
     script = tmp_path / "train.py"
     script.write_text(DIST_SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
+    # TMPDIR: torchrun leaves its torchelastic_* folder behind; keep it in the test's own.
+    env = dict(os.environ, OMP_NUM_THREADS="1", TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            str(script), str(ids_tree), str(tmp_path)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240)
