@@ -47,15 +47,15 @@ import io
 import json
 import os
 import re
-import secrets
 import stat
 import sys
 import tarfile
 import time
 import zlib
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 
 from . import _sizes
+from ._atomic import create_exclusive, write_json
 from .datasets import FileList, ImageFolder, NativeDataset
 from .webdataset import IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX
 
@@ -144,41 +144,6 @@ def _read_source(path: str, tree: _Tree, follow_symlinks: bool) -> Tuple[bytes, 
         return b"".join(chunks), int(info.st_mtime)
     finally:
         os.close(fd)
-
-
-def _create_exclusive(path: str) -> Tuple[int, str]:
-    """A new file next to ``path`` under a fresh temporary name: (fd, name). O_EXCL and
-    O_NOFOLLOW: never an existing file, never through a symlink; mode 0666 less the umask."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | \
-        getattr(os, "O_CLOEXEC", 0)
-    head, tail = os.path.split(path)
-    for _ in range(100):
-        tmp = os.path.join(head, f".{tail}.{secrets.token_hex(8)}.tmp")
-        try:
-            return os.open(tmp, flags, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(f"pack: cannot create a temporary file next to {path}")
-
-
-def _write_atomic(path: str, write: Callable[[Any], None]) -> None:
-    """Writes ``path`` through ``write(file)`` into a new temporary file, then renames it over
-    ``path``: a symlink planted at ``path`` is replaced, its target left alone."""
-    fd, tmp = _create_exclusive(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _write_json(path: str, value: Any, **kwargs: Any) -> None:
-    _write_atomic(path, lambda f: f.write(json.dumps(value, **kwargs).encode("utf-8")))
 
 
 def _sources(src: str) -> Tuple[List[str], List[int], List[str]]:
@@ -338,7 +303,7 @@ def _closed_size(offset: int, image_bytes: int) -> int:
 class _ShardWriter:
     def __init__(self, path: str):
         self.path = path
-        fd, self.tmp = _create_exclusive(path)
+        fd, self.tmp = create_exclusive(path)
         self.file = os.fdopen(fd, "wb")
         self.tar = tarfile.open(fileobj=self.file, mode="w", format=tarfile.USTAR_FORMAT)
         self.rows: List[list] = []
@@ -368,7 +333,7 @@ class _ShardWriter:
         index = {"format": INDEX_FORMAT, "version": 1,
                  "shard": os.path.basename(self.path), "bytes": size, "mtime_ns": mtime_ns,
                  "error": "", "samples": self.rows}
-        _write_json(self.path + INDEX_SUFFIX, index)
+        write_json(self.path + INDEX_SUFFIX, index)
         return {"name": os.path.basename(self.path), "samples": len(self.rows), "bytes": size}
 
     def abandon(self) -> None:
@@ -536,7 +501,7 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
         total_bytes += shards[-1]["bytes"]
         writer, shard_reencoded = None, 0
         # Written after the shard and its sidecar are in place: what it lists is whole.
-        _write_json(os.path.join(dst, PROGRESS_NAME),
+        write_json(os.path.join(dst, PROGRESS_NAME),
                     dict(record, shard_index=shards, skipped=skipped), indent=1)
 
     try:
@@ -574,12 +539,12 @@ def pack(src: str, dst: str, shard_size: int = 10**9, max_side: Optional[int] = 
     if not packed:
         raise ValueError(f"pack: no image of {src!r} could be packed ({len(skipped)} skipped, "
                          f"first: {skipped[0][0]}: {skipped[0][1]})")
-    _write_json(os.path.join(dst, "classes.json"), classes)
+    write_json(os.path.join(dst, "classes.json"), classes)
     summary = {"samples": packed, "shards": len(shards), "bytes": total_bytes,
                "seconds": round(time.monotonic() - start, 3), "reencoded": reencoded,
                "kept": len(kept), "skipped": [s[:2] for s in skipped]}
     # index.json last: it marks the pack finished. It keeps what a later --resume checks.
-    _write_json(os.path.join(dst, "index.json"),
+    write_json(os.path.join(dst, "index.json"),
                 dict(record, shard_index=shards, **summary, skipped_at=[s[2] for s in skipped]),
                 indent=1)
     try:

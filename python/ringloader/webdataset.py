@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import _C
+from ._atomic import write_json
 from .datasets import NativeDataset
 
 __all__ = ["WebDataset", "WebDatasetSampler", "expand_urls", "DEFAULT_SHUFFLE_BUFFER",
@@ -258,10 +259,7 @@ def _cache_path(url: str, image_exts: Sequence[str], label_key: str, label_field
 
 def _write_cache(cache_path: str, url: str, scan: Dict[str, Any]) -> None:
     os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    tmp = f"{cache_path}.{os.getpid()}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(_index_to_json(url, scan), f)
-    os.replace(tmp, cache_path)
+    write_json(cache_path, _index_to_json(url, scan))
 
 
 def cache_index_as(url: str, local_shard: str, index_cache: str, *,
