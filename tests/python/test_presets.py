@@ -17,18 +17,13 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 
 import ringloader as rl
 from classification_presets import ClassificationPresetEval, ClassificationPresetTrain
-from imagegen import FLAVOURS, jpeg_bytes
+from conftest import write_flavour_tree
 
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
-    root = tmp_path_factory.mktemp("presets")
-    for k, (w, h, kw) in enumerate(FLAVOURS):
-        d = root / f"class_{k // 4}"
-        d.mkdir(exist_ok=True)
-        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=7100 + k, **kw))
-    return root
+    return write_flavour_tree(tmp_path_factory.mktemp("presets"), seed=7100)
 
 
 def native_loader(root: Path, transform) -> rl.DataLoader:

@@ -23,7 +23,7 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from imagegen import FLAVOURS, jpeg_bytes
+from conftest import write_flavour_tree
 
 NEAREST, BILINEAR, BICUBIC = (v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR,
                               v1.InterpolationMode.BICUBIC)
@@ -37,12 +37,7 @@ MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory) -> Path:
     """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
-    root = tmp_path_factory.mktemp("recipes")
-    for k, (w, h, kw) in enumerate(FLAVOURS):
-        d = root / f"class_{k // 4}"
-        d.mkdir(exist_ok=True)
-        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=7000 + k, **kw))
-    return root
+    return write_flavour_tree(tmp_path_factory.mktemp("recipes"), seed=7000)
 
 
 def native_batch(root: Path, transform, seed: int = 0):
