@@ -1073,24 +1073,22 @@ def _file_states(loader: DataLoader, flat: np.ndarray) -> dict:
     rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
     files = dict.fromkeys(loader._paths[i] for i in flat[:rows].tolist())
     folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
-    states = {}
-    for path in list(folders) + list(files):
-        try:
-            st = os.stat(path)
-            states[path] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except OSError:
-            states[path] = None
-    return states
+    return {path: _file_state(path) for path in list(folders) + list(files)}
+
+
+def _file_state(path: str) -> Optional[tuple]:
+    """(device, inode, size, mtime, ctime) of ``path``, or None when it cannot be stat'ed."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _changed_files(before: Optional[dict]) -> str:
     """What changed since ``before`` (``_file_states``) was taken, or "" when nothing did."""
     for path, was in (before or {}).items():
-        try:
-            st = os.stat(path)
-            now = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        except OSError:
-            now = None
+        now = _file_state(path)
         if now == was:
             continue
         if now is None or was is None:
