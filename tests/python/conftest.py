@@ -27,15 +27,6 @@ def write_tree(root: Path, num_classes: int, per_class: int, seed: int = 0) -> P
     return root
 
 
-def write_flavour_tree(root: Path, seed: int) -> Path:
-    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
-    for k, (w, h, kw) in enumerate(FLAVOURS):
-        d = root / f"class_{k // 4}"
-        d.mkdir(exist_ok=True)
-        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=seed + k, **kw))
-    return root
-
-
 @pytest.fixture(scope="session")
 def image_tree(tmp_path_factory) -> Path:
     """4 classes x 6 images, every flavour."""

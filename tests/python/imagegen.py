@@ -548,3 +548,12 @@ def damaged_jpeg_cases() -> dict[str, bytes]:
     }
     assert contents.keys() == DAMAGED_JPEG_CASES.keys()
     return contents
+
+
+def write_flavour_tree(root: Path, seed: int) -> Path:
+    """8 JPEGs of every flavour (4:2:0/4:4:4/4:2:2, progressive, gray, CMYK), 2 classes."""
+    for k, (w, h, kw) in enumerate(FLAVOURS):
+        d = root / f"class_{k // 4}"
+        d.mkdir(exist_ok=True)
+        (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=seed + k, **kw))
+    return root

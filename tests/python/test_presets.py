@@ -17,7 +17,7 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 
 import ringloader as rl
 from classification_presets import ClassificationPresetEval, ClassificationPresetTrain
-from conftest import write_flavour_tree
+from imagegen import write_flavour_tree
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.transforms import autoaugment as tv_auto
 
 import ringloader as rl
-from conftest import write_flavour_tree
+from imagegen import write_flavour_tree
 
 NEAREST, BILINEAR, BICUBIC = (v1.InterpolationMode.NEAREST, v1.InterpolationMode.BILINEAR,
                               v1.InterpolationMode.BICUBIC)
