@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C
+from . import _C, _schemes
 from ._atomic import write_json
 from .datasets import NativeDataset
 
@@ -43,7 +43,7 @@ DEFAULT_SHUFFLE_BUFFER = 2000
 #: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
 INDEX_SUFFIX = ".idx.json"
 INDEX_FORMAT = "ringloader-webdataset-index"
-PIPE_PREFIX = "pipe:"
+PIPE_PREFIX = _schemes.PIPE.prefix
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_KEYS = ("cls", "txt", "json")
 #: Shards indexed at once at construction (a ``pipe:`` shard without a cached index is one
@@ -85,12 +85,6 @@ def _expand_braces(pattern: str) -> List[str]:
     return out
 
 
-def _local(path: str) -> str:
-    """A local path that no later step can take for a command: a relative path whose text starts
-    with ``pipe:`` (a file so named, matched by a glob or written after ``file://``) gets ``./``."""
-    return "./" + path if path.startswith(PIPE_PREFIX) else path
-
-
 def _expand(urls: Any) -> List[Tuple[str, bool]]:
     """``(url, is_pipe)`` of every shard: ``is_pipe`` only for a ``pipe:COMMAND`` the caller
     wrote (braces expanded in it), never for a name found on disk (see :func:`expand_urls`)."""
@@ -108,23 +102,20 @@ def _expand(urls: Any) -> List[Tuple[str, bool]]:
         # A path object names files whatever its text: it is never taken for a command.
         written = isinstance(item, str)
         for url in _expand_braces(os.fspath(item)):
-            if written and url.startswith(PIPE_PREFIX):
-                if not url[len(PIPE_PREFIX):].strip():
-                    raise ValueError(f"WebDataset url {url!r}: pipe: needs a command")
+            if written or not _schemes.is_command(url):
+                scheme, url = _schemes.classify(url, "WebDataset url")
+            else:
+                scheme = _schemes.FILE  # a path object names a file whatever its text
+            if scheme.streamed:
                 out.append((url, True))
                 continue
-            if url.startswith("file://"):
-                url = url[len("file://"):]
-            elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", url):
-                raise ValueError(f"WebDataset url {url!r}: only local paths, file:// and "
-                                 f"pipe:COMMAND are read (for http, use 'pipe:curl -s {url}')")
             if any(c in url for c in "*?["):
                 matched = sorted(glob.glob(url))
                 if not matched:
                     raise FileNotFoundError(f"WebDataset: the pattern {url!r} matches no file")
-                out.extend((_local(m), False) for m in matched)
+                out.extend((_schemes.local(m), False) for m in matched)
             else:
-                out.append((_local(url), False))
+                out.append((_schemes.local(url), False))
     if not out:
         raise ValueError("WebDataset: no shard urls given")
     return out
