@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C, _schemes
+from . import _C, _order, _schemes
 from ._atomic import write_json
 from .datasets import NativeDataset
 
@@ -629,7 +629,7 @@ class WebDataset(NativeDataset):
                 f"classes={len(self.classes)}, transform={self.transform!r})")
 
 
-class WebDatasetSampler:
+class WebDatasetSampler(_order.ShardOrder):
     """The epoch order of a :class:`WebDataset`, replayable from a few integers.
 
     Rule, per epoch (``seed``, ``epoch``):
@@ -662,22 +662,11 @@ class WebDatasetSampler:
                                   else shuffle_buffer)
         self.epoch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
     def state(self) -> Dict[str, Any]:
         return {"kind": "webdataset", "seed": self.seed, "epoch": self.epoch,
                 "shuffle": self.shuffle, "sampler_drop_last": self.drop_last,
                 "num_replicas": self.num_replicas, "rank": self.rank,
                 "shuffle_buffer": self.shuffle_buffer, "num_shards": len(self.shard_sizes)}
-
-    def indices(self) -> List[int]:
-        from . import _order
-
-        return _order.webdataset_order(self.state(), self.shard_sizes).tolist()
-
-    def __iter__(self):
-        return iter(self.indices())
 
     def __len__(self) -> int:
         n, w = sum(self.shard_sizes), self.num_replicas
