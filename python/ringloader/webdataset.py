@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C, _order, _schemes
+from . import _C, _order, _schemes, _source
 from ._atomic import write_json
 from .datasets import NativeDataset
 
@@ -540,6 +540,39 @@ class WebDataset(NativeDataset):
         """True when some shard is a ``pipe:`` stream (no random access)."""
         return any(self.url_pipes)
 
+    def describe(self) -> str:
+        """What the source is (see ``ringloader._source``): its shards, samples and classes."""
+        kind = "pipe: streams" if all(self.url_pipes) else \
+            "local shards and pipe: streams" if self.streamed else "local shards"
+        return (f"ringloader.WebDataset: {len(self)} samples, {len(self.classes)} classes, "
+                f"{len(self.urls)} {kind} (first {self.urls[0]!r})")
+
+    def default_sampler(self, num_replicas: Optional[int], rank: Optional[int], shuffle: bool,
+                        seed: int, drop_last: bool, generator: Any = None) -> "WebDatasetSampler":
+        """The WebDataset order (shards permuted, a part per rank, a shuffle buffer), seeded by
+        ``seed`` or, when a generator is given, its ``initial_seed()``; not sharded without
+        ``num_replicas``."""
+        if generator is not None:
+            seed = int(generator.initial_seed())
+        return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
+                                 seed=seed, drop_last=drop_last)
+
+    def check_unchanged(self) -> None:
+        self.check_shards()
+
+    def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
+        """A sample error names the shard member; a ``pipe:`` stream whose index went stale
+        says what to do (:meth:`stale_index_error`)."""
+        if index is None:
+            return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
+        if self.members[index] in str(exc):
+            return exc
+        new = type(exc)(f"{exc} [{self.describe_sample(index)}]")
+        for name in ("index", "path", "reason", "code"):
+            if hasattr(exc, name):
+                setattr(new, name, getattr(exc, name))
+        return new
+
     def shard_of(self, index: int) -> int:
         return int(np.searchsorted(self.shard_starts, index, side="right")) - 1
 
@@ -674,19 +707,8 @@ class WebDatasetSampler(_order.ShardOrder):
 
 
 def annotate_error(exc: BaseException, datasets: Sequence[NativeDataset]) -> BaseException:
-    """A SampleError from a loader over WebDatasets, its message naming the shard member."""
-    index = getattr(exc, "index", None)
-    if index is None or not any(isinstance(d, WebDataset) for d in datasets):
+    """A SampleError from a loader over these datasets, its message naming the shard member
+    when the sample is a WebDataset's."""
+    if getattr(exc, "index", None) is None:
         return exc
-    flat = int(index)
-    for d in datasets:
-        if flat < len(d):
-            if isinstance(d, WebDataset) and d.members[flat] not in str(exc):
-                new = type(exc)(f"{exc} [{d.describe_sample(flat)}]")
-                for name in ("index", "path", "reason", "code"):
-                    if hasattr(exc, name):
-                        setattr(new, name, getattr(exc, name))
-                return new
-            return exc
-        flat -= len(d)
-    return exc
+    return _source.explain_error(exc, list(datasets))
