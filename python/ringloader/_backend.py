@@ -8,8 +8,9 @@
 The protocol is :class:`Backend`: the torch surface (``__len__``, ``__iter__``, ``set_epoch``,
 ``state_dict``/``load_state_dict``) plus ``stats``, ``describe`` and ``close``, and the
 attributes torch's DataLoader exposes (``dataset``, ``batch_size``, ``sampler``...). The epoch
-bookkeeping both backends share (``_epoch``, ``_resume``, ``_current``) is read and written by
-``_planning`` and ``_checkpoint`` and by nothing else.
+bookkeeping both backends share (``_epoch``, ``_resume``, ``_current``) changes only through
+``take_resume``/``begin_epoch`` (an epoch starting), ``set_epoch`` and ``_checkpoint``
+(``load_state_dict``); ``_planning`` and ``_distributed`` read it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,18 @@ class Backend:
         """Drops work done ahead for a predicted next epoch (none by default)."""
 
     # ---- shared -------------------------------------------------------------------------------
+
+    def take_resume(self) -> Optional[dict]:
+        """The checkpoint ``load_state_dict`` left for the next epoch, or None; it is used once."""
+        resume, self._resume = self._resume, None
+        return resume
+
+    def begin_epoch(self, seed: Optional[int], sampler_state: dict, skip: int) -> _checkpoint._Progress:
+        """Records the epoch that starts now (``state_dict`` reads the record; the iterator
+        updates what it delivered) and counts it: the next one is ``epoch + 1``."""
+        self._current = _checkpoint._Progress(self._epoch, seed, sampler_state, skip)
+        self._epoch += 1
+        return self._current
 
     def set_epoch(self, epoch: int) -> None:
         target = getattr(self.batch_sampler, "sampler", self.sampler)

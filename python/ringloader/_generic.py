@@ -87,6 +87,7 @@ class GenericBackend(Backend):
         import torch.utils.data as tud
 
         super().__init__(dataset, args)
+        # The DataLoader's arguments (those both paths share already checked by the facade).
         batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
                                                        args.batch_sampler)
         num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,

@@ -15,7 +15,7 @@ import numpy as np
 
 from . import _C, _mixing, _order, _source
 from ._backend import Backend
-from ._checkpoint import _Progress, _restore_generators, _resumed_batches
+from ._checkpoint import _restore_generators, _resumed_batches
 from ._distributed import _shard_sampler, _sync_epoch
 from ._options import (_auto_threads, _check_device, _check_int, _check_numa, _format_bytes,
                        _training_options)
@@ -144,6 +144,7 @@ class NativeBackend(Backend):
         import torch.utils.data as tud
 
         super().__init__(dataset, args)
+        # The DataLoader's arguments (those both paths share already checked by the facade).
         batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
                                                        args.batch_sampler)
         num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,
@@ -160,7 +161,8 @@ class NativeBackend(Backend):
                                                       args.batch_transform)
         worker_init_fn, multiprocessing_context = args.worker_init_fn, args.multiprocessing_context
         self._channels_last = args.channels_last
-        # ---- native path: validate like torch, then build the sampling chain with torch's own
+
+        # Validate like torch, then build the sampling chain with torch's own
         # samplers so index order (and RNG consumption) is exactly torch's.
         if worker_init_fn is not None:
             raise TypeError("worker_init_fn is not supported: ringloader workers are native threads, not Python processes")
@@ -438,7 +440,7 @@ class _NativeIter:
         except StaleIndexError:
             loader._native.cancel_queued()
             raise
-        resume, loader._resume = loader._resume, None
+        resume = loader.take_resume()
         n = len(loader.dataset)
         self._skip = 0
         self._drop_rows = 0
@@ -479,13 +481,10 @@ class _NativeIter:
                 flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
         loader._generation += 1
         self._generation = loader._generation
-        self._epoch = loader._epoch
-        loader._epoch += 1
         self._pid = os.getpid()
         # The loader keeps only this record (for state_dict), never the iterator itself, so an
         # abandoned iterator is collected and its __del__ stops the epoch's threads.
-        self._progress = loader._current = _Progress(
-            self._epoch, self._seed, self._sampler_state, self._skip)
+        self._progress = loader.begin_epoch(self._seed, self._sampler_state, self._skip)
         self._len = len(batches) - self._skip
         # on_error="skip" with drop_last: every batch full (see the class docstring). _carry holds
         # [batch number, first row, images, labels] of rows received and not yet delivered.

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Optional
 import numpy as np
 
 from . import _order
-from ._checkpoint import _Progress, _restore_generators, _resumed_batches, _generators
+from ._checkpoint import _generators, _restore_generators, _resumed_batches
 from ._distributed import _sync_epoch
 from .datasets import SampleKey
 
@@ -190,7 +190,7 @@ class _PlannedBatches:
 
     def __iter__(self):
         loader = self._loader
-        resume, loader._resume = loader._resume, None
+        resume = loader.take_resume()
         if resume is None:
             _sync_epoch(loader)
             plan = _order.plan_epoch(self._inner, self._n)
@@ -203,9 +203,7 @@ class _PlannedBatches:
             if self._keyed and seed is None:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
                                  "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
-        epoch = loader._epoch
-        loader._current = _Progress(epoch, seed, sampler_state, skip)
-        loader._epoch += 1
+        loader.begin_epoch(seed, sampler_state, skip)
         if not self._keyed:
             yield from batches[skip:]
             return
