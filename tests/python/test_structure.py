@@ -126,15 +126,21 @@ def test_schemes_table(tmp_path: Path):
     assert _schemes.is_command("pipe:ls") and not _schemes.is_command("./pipe:ls")
 
 
-def test_every_source_implements_the_protocol(tmp_path: Path):
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
     from imagegen import jpeg_bytes
+
+    root = tmp_path / "tree"
+    for c in range(2):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(3):
+            (root / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(16, 16, seed=c * 3 + i))
+    return root
+
+
+def test_every_source_implements_the_protocol(tmp_path: Path, tree: Path):
     from ringloader.pack import pack
 
-    tree = tmp_path / "tree"
-    for c in range(2):
-        (tree / f"c{c}").mkdir(parents=True)
-        for i in range(3):
-            (tree / f"c{c}" / f"{i}.jpg").write_bytes(jpeg_bytes(16, 16, seed=c * 3 + i))
     folder = rl.ImageFolder(tree)
     files = rl.FileList([str(p) for p in sorted(tree.rglob("*.jpg"))], [0, 0, 0, 1, 1, 1])
     pack(str(tree), str(tmp_path / "shards"), shard_size=2000)
@@ -181,3 +187,28 @@ def test_transform_converters_are_keyed_by_class():
     Mine.__module__ = "torchvision.transforms.mine"
     with pytest.raises(TypeError, match="torchvision.transforms.mine.Mine has no native equivalent"):
         T.to_steps(Mine(8))
+
+
+def test_the_facade_delegates_to_one_backend(tree: Path):
+    import gc
+
+    from ringloader._backend import Backend
+    from ringloader._generic import GenericBackend
+    from ringloader._native import NativeBackend
+
+    fixed = T.Compose([T.Resize(8), T.CenterCrop(8)])
+    native = rl.DataLoader(rl.ImageFolder(tree, transform=fixed), batch_size=2)
+    generic = rl.DataLoader(torch.utils.data.TensorDataset(torch.arange(6)), batch_size=2)
+    assert type(native._backend) is NativeBackend and native.native
+    assert type(generic._backend) is GenericBackend and not generic.native
+    for loader in (native, generic):
+        assert isinstance(loader._backend, Backend)
+        assert len(loader) == 3 and loader.batch_size == 2 and not loader.drop_last
+        assert loader.dataset is loader._backend.dataset
+        assert len(list(loader)) == 3
+        assert loader.state_dict() == {"version": 1, "epoch": 1, "delivered": 0, "complete": True}
+    # An iterator holds the backend: dropping the loader does not stop its pipeline.
+    batches = iter(rl.DataLoader(rl.ImageFolder(tree, transform=fixed), batch_size=4))
+    gc.collect()
+    images, labels = next(batches)
+    assert images.shape == (4, 3, 8, 8) and labels.tolist() == [0, 0, 0, 1]
