@@ -170,12 +170,12 @@ def test_every_source_implements_the_protocol(tmp_path: Path, tree: Path):
 
 
 def test_transform_converters_are_keyed_by_class():
-    import torchvision.transforms as v1
-    import torchvision.transforms.v2 as v2
+    import torchvision.transforms as v1  # v1 only: v2's import alone takes seconds
 
-    assert T.to_steps(v1.CenterCrop(8)) == T.to_steps(v2.CenterCrop(8)) == T.CenterCrop(8).steps()
-    assert T._converter(v1.Resize) is T._converter(v2.Resize) is not None
-    assert T._converter(v1.RandomCrop) is T._converter(v1.Pad)
+    assert T.to_steps(v1.CenterCrop(8)) == T.CenterCrop(8).steps()
+    assert T._converter(v1.RandomCrop) is T._converter(v1.Pad) is not None
+    assert T._converter(v1.Grayscale) is T._converter(v1.RandomGrayscale) is not None
+    assert T._converter(v1.RandomChoice) is None
     # A class of the library without a converter, and a subclass of a supported one, are refused
     # by name: the key is the class itself.
     with pytest.raises(TypeError, match="torchvision.transforms.transforms.RandomChoice has no native"):
