@@ -6,8 +6,34 @@
                                                    T.RandomHorizontalFlip(), T.ToTensor()]))
     for images, labels in rl.DataLoader(ds, batch_size=256, shuffle=True, num_workers=2):
         ...
-"""
 
+Map of the package (public modules first, then private ones):
+
+* ``dataloader``: ``DataLoader``, the facade: checks the arguments, picks a backend, delegates.
+* ``datasets``: ``ImageFolder``, ``DatasetFolder``, ``FileList`` (``NativeDataset``), sample tables.
+* ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
+* ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
+* ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
+* ``bench``: the throughput comparison with torch's DataLoader (``python -m ringloader.bench``).
+* ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
+* ``_C``: the native extension (readers, decoders, transforms, the batch ring).
+* ``_source``: the Source protocol every sample source implements (length, table, shards...).
+* ``_schemes``: the table of URL schemes (``file``, ``pipe:``) every path is classified by.
+* ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.
+* ``_native``: the native backend (``_C.Loader``) and its epoch iterator.
+* ``_generic``: the generic backend (torch's DataLoader over any Dataset).
+* ``_options``: argument checks and what ``num_workers="auto"`` chooses.
+* ``_planning``: epoch plans, the next epoch predicted and read ahead, the generic batch plan.
+* ``_checkpoint``: ``state_dict``/``load_state_dict``: the epoch record and its resumption.
+* ``_order``: samplers' epoch orders as a few integers (replay, resharding, WebDataset order).
+* ``_distributed``: rank/world-size layout and the default sampler of a sharded run.
+* ``_staging``: device staging on the generic path (side CUDA stream).
+* ``_mixing``: CutMix/MixUp applied in place to a batch in its slot.
+* ``_atomic``: files written whole or not at all (pack outputs, index caches).
+* ``_sizes``: byte sizes written as text (``"2GB"``).
+* ``_cli``: console scripts installed with the wheel.
+* ``_version``: the version, written by the build.
+"""
 from . import _C
 from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError

@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 
-__all__ = ["Batches", "EpochPlan", "plan_epoch", "replay_epoch", "reshard", "to_arrays", "webdataset_order"]
+__all__ = ["Batches", "EpochPlan", "ShardOrder", "plan_epoch", "replay_epoch", "reshard", "to_arrays", "webdataset_order"]
 
 
 class Batches(Sequence):
@@ -326,10 +326,31 @@ def to_arrays(batches: Sequence[List[int]]):
 _WDS_FIELDS = ("seed", "epoch", "shuffle", "sampler_drop_last", "shuffle_buffer")
 
 
-def _is_webdataset_sampler(sampler: Any) -> bool:
-    from .webdataset import WebDatasetSampler
+class ShardOrder:
+    """Base of a sampler whose epoch order is :func:`webdataset_order` of its ``state()`` (a
+    dict of the integers named in the module docstring, kind "webdataset") over its
+    ``shard_sizes``. The loader sets its ``epoch`` to its own count of epochs (``set_epoch``),
+    and a streamed source accepts no other order. ``ringloader.webdataset.WebDatasetSampler``
+    is one; this module depends on no source, so sources may depend on it."""
 
-    return isinstance(sampler, WebDatasetSampler)
+    shard_sizes: List[int]
+    epoch: int
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def state(self) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def indices(self) -> List[int]:
+        return webdataset_order(self.state(), self.shard_sizes).tolist()
+
+    def __iter__(self):
+        return iter(self.indices())
+
+
+def _is_webdataset_sampler(sampler: Any) -> bool:
+    return isinstance(sampler, ShardOrder)
 
 
 def _wds_root(state: Dict[str, Any]) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import _C
 from . import transforms as T
+from ._source import Source
 
 try:
     from torch.utils.data import Dataset as _TorchDataset
@@ -317,7 +318,7 @@ def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
             np.random.set_state(saved[2])
 
 
-class NativeDataset(_TorchDataset):
+class NativeDataset(Source, _TorchDataset):
     """A list of ``(path, target)`` samples whose images ringloader reads and decodes natively:
     the common base of :class:`ImageFolder`, :class:`DatasetFolder` and :class:`FileList`, and
     what :class:`ringloader.DataLoader` batches natively (a ``torch.utils.data.Dataset``).
@@ -379,6 +380,12 @@ class NativeDataset(_TorchDataset):
 
     def _name(self) -> str:
         return f"ringloader.{type(self).__name__}({self.root!r})"
+
+    def describe(self) -> str:
+        """What the source is (see ``ringloader._source``): its kind, where, its size."""
+        where = "samples given as a list" if self.root is None else repr(self.root)
+        return (f"ringloader.{type(self).__name__}: {len(self)} samples, {len(self.classes)} "
+                f"classes, {where}")
 
     # ---- samples and targets ------------------------------------------------------------------
 
@@ -518,12 +525,6 @@ class NativeDataset(_TorchDataset):
             self._single = _C.Loader(self._table.arena(), np.zeros(len(self), dtype=np.int64),
                                      options, **self.byte_ranges())
         return self._single
-
-    def byte_ranges(self) -> Dict[str, Any]:
-        """Where each sample's bytes are, as the native loader's keyword arguments: empty for
-        whole files; ``offsets``/``lengths``/``errors`` when samples are parts of larger files
-        (a :class:`ringloader.WebDataset`'s shard members)."""
-        return {}
 
     def __getitem__(self, key: Any):
         """``dataset[i]`` as torchvision's (augmentations drawn from torch's RNG), or

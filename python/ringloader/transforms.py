@@ -373,125 +373,251 @@ def _aug_op(name: str, magnitude: float, p: float) -> List[Dict[str, Any]]:
     return [{"kind": "aug_op", "op": name, "magnitude": float(magnitude), "p": float(p)}]
 
 
+# ---- torchvision and timm transforms -> native steps -----------------------------------------
+
+#: The converter of each supported torchvision (v1, v2) and timm transform class: a function of
+#: (the transform, its "module.Class" name for messages) returning native steps, or raising
+#: TypeError (no native equivalent) / ValueError (a setting the library itself refuses).
+_CONVERTERS: Dict[type, Callable[[Any, str], List[Dict[str, Any]]]] = {}
+#: Registrations whose module is not imported yet: (module, class name, converter). A transform
+#: object's class is always importable from a module already loaded, so registrations resolve
+#: on demand and ringloader never imports torchvision or timm itself.
+_PENDING: List[Tuple[str, str, Callable[[Any, str], List[Dict[str, Any]]]]] = []
+
+_TORCHVISION = ("torchvision.transforms", "torchvision.transforms.v2")
+_TIMM = ("timm.data.transforms", "timm.data.auto_augment", "timm.data.random_erasing")
+
+
+def _converts(*names: str, modules: Sequence[str] = _TORCHVISION):
+    """Registers the decorated function as the converter of the classes ``names`` of each of
+    ``modules`` (the public modules the classes are imported from; a name a module lacks,
+    such as v2-only classes in v1, is skipped)."""
+    def register(fn: Callable[[Any, str], List[Dict[str, Any]]]):
+        _PENDING.extend((module, name, fn) for module in modules for name in names)
+        return fn
+    return register
+
+
+def _converter(cls: type) -> Optional[Callable[[Any, str], List[Dict[str, Any]]]]:
+    fn = _CONVERTERS.get(cls)
+    if fn is None and _PENDING:
+        import sys
+
+        waiting = []
+        for module, name, register in _PENDING:
+            loaded = sys.modules.get(module)
+            if loaded is None:
+                waiting.append((module, name, register))
+                continue
+            found = getattr(loaded, name, None)
+            if isinstance(found, type):
+                _CONVERTERS.setdefault(found, register)
+        _PENDING[:] = waiting
+        fn = _CONVERTERS.get(cls)
+    return fn
+
+
+def _is_v2(t: Any) -> bool:
+    return type(t).__module__.startswith("torchvision.transforms.v2")
+
+
+@_converts("Compose")
+def _compose(t: Any, where: str) -> List[Dict[str, Any]]:
+    return Compose(t.transforms).steps()
+
+
+@_converts("Resize")
+def _resize(t: Any, where: str) -> List[Dict[str, Any]]:
+    interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+    if t.size is None:
+        raise TypeError(f"{where}: size=None (max_size only) has no native equivalent")
+    step = Resize(t.size, max_size=getattr(t, "max_size", None)).steps()[0]
+    step["interpolation"] = interp
+    return [step]
+
+
+@_converts("RandomResizedCrop")
+@_converts("RandomResizedCropAndInterpolation", modules=_TIMM)
+def _random_resized_crop(t: Any, where: str) -> List[Dict[str, Any]]:
+    interp = getattr(t, "interpolation", "bilinear")
+    if isinstance(interp, (list, tuple)):
+        raise TypeError(f"{where}: interpolation='random' has no native equivalent")
+    step = RandomResizedCrop(t.size, scale=tuple(t.scale), ratio=tuple(t.ratio)).steps()[0]
+    step["interpolation"] = _interpolation(interp, where)
+    return [step]
+
+
+@_converts("CenterCrop")
+def _center_crop(t: Any, where: str) -> List[Dict[str, Any]]:
+    return CenterCrop(t.size).steps()
+
+
+@_converts("RandomHorizontalFlip")
+def _horizontal_flip(t: Any, where: str) -> List[Dict[str, Any]]:
+    return RandomHorizontalFlip(t.p).steps()
+
+
+@_converts("RandomVerticalFlip")
+def _vertical_flip(t: Any, where: str) -> List[Dict[str, Any]]:
+    return [{"kind": "random_vertical_flip", "p": float(t.p)}]
+
+
+@_converts("RandomCrop", "Pad")
+def _crop_or_pad(t: Any, where: str) -> List[Dict[str, Any]]:
+    crop = type(t).__name__ == "RandomCrop"
+    mode = getattr(t, "padding_mode", "constant")
+    if mode not in ("constant", "edge", "reflect", "symmetric"):
+        raise TypeError(f"{where}: padding_mode {mode!r} has no native equivalent")
+    pad = _padding(t.padding, where)
+    if _is_v2(t) and crop and t.padding:
+        pad = [pad[0], pad[2], pad[1], pad[3]]  # v2's RandomCrop keeps [left, right, top, bottom]
+    step = {"kind": "random_crop" if crop else "pad",
+            "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
+    if crop:
+        size = _pair(t.size, where)
+        step.update(size_h=size[0], size_w=size[1], pad_if_needed=bool(t.pad_if_needed))
+    return [step]
+
+
+@_converts("ColorJitter")
+def _color_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
+    ranges = [_range(t.brightness), _range(t.contrast), _range(t.saturation), _range(t.hue)]
+    if all(r is None for r in ranges):
+        return []
+    return [{"kind": "color_jitter", "ranges": ranges}]
+
+
+@_converts("Grayscale", "RandomGrayscale")
+def _grayscale(t: Any, where: str) -> List[Dict[str, Any]]:
+    always = type(t).__name__ == "Grayscale"
+    if always and int(getattr(t, "num_output_channels", 1)) != 3:
+        raise TypeError(f"{where}: num_output_channels=1 (a 1-channel image) has no native "
+                        "equivalent; use num_output_channels=3")
+    return [{"kind": "grayscale", "p": 1.0 if always else float(t.p)}]
+
+
+@_converts("RandomRotation")
+def _rotation(t: Any, where: str) -> List[Dict[str, Any]]:
+    if t.expand:
+        raise TypeError(f"{where}: expand=True (a size that depends on the angle) has no native equivalent")
+    return [{"kind": "random_rotation", "ranges": [_range(t.degrees)],
+             "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
+             "center": _center(t.center)}]
+
+
+@_converts("RandomAffine")
+def _affine(t: Any, where: str) -> List[Dict[str, Any]]:
+    shear = None if t.shear is None else [float(v) for v in t.shear]
+    ranges = [_range(t.degrees), _range(t.translate), _range(t.scale),
+              None if shear is None else (shear[0], shear[1]),
+              None if shear is None or len(shear) < 4 else (shear[2], shear[3])]
+    return [{"kind": "random_affine", "ranges": ranges,
+             "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
+             "center": _center(t.center)}]
+
+
+@_converts("GaussianBlur")
+def _gaussian_blur(t: Any, where: str) -> List[Dict[str, Any]]:
+    kx, ky = (int(v) for v in t.kernel_size)
+    return [{"kind": "gaussian_blur", "size_w": kx, "size_h": ky, "ranges": [_range(t.sigma)]}]
+
+
+@_converts("RandomPosterize")
+def _posterize(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("Posterize", t.bits, t.p)
+
+
+@_converts("RandomSolarize")
+def _solarize(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("Solarize", t.threshold, t.p)
+
+
+@_converts("RandomAdjustSharpness")
+def _sharpness(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("Sharpness", float(t.sharpness_factor) - 1.0, t.p)
+
+
+@_converts("RandomAutocontrast")
+def _autocontrast(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("AutoContrast", 0, t.p)
+
+
+@_converts("RandomEqualize")
+def _equalize(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("Equalize", 0, t.p)
+
+
+@_converts("RandomInvert")
+def _invert(t: Any, where: str) -> List[Dict[str, Any]]:
+    return _aug_op("Invert", 0, t.p)
+
+
+@_converts("RandAugment", "TrivialAugmentWide", "AutoAugment")
+def _auto_augment(t: Any, where: str) -> List[Dict[str, Any]]:
+    name = type(t).__name__
+    step: Dict[str, Any] = {"interpolation": _transform_filter(t.interpolation, where),
+                            "fill": _fill(t.fill, where), "v2_magnitudes": _is_v2(t)}
+    if name == "AutoAugment":
+        policy = str(getattr(t.policy, "value", t.policy)).lower()
+        step.update(kind="auto_augment", policy=_AUTO_AUGMENT_POLICIES[policy])
+    else:
+        step.update(kind="rand_augment" if name == "RandAugment" else "trivial_augment_wide",
+                    num_bins=int(t.num_magnitude_bins))
+        if name == "RandAugment":
+            step.update(num_ops=int(t.num_ops), magnitude=float(t.magnitude))
+    return [step]
+
+
+_converts("RandAugment", modules=_TIMM)(_timm_rand_augment)
+_converts("RandomErasing", modules=_TIMM)(_timm_random_erasing)
+_converts("RandomErasing")(_random_erasing)
+
+
+@_converts("ToTensor")
+@_converts("ToTensor", "MaybeToTensor", modules=_TIMM)
+def _to_tensor(t: Any, where: str) -> List[Dict[str, Any]]:
+    return ToTensor().steps()
+
+
+@_converts("Normalize")
+def _normalize(t: Any, where: str) -> List[Dict[str, Any]]:
+    return Normalize([float(v) for v in t.mean], [float(v) for v in t.std]).steps()
+
+
+@_converts("PILToTensor", "ToImage", "ToImageTensor")
+@_converts("MaybePILToTensor", modules=_TIMM)
+def _to_uint8_tensor(t: Any, where: str) -> List[Dict[str, Any]]:
+    return []  # uint8 CHW tensor: the native default without ToTensor
+
+
+@_converts("ToPureTensor", modules=("torchvision.transforms.v2",))
+def _to_pure_tensor(t: Any, where: str) -> List[Dict[str, Any]]:
+    return []  # only unwraps tv_tensors subclasses: values and plain tensors pass unchanged
+
+
+@_converts("ConvertImageDtype", "ToDtype")
+def _to_dtype(t: Any, where: str) -> List[Dict[str, Any]]:
+    import torch
+
+    dtype = getattr(t, "dtype", None)
+    if isinstance(dtype, dict):
+        dtype = next(iter(dtype.values()), None)
+    scale = getattr(t, "scale", True) if type(t).__name__ == "ToDtype" else True
+    if dtype is torch.float32 and scale:
+        step = ToTensor().steps()[0]
+        if _is_v2(t):
+            step["by_reciprocal"] = True  # v2 multiplies by 1/255 where v1 divides by 255
+        return [step]
+    raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
+
+
 def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
     """Native steps for one torchvision (v1 or v2) or timm transform; TypeError says why not."""
-    name = type(t).__name__
-    module = type(t).__module__
-    where = f"{module}.{name}"
-    is_timm = module.startswith("timm")
-    if name == "Compose":
-        return Compose(t.transforms).steps()
-    if name == "Resize" and not is_timm:
-        interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
-        if t.size is None:
-            raise TypeError(f"{where}: size=None (max_size only) has no native equivalent")
-        step = Resize(t.size, max_size=getattr(t, "max_size", None)).steps()[0]
-        step["interpolation"] = interp
-        return [step]
-    if name in ("RandomResizedCrop", "RandomResizedCropAndInterpolation"):
-        interp = getattr(t, "interpolation", "bilinear")
-        if isinstance(interp, (list, tuple)):
-            raise TypeError(f"{where}: interpolation='random' has no native equivalent")
-        step = RandomResizedCrop(t.size, scale=tuple(t.scale), ratio=tuple(t.ratio)).steps()[0]
-        step["interpolation"] = _interpolation(interp, where)
-        return [step]
-    if name == "CenterCrop":
-        return CenterCrop(t.size).steps()
-    if name == "RandomHorizontalFlip":
-        return RandomHorizontalFlip(t.p).steps()
-    if name == "RandomVerticalFlip":
-        return [{"kind": "random_vertical_flip", "p": float(t.p)}]
-    if name in ("RandomCrop", "Pad"):
-        mode = getattr(t, "padding_mode", "constant")
-        if mode not in ("constant", "edge", "reflect", "symmetric"):
-            raise TypeError(f"{where}: padding_mode {mode!r} has no native equivalent")
-        pad = _padding(t.padding, where)
-        if module.startswith("torchvision.transforms.v2") and name == "RandomCrop" and t.padding:
-            pad = [pad[0], pad[2], pad[1], pad[3]]  # v2's RandomCrop keeps [left, right, top, bottom]
-        step = {"kind": "random_crop" if name == "RandomCrop" else "pad",
-                "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
-        if name == "RandomCrop":
-            size = _pair(t.size, where)
-            step.update(size_h=size[0], size_w=size[1], pad_if_needed=bool(t.pad_if_needed))
-        return [step]
-    if name == "ColorJitter":
-        ranges = [_range(t.brightness), _range(t.contrast), _range(t.saturation), _range(t.hue)]
-        if all(r is None for r in ranges):
-            return []
-        return [{"kind": "color_jitter", "ranges": ranges}]
-    if name in ("Grayscale", "RandomGrayscale"):
-        if name == "Grayscale" and int(getattr(t, "num_output_channels", 1)) != 3:
-            raise TypeError(f"{where}: num_output_channels=1 (a 1-channel image) has no native "
-                            "equivalent; use num_output_channels=3")
-        return [{"kind": "grayscale", "p": 1.0 if name == "Grayscale" else float(t.p)}]
-    if name == "RandomRotation":
-        if t.expand:
-            raise TypeError(f"{where}: expand=True (a size that depends on the angle) has no native equivalent")
-        return [{"kind": "random_rotation", "ranges": [_range(t.degrees)],
-                 "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
-                 "center": _center(t.center)}]
-    if name == "RandomAffine":
-        shear = None if t.shear is None else [float(v) for v in t.shear]
-        ranges = [_range(t.degrees), _range(t.translate), _range(t.scale),
-                  None if shear is None else (shear[0], shear[1]),
-                  None if shear is None or len(shear) < 4 else (shear[2], shear[3])]
-        return [{"kind": "random_affine", "ranges": ranges,
-                 "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
-                 "center": _center(t.center)}]
-    if name == "GaussianBlur":
-        kx, ky = (int(v) for v in t.kernel_size)
-        return [{"kind": "gaussian_blur", "size_w": kx, "size_h": ky, "ranges": [_range(t.sigma)]}]
-    if name == "RandomPosterize":
-        return _aug_op("Posterize", t.bits, t.p)
-    if name == "RandomSolarize":
-        return _aug_op("Solarize", t.threshold, t.p)
-    if name == "RandomAdjustSharpness":
-        return _aug_op("Sharpness", float(t.sharpness_factor) - 1.0, t.p)
-    if name == "RandomAutocontrast":
-        return _aug_op("AutoContrast", 0, t.p)
-    if name == "RandomEqualize":
-        return _aug_op("Equalize", 0, t.p)
-    if name == "RandomInvert":
-        return _aug_op("Invert", 0, t.p)
-    if name in ("RandAugment", "TrivialAugmentWide", "AutoAugment") and not is_timm:
-        step: Dict[str, Any] = {"interpolation": _transform_filter(t.interpolation, where),
-                                "fill": _fill(t.fill, where),
-                                "v2_magnitudes": module.startswith("torchvision.transforms.v2")}
-        if name == "AutoAugment":
-            policy = str(getattr(t.policy, "value", t.policy)).lower()
-            step.update(kind="auto_augment", policy=_AUTO_AUGMENT_POLICIES[policy])
-        else:
-            step.update(kind="rand_augment" if name == "RandAugment" else "trivial_augment_wide",
-                        num_bins=int(t.num_magnitude_bins))
-            if name == "RandAugment":
-                step.update(num_ops=int(t.num_ops), magnitude=float(t.magnitude))
-        return [step]
-    if name == "RandAugment" and is_timm:
-        return _timm_rand_augment(t, where)
-    if name == "RandomErasing":
-        return _timm_random_erasing(t, where) if is_timm else _random_erasing(t, where)
-    if name in ("ToTensor", "MaybeToTensor"):
-        return ToTensor().steps()
-    if name == "Normalize":
-        return Normalize([float(v) for v in t.mean], [float(v) for v in t.std]).steps()
-    if name in ("PILToTensor", "ToImage", "ToImageTensor", "MaybePILToTensor"):
-        return []  # uint8 CHW tensor: the native default without ToTensor
-    if name == "ToPureTensor" and module.startswith("torchvision.transforms.v2"):
-        return []  # only unwraps tv_tensors subclasses: values and plain tensors pass unchanged
-    if name in ("ConvertImageDtype", "ToDtype"):
-        import torch
-
-        dtype = getattr(t, "dtype", None)
-        if isinstance(dtype, dict):
-            dtype = next(iter(dtype.values()), None)
-        scale = getattr(t, "scale", True) if name == "ToDtype" else True
-        if dtype is torch.float32 and scale:
-            step = ToTensor().steps()[0]
-            if module.startswith("torchvision.transforms.v2"):
-                step["by_reciprocal"] = True  # v2 multiplies by 1/255 where v1 divides by 255
-            return [step]
-        raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
-    raise TypeError(f"transform {where} has no native equivalent")
+    where = f"{type(t).__module__}.{type(t).__name__}"
+    convert = _converter(type(t))
+    if convert is None:
+        raise TypeError(f"transform {where} has no native equivalent")
+    return convert(t, where)
 
 
 # Which stage a native step belongs to (see TransformPipeline::Create): geometric steps fuse into

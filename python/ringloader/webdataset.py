@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C
+from . import _C, _order, _schemes, _source
 from ._atomic import write_json
 from .datasets import NativeDataset
 
@@ -43,7 +43,7 @@ DEFAULT_SHUFFLE_BUFFER = 2000
 #: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
 INDEX_SUFFIX = ".idx.json"
 INDEX_FORMAT = "ringloader-webdataset-index"
-PIPE_PREFIX = "pipe:"
+PIPE_PREFIX = _schemes.PIPE.prefix
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
 LABEL_KEYS = ("cls", "txt", "json")
 #: Shards indexed at once at construction (a ``pipe:`` shard without a cached index is one
@@ -85,12 +85,6 @@ def _expand_braces(pattern: str) -> List[str]:
     return out
 
 
-def _local(path: str) -> str:
-    """A local path that no later step can take for a command: a relative path whose text starts
-    with ``pipe:`` (a file so named, matched by a glob or written after ``file://``) gets ``./``."""
-    return "./" + path if path.startswith(PIPE_PREFIX) else path
-
-
 def _expand(urls: Any) -> List[Tuple[str, bool]]:
     """``(url, is_pipe)`` of every shard: ``is_pipe`` only for a ``pipe:COMMAND`` the caller
     wrote (braces expanded in it), never for a name found on disk (see :func:`expand_urls`)."""
@@ -108,23 +102,20 @@ def _expand(urls: Any) -> List[Tuple[str, bool]]:
         # A path object names files whatever its text: it is never taken for a command.
         written = isinstance(item, str)
         for url in _expand_braces(os.fspath(item)):
-            if written and url.startswith(PIPE_PREFIX):
-                if not url[len(PIPE_PREFIX):].strip():
-                    raise ValueError(f"WebDataset url {url!r}: pipe: needs a command")
+            if written or not _schemes.is_command(url):
+                scheme, url = _schemes.classify(url, "WebDataset url")
+            else:
+                scheme = _schemes.FILE  # a path object names a file whatever its text
+            if scheme.streamed:
                 out.append((url, True))
                 continue
-            if url.startswith("file://"):
-                url = url[len("file://"):]
-            elif re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", url):
-                raise ValueError(f"WebDataset url {url!r}: only local paths, file:// and "
-                                 f"pipe:COMMAND are read (for http, use 'pipe:curl -s {url}')")
             if any(c in url for c in "*?["):
                 matched = sorted(glob.glob(url))
                 if not matched:
                     raise FileNotFoundError(f"WebDataset: the pattern {url!r} matches no file")
-                out.extend((_local(m), False) for m in matched)
+                out.extend((_schemes.local(m), False) for m in matched)
             else:
-                out.append((_local(url), False))
+                out.append((_schemes.local(url), False))
     if not out:
         raise ValueError("WebDataset: no shard urls given")
     return out
@@ -549,6 +540,39 @@ class WebDataset(NativeDataset):
         """True when some shard is a ``pipe:`` stream (no random access)."""
         return any(self.url_pipes)
 
+    def describe(self) -> str:
+        """What the source is (see ``ringloader._source``): its shards, samples and classes."""
+        kind = "pipe: streams" if all(self.url_pipes) else \
+            "local shards and pipe: streams" if self.streamed else "local shards"
+        return (f"ringloader.WebDataset: {len(self)} samples, {len(self.classes)} classes, "
+                f"{len(self.urls)} {kind} (first {self.urls[0]!r})")
+
+    def default_sampler(self, num_replicas: Optional[int], rank: Optional[int], shuffle: bool,
+                        seed: int, drop_last: bool, generator: Any = None) -> "WebDatasetSampler":
+        """The WebDataset order (shards permuted, a part per rank, a shuffle buffer), seeded by
+        ``seed`` or, when a generator is given, its ``initial_seed()``; not sharded without
+        ``num_replicas``."""
+        if generator is not None:
+            seed = int(generator.initial_seed())
+        return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
+                                 seed=seed, drop_last=drop_last)
+
+    def check_unchanged(self) -> None:
+        self.check_shards()
+
+    def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
+        """A sample error names the shard member; a ``pipe:`` stream whose index went stale
+        says what to do (:meth:`stale_index_error`)."""
+        if index is None:
+            return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
+        if self.members[index] in str(exc):
+            return exc
+        new = type(exc)(f"{exc} [{self.describe_sample(index)}]")
+        for name in ("index", "path", "reason", "code"):
+            if hasattr(exc, name):
+                setattr(new, name, getattr(exc, name))
+        return new
+
     def shard_of(self, index: int) -> int:
         return int(np.searchsorted(self.shard_starts, index, side="right")) - 1
 
@@ -638,7 +662,7 @@ class WebDataset(NativeDataset):
                 f"classes={len(self.classes)}, transform={self.transform!r})")
 
 
-class WebDatasetSampler:
+class WebDatasetSampler(_order.ShardOrder):
     """The epoch order of a :class:`WebDataset`, replayable from a few integers.
 
     Rule, per epoch (``seed``, ``epoch``):
@@ -671,22 +695,11 @@ class WebDatasetSampler:
                                   else shuffle_buffer)
         self.epoch = 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
     def state(self) -> Dict[str, Any]:
         return {"kind": "webdataset", "seed": self.seed, "epoch": self.epoch,
                 "shuffle": self.shuffle, "sampler_drop_last": self.drop_last,
                 "num_replicas": self.num_replicas, "rank": self.rank,
                 "shuffle_buffer": self.shuffle_buffer, "num_shards": len(self.shard_sizes)}
-
-    def indices(self) -> List[int]:
-        from . import _order
-
-        return _order.webdataset_order(self.state(), self.shard_sizes).tolist()
-
-    def __iter__(self):
-        return iter(self.indices())
 
     def __len__(self) -> int:
         n, w = sum(self.shard_sizes), self.num_replicas
@@ -694,19 +707,8 @@ class WebDatasetSampler:
 
 
 def annotate_error(exc: BaseException, datasets: Sequence[NativeDataset]) -> BaseException:
-    """A SampleError from a loader over WebDatasets, its message naming the shard member."""
-    index = getattr(exc, "index", None)
-    if index is None or not any(isinstance(d, WebDataset) for d in datasets):
+    """A SampleError from a loader over these datasets, its message naming the shard member
+    when the sample is a WebDataset's."""
+    if getattr(exc, "index", None) is None:
         return exc
-    flat = int(index)
-    for d in datasets:
-        if flat < len(d):
-            if isinstance(d, WebDataset) and d.members[flat] not in str(exc):
-                new = type(exc)(f"{exc} [{d.describe_sample(flat)}]")
-                for name in ("index", "path", "reason", "code"):
-                    if hasattr(exc, name):
-                        setattr(new, name, getattr(exc, name))
-                return new
-            return exc
-        flat -= len(d)
-    return exc
+    return _source.explain_error(exc, list(datasets))

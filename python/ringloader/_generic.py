@@ -1,0 +1,186 @@
+"""The generic backend: any ``torch.utils.data.Dataset``. torch's ``DataLoader`` reads,
+calls ``__getitem__`` and collates, with the same arguments, so results match torch's;
+ringloader adds sharding (``_distributed``), device staging (``_staging``) and checkpoints
+(``_planning._PlannedBatches``, ``_checkpoint``). See ``ringloader.dataloader`` for the
+behaviour and ``_backend`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Iterator
+
+from ._backend import Backend
+from ._distributed import _shard_sampler
+from ._native import _KeyedView, _generic_reason
+from ._options import _auto_threads, _check_device
+from ._planning import _PlannedBatches, _count_delivered
+from ._staging import _device_prefetch, _generic_device
+from .datasets import NativeDataset
+
+
+def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
+    """True when a ringloader ImageFolder is inside ``dataset`` (``.dataset``/``.datasets``)."""
+    if isinstance(dataset, NativeDataset):
+        return True
+    if depth > 8:
+        return False
+    inner = [getattr(dataset, "dataset", None)] + list(getattr(dataset, "datasets", None) or [])
+    return any(d is not None and _wraps_image_folder(d, depth + 1) for d in inner)
+
+
+def _warn_wrapper(dataset: Any, reason: str) -> None:
+    """One warning per loader (Python's default filter then shows it once per call site)."""
+    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
+    warnings.warn(
+        f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
+        "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
+        "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
+        "transform stay native.", UserWarning, stacklevel=4)
+
+
+def _start_generic(torch_loader: Any) -> Iterator[Any]:
+    """``iter(torch_loader)``, where torch forks its worker processes, without losing a Ctrl-C.
+
+    A SIGINT that arrives while ``os.fork()`` runs is handled at the first Python line of the
+    interpreter's fork callbacks (``logging`` registers some), and CPython reports an exception
+    raised there as "Exception ignored" and drops it: the KeyboardInterrupt vanishes and the
+    training loop carries on as if Ctrl-C had never been pressed. Here such an interrupt is kept
+    and raised once the iterator is made (whose workers then shut down as on any Ctrl-C). It
+    cannot be signalled again from the report: the handler would run, and be dropped, there."""
+    import sys
+    import threading
+
+    pid, thread = os.getpid(), threading.get_ident()
+    previous = sys.unraisablehook
+    dropped: list = []
+    starting = True
+
+    def hook(unraisable: Any) -> None:
+        # Fork callbacks run on the forking thread; a forked child keeps the default report, and
+        # so does everything once the start is over (another thread may have chained onto this).
+        if (starting and unraisable.exc_type is not None
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)
+                and os.getpid() == pid and threading.get_ident() == thread):
+            dropped.append(unraisable.exc_value)
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        batches = iter(torch_loader)
+    finally:
+        starting = False
+        if sys.unraisablehook is hook:  # unless something replaced it meanwhile
+            sys.unraisablehook = previous
+    if dropped:
+        del batches  # shuts its workers down
+        raise dropped[0].with_traceback(None)
+    return batches
+
+
+class GenericBackend(Backend):
+    """torch's DataLoader over ``dataset`` (through an epoch plan when it has batches)."""
+
+    def __init__(self, dataset: Any, view: Any, args: Any):
+        import torch.utils.data as tud
+
+        super().__init__(dataset, args)
+        # The DataLoader's arguments (those both paths share already checked by the facade).
+        batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
+                                                       args.batch_sampler)
+        num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,
+                                                         args.drop_last, args.generator)
+        pin_memory, timeout, pin_memory_device = args.pin_memory, args.timeout, args.pin_memory_device
+        prefetch_factor, persistent_workers, in_order = (args.prefetch_factor, args.persistent_workers,
+                                                         args.in_order)
+        worker_init_fn, multiprocessing_context = args.worker_init_fn, args.multiprocessing_context
+        dtype, native_layout, io, reader_threads, io_depth = (args.dtype, args.layout, args.io,
+                                                              args.reader_threads, args.io_depth)
+        max_slots, fast_decode, strict_decode, max_image_pixels, on_error = (
+            args.max_slots, args.fast_decode, args.strict_decode, args.max_image_pixels, args.on_error)
+        rank, world_size, seed, device, numa = (args.rank, args.world_size, args.seed, args.device,
+                                                args.numa)
+        max_memory, stall_seconds, batch_transform = (args.max_memory, args.stall_seconds,
+                                                      args.batch_transform)
+        self._channels_last = args.channels_last
+        native_only = [name for name, given in (
+            ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
+            ("memory_format", self._channels_last), ("io", io != "auto"),
+            ("reader_threads", reader_threads not in (None, 1)), ("io_depth", io_depth != 32),
+            ("max_memory", max_memory is not None),
+            ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
+            ("strict_decode", not strict_decode),
+            ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
+            ("numa", numa is not None), ("stall_seconds", stall_seconds != 60),
+            ("batch_transform", batch_transform is not None)) if given]
+        if native_only:
+            raise ValueError(
+                f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
+                f"runs on torch's generic path ({_generic_reason(dataset, view)}), "
+                "where samples come from __getitem__ as with torch (a bad sample raises there): "
+                "leave them at their defaults, or convert dtype/layout in the transform or "
+                "collate_fn (which can also call CutMix/MixUp on the collated batch)")
+        if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
+            _warn_wrapper(dataset, _generic_reason(dataset, view))
+        # Sharding and device staging apply to the generic path too.
+        shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
+                               drop_last, generator)
+        if shard is not None:
+            sampler, shuffle = shard, None
+        self._device = _generic_device(_check_device(device))
+        if num_workers == "auto":
+            # torch's worker processes, as many as the native path would run decode threads.
+            num_workers = _auto_threads({"numa": None})["decode_threads"]
+            self.num_workers = num_workers
+        if prefetch_factor == "auto":
+            prefetch_factor = None  # torch's default (2 per worker); no adaptive depth here
+        kwargs = dict(
+            batch_size=batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
+            pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
+            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
+            generator=generator, prefetch_factor=prefetch_factor,
+            persistent_workers=bool(persistent_workers), pin_memory_device=pin_memory_device,
+        )
+        if not in_order:
+            kwargs["in_order"] = False
+        torch_loader = tud.DataLoader(dataset, **kwargs)  # torch validates the arguments
+        self.batch_size = torch_loader.batch_size
+        self.drop_last = torch_loader.drop_last
+        self.sampler = torch_loader.sampler
+        self.batch_sampler = torch_loader.batch_sampler
+        self._planned = None
+        if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
+            # torch's loader again, drawing its batches from an epoch plan: the same order and
+            # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
+            # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
+            # sample's augmentation seed.
+            self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
+                                            keyed=view is not None)
+            for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+                kwargs.pop(name)
+            source = dataset if view is None or isinstance(dataset, NativeDataset) else _KeyedView(*view)
+            torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
+        self._generic = torch_loader
+
+
+    @property
+    def resumable(self) -> bool:
+        return self._planned is not None
+
+    def __len__(self) -> int:
+        return len(self._generic)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = _start_generic(self._generic)
+        if self._device is not None:
+            batches = _device_prefetch(batches, self._device)
+        return batches if self._planned is None else _count_delivered(self, batches)
+
+    def stats(self) -> dict:
+        return {"native": False}
+
+    def describe(self) -> str:
+        return "ringloader.DataLoader (generic path: torch.utils.data.DataLoader does the work)"

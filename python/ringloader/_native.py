@@ -1,0 +1,640 @@
+"""The native backend: a :class:`ringloader.NativeDataset` source (or a Subset/ConcatDataset
+chain of them sharing one transform) read, decoded, transformed and batched by ``_C.Loader``;
+batches arrive zero-copy through DLPack. See ``ringloader.dataloader`` for the behaviour and
+``_backend`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from . import _C, _mixing, _order, _source
+from ._backend import Backend
+from ._checkpoint import _restore_generators, _resumed_batches
+from ._distributed import _shard_sampler, _sync_epoch
+from ._options import (_auto_threads, _check_device, _check_int, _check_numa, _format_bytes,
+                       _training_options)
+from ._planning import _AUGMENT_EPOCH, _Ahead, _changed_files, _file_states, _plan_ahead
+from .datasets import NativeDataset, SampleKey, _PathsView, _SampleTable
+from .webdataset import StaleIndexError
+
+_log = logging.getLogger("ringloader")
+_reported_io_notes: set = set()
+
+
+def _native_view(dataset: Any):
+    """(ImageFolders, index map) of ``dataset`` when it is a ringloader ImageFolder, or a
+    ``Subset`` (``random_split``'s parts) or ``ConcatDataset`` built from them at any depth: the
+    folders' samples concatenated are the native loader's samples, and position ``i`` of
+    ``dataset`` is sample ``index_map[i]`` of them (no map: the identity). None otherwise."""
+    import torch.utils.data as tud
+
+    if isinstance(dataset, NativeDataset):
+        return [dataset], None
+    if type(dataset) is tud.Subset:
+        inner = _native_view(dataset.dataset)
+        if inner is None:
+            return None
+        folders, index_map = inner
+        indices = np.asarray(dataset.indices, dtype=np.int64).reshape(-1)
+        indices = np.where(indices < 0, indices + len(dataset.dataset), indices)
+        return folders, indices if index_map is None else index_map[indices]
+    if type(dataset) is tud.ConcatDataset:
+        folders, maps, base = [], [], 0
+        for member in dataset.datasets:
+            inner = _native_view(member)
+            if inner is None:
+                return None
+            member_folders, index_map = inner
+            size = sum(len(f) for f in member_folders)
+            maps.append((np.arange(size, dtype=np.int64) if index_map is None else index_map) + base)
+            folders += member_folders
+            base += size
+        return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
+    return None
+
+
+class _KeyedView:
+    """A Subset/ConcatDataset chain of ringloader ImageFolders (``_native_view``) for the generic
+    path: position ``key.index`` of the chain is made by the ImageFolder it resolves to, with the
+    key's seed. Subset and ConcatDataset only map indices, so the samples are the chain's own."""
+
+    def __init__(self, folders: Sequence[NativeDataset], index_map: Optional[np.ndarray]):
+        self.folders = list(folders)
+        self.index_map = index_map
+        self.starts = np.cumsum([0] + [len(f) for f in self.folders])
+
+    def __len__(self) -> int:
+        return int(self.starts[-1]) if self.index_map is None else len(self.index_map)
+
+    def __getitem__(self, key: SampleKey):
+        flat = key.index if self.index_map is None else int(self.index_map[key.index])
+        member = int(np.searchsorted(self.starts, flat, side="right")) - 1
+        return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
+
+
+def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
+    """Why the native pipeline cannot batch these folders together, or None when it can."""
+    for f in folders:
+        if f.per_sample:
+            return ("runs per sample (Python transform steps, or an output size that depends on "
+                    "the image)")
+    first = folders[0].native_options()
+    if any(f.native_options() != first for f in folders[1:]):
+        return "combines ImageFolders with different transforms"
+    return None
+
+
+def _generic_reason(dataset: Any, view: Any) -> str:
+    if view is None:
+        return (f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader "
+                "ImageFolder, DatasetFolder or FileList")
+    return "the dataset " + _servable(view[0])
+
+
+def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) -> None:
+    """A streamed source (``pipe:`` shards) is read front to back: only its own order can read
+    it (``Source.streamed``, ``Source.default_sampler``)."""
+    folders = view[0] if view is not None else []
+    streamed = [f for f in folders if f.streamed]
+    if not streamed:
+        return
+    if streamed[0].per_sample:
+        raise ValueError(
+            f"{streamed[0]._name()} has pipe: shards and its transform runs per sample (Python "
+            "steps, or an output size that depends on the image), which needs random access to "
+            "samples: use a transform that runs natively to a fixed size, or local shards")
+    if dataset is not streamed[0]:
+        raise ValueError(
+            f"{type(dataset).__name__} over a WebDataset with pipe: shards: a stream is read "
+            "front to back, so only the WebDataset itself, in its own order, can be loaded. Use "
+            "local shards for Subset/ConcatDataset/random_split.")
+    custom = batch_sampler if batch_sampler is not None else sampler
+    if custom is not None and not isinstance(custom, _order.ShardOrder) and not isinstance(
+            getattr(custom, "sampler", None), _order.ShardOrder):
+        raise ValueError(
+            f"sampler/batch_sampler {type(custom).__name__} over a WebDataset with pipe: shards: "
+            "a stream is read front to back and cannot serve an arbitrary order. Leave sampler "
+            "unset (the WebDataset order shuffles shards and a buffer; rank/world_size shard it), "
+            "or use local shards, which allow any sampler.")
+
+
+def _read_ahead_counts(s: dict, waiting: bool) -> str:
+    """describe()'s count of queued epochs: adopted, cancelled, and one waiting for iter()."""
+    queued, adopted = s["epochs_queued"], s["epochs_adopted"]
+    cancelled = queued - adopted - (1 if waiting else 0)
+    text = f"{adopted} of {queued} epochs read ahead were used"
+    if waiting:
+        text += ", 1 is waiting for the next iter()"
+    return text + (f", {cancelled} cancelled" if cancelled else "")
+
+
+class NativeBackend(Backend):
+    """One native pipeline (``_C.Loader``) over the sources of ``view`` (``_native_view``)."""
+
+    native = True
+    needs_base_seed = True
+
+    def __init__(self, dataset: Any, view: Any, args: Any):
+        import torch.utils.data as tud
+
+        super().__init__(dataset, args)
+        # The DataLoader's arguments (those both paths share already checked by the facade).
+        batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
+                                                       args.batch_sampler)
+        num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,
+                                                         args.drop_last, args.generator)
+        prefetch_factor, persistent_workers, in_order = (args.prefetch_factor, args.persistent_workers,
+                                                         args.in_order)
+        dtype, native_layout, io, reader_threads, io_depth = (args.dtype, args.layout, args.io,
+                                                              args.reader_threads, args.io_depth)
+        max_slots, fast_decode, strict_decode, max_image_pixels, on_error = (
+            args.max_slots, args.fast_decode, args.strict_decode, args.max_image_pixels, args.on_error)
+        rank, world_size, seed, device, numa = (args.rank, args.world_size, args.seed, args.device,
+                                                args.numa)
+        max_memory, stall_seconds, batch_transform = (args.max_memory, args.stall_seconds,
+                                                      args.batch_transform)
+        worker_init_fn, multiprocessing_context = args.worker_init_fn, args.multiprocessing_context
+        self._channels_last = args.channels_last
+
+        # Validate like torch, then build the sampling chain with torch's own
+        # samplers so index order (and RNG consumption) is exactly torch's.
+        if worker_init_fn is not None:
+            raise TypeError("worker_init_fn is not supported: ringloader workers are native threads, not Python processes")
+        if multiprocessing_context is not None:
+            raise TypeError("multiprocessing_context is not supported: ringloader uses native threads")
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
+            batch_size = None
+        elif batch_size is None:
+            raise ValueError("batch_size=None (unbatched samples) is not supported by the native path")
+        else:
+            _check_int("batch_size", batch_size, 1)
+        if sampler is not None and shuffle:
+            raise ValueError("sampler option is mutually exclusive with shuffle")
+        if on_error not in ("raise", "skip", "replace"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
+        shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
+                               drop_last, generator)
+        if shard is not None:
+            sampler = shard
+        elif sampler is None:
+            sampler = (tud.RandomSampler(dataset, generator=generator) if shuffle
+                       else tud.SequentialSampler(dataset))
+        if batch_sampler is None:
+            batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last)
+        self.sampler = sampler
+        self.batch_sampler = batch_sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        if not in_order:
+            warnings.warn("in_order=False has no effect: ringloader always delivers in sampler order",
+                          stacklevel=3)
+
+        self._folders, self._index_map = view
+        self._dtype = dtype
+        self._versions = [f.version for f in self._folders]
+        steps_options = self._steps_options()
+        if collate_fn is not None and not callable(collate_fn):
+            raise TypeError(f"collate_fn should be callable, got {type(collate_fn).__name__}")
+        if collate_fn is not None and batch_transform is not None:
+            raise ValueError("collate_fn and batch_transform were both given: batch_transform mixes the "
+                             "batch in its slot, collate_fn builds the batch from samples; pass one (a "
+                             "collate_fn can call CutMix/MixUp itself)")
+        self.collate_fn = collate_fn
+        self.batch_transform = batch_transform
+        self._mix_note = None if batch_transform is None else _mixing.check(
+            batch_transform, steps_options["dtype"], batch_size)
+        auto = num_workers == "auto"
+        self._auto_threads = None
+        if auto:
+            # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers.
+            self._auto_threads = _auto_threads({"numa": _check_numa(numa), "device": _check_device(device),
+                                                "reader_threads": reader_threads or 0})
+            workers = self._auto_threads["decode_threads"]
+        else:
+            workers = max(1, num_workers)
+        self._auto_prefetch = prefetch_factor == "auto"
+        prefetch_given = prefetch_factor if isinstance(prefetch_factor, int) else None
+        prefetch = 2 if prefetch_factor in (None, "auto") else prefetch_factor
+        max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
+            max(1, max((len(b) for b in batch_sampler), default=1))
+        options = dict(
+            batch_size=int(max_batch),
+            num_workers=workers,
+            reader_threads=reader_threads if reader_threads is not None else (0 if auto else 1),
+            io_depth=_check_int("io_depth", io_depth, 1),
+            # auto: start at 2 batches; the pipeline deepens while the training loop waits.
+            prefetch_batches=2 if self._auto_prefetch else max(2, prefetch * workers),
+            auto_prefetch=self._auto_prefetch,
+            max_slots=_check_int("max_slots", max_slots, 0),
+            io=io,
+            layout=native_layout,
+            fast_decode=bool(fast_decode),
+            strict_decode=bool(strict_decode),
+            pin_memory=self.pin_memory,
+            on_error=on_error,
+            device=_check_device(device),
+            numa=_check_numa(numa),
+            **steps_options,
+        )
+        if max_image_pixels is not None:
+            options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
+        if max_memory is not None:
+            options["max_memory"] = max_memory
+        if isinstance(stall_seconds, bool) or not isinstance(stall_seconds, (int, float)) or \
+                not stall_seconds > 0:
+            raise ValueError(f"stall_seconds should be a number of seconds > 0, got {stall_seconds!r}")
+        options["stall_seconds"] = float(stall_seconds)
+        if auto:
+            options.update(_training_options())
+            options["auto_threads"] = True
+        self._options = options
+        # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
+        self._overlap_off: Optional[str] = (
+            "persistent_workers=False: the pipeline starts empty every epoch"
+            if persistent_workers is False else None)
+        self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
+        self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
+        # Read-ahead epochs dropped because their files changed before adoption, and the last why.
+        self._stale_drops = 0
+        self._stale_why = ""
+        self._last_sampler_epoch: Optional[int] = None
+        self._native = self._make_native()
+        if auto:
+            self.num_workers = self._native.stats()["decode_threads"]
+        self._generation = 0
+        started = self._native.stats()
+        note = started["io_note"]
+        if note and note not in _reported_io_notes:
+            _reported_io_notes.add(note)
+            _log.warning("ringloader: %s", note)
+        # Why pin_memory=True could not be honoured (the facade warns once per process).
+        self.unpinned_note: Optional[str] = None
+        if self.pin_memory and not started["memory"].startswith("cuda-pinned"):
+            self.unpinned_note = started["memory_note"]
+        if started["slots_note"]:
+            # The memory budget cut the depth or the slots (never exceeded: see describe()).
+            if prefetch_given is not None and started["prefetch_batches"] < options["prefetch_batches"]:
+                warnings.warn(f"prefetch_factor={prefetch_given} ({options['prefetch_batches']} batches) does not "
+                              f"fit the memory budget ({_format_bytes(started['max_memory'])}): "
+                              f"{started['slots_note']}; pass max_memory= to allow more", stacklevel=3)
+            if not started["read_ahead"] and self._overlap_off is None:
+                self._overlap_off = "the memory budget is too tight to read the next epoch ahead (see 'cut')"
+
+    def _steps_options(self) -> dict:
+        options = self._folders[0].native_options()
+        if self._dtype is not None:
+            options["dtype"] = self._dtype
+        return options
+
+    def _make_native(self) -> "_C.Loader":
+        self._pid = os.getpid()
+        # The folders' compact sample tables, end to end: the native loader is built from the
+        # path arena (no str per sample); native sample i is read from self._paths[i].
+        table = _SampleTable.concat([f._table for f in self._folders])
+        self._paths = _PathsView(table, "paths")
+        paths = table.arena()
+        targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
+        ranges = [f.byte_ranges() for f in self._folders]
+        if not any(ranges):
+            return _C.Loader(paths, targets, self._options)
+        # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
+        # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
+        # file, whatever its name).
+        offsets, lengths, errors, pipes, tar_members = [], [], [], [], []
+        for f, r in zip(self._folders, ranges):
+            none = np.zeros(len(f), dtype=bool)
+            if r:
+                offsets.append(r["offsets"])
+                lengths.append(r["lengths"])
+                errors += r["errors"]
+                pipes.append(np.asarray(r.get("pipes", none), dtype=bool))
+                tar_members.append(np.asarray(r.get("tar_members", none), dtype=bool))
+            else:
+                offsets.append(np.zeros(len(f), dtype=np.int64))
+                lengths.append(np.full(len(f), -1, dtype=np.int64))
+                errors += [""] * len(f)
+                pipes.append(none)
+                tar_members.append(none)
+        return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
+                         lengths=np.concatenate(lengths), errors=errors,
+                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members))
+
+    def describe(self) -> str:
+        """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""
+        s = self._native.stats()
+        node = s["numa_node"]
+        lines = [
+            "ringloader.DataLoader (native)",
+            f"  threads: {s['decode_threads']} decode, {s['reader_threads']} reader, "
+            f"1 dispatcher" + (", 1 device stage thread" if s["device"] != "cpu" else ""),
+            f"  numa:    {'node ' + str(node) if node >= 0 else 'not placed'} ({s['numa_note']})",
+            f"  cpus:    {s['numa_cpus'] or 'not pinned'}"
+            + (f"; {s['threads_pinned']} threads pinned, read back: {s['thread_cpus']}"
+               if s["threads_pinned"] else ""),
+            f"  memory:  {s['memory']}" + (f" ({s['memory_note']})" if s["memory_note"] else "")
+            + f", {s['slots_allocated']} slots allocated",
+            f"  device:  {s['device']}" + (f", {s['device_buffers']} device buffers allocated, "
+                                            f"{s['device_buffers_held']} held"
+                                            if s["device"] != "cpu" else ""),
+            f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
+            f"  chosen:  {s['threads_note']}" if self._options.get("auto_threads")
+            else f"  chosen:  {s['threads_note']} (num_workers='auto' sizes them from the usable CPUs)",
+            "  prefetch: " + (
+                f"auto, {s['prefetch_batches']} batches deep now (starts at 2, grew {s['prefetch_grown']} "
+                f"times, at most {s['prefetch_max']}: half the slots max_memory allows)"
+                if self._auto_prefetch else f"{s['prefetch_batches']} batches (prefetch_factor x num_workers"
+                + (f" = {self._options['prefetch_batches']}, cut to fit the memory budget: see 'cut')"
+                   if s["prefetch_batches"] < self._options["prefetch_batches"] else ")")),
+            f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
+            f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
+            f"; the pipeline waited for a free slot {s['producer_waits']} times",
+            f"  budget:  covers the batch slots, batches you keep included; not the {s['read_buffers']} file "
+            "read buffers per epoch (each as large as the largest file it read; a second set while the next "
+            "epoch is read ahead), nor device buffers",
+        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
+            [f"  batch:   batch_transform={self._mix_note}, applied in place in the slot by the iterating thread"]
+            if self._mix_note else []) + (
+            ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
+            if self.collate_fn is not None else []) + [
+            "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
+                             f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
+                             if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")
+            + (f"; {self._stale_drops} read ahead dropped because their files changed before "
+               f"the epoch began, last: {self._stale_why}" if self._stale_drops else ""),
+        ]
+        if s["errors"]:
+            lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
+                         f"replaced); last: {s['last_error']}")
+        if s["stalled"]:
+            lines.append(f"  stalled: {s['pipeline_state']}")
+        return "\n".join(lines)
+
+
+    # ---- torch-compatible surface -----------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> "_NativeIter":
+        versions = [f.version for f in self._folders]
+        if versions != self._versions:
+            # transform or target_transform was reassigned: rebuild the pipeline with the new one.
+            why = _servable(self._folders)
+            if why is not None:
+                raise TypeError(f"the dataset's transform changed and it {why}; the native path built "
+                                "for it cannot serve it: create a new ringloader.DataLoader")
+            self._versions = versions
+            self._options.update(self._steps_options())
+            self._native.stop()
+            self._native = self._make_native()
+        elif self._pid != os.getpid():
+            # A fork()ed child: the parent's native threads do not exist here. Start afresh.
+            self._native = self._make_native()
+        return _NativeIter(self)
+
+    def set_epoch(self, epoch: int) -> None:
+        super().set_epoch(epoch)
+        if self._queued is not None and self._queued[0] != self._epoch:
+            self._cancel_queued()  # another epoch than the one read ahead: stop its work now
+
+    def _cancel_queued(self) -> None:
+        self._queued = self._ahead = None
+        self._native.cancel_queued()
+
+    def stats(self) -> dict:
+        s = self._native.stats()
+        s["native"] = True
+        return s
+
+    def close(self) -> None:
+        native = getattr(self, "_native", None)
+        if native is not None:
+            native.stop()
+
+    def __del__(self):
+        # Once neither the DataLoader nor an iterator holds this backend, its threads stop.
+        self.close()
+
+
+class _NativeIter:
+    """One epoch of a native DataLoader. A newer ``iter(loader)`` supersedes this one."""
+
+    def __init__(self, loader: NativeBackend):
+        import torch
+
+        self._loader = loader
+        self._torch = torch
+        try:
+            # A local shard changed since its index was built: nothing of this epoch may be read
+            # with that index (before any RNG is drawn, so a retry after rebuilding is the same).
+            for f in loader._folders:
+                f.check_unchanged()
+        except StaleIndexError:
+            loader._native.cancel_queued()
+            raise
+        resume = loader.take_resume()
+        n = len(loader.dataset)
+        self._skip = 0
+        self._drop_rows = 0
+        ahead, loader._ahead = loader._ahead, None
+        if resume is None:
+            _sync_epoch(loader)  # a WebDataset's order takes the loader's epoch (before the check)
+        miss = "inputs" if ahead is None or resume is not None else ahead.miss(loader)
+        if miss == "rng" and loader._overlap_off is None:
+            # Something draws from torch's RNG between epochs, so predictions would keep missing
+            # (wasted work): stop predicting.
+            loader._overlap_off = ("torch's random generator is drawn from or re-seeded between "
+                                   "epochs, so the next epoch's seed cannot be known ahead")
+        if miss is None:
+            # The prediction holds: the same seed and batches as drawing now, RNGs advanced alike.
+            ahead.draw()
+            changed = _changed_files(ahead.files)
+            if changed:
+                # Its order and seed are right, but rows read ahead may hold the old files'
+                # bytes: start the epoch afresh, reading the files as they are now.
+                loader._native.cancel_queued()
+                loader._stale_drops += 1
+                loader._stale_why = changed
+            self._seed, batches, self._sampler_state = ahead.seed, ahead.batches, ahead.sampler_state
+            flat, offsets = ahead.flat, ahead.offsets
+        else:
+            if resume is None:
+                # Same RNG consumption as torch's iterator: the base seed first, then the sampler.
+                self._seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+                plan = _order.plan_epoch(loader.batch_sampler, n)
+                batches, self._sampler_state = plan.batches, plan.sampler_state
+            else:
+                self._seed = resume["base_seed"]
+                batches, self._sampler_state, self._skip = _resumed_batches(loader, resume, n)
+                _restore_generators(loader, resume.get("generators"))
+                self._drop_rows = int(resume.get("rows", 0))
+            flat, offsets = _order.to_arrays(batches)
+            if loader._index_map is not None:
+                flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
+        loader._generation += 1
+        self._generation = loader._generation
+        self._pid = os.getpid()
+        # The loader keeps only this record (for state_dict), never the iterator itself, so an
+        # abandoned iterator is collected and its __del__ stops the epoch's threads.
+        self._progress = loader.begin_epoch(self._seed, self._sampler_state, self._skip)
+        self._len = len(batches) - self._skip
+        # on_error="skip" with drop_last: every batch full (see the class docstring). _carry holds
+        # [batch number, first row, images, labels] of rows received and not yet delivered.
+        self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
+            loader.batch_size is not None
+        self._carry: list = []
+        loader._queued = None
+        # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
+        # A queued epoch with this very order and seed is adopted (its batches decoded ahead are
+        # delivered); anything else cancels it.
+        loader._native.start_epoch(_AUGMENT_EPOCH, self._seed & (2**64 - 1), flat, offsets, self._skip)
+        self._done = False
+        if loader._overlap_off is None:
+            ahead = _plan_ahead(loader)
+            if ahead is not None:
+                # Before anything of it is read: what the next iter() compares the files with.
+                ahead.files = _file_states(loader, ahead.flat)
+                loader._native.queue_epoch(_AUGMENT_EPOCH, ahead.seed & (2**64 - 1), ahead.flat, ahead.offsets)
+                loader._queued, loader._ahead = (loader._epoch, ahead.seed), ahead
+
+    def __iter__(self) -> "_NativeIter":
+        return self
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __next__(self):
+        if self._done:
+            raise StopIteration
+        if self._pid != os.getpid():
+            raise RuntimeError(
+                "this ringloader iterator was created before fork(); its native threads live in the "
+                f"parent (pid {self._pid}). Call iter(loader) again in this process to restart.")
+        if self._generation != self._loader._generation:
+            raise RuntimeError(
+                "this iterator was superseded: a newer iter() over the same ringloader.DataLoader "
+                "started another epoch (one epoch runs at a time per loader)"
+            )
+        while True:
+            try:
+                item = self._loader._native.next(self._loader.timeout)
+            except StaleIndexError as exc:
+                # A pipe: shard's index (cached) no longer matches its stream: the epoch ended.
+                told = exc
+                for f in self._loader._folders:
+                    told = f.explain_error(told, None)
+                try:
+                    if told is exc:
+                        raise
+                    raise told from None
+                finally:
+                    del told
+            except _C.SampleError as exc:
+                annotated = _source.explain_error(exc, self._loader._folders)
+                try:
+                    if annotated is exc:
+                        raise
+                    raise annotated from None
+                finally:
+                    # A local holding the exception raised from this frame would be a cycle
+                    # (exception -> traceback -> frame -> exception) keeping the iterator, and
+                    # the batches it references, alive until the garbage collector runs.
+                    del annotated
+            if item is None:
+                self._done = self._progress.done = True  # refill: a short remainder is dropped
+                raise StopIteration
+            images, labels, _indices, number = item
+            from_dlpack = self._torch.from_dlpack
+            images, labels = from_dlpack(images), from_dlpack(labels)
+            if labels.is_cuda:
+                # A copy on the current stream, after the wait from_dlpack queued: keeping labels
+                # (for metrics) must not keep the batch's device buffer out of the ring.
+                labels = labels.clone()
+            if self._refill:
+                batch = self._refilled(number, images, labels)
+                if batch is None:
+                    continue
+                images, labels, number = batch
+            else:
+                self._progress.delivered = number + 1 - self._skip
+            loader = self._loader
+            if loader._channels_last:
+                images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
+            if loader.batch_transform is not None:
+                labels = self._mix(images, labels, number)
+            if loader.collate_fn is not None:
+                # torch's contract: the list of samples. Each image is a view of its slot row;
+                # the slot is recycled only once every view of it is released.
+                samples = list(zip(images.unbind(0), labels.tolist()))
+                del images, labels
+                return loader.collate_fn(samples)
+            return images, labels
+
+    def _mix(self, images: Any, labels: Any, number: int) -> Any:
+        """batch_transform on the batch in its slot (``_mixing``), seeded by (base seed, batch
+        number in the epoch); returns the soft labels."""
+        view = images
+        if self._loader._options["layout"] == "NHWC" and not self._loader._channels_last:
+            view = images.permute(0, 3, 1, 2)  # the raw [B,H,W,3] batch, mixed through NCHW
+        gen = _mixing.rng(self._seed, number)
+        params = _mixing.sample(self._loader.batch_transform, gen, view.shape[0], view.shape[2],
+                                view.shape[3])
+        return _mixing.apply(view, labels, params)
+
+    def _refilled(self, number: int, images: Any, labels: Any):
+        """A full batch from the rows received so far, or None when more rows are needed.
+
+        Rule: the rows that survive skipping, in epoch order, cut into batches of batch_size.
+        """
+        first = 0
+        if self._drop_rows:  # resumed inside this batch: its first rows were delivered before
+            first, self._drop_rows = self._drop_rows, 0
+            images, labels = images[first:], labels[first:]
+        size = self._loader.batch_size
+        if not self._carry and images.shape[0] == size:
+            self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
+            return images, labels, number
+        self._carry.append([number, first, images, labels])
+        if sum(segment[2].shape[0] for segment in self._carry) < size:
+            self._carry[-1][2] = images.clone()  # kept across next(): a copy, not the slot
+            return None
+        # The batch's number (its mixing seed) is that of the planned batch its first row is from:
+        # distinct for every delivered batch, and the same after a resume.
+        parts_images, parts_labels, need, start = [], [], size, self._carry[0][0]
+        while need:
+            segment = self._carry[0]
+            take = min(need, segment[2].shape[0])
+            parts_images.append(segment[2][:take])
+            parts_labels.append(segment[3][:take])
+            need -= take
+            if take == segment[2].shape[0]:
+                self._carry.pop(0)
+            else:
+                segment[1] += take
+                segment[2], segment[3] = segment[2][take:].clone(), segment[3][take:]
+        if self._carry:
+            self._progress.delivered = self._carry[0][0] - self._skip
+            self._progress.rows = self._carry[0][1]
+        else:
+            self._progress.delivered, self._progress.rows = number + 1 - self._skip, 0
+        cat = self._torch.cat
+        return cat(parts_images), cat(parts_labels), start
+
+    def __del__(self):
+        # An abandoned epoch (break, exception in the loop) stops its threads now rather than at
+        # the next iter(); a superseded iterator leaves the newer epoch alone.
+        loader = getattr(self, "_loader", None)
+        try:
+            if loader is not None and not self._done and self._generation == loader._generation \
+                    and self._pid == os.getpid():
+                loader._native.stop()
+        except Exception:  # interpreter shutdown: the loader's own destructor stops it
+            pass
