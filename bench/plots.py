@@ -96,16 +96,24 @@ def plot_loaders(root: Path, out: Path, args: argparse.Namespace, machine: dict[
 
 def plot_threads(root: Path, out: Path, args: argparse.Namespace, machine: dict[str, Any], command: str) -> str:
     counts = [int(n) for n in args.threads.split(",")]
-    medians: dict[str, list[float]] = {name: [] for name in bench.LOADERS}
-    for n in counts:
-        cfg = _config(root, transforms=["train"], loaders=list(bench.LOADERS), num_workers=n, rounds=args.rounds,
-                      timed_batches=args.timed_batches, batch_size=args.batch_size)
-        for r in bench.run_benchmark(cfg, _log):
-            medians[r.loader].append(r.median if r.runs else float("nan"))
+    runs: dict[tuple[str, int], list[float]] = {(name, n): [] for name in bench.LOADERS for n in counts}
+    # Rounds sweep every count in turn (reversed every other round), so load that drifts on a
+    # shared machine spreads over all counts instead of landing on whichever ran then.
+    for r in range(args.rounds):
+        for n in (counts if r % 2 == 0 else list(reversed(counts))):
+            cfg = _config(root, transforms=["train"], loaders=list(bench.LOADERS), num_workers=n, rounds=1,
+                          timed_batches=args.timed_batches, batch_size=args.batch_size)
+            for res in bench.run_benchmark(cfg, _log):
+                runs[(res.loader, n)].extend(res.runs)
+    medians = {name: [statistics.median(runs[(name, n)]) if runs[(name, n)] else float("nan") for n in counts]
+               for name in bench.LOADERS}
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for name, ys in medians.items():
-        ax.plot(counts, ys, marker="o", label=name, color=COLOURS[name])
+        spread = [[y - min(runs[(name, n)], default=y) for n, y in zip(counts, ys)],
+                  [max(runs[(name, n)], default=y) - y for n, y in zip(counts, ys)]]
+        ax.errorbar(counts, ys, yerr=spread, marker="o", capsize=3, label=f"{name} (median, min-max)",
+                    color=COLOURS[name])
         for x, y in zip(counts, ys):
             ax.annotate(f"{y:.0f}", (x, y), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=7)
     ax.set_xticks(counts)
