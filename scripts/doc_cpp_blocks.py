@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes each ```cpp block of the given Markdown files as a translation unit of a small CMake
+"""Writes each ```cpp block of the given Markdown files (a folder stands for its *.md files) as a translation unit of a small CMake
 project built against the installed package (scripts/test_cpp_package.sh compiles it), so the
 C++ examples of the docs cannot drift from the headers.
 
@@ -7,7 +7,7 @@ A block with its own `int main` is taken as it is; otherwise its #include lines 
 and the rest becomes the body of `main(argc, argv)`. A block that includes <ringloader/torch.h>
 links the torch component. A block preceded by `<!-- not compiled: REASON -->` is left out.
 
-    doc_cpp_blocks.py OUT_DIR FILE.md [FILE.md ...]
+    doc_cpp_blocks.py OUT_DIR FILE.md|FOLDER [FILE.md|FOLDER ...]
 """
 import re
 import sys
@@ -29,7 +29,9 @@ def main() -> int:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     targets = []
-    for name in sys.argv[2:]:
+    names = [str(md) for arg in sys.argv[2:]
+             for md in (sorted(Path(arg).glob("*.md")) if Path(arg).is_dir() else [Path(arg)])]
+    for name in names:
         text = Path(name).read_text(encoding="utf-8")
         for m in FENCE.finditer(text):
             line = text.count("\n", 0, m.start("code")) + 1

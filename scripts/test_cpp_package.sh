@@ -4,7 +4,7 @@
 #      into a scratch prefix (build/pkg/prefix), with the LibTorch adaptor when torch is found;
 #   2. builds tests/cpp_consumer against that prefix only and runs it (plain API; and the
 #      LibTorch adaptor test when the torch component is available);
-#   3. compiles the README's C++ blocks (scripts/doc_cpp_blocks.py) against that prefix;
+#   3. compiles the C++ blocks of the README and the manual (docs/) (scripts/doc_cpp_blocks.py) against that prefix;
 #   4. builds the LibTorch training example (examples/cpp) the same way and runs a few steps
 #      on CPU.
 # Data: the Python sample set when it has been generated ($RINGLOADER_CACHE/sample-v1), else a
@@ -75,7 +75,7 @@ fi
 
 step "the docs' C++ blocks compile against the installed package"
 rm -rf "$OUT/doc_blocks/src"
-"$PYTHON" scripts/doc_cpp_blocks.py "$OUT/doc_blocks/src" README.md
+"$PYTHON" scripts/doc_cpp_blocks.py "$OUT/doc_blocks/src" README.md docs
 timed cmake -S "$OUT/doc_blocks/src" -B "$OUT/doc_blocks/build" "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$PREFIX;$TORCH_PREFIX" >/dev/null
 timed cmake --build "$OUT/doc_blocks/build" -j "$JOBS"

@@ -20,7 +20,7 @@
 /// down, and a GNU long name or pax path sits before the header at an offset no index records.
 /// Sizes at every member's offset agreeing with a rewritten shard by chance is not a concern for
 /// compressed images; a rewrite that keeps every image member's offset and size but changes only
-/// labels is not seen (see the README).
+/// labels is not seen (see docs/datasets.md, "A stale index is never read from").
 ///
 /// Threading: any thread. The stream map takes a mutex; each stream has its own mutex, held while
 /// its command is read, so reader threads fetching from different streams run in parallel.

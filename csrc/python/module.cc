@@ -852,18 +852,29 @@ PYBIND11_MODULE(_C, m) {
 
   g_sample_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.SampleError",
-      "A sample could not be read or decoded; attributes: index, path, reason, code.",
+      "A sample could not be read or decoded. Raised by next() (on_error=\"raise\", the default) at "
+      "the batch holding the sample, after every earlier batch, and by dataset[i]; iterating again "
+      "goes on with the next batch. Attributes: index, path, reason (what failed), code (the status "
+      "code).",
       PyExc_RuntimeError, nullptr);
   g_slots_exhausted_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.SlotsExhaustedError",
-      "Every batch slot is held by the consumer; release batches or raise max_slots.",
+      "Every batch slot is held by the consumer. Raised by next() when the batches (or views of "
+      "them) kept hold every slot; nothing is lost: release some batches and call next() again, "
+      "or raise max_slots/max_memory.",
       PyExc_RuntimeError, nullptr);
   g_timeout_error = PyErr_NewExceptionWithDoc(
-      "ringloader._C.LoaderTimeoutError", "No batch arrived within the timeout.", PyExc_RuntimeError,
-      nullptr);
+      "ringloader._C.LoaderTimeoutError",
+      "No batch arrived within the timeout. Raised by next() when DataLoader(timeout=T) passes T "
+      "seconds without a batch; the message says what each pipeline stage holds and the last "
+      "sample error.",
+      PyExc_RuntimeError, nullptr);
   g_stale_index_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.StaleIndexError",
-      "A shard's index no longer matches the shard (it changed since it was indexed); attribute: path.",
+      "A shard's index no longer matches the shard (it changed since it was indexed). Raised at "
+      "iter() and dataset[i] for a local shard whose size or mtime changed, and mid-epoch for a "
+      "pipe: stream whose member headers differ; never a SampleError, so on_error does not hide "
+      "it: build the WebDataset again. Attribute: path.",
       PyExc_RuntimeError, nullptr);
   m.attr("SampleError") = py::handle(g_sample_error);
   m.attr("StaleIndexError") = py::handle(g_stale_index_error);

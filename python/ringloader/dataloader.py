@@ -83,7 +83,8 @@ class DataLoader:
     ``load_state_dict`` or anything else drawn from torch's RNG in between cancels it), so
     results never depend on it; nor does it keep old bytes of files that changed before that
     ``iter()`` (a folder swapped, a file replaced or rewritten: their inode, size and times are
-    compared, and a change drops the work; see the README for what this cannot see).
+    compared, and a change drops the work; the manual's "Determinism and resume" page says what
+    this cannot see).
     ``persistent_workers=False`` given explicitly turns this off (the
     pipeline then starts empty every epoch); ``describe()`` says which applies and why.
     ``pin_memory_device`` is accepted and has no effect (pinned slots are portable), ``in_order=False``
@@ -129,8 +130,8 @@ class DataLoader:
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
     1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
     1.2-1.5x faster per image and differs from torchvision (PSNR >= 37 dB, mean |diff| about 1
-    level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (README,
-    "Refused arguments and differences from torch").
+    level, max |diff| up to 27 of 255); on ImageNet-sized images it changes nothing (the manual's
+    "DataLoader arguments" page, "What still differs from torch").
 
     ``strict_decode`` (default True): JPEG data that libjpeg only warns about ("Corrupt JPEG data:
     N extraneous bytes before marker", "premature end of data segment", bad Huffman codes...) is a
@@ -184,6 +185,37 @@ class DataLoader:
     is given, its ``initial_seed()``); the epoch is the loader's own count of ``iter()`` calls,
     or what ``set_epoch`` set. An explicit sampler over a WebDataset is allowed for local shards
     and refused for ``pipe:`` shards (a stream has no random access).
+
+    Arguments, in short: ``dataset`` is a :class:`ringloader.NativeDataset` (``ImageFolder``,
+    ``DatasetFolder``, ``FileList``), a :class:`ringloader.WebDataset`, a
+    ``Subset``/``ConcatDataset`` of them (native path), or any ``torch.utils.data.Dataset``
+    (generic path); torch's arguments (``batch_size``, ``shuffle``, ``sampler``,
+    ``batch_sampler``, ``num_workers``, ``collate_fn``, ``pin_memory``, ``drop_last``,
+    ``timeout``, ``worker_init_fn``, ``multiprocessing_context``, ``generator``,
+    ``prefetch_factor``, ``persistent_workers``, ``pin_memory_device``, ``in_order``) mean what
+    they mean to torch, with the differences above; ``rank``, ``world_size`` and ``seed`` choose
+    the distributed shard; the rest are ringloader's own (above), and the generic and hybrid
+    paths refuse those that configure the native pipeline (listed on the manual's "DataLoader
+    arguments" page).
+
+    Raises:
+        TypeError: at construction, an argument the native path cannot honour
+            (``worker_init_fn``, ``multiprocessing_context``, ``ImageFolder(loader=...)``), an
+            argument of the wrong type; at
+            ``iter()``, a transform reassigned to one that needs Python steps.
+        ValueError: at construction, a value out of range or a combination torch refuses
+            (``batch_size=None`` on the native path, ``prefetch_factor`` with
+            ``num_workers=0``, a ringloader-only argument on the generic or hybrid path, a
+            ``max_memory`` below two slots, a NUMA node that does not exist, MixUp on a uint8
+            loader, ``collate_fn`` with ``batch_transform``), each message naming the argument.
+        RuntimeError: ``device="cuda"`` without a visible GPU; an iterator superseded by a
+            newer ``iter()`` or created before a ``fork()``.
+        ringloader.SampleError: from ``next()``, a bad sample under ``on_error="raise"``.
+        ringloader.SlotsExhaustedError: from ``next()``, when every slot is held by batches
+            kept.
+        ringloader.LoaderTimeoutError: from ``next()``, when ``timeout`` passes without a batch.
+        ringloader.StaleIndexError: from ``iter()``/``next()``, a WebDataset shard changed since
+            it was indexed.
     """
 
     def __init__(
@@ -286,7 +318,11 @@ class DataLoader:
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes
-        effect exactly: an epoch other than the one being read ahead cancels that work."""
+        effect exactly: an epoch other than the one being read ahead cancels that work.
+
+        Args:
+            epoch: the epoch the next ``iter()`` reads (its shuffle order and, for a
+                WebDataset, its shard order)."""
         self._backend.set_epoch(epoch)
 
     def state_dict(self) -> dict:
@@ -303,22 +339,49 @@ class DataLoader:
         Generic path (any map-style Dataset): the remaining batches hold exactly the remaining
         samples, in order. Randomness inside ``__getitem__`` is the dataset's own: torch seeds its
         workers from a fresh base seed each ``iter()``, so random augmentations of the resumed
-        batches are not those the first run would have drawn. Unbatched loaders
-        (``batch_size=None``) and IterableDatasets have no order to resume: TypeError.
+        batches are not those the first run would have drawn.
+
+        Returns:
+            a dict of plain integers and lists (picklable, ``torch.save``-able).
+
+        Raises:
+            TypeError: unbatched loaders (``batch_size=None``) and IterableDatasets have no
+                order to resume.
         """
         return self._backend.state_dict()
 
     def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`; also onto another world size (see the README). Work
-        read ahead for the next epoch is cancelled: the next ``iter()`` follows the checkpoint."""
+        """Resume from :meth:`state_dict`; also onto another world size (the manual's
+        "Distributed" page). Work read ahead for the next epoch is cancelled: the next ``iter()``
+        follows the checkpoint.
+
+        Args:
+            state: a dict :meth:`state_dict` returned, from this run or another (any rank's).
+
+        Raises:
+            TypeError: the generic path over an iterable dataset or without batches (nothing to
+                resume).
+            ValueError: a checkpoint of an unknown version, of a dataset of another size, of a
+                generic-path loader loaded by a native one, or holding a different number of
+                generator states than this loader's ``generator``/sampler have."""
         self._backend.load_state_dict(state)
 
     def stats(self) -> dict:
-        """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...)."""
+        """Counters of the native pipeline (samples, errors, stage busy seconds, io backend...).
+
+        Returns:
+            a dict; ``{"native": False}`` on the generic path. Keys are listed on the manual's
+            "Threads and memory" and "Bad data" pages (``errors``, ``skipped``, ``replaced``,
+            ``recent_errors``, ``stalled``, ``samples_ahead``, ``prefetch_batches``...)."""
         return self._backend.stats()
 
     def describe(self) -> str:
-        """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""
+        """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O.
+
+        Returns:
+            a multi-line report: what ``"auto"`` chose and from which limits, what the memory
+            budget cut, whether the next epoch is read ahead and why, and a ``stalled:`` line
+            when no batch has completed for ``stall_seconds``."""
         return self._backend.describe()
 
 

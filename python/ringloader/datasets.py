@@ -26,6 +26,9 @@ __all__ = ["DatasetFolder", "FileList", "ImageFolder", "IMG_EXTENSIONS", "Native
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+"""The file name endings :class:`ImageFolder` keeps (lower-cased), torchvision's ``IMG_EXTENSIONS``
+without the formats ringloader does not decode natively; the decoder itself is chosen by the
+file's signature, not by this ending."""
 
 
 def find_classes(directory: str) -> Tuple[List[str], Dict[str, int]]:
@@ -323,10 +326,10 @@ class NativeDataset(Source, _TorchDataset):
     the common base of :class:`ImageFolder`, :class:`DatasetFolder` and :class:`FileList`, and
     what :class:`ringloader.DataLoader` batches natively (a ``torch.utils.data.Dataset``).
 
-    JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts) and binary PPM/PGM/PBM are
-    decoded in C++, chosen by the file's signature (not its extension), to the RGB pixels
-    Pillow's ``convert("RGB")`` gives; other files (GIF, CMYK or 16-bit TIFF, plain-text PNM...)
-    fail as a sample error that ``on_error`` handles.
+    JPEG, PNG, WebP, BMP, TIFF (8-bit RGB/gray/palette layouts), GIF (the first frame) and
+    binary PPM/PGM/PBM are decoded in C++, chosen by the file's signature (not its extension),
+    to the RGB pixels Pillow's ``convert("RGB")`` gives; other files (HEIF/AVIF, JPEG 2000, CMYK
+    or 16-bit TIFF, plain-text PNM...) fail as a sample error that ``on_error`` handles.
 
     ``dataset[i]`` decodes one sample on the calling thread and returns ``(image, target)``;
     batches come from :class:`ringloader.DataLoader`.
@@ -349,6 +352,15 @@ class NativeDataset(Source, _TorchDataset):
 
     ``transform`` and ``target_transform`` may be reassigned; a DataLoader over the dataset uses
     the new ones from its next ``iter()``. The dataset pickles and deep-copies at any time.
+
+    Raises:
+        TypeError: ``strict=True`` and a transform step that would run in Python (when it is
+            set, at construction or by assignment); ``samples`` assigned something other than
+            ``(path, target)`` pairs, or an item assigned into the read-only ``samples`` view.
+        ValueError: ``samples`` assigned an empty list, or ``targets`` a list of another
+            length.
+        IndexError: ``dataset[i]`` out of range.
+        ringloader.SampleError: ``dataset[i]`` of a file that cannot be read or decoded.
     """
 
     def __init__(
@@ -594,7 +606,25 @@ class DatasetFolder(NativeDataset):
     two), walked in torchvision's order. ``classes``, ``class_to_idx``, ``samples``,
     ``targets`` and :meth:`find_classes` (which a subclass may override, as with torchvision) are
     torchvision's. ``loader`` is refused: files are decoded natively (see
-    :class:`NativeDataset` for the formats, transforms and the per-sample path)."""
+    :class:`NativeDataset` for the formats, transforms and the per-sample path).
+
+    Args:
+        root: the folder holding one sub-folder per class.
+        loader: refused (``TypeError``): decoding is native.
+        extensions: file name endings to keep, e.g. ``(".png",)``.
+        transform: the transform (see :class:`NativeDataset`).
+        target_transform: a callable applied to each class index; it must return ints.
+        is_valid_file: ``fn(path) -> bool`` choosing the files instead of ``extensions``.
+        allow_empty: keep going when a class folder holds no file (torchvision's flag).
+        strict: raise ``TypeError`` instead of running any transform step in Python.
+        exif_transpose: turn each image upright by its EXIF orientation first.
+
+    Raises:
+        TypeError: ``loader`` given.
+        ValueError: both or neither of ``extensions`` and ``is_valid_file`` given.
+        FileNotFoundError: ``root`` is not a directory, holds no class folder, or (without
+            ``allow_empty``) a class folder holds no valid file; the message names the folder.
+    """
 
     def __init__(
         self,
@@ -643,7 +673,23 @@ class ImageFolder(DatasetFolder):
     a :class:`DatasetFolder` of torchvision's image extensions (``IMG_EXTENSIONS``), or of the
     files ``is_valid_file`` accepts. Same class discovery, ``classes``, ``class_to_idx``,
     ``samples``, ``imgs``, ``targets`` and sample order as torchvision. See
-    :class:`NativeDataset` for the formats, transforms and the per-sample path."""
+    :class:`NativeDataset` for the formats, transforms and the per-sample path.
+
+    Args:
+        root: the folder holding one sub-folder per class.
+        transform: the transform (see :class:`NativeDataset`).
+        target_transform: a callable applied to each class index; it must return ints.
+        loader: refused (``TypeError``): decoding is native.
+        is_valid_file: ``fn(path) -> bool`` choosing the files instead of ``IMG_EXTENSIONS``.
+        allow_empty: keep going when a class folder holds no image (torchvision's flag).
+        strict: raise ``TypeError`` instead of running any transform step in Python.
+        exif_transpose: turn each image upright by its EXIF orientation first.
+
+    Raises:
+        TypeError: ``loader`` given, or ``strict=True`` with a step that would run in Python.
+        FileNotFoundError: ``root`` is not a directory, holds no class folder, or (without
+            ``allow_empty``) a class folder holds no image; the message names the folder.
+    """
 
     def __init__(
         self,
@@ -683,6 +729,22 @@ class FileList(NativeDataset):
     ``samples``, ``targets``, ``classes``, ``class_to_idx`` and :meth:`find_classes` follow
     torchvision's names. See :class:`NativeDataset` for the formats, transforms and the
     per-sample path.
+
+    Args:
+        source: the path of a list file, or a sequence of image paths.
+        labels: one non-negative int per path (only with a sequence of paths).
+        transform: the transform (see :class:`NativeDataset`).
+        target_transform: a callable applied to each label; it must return ints.
+        classes: the name of each label (default ``"0"`` ... ``str(max label)``).
+        strict: raise ``TypeError`` instead of running any transform step in Python.
+        exif_transpose: turn each image upright by its EXIF orientation first.
+
+    Raises:
+        FileNotFoundError: the list file cannot be opened (the message names it).
+        ValueError: a line of the list without a non-negative integer label (the message names
+            the list and the line), paths and labels of different lengths, no samples, a
+            negative label, or a label with no name in ``classes``.
+        TypeError: labels given with a list file, or missing with a sequence of paths.
     """
 
     def __init__(

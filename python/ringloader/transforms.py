@@ -52,7 +52,13 @@ class Transform:
 
 
 class Compose(Transform):
-    """Chains transforms, as ``torchvision.transforms.Compose``."""
+    """Chains transforms, as ``torchvision.transforms.Compose``.
+
+    Args:
+        transforms: ringloader transforms, torchvision/timm transforms, or a mix; each is
+            translated when the chain is given to a dataset (:func:`to_steps` says which are
+            native), not here.
+    """
 
     def __init__(self, transforms: Sequence[Any]):
         self.transforms = list(transforms)
@@ -69,7 +75,17 @@ class Compose(Transform):
 
 
 class Resize(Transform):
-    """Resize with bilinear antialiasing. An int ``size`` sets the shorter side (torchvision)."""
+    """Resize with bilinear antialiasing. An int ``size`` sets the shorter side (torchvision).
+
+    Args:
+        size: an int (the shorter side, aspect kept) or ``(height, width)``.
+        max_size: with an int ``size``, the bound on the longer side (torchvision's rule).
+        antialias: must be True (Pillow's resize, which torchvision's PIL path uses).
+
+    Raises:
+        ValueError: ``antialias=False``, a ``size`` that is not an int or 1-2 ints, or
+            ``max_size`` with a ``(height, width)`` size.
+    """
 
     def __init__(self, size: Size, max_size: int | None = None, antialias: bool = True):
         if not antialias:
@@ -96,7 +112,14 @@ class Resize(Transform):
 
 
 class CenterCrop(Transform):
-    """Crop the centre (torchvision rounding; zero padding when the crop is larger)."""
+    """Crop the centre (torchvision rounding; zero padding when the crop is larger).
+
+    Args:
+        size: an int (a square) or ``(height, width)``.
+
+    Raises:
+        ValueError: a ``size`` that is not an int or a sequence of 1 or 2 ints.
+    """
 
     def __init__(self, size: Size):
         self.size = _pair(size, "CenterCrop")
@@ -113,6 +136,15 @@ class RandomResizedCrop(Transform):
 
     Random draws come from a per-sample generator seeded by (seed, epoch, index and position in
     the epoch).
+
+    Args:
+        size: the output, an int (a square) or ``(height, width)``.
+        scale: the range of the crop's area, as a fraction of the image's.
+        ratio: the range of the crop's aspect ratio (width / height), drawn log-uniformly.
+        antialias: must be True (Pillow's resize).
+
+    Raises:
+        ValueError: ``antialias=False`` or a ``size`` that is not an int or 1-2 ints.
     """
 
     def __init__(
@@ -144,7 +176,11 @@ class RandomResizedCrop(Transform):
 
 
 class RandomHorizontalFlip(Transform):
-    """Mirror left-right with probability ``p``."""
+    """Mirror left-right with probability ``p``.
+
+    Args:
+        p: the probability of a flip, drawn per sample.
+    """
 
     def __init__(self, p: float = 0.5):
         self.p = float(p)
@@ -157,7 +193,7 @@ class RandomHorizontalFlip(Transform):
 
 
 class ToTensor(Transform):
-    """Float output in [0, 1] (without it, batches are uint8 in [0, 255])."""
+    """Float output in [0, 1] (without it, batches are uint8 in [0, 255]). Takes no argument."""
 
     def steps(self) -> List[Dict[str, Any]]:
         return [{"kind": "to_tensor"}]
@@ -167,7 +203,16 @@ class ToTensor(Transform):
 
 
 class Normalize(Transform):
-    """``(x - mean) / std`` per channel, after ToTensor."""
+    """``(x - mean) / std`` per channel, after ToTensor.
+
+    Args:
+        mean: 1 or 3 values (one for every channel, or one each).
+        std: 1 or 3 non-zero values.
+        inplace: accepted for torchvision's signature; the write-out never copies anyway.
+
+    Raises:
+        ValueError: ``mean`` or ``std`` without 1 or 3 values, or a zero ``std``.
+    """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False):
         self.mean = [float(m) for m in mean]
@@ -725,12 +770,37 @@ def _unwrap_preset(obj: Any) -> Optional[Any]:
 
 
 def from_torchvision(transform: Any) -> List[Dict[str, Any]]:
-    """Native steps for a torchvision transform or Compose; TypeError names what is unsupported."""
+    """Native steps for a torchvision (v1 or v2) or timm transform, or a Compose of them.
+
+    Args:
+        transform: the transform object.
+
+    Returns:
+        the list of native step descriptions the pipeline runs.
+
+    Raises:
+        TypeError: a transform, or an argument of one, with no native equivalent (the message
+            names it and why).
+        ValueError: an interpolation Pillow's geometric ops refuse, as torchvision would raise
+            mid-epoch.
+    """
     return _from_torchvision_one(transform)
 
 
 def to_steps(transform: Any) -> List[Dict[str, Any]]:
-    """Native steps for a ringloader transform, a torchvision transform, or None."""
+    """Native steps for a ringloader transform, a torchvision/timm transform, a preset object
+    that only applies one, or None (no steps).
+
+    Args:
+        transform: the transform.
+
+    Returns:
+        the list of native step descriptions.
+
+    Raises:
+        TypeError: anything else (a user callable), or a step with no native equivalent; use
+            :func:`split` to run such steps in Python instead.
+    """
     if transform is None:
         return []
     if isinstance(transform, Transform):
@@ -830,7 +900,23 @@ def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's, a
     preset object that only applies one (see :func:`_unwrap_preset`), or anything callable) at the first step without a native equivalent, or whose numerics would
     differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
-    with tensor kernels)."""
+    with tensor kernels).
+
+    Args:
+        transform: the transform to divide.
+
+    Returns:
+        a :class:`Split`: the native prefix's steps, the Python tail (or None) and the reason
+        the tail starts where it does. Never raises for a step without a native equivalent:
+        that step starts the tail.
+
+    Raises:
+        ValueError: an interpolation Pillow's geometric ops refuse (torchvision would raise it
+            mid-epoch).
+        TypeError: a v1 rotation/affine/policy given a string interpolation (torchvision's own
+            error), or a ``ringloader.transforms`` step after a Python step (it cannot run in
+            Python: use torchvision's class of that name there).
+    """
     parts = _flatten(transform)
     steps: List[Dict[str, Any]] = []
     conversion = ""  # the PILToTensor/ToImage the steps so far end in ("" before one)

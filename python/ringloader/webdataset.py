@@ -388,6 +388,18 @@ class WebDataset(NativeDataset):
     ``dataset[i]`` works for local shards (random access into the tar); ``pipe:`` shards are
     streamed and only the DataLoader's native path reads them. See :class:`NativeDataset` for
     ``transform``, ``target_transform``, ``strict`` and ``exif_transpose``.
+
+    Raises:
+        TypeError: ``urls`` not a string or a list of strings; ``dataset[i]`` (or a transform
+            that runs per sample) over ``pipe:`` shards.
+        ValueError: a URL scheme other than a local path, ``file://`` or ``pipe:``; a ``pipe:``
+            without a command; no URL; shards that hold no sample; a bad ``label_key``,
+            ``label_field``, ``image_exts``, ``shuffle_buffer`` or ``progress``.
+        FileNotFoundError: a local shard, or every match of a glob, is missing.
+        RuntimeError: a ``pipe:`` command that yields no sample while it is indexed (the
+            message names it).
+        StaleIndexError: a shard changed since it was indexed (at ``iter()``, ``dataset[i]``
+            or mid-epoch for a stream).
     """
 
     def __init__(

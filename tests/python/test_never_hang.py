@@ -171,7 +171,7 @@ def test_random_missing_files_many_epochs(tmp_path: Path):
                 path.unlink()
             removed.add(i)
         rows = sum(len(y) for _, y in loader)
-        # A read-ahead epoch may have read a file before it was removed (README, "Epochs"):
+        # A read-ahead epoch may have read a file before it was removed (docs/determinism.md):
         # at least the files present at the start of the epoch arrive, at most all.
         assert GOOD - len(removed) <= rows <= GOOD, (epoch, rows, len(removed))
 

@@ -1,4 +1,5 @@
-"""Every Python code block of the README runs, so the examples cannot drift from the code.
+"""Every Python code block of the README and of the manual (docs/*.md) runs, so the examples
+cannot drift from the code.
 
 A block runs in a fresh interpreter, in a scratch folder, after a prelude that gives it what a
 reader would have: ``rl`` and ``T`` imported, ``root`` (a small ImageFolder), ``ds`` (an
@@ -23,7 +24,8 @@ import pytest
 from conftest import write_tree
 from imagegen import jpeg_bytes
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 FENCE = re.compile(r"(?:<!--\s*not run:\s*(?P<skip>.*?)\s*-->\s*\n)?```python\n(?P<code>.*?)```", re.S)
 DATA_PATH = re.compile(r"""(["'])/data/([^"']*)\1""")
 BRACES = re.compile(r"\{(\d+)\.\.(\d+)\}")
@@ -63,15 +65,16 @@ def localise(code: str, scratch: Path) -> str:
     return DATA_PATH.sub(swap, code)
 
 
-CASES = blocks(README)
+CASES = [(path.relative_to(REPO).as_posix(), line, code, skip) for path in DOCS for line, code, skip in blocks(path)]
 
 
-def test_the_readme_has_python_blocks():
-    assert len(CASES) >= 2
+def test_the_readme_and_the_manual_have_python_blocks():
+    where = {name for name, _, _, _ in CASES}
+    assert "README.md" in where and any(name.startswith("docs/") for name in where), where
 
 
-@pytest.mark.parametrize("line,code,skip", CASES, ids=[f"README.md:{line}" for line, _, _ in CASES])
-def test_readme_python_block_runs(tmp_path: Path, line: int, code: str, skip: str | None):
+@pytest.mark.parametrize("name,line,code,skip", CASES, ids=[f"{name}:{line}" for name, line, _, _ in CASES])
+def test_readme_python_block_runs(tmp_path: Path, name: str, line: int, code: str, skip: str | None):
     if skip:
         pytest.skip(skip)
     root = write_tree(tmp_path / "root", num_classes=2, per_class=4)
@@ -84,4 +87,4 @@ def test_readme_python_block_runs(tmp_path: Path, line: int, code: str, skip: st
     script = prelude + localise(code, tmp_path)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
                           timeout=240)
-    assert done.returncode == 0, f"README.md:{line} failed:\n{code}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"{name}:{line} failed:\n{code}\n{done.stderr[-3000:]}"

@@ -337,7 +337,7 @@ def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_fast_decode_on_large_photos_against_torchvision(tmp_path: Path):
     """The default (fast_decode=False) equals torchvision; fast_decode=True stays within
-    PSNR >= 35 dB and max |diff| <= 32 of 255 (README: 37-46 dB, max 17-27 measured)."""
+    PSNR >= 35 dB and max |diff| <= 32 of 255 (docs/dataloader.md: 37-46 dB, max 17-27 measured)."""
     (tmp_path / "a").mkdir()
     for i, (w, h) in enumerate([(2400, 1800), (2048, 2732)]):
         (tmp_path / "a" / f"{i}.jpg").write_bytes(jpeg_bytes(w, h, quality=90, seed=500 + i))
