@@ -552,8 +552,7 @@ void Epoch::Decode() {
   const LoaderOptions& o = *ctx.options;
   const TransformPipeline& pipeline = *ctx.pipeline;
   const size_t sample_bytes = pipeline.SampleBytes();
-  const std::unique_ptr<ImageDecoder> decoder_owner = MakeDecoder(o);
-  ImageDecoder& decoder = *decoder_owner;
+  const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
   ByteBuffer substitute_bytes;
   while (std::optional<DecodeItem> item = decode_queue.Pop()) {
     if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -565,7 +564,7 @@ void Epoch::Decode() {
       const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
       SampleRng rng(RowSeed(item->request));
       uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-      status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
+      status = decoder->DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
     // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -581,7 +580,7 @@ void Epoch::Decode() {
         status = absl::OkStatus();
       } else if (o.on_error == ErrorPolicy::kReplace) {
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-        status = Replace(decoder, substitute_bytes, item->request, dst, std::move(status));
+        status = Replace(*decoder, substitute_bytes, item->request, dst, std::move(status));
       }
     }
     if (status.ok()) {
