@@ -199,7 +199,8 @@ struct EpochContext {
 // One epoch in flight. Destroying it cancels and joins everything. The loader's consumer thread
 // calls NextHost (host path) or NextStaged (device path); the loader also reads the epoch's
 // order, cursors and counts, and sets pipeline_started / dispatch_finished under its hand-off
-// mutex (loader.cc). Members are public to the loader only: nothing outside pipeline/ sees it.
+// mutex (loader.cc). The members are public for that loader; nothing outside pipeline/ includes
+// this header.
 class Epoch {
  public:
   struct BatchTask {
@@ -235,8 +236,10 @@ class Epoch {
   // Requires the loader's hand-off mutex (or an epoch nobody else can see yet).
   void StartPipeline();
 
+  // The device path's stage thread (nothing on the host path).
   void StartStage();
 
+  // Stops every thread and joins it; slots of batches not taken go back to the pool.
   void Cancel();
 
   BatchTask& Task(int64_t batch) { return window[static_cast<size_t>(batch) % window.size()]; }
