@@ -610,7 +610,7 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   Measurement m;
   m.read_threads = cfg.reader_threads;
   m.decode_threads = cfg.decode_threads;
-  m.transform = loader.pipeline().Describe();
+  m.transform = loader.DescribeTransform();
   // Bytes are the file sizes of the delivered samples: LoaderStats::bytes_read is only summed
   // when an epoch's reader threads finish, too coarse for a live rate or a mid-epoch window.
   std::atomic<int64_t> images_total{0}, bytes_total{0};

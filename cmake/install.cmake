@@ -31,12 +31,11 @@ add_library(ringloader::ringloader ALIAS ringloader)
 target_link_libraries(ringloader
   PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,ringloader_core>"
   PUBLIC absl::status absl::statusor absl::strings absl::str_format Threads::Threads)
+# Only the API: the public headers include nothing of csrc/ but each other (and Abseil), and the
+# Loader keeps its internals behind a pointer (Loader::Impl), so none of them is installed.
 target_include_directories(ringloader PUBLIC
   $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/csrc/include>
-  $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/csrc>
-  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
-  # ringloader.h includes the decode/io/transform headers, installed below ringloader/.
-  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/ringloader>)
+  $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 set_target_properties(ringloader PROPERTIES
   OUTPUT_NAME ringloader
   VERSION ${PROJECT_VERSION}
@@ -47,16 +46,10 @@ install(TARGETS ringloader EXPORT ringloaderTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 
-# Public headers, plus the internal ones they include, at their paths relative to csrc/.
+# The public headers (scripts/test_cpp_package.sh checks that nothing else is installed).
 file(GLOB ringloader_public_headers "${CMAKE_CURRENT_SOURCE_DIR}/csrc/include/ringloader/*.h")
 list(FILTER ringloader_public_headers EXCLUDE REGEX "/torch\\.h$")
 install(FILES ${ringloader_public_headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader)
-foreach(header decode/jpeg_decoder.h io/reader.h io/source_kind.h transform/image_transform.h
-               transform/random.h)
-  get_filename_component(header_dir "${header}" DIRECTORY)
-  install(FILES "${CMAKE_CURRENT_SOURCE_DIR}/csrc/${header}"
-          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ringloader/${header_dir})
-endforeach()
 
 set(ringloader_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/ringloader)
 install(EXPORT ringloaderTargets NAMESPACE ringloader:: DESTINATION ${ringloader_cmake_dir})

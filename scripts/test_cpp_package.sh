@@ -2,10 +2,13 @@
 # Tests the installable C++ package the way an outside project uses it:
 #   1. configures, builds and installs ringloader (library, headers, CMake config, bench CLI)
 #      into a scratch prefix (build/pkg/prefix), with the LibTorch adaptor when torch is found;
-#   2. builds tests/cpp_consumer against that prefix only and runs it (plain API; and the
-#      LibTorch adaptor test when the torch component is available);
-#   3. compiles the C++ blocks of the README and the manual (docs/) (scripts/doc_cpp_blocks.py) against that prefix;
-#   4. builds the LibTorch training example (examples/cpp) the same way and runs a few steps
+#   2. checks that the installed headers are the API only (include/ringloader/*.h, which include
+#      nothing but each other, Abseil and the standard library: no decode/, io/, transform/,
+#      pipeline/ or testing/ header is shipped);
+#   3. builds tests/cpp_consumer against that prefix only and runs it (the API; the umbrella
+#      header alone; and the LibTorch adaptor test when the torch component is available);
+#   4. compiles the C++ blocks of the README and the manual (docs/) (scripts/doc_cpp_blocks.py) against that prefix;
+#   5. builds the LibTorch training example (examples/cpp) the same way and runs a few steps
 #      on CPU.
 # Data: the Python sample set when it has been generated ($RINGLOADER_CACHE/sample-v1), else a
 # small synthetic set that the installed ringloader-bench generates once into build/pkg.
@@ -55,6 +58,27 @@ cmake --install "$OUT/core" >/dev/null
 test -f "$PREFIX/include/ringloader/ringloader.h"
 test -f "$PREFIX/lib/cmake/ringloader/ringloaderConfig.cmake"
 
+step "installed headers are the API only"
+# Nothing beside include/ringloader/NAME.h: an internal folder (decode/, io/, transform/,
+# pipeline/, testing/...) or any other file there fails.
+extra=$(cd "$PREFIX/include" && find . -mindepth 1 ! -path ./ringloader ! -regex '\./ringloader/[a-z_]+\.h' -print)
+if [ -n "$extra" ]; then
+  echo "test_cpp_package: installed besides the API headers:" $extra >&2
+  exit 1
+fi
+# And those include only each other (installed), Abseil and the standard library (torch.h: ATen).
+for header in "$PREFIX"/include/ringloader/*.h; do
+  while read -r included; do
+    case "$included" in
+      absl/*) ;;
+      ringloader/*) test -f "$PREFIX/include/$included" || {
+        echo "test_cpp_package: $header includes $included, which is not installed" >&2; exit 1; } ;;
+      *) echo "test_cpp_package: $header includes \"$included\", not part of the API" >&2; exit 1 ;;
+    esac
+  done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$header")
+done
+echo "   $(ls "$PREFIX/include/ringloader" | tr '\n' ' ')"
+
 DATA=${RINGLOADER_CACHE:-$HOME/.cache/ringloader}/sample-v1
 if [ ! -f "$DATA/.ringloader-sample.json" ]; then
   step "generating a small synthetic image folder"
@@ -69,6 +93,7 @@ timed cmake -S tests/cpp_consumer -B "$OUT/consumer" "${GENERATOR[@]}" -DCMAKE_B
   -DCMAKE_PREFIX_PATH="$PREFIX;$TORCH_PREFIX" >/dev/null
 timed cmake --build "$OUT/consumer" -j "$JOBS"
 "$OUT/consumer/consumer" "$DATA"
+"$OUT/consumer/api_only" "$DATA"
 if [ -n "$TORCH_PREFIX" ]; then
   "$OUT/consumer/torch_adaptor_test" "$DATA"
 fi

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "io/source_kind.h"
+#include "ringloader/source_kind.h"
 
 namespace ringloader {
 

@@ -15,12 +15,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ringloader/types.h"
 #include "transform/image_transform.h"
 
 namespace ringloader {
-
-/// Pillow's decompression-bomb error threshold (2 x MAX_IMAGE_PIXELS).
-inline constexpr uint64_t kDefaultMaxImagePixels = 178956970;
 
 /// What the header says about an image.
 struct JpegInfo {

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "io/source_kind.h"
+#include "ringloader/source_kind.h"
 
 namespace ringloader {
 

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ringloader/types.h"
 
 namespace ringloader {
 
@@ -42,9 +43,6 @@ struct ReadOp {
   int64_t result = 0;
   void* owner = nullptr;  ///< Opaque back-pointer for the driver.
 };
-
-/// Which backend to use.
-enum class IoBackend : uint8_t { kAuto = 0, kUring = 1, kPread = 2 };
 
 /// Moves bytes. Implementations: io_uring (asynchronous) and pread (synchronous).
 class Reader {

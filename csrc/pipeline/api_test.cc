@@ -181,17 +181,52 @@ TEST(ApiTest, FileListWithLabelsAndExactEvalChain) {
   o.transform.resize(2);  // Resize + CenterCrop, raw uint8 pixels
   auto loader = Loader::Create(list, o);
   ASSERT_TRUE(loader.ok()) << loader.status();
-  EXPECT_EQ((*loader)->pipeline().out_h(), 48);
-  EXPECT_EQ((*loader)->pipeline().out_w(), 48);
+  EXPECT_EQ((*loader)->output_height(), 48);
+  EXPECT_EQ((*loader)->output_width(), 48);
   const EpochResult r = Drain(**loader, 0);
   EXPECT_EQ(r.labels, (std::vector<int64_t>{100, 101, 102, 103, 104}));
   ASSERT_EQ(r.bytes.size(), 5u * 48 * 48 * 3);
   // Each row equals the single-sample path (eval chain: no randomness).
-  std::vector<uint8_t> one((*loader)->pipeline().SampleBytes());
+  std::vector<uint8_t> one((*loader)->sample_bytes());
   for (int64_t i = 0; i < 5; ++i) {
     ASSERT_TRUE((*loader)->DecodeSample(i, 0, 0, one.data()).ok());
     EXPECT_EQ(0, std::memcmp(one.data(), r.bytes.data() + i * one.size(), one.size())) << i;
   }
+}
+
+// What a loader tells about its output, from the public API alone (no TransformPipeline): the
+// shape, dtype and layout its batches have, the bytes of a row, the chain; 0 x 0 and no row size
+// when the size depends on the image.
+TEST(ApiTest, OutputFormatIsReadFromTheLoader) {
+  const std::string root = MakeFolder(3);
+  auto scanned = ScanImageFolder(root);
+  ASSERT_TRUE(scanned.ok());
+  LoaderOptions o = SmallOptions();
+  o.transform = {transforms::Resize({30, 20}), transforms::ToTensor()};
+  o.dtype = DType::kFloat16;
+  o.layout = Layout::kCHW;
+  auto loader = Loader::Create(*scanned, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const Loader& l = **loader;
+  EXPECT_EQ(l.output_height(), 30);
+  EXPECT_EQ(l.output_width(), 20);
+  EXPECT_EQ(l.dtype(), DType::kFloat16);
+  EXPECT_EQ(l.layout(), Layout::kCHW);
+  EXPECT_EQ(l.sample_bytes(), size_t{3} * 30 * 20 * 2);
+  EXPECT_NE(l.DescribeTransform().find("ToTensor"), std::string::npos) << l.DescribeTransform();
+  ASSERT_TRUE((*loader)->StartEpoch(0).ok());
+  absl::StatusOr<Batch> batch = (*loader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->image_shape(), (std::vector<int64_t>{batch->size(), 3, 30, 20}));
+  EXPECT_EQ(batch->sample_bytes(), l.sample_bytes());
+
+  o.transform = {transforms::Resize(16)};  // shorter side 16: the other depends on the image
+  o.variable_size = true;
+  auto variable = Loader::Create(*scanned, o);
+  ASSERT_TRUE(variable.ok()) << variable.status();
+  EXPECT_EQ((*variable)->output_height(), 0);
+  EXPECT_EQ((*variable)->output_width(), 0);
+  EXPECT_EQ((*variable)->sample_bytes(), 0u);
 }
 
 TEST(ApiTest, ReadFileListResolvesPathsAndNamesBadLines) {

@@ -108,7 +108,7 @@ TEST(LoaderTest, BitIdenticalForAnyThreadCountAndReader) {
   auto loader = Loader::Create(samples, o);
   ASSERT_TRUE(loader.ok());
   auto [order, bytes] = RunEpoch(**loader, 1);
-  const size_t sample_bytes = (*loader)->pipeline().SampleBytes();
+  const size_t sample_bytes = (*loader)->sample_bytes();
   std::vector<uint8_t> one(sample_bytes);
   for (size_t i = 0; i < order.size(); ++i) {
     ASSERT_TRUE((*loader)->DecodeSample(order[i], o.seed, 1, one.data()).ok());
@@ -166,7 +166,7 @@ TEST(LoaderTest, SkipPolicyLeavesBadSamplesOutAndKeepsOrder) {
   ASSERT_EQ(stats.recent_errors.size(), 4u);
   EXPECT_NE(stats.last_error.find("img_"), std::string::npos);
   // Rows after a gap hold the right images: compare with the single-sample path.
-  const size_t sample_bytes = (*loader)->pipeline().SampleBytes();
+  const size_t sample_bytes = (*loader)->sample_bytes();
   std::vector<uint8_t> one(sample_bytes);
   ASSERT_TRUE((*loader)->DecodeSample(5, o.seed, 0, one.data()).ok());
   EXPECT_EQ(std::memcmp(one.data(), bytes.data() + 4 * sample_bytes, sample_bytes), 0);
@@ -243,7 +243,7 @@ TEST(LoaderTest, ByteRangeSamplesDecodeLikeTheirFiles) {
     // Stats count the members' bytes, not the shard's.
     EXPECT_EQ((*members)->Stats().bytes_read, (*whole)->Stats().bytes_read);
     // The single-sample path reads the range too.
-    const size_t sample_bytes = (*members)->pipeline().SampleBytes();
+    const size_t sample_bytes = (*members)->sample_bytes();
     std::vector<uint8_t> one(sample_bytes), reference(sample_bytes);
     for (int64_t index : {0, 5, 13}) {
       ASSERT_TRUE((*members)->DecodeSample(index, o.seed, 3, one.data()).ok());
@@ -346,7 +346,7 @@ TEST(LoaderTest, PipeStreamSamplesDecodeLikeTheirFiles) {
   EXPECT_FALSE((*streamed)->HasQueuedEpoch());
   // Every member the epoch wants is kept as the stream passes it: no restarts, whatever the order.
   EXPECT_EQ((*streamed)->Stats().stream_restarts, 0);
-  std::vector<uint8_t> one((*streamed)->pipeline().SampleBytes()), reference(one.size());
+  std::vector<uint8_t> one((*streamed)->sample_bytes()), reference(one.size());
   ASSERT_TRUE((*streamed)->DecodeSample(9, 1, 0, one.data()).ok());
   ASSERT_TRUE((*whole)->DecodeSample(9, 1, 0, reference.data()).ok());
   EXPECT_EQ(one, reference);
@@ -487,7 +487,7 @@ TEST(LoaderTest, KnownBadSamplesFailUnderEveryPolicy) {
     }
     EXPECT_EQ(outcomes, (std::vector<std::string>{"ok0", "ok1", "err", "ok3"}));
     EXPECT_EQ((*loader)->Stats().errors, 1);
-    std::vector<uint8_t> one((*loader)->pipeline().SampleBytes());
+    std::vector<uint8_t> one((*loader)->sample_bytes());
     absl::Status single = (*loader)->DecodeSample(7, 0, 0, one.data());
     EXPECT_TRUE(absl::IsDataLoss(single)) << single;
     EXPECT_NE(single.message().find(why), std::string::npos);

@@ -136,7 +136,7 @@ TEST(SampleErrorTest, OversizedSampleDecodedAloneIsASampleError) {
     SCOPED_TRACE(limit.name);
     auto loader = Loader::Create(samples, Options(limit, ErrorPolicy::kRaise));
     ASSERT_TRUE(loader.ok()) << loader.status();
-    std::vector<uint8_t> out((*loader)->pipeline().SampleBytes());
+    std::vector<uint8_t> out((*loader)->sample_bytes());
     ExpectOversized((*loader)->DecodeSample(kBig, 0, 0, out.data()));
     EXPECT_TRUE((*loader)->DecodeSample(kBig - 1, 0, 0, out.data()).ok());
   }

@@ -610,7 +610,7 @@ class PyLoader {
   }
 
   Tensor DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key) {
-    const TransformPipeline& p = loader_->pipeline();
+    const DType dtype = loader_->dtype();
     std::shared_ptr<uint8_t[]> buffer;
     int out_h = 0, out_w = 0;
     absl::Status status;
@@ -618,17 +618,17 @@ class PyLoader {
       py::gil_scoped_release release;
       status = loader_->DecodeSample(index, seed, epoch, key, [&](int h, int w) -> void* {
         out_h = h, out_w = w;
-        const size_t bytes = static_cast<size_t>(h) * w * 3 * DTypeSize(p.dtype());
+        const size_t bytes = static_cast<size_t>(h) * w * 3 * DTypeSize(dtype);
         buffer.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
         return buffer.get();
       });
     }
     ThrowIfError(status);
-    std::vector<int64_t> shape = p.layout() == Layout::kHWC
+    std::vector<int64_t> shape = loader_->layout() == Layout::kHWC
                                      ? std::vector<int64_t>{out_h, out_w, 3}
                                      : std::vector<int64_t>{3, out_h, out_w};
     void* data = buffer.get();
-    return Tensor(std::shared_ptr<void>(buffer, data), data, std::move(shape), ToDl(p.dtype()), false);
+    return Tensor(std::shared_ptr<void>(buffer, data), data, std::move(shape), ToDl(dtype), false);
   }
 
   py::dict Stats() const {
@@ -684,7 +684,7 @@ class PyLoader {
     d["stalled"] = s.stalled;
     d["pipeline_state"] = s.pipeline_state;
     d["last_error"] = s.last_error;
-    d["transform"] = loader_->pipeline().Describe();
+    d["transform"] = loader_->DescribeTransform();
     return d;
   }
 
@@ -692,12 +692,12 @@ class PyLoader {
   int64_t next_batch() const { return loader_->next_batch(); }
   int64_t batches_per_epoch() const { return loader_->BatchesPerEpoch(); }
   py::object sample_shape() const {
-    const TransformPipeline& p = loader_->pipeline();
-    if (!p.fixed_size()) return py::none();  // depends on the image
-    if (p.layout() == Layout::kHWC) return py::make_tuple(p.out_h(), p.out_w(), 3);
-    return py::make_tuple(3, p.out_h(), p.out_w());
+    const int h = loader_->output_height(), w = loader_->output_width();
+    if (h == 0) return py::none();  // depends on the image
+    if (loader_->layout() == Layout::kHWC) return py::make_tuple(h, w, 3);
+    return py::make_tuple(3, h, w);
   }
-  std::string dtype() const { return DTypeName(loader_->pipeline().dtype()); }
+  std::string dtype() const { return DTypeName(loader_->dtype()); }
 
  private:
   py::tuple Wrap(const Batch& batch) {

@@ -14,130 +14,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ringloader/transform_step.h"
 #include "transform/random.h"
 
 namespace ringloader {
-
-/// Element type of the output tensor.
-enum class DType : uint8_t { kUint8 = 0, kFloat32 = 1, kFloat16 = 2, kBFloat16 = 3 };
-/// Memory layout of one output image: planar (C,H,W) or interleaved (H,W,C).
-enum class Layout : uint8_t { kCHW = 0, kHWC = 1 };
-
-/// Resampling filter, numbered as Pillow's Image.Resampling (and torchvision's PIL modes).
-enum class Interpolation : uint8_t {
-  kNearest = 0,
-  kLanczos = 1,
-  kBilinear = 2,
-  kBicubic = 3,
-  kBox = 4,
-  kHamming = 5,
-};
-/// "nearest", "bilinear", ... as torchvision's InterpolationMode values name them.
-const char* InterpolationName(Interpolation interpolation);
-
-/// torchvision's padding modes (transforms.Pad / RandomCrop).
-enum class PadMode : uint8_t { kConstant = 0, kEdge = 1, kReflect = 2, kSymmetric = 3 };
-
-/// The image operations of torchvision's AutoAugment family (and timm's RandAugment), in
-/// torchvision's names. Used by the policy steps and by the single-op steps (RandomPosterize...).
-enum class AugOp : uint8_t {
-  kIdentity = 0,
-  kShearX,
-  kShearY,
-  kTranslateX,
-  kTranslateY,
-  kRotate,
-  kBrightness,
-  kColor,
-  kContrast,
-  kSharpness,
-  kPosterize,
-  kSolarize,
-  kAutoContrast,
-  kEqualize,
-  kInvert,
-  kSolarizeAdd,  ///< timm: add `magnitude` to pixels below 128
-};
 
 /// Bytes per element of `dtype`.
 size_t DTypeSize(DType dtype);
 /// "uint8", "float32", ... as numpy/torch name them.
 const char* DTypeName(DType dtype);
-
-/// One step of a transform chain, with torchvision's parameters and meaning.
-struct TransformStep {
-  enum class Kind : uint8_t {
-    kResize,                ///< size_h/size_w; size_w == 0: shorter side becomes size_h.
-    kCenterCrop,            ///< size_h x size_w
-    kRandomResizedCrop,     ///< size_h x size_w, scale_min..scale_max, ratio_min..ratio_max
-    kRandomHorizontalFlip,  ///< p
-    kToTensor,              ///< float output in [0, 1] (level / 255, or see by_reciprocal)
-    kNormalize,             ///< (x - mean) / std per channel, after ToTensor
-    // Added with the full torchvision/timm recipe set. Geometric when fused into the sample
-    // geometry (vertical flip, RandomCrop with zero fill), otherwise applied to the 8-bit image.
-    kRandomVerticalFlip,    ///< p
-    kRandomCrop,            ///< size_h x size_w, pad[4] (l,t,r,b), pad_if_needed, fill, pad_mode
-    kPad,                   ///< pad[4] (l,t,r,b), fill, pad_mode
-    kColorJitter,           ///< range[0..3] = brightness, contrast, saturation (lo, hi), hue
-    kGrayscale,             ///< p (1 for Grayscale): L of the image replicated to 3 channels
-    kRandomRotation,        ///< range[0] degrees (lo, hi), interpolation, fill, center
-    kRandomAffine,          ///< degrees, translate, scale, shear ranges; interpolation, fill
-    kGaussianBlur,          ///< kernel (size_w, size_h), range[0] sigma (lo, hi)
-    kAugOp,                 ///< aug_op with magnitude, applied with probability p
-    kRandAugment,           ///< num_ops, magnitude (bin), num_bins, interpolation, fill
-    kTrivialAugmentWide,    ///< num_bins, interpolation, fill
-    kAutoAugment,           ///< policy (0 ImageNet, 1 CIFAR10, 2 SVHN), interpolation, fill
-    kTimmRandAugment,       ///< timm rand-m*-n*-mstd*-inc*: num_ops, magnitude, mstd, inc
-    kRandomErasing,         ///< p, scale, ratio, erase value (fill, or random normal); output
-  };
-  Kind kind = Kind::kToTensor;
-  int size_h = 0;
-  int size_w = 0;
-  int max_size = 0;  ///< Resize: torchvision's max_size (0 = none).
-  double scale_min = 0.08, scale_max = 1.0;
-  double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
-  double p = 0.5;
-  float mean[3] = {0.f, 0.f, 0.f};
-  float std[3] = {1.f, 1.f, 1.f};
-  /// ToTensor: level * float(1/255) (torchvision v2's ToDtype(scale=True)) rather than level / 255
-  /// (ToTensor, v1's ConvertImageDtype); the two differ in the last bit for about half the levels.
-  bool by_reciprocal = false;
-  // Fields of the steps added for the full recipe set (unused ones keep their defaults).
-  Interpolation interpolation = Interpolation::kBilinear;  ///< resizes, rotation, affine, policies
-  PadMode pad_mode = PadMode::kConstant;
-  int pad[4] = {0, 0, 0, 0};         ///< left, top, right, bottom
-  bool pad_if_needed = false;        ///< RandomCrop
-  float fill[3] = {0.f, 0.f, 0.f};   ///< fill levels 0..255 (RandomErasing: output values)
-  /// Per-kind (lo, hi) parameter ranges. ColorJitter: brightness, contrast, saturation, hue.
-  /// RandomRotation: degrees. RandomAffine: degrees, translate (max fraction x, y), scale,
-  /// shear x, shear y. GaussianBlur: sigma. RandomErasing: scale, ratio.
-  double range[5][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}};
-  bool has_range[5] = {false, false, false, false, false};  ///< which ranges are set
-  bool has_center = false;           ///< rotation/affine: center given (else the image centre)
-  double center[2] = {0, 0};
-  AugOp aug_op = AugOp::kIdentity;   ///< kAugOp
-  double magnitude = 0;              ///< kAugOp: op magnitude; policies: magnitude (bin / level)
-  int num_ops = 2;                   ///< RandAugment / timm: ops per image
-  int num_bins = 31;                 ///< RandAugment / TrivialAugmentWide magnitude bins
-  int policy = 0;                    ///< AutoAugment policy: 0 ImageNet, 1 CIFAR10, 2 SVHN
-  /// The torchvision v2 policy classes: their Solarize table is linspace(1, 0) in float32,
-  /// scaled by 255.0 in double when applied, not v1's linspace(255, 0) (augment.cc).
-  bool v2_magnitudes = false;
-  /// timm RandAugment: the op set (TimmOp codes, see augment.h), each applied with
-  /// probability p; magnitude noise (std; inf: uniform in [0, magnitude]); upper bound.
-  int timm_ops[24] = {};
-  int timm_op_count = 0;
-  double magnitude_std = 0;
-  double magnitude_max = 10;
-  double translate_pct = 0.45;       ///< timm TranslateXRel/YRel
-  double translate_const = 100;      ///< timm TranslateX/Y (absolute pixels at level 10)
-  bool random_interpolation = false; ///< timm: bilinear or bicubic drawn per op
-  /// RandomErasing: 0 = constant `fill`, 1 = random normal per element (torchvision
-  /// value="random", timm mode="pixel"), 2 = random normal per channel (timm mode="rand").
-  int erase_mode = 0;
-  bool timm_erasing = false;         ///< timm's RandomErasing sampling (count, area / count)
-  int erase_count = 1;               ///< timm max_count (min_count 1)
-};
 
 /// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
 /// source-pixel coordinates (x0 > x1 means mirrored horizontally) mapped onto out_w x out_h.

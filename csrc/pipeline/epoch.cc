@@ -1,0 +1,682 @@
+// The pipeline of one epoch (see epoch.h).
+
+#include "pipeline/epoch.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_util.h"
+#include "cuda/device_stager.h"
+#include "io/stream_cache.h"
+
+namespace ringloader {
+namespace {
+
+// Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
+// wide, since the rings of different loaders share one address space. fork() takes it first
+// (pthread_atfork), so a child never inherits it held by a thread that does not exist there.
+std::mutex& RingLifetimeMutex() {
+  static std::mutex* const mu = [] {
+    auto* m = new std::mutex;  // never destroyed: reader threads may outlive static destructors
+    pthread_atfork([] { RingLifetimeMutex().lock(); }, [] { RingLifetimeMutex().unlock(); },
+                   [] { RingLifetimeMutex().unlock(); });
+    return m;
+  }();
+  return *mu;
+}
+
+}  // namespace
+
+absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path) {
+  absl::Status status(absl::StatusCode::kDataLoss,
+                      absl::StrCat("sample ", index, " (", path, "): ", cause.message()));
+  status.SetPayload(kSampleIndexPayload, absl::Cord(absl::StrCat(index)));
+  status.SetPayload(kSamplePathPayload, absl::Cord(path));
+  status.SetPayload(kSampleReasonPayload, absl::Cord(cause.message()));
+  status.SetPayload(kSampleCausePayload, absl::Cord(absl::StatusCodeToString(cause.code())));
+  return status;
+}
+
+absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
+                             StreamCache* streams, const std::atomic<bool>* cancel) {
+  if (!sample.error.empty()) return absl::DataLossError(sample.error);
+  // Substitutes and single samples come out of the epoch's order: they must not move its streams.
+  if (sample.source == SourceKind::kPipe) {
+    return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel, sample.tar_member);
+  }
+  FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
+  fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
+  RL_RETURN_IF_ERROR(fetcher.Flush());
+  std::vector<FetchedFile> done;
+  while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
+  return done.front().status;
+}
+
+std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
+  auto decoder = std::make_unique<ImageDecoder>();
+  decoder->set_max_image_pixels(options.max_image_pixels);
+  decoder->set_dct_scaling(options.fast_decode);  // region-of-interest decoding is always exact
+  decoder->set_strict(options.strict_decode);
+  decoder->set_exif_transpose(options.exif_transpose);
+  return decoder;
+}
+
+Batch BatchAccess::Shell(const TransformPipeline& pipeline, int64_t number, int size) {
+  Batch batch;
+  batch.number_ = number;
+  batch.size_ = size;
+  batch.height_ = pipeline.out_h();
+  batch.width_ = pipeline.out_w();
+  batch.dtype_ = pipeline.dtype();
+  batch.layout_ = pipeline.layout();
+  batch.sample_bytes_ = pipeline.SampleBytes();
+  return batch;
+}
+
+void BatchAccess::SetHost(Batch& batch, uint8_t* base, const SlotLayout& layout,
+                          std::shared_ptr<SlotLease> lease, bool pinned) {
+  batch.lease_ = std::move(lease);
+  batch.images_ = base;
+  batch.labels_ = layout.labels(base);
+  batch.indices_ = layout.indices(base);
+  batch.pinned_ = pinned;
+}
+
+void BatchAccess::SetDevice(Batch& batch, int device, uint8_t* device_base, const SlotLayout& layout,
+                            std::shared_ptr<DeviceLease> lease,
+                            std::shared_ptr<std::vector<int64_t>> rows, bool pinned) {
+  batch.labels_ = rows->data();
+  batch.indices_ = rows->data() + batch.size_;
+  batch.host_rows_ = std::move(rows);
+  batch.device_lease_ = std::move(lease);
+  batch.device_ = device;
+  batch.device_images_ = device_base;
+  batch.device_labels_ = layout.labels(device_base);
+  batch.device_indices_ = layout.indices(device_base);
+  batch.pinned_ = pinned;
+}
+
+Epoch::Epoch(EpochContext context, int64_t epoch_number, uint64_t epoch_seed, std::vector<int64_t> order,
+             std::vector<int64_t> batch_offsets, int64_t first_batch, std::vector<ByteBuffer>* buffer_set,
+             bool queued)
+    : ctx(std::move(context)),
+      buffers(*buffer_set),
+      own_counters(queued ? std::make_unique<LoaderCounters>() : nullptr),
+      counters(queued ? own_counters.get() : ctx.counters),
+      epoch(epoch_number),
+      seed(epoch_seed),
+      indices(std::move(order)),
+      offsets(std::move(batch_offsets)),
+      num_batches(static_cast<int64_t>(offsets.size()) - 1),
+      next_batch(first_batch),
+      window(static_cast<size_t>(ctx.pool->max_slots())),
+      requests(static_cast<size_t>(std::max(64, 2 * ctx.options->batch_size))),
+      decode_queue(static_cast<size_t>(ctx.options->reader_threads * ctx.options->io_depth +
+                                       2 * ctx.options->num_workers)),
+      free_buffers(buffer_set->size()) {
+  for (int i = 0; i < static_cast<int>(buffer_set->size()); ++i) {
+    (void)free_buffers.TryPush(i);
+  }
+  for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(ctx.options->batch_size), 0);
+  dispatched = first_batch;
+  taken = first_batch;
+}
+
+void Epoch::StartPipeline() {
+  if (pipeline_started) return;
+  pipeline_started = true;
+  if (ctx.has_pipes) {
+    // The members of pipe: streams this epoch will request (from where it starts), so readers
+    // keep those they pass on the way to another. (A loader with pipe: samples never queues an
+    // epoch, so one epoch at a time owns the streams.)
+    std::map<std::string, std::vector<StreamCache::Range>> wanted;
+    for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
+      const Sample& s = (*ctx.samples)[static_cast<size_t>(indices[i])];
+      if (s.source == SourceKind::kPipe && s.error.empty()) {
+        wanted[s.path].push_back({s.offset, s.length, s.tar_member});
+      }
+    }
+    ctx.streams->StartEpoch(wanted);
+  }
+  readers_left.store(ctx.options->reader_threads, std::memory_order_relaxed);
+  last_progress_ns.store(NowNanos(), std::memory_order_relaxed);
+  // Pinning happens first thing in each thread, before it touches a slot or a buffer, so
+  // first-touch page placement also lands on the chosen node.
+  dispatcher = std::thread([this] {
+    ctx.enter_thread("rl-dispatch");
+    Dispatch();
+  });
+  for (int i = 0; i < ctx.options->reader_threads; ++i) {
+    readers.emplace_back([this] {
+      ctx.enter_thread("rl-read");
+      Read();
+      // The last reader out ends the epoch's pipe: commands (nothing more will be read).
+      if (readers_left.fetch_sub(1, std::memory_order_acq_rel) == 1 && ctx.has_pipes) {
+        ctx.streams->Reset();
+      }
+    });
+  }
+  for (int i = 0; i < ctx.options->num_workers; ++i) {
+    workers.emplace_back([this] {
+      ctx.enter_thread("rl-decode");
+      Decode();
+    });
+  }
+}
+
+void Epoch::StartStage() {
+  if (ctx.stager && !stage_thread.joinable()) {
+    stage_thread = std::thread([this] {
+      ctx.enter_thread("rl-stage");
+      StageBatches();
+    });
+  }
+}
+
+void Epoch::Cancel() {
+  cancel.store(true, std::memory_order_release);
+  requests.Close();
+  decode_queue.Close();
+  free_buffers.Close();
+  ctx.pool->Wake();
+  if (dispatcher.joinable()) dispatcher.join();
+  for (auto& t : readers) t.join();
+  for (auto& t : workers) t.join();
+  readers.clear();
+  workers.clear();
+  if (stage_thread.joinable()) stage_thread.join();  // its waits are sliced and see `cancel`
+  if (ctx.has_pipes) ctx.streams->Reset();  // kill and reap the epoch's commands
+  // Slots of batches that were dispatched but never taken go back to the free list. (Staged
+  // device batches that were never delivered release their buffers with `staged`.)
+  for (int64_t b = taken; b < dispatched; ++b) {
+    BatchTask& task = Task(b);
+    if (task.slot >= 0) ctx.pool->Recycle(task.slot);
+    task.slot = -1;
+  }
+  dispatched = taken;
+}
+
+void Epoch::MarkReady(BatchTask& task) {
+  std::lock_guard<std::mutex> lock(ready_mu);
+  task.ready = true;
+  ++ready_count;
+  last_progress_ns.store(NowNanos(), std::memory_order_relaxed);
+  ctx.counters->batches_completed.fetch_add(1, std::memory_order_relaxed);
+  if (!idle_seen && PipelineIdle()) {
+    idle_seen = true;
+    ctx.counters->idle_spells.fetch_add(1, std::memory_order_relaxed);
+  }
+  ready_cv.notify_all();
+}
+
+void Epoch::Fail(absl::Status status) {
+  std::lock_guard<std::mutex> lock(ready_mu);
+  if (fatal.ok()) fatal = std::move(status);
+  ready_cv.notify_all();
+}
+
+absl::StatusOr<Epoch::Taken> Epoch::Take(int64_t b, Clock::time_point start, double timeout_seconds, bool consumer) {
+  BatchTask& task = Task(b);
+  {
+    std::unique_lock<std::mutex> lock(ready_mu);
+    while (!(task.ready && task.number == b)) {
+      if (!fatal.ok()) return fatal;
+      if (cancel.load(std::memory_order_acquire)) return absl::CancelledError("epoch stopped");
+      if (consumer && ctx.pool->Exhausted()) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "all ", ctx.pool->max_slots(), " batch slots are held by the consumer; release earlier "
+            "batches (drop their tensors) or raise max_slots. Batch ", b, " is not lost: call again"));
+      }
+      if (timeout_seconds > 0 &&
+          std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+        return absl::DeadlineExceededError(
+            absl::StrCat("no batch arrived within ", timeout_seconds, " s (waiting for batch ", b, ")"));
+      }
+      // Slices keep the exhaustion, timeout and cancel checks live; a ready batch wakes us at once.
+      ready_cv.wait_for(lock, std::chrono::milliseconds(20));
+    }
+    task.ready = false;
+    --ready_count;
+    --in_flight;
+    idle_seen = false;  // a slot is about to free up: a new idle spell starts from here
+  }
+  taken = b + 1;
+  Taken out;
+  {
+    std::lock_guard<std::mutex> lock(task.error_mu);
+    out.error = task.error;
+  }
+  out.slot = task.slot;
+  out.size = task.size;
+  task.slot = -1;
+  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  if (out.error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
+    // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
+    uint8_t* base = ctx.pool->data(out.slot);
+    int64_t* labels = layout.labels(base);
+    int64_t* row_indices = layout.indices(base);
+    int kept = 0;
+    for (int r = 0; r < out.size; ++r) {
+      if (task.skip[static_cast<size_t>(r)]) continue;
+      if (kept != r) {
+        std::memmove(base + layout.sample_bytes * kept, base + layout.sample_bytes * r, layout.sample_bytes);
+        labels[kept] = labels[r];
+        row_indices[kept] = row_indices[r];
+      }
+      ++kept;
+    }
+    out.size = kept;
+  }
+  if (!out.error.ok() || out.size == 0) {
+    ctx.pool->Recycle(out.slot);
+    out.slot = -1;
+  }
+  return out;
+}
+
+absl::StatusOr<Batch> Epoch::NextHost(Clock::time_point start, double timeout_seconds) {
+  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  while (true) {  // loops only past batches whose every sample was skipped
+    const int64_t b = next_batch;
+    if (b >= num_batches) return absl::OutOfRangeError("end of epoch");
+    if (ctx.options->auto_prefetch) AdaptPrefetch(b);
+    RL_ASSIGN_OR_RETURN(Taken t, Take(b, start, timeout_seconds, /*consumer=*/true));
+    next_batch = b + 1;
+    if (!t.error.ok()) return t.error;
+    if (t.size == 0) continue;
+    Batch batch = BatchAccess::Shell(*ctx.pipeline, b, t.size);
+    uint8_t* base = ctx.pool->data(t.slot);
+    BatchAccess::SetHost(batch, base, layout, ctx.pool->Deliver(t.slot), ctx.pool->pinned());
+    return batch;
+  }
+}
+
+void Epoch::AdaptPrefetch(int64_t b) {
+  bool ready = false, idle = false;
+  {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    BatchTask& task = Task(b);
+    ready = task.ready && task.number == b;
+    // Idle now, or at any moment since the last call (recorded as batches completed).
+    idle = idle_seen || PipelineIdle();
+    idle_seen = false;
+  }
+  if (governor.OnNext(ready, idle) && ctx.pool->GrowBase(ctx.prefetch_cap)) {
+    ctx.counters->prefetch_grown.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+void Epoch::StageBatches() {
+  DeviceStager& stager = *ctx.stager;
+  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  for (int64_t b = taken; b < num_batches; ++b) {
+    // A device buffer first, so a batch is taken out of the window only when it can be staged.
+    while (!stager.WaitForFreeBuffer(std::chrono::milliseconds(20))) {
+      if (cancel.load(std::memory_order_acquire)) return;
+      SetStageWaiting(true);
+    }
+    SetStageWaiting(false);
+    absl::StatusOr<Taken> t = Take(b, Clock::now(), 0, /*consumer=*/false);
+    if (!t.ok()) {
+      if (!absl::IsCancelled(t.status())) PushStaged(StagedBatch{b, t.status(), Batch()}, /*fatal=*/true);
+      return;
+    }
+    if (!t->error.ok()) {
+      PushStaged(StagedBatch{b, std::move(t->error), Batch()});
+      continue;
+    }
+    if (t->size == 0) continue;
+    // The whole slot (images, labels, indices) in one copy; the stager keeps the host lease
+    // until the copy completed, then the slot returns to the free list. Labels and indices
+    // are also kept on the host (small), copied first: once staged, the slot may be reused.
+    uint8_t* base = ctx.pool->data(t->slot);
+    auto rows = std::make_shared<std::vector<int64_t>>(layout.labels(base), layout.labels(base) + t->size);
+    rows->insert(rows->end(), layout.indices(base), layout.indices(base) + t->size);
+    absl::StatusOr<std::shared_ptr<DeviceLease>> lease =
+        stager.Stage(base, ctx.pool->slot_bytes(), ctx.pool->Deliver(t->slot));
+    if (!lease.ok()) {
+      PushStaged(StagedBatch{b, absl::Status(lease.status().code(),
+                                             absl::StrCat("batch ", b, ": ", lease.status().message())),
+                             Batch()});
+      continue;
+    }
+    Batch batch = BatchAccess::Shell(*ctx.pipeline, b, t->size);
+    auto* device_base = static_cast<uint8_t*>((*lease)->data());
+    BatchAccess::SetDevice(batch, stager.device(), device_base, layout, std::move(*lease), std::move(rows),
+                           ctx.pool->pinned());
+    PushStaged(StagedBatch{b, absl::OkStatus(), std::move(batch)});
+  }
+  std::lock_guard<std::mutex> lock(staged_mu);
+  stage_done = true;
+  staged_cv.notify_all();
+}
+
+absl::StatusOr<Batch> Epoch::NextStaged(Clock::time_point start, double timeout_seconds) {
+  if (next_batch >= num_batches) return absl::OutOfRangeError("end of epoch");
+  std::unique_lock<std::mutex> lock(staged_mu);
+  while (staged.empty()) {
+    if (!stage_fatal.ok()) return stage_fatal;
+    if (stage_done) {
+      next_batch = num_batches;  // the rest were batches whose every sample was skipped
+      return absl::OutOfRangeError("end of epoch");
+    }
+    // Nothing staged, the stage thread waits for a buffer, none is free and the consumer holds
+    // every one. (A buffer the consumer released is free only once the waiter has also seen
+    // its copy complete; until then it is neither free nor held, and this keeps waiting.)
+    if (stage_waiting && !ctx.stager->HasFreeBuffer() &&
+        ctx.stager->buffers_held() >= ctx.stager->max_buffers()) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "all ", ctx.stager->max_buffers(), " device buffers are held by the consumer; free earlier "
+          "batches' tensors or raise prefetch_batches (prefetch_factor). Batch ", next_batch,
+          " is not lost: call again"));
+    }
+    if (timeout_seconds > 0 && std::chrono::duration<double>(Clock::now() - start).count() >= timeout_seconds) {
+      return absl::DeadlineExceededError(absl::StrCat("no batch arrived within ", timeout_seconds,
+                                                      " s (waiting for batch ", next_batch, ")"));
+    }
+    staged_cv.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  StagedBatch next = std::move(staged.front());
+  staged.pop_front();
+  lock.unlock();
+  next_batch = next.number + 1;
+  if (!next.error.ok()) return next.error;
+  return std::move(next.batch);
+}
+
+void Epoch::Dispatch() {
+  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  for (int64_t b = dispatched; b < num_batches; ++b) {
+    absl::StatusOr<int> slot = [&] {
+      GaugeScope waiting(gauges.dispatcher_waiting_slot);
+      return ctx.pool->Acquire(cancel);
+    }();
+    if (!slot.ok()) {
+      if (!absl::IsCancelled(slot.status())) Fail(slot.status());
+      return;
+    }
+    BatchTask& task = Task(b);
+    const int size = static_cast<int>(Offset(b + 1) - Offset(b));
+    task.slot = *slot;
+    task.size = size;
+    {
+      std::lock_guard<std::mutex> lock(task.error_mu);
+      task.error_row = INT_MAX;
+      task.error = absl::OkStatus();
+    }
+    uint8_t* base = ctx.pool->data(*slot);
+    int64_t* labels = layout.labels(base);
+    int64_t* row_indices = layout.indices(base);
+    for (int r = 0; r < size; ++r) {
+      const int64_t index = indices[static_cast<size_t>(Offset(b) + r)];
+      row_indices[r] = index;
+      labels[r] = (*ctx.samples)[static_cast<size_t>(index)].label;
+    }
+    std::fill(task.skip.begin(), task.skip.end(), 0);
+    task.skipped.store(0, std::memory_order_relaxed);
+    task.remaining.store(size, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(ready_mu);
+      task.number = b;
+      task.ready = false;
+      dispatched = b + 1;
+      ++in_flight;
+    }
+    if (size == 0) MarkReady(task);
+    for (int r = 0; r < size; ++r) {
+      // release (inside Push): the reader and decoder see slot, size and remaining.
+      GaugeScope pushing(gauges.dispatcher_pushing);
+      if (!requests.Push(ReadRequest{b, r, row_indices[r]})) return;
+    }
+  }
+  requests.Close();  // readers drain what is queued, then finish
+  ctx.dispatch_finished(this);  // the queued epoch, if any, goes on from here
+}
+
+void Epoch::Read() {
+  const LoaderOptions& o = *ctx.options;
+  std::unique_ptr<FileFetcher> fetcher;
+  {
+    std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+    absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(ctx.io_backend, o.io_depth, nullptr);
+    if (!reader.ok()) return Fail(reader.status());
+    fetcher = std::make_unique<FileFetcher>(std::move(*reader), o.max_file_bytes);
+  }
+  ReadWith(*fetcher);
+  std::lock_guard<std::mutex> lock(RingLifetimeMutex());
+  fetcher.reset();  // waits for reads still in flight (cancelled), then unmaps the ring
+}
+
+void Epoch::ReadWith(FileFetcher& fetcher) {
+  std::vector<ReadRequest> by_buffer(buffers.size());
+  std::vector<FetchedFile> done;
+  std::optional<ReadRequest> pending;  // taken from the queue, waiting for a buffer
+  bool input_done = false;
+  uint64_t bytes_reported = 0;
+  while (!cancel.load(std::memory_order_acquire)) {
+    const auto busy_start = Clock::now();
+    int64_t idle_ns = 0;
+    while (!input_done && fetcher.has_room()) {
+      const bool may_block = fetcher.outstanding() == 0;
+      if (!pending) {
+        if (may_block) {
+          const auto wait_start = Clock::now();
+          GaugeScope waiting(gauges.readers_waiting_request);
+          pending = requests.Pop();
+          idle_ns += NanosSince(wait_start);
+          if (!pending) input_done = true;
+        } else {
+          pending = requests.TryPop();
+        }
+        if (!pending) break;
+      }
+      const ReadRequest request = *pending;
+      const Sample& sample = (*ctx.samples)[static_cast<size_t>(request.index)];
+      if (!sample.error.empty()) {
+        // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
+        pending.reset();
+        GaugeScope handing(gauges.readers_handing_on);
+        if (!decode_queue.Push(DecodeItem{request, -1, absl::DataLossError(sample.error)})) return;
+        continue;
+      }
+      std::optional<int> buffer;
+      if (may_block) {
+        const auto buffer_wait = Clock::now();
+        GaugeScope waiting(gauges.readers_waiting_buffer);
+        buffer = free_buffers.Pop();  // waiting here means decode is behind
+        idle_ns += NanosSince(buffer_wait);
+        if (!buffer) return;  // closed: cancelled
+      } else {
+        buffer = free_buffers.TryPop();
+        if (!buffer) break;  // hand this reader's finished reads on first (Poll below)
+      }
+      pending.reset();
+      if (sample.source == SourceKind::kPipe) {
+        // A member of a pipe: stream, read here (the stream is sequential, not positional).
+        ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
+        absl::Status fetched = [&] {
+          GaugeScope streaming(gauges.readers_streaming);
+          return ctx.streams->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel,
+                                         sample.tar_member);
+        }();
+        if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
+        // A shard's index that no longer matches it: its byte ranges and labels are wrong, so
+        // the epoch ends here rather than any ErrorPolicy delivering or replacing rows of it.
+        if (IsStaleIndex(fetched)) return Fail(std::move(fetched));
+        GaugeScope handing(gauges.readers_handing_on);
+        if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(fetched)})) return;
+        continue;
+      }
+      by_buffer[static_cast<size_t>(*buffer)] = request;
+      fetcher.Start(sample.path, &buffers[static_cast<size_t>(*buffer)],
+                    static_cast<uint64_t>(*buffer), sample.offset, sample.length);
+    }
+    if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
+    if (fetcher.outstanding() == 0 && input_done) break;
+    done.clear();
+    {
+      GaugeScope reading(gauges.readers_reading);
+      const int outstanding = fetcher.outstanding();
+      gauges.reads_outstanding.fetch_add(outstanding, std::memory_order_relaxed);
+      absl::Status polled = fetcher.Poll(&done, /*wait=*/true);
+      gauges.reads_outstanding.fetch_sub(outstanding, std::memory_order_relaxed);
+      if (!polled.ok()) return Fail(polled);
+    }
+    ctx.counters->read_ns.fetch_add(NanosSince(busy_start) - idle_ns, std::memory_order_relaxed);
+    // Live byte count (the fetcher's is cumulative): readers report as they go.
+    const uint64_t read_total = fetcher.bytes_read();
+    ctx.counters->bytes_read.fetch_add(static_cast<int64_t>(read_total - bytes_reported),
+                                            std::memory_order_relaxed);
+    bytes_reported = read_total;
+    GaugeScope handing(gauges.readers_handing_on);
+    for (FetchedFile& file : done) {
+      const int buffer = static_cast<int>(file.tag);
+      if (!decode_queue.Push(DecodeItem{by_buffer[static_cast<size_t>(buffer)], buffer,
+                                        std::move(file.status)})) {
+        return;  // closed: cancelled
+      }
+    }
+  }
+  ctx.counters->bytes_read.fetch_add(static_cast<int64_t>(fetcher.bytes_read() - bytes_reported),
+                                          std::memory_order_relaxed);
+}
+
+void Epoch::Decode() {
+  const LoaderOptions& o = *ctx.options;
+  const TransformPipeline& pipeline = *ctx.pipeline;
+  const size_t sample_bytes = pipeline.SampleBytes();
+  const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
+  ByteBuffer substitute_bytes;
+  while (std::optional<DecodeItem> item = decode_queue.Pop()) {
+    if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
+    GaugeScope busy(gauges.decoders_busy);
+    BatchTask& task = Task(item->request.batch);
+    absl::Status status = std::move(item->status);
+    if (status.ok()) {
+      const auto start = Clock::now();
+      const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
+      SampleRng rng(RowSeed(item->request));
+      uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
+      status = decoder->DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
+      ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
+    }
+    // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
+    if (item->buffer >= 0) (void)free_buffers.TryPush(item->buffer);
+    if (!status.ok()) {
+      const std::string& path = (*ctx.samples)[static_cast<size_t>(item->request.index)].path;
+      status = AnnotateSampleError(status, item->request.index, path);
+      counters->RecordError(status);
+      if (o.on_error == ErrorPolicy::kSkip) {
+        task.skip[static_cast<size_t>(item->request.row)] = 1;
+        task.skipped.fetch_add(1, std::memory_order_relaxed);
+        counters->skipped.fetch_add(1, std::memory_order_relaxed);
+        status = absl::OkStatus();
+      } else if (o.on_error == ErrorPolicy::kReplace) {
+        uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
+        status = Replace(*decoder, substitute_bytes, item->request, dst, std::move(status));
+      }
+    }
+    if (status.ok()) {
+      counters->samples.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      std::lock_guard<std::mutex> lock(task.error_mu);
+      if (item->request.row < task.error_row) {
+        task.error_row = item->request.row;
+        task.error = std::move(status);
+      }
+    }
+    // acq_rel: the last writer of a batch sees every other row's writes before marking it.
+    if (task.remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) MarkReady(task);
+  }
+}
+
+void Epoch::PushStaged(StagedBatch batch, bool fatal_error) {
+  std::lock_guard<std::mutex> lock(staged_mu);
+  if (fatal_error) {
+    stage_fatal = std::move(batch.error);
+  } else {
+    staged.push_back(std::move(batch));
+  }
+  staged_cv.notify_all();
+}
+
+void Epoch::SetStageWaiting(bool waiting) {
+  std::lock_guard<std::mutex> lock(staged_mu);
+  if (stage_waiting == waiting) return;
+  stage_waiting = waiting;
+  staged_cv.notify_all();
+}
+
+std::string Epoch::DescribeState() {
+  int64_t flight, complete, first_taken;
+  {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    flight = in_flight;
+    complete = ready_count;
+    first_taken = taken;
+  }
+  auto n = [](const std::atomic<int>& gauge) { return gauge.load(std::memory_order_relaxed); };
+  const LoaderOptions& o = *ctx.options;
+  std::string dispatcher = n(gauges.dispatcher_waiting_slot) > 0 ? "waiting for a free slot"
+                           : n(gauges.dispatcher_pushing) > 0   ? "waiting to queue a read request"
+                                                                : "running or done";
+  return absl::StrFormat(
+      "epoch %d at batch %d of %d, no batch completed for %.1f s; batches in flight %d (%d complete); "
+      "dispatcher: %s; read requests queued %d; readers (%d): %d waiting for a request, %d for a free "
+      "read buffer, %d reading (%d reads outstanding), %d streaming a pipe: command, %d handing on to "
+      "decode; free read buffers %d of %d; decode queue %d; decoders busy %d of %d; slots allocated %d of "
+      "%d, held by the consumer %d",
+      epoch, first_taken, num_batches, SecondsSinceProgress(), flight, complete, dispatcher,
+      requests.ApproxSize(), o.reader_threads, n(gauges.readers_waiting_request),
+      n(gauges.readers_waiting_buffer), n(gauges.readers_reading), n(gauges.reads_outstanding),
+      n(gauges.readers_streaming), n(gauges.readers_handing_on), free_buffers.ApproxSize(), buffers.size(),
+      decode_queue.ApproxSize(), n(gauges.decoders_busy), o.num_workers,
+      ctx.pool->allocated(), ctx.pool->max_slots(), ctx.pool->held_by_consumer());
+}
+
+absl::Status Epoch::Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
+                     uint8_t* dst, absl::Status cause) {
+  const int64_t n = static_cast<int64_t>(ctx.samples->size());
+  const uint64_t sample_seed = RowSeed(request);
+  // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
+  // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
+  const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(n, kReplaceWalk));
+  const uint64_t walk_from = Mix64(sample_seed + 16);
+  for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
+    const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
+    const int64_t substitute = static_cast<int64_t>(draw % static_cast<uint64_t>(n));
+    if (substitute == request.index) continue;
+    absl::Status status = ReadSampleBytes((*ctx.samples)[static_cast<size_t>(substitute)],
+                                          ctx.options->max_file_bytes, &bytes, ctx.streams,
+                                          &cancel);
+    if (IsStaleIndex(status)) {
+      // The substitute's shard has a stale index: no substitute of it may stand in, nor may the epoch go on.
+      Fail(status);
+      return status;
+    }
+    if (status.ok()) {
+      SampleRng rng(sample_seed);
+      status = decoder.DecodeInto(bytes.data(), bytes.size(), *ctx.pipeline, rng, dst);
+    }
+    if (!status.ok()) {
+      counters->RecordError(AnnotateSampleError(
+          status, substitute, (*ctx.samples)[static_cast<size_t>(substitute)].path));
+      continue;
+    }
+    const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+    uint8_t* base = ctx.pool->data(Task(request.batch).slot);
+    layout.labels(base)[request.row] = (*ctx.samples)[static_cast<size_t>(substitute)].label;
+    layout.indices(base)[request.row] = substitute;
+    counters->replaced.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
+  }
+  return cause;  // no decodable substitute: the original error stands
+}
+}  // namespace ringloader
