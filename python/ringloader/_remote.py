@@ -1,0 +1,138 @@
+"""Shards in object storage: ``http://``, ``https://`` and ``s3://`` URLs, fetched whole by the
+native downloader (libcurl, ``csrc/io/remote.h``) into a node-local cache folder
+(``csrc/io/shard_cache.h``), from which the local-shard path reads them.
+
+This module only resolves settings (credentials, region, endpoint, CA bundle, cache folder and
+limit) and turns the native results into Python errors; the transfers, retries, locking and
+eviction are native and run without the GIL.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import _C
+from ._sizes import parse_size
+
+#: URL schemes fetched natively (see :func:`remote_scheme`).
+REMOTE_SCHEMES = ("http", "https", "s3")
+#: Environment variable naming a CA bundle for https (before ``SSL_CERT_FILE``, ``CURL_CA_BUNDLE``).
+CA_BUNDLE_ENV = "RINGLOADER_CA_BUNDLE"
+
+
+def remote_scheme(url: str) -> Optional[str]:
+    """``"http"``, ``"https"`` or ``"s3"`` for a URL fetched natively, else None. The one place
+    that decides it (a URL scheme table can take it over)."""
+    scheme, sep, _ = url.partition("://")
+    return scheme if sep and scheme in REMOTE_SCHEMES else None
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ringloader", "shards")
+
+
+def cache_limit_bytes(limit: Any) -> int:
+    """Bytes of ``cache_limit=`` (an int or a size like ``"50GB"``); 0 for None (no limit)."""
+    if limit is None:
+        return 0
+    if isinstance(limit, bool):
+        raise ValueError(f"WebDataset cache_limit should be bytes or a size like '50GB', got {limit!r}")
+    return parse_size(limit, "WebDataset cache_limit")
+
+
+def _ini(path: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError) as why:
+        raise ValueError(f"cannot read the AWS settings file {path}: {why}") from None
+    return parser
+
+
+def s3_settings(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Credentials, region and endpoint for ``s3://`` as the AWS tools find them: the
+    environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+    ``AWS_REGION`` or ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``)
+    first, then the profile ``AWS_PROFILE`` (default ``default``) of ``~/.aws/credentials``
+    (``AWS_SHARED_CREDENTIALS_FILE``) and ``~/.aws/config`` (``AWS_CONFIG_FILE``: ``region``,
+    ``endpoint_url``). Keys are those of ``_C.fetch_shards``' settings."""
+    env = os.environ if environ is None else environ
+    home = os.path.expanduser("~")
+    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    creds_path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials")
+    config_path = env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config")
+    creds = _ini(creds_path)
+    config = _ini(config_path)
+    section = profile if profile == "default" else f"profile {profile}"
+    from_creds = dict(creds[profile]) if creds.has_section(profile) else {}
+    from_config = dict(config[section]) if config.has_section(section) else {}
+
+    def pick(env_names: Sequence[str], key: str) -> str:
+        for name in env_names:
+            if env.get(name):
+                return env[name]
+        return from_creds.get(key) or from_config.get(key) or ""
+
+    out = {
+        "access_key": pick(["AWS_ACCESS_KEY_ID"], "aws_access_key_id"),
+        "secret_key": pick(["AWS_SECRET_ACCESS_KEY"], "aws_secret_access_key"),
+        "session_token": pick(["AWS_SESSION_TOKEN"], "aws_session_token"),
+        "region": pick(["AWS_REGION", "AWS_DEFAULT_REGION"], "region") or "us-east-1",
+        "endpoint": pick(["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"], "endpoint_url"),
+    }
+    return out
+
+
+def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
+    """The CA bundle https uses: ``ca_file=``, else ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``,
+    ``CURL_CA_BUNDLE``; None for the system's."""
+    for candidate in (ca_file, os.environ.get(CA_BUNDLE_ENV), os.environ.get("SSL_CERT_FILE"),
+                      os.environ.get("CURL_CA_BUNDLE")):
+        if candidate:
+            path = os.fspath(candidate)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"CA bundle {path!r} does not exist")
+            return path
+    return None
+
+
+class RemoteFetcher:
+    """Fetches a dataset's remote shards into its cache folder (settings resolved once)."""
+
+    def __init__(self, cache_dir: Optional[str], cache_limit: Any, ca_file: Optional[str],
+                 settings: Optional[Dict[str, Any]] = None):
+        self.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None \
+            else default_cache_dir()
+        self.cache_limit = cache_limit_bytes(cache_limit)
+        self.settings: Dict[str, Any] = {}
+        self.ca_file = ca_bundle(ca_file)
+        if self.ca_file is not None:
+            self.settings["ca_file"] = self.ca_file
+        self.settings.update(settings or {})
+        self._s3_resolved = False
+
+    def fetch(self, urls: Sequence[str]) -> List[Dict[str, Any]]:
+        """One native result per URL: ``{path, size, etag, downloaded, attempts}`` or
+        ``{error, code}``."""
+        if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
+            for key, value in s3_settings().items():
+                self.settings.setdefault(key, value)
+            self._s3_resolved = True
+        os.makedirs(self.cache_dir, exist_ok=True)
+        return list(_C.fetch_shards(list(urls), self.cache_dir, self.cache_limit, self.settings))
+
+
+#: Native codes that mean the URL is wrong, not that the network failed: raised at once.
+_FATAL = {"not_found": FileNotFoundError, "permission_denied": PermissionError,
+          "invalid_argument": ValueError, "failed_precondition": RuntimeError}
+
+
+def raise_if_fatal(result: Dict[str, Any]) -> None:
+    """Raises the Python error of a result whose failure is not worth retrying later (a 404, a
+    403, a bad URL, a TLS certificate refused); transient failures are left to the caller."""
+    kind = _FATAL.get(result.get("code", ""))
+    if kind is not None:
+        raise kind(f"WebDataset shard: {result['error']}")

@@ -1,0 +1,270 @@
+"""WebDataset shards over http://, https:// and s3://, against real loopback servers started by
+the tests: nginx (HTTP, and HTTPS with a certificate made here), moto's S3 server, and a
+fault-injecting proxy (tests/python/remote_servers.py). Each sample once per epoch, pixels equal
+to the same shards read locally; the node-local cache, its lock and its limit; the fault rules."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ringloader as rl
+from ringloader import _remote
+from ringloader import transforms as T
+from ringloader.webdataset import expand_urls
+
+import remote_servers as srv
+
+wds = pytest.importorskip("webdataset")
+
+TRANSFORM = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+FAST = {"max_attempts": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.05}
+needs_nginx = pytest.mark.skipif(srv.NGINX is None, reason="nginx is not installed "
+                                 "(Debian nginx-light; scripts/setup.sh installs it)")
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, unique_tree):
+    """Two shards (12 samples each) by webdataset.ShardWriter, in `root`: (root, names)."""
+    root = tmp_path_factory.mktemp("shards")
+    samples = rl.ImageFolder(str(unique_tree)).samples
+    with wds.ShardWriter(str(root / "train-%06d.tar"), maxcount=12, verbose=0) as sink:
+        for i, (path, label) in enumerate(samples):
+            sink.write({"__key__": f"s{i:05d}", "jpg": Path(path).read_bytes(), "cls": label})
+    (root / "forbidden").mkdir()
+    (root / "forbidden" / "train-000000.tar").write_bytes((root / "train-000000.tar").read_bytes())
+    return root, ["train-000000.tar", "train-000001.tar"]
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory, shards):
+    if srv.NGINX is None:
+        pytest.skip("nginx is not installed (Debian nginx-light; scripts/setup.sh installs it)")
+    if srv.OPENSSL is None:
+        pytest.skip("openssl is not installed (it makes the test certificate)")
+    prefix = tmp_path_factory.mktemp("nginx")
+    cert, key = srv.make_cert(prefix)
+    server = srv.Nginx(shards[0], prefix, cert, key)
+    server.cert = cert
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(nginx):
+    p = srv.FaultProxy(nginx.url, stall_s=3.0)
+    yield p
+    p.stop()
+
+
+def _epoch(ds, **kw):
+    """(labels, images) of one epoch in the sampler's order."""
+    loader = rl.DataLoader(ds, batch_size=6, **kw)
+    images, labels = [], []
+    for x, y in loader:
+        images.append(x.clone())
+        labels += y.tolist()
+    return labels, images
+
+
+def _assert_same(remote, local, **kw):
+    got_labels, got = _epoch(remote, **kw)
+    want_labels, want = _epoch(local, **kw)
+    assert got_labels == want_labels
+    assert sorted(got_labels) == sorted(local.targets)  # every sample once
+    for g, w in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+
+
+def _local(shards):
+    root, names = shards
+    return rl.WebDataset([str(root / n) for n in names], transform=TRANSFORM, index_cache=None)
+
+
+def test_scheme_detection_and_urls():
+    assert _remote.remote_scheme("s3://b/k.tar") == "s3"
+    assert _remote.remote_scheme("https://h/x.tar") == "https"
+    assert _remote.remote_scheme("/data/http://x") is None
+    assert _remote.remote_scheme("pipe:curl http://h/x") is None
+    assert expand_urls("s3://b/train-{0..1}.tar") == ["s3://b/train-0.tar", "s3://b/train-1.tar"]
+    with pytest.raises(ValueError, match="ftp://h/a.tar"):
+        expand_urls("ftp://h/a.tar")
+    with pytest.raises(ValueError, match="cache_limit"):
+        rl.WebDataset("s3://b/k.tar", cache_limit="lots")
+    assert _remote.cache_limit_bytes("50GB") == 50 * 10 ** 9
+    assert _remote.cache_limit_bytes(None) == 0
+
+
+def test_s3_settings_from_profile_files(tmp_path):
+    creds, config = tmp_path / "credentials", tmp_path / "config"
+    creds.write_text("[default]\naws_access_key_id = D\naws_secret_access_key = DS\n"
+                     "[train]\naws_access_key_id = AKTRAIN\naws_secret_access_key = SECRET\n"
+                     "aws_session_token = TOKEN\n")
+    config.write_text("[profile train]\nregion = eu-central-1\nendpoint_url = http://store:9000\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": str(config),
+           "AWS_PROFILE": "train"}
+    got = _remote.s3_settings(env)
+    assert got == {"access_key": "AKTRAIN", "secret_key": "SECRET", "session_token": "TOKEN",
+                   "region": "eu-central-1", "endpoint": "http://store:9000"}
+    env.update(AWS_ACCESS_KEY_ID="ENVKEY", AWS_REGION="us-west-2", AWS_ENDPOINT_URL="http://e")
+    got = _remote.s3_settings(env)
+    assert (got["access_key"], got["region"], got["endpoint"]) == ("ENVKEY", "us-west-2", "http://e")
+    del env["AWS_PROFILE"]
+    assert _remote.s3_settings(env)["secret_key"] == "DS"
+
+
+@needs_nginx
+def test_http_shards_read_like_local_ones_and_the_second_pass_is_cached(nginx, shards, tmp_path):
+    cache = tmp_path / "cache"
+    url = f"{nginx.url}/train-{{000000..000001}}.tar"
+    before = nginx.gets("train-000000.tar")
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(cache))
+    local = _local(shards)
+    assert ds.keys == local.keys and ds.targets == local.targets
+    assert nginx.gets("train-000000.tar") == before + 1
+    assert all(p.startswith(str(cache)) for p in ds.shard_paths)
+    _assert_same(ds, local, shuffle=True, seed=3)
+    _assert_same(ds, local)  # the second epoch: from the cache
+    again = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(cache))
+    _assert_same(again, local)
+    assert nginx.gets("train-000000.tar") == before + 1  # one download in all
+    assert "member" in ds.describe_sample(0) and nginx.url in ds.describe_sample(0)
+
+
+@needs_nginx
+def test_https_with_a_test_ca_and_clear_errors(nginx, shards, tmp_path, monkeypatch):
+    url = f"{nginx.https_url}/train-{{000000..000001}}.tar"
+    for var in ("SSL_CERT_FILE", "CURL_CA_BUNDLE", _remote.CA_BUNDLE_ENV):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match=r"127\.0\.0\.1.*train-00000[01]\.tar.*certificate"):
+        rl.WebDataset(url, cache_dir=str(tmp_path / "a"), remote_options=FAST)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "b"),
+                       ca_file=str(nginx.cert))
+    _assert_same(ds, _local(shards))
+    monkeypatch.setenv(_remote.CA_BUNDLE_ENV, str(nginx.cert))
+    assert len(rl.WebDataset(url, cache_dir=str(tmp_path / "c"))) == len(ds)
+    start = time.monotonic()
+    with pytest.raises(PermissionError, match=r"/forbidden/train-000000\.tar: HTTP 403"):
+        rl.WebDataset(f"{nginx.https_url}/forbidden/train-000000.tar", cache_dir=str(tmp_path / "d"))
+    with pytest.raises(FileNotFoundError, match=r"/nope\.tar: HTTP 404 Not Found"):
+        rl.WebDataset(f"{nginx.url}/nope.tar", cache_dir=str(tmp_path / "d"))
+    assert time.monotonic() - start < 2  # not retried
+    assert not [p for p in (tmp_path / "d").iterdir() if not p.name.endswith(".lock")]
+
+
+@needs_nginx
+def test_503s_resets_and_stalls_are_retried_and_resumed(nginx, proxy, shards, tmp_path):
+    proxy.faults = {"/train-000000.tar": ["503", "503", "ok"],
+                    "/train-000001.tar": ["reset", "stall", "ok"]}
+    ds = rl.WebDataset(f"{proxy.url}/train-{{000000..000001}}.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"),
+                       remote_options=dict(FAST, max_attempts=4, stall_timeout_s=1))
+    _assert_same(ds, _local(shards))
+    assert len(proxy.gets("/train-000000.tar")) == 3
+    second = proxy.gets("/train-000001.tar")
+    assert len(second) == 3
+    size = (shards[0] / "train-000001.tar").stat().st_size
+    # Each retry asks for the rest of what it has (what arrived before the reset), guarded by
+    # the ETag it saw.
+    starts = [int(r["range"][len("bytes="):-1]) for r in second[1:]]
+    assert "range" not in second[0]
+    assert 0 < starts[0] <= size // 2 and starts[0] <= starts[1] < size
+    assert second[1]["if-range"].startswith('"') and second[2]["if-range"] == second[1]["if-range"]
+    assert not list((tmp_path / "cache").glob("*.part"))
+
+
+@needs_nginx
+def test_a_shard_that_cannot_be_fetched_fails_its_samples_not_the_run(nginx, proxy, shards,
+                                                                      tmp_path):
+    proxy.always = {"/train-000001.tar": "503"}
+    ds = rl.WebDataset(f"{proxy.url}/train-{{000000..000001}}.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"), remote_options=FAST)
+    assert len(proxy.gets("/train-000001.tar")) == FAST["max_attempts"]
+    local = _local(shards)
+    labels, _ = _epoch(ds, on_error="skip")
+    assert sorted(labels) == sorted(local.targets[:12])
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar: HTTP 503.*gave up after 3"):
+        _epoch(ds)
+
+
+@needs_nginx
+def test_cache_limit_evicts_least_recently_used_and_refetches(nginx, shards, tmp_path):
+    cache = tmp_path / "cache"
+    size = max((shards[0] / n).stat().st_size for n in shards[1])
+    first = rl.WebDataset(f"{nginx.url}/train-000000.tar", transform=TRANSFORM,
+                          cache_dir=str(cache), cache_limit=size + 1000)
+    assert os.path.exists(first.shard_paths[0])
+    second = rl.WebDataset(f"{nginx.url}/train-000001.tar", cache_dir=str(cache),
+                           cache_limit=size + 1000)
+    assert os.path.exists(second.shard_paths[0])
+    assert not os.path.exists(first.shard_paths[0])  # least recently used, over the limit
+    before = nginx.gets("train-000000.tar")
+    labels, _ = _epoch(first)  # the epoch's start brings it back
+    assert sorted(labels) == sorted(_local(shards).targets[:12])
+    assert nginx.gets("train-000000.tar") == before + 1
+    with pytest.raises(ValueError, match="cache_limit .* smaller than the dataset's remote shards"):
+        rl.WebDataset(f"{nginx.url}/train-{{000000..000001}}.tar", cache_dir=str(cache),
+                      cache_limit=size + 1000)
+
+
+def _build_and_count(url, cache, queue):
+    queue.put(len(rl.WebDataset(url, cache_dir=cache)))
+
+
+@needs_nginx
+def test_processes_on_one_node_share_one_download(nginx, shards, tmp_path):
+    import multiprocessing
+
+    slow = srv.FaultProxy(nginx.url, latency_s=0.3)
+    try:
+        ctx = multiprocessing.get_context("fork")  # the package is imported already: fast
+        queue = ctx.Queue()
+        url = f"{slow.url}/train-{{000000..000001}}.tar"
+        procs = [ctx.Process(target=_build_and_count, args=(url, str(tmp_path / "cache"), queue))
+                 for _ in range(3)]
+        for p in procs:
+            p.start()
+        counts = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        assert counts == [24] * 3 and [p.exitcode for p in procs] == [0] * 3
+        assert len(slow.gets("/train-000000.tar")) == 1
+        assert len(slow.gets("/train-000001.tar")) == 1
+    finally:
+        slow.stop()
+
+
+def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
+    pytest.importorskip("moto", reason="moto[server] is not installed (requirements-dev.txt)")
+    pytest.importorskip("boto3", reason="boto3 (moto's dependency) is not installed")
+    root, names = shards
+    moto = srv.Moto()
+    proxy = srv.FaultProxy(moto.url)
+    try:
+        moto.put("bkt", {f"data/{n}": (root / n).read_bytes() for n in names})
+        (tmp_path / "credentials").write_text(
+            "[train]\naws_access_key_id = AKIATRAIN\naws_secret_access_key = SECRETKEY\n")
+        (tmp_path / "config").write_text("[profile train]\nregion = eu-west-3\n")
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                    "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        monkeypatch.setenv("AWS_PROFILE", "train")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        ds = rl.WebDataset("s3://bkt/data/train-{000000..000001}.tar", transform=TRANSFORM,
+                           cache_dir=str(tmp_path / "cache"))
+        _assert_same(ds, _local(shards), shuffle=True, seed=5)
+        (request,) = proxy.gets("/bkt/data/train-000000.tar")
+        auth = request["authorization"]
+        assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
+        assert "/eu-west-3/s3/aws4_request" in auth and "x-amz-date" in request
+        with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
+            rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
+    finally:
+        proxy.stop()
+        moto.stop()
