@@ -1,7 +1,7 @@
 """Loopback servers for the remote-shard tests, started and stopped by them: nginx (HTTP and
 HTTPS with a certificate made at test time), moto's standalone S3 server, and a small proxy that
-injects faults (latency, a throttled rate, 503s, connections reset mid-body, stalls) and records
-what it was asked."""
+injects faults (latency, 503s, connections reset mid-body, stalls) and records what it was
+asked."""
 
 from __future__ import annotations
 
@@ -159,14 +159,13 @@ class Moto:
 class FaultProxy:
     """An HTTP proxy to `upstream` (http://host:port) that applies, per request, the next fault
     queued for its path (`faults[path]`: "503", "reset" (half the body, then a TCP reset),
-    "stall" (half the body, then silence for `stall_s`), or "ok"), then the defaults: `latency_s`
-    before each response and a throttled `rate` (bytes/s, 0 = unthrottled). Every request's
-    method, path and headers are kept in `requests`."""
+    "stall" (half the body, then silence for `stall_s`), or "ok"), and `latency_s` before each
+    response. Every request's path and headers are kept in `requests`. (The throttled link of
+    the benchmark is ringloader.bench's own server.)"""
 
-    def __init__(self, upstream: str, latency_s: float = 0.0, rate: float = 0.0,
-                 stall_s: float = 5.0):
+    def __init__(self, upstream: str, latency_s: float = 0.0, stall_s: float = 5.0):
         self.upstream = upstream.split("://", 1)[1]
-        self.latency_s, self.rate, self.stall_s = latency_s, rate, stall_s
+        self.latency_s, self.stall_s = latency_s, stall_s
         self.faults: Dict[str, List[str]] = {}
         self.always: Dict[str, str] = {}
         self.requests: List[Dict[str, str]] = []
@@ -239,19 +238,7 @@ class FaultProxy:
             h.connection.close()
             h.close_connection = True
             return
-        self._send(h, body)
-
-    def _send(self, h: BaseHTTPRequestHandler, body: bytes) -> None:
-        if not self.rate:
-            h.wfile.write(body)
-            return
-        chunk = 64 << 10
-        start = time.monotonic()
-        for at in range(0, len(body), chunk):
-            h.wfile.write(body[at:at + chunk])
-            ahead = (at + chunk) / self.rate - (time.monotonic() - start)
-            if ahead > 0:
-                time.sleep(ahead)
+        h.wfile.write(body)
 
     def stop(self) -> None:
         self.server.shutdown()

@@ -268,3 +268,32 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
     finally:
         proxy.stop()
         moto.stop()
+
+
+def test_the_benchmarks_link_serves_ranges_at_its_rate(tmp_path):
+    import urllib.request
+
+    from ringloader.bench import _ThrottledFiles
+
+    data = bytes(range(256)) * 4096  # 1 MiB
+    (tmp_path / "a.tar").write_bytes(data)
+    link = _ThrottledFiles(tmp_path, latency_s=0.02, rate=10e6)
+    try:
+        start = time.monotonic()
+        with urllib.request.urlopen(f"{link.url}/a.tar") as r:
+            assert r.read() == data and r.headers["ETag"]
+            etag = r.headers["ETag"]
+        assert time.monotonic() - start >= 0.09  # 1 MiB at 10 MB/s
+        req = urllib.request.Request(f"{link.url}/a.tar",
+                                     headers={"Range": "bytes=1000-", "If-Range": etag})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 206 and r.read() == data[1000:]
+            assert r.headers["Content-Range"] == f"bytes 1000-{len(data) - 1}/{len(data)}"
+        req = urllib.request.Request(f"{link.url}/a.tar",
+                                     headers={"Range": "bytes=1000-", "If-Range": '"other"'})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200 and r.read() == data
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"{link.url}/../etc/passwd")
+    finally:
+        link.stop()
