@@ -317,7 +317,8 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, nullptr);  // the bytes as stored, never re-encoded
     if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
     curl_slist* headers = nullptr;
-    if (absl::StartsWith(t->job->url, "s3://")) {
+    // Without credentials an s3:// request goes unsigned: a public bucket allows it.
+    if (absl::StartsWith(t->job->url, "s3://") && !options.s3.access_key.empty()) {
       const std::string sigv4 = absl::StrCat("aws:amz:", options.s3.region, ":s3");
       curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
       curl_easy_setopt(e, CURLOPT_USERNAME, options.s3.access_key.c_str());

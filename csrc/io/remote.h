@@ -5,7 +5,8 @@
 /// An `s3://bucket/key` URL is fetched as `ENDPOINT/bucket/key` (path-style addressing, which
 /// S3-compatible stores accept too), signed by libcurl's AWS SigV4 (`CURLOPT_AWS_SIGV4`) with the
 /// credentials in RemoteOptions::s3 (the Python layer resolves them from the environment and
-/// `~/.aws`). `http://` and `https://` URLs are fetched as they are.
+/// `~/.aws`); without an access key it goes unsigned (a public bucket). `http://` and `https://`
+/// URLs are fetched as they are.
 ///
 /// Fault rules: timeouts (connect, or a transfer that stalls), connection failures and resets,
 /// HTTP 5xx and 429 are retried up to `max_attempts` times with exponential backoff and full

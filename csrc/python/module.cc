@@ -10,19 +10,21 @@
 #include <map>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cuda/device_stager.h"
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "io/shard_cache.h"
-#include "absl/strings/ascii.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
@@ -847,8 +849,13 @@ py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, 
 
 /// Remote shards into the node-local cache (io/shard_cache.h), without the GIL: one dict per URL,
 /// {path, size, etag, downloaded, attempts} or {error, code} (code: absl's name, lower case).
+/// A flag another thread sets to stop a fetch_shards call (Ctrl-C while shards download).
+struct FetchCancel {
+  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
+};
+
 py::list FetchShards(const std::vector<std::string>& urls, const std::string& cache_dir, int64_t cache_limit,
-                     const py::dict& settings) {
+                     const py::dict& settings, std::optional<FetchCancel> cancel) {
   RemoteOptions options;
   auto get = [&](const char* key) -> py::object {
     return settings.contains(key) ? py::object(settings[key]) : py::none();
@@ -868,8 +875,9 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   std::vector<absl::StatusOr<CachedShard>> got;
   {
     py::gil_scoped_release release;
+    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
     ShardCache cache(cache_dir, cache_limit, std::move(options));
-    got = cache.Ensure(urls);
+    got = cache.Ensure(urls, flag.get());
   }
   py::list out;
   for (const auto& r : got) {
@@ -1016,8 +1024,11 @@ PYBIND11_MODULE(_C, m) {
         "Index of a WebDataset tar shard: a local path, or with pipe=True a pipe:COMMAND URL whose "
         "command is run: dict of keys, members, offsets, lengths, labels, errors ('' = ok), bytes, error "
         "('' = scanned to its end).");
+  py::class_<FetchCancel>(m, "FetchCancel", "Stops the fetch_shards call it is given to, from another thread.")
+      .def(py::init<>())
+      .def("set", [](FetchCancel& c) { c.flag->store(true); });
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
-        py::arg("settings") = py::dict(),
+        py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
         "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "
         "then least recently used entries evicted to cache_limit bytes (0: none): one dict per url, "
         "{path, size, etag, downloaded, attempts} or {error, code}.");

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import threading
 from typing import Any, Dict, List, Optional, Sequence
 
 from . import _C
@@ -122,7 +123,36 @@ class RemoteFetcher:
                 self.settings.setdefault(key, value)
             self._s3_resolved = True
         os.makedirs(self.cache_dir, exist_ok=True)
-        return list(_C.fetch_shards(list(urls), self.cache_dir, self.cache_limit, self.settings))
+        # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the
+        # transfers (within ~0.1 s) and is raised once they are closed.
+        cancel = _C.FetchCancel()
+        out: List[Any] = []
+        failure: List[BaseException] = []
+
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                out.extend(_C.fetch_shards(list(urls), self.cache_dir, self.cache_limit,
+                                           self.settings, cancel))
+            except BaseException as why:  # noqa: BLE001 - handed to the caller's thread
+                failure.append(why)
+            finally:
+                done.set()
+
+        # Waits on an Event, not Thread.join: a join interrupted by Ctrl-C can return at once
+        # the next time (CPython), which would leave the transfers running.
+        threading.Thread(target=run, name="ringloader-fetch", daemon=True).start()
+        try:
+            while not done.wait(0.1):
+                pass
+        except BaseException:
+            cancel.set()
+            done.wait()
+            raise
+        if failure:
+            raise failure[0]
+        return out
 
 
 #: Native codes that mean the URL is wrong, not that the network failed: raised at once.

@@ -211,6 +211,39 @@ def test_cache_limit_evicts_least_recently_used_and_refetches(nginx, shards, tmp
                       cache_limit=size + 1000)
 
 
+@needs_nginx
+def test_a_changed_object_is_a_stale_index_once_fetched_again(nginx, shards, tmp_path):
+    root, names = shards
+    (root / "changing").mkdir(exist_ok=True)
+    target = root / "changing" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    ds = rl.WebDataset(f"{nginx.url}/changing/train.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"))
+    first, _ = _epoch(ds)
+    target.write_bytes((root / names[1]).read_bytes())  # replaced on the server (a new ETag)
+    assert _epoch(ds)[0] == first  # the cached copy is not revalidated while it is cached
+    os.unlink(ds.shard_paths[0])  # evicted: the next epoch fetches the new object
+    with pytest.raises(rl.StaleIndexError, match=r"changing/train\.tar changed since the dataset"):
+        _epoch(ds)
+
+
+@needs_nginx
+def test_ctrl_c_stops_the_downloads(nginx, shards, tmp_path):
+    import _thread
+    import threading
+
+    slow = srv.FaultProxy(nginx.url, latency_s=10)
+    try:
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            rl.WebDataset(f"{slow.url}/train-{{000000..000001}}.tar", cache_dir=str(tmp_path / "c"))
+        assert time.monotonic() - start < 3
+        assert not list((tmp_path / "c").glob("*.part"))
+    finally:
+        slow.stop()
+
+
 def _build_and_count(url, cache, queue):
     queue.put(len(rl.WebDataset(url, cache_dir=cache)))
 
