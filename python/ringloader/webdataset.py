@@ -672,11 +672,18 @@ class WebDataset(NativeDataset):
         shard. A shard that is gone is not stale: reading its samples fails (``on_error``), as
         for a missing file. (A ``pipe:`` shard is checked as it streams, member by member.)"""
         wanted = range(len(self.urls)) if shards is None else shards
-        remote = [s for s in wanted if self.remote_copies[s] is not None]
-        if remote:
-            # Back into the cache if it was evicted since (and marked as just used); one that
-            # cannot be fetched now fails its samples when they are read (on_error).
-            self._fetch_remote(remote, construction=False)
+        missing = []
+        for s in wanted:
+            if self.remote_copies[s] is None:
+                continue
+            try:
+                os.utime(self.shard_paths[s])  # just used: the last to be evicted
+            except OSError:
+                missing.append(s)
+        if missing:
+            # Back into the cache if it was evicted since; one that cannot be fetched now fails
+            # its samples when they are read (on_error).
+            self._fetch_remote(missing, construction=False)
         for s in wanted:
             was = self.shard_stats[s]
             if was is None:
