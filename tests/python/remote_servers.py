@@ -158,7 +158,7 @@ class Moto:
 
 class FaultProxy:
     """An HTTP proxy to `upstream` (http://host:port) that applies, per request, the next fault
-    queued for its path (`faults[path]`: "503", "reset" (half the body, then a TCP reset),
+    queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
     "stall" (half the body, then silence for `stall_s`), or "ok"), and `latency_s` before each
     response. Every request's path and headers are kept in `requests`. (The throttled link of
     the benchmark is ringloader.bench's own server.)"""
@@ -208,9 +208,11 @@ class FaultProxy:
         fault = self._next_fault(h.path)
         if self.latency_s:
             time.sleep(self.latency_s)
-        if fault == "503":
-            body = b"slow down"
-            h.send_response(503)
+        if fault in ("503", "403"):
+            body = b"slow down" if fault == "503" else (
+                b"<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>AccessDenied</Code>"
+                b"<Message>Access Denied</Message></Error>")
+            h.send_response(int(fault))
             h.send_header("Content-Length", str(len(body)))
             h.end_headers()
             h.wfile.write(body)

@@ -302,6 +302,13 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
         assert "/eu-west-3/s3/aws4_request" in auth and "x-amz-date" in request
         with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
             rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
+        proxy.always["/bkt/data/denied.tar"] = "403"
+        with pytest.raises(PermissionError, match=r"denied\.tar: HTTP 403 Forbidden: .*AccessDenied"):
+            rl.WebDataset("s3://bkt/data/denied.tar", cache_dir=str(tmp_path / "cache"))
+        # Local and remote shards mix in one dataset.
+        mixed = rl.WebDataset([str(root / names[0]), f"s3://bkt/data/{names[1]}"],
+                              transform=TRANSFORM, cache_dir=str(tmp_path / "cache"))
+        _assert_same(mixed, _local(shards))
     finally:
         proxy.stop()
         moto.stop()
