@@ -100,6 +100,34 @@ def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
     return None
 
 
+#: ``remote_options=`` keys: (type, smallest value).
+REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
+                  "backoff_initial_s": (float, 0.0), "backoff_max_s": (float, 0.0),
+                  "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1)}
+
+
+def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``remote_options`` checked: known keys, numbers of the right kind and range."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"WebDataset remote_options must be a dict, got {type(options).__name__}")
+    out: Dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in REMOTE_OPTIONS:
+            raise ValueError(f"WebDataset remote_options: unknown key {key!r} (known: "
+                             f"{', '.join(REMOTE_OPTIONS)})")
+        kind, least = REMOTE_OPTIONS[key]
+        ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float
+                                                        else int)
+        if not ok or value < least:
+            raise ValueError(f"WebDataset remote_options[{key!r}] must be "
+                             f"{'a number' if kind is float else 'an int'} >= {least}, "
+                             f"got {value!r}")
+        out[key] = kind(value)
+    return out
+
+
 class RemoteFetcher:
     """Fetches a dataset's remote shards into its cache folder (settings resolved once)."""
 
@@ -112,7 +140,7 @@ class RemoteFetcher:
         self.ca_file = ca_bundle(ca_file)
         if self.ca_file is not None:
             self.settings["ca_file"] = self.ca_file
-        self.settings.update(settings or {})
+        self.settings.update(check_remote_options(settings))
         self._s3_resolved = False
 
     def fetch(self, urls: Sequence[str]) -> List[Dict[str, Any]]:

@@ -465,8 +465,9 @@ class WebDataset(NativeDataset):
         if remote:
             self._fetcher = _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options)
             unfetched = self._fetch_remote(remote, construction=True)
-            expanded = [(self.shard_paths[s], pipe) if s in remote and s not in unfetched
-                        else (url, pipe) for s, (url, pipe) in enumerate(expanded)]
+            fetched = set(remote) - set(unfetched)
+            expanded = [(self.shard_paths[s], pipe) if s in fetched else (url, pipe)
+                        for s, (url, pipe) in enumerate(expanded)]
         elif cache_dir is not None or cache_limit is not None:
             _remote.cache_limit_bytes(cache_limit)  # a bad value is an error whatever the urls
         #: Per shard: True when it is the stdout of a ``pipe:`` command written in ``urls``.

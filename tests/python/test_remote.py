@@ -95,6 +95,10 @@ def test_scheme_detection_and_urls():
         expand_urls("ftp://h/a.tar")
     with pytest.raises(ValueError, match="cache_limit"):
         rl.WebDataset("s3://b/k.tar", cache_limit="lots")
+    with pytest.raises(ValueError, match="remote_options: unknown key 'retries'"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"retries": 3})
+    with pytest.raises(ValueError, match=r"remote_options\['max_attempts'\] must be an int >= 1"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"max_attempts": 0})
     assert _remote.cache_limit_bytes("50GB") == 50 * 10 ** 9
     assert _remote.cache_limit_bytes(None) == 0
 
