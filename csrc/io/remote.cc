@@ -51,6 +51,7 @@ struct Transfer {
   bool body_started = false;
   std::string error_body;
   std::string write_error;   // why the write callback stopped the transfer
+  bool resume_mismatch = false;  // it stopped because the resumed part did not fit: retried
   bool etag_changed = false;
   char curl_error[CURL_ERROR_SIZE] = {0};
   CURL* easy = nullptr;
@@ -142,6 +143,7 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
       if (t->range_start != t->written || t->etag_changed) {
         t->write_error = absl::StrCat("the server resumed at byte ", t->range_start, ", not ",
                                       t->written);
+        t->resume_mismatch = true;
         t->written = 0;
         return 0;
       }
@@ -178,7 +180,6 @@ bool RetryableCurl(CURLcode code) {
     case CURLE_HTTP2:
     case CURLE_HTTP2_STREAM:
     case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_WRITE_ERROR:  // our own resume check stopped it: retried from byte 0
       return true;
     default:
       return false;
@@ -298,6 +299,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->body_started = false;
     t->error_body.clear();
     t->write_error.clear();
+    t->resume_mismatch = false;
     t->curl_error[0] = '\0';
     curl_easy_setopt(e, CURLOPT_URL, t->http_url.c_str());
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
@@ -399,8 +401,9 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                                          : std::string(curl_easy_strerror(code)))
                                      : t->write_error;
       const std::string what = absl::StrCat(where, ": ", detail);
-      retry = RetryableCurl(code);
-      if (code == CURLE_WRITE_ERROR && t->write_error.empty()) retry = false;
+      // A resumed part that did not fit is fetched again from byte 0; a failed write to the
+      // cache's disk (full, read-only) is not retried.
+      retry = RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch);
       failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
     }
     if (retry && t->result->attempts < options.max_attempts) {

@@ -180,6 +180,20 @@ TEST(RemoteTest, S3UrlsArePathStyleOnTheEndpointAndBadUrlsAreRefused) {
   EXPECT_FALSE(IsRemoteUrl("/data/s3://x"));
 }
 
+TEST(RemoteTest, AFailedWriteToTheCacheDiskIsFinalNotRetried) {
+  const std::string src = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 70000, 6);
+  RemoteOptions options = FileOptions();
+  options.max_attempts = 4;
+  // /dev/full: every write fails with ENOSPC, as a full cache disk would.
+  std::vector<DownloadResult> got = DownloadAll({{url, "/dev/full"}}, options);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status.code(), absl::StatusCode::kFailedPrecondition) << got[0].status;
+  EXPECT_NE(got[0].status.message().find("write(/dev/full)"), std::string::npos) << got[0].status;
+  EXPECT_NE(got[0].status.message().find(url), std::string::npos);
+  EXPECT_EQ(got[0].attempts, 1);
+}
+
 TEST(RemoteTest, BackoffDoublesUpToItsCapAndJittersBelowIt) {
   RemoteOptions options;
   options.backoff_initial_s = 0.5;
