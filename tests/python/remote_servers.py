@@ -82,7 +82,7 @@ class Nginx:
         (self.prefix / "nginx.conf").write_text(conf)
         self.proc = subprocess.Popen(
             [NGINX, "-p", str(self.prefix), "-c", str(self.prefix / "nginx.conf"),
-             "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+             "-e", str(self.prefix / "logs" / "error.log"), "-g", "daemon off;"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
         try:
             wait_for_port(self.port, self.proc)
             if self.https_port:
