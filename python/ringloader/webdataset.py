@@ -492,15 +492,16 @@ class WebDataset(NativeDataset):
         for s in range(len(expanded)):
             if s in unfetched:
                 url, pipe = self.urls[s], False
-                # Nothing is known of the shard's samples: one failing sample stands for them.
-                index = {"keys": ["(unfetched)"], "members": ["(shard)"], "offsets": [0],
-                         "lengths": [0], "labels": [0], "errors": [f"shard {url}: {unfetched[s]}"],
-                         "error": ""}
+                index = self._unfetched_index(url, unfetched[s])
             else:
                 url, pipe, index = next(indexed)
             if self.remote_copies[s] is not None:
                 url = self.urls[s]
-                index = dict(index, stat=None)
+                if self.index_cache is not None:
+                    # Kept so that a later run that cannot fetch the shard still knows its
+                    # samples (the dataset's length and order stay those of this run).
+                    _write_cache(self._remote_index_path(url), url, index)
+                index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
             count = len(index["keys"])
@@ -574,6 +575,22 @@ class WebDataset(NativeDataset):
             if not future.cancelled() and future.exception() is not None:
                 raise future.exception()
         return [(url, pipe, f.result()) for (url, pipe), f in zip(expanded, futures)]
+
+    def _remote_index_path(self, url: str) -> str:
+        assert self.index_cache is not None
+        return _cache_path(url, self.image_exts, self.label_key, self.label_field,
+                           self.index_cache)
+
+    def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
+        """The index of a remote shard that could not be fetched: every sample of its index from
+        an earlier run (``index_cache``) failing with ``error``, else one failing sample that
+        stands for the unknown ones."""
+        why = f"shard {url}: {error}"
+        known = None if self.index_cache is None else _load_index(self._remote_index_path(url))
+        if known is not None:
+            return dict(known, errors=[why] * len(known["keys"]), error="", index_file=None)
+        return {"keys": ["(unfetched)"], "members": ["(shard)"], "offsets": [0], "lengths": [0],
+                "labels": [0], "errors": [why], "error": ""}
 
     def _fetch_remote(self, shards: Sequence[int], construction: bool) -> Dict[int, str]:
         """Brings the remote ``shards`` into the cache (downloading those not there) and points

@@ -27,6 +27,12 @@ needs_nginx = pytest.mark.skipif(srv.NGINX is None, reason="nginx is not install
                                  "(Debian nginx-light; scripts/setup.sh installs it)")
 
 
+@pytest.fixture(autouse=True)
+def _own_cache_home(tmp_path, monkeypatch):
+    """Default cache folders (shards, indexes) under the test's folder, not the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory, unique_tree):
     """Two shards (12 samples each) by webdataset.ShardWriter, in `root`: (root, names)."""
@@ -184,15 +190,28 @@ def test_503s_resets_and_stalls_are_retried_and_resumed(nginx, proxy, shards, tm
 @needs_nginx
 def test_a_shard_that_cannot_be_fetched_fails_its_samples_not_the_run(nginx, proxy, shards,
                                                                       tmp_path):
+    url = f"{proxy.url}/train-{{000000..000001}}.tar"
     proxy.always = {"/train-000001.tar": "503"}
-    ds = rl.WebDataset(f"{proxy.url}/train-{{000000..000001}}.tar", transform=TRANSFORM,
-                       cache_dir=str(tmp_path / "cache"), remote_options=FAST)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=None, remote_options=FAST)
     assert len(proxy.gets("/train-000001.tar")) == FAST["max_attempts"]
     local = _local(shards)
+    assert len(ds) == 12 + 1  # its samples are unknown: one failing sample stands for them
     labels, _ = _epoch(ds, on_error="skip")
     assert sorted(labels) == sorted(local.targets[:12])
     with pytest.raises(rl.SampleError, match=r"train-000001\.tar: HTTP 503.*gave up after 3"):
         _epoch(ds)
+    # A run that indexed the shard before keeps its samples, each failing, when it is down.
+    proxy.always = {}
+    index = str(tmp_path / "index")
+    assert len(rl.WebDataset(url, cache_dir=str(tmp_path / "c2"), index_cache=index)) == 24
+    proxy.always = {"/train-000001.tar": "503"}
+    down = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c3"),
+                         index_cache=index, remote_options=FAST)
+    assert len(down) == 24 and down.keys == local.keys
+    assert all("HTTP 503" in e for e in down.sample_errors[12:])
+    labels, _ = _epoch(down, on_error="skip")
+    assert sorted(labels) == sorted(local.targets[:12])
 
 
 @needs_nginx
