@@ -211,64 +211,64 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
   return out;
 }
 
-absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
-  DIR* d = opendir(dir_.c_str());
-  if (d == nullptr) {
-    if (errno == ENOENT) return 0;
-    return ErrnoStatus(errno, "opendir", dir_);
-  }
-  int64_t total = 0;
-  while (dirent* e = readdir(d)) {
-    const std::string name = e->d_name;
-    if (!absl::EndsWith(name, kMetaSuffix)) continue;
-    const std::string entry = absl::StrCat(dir_, "/", name.substr(0, name.size() - 5));
-    Meta meta;
-    struct stat st;
-    if (ReadMeta(entry + kMetaSuffix, &meta) && stat(entry.c_str(), &st) == 0 &&
-        st.st_size == meta.size) {
-      total += meta.size;
-    }
-  }
-  closedir(d);
-  return total;
-}
+namespace {
 
-absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep) {
-  DIR* d = opendir(dir_.c_str());
+struct Entry {
+  int64_t mtime_ns;
+  int64_t size;
+  std::string path;
+  bool operator<(const Entry& o) const { return std::tie(mtime_ns, path) < std::tie(o.mtime_ns, o.path); }
+};
+
+/// The complete entries of `dir` (a meta, and a file of its size).
+absl::StatusOr<std::vector<Entry>> CompleteEntries(const std::string& dir) {
+  std::vector<Entry> out;
+  DIR* d = opendir(dir.c_str());
   if (d == nullptr) {
-    if (errno == ENOENT) return 0;
-    return ErrnoStatus(errno, "opendir", dir_);
+    if (errno == ENOENT) return out;
+    return ErrnoStatus(errno, "opendir", dir);
   }
-  // (mtime, size, entry) of every complete entry.
-  std::vector<std::tuple<int64_t, int64_t, std::string>> entries;
-  int64_t total = 0;
   while (dirent* e = readdir(d)) {
     const std::string name = e->d_name;
     if (!absl::EndsWith(name, kMetaSuffix)) continue;
-    const std::string entry = absl::StrCat(dir_, "/", name.substr(0, name.size() - 5));
+    const std::string entry = absl::StrCat(dir, "/", name.substr(0, name.size() - (sizeof(kMetaSuffix) - 1)));
     Meta meta;
     struct stat st;
     if (!ReadMeta(entry + kMetaSuffix, &meta) || stat(entry.c_str(), &st) != 0 ||
         st.st_size != meta.size) {
       continue;
     }
-    total += meta.size;
-    const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
-    entries.emplace_back(mtime, meta.size, entry);
+    out.push_back({int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, meta.size, entry});
   }
   closedir(d);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
+  RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
+  int64_t total = 0;
+  for (const Entry& e : entries) total += e.size;
+  return total;
+}
+
+absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep) {
+  RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
+  int64_t total = 0;
+  for (const Entry& e : entries) total += e.size;
   if (limit_bytes_ <= 0) return total;
   std::sort(entries.begin(), entries.end());
-  for (const auto& [mtime, size, entry] : entries) {
+  for (const Entry& e : entries) {
     if (total <= limit_bytes_) break;
-    if (keep.count(entry)) continue;
+    if (keep.count(e.path)) continue;
     EntryLock lock;
-    absl::StatusOr<bool> locked = lock.TryLock(entry + kLockSuffix);
+    absl::StatusOr<bool> locked = lock.TryLock(e.path + kLockSuffix);
     if (!locked.ok() || !*locked) continue;  // someone is using it: not ours to remove now
     // The data first: a meta without its file is an incomplete entry, never a wrong one.
-    if (unlink(entry.c_str()) != 0 && errno != ENOENT) continue;
-    unlink((entry + kMetaSuffix).c_str());
-    total -= size;
+    if (unlink(e.path.c_str()) != 0 && errno != ENOENT) continue;
+    unlink((e.path + kMetaSuffix).c_str());
+    total -= e.size;
   }
   return total;
 }

@@ -18,6 +18,9 @@
 /// nor one locked by another process) until the folder's complete entries fit `limit_bytes`.
 /// The folder can pass the limit by the shards being downloaded at that moment.
 ///
+/// Lock files stay when their entry is evicted (empty files): removing one while another
+/// process may be opening it would let two processes hold "the" lock on two different files.
+///
 /// Threading: any thread; an instance holds no state between calls beyond its settings.
 
 #include <atomic>
