@@ -87,9 +87,17 @@ def s3_settings(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return out
 
 
+#: Where distributions keep the system's CA bundle (Debian/Ubuntu, Fedora/RHEL, openSUSE,
+#: Alpine). A wheel carries the libcurl of the machine it was built on, whose built-in bundle
+#: path is that machine's distribution's: on another one it may not exist.
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                     "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+
+
 def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
     """The CA bundle https uses: ``ca_file=``, else ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``,
-    ``CURL_CA_BUNDLE``; None for the system's."""
+    ``CURL_CA_BUNDLE``, else the first of :data:`SYSTEM_CA_BUNDLES` that exists (None: libcurl's
+    own default)."""
     for candidate in (ca_file, os.environ.get(CA_BUNDLE_ENV), os.environ.get("SSL_CERT_FILE"),
                       os.environ.get("CURL_CA_BUNDLE")):
         if candidate:
@@ -97,7 +105,7 @@ def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"CA bundle {path!r} does not exist")
             return path
-    return None
+    return next((p for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
 
 
 #: ``remote_options=`` keys: (type, smallest value).

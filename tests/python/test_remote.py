@@ -109,6 +109,23 @@ def test_scheme_detection_and_urls():
     assert _remote.cache_limit_bytes(None) == 0
 
 
+def test_ca_bundle_order(tmp_path, monkeypatch):
+    mine, env = tmp_path / "mine.pem", tmp_path / "env.pem"
+    mine.write_text("x")
+    env.write_text("y")
+    for var in ("SSL_CERT_FILE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(_remote.CA_BUNDLE_ENV, str(env))
+    assert _remote.ca_bundle(str(mine)) == str(mine)
+    assert _remote.ca_bundle(None) == str(env)
+    monkeypatch.delenv(_remote.CA_BUNDLE_ENV)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "gone.pem"))
+    with pytest.raises(FileNotFoundError, match="gone.pem"):
+        _remote.ca_bundle(None)
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert _remote.ca_bundle(None) in (*_remote.SYSTEM_CA_BUNDLES, None)
+
+
 def test_s3_settings_from_profile_files(tmp_path):
     creds, config = tmp_path / "credentials", tmp_path / "config"
     creds.write_text("[default]\naws_access_key_id = D\naws_secret_access_key = DS\n"
