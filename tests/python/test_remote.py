@@ -381,3 +381,29 @@ def test_the_benchmarks_link_serves_ranges_at_its_rate(tmp_path):
             urllib.request.urlopen(f"{link.url}/../etc/passwd")
     finally:
         link.stop()
+
+
+def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path):
+    """``python -m ringloader.bench --dataset remote``: the report's shape (not its timings), and
+    its shards and cache, made in a temporary folder, are removed afterwards."""
+    import re
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "remote", "--root", str(image_tree),
+         "--batch-size", "4", "--num-workers", "2", "--link-rate", "50", "--link-latency-ms", "5",
+         "--quiet"],
+        capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(scratch)), timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
+    assert re.search(r"epoch 1 \(http://, empty cache\): +[0-9.]+ s \(download [0-9.]+ s = "
+                     r"[0-9.]+ MB/s; the link alone needs [0-9.]+ s\)", out), out
+    assert re.search(r"epoch 2 \(from the cache\) +: +[0-9.]+ s, \d+ img/s", out), out
+    assert re.search(r"local shards +: +[0-9.]+ s, \d+ img/s", out), out
+    if srv.shutil.which("curl"):
+        assert re.search(r"pipe:curl \(each epoch\) +: +[0-9.]+ s, \d+ img/s", out), out
+    assert not list(scratch.glob("ringloader-remote-*"))
