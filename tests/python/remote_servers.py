@@ -159,7 +159,8 @@ class Moto:
 class FaultProxy:
     """An HTTP proxy to `upstream` (http://host:port) that applies, per request, the next fault
     queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
-    "stall" (half the body, then silence for `stall_s`), or "ok"), and `latency_s` before each
+    "stall" (half the body, then silence for `stall_s`), "norange" (the whole object whatever
+    Range asked, as a server without range support answers), or "ok"), and `latency_s` before each
     response. Every request's path and headers are kept in `requests`. (The throttled link of
     the benchmark is ringloader.bench's own server.)"""
 
@@ -168,6 +169,8 @@ class FaultProxy:
         self.latency_s, self.stall_s = latency_s, stall_s
         self.faults: Dict[str, List[str]] = {}
         self.always: Dict[str, str] = {}
+        #: Called (with the path) after a "reset": what changes on the server between attempts.
+        self.after_reset = None
         self.requests: List[Dict[str, str]] = []
         self.lock = threading.Lock()
         proxy = self
@@ -218,7 +221,8 @@ class FaultProxy:
             h.wfile.write(body)
             return
         conn = http.client.HTTPConnection(self.upstream, timeout=30)
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in ("host", "connection")}
+        dropped = ("host", "connection") + (("range", "if-range") if fault == "norange" else ())
+        headers = {k: v for k, v in h.headers.items() if k.lower() not in dropped}
         conn.request("GET", h.path, headers=headers)
         resp = conn.getresponse()
         body = resp.read()
@@ -239,6 +243,8 @@ class FaultProxy:
             h.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             h.connection.close()
             h.close_connection = True
+            if fault == "reset" and self.after_reset is not None:
+                self.after_reset(h.path)
             return
         h.wfile.write(body)
 

@@ -185,13 +185,14 @@ def test_https_with_a_test_ca_and_clear_errors(nginx, shards, tmp_path, monkeypa
 
 @needs_nginx
 def test_503s_resets_and_stalls_are_retried_and_resumed(nginx, proxy, shards, tmp_path):
-    proxy.faults = {"/train-000000.tar": ["503", "503", "ok"],
+    proxy.faults = {"/train-000000.tar": ["503", "reset", "norange"],
                     "/train-000001.tar": ["reset", "stall", "ok"]}
     ds = rl.WebDataset(f"{proxy.url}/train-{{000000..000001}}.tar", transform=TRANSFORM,
                        cache_dir=str(tmp_path / "cache"),
                        remote_options=dict(FAST, max_attempts=4, stall_timeout_s=1))
     _assert_same(ds, _local(shards))
-    assert len(proxy.gets("/train-000000.tar")) == 3
+    first = proxy.gets("/train-000000.tar")
+    assert len(first) == 3 and "range" in first[2]  # answered with the whole object: rewritten
     second = proxy.gets("/train-000001.tar")
     assert len(second) == 3
     size = (shards[0] / "train-000001.tar").stat().st_size
@@ -202,6 +203,28 @@ def test_503s_resets_and_stalls_are_retried_and_resumed(nginx, proxy, shards, tm
     assert 0 < starts[0] <= size // 2 and starts[0] <= starts[1] < size
     assert second[1]["if-range"].startswith('"') and second[2]["if-range"] == second[1]["if-range"]
     assert not list((tmp_path / "cache").glob("*.part"))
+
+
+@needs_nginx
+def test_an_object_replaced_between_attempts_is_fetched_again_whole(nginx, proxy, shards,
+                                                                    tmp_path):
+    root, names = shards
+    (root / "replaced").mkdir(exist_ok=True)
+    target = root / "replaced" / "t.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    # nginx's ETag is the mtime in seconds and the size: the sizes differ, so the ETags do.
+    assert (root / names[0]).stat().st_size != (root / names[1]).stat().st_size
+    proxy.faults = {"/replaced/t.tar": ["reset"]}
+    # After the first half arrived the object is replaced: the resumed request's If-Range
+    # (the old ETag) no longer matches, and the new object comes whole, never spliced.
+    proxy.after_reset = lambda path: (time.sleep(0.01),
+                                      target.write_bytes((root / names[1]).read_bytes()))
+    ds = rl.WebDataset(f"{proxy.url}/replaced/t.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"), remote_options=FAST)
+    second = rl.WebDataset(str(root / names[1]), transform=TRANSFORM, index_cache=None)
+    _assert_same(ds, second)
+    got = proxy.gets("/replaced/t.tar")
+    assert len(got) == 2 and got[1]["range"].startswith("bytes=") and got[1]["if-range"]
 
 
 @needs_nginx
