@@ -31,6 +31,7 @@ set(ringloader_pkg_libwebp "libwebp-dev|libwebp-devel")
 set(ringloader_pkg_libwebpdemux "libwebp-dev|libwebp-devel")
 set(ringloader_pkg_zlib "zlib1g-dev|zlib-devel")
 set(ringloader_pkg_libtiff-4 "libtiff-dev|libtiff-devel")
+set(ringloader_pkg_libcurl "libcurl4-openssl-dev|libcurl-devel")
 
 function(ringloader_require found what debian fedora)
   if(NOT found)

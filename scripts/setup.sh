@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libabsl-dev
               libspng-dev libwebp-dev libtiff-dev zlib1g-dev   # PNG, WebP, TIFF decoders
+              libcurl4-openssl-dev   # http(s):// and s3:// shards
+              nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev
               clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
 missing=()

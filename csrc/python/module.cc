@@ -10,17 +10,21 @@
 #include <map>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cuda/device_stager.h"
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
+#include "io/shard_cache.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
@@ -843,6 +847,56 @@ py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, 
   return out;
 }
 
+/// Remote shards into the node-local cache (io/shard_cache.h), without the GIL: one dict per URL,
+/// {path, size, etag, downloaded, attempts} or {error, code} (code: absl's name, lower case).
+/// A flag another thread sets to stop a fetch_shards call (Ctrl-C while shards download).
+struct FetchCancel {
+  std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
+};
+
+py::list FetchShards(const std::vector<std::string>& urls, const std::string& cache_dir, int64_t cache_limit,
+                     const py::dict& settings, std::optional<FetchCancel> cancel) {
+  RemoteOptions options;
+  auto get = [&](const char* key) -> py::object {
+    return settings.contains(key) ? py::object(settings[key]) : py::none();
+  };
+  if (!get("max_connections").is_none()) options.max_connections = get("max_connections").cast<int>();
+  if (!get("max_attempts").is_none()) options.max_attempts = get("max_attempts").cast<int>();
+  if (!get("backoff_initial_s").is_none()) options.backoff_initial_s = get("backoff_initial_s").cast<double>();
+  if (!get("backoff_max_s").is_none()) options.backoff_max_s = get("backoff_max_s").cast<double>();
+  if (!get("connect_timeout_s").is_none()) options.connect_timeout_s = get("connect_timeout_s").cast<long>();
+  if (!get("stall_timeout_s").is_none()) options.stall_timeout_s = get("stall_timeout_s").cast<long>();
+  if (!get("ca_file").is_none()) options.ca_file = get("ca_file").cast<std::string>();
+  if (!get("access_key").is_none()) options.s3.access_key = get("access_key").cast<std::string>();
+  if (!get("secret_key").is_none()) options.s3.secret_key = get("secret_key").cast<std::string>();
+  if (!get("session_token").is_none()) options.s3.session_token = get("session_token").cast<std::string>();
+  if (!get("region").is_none()) options.s3.region = get("region").cast<std::string>();
+  if (!get("endpoint").is_none()) options.s3.endpoint = get("endpoint").cast<std::string>();
+  std::vector<absl::StatusOr<CachedShard>> got;
+  {
+    py::gil_scoped_release release;
+    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
+    ShardCache cache(cache_dir, cache_limit, std::move(options));
+    got = cache.Ensure(urls, flag.get());
+  }
+  py::list out;
+  for (const auto& r : got) {
+    py::dict d;
+    if (r.ok()) {
+      d["path"] = r->path;
+      d["size"] = r->size;
+      d["etag"] = r->etag;
+      d["downloaded"] = r->downloaded;
+      d["attempts"] = r->attempts;
+    } else {
+      d["error"] = std::string(r.status().message());
+      d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(r.status().code()));
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 }  // namespace
 }  // namespace ringloader
 
@@ -981,4 +1035,12 @@ PYBIND11_MODULE(_C, m) {
         "Index of a WebDataset tar shard: a local path, or with pipe=True a pipe:COMMAND URL whose "
         "command is run: dict of keys, members, offsets, lengths, labels, errors ('' = ok), bytes, error "
         "('' = scanned to its end).");
+  py::class_<FetchCancel>(m, "FetchCancel", "Stops the fetch_shards call it is given to, from another thread.")
+      .def(py::init<>())
+      .def("set", [](FetchCancel& c) { c.flag->store(true); });
+  m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
+        py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
+        "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "
+        "then least recently used entries evicted to cache_limit bytes (0: none): one dict per url, "
+        "{path, size, etag, downloaded, attempts} or {error, code}.");
 }

@@ -7,6 +7,7 @@ Run as::
     python -m ringloader.bench --transform train --json out.json --png out.png
     python -m ringloader.bench --dataset shards     # ImageFolder vs WebDataset shards, pipe:
     python -m ringloader.bench --dataset scale      # 1.28M-image folder: memory, first batch
+    python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
@@ -651,6 +652,183 @@ def format_shards_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
 
 
 # --------------------------------------------------------------------------
+# Remote: the same shards over a throttled loopback link, cached, and through pipe:curl
+# --------------------------------------------------------------------------
+
+
+class _ThrottledFiles:
+    """The files of ``root`` over loopback HTTP (GET, single Range, an ETag): every response
+    starts after ``latency_s``, and all responses together move at most ``rate`` bytes/s. A
+    stand-in for the link to object storage."""
+
+    CHUNK = 256 << 10
+
+    def __init__(self, root: Path, latency_s: float, rate: float):
+        import http.server
+        import threading
+
+        self.root, self.latency_s, self.rate = Path(root).resolve(), latency_s, rate
+        self._lock = threading.Lock()
+        self._next = time.monotonic()
+        self.bytes_sent = 0
+        files = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                files._serve(self)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def _take(self, n: int) -> None:
+        """Waits until ``n`` more bytes fit the link's rate (shared by every response)."""
+        with self._lock:
+            now = time.monotonic()
+            self._next = max(self._next, now) + n / self.rate
+            wait = self._next - now - n / self.rate
+        if wait > 0:
+            time.sleep(wait)
+
+    def _serve(self, h: Any) -> None:
+        import re
+
+        path = self.root / h.path.lstrip("/").split("?")[0]
+        time.sleep(self.latency_s)
+        if not path.is_file() or self.root not in path.resolve().parents:
+            h.send_response(404)
+            h.send_header("Content-Length", "0")
+            h.end_headers()
+            return
+        st = path.stat()
+        size, start, end = st.st_size, 0, st.st_size
+        etag = f'"{st.st_mtime_ns:x}-{size:x}"'
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", h.headers.get("Range", ""))
+        if m and h.headers.get("If-Range", etag) == etag and int(m.group(1)) < size:
+            start = int(m.group(1))
+            end = min(size, int(m.group(2)) + 1) if m.group(2) else size
+            h.send_response(206)
+            h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+        else:
+            h.send_response(200)
+        h.send_header("Content-Length", str(end - start))
+        h.send_header("ETag", etag)
+        h.send_header("Accept-Ranges", "bytes")
+        h.end_headers()
+        with open(path, "rb") as f:
+            f.seek(start)
+            at = start
+            while at < end:
+                data = f.read(min(self.CHUNK, end - at))
+                self._take(len(data))
+                h.wfile.write(data)
+                at += len(data)
+                with self._lock:
+                    self.bytes_sent += len(data)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
+                         log: Callable[[str], None]) -> dict[str, Any]:
+    """WebDataset shards (packed from ``--root`` once) served over a loopback link of
+    ``--link-latency-ms`` per request and ``--link-rate`` MB/s: epoch 1 of ``http://`` shards (the
+    download into an empty cache included) against the link's rate, epoch 2 (from the cache)
+    against the local shards, and one epoch of ``pipe:curl`` streams of the same URLs. Train
+    transform, shard order (no shuffle: every run reads the same bytes), one epoch each."""
+    import shutil
+    import tempfile
+
+    rl = _import_ringloader()
+    pack = importlib.import_module("ringloader.pack")
+    T = importlib.import_module("ringloader.transforms")
+    transform = make_transform(T, "train")
+    with tempfile.TemporaryDirectory(prefix="ringloader-remote-") as tmp:
+        work = Path(args.shards_dir) if args.shards_dir else Path(tmp) / "shards"
+        if not list(work.glob("shard-*.tar")):
+            log(f"packing {cfg.root} into {work} ...")
+            pack.pack(str(cfg.root), str(work), pack.parse_size(args.shard_size))
+        names = sorted(p.name for p in work.glob("shard-*.tar"))
+        total = sum((work / n).stat().st_size for n in names)
+        _warm_page_cache(work)
+        link = _ThrottledFiles(work, args.link_latency_ms / 1e3, args.link_rate * 1e6)
+        cache = Path(tmp) / "cache"
+        urls = [f"{link.url}/{n}" for n in names]
+
+        def epoch(ds: Any) -> tuple:
+            loader = rl.DataLoader(ds, batch_size=cfg.batch_size, shuffle=False,
+                                   num_workers=cfg.num_workers, drop_last=True)
+            t0 = time.perf_counter()
+            images = sum(int(labels.shape[0]) for _, labels in loader)
+            return images, time.perf_counter() - t0
+
+        try:
+            log(f"epoch 1: {len(names)} shards ({total / 1e6:.1f} MB) over a {args.link_rate:g} MB/s, "
+                f"{args.link_latency_ms:g} ms link into an empty cache ...")
+            t0 = time.perf_counter()
+            remote = rl.WebDataset(urls, transform=transform, cache_dir=str(cache), index_cache=None)
+            fetch_s = time.perf_counter() - t0
+            images, first_s = epoch(remote)
+            log("epoch 2: from the cache ...")
+            _, second_s = epoch(remote)
+            local = rl.WebDataset([str(work / n) for n in names], transform=transform,
+                                  index_cache=None)
+            log("local shards ...")
+            _, local_s = epoch(local)
+            report: dict[str, Any] = {
+                "shards": len(names), "shard_bytes": total, "images": images,
+                "link_mb_per_s": args.link_rate, "link_latency_ms": args.link_latency_ms,
+                "fetch_seconds": fetch_s, "fetch_mb_per_s": total / fetch_s / 1e6,
+                "epoch1_seconds": fetch_s + first_s, "epoch2_seconds": second_s,
+                "local_seconds": local_s, "link_floor_seconds": total / (args.link_rate * 1e6),
+            }
+            if shutil.which("curl"):
+                log("pipe:curl ...")
+                index = Path(tmp) / "pipe-index"
+                wdsmod = importlib.import_module("ringloader.webdataset")
+                piped_urls = [f"pipe:curl -s -f {u}" for u in urls]
+                for url, n in zip(piped_urls, names):
+                    wdsmod.cache_index_as(url, str(work / n), str(index))
+                piped = rl.WebDataset(piped_urls, transform=transform, index_cache=str(index))
+                _, report["pipe_curl_seconds"] = epoch(piped)
+        finally:
+            link.stop()
+    return report
+
+
+def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
+                         report: dict[str, Any]) -> str:
+    n = report["images"]
+    lines = [
+        f"ringloader remote benchmark: {report['images']} images, {report['shards']} shards "
+        f"({report['shard_bytes'] / 1e6:.1f} MB) over a loopback link of {report['link_mb_per_s']:g} "
+        f"MB/s and {report['link_latency_ms']:g} ms per request, train transform, batch "
+        f"{cfg.batch_size}, {cfg.num_workers} threads, one epoch each",
+        f"  epoch 1 (http://, empty cache): {report['epoch1_seconds']:6.2f} s "
+        f"(download {report['fetch_seconds']:.2f} s = {report['fetch_mb_per_s']:.1f} MB/s; the link "
+        f"alone needs {report['link_floor_seconds']:.2f} s)",
+        f"  epoch 2 (from the cache)      : {report['epoch2_seconds']:6.2f} s, "
+        f"{n / report['epoch2_seconds']:.0f} img/s",
+        f"  local shards                  : {report['local_seconds']:6.2f} s, "
+        f"{n / report['local_seconds']:.0f} img/s",
+    ]
+    if "pipe_curl_seconds" in report:
+        lines.append(f"  pipe:curl (each epoch)        : {report['pipe_curl_seconds']:6.2f} s, "
+                     f"{n / report['pipe_curl_seconds']:.0f} img/s")
+    lines.append(f"  machine: {machine.get('cpu', '?')}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------
 # ImageNet-scale folder: construction cost and time to the first batch
 # --------------------------------------------------------------------------
 
@@ -802,13 +980,19 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help=f"--dataset scale: hard links in the tree (default {SCALE_IMAGES}, ImageNet's train set)")
     p.add_argument("--scale-classes", type=int, default=SCALE_CLASSES,
                    help=f"--dataset scale: class folders (default {SCALE_CLASSES})")
-    p.add_argument("--dataset", choices=("folder", "shards", "scale"), default="folder",
+    p.add_argument("--link-rate", type=float, default=100.0,
+                   help="--dataset remote: MB/s of the loopback link (default 100)")
+    p.add_argument("--link-latency-ms", type=float, default=20.0,
+                   help="--dataset remote: latency before each response in ms (default 20)")
+    p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote"), default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
                         "bandwidth-limited pipe: run (train transform); scale: ImageFolder construction "
                         "time, memory, pickle size and time to the first batch on an ImageNet-sized "
                         "tree of hard links (built once under the cache folder) to the JPEGs of --root "
-                        "(default: the sample set), torch vs ringloader")
+                        "(default: the sample set), torch vs ringloader; remote: the shards over a "
+                        "throttled loopback http link (epoch 1 downloads into the cache, epoch 2 reads "
+                        "it) vs local shards and pipe:curl")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -908,13 +1092,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset == "shards":
+    if args.dataset in ("shards", "remote"):
+        run, fmt = ((run_shards_benchmark, format_shards_report) if args.dataset == "shards"
+                    else (run_remote_benchmark, format_remote_report))
         try:
-            report = run_shards_benchmark(cfg, args, log)
+            report = run(cfg, args, log)
         except BenchError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        print(format_shards_report(cfg, machine, data, report))
+        print(fmt(cfg, machine, data, report))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"machine": machine, "dataset": data, **report},

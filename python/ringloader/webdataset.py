@@ -26,7 +26,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C, _order, _schemes, _source
+from . import _C, _order, _remote, _schemes, _source
 from ._atomic import write_json
 from .datasets import NativeDataset
 
@@ -108,6 +108,9 @@ def _expand(urls: Any) -> List[Tuple[str, bool]]:
                 scheme = _schemes.FILE  # a path object names a file whatever its text
             if scheme.streamed:
                 out.append((url, True))
+                continue
+            if scheme.remote:
+                out.append((url, False))  # fetched into the shard cache (see WebDataset)
                 continue
             if any(c in url for c in "*?["):
                 matched = sorted(glob.glob(url))
@@ -352,7 +355,19 @@ class WebDataset(NativeDataset):
     ``urls``: a string or a list of strings, each a local path (``file://`` stripped), a glob
     (``shards/*.tar``), a brace pattern (``train-{000000..000146}.tar``, zero padding kept;
     ``{a,b}``) or ``pipe:COMMAND`` (the shard is the command's stdout, e.g.
-    ``pipe:curl -s http://host/train-{000..009}.tar``). Shards are read in the order given.
+    ``pipe:curl -s http://host/train-{000..009}.tar``), or a remote URL: ``http://``,
+    ``https://`` or ``s3://bucket/key`` (braces expanded). Shards are read in the order given.
+
+    Remote shards are downloaded whole, natively, into a node-local cache folder ``cache_dir``
+    (default ``~/.cache/ringloader/shards``) shared by the processes of the node (one download
+    per shard, a file lock), and read from there like local shards; least recently used shards
+    are removed to keep the folder within ``cache_limit`` (bytes or a size like ``"50GB"``;
+    None: no limit). https uses ``ca_file`` (or ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``)
+    when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
+    ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
+    ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``).
+    A 403 or 404 raises at construction; a shard that still fails after the retries gives a
+    sample that fails when read (``on_error``). See docs/remote.md.
 
     Samples group a shard's members by key (the ``webdataset`` package's rule). The image is the
     member whose extension is the first of ``image_exts`` present; the label comes from the
@@ -417,6 +432,10 @@ class WebDataset(NativeDataset):
         strict: bool = False,
         exif_transpose: bool = False,
         progress: Optional[bool] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Any = None,
+        ca_file: Optional[str] = None,
+        remote_options: Optional[Dict[str, Any]] = None,
     ):
         if label_key not in LABEL_KEYS:
             raise ValueError(f"WebDataset label_key must be one of {', '.join(LABEL_KEYS)}, got "
@@ -437,6 +456,22 @@ class WebDataset(NativeDataset):
             index_cache = default_index_cache()
         expanded = _expand(urls)
         self.urls = [url for url, _ in expanded]
+        #: Per shard: the file its samples are read from (a remote shard's cached copy).
+        self.shard_paths = list(self.urls)
+        #: Per remote shard: (size, ETag) of the copy it was indexed from; None for the others.
+        self.remote_copies: List[Optional[Tuple[int, str]]] = [None] * len(self.urls)
+        self._fetcher: Optional[_remote.RemoteFetcher] = None
+        unfetched: Dict[int, str] = {}
+        remote = [s for s, (url, pipe) in enumerate(expanded)
+                  if not pipe and _remote.remote_scheme(url) is not None]
+        if remote:
+            self._fetcher = _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options)
+            unfetched = self._fetch_remote(remote, construction=True)
+            fetched = set(remote) - set(unfetched)
+            expanded = [(self.shard_paths[s], pipe) if s in fetched else (url, pipe)
+                        for s, (url, pipe) in enumerate(expanded)]
+        elif cache_dir is not None or cache_limit is not None:
+            _remote.cache_limit_bytes(cache_limit)  # a bad value is an error whatever the urls
         #: Per shard: True when it is the stdout of a ``pipe:`` command written in ``urls``.
         self.url_pipes = [pipe for _, pipe in expanded]
         self.label_key, self.label_field = label_key, label_field
@@ -454,7 +489,21 @@ class WebDataset(NativeDataset):
         self.shard_stats: List[Optional[Tuple[int, int]]] = []
         if progress is not None and not isinstance(progress, bool):
             raise ValueError(f"WebDataset progress must be None, True or False, got {progress!r}")
-        for url, pipe, index in self._index_all(expanded, _progress_delay(progress)):
+        indexed = iter(self._index_all([e for s, e in enumerate(expanded) if s not in unfetched],
+                                       _progress_delay(progress)))
+        for s in range(len(expanded)):
+            if s in unfetched:
+                url, pipe = self.urls[s], False
+                index = self._unfetched_index(url, unfetched[s])
+            else:
+                url, pipe, index = next(indexed)
+            if self.remote_copies[s] is not None:
+                url = self.urls[s]
+                if self.index_cache is not None:
+                    # Kept so that a later run that cannot fetch the shard still knows its
+                    # samples (the dataset's length and order stay those of this run).
+                    _write_cache(self._remote_index_path(url), url, index)
+                index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
             count = len(index["keys"])
@@ -490,7 +539,7 @@ class WebDataset(NativeDataset):
         self.shard_sizes = np.asarray(sizes, dtype=np.int64)
         self.shard_starts = np.concatenate([[0], np.cumsum(self.shard_sizes)]).astype(np.int64)
         shard_of = np.repeat(np.arange(len(self.urls)), self.shard_sizes)
-        paths = [self.urls[s] for s in shard_of]
+        paths = [self.shard_paths[s] for s in shard_of]
         label_list = np.concatenate(labels).tolist()
         if classes is None:
             classes = self._classes_file() or [str(i) for i in range(max(label_list) + 1)]
@@ -528,6 +577,58 @@ class WebDataset(NativeDataset):
             if not future.cancelled() and future.exception() is not None:
                 raise future.exception()
         return [(url, pipe, f.result()) for (url, pipe), f in zip(expanded, futures)]
+
+    def _remote_index_path(self, url: str) -> str:
+        assert self.index_cache is not None
+        return _cache_path(url, self.image_exts, self.label_key, self.label_field,
+                           self.index_cache)
+
+    def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
+        """The index of a remote shard that could not be fetched: every sample of its index from
+        an earlier run (``index_cache``) failing with ``error``, else one failing sample that
+        stands for the unknown ones."""
+        why = f"shard {url}: {error}"
+        known = None if self.index_cache is None else _load_index(self._remote_index_path(url))
+        if known is not None:
+            return dict(known, errors=[why] * len(known["keys"]), error="", index_file=None)
+        return {"keys": ["(unfetched)"], "members": ["(shard)"], "offsets": [0], "lengths": [0],
+                "labels": [0], "errors": [why], "error": ""}
+
+    def _fetch_remote(self, shards: Sequence[int], construction: bool) -> Dict[int, str]:
+        """Brings the remote ``shards`` into the cache (downloading those not there) and points
+        ``shard_paths`` at the copies. Returns {shard: error} for those that could not be fetched
+        after the retries; a 404, 403 or bad URL raises. After construction, a copy that is not
+        the one indexed (another size or ETag: the object changed) raises StaleIndexError."""
+        assert self._fetcher is not None
+        results = self._fetcher.fetch([self.urls[s] for s in shards])
+        failed: Dict[int, str] = {}
+        for s, r in zip(shards, results):
+            if "error" in r:
+                _remote.raise_if_fatal(r)
+                failed[s] = r["error"]
+                continue
+            copy = (int(r["size"]), str(r["etag"]))
+            if construction:
+                self.remote_copies[s] = copy
+            elif self.remote_copies[s] is not None and copy != self.remote_copies[s]:
+                was = self.remote_copies[s]
+                error = StaleIndexError(
+                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
+                    f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "
+                    f"{copy[1] or 'none'}): its index is out of date. Build the WebDataset again "
+                    f"(it re-indexes the shard).")
+                error.path = self.urls[s]
+                raise error
+            self.shard_paths[s] = r["path"]
+        limit = self._fetcher.cache_limit
+        if construction and limit:
+            total = sum(c[0] for c in self.remote_copies if c is not None)
+            if total > limit:
+                raise ValueError(
+                    f"WebDataset cache_limit ({limit} bytes) is smaller than the dataset's remote "
+                    f"shards ({total} bytes): every shard must fit in the cache at once (raise "
+                    f"cache_limit or point cache_dir at a larger disk)")
+        return failed
 
     def _classes_file(self) -> Optional[List[str]]:
         """``classes.json`` next to the first local shard (``ringloader.pack`` writes it)."""
@@ -623,7 +724,20 @@ class WebDataset(NativeDataset):
         bytes and labels; the DataLoader calls this at each epoch's start, ``dataset[i]`` for its
         shard. A shard that is gone is not stale: reading its samples fails (``on_error``), as
         for a missing file. (A ``pipe:`` shard is checked as it streams, member by member.)"""
-        for s in range(len(self.urls)) if shards is None else shards:
+        wanted = range(len(self.urls)) if shards is None else shards
+        missing = []
+        for s in wanted:
+            if self.remote_copies[s] is None:
+                continue
+            try:
+                os.utime(self.shard_paths[s])  # just used: the last to be evicted
+            except OSError:
+                missing.append(s)
+        if missing:
+            # Back into the cache if it was evicted since; one that cannot be fetched now fails
+            # its samples when they are read (on_error).
+            self._fetch_remote(missing, construction=False)
+        for s in wanted:
             was = self.shard_stats[s]
             if was is None:
                 continue

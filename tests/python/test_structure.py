@@ -119,8 +119,13 @@ def test_schemes_table(tmp_path: Path):
     assert scheme is _schemes.PIPE and scheme.streamed and target == "pipe:cat a.tar"
     with pytest.raises(ValueError, match="'pipe: ' *: pipe: needs a command"):
         _schemes.classify("pipe: ", "shard")
-    with pytest.raises(ValueError, match=r"WebDataset url 'http://h/a.tar': only local paths.*pipe:curl"):
-        _schemes.classify("http://h/a.tar", "WebDataset url")
+    for url, scheme in (("http://h/a.tar", _schemes.HTTP), ("https://h/a.tar", _schemes.HTTPS),
+                        ("s3://b/a.tar", _schemes.S3)):
+        assert _schemes.classify(url) == (scheme, url) and scheme.remote and not scheme.streamed
+        assert _schemes.remote(url) is scheme
+    assert _schemes.remote("/data/a.tar") is None and _schemes.remote("pipe:cat a") is None
+    with pytest.raises(ValueError, match=r"WebDataset url 'ftp://h/a.tar': only local paths.*s3://"):
+        _schemes.classify("ftp://h/a.tar", "WebDataset url")
     # A name found on disk is never a command.
     assert _schemes.local("pipe:rm x") == "./pipe:rm x" and _schemes.local("a/b") == "a/b"
     assert _schemes.is_command("pipe:ls") and not _schemes.is_command("./pipe:ls")

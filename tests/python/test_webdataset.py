@@ -87,8 +87,9 @@ def test_expand_urls_braces_globs_and_streams(tmp_path):
                                                      str(tmp_path / "b.tar")]
     with pytest.raises(FileNotFoundError, match="matches no file"):
         expand_urls(str(tmp_path / "*.zip"))
-    with pytest.raises(ValueError, match="pipe:curl"):
-        expand_urls("http://host/a.tar")
+    assert expand_urls("http://host/a-{0..1}.tar") == ["http://host/a-0.tar", "http://host/a-1.tar"]
+    with pytest.raises(ValueError, match="only local paths"):
+        expand_urls("ftp://host/a.tar")
     with pytest.raises(ValueError, match="no shard"):
         expand_urls([])
     with pytest.raises(TypeError, match="strings"):

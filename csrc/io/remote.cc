@@ -1,0 +1,461 @@
+#include "io/remote.h"
+
+#include <curl/curl.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_util.h"
+
+namespace ringloader {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kErrorBodyBytes = 512;
+
+void InitCurlOnce() {
+  // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
+  static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
+  (void)init;
+}
+
+/// One job's transfer state, across its attempts.
+struct Transfer {
+  const DownloadJob* job = nullptr;
+  DownloadResult* result = nullptr;
+  std::string http_url;
+  int fd = -1;
+  int64_t written = 0;       // bytes of the object in the file
+  int64_t total = -1;        // the object's size, once a response stated it
+  std::string etag;          // of the first response that had one
+  // The response being received (reset at each status line: redirects, 100-continue).
+  long status = 0;
+  int64_t content_length = -1;
+  int64_t range_start = -1, range_total = -1;
+  std::string response_etag;
+  bool body_started = false;
+  std::string error_body;
+  std::string write_error;   // why the write callback stopped the transfer
+  bool resume_mismatch = false;  // it stopped because the resumed part did not fit: retried
+  bool etag_changed = false;
+  char curl_error[CURL_ERROR_SIZE] = {0};
+  CURL* easy = nullptr;
+  curl_slist* headers = nullptr;
+  Clock::time_point ready_at{};
+  bool done = false;
+};
+
+size_t OnHeader(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  absl::string_view line(data, n);
+  line = absl::StripTrailingAsciiWhitespace(line);
+  if (absl::StartsWith(line, "HTTP/")) {
+    t->status = 0;
+    t->content_length = t->range_start = t->range_total = -1;
+    t->response_etag.clear();
+    const size_t space = line.find(' ');
+    if (space != absl::string_view::npos) {
+      int code = 0;
+      if (absl::SimpleAtoi(line.substr(space + 1, 3), &code)) t->status = code;
+    }
+    return n;
+  }
+  const size_t colon = line.find(':');
+  if (colon == absl::string_view::npos) return n;
+  const std::string name = absl::AsciiStrToLower(line.substr(0, colon));
+  const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+  if (name == "etag") {
+    t->response_etag = std::string(value);
+  } else if (name == "content-length") {
+    int64_t v = 0;
+    if (absl::SimpleAtoi(value, &v)) t->content_length = v;
+  } else if (name == "content-range") {
+    // bytes START-END/TOTAL
+    absl::string_view v = value;
+    if (absl::ConsumePrefix(&v, "bytes ")) {
+      const size_t dash = v.find('-'), slash = v.find('/');
+      int64_t start = 0, total = 0;
+      if (dash != absl::string_view::npos && absl::SimpleAtoi(v.substr(0, dash), &start)) {
+        t->range_start = start;
+      }
+      if (slash != absl::string_view::npos && absl::SimpleAtoi(v.substr(slash + 1), &total)) {
+        t->range_total = total;
+      }
+    }
+  }
+  return n;
+}
+
+bool WriteAll(int fd, const char* data, size_t n, int64_t offset) {
+  while (n > 0) {
+    const ssize_t w = pwrite(fd, data, n, offset);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data += w;
+    n -= static_cast<size_t>(w);
+    offset += w;
+  }
+  return true;
+}
+
+size_t OnBody(char* data, size_t size, size_t count, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const size_t n = size * count;
+  if (t->status == 0) {
+    // No status line: a protocol without one (file://, which tests use). Its Range is honoured.
+    t->status = t->written > 0 ? 206 : 200;
+    if (t->status == 206) t->range_start = t->written;
+  }
+  if (t->status < 200 || t->status >= 300) {
+    const size_t keep = std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, t->error_body.size()));
+    t->error_body.append(data, keep);
+    return n;
+  }
+  if (!t->body_started) {
+    t->body_started = true;
+    if (!t->response_etag.empty()) {
+      if (t->etag.empty()) {
+        t->etag = t->response_etag;
+      } else if (t->etag != t->response_etag) {
+        // The object changed between attempts: what was written is another version.
+        t->etag_changed = true;
+      }
+    }
+    if (t->status == 206) {
+      if (t->range_start != t->written || t->etag_changed) {
+        t->write_error = absl::StrCat("the server resumed at byte ", t->range_start, ", not ",
+                                      t->written);
+        t->resume_mismatch = true;
+        t->written = 0;
+        return 0;
+      }
+      if (t->range_total >= 0) t->total = t->range_total;
+    } else {
+      // A whole object (the server ignored the Range, or If-Range saw another ETag).
+      if (t->written > 0 && ftruncate(t->fd, 0) != 0) {
+        t->write_error = absl::StrCat("ftruncate(", t->job->path, "): ", std::strerror(errno));
+        return 0;
+      }
+      t->written = 0;
+      t->etag_changed = false;
+      if (!t->response_etag.empty()) t->etag = t->response_etag;
+      t->total = t->content_length;
+    }
+  }
+  if (!WriteAll(t->fd, data, n, t->written)) {
+    t->write_error = absl::StrCat("write(", t->job->path, "): ", std::strerror(errno));
+    return 0;
+  }
+  t->written += static_cast<int64_t>(n);
+  return n;
+}
+
+bool RetryableCurl(CURLcode code) {
+  switch (code) {
+    case CURLE_OPERATION_TIMEDOUT:
+    case CURLE_COULDNT_CONNECT:
+    case CURLE_COULDNT_RESOLVE_HOST:
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+    case CURLE_HTTP2:
+    case CURLE_HTTP2_STREAM:
+    case CURLE_SSL_CONNECT_ERROR:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string CodeText(long status) {
+  switch (status) {
+    case 401: return "401 Unauthorized";
+    case 403: return "403 Forbidden";
+    case 404: return "404 Not Found";
+    case 416: return "416 Range Not Satisfiable";
+    case 429: return "429 Too Many Requests";
+    case 500: return "500 Internal Server Error";
+    case 502: return "502 Bad Gateway";
+    case 503: return "503 Service Unavailable";
+    case 504: return "504 Gateway Timeout";
+    default: return absl::StrCat(status);
+  }
+}
+
+/// The body of an error response, on one line, for the message (S3 puts its reason there).
+std::string BodyNote(const std::string& body) {
+  if (body.empty()) return "";
+  std::string text = body;
+  for (char& c : text) {
+    if (c == '\n' || c == '\r' || static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  return absl::StrCat(": ", absl::StripAsciiWhitespace(text));
+}
+
+}  // namespace
+
+bool IsRemoteUrl(absl::string_view url) {
+  return absl::StartsWith(url, "http://") || absl::StartsWith(url, "https://") ||
+         absl::StartsWith(url, "s3://");
+}
+
+absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOptions& options) {
+  absl::string_view rest = url;
+  if (!absl::ConsumePrefix(&rest, "s3://")) {
+    // Fetched as written when its scheme is one libcurl may use here (http, https; file in tests).
+    const size_t colon = url.find("://");
+    if (colon != std::string::npos) {
+      for (absl::string_view p : absl::StrSplit(options.protocols, ',')) {
+        if (p == absl::string_view(url).substr(0, colon)) return url;
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote url ", url, ": only http://, https:// and s3:// are fetched"));
+  }
+  const size_t slash = rest.find('/');
+  if (slash == 0 || slash == absl::string_view::npos || slash + 1 == rest.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("remote url ", url, ": an s3 url is s3://BUCKET/KEY"));
+  }
+  std::string endpoint = options.s3.endpoint;
+  if (endpoint.empty()) endpoint = absl::StrCat("https://s3.", options.s3.region, ".amazonaws.com");
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  // Keys are sent as written: shard names are plain ASCII; a key that needs percent-encoding
+  // must be written encoded.
+  return absl::StrCat(endpoint, "/", rest);
+}
+
+double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
+  const double cap = std::min(options.backoff_max_s,
+                              options.backoff_initial_s * std::ldexp(1.0, std::max(0, retry - 1)));
+  return cap * unit;
+}
+
+std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
+                                        const RemoteOptions& options,
+                                        const std::atomic<bool>* cancel) {
+  InitCurlOnce();
+  std::vector<DownloadResult> results(jobs.size());
+  std::vector<std::unique_ptr<Transfer>> transfers;
+  std::mt19937_64 rng(std::random_device{}());
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto t = std::make_unique<Transfer>();
+    t->job = &jobs[i];
+    t->result = &results[i];
+    absl::StatusOr<std::string> http = HttpUrlOf(jobs[i].url, options);
+    if (!http.ok()) {
+      results[i].status = http.status();
+      t->done = true;
+    } else {
+      t->http_url = *std::move(http);
+      t->fd = open(jobs[i].path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (t->fd < 0) {
+        results[i].status = ErrnoStatus(errno, "open", jobs[i].path);
+        t->done = true;
+      }
+    }
+    transfers.push_back(std::move(t));
+  }
+
+  CURLM* multi = curl_multi_init();
+  const int max_connections = std::max(1, options.max_connections);
+  curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(max_connections));
+  int active = 0;
+
+  auto finish = [&](Transfer* t, absl::Status status) {
+    t->done = true;
+    t->result->status = std::move(status);
+    t->result->size = t->written;
+    t->result->etag = t->etag;
+    if (t->fd >= 0) close(t->fd);
+    t->fd = -1;
+  };
+
+  auto start = [&](Transfer* t) {
+    CURL* e = curl_easy_init();
+    t->easy = e;
+    t->status = 0;
+    t->body_started = false;
+    t->error_body.clear();
+    t->write_error.clear();
+    t->resume_mismatch = false;
+    t->curl_error[0] = '\0';
+    curl_easy_setopt(e, CURLOPT_URL, t->http_url.c_str());
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->curl_error);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, options.protocols.c_str());
+    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, options.protocols.c_str());
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, options.connect_timeout_s);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, options.stall_timeout_s);
+    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, nullptr);  // the bytes as stored, never re-encoded
+    if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
+    curl_slist* headers = nullptr;
+    // Without credentials an s3:// request goes unsigned: a public bucket allows it.
+    if (absl::StartsWith(t->job->url, "s3://") && !options.s3.access_key.empty()) {
+      const std::string sigv4 = absl::StrCat("aws:amz:", options.s3.region, ":s3");
+      curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
+      curl_easy_setopt(e, CURLOPT_USERNAME, options.s3.access_key.c_str());
+      curl_easy_setopt(e, CURLOPT_PASSWORD, options.s3.secret_key.c_str());
+      if (!options.s3.session_token.empty()) {
+        headers = curl_slist_append(
+            headers, absl::StrCat("x-amz-security-token: ", options.s3.session_token).c_str());
+      }
+    }
+    if (t->written > 0) {
+      // Resume: the rest of the object, unless it changed (then the whole new one).
+      const std::string range = absl::StrCat(t->written, "-");
+      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+      if (!t->etag.empty()) {
+        headers = curl_slist_append(headers, absl::StrCat("If-Range: ", t->etag).c_str());
+      }
+    }
+    t->headers = headers;
+    if (headers != nullptr) curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+    t->result->attempts += 1;
+    curl_multi_add_handle(multi, e);
+    ++active;
+  };
+
+  auto release = [&](Transfer* t) {
+    curl_multi_remove_handle(multi, t->easy);
+    curl_easy_cleanup(t->easy);
+    t->easy = nullptr;
+    curl_slist_free_all(t->headers);
+    t->headers = nullptr;
+    --active;
+  };
+
+  // The outcome of one attempt: finished (OK or a final error) or scheduled for a retry.
+  auto settle = [&](Transfer* t, CURLcode code) {
+    const long status = t->status;
+    absl::Status failure;
+    bool retry = false;
+    const std::string where = absl::StrCat("GET ", t->job->url);
+    if (code == CURLE_OK && (status == 0 || (status >= 200 && status < 300))) {
+      if (!t->body_started) {
+        // An empty body: OnBody never ran for this response.
+        if (status != 206 && status != 0) {
+          if (t->written > 0 && ftruncate(t->fd, 0) == 0) t->written = 0;
+          t->total = t->content_length;
+          if (!t->response_etag.empty()) t->etag = t->response_etag;
+        }
+      }
+      if (t->total >= 0 && t->written != t->total) {
+        failure = absl::DataLossError(absl::StrCat(where, ": got ", t->written, " of ", t->total,
+                                                   " bytes"));
+        retry = true;
+      } else {
+        finish(t, absl::OkStatus());
+        return;
+      }
+    } else if (code == CURLE_OK || code == CURLE_HTTP_RETURNED_ERROR) {
+      const std::string what = absl::StrCat(where, ": HTTP ", CodeText(status),
+                                            BodyNote(t->error_body));
+      if (status == 401 || status == 403) {
+        failure = absl::PermissionDeniedError(what);
+      } else if (status == 404) {
+        failure = absl::NotFoundError(what);
+      } else if (status == 429 || status >= 500) {
+        failure = absl::UnavailableError(what);
+        retry = true;
+      } else if (status == 416 && t->written > 0) {
+        // The part on disk does not fit the object any more: start over.
+        t->written = 0;
+        failure = absl::DataLossError(what);
+        retry = true;
+      } else {
+        failure = absl::InvalidArgumentError(what);
+      }
+    } else {
+      const std::string detail = t->write_error.empty()
+                                     ? (t->curl_error[0] ? std::string(t->curl_error)
+                                                         : std::string(curl_easy_strerror(code)))
+                                     : t->write_error;
+      const std::string what = absl::StrCat(where, ": ", detail);
+      // A resumed part that did not fit is fetched again from byte 0; a failed write to the
+      // cache's disk (full, read-only) is not retried.
+      retry = RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch);
+      failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
+    }
+    if (retry && t->result->attempts < options.max_attempts) {
+      const double delay = BackoffSeconds(t->result->attempts, options, unit(rng));
+      t->ready_at = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(delay * 1e6));
+      return;
+    }
+    if (retry) {
+      failure = absl::Status(failure.code(), absl::StrCat(failure.message(), " (gave up after ",
+                                                          t->result->attempts, " attempts)"));
+    }
+    finish(t, failure);
+  };
+
+  while (true) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
+    const Clock::time_point now = Clock::now();
+    bool waiting = false;
+    Clock::time_point next_ready = now + std::chrono::milliseconds(100);
+    for (auto& t : transfers) {
+      if (t->done || t->easy != nullptr) continue;
+      waiting = true;
+      if (t->ready_at > now) {
+        next_ready = std::min(next_ready, t->ready_at);
+      } else if (active < max_connections) {
+        start(t.get());
+      }
+    }
+    if (!waiting && active == 0) break;
+    int running = 0;
+    curl_multi_perform(multi, &running);
+    int left = 0;
+    while (CURLMsg* msg = curl_multi_info_read(multi, &left)) {
+      if (msg->msg != CURLMSG_DONE) continue;
+      Transfer* t = nullptr;
+      curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
+      const CURLcode code = msg->data.result;
+      release(t);
+      settle(t, code);
+    }
+    if (std::all_of(transfers.begin(), transfers.end(), [](const auto& t) { return t->done; })) break;
+    const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(next_ready - Clock::now(), Clock::duration::zero()));
+    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::clamp<int64_t>(wait_ms.count(), 1, 100)),
+                    nullptr);
+  }
+  for (auto& t : transfers) {
+    if (t->easy != nullptr) release(t.get());
+    if (!t->done) finish(t.get(), absl::CancelledError(absl::StrCat("GET ", t->job->url, ": cancelled")));
+  }
+  curl_multi_cleanup(multi);
+  return results;
+}
+
+}  // namespace ringloader

@@ -1,0 +1,88 @@
+#pragma once
+/// Whole objects fetched over HTTP(S) and S3 into local files, with libcurl (its multi interface:
+/// many transfers on one thread, no Python involved).
+///
+/// An `s3://bucket/key` URL is fetched as `ENDPOINT/bucket/key` (path-style addressing, which
+/// S3-compatible stores accept too), signed by libcurl's AWS SigV4 (`CURLOPT_AWS_SIGV4`) with the
+/// credentials in RemoteOptions::s3 (the Python layer resolves them from the environment and
+/// `~/.aws`); without an access key it goes unsigned (a public bucket). `http://` and `https://`
+/// URLs are fetched as they are.
+///
+/// Fault rules: timeouts (connect, or a transfer that stalls), connection failures and resets,
+/// HTTP 5xx and 429 are retried up to `max_attempts` times with exponential backoff and full
+/// jitter; a retry resumes the bytes already written with a Range request (If-Range on the ETag,
+/// so a changed object restarts from byte 0 instead of splicing two versions). HTTP 401/403
+/// (PermissionDenied), 404 (NotFound) and other 4xx (InvalidArgument) fail at once, the message
+/// naming the URL. A result is OK only when the bytes written equal the object's size as the
+/// server stated it (Content-Length or Content-Range) and every response carried the same ETag.
+///
+/// Memory is bounded: bytes go straight to the file descriptor; an error body keeps its first
+/// 512 bytes. Connections are bounded by `max_connections`.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ringloader {
+
+/// What SigV4 signs with and where S3 lives.
+struct S3Config {
+  std::string access_key;
+  std::string secret_key;
+  std::string session_token;  ///< sent as x-amz-security-token when set
+  std::string region = "us-east-1";
+  /// `https://s3.REGION.amazonaws.com` when empty; AWS_ENDPOINT_URL for S3-compatible stores.
+  std::string endpoint;
+};
+
+struct RemoteOptions {
+  int max_connections = 8;
+  int max_attempts = 5;
+  double backoff_initial_s = 0.2;
+  double backoff_max_s = 10.0;
+  long connect_timeout_s = 15;
+  /// A transfer that moves under 1 byte/s for this long is a timeout (then retried).
+  long stall_timeout_s = 30;
+  /// CA bundle for https (a self-signed test server's cert, a corporate CA); system default
+  /// when empty.
+  std::string ca_file;
+  /// Protocols libcurl may use, redirects included. Tests add `file` to fetch local files.
+  std::string protocols = "http,https";
+  S3Config s3;
+};
+
+/// True for the URL schemes fetched here: `http://`, `https://`, `s3://`.
+bool IsRemoteUrl(absl::string_view url);
+
+/// The HTTP(S) URL a remote URL is fetched from (an s3:// URL: its path-style endpoint URL);
+/// InvalidArgument for an s3:// URL without bucket or key, or a URL of another scheme.
+absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOptions& options);
+
+struct DownloadJob {
+  std::string url;   ///< the remote URL (as written: s3:// or http(s)://)
+  std::string path;  ///< where its bytes go (created or truncated)
+};
+
+struct DownloadResult {
+  absl::Status status;
+  int64_t size = 0;   ///< bytes written (the object's size when OK)
+  std::string etag;   ///< as the server sent it (quotes kept), empty when none
+  int attempts = 0;   ///< requests made, the first included
+};
+
+/// Fetches every job, at most `max_connections` at once, and returns one result per job, in
+/// order. Returns early (results Cancelled) soon after `*cancel` is set.
+std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
+                                        const RemoteOptions& options,
+                                        const std::atomic<bool>* cancel = nullptr);
+
+/// The delay before retry number `retry` (1-based): uniform in [0, min(max, initial * 2^(retry-1))]
+/// ("full jitter"), from `unit`, a draw in [0, 1).
+double BackoffSeconds(int retry, const RemoteOptions& options, double unit);
+
+}  // namespace ringloader

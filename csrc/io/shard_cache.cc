@@ -1,0 +1,276 @@
+#include "io/shard_cache.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "common/small_file.h"
+#include "common/status_util.h"
+
+namespace ringloader {
+namespace {
+
+constexpr char kMetaSuffix[] = ".meta";
+constexpr char kLockSuffix[] = ".lock";
+constexpr char kPartSuffix[] = ".part";
+constexpr auto kLockPoll = std::chrono::milliseconds(50);
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+/// The URL's last path component, reduced to characters safe in a file name (for people
+/// looking at the folder; the hash is what makes the name unique).
+std::string SafeBaseName(const std::string& url) {
+  std::string base = url.substr(url.find_last_of('/') + 1);
+  base = base.substr(0, base.find_first_of("?#"));
+  for (char& c : base) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) c = '_';
+  }
+  if (base.size() > 100) base.resize(100);
+  return base.empty() ? "shard" : base;
+}
+
+/// An exclusive flock on a lock file, released (and closed) on destruction.
+class EntryLock {
+ public:
+  EntryLock() = default;
+  EntryLock(const EntryLock&) = delete;
+  EntryLock& operator=(const EntryLock&) = delete;
+  EntryLock(EntryLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  ~EntryLock() {
+    if (fd_ >= 0) close(fd_);  // closing the description releases the flock
+  }
+  /// Locked: OK + true; held by someone else: OK + false.
+  absl::StatusOr<bool> TryLock(const std::string& path) {
+    if (fd_ < 0) {
+      fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd_ < 0) return ErrnoStatus(errno, "open", path);
+    }
+    while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno == EINTR) continue;
+      if (errno == EWOULDBLOCK) return false;
+      return ErrnoStatus(errno, "flock", path);
+    }
+    return true;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Meta {
+  std::string url;
+  int64_t size = -1;
+  std::string etag;
+};
+
+bool ReadMeta(const std::string& path, Meta* meta) {
+  std::string text;
+  if (!ReadSmallFile(path, &text)) return false;
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  if (lines.size() < 3) return false;
+  meta->url = lines[0];
+  meta->etag = lines[2];
+  return ParseWholeInteger(lines[1], &meta->size);
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
+  const std::string tmp = absl::StrCat(path, ".tmp");
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "open", tmp);
+  const ssize_t w = write(fd, text.data(), text.size());
+  const int write_errno = errno;
+  close(fd);
+  if (w != static_cast<ssize_t>(text.size())) return ErrnoStatus(write_errno, "write", tmp);
+  if (rename(tmp.c_str(), path.c_str()) != 0) return ErrnoStatus(errno, "rename", tmp);
+  return absl::OkStatus();
+}
+
+/// The complete entry at `entry` for `url`, if there is one.
+bool CompleteEntry(const std::string& entry, const std::string& url, CachedShard* out) {
+  Meta meta;
+  struct stat st;
+  if (!ReadMeta(entry + kMetaSuffix, &meta) || meta.url != url) return false;
+  if (stat(entry.c_str(), &st) != 0 || st.st_size != meta.size) return false;
+  out->path = entry;
+  out->size = meta.size;
+  out->etag = meta.etag;
+  return true;
+}
+
+void Touch(const std::string& path) { utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+
+}  // namespace
+
+ShardCache::ShardCache(std::string dir, int64_t limit_bytes, RemoteOptions options)
+    : dir_(std::move(dir)), limit_bytes_(limit_bytes), options_(std::move(options)) {}
+
+std::string ShardCache::EntryPath(const std::string& url) const {
+  return absl::StrCat(dir_, "/", absl::StrFormat("%016x", Fnv1a(url)), "-", SafeBaseName(url));
+}
+
+std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<std::string>& urls,
+                                                            const std::atomic<bool>* cancel) {
+  std::vector<absl::StatusOr<CachedShard>> out(urls.size(), absl::UnknownError("not fetched"));
+  if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
+    const absl::Status status = ErrnoStatus(errno, "mkdir", dir_);
+    for (auto& r : out) r = status;
+    return out;
+  }
+  std::set<std::string> keep;
+  for (const std::string& url : urls) keep.insert(EntryPath(url));
+
+  std::vector<size_t> pending(urls.size());
+  for (size_t i = 0; i < urls.size(); ++i) pending[i] = i;
+  bool downloaded_any = false;
+  while (!pending.empty()) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      for (size_t i : pending) out[i] = absl::CancelledError(absl::StrCat("fetch ", urls[i], ": cancelled"));
+      break;
+    }
+    // Take the lock of every pending entry that is free; a complete entry is served at once.
+    std::vector<size_t> busy, fetch;
+    std::vector<EntryLock> locks;
+    std::vector<DownloadJob> jobs;
+    for (size_t i : pending) {
+      const std::string entry = EntryPath(urls[i]);
+      EntryLock lock;
+      absl::StatusOr<bool> locked = lock.TryLock(entry + kLockSuffix);
+      if (!locked.ok()) {
+        out[i] = locked.status();
+        continue;
+      }
+      if (!*locked) {
+        busy.push_back(i);
+        continue;
+      }
+      CachedShard shard;
+      if (CompleteEntry(entry, urls[i], &shard)) {
+        Touch(entry);
+        out[i] = shard;
+        continue;
+      }
+      fetch.push_back(i);
+      locks.push_back(std::move(lock));
+      jobs.push_back({urls[i], entry + kPartSuffix});
+    }
+    if (!jobs.empty()) {
+      std::vector<DownloadResult> results = DownloadAll(jobs, options_, cancel);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const size_t i = fetch[j];
+        const std::string entry = EntryPath(urls[i]);
+        DownloadResult& r = results[j];
+        if (!r.status.ok()) {
+          unlink(jobs[j].path.c_str());
+          out[i] = r.status;
+          continue;
+        }
+        absl::Status status = WriteFileAtomically(entry + kMetaSuffix,
+                                                  absl::StrCat(urls[i], "\n", r.size, "\n", r.etag, "\n"));
+        if (status.ok() && rename(jobs[j].path.c_str(), entry.c_str()) != 0) {
+          status = ErrnoStatus(errno, "rename", jobs[j].path);
+        }
+        if (!status.ok()) {
+          out[i] = status;
+          continue;
+        }
+        downloaded_any = true;
+        out[i] = CachedShard{entry, r.size, r.etag, true, r.attempts};
+      }
+    }
+    locks.clear();  // released before waiting for others' locks
+    pending = std::move(busy);
+    if (!pending.empty()) std::this_thread::sleep_for(kLockPoll);
+  }
+  if (downloaded_any && limit_bytes_ > 0) {
+    // Best effort: a cache that cannot be trimmed still served this call's shards.
+    (void)Evict(keep);
+  }
+  return out;
+}
+
+namespace {
+
+struct Entry {
+  int64_t mtime_ns;
+  int64_t size;
+  std::string path;
+  bool operator<(const Entry& o) const { return std::tie(mtime_ns, path) < std::tie(o.mtime_ns, o.path); }
+};
+
+/// The complete entries of `dir` (a meta, and a file of its size).
+absl::StatusOr<std::vector<Entry>> CompleteEntries(const std::string& dir) {
+  std::vector<Entry> out;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) {
+    if (errno == ENOENT) return out;
+    return ErrnoStatus(errno, "opendir", dir);
+  }
+  while (dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (!absl::EndsWith(name, kMetaSuffix)) continue;
+    const std::string entry = absl::StrCat(dir, "/", name.substr(0, name.size() - (sizeof(kMetaSuffix) - 1)));
+    Meta meta;
+    struct stat st;
+    if (!ReadMeta(entry + kMetaSuffix, &meta) || stat(entry.c_str(), &st) != 0 ||
+        st.st_size != meta.size) {
+      continue;
+    }
+    out.push_back({int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, meta.size, entry});
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
+  RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
+  int64_t total = 0;
+  for (const Entry& e : entries) total += e.size;
+  return total;
+}
+
+absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep) {
+  RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
+  int64_t total = 0;
+  for (const Entry& e : entries) total += e.size;
+  if (limit_bytes_ <= 0) return total;
+  std::sort(entries.begin(), entries.end());
+  for (const Entry& e : entries) {
+    if (total <= limit_bytes_) break;
+    if (keep.count(e.path)) continue;
+    EntryLock lock;
+    absl::StatusOr<bool> locked = lock.TryLock(e.path + kLockSuffix);
+    if (!locked.ok() || !*locked) continue;  // someone is using it: not ours to remove now
+    // The data first: a meta without its file is an incomplete entry, never a wrong one.
+    if (unlink(e.path.c_str()) != 0 && errno != ENOENT) continue;
+    unlink((e.path + kMetaSuffix).c_str());
+    total -= e.size;
+  }
+  return total;
+}
+
+}  // namespace ringloader

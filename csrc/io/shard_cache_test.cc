@@ -1,0 +1,208 @@
+// The shard cache's rules over local files (file:// URLs through the same libcurl path): an entry
+// is taken only when complete, a second Ensure is served from the folder, one process at a time
+// works on an entry (flock), least recently used entries go first. HTTP(S), S3 and faults are
+// tested from Python against real servers (tests/python/test_remote.py).
+
+#include "io/shard_cache.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader {
+namespace {
+
+RemoteOptions FileOptions() {
+  RemoteOptions options;
+  options.protocols = "file";
+  options.max_attempts = 2;
+  options.backoff_initial_s = 0.01;
+  return options;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+/// A source file of `size` bytes (a pattern of `seed`), as a file:// URL.
+std::string Source(const std::string& dir, const std::string& name, size_t size, int seed) {
+  std::vector<uint8_t> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>((i * 31 + seed) & 0xff);
+  const std::string path = absl::StrCat(dir, "/", name);
+  testing::WriteFile(path, bytes);
+  return absl::StrCat("file://", path);
+}
+
+void SetMtime(const std::string& path, int64_t seconds) {
+  struct timespec times[2] = {{seconds, 0}, {seconds, 0}};
+  ASSERT_EQ(utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+}
+
+TEST(ShardCacheTest, DownloadsOnceThenServesTheCompleteEntry) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir() + "/cache";
+  const std::string a = Source(src, "train-000000.tar", 300000, 1);
+  const std::string b = Source(src, "train-000001.tar", 5000, 2);
+  ShardCache cache(dir, 0, FileOptions());
+  auto first = cache.Ensure({a, b});
+  ASSERT_EQ(first.size(), 2u);
+  ASSERT_TRUE(first[0].ok()) << first[0].status();
+  ASSERT_TRUE(first[1].ok()) << first[1].status();
+  EXPECT_TRUE(first[0]->downloaded);
+  EXPECT_EQ(first[0]->size, 300000);
+  EXPECT_EQ(first[0]->path, cache.EntryPath(a));
+  EXPECT_NE(cache.EntryPath(a), cache.EntryPath(b));
+  EXPECT_EQ(ReadAll(first[0]->path), ReadAll(src + "/train-000000.tar"));
+  EXPECT_EQ(ReadAll(first[1]->path), ReadAll(src + "/train-000001.tar"));
+  EXPECT_FALSE(std::ifstream(first[0]->path + ".part").good());
+
+  auto second = cache.Ensure({a, b});
+  ASSERT_TRUE(second[0].ok());
+  EXPECT_FALSE(second[0]->downloaded);
+  EXPECT_EQ(second[0]->path, first[0]->path);
+  EXPECT_EQ(*cache.CachedBytes(), 305000);
+}
+
+TEST(ShardCacheTest, APartialOrForeignEntryIsFetchedAgain) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 20000, 3);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  // A crash after the meta was written but with a short file, and a leftover .part.
+  testing::WriteFile(entry, std::vector<uint8_t>(100, 7));
+  testing::WriteText(entry + ".meta", absl::StrCat(a, "\n20000\n\n"));
+  testing::WriteFile(entry + ".part", std::vector<uint8_t>(50, 9));
+  auto got = cache.Ensure({a});
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(got[0]->downloaded);
+  EXPECT_EQ(ReadAll(entry), ReadAll(src + "/a.tar"));
+
+  // An entry whose meta names another URL (a hash collision) is not this URL's.
+  testing::WriteText(entry + ".meta", "file:///elsewhere.tar\n20000\n\n");
+  got = cache.Ensure({a});
+  ASSERT_TRUE(got[0].ok());
+  EXPECT_TRUE(got[0]->downloaded);
+}
+
+TEST(ShardCacheTest, AMissingObjectIsAnErrorNamingItsUrlAndLeavesNothing) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = absl::StrCat("file://", src, "/missing.tar");
+  ShardCache cache(dir, 0, FileOptions());
+  auto got = cache.Ensure({url});
+  ASSERT_FALSE(got[0].ok());
+  EXPECT_NE(got[0].status().message().find(url), std::string::npos) << got[0].status();
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(url)).good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(url) + ".part").good());
+}
+
+TEST(ShardCacheTest, EvictsLeastRecentlyUsedWithinTheLimitKeepingTheRequested) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  std::vector<std::string> urls;
+  for (int i = 0; i < 4; ++i) urls.push_back(Source(src, absl::StrCat("s", i, ".tar"), 1000, i));
+  ShardCache unlimited(dir, 0, FileOptions());
+  for (const auto& u : urls) ASSERT_TRUE(unlimited.Ensure({u})[0].ok());
+  // Used in the order 2, 0, 3, 1 (oldest first).
+  const int64_t used[4] = {1000002, 1000004, 1000001, 1000003};
+  for (int i = 0; i < 4; ++i) SetMtime(unlimited.EntryPath(urls[i]), used[i]);
+
+  ShardCache cache(dir, 2500, FileOptions());
+  // Entry 2 is the oldest but locked by another process: it stays, and 0 and 3 go instead.
+  const int fd = open((cache.EntryPath(urls[2]) + ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);
+  auto left = cache.Evict({cache.EntryPath(urls[1])});
+  close(fd);
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 2000);
+  EXPECT_TRUE(std::ifstream(cache.EntryPath(urls[2])).good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(urls[0])).good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(urls[0]) + ".meta").good());
+  EXPECT_TRUE(std::ifstream(cache.EntryPath(urls[1])).good());
+  EXPECT_EQ(*cache.CachedBytes(), 2000);
+
+  // A download past the limit evicts the least recently used one that was not asked for.
+  auto got = cache.Ensure({urls[0]});
+  ASSERT_TRUE(got[0].ok());
+  EXPECT_TRUE(got[0]->downloaded);
+  EXPECT_EQ(*cache.CachedBytes(), 2000);
+  EXPECT_TRUE(std::ifstream(cache.EntryPath(urls[0])).good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(urls[2])).good());
+}
+
+TEST(ShardCacheTest, WaitsForTheProcessHoldingTheEntryAndTakesItsDownload) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 4096, 5);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  // Another rank holds the lock while it downloads; its result is what this one gets.
+  const int fd = open((entry + ".lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(flock(fd, LOCK_EX), 0);
+  std::thread other([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    testing::WriteFile(entry, std::vector<uint8_t>(4096, 42));
+    testing::WriteText(entry + ".meta", absl::StrCat(a, "\n4096\n\"v1\"\n"));
+    close(fd);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto got = cache.Ensure({a});
+  other.join();
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_FALSE(got[0]->downloaded);
+  EXPECT_EQ(got[0]->etag, "\"v1\"");
+  EXPECT_EQ(ReadAll(entry), std::string(4096, 42));
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+}
+
+TEST(RemoteTest, S3UrlsArePathStyleOnTheEndpointAndBadUrlsAreRefused) {
+  RemoteOptions options;
+  options.s3.region = "eu-west-1";
+  EXPECT_EQ(*HttpUrlOf("s3://bkt/a/train-0.tar", options),
+            "https://s3.eu-west-1.amazonaws.com/bkt/a/train-0.tar");
+  options.s3.endpoint = "http://127.0.0.1:9000/";
+  EXPECT_EQ(*HttpUrlOf("s3://bkt/k.tar", options), "http://127.0.0.1:9000/bkt/k.tar");
+  EXPECT_EQ(*HttpUrlOf("https://h/x.tar", options), "https://h/x.tar");
+  EXPECT_FALSE(HttpUrlOf("s3://bucket-only", options).ok());
+  EXPECT_FALSE(HttpUrlOf("s3://bkt/", options).ok());
+  EXPECT_FALSE(HttpUrlOf("ftp://h/x.tar", options).ok());
+  EXPECT_TRUE(IsRemoteUrl("s3://b/k"));
+  EXPECT_FALSE(IsRemoteUrl("/data/s3://x"));
+}
+
+TEST(RemoteTest, AFailedWriteToTheCacheDiskIsFinalNotRetried) {
+  const std::string src = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 70000, 6);
+  RemoteOptions options = FileOptions();
+  options.max_attempts = 4;
+  // /dev/full: every write fails with ENOSPC, as a full cache disk would.
+  std::vector<DownloadResult> got = DownloadAll({{url, "/dev/full"}}, options);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].status.code(), absl::StatusCode::kFailedPrecondition) << got[0].status;
+  EXPECT_NE(got[0].status.message().find("write(/dev/full)"), std::string::npos) << got[0].status;
+  EXPECT_NE(got[0].status.message().find(url), std::string::npos);
+  EXPECT_EQ(got[0].attempts, 1);
+}
+
+TEST(RemoteTest, BackoffDoublesUpToItsCapAndJittersBelowIt) {
+  RemoteOptions options;
+  options.backoff_initial_s = 0.5;
+  options.backoff_max_s = 3.0;
+  EXPECT_DOUBLE_EQ(BackoffSeconds(1, options, 0.999999), 0.5 * 0.999999);
+  EXPECT_DOUBLE_EQ(BackoffSeconds(3, options, 0.5), 1.0);
+  EXPECT_DOUBLE_EQ(BackoffSeconds(10, options, 0.5), 1.5);
+  EXPECT_DOUBLE_EQ(BackoffSeconds(2, options, 0.0), 0.0);
+}
+
+}  // namespace
+}  // namespace ringloader

@@ -1,0 +1,203 @@
+"""Shards in object storage: ``http://``, ``https://`` and ``s3://`` URLs, fetched whole by the
+native downloader (libcurl, ``csrc/io/remote.h``) into a node-local cache folder
+(``csrc/io/shard_cache.h``), from which the local-shard path reads them.
+
+This module only resolves settings (credentials, region, endpoint, CA bundle, cache folder and
+limit) and turns the native results into Python errors; the transfers, retries, locking and
+eviction are native and run without the GIL.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import _C, _schemes
+from ._sizes import parse_size
+
+#: URL schemes fetched natively (see :func:`remote_scheme`).
+#: Environment variable naming a CA bundle for https (before ``SSL_CERT_FILE``, ``CURL_CA_BUNDLE``).
+CA_BUNDLE_ENV = "RINGLOADER_CA_BUNDLE"
+
+
+def remote_scheme(url: str) -> Optional[str]:
+    """``"http"``, ``"https"`` or ``"s3"`` for a URL fetched natively, else None. The one place
+    that decides it (the table in ``_schemes``)."""
+    scheme = _schemes.remote(url)
+    return scheme.name if scheme is not None else None
+
+
+def default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ringloader", "shards")
+
+
+def cache_limit_bytes(limit: Any) -> int:
+    """Bytes of ``cache_limit=`` (an int or a size like ``"50GB"``); 0 for None (no limit)."""
+    if limit is None:
+        return 0
+    if isinstance(limit, bool):
+        raise ValueError(f"WebDataset cache_limit should be bytes or a size like '50GB', got {limit!r}")
+    return parse_size(limit, "WebDataset cache_limit")
+
+
+def _ini(path: str) -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(path, encoding="utf-8")
+    except (configparser.Error, UnicodeDecodeError) as why:
+        raise ValueError(f"cannot read the AWS settings file {path}: {why}") from None
+    return parser
+
+
+def s3_settings(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Credentials, region and endpoint for ``s3://`` as the AWS tools find them: the
+    environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``,
+    ``AWS_REGION`` or ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``)
+    first, then the profile ``AWS_PROFILE`` (default ``default``) of ``~/.aws/credentials``
+    (``AWS_SHARED_CREDENTIALS_FILE``) and ``~/.aws/config`` (``AWS_CONFIG_FILE``: ``region``,
+    ``endpoint_url``). Keys are those of ``_C.fetch_shards``' settings."""
+    env = os.environ if environ is None else environ
+    home = os.path.expanduser("~")
+    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    creds_path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials")
+    config_path = env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config")
+    creds = _ini(creds_path)
+    config = _ini(config_path)
+    section = profile if profile == "default" else f"profile {profile}"
+    from_creds = dict(creds[profile]) if creds.has_section(profile) else {}
+    from_config = dict(config[section]) if config.has_section(section) else {}
+
+    def pick(env_names: Sequence[str], key: str) -> str:
+        for name in env_names:
+            if env.get(name):
+                return env[name]
+        return from_creds.get(key) or from_config.get(key) or ""
+
+    out = {
+        "access_key": pick(["AWS_ACCESS_KEY_ID"], "aws_access_key_id"),
+        "secret_key": pick(["AWS_SECRET_ACCESS_KEY"], "aws_secret_access_key"),
+        "session_token": pick(["AWS_SESSION_TOKEN"], "aws_session_token"),
+        "region": pick(["AWS_REGION", "AWS_DEFAULT_REGION"], "region") or "us-east-1",
+        "endpoint": pick(["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"], "endpoint_url"),
+    }
+    return out
+
+
+#: Where distributions keep the system's CA bundle (Debian/Ubuntu, Fedora/RHEL, openSUSE,
+#: Alpine). A wheel carries the libcurl of the machine it was built on, whose built-in bundle
+#: path is that machine's distribution's: on another one it may not exist.
+SYSTEM_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                     "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+
+
+def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
+    """The CA bundle https uses: ``ca_file=``, else ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``,
+    ``CURL_CA_BUNDLE``, else the first of :data:`SYSTEM_CA_BUNDLES` that exists (None: libcurl's
+    own default)."""
+    for candidate in (ca_file, os.environ.get(CA_BUNDLE_ENV), os.environ.get("SSL_CERT_FILE"),
+                      os.environ.get("CURL_CA_BUNDLE")):
+        if candidate:
+            path = os.fspath(candidate)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"CA bundle {path!r} does not exist")
+            return path
+    return next((p for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
+
+
+#: ``remote_options=`` keys: (type, smallest value).
+REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
+                  "backoff_initial_s": (float, 0.0), "backoff_max_s": (float, 0.0),
+                  "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1)}
+
+
+def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+    """``remote_options`` checked: known keys, numbers of the right kind and range."""
+    if options is None:
+        return {}
+    if not isinstance(options, dict):
+        raise TypeError(f"WebDataset remote_options must be a dict, got {type(options).__name__}")
+    out: Dict[str, Any] = {}
+    for key, value in options.items():
+        if key not in REMOTE_OPTIONS:
+            raise ValueError(f"WebDataset remote_options: unknown key {key!r} (known: "
+                             f"{', '.join(REMOTE_OPTIONS)})")
+        kind, least = REMOTE_OPTIONS[key]
+        ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float
+                                                        else int)
+        if not ok or value < least:
+            raise ValueError(f"WebDataset remote_options[{key!r}] must be "
+                             f"{'a number' if kind is float else 'an int'} >= {least}, "
+                             f"got {value!r}")
+        out[key] = kind(value)
+    return out
+
+
+class RemoteFetcher:
+    """Fetches a dataset's remote shards into its cache folder (settings resolved once)."""
+
+    def __init__(self, cache_dir: Optional[str], cache_limit: Any, ca_file: Optional[str],
+                 settings: Optional[Dict[str, Any]] = None):
+        self.cache_dir = os.path.abspath(os.fspath(cache_dir)) if cache_dir is not None \
+            else default_cache_dir()
+        self.cache_limit = cache_limit_bytes(cache_limit)
+        self.settings: Dict[str, Any] = {}
+        self.ca_file = ca_bundle(ca_file)
+        if self.ca_file is not None:
+            self.settings["ca_file"] = self.ca_file
+        self.settings.update(check_remote_options(settings))
+        self._s3_resolved = False
+
+    def fetch(self, urls: Sequence[str]) -> List[Dict[str, Any]]:
+        """One native result per URL: ``{path, size, etag, downloaded, attempts}`` or
+        ``{error, code}``."""
+        if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
+            for key, value in s3_settings().items():
+                self.settings.setdefault(key, value)
+            self._s3_resolved = True
+        os.makedirs(self.cache_dir, exist_ok=True)
+        # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the
+        # transfers (within ~0.1 s) and is raised once they are closed.
+        cancel = _C.FetchCancel()
+        out: List[Any] = []
+        failure: List[BaseException] = []
+
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                out.extend(_C.fetch_shards(list(urls), self.cache_dir, self.cache_limit,
+                                           self.settings, cancel))
+            except BaseException as why:  # noqa: BLE001 - handed to the caller's thread
+                failure.append(why)
+            finally:
+                done.set()
+
+        # Waits on an Event, not Thread.join: a join interrupted by Ctrl-C can return at once
+        # the next time (CPython), which would leave the transfers running.
+        threading.Thread(target=run, name="ringloader-fetch", daemon=True).start()
+        try:
+            while not done.wait(0.1):
+                pass
+        except BaseException:
+            cancel.set()
+            done.wait()
+            raise
+        if failure:
+            raise failure[0]
+        return out
+
+
+#: Native codes that mean the URL is wrong, not that the network failed: raised at once.
+_FATAL = {"not_found": FileNotFoundError, "permission_denied": PermissionError,
+          "invalid_argument": ValueError, "failed_precondition": RuntimeError}
+
+
+def raise_if_fatal(result: Dict[str, Any]) -> None:
+    """Raises the Python error of a result whose failure is not worth retrying later (a 404, a
+    403, a bad URL, a TLS certificate refused); transient failures are left to the caller."""
+    kind = _FATAL.get(result.get("code", ""))
+    if kind is not None:
+        raise kind(f"WebDataset shard: {result['error']}")

@@ -1,0 +1,432 @@
+"""WebDataset shards over http://, https:// and s3://, against real loopback servers started by
+the tests: nginx (HTTP, and HTTPS with a certificate made here), moto's S3 server, and a
+fault-injecting proxy (tests/python/remote_servers.py). Each sample once per epoch, pixels equal
+to the same shards read locally; the node-local cache, its lock and its limit; the fault rules."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import ringloader as rl
+from ringloader import _remote
+from ringloader import transforms as T
+from ringloader.webdataset import expand_urls
+
+import remote_servers as srv
+
+wds = pytest.importorskip("webdataset")
+
+TRANSFORM = T.Compose([T.Resize(40), T.CenterCrop(32), T.ToTensor()])
+FAST = {"max_attempts": 3, "backoff_initial_s": 0.01, "backoff_max_s": 0.05}
+needs_nginx = pytest.mark.skipif(srv.NGINX is None, reason="nginx is not installed "
+                                 "(Debian nginx-light; scripts/setup.sh installs it)")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache_home(tmp_path, monkeypatch):
+    """Default cache folders (shards, indexes) under the test's folder, not the user's."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, unique_tree):
+    """Two shards (12 samples each) by webdataset.ShardWriter, in `root`: (root, names)."""
+    root = tmp_path_factory.mktemp("shards")
+    samples = rl.ImageFolder(str(unique_tree)).samples
+    with wds.ShardWriter(str(root / "train-%06d.tar"), maxcount=12, verbose=0) as sink:
+        for i, (path, label) in enumerate(samples):
+            sink.write({"__key__": f"s{i:05d}", "jpg": Path(path).read_bytes(), "cls": label})
+    (root / "forbidden").mkdir()
+    (root / "forbidden" / "train-000000.tar").write_bytes((root / "train-000000.tar").read_bytes())
+    return root, ["train-000000.tar", "train-000001.tar"]
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory, shards):
+    if srv.NGINX is None:
+        pytest.skip("nginx is not installed (Debian nginx-light; scripts/setup.sh installs it)")
+    if srv.OPENSSL is None:
+        pytest.skip("openssl is not installed (it makes the test certificate)")
+    prefix = tmp_path_factory.mktemp("nginx")
+    cert, key = srv.make_cert(prefix)
+    server = srv.Nginx(shards[0], prefix, cert, key)
+    server.cert = cert
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def proxy(nginx):
+    p = srv.FaultProxy(nginx.url, stall_s=3.0)
+    yield p
+    p.stop()
+
+
+def _epoch(ds, **kw):
+    """(labels, images) of one epoch in the sampler's order."""
+    loader = rl.DataLoader(ds, batch_size=6, **kw)
+    images, labels = [], []
+    for x, y in loader:
+        images.append(x.clone())
+        labels += y.tolist()
+    return labels, images
+
+
+def _assert_same(remote, local, **kw):
+    got_labels, got = _epoch(remote, **kw)
+    want_labels, want = _epoch(local, **kw)
+    assert got_labels == want_labels
+    assert sorted(got_labels) == sorted(local.targets)  # every sample once
+    for g, w in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+
+
+def _local(shards):
+    root, names = shards
+    return rl.WebDataset([str(root / n) for n in names], transform=TRANSFORM, index_cache=None)
+
+
+def test_scheme_detection_and_urls():
+    assert _remote.remote_scheme("s3://b/k.tar") == "s3"
+    assert _remote.remote_scheme("https://h/x.tar") == "https"
+    assert _remote.remote_scheme("/data/http://x") is None
+    assert _remote.remote_scheme("pipe:curl http://h/x") is None
+    assert expand_urls("s3://b/train-{0..1}.tar") == ["s3://b/train-0.tar", "s3://b/train-1.tar"]
+    with pytest.raises(ValueError, match="ftp://h/a.tar"):
+        expand_urls("ftp://h/a.tar")
+    with pytest.raises(ValueError, match="cache_limit"):
+        rl.WebDataset("s3://b/k.tar", cache_limit="lots")
+    with pytest.raises(ValueError, match="remote_options: unknown key 'retries'"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"retries": 3})
+    with pytest.raises(ValueError, match=r"remote_options\['max_attempts'\] must be an int >= 1"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"max_attempts": 0})
+    assert _remote.cache_limit_bytes("50GB") == 50 * 10 ** 9
+    assert _remote.cache_limit_bytes(None) == 0
+
+
+def test_ca_bundle_order(tmp_path, monkeypatch):
+    mine, env = tmp_path / "mine.pem", tmp_path / "env.pem"
+    mine.write_text("x")
+    env.write_text("y")
+    for var in ("SSL_CERT_FILE", "CURL_CA_BUNDLE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv(_remote.CA_BUNDLE_ENV, str(env))
+    assert _remote.ca_bundle(str(mine)) == str(mine)
+    assert _remote.ca_bundle(None) == str(env)
+    monkeypatch.delenv(_remote.CA_BUNDLE_ENV)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "gone.pem"))
+    with pytest.raises(FileNotFoundError, match="gone.pem"):
+        _remote.ca_bundle(None)
+    monkeypatch.delenv("SSL_CERT_FILE")
+    assert _remote.ca_bundle(None) in (*_remote.SYSTEM_CA_BUNDLES, None)
+
+
+def test_s3_settings_from_profile_files(tmp_path):
+    creds, config = tmp_path / "credentials", tmp_path / "config"
+    creds.write_text("[default]\naws_access_key_id = D\naws_secret_access_key = DS\n"
+                     "[train]\naws_access_key_id = AKTRAIN\naws_secret_access_key = SECRET\n"
+                     "aws_session_token = TOKEN\n")
+    config.write_text("[profile train]\nregion = eu-central-1\nendpoint_url = http://store:9000\n")
+    env = {"AWS_SHARED_CREDENTIALS_FILE": str(creds), "AWS_CONFIG_FILE": str(config),
+           "AWS_PROFILE": "train"}
+    got = _remote.s3_settings(env)
+    assert got == {"access_key": "AKTRAIN", "secret_key": "SECRET", "session_token": "TOKEN",
+                   "region": "eu-central-1", "endpoint": "http://store:9000"}
+    env.update(AWS_ACCESS_KEY_ID="ENVKEY", AWS_REGION="us-west-2", AWS_ENDPOINT_URL="http://e")
+    got = _remote.s3_settings(env)
+    assert (got["access_key"], got["region"], got["endpoint"]) == ("ENVKEY", "us-west-2", "http://e")
+    del env["AWS_PROFILE"]
+    assert _remote.s3_settings(env)["secret_key"] == "DS"
+
+
+@needs_nginx
+def test_http_shards_read_like_local_ones_and_the_second_pass_is_cached(nginx, shards, tmp_path):
+    cache = tmp_path / "cache"
+    url = f"{nginx.url}/train-{{000000..000001}}.tar"
+    before = nginx.gets("train-000000.tar")
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(cache))
+    local = _local(shards)
+    assert ds.keys == local.keys and ds.targets == local.targets
+    assert nginx.gets("train-000000.tar") == before + 1
+    assert all(p.startswith(str(cache)) for p in ds.shard_paths)
+    _assert_same(ds, local, shuffle=True, seed=3)
+    _assert_same(ds, local)  # the second epoch: from the cache
+    again = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(cache))
+    _assert_same(again, local)
+    assert nginx.gets("train-000000.tar") == before + 1  # one download in all
+    assert "member" in ds.describe_sample(0) and nginx.url in ds.describe_sample(0)
+
+
+@needs_nginx
+def test_https_with_a_test_ca_and_clear_errors(nginx, shards, tmp_path, monkeypatch):
+    url = f"{nginx.https_url}/train-{{000000..000001}}.tar"
+    for var in ("SSL_CERT_FILE", "CURL_CA_BUNDLE", _remote.CA_BUNDLE_ENV):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(RuntimeError, match=r"127\.0\.0\.1.*train-00000[01]\.tar.*certificate"):
+        rl.WebDataset(url, cache_dir=str(tmp_path / "a"), remote_options=FAST)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "b"),
+                       ca_file=str(nginx.cert))
+    _assert_same(ds, _local(shards))
+    monkeypatch.setenv(_remote.CA_BUNDLE_ENV, str(nginx.cert))
+    assert len(rl.WebDataset(url, cache_dir=str(tmp_path / "c"))) == len(ds)
+    start = time.monotonic()
+    with pytest.raises(PermissionError, match=r"/forbidden/train-000000\.tar: HTTP 403"):
+        rl.WebDataset(f"{nginx.https_url}/forbidden/train-000000.tar", cache_dir=str(tmp_path / "d"))
+    with pytest.raises(FileNotFoundError, match=r"/nope\.tar: HTTP 404 Not Found"):
+        rl.WebDataset(f"{nginx.url}/nope.tar", cache_dir=str(tmp_path / "d"))
+    assert time.monotonic() - start < 2  # not retried
+    assert not [p for p in (tmp_path / "d").iterdir() if not p.name.endswith(".lock")]
+
+
+@needs_nginx
+def test_503s_resets_and_stalls_are_retried_and_resumed(nginx, proxy, shards, tmp_path):
+    proxy.faults = {"/train-000000.tar": ["503", "reset", "norange"],
+                    "/train-000001.tar": ["reset", "stall", "ok"]}
+    ds = rl.WebDataset(f"{proxy.url}/train-{{000000..000001}}.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"),
+                       remote_options=dict(FAST, max_attempts=4, stall_timeout_s=1))
+    _assert_same(ds, _local(shards))
+    first = proxy.gets("/train-000000.tar")
+    assert len(first) == 3 and "range" in first[2]  # answered with the whole object: rewritten
+    second = proxy.gets("/train-000001.tar")
+    assert len(second) == 3
+    size = (shards[0] / "train-000001.tar").stat().st_size
+    # Each retry asks for the rest of what it has (what arrived before the reset), guarded by
+    # the ETag it saw.
+    starts = [int(r["range"][len("bytes="):-1]) for r in second[1:]]
+    assert "range" not in second[0]
+    assert 0 < starts[0] <= size // 2 and starts[0] <= starts[1] < size
+    assert second[1]["if-range"].startswith('"') and second[2]["if-range"] == second[1]["if-range"]
+    assert not list((tmp_path / "cache").glob("*.part"))
+
+
+@needs_nginx
+def test_an_object_replaced_between_attempts_is_fetched_again_whole(nginx, proxy, shards,
+                                                                    tmp_path):
+    root, names = shards
+    (root / "replaced").mkdir(exist_ok=True)
+    target = root / "replaced" / "t.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    # nginx's ETag is the mtime in seconds and the size: the sizes differ, so the ETags do.
+    assert (root / names[0]).stat().st_size != (root / names[1]).stat().st_size
+    proxy.faults = {"/replaced/t.tar": ["reset"]}
+    # After the first half arrived the object is replaced: the resumed request's If-Range
+    # (the old ETag) no longer matches, and the new object comes whole, never spliced.
+    proxy.after_reset = lambda path: (time.sleep(0.01),
+                                      target.write_bytes((root / names[1]).read_bytes()))
+    ds = rl.WebDataset(f"{proxy.url}/replaced/t.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"), remote_options=FAST)
+    second = rl.WebDataset(str(root / names[1]), transform=TRANSFORM, index_cache=None)
+    _assert_same(ds, second)
+    got = proxy.gets("/replaced/t.tar")
+    assert len(got) == 2 and got[1]["range"].startswith("bytes=") and got[1]["if-range"]
+
+
+@needs_nginx
+def test_a_shard_that_cannot_be_fetched_fails_its_samples_not_the_run(nginx, proxy, shards,
+                                                                      tmp_path):
+    url = f"{proxy.url}/train-{{000000..000001}}.tar"
+    proxy.always = {"/train-000001.tar": "503"}
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=None, remote_options=FAST)
+    assert len(proxy.gets("/train-000001.tar")) == FAST["max_attempts"]
+    local = _local(shards)
+    assert len(ds) == 12 + 1  # its samples are unknown: one failing sample stands for them
+    labels, _ = _epoch(ds, on_error="skip")
+    assert sorted(labels) == sorted(local.targets[:12])
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar: HTTP 503.*gave up after 3"):
+        _epoch(ds)
+    # A run that indexed the shard before keeps its samples, each failing, when it is down.
+    proxy.always = {}
+    index = str(tmp_path / "index")
+    assert len(rl.WebDataset(url, cache_dir=str(tmp_path / "c2"), index_cache=index)) == 24
+    proxy.always = {"/train-000001.tar": "503"}
+    down = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c3"),
+                         index_cache=index, remote_options=FAST)
+    assert len(down) == 24 and down.keys == local.keys
+    assert all("HTTP 503" in e for e in down.sample_errors[12:])
+    labels, _ = _epoch(down, on_error="skip")
+    assert sorted(labels) == sorted(local.targets[:12])
+
+
+@needs_nginx
+def test_cache_limit_evicts_least_recently_used_and_refetches(nginx, shards, tmp_path):
+    cache = tmp_path / "cache"
+    size = max((shards[0] / n).stat().st_size for n in shards[1])
+    first = rl.WebDataset(f"{nginx.url}/train-000000.tar", transform=TRANSFORM,
+                          cache_dir=str(cache), cache_limit=size + 1000)
+    assert os.path.exists(first.shard_paths[0])
+    second = rl.WebDataset(f"{nginx.url}/train-000001.tar", cache_dir=str(cache),
+                           cache_limit=size + 1000)
+    assert os.path.exists(second.shard_paths[0])
+    assert not os.path.exists(first.shard_paths[0])  # least recently used, over the limit
+    before = nginx.gets("train-000000.tar")
+    labels, _ = _epoch(first)  # the epoch's start brings it back
+    assert sorted(labels) == sorted(_local(shards).targets[:12])
+    assert nginx.gets("train-000000.tar") == before + 1
+    with pytest.raises(ValueError, match="cache_limit .* smaller than the dataset's remote shards"):
+        rl.WebDataset(f"{nginx.url}/train-{{000000..000001}}.tar", cache_dir=str(cache),
+                      cache_limit=size + 1000)
+
+
+@needs_nginx
+def test_a_changed_object_is_a_stale_index_once_fetched_again(nginx, shards, tmp_path):
+    root, names = shards
+    (root / "changing").mkdir(exist_ok=True)
+    target = root / "changing" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    ds = rl.WebDataset(f"{nginx.url}/changing/train.tar", transform=TRANSFORM,
+                       cache_dir=str(tmp_path / "cache"))
+    first, _ = _epoch(ds)
+    target.write_bytes((root / names[1]).read_bytes())  # replaced on the server (a new ETag)
+    assert _epoch(ds)[0] == first  # the cached copy is not revalidated while it is cached
+    os.unlink(ds.shard_paths[0])  # evicted: the next epoch fetches the new object
+    with pytest.raises(rl.StaleIndexError, match=r"changing/train\.tar changed since the dataset"):
+        _epoch(ds)
+
+
+@needs_nginx
+def test_ctrl_c_stops_the_downloads(nginx, shards, tmp_path):
+    import _thread
+    import threading
+
+    slow = srv.FaultProxy(nginx.url, latency_s=10)
+    try:
+        threading.Timer(0.3, _thread.interrupt_main).start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            rl.WebDataset(f"{slow.url}/train-{{000000..000001}}.tar", cache_dir=str(tmp_path / "c"))
+        assert time.monotonic() - start < 3
+        assert not list((tmp_path / "c").glob("*.part"))
+    finally:
+        slow.stop()
+
+
+def _build_and_count(url, cache, queue):
+    queue.put(len(rl.WebDataset(url, cache_dir=cache)))
+
+
+@needs_nginx
+def test_processes_on_one_node_share_one_download(nginx, shards, tmp_path):
+    import multiprocessing
+
+    slow = srv.FaultProxy(nginx.url, latency_s=0.3)
+    try:
+        ctx = multiprocessing.get_context("fork")  # the package is imported already: fast
+        queue = ctx.Queue()
+        url = f"{slow.url}/train-{{000000..000001}}.tar"
+        procs = [ctx.Process(target=_build_and_count, args=(url, str(tmp_path / "cache"), queue))
+                 for _ in range(3)]
+        with warnings.catch_warnings():
+            # Python 3.12+ warns on fork with threads running (the proxy's): the children only
+            # build a dataset and exit.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            for p in procs:
+                p.start()
+        counts = [queue.get(timeout=60) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+        assert counts == [24] * 3 and [p.exitcode for p in procs] == [0] * 3
+        assert len(slow.gets("/train-000000.tar")) == 1
+        assert len(slow.gets("/train-000001.tar")) == 1
+    finally:
+        slow.stop()
+
+
+def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
+    pytest.importorskip("moto", reason="moto[server] is not installed (requirements-dev.txt)")
+    pytest.importorskip("boto3", reason="boto3 (moto's dependency) is not installed")
+    root, names = shards
+    moto = srv.Moto()
+    proxy = srv.FaultProxy(moto.url)
+    try:
+        moto.put("bkt", {f"data/{n}": (root / n).read_bytes() for n in names})
+        (tmp_path / "credentials").write_text(
+            "[train]\naws_access_key_id = AKIATRAIN\naws_secret_access_key = SECRETKEY\n")
+        (tmp_path / "config").write_text("[profile train]\nregion = eu-west-3\n")
+        for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN",
+                    "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL_S3"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+        monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+        monkeypatch.setenv("AWS_PROFILE", "train")
+        monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.url)
+        ds = rl.WebDataset("s3://bkt/data/train-{000000..000001}.tar", transform=TRANSFORM,
+                           cache_dir=str(tmp_path / "cache"))
+        _assert_same(ds, _local(shards), shuffle=True, seed=5)
+        (request,) = proxy.gets("/bkt/data/train-000000.tar")
+        auth = request["authorization"]
+        assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
+        assert "/eu-west-3/s3/aws4_request" in auth and "x-amz-date" in request
+        with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
+            rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
+        proxy.always["/bkt/data/denied.tar"] = "403"
+        with pytest.raises(PermissionError, match=r"denied\.tar: HTTP 403 Forbidden: .*AccessDenied"):
+            rl.WebDataset("s3://bkt/data/denied.tar", cache_dir=str(tmp_path / "cache"))
+        # Local and remote shards mix in one dataset.
+        mixed = rl.WebDataset([str(root / names[0]), f"s3://bkt/data/{names[1]}"],
+                              transform=TRANSFORM, cache_dir=str(tmp_path / "cache"))
+        _assert_same(mixed, _local(shards))
+    finally:
+        proxy.stop()
+        moto.stop()
+
+
+def test_the_benchmarks_link_serves_ranges_at_its_rate(tmp_path):
+    import urllib.request
+
+    from ringloader.bench import _ThrottledFiles
+
+    data = bytes(range(256)) * 4096  # 1 MiB
+    (tmp_path / "a.tar").write_bytes(data)
+    link = _ThrottledFiles(tmp_path, latency_s=0.02, rate=10e6)
+    try:
+        start = time.monotonic()
+        with urllib.request.urlopen(f"{link.url}/a.tar") as r:
+            assert r.read() == data and r.headers["ETag"]
+            etag = r.headers["ETag"]
+        assert time.monotonic() - start >= 0.09  # 1 MiB at 10 MB/s
+        req = urllib.request.Request(f"{link.url}/a.tar",
+                                     headers={"Range": "bytes=1000-", "If-Range": etag})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 206 and r.read() == data[1000:]
+            assert r.headers["Content-Range"] == f"bytes 1000-{len(data) - 1}/{len(data)}"
+        req = urllib.request.Request(f"{link.url}/a.tar",
+                                     headers={"Range": "bytes=1000-", "If-Range": '"other"'})
+        with urllib.request.urlopen(req) as r:
+            assert r.status == 200 and r.read() == data
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"{link.url}/../etc/passwd")
+    finally:
+        link.stop()
+
+
+def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path):
+    """``python -m ringloader.bench --dataset remote``: the report's shape (not its timings), and
+    its shards and cache, made in a temporary folder, are removed afterwards."""
+    import re
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "remote", "--root", str(image_tree),
+         "--batch-size", "4", "--num-workers", "2", "--link-rate", "50", "--link-latency-ms", "5",
+         "--quiet"],
+        capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(scratch)), timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
+    assert re.search(r"epoch 1 \(http://, empty cache\): +[0-9.]+ s \(download [0-9.]+ s = "
+                     r"[0-9.]+ MB/s; the link alone needs [0-9.]+ s\)", out), out
+    assert re.search(r"epoch 2 \(from the cache\) +: +[0-9.]+ s, \d+ img/s", out), out
+    assert re.search(r"local shards +: +[0-9.]+ s, \d+ img/s", out), out
+    if srv.shutil.which("curl"):
+        assert re.search(r"pipe:curl \(each epoch\) +: +[0-9.]+ s, \d+ img/s", out), out
+    assert not list(scratch.glob("ringloader-remote-*"))
