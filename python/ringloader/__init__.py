@@ -18,7 +18,8 @@ Map of the package (public modules first, then private ones):
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...).
-* ``_schemes``: the table of URL schemes (``file``, ``pipe:``) every path is classified by.
+* ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
+* ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
 * ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.
 * ``_native``: the native backend (``_C.Loader``) and its epoch iterator.
 * ``_generic``: the generic backend (torch's DataLoader over any Dataset).
