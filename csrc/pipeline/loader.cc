@@ -101,15 +101,6 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   return status;
 }
 
-// The seed key of the row at `position` of an epoch's order that holds dataset index `index`:
-// the index itself when the row sits at its own position (a sequential epoch), otherwise the
-// index with the pair's difference in the high bits, so distinct (index, position) pairs get
-// distinct keys (below 2^32 samples). The Python package computes the same key (SampleKey).
-uint64_t RowKey(int64_t index, int64_t position) {
-  const auto i = static_cast<uint64_t>(index);
-  return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
-}
-
 // Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
 // wide, since the rings of different loaders share one address space. fork() takes it first
 // (pthread_atfork), so a child never inherits it held by a thread that does not exist there.
