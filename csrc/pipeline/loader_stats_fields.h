@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <iterator>
+#include <type_traits>
 
 #include "ringloader/ringloader.h"
 
@@ -69,6 +70,21 @@ void ForEachStat(Stats& stats, F&& f) {
 #define RINGLOADER_VISIT_STAT(name) f(#name, stats.name);
   RINGLOADER_LOADER_STATS_FIELDS(RINGLOADER_VISIT_STAT)
 #undef RINGLOADER_VISIT_STAT
+}
+
+/// What a measured window added: `after` with before's value taken from every number (counts
+/// and busy seconds; gauges such as slots_held come out as their change too); flags, names and
+/// notes are after's.
+inline LoaderStats StatsSince(const LoaderStats& before, const LoaderStats& after) {
+  LoaderStats window = after;
+  auto subtract = [](const auto& earlier, auto* value) {
+    using T = std::remove_pointer_t<decltype(value)>;
+    if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) *value -= earlier;
+  };
+#define RINGLOADER_SUBTRACT_STAT(name) subtract(before.name, &window.name);
+  RINGLOADER_LOADER_STATS_FIELDS(RINGLOADER_SUBTRACT_STAT)
+#undef RINGLOADER_SUBTRACT_STAT
+  return window;
 }
 
 namespace stats_internal {
