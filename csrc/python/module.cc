@@ -277,6 +277,14 @@ TransformStep ParseStep(py::dict step) {
   const StepKindInfo* info = KindFromKey(kind);
   if (info == nullptr) throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
   s.kind = info->kind;
+  for (const auto& item : step) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    if (!info->Takes(name)) {
+      // A key of another kind, or a misspelt one, would otherwise be dropped without a word.
+      throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, ") has no parameter '",
+                                        name, "'; its parameters: ", info->params));
+    }
+  }
   auto take = [&step](const char* key, auto* out) {
     if (py::object v = Pop(step, key)) *out = v.cast<std::remove_pointer_t<decltype(out)>>();
   };
@@ -345,9 +353,8 @@ TransformStep ParseStep(py::dict step) {
   take("erase_mode", &s.erase_mode);
   take("timm_erasing", &s.timm_erasing);
   take("erase_count", &s.erase_count);
-  if (py::len(step) != 0) {
-    // As ParseOptions: a misspelt key would otherwise leave its parameter at the default.
-    throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, "): unknown key(s) ",
+  if (py::len(step) != 0) {  // a key in StepKindInfo::params that is not read above
+    throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, "): unread key(s) ",
                                       py::str(py::list(step.attr("keys")())).cast<std::string>()));
   }
   return s;

@@ -353,29 +353,59 @@ std::string CheckImageStep(const TransformStep& s) {
 const std::vector<StepKindInfo>& StepKinds() {
   using S = StepStage;
   static const auto* kinds = new std::vector<StepKindInfo>{
-      {Kind::kResize, "resize", "Resize", S::kGeometry, true},
-      {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false},
-      {Kind::kRandomResizedCrop, "random_resized_crop", "RandomResizedCrop", S::kGeometry, true},
-      {Kind::kRandomHorizontalFlip, "random_horizontal_flip", "RandomHorizontalFlip", S::kGeometry,
-       false},
-      {Kind::kToTensor, "to_tensor", "ToTensor", S::kOutput, false},
-      {Kind::kNormalize, "normalize", "Normalize", S::kOutput, false},
-      {Kind::kRandomVerticalFlip, "random_vertical_flip", "RandomVerticalFlip", S::kGeometry, false},
-      {Kind::kRandomCrop, "random_crop", "RandomCrop", S::kCropPad, false},
-      {Kind::kPad, "pad", "Pad", S::kCropPad, false},
-      {Kind::kColorJitter, "color_jitter", "ColorJitter", S::kImage, false},
-      {Kind::kGrayscale, "grayscale", "Grayscale", S::kImage, false},
-      {Kind::kRandomRotation, "random_rotation", "RandomRotation", S::kImage, false},
-      {Kind::kRandomAffine, "random_affine", "RandomAffine", S::kImage, false},
-      {Kind::kGaussianBlur, "gaussian_blur", "GaussianBlur", S::kImage, false},
-      {Kind::kAugOp, "aug_op", "AugOp", S::kImage, false},
-      {Kind::kRandAugment, "rand_augment", "RandAugment", S::kImage, false},
-      {Kind::kTrivialAugmentWide, "trivial_augment_wide", "TrivialAugmentWide", S::kImage, false},
-      {Kind::kAutoAugment, "auto_augment", "AutoAugment", S::kImage, false},
-      {Kind::kTimmRandAugment, "timm_rand_augment", "timm's RandAugment", S::kImage, false},
-      {Kind::kRandomErasing, "random_erasing", "RandomErasing", S::kOutput, false},
+      {Kind::kResize, "resize", "Resize", S::kGeometry, true,
+       "size_h size_w max_size interpolation"},
+      {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false,
+       "size_h size_w"},
+      {Kind::kRandomResizedCrop, "random_resized_crop", "RandomResizedCrop", S::kGeometry, true,
+       "size_h size_w scale ratio interpolation"},
+      {Kind::kRandomHorizontalFlip, "random_horizontal_flip", "RandomHorizontalFlip", S::kGeometry, false,
+       "p"},
+      {Kind::kToTensor, "to_tensor", "ToTensor", S::kOutput, false,
+       "by_reciprocal"},
+      {Kind::kNormalize, "normalize", "Normalize", S::kOutput, false,
+       "mean std"},
+      {Kind::kRandomVerticalFlip, "random_vertical_flip", "RandomVerticalFlip", S::kGeometry, false,
+       "p"},
+      {Kind::kRandomCrop, "random_crop", "RandomCrop", S::kCropPad, false,
+       "size_h size_w pad pad_if_needed fill pad_mode"},
+      {Kind::kPad, "pad", "Pad", S::kCropPad, false,
+       "pad fill pad_mode"},
+      {Kind::kColorJitter, "color_jitter", "ColorJitter", S::kImage, false,
+       "ranges"},
+      {Kind::kGrayscale, "grayscale", "Grayscale", S::kImage, false,
+       "p"},
+      {Kind::kRandomRotation, "random_rotation", "RandomRotation", S::kImage, false,
+       "ranges interpolation fill center"},
+      {Kind::kRandomAffine, "random_affine", "RandomAffine", S::kImage, false,
+       "ranges interpolation fill center"},
+      {Kind::kGaussianBlur, "gaussian_blur", "GaussianBlur", S::kImage, false,
+       "size_h size_w ranges"},
+      {Kind::kAugOp, "aug_op", "AugOp", S::kImage, false,
+       "op magnitude p interpolation fill"},
+      {Kind::kRandAugment, "rand_augment", "RandAugment", S::kImage, false,
+       "num_ops magnitude num_bins interpolation fill v2_magnitudes"},
+      {Kind::kTrivialAugmentWide, "trivial_augment_wide", "TrivialAugmentWide", S::kImage, false,
+       "num_bins interpolation fill v2_magnitudes"},
+      {Kind::kAutoAugment, "auto_augment", "AutoAugment", S::kImage, false,
+       "policy interpolation fill v2_magnitudes"},
+      {Kind::kTimmRandAugment, "timm_rand_augment", "timm's RandAugment", S::kImage, false,
+       "timm_ops num_ops p magnitude magnitude_std magnitude_max translate_pct translate_const "
+       "fill interpolation random_interpolation"},
+      {Kind::kRandomErasing, "random_erasing", "RandomErasing", S::kOutput, false,
+       "p ranges fill erase_mode timm_erasing erase_count"},
   };
   return *kinds;
+}
+
+bool StepKindInfo::Takes(std::string_view key) const {
+  for (std::string_view rest = params; !rest.empty();) {
+    const size_t space = rest.find(' ');
+    if (rest.substr(0, space) == key) return true;
+    if (space == std::string_view::npos) break;
+    rest.remove_prefix(space + 1);
+  }
+  return false;
 }
 
 const StepKindInfo& KindInfo(Kind kind) {

@@ -157,6 +157,11 @@ struct StepKindInfo {
   const char* name;  ///< torchvision's class ("RandomResizedCrop"), in errors and Describe
   StepStage stage;
   bool resizes;      ///< a resample of the whole image (Resize, RandomResizedCrop)
+  /// The binding's parameter keys of this kind, space-separated ("size_h size_w scale ratio
+  /// interpolation"): any other key in a step dict is refused.
+  const char* params;
+  /// Whether `key` is one of `params`.
+  bool Takes(std::string_view key) const;
 };
 /// Every kind, in TransformStep::Kind order.
 const std::vector<StepKindInfo>& StepKinds();

@@ -123,6 +123,13 @@ TEST(StepKinds, OneRowPerKindInKindOrderWithDistinctKeys) {
   }
   EXPECT_EQ(KindFromKey("Resize"), nullptr);
   EXPECT_EQ(KindFromKey(""), nullptr);
+  // Parameters are whole words of the kind's list.
+  EXPECT_TRUE(KindInfo(Kind::kResize).Takes("size_h"));
+  EXPECT_TRUE(KindInfo(Kind::kResize).Takes("interpolation"));
+  EXPECT_FALSE(KindInfo(Kind::kResize).Takes("size"));
+  EXPECT_FALSE(KindInfo(Kind::kResize).Takes(""));
+  EXPECT_FALSE(KindInfo(Kind::kCenterCrop).Takes("p"));
+  EXPECT_FALSE(KindInfo(Kind::kToTensor).Takes("kind"));
 }
 
 // StageOrderError and Create walk the same rules: where one refuses a chain for its order, so
