@@ -16,7 +16,6 @@ RR = {"kind": "resize", "size_h": 33, "size_w": 40}
 RRC = {"kind": "random_resized_crop", "size_h": 32}
 CC = {"kind": "center_crop", "size_h": 60}
 FLIP = {"kind": "random_horizontal_flip", "p": 0.5}
-VFLIP = {"kind": "random_vertical_flip", "p": 0.5}
 TT = {"kind": "to_tensor"}
 NORM = {"kind": "normalize", "mean": [0.5], "std": [0.25]}
 ERASE = {"kind": "random_erasing", "p": 0.5, "ranges": [[0.02, 0.33], [0.3, 3.3]]}
@@ -60,7 +59,8 @@ CASES = [
     ([CJ, TT], [R], "it runs on the tensor after ToTensor"),
     ([RRC, FLIP, CJ, TT, NORM], [ERASE], None),
 ]
-_FUSE = "a resize after an earlier step that cannot fuse into the resample ({}) would need a second resample, which is not native"
+_FUSE = ("a resize after an earlier step that cannot fuse into the resample ({}) would need a second "
+         "resample, which is not native")
 CASES += [(prior, new, _FUSE.format(why)) for prior, new, why in [
     ([R, CJ, CC], [R], "ColorJitter runs on the 8-bit image"),
     ([CROPR, FLIP], [R], "RandomCrop with padding_mode='reflect' runs on the 8-bit image"),
