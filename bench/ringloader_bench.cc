@@ -48,6 +48,7 @@
 #include "absl/strings/string_view.h"
 #include "decode/image_decoder.h"
 #include "io/reader.h"
+#include "pipeline/loader_stats_fields.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
@@ -686,13 +687,14 @@ absl::StatusOr<Measurement> RunLoader(const Dataset& ds, const Config& cfg) {
   if (!measuring || m.batches == 0) return WarmupTooLong(cfg);
 
   m.seconds = SecondsBetween(t0, t1);
-  m.read_busy = after.read_seconds - before.read_seconds;
-  m.decode_busy = after.decode_seconds - before.decode_seconds;
-  m.consumer_wait = after.wait_seconds - before.wait_seconds;
+  const LoaderStats window = StatsSince(before, after);
+  m.read_busy = window.read_seconds;
+  m.decode_busy = window.decode_seconds;
+  m.consumer_wait = window.wait_seconds;
   m.device = after.device;
-  m.device_bytes = after.device_bytes - before.device_bytes;
-  m.device_copy_busy = after.device_copy_seconds - before.device_copy_seconds;
-  m.idle_spells = after.idle_spells - before.idle_spells;
+  m.device_bytes = window.device_bytes;
+  m.device_copy_busy = window.device_copy_seconds;
+  m.idle_spells = window.idle_spells;
   m.io_backend = after.io_backend;
   m.io_note = after.io_note;
   m.epochs_queued = after.epochs_queued;

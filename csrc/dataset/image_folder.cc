@@ -8,20 +8,25 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "dataset/image_folder.h"
 #include "ringloader/ringloader.h"
 
 namespace ringloader {
+
+const std::vector<std::string>& ImageExtensions() {
+  // torchvision.datasets.folder.IMG_EXTENSIONS, in its order.
+  static const auto* extensions = new std::vector<std::string>{
+      ".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp"};
+  return *extensions;
+}
+
 namespace {
 
 namespace fs = std::filesystem;
 
-// torchvision.datasets.folder.IMG_EXTENSIONS
-constexpr const char* kImageExtensions[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
-                                            ".pgm", ".tif",  ".tiff", ".webp"};
-
 bool HasImageExtension(const std::string& name) {
   const std::string lower = absl::AsciiStrToLower(name);
-  for (const char* ext : kImageExtensions) {
+  for (const std::string& ext : ImageExtensions()) {
     if (absl::EndsWith(lower, ext)) return true;
   }
   return false;

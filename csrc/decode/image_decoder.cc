@@ -209,24 +209,40 @@ void Orient(const RgbImage& in, int orientation, RgbImage* out) {
 
 }  // namespace
 
-const char* ImageFormatName(ImageFormat format) {
-  switch (format) {
-    case ImageFormat::kJpeg:
-      return "JPEG";
-    case ImageFormat::kPng:
-      return "PNG";
-    case ImageFormat::kWebp:
-      return "WebP";
-    case ImageFormat::kBmp:
-      return "BMP";
-    case ImageFormat::kTiff:
-      return "TIFF";
-    case ImageFormat::kPnm:
-      return "PNM";
-    case ImageFormat::kGif:
-      return "GIF";
+namespace {
+
+/// One row per format: its name, and the whole-image reader's two entry points (none for JPEG,
+/// which JpegDecoder reads scaled and by region). Adding a format is one row here.
+struct FormatReader {
+  ImageFormat format;
+  const char* name;
+  absl::StatusOr<ImageSize> (*header)(const uint8_t* data, size_t size);
+  absl::Status (*decode)(const uint8_t* data, size_t size, uint64_t max_pixels,
+                         decode_internal::Scratch& scratch, Decoded* out);
+};
+
+constexpr FormatReader kFormatReaders[] = {
+    {ImageFormat::kJpeg, "JPEG", nullptr, nullptr},
+    {ImageFormat::kPng, "PNG", decode_internal::PngHeader, decode_internal::PngDecode},
+    {ImageFormat::kWebp, "WebP", decode_internal::WebpHeader, decode_internal::WebpDecode},
+    {ImageFormat::kBmp, "BMP", decode_internal::BmpHeader, decode_internal::BmpDecode},
+    {ImageFormat::kTiff, "TIFF", decode_internal::TiffHeader, decode_internal::TiffDecode},
+    {ImageFormat::kPnm, "PNM", decode_internal::PnmHeader, decode_internal::PnmDecode},
+    {ImageFormat::kGif, "GIF", decode_internal::GifHeader, decode_internal::GifDecode},
+};
+
+const FormatReader* ReaderOf(ImageFormat format) {
+  for (const FormatReader& reader : kFormatReaders) {
+    if (reader.format == format) return &reader;
   }
-  return "unknown";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* ImageFormatName(ImageFormat format) {
+  const FormatReader* reader = ReaderOf(format);
+  return reader != nullptr ? reader->name : "unknown";
 }
 
 struct ImageDecoder::State {
@@ -252,45 +268,21 @@ namespace {
 
 /// Header of a whole-image format.
 absl::StatusOr<ImageSize> Header(ImageFormat format, const uint8_t* data, size_t size) {
-  switch (format) {
-    case ImageFormat::kPng:
-      return decode_internal::PngHeader(data, size);
-    case ImageFormat::kWebp:
-      return decode_internal::WebpHeader(data, size);
-    case ImageFormat::kBmp:
-      return decode_internal::BmpHeader(data, size);
-    case ImageFormat::kTiff:
-      return decode_internal::TiffHeader(data, size);
-    case ImageFormat::kPnm:
-      return decode_internal::PnmHeader(data, size);
-    case ImageFormat::kGif:
-      return decode_internal::GifHeader(data, size);
-    case ImageFormat::kJpeg:
-      break;
+  const FormatReader* reader = ReaderOf(format);
+  if (reader == nullptr || reader->header == nullptr) {
+    return absl::InternalError(absl::StrCat(ImageFormatName(format), " has no whole-image reader"));
   }
-  return absl::InternalError("JPEG has no whole-image reader");
+  return reader->header(data, size);
 }
 
 /// Decode of a whole-image format into `scratch`.
 absl::Status Decode(ImageFormat format, const uint8_t* data, size_t size, uint64_t max_pixels,
                     decode_internal::Scratch& scratch, Decoded* out) {
-  switch (format) {
-    case ImageFormat::kPng:
-      return decode_internal::PngDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kWebp:
-      return decode_internal::WebpDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kBmp:
-      return decode_internal::BmpDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kTiff:
-      return decode_internal::TiffDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kPnm:
-      return decode_internal::PnmDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kGif:
-      return decode_internal::GifDecode(data, size, max_pixels, scratch, out);
-    case ImageFormat::kJpeg:
-      break;
+  const FormatReader* reader = ReaderOf(format);
+  if (reader == nullptr || reader->decode == nullptr) {
+    return absl::InternalError(absl::StrCat(ImageFormatName(format), " has no whole-image reader"));
   }
-  return absl::InternalError("JPEG has no whole-image reader");
+  return reader->decode(data, size, max_pixels, scratch, out);
 }
 
 }  // namespace

@@ -27,7 +27,7 @@ namespace ringloader {
 /// The container formats the decoder recognises by signature.
 enum class ImageFormat : uint8_t { kJpeg, kPng, kWebp, kBmp, kTiff, kPnm, kGif };
 
-/// "JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM".
+/// "JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM", "GIF".
 const char* ImageFormatName(ImageFormat format);
 
 /// What the header says about an image.

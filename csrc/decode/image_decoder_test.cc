@@ -982,5 +982,16 @@ TEST(ImageDecoderExif, OrientationTurnsTheImageUprightOnlyWhenAsked) {
   }
 }
 
+// Names come from the decoder's one row per format (the pixel-limit and reader errors use them).
+TEST(ImageFormatName, EveryFormatHasItsOwnName) {
+  const std::vector<std::string> names = {
+      ImageFormatName(ImageFormat::kJpeg), ImageFormatName(ImageFormat::kPng),
+      ImageFormatName(ImageFormat::kWebp), ImageFormatName(ImageFormat::kBmp),
+      ImageFormatName(ImageFormat::kTiff), ImageFormatName(ImageFormat::kPnm),
+      ImageFormatName(ImageFormat::kGif)};
+  EXPECT_EQ(names, (std::vector<std::string>{"JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM", "GIF"}));
+  EXPECT_STREQ(ImageFormatName(static_cast<ImageFormat>(200)), "unknown");
+}
+
 }  // namespace
 }  // namespace ringloader

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "pipeline/loader_stats_fields.h"
 #include "ringloader/range.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
@@ -429,6 +430,28 @@ TEST(ApiTest, TransformBuildersMatchTorchvisionNames) {
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   EXPECT_EQ(pipeline->out_h(), 224);
   EXPECT_TRUE(pipeline->to_unit());
+}
+
+// The binding's stats() dict and the bench walk LoaderStats through its one field list.
+TEST(LoaderStatsFields, EveryFieldOnceByNameAndWindowsSubtractNumbers) {
+  LoaderStats before, after;
+  std::vector<std::string> names;
+  ForEachStat(before, [&names](const char* name, const auto&) { names.push_back(name); });
+  EXPECT_EQ(names.size(), std::size(stats_internal::kStatNames));
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+  EXPECT_EQ(names.front(), "samples");
+  EXPECT_EQ(names.back(), "recent_errors");
+  before.samples = 10, after.samples = 25;
+  before.decode_seconds = 1.5, after.decode_seconds = 4.0;
+  before.stalled = true, after.stalled = true;
+  after.io_backend = "pread";
+  after.recent_errors = {"a"};
+  const LoaderStats window = StatsSince(before, after);
+  EXPECT_EQ(window.samples, 15);
+  EXPECT_DOUBLE_EQ(window.decode_seconds, 2.5);
+  EXPECT_TRUE(window.stalled);  // flags are after's, not a difference
+  EXPECT_EQ(window.io_backend, "pread");
+  EXPECT_EQ(window.recent_errors, std::vector<std::string>{"a"});
 }
 
 }  // namespace

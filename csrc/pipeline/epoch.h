@@ -94,15 +94,6 @@ inline SlotLayout LayoutOf(const TransformPipeline& pipeline, int batch_size) {
 // the epoch. The cause's code and message travel as payloads.
 absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path);
 
-// The seed key of the row at `position` of an epoch's order that holds dataset index `index`:
-// the index itself when the row sits at its own position (a sequential epoch), otherwise the
-// index with the pair's difference in the high bits, so distinct (index, position) pairs get
-// distinct keys (below 2^32 samples). The Python package computes the same key (SampleKey).
-inline uint64_t RowKey(int64_t index, int64_t position) {
-  const auto i = static_cast<uint64_t>(index);
-  return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
-}
-
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 inline constexpr int64_t kReplaceWalk = 256;
 

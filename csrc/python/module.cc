@@ -22,9 +22,11 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "cuda/device_stager.h"
+#include "dataset/image_folder.h"
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "io/shard_cache.h"
+#include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
@@ -261,66 +263,66 @@ AugOp ParseAugOp(const std::string& name) {
   return op;
 }
 
+// Removes `key` from `d` and returns its value; a null handle when `d` has no such key.
+py::object Pop(py::dict& d, const char* key) {
+  if (!d.contains(key)) return py::object();
+  py::object value = d[key];
+  PyDict_DelItemString(d.ptr(), key);
+  return value;
+}
+
 TransformStep ParseStep(py::dict step) {
+  // A real copy: keys are removed as they are read, and what is left is refused.
+  step = py::reinterpret_steal<py::dict>(PyDict_Copy(step.ptr()));
   TransformStep s;
-  using K = TransformStep::Kind;
-  static const std::pair<const char*, K> kKinds[] = {
-      {"resize", K::kResize},
-      {"center_crop", K::kCenterCrop},
-      {"random_resized_crop", K::kRandomResizedCrop},
-      {"random_horizontal_flip", K::kRandomHorizontalFlip},
-      {"to_tensor", K::kToTensor},
-      {"normalize", K::kNormalize},
-      {"random_vertical_flip", K::kRandomVerticalFlip},
-      {"random_crop", K::kRandomCrop},
-      {"pad", K::kPad},
-      {"color_jitter", K::kColorJitter},
-      {"grayscale", K::kGrayscale},
-      {"random_rotation", K::kRandomRotation},
-      {"random_affine", K::kRandomAffine},
-      {"gaussian_blur", K::kGaussianBlur},
-      {"aug_op", K::kAugOp},
-      {"rand_augment", K::kRandAugment},
-      {"trivial_augment_wide", K::kTrivialAugmentWide},
-      {"auto_augment", K::kAutoAugment},
-      {"timm_rand_augment", K::kTimmRandAugment},
-      {"random_erasing", K::kRandomErasing}};
-  const std::string kind = step["kind"].cast<std::string>();
-  bool known = false;
-  for (const auto& [name, k] : kKinds) {
-    if (kind == name) s.kind = k, known = true;
+  py::object kind_value = Pop(step, "kind");
+  if (!kind_value) throw py::value_error("transform step without a 'kind'");
+  const std::string kind = kind_value.cast<std::string>();
+  const StepKindInfo* info = KindFromKey(kind);
+  if (info == nullptr) throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
+  s.kind = info->kind;
+  for (const auto& item : step) {
+    const std::string name = py::str(item.first).cast<std::string>();
+    if (!info->Takes(name)) {
+      // A key of another kind, or a misspelt one, would otherwise be dropped without a word.
+      throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, ") has no parameter '",
+                                        name, "'; its parameters: ", info->params));
+    }
   }
-  if (!known) throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
-  if (step.contains("size_h")) s.size_h = step["size_h"].cast<int>();
-  if (step.contains("size_w")) s.size_w = step["size_w"].cast<int>();
-  if (step.contains("max_size")) s.max_size = step["max_size"].cast<int>();
-  if (step.contains("scale")) std::tie(s.scale_min, s.scale_max) = step["scale"].cast<std::pair<double, double>>();
-  if (step.contains("ratio")) std::tie(s.ratio_min, s.ratio_max) = step["ratio"].cast<std::pair<double, double>>();
-  if (step.contains("p")) s.p = step["p"].cast<double>();
-  if (step.contains("by_reciprocal")) s.by_reciprocal = step["by_reciprocal"].cast<bool>();
+  auto take = [&step](const char* key, auto* out) {
+    if (py::object v = Pop(step, key)) *out = v.cast<std::remove_pointer_t<decltype(out)>>();
+  };
+  take("size_h", &s.size_h);
+  take("size_w", &s.size_w);
+  take("max_size", &s.max_size);
+  if (py::object v = Pop(step, "scale")) std::tie(s.scale_min, s.scale_max) = v.cast<std::pair<double, double>>();
+  if (py::object v = Pop(step, "ratio")) std::tie(s.ratio_min, s.ratio_max) = v.cast<std::pair<double, double>>();
+  take("p", &s.p);
+  take("by_reciprocal", &s.by_reciprocal);
   for (const char* key : {"mean", "std"}) {
-    if (!step.contains(key)) continue;
-    auto values = step[key].cast<std::vector<float>>();
+    py::object v = Pop(step, key);
+    if (!v) continue;
+    auto values = v.cast<std::vector<float>>();
     if (values.size() == 1) values.assign(3, values[0]);
     if (values.size() != 3) throw py::value_error(absl::StrCat("Normalize ", key, " needs 1 or 3 values"));
     std::copy(values.begin(), values.end(), std::string(key) == "mean" ? s.mean : s.std);
   }
-  if (step.contains("interpolation")) s.interpolation = ParseInterpolation(step["interpolation"].cast<std::string>());
-  if (step.contains("pad_mode")) s.pad_mode = ParsePadMode(step["pad_mode"].cast<std::string>());
-  if (step.contains("pad")) {
-    auto pad = step["pad"].cast<std::vector<int>>();
+  if (py::object v = Pop(step, "interpolation")) s.interpolation = ParseInterpolation(v.cast<std::string>());
+  if (py::object v = Pop(step, "pad_mode")) s.pad_mode = ParsePadMode(v.cast<std::string>());
+  if (py::object v = Pop(step, "pad")) {
+    auto pad = v.cast<std::vector<int>>();
     if (pad.size() != 4) throw py::value_error("pad needs (left, top, right, bottom)");
     std::copy(pad.begin(), pad.end(), s.pad);
   }
-  if (step.contains("pad_if_needed")) s.pad_if_needed = step["pad_if_needed"].cast<bool>();
-  if (step.contains("fill")) {
-    auto fill = step["fill"].cast<std::vector<float>>();
+  take("pad_if_needed", &s.pad_if_needed);
+  if (py::object v = Pop(step, "fill")) {
+    auto fill = v.cast<std::vector<float>>();
     if (fill.size() == 1) fill.assign(3, fill[0]);
     if (fill.size() != 3) throw py::value_error("fill needs 1 or 3 values");
     std::copy(fill.begin(), fill.end(), s.fill);
   }
-  if (step.contains("ranges")) {
-    py::list ranges = step["ranges"];
+  if (py::object v = Pop(step, "ranges")) {
+    py::list ranges = v;
     if (ranges.size() > 5) throw py::value_error("at most 5 parameter ranges");
     for (size_t i = 0; i < ranges.size(); ++i) {
       if (ranges[i].is_none()) continue;
@@ -328,17 +330,17 @@ TransformStep ParseStep(py::dict step) {
       s.has_range[i] = true;
     }
   }
-  if (step.contains("center") && !step["center"].is_none()) {
-    std::tie(s.center[0], s.center[1]) = step["center"].cast<std::pair<double, double>>();
+  if (py::object v = Pop(step, "center"); v && !v.is_none()) {
+    std::tie(s.center[0], s.center[1]) = v.cast<std::pair<double, double>>();
     s.has_center = true;
   }
-  if (step.contains("op")) s.aug_op = ParseAugOp(step["op"].cast<std::string>());
-  if (step.contains("magnitude")) s.magnitude = step["magnitude"].cast<double>();
-  if (step.contains("num_ops")) s.num_ops = step["num_ops"].cast<int>();
-  if (step.contains("num_bins")) s.num_bins = step["num_bins"].cast<int>();
-  if (step.contains("policy")) s.policy = step["policy"].cast<int>();
-  if (step.contains("timm_ops")) {
-    auto names = step["timm_ops"].cast<std::vector<std::string>>();
+  if (py::object v = Pop(step, "op")) s.aug_op = ParseAugOp(v.cast<std::string>());
+  take("magnitude", &s.magnitude);
+  take("num_ops", &s.num_ops);
+  take("num_bins", &s.num_bins);
+  take("policy", &s.policy);
+  if (py::object v = Pop(step, "timm_ops")) {
+    auto names = v.cast<std::vector<std::string>>();
     if (names.size() > std::size(s.timm_ops)) throw py::value_error("too many timm ops");
     for (const std::string& name : names) {
       const int code = TimmOpFromName(name.c_str());
@@ -346,16 +348,26 @@ TransformStep ParseStep(py::dict step) {
       s.timm_ops[s.timm_op_count++] = code;
     }
   }
-  if (step.contains("magnitude_std")) s.magnitude_std = step["magnitude_std"].cast<double>();
-  if (step.contains("magnitude_max")) s.magnitude_max = step["magnitude_max"].cast<double>();
-  if (step.contains("translate_pct")) s.translate_pct = step["translate_pct"].cast<double>();
-  if (step.contains("translate_const")) s.translate_const = step["translate_const"].cast<double>();
-  if (step.contains("random_interpolation")) s.random_interpolation = step["random_interpolation"].cast<bool>();
-  if (step.contains("v2_magnitudes")) s.v2_magnitudes = step["v2_magnitudes"].cast<bool>();
-  if (step.contains("erase_mode")) s.erase_mode = step["erase_mode"].cast<int>();
-  if (step.contains("timm_erasing")) s.timm_erasing = step["timm_erasing"].cast<bool>();
-  if (step.contains("erase_count")) s.erase_count = step["erase_count"].cast<int>();
+  take("magnitude_std", &s.magnitude_std);
+  take("magnitude_max", &s.magnitude_max);
+  take("translate_pct", &s.translate_pct);
+  take("translate_const", &s.translate_const);
+  take("random_interpolation", &s.random_interpolation);
+  take("v2_magnitudes", &s.v2_magnitudes);
+  take("erase_mode", &s.erase_mode);
+  take("timm_erasing", &s.timm_erasing);
+  take("erase_count", &s.erase_count);
+  if (py::len(step) != 0) {  // a key in StepKindInfo::params that is not read above
+    throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, "): unread key(s) ",
+                                      py::str(py::list(step.attr("keys")())).cast<std::string>()));
+  }
   return s;
+}
+
+std::vector<TransformStep> ParseSteps(py::handle steps) {
+  std::vector<TransformStep> out;
+  for (py::handle step : steps) out.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
+  return out;
 }
 
 LoaderOptions ParseOptions(py::dict d) {
@@ -424,7 +436,7 @@ LoaderOptions ParseOptions(py::dict d) {
   else if (layout == "NHWC") o.layout = Layout::kHWC;
   else throw py::value_error(absl::StrCat("layout must be 'NCHW' or 'NHWC'; got '", layout, "'"));
   if (d.contains("transform")) {
-    for (py::handle step : d["transform"]) o.transform.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
+    o.transform = ParseSteps(d["transform"]);
     PyDict_DelItemString(d.ptr(), "transform");
   }
   if (py::len(d) != 0) {
@@ -636,58 +648,9 @@ class PyLoader {
   }
 
   py::dict Stats() const {
-    LoaderStats s = loader_->Stats();
+    const LoaderStats s = loader_->Stats();
     py::dict d;
-    d["samples"] = s.samples;
-    d["batches"] = s.batches;
-    d["errors"] = s.errors;
-    d["skipped"] = s.skipped;
-    d["replaced"] = s.replaced;
-    d["recent_errors"] = s.recent_errors;
-    d["bytes_read"] = s.bytes_read;
-    d["stream_restarts"] = s.stream_restarts;
-    d["read_seconds"] = s.read_seconds;
-    d["decode_seconds"] = s.decode_seconds;
-    d["wait_seconds"] = s.wait_seconds;
-    d["samples_ahead"] = s.samples_ahead;
-    d["epochs_queued"] = s.epochs_queued;
-    d["epochs_adopted"] = s.epochs_adopted;
-    d["slots_allocated"] = s.slots_allocated;
-    d["slots_held"] = s.slots_held;
-    d["io_backend"] = s.io_backend;
-    d["io_note"] = s.io_note;
-    d["memory"] = s.memory;
-    d["memory_note"] = s.memory_note;
-    d["numa_node"] = s.numa_node;
-    d["numa_cpus"] = s.numa_cpus;
-    d["numa_note"] = s.numa_note;
-    d["threads_pinned"] = s.threads_pinned;
-    d["thread_cpus"] = s.thread_cpus;
-    d["decode_threads"] = s.decode_threads;
-    d["reader_threads"] = s.reader_threads;
-    d["threads_note"] = s.threads_note;
-    d["prefetch_batches"] = s.prefetch_batches;
-    d["prefetch_max"] = s.prefetch_max;
-    d["prefetch_grown"] = s.prefetch_grown;
-    d["max_slots"] = s.max_slots;
-    d["slot_bytes"] = s.slot_bytes;
-    d["max_memory"] = s.max_memory;
-    d["memory_budget_note"] = s.memory_budget_note;
-    d["slots_note"] = s.slots_note;
-    d["read_ahead"] = s.read_ahead;
-    d["read_buffers"] = s.read_buffers;
-    d["producer_waits"] = s.producer_waits;
-    d["idle_spells"] = s.idle_spells;
-    d["batches_completed"] = s.batches_completed;
-    d["device"] = s.device;
-    d["device_buffers"] = s.device_buffers;
-    d["device_buffers_held"] = s.device_buffers_held;
-    d["device_bytes"] = s.device_bytes;
-    d["device_copy_seconds"] = s.device_copy_seconds;
-    d["seconds_since_progress"] = s.seconds_since_progress;
-    d["stalled"] = s.stalled;
-    d["pipeline_state"] = s.pipeline_state;
-    d["last_error"] = s.last_error;
+    ForEachStat(s, [&d](const char* name, const auto& value) { d[name] = value; });
     d["transform"] = loader_->DescribeTransform();
     return d;
   }
@@ -1010,6 +973,38 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("options"),
       "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
+  // Rules the Python package asks for instead of keeping copies that could drift.
+  m.def(
+      "check_transform",
+      [](py::list steps, size_t first) -> py::object {
+        const std::string why = StageOrderError(ParseSteps(steps), first);
+        return why.empty() ? py::none() : py::object(py::str(why));
+      },
+      py::arg("steps"), py::arg("first") = 0,
+      "Why steps[first:] cannot follow steps[:first] in one native chain (the stage order the "
+      "loader enforces), or None. Bad step dicts raise.");
+  m.def(
+      "fixed_size",
+      [](py::list steps) {
+        absl::StatusOr<TransformPipeline> p =
+            TransformPipeline::Create(ParseSteps(steps), DType::kFloat32, Layout::kCHW, true);
+        ThrowIfError(p.status());
+        return p->fixed_size();
+      },
+      py::arg("steps"),
+      "True when the chain's output size does not depend on the input image (samples can be "
+      "batched). Invalid chains raise ValueError.");
+  m.def("row_key", &RowKey, py::arg("index"), py::arg("position"),
+        "The seed key of dataset index `index` at `position` of an epoch's order.");
+  m.def("sample_seed", &SampleSeed, py::arg("seed"), py::arg("epoch"), py::arg("key"),
+        "The augmentation seed of the sample with key `key` (row_key) in `epoch` of a loader "
+        "seeded with `seed`.");
+  m.def("mix64", &Mix64, py::arg("x"), "splitmix64's finaliser, which every native seed goes through.");
+  {
+    py::tuple extensions(ImageExtensions().size());
+    for (size_t i = 0; i < ImageExtensions().size(); ++i) extensions[i] = py::str(ImageExtensions()[i]);
+    m.attr("IMG_EXTENSIONS") = extensions;
+  }
   m.def("scan_image_folder", &ScanFolder, py::arg("root"),
         "(classes, path bytes, path ends, labels) of an image folder in torchvision's order: every path in "
         "one uint8 array (path i is bytes [ends[i-1], ends[i])), int64 ends, int32 labels.");

@@ -835,6 +835,13 @@ bool AugOpFromName(std::string_view name, AugOp* op) {
   return false;
 }
 
+const char* AugOpName(AugOp op) {
+  for (const auto& [n, v] : kAugOpNames) {
+    if (v == op) return n.data();  // the names are literals: NUL-terminated
+  }
+  return "unknown op";
+}
+
 // ---- tests -----------------------------------------------------------------------------------
 
 namespace {

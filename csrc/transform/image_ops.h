@@ -128,6 +128,8 @@ void ApplyTimmOp(AugOp op, double arg, Interpolation interpolation, const uint8_
 /// The op of torchvision's name ("ShearX", "Posterize"...; "SolarizeAdd" as timm names it);
 /// false for an unknown name.
 bool AugOpFromName(std::string_view name, AugOp* op);
+/// torchvision's name of `op` (the inverse of AugOpFromName).
+const char* AugOpName(AugOp op);
 
 // ---- tests -------------------------------------------------------------------------------
 

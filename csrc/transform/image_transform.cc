@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "transform/image_ops.h"
 
 namespace ringloader {
 namespace {
@@ -52,58 +53,26 @@ Size2 ResizedOutputSize(int64_t h, int64_t w, const TransformStep& s) {
   return w_short ? Size2{new_long, new_short} : Size2{new_short, new_long};
 }
 
-const char* KindName(Kind kind) {
-  switch (kind) {
-    case Kind::kResize: return "Resize";
-    case Kind::kCenterCrop: return "CenterCrop";
-    case Kind::kRandomResizedCrop: return "RandomResizedCrop";
-    case Kind::kRandomHorizontalFlip: return "RandomHorizontalFlip";
-    case Kind::kToTensor: return "ToTensor";
-    case Kind::kNormalize: return "Normalize";
-    case Kind::kRandomVerticalFlip: return "RandomVerticalFlip";
-    case Kind::kRandomCrop: return "RandomCrop";
-    case Kind::kPad: return "Pad";
-    case Kind::kColorJitter: return "ColorJitter";
-    case Kind::kGrayscale: return "RandomGrayscale";
-    case Kind::kRandomRotation: return "RandomRotation";
-    case Kind::kRandomAffine: return "RandomAffine";
-    case Kind::kGaussianBlur: return "GaussianBlur";
-    case Kind::kAugOp: return "AugOp";
-    case Kind::kRandAugment: return "RandAugment";
-    case Kind::kTrivialAugmentWide: return "TrivialAugmentWide";
-    case Kind::kAutoAugment: return "AutoAugment";
-    case Kind::kTimmRandAugment: return "TimmRandAugment";
-    case Kind::kRandomErasing: return "RandomErasing";
-  }
-  return "Unknown";
-}
+const char* KindName(Kind kind) { return KindInfo(kind).name; }
 
 bool ZeroConstantFill(const TransformStep& s) {
   return s.pad_mode == PadMode::kConstant && s.fill[0] == 0.f && s.fill[1] == 0.f &&
          s.fill[2] == 0.f;
 }
 
-/// Steps that can only be part of the fused geometric stage.
-bool IsGeometric(Kind kind) {
-  return kind == Kind::kResize || kind == Kind::kCenterCrop ||
-         kind == Kind::kRandomResizedCrop || kind == Kind::kRandomHorizontalFlip ||
-         kind == Kind::kRandomVerticalFlip;
-}
-
 /// Steps the geometric stage absorbs: the geometric ones, and padding/cropping with a zero
 /// constant fill (the resampler writes zeros outside the source).
 bool IsFusable(const TransformStep& s) {
-  if (IsGeometric(s.kind)) return true;
-  return (s.kind == Kind::kRandomCrop || s.kind == Kind::kPad) && ZeroConstantFill(s);
+  const StepStage stage = KindInfo(s.kind).stage;
+  return stage == StepStage::kGeometry || (stage == StepStage::kCropPad && ZeroConstantFill(s));
 }
 
-bool IsOutputStep(Kind kind) {
-  return kind == Kind::kToTensor || kind == Kind::kNormalize || kind == Kind::kRandomErasing;
-}
+bool IsOutputStep(Kind kind) { return KindInfo(kind).stage == StepStage::kOutput; }
+bool Resizes(Kind kind) { return KindInfo(kind).resizes; }
 
 /// Why `s` starts the image stage: what keeps it out of the fused resample.
 std::string ImageStageReason(const TransformStep& s) {
-  if (s.kind == Kind::kRandomCrop || s.kind == Kind::kPad) {
+  if (KindInfo(s.kind).stage == StepStage::kCropPad) {
     static constexpr const char* kModes[] = {"constant", "edge", "reflect", "symmetric"};
     if (s.pad_mode != PadMode::kConstant) {
       return absl::StrCat(KindName(s.kind), " with padding_mode='",
@@ -112,8 +81,69 @@ std::string ImageStageReason(const TransformStep& s) {
     }
     return absl::StrCat(KindName(s.kind), " with a non-zero fill runs on the 8-bit image");
   }
+  if (s.kind == Kind::kAugOp) {
+    return absl::StrCat("the ", AugOpName(s.aug_op), " step runs on the 8-bit image");
+  }
   return absl::StrCat(KindName(s.kind), " runs on the 8-bit image");
 }
+
+/// The stage-order rules of a chain, one step at a time: Create and StageOrderError walk the
+/// chain with it, so the two cannot disagree on what is refused.
+class StageWalk {
+ public:
+  enum class Stage { kGeometry, kImage, kOutput };
+  enum class Rule {
+    kNone,
+    kAfterTensor,        ///< an image step after the output stage began
+    kToTensorTwice,
+    kNeedsTensor,        ///< Normalize / RandomErasing without ToTensor before it
+    kResizeAfterImage,   ///< a resize after the image stage began (see image_begin)
+    kSecondResize,       ///< a resize after the fused geometry's resize (see resized_at)
+  };
+
+  /// Advances over steps[i] (after steps[0..i)); returns the rule it breaks.
+  Rule Step(const std::vector<TransformStep>& steps, size_t i) {
+    const TransformStep& s = steps[i];
+    Rule rule = Rule::kNone;
+    if (IsOutputStep(s.kind)) {
+      stage_ = Stage::kOutput;
+      if (s.kind == Kind::kToTensor) {
+        if (seen_to_tensor_) return Rule::kToTensorTwice;
+        seen_to_tensor_ = true;
+      } else if (!seen_to_tensor_) {
+        return Rule::kNeedsTensor;
+      }
+    } else if (stage_ == Stage::kOutput) {
+      return Rule::kAfterTensor;
+    } else if (stage_ == Stage::kGeometry && !IsFusable(s)) {
+      stage_ = Stage::kImage;
+      image_begin_ = i;
+    } else if (stage_ == Stage::kGeometry && resized_at_ && Resizes(s.kind)) {
+      // The fused geometry resamples once, from the source; torchvision resamples twice, and
+      // the second pass filters the first one's rounded levels: one resample cannot equal that.
+      rule = Rule::kSecondResize;
+    } else if (stage_ == Stage::kImage && Resizes(s.kind)) {
+      // Flips and CenterCrop move pixels of the 8-bit image; a resize would need a second
+      // resample of it.
+      rule = Rule::kResizeAfterImage;
+    }
+    if (Resizes(s.kind) && rule == Rule::kNone) resized_at_ = i;
+    return rule;
+  }
+
+  Stage stage() const { return stage_; }
+  /// The first image-stage step (valid once stage() left kGeometry for kImage).
+  size_t image_begin() const { return image_begin_; }
+  bool seen_to_tensor() const { return seen_to_tensor_; }
+  /// The fused geometry's resize.
+  std::optional<size_t> resized_at() const { return resized_at_; }
+
+ private:
+  Stage stage_ = Stage::kGeometry;
+  size_t image_begin_ = 0;
+  std::optional<size_t> resized_at_;
+  bool seen_to_tensor_ = false;
+};
 
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
   return absl::InvalidArgumentError(
@@ -320,6 +350,101 @@ std::string CheckImageStep(const TransformStep& s) {
 
 }  // namespace
 
+const std::vector<StepKindInfo>& StepKinds() {
+  using S = StepStage;
+  static const auto* kinds = new std::vector<StepKindInfo>{
+      {Kind::kResize, "resize", "Resize", S::kGeometry, true,
+       "size_h size_w max_size interpolation"},
+      {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false,
+       "size_h size_w"},
+      {Kind::kRandomResizedCrop, "random_resized_crop", "RandomResizedCrop", S::kGeometry, true,
+       "size_h size_w scale ratio interpolation"},
+      {Kind::kRandomHorizontalFlip, "random_horizontal_flip", "RandomHorizontalFlip",
+       S::kGeometry, false, "p"},
+      {Kind::kToTensor, "to_tensor", "ToTensor", S::kOutput, false,
+       "by_reciprocal"},
+      {Kind::kNormalize, "normalize", "Normalize", S::kOutput, false,
+       "mean std"},
+      {Kind::kRandomVerticalFlip, "random_vertical_flip", "RandomVerticalFlip", S::kGeometry, false,
+       "p"},
+      {Kind::kRandomCrop, "random_crop", "RandomCrop", S::kCropPad, false,
+       "size_h size_w pad pad_if_needed fill pad_mode"},
+      {Kind::kPad, "pad", "Pad", S::kCropPad, false,
+       "pad fill pad_mode"},
+      {Kind::kColorJitter, "color_jitter", "ColorJitter", S::kImage, false,
+       "ranges"},
+      {Kind::kGrayscale, "grayscale", "Grayscale", S::kImage, false,
+       "p"},
+      {Kind::kRandomRotation, "random_rotation", "RandomRotation", S::kImage, false,
+       "ranges interpolation fill center"},
+      {Kind::kRandomAffine, "random_affine", "RandomAffine", S::kImage, false,
+       "ranges interpolation fill center"},
+      {Kind::kGaussianBlur, "gaussian_blur", "GaussianBlur", S::kImage, false,
+       "size_h size_w ranges"},
+      {Kind::kAugOp, "aug_op", "AugOp", S::kImage, false,
+       "op magnitude p interpolation fill"},
+      {Kind::kRandAugment, "rand_augment", "RandAugment", S::kImage, false,
+       "num_ops magnitude num_bins interpolation fill v2_magnitudes"},
+      {Kind::kTrivialAugmentWide, "trivial_augment_wide", "TrivialAugmentWide", S::kImage, false,
+       "num_bins interpolation fill v2_magnitudes"},
+      {Kind::kAutoAugment, "auto_augment", "AutoAugment", S::kImage, false,
+       "policy interpolation fill v2_magnitudes"},
+      {Kind::kTimmRandAugment, "timm_rand_augment", "timm's RandAugment", S::kImage, false,
+       "timm_ops num_ops p magnitude magnitude_std magnitude_max translate_pct translate_const "
+       "fill interpolation random_interpolation"},
+      {Kind::kRandomErasing, "random_erasing", "RandomErasing", S::kOutput, false,
+       "p ranges fill erase_mode timm_erasing erase_count"},
+  };
+  return *kinds;
+}
+
+bool StepKindInfo::Takes(std::string_view key) const {
+  for (std::string_view rest = params; !rest.empty();) {
+    const size_t space = rest.find(' ');
+    if (rest.substr(0, space) == key) return true;
+    if (space == std::string_view::npos) break;
+    rest.remove_prefix(space + 1);
+  }
+  return false;
+}
+
+const StepKindInfo& KindInfo(Kind kind) {
+  // Rows are in Kind order (checked by image_transform_test).
+  return StepKinds()[static_cast<size_t>(kind)];
+}
+
+const StepKindInfo* KindFromKey(std::string_view key) {
+  for (const StepKindInfo& info : StepKinds()) {
+    if (key == info.key) return &info;
+  }
+  return nullptr;
+}
+
+std::string StageOrderError(const std::vector<TransformStep>& steps, size_t first) {
+  using Rule = StageWalk::Rule;
+  StageWalk walk;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const Rule rule = walk.Step(steps, i);
+    if (i < first || rule == Rule::kNone) continue;
+    switch (rule) {
+      case Rule::kAfterTensor:
+      case Rule::kToTensorTwice:
+        return "it runs on the tensor after ToTensor";
+      case Rule::kNeedsTensor:
+        return "it needs ToTensor before it";
+      case Rule::kResizeAfterImage:
+        return absl::StrCat("a resize after an earlier step that cannot fuse into the resample (",
+                            ImageStageReason(steps[walk.image_begin()]),
+                            ") would need a second resample, which is not native");
+      case Rule::kSecondResize:
+        return "a second resize would need a second resample, which is not native";
+      case Rule::kNone:
+        break;
+    }
+  }
+  return "";
+}
+
 absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<TransformStep> steps,
                                                             DType dtype, Layout layout,
                                                             bool allow_variable_size) {
@@ -333,42 +458,44 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
   // The output size is known statically once a step fixes it; Resize(int) after a fixed size is
   // fixed too, before one it depends on the input.
   std::optional<Size2> size;
-  enum class Stage { kGeometry, kImage, kOutput } stage = Stage::kGeometry;
-  bool seen_to_tensor = false;
+  using Rule = StageWalk::Rule;
+  StageWalk walk;
   p.image_begin_ = p.image_end_ = steps.size();
   double scale[3] = {1, 1, 1}, bias[3] = {0, 0, 0};
-  std::optional<size_t> resized_at;  // the fused geometry's resize
   for (size_t i = 0; i < steps.size(); ++i) {
     TransformStep& s = steps[i];
     if (s.kind == Kind::kRandomCrop && s.size_w == 0) s.size_w = s.size_h;
     const std::string bad = CheckImageStep(s);
     if (!bad.empty()) return StepError(i, s.kind, bad);
-    if (IsOutputStep(s.kind)) {
-      if (stage == Stage::kImage) p.image_end_ = i;
-      stage = Stage::kOutput;
-    } else if (stage == Stage::kOutput) {
-      return StepError(i, s.kind, "image steps must come before ToTensor/Normalize");
-    } else if (stage == Stage::kGeometry && !IsFusable(s)) {
-      stage = Stage::kImage;
-      p.image_begin_ = i;
-    } else if (stage == Stage::kGeometry && resized_at &&
-               (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
-      // The fused geometry resamples once, from the source; torchvision resamples twice, and the
-      // second pass filters the first one's rounded levels: one resample cannot equal that.
-      return StepError(i, s.kind,
-                       absl::StrCat("a second resize (after step ", *resized_at, ", ",
-                                    KindName(steps[*resized_at].kind),
-                                    ") would need a second resample, which is not native"));
-    } else if (stage == Stage::kImage &&
-               (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop)) {
-      // Flips and CenterCrop move pixels of the 8-bit image; a resize would need a second
-      // resample of it.
-      return StepError(i, s.kind,
-                       absl::StrCat("a resize after step ", p.image_begin_, " (",
-                                    ImageStageReason(steps[p.image_begin_]),
-                                    ") is not supported natively"));
+    const StageWalk::Stage before = walk.stage();
+    switch (walk.Step(steps, i)) {
+      case Rule::kNone:
+        break;
+      case Rule::kAfterTensor:
+        return StepError(i, s.kind, "image steps must come before ToTensor/Normalize");
+      case Rule::kToTensorTwice:
+        return StepError(i, s.kind, "ToTensor appears more than once");
+      case Rule::kNeedsTensor:
+        return StepError(i, s.kind,
+                         s.kind == Kind::kNormalize
+                             ? "Normalize needs ToTensor before it"
+                             : "RandomErasing works on the tensor: put ToTensor first");
+      case Rule::kSecondResize:
+        return StepError(i, s.kind,
+                         absl::StrCat("a second resize (after step ", *walk.resized_at(), ", ",
+                                      KindName(steps[*walk.resized_at()].kind),
+                                      ") would need a second resample, which is not native"));
+      case Rule::kResizeAfterImage:
+        return StepError(i, s.kind,
+                         absl::StrCat("a resize after step ", walk.image_begin(), " (",
+                                      ImageStageReason(steps[walk.image_begin()]),
+                                      ") is not supported natively"));
     }
-    if (s.kind == Kind::kResize || s.kind == Kind::kRandomResizedCrop) resized_at = i;
+    if (before == StageWalk::Stage::kGeometry && walk.stage() == StageWalk::Stage::kImage) {
+      p.image_begin_ = i;
+    } else if (before == StageWalk::Stage::kImage && walk.stage() == StageWalk::Stage::kOutput) {
+      p.image_end_ = i;
+    }
     switch (s.kind) {
       case Kind::kResize:
         if (s.size_h <= 0 || s.size_w < 0) return StepError(i, s.kind, "size must be > 0");
@@ -421,12 +548,9 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         if (!(s.p >= 0.0 && s.p <= 1.0)) return StepError(i, s.kind, "p must be in [0, 1]");
         break;
       case Kind::kToTensor:
-        if (seen_to_tensor) return StepError(i, s.kind, "ToTensor appears more than once");
-        seen_to_tensor = true;
         for (int c = 0; c < 3; ++c) scale[c] = 1.0 / 255.0;
         break;
       case Kind::kNormalize:
-        if (!seen_to_tensor) return StepError(i, s.kind, "Normalize needs ToTensor before it");
         for (int c = 0; c < 3; ++c) {
           if (!std::isfinite(s.mean[c]) || !std::isfinite(s.std[c])) {
             return StepError(i, s.kind, "mean and std must be finite");
@@ -438,16 +562,14 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         }
         break;
       case Kind::kRandomErasing:
-        if (!seen_to_tensor) {
-          return StepError(i, s.kind, "RandomErasing works on the tensor: put ToTensor first");
-        }
         p.has_erasing_ = true;
         break;
       default:
         break;  // image steps keep the size
     }
   }
-  if (stage == Stage::kImage) p.image_end_ = steps.size();
+  if (walk.stage() == StageWalk::Stage::kImage) p.image_end_ = steps.size();
+  const bool seen_to_tensor = walk.seen_to_tensor();
   if (!size && !allow_variable_size) {
     return absl::InvalidArgumentError(
         "transform chain output size depends on the input image; end the geometric steps with "

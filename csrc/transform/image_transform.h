@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +24,41 @@ namespace ringloader {
 size_t DTypeSize(DType dtype);
 /// "uint8", "float32", ... as numpy/torch name them.
 const char* DTypeName(DType dtype);
+
+/// Which stage of a chain (TransformPipeline::Create) a kind's steps run in.
+enum class StepStage : uint8_t {
+  kGeometry,  ///< fused into the one resample
+  kCropPad,   ///< fused with a zero constant fill, else on the 8-bit image (RandomCrop, Pad)
+  kImage,     ///< on the 8-bit image
+  kOutput,    ///< on the written output (ToTensor, Normalize, RandomErasing)
+};
+
+/// One row per step kind: the names it goes by and the stage-order facts about it. The binding
+/// parses the kind by `key`, Create orders the chain by `stage` and `resizes`, and errors name
+/// it by `name`, so a new kind is one row here plus its parameters.
+struct StepKindInfo {
+  TransformStep::Kind kind;
+  const char* key;   ///< the binding's "kind" ("random_resized_crop")
+  const char* name;  ///< torchvision's class ("RandomResizedCrop"), in errors and Describe
+  StepStage stage;
+  bool resizes;      ///< a resample of the whole image (Resize, RandomResizedCrop)
+  /// The binding's parameter keys of this kind, space-separated ("size_h size_w scale ratio
+  /// interpolation"): any other key in a step dict is refused.
+  const char* params;
+  /// Whether `key` is one of `params`.
+  bool Takes(std::string_view key) const;
+};
+/// Every kind, in TransformStep::Kind order.
+const std::vector<StepKindInfo>& StepKinds();
+const StepKindInfo& KindInfo(TransformStep::Kind kind);
+/// The row whose key is `key`, or nullptr.
+const StepKindInfo* KindFromKey(std::string_view key);
+
+/// Why steps[first..] cannot follow steps[0..first) in one native chain, by the stage order
+/// that Create enforces ("it needs ToTensor before it", "a second resize would need a second
+/// resample, which is not native", ...), or "" when they can. The Python package splits a
+/// transform at the first step this refuses and runs the rest in Python.
+std::string StageOrderError(const std::vector<TransformStep>& steps, size_t first = 0);
 
 /// Where one output image comes from: the source rectangle [x0,x1) x [y0,y1) in continuous
 /// source-pixel coordinates (x0 > x1 means mirrored horizontally) mapped onto out_w x out_h.

@@ -113,6 +113,81 @@ TEST(TransformPipelineCreate, RejectsInvalidChains) {
   EXPECT_EQ(CreateCode({CenterCrop(8, 8), ToTensor()}, DType::kUint8), kInvalid);
 }
 
+TEST(StepKinds, OneRowPerKindInKindOrderWithDistinctKeys) {
+  const std::vector<StepKindInfo>& kinds = StepKinds();
+  ASSERT_EQ(kinds.size(), static_cast<size_t>(Kind::kRandomErasing) + 1);
+  for (size_t i = 0; i < kinds.size(); ++i) {
+    EXPECT_EQ(static_cast<size_t>(kinds[i].kind), i) << kinds[i].key;
+    EXPECT_EQ(&KindInfo(kinds[i].kind), &kinds[i]);
+    EXPECT_EQ(KindFromKey(kinds[i].key), &kinds[i]) << "duplicate key " << kinds[i].key;
+  }
+  EXPECT_EQ(KindFromKey("Resize"), nullptr);
+  EXPECT_EQ(KindFromKey(""), nullptr);
+  // Parameters are whole words of the kind's list.
+  EXPECT_TRUE(KindInfo(Kind::kResize).Takes("size_h"));
+  EXPECT_TRUE(KindInfo(Kind::kResize).Takes("interpolation"));
+  EXPECT_FALSE(KindInfo(Kind::kResize).Takes("size"));
+  EXPECT_FALSE(KindInfo(Kind::kResize).Takes(""));
+  EXPECT_FALSE(KindInfo(Kind::kCenterCrop).Takes("p"));
+  EXPECT_FALSE(KindInfo(Kind::kToTensor).Takes("kind"));
+}
+
+// StageOrderError and Create walk the same rules: where one refuses a chain for its order, so
+// does the other, at the same step.
+TEST(StageOrderError, RefusesWhatCreateRefusesForItsOrder) {
+  TransformStep jitter;
+  jitter.kind = Kind::kColorJitter;
+  TransformStep reflect;
+  reflect.kind = Kind::kPad;
+  reflect.pad[0] = reflect.pad[1] = reflect.pad[2] = reflect.pad[3] = 2;
+  reflect.pad_mode = PadMode::kReflect;
+  TransformStep erase;
+  erase.kind = Kind::kRandomErasing;
+  erase.range[0][0] = 0.02, erase.range[0][1] = 0.33;
+  erase.range[1][0] = 0.3, erase.range[1][1] = 3.3;
+  const struct {
+    std::vector<TransformStep> steps;
+    const char* reason;  // "" when the order is fine
+    const char* create;  // what Create says about the same step
+  } kCases[] = {
+      {{Resize(8), CenterCrop(8, 8), Flip(0.5), ToTensor(), Normalize(kMean, kStd), erase}, "", ""},
+      {{Resize(8), ResizeHW(6, 6)},
+       "a second resize would need a second resample, which is not native",
+       "step 1 (Resize): a second resize (after step 0, Resize)"},
+      {{Rrc(8), Flip(0.5), Resize(6)},
+       "a second resize would need a second resample, which is not native",
+       "step 2 (Resize): a second resize (after step 0, RandomResizedCrop)"},
+      {{Resize(8), jitter, CenterCrop(8, 8), ResizeHW(6, 6)},
+       "a resize after an earlier step that cannot fuse into the resample (ColorJitter runs on "
+       "the 8-bit image) would need a second resample, which is not native",
+       "step 3 (Resize): a resize after step 1 (ColorJitter runs on the 8-bit image)"},
+      {{reflect, Rrc(8)},
+       "a resize after an earlier step that cannot fuse into the resample (Pad with "
+       "padding_mode='reflect' runs on the 8-bit image) would need a second resample, which is "
+       "not native",
+       "step 1 (RandomResizedCrop): a resize after step 0 (Pad with padding_mode='reflect'"},
+      {{CenterCrop(8, 8), ToTensor(), Flip(0.5)}, "it runs on the tensor after ToTensor",
+       "step 2 (RandomHorizontalFlip): image steps must come before ToTensor/Normalize"},
+      {{CenterCrop(8, 8), ToTensor(), ToTensor()}, "it runs on the tensor after ToTensor",
+       "step 2 (ToTensor): ToTensor appears more than once"},
+      {{CenterCrop(8, 8), Normalize(kMean, kStd)}, "it needs ToTensor before it",
+       "step 1 (Normalize): Normalize needs ToTensor before it"},
+      {{CenterCrop(8, 8), erase}, "it needs ToTensor before it",
+       "step 1 (RandomErasing): RandomErasing works on the tensor: put ToTensor first"},
+  };
+  for (const auto& c : kCases) {
+    EXPECT_EQ(StageOrderError(c.steps), c.reason);
+    // Steps before `first` are the chain so far, which is not judged again.
+    EXPECT_EQ(StageOrderError(c.steps, c.steps.size()), "");
+    absl::Status status = TransformPipeline::Create(c.steps, DType::kFloat32, Layout::kCHW).status();
+    if (*c.create == '\0') {
+      EXPECT_TRUE(status.ok()) << status;
+    } else {
+      EXPECT_NE(status.message().find(c.create), std::string::npos) << status;
+    }
+  }
+}
+
 TEST(TransformPipelineCreate, PillowTransformStepsTakeOnlyItsFilters) {
   // Rotation, affine and the policies resample with Pillow's Image.transform, which refuses
   // the resize-only filters; each filter it takes is accepted.

@@ -16,6 +16,15 @@ inline uint64_t Mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
+/// The seed key of the row at `position` of an epoch's order that holds dataset index `index`:
+/// the index itself when the row sits at its own position (a sequential epoch), otherwise the
+/// index with the pair's difference in the high bits, so distinct (index, position) pairs get
+/// distinct keys (below 2^32 samples). The Python package asks the extension for it.
+inline uint64_t RowKey(int64_t index, int64_t position) {
+  const auto i = static_cast<uint64_t>(index);
+  return i ^ ((static_cast<uint64_t>(position) ^ i) << 32);
+}
+
 /// Seed of the sample with key `index` (an index, or RowKey(index, position)) in `epoch` for a
 /// loader seeded with `seed`.
 inline uint64_t SampleSeed(uint64_t seed, uint64_t epoch, uint64_t index) {

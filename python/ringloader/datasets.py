@@ -24,11 +24,13 @@ except ImportError:  # torch is only needed to iterate; the datasets themselves 
 __all__ = ["DatasetFolder", "FileList", "ImageFolder", "IMG_EXTENSIONS", "NativeDataset",
            "SampleKey"]
 
-# torchvision.datasets.folder.IMG_EXTENSIONS
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+# torchvision.datasets.folder.IMG_EXTENSIONS: the native folder scan's list.
+IMG_EXTENSIONS: Tuple[str, ...] = _C.IMG_EXTENSIONS
 """The file name endings :class:`ImageFolder` keeps (lower-cased), torchvision's ``IMG_EXTENSIONS``
 without the formats ringloader does not decode natively; the decoder itself is chosen by the
 file's signature, not by this ending."""
+
+_MASK64 = (1 << 64) - 1
 
 
 def find_classes(directory: str) -> Tuple[List[str], Dict[str, int]]:
@@ -270,34 +272,14 @@ class SampleKey(NamedTuple):
         """The key of this sample's per-sample seed, as the native pipeline's RowKey: the index
         when the sample sits at its own position, else the index with (position ^ index) in the
         high 32 bits."""
-        return (self.index ^ ((self.position ^ self.index) << 32)) & _MASK64
-
-
-_MASK64 = (1 << 64) - 1
-
-# Steps that set both output dimensions; every other step keeps the size it is given.
-_SIZING_STEPS = ("center_crop", "random_resized_crop", "random_crop")
-
-
-def _fixed_size(steps: List[Dict[str, Any]]) -> bool:
-    """True when the chain's output size does not depend on the input image."""
-    return any(s["kind"] in _SIZING_STEPS or (s["kind"] == "resize" and s.get("size_w", 0) > 0)
-               for s in steps)
-
-
-def _mix64(x: int) -> int:
-    """splitmix64's finaliser, as the native pipeline's Mix64."""
-    x = (x + 0x9E3779B97F4A7C15) & _MASK64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return x ^ (x >> 31)
+        return _C.row_key(self.index, self.position)
 
 
 def tail_seed(key: SampleKey) -> int:
     """The seed of the Python tail of ``key``'s sample: the native pipeline's per-sample seed,
     SampleSeed(seed, epoch, row key), mixed once more so the two draw independently."""
-    seed = _mix64(_mix64(_mix64(key.seed & _MASK64) ^ (key.epoch & _MASK64)) ^ key.row_key())
-    return _mix64(seed + 1)
+    seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, key.row_key())
+    return _C.mix64((seed + 1) & _MASK64)
 
 
 def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
@@ -487,7 +469,7 @@ class NativeDataset(Source, _TorchDataset):
     def per_sample(self) -> bool:
         """True when samples are made one at a time (Python steps, or an output size that
         depends on the image) rather than batched by the native pipeline."""
-        return self._split.tail is not None or not _fixed_size(self._split.steps)
+        return self._split.tail is not None or not _C.fixed_size(self._split.steps)
 
     def __len__(self) -> int:
         return len(self._table)
@@ -531,7 +513,7 @@ class NativeDataset(Source, _TorchDataset):
             options.update(self.native_options())
             if self._returns_pil():
                 options["layout"] = "NHWC"  # what PIL.Image.fromarray takes
-            if not _fixed_size(self.steps):
+            if not _C.fixed_size(self.steps):
                 options["variable_size"] = True
             # Labels are not used by decode_sample; targets go through target_transform here.
             self._single = _C.Loader(self._table.arena(), np.zeros(len(self), dtype=np.int64),

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
+from . import _C
+
 __all__ = [
     "Compose",
     "Resize",
@@ -668,58 +670,10 @@ def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
 # Which stage a native step belongs to (see TransformPipeline::Create): geometric steps fuse into
 # one resample; after the first step on the 8-bit image, flips and CenterCrop move that image's
 # pixels but a resize is not native; after ToTensor only output steps follow.
-_GEOMETRIC = {"resize", "center_crop", "random_resized_crop", "random_horizontal_flip",
-              "random_vertical_flip"}
-_RESIZES = {"resize", "random_resized_crop"}
-_OUTPUT = {"to_tensor", "normalize", "random_erasing"}
-_STEP_NAMES = {"random_crop": "RandomCrop", "pad": "Pad"}
-_IMAGE_STEP_NAMES = {
-    "color_jitter": "ColorJitter", "grayscale": "Grayscale", "random_rotation": "RandomRotation",
-    "random_affine": "RandomAffine", "gaussian_blur": "GaussianBlur", "rand_augment": "RandAugment",
-    "trivial_augment_wide": "TrivialAugmentWide", "auto_augment": "AutoAugment",
-    "timm_rand_augment": "timm's RandAugment",
-}
-
-
-def _image_stage_reason(steps: List[Dict[str, Any]]) -> Optional[str]:
-    """Why the native chain so far runs an image stage on the 8-bit image (the first step that
-    cannot fuse into the resample), or None."""
-    for s in steps:
-        kind = s["kind"]
-        if kind in _GEOMETRIC or kind in _OUTPUT:
-            continue
-        if kind in _STEP_NAMES:
-            name = _STEP_NAMES[kind]
-            mode = s.get("pad_mode", "constant")
-            if mode != "constant":
-                return f"{name} with padding_mode={mode!r} runs on the 8-bit image"
-            if any(s.get("fill", [0, 0, 0])):
-                return f"{name} with a non-zero fill runs on the 8-bit image"
-            continue
-        if kind == "aug_op":
-            return f"the {s.get('op', 'single-op')} step runs on the 8-bit image"
-        return f"{_IMAGE_STEP_NAMES.get(kind, kind)} runs on the 8-bit image"
-    return None
-
-
 def _stage_error(steps: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> Optional[str]:
-    """Why `new` cannot follow `steps` natively, or None."""
-    kinds = [s["kind"] for s in steps]
-    image_stage = _image_stage_reason(steps)
-    after_tensor = "to_tensor" in kinds
-    for step in new:
-        kind = step["kind"]
-        if after_tensor and kind not in ("normalize", "random_erasing"):
-            return "it runs on the tensor after ToTensor"
-        if kind in ("normalize", "random_erasing") and not after_tensor:
-            return "it needs ToTensor before it"
-        if image_stage and kind in _RESIZES:
-            return (f"a resize after an earlier step that cannot fuse into the resample "
-                    f"({image_stage}) would need a second resample, which is not native")
-        if kind in _RESIZES and any(k in _RESIZES for k in kinds):
-            # The fused geometry resamples once, from the source; torchvision resamples twice.
-            return "a second resize would need a second resample, which is not native"
-    return None
+    """Why `new` cannot follow `steps` natively, or None: the extension's stage-order rule (the
+    one the native loader enforces), so the split and the loader cannot disagree."""
+    return _C.check_transform(steps + new, len(steps))
 
 
 # What a preset class may define besides __init__ and __call__: bookkeeping Python adds to every
