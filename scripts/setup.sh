@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libabsl-dev
-              libspng-dev libwebp-dev libtiff-dev zlib1g-dev   # PNG, WebP, TIFF decoders
+              libspng-dev libdeflate-dev libwebp-dev libtiff-dev   # PNG, WebP, TIFF decoders
               libnuma-dev libgtest-dev libgmock-dev
               clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
 missing=()
