@@ -250,6 +250,7 @@ TEST(PngFastPath, UnusualAndDamagedFilesGetLibspngsVerdict) {
     add("a byte after IEND", f);
   }
   add("no IEND", Bytes(good.begin(), good.end() - 12));
+  add("an IDAT chunk per byte", PngFile(w, h, 2, z, 1));  // some 2,000 chunks
   {
     Bytes f = filtered;
     f[(w * 3 + 1) * 5] = 5;  // row 5's filter type
