@@ -49,6 +49,16 @@ TEST(CleanScans, FingerprintsFollowTheBytes) {
   a[999] ^= 1;
   EXPECT_NE(fa, ScanFingerprint(a.data(), a.size()));
   EXPECT_NE(ScanFingerprint(a.data(), 999), ScanFingerprint(a.data(), 1000));
+  // A file-sized buffer: a one-bit change anywhere changes it (every byte is hashed, none
+  // sampled).
+  std::vector<uint8_t> big(64 << 10);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+  const uint64_t fb = ScanFingerprint(big.data(), big.size());
+  for (size_t i = 0; i < big.size(); i += 61) {
+    big[i] ^= 0x10;
+    EXPECT_NE(ScanFingerprint(big.data(), big.size()), fb) << i;
+    big[i] ^= 0x10;
+  }
 }
 
 }  // namespace
