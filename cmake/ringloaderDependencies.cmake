@@ -10,7 +10,7 @@
 # RINGLOADER_STATIC_DEPS=ON (the wheel build sets it) links each PkgConfig::<PREFIX> from its
 # static archives instead, so the wheel does not carry that shared library. An archive can only
 # go into the Python extension (a shared object) if it was compiled position-independent:
-# Debian's liburing.a, libwebp.a, libwebpdemux.a and libz.a are, but its libjpeg.a, libnuma.a and
+# Debian's liburing.a, libwebp.a, libwebpdemux.a, libz.a and libdeflate.a are, but its libjpeg.a, libnuma.a and
 # libabsl_*.a are built -fPIE, whose references to libc/libstdc++ data (stderr, vtables) and
 # local-exec TLS cannot be relocated in a shared object. Each dependency is therefore checked by linking its archives into
 # a scratch shared object; one that fails stays shared and `auditwheel repair` copies its .so into
@@ -30,6 +30,7 @@ set(ringloader_pkg_spng "libspng-dev|libspng-devel")
 set(ringloader_pkg_libwebp "libwebp-dev|libwebp-devel")
 set(ringloader_pkg_libwebpdemux "libwebp-dev|libwebp-devel")
 set(ringloader_pkg_zlib "zlib1g-dev|zlib-devel")
+set(ringloader_pkg_libdeflate "libdeflate-dev|libdeflate-devel")
 set(ringloader_pkg_libtiff-4 "libtiff-dev|libtiff-devel")
 set(ringloader_pkg_libcurl "libcurl4-openssl-dev|libcurl-devel")
 

@@ -9,7 +9,8 @@
 ///  * ReadInfo/DecodeFull agree on dimensions; DecodeFull returns exactly w*h*3 bytes;
 ///  * a successful DecodeInto writes every byte of SampleBytes() and is deterministic;
 ///  * afterwards the same decoder still decodes known-good images (JPEG, PNM) identically, so
-///    no state leaks from one image into the next.
+///    no state leaks from one image into the next;
+///  * a PNG gets the same verdict and pixels from the libdeflate fast path as from libspng.
 ///
 /// libspng and libwebp come from the system, not coverage-instrumented: coverage steers by
 /// ringloader's own code (sniffing, the BMP/PNM/GIF parsers, the PNG/WebP conversions and
@@ -26,6 +27,7 @@
 #include "absl/status/status.h"
 #include "fuzz_common.h"
 #include "decode/image_decoder.h"
+#include "decode/image_formats.h"
 #include "testing/jpeg_fixtures.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
@@ -99,6 +101,31 @@ absl::Status DecodeOnce(ImageDecoder& d, const uint8_t* data, size_t size,
   return s;
 }
 
+/// The PNG fast path (libdeflate + in-place unfiltering) may only ever agree with libspng: the
+/// same status (code and message) and, when it decodes, the same pixels.
+void CheckPngPathsAgree(const uint8_t* data, size_t size) {
+  static decode_internal::Scratch* fast_scratch = new decode_internal::Scratch();
+  static decode_internal::Scratch* spng_scratch = new decode_internal::Scratch();
+  decode_internal::Decoded fast, spng;
+  const absl::Status a = decode_internal::PngDecode(data, size, kMaxPixels, *fast_scratch, &fast);
+  const absl::Status b =
+      decode_internal::PngDecodeSpng(data, size, kMaxPixels, *spng_scratch, &spng);
+  if (a != b) Finding("the PNG fast path's verdict differs from libspng's", a);
+  if (!a.ok()) return;
+  if (fast.width != spng.width || fast.height != spng.height) {
+    Finding("the PNG fast path's size differs from libspng's");
+  }
+  for (int y = 0; y < fast.height; ++y) {
+    const uint8_t* p = fast.pixels + fast.stride * static_cast<size_t>(y);
+    const uint8_t* q = spng.pixels + spng.stride * static_cast<size_t>(y);
+    for (int x = 0; x < fast.width; ++x) {
+      if (std::memcmp(p + x * fast.bytes_per_pixel, q + x * spng.bytes_per_pixel, 3) != 0) {
+        Finding("the PNG fast path's pixels differ from libspng's");
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ringloader
 
@@ -119,5 +146,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   fuzz::CheckDecodeContract("image_decode_fuzzer", *h, info, bytes, size, hash, DecodeOnce);
+  if (size >= 8 && std::memcmp(data, "\x89PNG\r\n\x1a\n", 8) == 0) CheckPngPathsAgree(data, size);
   return 0;
 }

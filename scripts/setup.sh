@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libabsl-dev
-              libspng-dev libwebp-dev libtiff-dev zlib1g-dev   # PNG, WebP, TIFF decoders
+              libspng-dev libdeflate-dev libwebp-dev libtiff-dev   # PNG, WebP, TIFF decoders
               libcurl4-openssl-dev   # http(s):// and s3:// shards
               nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev

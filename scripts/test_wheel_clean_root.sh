@@ -157,7 +157,7 @@ fi
 
 # Clean means clean: no compiler and none of the libraries ringloader builds against.
 leaked=$(chroot "$RFS" dpkg-query -W -f='${Package}\n' |
-         grep -E '^(gcc|g\+\+|clang|cpp)(-[0-9]+)?$|-dev$|^lib(jpeg|turbojpeg|uring|numa|absl|spng|webp|png|tiff|curl)' || true)
+         grep -E '^(gcc|g\+\+|clang|cpp)(-[0-9]+)?$|-dev$|^lib(jpeg|turbojpeg|uring|numa|absl|spng|deflate|webp|png|tiff|curl)' || true)
 if [ -n "$leaked" ]; then
   echo "the clean root has packages it must not have: $leaked" >&2
   exit 1

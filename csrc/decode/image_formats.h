@@ -34,6 +34,8 @@ struct Scratch {
   std::vector<uint8_t> pixels;  ///< the decoded image
   std::vector<uint8_t> raw;     ///< the library's output before conversion, when one is needed
   std::vector<uint8_t> tile;    ///< one TIFF tile
+  std::vector<uint8_t> compressed;  ///< a PNG's IDAT data gathered from its chunks
+  std::vector<uint8_t> zeros;       ///< all zeros: the row above a PNG's first row
 
   /// `pixels` with room for at least `bytes`.
   uint8_t* Pixels(size_t bytes) {
@@ -50,6 +52,16 @@ struct Scratch {
     if (tile.size() < bytes) tile.resize(bytes);
     return tile.data();
   }
+  /// `compressed` with room for at least `bytes`.
+  uint8_t* Compressed(size_t bytes) {
+    if (compressed.size() < bytes) compressed.resize(bytes);
+    return compressed.data();
+  }
+  /// At least `bytes` zeros (never written through).
+  const uint8_t* Zeros(size_t bytes) {
+    if (zeros.size() < bytes) zeros.resize(bytes);
+    return zeros.data();
+  }
 };
 
 /// OutOfRange when width x height exceeds `max_pixels` (Pillow's decompression-bomb error);
@@ -59,6 +71,10 @@ absl::Status CheckPixelLimit(const char* format, int width, int height, uint64_t
 absl::StatusOr<ImageSize> PngHeader(const uint8_t* data, size_t size);
 absl::Status PngDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,
                        Decoded* out);
+/// PngDecode through libspng alone, the path PngDecode takes for every PNG its fast path does
+/// not accept: the reference its verdicts and pixels are tested against.
+absl::Status PngDecodeSpng(const uint8_t* data, size_t size, uint64_t max_pixels,
+                           Scratch& scratch, Decoded* out);
 
 absl::StatusOr<ImageSize> WebpHeader(const uint8_t* data, size_t size);
 absl::Status WebpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Scratch& scratch,

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
+#include "decode/clean_scans.h"
 #include "transform/render.h"
 #include "transform/resample.h"
 
@@ -461,6 +462,11 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
 
   const int out_cols = static_cast<int>(cinfo->output_width);
   int rows_read = 0;
+  // Strict: the verdict is the whole scan's. Bytes already read to the end cleanly (the memo)
+  // need not be read past the crop again; anything else is.
+  decode_internal::ProcessCleanScans& clean = decode_internal::ProcessWideCleanScans();
+  const uint64_t fingerprint = strict_ ? decode_internal::ScanFingerprint(data, size) : 0;
+  const bool known_clean = strict_ && clean.Contains(fingerprint);
   ok = Guarded(s.err, [&] {
     if (row1 > row0 && row0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row0));
     while (cinfo->output_scanline < static_cast<JDIMENSION>(row1)) {
@@ -480,7 +486,11 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
     const bool short_read = row1 > row0 && cinfo->output_scanline < static_cast<JDIMENSION>(row1);
     if (short_read) return;  // reported below
     rows_read = static_cast<int>(cinfo->output_scanline) - row0;
-    FinishScan(cinfo, s.rows.data());
+    if (known_clean) {
+      jpeg_abort_decompress(cinfo);  // these bytes were read to the end before: clean
+    } else {
+      FinishScan(cinfo, s.rows.data());
+    }
   });
   if (!ok) return FailureStatus(cinfo, s.err);
   if (s.err.hit_eof) {
@@ -491,6 +501,7 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
     jpeg_abort_decompress(cinfo);
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
+  if (strict_ && !known_clean) clean.Add(fingerprint);  // read to the end without an error
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};
   return FinishSample(pipeline, g, rng, s.render, dst);
 }

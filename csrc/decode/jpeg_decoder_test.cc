@@ -12,6 +12,7 @@
 #include <jpeglib.h>
 
 #include "absl/status/status.h"
+#include "decode/clean_scans.h"
 #include "gtest/gtest.h"
 #include "testing/jpeg_fixtures.h"
 #include "transform/image_transform.h"
@@ -575,6 +576,41 @@ TEST(JpegDecoderErrors, CorruptDataIsDataLossUnlessLenient) {
       }
     }
   }
+}
+
+// Strict mode reads a file's scan to its end once; the same bytes again stop after their crop.
+TEST(JpegDecoderStrict, ACleanScanIsRememberedForTheSameBytesOnly) {
+  // The memo is process-wide: a comment segment numbering each run keeps these bytes new to it
+  // when the test repeats in one process.
+  static uint8_t run = 0;
+  std::vector<uint8_t> tall = EncodeJpeg(Flavor(256, 1024, 2, 2));
+  tall.insert(tall.begin() + 2, {0xFF, 0xFE, 0x00, 0x03, ++run});
+  decode_internal::ProcessCleanScans& memo = decode_internal::ProcessWideCleanScans();
+  const uint64_t fingerprint = decode_internal::ScanFingerprint(tall.data(), tall.size());
+  ASSERT_FALSE(memo.Contains(fingerprint));
+  const TransformPipeline p = SmallCenterCrop();
+  std::vector<uint8_t> first(p.SampleBytes()), second(p.SampleBytes());
+
+  JpegDecoder lenient;
+  lenient.set_strict(false);
+  SampleRng rng0(3);
+  ASSERT_TRUE(lenient.DecodeInto(tall.data(), tall.size(), p, rng0, first.data()).ok());
+  EXPECT_FALSE(memo.Contains(fingerprint));  // only a strict read vouches for the scan
+
+  JpegDecoder decoder;
+  SampleRng rng1(3), rng2(3);
+  ASSERT_TRUE(decoder.DecodeInto(tall.data(), tall.size(), p, rng1, first.data()).ok());
+  EXPECT_TRUE(memo.Contains(fingerprint));
+  ASSERT_TRUE(decoder.DecodeInto(tall.data(), tall.size(), p, rng2, second.data()).ok());
+  EXPECT_EQ(first, second);
+
+  // Damage below the crop in a copy: other bytes, so the scan is read to its end again.
+  std::vector<uint8_t> bottom = tall;
+  bottom.erase(bottom.end() - 200, bottom.end() - 140);
+  SampleRng rng3(3);
+  const absl::Status s = decoder.DecodeInto(bottom.data(), bottom.size(), p, rng3, first.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
+  EXPECT_FALSE(memo.Contains(decode_internal::ScanFingerprint(bottom.data(), bottom.size())));
 }
 
 // Pillow reads the markers up to end-of-image and refuses a broken one, whatever the crop.

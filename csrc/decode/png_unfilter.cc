@@ -1,0 +1,169 @@
+#include "decode/png_unfilter.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+namespace ringloader::decode_internal {
+namespace {
+
+enum Filter { kNone = 0, kSub = 1, kUp = 2, kAverage = 3, kPaeth = 4 };
+
+inline uint8_t PaethPredictor(int a, int b, int c) {
+  const int pa = std::abs(b - c), pb = std::abs(a - c), pc = std::abs(a + b - 2 * c);
+  if (pa <= pb && pa <= pc) return static_cast<uint8_t>(a);
+  return static_cast<uint8_t>(pb <= pc ? b : c);
+}
+
+void UpRow(const uint8_t* prev, uint8_t* row, size_t len) {
+  for (size_t i = 0; i < len; ++i) row[i] = static_cast<uint8_t>(row[i] + prev[i]);
+}
+
+#if defined(__SSE2__)
+
+/// One pixel of `kBpp` bytes in the low lanes of a register; the loads and stores touch exactly
+/// the pixel's bytes, so the row can be unfiltered in place with nothing read past its end. The
+/// bytes go through a general register, never through memory: a 4-byte reload of bytes just
+/// stored in two pieces would stall on store forwarding, on the Sub/Average/Paeth chain.
+template <int kBpp>
+inline __m128i LoadPixel(const uint8_t* p) {
+  uint32_t v;
+  if constexpr (kBpp == 4) {
+    std::memcpy(&v, p, 4);
+  } else {
+    uint16_t low;
+    std::memcpy(&low, p, 2);
+    v = low | uint32_t{p[2]} << 16;
+  }
+  return _mm_cvtsi32_si128(static_cast<int>(v));
+}
+
+template <int kBpp>
+inline void StorePixel(uint8_t* p, __m128i v) {
+  const uint32_t x = static_cast<uint32_t>(_mm_cvtsi128_si32(v));
+  if constexpr (kBpp == 4) {
+    std::memcpy(p, &x, 4);
+  } else {
+    const uint16_t low = static_cast<uint16_t>(x);
+    std::memcpy(p, &low, 2);
+    p[2] = static_cast<uint8_t>(x >> 16);
+  }
+}
+
+template <int kBpp>
+void SubPixels(uint8_t* row, size_t len) {
+  __m128i left = _mm_setzero_si128();
+  for (size_t i = 0; i < len; i += kBpp) {
+    left = _mm_add_epi8(LoadPixel<kBpp>(row + i), left);
+    StorePixel<kBpp>(row + i, left);
+  }
+}
+
+/// floor((left + up) / 2) per byte: _mm_avg_epu8 rounds up, so subtract the odd sums' carry.
+template <int kBpp>
+void AveragePixels(const uint8_t* prev, uint8_t* row, size_t len) {
+  const __m128i one = _mm_set1_epi8(1);
+  __m128i left = _mm_setzero_si128();
+  for (size_t i = 0; i < len; i += kBpp) {
+    const __m128i up = LoadPixel<kBpp>(prev + i);
+    const __m128i mean =
+        _mm_sub_epi8(_mm_avg_epu8(left, up), _mm_and_si128(_mm_xor_si128(left, up), one));
+    left = _mm_add_epi8(LoadPixel<kBpp>(row + i), mean);
+    StorePixel<kBpp>(row + i, left);
+  }
+}
+
+inline __m128i Abs16(__m128i v) { return _mm_max_epi16(v, _mm_sub_epi16(_mm_setzero_si128(), v)); }
+
+/// `mask` lanes from `yes`, the others from `no`.
+inline __m128i Select(__m128i mask, __m128i yes, __m128i no) {
+  return _mm_or_si128(_mm_and_si128(mask, yes), _mm_andnot_si128(mask, no));
+}
+
+/// The Paeth predictor on 16-bit lanes: with p = a + b - c, |p - a| = |b - c|,
+/// |p - b| = |a - c| and |p - c| = |(b - c) + (a - c)|; ties go to a, then b, as the spec says.
+template <int kBpp>
+void PaethPixels(const uint8_t* prev, uint8_t* row, size_t len) {
+  const __m128i zero = _mm_setzero_si128();
+  __m128i a = zero, c = zero;  // left and upper-left, widened
+  for (size_t i = 0; i < len; i += kBpp) {
+    const __m128i b = _mm_unpacklo_epi8(LoadPixel<kBpp>(prev + i), zero);
+    const __m128i b_minus_c = _mm_sub_epi16(b, c), a_minus_c = _mm_sub_epi16(a, c);
+    const __m128i pa = Abs16(b_minus_c), pb = Abs16(a_minus_c);
+    const __m128i pc = Abs16(_mm_add_epi16(b_minus_c, a_minus_c));
+    const __m128i b_or_c = Select(_mm_cmpgt_epi16(pb, pc), c, b);
+    const __m128i pred = Select(_mm_cmpgt_epi16(pa, _mm_min_epi16(pb, pc)), b_or_c, a);
+    const __m128i out = _mm_add_epi8(LoadPixel<kBpp>(row + i), _mm_packus_epi16(pred, pred));
+    StorePixel<kBpp>(row + i, out);
+    a = _mm_unpacklo_epi8(out, zero);
+    c = b;
+  }
+}
+
+template <int kBpp>
+void UnfilterPixels(int filter, const uint8_t* prev, uint8_t* row, size_t len) {
+  switch (filter) {
+    case kSub:
+      SubPixels<kBpp>(row, len);
+      break;
+    case kUp:
+      UpRow(prev, row, len);
+      break;
+    case kAverage:
+      AveragePixels<kBpp>(prev, row, len);
+      break;
+    case kPaeth:
+      PaethPixels<kBpp>(prev, row, len);
+      break;
+    default:
+      break;
+  }
+}
+
+#endif  // __SSE2__
+
+}  // namespace
+
+bool UnfilterRowReference(int filter, int bpp, const uint8_t* prev, uint8_t* row, size_t len) {
+  if (filter < kNone || filter > kPaeth) return false;
+  for (size_t i = 0; i < len; ++i) {
+    const int a = i >= static_cast<size_t>(bpp) ? row[i - bpp] : 0;
+    const int b = prev[i];
+    const int c = i >= static_cast<size_t>(bpp) ? prev[i - bpp] : 0;
+    int pred = 0;
+    switch (filter) {
+      case kSub: pred = a; break;
+      case kUp: pred = b; break;
+      case kAverage: pred = (a + b) / 2; break;
+      case kPaeth: pred = PaethPredictor(a, b, c); break;
+      default: break;
+    }
+    row[i] = static_cast<uint8_t>(row[i] + pred);
+  }
+  return true;
+}
+
+bool UnfilterRow(int filter, int bpp, const uint8_t* prev, uint8_t* row, size_t len) {
+  if (filter < kNone || filter > kPaeth) return false;
+  if (filter == kNone) return true;
+  if (filter == kUp) {
+    UpRow(prev, row, len);
+    return true;
+  }
+#if defined(__SSE2__)
+  if (bpp == 3) {
+    UnfilterPixels<3>(filter, prev, row, len);
+    return true;
+  }
+  if (bpp == 4) {
+    UnfilterPixels<4>(filter, prev, row, len);
+    return true;
+  }
+#endif
+  return UnfilterRowReference(filter, bpp, prev, row, len);
+}
+
+}  // namespace ringloader::decode_internal
