@@ -13,6 +13,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
+from .references import ImageBytes, ImageFile, materialize
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
@@ -22,7 +23,10 @@ __all__ = [
     "FileList",
     "ImageFolder",
     "IMG_EXTENSIONS",
+    "ImageBytes",
+    "ImageFile",
     "LoaderTimeoutError",
+    "materialize",
     "NativeDataset",
     "SampleError",
     "StaleIndexError",

@@ -34,7 +34,7 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _C, _mixing, _order, _sizes
+from . import _C, _mixing, _order, _sizes, _user_source
 from .datasets import NativeDataset, SampleKey, _PathsView, _SampleTable
 from .webdataset import StaleIndexError, WebDataset, WebDatasetSampler, annotate_error
 
@@ -373,6 +373,8 @@ class DataLoader:
                     "collate_fn (which can also call CutMix/MixUp on the collated batch)")
             if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
                 _warn_wrapper(dataset, _generic_reason(dataset, view))
+            if view is not None and _user_source.flat_targets(view[0]) is not None:
+                _user_source.warn_refused(dataset, _servable(view[0]))
             # Sharding and device staging apply to the generic path too.
             shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                    drop_last)
@@ -454,6 +456,13 @@ class DataLoader:
                           stacklevel=2)
 
         self._folders, self._index_map = view
+        # A user's Dataset of image references: batches rebuilt in its own structure.
+        self._batcher = (_user_source.Batcher(self._folders)
+                         if _user_source.flat_targets(self._folders) is not None else None)
+        if self._batcher is not None and batch_transform is not None:
+            raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
+                             "image references is batched in its own structure: call CutMix/MixUp in "
+                             "collate_fn or in the training step")
         self._dtype = dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
@@ -588,6 +597,9 @@ class DataLoader:
         self._paths = _PathsView(table, "paths")
         paths = table.arena()
         targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
+        flat = _user_source.flat_targets(self._folders)
+        if flat is not None:
+            targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
         if not any(ranges):
             return _C.Loader(paths, targets, self._options)
@@ -873,7 +885,8 @@ def _native_view(dataset: Any):
             folders += member_folders
             base += size
         return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
-    return None
+    source = _user_source.source_for(dataset)  # a user's Dataset of image references
+    return None if source is None else ([source], None)
 
 
 class _KeyedView:
@@ -897,6 +910,9 @@ class _KeyedView:
 
 def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
     """Why the native pipeline cannot batch these folders together, or None when it can."""
+    why = _user_source.refused(folders)
+    if why is not None:
+        return why
     for f in folders:
         if f.per_sample:
             return ("runs per sample (Python transform steps, or an output size that depends on "
@@ -1375,6 +1391,8 @@ class _NativeIter:
             loader = self._loader
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
+            if loader._batcher is not None:
+                return loader._batcher.batch(images, labels, loader.collate_fn)
             if loader.batch_transform is not None:
                 labels = self._mix(images, labels, number)
             if loader.collate_fn is not None:

@@ -1,0 +1,264 @@
+"""A user's map-style Dataset whose samples hold :class:`ringloader.ImageFile` references, as a
+native sample table.
+
+When the DataLoader is built, ``__getitem__`` runs once per index in the calling process (it
+only builds references). Each sample's structure is kept with its references replaced by
+placeholders (``_Leaf``); the referenced files become the native loader's samples, decoded and
+transformed on the native threads. The native label of sample i is its flat index, so every row
+of a batch (a replacement's included) finds its own structure again, and the batch is collated
+by torch's own ``collate`` with each placeholder position standing for the native image tensor.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import warnings
+from typing import Any, Callable, List, Optional, Sequence
+
+import numpy as np
+
+from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
+from .references import ImageBytes, ImageFile, ImageReference, materialize
+
+__all__ = ["UserSource", "source_for"]
+
+
+class _Leaf:
+    """Where reference ``k`` of a sample was in its structure."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __reduce__(self) -> Any:
+        return (_leaf, (self.k,))
+
+
+_LEAVES = [_Leaf(k) for k in range(64)]
+
+
+def _leaf(k: int) -> _Leaf:
+    return _LEAVES[k] if k < len(_LEAVES) else _Leaf(k)
+
+
+def _strip(sample: Any, refs: List[ImageReference]) -> Any:
+    """``sample`` with each reference replaced by its ``_Leaf`` (appended to ``refs``)."""
+    if isinstance(sample, ImageReference):
+        refs.append(sample)
+        return _leaf(len(refs) - 1)
+    if isinstance(sample, tuple):
+        items = [_strip(v, refs) for v in sample]
+        return type(sample)(*items) if hasattr(sample, "_fields") else tuple(items)
+    if isinstance(sample, list):
+        return [_strip(v, refs) for v in sample]
+    if isinstance(sample, dict):
+        stripped = {k: _strip(v, refs) for k, v in sample.items()}
+        return stripped if type(sample) is dict else type(sample)(stripped)
+    return sample
+
+
+def _has_reference(sample: Any) -> bool:
+    refs: List[ImageReference] = []
+    _strip(sample, refs)
+    return bool(refs)
+
+
+def _fill(structure: Any, images: Sequence[Any]) -> Any:
+    """``structure`` with each ``_Leaf`` replaced by its image."""
+    if isinstance(structure, _Leaf):
+        return images[structure.k]
+    if isinstance(structure, tuple):
+        items = [_fill(v, images) for v in structure]
+        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
+    if isinstance(structure, list):
+        return [_fill(v, images) for v in structure]
+    if isinstance(structure, dict):
+        filled = {k: _fill(v, images) for k, v in structure.items()}
+        return filled if type(structure) is dict else type(structure)(filled)
+    return structure
+
+
+class _SavedRng:
+    """Python's, numpy's and torch's global RNG states, restored on exit: listing references
+    must not move the draws the loader (or the user) makes afterwards."""
+
+    def __enter__(self) -> "_SavedRng":
+        import torch
+
+        self._states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        torch.set_rng_state(self._states[0])
+        random.setstate(self._states[1])
+        np.random.set_state(self._states[2])
+
+
+def source_for(dataset: Any) -> Optional["UserSource"]:
+    """A :class:`UserSource` over ``dataset`` when its first sample holds an image reference,
+    else None (a Dataset of decoded values: torch's generic path, unchanged)."""
+    import torch.utils.data as tud
+
+    if isinstance(dataset, tud.IterableDataset) or not hasattr(dataset, "__getitem__"):
+        return None
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None
+    if n == 0:
+        return None
+    with _SavedRng():
+        try:
+            first = dataset[0]
+        except Exception:  # the generic path raises it where torch would
+            return None
+        if not _has_reference(first):
+            return None
+        return UserSource(dataset, first)
+
+
+class UserSource(NativeDataset):
+    """The samples of a user's Dataset as a native sample table: the file of each sample's
+    image reference, its transform (one for the whole Dataset), and each sample's structure
+    around it. ``refused`` says why the native path cannot serve it (None when it can): then
+    the DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
+
+    def __init__(self, dataset: Any, first: Any = None):
+        self.dataset = dataset
+        n = len(dataset)
+        structures: List[Any] = []
+        paths: List[str] = []
+        refused: Optional[str] = None
+        model: Optional[ImageReference] = None
+        counts: Optional[int] = None
+        for i in range(n):
+            try:
+                sample = first if i == 0 and first is not None else dataset[i]
+            except Exception as exc:
+                exc.add_note(f"while listing the image references of sample {i} of "
+                             f"{_describe(dataset)} (ringloader.DataLoader calls __getitem__ "
+                             "once per index when it is built)")
+                raise
+            refs: List[ImageReference] = []
+            structures.append(_strip(sample, refs))
+            if counts is None:
+                counts = len(refs)
+            elif len(refs) != counts:
+                raise ValueError(
+                    f"{_describe(dataset)}: sample {i} holds {len(refs)} image references, sample 0 "
+                    f"holds {counts}: samples batched together need the same structure")
+            if not refs:
+                continue
+            ref = refs[0]
+            if model is None:
+                model = ref
+            if refused is None:
+                refused = _refusal(ref, model, len(refs), i)
+            paths.append(ref.path if isinstance(ref, ImageFile) else f"<sample {i}: {ref.describe()}>")
+        if model is None:
+            raise ValueError(f"{_describe(dataset)} holds no image reference")
+        self.structures = structures
+        self.refused = refused
+        self.mode = model.mode
+        super().__init__(None, paths, [0] * n, [], model.transform)
+
+    def _name(self) -> str:
+        return _describe(self.dataset)
+
+    def native_targets(self) -> np.ndarray:
+        # Local indices; the DataLoader offsets them into flat indices (see ``flat_targets``).
+        return np.arange(len(self), dtype=np.int64)
+
+    def __getitem__(self, key: Any) -> Any:
+        """The user's sample, materialised (the generic path's SampleKey: its transforms draw
+        from the key's seed, so the sample is the same for any worker count and on resume)."""
+        if isinstance(key, SampleKey):
+            return _run_seeded(lambda i: materialize(self.dataset[i]), key.index, tail_seed(key))
+        return materialize(self.dataset[operator.index(key)])
+
+    def __repr__(self) -> str:
+        return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
+
+
+def _describe(dataset: Any) -> str:
+    return f"{type(dataset).__module__}.{type(dataset).__name__}"
+
+
+def _refusal(ref: ImageReference, model: ImageReference, count: int, i: int) -> Optional[str]:
+    """Why this sample's references keep the Dataset off the native path, or None."""
+    if count != 1:
+        return (f"its samples hold {count} image references (the native path serves one a "
+                "sample in this version)")
+    if isinstance(ref, ImageBytes):
+        return f"sample {i} holds an ImageBytes (the native path reads ImageFile references)"
+    if ref.mode != "RGB":
+        return f"sample {i} decodes its image in mode {ref.mode!r} (the native path decodes RGB)"
+    if ref.transform is not model.transform:
+        return (f"sample {i}'s ImageFile has another transform than sample 0's (the native path "
+                "applies one transform to every sample)")
+    return None
+
+
+def refused(folders: Sequence[NativeDataset]) -> Optional[str]:
+    """Why user sources among ``folders`` cannot be batched natively together, or None."""
+    users = [f for f in folders if isinstance(f, UserSource)]
+    if not users:
+        return None
+    if len(users) != len(folders):
+        return "mixes a Dataset of image references with ringloader datasets"
+    for f in users:
+        if f.refused is not None:
+            return f.refused
+    return None
+
+
+class Batcher:
+    """Builds the user's batch from a native one: ordinary leaves collated by torch's own
+    ``collate``, the image position given the batch tensor (or, with a ``collate_fn``, each
+    sample rebuilt with its row)."""
+
+    def __init__(self, folders: Sequence[UserSource]):
+        from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+        self._folders = list(folders)
+        self._starts = np.cumsum([0] + [len(f) for f in self._folders])
+        self._collate = collate
+        self._map = dict(default_collate_fn_map)
+
+    def _structures(self, flat: List[int]) -> List[Any]:
+        if len(self._folders) == 1:
+            table = self._folders[0].structures
+            return [table[i] for i in flat]
+        out = []
+        for i in flat:
+            member = int(np.searchsorted(self._starts, i, side="right")) - 1
+            out.append(self._folders[member].structures[i - int(self._starts[member])])
+        return out
+
+    def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable]) -> Any:
+        structures = self._structures(labels.tolist())
+        if collate_fn is not None:
+            # torch's contract: the list of samples; each image a view of its slot row.
+            rows = images.unbind(0)
+            return collate_fn([_fill(s, (row,)) for s, row in zip(structures, rows)])
+        fn_map = dict(self._map)
+        fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: images
+        return self._collate(structures, collate_fn_map=fn_map)
+
+
+def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:
+    """The native labels of user sources: each sample's flat index (None for other folders)."""
+    if not any(isinstance(f, UserSource) for f in folders):
+        return None
+    return np.arange(sum(len(f) for f in folders), dtype=np.int64)
+
+
+def warn_refused(dataset: Any, why: str) -> None:
+    warnings.warn(
+        f"ringloader.DataLoader: {_describe(dataset)} returns image references but {why}, so it "
+        "runs on torch's generic path: each sample is materialised with Pillow in worker "
+        "processes (ringloader.materialize), at torch's speed.", UserWarning, stacklevel=3)
