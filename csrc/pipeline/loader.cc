@@ -43,6 +43,7 @@
 #include "numa/topology.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/views.h"
 #include "ringloader/ringloader.h"
 #include "sampler/sampler.h"
 #include "transform/random.h"
@@ -84,9 +85,7 @@ struct SlotLayout {
   int64_t* indices(uint8_t* base) const { return labels(base) + batch_size; }
 };
 
-SlotLayout LayoutOf(const TransformPipeline& pipeline, int batch_size) {
-  return SlotLayout{pipeline.SampleBytes(), batch_size};
-}
+SlotLayout LayoutOf(size_t row_bytes, int batch_size) { return SlotLayout{row_bytes, batch_size}; }
 
 // Every sample failure leaves the loader as DataLoss (see IsSampleError): its cause's code
 // (OutOfRange for the pixel limit or a file over max_file_bytes) must never read as the end of
@@ -197,6 +196,7 @@ struct Loader::Counters {
   std::atomic<int> prefetch_grown{0};
   std::atomic<int64_t> idle_spells{0};
   std::atomic<int64_t> batches_completed{0};
+  std::atomic<int64_t> decodes{0}, views_rendered{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
   std::vector<int> thread_cpus ABSL_GUARDED_BY(mu);  // union of what pinned threads read back
@@ -424,7 +424,7 @@ struct Loader::Epoch {
     out.slot = task.slot;
     out.size = task.size;
     task.slot = -1;
-    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    const SlotLayout layout = LayoutOf(loader->row_bytes(), loader->options_.batch_size);
     if (out.error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
       // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
       uint8_t* base = loader->pool_->data(out.slot);
@@ -451,7 +451,7 @@ struct Loader::Epoch {
 
   // Host path: the consumer takes batches straight from the window.
   absl::StatusOr<Batch> NextHost(Clock::time_point start, double timeout_seconds) {
-    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    const SlotLayout layout = LayoutOf(loader->row_bytes(), loader->options_.batch_size);
     while (true) {  // loops only past batches whose every sample was skipped
       const int64_t b = next_batch;
       if (b >= num_batches) return absl::OutOfRangeError("end of epoch");
@@ -493,7 +493,7 @@ struct Loader::Epoch {
   // copies, never more than the stager's ring allows; Next() picks them up from `staged`.
   void StageBatches() {
     DeviceStager& stager = *loader->stager_;
-    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    const SlotLayout layout = LayoutOf(loader->row_bytes(), loader->options_.batch_size);
     for (int64_t b = taken; b < num_batches; ++b) {
       // A device buffer first, so a batch is taken out of the window only when it can be staged.
       while (!stager.WaitForFreeBuffer(std::chrono::milliseconds(20))) {
@@ -581,7 +581,7 @@ struct Loader::Epoch {
   // Acquires slots strictly in batch order (so the consumer's next batch is never starved by a
   // later one), writes labels and indices, and queues the batch's reads.
   void Dispatch() {
-    const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+    const SlotLayout layout = LayoutOf(loader->row_bytes(), loader->options_.batch_size);
     for (int64_t b = dispatched; b < num_batches; ++b) {
       absl::StatusOr<int> slot = [&] {
         GaugeScope waiting(gauges.dispatcher_waiting_slot);
@@ -759,8 +759,8 @@ struct Loader::Epoch {
 
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into
   // the failed row, with the failed row's own augmentation seed, and relabel the row.
-  absl::Status Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
-                       uint8_t* dst, absl::Status cause) {
+  absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
+                       const ReadRequest& request, uint8_t* dst, absl::Status cause) {
     const int64_t n = loader->dataset_size();
     const uint64_t sample_seed = RowSeed(request);
     // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
@@ -780,15 +780,14 @@ struct Loader::Epoch {
         return status;
       }
       if (status.ok()) {
-        SampleRng rng(sample_seed);
-        status = decoder.DecodeInto(bytes.data(), bytes.size(), loader->pipeline_, rng, dst);
+        status = loader->DecodeRow(decoder, render, bytes.data(), bytes.size(), sample_seed, dst);
       }
       if (!status.ok()) {
         counters->RecordError(AnnotateSampleError(
             status, substitute, loader->samples_[static_cast<size_t>(substitute)].path));
         continue;
       }
-      const SlotLayout layout = LayoutOf(loader->pipeline_, loader->options_.batch_size);
+      const SlotLayout layout = LayoutOf(loader->row_bytes(), loader->options_.batch_size);
       uint8_t* base = loader->pool_->data(Task(request.batch).slot);
       layout.labels(base)[request.row] = loader->samples_[static_cast<size_t>(substitute)].label;
       layout.indices(base)[request.row] = substitute;
@@ -800,9 +799,9 @@ struct Loader::Epoch {
 
   void Decode() {
     const LoaderOptions& o = loader->options_;
-    const TransformPipeline& pipeline = loader->pipeline_;
-    const size_t sample_bytes = pipeline.SampleBytes();
+    const size_t sample_bytes = loader->row_bytes();
     ImageDecoder decoder;
+    RenderState render;  // the views' (DecodeRow); one pipeline renders in the decoder
     decoder.set_max_image_pixels(o.max_image_pixels);
     decoder.set_dct_scaling(o.fast_decode);  // region-of-interest decoding is always exact
     decoder.set_strict(o.strict_decode);
@@ -816,9 +815,8 @@ struct Loader::Epoch {
       if (status.ok()) {
         const auto start = Clock::now();
         const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
-        SampleRng rng(RowSeed(item->request));
         uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
-        status = decoder.DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
+        status = loader->DecodeRow(decoder, render, bytes.data(), bytes.size(), RowSeed(item->request), dst);
         loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
       }
       // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -834,7 +832,7 @@ struct Loader::Epoch {
           status = absl::OkStatus();
         } else if (o.on_error == ErrorPolicy::kReplace) {
           uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
-          status = Replace(decoder, substitute_bytes, item->request, dst, std::move(status));
+          status = Replace(decoder, render, substitute_bytes, item->request, dst, std::move(status));
         }
       }
       if (status.ok()) {
@@ -1012,9 +1010,22 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     if (samples[i].source != SourceKind::kPipe) continue;
     RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
   }
+  std::shared_ptr<const ViewSet> views;
+  if (!options.views.empty()) {
+    if (!options.transform.empty() || options.variable_size) {
+      return absl::InvalidArgumentError(
+          "views replace transform: pass the chains as views only, each fixing its output size");
+    }
+    RL_ASSIGN_OR_RETURN(ViewSet set, ViewSet::Create(options.views, options.layout));
+    views = std::make_shared<const ViewSet>(std::move(set));
+  }
+  // With views, the pipeline is view 0's (what describes the loader; rows hold every view).
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
-                      TransformPipeline::Create(options.transform, options.dtype, options.layout,
-                                                options.variable_size));
+                      views ? TransformPipeline::Create(options.views[0].transform, options.views[0].dtype,
+                                                        options.layout, false)
+                            : TransformPipeline::Create(options.transform, options.dtype, options.layout,
+                                                        options.variable_size));
+  const size_t row_bytes = views ? views->row_bytes : pipeline.SampleBytes();
   // Device and placement are decided before any memory is allocated: the slot allocator
   // depends on both.
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
@@ -1024,7 +1035,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   }
   std::shared_ptr<DeviceStager> stager;
   if (runtime) {
-    const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+    const size_t slot_bytes = LayoutOf(row_bytes, options.batch_size).total_bytes();
     // The ring bounds device memory: prefetch_batches staged ahead plus the consumer's batch.
     RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(std::move(runtime), slot_bytes, options.prefetch_batches + 1));
   }
@@ -1043,7 +1054,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   // Slot memory: slots x slot bytes within the budget (max_memory, or the default), refused
   // here when even the minimum does not fit, so nothing is allocated past it later.
   SlotRequest request;
-  request.slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+  request.slot_bytes = LayoutOf(row_bytes, options.batch_size).total_bytes();
   request.batch_size = options.batch_size;
   request.prefetch_batches = options.prefetch_batches;
   request.auto_prefetch = options.auto_prefetch;
@@ -1063,7 +1074,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   }
   RL_ASSIGN_OR_RETURN(const SlotPlan plan, PlanSlots(request));
   std::unique_ptr<Loader> loader(new Loader(std::move(samples), std::move(options), std::move(pipeline),
-                                            std::move(placement), std::move(stager), plan));
+                                            std::move(views), std::move(placement), std::move(stager), plan));
   loader->threads_note_ = std::move(threads_note);
   loader->memory_budget_note_ = std::move(budget_note);
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
@@ -1076,10 +1087,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
 }
 
 Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-               NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
+               std::shared_ptr<const ViewSet> views, NumaPlacement placement,
+               std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
     : samples_(std::move(samples)),
       options_(std::move(options)),
       pipeline_(std::move(pipeline)),
+      views_(std::move(views)),
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
       counters_(std::make_unique<Counters>()) {
@@ -1091,7 +1104,7 @@ Loader::Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipe
     options_.allocator = MakePinnedAllocatorOnNode(node, &memory_note_);
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
-  const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
+  const size_t slot_bytes = LayoutOf(row_bytes(), options_.batch_size).total_bytes();
   // Slots (pipeline + batches the consumer keeps) and depth: PlanSlots, in Create.
   memory_budget_ = plan.budget;
   slots_note_ = plan.note;
@@ -1314,6 +1327,25 @@ absl::StatusOr<Batch> Loader::Next(double timeout_seconds) {
   return batch;
 }
 
+size_t Loader::row_bytes() const { return views_ ? views_->row_bytes : pipeline_.SampleBytes(); }
+
+absl::Status Loader::DecodeRow(ImageDecoder& decoder, RenderState& state, const uint8_t* data,
+                               size_t size, uint64_t sample_seed, uint8_t* dst) const {
+  absl::Status status;
+  if (views_) {
+    status = DecodeViews(decoder, data, size, *views_, sample_seed, state, dst);
+  } else {
+    SampleRng rng(sample_seed);
+    status = decoder.DecodeInto(data, size, pipeline_, rng, dst);
+  }
+  if (status.ok()) {
+    counters_->decodes.fetch_add(1, std::memory_order_relaxed);
+    counters_->views_rendered.fetch_add(views_ ? static_cast<int64_t>(views_->pipelines.size()) : 1,
+                                        std::memory_order_relaxed);
+  }
+  return status;
+}
+
 Batch Loader::BatchShell(int64_t number, int size) const {
   Batch batch;
   batch.number_ = number;
@@ -1322,7 +1354,7 @@ Batch Loader::BatchShell(int64_t number, int size) const {
   batch.width_ = pipeline_.out_w();
   batch.dtype_ = pipeline_.dtype();
   batch.layout_ = pipeline_.layout();
-  batch.sample_bytes_ = pipeline_.SampleBytes();
+  batch.sample_bytes_ = row_bytes();
   return batch;
 }
 
@@ -1357,6 +1389,8 @@ LoaderStats Loader::Stats() const {
   s.errors = count(&Counters::errors, *counters_);
   s.skipped = count(&Counters::skipped, *counters_);
   s.replaced = count(&Counters::replaced, *counters_);
+  s.decodes = counters_->decodes.load(std::memory_order_relaxed);
+  s.views_rendered = counters_->views_rendered.load(std::memory_order_relaxed);
   s.samples_ahead = queued_ ? queued_->counters->samples.load(std::memory_order_relaxed) : 0;
   s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
   s.stream_restarts = streams_->restarts();
@@ -1428,6 +1462,10 @@ absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, v
 
 absl::Status Loader::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
                                   const OutputAllocator& allocate) const {
+  if (views_) {
+    return absl::FailedPreconditionError(
+        "this loader renders several views a sample: single samples decode one rendering");
+  }
   if (index < 0 || index >= dataset_size()) {
     return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
                                               dataset_size(), " samples"));

@@ -25,6 +25,7 @@
 #include "python/dlpack.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
+#include "pipeline/views.h"
 #include "ringloader/ringloader.h"
 
 namespace py = pybind11;
@@ -354,6 +355,19 @@ TransformStep ParseStep(py::dict step) {
   return s;
 }
 
+// LoaderOptions::views from [{"transform": [steps], "dtype": "float32"}, ...].
+std::vector<LoaderOptions::View> ParseViews(py::handle list) {
+  std::vector<LoaderOptions::View> views;
+  for (py::handle item : list) {
+    py::dict view = py::reinterpret_borrow<py::dict>(item);
+    LoaderOptions::View v;
+    for (py::handle step : view["transform"]) v.transform.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
+    v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
 LoaderOptions ParseOptions(py::dict d) {
   // A real copy (py::dict(d) would alias a dict argument): keys are removed as they are read.
   d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
@@ -422,6 +436,10 @@ LoaderOptions ParseOptions(py::dict d) {
   if (d.contains("transform")) {
     for (py::handle step : d["transform"]) o.transform.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
     PyDict_DelItemString(d.ptr(), "transform");
+  }
+  if (d.contains("views")) {
+    o.views = ParseViews(d["views"]);
+    PyDict_DelItemString(d.ptr(), "views");
   }
   if (py::len(d) != 0) {
     throw py::type_error(absl::StrCat("unknown loader option(s): ", py::str(py::list(d.attr("keys")())).cast<std::string>()));
@@ -639,6 +657,8 @@ class PyLoader {
     d["errors"] = s.errors;
     d["skipped"] = s.skipped;
     d["replaced"] = s.replaced;
+    d["decodes"] = s.decodes;
+    d["views_rendered"] = s.views_rendered;
     d["recent_errors"] = s.recent_errors;
     d["bytes_read"] = s.bytes_read;
     d["stream_restarts"] = s.stream_restarts;
@@ -698,20 +718,42 @@ class PyLoader {
     return py::make_tuple(3, p.out_h(), p.out_w());
   }
   std::string dtype() const { return DTypeName(loader_->pipeline().dtype()); }
+  // Where each view is in a row: [(byte offset, shape of one sample, dtype name)], or None.
+  py::object views() const {
+    const ViewSet* set = loader_->views();
+    if (set == nullptr) return py::none();
+    py::list out;
+    for (size_t v = 0; v < set->pipelines.size(); ++v) {
+      const TransformPipeline& p = set->pipelines[v];
+      py::tuple shape = p.layout() == Layout::kHWC ? py::make_tuple(p.out_h(), p.out_w(), 3)
+                                                   : py::make_tuple(3, p.out_h(), p.out_w());
+      out.append(py::make_tuple(set->offsets[v], shape, DTypeName(p.dtype())));
+    }
+    return out;
+  }
 
  private:
+  // With views a batch's images are its rows as bytes, [B, row_bytes] (see views()).
+  std::vector<int64_t> ImageShape(const Batch& batch) const {
+    if (loader_->views() == nullptr) return batch.image_shape();
+    return {batch.size(), static_cast<int64_t>(loader_->row_bytes())};
+  }
+  RlDLDataType ImageDType(const Batch& batch) const {
+    return loader_->views() == nullptr ? ToDl(batch.dtype()) : ToDl(DType::kUint8);
+  }
+
   py::tuple Wrap(const Batch& batch) {
     if (std::shared_ptr<DeviceLease> lease = batch.device_lease()) {
       // All three views share the device buffer: it returns to the ring when the last is freed.
       const int dev = batch.device();
       const RlDLDataType i64{kRlDLInt, 64, 1};
-      Tensor images(lease, batch.device_images(), batch.image_shape(), ToDl(batch.dtype()), false, dev, lease);
+      Tensor images(lease, batch.device_images(), ImageShape(batch), ImageDType(batch), false, dev, lease);
       Tensor labels(lease, batch.device_labels(), {batch.size()}, i64, false, dev, lease);
       Tensor indices(lease, batch.device_indices(), {batch.size()}, i64, false, dev, lease);
       return py::make_tuple(std::move(images), std::move(labels), std::move(indices), batch.number());
     }
     std::shared_ptr<void> owner = batch.lease();
-    Tensor images(owner, batch.images(), batch.image_shape(), ToDl(batch.dtype()), batch.pinned());
+    Tensor images(owner, batch.images(), ImageShape(batch), ImageDType(batch), batch.pinned());
     // Labels and indices are copied (8 bytes a row) so that keeping them, e.g. for metrics,
     // never pins the slot: only the image tensor holds the slot lease.
     Tensor labels = CopyInt64(batch.labels(), batch.size());
@@ -907,6 +949,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("next_batch", &PyLoader::next_batch)
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
+      .def_property_readonly("views", &PyLoader::views)
       .def_property_readonly("dtype", &PyLoader::dtype);
 
   m.def(

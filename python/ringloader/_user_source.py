@@ -18,7 +18,8 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import numpy as np
 
-from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
+from . import transforms as T
+from .datasets import NativeDataset, SampleKey, _fixed_size, _run_seeded, tail_seed
 from .references import ImageBytes, ImageFile, ImageReference, materialize
 
 __all__ = ["UserSource", "source_for"]
@@ -122,10 +123,12 @@ def source_for(dataset: Any) -> Optional["UserSource"]:
 
 
 class UserSource(NativeDataset):
-    """The samples of a user's Dataset as a native sample table: the file of each sample's
-    image reference, its transform (one for the whole Dataset), and each sample's structure
-    around it. ``refused`` says why the native path cannot serve it (None when it can): then
-    the DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
+    """The samples of a user's Dataset as a native sample table: the file each sample's image
+    references point to, and each sample's structure around them. A sample's references are
+    its views of that file (multi-crop): reference k of every sample has the same transform,
+    view k's; the file is decoded once and each view rendered with its own draws.
+    ``refused`` says why the native path cannot serve it (None when it can): then the
+    DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
 
     def __init__(self, dataset: Any, first: Any = None):
         self.dataset = dataset
@@ -133,7 +136,7 @@ class UserSource(NativeDataset):
         structures: List[Any] = []
         paths: List[str] = []
         refused: Optional[str] = None
-        model: Optional[ImageReference] = None
+        model: Optional[List[ImageReference]] = None
         counts: Optional[int] = None
         for i in range(n):
             try:
@@ -155,16 +158,33 @@ class UserSource(NativeDataset):
                 continue
             ref = refs[0]
             if model is None:
-                model = ref
+                model = refs
             if refused is None:
-                refused = _refusal(ref, model, len(refs), i)
+                refused = _refusal(refs, model, i)
             paths.append(ref.path if isinstance(ref, ImageFile) else f"<sample {i}: {ref.describe()}>")
         if model is None:
             raise ValueError(f"{_describe(dataset)} holds no image reference")
         self.structures = structures
         self.refused = refused
-        self.mode = model.mode
-        super().__init__(None, paths, [0] * n, [], model.transform)
+        self.view_transforms = [r.transform for r in model]
+        super().__init__(None, paths, [0] * n, [], model[0].transform)
+        self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
+
+    @property
+    def per_sample(self) -> bool:
+        return super().per_sample or any(
+            s.tail is not None or not _fixed_size(s.steps) for s in self._view_splits)
+
+    def native_options(self):
+        options = super().native_options()
+        if len(self.view_transforms) == 1:
+            return options
+        views = [{"transform": options.pop("transform"), "dtype": options.pop("dtype")}]
+        for split in self._view_splits:
+            views.append({"transform": split.steps,
+                          "dtype": "float32" if T.has_to_tensor(split.steps) else "uint8"})
+        options["views"] = views
+        return options
 
     def _name(self) -> str:
         return _describe(self.dataset)
@@ -188,18 +208,20 @@ def _describe(dataset: Any) -> str:
     return f"{type(dataset).__module__}.{type(dataset).__name__}"
 
 
-def _refusal(ref: ImageReference, model: ImageReference, count: int, i: int) -> Optional[str]:
-    """Why this sample's references keep the Dataset off the native path, or None."""
-    if count != 1:
-        return (f"its samples hold {count} image references (the native path serves one a "
-                "sample in this version)")
-    if isinstance(ref, ImageBytes):
-        return f"sample {i} holds an ImageBytes (the native path reads ImageFile references)"
-    if ref.mode != "RGB":
-        return f"sample {i} decodes its image in mode {ref.mode!r} (the native path decodes RGB)"
-    if ref.transform is not model.transform:
-        return (f"sample {i}'s ImageFile has another transform than sample 0's (the native path "
-                "applies one transform to every sample)")
+def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
+    """Why sample i's references keep the Dataset off the native path, or None."""
+    for k, (ref, first) in enumerate(zip(refs, model)):
+        if isinstance(ref, ImageBytes):
+            return f"sample {i} holds an ImageBytes (the native path reads ImageFile references)"
+        if ref.mode != "RGB":
+            return (f"sample {i} decodes {ref.describe()} in mode {ref.mode!r} (the native path "
+                    "decodes RGB)")
+        if ref.transform is not first.transform:
+            return (f"reference {k} of sample {i} has another transform than reference {k} of "
+                    "sample 0 (the native path applies one transform to each position)")
+        if ref._source_key() != refs[0]._source_key():
+            return (f"sample {i} references {refs[0].describe()} and {ref.describe()} (the native "
+                    "path renders several views of one image a sample)")
     return None
 
 
@@ -221,9 +243,12 @@ class Batcher:
     ``collate``, the image position given the batch tensor (or, with a ``collate_fn``, each
     sample rebuilt with its row)."""
 
-    def __init__(self, folders: Sequence[UserSource]):
+    def __init__(self, folders: Sequence[UserSource], channels_last: bool = False):
+        import torch
         from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
+        self._torch = torch
+        self._channels_last = channels_last
         self._folders = list(folders)
         self._starts = np.cumsum([0] + [len(f) for f in self._folders])
         self._collate = collate
@@ -239,14 +264,33 @@ class Batcher:
             out.append(self._folders[member].structures[i - int(self._starts[member])])
         return out
 
-    def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable]) -> Any:
+    def _split(self, images: Any, views: Optional[list]) -> List[Any]:
+        """The batch tensor of each view: zero-copy, strided views of the slot's rows. ``views``:
+        (byte offset in a row, shape of one sample, dtype) of each, None for one image."""
+        if views is None:
+            out = [images]
+        else:
+            torch = self._torch
+            out = []
+            for offset, shape, dtype in views:
+                dt = getattr(torch, dtype)
+                nbytes = int(np.prod(shape)) * torch.empty((), dtype=dt).element_size()
+                out.append(images[:, offset:offset + nbytes].view(dt).view(images.shape[0], *shape))
+        if self._channels_last:
+            out = [t.permute(0, 3, 1, 2) for t in out]
+        return out
+
+    def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable],
+              views: Optional[list]) -> Any:
         structures = self._structures(labels.tolist())
+        views = self._split(images, views)
+        del images
         if collate_fn is not None:
             # torch's contract: the list of samples; each image a view of its slot row.
-            rows = images.unbind(0)
-            return collate_fn([_fill(s, (row,)) for s, row in zip(structures, rows)])
+            rows = list(zip(*[v.unbind(0) for v in views]))
+            return collate_fn([_fill(s, row) for s, row in zip(structures, rows)])
         fn_map = dict(self._map)
-        fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: images
+        fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
         return self._collate(structures, collate_fn_map=fn_map)
 
 

@@ -457,7 +457,7 @@ class DataLoader:
 
         self._folders, self._index_map = view
         # A user's Dataset of image references: batches rebuilt in its own structure.
-        self._batcher = (_user_source.Batcher(self._folders)
+        self._batcher = (_user_source.Batcher(self._folders, self._channels_last)
                          if _user_source.flat_targets(self._folders) is not None else None)
         if self._batcher is not None and batch_transform is not None:
             raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
@@ -1389,10 +1389,10 @@ class _NativeIter:
             else:
                 self._progress.delivered = number + 1 - self._skip
             loader = self._loader
+            if loader._batcher is not None:
+                return loader._batcher.batch(images, labels, loader.collate_fn, loader._native.views)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
-            if loader._batcher is not None:
-                return loader._batcher.batch(images, labels, loader.collate_fn)
             if loader.batch_transform is not None:
                 labels = self._mix(images, labels, number)
             if loader.collate_fn is not None:

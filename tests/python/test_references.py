@@ -241,3 +241,88 @@ def test_generic_datasets_are_not_probed_into_other_draws(rows):
     torch.manual_seed(2)
     want = next(iter(tud.DataLoader(ds, batch_size=4, shuffle=True)))
     assert_same(got, want)
+
+
+# ---- several views of one image (multi-crop) ---------------------------------------------------
+
+GLOBAL = v1.Compose([v1.RandomResizedCrop(224, scale=(0.4, 1.0)), v1.RandomHorizontalFlip(),
+                     v1.ToTensor(), v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+LOCAL = v1.Compose([v1.RandomResizedCrop(96, scale=(0.05, 0.4)), v1.RandomHorizontalFlip(),
+                    v1.ToTensor(), v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+
+class MultiCrop(tud.Dataset):
+    """DINO's sample: 2 global and 6 local crops of one image, and its label."""
+
+    def __init__(self, rows, views):
+        self.rows, self.views = rows, views
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        path, label = self.rows[i][:2]
+        return {"crops": [rl.ImageFile(path, t) for t in self.views], "label": label}
+
+
+def test_multi_crop_decodes_each_file_once(rows):
+    ds = MultiCrop(rows[:6], [GLOBAL] * 2 + [LOCAL] * 6)
+    # persistent_workers=False: no next epoch read ahead, whose decodes would count too.
+    loader = rl.DataLoader(ds, batch_size=3, num_workers=2, persistent_workers=False)
+    assert loader.native
+    batches = list(loader)
+    crops = batches[0]["crops"]
+    assert [tuple(c.shape) for c in crops] == [(3, 3, 224, 224)] * 2 + [(3, 3, 96, 96)] * 6
+    assert all(c.dtype == torch.float32 for c in crops)
+    assert torch.equal(batches[1]["label"], torch.tensor([r[1] for r in rows[3:6]]))
+    # Each view draws its own crop: the two global views (same chain) differ.
+    assert not torch.equal(crops[0], crops[1])
+    stats = loader.stats()
+    assert stats["decodes"] == 6 and stats["views_rendered"] == 48
+
+
+def test_views_match_pil_for_fixed_transforms_and_are_deterministic(rows):
+    small = v1.Compose([v1.Resize(20), v1.CenterCrop(16), v1.PILToTensor()])
+    views = [FIXED, small, FIXED]
+    got = list(rl.DataLoader(MultiCrop(rows, views), batch_size=5, num_workers=2))
+    want = list(tud.DataLoader([rl.materialize(MultiCrop(rows, views)[i]) for i in range(len(rows))],
+                               batch_size=5))
+    for a, b in zip(got, want):
+        assert_same(a, b)
+    assert got[0]["crops"][1].dtype == torch.uint8
+
+    ds = MultiCrop(rows, [GLOBAL, LOCAL, LOCAL])
+
+    def run(workers):
+        torch.manual_seed(1)
+        return list(rl.DataLoader(ds, batch_size=4, shuffle=True, num_workers=workers))
+
+    for a, b in zip(run(1), run(3)):
+        assert_same(a, b)
+
+
+def test_views_with_collate_fn_and_skip(rows, tmp_path):
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 truncated")
+    broken = list(rows)
+    broken[2] = (str(bad),) + rows[2][1:]
+    ds = MultiCrop(broken, [FIXED, FIXED])
+    batches = list(rl.DataLoader(ds, batch_size=4, on_error="skip",
+                                 collate_fn=lambda b: [s["crops"] for s in b]))
+    assert sum(len(b) for b in batches) == 14
+    eager = FIXED(Image.open(rows[0][0]).convert("RGB"))
+    assert torch.equal(batches[0][0][0], eager) and torch.equal(batches[0][0][1], eager)
+
+
+def test_references_to_different_files_in_one_sample_are_refused_with_a_warning(rows):
+    class Pairs(tud.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return rl.ImageFile(rows[i][0], FIXED), rl.ImageFile(rows[i + 1][0], FIXED)
+
+    with pytest.warns(UserWarning, match="renders several views of one image"):
+        loader = rl.DataLoader(Pairs(), batch_size=2)
+    first, second = next(iter(loader))
+    assert torch.equal(first[1], second[0])

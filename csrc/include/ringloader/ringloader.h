@@ -40,6 +40,9 @@ class DeviceRuntime;
 struct NumaPlacement;
 struct SlotPlan;
 class StreamCache;
+class ImageDecoder;
+struct RenderState;
+struct ViewSet;
 
 /// One item of a dataset: a file (or a byte range of one, e.g. a member of a tar shard) and its
 /// class label. With `source` SourceKind::kPipe, `path` is `pipe:COMMAND` and names the stdout of
@@ -189,6 +192,17 @@ struct LoaderOptions {
   bool variable_size = false;
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kCHW;
+  /// One rendering of each sample (see `views`).
+  struct View {
+    std::vector<TransformStep> transform;  ///< must fix the output size
+    DType dtype = DType::kFloat32;
+  };
+  /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
+  /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
+  /// one row of the slot holding the views one after another (pipeline/views.h); `transform`
+  /// and `dtype` must be left empty and default. Batch::images() is then row memory,
+  /// Loader::row_bytes() a row.
+  std::vector<View> views;
   /// Page-locked (cudaHostAlloc) slots when a GPU is visible; otherwise host memory, and
   /// LoaderStats::memory_note says why.
   bool pin_memory = false;
@@ -277,6 +291,9 @@ struct LoaderStats {
   int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
   int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
   int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
+  int64_t decodes = 0;           ///< Images decoded (read-ahead work included): one a sample,
+                                 ///< whatever its number of views.
+  int64_t views_rendered = 0;    ///< Outputs rendered from them (samples x views).
   int64_t bytes_read = 0;        ///< Includes bytes read from `pipe:` commands.
   int64_t stream_restarts = 0;   ///< `pipe:` commands restarted for a member behind the stream.
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
@@ -407,6 +424,10 @@ class Loader {
   int64_t dataset_size() const { return static_cast<int64_t>(samples_.size()); }
   const LoaderOptions& options() const { return options_; }
   const TransformPipeline& pipeline() const { return pipeline_; }
+  /// The views of each sample (LoaderOptions::views), or null for one rendering a sample.
+  const ViewSet* views() const { return views_.get(); }
+  /// Bytes of one sample's row in a slot: pipeline().SampleBytes(), or all its views.
+  size_t row_bytes() const;
   LoaderStats Stats() const;
 
   /// Decodes and transforms one sample on the calling thread (no batching), into `dst` of
@@ -430,7 +451,8 @@ class Loader {
   /// The built-in sampler's settings, from options_.
   SamplerOptions BuiltinSampler() const;
   Loader(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-         NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
+         std::shared_ptr<const ViewSet> views, NumaPlacement placement,
+         std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
   // Checks an explicit order against the dataset and batch size (StartEpoch, QueueEpoch).
   absl::Status CheckOrder(const std::vector<int64_t>& indices, const std::vector<int64_t>& offsets) const;
   // Starts an epoch whose order is checked: adopts the queued epoch when it is this one, else
@@ -450,10 +472,15 @@ class Loader {
   void EnterPipelineThread(const char* name) const;
   // A Batch's shape fields for batch `number` of `size` samples (memory is set by the caller).
   Batch BatchShell(int64_t number, int size) const;
+  // Decodes one sample's bytes into its row at `dst`: every view, or the one pipeline, with
+  // the draws of `sample_seed` (pipeline/views.cc).
+  absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const uint8_t* data,
+                         size_t size, uint64_t sample_seed, uint8_t* dst) const;
 
   std::vector<Sample> samples_;
   LoaderOptions options_;
   TransformPipeline pipeline_;
+  std::shared_ptr<const ViewSet> views_;  // null: one rendering a sample
   IoBackend io_backend_ = IoBackend::kPread;  // resolved by the probe in Create
   std::string io_note_;
   std::string memory_note_;
