@@ -326,3 +326,29 @@ def test_references_to_different_files_in_one_sample_are_refused_with_a_warning(
         loader = rl.DataLoader(Pairs(), batch_size=2)
     first, second = next(iter(loader))
     assert torch.equal(first[1], second[0])
+
+
+# ---- the manual page's examples run -------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "custom-datasets.md"
+
+
+def _doc_blocks():
+    from test_readme_blocks import blocks
+
+    return blocks(DOC)
+
+
+@pytest.mark.parametrize("line,code,skip", _doc_blocks(),
+                         ids=[f"custom-datasets.md:{line}" for line, _, _ in _doc_blocks()])
+def test_manual_page_block_runs(tmp_path, line, code, skip):
+    import subprocess
+    import sys
+
+    from test_readme_blocks import localise
+
+    if skip:
+        pytest.skip(skip)
+    done = subprocess.run([sys.executable, "-c", localise(code, tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, f"custom-datasets.md:{line} failed:\n{done.stderr[-3000:]}"
