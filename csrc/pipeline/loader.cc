@@ -130,6 +130,11 @@ constexpr int64_t kReplaceWalk = 256;
 absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
                              StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
+  if (sample.source == SourceKind::kMemory) {
+    buffer->Resize(static_cast<size_t>(sample.length));
+    if (sample.length > 0) std::memcpy(buffer->data(), sample.memory, static_cast<size_t>(sample.length));
+    return absl::OkStatus();
+  }
   // Substitutes and single samples come out of the epoch's order: they must not move its streams.
   if (sample.source == SourceKind::kPipe) {
     return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel, sample.tar_member);
@@ -678,11 +683,13 @@ struct Loader::Epoch {
         }
         const ReadRequest request = *pending;
         const Sample& sample = loader->samples_[static_cast<size_t>(request.index)];
-        if (!sample.error.empty()) {
-          // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
+        if (!sample.error.empty() || sample.source == SourceKind::kMemory) {
+          // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
+          // buffer (the decoder reads a memory sample where it is).
           pending.reset();
           GaugeScope handing(gauges.readers_handing_on);
-          if (!decode_queue.Push(DecodeItem{request, -1, absl::DataLossError(sample.error)})) return;
+          absl::Status status = sample.error.empty() ? absl::OkStatus() : absl::DataLossError(sample.error);
+          if (!decode_queue.Push(DecodeItem{request, -1, std::move(status)})) return;
           continue;
         }
         std::optional<int> buffer;
@@ -814,9 +821,13 @@ struct Loader::Epoch {
       absl::Status status = std::move(item->status);
       if (status.ok()) {
         const auto start = Clock::now();
-        const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
+        const Sample& sample = loader->samples_[static_cast<size_t>(item->request.index)];
+        const bool in_memory = item->buffer < 0;  // an ok item without a buffer: kMemory
+        const uint8_t* data = in_memory ? sample.memory : buffers[static_cast<size_t>(item->buffer)].data();
+        const size_t size = in_memory ? static_cast<size_t>(sample.length)
+                                      : buffers[static_cast<size_t>(item->buffer)].size();
         uint8_t* dst = loader->pool_->data(task.slot) + sample_bytes * item->request.row;
-        status = loader->DecodeRow(decoder, render, bytes.data(), bytes.size(), RowSeed(item->request), dst);
+        status = loader->DecodeRow(decoder, render, data, size, RowSeed(item->request), dst);
         loader->counters_->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
       }
       // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -1007,6 +1018,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
   for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].source == SourceKind::kMemory &&
+        (samples[i].length < 0 || (samples[i].memory == nullptr && samples[i].length > 0))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample ", i, " (", samples[i].path, ") is in memory without its bytes"));
+    }
     if (samples[i].source != SourceKind::kPipe) continue;
     RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
   }

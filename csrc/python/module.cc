@@ -457,7 +457,7 @@ class PyLoader {
  public:
   PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
            py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
-           py::object tar_members) {
+           py::object tar_members, py::object memory) {
     std::vector<Sample> samples = SamplesFrom(paths);
     if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
       throw py::value_error("paths and labels differ in length");
@@ -531,6 +531,27 @@ class PyLoader {
           throw py::type_error(absl::StrCat("errors[", i, "] must be a str ('' = ok) or None"));
         }
         samples[i].error = item.cast<std::string>();
+      }
+    }
+    if (!memory.is_none()) {
+      // A bytes-like object (or None: read `path`) per sample: encoded images held in memory.
+      // Each is held, buffer exported, for the loader's lifetime, so its bytes stay where they are.
+      py::sequence v = memory;
+      if (static_cast<size_t>(py::len(v)) != samples.size()) {
+        throw py::value_error(absl::StrCat("memory has ", py::len(v), " entries; expected one per path (",
+                                           samples.size(), ")"));
+      }
+      for (size_t i = 0; i < samples.size(); ++i) {
+        py::object item = v[i];
+        if (item.is_none()) continue;
+        if (!PyObject_CheckBuffer(item.ptr())) {
+          throw py::type_error(absl::StrCat("memory[", i, "] must be bytes-like or None"));
+        }
+        auto view = std::make_unique<py::buffer_info>(py::buffer(item).request());
+        samples[i].source = SourceKind::kMemory;
+        samples[i].memory = static_cast<const uint8_t*>(view->ptr);
+        samples[i].length = view->size * view->itemsize;
+        memory_.push_back(std::move(view));
       }
     }
     LoaderOptions parsed = ParseOptions(options);
@@ -799,6 +820,9 @@ class PyLoader {
     return Tensor(std::shared_ptr<void>(copy, data), data, {n}, RlDLDataType{kRlDLInt, 64, 1}, false);
   }
 
+  // The buffers of in-memory samples (Sample::memory), exported while the loader exists:
+  // declared first, so they are released only after the loader (and its threads) are gone.
+  std::vector<std::unique_ptr<py::buffer_info>> memory_;
   std::unique_ptr<Loader> loader_;
 };
 
@@ -926,10 +950,10 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<py::object, py::array_t<int64_t, py::array::c_style | py::array::forcecast>, py::dict,
-                    py::object, py::object, py::object, py::object, py::object>(),
+                    py::object, py::object, py::object, py::object, py::object, py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
            py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
-           py::arg("tar_members") = py::none())
+           py::arg("tar_members") = py::none(), py::arg("memory") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import transforms as T
 from .datasets import NativeDataset, SampleKey, _fixed_size, _run_seeded, tail_seed
-from .references import ImageBytes, ImageFile, ImageReference, materialize
+from .references import ImageFile, ImageReference, materialize
 
 __all__ = ["UserSource", "source_for"]
 
@@ -135,6 +135,7 @@ class UserSource(NativeDataset):
         n = len(dataset)
         structures: List[Any] = []
         paths: List[str] = []
+        memory: List[Optional[memoryview]] = []  # an ImageBytes sample's bytes, else None
         refused: Optional[str] = None
         model: Optional[List[ImageReference]] = None
         counts: Optional[int] = None
@@ -161,11 +162,19 @@ class UserSource(NativeDataset):
                 model = refs
             if refused is None:
                 refused = _refusal(refs, model, i)
-            paths.append(ref.path if isinstance(ref, ImageFile) else f"<sample {i}: {ref.describe()}>")
+            if isinstance(ref, ImageFile):
+                paths.append(ref.path)
+                memory.append(None)
+            else:
+                paths.append(f"<sample {i}: {ref.describe()}>")
+                memory.append(ref._view)
         if model is None:
             raise ValueError(f"{_describe(dataset)} holds no image reference")
         self.structures = structures
         self.refused = refused
+        # Held (with the references' objects) for the loader's lifetime: the native loader
+        # decodes these bytes where they are.
+        self.memory = memory if any(m is not None for m in memory) else None
         self.view_transforms = [r.transform for r in model]
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
@@ -211,8 +220,6 @@ def _describe(dataset: Any) -> str:
 def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
     """Why sample i's references keep the Dataset off the native path, or None."""
     for k, (ref, first) in enumerate(zip(refs, model)):
-        if isinstance(ref, ImageBytes):
-            return f"sample {i} holds an ImageBytes (the native path reads ImageFile references)"
         if ref.mode != "RGB":
             return (f"sample {i} decodes {ref.describe()} in mode {ref.mode!r} (the native path "
                     "decodes RGB)")
@@ -292,6 +299,18 @@ class Batcher:
         fn_map = dict(self._map)
         fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
         return self._collate(structures, collate_fn_map=fn_map)
+
+
+def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+    """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
+    None (a file), over all folders; None when no sample is in memory."""
+    columns = [getattr(f, "memory", None) for f in folders]
+    if all(c is None for c in columns):
+        return None
+    out: list = []
+    for f, c in zip(folders, columns):
+        out += c if c is not None else [None] * len(f)
+    return out
 
 
 def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:

@@ -601,8 +601,9 @@ class DataLoader:
         if flat is not None:
             targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
+        memory = _user_source.memory_column(self._folders)  # ImageBytes references' bytes
         if not any(ranges):
-            return _C.Loader(paths, targets, self._options)
+            return _C.Loader(paths, targets, self._options, memory=memory)
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
         # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
         # file, whatever its name).
@@ -623,7 +624,8 @@ class DataLoader:
                 tar_members.append(none)
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
                          lengths=np.concatenate(lengths), errors=errors,
-                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members))
+                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members),
+                         memory=memory)
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch of a distributed sampler (as ``DistributedSampler.set_epoch``). Takes

@@ -23,6 +23,41 @@ def _check_mode(mode: Any) -> str:
     return mode
 
 
+# Transforms already found fit for label images, by id (a Dataset builds a reference per sample
+# with the same transform object: it is walked once).
+_MASK_CHECKED: Dict[int, Any] = {}
+
+
+def _steps_of(transform: Any) -> list:
+    """The steps of a Compose (torchvision's or ringloader's, nested), or the transform itself."""
+    inner = getattr(transform, "transforms", None)
+    if isinstance(inner, (list, tuple)):
+        return [step for t in inner for step in _steps_of(t)]
+    return [transform]
+
+
+def _is_nearest(interpolation: Any) -> bool:
+    name = getattr(interpolation, "value", interpolation)  # InterpolationMode, or a str/int
+    return name in ("nearest", "nearest-exact", 0) or str(name).lower() in ("nearest",
+                                                                              "nearest-exact")
+
+
+def _check_mask_transform(transform: Any) -> None:
+    """A label image keeps its values only under nearest resampling: refuse any step that
+    resamples otherwise, naming it."""
+    if transform is None or _MASK_CHECKED.get(id(transform)) is transform:
+        return
+    for step in _steps_of(transform):
+        interpolation = getattr(step, "interpolation", None)
+        if interpolation is not None and not _is_nearest(interpolation):
+            raise ValueError(
+                f"mode='mask': transform step {type(step).__name__} resamples with "
+                f"{getattr(interpolation, 'value', interpolation)} interpolation, which blends "
+                "label values; a label image takes only nearest interpolation (pass "
+                "interpolation=InterpolationMode.NEAREST)")
+    _MASK_CHECKED[id(transform)] = transform
+
+
 class ImageReference:
     """What :class:`ImageFile` and :class:`ImageBytes` share: a transform and a decode mode.
 
@@ -34,6 +69,8 @@ class ImageReference:
     def __init__(self, transform: Any, mode: str):
         self.transform = transform
         self.mode = _check_mode(mode)
+        if mode == "mask":
+            _check_mask_transform(transform)
 
     def _source_key(self) -> Tuple[Any, ...]:
         """Two references with equal keys name the same encoded image."""

@@ -221,6 +221,22 @@ def test_bad_structures_are_named(rows):
         rl.ImageBytes(3)
 
 
+def test_masks_decode_as_stored_and_refuse_blending_resamplers(rows, tmp_path):
+    labels = np.arange(48 * 40, dtype=np.uint8).reshape(40, 48) % 5
+    mask = Image.fromarray(labels, "L").convert("P")
+    mask.putpalette([0, 0, 0, 255, 0, 0, 0, 255, 0, 0, 0, 255, 255, 255, 0] + [0] * 753)
+    path = tmp_path / "mask.png"
+    mask.save(path)
+    nearest = v1.Compose([v1.Resize(20, interpolation=v1.InterpolationMode.NEAREST),
+                          v1.PILToTensor()])
+    out = rl.ImageFile(path, nearest, mode="mask").materialize()
+    assert out.dtype == torch.uint8 and out.shape == (1, 20, 24)
+    assert set(out.unique().tolist()) <= set(range(5))  # palette indices, not colours
+    assert torch.equal(out, nearest(Image.open(path)))
+    with pytest.raises(ValueError, match="Resize resamples with bilinear"):
+        rl.ImageFile(path, v1.Compose([v1.Resize(20), v1.PILToTensor()]), mode="mask")
+
+
 def test_references_pickle(rows):
     ref = rl.ImageFile(rows[0][0], FIXED)
     back = pickle.loads(pickle.dumps(ref))
@@ -326,6 +342,76 @@ def test_references_to_different_files_in_one_sample_are_refused_with_a_warning(
         loader = rl.DataLoader(Pairs(), batch_size=2)
     first, second = next(iter(loader))
     assert torch.equal(first[1], second[0])
+
+
+# ---- images held in memory (ImageBytes) ----------------------------------------------------------
+
+
+class InMemory(tud.Dataset):
+    """Encoded images kept in memory, each sample's bytes in the given container type; every
+    __getitem__ makes a new container object, which only the reference keeps alive."""
+
+    def __init__(self, rows, wrap, transforms=(FIXED,)):
+        self.blobs = [Path(r[0]).read_bytes() for r in rows]
+        self.labels = [r[1] for r in rows]
+        self.wrap, self.transforms = wrap, transforms
+
+    def __len__(self):
+        return len(self.blobs)
+
+    def __getitem__(self, i):
+        data = self.wrap(self.blobs[i])
+        views = [rl.ImageBytes(data, t) for t in self.transforms]
+        return (views[0] if len(views) == 1 else views), self.labels[i]
+
+
+@pytest.mark.parametrize("wrap", [bytes, lambda b: memoryview(bytearray(b)),
+                                  lambda b: np.frombuffer(b, np.uint8).copy(),
+                                  lambda b: __import__("pyarrow").py_buffer(bytes(b))],
+                         ids=["bytes", "memoryview", "numpy", "arrow"])
+def test_image_bytes_run_natively_and_equal_pil(rows, wrap):
+    import gc
+
+    ds = InMemory(rows, wrap)
+    loader = rl.DataLoader(ds, batch_size=4, num_workers=2)
+    assert loader.native
+    gc.collect()  # the containers live on in the references the loader keeps
+    eager = CsvDataset(rows, FIXED, lazy=False, shape="tuple")
+    want = list(tud.DataLoader(eager, batch_size=4))
+    for a, b in zip(list(loader), want):
+        assert_same(a, b)
+    assert_same(rl.materialize(ds[1]), eager[1])
+
+
+def test_image_bytes_are_held_unchanged_while_the_loader_lives(rows):
+    buffer = bytearray(Path(rows[0][0]).read_bytes())
+
+    class One(tud.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            return rl.ImageBytes(buffer, FIXED), i
+
+    loader = rl.DataLoader(One(), batch_size=2)
+    with pytest.raises(BufferError):
+        buffer.extend(b"moved")  # exported: the bytes cannot move under the decoders
+    images, _ = next(iter(loader))
+    assert torch.equal(images[1], FIXED(Image.open(rows[0][0]).convert("RGB")))
+
+
+def test_bad_image_bytes_name_their_sample_and_views_decode_once(rows):
+    ds = InMemory(rows[:4], bytes, transforms=(FIXED, RANDOM))
+    ds.blobs[2] = b"not an image at all"
+    loader = rl.DataLoader(ds, batch_size=4, persistent_workers=False)
+    with pytest.raises(rl.SampleError) as info:
+        next(iter(loader))
+    assert info.value.index == 2 and "ImageBytes(19 bytes)" in str(info.value)
+    ds.blobs[2] = ds.blobs[1]
+    loader = rl.DataLoader(ds, batch_size=4, persistent_workers=False)
+    (fixed, random_views), labels = next(iter(loader))
+    assert fixed.shape == (4, 3, 32, 32) and random_views.shape == (4, 3, 24, 24)
+    assert loader.stats()["decodes"] == 4 and loader.stats()["views_rendered"] == 8
 
 
 # ---- the manual page's examples run -------------------------------------------------------------

@@ -66,6 +66,9 @@ struct Sample {
   /// of `length` bytes: anything else means the index the range came from is out of date, and the
   /// epoch fails with IsStaleIndex.
   bool tar_member = false;
+  /// kMemory: the encoded image is `memory[0, length)`, owned by the caller and unchanged while
+  /// the loader exists; nothing is read (the decoders work on it directly).
+  const uint8_t* memory = nullptr;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
