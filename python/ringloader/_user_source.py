@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 import random
 import warnings
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -208,6 +208,13 @@ class UserSource(NativeDataset):
         if isinstance(key, SampleKey):
             return _run_seeded(lambda i: materialize(self.dataset[i]), key.index, tail_seed(key))
         return materialize(self.dataset[operator.index(key)])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # A copy (a spawned worker of the generic path) materialises samples from the Dataset;
+        # the memoryviews the native loader reads (which do not pickle) stay here.
+        state = super().__getstate__()
+        state["memory"] = None
+        return state
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"

@@ -244,6 +244,12 @@ def test_references_pickle(rows):
     data = np.frombuffer(Path(rows[0][0]).read_bytes(), np.uint8)
     bytes_ref = rl.ImageBytes(memoryview(data), FIXED)
     assert torch.equal(pickle.loads(pickle.dumps(bytes_ref)).materialize(), ref.materialize())
+    # The native table of a Dataset of ImageBytes pickles too (a spawned worker's copy).
+    from ringloader._user_source import source_for
+
+    source = source_for(InMemory(rows[:3], bytes))
+    copy = pickle.loads(pickle.dumps(source))
+    assert copy.memory is None and torch.equal(copy[0][0], source[0][0])
 
 
 def test_generic_datasets_are_not_probed_into_other_draws(rows):
