@@ -459,6 +459,10 @@ class DataLoader:
         # A user's Dataset of image references: batches rebuilt in its own structure.
         self._batcher = (_user_source.Batcher(self._folders, self._channels_last)
                          if _user_source.flat_targets(self._folders) is not None else None)
+        if self._batcher is not None and dtype is not None and \
+                any(len(f.view_transforms) > 1 for f in self._folders):
+            raise ValueError("dtype= sets one output dtype; samples with several views take each view's "
+                             "dtype from its transform (ToTensor: float32, else uint8)")
         if self._batcher is not None and batch_transform is not None:
             raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
                              "image references is batched in its own structure: call CutMix/MixUp in "

@@ -215,6 +215,13 @@ def test_bad_structures_are_named(rows):
 
     with pytest.raises(ValueError, match="sample 2 holds 2 image references"):
         rl.DataLoader(Uneven(rows, FIXED, lazy=True), batch_size=4)
+    with pytest.raises(ValueError, match="each view's dtype"):
+        rl.DataLoader(MultiCrop(rows, [FIXED, FIXED]), batch_size=4, dtype="float16")
+    with pytest.raises(ValueError, match="batch_transform needs"):
+        from torchvision.transforms import v2
+
+        rl.DataLoader(CsvDataset(rows, FIXED, lazy=True, shape="tuple"), batch_size=4,
+                      batch_transform=v2.MixUp(num_classes=3))
     with pytest.raises(ValueError, match="mode must be"):
         rl.ImageFile("x.jpg", mode="CMYK")
     with pytest.raises(TypeError, match="bytes-like"):
