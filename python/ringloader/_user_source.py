@@ -224,13 +224,21 @@ def _describe(dataset: Any) -> str:
     return f"{type(dataset).__module__}.{type(dataset).__name__}"
 
 
+def _same_native_chain(a: Any, b: Any) -> bool:
+    """True when two transform objects are the same native chain (a Dataset that builds its
+    Compose in ``__getitem__``); chains with Python steps are only the same object."""
+    split_a, split_b = T.split(a), T.split(b)
+    return split_a.tail is None and split_b.tail is None and split_a.steps == split_b.steps
+
+
 def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
     """Why sample i's references keep the Dataset off the native path, or None."""
     for k, (ref, first) in enumerate(zip(refs, model)):
         if ref.mode != "RGB":
             return (f"sample {i} decodes {ref.describe()} in mode {ref.mode!r} (the native path "
                     "decodes RGB)")
-        if ref.transform is not first.transform:
+        if ref.transform is not first.transform and not _same_native_chain(ref.transform,
+                                                                           first.transform):
             return (f"reference {k} of sample {i} has another transform than reference {k} of "
                     "sample 0 (the native path applies one transform to each position)")
         if ref._source_key() != refs[0]._source_key():

@@ -208,6 +208,18 @@ def test_refused_references_warn_and_run_materialised(rows):
     assert torch.equal(images, want)
 
 
+def test_a_transform_built_per_call_is_one_chain_when_its_steps_are(rows):
+    class PerCall(CsvDataset):
+        def __getitem__(self, i):
+            crop = 32 if i < 99 else 16
+            return rl.ImageFile(self.rows[i][0], v1.Compose([v1.CenterCrop(crop), v1.ToTensor()])), 0
+
+    assert rl.DataLoader(PerCall(rows, None, lazy=True), batch_size=4).native
+    rows_plus = rows * 7  # index 99 and on: another chain
+    with pytest.warns(UserWarning, match="reference 0 of sample 99 has another transform"):
+        assert not rl.DataLoader(PerCall(rows_plus, None, lazy=True), batch_size=4).native
+
+
 def test_bad_structures_are_named(rows):
     class Uneven(CsvDataset):
         def __getitem__(self, i):
