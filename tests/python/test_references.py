@@ -187,8 +187,13 @@ def test_on_error_names_the_sample(rows, tmp_path):
     assert info.value.index == 5 and "bad.jpg" in str(info.value)
     skipped = list(rl.DataLoader(ds, batch_size=4, on_error="skip"))
     assert sum(len(labels) for _, labels in skipped) == 14
-    # A replacement's ordinary leaves are its own: every label matches its image.
+    # skip + drop_last refills batches from the following rows: each keeps its own values.
     eager = CsvDataset(rows, FIXED, lazy=False, shape="tuple")
+    full = list(rl.DataLoader(ds, batch_size=4, on_error="skip", drop_last=True))
+    assert [len(labels) for _, labels in full] == [4, 4]  # 12 planned rows, 11 left: 2 full
+    kept = [i for i in range(12) if i != 5]
+    assert_same(full[1], tud.default_collate([eager[i] for i in kept[4:8]]))
+    # A replacement's ordinary leaves are its own: every label matches its image.
     by_image = {eager[i][0].numpy().tobytes(): eager[i][1] for i in range(len(rows)) if i != 5}
     for images, labels in rl.DataLoader(ds, batch_size=4, on_error="replace"):
         for image, label in zip(images, labels.tolist()):
