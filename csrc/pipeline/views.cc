@@ -18,6 +18,7 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
       return absl::Status(pipeline.status().code(),
                           absl::StrCat("view ", v, ": ", pipeline.status().message()));
     }
+    set.luma.push_back(views[v].luma);
     set.offsets.push_back(set.row_bytes);
     const size_t bytes = pipeline->SampleBytes();
     set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
@@ -30,12 +31,30 @@ uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
   return view == 0 ? sample_seed : Mix64(sample_seed ^ Mix64(0x76696577ull + view));
 }
 
+void ReplicateLuma(const RgbImage& rgb, RgbImage* out) {
+  out->width = rgb.width;
+  out->height = rgb.height;
+  out->pixels.resize(rgb.pixels.size());
+  const uint8_t* in = rgb.pixels.data();
+  uint8_t* o = out->pixels.data();
+  for (size_t i = 0; i < rgb.pixels.size(); i += 3) {
+    // Pillow's L24 (Convert.c): 16-bit fixed-point 0.299 R + 0.587 G + 0.114 B, rounded.
+    const uint32_t l = (in[i] * 19595u + in[i + 1] * 38470u + in[i + 2] * 7471u + 0x8000u) >> 16;
+    o[i] = o[i + 1] = o[i + 2] = static_cast<uint8_t>(l);
+  }
+}
+
 absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
                          uint8_t* dst) {
-  RL_ASSIGN_OR_RETURN(const RgbImage image, decoder.DecodeFull(data, size));
-  const size_t stride = static_cast<size_t>(image.width) * 3;
+  RL_ASSIGN_OR_RETURN(const RgbImage rgb, decoder.DecodeFull(data, size));
+  RgbImage gray;
+  for (bool luma : views.luma) {
+    if (luma && gray.pixels.empty()) ReplicateLuma(rgb, &gray);
+  }
+  const size_t stride = static_cast<size_t>(rgb.width) * 3;
   for (size_t v = 0; v < views.pipelines.size(); ++v) {
+    const RgbImage& image = views.luma[v] ? gray : rgb;
     const TransformPipeline& pipeline = views.pipelines[v];
     SampleRng rng(ViewSeed(sample_seed, v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);

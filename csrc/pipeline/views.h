@@ -22,6 +22,7 @@ inline constexpr size_t kViewAlign = 64;
 
 struct ViewSet {
   std::vector<TransformPipeline> pipelines;
+  std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
   std::vector<size_t> offsets;  ///< of each view in a row
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
 
@@ -33,8 +34,11 @@ struct ViewSet {
 /// single-view sample would, the others independently of it and of each other.
 uint64_t ViewSeed(uint64_t sample_seed, size_t view);
 
+/// Pillow's convert("L") of packed RGB, written back replicated into all 3 channels.
+void ReplicateLuma(const RgbImage& rgb, RgbImage* out);
+
 /// Decodes `data` once (full resolution, so every view sees the same pixels) and renders each
-/// view into the row at `dst`.
+/// view into the row at `dst` (a luma view from the image's luma, computed once).
 absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
                          uint8_t* dst);

@@ -98,6 +98,17 @@ TEST(ViewsTest, RefusesChainsWithoutAFixedSizeNamingTheView) {
   EXPECT_NE(loader.status().message().find("view 1"), std::string::npos) << loader.status();
 }
 
+TEST(ViewsTest, LumaIsPillowsConvertL) {
+  RgbImage rgb;
+  rgb.width = 4;
+  rgb.height = 1;
+  rgb.pixels = {255, 0, 0, 0, 255, 0, 0, 0, 255, 17, 200, 93};
+  RgbImage gray;
+  ReplicateLuma(rgb, &gray);
+  // Image.new("RGB", (1, 1), c).convert("L").getpixel((0, 0)) for each colour.
+  EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{76, 76, 76, 150, 150, 150, 29, 29, 29, 133, 133, 133}));
+}
+
 TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
   std::vector<Sample> files = WriteJpegDataset(MakeTempDir(), 6);
   std::vector<std::vector<uint8_t>> blobs;

@@ -363,6 +363,7 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     LoaderOptions::View v;
     for (py::handle step : view["transform"]) v.transform.push_back(ParseStep(py::reinterpret_borrow<py::dict>(step)));
     v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
+    v.luma = view.contains("luma") && view["luma"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;
@@ -739,7 +740,8 @@ class PyLoader {
     return py::make_tuple(3, p.out_h(), p.out_w());
   }
   std::string dtype() const { return DTypeName(loader_->pipeline().dtype()); }
-  // Where each view is in a row: [(byte offset, shape of one sample, dtype name)], or None.
+  // Where each view is in a row: [(byte offset, shape of one sample, dtype name, channels the
+  // caller keeps: 1 for a luma view, rendered replicated)], or None.
   py::object views() const {
     const ViewSet* set = loader_->views();
     if (set == nullptr) return py::none();
@@ -748,7 +750,7 @@ class PyLoader {
       const TransformPipeline& p = set->pipelines[v];
       py::tuple shape = p.layout() == Layout::kHWC ? py::make_tuple(p.out_h(), p.out_w(), 3)
                                                    : py::make_tuple(3, p.out_h(), p.out_w());
-      out.append(py::make_tuple(set->offsets[v], shape, DTypeName(p.dtype())));
+      out.append(py::make_tuple(set->offsets[v], shape, DTypeName(p.dtype()), set->luma[v] ? 1 : 3));
     }
     return out;
   }

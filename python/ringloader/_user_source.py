@@ -176,6 +176,7 @@ class UserSource(NativeDataset):
         # decodes these bytes where they are.
         self.memory = memory if any(m is not None for m in memory) else None
         self.view_transforms = [r.transform for r in model]
+        self.view_modes = [r.mode for r in model]
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
 
@@ -186,12 +187,15 @@ class UserSource(NativeDataset):
 
     def native_options(self):
         options = super().native_options()
-        if len(self.view_transforms) == 1:
+        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB":
             return options
+        # Several views, or a gray one (rendered replicated, one channel kept): views.h.
         views = [{"transform": options.pop("transform"), "dtype": options.pop("dtype")}]
         for split in self._view_splits:
             views.append({"transform": split.steps,
                           "dtype": "float32" if T.has_to_tensor(split.steps) else "uint8"})
+        for view, mode in zip(views, self.view_modes):
+            view["luma"] = mode == "L"
         options["views"] = views
         return options
 
@@ -234,9 +238,12 @@ def _same_native_chain(a: Any, b: Any) -> bool:
 def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
     """Why sample i's references keep the Dataset off the native path, or None."""
     for k, (ref, first) in enumerate(zip(refs, model)):
-        if ref.mode != "RGB":
-            return (f"sample {i} decodes {ref.describe()} in mode {ref.mode!r} (the native path "
-                    "decodes RGB)")
+        if ref.mode == "mask":
+            return (f"sample {i} decodes {ref.describe()} in mode 'mask' (label images are not "
+                    "native yet: Pillow decodes them)")
+        if ref.mode != first.mode:
+            return (f"reference {k} of sample {i} has mode {ref.mode!r}, reference {k} of sample 0 "
+                    f"{first.mode!r} (each position has one mode)")
         if ref.transform is not first.transform and not _same_native_chain(ref.transform,
                                                                            first.transform):
             return (f"reference {k} of sample {i} has another transform than reference {k} of "
@@ -265,12 +272,14 @@ class Batcher:
     ``collate``, the image position given the batch tensor (or, with a ``collate_fn``, each
     sample rebuilt with its row)."""
 
-    def __init__(self, folders: Sequence[UserSource], channels_last: bool = False):
+    def __init__(self, folders: Sequence[UserSource], channels_last: bool = False,
+                 nhwc: bool = False):
         import torch
         from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
         self._torch = torch
         self._channels_last = channels_last
+        self._nhwc = nhwc  # the native layout (channels_last is an NHWC layout too)
         self._folders = list(folders)
         self._starts = np.cumsum([0] + [len(f) for f in self._folders])
         self._collate = collate
@@ -294,10 +303,13 @@ class Batcher:
         else:
             torch = self._torch
             out = []
-            for offset, shape, dtype in views:
+            for offset, shape, dtype, channels in views:
                 dt = getattr(torch, dtype)
                 nbytes = int(np.prod(shape)) * torch.empty((), dtype=dt).element_size()
-                out.append(images[:, offset:offset + nbytes].view(dt).view(images.shape[0], *shape))
+                view = images[:, offset:offset + nbytes].view(dt).view(images.shape[0], *shape)
+                if channels == 1:  # a gray view, rendered replicated: keep one channel
+                    view = view[..., :1] if self._nhwc else view[:, :1]
+                out.append(view)
         if self._channels_last:
             out = [t.permute(0, 3, 1, 2) for t in out]
         return out

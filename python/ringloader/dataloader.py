@@ -457,7 +457,7 @@ class DataLoader:
 
         self._folders, self._index_map = view
         # A user's Dataset of image references: batches rebuilt in its own structure.
-        self._batcher = (_user_source.Batcher(self._folders, self._channels_last)
+        self._batcher = (_user_source.Batcher(self._folders, self._channels_last, native_layout == "NHWC")
                          if _user_source.flat_targets(self._folders) is not None else None)
         if self._batcher is not None and dtype is not None and \
                 any(len(f.view_transforms) > 1 for f in self._folders):

@@ -200,16 +200,48 @@ def test_on_error_names_the_sample(rows, tmp_path):
             assert by_image[image.numpy().tobytes()] == label
 
 
-def test_refused_references_warn_and_run_materialised(rows):
-    class Gray(CsvDataset):
-        def __getitem__(self, i):
-            return rl.ImageFile(self.rows[i][0], GRAY, mode="L"), self.rows[i][1]
+def test_gray_views_equal_pillows_convert_l(rows):
+    """mode='L' natively: every flavour of JPEG (colour, gray, CMYK...) gives Pillow's
+    convert('L') values, alone or beside RGB views of the same file."""
+    gray = v1.Compose([v1.Resize(40), v1.CenterCrop(32), v1.ToTensor(), v1.Normalize([0.5], [0.5])])
 
-    with pytest.warns(UserWarning, match="mode 'L'"):
-        loader = rl.DataLoader(Gray(rows, FIXED, lazy=True), batch_size=4)
+    class Gray(tud.Dataset):
+        def __len__(self):
+            return len(rows)
+
+        def __getitem__(self, i):
+            path = rows[i][0]
+            return {"gray": rl.ImageFile(path, gray, mode="L"),
+                    "both": [rl.ImageFile(path, FIXED), rl.ImageFile(path, GRAY, mode="L")]}
+
+    for layout in ("NCHW", "NHWC"):
+        loader = rl.DataLoader(Gray(), batch_size=5, num_workers=2, layout=layout)
+        assert loader.native
+        got = list(loader)
+        want = list(tud.DataLoader([rl.materialize(Gray()[i]) for i in range(len(rows))],
+                                   batch_size=5))
+        for a, b in zip(got, want):
+            if layout == "NHWC":
+                b = {"gray": b["gray"].permute(0, 2, 3, 1),
+                     "both": [t.permute(0, 2, 3, 1) for t in b["both"]]}
+                a = {"gray": a["gray"].contiguous(), "both": [t.contiguous() for t in a["both"]]}
+            assert_same(a, b)
+    assert got[0]["gray"].shape == (5, 32, 32, 1)
+
+
+def test_refused_references_warn_and_run_materialised(rows, tmp_path):
+    Image.fromarray(np.arange(40 * 48, dtype=np.uint8).reshape(40, 48) % 4).save(tmp_path / "m.png")
+    nearest = v1.Compose([v1.CenterCrop(32), v1.PILToTensor()])
+
+    class Masks(CsvDataset):
+        def __getitem__(self, i):
+            return rl.ImageFile(tmp_path / "m.png", nearest, mode="mask"), self.rows[i][1]
+
+    with pytest.warns(UserWarning, match="mode 'mask'"):
+        loader = rl.DataLoader(Masks(rows, FIXED, lazy=True), batch_size=4)
     assert not loader.native
     images, labels = next(iter(loader))
-    want = torch.stack([GRAY(Image.open(rows[i][0]).convert("L")) for i in range(4)])
+    want = torch.stack([nearest(Image.open(tmp_path / "m.png"))] * 4)
     assert torch.equal(images, want)
 
 

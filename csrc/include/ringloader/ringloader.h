@@ -199,6 +199,9 @@ struct LoaderOptions {
   struct View {
     std::vector<TransformStep> transform;  ///< must fix the output size
     DType dtype = DType::kFloat32;
+    /// Render Pillow's convert("L") of the image (ITU-R 601-2 luma, Pillow's integer
+    /// rounding), replicated into the 3 output channels: the caller keeps one.
+    bool luma = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
