@@ -220,6 +220,13 @@ class UserSource(NativeDataset):
         state["memory"] = None
         return state
 
+    def describe(self) -> str:
+        """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
+        views each, and how many are held in memory (ImageBytes) rather than read from files."""
+        in_memory = 0 if self.memory is None else sum(m is not None for m in self.memory)
+        return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
+                f"{len(self.view_transforms)} view(s) a sample, {in_memory} in memory")
+
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
 

@@ -500,3 +500,20 @@ def test_manual_page_block_runs(tmp_path, line, code, skip):
     done = subprocess.run([sys.executable, "-c", localise(code, tmp_path)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, f"custom-datasets.md:{line} failed:\n{done.stderr[-3000:]}"
+
+
+def test_a_dataset_of_references_is_a_source(rows):
+    from ringloader import _source, _user_source
+
+    source = _user_source.source_for(CsvDataset(rows, v1.Compose([v1.Resize((24, 24)), v1.ToTensor()]),
+                                                lazy=True))
+    assert isinstance(source, _source.Source)
+    assert len(source) == len(source.sample_table) == len(rows)
+    assert source.samples[3][0] == rows[3][0]  # the referenced file is the native sample
+    assert not source.streamed and source.byte_ranges() == {} and source.shard_sizes is None
+    assert source.default_sampler(None, None, True, 0, False) is None  # torch's own samplers
+    source.check_unchanged()
+    assert source.describe() == (f"{__name__}.CsvDataset (image references): {len(rows)} samples, "
+                                 "1 view(s) a sample, 0 in memory")
+    # Not a Dataset of references (decoded values): no source, torch's generic path.
+    assert _user_source.source_for(CsvDataset(rows, v1.ToTensor(), lazy=False)) is None
