@@ -15,6 +15,8 @@
 #include "common/status_util.h"
 #include "cuda/device_stager.h"
 #include "io/stream_cache.h"
+#include "pipeline/views.h"
+#include "transform/render.h"
 
 namespace ringloader {
 namespace {
@@ -47,6 +49,11 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
                              StreamCache* streams, const std::atomic<bool>* cancel) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
+  if (sample.source == SourceKind::kMemory) {
+    buffer->Resize(static_cast<size_t>(sample.length));
+    if (sample.length > 0) std::memcpy(buffer->data(), sample.memory, static_cast<size_t>(sample.length));
+    return absl::OkStatus();
+  }
   // Substitutes and single samples come out of the epoch's order: they must not move its streams.
   if (sample.source == SourceKind::kPipe) {
     return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel, sample.tar_member);
@@ -68,7 +75,25 @@ std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
   return decoder;
 }
 
-Batch BatchAccess::Shell(const TransformPipeline& pipeline, int64_t number, int size) {
+absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
+                       const ViewSet* views, const uint8_t* data, size_t size, uint64_t sample_seed,
+                       uint8_t* dst, LoaderCounters* counters) {
+  absl::Status status;
+  if (views != nullptr) {
+    status = DecodeViews(decoder, data, size, *views, sample_seed, state, dst);
+  } else {
+    SampleRng rng(sample_seed);
+    status = decoder.DecodeInto(data, size, pipeline, rng, dst);
+  }
+  if (status.ok()) {
+    counters->decodes.fetch_add(1, std::memory_order_relaxed);
+    counters->views_rendered.fetch_add(views != nullptr ? static_cast<int64_t>(views->pipelines.size()) : 1,
+                                       std::memory_order_relaxed);
+  }
+  return status;
+}
+
+Batch BatchAccess::Shell(const TransformPipeline& pipeline, size_t row_bytes, int64_t number, int size) {
   Batch batch;
   batch.number_ = number;
   batch.size_ = size;
@@ -76,7 +101,7 @@ Batch BatchAccess::Shell(const TransformPipeline& pipeline, int64_t number, int 
   batch.width_ = pipeline.out_w();
   batch.dtype_ = pipeline.dtype();
   batch.layout_ = pipeline.layout();
-  batch.sample_bytes_ = pipeline.SampleBytes();
+  batch.sample_bytes_ = row_bytes;
   return batch;
 }
 
@@ -256,7 +281,7 @@ absl::StatusOr<Epoch::Taken> Epoch::Take(int64_t b, Clock::time_point start, dou
   out.slot = task.slot;
   out.size = task.size;
   task.slot = -1;
-  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
   if (out.error.ok() && task.skipped.load(std::memory_order_relaxed) > 0) {
     // ErrorPolicy::kSkip: close the gaps so the batch is dense and in sampler order.
     uint8_t* base = ctx.pool->data(out.slot);
@@ -282,7 +307,7 @@ absl::StatusOr<Epoch::Taken> Epoch::Take(int64_t b, Clock::time_point start, dou
 }
 
 absl::StatusOr<Batch> Epoch::NextHost(Clock::time_point start, double timeout_seconds) {
-  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
   while (true) {  // loops only past batches whose every sample was skipped
     const int64_t b = next_batch;
     if (b >= num_batches) return absl::OutOfRangeError("end of epoch");
@@ -291,7 +316,7 @@ absl::StatusOr<Batch> Epoch::NextHost(Clock::time_point start, double timeout_se
     next_batch = b + 1;
     if (!t.error.ok()) return t.error;
     if (t.size == 0) continue;
-    Batch batch = BatchAccess::Shell(*ctx.pipeline, b, t.size);
+    Batch batch = BatchAccess::Shell(*ctx.pipeline, ctx.row_bytes, b, t.size);
     uint8_t* base = ctx.pool->data(t.slot);
     BatchAccess::SetHost(batch, base, layout, ctx.pool->Deliver(t.slot), ctx.pool->pinned());
     return batch;
@@ -315,7 +340,7 @@ void Epoch::AdaptPrefetch(int64_t b) {
 
 void Epoch::StageBatches() {
   DeviceStager& stager = *ctx.stager;
-  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
   for (int64_t b = taken; b < num_batches; ++b) {
     // A device buffer first, so a batch is taken out of the window only when it can be staged.
     while (!stager.WaitForFreeBuffer(std::chrono::milliseconds(20))) {
@@ -347,7 +372,7 @@ void Epoch::StageBatches() {
                              Batch()});
       continue;
     }
-    Batch batch = BatchAccess::Shell(*ctx.pipeline, b, t->size);
+    Batch batch = BatchAccess::Shell(*ctx.pipeline, ctx.row_bytes, b, t->size);
     auto* device_base = static_cast<uint8_t*>((*lease)->data());
     BatchAccess::SetDevice(batch, stager.device(), device_base, layout, std::move(*lease), std::move(rows),
                            ctx.pool->pinned());
@@ -392,7 +417,7 @@ absl::StatusOr<Batch> Epoch::NextStaged(Clock::time_point start, double timeout_
 }
 
 void Epoch::Dispatch() {
-  const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+  const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
   for (int64_t b = dispatched; b < num_batches; ++b) {
     absl::StatusOr<int> slot = [&] {
       GaugeScope waiting(gauges.dispatcher_waiting_slot);
@@ -479,11 +504,13 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
       }
       const ReadRequest request = *pending;
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(request.index)];
-      if (!sample.error.empty()) {
-        // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
+      if (!sample.error.empty() || sample.source == SourceKind::kMemory) {
+        // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
+        // buffer (the decoder reads a memory sample where it is).
         pending.reset();
         GaugeScope handing(gauges.readers_handing_on);
-        if (!decode_queue.Push(DecodeItem{request, -1, absl::DataLossError(sample.error)})) return;
+        absl::Status status = sample.error.empty() ? absl::OkStatus() : absl::DataLossError(sample.error);
+        if (!decode_queue.Push(DecodeItem{request, -1, std::move(status)})) return;
         continue;
       }
       std::optional<int> buffer;
@@ -550,9 +577,9 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
 
 void Epoch::Decode() {
   const LoaderOptions& o = *ctx.options;
-  const TransformPipeline& pipeline = *ctx.pipeline;
-  const size_t sample_bytes = pipeline.SampleBytes();
+  const size_t sample_bytes = ctx.row_bytes;
   const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
+  RenderState render;  // the views' (DecodeRow); one pipeline renders in the decoder
   ByteBuffer substitute_bytes;
   while (std::optional<DecodeItem> item = decode_queue.Pop()) {
     if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
@@ -561,10 +588,14 @@ void Epoch::Decode() {
     absl::Status status = std::move(item->status);
     if (status.ok()) {
       const auto start = Clock::now();
-      const ByteBuffer& bytes = buffers[static_cast<size_t>(item->buffer)];
-      SampleRng rng(RowSeed(item->request));
+      const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
+      const bool in_memory = item->buffer < 0;  // an ok item without a buffer: kMemory
+      const uint8_t* data = in_memory ? sample.memory : buffers[static_cast<size_t>(item->buffer)].data();
+      const size_t size = in_memory ? static_cast<size_t>(sample.length)
+                                    : buffers[static_cast<size_t>(item->buffer)].size();
       uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-      status = decoder->DecodeInto(bytes.data(), bytes.size(), pipeline, rng, dst);
+      status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, data, size, RowSeed(item->request), dst,
+                         ctx.counters);
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
     // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -580,7 +611,7 @@ void Epoch::Decode() {
         status = absl::OkStatus();
       } else if (o.on_error == ErrorPolicy::kReplace) {
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-        status = Replace(*decoder, substitute_bytes, item->request, dst, std::move(status));
+        status = Replace(*decoder, render, substitute_bytes, item->request, dst, std::move(status));
       }
     }
     if (status.ok()) {
@@ -641,8 +672,8 @@ std::string Epoch::DescribeState() {
       ctx.pool->allocated(), ctx.pool->max_slots(), ctx.pool->held_by_consumer());
 }
 
-absl::Status Epoch::Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
-                     uint8_t* dst, absl::Status cause) {
+absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
+                            const ReadRequest& request, uint8_t* dst, absl::Status cause) {
   const int64_t n = static_cast<int64_t>(ctx.samples->size());
   const uint64_t sample_seed = RowSeed(request);
   // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
@@ -662,15 +693,15 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, ByteBuffer& bytes, const Read
       return status;
     }
     if (status.ok()) {
-      SampleRng rng(sample_seed);
-      status = decoder.DecodeInto(bytes.data(), bytes.size(), *ctx.pipeline, rng, dst);
+      status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, bytes.data(), bytes.size(), sample_seed,
+                         dst, ctx.counters);
     }
     if (!status.ok()) {
       counters->RecordError(AnnotateSampleError(
           status, substitute, (*ctx.samples)[static_cast<size_t>(substitute)].path));
       continue;
     }
-    const SlotLayout layout = LayoutOf(*ctx.pipeline, ctx.options->batch_size);
+    const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
     uint8_t* base = ctx.pool->data(Task(request.batch).slot);
     layout.labels(base)[request.row] = (*ctx.samples)[static_cast<size_t>(substitute)].label;
     layout.indices(base)[request.row] = substitute;

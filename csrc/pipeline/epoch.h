@@ -50,6 +50,9 @@ namespace ringloader {
 class DeviceLease;
 class DeviceStager;
 class StreamCache;
+struct LoaderCounters;
+struct RenderState;
+struct ViewSet;
 
 using Clock = std::chrono::steady_clock;
 
@@ -85,9 +88,8 @@ struct SlotLayout {
   int64_t* indices(uint8_t* base) const { return labels(base) + batch_size; }
 };
 
-inline SlotLayout LayoutOf(const TransformPipeline& pipeline, int batch_size) {
-  return SlotLayout{pipeline.SampleBytes(), batch_size};
-}
+// `row_bytes`: one sample's row (its image, or all its views: EpochContext::row_bytes).
+inline SlotLayout LayoutOf(size_t row_bytes, int batch_size) { return SlotLayout{row_bytes, batch_size}; }
 
 // Every sample failure leaves the loader as DataLoss (see IsSampleError): its cause's code
 // (OutOfRange for the pixel limit or a file over max_file_bytes) must never read as the end of
@@ -105,6 +107,13 @@ absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBu
 // The decoder a decode worker (or a single-sample decode) uses, set up from the loader's
 // options: the one place LoaderOptions reach the decoder, so every path decodes alike.
 std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options);
+
+// Decodes one sample's bytes into its row at `dst` with the draws of `sample_seed`: every view
+// of `views` (pipeline/views.h) from one decode, or, without views, `pipeline`. Counts the
+// decode and its renderings in `counters`.
+absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
+                       const ViewSet* views, const uint8_t* data, size_t size, uint64_t sample_seed,
+                       uint8_t* dst, LoaderCounters* counters);
 
 // Counts a thread in a state (waiting for a slot, a request, a buffer...) for as long as it
 // lives. Relaxed: the gauges are a snapshot for the stall report, never a synchronisation.
@@ -128,6 +137,9 @@ struct LoaderCounters {
   std::atomic<int> prefetch_grown{0};
   std::atomic<int64_t> idle_spells{0};
   std::atomic<int64_t> batches_completed{0};
+  // Machine work, counted at once like decode_ns (read-ahead included): images decoded, and
+  // what was rendered from them (one a sample, or its views).
+  std::atomic<int64_t> decodes{0}, views_rendered{0};
   mutable std::mutex mu;
   std::deque<std::string> recent_errors ABSL_GUARDED_BY(mu);
   std::vector<int> thread_cpus ABSL_GUARDED_BY(mu);  // union of what pinned threads read back
@@ -155,7 +167,8 @@ struct LoaderCounters {
 // Fills in a Batch (Batch befriends it; its fields are read-only to users).
 struct BatchAccess {
   // A Batch's shape fields for batch `number` of `size` samples (memory set by the caller).
-  static Batch Shell(const TransformPipeline& pipeline, int64_t number, int size);
+  // `row_bytes` is a sample's row (EpochContext::row_bytes).
+  static Batch Shell(const TransformPipeline& pipeline, size_t row_bytes, int64_t number, int size);
   // A host batch in slot memory at `base`, kept alive by `lease`.
   static void SetHost(Batch& batch, uint8_t* base, const SlotLayout& layout,
                       std::shared_ptr<SlotLease> lease, bool pinned);
@@ -173,7 +186,9 @@ class Epoch;
 struct EpochContext {
   const std::vector<Sample>* samples = nullptr;
   const LoaderOptions* options = nullptr;
-  const TransformPipeline* pipeline = nullptr;
+  const TransformPipeline* pipeline = nullptr;  // with views: view 0's (it describes the loader)
+  const ViewSet* views = nullptr;               // null: one rendering a sample (pipeline)
+  size_t row_bytes = 0;                         // a sample's row: its image, or all its views
   IoBackend io_backend = IoBackend::kPread;  // resolved by the loader's probe
   SlotPool* pool = nullptr;
   DeviceStager* stager = nullptr;     // null: host path (Next takes from the window)
@@ -306,8 +321,8 @@ class Epoch {
 
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into
   // the failed row, with the failed row's own augmentation seed, and relabel the row.
-  absl::Status Replace(ImageDecoder& decoder, ByteBuffer& bytes, const ReadRequest& request,
-                       uint8_t* dst, absl::Status cause);
+  absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
+                       const ReadRequest& request, uint8_t* dst, absl::Status cause);
 
   void Decode();
 

@@ -27,6 +27,7 @@
 #include "numa/topology.h"
 #include "pipeline/epoch.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/views.h"
 #include "ringloader/ringloader.h"
 #include "sampler/sampler.h"
 #include "transform/image_transform.h"
@@ -72,7 +73,8 @@ std::vector<int64_t> Batch::image_shape() const {
 class Loader::Impl {
  public:
   Impl(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-       NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
+       std::shared_ptr<const ViewSet> views, NumaPlacement placement,
+       std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
   ~Impl() { Stop(); }
 
   absl::Status StartEpoch(int64_t epoch, int64_t first_batch);
@@ -91,6 +93,8 @@ class Loader::Impl {
   int64_t dataset_size() const { return static_cast<int64_t>(samples_.size()); }
   const LoaderOptions& options() const { return options_; }
   const TransformPipeline& pipeline() const { return pipeline_; }
+  const ViewSet* views() const { return views_.get(); }
+  size_t row_bytes() const { return views_ ? views_->row_bytes : pipeline_.SampleBytes(); }
   LoaderStats Stats() const;
   absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
                             const OutputAllocator& allocate) const;
@@ -125,6 +129,7 @@ class Loader::Impl {
   std::vector<Sample> samples_;
   LoaderOptions options_;
   TransformPipeline pipeline_;
+  std::shared_ptr<const ViewSet> views_;  // null: one rendering a sample
   IoBackend io_backend_ = IoBackend::kPread;  // resolved by the probe in Create
   std::string io_note_;
   std::string memory_note_;
@@ -156,6 +161,8 @@ EpochContext Loader::Impl::Context() {
   ctx.samples = &samples_;
   ctx.options = &options_;
   ctx.pipeline = &pipeline_;
+  ctx.views = views_.get();
+  ctx.row_bytes = row_bytes();
   ctx.io_backend = io_backend_;
   ctx.pool = pool_.get();
   ctx.stager = stager_.get();
@@ -210,12 +217,30 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
   for (size_t i = 0; i < samples.size(); ++i) {
+    if (samples[i].source == SourceKind::kMemory &&
+        (samples[i].length < 0 || (samples[i].memory == nullptr && samples[i].length > 0))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("sample ", i, " (", samples[i].path, ") is in memory without its bytes"));
+    }
     if (samples[i].source != SourceKind::kPipe) continue;
     RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
   }
+  std::shared_ptr<const ViewSet> views;
+  if (!options.views.empty()) {
+    if (!options.transform.empty() || options.variable_size) {
+      return absl::InvalidArgumentError(
+          "views replace transform: pass the chains as views only, each fixing its output size");
+    }
+    RL_ASSIGN_OR_RETURN(ViewSet set, ViewSet::Create(options.views, options.layout));
+    views = std::make_shared<const ViewSet>(std::move(set));
+  }
+  // With views, the pipeline is view 0's (what describes the loader; rows hold every view).
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
-                      TransformPipeline::Create(options.transform, options.dtype, options.layout,
-                                                options.variable_size));
+                      views ? TransformPipeline::Create(options.views[0].transform, options.views[0].dtype,
+                                                        options.layout, false)
+                            : TransformPipeline::Create(options.transform, options.dtype, options.layout,
+                                                        options.variable_size));
+  const size_t row_bytes = views ? views->row_bytes : pipeline.SampleBytes();
   // Device and placement are decided before any memory is allocated: the slot allocator
   // depends on both.
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
@@ -225,7 +250,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   }
   std::shared_ptr<DeviceStager> stager;
   if (runtime) {
-    const size_t slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+    const size_t slot_bytes = LayoutOf(row_bytes, options.batch_size).total_bytes();
     // The ring bounds device memory: prefetch_batches staged ahead plus the consumer's batch.
     RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(std::move(runtime), slot_bytes, options.prefetch_batches + 1));
   }
@@ -244,7 +269,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   // Slot memory: slots x slot bytes within the budget (max_memory, or the default), refused
   // here when even the minimum does not fit, so nothing is allocated past it later.
   SlotRequest request;
-  request.slot_bytes = LayoutOf(pipeline, options.batch_size).total_bytes();
+  request.slot_bytes = LayoutOf(row_bytes, options.batch_size).total_bytes();
   request.batch_size = options.batch_size;
   request.prefetch_batches = options.prefetch_batches;
   request.auto_prefetch = options.auto_prefetch;
@@ -264,7 +289,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   }
   RL_ASSIGN_OR_RETURN(const SlotPlan plan, PlanSlots(request));
   auto impl = std::make_unique<Impl>(std::move(samples), std::move(options), std::move(pipeline),
-                                     std::move(placement), std::move(stager), plan);
+                                     std::move(views), std::move(placement), std::move(stager), plan);
   impl->threads_note_ = std::move(threads_note);
   impl->memory_budget_note_ = std::move(budget_note);
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
@@ -277,10 +302,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
 }
 
 Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
-                   NumaPlacement placement, std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
+                   std::shared_ptr<const ViewSet> views, NumaPlacement placement,
+                   std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
     : samples_(std::move(samples)),
       options_(std::move(options)),
       pipeline_(std::move(pipeline)),
+      views_(std::move(views)),
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
       counters_(std::make_unique<LoaderCounters>()) {
@@ -292,7 +319,7 @@ Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, Transform
     options_.allocator = MakePinnedAllocatorOnNode(node, &memory_note_);
   }
   if (!options_.allocator) options_.allocator = node >= 0 ? MakeNodeHostAllocator(node) : MakeHostAllocator();
-  const size_t slot_bytes = LayoutOf(pipeline_, options_.batch_size).total_bytes();
+  const size_t slot_bytes = LayoutOf(row_bytes(), options_.batch_size).total_bytes();
   // Slots (pipeline + batches the consumer keeps) and depth: PlanSlots, in Create.
   memory_budget_ = plan.budget;
   slots_note_ = plan.note;
@@ -541,6 +568,8 @@ LoaderStats Loader::Impl::Stats() const {
   s.errors = count(&LoaderCounters::errors, *counters_);
   s.skipped = count(&LoaderCounters::skipped, *counters_);
   s.replaced = count(&LoaderCounters::replaced, *counters_);
+  s.decodes = counters_->decodes.load(std::memory_order_relaxed);
+  s.views_rendered = counters_->views_rendered.load(std::memory_order_relaxed);
   s.samples_ahead = queued_ ? queued_->counters->samples.load(std::memory_order_relaxed) : 0;
   s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
   s.stream_restarts = streams_->restarts();
@@ -604,6 +633,10 @@ LoaderStats Loader::Impl::Stats() const {
 
 absl::Status Loader::Impl::DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
                                   const OutputAllocator& allocate) const {
+  if (views_) {
+    return absl::FailedPreconditionError(
+        "this loader renders several views a sample: single samples decode one rendering");
+  }
   if (index < 0 || index >= dataset_size()) {
     return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
                                               dataset_size(), " samples"));
@@ -663,6 +696,17 @@ int Loader::output_width() const { return impl_->pipeline().out_w(); }
 DType Loader::dtype() const { return impl_->pipeline().dtype(); }
 Layout Loader::layout() const { return impl_->pipeline().layout(); }
 size_t Loader::sample_bytes() const { return impl_->pipeline().SampleBytes(); }
+size_t Loader::row_bytes() const { return impl_->row_bytes(); }
+std::vector<ViewLayout> Loader::views() const {
+  std::vector<ViewLayout> out;
+  const ViewSet* set = impl_->views();
+  if (set == nullptr) return out;
+  for (size_t v = 0; v < set->pipelines.size(); ++v) {
+    const TransformPipeline& p = set->pipelines[v];
+    out.push_back(ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v]});
+  }
+  return out;
+}
 std::string Loader::DescribeTransform() const { return impl_->pipeline().Describe(); }
 LoaderStats Loader::Stats() const { return impl_->Stats(); }
 

@@ -19,6 +19,8 @@ namespace ringloader {
   X(errors) \
   X(skipped) \
   X(replaced) \
+  X(decodes) \
+  X(views_rendered) \
   X(bytes_read) \
   X(stream_restarts) \
   X(read_seconds) \

@@ -370,6 +370,27 @@ std::vector<TransformStep> ParseSteps(py::handle steps) {
   return out;
 }
 
+// LoaderOptions::views from [{"transform": [steps], "dtype": "float32"}, ...].
+std::vector<LoaderOptions::View> ParseViews(py::handle list) {
+  std::vector<LoaderOptions::View> views;
+  for (py::handle item : list) {
+    py::dict view = py::reinterpret_borrow<py::dict>(item);
+    for (auto [key, value] : view) {
+      const std::string name = py::str(key);
+      if (name != "transform" && name != "dtype" && name != "luma") {
+        throw py::type_error(absl::StrCat("unknown view option '", name,
+                                          "' (a view takes: transform, dtype, luma)"));
+      }
+    }
+    LoaderOptions::View v;
+    v.transform = ParseSteps(view["transform"]);
+    v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
+    v.luma = view.contains("luma") && view["luma"].cast<bool>();
+    views.push_back(std::move(v));
+  }
+  return views;
+}
+
 LoaderOptions ParseOptions(py::dict d) {
   // A real copy (py::dict(d) would alias a dict argument): keys are removed as they are read.
   d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
@@ -439,6 +460,10 @@ LoaderOptions ParseOptions(py::dict d) {
     o.transform = ParseSteps(d["transform"]);
     PyDict_DelItemString(d.ptr(), "transform");
   }
+  if (d.contains("views")) {
+    o.views = ParseViews(d["views"]);
+    PyDict_DelItemString(d.ptr(), "views");
+  }
   if (py::len(d) != 0) {
     throw py::type_error(absl::StrCat("unknown loader option(s): ", py::str(py::list(d.attr("keys")())).cast<std::string>()));
   }
@@ -455,7 +480,7 @@ class PyLoader {
  public:
   PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
            py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
-           py::object tar_members) {
+           py::object tar_members, py::object memory) {
     std::vector<Sample> samples = SamplesFrom(paths);
     if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
       throw py::value_error("paths and labels differ in length");
@@ -529,6 +554,27 @@ class PyLoader {
           throw py::type_error(absl::StrCat("errors[", i, "] must be a str ('' = ok) or None"));
         }
         samples[i].error = item.cast<std::string>();
+      }
+    }
+    if (!memory.is_none()) {
+      // A bytes-like object (or None: read `path`) per sample: encoded images held in memory.
+      // Each is held, buffer exported, for the loader's lifetime, so its bytes stay where they are.
+      py::sequence v = memory;
+      if (static_cast<size_t>(py::len(v)) != samples.size()) {
+        throw py::value_error(absl::StrCat("memory has ", py::len(v), " entries; expected one per path (",
+                                           samples.size(), ")"));
+      }
+      for (size_t i = 0; i < samples.size(); ++i) {
+        py::object item = v[i];
+        if (item.is_none()) continue;
+        if (!PyObject_CheckBuffer(item.ptr())) {
+          throw py::type_error(absl::StrCat("memory[", i, "] must be bytes-like or None"));
+        }
+        auto view = std::make_unique<py::buffer_info>(py::buffer(item).request());
+        samples[i].source = SourceKind::kMemory;
+        samples[i].memory = static_cast<const uint8_t*>(view->ptr);
+        samples[i].length = view->size * view->itemsize;
+        memory_.push_back(std::move(view));
       }
     }
     LoaderOptions parsed = ParseOptions(options);
@@ -665,20 +711,42 @@ class PyLoader {
     return py::make_tuple(3, h, w);
   }
   std::string dtype() const { return DTypeName(loader_->dtype()); }
+  // Where each view is in a row: [(byte offset, shape of one sample, dtype name, channels the
+  // caller keeps: 1 for a luma view, rendered replicated)], or None.
+  py::object views() const {
+    const std::vector<ViewLayout> views = loader_->views();
+    if (views.empty()) return py::none();
+    py::list out;
+    for (const ViewLayout& v : views) {
+      py::tuple shape = loader_->layout() == Layout::kHWC ? py::tuple(py::make_tuple(v.height, v.width, 3))
+                                                          : py::tuple(py::make_tuple(3, v.height, v.width));
+      out.append(py::make_tuple(v.offset, shape, DTypeName(v.dtype), v.luma ? 1 : 3));
+    }
+    return out;
+  }
 
  private:
+  // With views a batch's images are its rows as bytes, [B, row_bytes] (see views()).
+  std::vector<int64_t> ImageShape(const Batch& batch) const {
+    if (loader_->options().views.empty()) return batch.image_shape();
+    return {batch.size(), static_cast<int64_t>(loader_->row_bytes())};
+  }
+  RlDLDataType ImageDType(const Batch& batch) const {
+    return loader_->options().views.empty() ? ToDl(batch.dtype()) : ToDl(DType::kUint8);
+  }
+
   py::tuple Wrap(const Batch& batch) {
     if (std::shared_ptr<DeviceLease> lease = batch.device_lease()) {
       // All three views share the device buffer: it returns to the ring when the last is freed.
       const int dev = batch.device();
       const RlDLDataType i64{kRlDLInt, 64, 1};
-      Tensor images(lease, batch.device_images(), batch.image_shape(), ToDl(batch.dtype()), false, dev, lease);
+      Tensor images(lease, batch.device_images(), ImageShape(batch), ImageDType(batch), false, dev, lease);
       Tensor labels(lease, batch.device_labels(), {batch.size()}, i64, false, dev, lease);
       Tensor indices(lease, batch.device_indices(), {batch.size()}, i64, false, dev, lease);
       return py::make_tuple(std::move(images), std::move(labels), std::move(indices), batch.number());
     }
     std::shared_ptr<void> owner = batch.lease();
-    Tensor images(owner, batch.images(), batch.image_shape(), ToDl(batch.dtype()), batch.pinned());
+    Tensor images(owner, batch.images(), ImageShape(batch), ImageDType(batch), batch.pinned());
     // Labels and indices are copied (8 bytes a row) so that keeping them, e.g. for metrics,
     // never pins the slot: only the image tensor holds the slot lease.
     Tensor labels = CopyInt64(batch.labels(), batch.size());
@@ -724,6 +792,9 @@ class PyLoader {
     return Tensor(std::shared_ptr<void>(copy, data), data, {n}, RlDLDataType{kRlDLInt, 64, 1}, false);
   }
 
+  // The buffers of in-memory samples (Sample::memory), exported while the loader exists:
+  // declared first, so they are released only after the loader (and its threads) are gone.
+  std::vector<std::unique_ptr<py::buffer_info>> memory_;
   std::unique_ptr<Loader> loader_;
 };
 
@@ -912,10 +983,10 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<py::object, py::array_t<int64_t, py::array::c_style | py::array::forcecast>, py::dict,
-                    py::object, py::object, py::object, py::object, py::object>(),
+                    py::object, py::object, py::object, py::object, py::object, py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
            py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
-           py::arg("tar_members") = py::none())
+           py::arg("tar_members") = py::none(), py::arg("memory") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)
@@ -935,6 +1006,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("next_batch", &PyLoader::next_batch)
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
+      .def_property_readonly("views", &PyLoader::views)
       .def_property_readonly("dtype", &PyLoader::dtype);
 
   m.def(

@@ -11,6 +11,7 @@ Map of the package (public modules first, then private ones):
 
 * ``dataloader``: ``DataLoader``, the facade: checks the arguments, picks a backend, delegates.
 * ``datasets``: ``ImageFolder``, ``DatasetFolder``, ``FileList`` (``NativeDataset``), sample tables.
+* ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``materialize``.
 * ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
@@ -18,6 +19,7 @@ Map of the package (public modules first, then private ones):
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...).
+* ``_user_source``: a user's Dataset of image references as a native source, its batches rebuilt in its structure.
 * ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
 * ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
 * ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.
@@ -40,6 +42,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
+from .references import ImageBytes, ImageFile, materialize
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
@@ -49,7 +52,10 @@ __all__ = [
     "FileList",
     "ImageFolder",
     "IMG_EXTENSIONS",
+    "ImageBytes",
+    "ImageFile",
     "LoaderTimeoutError",
+    "materialize",
     "NativeDataset",
     "SampleError",
     "StaleIndexError",

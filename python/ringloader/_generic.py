@@ -11,9 +11,10 @@ import os
 import warnings
 from typing import Any, Iterator
 
+from . import _user_source
 from ._backend import Backend
 from ._distributed import _shard_sampler
-from ._native import _KeyedView, _generic_reason
+from ._native import _KeyedView, _generic_reason, _servable
 from ._options import _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._staging import _device_prefetch, _generic_device
@@ -124,6 +125,8 @@ class GenericBackend(Backend):
                 "collate_fn (which can also call CutMix/MixUp on the collated batch)")
         if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
             _warn_wrapper(dataset, _generic_reason(dataset, view))
+        if view is not None and _user_source.flat_targets(view[0]) is not None:
+            _user_source.warn_refused(dataset, _servable(view[0]), stacklevel=4)
         # Sharding and device staging apply to the generic path too.
         shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
                                drop_last, generator)

@@ -13,7 +13,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import _C, _mixing, _order, _source
+from . import _C, _mixing, _order, _source, _user_source
 from ._backend import Backend
 from ._checkpoint import _restore_generators, _resumed_batches
 from ._distributed import _shard_sampler, _sync_epoch
@@ -56,7 +56,8 @@ def _native_view(dataset: Any):
             folders += member_folders
             base += size
         return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
-    return None
+    source = _user_source.source_for(dataset)  # a user's Dataset of image references
+    return None if source is None else ([source], None)
 
 
 class _KeyedView:
@@ -80,6 +81,9 @@ class _KeyedView:
 
 def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
     """Why the native pipeline cannot batch these folders together, or None when it can."""
+    why = _user_source.refused(folders)
+    if why is not None:
+        return why
     for f in folders:
         if f.per_sample:
             return ("runs per sample (Python transform steps, or an output size that depends on "
@@ -198,6 +202,17 @@ class NativeBackend(Backend):
                           stacklevel=3)
 
         self._folders, self._index_map = view
+        # A user's Dataset of image references: batches rebuilt in its own structure.
+        self._batcher = (_user_source.Batcher(self._folders, self._channels_last, native_layout == "NHWC")
+                         if _user_source.flat_targets(self._folders) is not None else None)
+        if self._batcher is not None and dtype is not None and \
+                any(len(f.view_transforms) > 1 for f in self._folders):
+            raise ValueError("dtype= sets one output dtype; samples with several views take each view's "
+                             "dtype from its transform (ToTensor: float32, else uint8)")
+        if self._batcher is not None and batch_transform is not None:
+            raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
+                             "image references is batched in its own structure: call CutMix/MixUp in "
+                             "collate_fn or in the training step")
         self._dtype = dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
@@ -302,9 +317,13 @@ class NativeBackend(Backend):
         self._paths = _PathsView(table, "paths")
         paths = table.arena()
         targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
+        flat = _user_source.flat_targets(self._folders)
+        if flat is not None:
+            targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
+        memory = _user_source.memory_column(self._folders)  # ImageBytes references' bytes
         if not any(ranges):
-            return _C.Loader(paths, targets, self._options)
+            return _C.Loader(paths, targets, self._options, memory=memory)
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
         # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
         # file, whatever its name).
@@ -325,7 +344,8 @@ class NativeBackend(Backend):
                 tar_members.append(none)
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
                          lengths=np.concatenate(lengths), errors=errors,
-                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members))
+                         pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members),
+                         memory=memory)
 
     def describe(self) -> str:
         """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""
@@ -566,6 +586,8 @@ class _NativeIter:
             else:
                 self._progress.delivered = number + 1 - self._skip
             loader = self._loader
+            if loader._batcher is not None:
+                return loader._batcher.batch(images, labels, loader.collate_fn, loader._native.views)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
             if loader.batch_transform is not None:

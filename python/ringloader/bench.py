@@ -8,6 +8,8 @@ Run as::
     python -m ringloader.bench --dataset shards     # ImageFolder vs WebDataset shards, pipe:
     python -m ringloader.bench --dataset scale      # 1.28M-image folder: memory, first batch
     python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
+    python -m ringloader.bench --dataset custom     # a user's own Dataset: ImageFile vs PIL
+    python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
@@ -829,6 +831,122 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
 
 
 # --------------------------------------------------------------------------
+# A user's own Dataset: ImageFile references natively vs PIL under torch's DataLoader
+# --------------------------------------------------------------------------
+
+
+def _dino_views(T: Any) -> list:
+    """DINO's crops (geometry and normalisation): 2 global at 224, 6 local at 96."""
+    norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    big = T.Compose([T.RandomResizedCrop(224, scale=(0.4, 1.0)), T.RandomHorizontalFlip()] + norm)
+    small = T.Compose([T.RandomResizedCrop(96, scale=(0.05, 0.4)), T.RandomHorizontalFlip()] + norm)
+    return [big] * 2 + [small] * 6
+
+
+class RowsDataset:
+    """What a user writes over a CSV of (path, label) rows: ``__getitem__`` opens the image with
+    PIL and applies each transform (``lazy=False``), or returns ringloader ImageFile references
+    to the same file with the same transforms (``lazy=True``). One transform gives
+    ``(image, label)``; several give ``(list of views, label)``."""
+
+    def __init__(self, rows: list, transforms: list, lazy: bool):
+        self.rows, self.transforms, self.lazy = rows, transforms, lazy
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> Any:
+        path, label = self.rows[i]
+        if self.lazy:
+            rl = _import_ringloader()
+            views = [rl.ImageFile(path, t) for t in self.transforms]
+        else:
+            from PIL import Image
+
+            with open(path, "rb") as f:
+                image = Image.open(f).convert("RGB")
+            views = [t(image) for t in self.transforms]
+        return (views[0] if len(views) == 1 else views), label
+
+
+def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """The same user Dataset class, decoding with PIL under torch's DataLoader and returning
+    ImageFile references under ringloader's, ``cfg.num_workers`` workers each, torchvision's
+    transforms in both, alternating rounds (medians)."""
+    import torch.utils.data as tud
+
+    torch, torchvision = _import_torch()
+    rl = _import_ringloader()
+    rows = list(rl.ImageFolder(str(cfg.root)).samples)
+    T = torchvision.transforms
+    transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
+    eager = RowsDataset(rows, transforms, lazy=False)
+    lazy = RowsDataset(rows, transforms, lazy=True)
+    t0 = time.perf_counter()
+    probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+    build_s = time.perf_counter() - t0
+    if not probe.native:
+        raise BenchError(f"the ImageFile Dataset did not run natively: {probe.describe()}")
+    del probe
+    factories = {
+        "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
+                                        num_workers=cfg.num_workers, drop_last=True),
+        "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
+                                            num_workers=cfg.num_workers, drop_last=True,
+                                            persistent_workers=False),
+    }
+    _warm_page_cache(cfg.root)
+    results = {name: Result(kind, name) for name in factories}
+    decodes = None
+    for r in range(cfg.rounds):
+        for name in (list(factories) if r % 2 == 0 else list(reversed(list(factories)))):
+            _seed_everything(cfg.seed + r)
+            loader = factories[name]()
+            it = iter(loader)
+            for _ in range(cfg.warmup_batches):
+                next(it)
+            t0 = time.perf_counter()
+            samples = 0
+            for _ in range(cfg.timed_batches):
+                try:
+                    _, labels = next(it)
+                except StopIteration:
+                    it = iter(loader)
+                    _, labels = next(it)
+                samples += int(labels.shape[0])
+            elapsed = time.perf_counter() - t0
+            if name == "ringloader":
+                s = loader.stats()
+                decodes = (s["decodes"], s["views_rendered"])
+            del it, loader
+            gc.collect()
+            results[name].runs.append(samples / elapsed)
+            results[name].seconds.append(elapsed)
+            log(f"  round {r + 1}/{cfg.rounds} {name}: {samples / elapsed:.0f} samples/s")
+    return {"kind": kind, "views": len(transforms), "build_seconds": build_s,
+            "ringloader_decodes_views": decodes,
+            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
+                        for name, res in results.items()}}
+
+
+def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], kind: str,
+                         report: dict[str, Any]) -> str:
+    res = report["results"]
+    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    what = ("train transform" if kind == "custom"
+            else "DINO multi-crop (2 x 224 + 6 x 96 views a sample)")
+    return "\n".join([
+        f"ringloader {kind} benchmark: a user Dataset over {data['images']} images, {what}, "
+        f"batch {cfg.batch_size}, {cfg.num_workers} workers each, median of {cfg.rounds} rounds",
+        f"  torch DataLoader + PIL    : {torch_s:8.0f} samples/s",
+        f"  ringloader + ImageFile    : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
+        f"  __getitem__ for every index when the DataLoader is built: "
+        f"{report['build_seconds']:.2f} s",
+        f"  machine: {machine.get('cpu', '?')}",
+    ])
+
+
+# --------------------------------------------------------------------------
 # ImageNet-scale folder: construction cost and time to the first batch
 # --------------------------------------------------------------------------
 
@@ -984,7 +1102,9 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="--dataset remote: MB/s of the loopback link (default 100)")
     p.add_argument("--link-latency-ms", type=float, default=20.0,
                    help="--dataset remote: latency before each response in ms (default 20)")
-    p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote"), default="folder",
+    p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
+                                          "multicrop"),
+                   default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
                         "bandwidth-limited pipe: run (train transform); scale: ImageFolder construction "
@@ -1092,6 +1212,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
+    if args.dataset in ("custom", "multicrop"):
+        report = run_custom_benchmark(cfg, args.dataset, log)
+        print(format_custom_report(cfg, machine, data, args.dataset, report))
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps({"machine": machine, "dataset": data, **report},
+                                            indent=2, default=repr))
+            print(f"results written to {args.json}")
+        return 0
     if args.dataset in ("shards", "remote"):
         run, fmt = ((run_shards_benchmark, format_shards_report) if args.dataset == "shards"
                     else (run_remote_benchmark, format_remote_report))

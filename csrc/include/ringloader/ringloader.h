@@ -100,6 +100,12 @@ class Loader {
   size_t sample_bytes() const;
   /// The validated chain, e.g. "RandomResizedCrop(224x224) -> Flip(0.5) -> ToTensor -> Normalize".
   std::string DescribeTransform() const;
+  /// Bytes of one sample's row in a slot: sample_bytes(), or all its views side by side
+  /// (LoaderOptions::views); Batch::sample_bytes() is this.
+  size_t row_bytes() const;
+  /// Where each view is in a row (LoaderOptions::views), in order; empty for one rendering a
+  /// sample.
+  std::vector<ViewLayout> views() const;
   LoaderStats Stats() const;
 
   /// Decodes and transforms one sample on the calling thread (no batching), into `dst` of

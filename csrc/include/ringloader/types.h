@@ -52,6 +52,9 @@ struct Sample {
   /// of `length` bytes: anything else means the index the range came from is out of date, and the
   /// epoch fails with IsStaleIndex.
   bool tar_member = false;
+  /// kMemory: the encoded image is `memory[0, length)`, owned by the caller and unchanged while
+  /// the loader exists; nothing is read (the decoders work on it directly).
+  const uint8_t* memory = nullptr;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
@@ -178,6 +181,20 @@ struct LoaderOptions {
   bool variable_size = false;
   DType dtype = DType::kFloat32;
   Layout layout = Layout::kCHW;
+  /// One rendering of each sample (see `views`).
+  struct View {
+    std::vector<TransformStep> transform;  ///< must fix the output size
+    DType dtype = DType::kFloat32;
+    /// Render Pillow's convert("L") of the image (ITU-R 601-2 luma, Pillow's integer
+    /// rounding), replicated into the 3 output channels: the caller keeps one.
+    bool luma = false;
+  };
+  /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
+  /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
+  /// one row of the slot holding the views one after another (Loader::views() says where);
+  /// `transform` and `dtype` must be left empty and default. Batch::images() is then row
+  /// memory, Loader::row_bytes() a row.
+  std::vector<View> views;
   /// Page-locked (cudaHostAlloc) slots when a GPU is visible; otherwise host memory, and
   /// LoaderStats::memory_note says why.
   bool pin_memory = false;
@@ -199,6 +216,16 @@ struct LoaderOptions {
 
 /// A delivered batch. Its memory stays valid while any copy of the Batch (or a lease taken
 /// from it) is alive; then the slot returns to the loader.
+/// Where one view (LoaderOptions::views) is in a sample's row: `offset` bytes in, a 3 x height x
+/// width image in `dtype` and the loader's layout (`luma`: the 3 channels are equal).
+struct ViewLayout {
+  size_t offset = 0;
+  int height = 0;
+  int width = 0;
+  DType dtype = DType::kFloat32;
+  bool luma = false;
+};
+
 class Batch {
  public:
   Batch() = default;
@@ -266,6 +293,9 @@ struct LoaderStats {
   int64_t errors = 0;            ///< Samples that failed (whatever the policy did next).
   int64_t skipped = 0;           ///< Failed samples left out (ErrorPolicy::kSkip).
   int64_t replaced = 0;          ///< Failed samples replaced by a substitute (kReplace).
+  int64_t decodes = 0;           ///< Images decoded (read-ahead work included): one a sample,
+                                 ///< whatever its number of views.
+  int64_t views_rendered = 0;    ///< Outputs rendered from them (samples x views).
   int64_t bytes_read = 0;        ///< Includes bytes read from `pipe:` commands.
   int64_t stream_restarts = 0;   ///< `pipe:` commands restarted for a member behind the stream.
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).

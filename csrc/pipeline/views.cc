@@ -1,0 +1,70 @@
+#include "pipeline/views.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_util.h"
+#include "transform/random.h"
+
+namespace ringloader {
+
+absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& views,
+                                        Layout layout) {
+  ViewSet set;
+  for (size_t v = 0; v < views.size(); ++v) {
+    absl::StatusOr<TransformPipeline> pipeline =
+        TransformPipeline::Create(views[v].transform, views[v].dtype, layout, false);
+    if (!pipeline.ok()) {
+      return absl::Status(pipeline.status().code(),
+                          absl::StrCat("view ", v, ": ", pipeline.status().message()));
+    }
+    set.luma.push_back(views[v].luma);
+    set.offsets.push_back(set.row_bytes);
+    const size_t bytes = pipeline->SampleBytes();
+    set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
+    set.pipelines.push_back(*std::move(pipeline));
+  }
+  return set;
+}
+
+uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
+  return view == 0 ? sample_seed : Mix64(sample_seed ^ Mix64(0x76696577ull + view));
+}
+
+void ReplicateLuma(const RgbImage& rgb, RgbImage* out) {
+  out->width = rgb.width;
+  out->height = rgb.height;
+  out->pixels.resize(rgb.pixels.size());
+  const uint8_t* in = rgb.pixels.data();
+  uint8_t* o = out->pixels.data();
+  for (size_t i = 0; i < rgb.pixels.size(); i += 3) {
+    // Pillow's L24 (Convert.c): 16-bit fixed-point 0.299 R + 0.587 G + 0.114 B, rounded.
+    const uint32_t l = (in[i] * 19595u + in[i + 1] * 38470u + in[i + 2] * 7471u + 0x8000u) >> 16;
+    o[i] = o[i + 1] = o[i + 2] = static_cast<uint8_t>(l);
+  }
+}
+
+absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
+                         const ViewSet& views, uint64_t sample_seed, RenderState& state,
+                         uint8_t* dst) {
+  RL_ASSIGN_OR_RETURN(const RgbImage rgb, decoder.DecodeFull(data, size));
+  RgbImage gray;
+  for (bool luma : views.luma) {
+    if (luma && gray.pixels.empty()) ReplicateLuma(rgb, &gray);
+  }
+  const size_t stride = static_cast<size_t>(rgb.width) * 3;
+  for (size_t v = 0; v < views.pipelines.size(); ++v) {
+    const RgbImage& image = views.luma[v] ? gray : rgb;
+    const TransformPipeline& pipeline = views.pipelines[v];
+    SampleRng rng(ViewSeed(sample_seed, v));
+    const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
+    absl::Status status = RenderSample(image.pixels.data(), stride, 3, image.width, image.height,
+                                       pipeline, geometry, rng, state, dst + views.offsets[v]);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("view ", v, ": ", status.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ringloader

@@ -1,0 +1,46 @@
+#pragma once
+/// Several renderings ("views") of one sample's image, as multi-crop training uses
+/// (LoaderOptions::views): the image is decoded once, then each view's chain draws and renders
+/// it into its own part of the sample's row in the slot. A row holds the views one after
+/// another, each starting on a kViewAlign boundary, so each view of a batch is a strided,
+/// zero-copy tensor over the slot.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decode/image_decoder.h"
+#include "ringloader/types.h"
+#include "transform/image_transform.h"
+#include "transform/render.h"
+
+namespace ringloader {
+
+inline constexpr size_t kViewAlign = 64;
+
+struct ViewSet {
+  std::vector<TransformPipeline> pipelines;
+  std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
+  std::vector<size_t> offsets;  ///< of each view in a row
+  size_t row_bytes = 0;         ///< a multiple of kViewAlign
+
+  /// Validates every view's chain (each must fix its output size); names the view that fails.
+  static absl::StatusOr<ViewSet> Create(const std::vector<LoaderOptions::View>& views, Layout layout);
+};
+
+/// The seed of view `view`'s draws for a sample whose seed is `sample_seed`: view 0 draws as a
+/// single-view sample would, the others independently of it and of each other.
+uint64_t ViewSeed(uint64_t sample_seed, size_t view);
+
+/// Pillow's convert("L") of packed RGB, written back replicated into all 3 channels.
+void ReplicateLuma(const RgbImage& rgb, RgbImage* out);
+
+/// Decodes `data` once (full resolution, so every view sees the same pixels) and renders each
+/// view into the row at `dst` (a luma view from the image's luma, computed once).
+absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
+                         const ViewSet& views, uint64_t sample_seed, RenderState& state,
+                         uint8_t* dst);
+
+}  // namespace ringloader

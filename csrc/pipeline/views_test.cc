@@ -1,0 +1,156 @@
+// Several views of one sample (LoaderOptions::views) and samples held in memory
+// (SourceKind::kMemory), through the public Loader API.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "pipeline/views.h"
+#include "ringloader/ringloader.h"
+#include "ringloader/transforms.h"
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader {
+namespace {
+
+using testing::MakeTempDir;
+using testing::WriteJpegDataset;
+
+LoaderOptions Base() {
+  LoaderOptions o;
+  o.batch_size = 3;
+  o.num_workers = 2;
+  o.prefetch_batches = 2;
+  o.fast_decode = false;
+  return o;
+}
+
+std::vector<int64_t> Order(size_t n) {
+  std::vector<int64_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
+  return order;
+}
+
+// Every row of an epoch in sequential order, as bytes.
+std::vector<uint8_t> Rows(Loader& loader, size_t n) {
+  std::vector<int64_t> offsets;
+  for (size_t b = 0; b < n; b += 3) offsets.push_back(static_cast<int64_t>(b));
+  offsets.push_back(static_cast<int64_t>(n));
+  EXPECT_TRUE(loader.StartEpoch(0, 5, Order(n), offsets).ok());
+  std::vector<uint8_t> out;
+  while (true) {
+    absl::StatusOr<Batch> batch = loader.Next();
+    if (absl::IsOutOfRange(batch.status())) break;
+    EXPECT_TRUE(batch.ok()) << batch.status();
+    if (!batch.ok()) break;
+    const auto* p = static_cast<const uint8_t*>(batch->images());
+    out.insert(out.end(), p, p + batch->size() * batch->sample_bytes());
+  }
+  return out;
+}
+
+TEST(ViewsTest, DecodesOnceAndRendersEachViewIntoItsPartOfTheRow) {
+  std::vector<Sample> samples = WriteJpegDataset(MakeTempDir(), 6);
+  const std::vector<TransformStep> fixed = {transforms::Resize(40), transforms::CenterCrop(32),
+                                            transforms::ToTensor()};
+  const std::vector<TransformStep> random = {transforms::RandomResizedCrop(16),
+                                             transforms::RandomHorizontalFlip()};
+  LoaderOptions single = Base();
+  single.transform = fixed;
+  absl::StatusOr<std::unique_ptr<Loader>> one = Loader::Create(samples, single);
+  ASSERT_TRUE(one.ok()) << one.status();
+
+  LoaderOptions multi = Base();
+  multi.views = {{fixed, DType::kFloat32}, {random, DType::kUint8}, {random, DType::kUint8}};
+  absl::StatusOr<std::unique_ptr<Loader>> views = Loader::Create(samples, multi);
+  ASSERT_TRUE(views.ok()) << views.status();
+  const std::vector<ViewLayout> set = (*views)->views();
+  const size_t fixed_bytes = 3 * 32 * 32 * 4, random_bytes = 3 * 16 * 16;
+  ASSERT_EQ(set.size(), 3u);
+  EXPECT_EQ(set[0].offset, 0u);
+  EXPECT_EQ(set[1].offset, fixed_bytes);
+  EXPECT_EQ(set[2].offset, fixed_bytes + 768);
+  EXPECT_EQ(set[0].height, 32);
+  EXPECT_EQ(set[1].width, 16);
+  EXPECT_EQ(set[1].dtype, DType::kUint8);
+  EXPECT_TRUE((*one)->views().empty());
+  EXPECT_EQ((*views)->row_bytes(), fixed_bytes + 2 * 768);  // 16x16x3 = 768, 64-aligned
+  EXPECT_EQ(random_bytes, 768u);
+
+  const std::vector<uint8_t> expected = Rows(**one, samples.size());
+  const std::vector<uint8_t> rows = Rows(**views, samples.size());
+  ASSERT_EQ(rows.size(), samples.size() * (*views)->row_bytes());
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const uint8_t* row = rows.data() + i * (*views)->row_bytes();
+    // View 0 (a fixed chain) equals the single-view loader's output for the sample.
+    EXPECT_EQ(std::memcmp(row, expected.data() + i * fixed_bytes, fixed_bytes), 0) << i;
+    // Views 1 and 2 share a chain but draw apart.
+    EXPECT_NE(std::memcmp(row + set[1].offset, row + set[2].offset, random_bytes), 0) << i;
+  }
+  const LoaderStats stats = (*views)->Stats();
+  EXPECT_EQ(stats.decodes, static_cast<int64_t>(samples.size()));
+  EXPECT_EQ(stats.views_rendered, static_cast<int64_t>(3 * samples.size()));
+  // Rendering is deterministic: a second epoch with the same seed repeats every view.
+  EXPECT_EQ(Rows(**views, samples.size()), rows);
+}
+
+TEST(ViewsTest, RefusesChainsWithoutAFixedSizeNamingTheView) {
+  LoaderOptions o = Base();
+  o.views = {{{transforms::CenterCrop(8)}, DType::kUint8}, {{transforms::Resize(8)}, DType::kUint8}};
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(WriteJpegDataset(MakeTempDir(), 2), o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("view 1"), std::string::npos) << loader.status();
+}
+
+TEST(ViewsTest, LumaIsPillowsConvertL) {
+  RgbImage rgb;
+  rgb.width = 4;
+  rgb.height = 1;
+  rgb.pixels = {255, 0, 0, 0, 255, 0, 0, 0, 255, 17, 200, 93};
+  RgbImage gray;
+  ReplicateLuma(rgb, &gray);
+  // Image.new("RGB", (1, 1), c).convert("L").getpixel((0, 0)) for each colour.
+  EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{76, 76, 76, 150, 150, 150, 29, 29, 29, 133, 133, 133}));
+}
+
+TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
+  std::vector<Sample> files = WriteJpegDataset(MakeTempDir(), 6);
+  std::vector<std::vector<uint8_t>> blobs;
+  std::vector<Sample> memory = files;
+  for (Sample& s : memory) {
+    FILE* f = std::fopen(s.path.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    std::vector<uint8_t> bytes;
+    int c;
+    while ((c = std::fgetc(f)) != EOF) bytes.push_back(static_cast<uint8_t>(c));
+    std::fclose(f);
+    blobs.push_back(std::move(bytes));
+  }
+  for (size_t i = 0; i < memory.size(); ++i) {
+    memory[i].path = "<in memory>";
+    memory[i].source = SourceKind::kMemory;
+    memory[i].memory = blobs[i].data();
+    memory[i].length = static_cast<int64_t>(blobs[i].size());
+  }
+  blobs[4][0] = 0;  // not a JPEG any more: a sample error naming it
+  LoaderOptions o = Base();
+  o.transform = {transforms::Resize(40), transforms::CenterCrop(32)};
+  o.on_error = ErrorPolicy::kSkip;
+  absl::StatusOr<std::unique_ptr<Loader>> from_files = Loader::Create(files, o);
+  absl::StatusOr<std::unique_ptr<Loader>> from_memory = Loader::Create(memory, o);
+  ASSERT_TRUE(from_files.ok() && from_memory.ok());
+  std::vector<uint8_t> want = Rows(**from_files, files.size());
+  const size_t sample = (*from_files)->row_bytes();
+  want.erase(want.begin() + 4 * sample, want.begin() + 5 * sample);
+  EXPECT_EQ(Rows(**from_memory, memory.size()), want);
+  EXPECT_EQ((*from_memory)->Stats().skipped, 1);
+
+  memory[0].memory = nullptr;
+  EXPECT_FALSE(Loader::Create(memory, o).ok());
+}
+
+}  // namespace
+}  // namespace ringloader

@@ -1,0 +1,361 @@
+"""A user's map-style Dataset whose samples hold :class:`ringloader.ImageFile` references, as a
+native sample table.
+
+When the DataLoader is built, ``__getitem__`` runs once per index in the calling process (it
+only builds references). Each sample's structure is kept with its references replaced by
+placeholders (``_Leaf``); the referenced files become the native loader's samples, decoded and
+transformed on the native threads. The native label of sample i is its flat index, so every row
+of a batch (a replacement's included) finds its own structure again, and the batch is collated
+by torch's own ``collate`` with each placeholder position standing for the native image tensor.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from . import transforms as T
+from .datasets import NativeDataset, SampleKey, _fixed_size, _run_seeded, tail_seed
+from .references import ImageFile, ImageReference, materialize
+
+__all__ = ["UserSource", "source_for"]
+
+
+class _Leaf:
+    """Where reference ``k`` of a sample was in its structure."""
+
+    __slots__ = ("k",)
+
+    def __init__(self, k: int):
+        self.k = k
+
+    def __reduce__(self) -> Any:
+        return (_leaf, (self.k,))
+
+
+_LEAVES = [_Leaf(k) for k in range(64)]
+
+
+def _leaf(k: int) -> _Leaf:
+    return _LEAVES[k] if k < len(_LEAVES) else _Leaf(k)
+
+
+def _strip(sample: Any, refs: List[ImageReference]) -> Any:
+    """``sample`` with each reference replaced by its ``_Leaf`` (appended to ``refs``)."""
+    if isinstance(sample, ImageReference):
+        refs.append(sample)
+        return _leaf(len(refs) - 1)
+    if isinstance(sample, tuple):
+        items = [_strip(v, refs) for v in sample]
+        return type(sample)(*items) if hasattr(sample, "_fields") else tuple(items)
+    if isinstance(sample, list):
+        return [_strip(v, refs) for v in sample]
+    if isinstance(sample, dict):
+        stripped = {k: _strip(v, refs) for k, v in sample.items()}
+        return stripped if type(sample) is dict else type(sample)(stripped)
+    return sample
+
+
+def _has_reference(sample: Any) -> bool:
+    refs: List[ImageReference] = []
+    _strip(sample, refs)
+    return bool(refs)
+
+
+def _fill(structure: Any, images: Sequence[Any]) -> Any:
+    """``structure`` with each ``_Leaf`` replaced by its image."""
+    if isinstance(structure, _Leaf):
+        return images[structure.k]
+    if isinstance(structure, tuple):
+        items = [_fill(v, images) for v in structure]
+        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
+    if isinstance(structure, list):
+        return [_fill(v, images) for v in structure]
+    if isinstance(structure, dict):
+        filled = {k: _fill(v, images) for k, v in structure.items()}
+        return filled if type(structure) is dict else type(structure)(filled)
+    return structure
+
+
+class _SavedRng:
+    """Python's, numpy's and torch's global RNG states, restored on exit: listing references
+    must not move the draws the loader (or the user) makes afterwards."""
+
+    def __enter__(self) -> "_SavedRng":
+        import torch
+
+        self._states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        import torch
+
+        torch.set_rng_state(self._states[0])
+        random.setstate(self._states[1])
+        np.random.set_state(self._states[2])
+
+
+def source_for(dataset: Any) -> Optional["UserSource"]:
+    """A :class:`UserSource` over ``dataset`` when its first sample holds an image reference,
+    else None (a Dataset of decoded values: torch's generic path, unchanged)."""
+    import torch.utils.data as tud
+
+    if isinstance(dataset, tud.IterableDataset) or not hasattr(dataset, "__getitem__"):
+        return None
+    try:
+        n = len(dataset)
+    except TypeError:
+        return None
+    if n == 0:
+        return None
+    with _SavedRng():
+        try:
+            first = dataset[0]
+        except Exception:  # the generic path raises it where torch would
+            return None
+        if not _has_reference(first):
+            return None
+        return UserSource(dataset, first)
+
+
+class UserSource(NativeDataset):
+    """The samples of a user's Dataset as a native sample table: the file each sample's image
+    references point to, and each sample's structure around them. A sample's references are
+    its views of that file (multi-crop): reference k of every sample has the same transform,
+    view k's; the file is decoded once and each view rendered with its own draws.
+    ``refused`` says why the native path cannot serve it (None when it can): then the
+    DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
+
+    def __init__(self, dataset: Any, first: Any = None):
+        self.dataset = dataset
+        n = len(dataset)
+        structures: List[Any] = []
+        paths: List[str] = []
+        memory: List[Optional[memoryview]] = []  # an ImageBytes sample's bytes, else None
+        refused: Optional[str] = None
+        model: Optional[List[ImageReference]] = None
+        counts: Optional[int] = None
+        for i in range(n):
+            try:
+                sample = first if i == 0 and first is not None else dataset[i]
+            except Exception as exc:
+                exc.add_note(f"while listing the image references of sample {i} of "
+                             f"{_describe(dataset)} (ringloader.DataLoader calls __getitem__ "
+                             "once per index when it is built)")
+                raise
+            refs: List[ImageReference] = []
+            structures.append(_strip(sample, refs))
+            if counts is None:
+                counts = len(refs)
+            elif len(refs) != counts:
+                raise ValueError(
+                    f"{_describe(dataset)}: sample {i} holds {len(refs)} image references, sample 0 "
+                    f"holds {counts}: samples batched together need the same structure")
+            if not refs:
+                continue
+            ref = refs[0]
+            if model is None:
+                model = refs
+            if refused is None:
+                refused = _refusal(refs, model, i)
+            if isinstance(ref, ImageFile):
+                paths.append(ref.path)
+                memory.append(None)
+            else:
+                paths.append(f"<sample {i}: {ref.describe()}>")
+                memory.append(ref._view)
+        if model is None:
+            raise ValueError(f"{_describe(dataset)} holds no image reference")
+        self.structures = structures
+        self.refused = refused
+        # Held (with the references' objects) for the loader's lifetime: the native loader
+        # decodes these bytes where they are.
+        self.memory = memory if any(m is not None for m in memory) else None
+        self.view_transforms = [r.transform for r in model]
+        self.view_modes = [r.mode for r in model]
+        super().__init__(None, paths, [0] * n, [], model[0].transform)
+        self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
+
+    @property
+    def per_sample(self) -> bool:
+        return super().per_sample or any(
+            s.tail is not None or not _fixed_size(s.steps) for s in self._view_splits)
+
+    def native_options(self):
+        options = super().native_options()
+        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB":
+            return options
+        # Several views, or a gray one (rendered replicated, one channel kept): views.h.
+        views = [{"transform": options.pop("transform"), "dtype": options.pop("dtype")}]
+        for split in self._view_splits:
+            views.append({"transform": split.steps,
+                          "dtype": "float32" if T.has_to_tensor(split.steps) else "uint8"})
+        for view, mode in zip(views, self.view_modes):
+            view["luma"] = mode == "L"
+        options["views"] = views
+        return options
+
+    def _name(self) -> str:
+        return _describe(self.dataset)
+
+    def native_targets(self) -> np.ndarray:
+        # Local indices; the DataLoader offsets them into flat indices (see ``flat_targets``).
+        return np.arange(len(self), dtype=np.int64)
+
+    def __getitem__(self, key: Any) -> Any:
+        """The user's sample, materialised (the generic path's SampleKey: its transforms draw
+        from the key's seed, so the sample is the same for any worker count and on resume)."""
+        if isinstance(key, SampleKey):
+            return _run_seeded(lambda i: materialize(self.dataset[i]), key.index, tail_seed(key))
+        return materialize(self.dataset[operator.index(key)])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # A copy (a spawned worker of the generic path) materialises samples from the Dataset;
+        # the memoryviews the native loader reads (which do not pickle) stay here.
+        state = super().__getstate__()
+        state["memory"] = None
+        return state
+
+    def describe(self) -> str:
+        """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
+        views each, and how many are held in memory (ImageBytes) rather than read from files."""
+        in_memory = 0 if self.memory is None else sum(m is not None for m in self.memory)
+        return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
+                f"{len(self.view_transforms)} view(s) a sample, {in_memory} in memory")
+
+    def __repr__(self) -> str:
+        return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
+
+
+def _describe(dataset: Any) -> str:
+    return f"{type(dataset).__module__}.{type(dataset).__name__}"
+
+
+def _same_native_chain(a: Any, b: Any) -> bool:
+    """True when two transform objects are the same native chain (a Dataset that builds its
+    Compose in ``__getitem__``); chains with Python steps are only the same object."""
+    split_a, split_b = T.split(a), T.split(b)
+    return split_a.tail is None and split_b.tail is None and split_a.steps == split_b.steps
+
+
+def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
+    """Why sample i's references keep the Dataset off the native path, or None."""
+    for k, (ref, first) in enumerate(zip(refs, model)):
+        if ref.mode == "mask":
+            return (f"sample {i} decodes {ref.describe()} in mode 'mask' (label images are not "
+                    "native yet: Pillow decodes them)")
+        if ref.mode != first.mode:
+            return (f"reference {k} of sample {i} has mode {ref.mode!r}, reference {k} of sample 0 "
+                    f"{first.mode!r} (each position has one mode)")
+        if ref.transform is not first.transform and not _same_native_chain(ref.transform,
+                                                                           first.transform):
+            return (f"reference {k} of sample {i} has another transform than reference {k} of "
+                    "sample 0 (the native path applies one transform to each position)")
+        if ref._source_key() != refs[0]._source_key():
+            return (f"sample {i} references {refs[0].describe()} and {ref.describe()} (the native "
+                    "path renders several views of one image a sample)")
+    return None
+
+
+def refused(folders: Sequence[NativeDataset]) -> Optional[str]:
+    """Why user sources among ``folders`` cannot be batched natively together, or None."""
+    users = [f for f in folders if isinstance(f, UserSource)]
+    if not users:
+        return None
+    if len(users) != len(folders):
+        return "mixes a Dataset of image references with ringloader datasets"
+    for f in users:
+        if f.refused is not None:
+            return f.refused
+    return None
+
+
+class Batcher:
+    """Builds the user's batch from a native one: ordinary leaves collated by torch's own
+    ``collate``, the image position given the batch tensor (or, with a ``collate_fn``, each
+    sample rebuilt with its row)."""
+
+    def __init__(self, folders: Sequence[UserSource], channels_last: bool = False,
+                 nhwc: bool = False):
+        import torch
+        from torch.utils.data._utils.collate import collate, default_collate_fn_map
+
+        self._torch = torch
+        self._channels_last = channels_last
+        self._nhwc = nhwc  # the native layout (channels_last is an NHWC layout too)
+        self._folders = list(folders)
+        self._starts = np.cumsum([0] + [len(f) for f in self._folders])
+        self._collate = collate
+        self._map = dict(default_collate_fn_map)
+
+    def _structures(self, flat: List[int]) -> List[Any]:
+        if len(self._folders) == 1:
+            table = self._folders[0].structures
+            return [table[i] for i in flat]
+        out = []
+        for i in flat:
+            member = int(np.searchsorted(self._starts, i, side="right")) - 1
+            out.append(self._folders[member].structures[i - int(self._starts[member])])
+        return out
+
+    def _split(self, images: Any, views: Optional[list]) -> List[Any]:
+        """The batch tensor of each view: zero-copy, strided views of the slot's rows. ``views``:
+        (byte offset in a row, shape of one sample, dtype) of each, None for one image."""
+        if views is None:
+            out = [images]
+        else:
+            torch = self._torch
+            out = []
+            for offset, shape, dtype, channels in views:
+                dt = getattr(torch, dtype)
+                nbytes = int(np.prod(shape)) * torch.empty((), dtype=dt).element_size()
+                view = images[:, offset:offset + nbytes].view(dt).view(images.shape[0], *shape)
+                if channels == 1:  # a gray view, rendered replicated: keep one channel
+                    view = view[..., :1] if self._nhwc else view[:, :1]
+                out.append(view)
+        if self._channels_last:
+            out = [t.permute(0, 3, 1, 2) for t in out]
+        return out
+
+    def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable],
+              views: Optional[list]) -> Any:
+        structures = self._structures(labels.tolist())
+        views = self._split(images, views)
+        del images
+        if collate_fn is not None:
+            # torch's contract: the list of samples; each image a view of its slot row.
+            rows = list(zip(*[v.unbind(0) for v in views]))
+            return collate_fn([_fill(s, row) for s, row in zip(structures, rows)])
+        fn_map = dict(self._map)
+        fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
+        return self._collate(structures, collate_fn_map=fn_map)
+
+
+def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+    """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
+    None (a file), over all folders; None when no sample is in memory."""
+    columns = [getattr(f, "memory", None) for f in folders]
+    if all(c is None for c in columns):
+        return None
+    out: list = []
+    for f, c in zip(folders, columns):
+        out += c if c is not None else [None] * len(f)
+    return out
+
+
+def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:
+    """The native labels of user sources: each sample's flat index (None for other folders)."""
+    if not any(isinstance(f, UserSource) for f in folders):
+        return None
+    return np.arange(sum(len(f) for f in folders), dtype=np.int64)
+
+
+def warn_refused(dataset: Any, why: str, stacklevel: int = 3) -> None:
+    warnings.warn(
+        f"ringloader.DataLoader: {_describe(dataset)} returns image references but {why}, so it "
+        "runs on torch's generic path: each sample is materialised with Pillow in worker "
+        "processes (ringloader.materialize), at torch's speed.", UserWarning, stacklevel=stacklevel)

@@ -1,0 +1,215 @@
+"""Lazily decoded images that a user's own ``torch.utils.data.Dataset`` returns.
+
+``__getitem__`` returns :class:`ImageFile` (or :class:`ImageBytes`) references where it would
+return a decoded, transformed image. :class:`ringloader.DataLoader` reads, decodes and transforms
+them on its native threads; anywhere else :func:`materialize` decodes them with Pillow and applies
+their transforms, exactly as the same Dataset decoding with PIL would.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from typing import Any, Dict, Tuple
+
+__all__ = ["ImageBytes", "ImageFile", "ImageReference", "materialize"]
+
+_MODES = ("RGB", "L", "mask")
+
+
+def _check_mode(mode: Any) -> str:
+    if mode not in _MODES:
+        raise ValueError(f"mode must be 'RGB', 'L' or 'mask', got {mode!r}")
+    return mode
+
+
+# Transforms already found fit for label images, by id (a Dataset builds a reference per sample
+# with the same transform object: it is walked once).
+_MASK_CHECKED: Dict[int, Any] = {}
+
+
+def _steps_of(transform: Any) -> list:
+    """The steps of a Compose (torchvision's or ringloader's, nested), or the transform itself."""
+    inner = getattr(transform, "transforms", None)
+    if isinstance(inner, (list, tuple)):
+        return [step for t in inner for step in _steps_of(t)]
+    return [transform]
+
+
+def _is_nearest(interpolation: Any) -> bool:
+    name = getattr(interpolation, "value", interpolation)  # InterpolationMode, or a str/int
+    return name in ("nearest", "nearest-exact", 0) or str(name).lower() in ("nearest",
+                                                                              "nearest-exact")
+
+
+def _check_mask_transform(transform: Any) -> None:
+    """A label image keeps its values only under nearest resampling: refuse any step that
+    resamples otherwise, naming it."""
+    if transform is None or _MASK_CHECKED.get(id(transform)) is transform:
+        return
+    for step in _steps_of(transform):
+        interpolation = getattr(step, "interpolation", None)
+        if interpolation is not None and not _is_nearest(interpolation):
+            raise ValueError(
+                f"mode='mask': transform step {type(step).__name__} resamples with "
+                f"{getattr(interpolation, 'value', interpolation)} interpolation, which blends "
+                "label values; a label image takes only nearest interpolation (pass "
+                "interpolation=InterpolationMode.NEAREST)")
+    _MASK_CHECKED[id(transform)] = transform
+
+
+class ImageReference:
+    """What :class:`ImageFile` and :class:`ImageBytes` share: a transform and a decode mode.
+
+    ``mode``: ``"RGB"`` (Pillow's ``convert("RGB")``), ``"L"`` (``convert("L")``) or ``"mask"``
+    (a label image decoded as stored: palette indices are kept, never converted)."""
+
+    __slots__ = ("transform", "mode")
+
+    def __init__(self, transform: Any, mode: str):
+        self.transform = transform
+        self.mode = _check_mode(mode)
+        if mode == "mask":
+            _check_mask_transform(transform)
+
+    def _source_key(self) -> Tuple[Any, ...]:
+        """Two references with equal keys name the same encoded image."""
+        raise NotImplementedError
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def _decode(self) -> Any:
+        """The image as Pillow decodes it in this reference's mode (not yet transformed)."""
+        image = self._open()
+        try:
+            if self.mode == "mask":
+                image.load()
+                return image
+            return image.convert(self.mode)
+        except OSError as exc:
+            raise OSError(f"{self.describe()}: {exc}") from exc
+
+    def materialize(self) -> Any:
+        """Decodes with Pillow and applies the transform (torch's RNG draws, as in torch)."""
+        return _apply(self, self._decode())
+
+    def __eq__(self, other: Any) -> bool:
+        return (type(other) is type(self) and self._source_key() == other._source_key()
+                and self.mode == other.mode and self.transform is other.transform)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _apply(reference: ImageReference, image: Any) -> Any:
+    return image if reference.transform is None else reference.transform(image)
+
+
+class ImageFile(ImageReference):
+    """The image in the file at ``path``, decoded in ``mode`` and then transformed by
+    ``transform`` (a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` or any callable,
+    as ``ImageFolder(transform=)``)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: Any, transform: Any = None, mode: str = "RGB"):
+        super().__init__(transform, mode)
+        self.path = os.fspath(path)
+        if not isinstance(self.path, str):
+            self.path = os.fsdecode(self.path)
+
+    def _source_key(self) -> Tuple[Any, ...]:
+        return ("file", self.path)
+
+    def _open(self) -> Any:
+        from PIL import Image
+
+        return Image.open(self.path)
+
+    def describe(self) -> str:
+        return f"ImageFile({self.path!r})"
+
+    def __repr__(self) -> str:
+        return f"ringloader.ImageFile({self.path!r}, transform={self.transform!r}, mode={self.mode!r})"
+
+    def __reduce__(self) -> Any:
+        return (ImageFile, (self.path, self.transform, self.mode))
+
+
+class ImageBytes(ImageReference):
+    """An encoded image held in memory: ``data`` is any bytes-like object (``bytes``,
+    ``memoryview``, a numpy ``uint8`` array, an Arrow buffer). It is referenced, not copied: the
+    reference keeps the object alive."""
+
+    __slots__ = ("data", "_view")
+
+    def __init__(self, data: Any, transform: Any = None, mode: str = "RGB"):
+        super().__init__(transform, mode)
+        try:
+            view = memoryview(data)
+        except TypeError:
+            raise TypeError(f"ImageBytes(data=...) needs a bytes-like object, got "
+                            f"{type(data).__name__}") from None
+        if not view.contiguous:
+            raise ValueError("ImageBytes(data=...) needs contiguous bytes")
+        self.data = data
+        self._view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
+
+    @property
+    def nbytes(self) -> int:
+        return self._view.nbytes
+
+    def _source_key(self) -> Tuple[Any, ...]:
+        # The same buffer (not merely equal bytes): one object, one decode.
+        return ("bytes", id(self.data), self._view.nbytes)
+
+    def _open(self) -> Any:
+        from PIL import Image
+
+        try:
+            return Image.open(io.BytesIO(self._view))
+        except OSError as exc:
+            raise OSError(f"{self.describe()}: {exc}") from exc
+
+    def describe(self) -> str:
+        return f"ImageBytes({self._view.nbytes} bytes)"
+
+    def __repr__(self) -> str:
+        return (f"ringloader.ImageBytes(<{self._view.nbytes} bytes>, transform={self.transform!r}, "
+                f"mode={self.mode!r})")
+
+    def __reduce__(self) -> Any:
+        data = self.data
+        if isinstance(data, memoryview):
+            data = data.tobytes()  # a memoryview does not pickle
+        return (ImageBytes, (data, self.transform, self.mode))
+
+
+def materialize(sample: Any) -> Any:
+    """``sample`` with every :class:`ImageFile`/:class:`ImageBytes` in it decoded with Pillow and
+    transformed (tuples, lists, namedtuples and dicts are walked at any depth; other values are
+    returned as they are). Several references to one image in a sample decode it once; each
+    still applies its own transform, in the order they appear."""
+    decoded: Dict[Tuple[Any, ...], Any] = {}
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, ImageReference):
+            key = value._source_key() + (value.mode,)
+            image = decoded.get(key)
+            if image is None:
+                image = decoded[key] = value._decode()
+            return _apply(value, image)
+        if isinstance(value, tuple):
+            items = [walk(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            return type(value)((k, walk(v)) for k, v in value.items()) if type(value) is not dict \
+                else {k: walk(v) for k, v in value.items()}
+        return value
+
+    return walk(sample)
