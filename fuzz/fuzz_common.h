@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "ringloader/transforms.h"
+#include "transform/image_transform.h"
 #include "transform/random.h"
 
 namespace ringloader::fuzz {

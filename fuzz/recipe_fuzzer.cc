@@ -58,13 +58,13 @@ TransformStep FuzzStep(FuzzedDataProvider& in) {
   for (int& v : s.pad) v = in.ConsumeIntegralInRange(-3, 12);
   s.pad_if_needed = in.ConsumeBool();
   for (float& v : s.fill) v = in.ConsumeBool() ? 0.f : in.ConsumeFloatingPointInRange(-10.f, 300.f);
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < TransformStep::kRangeSlots; ++i) {
     s.has_range[i] = in.ConsumeBool();
     s.range[i][0] = in.ConsumeFloatingPointInRange(-2.0, 2.0);
     s.range[i][1] = s.range[i][0] + in.ConsumeFloatingPointInRange(0.0, 2.0);
   }
   if (s.kind == Kind::kRandomRotation || s.kind == Kind::kRandomAffine) {
-    s.range[0][0] *= 180, s.range[0][1] *= 180;
+    s.range[TransformStep::kDegrees][0] *= 180, s.range[TransformStep::kDegrees][1] *= 180;
   }
   s.has_center = in.ConsumeBool();
   s.center[0] = in.ConsumeFloatingPointInRange(-20.0, 100.0);

@@ -432,6 +432,30 @@ TEST(ApiTest, TransformBuildersMatchTorchvisionNames) {
   EXPECT_TRUE(pipeline->to_unit());
 }
 
+// ColorJitter and RandomErasing put each parameter in the range slot named for it, which the
+// augmentation code reads by the same name.
+TEST(ApiTest, TransformBuildersFillTheNamedRangeSlots) {
+  using T = TransformStep;
+  const T jitter = transforms::ColorJitter(/*brightness=*/0.4, /*contrast=*/0,
+                                           /*saturation=*/1.5, /*hue=*/0.1);
+  EXPECT_TRUE(jitter.has_range[T::kBrightness]);
+  EXPECT_DOUBLE_EQ(jitter.range[T::kBrightness][0], 0.6);
+  EXPECT_DOUBLE_EQ(jitter.range[T::kBrightness][1], 1.4);
+  EXPECT_FALSE(jitter.has_range[T::kContrast]);
+  EXPECT_DOUBLE_EQ(jitter.range[T::kSaturation][0], 0.0);  // 1 - 1.5 clamped, as torchvision
+  EXPECT_DOUBLE_EQ(jitter.range[T::kSaturation][1], 2.5);
+  EXPECT_DOUBLE_EQ(jitter.range[T::kHue][0], -0.1);
+  EXPECT_DOUBLE_EQ(jitter.range[T::kHue][1], 0.1);
+  const T erase = transforms::RandomErasing();
+  EXPECT_DOUBLE_EQ(erase.range[T::kEraseScale][0], 0.02);
+  EXPECT_DOUBLE_EQ(erase.range[T::kEraseScale][1], 0.33);
+  EXPECT_DOUBLE_EQ(erase.range[T::kEraseRatio][0], 0.3);
+  EXPECT_DOUBLE_EQ(erase.range[T::kEraseRatio][1], 3.3);
+  EXPECT_TRUE(TransformPipeline::Create({transforms::ToTensor(), erase}, DType::kFloat32,
+                                        Layout::kCHW, /*allow_variable_size=*/true)
+                  .ok());
+}
+
 // The binding's stats() dict and the bench walk LoaderStats through its one field list.
 TEST(LoaderStatsFields, EveryFieldOnceByNameAndWindowsSubtractNumbers) {
   LoaderStats before, after;

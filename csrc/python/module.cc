@@ -323,7 +323,9 @@ TransformStep ParseStep(py::dict step) {
   }
   if (py::object v = Pop(step, "ranges")) {
     py::list ranges = v;
-    if (ranges.size() > 5) throw py::value_error("at most 5 parameter ranges");
+    if (ranges.size() > TransformStep::kRangeSlots) {
+      throw py::value_error("at most 5 parameter ranges");
+    }
     for (size_t i = 0; i < ranges.size(); ++i) {
       if (ranges[i].is_none()) continue;
       std::tie(s.range[i][0], s.range[i][1]) = ranges[i].cast<std::pair<double, double>>();

@@ -12,6 +12,7 @@ namespace ringloader {
 namespace {
 
 using Kind = TransformStep::Kind;
+using T = TransformStep;
 
 // ---- torchvision's AutoAugment family (torchvision/transforms/autoaugment.py, v1) -------------
 
@@ -277,6 +278,7 @@ void TimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scr
 void ColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
   int order[4] = {0, 1, 2, 3};
   for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.RandInt(0, i + 1)]);
+  // order[] and factor[] are indexed by range slot: kBrightness..kHue are 0..3.
   double factor[4] = {0, 0, 0, 0};
   for (int k = 0; k < 4; ++k) {
     if (s.has_range[k]) factor[k] = rng.Uniform(s.range[k][0], s.range[k][1]);
@@ -284,28 +286,34 @@ void ColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch
   for (int k : order) {
     if (!s.has_range[k]) continue;
     switch (k) {
-      case 0: AdjustBrightness(img, factor[0]); break;
-      case 1: AdjustContrast(img, factor[1]); break;
-      case 2: AdjustSaturation(img, factor[2]); break;
-      case 3: AdjustHue(img, factor[3]); break;
+      case T::kBrightness: AdjustBrightness(img, factor[k]); break;
+      case T::kContrast: AdjustContrast(img, factor[k]); break;
+      case T::kSaturation: AdjustSaturation(img, factor[k]); break;
+      case T::kHue: AdjustHue(img, factor[k]); break;
     }
   }
 }
 
 /// RandomAffine.get_params + F.affine.
 void RandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
-  const double angle = rng.Uniform(s.range[0][0], s.range[0][1]);
+  const double angle = rng.Uniform(s.range[T::kDegrees][0], s.range[T::kDegrees][1]);
   double tx = 0, ty = 0;
-  if (s.has_range[1]) {
-    const double max_dx = s.range[1][0] * img.width;
-    const double max_dy = s.range[1][1] * img.height;
+  if (s.has_range[T::kTranslate]) {
+    const double max_dx = s.range[T::kTranslate][0] * img.width;
+    const double max_dy = s.range[T::kTranslate][1] * img.height;
     tx = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
     ty = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
   }
-  const double scale = s.has_range[2] ? rng.Uniform(s.range[2][0], s.range[2][1]) : 1.0;
+  const double* scale_range = s.range[T::kAffineScale];
+  const double scale =
+      s.has_range[T::kAffineScale] ? rng.Uniform(scale_range[0], scale_range[1]) : 1.0;
   double shear_x = 0, shear_y = 0;
-  if (s.has_range[3]) shear_x = rng.Uniform(s.range[3][0], s.range[3][1]);
-  if (s.has_range[4]) shear_y = rng.Uniform(s.range[4][0], s.range[4][1]);
+  if (s.has_range[T::kShearX]) {
+    shear_x = rng.Uniform(s.range[T::kShearX][0], s.range[T::kShearX][1]);
+  }
+  if (s.has_range[T::kShearY]) {
+    shear_y = rng.Uniform(s.range[T::kShearY][0], s.range[T::kShearY][1]);
+  }
   uint8_t fill[3];
   FillLevels(s, fill);
   Affine(img, angle, tx, ty, scale, shear_x, shear_y, s.interpolation, fill, s.has_center,
@@ -441,9 +449,11 @@ void TorchvisionErasing(const TransformStep& s, SampleRng& rng, DType dtype, Lay
                         int height, int width, void* dst) {
   if (!(rng.Uniform() < s.p)) return;
   const double area = static_cast<double>(height) * width;
-  const double log_lo = std::log(s.range[1][0]), log_hi = std::log(s.range[1][1]);
+  const double* ratio = s.range[T::kEraseRatio];
+  const double log_lo = std::log(ratio[0]), log_hi = std::log(ratio[1]);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double erase_area = area * rng.Uniform(s.range[0][0], s.range[0][1]);
+    const double erase_area =
+        area * rng.Uniform(s.range[T::kEraseScale][0], s.range[T::kEraseScale][1]);
     const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
     const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
@@ -461,10 +471,12 @@ void TimmErasing(const TransformStep& s, SampleRng& rng, DType dtype, Layout lay
   if (rng.Uniform() > s.p) return;
   const double area = static_cast<double>(height) * width;
   const int count = s.erase_count <= 1 ? 1 : static_cast<int>(rng.RandInt(1, s.erase_count + 1));
-  const double log_lo = std::log(s.range[1][0]), log_hi = std::log(s.range[1][1]);
+  const double* ratio = s.range[T::kEraseRatio];
+  const double log_lo = std::log(ratio[0]), log_hi = std::log(ratio[1]);
   for (int k = 0; k < count; ++k) {
     for (int attempt = 0; attempt < 10; ++attempt) {
-      const double target = rng.Uniform(s.range[0][0], s.range[0][1]) * area / count;
+      const double target =
+          rng.Uniform(s.range[T::kEraseScale][0], s.range[T::kEraseScale][1]) * area / count;
       const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
       const int h = static_cast<int>(std::nearbyint(std::sqrt(target * aspect)));
       const int w = static_cast<int>(std::nearbyint(std::sqrt(target / aspect)));
@@ -525,15 +537,16 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
       case Kind::kRandomRotation: {
         uint8_t fill[3];
         FillLevels(s, fill);
-        Rotate(*img, rng.Uniform(s.range[0][0], s.range[0][1]), s.interpolation, fill,
-               s.has_center, s.center[0], s.center[1], scratch.ops);
+        const double* degrees = s.range[T::kDegrees];
+        Rotate(*img, rng.Uniform(degrees[0], degrees[1]), s.interpolation, fill, s.has_center,
+               s.center[0], s.center[1], scratch.ops);
         break;
       }
       case Kind::kRandomAffine:
         RandomAffine(s, rng, scratch, *img);
         break;
       case Kind::kGaussianBlur: {
-        const double sigma = rng.Uniform(s.range[0][0], s.range[0][1]);
+        const double sigma = rng.Uniform(s.range[T::kSigma][0], s.range[T::kSigma][1]);
         GaussianBlur(*img, s.size_w, s.size_h, sigma, sigma, scratch.ops);
         break;
       }

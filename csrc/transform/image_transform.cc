@@ -269,6 +269,7 @@ bool UsesTransformFilter(const TransformStep& s) {
 
 /// Per-kind parameter checks of the steps added for the full recipe set ("" when valid).
 std::string CheckImageStep(const TransformStep& s) {
+  using T = TransformStep;
   const auto prob_ok = [&] { return s.p >= 0.0 && s.p <= 1.0; };
   if (UsesTransformFilter(s) && s.interpolation != Interpolation::kNearest &&
       s.interpolation != Interpolation::kBilinear && s.interpolation != Interpolation::kBicubic) {
@@ -289,12 +290,12 @@ std::string CheckImageStep(const TransformStep& s) {
       }
       return "";
     case Kind::kColorJitter:
-      for (int i = 0; i < 3; ++i) {
+      for (int i : {T::kBrightness, T::kContrast, T::kSaturation}) {
         if (s.has_range[i] && !ValidRange(s.range[i], 0.0, 1e9)) {
           return "brightness, contrast and saturation ranges must satisfy 0 <= min <= max";
         }
       }
-      if (s.has_range[3] && !ValidRange(s.range[3], -0.5, 0.5)) {
+      if (s.has_range[T::kHue] && !ValidRange(s.range[T::kHue], -0.5, 0.5)) {
         return "hue range must lie in [-0.5, 0.5] with min <= max";
       }
       return "";
@@ -304,22 +305,31 @@ std::string CheckImageStep(const TransformStep& s) {
     case Kind::kRandomErasing:
       if (!prob_ok()) return "p must be in [0, 1]";
       if (s.kind == Kind::kRandomErasing) {
-        if (!ValidRange(s.range[0], 0.0, 1.0)) return "scale must satisfy 0 <= min <= max <= 1";
-        if (!(s.range[1][0] > 0 && s.range[1][0] <= s.range[1][1])) {
+        if (!ValidRange(s.range[T::kEraseScale], 0.0, 1.0)) {
+          return "scale must satisfy 0 <= min <= max <= 1";
+        }
+        const double* ratio = s.range[T::kEraseRatio];
+        if (!(ratio[0] > 0 && ratio[0] <= ratio[1])) {
           return "ratio must satisfy 0 < min <= max";
         }
         if (s.erase_count < 1) return "max_count must be >= 1";
       }
       return "";
     case Kind::kRandomRotation:
-      return ValidRange(s.range[0], -1e6, 1e6) ? "" : "degrees must be finite with min <= max";
+      if (!ValidRange(s.range[T::kDegrees], -1e6, 1e6)) {
+        return "degrees must be finite with min <= max";
+      }
+      return "";
     case Kind::kRandomAffine:
-      if (!ValidRange(s.range[0], -1e6, 1e6)) return "degrees must be finite with min <= max";
-      if (s.has_range[1] && !(s.range[1][0] >= 0 && s.range[1][0] <= 1 && s.range[1][1] >= 0 &&
-                              s.range[1][1] <= 1)) {
+      if (!ValidRange(s.range[T::kDegrees], -1e6, 1e6)) {
+        return "degrees must be finite with min <= max";
+      }
+      if (const double* t = s.range[T::kTranslate];
+          s.has_range[T::kTranslate] && !(t[0] >= 0 && t[0] <= 1 && t[1] >= 0 && t[1] <= 1)) {
         return "translate values must be in [0, 1]";
       }
-      if (s.has_range[2] && !(ValidRange(s.range[2], 0.0, 1e6) && s.range[2][0] > 0)) {
+      if (const double* scale = s.range[T::kAffineScale];
+          s.has_range[T::kAffineScale] && !(ValidRange(scale, 0.0, 1e6) && scale[0] > 0)) {
         return "scale must satisfy 0 < min <= max";
       }
       return "";
@@ -327,7 +337,7 @@ std::string CheckImageStep(const TransformStep& s) {
       if (s.size_w <= 0 || s.size_h <= 0 || s.size_w % 2 == 0 || s.size_h % 2 == 0) {
         return "kernel size must be odd and positive";
       }
-      if (!(s.range[0][0] > 0 && s.range[0][0] <= s.range[0][1])) {
+      if (const double* sigma = s.range[T::kSigma]; !(sigma[0] > 0 && sigma[0] <= sigma[1])) {
         return "sigma must satisfy 0 < min <= max";
       }
       return "";

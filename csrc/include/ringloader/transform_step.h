@@ -62,11 +62,11 @@ struct TransformStep {
     kRandomVerticalFlip,    ///< p
     kRandomCrop,            ///< size_h x size_w, pad[4] (l,t,r,b), pad_if_needed, fill, pad_mode
     kPad,                   ///< pad[4] (l,t,r,b), fill, pad_mode
-    kColorJitter,           ///< range[0..3] = brightness, contrast, saturation (lo, hi), hue
+    kColorJitter,           ///< range[kBrightness..kHue] (lo, hi) factors, hue shift
     kGrayscale,             ///< p (1 for Grayscale): L of the image replicated to 3 channels
-    kRandomRotation,        ///< range[0] degrees (lo, hi), interpolation, fill, center
+    kRandomRotation,        ///< range[kDegrees], interpolation, fill, center
     kRandomAffine,          ///< degrees, translate, scale, shear ranges; interpolation, fill
-    kGaussianBlur,          ///< kernel (size_w, size_h), range[0] sigma (lo, hi)
+    kGaussianBlur,          ///< kernel (size_w, size_h), range[kSigma]
     kAugOp,                 ///< aug_op with magnitude, applied with probability p
     kRandAugment,           ///< num_ops, magnitude (bin), num_bins, interpolation, fill
     kTrivialAugmentWide,    ///< num_bins, interpolation, fill
@@ -92,11 +92,31 @@ struct TransformStep {
   int pad[4] = {0, 0, 0, 0};         ///< left, top, right, bottom
   bool pad_if_needed = false;        ///< RandomCrop
   float fill[3] = {0.f, 0.f, 0.f};   ///< fill levels 0..255 (RandomErasing: output values)
-  /// Per-kind (lo, hi) parameter ranges. ColorJitter: brightness, contrast, saturation, hue.
-  /// RandomRotation: degrees. RandomAffine: degrees, translate (max fraction x, y), scale,
-  /// shear x, shear y. GaussianBlur: sigma. RandomErasing: scale, ratio.
-  double range[5][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}};
-  bool has_range[5] = {false, false, false, false, false};  ///< which ranges are set
+  /// The slot of `range` that holds each kind's (lo, hi) parameter, so code names the parameter
+  /// (range[kHue]) rather than its position; the binding's "ranges" list is in this order.
+  enum RangeSlot : int {
+    // ColorJitter: factor ranges, then the hue shift.
+    kBrightness = 0,
+    kContrast = 1,
+    kSaturation = 2,
+    kHue = 3,
+    // RandomRotation (degrees only) and RandomAffine. kTranslate holds the max fractions
+    // (x, y) rather than a (lo, hi) pair.
+    kDegrees = 0,
+    kTranslate = 1,
+    kAffineScale = 2,
+    kShearX = 3,
+    kShearY = 4,
+    // GaussianBlur.
+    kSigma = 0,
+    // RandomErasing: area fraction, aspect ratio.
+    kEraseScale = 0,
+    kEraseRatio = 1,
+    kRangeSlots = 5,  ///< size of range[]
+  };
+  /// Per-kind (lo, hi) parameter ranges, indexed by RangeSlot.
+  double range[kRangeSlots][2] = {{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}};
+  bool has_range[kRangeSlots] = {false, false, false, false, false};  ///< which ranges are set
   bool has_center = false;           ///< rotation/affine: center given (else the image centre)
   double center[2] = {0, 0};
   AugOp aug_op = AugOp::kIdentity;   ///< kAugOp

@@ -127,12 +127,13 @@ inline TransformStep ColorJitter(double brightness = 0, double contrast = 0,
                                  double saturation = 0, double hue = 0) {
   TransformStep s;
   s.kind = TransformStep::Kind::kColorJitter;
-  const double values[4] = {brightness, contrast, saturation, hue};
+  const double values[4] = {brightness, contrast, saturation, hue};  // slots kBrightness..kHue
   for (int i = 0; i < 4; ++i) {
     if (values[i] <= 0) continue;
+    const bool factor = i != TransformStep::kHue;
     s.has_range[i] = true;
-    s.range[i][0] = i < 3 ? std::max(0.0, 1.0 - values[i]) : -values[i];
-    s.range[i][1] = i < 3 ? 1.0 + values[i] : values[i];
+    s.range[i][0] = factor ? std::max(0.0, 1.0 - values[i]) : -values[i];
+    s.range[i][1] = factor ? 1.0 + values[i] : values[i];
   }
   return s;
 }
@@ -180,9 +181,9 @@ inline TransformStep RandomErasing(double p = 0.5, bool random_value = false) {
   TransformStep s;
   s.kind = TransformStep::Kind::kRandomErasing;
   s.p = p;
-  s.range[0][0] = 0.02, s.range[0][1] = 0.33;
-  s.range[1][0] = 0.3, s.range[1][1] = 3.3;
-  s.has_range[0] = s.has_range[1] = true;
+  s.range[TransformStep::kEraseScale][0] = 0.02, s.range[TransformStep::kEraseScale][1] = 0.33;
+  s.range[TransformStep::kEraseRatio][0] = 0.3, s.range[TransformStep::kEraseRatio][1] = 3.3;
+  s.has_range[TransformStep::kEraseScale] = s.has_range[TransformStep::kEraseRatio] = true;
   s.erase_mode = random_value ? 1 : 0;
   return s;
 }
