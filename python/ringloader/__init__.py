@@ -13,6 +13,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
+from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, materialize
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
@@ -21,6 +22,7 @@ __all__ = [
     "DataLoader",
     "DatasetFolder",
     "FileList",
+    "HFDataset",
     "ImageFolder",
     "IMG_EXTENSIONS",
     "ImageBytes",
@@ -28,6 +30,7 @@ __all__ = [
     "LoaderTimeoutError",
     "materialize",
     "NativeDataset",
+    "Parquet",
     "SampleError",
     "StaleIndexError",
     "SlotsExhaustedError",
