@@ -210,3 +210,29 @@ def test_bad_arguments_are_named(files, tmp_path):
     with pytest.raises(ValueError, match="junk.parquet.*not a readable Parquet"):
         rl.Parquet(tmp_path / "junk.parquet")
     assert rl.HFDataset(hf, label_column=None)[0][0].nbytes == files[0].stat().st_size
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind,baseline", [("hf", "torch DataLoader \\+ with_transform"),
+                                           ("parquet", "ringloader ImageFolder")])
+def test_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path, kind, baseline):
+    """``python -m ringloader.bench --dataset hf|parquet``: the report's shape (not its timings);
+    the dataset it wrote into a temporary folder is removed afterwards."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", kind, "--root", str(image_tree),
+         "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1", "--num-workers", "2",
+         "--quiet"],
+        capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(scratch)), timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(rf"ringloader {kind} benchmark: 24 images", out), out
+    assert re.search(rf"{baseline} *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader (HFDataset|Parquet) *: +\d+ samples/s \([0-9.]+x\)", out), out
+    assert not list(scratch.glob("ringloader-bench-*"))
