@@ -768,9 +768,11 @@ def run_arrow_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> d
         else:
             table = pa.table({"image": images, "label": labels})
             for k in range(4):
-                pq.write_table(table.slice(k * len(rows) // 4, len(rows) // 4 + 1),
+                lo, hi = k * len(rows) // 4, (k + 1) * len(rows) // 4
+                pq.write_table(table.slice(lo, hi - lo),
                                work / f"part-{k}.parquet", row_group_size=256)
-            native = rl.Parquet(str(work / "*.parquet"), transform=train)
+            native = rl.Parquet(str(work / "*.parquet"), transform=train,
+                                cache_dir=work / "arrow")
             image_folder = rl.ImageFolder(str(cfg.root), transform=train)
             baseline = ("ringloader ImageFolder", lambda: rl.DataLoader(
                 image_folder, batch_size=cfg.batch_size, shuffle=True,

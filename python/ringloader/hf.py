@@ -11,12 +11,15 @@ Python ``bytes`` and no PIL image is made. A row that holds only a path becomes 
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch.utils.data as tud
 
+from ._atomic import write_atomic
 from .references import ImageBytes, ImageFile
 
 __all__ = ["HFDataset", "Parquet"]
@@ -214,20 +217,54 @@ def _parquet_files(files_or_glob: Any) -> List[str]:
     return files
 
 
+def default_parquet_cache() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ringloader", "parquet")
+
+
+def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
+    """The ``read`` columns of a Parquet file as a memory-mapped Arrow table. Parquet pages are
+    compressed and length-prefixed, so rows cannot be referenced where they lie on disk: each
+    row group is read once (one at a time: memory stays within a row group) into an Arrow IPC
+    file under ``cache_dir``, kept for the next run while the Parquet file is unchanged, and
+    mapped, so the rows' bytes live in the page cache, not in process memory."""
+    import pyarrow as pa
+
+    st = os.stat(path)
+    key = json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns, read])
+    target = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".arrow")
+    if not os.path.exists(target):
+        os.makedirs(cache_dir, exist_ok=True)
+        schema = reader.schema_arrow
+        schema = pa.schema([schema.field(c) for c in read])
+
+        def write(f: Any) -> None:
+            with pa.ipc.new_file(f, schema) as writer:
+                for g in range(reader.num_row_groups):
+                    writer.write_table(reader.read_row_group(g, columns=read))
+
+        write_atomic(target, write)
+    return pa.ipc.open_file(pa.memory_map(target, "r")).read_all()
+
+
 class Parquet(_ArrowImages):
     """Parquet files of encoded images (a struct ``{bytes, path}`` column, as ``datasets``
     writes an ``Image`` feature, or a plain binary column) as ``(image, label, *columns)``
-    samples of references, read with pyarrow one row group at a time.
+    samples of references.
 
-    Each row group's image column is read once and its rows referenced in place (see the
-    manual page for what stays in memory)."""
+    The columns used are read with pyarrow once, one row group at a time, into a memory-mapped
+    Arrow file under ``cache_dir`` (default ``~/.cache/ringloader/parquet``; reused while the
+    Parquet file is unchanged): an epoch in any order reads no row group again, and the bytes
+    are held by the page cache, not by the process."""
 
     def __init__(self, files_or_glob: Any, transform: Any = None, image_column: str = "image",
                  label_column: Optional[str] = "label", target_transform: Any = None,
-                 columns: Optional[Sequence[str]] = None, mode: str = "RGB"):
+                 columns: Optional[Sequence[str]] = None, mode: str = "RGB",
+                 cache_dir: Optional[str] = None):
         import pyarrow.parquet as pq
 
         self.files = _parquet_files(files_or_glob)
+        cache_dir = default_parquet_cache() if cache_dir is None else os.fspath(cache_dir)
         refs: List[Any] = []
         labels: List[np.ndarray] = []
         extra: List[list] = []
@@ -236,24 +273,26 @@ class Parquet(_ArrowImages):
                 reader = pq.ParquetFile(path)
             except Exception as exc:
                 raise ValueError(f"Parquet: {path!r} is not a readable Parquet file: {exc}") from exc
-            schema = reader.schema_arrow
-            wanted = _check_columns(schema, image_column, columns, f"Parquet({path!r})")
-            read = [image_column] + ([label_column] if label_column else []) + wanted
-            start = 0  # the file's row at the start of row group g
-            for g in range(reader.num_row_groups):
-                table = reader.read_row_group(g, columns=list(dict.fromkeys(read)))
-                refs += _image_refs(
-                    table.column(image_column), transform, mode,
-                    lambda r, g=g, start=start: f"{path}: row group {g}, row {start + r}",
-                    image_column)
-                start += table.num_rows
-                label = _label_array(table, label_column, f"Parquet({path!r})")
-                if label is not None:
-                    labels.append(label)
-                if not extra:
-                    extra = [[] for _ in wanted]
-                for column, c in zip(extra, wanted):
-                    column += _plain(table.column(c))
+            wanted = _check_columns(reader.schema_arrow, image_column, columns,
+                                    f"Parquet({path!r})")
+            read = list(dict.fromkeys([image_column] + ([label_column] if label_column else [])
+                                      + wanted))
+            table = _arrow_copy(reader, path, read, cache_dir)
+            starts = np.cumsum([0] + [reader.metadata.row_group(g).num_rows
+                                      for g in range(reader.num_row_groups)])
+
+            def where(r: int, path: str = path, starts: np.ndarray = starts) -> str:
+                g = int(np.searchsorted(starts, r, side="right")) - 1
+                return f"{path}: row group {g}, row {r}"
+
+            refs += _image_refs(table.column(image_column), transform, mode, where, image_column)
+            label = _label_array(table, label_column, f"Parquet({path!r})")
+            if label is not None:
+                labels.append(label)
+            if not extra:
+                extra = [[] for _ in wanted]
+            for column, c in zip(extra, wanted):
+                column += _plain(table.column(c))
         super().__init__(refs, np.concatenate(labels) if labels else None, extra,
                          target_transform, f"Parquet({len(self.files)} files)")
         self.transform = transform

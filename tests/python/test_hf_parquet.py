@@ -3,6 +3,7 @@ PIL + the same transform would, every row once per epoch."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import datasets
@@ -90,7 +91,8 @@ def test_save_to_disk_and_from_parquet_round_trip(files, tmp_path):
     assert_epoch_is_pil(rl.DataLoader(rl.HFDataset(from_parquet, transform=FIXED), batch_size=5),
                         files)
     # The same file read by rl.Parquet directly.
-    assert_epoch_is_pil(rl.DataLoader(rl.Parquet(tmp_path / "train.parquet", transform=FIXED),
+    assert_epoch_is_pil(rl.DataLoader(rl.Parquet(tmp_path / "train.parquet", transform=FIXED,
+                                                 cache_dir=tmp_path / "cache"),
                                       batch_size=5), files)
 
 
@@ -155,7 +157,8 @@ def test_parquet_files_with_row_groups_every_row_once_across_ranks(files, tmp_pa
     write_parquet(tmp_path / "a.parquet", data[:8], group=3, struct=True)
     write_parquet(tmp_path / "b.parquet", data[8:], group=4, struct=False)
     assert pq.ParquetFile(tmp_path / "a.parquet").num_row_groups == 3
-    ds = rl.Parquet(str(tmp_path / "*.parquet"), transform=FIXED, columns=["id"])
+    ds = rl.Parquet(str(tmp_path / "*.parquet"), transform=FIXED, columns=["id"],
+                    cache_dir=tmp_path / "cache")
     assert len(ds) == len(files)
     batches = list(rl.DataLoader(ds, batch_size=4))
     assert_epoch_is_pil(batches, files)
@@ -172,13 +175,39 @@ def test_parquet_files_with_row_groups_every_row_once_across_ranks(files, tmp_pa
     assert sorted(seen) == sorted(f"a-{i}" for i in range(8)) + sorted(f"b-{i}" for i in range(6))
 
 
+def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, tmp_path):
+    """A set several times a small budget: building holds no row group in process memory (the
+    rows are mapped from the Arrow copy), and a second build reuses the copy."""
+    data = [(p.read_bytes(), None) for p in files] * 6  # 84 rows
+    total = sum(len(b) for b, _ in data)
+    group = 7
+    budget = 2 * max(sum(len(b) for b, _ in data[i:i + group]) for i in range(0, 84, group))
+    assert total > 3 * budget
+    write_parquet(tmp_path / "big.parquet", data, group=group, struct=True)
+    before = pa.total_allocated_bytes()
+    ds = rl.Parquet(tmp_path / "big.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
+    assert pa.total_allocated_bytes() - before < budget
+    copies = list((tmp_path / "cache").glob("*.arrow"))
+    assert len(copies) == 1
+    stamp = copies[0].stat().st_mtime_ns
+    torch.manual_seed(1)
+    order = torch.cat(list(tud.DataLoader(range(84), batch_size=12, shuffle=True))).tolist()
+    torch.manual_seed(1)
+    batches = list(rl.DataLoader(ds, batch_size=12, shuffle=True))
+    assert torch.cat([b[1] for b in batches]).tolist() == order  # label = row in the file
+    assert_epoch_is_pil(batches, files, [i % len(files) for i in order])
+    assert pa.total_allocated_bytes() - before < budget
+    rl.Parquet(tmp_path / "big.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
+    assert copies[0].stat().st_mtime_ns == stamp  # unchanged file: its copy is reused
+
+
 def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_path):
     rows = [(p.read_bytes(), None) for p in files[:8]]
     rows[4] = (b"not an image", None)
     rows[6] = (None, None)  # a null image
     rows[7] = (None, str(tmp_path / "missing.jpg"))
     write_parquet(tmp_path / "bad.parquet", rows, group=3, struct=True)
-    ds = rl.Parquet(tmp_path / "bad.parquet", transform=FIXED)
+    ds = rl.Parquet(tmp_path / "bad.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
     it = iter(rl.DataLoader(ds, batch_size=4))
     next(it)
     with pytest.raises(rl.SampleError) as info:
@@ -236,3 +265,28 @@ def test_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path, kind, 
     assert re.search(rf"{baseline} *: +\d+ samples/s", out), out
     assert re.search(r"ringloader (HFDataset|Parquet) *: +\d+ samples/s \([0-9.]+x\)", out), out
     assert not list(scratch.glob("ringloader-bench-*"))
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "huggingface.md"
+
+
+def _doc_blocks():
+    from test_readme_blocks import blocks
+
+    return blocks(DOC)
+
+
+@pytest.mark.parametrize("line,code,skip", _doc_blocks(),
+                         ids=[f"huggingface.md:{line}" for line, _, _ in _doc_blocks()])
+def test_manual_page_block_runs(tmp_path, line, code, skip):
+    import subprocess
+    import sys
+
+    from test_readme_blocks import localise
+
+    if skip:
+        pytest.skip(skip)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))  # rl.Parquet's Arrow copies
+    done = subprocess.run([sys.executable, "-c", localise(code, tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, f"huggingface.md:{line} failed:\n{done.stderr[-3000:]}"
