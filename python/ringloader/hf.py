@@ -10,6 +10,7 @@ Python ``bytes`` and no PIL image is made. A row that holds only a path becomes 
 
 from __future__ import annotations
 
+import gc
 import glob
 import hashlib
 import json
@@ -27,19 +28,39 @@ __all__ = ["HFDataset", "Parquet"]
 
 class _ArrowImage(ImageBytes):
     """An encoded image in an Arrow buffer, named by where it is (file, row group, row), so a
-    sample error says which row is bad."""
+    sample error says which row is bad. The name is made only when asked for: a table has
+    millions of rows."""
 
-    __slots__ = ("where",)
+    __slots__ = ("_where", "_row")
 
-    def __init__(self, data: Any, transform: Any, mode: str, where: str):
+    def __init__(self, data: Any, transform: Any, mode: str, where: Callable[[int], str],
+                 row: int):
         super().__init__(data, transform, mode)
-        self.where = where
+        self._where = where
+        self._row = row
+
+    @property
+    def where(self) -> str:
+        return self._where(self._row)
 
     def describe(self) -> str:
         return f"{self.where} ({self._view.nbytes} bytes)"
 
     def __reduce__(self) -> Any:
-        return (_ArrowImage, (self._view.tobytes(), self.transform, self.mode, self.where))
+        return (_ArrowImage, (self._view.tobytes(), self.transform, self.mode, _Named(self.where),
+                              0))
+
+
+class _Named:
+    """A fixed name in place of a row's ``where`` (a pickled reference: no table behind it)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, row: int) -> str:
+        return self.name
 
 
 _EMPTY = np.zeros(0, np.uint8)
@@ -91,17 +112,36 @@ def _image_refs(column: Any, transform: Any, mode: str, where: Callable[[int], s
             data, offsets, valid = _binary_rows(binary)
         except TypeError as exc:
             raise TypeError(f"image column {name!r}: {exc} (an Image feature or bytes)") from None
-        for r in range(len(chunk)):
-            if valid[r] and offsets[r + 1] > offsets[r]:
-                refs.append(_ArrowImage(data[offsets[r]:offsets[r + 1]], transform, mode,
-                                        where(row + r)))
-            elif paths is not None and paths[r] is not None:
-                refs.append(ImageFile(paths[r], transform, mode))
-            else:
-                refs.append(_ArrowImage(_EMPTY, transform, mode,
-                                        f"{where(row + r)}: null image (no bytes, no path)"))
+        starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
+        bad = _Null(where)
+        gc_was_on = gc.isenabled()
+        gc.disable()  # millions of new objects, none of them cyclic: no collection passes
+        try:
+            for r in range(len(chunk)):
+                if valid[r] and ends[r] > starts[r]:
+                    refs.append(_ArrowImage(data[starts[r]:ends[r]], transform, mode, where,
+                                            row + r))
+                elif paths is not None and paths[r] is not None:
+                    refs.append(ImageFile(paths[r], transform, mode))
+                else:
+                    refs.append(_ArrowImage(_EMPTY, transform, mode, bad, row + r))
+        finally:
+            if gc_was_on:
+                gc.enable()
         row += len(chunk)
     return refs
+
+
+class _Null:
+    """The ``where`` of a row without an image."""
+
+    __slots__ = ("where",)
+
+    def __init__(self, where: Callable[[int], str]):
+        self.where = where
+
+    def __call__(self, row: int) -> str:
+        return f"{self.where(row)}: null image (no bytes, no path)"
 
 
 def _plain(column: Any) -> list:
@@ -178,7 +218,8 @@ class HFDataset(_ArrowImages):
                  columns: Optional[Sequence[str]] = None, mode: str = "RGB"):
         import pyarrow as pa
 
-        name = f"HFDataset({getattr(hf_dataset, 'info', None) and hf_dataset.info.dataset_name or 'dataset'})"
+        info = getattr(hf_dataset, "info", None)
+        name = f"HFDataset({getattr(info, 'dataset_name', None) or 'dataset'})"
         table = getattr(getattr(hf_dataset, "data", None), "table", None)
         if not isinstance(table, pa.Table):
             raise TypeError(f"HFDataset(hf_dataset=...) needs a datasets.Dataset, got "

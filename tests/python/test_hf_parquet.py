@@ -4,6 +4,7 @@ PIL + the same transform would, every row once per epoch."""
 from __future__ import annotations
 
 import os
+import pickle
 from pathlib import Path
 
 import datasets
@@ -79,11 +80,15 @@ def test_image_bytes_are_views_of_the_arrow_buffer(files):
         address = ref.data.__array_interface__["data"][0]
         assert lo <= address and address + ref.nbytes <= hi  # no copy: inside the Arrow buffer
         assert bytes(ref.data) == files[i].read_bytes()
+    copy = pickle.loads(pickle.dumps(ds[7]))  # torch's spawned workers: the bytes travel
+    assert bytes(copy[0].data) == files[7].read_bytes() and copy[0].describe() == ds[7][0].describe()
+    assert torch.equal(rl.materialize(copy)[0], pil(files[7]))
 
 
 def test_save_to_disk_and_from_parquet_round_trip(files, tmp_path):
-    embedded(files).save_to_disk(str(tmp_path / "saved"))
+    embedded(files).save_to_disk(str(tmp_path / "saved"), num_shards=3)
     reloaded = datasets.load_from_disk(str(tmp_path / "saved"))
+    assert reloaded.data.table.column("image").num_chunks == 3  # one Arrow chunk a shard
     assert_epoch_is_pil(rl.DataLoader(rl.HFDataset(reloaded, transform=FIXED), batch_size=5),
                         files)
     embedded(files).to_parquet(str(tmp_path / "train.parquet"))
@@ -114,6 +119,10 @@ def test_plain_binary_column_and_select_shuffle_indices(files):
     batches = list(rl.DataLoader(ds, batch_size=4))
     assert_epoch_is_pil(batches, files, order)
     assert torch.cat([b[1] for b in batches]).tolist() == [labels_of(files)[i] for i in order]
+    window = hf.select(range(5, 11))  # contiguous: a sliced table (offsets), no indices
+    batches = list(rl.DataLoader(rl.HFDataset(window, transform=FIXED, image_column="jpeg",
+                                              label_column="cls"), batch_size=4))
+    assert_epoch_is_pil(batches, files, list(range(5, 11)))
 
 
 def test_shuffle_is_torchs_order_resumes_and_shards(files):
