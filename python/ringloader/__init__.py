@@ -42,6 +42,7 @@ from . import transforms
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
+from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, materialize
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
@@ -50,6 +51,7 @@ __all__ = [
     "DataLoader",
     "DatasetFolder",
     "FileList",
+    "HFDataset",
     "ImageFolder",
     "IMG_EXTENSIONS",
     "ImageBytes",
@@ -57,6 +59,7 @@ __all__ = [
     "LoaderTimeoutError",
     "materialize",
     "NativeDataset",
+    "Parquet",
     "SampleError",
     "StaleIndexError",
     "SlotsExhaustedError",

@@ -10,6 +10,8 @@ Run as::
     python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
     python -m ringloader.bench --dataset custom     # a user's own Dataset: ImageFile vs PIL
     python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
+    python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
+    python -m ringloader.bench --dataset parquet    # rl.Parquet (shuffled) vs rl.ImageFolder
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
@@ -41,6 +43,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -869,6 +872,124 @@ class RowsDataset:
         return (views[0] if len(views) == 1 else views), label
 
 
+def _alternating_rounds(factories: dict[str, Callable[[], Any]], cfg: Config, kind: str,
+                        log: Callable[[str], None]) -> tuple[dict[str, Result], Any]:
+    """Each loader in turn (the order alternating by round), ``cfg.timed_batches`` timed after
+    the warm-up; a batch is a tuple or a dict with a "label" entry. Returns the results and the
+    ringloader loader's (decodes, views rendered)."""
+    results = {name: Result(kind, name) for name in factories}
+    decodes = None
+    for r in range(cfg.rounds):
+        for name in (list(factories) if r % 2 == 0 else list(reversed(list(factories)))):
+            _seed_everything(cfg.seed + r)
+            loader = factories[name]()
+            it = iter(loader)
+            for _ in range(cfg.warmup_batches):
+                next(it)
+            t0 = time.perf_counter()
+            samples = 0
+            for _ in range(cfg.timed_batches):
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    it = iter(loader)
+                    batch = next(it)
+                labels = batch["label"] if isinstance(batch, dict) else batch[1]
+                samples += int(labels.shape[0])
+            elapsed = time.perf_counter() - t0
+            if name.startswith("ringloader"):
+                s = loader.stats()
+                decodes = (s["decodes"], s["views_rendered"])
+            del it, loader
+            gc.collect()
+            results[name].runs.append(samples / elapsed)
+            results[name].seconds.append(elapsed)
+            log(f"  round {r + 1}/{cfg.rounds} {name}: {samples / elapsed:.0f} samples/s")
+    return results, decodes
+
+
+def run_arrow_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> dict[str, Any]:
+    """``hf``: the images saved as a Hugging Face dataset (``save_to_disk``, an Image feature),
+    ``rl.HFDataset`` vs ``with_transform`` under torch's DataLoader. ``parquet``: the same images
+    in Parquet files of row groups, ``rl.Parquet`` vs ``rl.ImageFolder``. Train transform,
+    shuffled, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
+    import tempfile
+
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch.utils.data as tud
+
+    torch, torchvision = _import_torch()
+    rl = _import_ringloader()
+    folder = rl.ImageFolder(str(cfg.root))
+    rows = list(folder.samples)
+    train = make_transform(torchvision.transforms, "train")
+    work = Path(tempfile.mkdtemp(prefix=f"ringloader-bench-{kind}-"))
+    try:
+        log(f"writing the {len(rows)} images as {kind} under {work} ...")
+        images = [{"bytes": Path(p).read_bytes(), "path": None} for p, _ in rows]
+        labels = [int(c) for _, c in rows]
+        if kind == "hf":
+            datasets.Dataset.from_dict({"image": images, "label": labels}).cast_column(
+                "image", datasets.Image()).save_to_disk(str(work / "saved"))
+            hf = datasets.load_from_disk(str(work / "saved"))
+
+            def decode(batch: dict) -> dict:
+                return {"image": [train(im.convert("RGB")) for im in batch["image"]],
+                        "label": batch["label"]}
+
+            native = rl.HFDataset(hf, transform=train)
+            baseline = ("torch", lambda: tud.DataLoader(
+                hf.with_transform(decode), batch_size=cfg.batch_size, shuffle=True,
+                num_workers=cfg.num_workers, drop_last=True))
+        else:
+            table = pa.table({"image": images, "label": labels})
+            for k in range(4):
+                lo, hi = k * len(rows) // 4, (k + 1) * len(rows) // 4
+                pq.write_table(table.slice(lo, hi - lo),
+                               work / f"part-{k}.parquet", row_group_size=256)
+            native = rl.Parquet(str(work / "*.parquet"), transform=train,
+                                cache_dir=work / "arrow")
+            image_folder = rl.ImageFolder(str(cfg.root), transform=train)
+            baseline = ("ringloader ImageFolder", lambda: rl.DataLoader(
+                image_folder, batch_size=cfg.batch_size, shuffle=True,
+                num_workers=cfg.num_workers, drop_last=True, persistent_workers=False))
+        del images
+        t0 = time.perf_counter()
+        probe = rl.DataLoader(native, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+        build_s = time.perf_counter() - t0
+        if not probe.native:
+            raise BenchError(f"rl.{type(native).__name__} did not run natively: {probe.describe()}")
+        del probe
+        factories = {baseline[0]: baseline[1],
+                     f"ringloader {type(native).__name__}": lambda: rl.DataLoader(
+                         native, batch_size=cfg.batch_size, shuffle=True,
+                         num_workers=cfg.num_workers, drop_last=True, persistent_workers=False)}
+        _warm_page_cache(cfg.root)
+        results, _ = _alternating_rounds(factories, cfg, kind, log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"kind": kind, "build_seconds": build_s,
+            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
+                        for name, res in results.items()}}
+
+
+def format_arrow_report(cfg: Config, data: dict[str, Any], report: dict[str, Any]) -> str:
+    (base, b), (mine, m) = [(k, v["median_samples_per_s"]) for k, v in report["results"].items()]
+    what = ("a Hugging Face dataset (save_to_disk)" if report["kind"] == "hf"
+            else "Parquet files (shuffled across row groups)")
+    base_what = "torch DataLoader + with_transform" if report["kind"] == "hf" else base
+    return "\n".join([
+        f"ringloader {report['kind']} benchmark: {data['images']} images as {what}, train "
+        f"transform, batch {cfg.batch_size}, {cfg.num_workers} workers each, median of "
+        f"{cfg.rounds} rounds",
+        f"  {base_what:34s}: {b:8.0f} samples/s",
+        f"  {mine:34s}: {m:8.0f} samples/s ({m / b:.2f}x)",
+        f"  building the loader (references of every row): {report['build_seconds']:.2f} s",
+    ])
+
+
 def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> dict[str, Any]:
     """The same user Dataset class, decoding with PIL under torch's DataLoader and returning
     ImageFile references under ringloader's, ``cfg.num_workers`` workers each, torchvision's
@@ -896,33 +1017,7 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
                                             persistent_workers=False),
     }
     _warm_page_cache(cfg.root)
-    results = {name: Result(kind, name) for name in factories}
-    decodes = None
-    for r in range(cfg.rounds):
-        for name in (list(factories) if r % 2 == 0 else list(reversed(list(factories)))):
-            _seed_everything(cfg.seed + r)
-            loader = factories[name]()
-            it = iter(loader)
-            for _ in range(cfg.warmup_batches):
-                next(it)
-            t0 = time.perf_counter()
-            samples = 0
-            for _ in range(cfg.timed_batches):
-                try:
-                    _, labels = next(it)
-                except StopIteration:
-                    it = iter(loader)
-                    _, labels = next(it)
-                samples += int(labels.shape[0])
-            elapsed = time.perf_counter() - t0
-            if name == "ringloader":
-                s = loader.stats()
-                decodes = (s["decodes"], s["views_rendered"])
-            del it, loader
-            gc.collect()
-            results[name].runs.append(samples / elapsed)
-            results[name].seconds.append(elapsed)
-            log(f"  round {r + 1}/{cfg.rounds} {name}: {samples / elapsed:.0f} samples/s")
+    results, decodes = _alternating_rounds(factories, cfg, kind, log)
     return {"kind": kind, "views": len(transforms), "build_seconds": build_s,
             "ringloader_decodes_views": decodes,
             "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
@@ -1103,16 +1198,18 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--link-latency-ms", type=float, default=20.0,
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
-                                          "multicrop"),
+                                          "multicrop", "hf", "parquet"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
                         "bandwidth-limited pipe: run (train transform); scale: ImageFolder construction "
                         "time, memory, pickle size and time to the first batch on an ImageNet-sized "
                         "tree of hard links (built once under the cache folder) to the JPEGs of --root "
-                        "(default: the sample set), torch vs ringloader; remote: the shards over a "
-                        "throttled loopback http link (epoch 1 downloads into the cache, epoch 2 reads "
-                        "it) vs local shards and pipe:curl")
+                         "(default: the sample set), torch vs ringloader; remote: the shards over a "
+                         "throttled loopback http link (epoch 1 downloads into the cache, epoch 2 reads "
+                         "it) vs local shards and pipe:curl; hf: the images saved as a "
+                         "Hugging Face dataset, rl.HFDataset vs with_transform + torch; parquet: the "
+                         "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -1212,9 +1309,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset in ("custom", "multicrop"):
-        report = run_custom_benchmark(cfg, args.dataset, log)
-        print(format_custom_report(cfg, machine, data, args.dataset, report))
+    if args.dataset in ("custom", "multicrop", "hf", "parquet"):
+        if args.dataset in ("hf", "parquet"):
+            report = run_arrow_benchmark(cfg, args.dataset, log)
+            print(format_arrow_report(cfg, data, report))
+        else:
+            report = run_custom_benchmark(cfg, args.dataset, log)
+            print(format_custom_report(cfg, machine, data, args.dataset, report))
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)
             args.json.write_text(json.dumps({"machine": machine, "dataset": data, **report},

@@ -1,0 +1,301 @@
+"""Hugging Face datasets and Parquet files of encoded images run natively and batch exactly as
+PIL + the same transform would, every row once per epoch."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+import torch.utils.data as tud
+import torchvision.transforms as v1
+from PIL import Image
+
+import ringloader as rl
+from conftest import write_tree
+
+FIXED = v1.Compose([v1.Resize(40), v1.CenterCrop(32), v1.ToTensor(),
+                    v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+RANDOM = v1.Compose([v1.RandomResizedCrop(24), v1.RandomHorizontalFlip(), v1.ToTensor()])
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> list:
+    """14 JPEGs of every flavour; row i has label i % 3."""
+    root = write_tree(tmp_path_factory.mktemp("hf"), num_classes=2, per_class=7, seed=21)
+    return sorted(root.rglob("*.jpg"))
+
+
+def labels_of(files) -> list:
+    return [i % 3 for i in range(len(files))]
+
+
+def pil(path: Path, transform=FIXED) -> torch.Tensor:
+    return transform(Image.open(path).convert("RGB"))
+
+
+def embedded(files) -> datasets.Dataset:
+    return datasets.Dataset.from_dict(
+        {"image": [{"bytes": p.read_bytes(), "path": None} for p in files],
+         "label": labels_of(files), "name": [p.name for p in files],
+         "weight": [0.5 * i for i in range(len(files))]}).cast_column("image", datasets.Image())
+
+
+def assert_epoch_is_pil(loader, files, order=None) -> None:
+    order = list(range(len(files))) if order is None else order
+    images = torch.cat([b[0] for b in loader])
+    want = torch.stack([pil(files[i]) for i in order])
+    assert images.shape == want.shape and (images - want).abs().max().item() == 0
+
+
+def test_embedded_image_feature_runs_natively_and_equals_pil(files):
+    ds = rl.HFDataset(embedded(files), transform=FIXED, columns=["name", "weight"])
+    loader = rl.DataLoader(ds, batch_size=4, num_workers=2)
+    assert loader.native and len(ds) == len(files)
+    batches = list(loader)
+    assert_epoch_is_pil(batches, files)
+    got = [b[1] for b in batches]
+    assert torch.cat(got).tolist() == labels_of(files)
+    # Other columns collate as torch's default_collate does (str: a list, float: a tensor).
+    want = tud.default_collate([(f.name, 0.5 * i) for i, f in enumerate(files[:4])])
+    assert batches[0][2] == want[0] and torch.equal(batches[0][3], want[1])
+    # Outside the loader: references, which materialize decodes with Pillow.
+    image, label, name, weight = rl.materialize(ds[5])
+    assert torch.equal(image, pil(files[5])) and (label, name, weight) == (2, files[5].name, 2.5)
+
+
+def test_image_bytes_are_views_of_the_arrow_buffer(files):
+    hf = embedded(files)
+    ds = rl.HFDataset(hf, transform=FIXED)
+    buffer = hf.data.table.column("image").chunk(0).field("bytes").buffers()[2]
+    lo, hi = buffer.address, buffer.address + buffer.size
+    for i in (0, 7, len(files) - 1):
+        ref = ds[i][0]
+        address = ref.data.__array_interface__["data"][0]
+        assert lo <= address and address + ref.nbytes <= hi  # no copy: inside the Arrow buffer
+        assert bytes(ref.data) == files[i].read_bytes()
+    copy = pickle.loads(pickle.dumps(ds[7]))  # torch's spawned workers: the bytes travel
+    assert bytes(copy[0].data) == files[7].read_bytes() and copy[0].describe() == ds[7][0].describe()
+    assert torch.equal(rl.materialize(copy)[0], pil(files[7]))
+
+
+def test_save_to_disk_and_from_parquet_round_trip(files, tmp_path):
+    embedded(files).save_to_disk(str(tmp_path / "saved"), num_shards=3)
+    reloaded = datasets.load_from_disk(str(tmp_path / "saved"))
+    assert reloaded.data.table.column("image").num_chunks == 3  # one Arrow chunk a shard
+    assert_epoch_is_pil(rl.DataLoader(rl.HFDataset(reloaded, transform=FIXED), batch_size=5),
+                        files)
+    embedded(files).to_parquet(str(tmp_path / "train.parquet"))
+    from_parquet = datasets.Dataset.from_parquet(str(tmp_path / "train.parquet"))
+    assert_epoch_is_pil(rl.DataLoader(rl.HFDataset(from_parquet, transform=FIXED), batch_size=5),
+                        files)
+    # The same file read by rl.Parquet directly.
+    assert_epoch_is_pil(rl.DataLoader(rl.Parquet(tmp_path / "train.parquet", transform=FIXED,
+                                                 cache_dir=tmp_path / "cache"),
+                                      batch_size=5), files)
+
+
+def test_paths_instead_of_bytes_become_image_files(files):
+    hf = datasets.Dataset.from_dict({"image": [str(p) for p in files],
+                                     "label": labels_of(files)}).cast_column("image",
+                                                                            datasets.Image())
+    ds = rl.HFDataset(hf, transform=FIXED)
+    assert isinstance(ds[3][0], rl.ImageFile) and ds[3][0].path == str(files[3])
+    assert_epoch_is_pil(rl.DataLoader(ds, batch_size=4), files)
+
+
+def test_plain_binary_column_and_select_shuffle_indices(files):
+    hf = datasets.Dataset.from_dict({"jpeg": [p.read_bytes() for p in files],
+                                     "cls": labels_of(files)})
+    picked = hf.shuffle(seed=3).select(range(6))  # an indices mapping, not a new table
+    order = picked._indices.column(0).to_pylist()
+    ds = rl.HFDataset(picked, transform=FIXED, image_column="jpeg", label_column="cls")
+    batches = list(rl.DataLoader(ds, batch_size=4))
+    assert_epoch_is_pil(batches, files, order)
+    assert torch.cat([b[1] for b in batches]).tolist() == [labels_of(files)[i] for i in order]
+    window = hf.select(range(5, 11))  # contiguous: a sliced table (offsets), no indices
+    batches = list(rl.DataLoader(rl.HFDataset(window, transform=FIXED, image_column="jpeg",
+                                              label_column="cls"), batch_size=4))
+    assert_epoch_is_pil(batches, files, list(range(5, 11)))
+
+
+def test_shuffle_is_torchs_order_resumes_and_shards(files):
+    hf = datasets.Dataset.from_dict({"image": [p.read_bytes() for p in files],
+                                     "label": list(range(len(files)))})
+    ds = rl.HFDataset(hf, transform=RANDOM)
+    torch.manual_seed(4)
+    one = list(rl.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2))
+    torch.manual_seed(4)
+    torchs = torch.cat(list(tud.DataLoader(range(len(files)), batch_size=4, shuffle=True)))
+    assert torch.cat([b[1] for b in one]).tolist() == torchs.tolist()
+    torch.manual_seed(4)
+    loader = rl.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    del it
+    resumed = rl.DataLoader(ds, batch_size=4, shuffle=True, num_workers=1)
+    resumed.load_state_dict(state)
+    for (ai, al), (bi, bl) in zip(list(resumed), one[1:]):
+        assert torch.equal(ai, bi) and torch.equal(al, bl)
+    seen = []
+    for rank in range(3):
+        for _, labels in rl.DataLoader(ds, batch_size=4, shuffle=True, rank=rank, world_size=3):
+            seen += labels.tolist()
+    assert sorted(set(seen)) == list(range(len(files))) and len(seen) == 15  # padded to 3 x 5
+    sub = next(iter(rl.DataLoader(tud.Subset(ds, [9, 2]), batch_size=2)))
+    assert sub[1].tolist() == [9, 2]
+
+
+def write_parquet(path: Path, rows: list, group: int, struct: bool) -> None:
+    images = [{"bytes": b, "path": p} for b, p in rows] if struct else [b for b, _ in rows]
+    n = len(rows)
+    table = pa.table({"image": images, "label": list(range(n)), "id": [f"{path.stem}-{i}"
+                                                                       for i in range(n)]})
+    pq.write_table(table, path, row_group_size=group)
+
+
+def test_parquet_files_with_row_groups_every_row_once_across_ranks(files, tmp_path):
+    data = [(p.read_bytes(), None) for p in files]
+    write_parquet(tmp_path / "a.parquet", data[:8], group=3, struct=True)
+    write_parquet(tmp_path / "b.parquet", data[8:], group=4, struct=False)
+    assert pq.ParquetFile(tmp_path / "a.parquet").num_row_groups == 3
+    ds = rl.Parquet(str(tmp_path / "*.parquet"), transform=FIXED, columns=["id"],
+                    cache_dir=tmp_path / "cache")
+    assert len(ds) == len(files)
+    batches = list(rl.DataLoader(ds, batch_size=4))
+    assert_epoch_is_pil(batches, files)
+    ids = [i for b in batches for i in b[2]]
+    assert ids == [f"a-{i}" for i in range(8)] + [f"b-{i}" for i in range(6)]
+    seen = []
+    for rank in range(2):
+        loader = rl.DataLoader(ds, batch_size=3, shuffle=True, rank=rank, world_size=2)
+        for images, _, ids in loader:
+            seen += ids
+            for image, key in zip(images, ids):
+                k = int(key[2:]) + (8 if key[0] == "b" else 0)
+                assert torch.equal(image, pil(files[k]))
+    assert sorted(seen) == sorted(f"a-{i}" for i in range(8)) + sorted(f"b-{i}" for i in range(6))
+
+
+def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, tmp_path):
+    """A set several times a small budget: building holds no row group in process memory (the
+    rows are mapped from the Arrow copy), and a second build reuses the copy."""
+    data = [(p.read_bytes(), None) for p in files] * 6  # 84 rows
+    total = sum(len(b) for b, _ in data)
+    group = 7
+    budget = 2 * max(sum(len(b) for b, _ in data[i:i + group]) for i in range(0, 84, group))
+    assert total > 3 * budget
+    write_parquet(tmp_path / "big.parquet", data, group=group, struct=True)
+    before = pa.total_allocated_bytes()
+    ds = rl.Parquet(tmp_path / "big.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
+    assert pa.total_allocated_bytes() - before < budget
+    copies = list((tmp_path / "cache").glob("*.arrow"))
+    assert len(copies) == 1
+    stamp = copies[0].stat().st_mtime_ns
+    torch.manual_seed(1)
+    order = torch.cat(list(tud.DataLoader(range(84), batch_size=12, shuffle=True))).tolist()
+    torch.manual_seed(1)
+    batches = list(rl.DataLoader(ds, batch_size=12, shuffle=True))
+    assert torch.cat([b[1] for b in batches]).tolist() == order  # label = row in the file
+    assert_epoch_is_pil(batches, files, [i % len(files) for i in order])
+    assert pa.total_allocated_bytes() - before < budget
+    rl.Parquet(tmp_path / "big.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
+    assert copies[0].stat().st_mtime_ns == stamp  # unchanged file: its copy is reused
+
+
+def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_path):
+    rows = [(p.read_bytes(), None) for p in files[:8]]
+    rows[4] = (b"not an image", None)
+    rows[6] = (None, None)  # a null image
+    rows[7] = (None, str(tmp_path / "missing.jpg"))
+    write_parquet(tmp_path / "bad.parquet", rows, group=3, struct=True)
+    ds = rl.Parquet(tmp_path / "bad.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
+    it = iter(rl.DataLoader(ds, batch_size=4))
+    next(it)
+    with pytest.raises(rl.SampleError) as info:
+        next(it)
+    assert info.value.index == 4 and "bad.parquet: row group 1, row 4" in str(info.value)
+    kept = list(rl.DataLoader(ds, batch_size=4, on_error="skip"))
+    assert torch.cat([b[1] for b in kept]).tolist() == [0, 1, 2, 3, 5]
+    with pytest.raises(rl.SampleError, match="row group 2, row 6: null image"):
+        list(rl.DataLoader(tud.Subset(ds, [6]), batch_size=1))
+    with pytest.raises(rl.SampleError, match="missing.jpg"):
+        list(rl.DataLoader(tud.Subset(ds, [7]), batch_size=1))
+
+
+def test_bad_arguments_are_named(files, tmp_path):
+    hf = embedded(files[:2])
+    with pytest.raises(KeyError, match="no image column 'img'"):
+        rl.HFDataset(hf, image_column="img")
+    with pytest.raises(KeyError, match="no label column 'target'"):
+        rl.HFDataset(hf, label_column="target")
+    with pytest.raises(KeyError, match="'caption' named in columns="):
+        rl.HFDataset(hf, columns=["caption"])
+    with pytest.raises(TypeError, match="pick a split"):
+        rl.HFDataset(datasets.DatasetDict({"train": hf}))
+    with pytest.raises(TypeError, match="image column 'label'"):
+        rl.HFDataset(hf, image_column="label")
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        rl.Parquet(str(tmp_path / "*.parquet"))
+    (tmp_path / "junk.parquet").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="junk.parquet.*not a readable Parquet"):
+        rl.Parquet(tmp_path / "junk.parquet")
+    assert rl.HFDataset(hf, label_column=None)[0][0].nbytes == files[0].stat().st_size
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind,baseline", [("hf", "torch DataLoader \\+ with_transform"),
+                                           ("parquet", "ringloader ImageFolder")])
+def test_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path, kind, baseline):
+    """``python -m ringloader.bench --dataset hf|parquet``: the report's shape (not its timings);
+    the dataset it wrote into a temporary folder is removed afterwards."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", kind, "--root", str(image_tree),
+         "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1", "--num-workers", "2",
+         "--quiet"],
+        capture_output=True, text=True, env=dict(os.environ, TMPDIR=str(scratch)), timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(rf"ringloader {kind} benchmark: 24 images", out), out
+    assert re.search(rf"{baseline} *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader (HFDataset|Parquet) *: +\d+ samples/s \([0-9.]+x\)", out), out
+    assert not list(scratch.glob("ringloader-bench-*"))
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "huggingface.md"
+
+
+def _doc_blocks():
+    from test_readme_blocks import blocks
+
+    return blocks(DOC)
+
+
+@pytest.mark.parametrize("line,code,skip", _doc_blocks(),
+                         ids=[f"huggingface.md:{line}" for line, _, _ in _doc_blocks()])
+def test_manual_page_block_runs(tmp_path, line, code, skip):
+    import subprocess
+    import sys
+
+    from test_readme_blocks import localise
+
+    if skip:
+        pytest.skip(skip)
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path / "cache"))  # rl.Parquet's Arrow copies
+    done = subprocess.run([sys.executable, "-c", localise(code, tmp_path)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240, env=env)
+    assert done.returncode == 0, f"huggingface.md:{line} failed:\n{done.stderr[-3000:]}"
