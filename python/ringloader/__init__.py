@@ -12,6 +12,7 @@ Map of the package (public modules first, then private ones):
 * ``dataloader``: ``DataLoader``, the facade: checks the arguments, picks a backend, delegates.
 * ``datasets``: ``ImageFolder``, ``DatasetFolder``, ``FileList`` (``NativeDataset``), sample tables.
 * ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``materialize``.
+* ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
 * ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).

@@ -18,8 +18,9 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from . import _C
 from . import transforms as T
-from .datasets import NativeDataset, SampleKey, _fixed_size, _run_seeded, tail_seed
+from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
 from .references import ImageFile, ImageReference, materialize
 
 __all__ = ["UserSource", "source_for"]
@@ -183,7 +184,7 @@ class UserSource(NativeDataset):
     @property
     def per_sample(self) -> bool:
         return super().per_sample or any(
-            s.tail is not None or not _fixed_size(s.steps) for s in self._view_splits)
+            s.tail is not None or not _C.fixed_size(s.steps) for s in self._view_splits)
 
     def native_options(self):
         options = super().native_options()
