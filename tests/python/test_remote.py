@@ -249,9 +249,49 @@ def test_a_shard_that_cannot_be_fetched_fails_its_samples_not_the_run(nginx, pro
     down = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c3"),
                          index_cache=index, remote_options=FAST)
     assert len(down) == 24 and down.keys == local.keys
-    assert all("HTTP 503" in e for e in down.sample_errors[12:])
+    # Built from the kept indexes: the shard is fetched at the epoch's start, and fails there.
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"HTTP 503"):
+        _epoch(down)
     labels, _ = _epoch(down, on_error="skip")
     assert sorted(labels) == sorted(local.targets[:12])
+    # Not fetched at construction either: a dataset nothing was kept for counts it as one
+    # failing sample.
+    fresh = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c4"),
+                          index_cache=str(tmp_path / "index2"), remote_options=FAST)
+    assert len(fresh) == 13 and "HTTP 503" in fresh.sample_errors[12]
+
+
+@needs_nginx
+def test_kept_indexes_build_the_dataset_without_downloading(nginx, shards, tmp_path):
+    url = f"{nginx.url}/train-{{000000..000001}}.tar"
+    index = str(tmp_path / "index")
+    first = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c1"),
+                          index_cache=index)
+    before = nginx.gets("train-000000.tar")
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    assert nginx.gets("train-000000.tar") == before  # only the kept index was read
+    assert ds.keys == first.keys and ds.targets == first.targets
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
+    _assert_same(ds, _local(shards), shuffle=True, seed=1)  # the epoch's start downloads
+    assert nginx.gets("train-000000.tar") == before + 1
+    assert all(p.startswith(str(tmp_path / "c2")) and os.path.exists(p) for p in ds.shard_paths)
+
+
+@needs_nginx
+def test_a_kept_index_of_a_changed_object_is_stale_at_the_first_epoch(nginx, shards, tmp_path):
+    root, names = shards
+    (root / "kept").mkdir(exist_ok=True)
+    target = root / "kept" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    url, index = f"{nginx.url}/kept/train.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    target.write_bytes((root / names[1]).read_bytes())  # replaced on the server (a new ETag)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    with pytest.raises(rl.StaleIndexError, match=r"kept/train\.tar changed since the dataset"):
+        _epoch(ds)
 
 
 @needs_nginx
