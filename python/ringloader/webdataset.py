@@ -463,8 +463,9 @@ class WebDataset(NativeDataset):
         self.urls = [url for url, _ in expanded]
         #: Per shard: the file its samples are read from (a remote shard's cached copy).
         self.shard_paths = list(self.urls)
-        #: Per remote shard: (size, ETag) of the copy it was indexed from; None for the others.
-        self.remote_copies: List[Optional[Tuple[int, str]]] = [None] * len(self.urls)
+        #: Per remote shard: (size, ETag) of the copy it was indexed from (ETag None: from a pack
+        #: sidecar, not known before the download); None for the others.
+        self.remote_copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(self.urls)
         self._fetcher: Optional[_remote.RemoteFetcher] = None
         #: Per remote shard that could not be fetched at the last epoch's start: the error.
         self._fetch_errors: Dict[int, str] = {}
@@ -483,9 +484,12 @@ class WebDataset(NativeDataset):
                 index = self._known_remote_index(self.urls[s])
                 if index is not None:
                     known[s] = index
-                    self.remote_copies[s] = index["remote_copy"]
-                    self.shard_paths[s] = _C.shard_cache_entry_path(self._fetcher.cache_dir,
-                                                                    self.urls[s])
+            if label_key == "cls":
+                known.update(self._remote_sidecars([s for s in remote if s not in known]))
+            for s, index in known.items():
+                self.remote_copies[s] = index["remote_copy"]
+                self.shard_paths[s] = _C.shard_cache_entry_path(self._fetcher.cache_dir,
+                                                                self.urls[s])
             unfetched = self._fetch_remote([s for s in remote if s not in known],
                                            construction=True)
             fetched = set(remote) - set(unfetched) - set(known)
@@ -625,6 +629,24 @@ class WebDataset(NativeDataset):
             return None
         return dict(index, remote_copy=copy)
 
+    def _remote_sidecars(self, shards: Sequence[int]) -> Dict[int, Dict[str, Any]]:
+        """The indexes of the remote ``shards`` from the pack sidecars next to them on the server
+        (``URL.idx.json``, small), for those that have one: the shard itself is then downloaded
+        at the first epoch's start. A sidecar names the shard's size but not its ETag (None:
+        taken from that download)."""
+        if not shards:
+            return {}
+        assert self._fetcher is not None
+        results = self._fetcher.fetch([self.urls[s] + INDEX_SUFFIX for s in shards])
+        out: Dict[int, Dict[str, Any]] = {}
+        for s, r in zip(shards, results):
+            # No sidecar (404, or 403 from S3 without list rights) or none readable: the shard
+            # is downloaded and indexed now, as without sidecars.
+            index = None if "error" in r else _load_index(r["path"])
+            if index is not None and not index.get("error"):
+                out[s] = dict(index, remote_copy=(int(index["bytes"]), None))
+        return out
+
     def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
         """The index of a remote shard that could not be fetched: every sample of its index from
         an earlier run (``index_cache``) failing with ``error``, else one failing sample that
@@ -650,10 +672,12 @@ class WebDataset(NativeDataset):
                 failed[s] = r["error"]
                 continue
             copy = (int(r["size"]), str(r["etag"]))
+            was = self.remote_copies[s]
+            if was is not None and was[1] is None and was[0] == copy[0]:
+                was = self.remote_copies[s] = copy  # indexed from a sidecar: its ETag is this one
             if construction:
                 self.remote_copies[s] = copy
-            elif self.remote_copies[s] is not None and copy != self.remote_copies[s]:
-                was = self.remote_copies[s]
+            elif was is not None and copy != was:
                 error = StaleIndexError(
                     f"WebDataset shard {self.urls[s]} changed since the dataset was built "
                     f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "

@@ -5,6 +5,7 @@ to the same shards read locally; the node-local cache, its lock and its limit; t
 
 from __future__ import annotations
 
+import io
 import os
 import time
 import warnings
@@ -470,3 +471,26 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     if srv.shutil.which("curl"):
         assert re.search(r"pipe:curl \(each epoch\) +: +[0-9.]+ s, \d+ img/s", out), out
     assert not list(scratch.glob("ringloader-remote-*"))
+
+
+@needs_nginx
+def test_pack_sidecars_on_the_server_build_the_dataset_without_the_shards(nginx, shards,
+                                                                           unique_tree, tmp_path):
+    root, _ = shards
+    from ringloader import pack
+    pack.pack(str(unique_tree), str(root / "packed"), shard_size=600_000,
+              progress_stream=io.StringIO())
+    names = sorted(p.name for p in (root / "packed").glob("shard-*.tar"))
+    assert len(names) >= 2
+    urls = [f"{nginx.url}/packed/{n}" for n in names]
+    local = rl.WebDataset([str(root / "packed" / n) for n in names], transform=TRANSFORM,
+                          index_cache=None)
+    ds = rl.WebDataset(urls, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=None)
+    tars = lambda: [nginx.gets(f"packed/{n}") for n in names]  # noqa: E731
+    assert tars() == [0] * len(names)  # the sidecars only
+    assert all(nginx.gets(f"packed/{n}.idx.json") == 1 for n in names)
+    assert ds.keys == local.keys and ds.targets == local.targets
+    _assert_same(ds, local)  # the epoch's start downloads the shards
+    assert tars() == [1] * len(names)
+    assert all(c is not None and c[1] is not None for c in ds.remote_copies)  # ETags learnt
