@@ -1107,6 +1107,13 @@ PYBIND11_MODULE(_C, m) {
   py::class_<FetchCancel>(m, "FetchCancel", "Stops the fetch_shards call it is given to, from another thread.")
       .def(py::init<>())
       .def("set", [](FetchCancel& c) { c.flag->store(true); });
+  m.def(
+      "shard_cache_entry_path",
+      [](const std::string& cache_dir, const std::string& url) {
+        return ShardCache(cache_dir, 0, {}).EntryPath(url);
+      },
+      py::arg("cache_dir"), py::arg("url"),
+      "Where url's shard lives in the cache folder (whether it is there or not).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
         py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
         "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "

@@ -251,9 +251,14 @@ def _cache_path(url: str, image_exts: Sequence[str], label_key: str, label_field
     return os.path.join(index_cache, digest + ".json")
 
 
-def _write_cache(cache_path: str, url: str, scan: Dict[str, Any]) -> None:
+def _write_cache(cache_path: str, url: str, scan: Dict[str, Any],
+                 remote_copy: Optional[Tuple[int, str]] = None) -> None:
+    """``remote_copy``: a remote shard's (size, ETag) of the object the index was made from."""
     os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    write_json(cache_path, _index_to_json(url, scan))
+    data = _index_to_json(url, scan)
+    if remote_copy is not None:
+        data["remote_copy"] = [int(remote_copy[0]), str(remote_copy[1])]
+    write_json(cache_path, data)
 
 
 def cache_index_as(url: str, local_shard: str, index_cache: str, *,
@@ -458,26 +463,43 @@ class WebDataset(NativeDataset):
         self.urls = [url for url, _ in expanded]
         #: Per shard: the file its samples are read from (a remote shard's cached copy).
         self.shard_paths = list(self.urls)
-        #: Per remote shard: (size, ETag) of the copy it was indexed from; None for the others.
-        self.remote_copies: List[Optional[Tuple[int, str]]] = [None] * len(self.urls)
+        #: Per remote shard: (size, ETag) of the copy it was indexed from (ETag None: from a pack
+        #: sidecar, not known before the download); None for the others.
+        self.remote_copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(self.urls)
         self._fetcher: Optional[_remote.RemoteFetcher] = None
+        #: Per remote shard that could not be fetched at the last epoch's start: the error.
+        self._fetch_errors: Dict[int, str] = {}
         unfetched: Dict[int, str] = {}
         remote = [s for s, (url, pipe) in enumerate(expanded)
                   if not pipe and _remote.remote_scheme(url) is not None]
+        self.label_key, self.label_field = label_key, label_field
+        self.image_exts = tuple(image_exts)
+        self.index_cache = None if index_cache is None else os.fspath(index_cache)
+        #: Remote shards whose index (and the size and ETag of the object it was made from) an
+        #: earlier run kept under index_cache: not downloaded now, but at the first epoch's start.
+        known: Dict[int, Dict[str, Any]] = {}
         if remote:
             self._fetcher = _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options)
-            unfetched = self._fetch_remote(remote, construction=True)
-            fetched = set(remote) - set(unfetched)
+            for s in remote:
+                index = self._known_remote_index(self.urls[s])
+                if index is not None:
+                    known[s] = index
+            if label_key == "cls":
+                known.update(self._remote_sidecars([s for s in remote if s not in known]))
+            for s, index in known.items():
+                self.remote_copies[s] = index["remote_copy"]
+                self.shard_paths[s] = _C.shard_cache_entry_path(self._fetcher.cache_dir,
+                                                                self.urls[s])
+            unfetched = self._fetch_remote([s for s in remote if s not in known],
+                                           construction=True)
+            fetched = set(remote) - set(unfetched) - set(known)
             expanded = [(self.shard_paths[s], pipe) if s in fetched else (url, pipe)
                         for s, (url, pipe) in enumerate(expanded)]
         elif cache_dir is not None or cache_limit is not None:
             _remote.cache_limit_bytes(cache_limit)  # a bad value is an error whatever the urls
         #: Per shard: True when it is the stdout of a ``pipe:`` command written in ``urls``.
         self.url_pipes = [pipe for _, pipe in expanded]
-        self.label_key, self.label_field = label_key, label_field
-        self.image_exts = tuple(image_exts)
         self.shuffle_buffer = int(shuffle_buffer)
-        self.index_cache = None if index_cache is None else os.fspath(index_cache)
         keys: List[str] = []
         members: List[str] = []
         offsets, lengths, labels = [], [], []
@@ -489,20 +511,25 @@ class WebDataset(NativeDataset):
         self.shard_stats: List[Optional[Tuple[int, int]]] = []
         if progress is not None and not isinstance(progress, bool):
             raise ValueError(f"WebDataset progress must be None, True or False, got {progress!r}")
-        indexed = iter(self._index_all([e for s, e in enumerate(expanded) if s not in unfetched],
-                                       _progress_delay(progress)))
+        indexed = iter(self._index_all(
+            [e for s, e in enumerate(expanded) if s not in unfetched and s not in known],
+            _progress_delay(progress)))
         for s in range(len(expanded)):
             if s in unfetched:
                 url, pipe = self.urls[s], False
                 index = self._unfetched_index(url, unfetched[s])
+            elif s in known:
+                url, pipe, index = self.urls[s], False, known[s]
             else:
                 url, pipe, index = next(indexed)
             if self.remote_copies[s] is not None:
                 url = self.urls[s]
-                if self.index_cache is not None:
-                    # Kept so that a later run that cannot fetch the shard still knows its
-                    # samples (the dataset's length and order stay those of this run).
-                    _write_cache(self._remote_index_path(url), url, index)
+                if self.index_cache is not None and s not in known:
+                    # Kept so that a later run builds the dataset without downloading the shard,
+                    # and one that cannot fetch it still knows its samples (the dataset's length
+                    # and order stay those of this run).
+                    _write_cache(self._remote_index_path(url), url, index,
+                                 remote_copy=self.remote_copies[s])
                 index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
@@ -553,8 +580,8 @@ class WebDataset(NativeDataset):
         first failure in shard order is raised (the one indexing one by one would raise)."""
         index = lambda url, pipe: _index_shard(  # noqa: E731
             url, pipe, self.image_exts, self.label_key, self.label_field, self.index_cache)
-        if len(expanded) == 1:
-            return [(expanded[0][0], expanded[0][1], index(*expanded[0]))]
+        if len(expanded) <= 1:
+            return [(url, pipe, index(url, pipe)) for url, pipe in expanded]
         streamed = sum(
             1 for url, pipe in expanded if pipe and (self.index_cache is None or not os.path.isfile(
                 _cache_path(url, self.image_exts, self.label_key, self.label_field,
@@ -583,6 +610,43 @@ class WebDataset(NativeDataset):
         return _cache_path(url, self.image_exts, self.label_key, self.label_field,
                            self.index_cache)
 
+    def _known_remote_index(self, url: str) -> Optional[Dict[str, Any]]:
+        """The index an earlier run kept for the remote shard ``url``, with ``remote_copy``, the
+        (size, ETag) of the object it was made from; None when there is none, it was made
+        before sizes were kept, or the shard was damaged (then it is downloaded and indexed
+        now)."""
+        if self.index_cache is None:
+            return None
+        path = self._remote_index_path(url)
+        index = _load_index(path)
+        if index is None or index.get("error"):
+            return None
+        try:
+            with open(path, encoding="utf-8") as f:
+                size, etag = json.load(f)["remote_copy"]
+            copy = (int(size), str(etag))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return dict(index, remote_copy=copy)
+
+    def _remote_sidecars(self, shards: Sequence[int]) -> Dict[int, Dict[str, Any]]:
+        """The indexes of the remote ``shards`` from the pack sidecars next to them on the server
+        (``URL.idx.json``, small), for those that have one: the shard itself is then downloaded
+        at the first epoch's start. A sidecar names the shard's size but not its ETag (None:
+        taken from that download)."""
+        if not shards:
+            return {}
+        assert self._fetcher is not None
+        results = self._fetcher.fetch([self.urls[s] + INDEX_SUFFIX for s in shards])
+        out: Dict[int, Dict[str, Any]] = {}
+        for s, r in zip(shards, results):
+            # No sidecar (404, or 403 from S3 without list rights) or none readable: the shard
+            # is downloaded and indexed now, as without sidecars.
+            index = None if "error" in r else _load_index(r["path"])
+            if index is not None and not index.get("error"):
+                out[s] = dict(index, remote_copy=(int(index["bytes"]), None))
+        return out
+
     def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
         """The index of a remote shard that could not be fetched: every sample of its index from
         an earlier run (``index_cache``) failing with ``error``, else one failing sample that
@@ -608,10 +672,12 @@ class WebDataset(NativeDataset):
                 failed[s] = r["error"]
                 continue
             copy = (int(r["size"]), str(r["etag"]))
+            was = self.remote_copies[s]
+            if was is not None and was[1] is None and was[0] == copy[0]:
+                was = self.remote_copies[s] = copy  # indexed from a sidecar: its ETag is this one
             if construction:
                 self.remote_copies[s] = copy
-            elif self.remote_copies[s] is not None and copy != self.remote_copies[s]:
-                was = self.remote_copies[s]
+            elif was is not None and copy != was:
                 error = StaleIndexError(
                     f"WebDataset shard {self.urls[s]} changed since the dataset was built "
                     f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "
@@ -678,9 +744,11 @@ class WebDataset(NativeDataset):
         says what to do (:meth:`stale_index_error`)."""
         if index is None:
             return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
-        if self.members[index] in str(exc):
+        fetch_error = self._fetch_errors.get(self.shard_of(index))
+        if self.members[index] in str(exc) and fetch_error is None:
             return exc
-        new = type(exc)(f"{exc} [{self.describe_sample(index)}]")
+        why = f"; the shard could not be downloaded: {fetch_error}" if fetch_error else ""
+        new = type(exc)(f"{exc} [{self.describe_sample(index)}{why}]")
         for name in ("index", "path", "reason", "code"):
             if hasattr(exc, name):
                 setattr(new, name, getattr(exc, name))
@@ -734,9 +802,12 @@ class WebDataset(NativeDataset):
             except OSError:
                 missing.append(s)
         if missing:
-            # Back into the cache if it was evicted since; one that cannot be fetched now fails
-            # its samples when they are read (on_error).
-            self._fetch_remote(missing, construction=False)
+            # Into the cache: not downloaded yet (the dataset was built from kept indexes), or
+            # evicted since. One that cannot be fetched now fails its samples when they are read
+            # (on_error), and their errors say why (explain_error).
+            for s in missing:
+                self._fetch_errors.pop(s, None)
+            self._fetch_errors.update(self._fetch_remote(missing, construction=False))
         for s in wanted:
             was = self.shard_stats[s]
             if was is None:

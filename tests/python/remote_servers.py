@@ -106,8 +106,8 @@ class Nginx:
         log = self.prefix / "logs" / "access.log"
         if not log.exists():
             return 0
-        return sum(1 for line in log.read_text().splitlines() if f"GET /{name}" in line or
-                   f"/{name} HTTP" in line)
+        return sum(1 for line in log.read_text().splitlines()
+                   if "GET /" in line and f"/{name} HTTP" in line)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

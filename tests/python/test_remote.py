@@ -5,6 +5,7 @@ to the same shards read locally; the node-local cache, its lock and its limit; t
 
 from __future__ import annotations
 
+import io
 import os
 import time
 import warnings
@@ -249,9 +250,49 @@ def test_a_shard_that_cannot_be_fetched_fails_its_samples_not_the_run(nginx, pro
     down = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c3"),
                          index_cache=index, remote_options=FAST)
     assert len(down) == 24 and down.keys == local.keys
-    assert all("HTTP 503" in e for e in down.sample_errors[12:])
+    # Built from the kept indexes: the shard is fetched at the epoch's start, and fails there.
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"HTTP 503"):
+        _epoch(down)
     labels, _ = _epoch(down, on_error="skip")
     assert sorted(labels) == sorted(local.targets[:12])
+    # Not fetched at construction either: a dataset nothing was kept for counts it as one
+    # failing sample.
+    fresh = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c4"),
+                          index_cache=str(tmp_path / "index2"), remote_options=FAST)
+    assert len(fresh) == 13 and "HTTP 503" in fresh.sample_errors[12]
+
+
+@needs_nginx
+def test_kept_indexes_build_the_dataset_without_downloading(nginx, shards, tmp_path):
+    url = f"{nginx.url}/train-{{000000..000001}}.tar"
+    index = str(tmp_path / "index")
+    first = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c1"),
+                          index_cache=index)
+    before = nginx.gets("train-000000.tar")
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    assert nginx.gets("train-000000.tar") == before  # only the kept index was read
+    assert ds.keys == first.keys and ds.targets == first.targets
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
+    _assert_same(ds, _local(shards), shuffle=True, seed=1)  # the epoch's start downloads
+    assert nginx.gets("train-000000.tar") == before + 1
+    assert all(p.startswith(str(tmp_path / "c2")) and os.path.exists(p) for p in ds.shard_paths)
+
+
+@needs_nginx
+def test_a_kept_index_of_a_changed_object_is_stale_at_the_first_epoch(nginx, shards, tmp_path):
+    root, names = shards
+    (root / "kept").mkdir(exist_ok=True)
+    target = root / "kept" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    url, index = f"{nginx.url}/kept/train.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    target.write_bytes((root / names[1]).read_bytes())  # replaced on the server (a new ETag)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    with pytest.raises(rl.StaleIndexError, match=r"kept/train\.tar changed since the dataset"):
+        _epoch(ds)
 
 
 @needs_nginx
@@ -430,3 +471,26 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     if srv.shutil.which("curl"):
         assert re.search(r"pipe:curl \(each epoch\) +: +[0-9.]+ s, \d+ img/s", out), out
     assert not list(scratch.glob("ringloader-remote-*"))
+
+
+@needs_nginx
+def test_pack_sidecars_on_the_server_build_the_dataset_without_the_shards(nginx, shards,
+                                                                           unique_tree, tmp_path):
+    root, _ = shards
+    from ringloader import pack
+    pack.pack(str(unique_tree), str(root / "packed"), shard_size=600_000,
+              progress_stream=io.StringIO())
+    names = sorted(p.name for p in (root / "packed").glob("shard-*.tar"))
+    assert len(names) >= 2
+    urls = [f"{nginx.url}/packed/{n}" for n in names]
+    local = rl.WebDataset([str(root / "packed" / n) for n in names], transform=TRANSFORM,
+                          index_cache=None)
+    ds = rl.WebDataset(urls, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=None)
+    tars = lambda: [nginx.gets(f"packed/{n}") for n in names]  # noqa: E731
+    assert tars() == [0] * len(names)  # the sidecars only
+    assert all(nginx.gets(f"packed/{n}.idx.json") == 1 for n in names)
+    assert ds.keys == local.keys and ds.targets == local.targets
+    _assert_same(ds, local)  # the epoch's start downloads the shards
+    assert tars() == [1] * len(names)
+    assert all(c is not None and c[1] is not None for c in ds.remote_copies)  # ETags learnt
