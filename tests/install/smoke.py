@@ -24,11 +24,12 @@ import sysconfig
 import tempfile
 from pathlib import Path
 
-# What the wheel may take from the system (plus the dynamic loader and the vDSO): glibc,
-# libstdc++, libgcc, and zlib, which every manylinux policy lists as always present; the libspng
-# and libtiff that auditwheel vendors link it (ringloader's own zlib is static).
+# What the wheel may take from the system (plus the dynamic loader and the vDSO): glibc (its
+# resolver, libresolv, included: the vendored libcurl resolves host names with it), libstdc++,
+# libgcc, and zlib, which every manylinux policy lists as always present; the libspng, libtiff
+# and libcurl that auditwheel vendors link zlib.
 SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libpthread.so.0",
-               "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"}
+               "libresolv.so.2", "libstdc++.so.6", "libgcc_s.so.1", "libz.so.1"}
 
 
 def check_ldd(binary: Path, libs_dir: Path) -> None:
