@@ -86,3 +86,36 @@ def test_unknown_leaf_and_own_transform_are_refused(files):
         rl.Joint(v2.RandomHorizontalFlip(), [rl.ImageFile(image, transform=v2.ToImage())])
     with pytest.raises(TypeError, match="callable"):
         rl.Joint("flip", [rl.ImageFile(image)])
+
+
+def test_dataloader_runs_joint_on_torchs_path_with_one_warning_and_fixed_draws(files):
+    import warnings
+
+    image, mask = files
+    t = v2.Compose([v2.RandomResizedCrop(24, antialias=True), v2.RandomHorizontalFlip()])
+    boxes = tv_tensors.BoundingBoxes([[2, 2, 30, 20]], format="XYXY", canvas_size=(48, 64))
+
+    class Seg(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return rl.Joint(t, (rl.ImageFile(image), rl.ImageFile(mask, mode="mask"), boxes, i))
+
+    def epoch():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = rl.DataLoader(Seg(), batch_size=2, generator=torch.Generator().manual_seed(3),
+                                   collate_fn=lambda b: tuple(zip(*b)))
+        joint = [w for w in caught if "Joint" in str(w.message)]
+        assert len(joint) == 1 and "torch's generic path" in str(joint[0].message)
+        assert not loader.native
+        return [x for batch in loader for x in zip(*batch)]
+
+    first, second = epoch(), epoch()
+    assert [s[3] for s in first] == [0, 1, 2, 3]
+    for a, b in zip(first, second):  # the same seed draws the same crops and flips
+        assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3]))
+    for image_, mask_, boxes_, _ in first:  # each leaf saw the same geometry
+        assert isinstance(mask_, tv_tensors.Mask) and mask_.shape == (24, 24)
+        assert image_.shape == (3, 24, 24) and boxes_.canvas_size == (24, 24)
