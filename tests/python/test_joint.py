@@ -102,19 +102,20 @@ def test_dataloader_runs_joint_on_torchs_path_with_one_warning_and_fixed_draws(f
         def __getitem__(self, i):
             return rl.Joint(t, (rl.ImageFile(image), rl.ImageFile(mask, mode="mask"), boxes, i))
 
-    def epoch():
+    def epoch(num_workers):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            loader = rl.DataLoader(Seg(), batch_size=2, generator=torch.Generator().manual_seed(3),
+            loader = rl.DataLoader(Seg(), batch_size=2, num_workers=num_workers,
+                                   generator=torch.Generator().manual_seed(3),
                                    collate_fn=lambda b: tuple(zip(*b)))
         joint = [w for w in caught if "Joint" in str(w.message)]
         assert len(joint) == 1 and "torch's generic path" in str(joint[0].message)
         assert not loader.native
         return [x for batch in loader for x in zip(*batch)]
 
-    first, second = epoch(), epoch()
+    first, second = epoch(0), epoch(1)
     assert [s[3] for s in first] == [0, 1, 2, 3]
-    for a, b in zip(first, second):  # the same seed draws the same crops and flips
+    for a, b in zip(first, second):  # the same seed draws the same crops and flips, in a worker too
         assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3]))
     for image_, mask_, boxes_, _ in first:  # each leaf saw the same geometry
         assert isinstance(mask_, tv_tensors.Mask) and mask_.shape == (24, 24)
