@@ -11,7 +11,7 @@ Map of the package (public modules first, then private ones):
 
 * ``dataloader``: ``DataLoader``, the facade: checks the arguments, picks a backend, delegates.
 * ``datasets``: ``ImageFolder``, ``DatasetFolder``, ``FileList`` (``NativeDataset``), sample tables.
-* ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``materialize``.
+* ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``Joint``, ``materialize``.
 * ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
 * ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
@@ -44,7 +44,7 @@ from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
 from .hf import HFDataset, Parquet
-from .references import ImageBytes, ImageFile, materialize
+from .references import ImageBytes, ImageFile, Joint, materialize
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
@@ -57,6 +57,7 @@ __all__ = [
     "IMG_EXTENSIONS",
     "ImageBytes",
     "ImageFile",
+    "Joint",
     "LoaderTimeoutError",
     "materialize",
     "NativeDataset",

@@ -21,7 +21,7 @@ import numpy as np
 from . import _C
 from . import transforms as T
 from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
-from .references import ImageFile, ImageReference, materialize
+from .references import ImageFile, ImageReference, Joint, materialize
 
 __all__ = ["UserSource", "source_for"]
 
@@ -50,6 +50,9 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
     if isinstance(sample, ImageReference):
         refs.append(sample)
         return _leaf(len(refs) - 1)
+    if isinstance(sample, Joint):  # its references are listed; the sample stays on torch's path
+        _strip(sample.structure, refs)
+        return sample
     if isinstance(sample, tuple):
         items = [_strip(v, refs) for v in sample]
         return type(sample)(*items) if hasattr(sample, "_fields") else tuple(items)
@@ -59,6 +62,15 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
         stripped = {k: _strip(v, refs) for k, v in sample.items()}
         return stripped if type(sample) is dict else type(sample)(stripped)
     return sample
+
+
+def _flat(structure: Any) -> List[Any]:
+    """The leaves of a stripped structure (a Joint is one leaf)."""
+    if isinstance(structure, (tuple, list)):
+        return [leaf for v in structure for leaf in _flat(v)]
+    if isinstance(structure, dict):
+        return [leaf for v in structure.values() for leaf in _flat(v)]
+    return [structure]
 
 
 def _has_reference(sample: Any) -> bool:
@@ -161,6 +173,10 @@ class UserSource(NativeDataset):
             ref = refs[0]
             if model is None:
                 model = refs
+            if refused is None and any(isinstance(v, Joint) for v in _flat(structures[-1])):
+                refused = (f"sample {i} holds a ringloader.Joint (a v2 transform applied jointly "
+                           "to images, masks and boxes is not native yet: torchvision transforms "
+                           "each sample in Python)")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if isinstance(ref, ImageFile):

@@ -12,7 +12,7 @@ import io
 import os
 from typing import Any, Dict, Tuple
 
-__all__ = ["ImageBytes", "ImageFile", "ImageReference", "materialize"]
+__all__ = ["ImageBytes", "ImageFile", "ImageReference", "Joint", "materialize"]
 
 _MODES = ("RGB", "L", "mask")
 
@@ -188,6 +188,88 @@ class ImageBytes(ImageReference):
         return (ImageBytes, (data, self.transform, self.mode))
 
 
+_PLAIN = (bool, int, float, complex, str, bytes, type(None))
+
+
+class Joint:
+    """A torchvision v2 ``transform`` applied at once to ``structure``: image references,
+    ``mode="mask"`` references, ``tv_tensors.BoundingBoxes``/``KeyPoints`` and plain values, in
+    tuples, lists and dicts. Every geometric leaf sees the same random draws (v2's contract).
+    References inside take no transform of their own: the joint transform is theirs."""
+
+    __slots__ = ("transform", "structure")
+
+    def __init__(self, transform: Any, structure: Any):
+        if not callable(transform):
+            raise TypeError(f"Joint(transform=...) needs a callable v2 transform, got "
+                            f"{type(transform).__name__}")
+        _check_joint_leaves(structure, "structure")
+        self.transform = transform
+        self.structure = structure
+
+    def materialize(self) -> Any:
+        """Decodes every reference (images as ``tv_tensors.Image``, masks as ``tv_tensors.Mask``
+        of the stored values) and applies the transform to the whole structure."""
+        return self.transform(_decode_joint(self.structure, {}))
+
+    def __repr__(self) -> str:
+        return f"ringloader.Joint({self.transform!r}, {self.structure!r})"
+
+    def __reduce__(self) -> Any:
+        return (Joint, (self.transform, self.structure))
+
+
+def _check_joint_leaves(value: Any, where: str) -> None:
+    """Refuses, naming its place, a leaf v2 could not transform jointly."""
+    import torch
+    from torchvision import tv_tensors
+
+    if isinstance(value, ImageReference):
+        if value.transform is not None:
+            raise ValueError(f"Joint: {where} is {value.describe()} with a transform of its own; "
+                             "inside Joint the joint transform applies to every leaf (pass "
+                             "transform=None)")
+        return
+    if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints, tv_tensors.Mask,
+                          torch.Tensor)) or isinstance(value, _PLAIN):
+        return
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            _check_joint_leaves(item, f"{where}[{i}]")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_joint_leaves(item, f"{where}[{key!r}]")
+        return
+    raise TypeError(f"Joint: {where} is a {type(value).__name__}, which Joint does not transform; "
+                    "a leaf is an ImageFile/ImageBytes, a tv_tensors.BoundingBoxes, KeyPoints or "
+                    "Mask, a tensor or a plain value")
+
+
+def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any]) -> Any:
+    if isinstance(value, ImageReference):
+        import numpy as np
+        import torch
+        from torchvision import tv_tensors
+
+        key = value._source_key() + (value.mode,)
+        image = decoded.get(key)
+        if image is None:
+            image = decoded[key] = value._decode()
+        array = torch.from_numpy(np.array(image, copy=True))
+        if value.mode == "mask":
+            return tv_tensors.Mask(array)
+        return tv_tensors.Image(array.permute(2, 0, 1) if array.ndim == 3 else array[None])
+    if isinstance(value, tuple):
+        items = [_decode_joint(v, decoded) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_decode_joint(v, decoded) for v in value]
+    if isinstance(value, dict):
+        return type(value)((k, _decode_joint(v, decoded)) for k, v in value.items())
+    return value
+
+
 def materialize(sample: Any) -> Any:
     """``sample`` with every :class:`ImageFile`/:class:`ImageBytes` in it decoded with Pillow and
     transformed (tuples, lists, namedtuples and dicts are walked at any depth; other values are
@@ -196,6 +278,8 @@ def materialize(sample: Any) -> Any:
     decoded: Dict[Tuple[Any, ...], Any] = {}
 
     def walk(value: Any) -> Any:
+        if isinstance(value, Joint):
+            return value.transform(_decode_joint(value.structure, decoded))
         if isinstance(value, ImageReference):
             key = value._source_key() + (value.mode,)
             image = decoded.get(key)
