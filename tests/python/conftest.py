@@ -10,21 +10,8 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from imagegen import FLAVOURS, jpeg_bytes  # noqa: E402
+from imagegen import write_tree  # noqa: E402,F401  (one builder of test trees, in a plain module)
 
-
-
-def write_tree(root: Path, num_classes: int, per_class: int, seed: int = 0) -> Path:
-    """An ImageFolder tree of `num_classes` x `per_class` JPEGs cycling through FLAVOURS."""
-    k = 0
-    for c in range(num_classes):
-        d = root / f"class_{c:02d}"
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            w, h, kw = FLAVOURS[k % len(FLAVOURS)]
-            (d / f"img_{i:03d}.jpg").write_bytes(jpeg_bytes(w, h, seed=seed * 1000 + k, **kw))
-            k += 1
-    return root
 
 
 @pytest.fixture(scope="session")

@@ -557,3 +557,16 @@ def write_flavour_tree(root: Path, seed: int) -> Path:
         d.mkdir(exist_ok=True)
         (d / f"img_{k}.jpg").write_bytes(jpeg_bytes(w, h, seed=seed + k, **kw))
     return root
+
+
+def write_tree(root: Path, num_classes: int, per_class: int, seed: int = 0) -> Path:
+    """An ImageFolder tree of `num_classes` x `per_class` JPEGs cycling through FLAVOURS."""
+    k = 0
+    for c in range(num_classes):
+        d = root / f"class_{c:02d}"
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            w, h, kw = FLAVOURS[k % len(FLAVOURS)]
+            (d / f"img_{i:03d}.jpg").write_bytes(jpeg_bytes(w, h, seed=seed * 1000 + k, **kw))
+            k += 1
+    return root

@@ -18,7 +18,7 @@ import torchvision.transforms as v1
 from PIL import Image
 
 import ringloader as rl
-from conftest import write_tree
+from imagegen import write_tree
 
 FIXED = v1.Compose([v1.Resize(40), v1.CenterCrop(32), v1.ToTensor(),
                     v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])

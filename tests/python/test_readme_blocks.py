@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import write_tree
+from imagegen import write_tree
 from imagegen import jpeg_bytes
 
 REPO = Path(__file__).resolve().parents[2]
