@@ -6,8 +6,10 @@
 namespace ringloader::decode_internal {
 namespace {
 
-// Zero-initialised at load time (constexpr constructor): no construction guard, nothing run.
-constinit ProcessCleanScans process_clean_scans;
+// Constant-initialised (zeroed) by GCC through the constexpr constructor. Not `constinit`:
+// clang's constant evaluator gives up on the million-entry table (its step limit), and then
+// initialises it at load time instead, which is as correct.
+ProcessCleanScans process_clean_scans;
 
 }  // namespace
 
