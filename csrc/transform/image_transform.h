@@ -21,6 +21,9 @@
 
 namespace ringloader {
 
+struct AugmentScratch;
+struct RgbView;
+
 /// Bytes per element of `dtype`.
 size_t DTypeSize(DType dtype);
 /// "uint8", "float32", ... as numpy/torch name them.
@@ -75,6 +78,10 @@ struct StepKindInfo {
   absl::Status (*parse)(StepParamReader& params, TransformStep* step);
   /// The step in TransformPipeline::Describe ("Resize(256)"); `name` when null.
   std::string (*describe)(const TransformStep& step);
+  /// Runs one step of the kind on the 8-bit image (augment.h), drawing its random parameters
+  /// from `rng`; null for the kinds that never run there (the resizes and the output steps).
+  absl::Status (*apply_image)(const TransformStep& step, SampleRng& rng, AugmentScratch& scratch,
+                              RgbView* img);
   /// Whether `key` is one of `params`.
   bool Takes(std::string_view key) const;
 };

@@ -227,6 +227,15 @@ TEST(StepKinds, ParseReadsExactlyTheListedParameters) {
   }
 }
 
+// Create lets every kind but the resizes and the output steps reach the image stage (flips and
+// CenterCrop do after an image step), so each of those rows needs its image-stage function.
+TEST(StepKinds, KindsThatCanRunOnTheImageHaveAnImageFunction) {
+  for (const StepKindInfo& info : StepKinds()) {
+    const bool reaches_image = !info.resizes && info.stage != StepStage::kOutput;
+    EXPECT_EQ(info.apply_image != nullptr, reaches_image) << info.key;
+  }
+}
+
 TEST(StepKinds, ParseFillsTheFieldsAndDescribeShowsThem) {
   const StepKindInfo& resize = KindInfo(Kind::kResize);
   FakeParams params;
