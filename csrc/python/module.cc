@@ -10,6 +10,7 @@
 #include <map>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -236,33 +237,6 @@ DType ParseDType(const std::string& name) {
                                      name, "'"));
 }
 
-Interpolation ParseInterpolation(const std::string& name) {
-  static const std::pair<const char*, Interpolation> kNames[] = {
-      {"nearest", Interpolation::kNearest}, {"bilinear", Interpolation::kBilinear},
-      {"bicubic", Interpolation::kBicubic}, {"lanczos", Interpolation::kLanczos},
-      {"box", Interpolation::kBox},         {"hamming", Interpolation::kHamming}};
-  for (const auto& [n, v] : kNames) {
-    if (name == n) return v;
-  }
-  throw py::value_error(absl::StrCat("unknown interpolation '", name, "'"));
-}
-
-PadMode ParsePadMode(const std::string& name) {
-  if (name == "constant") return PadMode::kConstant;
-  if (name == "edge") return PadMode::kEdge;
-  if (name == "reflect") return PadMode::kReflect;
-  if (name == "symmetric") return PadMode::kSymmetric;
-  throw py::value_error(absl::StrCat("unknown padding_mode '", name, "'"));
-}
-
-AugOp ParseAugOp(const std::string& name) {
-  AugOp op = AugOp::kIdentity;
-  if (!AugOpFromName(name, &op)) {
-    throw py::value_error(absl::StrCat("unknown augmentation op '", name, "'"));
-  }
-  return op;
-}
-
 // Removes `key` from `d` and returns its value; a null handle when `d` has no such key.
 py::object Pop(py::dict& d, const char* key) {
   if (!d.contains(key)) return py::object();
@@ -270,6 +244,57 @@ py::object Pop(py::dict& d, const char* key) {
   PyDict_DelItemString(d.ptr(), key);
   return value;
 }
+
+// A step dict as the rows' parse functions read it: each key is removed as it is read, so
+// ParseStep can refuse what is left. A value of the wrong type raises pybind's TypeError.
+class DictParamReader final : public StepParamReader {
+ public:
+  explicit DictParamReader(py::dict& d) : d_(d) {}
+  bool Int(const char* key, int* out) override { return Get(key, out); }
+  bool Double(const char* key, double* out) override { return Get(key, out); }
+  bool Bool(const char* key, bool* out) override { return Get(key, out); }
+  bool String(const char* key, std::string* out) override { return Get(key, out); }
+  bool Pair(const char* key, double out[2]) override {
+    std::pair<double, double> pair;
+    if (!Get(key, &pair)) return false;
+    std::tie(out[0], out[1]) = pair;
+    return true;
+  }
+  bool OptionalPair(const char* key, double out[2]) override {
+    if (d_.contains(key) && d_[key].is_none()) {
+      PyDict_DelItemString(d_.ptr(), key);
+      return false;
+    }
+    return Pair(key, out);
+  }
+  bool Floats(const char* key, std::vector<float>* out) override { return Get(key, out); }
+  bool Ints(const char* key, std::vector<int>* out) override { return Get(key, out); }
+  bool Strings(const char* key, std::vector<std::string>* out) override { return Get(key, out); }
+  bool Pairs(const char* key, std::vector<std::optional<std::array<double, 2>>>* out) override {
+    py::object v = Pop(d_, key);
+    if (!v) return false;
+    out->clear();
+    for (py::handle item : py::list(v)) {
+      if (item.is_none()) {
+        out->emplace_back();
+      } else {
+        const auto [lo, hi] = item.cast<std::pair<double, double>>();
+        out->push_back(std::array<double, 2>{lo, hi});
+      }
+    }
+    return true;
+  }
+
+ private:
+  template <typename T>
+  bool Get(const char* key, T* out) {
+    py::object v = Pop(d_, key);
+    if (!v) return false;
+    *out = v.cast<T>();
+    return true;
+  }
+  py::dict& d_;
+};
 
 TransformStep ParseStep(py::dict step) {
   // A real copy: keys are removed as they are read, and what is left is refused.
@@ -289,77 +314,11 @@ TransformStep ParseStep(py::dict step) {
                                         name, "'; its parameters: ", info->params));
     }
   }
-  auto take = [&step](const char* key, auto* out) {
-    if (py::object v = Pop(step, key)) *out = v.cast<std::remove_pointer_t<decltype(out)>>();
-  };
-  take("size_h", &s.size_h);
-  take("size_w", &s.size_w);
-  take("max_size", &s.max_size);
-  if (py::object v = Pop(step, "scale")) std::tie(s.scale_min, s.scale_max) = v.cast<std::pair<double, double>>();
-  if (py::object v = Pop(step, "ratio")) std::tie(s.ratio_min, s.ratio_max) = v.cast<std::pair<double, double>>();
-  take("p", &s.p);
-  take("by_reciprocal", &s.by_reciprocal);
-  for (const char* key : {"mean", "std"}) {
-    py::object v = Pop(step, key);
-    if (!v) continue;
-    auto values = v.cast<std::vector<float>>();
-    if (values.size() == 1) values.assign(3, values[0]);
-    if (values.size() != 3) throw py::value_error(absl::StrCat("Normalize ", key, " needs 1 or 3 values"));
-    std::copy(values.begin(), values.end(), std::string(key) == "mean" ? s.mean : s.std);
+  DictParamReader reader(step);
+  if (absl::Status status = info->parse(reader, &s); !status.ok()) {
+    throw py::value_error(std::string(status.message()));
   }
-  if (py::object v = Pop(step, "interpolation")) s.interpolation = ParseInterpolation(v.cast<std::string>());
-  if (py::object v = Pop(step, "pad_mode")) s.pad_mode = ParsePadMode(v.cast<std::string>());
-  if (py::object v = Pop(step, "pad")) {
-    auto pad = v.cast<std::vector<int>>();
-    if (pad.size() != 4) throw py::value_error("pad needs (left, top, right, bottom)");
-    std::copy(pad.begin(), pad.end(), s.pad);
-  }
-  take("pad_if_needed", &s.pad_if_needed);
-  if (py::object v = Pop(step, "fill")) {
-    auto fill = v.cast<std::vector<float>>();
-    if (fill.size() == 1) fill.assign(3, fill[0]);
-    if (fill.size() != 3) throw py::value_error("fill needs 1 or 3 values");
-    std::copy(fill.begin(), fill.end(), s.fill);
-  }
-  if (py::object v = Pop(step, "ranges")) {
-    py::list ranges = v;
-    if (ranges.size() > TransformStep::kRangeSlots) {
-      throw py::value_error("at most 5 parameter ranges");
-    }
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      if (ranges[i].is_none()) continue;
-      std::tie(s.range[i][0], s.range[i][1]) = ranges[i].cast<std::pair<double, double>>();
-      s.has_range[i] = true;
-    }
-  }
-  if (py::object v = Pop(step, "center"); v && !v.is_none()) {
-    std::tie(s.center[0], s.center[1]) = v.cast<std::pair<double, double>>();
-    s.has_center = true;
-  }
-  if (py::object v = Pop(step, "op")) s.aug_op = ParseAugOp(v.cast<std::string>());
-  take("magnitude", &s.magnitude);
-  take("num_ops", &s.num_ops);
-  take("num_bins", &s.num_bins);
-  take("policy", &s.policy);
-  if (py::object v = Pop(step, "timm_ops")) {
-    auto names = v.cast<std::vector<std::string>>();
-    if (names.size() > std::size(s.timm_ops)) throw py::value_error("too many timm ops");
-    for (const std::string& name : names) {
-      const int code = TimmOpFromName(name.c_str());
-      if (code < 0) throw py::value_error(absl::StrCat("unknown timm op '", name, "'"));
-      s.timm_ops[s.timm_op_count++] = code;
-    }
-  }
-  take("magnitude_std", &s.magnitude_std);
-  take("magnitude_max", &s.magnitude_max);
-  take("translate_pct", &s.translate_pct);
-  take("translate_const", &s.translate_const);
-  take("random_interpolation", &s.random_interpolation);
-  take("v2_magnitudes", &s.v2_magnitudes);
-  take("erase_mode", &s.erase_mode);
-  take("timm_erasing", &s.timm_erasing);
-  take("erase_count", &s.erase_count);
-  if (py::len(step) != 0) {  // a key in StepKindInfo::params that is not read above
+  if (py::len(step) != 0) {  // a key in StepKindInfo::params that its parse does not read
     throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, "): unread key(s) ",
                                       py::str(py::list(step.attr("keys")())).cast<std::string>()));
   }

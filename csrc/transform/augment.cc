@@ -522,75 +522,106 @@ double LinspaceF32(double start, double end, int steps, int index) {
   return static_cast<double>(v);
 }
 
+// ---- the image-stage functions of the StepKinds rows ------------------------------------------
+
+absl::Status ApplyColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                              RgbView* img) {
+  ColorJitter(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGrayscale(const TransformStep& s, SampleRng& rng, AugmentScratch&,
+                            RgbView* img) {
+  if (s.p >= 1.0 || rng.Uniform() < s.p) ToGrayscale(*img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRandomRotation(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                                 RgbView* img) {
+  uint8_t fill[3];
+  FillLevels(s, fill);
+  const double* degrees = s.range[T::kDegrees];
+  Rotate(*img, rng.Uniform(degrees[0], degrees[1]), s.interpolation, fill, s.has_center,
+         s.center[0], s.center[1], scratch.ops);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                               RgbView* img) {
+  RandomAffine(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyGaussianBlur(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                               RgbView* img) {
+  const double sigma = rng.Uniform(s.range[T::kSigma][0], s.range[T::kSigma][1]);
+  GaussianBlur(*img, s.size_w, s.size_h, sigma, sigma, scratch.ops);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAugOpStep(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                            RgbView* img) {
+  if (s.p >= 1.0 || rng.Uniform() < s.p) {
+    uint8_t fill[3];
+    FillLevels(s, fill);
+    ApplyAugOp(s.aug_op, s.magnitude, s.interpolation, fill, *img, scratch.ops);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                              RgbView* img) {
+  RandAugment(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTrivialAugmentWide(const TransformStep& s, SampleRng& rng,
+                                     AugmentScratch& scratch, RgbView* img) {
+  TrivialAugmentWide(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyAutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                              RgbView* img) {
+  AutoAugment(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyTimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                                  RgbView* img) {
+  TimmRandAugment(s, rng, scratch, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPad(const TransformStep& s, SampleRng&, AugmentScratch& scratch, RgbView* img) {
+  return PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
+}
+
+absl::Status ApplyRandomCrop(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                             RgbView* img) {
+  return RandomCropImage(s, rng, scratch, img);
+}
+
+absl::Status ApplyFlip(const TransformStep& s, SampleRng& rng, AugmentScratch&, RgbView* img) {
+  if (rng.Uniform() < s.p) FlipImage(s.kind == Kind::kRandomHorizontalFlip, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCenterCrop(const TransformStep& s, SampleRng&, AugmentScratch& scratch,
+                             RgbView* img) {
+  return CenterCropImage(s, scratch, img);
+}
+
 absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
                              AugmentScratch& scratch, RgbView* img) {
   const std::vector<TransformStep>& steps = pipeline.steps();
   for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
     const TransformStep& s = steps[i];
-    switch (s.kind) {
-      case Kind::kColorJitter:
-        ColorJitter(s, rng, scratch, *img);
-        break;
-      case Kind::kGrayscale:
-        if (s.p >= 1.0 || rng.Uniform() < s.p) ToGrayscale(*img);
-        break;
-      case Kind::kRandomRotation: {
-        uint8_t fill[3];
-        FillLevels(s, fill);
-        const double* degrees = s.range[T::kDegrees];
-        Rotate(*img, rng.Uniform(degrees[0], degrees[1]), s.interpolation, fill, s.has_center,
-               s.center[0], s.center[1], scratch.ops);
-        break;
-      }
-      case Kind::kRandomAffine:
-        RandomAffine(s, rng, scratch, *img);
-        break;
-      case Kind::kGaussianBlur: {
-        const double sigma = rng.Uniform(s.range[T::kSigma][0], s.range[T::kSigma][1]);
-        GaussianBlur(*img, s.size_w, s.size_h, sigma, sigma, scratch.ops);
-        break;
-      }
-      case Kind::kAugOp:
-        if (s.p >= 1.0 || rng.Uniform() < s.p) {
-          uint8_t fill[3];
-          FillLevels(s, fill);
-          ApplyAugOp(s.aug_op, s.magnitude, s.interpolation, fill, *img, scratch.ops);
-        }
-        break;
-      case Kind::kRandAugment:
-        RandAugment(s, rng, scratch, *img);
-        break;
-      case Kind::kTrivialAugmentWide:
-        TrivialAugmentWide(s, rng, scratch, *img);
-        break;
-      case Kind::kAutoAugment:
-        AutoAugment(s, rng, scratch, *img);
-        break;
-      case Kind::kTimmRandAugment:
-        TimmRandAugment(s, rng, scratch, *img);
-        break;
-      case Kind::kPad: {
-        absl::Status status = PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
-        if (!status.ok()) return status;
-        break;
-      }
-      case Kind::kRandomCrop: {
-        absl::Status status = RandomCropImage(s, rng, scratch, img);
-        if (!status.ok()) return status;
-        break;
-      }
-      case Kind::kRandomHorizontalFlip:
-      case Kind::kRandomVerticalFlip:
-        if (rng.Uniform() < s.p) FlipImage(s.kind == Kind::kRandomHorizontalFlip, *img);
-        break;
-      case Kind::kCenterCrop: {
-        absl::Status status = CenterCropImage(s, scratch, img);
-        if (!status.ok()) return status;
-        break;
-      }
-      default:
-        return absl::InternalError("a resize or output step reached the image stage");
+    const auto apply = KindInfo(s.kind).apply_image;
+    if (apply == nullptr) {
+      return absl::InternalError("a resize or output step reached the image stage");
     }
+    if (absl::Status status = apply(s, rng, scratch, img); !status.ok()) return status;
   }
   return absl::OkStatus();
 }

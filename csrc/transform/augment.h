@@ -54,6 +54,15 @@ struct AugmentScratch {
   std::vector<uint8_t> padded2;  ///< the other target, when the image already lives in padded
 };
 
+/// The image-stage function of each kind that has one (StepKindInfo::apply_image): one step on
+/// `*img`, its random parameters drawn from `rng` in torchvision's (or timm's) order. Pad and the
+/// crops may replace the view by one over scratch.padded.
+using ImageStepFn = absl::Status(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+                                 RgbView* img);
+ImageStepFn ApplyColorJitter, ApplyGrayscale, ApplyRandomRotation, ApplyRandomAffine,
+    ApplyGaussianBlur, ApplyAugOpStep, ApplyRandAugment, ApplyTrivialAugmentWide, ApplyAutoAugment,
+    ApplyTimmRandAugment, ApplyPad, ApplyRandomCrop, ApplyFlip, ApplyCenterCrop;
+
 /// Runs steps [pipeline.image_begin(), image_end()) on `*img` (packed RGB; the view may be
 /// replaced by one over scratch.padded when a step changes the size).
 absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,9 @@
 #include "transform/random.h"
 
 namespace ringloader {
+
+struct AugmentScratch;
+struct RgbView;
 
 /// Bytes per element of `dtype`.
 size_t DTypeSize(DType dtype);
@@ -33,9 +37,32 @@ enum class StepStage : uint8_t {
   kOutput,    ///< on the written output (ToTensor, Normalize, RandomErasing)
 };
 
-/// One row per step kind: the names it goes by and the stage-order facts about it. The binding
-/// parses the kind by `key`, Create orders the chain by `stage` and `resizes`, and errors name
-/// it by `name`, so a new kind is one row here plus its parameters.
+/// One step's parameters as the binding holds them (a Python dict there), read by key. Each
+/// getter fills `out` and returns true when the step has `key`, false when it has not. A value
+/// of the wrong type is the reader's own error (the binding raises TypeError), so a kind's parse
+/// function only checks what the types cannot say (counts, names).
+class StepParamReader {
+ public:
+  virtual ~StepParamReader() = default;
+  virtual bool Int(const char* key, int* out) = 0;
+  virtual bool Double(const char* key, double* out) = 0;
+  virtual bool Bool(const char* key, bool* out) = 0;
+  virtual bool String(const char* key, std::string* out) = 0;
+  /// A (lo, hi) pair.
+  virtual bool Pair(const char* key, double out[2]) = 0;
+  /// A (lo, hi) pair or None; None reads as absent.
+  virtual bool OptionalPair(const char* key, double out[2]) = 0;
+  virtual bool Floats(const char* key, std::vector<float>* out) = 0;
+  virtual bool Ints(const char* key, std::vector<int>* out) = 0;
+  virtual bool Strings(const char* key, std::vector<std::string>* out) = 0;
+  /// A list of (lo, hi) pairs or Nones; a None is an empty optional.
+  virtual bool Pairs(const char* key, std::vector<std::optional<std::array<double, 2>>>* out) = 0;
+};
+
+/// One row per step kind: the names it goes by, the stage-order facts about it, and its
+/// per-kind parts. The binding parses the kind by `key` and its parameters with `parse`, Create
+/// orders the chain by `stage` and `resizes`, errors name it by `name` and Describe shows it
+/// with `describe`, so a new kind is one row here plus its functions.
 struct StepKindInfo {
   TransformStep::Kind kind;
   const char* key;   ///< the binding's "kind" ("random_resized_crop")
@@ -45,6 +72,16 @@ struct StepKindInfo {
   /// The binding's parameter keys of this kind, space-separated ("size_h size_w scale ratio
   /// interpolation"): any other key in a step dict is refused.
   const char* params;
+  /// Reads the kind's parameters (exactly the keys of `params`) into the fields of `*step`,
+  /// whose kind is set and whose other fields hold their defaults. InvalidArgument for a value
+  /// the fields cannot hold ("fill needs 1 or 3 values"); the value checks are Create's.
+  absl::Status (*parse)(StepParamReader& params, TransformStep* step);
+  /// The step in TransformPipeline::Describe ("Resize(256)"); `name` when null.
+  std::string (*describe)(const TransformStep& step);
+  /// Runs one step of the kind on the 8-bit image (augment.h), drawing its random parameters
+  /// from `rng`; null for the kinds that never run there (the resizes and the output steps).
+  absl::Status (*apply_image)(const TransformStep& step, SampleRng& rng, AugmentScratch& scratch,
+                              RgbView* img);
   /// Whether `key` is one of `params`.
   bool Takes(std::string_view key) const;
 };

@@ -3,8 +3,14 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <array>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <random>
+#include <set>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -130,6 +136,151 @@ TEST(StepKinds, OneRowPerKindInKindOrderWithDistinctKeys) {
   EXPECT_FALSE(KindInfo(Kind::kResize).Takes(""));
   EXPECT_FALSE(KindInfo(Kind::kCenterCrop).Takes("p"));
   EXPECT_FALSE(KindInfo(Kind::kToTensor).Takes("kind"));
+}
+
+// A step's parameters held as strings, for the rows' parse functions; records every key asked.
+class FakeParams final : public StepParamReader {
+ public:
+  std::map<std::string, std::vector<double>> numbers;
+  std::map<std::string, std::vector<std::string>> names;
+  std::set<std::string> asked;
+
+  bool Int(const char* key, int* out) override { return One(key, out); }
+  bool Double(const char* key, double* out) override { return One(key, out); }
+  bool Bool(const char* key, bool* out) override { return One(key, out); }
+  bool String(const char* key, std::string* out) override {
+    asked.insert(key);
+    auto it = names.find(key);
+    if (it == names.end()) return false;
+    *out = it->second.at(0);
+    return true;
+  }
+  bool Pair(const char* key, double out[2]) override {
+    asked.insert(key);
+    auto it = numbers.find(key);
+    if (it == numbers.end()) return false;
+    out[0] = it->second.at(0);
+    out[1] = it->second.at(1);
+    return true;
+  }
+  bool OptionalPair(const char* key, double out[2]) override { return Pair(key, out); }
+  bool Floats(const char* key, std::vector<float>* out) override { return Many(key, out); }
+  bool Ints(const char* key, std::vector<int>* out) override { return Many(key, out); }
+  bool Strings(const char* key, std::vector<std::string>* out) override {
+    asked.insert(key);
+    auto it = names.find(key);
+    if (it == names.end()) return false;
+    *out = it->second;
+    return true;
+  }
+  bool Pairs(const char* key, std::vector<std::optional<std::array<double, 2>>>* out) override {
+    asked.insert(key);
+    auto it = numbers.find(key);
+    if (it == numbers.end()) return false;
+    out->clear();
+    for (size_t i = 0; i + 1 < it->second.size(); i += 2) {
+      if (std::isnan(it->second[i])) {
+        out->emplace_back();  // NaN stands for None
+      } else {
+        out->push_back(std::array<double, 2>{it->second[i], it->second[i + 1]});
+      }
+    }
+    return true;
+  }
+
+ private:
+  template <typename T>
+  bool One(const char* key, T* out) {
+    asked.insert(key);
+    auto it = numbers.find(key);
+    if (it == numbers.end()) return false;
+    *out = static_cast<T>(it->second.at(0));
+    return true;
+  }
+  template <typename T>
+  bool Many(const char* key, std::vector<T>* out) {
+    asked.insert(key);
+    auto it = numbers.find(key);
+    if (it == numbers.end()) return false;
+    out->assign(it->second.begin(), it->second.end());
+    return true;
+  }
+};
+
+// The binding refuses a key outside a row's `params`, and a listed key its parse never reads:
+// the two must name the same keys.
+TEST(StepKinds, ParseReadsExactlyTheListedParameters) {
+  for (const StepKindInfo& info : StepKinds()) {
+    ASSERT_NE(info.parse, nullptr) << info.key;
+    FakeParams params;
+    TransformStep step;
+    step.kind = info.kind;
+    ASSERT_TRUE(info.parse(params, &step).ok()) << info.key;
+    std::set<std::string> listed;
+    for (std::string_view rest = info.params; !rest.empty();) {
+      const size_t space = rest.find(' ');
+      listed.insert(std::string(rest.substr(0, space)));
+      if (space == std::string_view::npos) break;
+      rest.remove_prefix(space + 1);
+    }
+    EXPECT_EQ(params.asked, listed) << info.key;
+  }
+}
+
+// Create lets every kind but the resizes and the output steps reach the image stage (flips and
+// CenterCrop do after an image step), so each of those rows needs its image-stage function.
+TEST(StepKinds, KindsThatCanRunOnTheImageHaveAnImageFunction) {
+  for (const StepKindInfo& info : StepKinds()) {
+    const bool reaches_image = !info.resizes && info.stage != StepStage::kOutput;
+    EXPECT_EQ(info.apply_image != nullptr, reaches_image) << info.key;
+  }
+}
+
+TEST(StepKinds, ParseFillsTheFieldsAndDescribeShowsThem) {
+  const StepKindInfo& resize = KindInfo(Kind::kResize);
+  FakeParams params;
+  params.numbers = {{"size_h", {256}}, {"max_size", {300}}};
+  params.names = {{"interpolation", {"bicubic"}}};
+  TransformStep s;
+  s.kind = Kind::kResize;
+  ASSERT_TRUE(resize.parse(params, &s).ok());
+  EXPECT_EQ(s.size_h, 256);
+  EXPECT_EQ(s.size_w, 0);
+  EXPECT_EQ(s.max_size, 300);
+  EXPECT_EQ(s.interpolation, Interpolation::kBicubic);
+  EXPECT_EQ(resize.describe(s), "Resize(256, max_size=300, bicubic)");
+
+  FakeParams jitter;
+  const double none = std::nan("");
+  jitter.numbers = {{"ranges", {0.6, 1.4, none, none, 0.9, 1.1}}};
+  TransformStep j;
+  j.kind = Kind::kColorJitter;
+  ASSERT_TRUE(KindInfo(Kind::kColorJitter).parse(jitter, &j).ok());
+  EXPECT_TRUE(j.has_range[TransformStep::kBrightness]);
+  EXPECT_FALSE(j.has_range[TransformStep::kContrast]);
+  EXPECT_TRUE(j.has_range[TransformStep::kSaturation]);
+  EXPECT_EQ(j.range[TransformStep::kSaturation][1], 1.1);
+  EXPECT_EQ(KindInfo(Kind::kColorJitter).describe, nullptr);  // shown by its name
+
+  FakeParams fill;
+  fill.numbers = {{"fill", {1, 2}}};
+  TransformStep p;
+  p.kind = Kind::kPad;
+  const absl::Status bad_fill = KindInfo(Kind::kPad).parse(fill, &p);
+  EXPECT_EQ(bad_fill.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_fill.message(), "fill needs 1 or 3 values");
+
+  FakeParams filter;
+  filter.names = {{"interpolation", {"cubic"}}};
+  const absl::Status bad_filter = KindInfo(Kind::kRandomResizedCrop).parse(filter, &s);
+  EXPECT_EQ(bad_filter.message(), "unknown interpolation 'cubic'");
+
+  FakeParams timm;
+  timm.names = {{"timm_ops", {"Rotate", "NoSuchOp"}}};
+  TransformStep t;
+  t.kind = Kind::kTimmRandAugment;
+  EXPECT_EQ(KindInfo(Kind::kTimmRandAugment).parse(timm, &t).message(),
+            "unknown timm op 'NoSuchOp'");
 }
 
 // StageOrderError and Create walk the same rules: where one refuses a chain for its order, so

@@ -168,6 +168,20 @@ def test_an_unknown_step_key_is_refused_naming_the_key_and_the_step():
         _C.choose_auto_threads({"batchsize": 2})
 
 
+def test_a_steps_values_are_read_by_its_kind_and_a_bad_one_is_named():
+    # Each kind's parse (its StepKinds row) reads the dict; what its fields cannot hold is refused.
+    with pytest.raises(ValueError, match="fill needs 1 or 3 values"):
+        _C.check_transform([{"kind": "pad", "pad": [1, 1, 1, 1], "fill": [1, 2]}])
+    with pytest.raises(ValueError, match="unknown interpolation 'cubic'"):
+        _C.check_transform([{"kind": "resize", "size_h": 8, "interpolation": "cubic"}])
+    with pytest.raises(ValueError, match="unknown timm op 'Twirl'"):
+        _C.check_transform([{"kind": "timm_rand_augment", "timm_ops": ["Rotate", "Twirl"]}])
+    # None leaves rotation's centre and a ColorJitter range at their defaults.
+    rotate = {"kind": "random_rotation", "ranges": [[-10, 10]], "center": None}
+    jitter = {"kind": "color_jitter", "ranges": [[0.6, 1.4], None, None, [-0.1, 0.1]]}
+    assert _C.fixed_size([{"kind": "center_crop", "size_h": 8, "size_w": 8}, rotate, jitter])
+
+
 def test_every_step_the_transforms_emit_parses():
     # What rl.transforms writes for each kind is within that kind's parameters (a recipe of
     # every kind the split maps; the recipe and preset suites cover the rest).
