@@ -494,3 +494,59 @@ def test_pack_sidecars_on_the_server_build_the_dataset_without_the_shards(nginx,
     _assert_same(ds, local)  # the epoch's start downloads the shards
     assert tars() == [1] * len(names)
     assert all(c is not None and c[1] is not None for c in ds.remote_copies)  # ETags learnt
+
+
+def _kept(proxy, tmp_path):
+    """Two shards behind the proxy, as a dataset built from the indexes an earlier run kept:
+    nothing is downloaded until the first epoch's start."""
+    url = f"{proxy.url}/train-{{000000..000001}}.tar"
+    index = str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index, remote_options=FAST)
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
+    return ds
+
+
+@needs_nginx
+def test_the_first_batch_decodes_before_the_last_shard_lands(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    it = iter(rl.DataLoader(ds, batch_size=6))
+    _, first = next(it)  # from the first shard, while the second is held at the server
+    assert "/train-000001.tar" in proxy.held and not os.path.exists(ds.shard_paths[1])
+    assert os.path.exists(ds.shard_paths[0])
+    proxy.release("/train-000001.tar")
+    labels = first.tolist() + [v for _, y in it for v in y.tolist()]
+    assert labels == _local(shards).targets
+
+
+@needs_nginx
+def test_a_shard_failing_while_the_epoch_runs_fails_its_samples(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.always = {"/train-000001.tar": "503"}
+    labels, _ = _epoch(ds, on_error="skip")
+    assert labels == _local(shards).targets[:12]
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"HTTP 503"):
+        _epoch(ds)
+    proxy.always = {}
+    assert _epoch(ds)[0] == _local(shards).targets  # the next epoch's start fetches it again
+
+
+@needs_nginx
+def test_stopping_the_loader_while_a_shard_downloads_returns_promptly(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(ds, batch_size=6)
+        it = iter(loader)
+        next(it)
+        start = time.monotonic()
+        del it, loader  # its readers wait for the held shard: stopping must not
+        ds.close_downloads()  # the transfer itself stops too
+        assert time.monotonic() - start < 2
+        assert not os.path.exists(ds.shard_paths[1])
+        assert not list((tmp_path / "c2").glob("*.part"))
+    finally:
+        proxy.release("/train-000001.tar")
