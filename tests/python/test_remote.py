@@ -466,6 +466,8 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
     assert re.search(r"epoch 1 \(http://, empty cache\): +[0-9.]+ s \(download [0-9.]+ s = "
                      r"[0-9.]+ MB/s; the link alone needs [0-9.]+ s\)", out), out
+    assert re.search(r"epoch 1, download overlapping : +[0-9.]+ s \(decoding starts once the "
+                     r"first shard has landed\)", out), out
     assert re.search(r"epoch 2 \(from the cache\) +: +[0-9.]+ s, \d+ img/s", out), out
     assert re.search(r"local shards +: +[0-9.]+ s, \d+ img/s", out), out
     if srv.shutil.which("curl"):
