@@ -94,11 +94,13 @@ void BackgroundFetch::Run() {
     // One shard per call, so that each is handed to the readers the moment it lands.
     absl::StatusOr<CachedShard> got = absl::CancelledError(absl::StrCat("fetch ", urls_[i], ": cancelled"));
     if (!cancel_.load(std::memory_order_acquire)) got = std::move(cache_.Ensure({urls_[i]}, &cancel_)[0]);
+    bool stale = false;
     if (got.ok() && !expected_.empty()) {
       const ExpectedCopy& want = expected_[i];
       const bool size_differs = want.size >= 0 && want.size != got->size;
       const bool etag_differs = want.etag && *want.etag != got->etag;
       if (size_differs || etag_differs) {
+        stale = true;
         got = absl::FailedPreconditionError(absl::StrCat(
             "WebDataset shard ", urls_[i], " changed since the dataset was built (", want.size, " bytes, ETag ",
             want.etag && !want.etag->empty() ? *want.etag : "none", " -> ", got->size, " bytes, ETag ",
@@ -113,8 +115,7 @@ void BackgroundFetch::Run() {
           r.entries.erase(it);
         } else {
           // Read as a sample's error: it says why the shard's file is not there.
-          it->second.failed = got.status().code() == absl::StatusCode::kFailedPrecondition
-                                  ? got.status()
+          it->second.failed = stale ? got.status()
                                   : absl::Status(got.status().code(),
                                                  absl::StrCat("the shard could not be downloaded: ",
                                                               got.status().message()));
