@@ -1,5 +1,8 @@
 #include "io/pending_downloads.h"
 
+#include <pthread.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -19,13 +22,34 @@ struct Registry {
   struct Entry {
     const void* owner = nullptr;
     std::optional<absl::Status> failed;
+    // A forked child inherits the table but not the threads that would finish its entries:
+    // there, they are not waited for (its reads then open the files as they are).
+    pid_t pid = 0;
   };
   std::map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
 };
 
+void TheRegistryLocked(bool lock);
+
+Registry* NewRegistry() {
+  auto* registry = new Registry;  // never destroyed: threads may wait at exit
+  // A fork while a download thread holds the lock would leave the child's copy locked forever.
+  pthread_atfork([] { TheRegistryLocked(true); }, [] { TheRegistryLocked(false); },
+                 [] { TheRegistryLocked(false); });
+  return registry;
+}
+
 Registry& TheRegistry() {
-  static Registry* registry = new Registry;  // never destroyed: threads may wait at exit
+  static Registry* registry = NewRegistry();
   return *registry;
+}
+
+void TheRegistryLocked(bool lock) {
+  if (lock) {
+    TheRegistry().mu.lock();
+  } else {
+    TheRegistry().mu.unlock();
+  }
 }
 
 // The reader re-checks its cancel flag this often while it waits.
@@ -38,7 +62,7 @@ absl::Status WaitForPendingDownload(const std::string& path, const std::atomic<b
   std::unique_lock<std::mutex> lock(r.mu);
   while (true) {
     auto it = r.entries.find(path);
-    if (it == r.entries.end()) return absl::OkStatus();
+    if (it == r.entries.end() || it->second.pid != getpid()) return absl::OkStatus();
     if (it->second.failed) return *it->second.failed;
     if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
       return absl::CancelledError(absl::StrCat("open ", path, ": cancelled while it downloads"));
@@ -51,7 +75,7 @@ bool IsPendingDownload(const std::string& path) {
   Registry& r = TheRegistry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.entries.find(path);
-  return it != r.entries.end() && !it->second.failed;
+  return it != r.entries.end() && it->second.pid == getpid() && !it->second.failed;
 }
 
 BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<ExpectedCopy> expected,
@@ -66,7 +90,7 @@ BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<Expe
     std::lock_guard<std::mutex> lock(r.mu);
     for (const std::string& url : urls_) {
       paths_.push_back(cache_.EntryPath(url));
-      r.entries[paths_.back()] = Registry::Entry{this, std::nullopt};
+      r.entries[paths_.back()] = Registry::Entry{this, std::nullopt, getpid()};
     }
   }
   const int workers = std::min<int>(max_connections_, static_cast<int>(urls_.size()));

@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -142,6 +143,25 @@ TEST(PendingDownloadsTest, CancellingTheReaderOrDestroyingTheFetchDoesNotWaitFor
   fetch.reset();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
   EXPECT_FALSE(IsPendingDownload(entry));  // forgotten with its fetch: a later read opens the file
+}
+
+TEST(PendingDownloadsTest, AForkedChildDoesNotWaitForItsParentsDownloads) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 5000, 5);
+  const std::string entry = ShardCache(dir, 0, {}).EntryPath(url);
+  HeldEntry held(entry);
+  BackgroundFetch fetch({url}, {}, dir, 0, FileOptions());
+  ASSERT_TRUE(IsPendingDownload(entry));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // No thread here would ever land it: the wait must not start.
+    _exit(!IsPendingDownload(entry) && WaitForPendingDownload(entry, nullptr).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(IsPendingDownload(entry));  // still this process's to wait for
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // Batches leave as DLPack-exporting objects (`Tensor`), so the extension does not link against
 // torch: `torch.from_dlpack(t)` gives a zero-copy tensor whose deleter drops the slot lease.
 
+#include <unistd.h>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -947,10 +949,16 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
 /// end) cancels what is left and joins.
 struct PyBackgroundFetch {
   std::unique_ptr<BackgroundFetch> fetch;
+  pid_t pid = getpid();
   void Close() {
+    if (getpid() != pid) {
+      (void)fetch.release();  // a forked child: its threads are the parent's, not joinable here
+      return;
+    }
     py::gil_scoped_release release;
     fetch.reset();
   }
+  ~PyBackgroundFetch() { Close(); }
 };
 
 }  // namespace
@@ -1148,6 +1156,7 @@ PYBIND11_MODULE(_C, m) {
       .def("wait",
            [](PyBackgroundFetch& f) {
              if (!f.fetch) throw py::value_error("BackgroundFetch is closed");
+             if (getpid() != f.pid) throw std::runtime_error("BackgroundFetch: its downloads run in the parent process");
              std::vector<absl::StatusOr<CachedShard>> got;
              {
                py::gil_scoped_release release;

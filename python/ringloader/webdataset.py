@@ -772,6 +772,12 @@ class WebDataset(NativeDataset):
         if background is not None:
             background.close()
 
+    def __getstate__(self) -> Dict[str, Any]:
+        # The downloads are this process's (native threads): a copy starts its own if it needs.
+        state = super().__getstate__()
+        state["_background"], state["_background_shards"] = None, []
+        return state
+
     def __del__(self) -> None:
         try:
             self.close_downloads()

@@ -537,6 +537,24 @@ def test_a_shard_failing_while_the_epoch_runs_fails_its_samples(proxy, shards, t
 
 
 @needs_nginx
+def test_a_copy_of_a_dataset_leaves_the_downloads_to_the_original(proxy, shards, tmp_path):
+    import copy
+    import pickle
+
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        it = iter(rl.DataLoader(ds, batch_size=6))
+        next(it)
+        twin = pickle.loads(pickle.dumps(ds))  # as a spawned worker receives it
+        assert twin._background is None and copy.deepcopy(ds)._background is None
+        assert len(twin) == len(ds)
+    finally:
+        proxy.release("/train-000001.tar")
+    assert [v for _, y in it for v in y.tolist()] == _local(shards).targets[6:]
+
+
+@needs_nginx
 def test_stopping_the_loader_while_a_shard_downloads_returns_promptly(proxy, shards, tmp_path):
     ds = _kept(proxy, tmp_path)
     proxy.hold("/train-000001.tar")
