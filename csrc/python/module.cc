@@ -1139,10 +1139,13 @@ PYBIND11_MODULE(_C, m) {
                                 "Remote shards downloading into the cache folder on a native thread, in the "
                                 "order given; the loader's reads of their entries wait for them to land.")
       .def(py::init([](std::vector<std::string> urls, std::string cache_dir, int64_t cache_limit,
-                       const py::dict& settings, std::optional<std::vector<std::pair<int64_t, std::optional<std::string>>>> expected) {
+                       const py::dict& settings,
+                       std::optional<std::vector<std::pair<int64_t, std::optional<std::string>>>> expected) {
              std::vector<ExpectedCopy> want;
              if (expected) {
-               if (expected->size() != urls.size()) throw py::value_error("BackgroundFetch: expected must have one entry per url");
+               if (expected->size() != urls.size()) {
+                 throw py::value_error("BackgroundFetch: expected must have one entry per url");
+               }
                for (auto& [size, etag] : *expected) want.push_back(ExpectedCopy{size, etag});
              }
              RemoteOptions options = RemoteOptionsFrom(settings);
@@ -1156,7 +1159,9 @@ PYBIND11_MODULE(_C, m) {
       .def("wait",
            [](PyBackgroundFetch& f) {
              if (!f.fetch) throw py::value_error("BackgroundFetch is closed");
-             if (getpid() != f.pid) throw std::runtime_error("BackgroundFetch: its downloads run in the parent process");
+             if (getpid() != f.pid) {
+               throw std::runtime_error("BackgroundFetch: its downloads run in the parent process");
+             }
              std::vector<absl::StatusOr<CachedShard>> got;
              {
                py::gil_scoped_release release;
