@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "io/pending_downloads.h"
 
 namespace ringloader {
 
@@ -104,6 +105,12 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
       file->last_use = ++use_clock_;
       return file.get();
     }
+  }
+  // A remote shard the epoch's background download has not landed yet: wait for it, or fail
+  // with its download's error.
+  if (absl::Status pending = WaitForPendingDownload(path, cancel_); !pending.ok()) {
+    *error = std::move(pending);
+    return nullptr;
   }
   // O_NONBLOCK: see Start.
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);

@@ -6,6 +6,7 @@
 /// Threading: a Reader and its FileFetcher belong to one reader thread; nothing here is
 /// thread-safe.
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -110,6 +111,9 @@ class FileFetcher {
   /// True when another Start fits.
   bool has_room() const;
   const Reader& reader() const { return *reader_; }
+  /// The flag that stops a wait for a shard still downloading (io/pending_downloads.h); the
+  /// loader's cancel flag, so Stop() never waits for a transfer.
+  void set_cancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
   uint64_t bytes_read() const { return bytes_read_; }
   /// open() calls made so far (ranged reads of a cached file make none).
   uint64_t opens() const { return opens_; }
@@ -142,6 +146,7 @@ class FileFetcher {
   uint64_t opens_ = 0;
   uint64_t use_clock_ = 0;
   std::vector<std::unique_ptr<CachedFile>> cache_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace ringloader

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
 #include "cuda/device_stager.h"
+#include "io/pending_downloads.h"
 #include "io/stream_cache.h"
 #include "pipeline/views.h"
 #include "transform/render.h"
@@ -473,6 +474,7 @@ void Epoch::Read() {
     absl::StatusOr<std::unique_ptr<Reader>> reader = MakeReader(ctx.io_backend, o.io_depth, nullptr);
     if (!reader.ok()) return Fail(reader.status());
     fetcher = std::make_unique<FileFetcher>(std::move(*reader), o.max_file_bytes);
+    fetcher->set_cancel(&cancel);
   }
   ReadWith(*fetcher);
   std::lock_guard<std::mutex> lock(RingLifetimeMutex());
@@ -513,6 +515,9 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
         if (!decode_queue.Push(DecodeItem{request, -1, std::move(status)})) return;
         continue;
       }
+      // A remote shard still downloading: this reader's reads in flight are handed on before
+      // its open waits for the shard (FileFetcher::Start).
+      if (!may_block && IsPendingDownload(sample.path)) break;
       std::optional<int> buffer;
       if (may_block) {
         const auto buffer_wait = Clock::now();

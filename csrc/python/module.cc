@@ -3,6 +3,8 @@
 // Batches leave as DLPack-exporting objects (`Tensor`), so the extension does not link against
 // torch: `torch.from_dlpack(t)` gives a zero-copy tensor whose deleter drops the slot lease.
 
+#include <unistd.h>
+
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -26,6 +28,7 @@
 #include "dataset/image_folder.h"
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
+#include "io/pending_downloads.h"
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
@@ -849,8 +852,7 @@ struct FetchCancel {
   std::shared_ptr<std::atomic<bool>> flag = std::make_shared<std::atomic<bool>>(false);
 };
 
-py::list FetchShards(const std::vector<std::string>& urls, const std::string& cache_dir, int64_t cache_limit,
-                     const py::dict& settings, std::optional<FetchCancel> cancel) {
+RemoteOptions RemoteOptionsFrom(const py::dict& settings) {
   RemoteOptions options;
   auto get = [&](const char* key) -> py::object {
     return settings.contains(key) ? py::object(settings[key]) : py::none();
@@ -867,13 +869,10 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   if (!get("session_token").is_none()) options.s3.session_token = get("session_token").cast<std::string>();
   if (!get("region").is_none()) options.s3.region = get("region").cast<std::string>();
   if (!get("endpoint").is_none()) options.s3.endpoint = get("endpoint").cast<std::string>();
-  std::vector<absl::StatusOr<CachedShard>> got;
-  {
-    py::gil_scoped_release release;
-    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
-    ShardCache cache(cache_dir, cache_limit, std::move(options));
-    got = cache.Ensure(urls, flag.get());
-  }
+  return options;
+}
+
+py::list CachedShardDicts(const std::vector<absl::StatusOr<CachedShard>>& got) {
   py::list out;
   for (const auto& r : got) {
     py::dict d;
@@ -891,6 +890,35 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   }
   return out;
 }
+
+py::list FetchShards(const std::vector<std::string>& urls, const std::string& cache_dir, int64_t cache_limit,
+                     const py::dict& settings, std::optional<FetchCancel> cancel) {
+  RemoteOptions options = RemoteOptionsFrom(settings);
+  std::vector<absl::StatusOr<CachedShard>> got;
+  {
+    py::gil_scoped_release release;
+    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
+    ShardCache cache(cache_dir, cache_limit, std::move(options));
+    got = cache.Ensure(urls, flag.get());
+  }
+  return CachedShardDicts(got);
+}
+
+/// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
+/// end) cancels what is left and joins.
+struct PyBackgroundFetch {
+  std::unique_ptr<BackgroundFetch> fetch;
+  pid_t pid = getpid();
+  void Close() {
+    if (getpid() != pid) {
+      (void)fetch.release();  // a forked child: its threads are the parent's, not joinable here
+      return;
+    }
+    py::gil_scoped_release release;
+    fetch.reset();
+  }
+  ~PyBackgroundFetch() { Close(); }
+};
 
 }  // namespace
 }  // namespace ringloader
@@ -1066,6 +1094,44 @@ PYBIND11_MODULE(_C, m) {
   py::class_<FetchCancel>(m, "FetchCancel", "Stops the fetch_shards call it is given to, from another thread.")
       .def(py::init<>())
       .def("set", [](FetchCancel& c) { c.flag->store(true); });
+  py::class_<PyBackgroundFetch>(m, "BackgroundFetch",
+                                "Remote shards downloading into the cache folder on a native thread, in the "
+                                "order given; the loader's reads of their entries wait for them to land.")
+      .def(py::init([](std::vector<std::string> urls, std::string cache_dir, int64_t cache_limit,
+                       const py::dict& settings,
+                       std::optional<std::vector<std::pair<int64_t, std::optional<std::string>>>> expected) {
+             std::vector<ExpectedCopy> want;
+             if (expected) {
+               if (expected->size() != urls.size()) {
+                 throw py::value_error("BackgroundFetch: expected must have one entry per url");
+               }
+               for (auto& [size, etag] : *expected) want.push_back(ExpectedCopy{size, etag});
+             }
+             RemoteOptions options = RemoteOptionsFrom(settings);
+             auto out = std::make_unique<PyBackgroundFetch>();
+             out->fetch = std::make_unique<BackgroundFetch>(std::move(urls), std::move(want), std::move(cache_dir),
+                                                            cache_limit, std::move(options));
+             return out;
+           }),
+           py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0, py::arg("settings") = py::dict(),
+           py::arg("expected") = py::none())
+      .def("wait",
+           [](PyBackgroundFetch& f) {
+             if (!f.fetch) throw py::value_error("BackgroundFetch is closed");
+             if (getpid() != f.pid) {
+               throw std::runtime_error("BackgroundFetch: its downloads run in the parent process");
+             }
+             std::vector<absl::StatusOr<CachedShard>> got;
+             {
+               py::gil_scoped_release release;
+               got = f.fetch->Wait();
+             }
+             return CachedShardDicts(got);
+           },
+           "Blocks until every url landed or failed: one dict per url, as fetch_shards.")
+      .def("finished", [](const PyBackgroundFetch& f) { return f.fetch ? f.fetch->finished() : 0; },
+           "Urls landed or failed so far.")
+      .def("close", &PyBackgroundFetch::Close, "Cancels the downloads still running and joins the thread.");
   m.def(
       "shard_cache_entry_path",
       [](const std::string& cache_dir, const std::string& url) {

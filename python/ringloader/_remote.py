@@ -12,7 +12,7 @@ from __future__ import annotations
 import configparser
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _C, _schemes
 from ._sizes import parse_size
@@ -150,14 +150,27 @@ class RemoteFetcher:
         self.settings.update(check_remote_options(settings))
         self._s3_resolved = False
 
-    def fetch(self, urls: Sequence[str]) -> List[Dict[str, Any]]:
-        """One native result per URL: ``{path, size, etag, downloaded, attempts}`` or
-        ``{error, code}``."""
+    def _prepare(self, urls: Sequence[str]) -> None:
         if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
             for key, value in s3_settings().items():
                 self.settings.setdefault(key, value)
             self._s3_resolved = True
         os.makedirs(self.cache_dir, exist_ok=True)
+
+    def start(self, urls: Sequence[str],
+              expected: Sequence[Tuple[int, Optional[str]]]) -> "_C.BackgroundFetch":
+        """Starts downloading ``urls`` on a native thread, in this order (``max_connections``
+        at a time); the loader's reads of their cache entries wait for each to land, or fail
+        with its error. ``expected``: per URL, the (size, ETag or None) it was indexed from; a
+        copy that differs fails its samples as a stale index."""
+        self._prepare(urls)
+        return _C.BackgroundFetch(list(urls), self.cache_dir, self.cache_limit, self.settings,
+                                  [(int(size), etag) for size, etag in expected])
+
+    def fetch(self, urls: Sequence[str]) -> List[Dict[str, Any]]:
+        """One native result per URL: ``{path, size, etag, downloaded, attempts}`` or
+        ``{error, code}``."""
+        self._prepare(urls)
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the
         # transfers (within ~0.1 s) and is raised once they are closed.
         cancel = _C.FetchCancel()

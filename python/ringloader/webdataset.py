@@ -42,6 +42,8 @@ StaleIndexError = _C.StaleIndexError
 DEFAULT_SHUFFLE_BUFFER = 2000
 #: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
 INDEX_SUFFIX = ".idx.json"
+#: What the native downloader says of a shard whose copy is not the object that was indexed.
+STALE_COPY = "changed since the dataset was built"
 INDEX_FORMAT = "ringloader-webdataset-index"
 PIPE_PREFIX = _schemes.PIPE.prefix
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
@@ -463,12 +465,15 @@ class WebDataset(NativeDataset):
         self.urls = [url for url, _ in expanded]
         #: Per shard: the file its samples are read from (a remote shard's cached copy).
         self.shard_paths = list(self.urls)
-        #: Per remote shard: (size, ETag) of the copy it was indexed from (ETag None: from a pack
-        #: sidecar, not known before the download); None for the others.
-        self.remote_copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(self.urls)
+        # remote_copies (the property).
+        self._remote_copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(self.urls)
         self._fetcher: Optional[_remote.RemoteFetcher] = None
         #: Per remote shard that could not be fetched at the last epoch's start: the error.
         self._fetch_errors: Dict[int, str] = {}
+        #: The downloads the last epoch's start left running (see check_shards), or None.
+        self._background: Optional[Any] = None
+        #: The shards they download, in their order (emptied once their results are taken in).
+        self._background_shards: List[int] = []
         unfetched: Dict[int, str] = {}
         remote = [s for s, (url, pipe) in enumerate(expanded)
                   if not pipe and _remote.remote_scheme(url) is not None]
@@ -487,7 +492,7 @@ class WebDataset(NativeDataset):
             if label_key == "cls":
                 known.update(self._remote_sidecars([s for s in remote if s not in known]))
             for s, index in known.items():
-                self.remote_copies[s] = index["remote_copy"]
+                self._remote_copies[s] = index["remote_copy"]
                 self.shard_paths[s] = _C.shard_cache_entry_path(self._fetcher.cache_dir,
                                                                 self.urls[s])
             unfetched = self._fetch_remote([s for s in remote if s not in known],
@@ -522,14 +527,14 @@ class WebDataset(NativeDataset):
                 url, pipe, index = self.urls[s], False, known[s]
             else:
                 url, pipe, index = next(indexed)
-            if self.remote_copies[s] is not None:
+            if self._remote_copies[s] is not None:
                 url = self.urls[s]
                 if self.index_cache is not None and s not in known:
                     # Kept so that a later run builds the dataset without downloading the shard,
                     # and one that cannot fetch it still knows its samples (the dataset's length
                     # and order stay those of this run).
                     _write_cache(self._remote_index_path(url), url, index,
-                                 remote_copy=self.remote_copies[s])
+                                 remote_copy=self._remote_copies[s])
                 index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
@@ -672,11 +677,11 @@ class WebDataset(NativeDataset):
                 failed[s] = r["error"]
                 continue
             copy = (int(r["size"]), str(r["etag"]))
-            was = self.remote_copies[s]
+            was = self._remote_copies[s]
             if was is not None and was[1] is None and was[0] == copy[0]:
-                was = self.remote_copies[s] = copy  # indexed from a sidecar: its ETag is this one
+                was = self._remote_copies[s] = copy  # indexed from a sidecar: its ETag is this one
             if construction:
-                self.remote_copies[s] = copy
+                self._remote_copies[s] = copy
             elif was is not None and copy != was:
                 error = StaleIndexError(
                     f"WebDataset shard {self.urls[s]} changed since the dataset was built "
@@ -688,7 +693,7 @@ class WebDataset(NativeDataset):
             self.shard_paths[s] = r["path"]
         limit = self._fetcher.cache_limit
         if construction and limit:
-            total = sum(c[0] for c in self.remote_copies if c is not None)
+            total = sum(c[0] for c in self._remote_copies if c is not None)
             if total > limit:
                 raise ValueError(
                     f"WebDataset cache_limit ({limit} bytes) is smaller than the dataset's remote "
@@ -736,8 +741,48 @@ class WebDataset(NativeDataset):
         return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
                                  seed=seed, drop_last=drop_last)
 
+    @property
+    def remote_copies(self) -> List[Optional[Tuple[int, Optional[str]]]]:
+        """Per remote shard: (size, ETag) of the copy it was indexed from (ETag None: from a pack
+        sidecar, not known before the download, learnt once it is); None for the others."""
+        self._take_in_downloads()
+        return self._remote_copies
+
+    def _take_in_downloads(self) -> None:
+        """The ETags of shards indexed from pack sidecars, learnt from the epoch-start downloads
+        once all of them have landed (or failed)."""
+        background, shards = self._background, self._background_shards
+        if background is None or not shards or background.finished() < len(shards):
+            return
+        self._background_shards = []
+        for s, r in zip(shards, background.wait()):
+            was = self._remote_copies[s]
+            if "error" not in r and was is not None and was[1] is None and \
+                    was[0] == int(r["size"]):
+                self._remote_copies[s] = (was[0], str(r["etag"]))
+
     def check_unchanged(self) -> None:
-        self.check_shards()
+        self.check_shards(background=True)
+
+    def close_downloads(self) -> None:
+        """Stops the downloads an epoch's start left running (their shards' samples then fail
+        as not downloaded) and waits for their transfers to close."""
+        background, self._background = self._background, None
+        self._background_shards = []
+        if background is not None:
+            background.close()
+
+    def __getstate__(self) -> Dict[str, Any]:
+        # The downloads are this process's (native threads): a copy starts its own if it needs.
+        state = super().__getstate__()
+        state["_background"], state["_background_shards"] = None, []
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close_downloads()
+        except Exception:  # noqa: BLE001 - at interpreter exit the module may be half gone
+            pass
 
     def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
         """A sample error names the shard member; a ``pipe:`` stream whose index went stale
@@ -745,6 +790,13 @@ class WebDataset(NativeDataset):
         if index is None:
             return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
         fetch_error = self._fetch_errors.get(self.shard_of(index))
+        if STALE_COPY in str(exc):
+            # A shard downloaded while the epoch ran is not the object that was indexed.
+            url = self.urls[self.shard_of(index)]
+            error = StaleIndexError(f"{exc}: its index is out of date. Build the WebDataset "
+                                    f"again (it re-indexes the shard).")
+            error.path = url
+            return error
         if self.members[index] in str(exc) and fetch_error is None:
             return exc
         why = f"; the shard could not be downloaded: {fetch_error}" if fetch_error else ""
@@ -786,16 +838,22 @@ class WebDataset(NativeDataset):
         return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors,
                 "pipes": pipes, "tar_members": np.ones(len(self.offsets), dtype=bool)}
 
-    def check_shards(self, shards: Optional[Sequence[int]] = None) -> None:
+    def check_shards(self, shards: Optional[Sequence[int]] = None,
+                     background: bool = False) -> None:
         """Raises :class:`StaleIndexError` when a local shard (of ``shards``, default all) is
         not as it was indexed: its size or modification time differ. Its index would read wrong
         bytes and labels; the DataLoader calls this at each epoch's start, ``dataset[i]`` for its
         shard. A shard that is gone is not stale: reading its samples fails (``on_error``), as
-        for a missing file. (A ``pipe:`` shard is checked as it streams, member by member.)"""
+        for a missing file. (A ``pipe:`` shard is checked as it streams, member by member.)
+
+        A remote shard missing from the cache is downloaded now; with ``background`` (an epoch's
+        start) the downloads run on a native thread in shard order while the epoch reads, each
+        read of a shard waiting for it to land, and a copy that is not the one indexed fails
+        its samples with a :class:`StaleIndexError`."""
         wanted = range(len(self.urls)) if shards is None else shards
         missing = []
         for s in wanted:
-            if self.remote_copies[s] is None:
+            if self._remote_copies[s] is None:
                 continue
             try:
                 os.utime(self.shard_paths[s])  # just used: the last to be evicted
@@ -807,7 +865,16 @@ class WebDataset(NativeDataset):
             # (on_error), and their errors say why (explain_error).
             for s in missing:
                 self._fetch_errors.pop(s, None)
-            self._fetch_errors.update(self._fetch_remote(missing, construction=False))
+            if background:
+                assert self._fetcher is not None
+                self._take_in_downloads()
+                self.close_downloads()
+                self._background_shards = list(missing)
+                self._background = self._fetcher.start(
+                    [self.urls[s] for s in missing],
+                    [self._remote_copies[s] for s in missing])  # type: ignore[misc]
+            else:
+                self._fetch_errors.update(self._fetch_remote(missing, construction=False))
         for s in wanted:
             was = self.shard_stats[s]
             if was is None:

@@ -161,7 +161,7 @@ class FaultProxy:
     queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
     "stall" (half the body, then silence for `stall_s`), "norange" (the whole object whatever
     Range asked, as a server without range support answers), or "ok"), and `latency_s` before each
-    response. Every request's path and headers are kept in `requests`. (The throttled link of
+    response; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`. (The throttled link of
     the benchmark is ringloader.bench's own server.)"""
 
     def __init__(self, upstream: str, latency_s: float = 0.0, stall_s: float = 5.0):
@@ -169,6 +169,9 @@ class FaultProxy:
         self.latency_s, self.stall_s = latency_s, stall_s
         self.faults: Dict[str, List[str]] = {}
         self.always: Dict[str, str] = {}
+        #: Paths whose responses wait until release(path) (or `hold_s`, so a test never hangs).
+        self.held: Dict[str, threading.Event] = {}
+        self.hold_s = 30.0
         #: Called (with the path) after a "reset": what changes on the server between attempts.
         self.after_reset = None
         self.requests: List[Dict[str, str]] = []
@@ -198,6 +201,13 @@ class FaultProxy:
         with self.lock:
             return [r for r in self.requests if r["path"] == path]
 
+    def hold(self, path: str) -> None:
+        """Requests for `path` get no answer until release(path)."""
+        self.held[path] = threading.Event()
+
+    def release(self, path: str) -> None:
+        self.held.pop(path).set()
+
     def _next_fault(self, path: str) -> str:
         with self.lock:
             queue = self.faults.get(path)
@@ -209,6 +219,9 @@ class FaultProxy:
         with self.lock:
             self.requests.append(dict({k.lower(): v for k, v in h.headers.items()}, path=h.path))
         fault = self._next_fault(h.path)
+        held = self.held.get(h.path)
+        if held is not None:
+            held.wait(self.hold_s)
         if self.latency_s:
             time.sleep(self.latency_s)
         if fault in ("503", "403"):

@@ -466,6 +466,8 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
     assert re.search(r"epoch 1 \(http://, empty cache\): +[0-9.]+ s \(download [0-9.]+ s = "
                      r"[0-9.]+ MB/s; the link alone needs [0-9.]+ s\)", out), out
+    assert re.search(r"epoch 1, download overlapping : +[0-9.]+ s \(decoding starts once the "
+                     r"first shard has landed\)", out), out
     assert re.search(r"epoch 2 \(from the cache\) +: +[0-9.]+ s, \d+ img/s", out), out
     assert re.search(r"local shards +: +[0-9.]+ s, \d+ img/s", out), out
     if srv.shutil.which("curl"):
@@ -494,3 +496,77 @@ def test_pack_sidecars_on_the_server_build_the_dataset_without_the_shards(nginx,
     _assert_same(ds, local)  # the epoch's start downloads the shards
     assert tars() == [1] * len(names)
     assert all(c is not None and c[1] is not None for c in ds.remote_copies)  # ETags learnt
+
+
+def _kept(proxy, tmp_path):
+    """Two shards behind the proxy, as a dataset built from the indexes an earlier run kept:
+    nothing is downloaded until the first epoch's start."""
+    url = f"{proxy.url}/train-{{000000..000001}}.tar"
+    index = str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index, remote_options=FAST)
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
+    return ds
+
+
+@needs_nginx
+def test_the_first_batch_decodes_before_the_last_shard_lands(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    it = iter(rl.DataLoader(ds, batch_size=6))
+    _, first = next(it)  # from the first shard, while the second is held at the server
+    assert "/train-000001.tar" in proxy.held and not os.path.exists(ds.shard_paths[1])
+    assert os.path.exists(ds.shard_paths[0])
+    proxy.release("/train-000001.tar")
+    labels = first.tolist() + [v for _, y in it for v in y.tolist()]
+    assert labels == _local(shards).targets
+
+
+@needs_nginx
+def test_a_shard_failing_while_the_epoch_runs_fails_its_samples(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.always = {"/train-000001.tar": "503"}
+    labels, _ = _epoch(ds, on_error="skip")
+    assert labels == _local(shards).targets[:12]
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"HTTP 503"):
+        _epoch(ds)
+    proxy.always = {}
+    assert _epoch(ds)[0] == _local(shards).targets  # the next epoch's start fetches it again
+
+
+@needs_nginx
+def test_a_copy_of_a_dataset_leaves_the_downloads_to_the_original(proxy, shards, tmp_path):
+    import copy
+    import pickle
+
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        it = iter(rl.DataLoader(ds, batch_size=6))
+        next(it)
+        twin = pickle.loads(pickle.dumps(ds))  # as a spawned worker receives it
+        assert twin._background is None and copy.deepcopy(ds)._background is None
+        assert len(twin) == len(ds)
+    finally:
+        proxy.release("/train-000001.tar")
+    assert [v for _, y in it for v in y.tolist()] == _local(shards).targets[6:]
+
+
+@needs_nginx
+def test_stopping_the_loader_while_a_shard_downloads_returns_promptly(proxy, shards, tmp_path):
+    ds = _kept(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(ds, batch_size=6)
+        it = iter(loader)
+        next(it)
+        start = time.monotonic()
+        del it, loader  # its readers wait for the held shard: stopping must not
+        ds.close_downloads()  # the transfer itself stops too
+        assert time.monotonic() - start < 2
+        assert not os.path.exists(ds.shard_paths[1])
+        assert not list((tmp_path / "c2").glob("*.part"))
+    finally:
+        proxy.release("/train-000001.tar")

@@ -1,0 +1,168 @@
+// BackgroundFetch and the readers' wait for a shard it has not landed yet, over file:// URLs;
+// another process's download is stood in for by holding the entry's lock.
+#include "io/pending_downloads.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "io/reader.h"
+#include "testing/jpeg_fixtures.h"
+
+namespace ringloader {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+RemoteOptions FileOptions() {
+  RemoteOptions options;
+  options.protocols = "file";
+  options.max_attempts = 2;
+  options.backoff_initial_s = 0.01;
+  options.max_connections = 2;
+  return options;
+}
+
+std::string Source(const std::string& dir, const std::string& name, size_t size, int seed) {
+  std::vector<uint8_t> bytes(size);
+  for (size_t i = 0; i < size; ++i) bytes[i] = static_cast<uint8_t>((i * 7 + seed) & 0xff);
+  testing::WriteFile(absl::StrCat(dir, "/", name), bytes);
+  return absl::StrCat("file://", dir, "/", name);
+}
+
+/// Holds `entry`'s lock (as another process downloading it would) until destroyed.
+class HeldEntry {
+ public:
+  explicit HeldEntry(const std::string& entry) : fd_(open((entry + ".lock").c_str(), O_RDWR | O_CREAT, 0644)) {
+    EXPECT_GE(fd_, 0);
+    EXPECT_EQ(flock(fd_, LOCK_EX), 0);
+  }
+  ~HeldEntry() { Release(); }
+  void Release() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+/// Reads `length` bytes at `offset` of `path` as the loader's readers do.
+absl::Status ReadRange(const std::string& path, const std::atomic<bool>* cancel, std::string* out) {
+  FileFetcher fetcher(MakePreadReader(1), 1 << 20);
+  fetcher.set_cancel(cancel);
+  ByteBuffer buffer;
+  fetcher.Start(path, &buffer, 0, 10, 100);
+  if (absl::Status s = fetcher.Flush(); !s.ok()) return s;
+  std::vector<FetchedFile> done;
+  while (done.empty()) {
+    if (absl::Status s = fetcher.Poll(&done, true); !s.ok()) return s;
+  }
+  out->assign(reinterpret_cast<const char*>(buffer.data()), buffer.size());
+  return done[0].status;
+}
+
+TEST(PendingDownloadsTest, AReadWaitsForItsShardToLandAndGetsItsBytes) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 5000, 1), b = Source(src, "b.tar", 7000, 2);
+  const std::string entry_b = ShardCache(dir, 0, {}).EntryPath(b);
+  HeldEntry held(entry_b);
+  BackgroundFetch fetch({a, b}, {}, dir, 0, FileOptions());
+  std::string bytes;
+  // The first shard lands while the second is held.
+  ASSERT_TRUE(ReadRange(ShardCache(dir, 0, {}).EntryPath(a), nullptr, &bytes).ok());
+  EXPECT_EQ(bytes.size(), 100u);
+  EXPECT_TRUE(IsPendingDownload(entry_b));
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    held.Release();
+  });
+  const auto start = Clock::now();
+  absl::Status status = ReadRange(entry_b, nullptr, &bytes);
+  release.join();
+  ASSERT_TRUE(status.ok()) << status;
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(80));  // it waited for the landing
+  std::ifstream in(src + "/b.tar", std::ios::binary);
+  std::string want(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(bytes, want.substr(10, 100));
+  auto results = fetch.Wait();
+  ASSERT_TRUE(results[0].ok() && results[1].ok());
+  EXPECT_FALSE(IsPendingDownload(entry_b));
+}
+
+TEST(PendingDownloadsTest, AFailedDownloadIsTheReadsErrorNamingTheUrl) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = absl::StrCat("file://", src, "/missing.tar");
+  BackgroundFetch fetch({url}, {}, dir, 0, FileOptions());
+  std::string bytes;
+  absl::Status status = ReadRange(ShardCache(dir, 0, {}).EntryPath(url), nullptr, &bytes);
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("could not be downloaded"), std::string::npos) << status;
+  EXPECT_NE(status.message().find(url), std::string::npos) << status;
+}
+
+TEST(PendingDownloadsTest, AnotherCopyThanTheOneIndexedFailsAsStale) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 5000, 3);
+  BackgroundFetch fetch({url}, {ExpectedCopy{4000, std::nullopt}}, dir, 0, FileOptions());
+  auto results = fetch.Wait();
+  ASSERT_FALSE(results[0].ok());
+  EXPECT_NE(results[0].status().message().find("changed since the dataset was built (4000 bytes"),
+            std::string::npos)
+      << results[0].status();
+}
+
+TEST(PendingDownloadsTest, CancellingTheReaderOrDestroyingTheFetchDoesNotWaitForTheShard) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 5000, 4);
+  const std::string entry = ShardCache(dir, 0, {}).EntryPath(url);
+  HeldEntry held(entry);  // never released while the fetch lives
+  auto fetch = std::make_unique<BackgroundFetch>(std::vector<std::string>{url}, std::vector<ExpectedCopy>{}, dir, 0,
+                                                 FileOptions());
+  std::atomic<bool> cancel{false};
+  std::thread stop([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    cancel.store(true);
+  });
+  auto start = Clock::now();
+  std::string bytes;
+  absl::Status status = ReadRange(entry, &cancel, &bytes);
+  stop.join();
+  EXPECT_TRUE(absl::IsCancelled(status)) << status;
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+  start = Clock::now();
+  fetch.reset();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(1));
+  EXPECT_FALSE(IsPendingDownload(entry));  // forgotten with its fetch: a later read opens the file
+}
+
+TEST(PendingDownloadsTest, AForkedChildDoesNotWaitForItsParentsDownloads) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string url = Source(src, "a.tar", 5000, 5);
+  const std::string entry = ShardCache(dir, 0, {}).EntryPath(url);
+  HeldEntry held(entry);
+  BackgroundFetch fetch({url}, {}, dir, 0, FileOptions());
+  ASSERT_TRUE(IsPendingDownload(entry));
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // No thread here would ever land it: the wait must not start.
+    _exit(!IsPendingDownload(entry) && WaitForPendingDownload(entry, nullptr).ok() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(IsPendingDownload(entry));  // still this process's to wait for
+}
+
+}  // namespace
+}  // namespace ringloader
