@@ -273,6 +273,8 @@ def test_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path, kind, 
     assert re.search(rf"ringloader {kind} benchmark: 24 images", out), out
     assert re.search(rf"{baseline} *: +\d+ samples/s", out), out
     assert re.search(r"ringloader (HFDataset|Parquet) *: +\d+ samples/s \([0-9.]+x\)", out), out
+    if kind == "hf":  # the native rate of the same files, what HFDataset's ratio is read against
+        assert re.search(r"ringloader ImageFolder *: +\d+ samples/s \([0-9.]+x\)", out), out
     assert not list(scratch.glob("ringloader-bench-*"))
 
 
