@@ -263,6 +263,31 @@ def default_parquet_cache() -> str:
     return os.path.join(base, "ringloader", "parquet")
 
 
+def _footer_digest(f: Any, size: int) -> str:
+    """A hash of a Parquet file's footer (its FileMetaData: the row groups, their offsets, sizes
+    and statistics, and the schema), which a rewrite with other rows changes even where the
+    size and modification time are kept."""
+    f.seek(max(0, size - 8))
+    tail = f.read(8)
+    length = int.from_bytes(tail[:4], "little") if len(tail) == 8 else 0
+    f.seek(max(0, size - 8 - length))
+    return hashlib.sha256(f.read(length + 8)).hexdigest()
+
+
+def _copy_names(path: str, read: List[str], cache_dir: str) -> Tuple[str, str]:
+    """(the Arrow copy of the ``read`` columns of ``path`` as the file is now, the name prefix
+    shared by every copy of those columns of that path). The key holds the size, modification
+    and change times, inode and footer hash: a file rewritten in place or replaced (even with
+    its size and mtime restored) gets a new copy."""
+    with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        footer = _footer_digest(f, st.st_size)
+    prefix = hashlib.sha256(json.dumps([os.path.abspath(path), read]).encode()).hexdigest()[:24]
+    key = json.dumps([st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, footer])
+    digest = hashlib.sha256(key.encode()).hexdigest()[:24]
+    return os.path.join(cache_dir, f"{prefix}-{digest}.arrow"), prefix
+
+
 def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
     """The ``read`` columns of a Parquet file as a memory-mapped Arrow table. Parquet pages are
     compressed and length-prefixed, so rows cannot be referenced where they lie on disk: each
@@ -271,9 +296,7 @@ def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
     mapped, so the rows' bytes live in the page cache, not in process memory."""
     import pyarrow as pa
 
-    st = os.stat(path)
-    key = json.dumps([os.path.abspath(path), st.st_size, st.st_mtime_ns, read])
-    target = os.path.join(cache_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".arrow")
+    target, prefix = _copy_names(path, read, cache_dir)
     if not os.path.exists(target):
         os.makedirs(cache_dir, exist_ok=True)
         schema = reader.schema_arrow
@@ -285,6 +308,14 @@ def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
                     writer.write_table(reader.read_row_group(g, columns=read))
 
         write_atomic(target, write)
+        # Copies of an earlier version of the file would only take disk space (a process that
+        # still maps one keeps its pages until it closes it).
+        for old in glob.glob(os.path.join(glob.escape(cache_dir), prefix + "-*.arrow")):
+            if old != target:
+                try:
+                    os.unlink(old)
+                except OSError:
+                    pass
     return pa.ipc.open_file(pa.memory_map(target, "r")).read_all()
 
 

@@ -210,6 +210,36 @@ def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, t
     assert copies[0].stat().st_mtime_ns == stamp  # unchanged file: its copy is reused
 
 
+def test_parquet_copy_follows_a_rewrite_that_keeps_size_and_mtime(files, tmp_path):
+    """A file rewritten in place with other rows, its size and modification time restored, is
+    converted again (not served from the stale copy); the old copy is removed, and a dataset
+    built before the rewrite still reads the rows it mapped."""
+    path, cache = tmp_path / "same.parquet", tmp_path / "cache"
+    images = [p.read_bytes() for p in files[:6]]
+
+    def version(order: list) -> bytes:
+        sink = pa.BufferOutputStream()
+        pq.write_table(pa.table({"image": [images[i] for i in order], "label": order}), sink,
+                       compression="none", use_dictionary=False)
+        return sink.getvalue().to_pybytes()
+
+    path.write_bytes(version(list(range(6))))
+    before = path.stat()
+    old = rl.Parquet(path, transform=FIXED, cache_dir=cache)
+    reversed_rows = version(list(range(5, -1, -1)))
+    assert len(reversed_rows) == before.st_size
+    with open(path, "r+b") as f:  # the same inode, the same size
+        f.write(reversed_rows)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    new = rl.Parquet(path, transform=FIXED, cache_dir=cache)
+    assert [new[i][1] for i in range(6)] == [5, 4, 3, 2, 1, 0]
+    assert_epoch_is_pil(rl.DataLoader(new, batch_size=4), files, [5, 4, 3, 2, 1, 0])
+    assert len(list(cache.glob("*.arrow"))) == 1  # the stale copy is gone from the disk
+    assert_epoch_is_pil(rl.DataLoader(old, batch_size=4), files, list(range(6)))
+
+
 def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_path):
     rows = [(p.read_bytes(), None) for p in files[:8]]
     rows[4] = (b"not an image", None)
