@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import threading
+import time
 from pathlib import Path
 
 import datasets
@@ -18,7 +20,7 @@ import torchvision.transforms as v1
 from PIL import Image
 
 import ringloader as rl
-from imagegen import write_tree
+from imagegen import jpeg_bytes, write_tree
 
 FIXED = v1.Compose([v1.Resize(40), v1.CenterCrop(32), v1.ToTensor(),
                     v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
@@ -238,6 +240,84 @@ def test_parquet_copy_follows_a_rewrite_that_keeps_size_and_mtime(files, tmp_pat
     assert_epoch_is_pil(rl.DataLoader(new, batch_size=4), files, [5, 4, 3, 2, 1, 0])
     assert len(list(cache.glob("*.arrow"))) == 1  # the stale copy is gone from the disk
     assert_epoch_is_pil(rl.DataLoader(old, batch_size=4), files, list(range(6)))
+
+
+def padded_jpeg(seed: int, size: int) -> bytes:
+    """A 16x16 JPEG grown to ``size`` bytes with comment (COM) segments: a row of a large set
+    that costs next to nothing to decode."""
+    jpeg = jpeg_bytes(16, 16, seed=seed)
+    pad, left = b"", size - len(jpeg)
+    while left > 4:
+        n = min(65533, left - 4)
+        pad += b"\xff\xfe" + (n + 2).to_bytes(2, "big") + bytes(n)
+        left -= n + 4
+    return jpeg[:2] + pad + jpeg[2:]
+
+
+def anonymous_rss() -> int:
+    """The process's resident anonymous memory (heap, arenas, pools), not the page cache that
+    mapped files bring in."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no RssAnon in /proc/self/status")
+
+
+class PeakAnonymous:
+    """The peak of ``anonymous_rss()`` while the block runs, sampled every 2 ms."""
+
+    def __enter__(self) -> "PeakAnonymous":
+        self.start = self.peak = anonymous_rss()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.002):
+            self.peak = max(self.peak, anonymous_rss())
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, anonymous_rss())
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.start
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc/self/status")
+def test_parquet_set_larger_than_the_budget_keeps_process_memory_bounded(tmp_path):
+    """48 MB of rows in 2 MB row groups, a 4 MB loader budget: converting the set and a globally
+    shuffled epoch over it grow the process's anonymous memory by a few row groups (4 to 7 MB
+    measured); the rows' bytes stay in the page cache of the mapped copy. Reading the table
+    whole grows it by more than the set's size (166 MB measured)."""
+    group, rows, size = 32, 768, 64 * 1024
+    images = [padded_jpeg(k, size) for k in range(8)]
+    schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
+    path = tmp_path / "big.parquet"
+    with pq.ParquetWriter(path, schema, compression="none", use_dictionary=False) as writer:
+        for g in range(rows // group):
+            writer.write_table(pa.table({"image": [images[(g * group + r) % 8]
+                                                   for r in range(group)],
+                                         "label": list(range(g * group, (g + 1) * group))},
+                                        schema=schema))
+    total, budget = rows * size, 4 << 20
+    assert path.stat().st_size > total and total > 10 * budget
+    pa.default_memory_pool().release_unused()  # the writer's buffers: not the reader's to reuse
+    transform = v1.Compose([v1.RandomResizedCrop(8), v1.ToTensor()])
+    labels = []
+    with PeakAnonymous() as memory:
+        ds = rl.Parquet(path, transform=transform, cache_dir=tmp_path / "cache")
+        loader = rl.DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, max_memory=budget)
+        for batch, label in loader:
+            assert batch.shape[1:] == (3, 8, 8)
+            labels += label.tolist()
+    assert sorted(labels) == list(range(rows)) and labels != sorted(labels)
+    bound = 8 * group * size  # a few row groups and one-time pools; the set is 24
+    assert memory.growth < bound, f"anonymous memory grew by {memory.growth >> 20} MB"
 
 
 def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_path):
