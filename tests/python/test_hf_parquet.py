@@ -186,9 +186,20 @@ def test_parquet_files_with_row_groups_every_row_once_across_ranks(files, tmp_pa
     assert sorted(seen) == sorted(f"a-{i}" for i in range(8)) + sorted(f"b-{i}" for i in range(6))
 
 
-def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, tmp_path):
+def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, tmp_path,
+                                                                        monkeypatch):
     """A set several times a small budget: building holds no row group in process memory (the
-    rows are mapped from the Arrow copy), and a second build reuses the copy."""
+    rows are mapped from the Arrow copy), a global shuffle reads each row group once, not once
+    per sample, and a second build reuses the copy (reads none)."""
+    reads: list = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self, i, *args, **kwargs):
+        reads.append(i)
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    monkeypatch.setattr(pq.ParquetFile, "read", lambda *a, **k: pytest.fail("whole-file read"))
     data = [(p.read_bytes(), None) for p in files] * 6  # 84 rows
     total = sum(len(b) for b, _ in data)
     group = 7
@@ -208,8 +219,10 @@ def test_parquet_memory_stays_within_a_row_group_and_rows_are_read_once(files, t
     assert torch.cat([b[1] for b in batches]).tolist() == order  # label = row in the file
     assert_epoch_is_pil(batches, files, [i % len(files) for i in order])
     assert pa.total_allocated_bytes() - before < budget
+    assert reads == list(range(12))  # the shuffled epoch included: every row group once
     rl.Parquet(tmp_path / "big.parquet", transform=FIXED, cache_dir=tmp_path / "cache")
     assert copies[0].stat().st_mtime_ns == stamp  # unchanged file: its copy is reused
+    assert reads == list(range(12))
 
 
 def test_parquet_copy_follows_a_rewrite_that_keeps_size_and_mtime(files, tmp_path):
