@@ -10,12 +10,13 @@ Python ``bytes`` and no PIL image is made. A row that holds only a path becomes 
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import glob
 import hashlib
 import json
 import os
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch.utils.data as tud
@@ -299,24 +300,53 @@ def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
     target, prefix = _copy_names(path, read, cache_dir)
     if not os.path.exists(target):
         os.makedirs(cache_dir, exist_ok=True)
-        schema = reader.schema_arrow
-        schema = pa.schema([schema.field(c) for c in read])
-
-        def write(f: Any) -> None:
-            with pa.ipc.new_file(f, schema) as writer:
-                for g in range(reader.num_row_groups):
-                    writer.write_table(reader.read_row_group(g, columns=read))
-
-        write_atomic(target, write)
-        # Copies of an earlier version of the file would only take disk space (a process that
-        # still maps one keeps its pages until it closes it).
-        for old in glob.glob(os.path.join(glob.escape(cache_dir), prefix + "-*.arrow")):
-            if old != target:
-                try:
-                    os.unlink(old)
-                except OSError:
-                    pass
+        # Ranks on one machine start together: one converts, the others wait for its copy
+        # instead of each reading every row group into a temporary file of their own.
+        with _exclusive(os.path.join(cache_dir, prefix + ".lock")):
+            if not os.path.exists(target):
+                _convert(reader, read, target)
+                # Copies of an earlier version of the file would only take disk space (a
+                # process that still maps one keeps its pages until it closes it).
+                for old in glob.glob(os.path.join(glob.escape(cache_dir), prefix + "-*.arrow")):
+                    if old != target:
+                        try:
+                            os.unlink(old)
+                        except OSError:
+                            pass
     return pa.ipc.open_file(pa.memory_map(target, "r")).read_all()
+
+
+def _convert(reader: Any, read: List[str], target: str) -> None:
+    import pyarrow as pa
+
+    schema = reader.schema_arrow
+    schema = pa.schema([schema.field(c) for c in read])
+
+    def write(f: Any) -> None:
+        with pa.ipc.new_file(f, schema) as writer:
+            for g in range(reader.num_row_groups):
+                writer.write_table(reader.read_row_group(g, columns=read))
+
+    write_atomic(target, write)
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: str) -> Iterator[None]:
+    """Holds an exclusive ``flock`` on ``lock_path`` (created if missing) for the block; other
+    processes, and other opens in this one, wait. Where the filesystem refuses locks (some
+    network mounts) the block runs unlocked: the copy is still written atomically."""
+    import fcntl
+
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(lock_path, flags, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 class Parquet(_ArrowImages):

@@ -255,6 +255,38 @@ def test_parquet_copy_follows_a_rewrite_that_keeps_size_and_mtime(files, tmp_pat
     assert_epoch_is_pil(rl.DataLoader(old, batch_size=4), files, list(range(6)))
 
 
+def test_parquet_builds_started_together_convert_once(files, tmp_path, monkeypatch):
+    """Two builds of one file at once (ranks on a machine): one converts, the other waits for
+    its copy; each row group is read once and both see the same rows."""
+    write_parquet(tmp_path / "shared.parquet", [(p.read_bytes(), None) for p in files],
+                  group=2, struct=False)
+    reads: list = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def slow(self, i, *args, **kwargs):  # long enough for the second build to arrive
+        reads.append(i)
+        time.sleep(0.02)
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", slow)
+    start, built = threading.Barrier(2), []
+
+    def build() -> None:
+        start.wait()
+        built.append(rl.Parquet(tmp_path / "shared.parquet", transform=FIXED,
+                                cache_dir=tmp_path / "cache"))
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(built) == 2 and sorted(reads) == list(range(7))
+    assert [b[1] for b in built[0]] == [b[1] for b in built[1]] == list(range(len(files)))
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.suffix == ".arrow"] and \
+        not list((tmp_path / "cache").glob(".*.tmp"))
+
+
 def padded_jpeg(seed: int, size: int) -> bytes:
     """A 16x16 JPEG grown to ``size`` bytes with comment (COM) segments: a row of a large set
     that costs next to nothing to decode."""
