@@ -289,7 +289,7 @@ def _copy_names(path: str, read: List[str], cache_dir: str) -> Tuple[str, str]:
     return os.path.join(cache_dir, f"{prefix}-{digest}.arrow"), prefix
 
 
-def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
+def _arrow_copy(path: str, read: List[str], cache_dir: str) -> Any:
     """The ``read`` columns of a Parquet file as a memory-mapped Arrow table. Parquet pages are
     compressed and length-prefixed, so rows cannot be referenced where they lie on disk: each
     row group is read once (one at a time: memory stays within a row group) into an Arrow IPC
@@ -304,7 +304,12 @@ def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
         # instead of each reading every row group into a temporary file of their own.
         with _exclusive(os.path.join(cache_dir, prefix + ".lock")):
             if not os.path.exists(target):
-                _convert(reader, read, target)
+                _convert(path, read, target)
+                if _copy_names(path, read, cache_dir)[0] != target:
+                    os.unlink(target)  # rows of no single version of the file
+                    raise RuntimeError(f"Parquet: {path!r} changed while it was being read into "
+                                       f"its Arrow copy under {cache_dir!r}; build the dataset "
+                                       "again once the file is written")
                 # Copies of an earlier version of the file would only take disk space (a
                 # process that still maps one keeps its pages until it closes it).
                 for old in glob.glob(os.path.join(glob.escape(cache_dir), prefix + "-*.arrow")):
@@ -316,9 +321,14 @@ def _arrow_copy(reader: Any, path: str, read: List[str], cache_dir: str) -> Any:
     return pa.ipc.open_file(pa.memory_map(target, "r")).read_all()
 
 
-def _convert(reader: Any, read: List[str], target: str) -> None:
+def _convert(path: str, read: List[str], target: str) -> None:
+    """Writes the ``read`` columns of ``path`` into ``target``, one row group at a time. The
+    file is opened here, after its key was taken: a version that replaced it since is seen
+    by the check that follows, not copied under the earlier key."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
+    reader = pq.ParquetFile(path)
     schema = reader.schema_arrow
     schema = pa.schema([schema.field(c) for c in read])
 
@@ -379,7 +389,7 @@ class Parquet(_ArrowImages):
                                     f"Parquet({path!r})")
             read = list(dict.fromkeys([image_column] + ([label_column] if label_column else [])
                                       + wanted))
-            table = _arrow_copy(reader, path, read, cache_dir)
+            table = _arrow_copy(path, read, cache_dir)
             starts = np.cumsum([0] + [reader.metadata.row_group(g).num_rows
                                       for g in range(reader.num_row_groups)])
 

@@ -255,6 +255,27 @@ def test_parquet_copy_follows_a_rewrite_that_keeps_size_and_mtime(files, tmp_pat
     assert_epoch_is_pil(rl.DataLoader(old, batch_size=4), files, list(range(6)))
 
 
+def test_parquet_file_changing_during_its_conversion_is_an_error(files, tmp_path, monkeypatch):
+    """A file written to while its copy is made would give rows of no single version: the
+    build fails naming it, and leaves no copy to be reused."""
+    path = tmp_path / "moving.parquet"
+    write_parquet(path, [(p.read_bytes(), None) for p in files[:6]], group=2, struct=False)
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def writer_touches(self, i, *args, **kwargs):
+        if i == 1:  # another process appends, or a tool rewrites the file
+            st = path.stat()
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+        return read_row_group(self, i, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", writer_touches)
+    with pytest.raises(RuntimeError, match="moving.parquet' changed while it was being read"):
+        rl.Parquet(path, cache_dir=tmp_path / "cache")
+    assert not list((tmp_path / "cache").glob("*.arrow"))
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", read_row_group)
+    assert len(rl.Parquet(path, cache_dir=tmp_path / "cache")) == 6  # once it is still
+
+
 def test_parquet_builds_started_together_convert_once(files, tmp_path, monkeypatch):
     """Two builds of one file at once (ranks on a machine): one converts, the other waits for
     its copy; each row group is read once and both see the same rows."""
