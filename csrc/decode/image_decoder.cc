@@ -318,6 +318,19 @@ absl::StatusOr<RgbImage> ImageDecoder::DecodeFull(const uint8_t* data, size_t si
   return upright;
 }
 
+absl::StatusOr<RgbImage> ImageDecoder::DecodeLabels(const uint8_t* data, size_t size) {
+  RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
+  if (format != ImageFormat::kPng && format != ImageFormat::kBmp) {
+    return absl::UnimplementedError(
+        absl::StrCat("mode='mask' label images are decoded natively from PNG and BMP files; this "
+                     "is ", ImageFormatName(format), " (save the masks as PNG)"));
+  }
+  state_->scratch.labels = true;
+  absl::StatusOr<RgbImage> image = DecodeStored(format, data, size);
+  state_->scratch.labels = false;
+  return image;
+}
+
 absl::StatusOr<RgbImage> ImageDecoder::DecodeStored(ImageFormat format, const uint8_t* data,
                                                     size_t size) {
   if (format == ImageFormat::kJpeg) return jpeg_.DecodeFull(data, size);
