@@ -230,3 +230,14 @@ def test_what_stays_on_torchs_path_warns(data):
 
     with pytest.warns(UserWarning, match=r"sample 3 point to files \[0, 0\]"):
         assert not rl.DataLoader(Shifting(), batch_size=2).native
+
+
+def test_the_benchmarks_segmentation_dataset_is_native_and_equals_pil(data, tmp_path):
+    from ringloader.bench import SegmentationRows, _write_masks
+
+    rows = [(str(p), 0) for p in data["images"][:4]]
+    masks = _write_masks(rows, tmp_path)
+    got = next(iter(_native(SegmentationRows(rows, masks, lazy=True), batch_size=4)))
+    want = next(iter(tud.DataLoader(SegmentationRows(rows, masks, lazy=False), batch_size=4)))
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    assert got[1].shape == (4, 1, 224, 224) and int(got[1].max()) > 0
