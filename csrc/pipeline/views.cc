@@ -37,6 +37,12 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
     set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
     set.pipelines.push_back(*std::move(pipeline));
   }
+  for (size_t v = 0; v < views.size(); ++v) {
+    const bool plain = !views[v].luma && !views[v].mask;
+    const auto renders_file = [&](const LoaderOptions::View& w) { return w.file == views[v].file; };
+    set.sole.push_back(plain && views.size() > 1 &&
+                       std::count_if(views.begin(), views.end(), renders_file) == 1);
+  }
   return set;
 }
 
@@ -79,6 +85,16 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
   };
   for (size_t v = 0; v < views.pipelines.size(); ++v) {
     const size_t f = static_cast<size_t>(views.file[v]);
+    if (views.sole[v]) {
+      // The file's only rendering: decoded straight into the view, as a single-view loader does
+      // (a JPEG decodes only the rows and columns the view's crop needs).
+      SampleRng rng(ViewSeed(sample_seed, v));
+      absl::Status status = decoder.DecodeInto(files[f].data, files[f].size, views.pipelines[v], rng,
+                                               dst + views.offsets[v]);
+      if (!status.ok()) return in_file(f, status);
+      if (decodes != nullptr) ++*decodes;
+      continue;
+    }
     RgbImage& decoded = views.mask[v] ? labels[f] : rgb[f];
     if (decoded.pixels.empty()) {
       absl::StatusOr<RgbImage> image = views.mask[v]

@@ -27,6 +27,10 @@ struct ViewSet {
   std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
   std::vector<bool> mask;       ///< of each view (LoaderOptions::View::mask)
   std::vector<int> file;        ///< of each view (LoaderOptions::View::file)
+  /// Of each view: the only view of its file, in RGB, beside views of other files (an image
+  /// beside its mask): decoded straight into the view (ImageDecoder::DecodeInto), region of
+  /// interest included, with the same pixels as a full decode and the same draws.
+  std::vector<bool> sole;
   int files = 1;                ///< files a sample needs: 1 + the largest `file`
   std::vector<size_t> offsets;  ///< of each view in a row
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
