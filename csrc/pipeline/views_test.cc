@@ -192,6 +192,20 @@ TEST(SeveralFilesTest, EachViewRendersItsFileAndEachFileDecodesOnce) {
   ASSERT_FALSE(loader.ok());
   EXPECT_NE(loader.status().message().find("has 3 file(s); the views render 4"), std::string::npos)
       << loader.status();
+  // So is a several-file sample streamed from a pipe: command, and a mask view in luma.
+  o.views[2].file = 2;
+  samples[1].source = SourceKind::kPipe;
+  samples[1].path = "pipe:cat " + files[1].path;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("a pipe: stream and has several files"), std::string::npos) << loader.status();
+  samples[1] = files[1];
+  samples[1].more_files = samples[0].more_files;
+  o.views[3].mask = true;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("view 3: luma and mask exclude each other"), std::string::npos)
+      << loader.status();
 }
 
 TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {

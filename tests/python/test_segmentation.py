@@ -125,12 +125,17 @@ def test_a_mask_alone_and_beside_views_of_its_image(data):
     alone = list(_native([rl.ImageFile(m, MASK, mode="mask") for m in masks], batch_size=4))
     eager = [MASK(Image.open(m)) for m in masks]
     assert torch.equal(torch.cat(alone), torch.stack(eager))
-    got = list(_native(Views(), batch_size=4, num_workers=2))
     want = list(tud.DataLoader([rl.materialize(Views()[i]) for i in range(len(images))], batch_size=4))
-    for a, b in zip(got, want):
-        assert torch.equal(a["mask"], b["mask"]) and torch.equal(a["i"], b["i"])
-        for x, y in zip(a["views"], b["views"]):
-            assert torch.equal(x, y)
+    for layout in ("NCHW", "NHWC"):
+        got = list(_native(Views(), batch_size=4, num_workers=2, layout=layout))
+        assert got[0]["mask"].shape == ((4, 1, 32, 32) if layout == "NCHW" else (4, 32, 32, 1))
+        for a, b in zip(got, want):
+            if layout == "NHWC":  # channels last: the same values, one channel kept
+                b = {"mask": b["mask"].permute(0, 2, 3, 1), "i": b["i"],
+                     "views": [t.permute(0, 2, 3, 1) for t in b["views"]]}
+            assert torch.equal(a["mask"], b["mask"]) and torch.equal(a["i"], b["i"])
+            for x, y in zip(a["views"], b["views"]):
+                assert torch.equal(x, y)
 
 
 def test_seeded_random_masks_draw_as_gray_images_and_keep_labels(data):
