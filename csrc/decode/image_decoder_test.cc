@@ -1072,5 +1072,34 @@ TEST(ImageFormatName, EveryFormatHasItsOwnName) {
   EXPECT_STREQ(ImageFormatName(static_cast<ImageFormat>(200)), "unknown");
 }
 
+TEST(ImageDecoderLabels, TiffPaletteIndicesAndGrayValues) {
+  ImageDecoder decoder;
+  TiffSpec palette;
+  palette.photometric = PHOTOMETRIC_PALETTE;
+  palette.samples = 1;
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 256; ++i) palette.colormap.push_back(static_cast<uint16_t>((i * 97 + c * 31) << 8));
+  }
+  const Bytes indices = Pattern(static_cast<size_t>(palette.width) * palette.height, 6);
+  const Bytes palette_file = EncodeTiff(palette, indices);
+  absl::StatusOr<RgbImage> got = decoder.DecodeLabels(palette_file.data(), palette_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(indices));
+
+  TiffSpec gray;
+  gray.photometric = PHOTOMETRIC_MINISBLACK;
+  gray.samples = 1;
+  const Bytes gray_file = EncodeTiff(gray, indices);
+  got = decoder.DecodeLabels(gray_file.data(), gray_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(indices));
+
+  TiffSpec rgb;
+  const Bytes rgb_file = EncodeTiff(rgb, Pattern(static_cast<size_t>(rgb.width) * rgb.height * 3, 1));
+  const absl::Status refused = decoder.DecodeLabels(rgb_file.data(), rgb_file.size()).status();
+  EXPECT_TRUE(absl::IsUnimplemented(refused)) << refused;
+  EXPECT_NE(refused.message().find("3 x 8-bit samples"), std::string::npos) << refused;
+}
+
 }  // namespace
 }  // namespace ringloader

@@ -22,7 +22,7 @@ IMAGE = v1.Compose([v1.Resize(40), v1.CenterCrop(32), v1.ToTensor(),
 MASK = v1.Compose([v1.Resize(40, interpolation=N), v1.CenterCrop(32), v1.PILToTensor()])
 MASK_RANDOM = v1.Compose([v1.RandomResizedCrop(24, interpolation=N), v1.RandomHorizontalFlip(),
                           v1.PILToTensor()])
-KINDS = ("png-P", "png-L", "bmp-P", "bmp-L")
+KINDS = ("png-P", "png-L", "bmp-P", "bmp-L", "tiff-P", "tiff-L")
 
 
 def _write_mask(labels: np.ndarray, kind: str, path: Path, seed: int) -> None:
