@@ -35,6 +35,9 @@ std::mutex& RingLifetimeMutex() {
   return *mu;
 }
 
+// A file of a several-file sample that readers read (not one held in memory).
+bool ReadFromDisk(const Sample::File& file) { return file.memory == nullptr && file.length != 0; }
+
 }  // namespace
 
 absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& sample_path) {
@@ -84,7 +87,7 @@ absl::Status ReadMoreFiles(const Sample& sample, size_t max_file_bytes, std::vec
   if (more->size() < sample.more_files.size()) more->resize(sample.more_files.size());
   for (size_t k = 0; k < sample.more_files.size(); ++k) {
     const Sample::File& file = sample.more_files[k];
-    if (file.memory != nullptr || file.length == 0) continue;
+    if (!ReadFromDisk(file)) continue;
     Sample whole(file.path, 0);
     absl::Status status = ReadSampleBytes(whole, max_file_bytes, &(*more)[k], nullptr, cancel);
     if (!status.ok()) return NameFile(status, file.path);
@@ -99,10 +102,10 @@ std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size
   files.push_back(EncodedFile{data, size, &sample.path});
   for (size_t k = 0; k < sample.more_files.size(); ++k) {
     const Sample::File& file = sample.more_files[k];
-    if (file.memory != nullptr || file.length == 0) {
-      files.push_back(EncodedFile{file.memory, static_cast<size_t>(std::max<int64_t>(file.length, 0)), &file.path});
-    } else {
+    if (ReadFromDisk(file)) {
       files.push_back(EncodedFile{more[k].data(), more[k].size(), &file.path});
+    } else {
+      files.push_back(EncodedFile{file.memory, static_cast<size_t>(file.length), &file.path});
     }
   }
   return files;
@@ -543,8 +546,8 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(request.index)];
       // A several-file sample reads its other files with a buffer of its own, even when file 0
       // is in memory (unless every file is).
-      const bool reads_more = std::any_of(sample.more_files.begin(), sample.more_files.end(),
-                                          [](const Sample::File& f) { return f.memory == nullptr && f.length != 0; });
+      const bool reads_more =
+          std::any_of(sample.more_files.begin(), sample.more_files.end(), ReadFromDisk);
       if (!sample.error.empty() || (sample.source == SourceKind::kMemory && !reads_more)) {
         // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
         // buffer (the decoder reads a memory sample where it is).
@@ -576,8 +579,9 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
         absl::Status status = ReadMoreFiles(sample, ctx.options->max_file_bytes, &more, &cancel);
         if (absl::IsCancelled(status) && cancel.load(std::memory_order_acquire)) return;
         for (size_t k = 0; k < sample.more_files.size() && k < more.size(); ++k) {
-          if (sample.more_files[k].memory == nullptr) {
-            ctx.counters->bytes_read.fetch_add(static_cast<int64_t>(more[k].size()), std::memory_order_relaxed);
+          if (ReadFromDisk(sample.more_files[k])) {
+            ctx.counters->bytes_read.fetch_add(static_cast<int64_t>(more[k].size()),
+                                               std::memory_order_relaxed);
           }
         }
         if (!status.ok() || sample.source == SourceKind::kMemory) {

@@ -249,7 +249,8 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
           "several-file sample reads files or memory"));
     }
     for (const Sample::File& f : s.more_files) {
-      if (f.length < -1 || (f.memory == nullptr && f.length > 0)) {
+      if (f.length < -1 || (f.memory == nullptr && f.length > 0) ||
+          (f.memory != nullptr && f.length < 0)) {
         return absl::InvalidArgumentError(
             absl::StrCat("sample ", i, ": file ", f.path, " is in memory without its bytes"));
       }

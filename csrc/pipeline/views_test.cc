@@ -198,7 +198,9 @@ TEST(SeveralFilesTest, EachViewRendersItsFileAndEachFileDecodesOnce) {
   samples[1].path = "pipe:cat " + files[1].path;
   loader = Loader::Create(samples, o);
   ASSERT_FALSE(loader.ok());
-  EXPECT_NE(loader.status().message().find("a pipe: stream and has several files"), std::string::npos) << loader.status();
+  EXPECT_NE(loader.status().message().find("a pipe: stream and has several files"),
+            std::string::npos)
+      << loader.status();
   samples[1] = files[1];
   samples[1].more_files = samples[0].more_files;
   o.views[3].mask = true;
