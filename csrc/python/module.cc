@@ -560,11 +560,12 @@ class PyLoader {
           if (py::isinstance<py::str>(f)) {
             file.path = f.cast<std::string>();
           } else {
-            py::tuple pair = py::reinterpret_borrow<py::object>(f);
-            if (pair.size() != 2 || !PyObject_CheckBuffer(pair[1].ptr())) {
+            if (!py::isinstance<py::tuple>(f) || py::len(f) != 2 ||
+                !PyObject_CheckBuffer(py::reinterpret_borrow<py::tuple>(f)[1].ptr())) {
               throw py::type_error(absl::StrCat("more_files[", i, "] entries must be a path (str) or "
                                                 "a (description, bytes-like) pair"));
             }
+            py::tuple pair = py::reinterpret_borrow<py::tuple>(f);
             file.path = py::str(pair[0]);
             auto view = std::make_unique<py::buffer_info>(py::buffer(pair[1]).request());
             file.memory = static_cast<const uint8_t*>(view->ptr);

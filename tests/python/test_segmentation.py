@@ -246,3 +246,20 @@ def test_the_benchmarks_segmentation_dataset_is_native_and_equals_pil(data, tmp_
     want = next(iter(tud.DataLoader(SegmentationRows(rows, masks, lazy=False), batch_size=4)))
     assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
     assert got[1].shape == (4, 1, 224, 224) and int(got[1].max()) > 0
+
+
+def test_the_native_loaders_more_files_argument_is_checked(data):
+    from ringloader import _C
+    from ringloader import transforms as T
+
+    paths = [str(p) for p in data["images"][:2]]
+    view = {"transform": T.split(v1.CenterCrop(8)).steps, "dtype": "uint8"}
+    options = {"batch_size": 1, "views": [view, dict(view, file=1, mask=True)]}
+    with pytest.raises(ValueError, match="more_files has 1 entries; expected one per path"):
+        _C.Loader(paths, [0, 1], options, more_files=[[str(data["png-P"][0])]])
+    with pytest.raises(TypeError, match=r"more_files\[1\] entries must be a path"):
+        _C.Loader(paths, [0, 1], options, more_files=[None, [3]])
+    with pytest.raises(ValueError, match=r"sample 0 \(.*img0.jpg\) has 1 file\(s\); the views render 2"):
+        _C.Loader(paths, [0, 1], options, more_files=[None, [str(data["png-P"][1])]])
+    with pytest.raises(TypeError, match="unknown view option 'files'"):
+        _C.Loader(paths, [0, 1], {"batch_size": 1, "views": [dict(view, files=1)]})
