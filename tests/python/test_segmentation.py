@@ -209,8 +209,10 @@ def test_image_bytes_masks_and_pairs_in_memory(data):
             return len(blobs)
 
         def __getitem__(self, i):
-            # The image from its file, the mask from memory, and the reverse for odd samples.
-            if i % 2:
+            # Both in memory, the image from memory and the mask from its file, and the reverse.
+            if i % 3 == 0:
+                return rl.ImageBytes(blobs[i][0], IMAGE), rl.ImageBytes(blobs[i][1], MASK, mode="mask")
+            if i % 3 == 1:
                 return rl.ImageBytes(blobs[i][0], IMAGE), rl.ImageFile(masks[i], MASK, mode="mask")
             return rl.ImageFile(images[i], IMAGE), rl.ImageBytes(blobs[i][1], MASK, mode="mask")
 
