@@ -3,8 +3,9 @@ native sample table.
 
 When the DataLoader is built, ``__getitem__`` runs once per index in the calling process (it
 only builds references). Each sample's structure is kept with its references replaced by
-placeholders (``_Leaf``); the referenced files become the native loader's samples, decoded and
-transformed on the native threads. The native label of sample i is its flat index, so every row
+placeholders (``_Leaf``); the referenced files become the native loader's samples (a sample's
+first file, its others in ``more_files``: an image and its mask), decoded and transformed on
+the native threads. The native label of sample i is its flat index, so every row
 of a batch (a replacement's included) finds its own structure again, and the batch is collated
 by torch's own ``collate`` with each placeholder position standing for the native image tensor.
 """
