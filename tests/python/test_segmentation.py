@@ -108,6 +108,21 @@ def test_image_and_mask_equal_pil_under_torch(data, kind):
     assert torch.equal(first[1], got[0][1]) and torch.equal(first[0], got[0][0])
 
 
+@pytest.mark.parametrize("mask_t", [
+    v1.Compose([v1.Resize(40, interpolation=N), v1.CenterCrop(32), v1.ToTensor()]),
+    v1.Compose([v1.Resize((36, 40), interpolation=N), v1.Pad(4, fill=255), v1.CenterCrop(42),
+                v1.PILToTensor()]),
+], ids=["to_tensor", "pad_fill"])
+def test_other_fixed_mask_transforms_equal_pil(data, mask_t):
+    """ToTensor scales the labels as torchvision does (value / 255); padding fills with the
+    given label."""
+    images, masks = data["images"], data["png-P"]
+    got = list(_native(Segmentation(images, masks, lazy=True, mask_t=mask_t), batch_size=6))
+    want = list(tud.DataLoader(Segmentation(images, masks, lazy=False, mask_t=mask_t), batch_size=6))
+    for (_, mask), (_, want_mask) in zip(got, want):
+        assert mask.dtype == want_mask.dtype and torch.equal(mask, want_mask)
+
+
 def test_a_mask_alone_and_beside_views_of_its_image(data):
     """A mask as the only reference, and an image's mask beside two views of the image: each
     view renders its own file."""
