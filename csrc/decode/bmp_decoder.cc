@@ -302,6 +302,20 @@ absl::Status BmpDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
   Header h;
   RL_RETURN_IF_ERROR(ParseHeader(data, size, &h));
   RL_RETURN_IF_ERROR(CheckPixelLimit("BMP", h.width, h.height, max_pixels));
+  if (scratch.labels) {
+    // Pillow opens a palette BMP as "P" (its indices) and a grey-ramp one as "L" (the indices
+    // again, the ramp being the identity); a black/white one is "1", deeper ones RGB.
+    if (h.pixel == Pixel::kIndexed) {
+      for (int i = 0; i < 256; ++i) {
+        h.palette[i][0] = h.palette[i][1] = h.palette[i][2] = static_cast<uint8_t>(i);
+      }
+    } else if (h.pixel != Pixel::kGray) {
+      return absl::UnimplementedError(absl::StrCat(
+          "mode='mask' takes a label image Pillow opens as 'P' or 'L' (a palette or grey BMP); "
+          "this is a ", h.pixel == Pixel::kBilevel ? "black/white (mode '1')" : "colour", " ",
+          h.bits, "-bit BMP"));
+    }
+  }
   const uint8_t* rows = data + std::min(h.offset, size);
   size_t row_stride = h.stride;
   if (h.rle) {

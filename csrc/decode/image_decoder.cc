@@ -318,6 +318,25 @@ absl::StatusOr<RgbImage> ImageDecoder::DecodeFull(const uint8_t* data, size_t si
   return upright;
 }
 
+absl::StatusOr<RgbImage> ImageDecoder::DecodeLabels(const uint8_t* data, size_t size) {
+  RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
+  if (format != ImageFormat::kPng && format != ImageFormat::kBmp && format != ImageFormat::kTiff) {
+    return absl::UnimplementedError(
+        absl::StrCat("mode='mask' label images are decoded natively from PNG, BMP and TIFF "
+                     "files; this is ", ImageFormatName(format), " (save the masks as PNG)"));
+  }
+  state_->scratch.labels = true;
+  absl::StatusOr<RgbImage> image = DecodeStored(format, data, size);
+  state_->scratch.labels = false;
+  if (!image.ok()) return image;
+  // Image.open() applies only a TIFF's own Orientation tag (never EXIF for a label image).
+  const int orientation = Orientation(false, format, data, size);
+  if (orientation == 1) return image;
+  RgbImage upright;
+  Orient(*image, orientation, &upright);
+  return upright;
+}
+
 absl::StatusOr<RgbImage> ImageDecoder::DecodeStored(ImageFormat format, const uint8_t* data,
                                                     size_t size) {
   if (format == ImageFormat::kJpeg) return jpeg_.DecodeFull(data, size);

@@ -67,6 +67,13 @@ class ImageDecoder {
   /// Full-resolution decode to packed RGB.
   absl::StatusOr<RgbImage> DecodeFull(const uint8_t* data, size_t size);
 
+  /// A label image (mode="mask") as Pillow's Image.open() holds it: a palette image's indices
+  /// (no palette lookup) or a gray image's values, replicated into R, G and B; no EXIF
+  /// orientation (a TIFF's own Orientation tag applies, as in Pillow). PNG, BMP and TIFF; a
+  /// layout Pillow opens in another mode than "P" or "L" (RGB, 16-bit, black/white) and other
+  /// formats are Unimplemented, naming what the file is.
+  absl::StatusOr<RgbImage> DecodeLabels(const uint8_t* data, size_t size);
+
   /// Decodes, applies `pipeline` with random draws from `rng`, and writes exactly
   /// pipeline.SampleBytes() bytes at `dst` in the pipeline's dtype and layout. For formats
   /// other than JPEG, `stats` reports a full-resolution decode (scale 8/8).

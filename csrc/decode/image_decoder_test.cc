@@ -413,6 +413,85 @@ TEST(ImageDecoderBmp, TrueColourAndPaletteRowsInBothOrders) {
   EXPECT_EQ(Decode(Bmp(w, h, 8, false, data, palette)), expected);
 }
 
+/// Each value of `values` replicated into R, G and B: a label image as DecodeLabels gives it.
+Bytes Replicated(const Bytes& values) {
+  Bytes out;
+  for (uint8_t v : values) out.insert(out.end(), {v, v, v});
+  return out;
+}
+
+TEST(ImageDecoderLabels, PaletteIndicesAndGrayValuesAsStored) {
+  ImageDecoder decoder;
+  PngSpec palette;  // 8-bit palette of 5 colours, indices past it kept (Pillow's "P")
+  palette.color_type = 3;
+  palette.palette = Pattern(5 * 3, 7);
+  Bytes indices = Pattern(PngRowBytes(palette) * palette.height, 2);
+  for (uint8_t& i : indices) i %= 9;
+  const Bytes palette_file = EncodePng(palette, indices);
+  absl::StatusOr<RgbImage> got = decoder.DecodeLabels(palette_file.data(), palette_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(indices));
+  // The RGB decode of the same file looks the indices up.
+  EXPECT_NE(Decode(EncodePng(palette, indices)), Replicated(indices));
+
+  palette.bit_depth = 4;  // packed indices: still "P", unscaled
+  palette.interlaced = true;
+  const Bytes packed = Pattern(PngRowBytes(palette) * palette.height, 3);
+  Bytes unpacked;
+  for (int y = 0; y < palette.height; ++y) {
+    for (int x = 0; x < palette.width; ++x) {
+      const uint8_t b = packed[PngRowBytes(palette) * y + x / 2];
+      unpacked.push_back(x % 2 == 0 ? b >> 4 : b & 15);
+    }
+  }
+  const Bytes packed_file = EncodePng(palette, packed);
+  got = decoder.DecodeLabels(packed_file.data(), packed_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(unpacked));
+
+  PngSpec gray;  // 8-bit gray: its values ("L")
+  gray.color_type = 0;
+  const Bytes values = Pattern(PngRowBytes(gray) * gray.height, 4);
+  const Bytes gray_file = EncodePng(gray, values);
+  got = decoder.DecodeLabels(gray_file.data(), gray_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(values));
+
+  // BMP: an 8-bit palette's indices.
+  const int w = 13, h = 7;
+  const size_t stride = (w + 3) / 4 * 4;
+  const Bytes data = Pattern(stride * h, 4);
+  Bytes want;
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) want.push_back(data[stride * (h - 1 - y) + x]);
+  }
+  const Bytes bmp = Bmp(w, h, 8, false, data, Pattern(20 * 4, 9));
+  got = decoder.DecodeLabels(bmp.data(), bmp.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(want));
+  // The next RGB decode looks palettes up again.
+  EXPECT_EQ(Decode(EncodePng(palette, packed), &decoder), Decode(EncodePng(palette, packed)));
+}
+
+TEST(ImageDecoderLabels, RefusesWhatPillowDoesNotOpenAsPOrLNamingIt) {
+  ImageDecoder decoder;
+  auto refused = [&](const Bytes& file, const std::string& what) {
+    const absl::Status s = decoder.DecodeLabels(file.data(), file.size()).status();
+    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+    EXPECT_NE(s.message().find(what), std::string::npos) << s;
+  };
+  PngSpec rgb;
+  refused(EncodePng(rgb, Pattern(PngRowBytes(rgb) * rgb.height, 1)), "8-bit RGB PNG");
+  PngSpec gray16;
+  gray16.color_type = 0;
+  gray16.bit_depth = 16;
+  refused(EncodePng(gray16, Pattern(PngRowBytes(gray16) * gray16.height, 1)), "16-bit gray PNG");
+  refused(Bmp(4, 2, 24, false, Pattern(12 * 2, 1)), "colour 24-bit BMP");
+  testing::JpegFlavor jpeg;
+  jpeg.width = jpeg.height = 16;
+  refused(testing::EncodeJpeg(jpeg), "this is JPEG");
+}
+
 TEST(ImageDecoderBmp, RleRunsAndTruncation) {
   const Bytes palette = Pattern(8 * 4, 5);
   // Bottom row: an encoded run of index 1, end of line; top row: an absolute run, end.
@@ -991,6 +1070,35 @@ TEST(ImageFormatName, EveryFormatHasItsOwnName) {
       ImageFormatName(ImageFormat::kGif)};
   EXPECT_EQ(names, (std::vector<std::string>{"JPEG", "PNG", "WebP", "BMP", "TIFF", "PNM", "GIF"}));
   EXPECT_STREQ(ImageFormatName(static_cast<ImageFormat>(200)), "unknown");
+}
+
+TEST(ImageDecoderLabels, TiffPaletteIndicesAndGrayValues) {
+  ImageDecoder decoder;
+  TiffSpec palette;
+  palette.photometric = PHOTOMETRIC_PALETTE;
+  palette.samples = 1;
+  for (int c = 0; c < 3; ++c) {
+    for (int i = 0; i < 256; ++i) palette.colormap.push_back(static_cast<uint16_t>((i * 97 + c * 31) << 8));
+  }
+  const Bytes indices = Pattern(static_cast<size_t>(palette.width) * palette.height, 6);
+  const Bytes palette_file = EncodeTiff(palette, indices);
+  absl::StatusOr<RgbImage> got = decoder.DecodeLabels(palette_file.data(), palette_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(indices));
+
+  TiffSpec gray;
+  gray.photometric = PHOTOMETRIC_MINISBLACK;
+  gray.samples = 1;
+  const Bytes gray_file = EncodeTiff(gray, indices);
+  got = decoder.DecodeLabels(gray_file.data(), gray_file.size());
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->pixels, Replicated(indices));
+
+  TiffSpec rgb;
+  const Bytes rgb_file = EncodeTiff(rgb, Pattern(static_cast<size_t>(rgb.width) * rgb.height * 3, 1));
+  const absl::Status refused = decoder.DecodeLabels(rgb_file.data(), rgb_file.size()).status();
+  EXPECT_TRUE(absl::IsUnimplemented(refused)) << refused;
+  EXPECT_NE(refused.message().find("3 x 8-bit samples"), std::string::npos) << refused;
 }
 
 }  // namespace

@@ -31,6 +31,10 @@ struct Decoded {
 
 /// Grow-only buffers shared by the readers of one decoder.
 struct Scratch {
+  /// Decode a label image (ImageDecoder::DecodeLabels): what Pillow opens as mode "P" gives its
+  /// palette indices and mode "L" its values, each replicated into R, G and B; anything else
+  /// is refused (Unimplemented, naming the layout). Read by the PNG, BMP and TIFF readers.
+  bool labels = false;
   std::vector<uint8_t> pixels;  ///< the decoded image
   std::vector<uint8_t> raw;     ///< the library's output before conversion, when one is needed
   std::vector<uint8_t> tile;    ///< one TIFF tile

@@ -184,6 +184,7 @@ int DecodePackedInterlaced(spng_ctx* c, int w, int h, int depth, uint8_t* out) {
 /// libspng's decode of an opened context into `out`: every PNG variant.
 absl::Status SpngDecode(const uint8_t* data, size_t size, spng_ctx* c, const spng_ihdr& ihdr,
                         Scratch& scratch, Decoded* out) {
+  const bool labels = scratch.labels;
   const int w = static_cast<int>(ihdr.width);
   const int h = static_cast<int>(ihdr.height);
   size_t len = 0;
@@ -209,7 +210,9 @@ absl::Status SpngDecode(const uint8_t* data, size_t size, spng_ctx* c, const spn
                     : spng_decode_image(c, raw, len, SPNG_FMT_PNG, 0);
   if (e != 0) return SpngStatus(e, data, size);
   uint8_t lut[256][3] = {};
-  if (type == kPalette) {
+  if (type == kPalette && labels) {
+    for (int i = 0; i < 256; ++i) lut[i][0] = lut[i][1] = lut[i][2] = static_cast<uint8_t>(i);
+  } else if (type == kPalette) {
     spng_plte plte;
     if (int e = spng_get_plte(c, &plte); e != 0) return SpngStatus(e, data, size);
     for (uint32_t i = 0; i < plte.n_entries && i < 256; ++i) {
@@ -355,6 +358,19 @@ absl::Status PngDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
   RL_RETURN_IF_ERROR(Open(data, size, &ctx, &ihdr));
   RL_RETURN_IF_ERROR(CheckPixelLimit("PNG", static_cast<int>(ihdr.width),
                                      static_cast<int>(ihdr.height), max_pixels));
+  if (scratch.labels) {
+    // Pillow's PNG modes: palette PNGs of any depth open as "P" (indices unscaled); gray of 2, 4
+    // or 8 bits as "L" ("L;2"/"L;4" scaled, as GrayRow does); 1-bit gray is "1", 16-bit "I;16".
+    const int depth = ihdr.bit_depth, type = ihdr.color_type;
+    if (!(type == kPalette || (type == kGray && depth >= 2 && depth <= 8))) {
+      static constexpr const char* kTypes[] = {"gray", "?", "RGB", "palette", "gray+alpha", "?",
+                                               "RGBA"};
+      return absl::UnimplementedError(absl::StrCat(
+          "mode='mask' takes a label image Pillow opens as 'P' or 'L' (a palette PNG, or 2 to "
+          "8-bit gray); this is a ", depth, "-bit ", type <= 6 ? kTypes[type] : "?", " PNG"));
+    }
+    if (type == kPalette) return SpngDecode(data, size, ctx.get(), ihdr, scratch, out);
+  }
   if (!IsCommonPhoto(ihdr)) return SpngDecode(data, size, ctx.get(), ihdr, scratch, out);
   if (DecodeCommonPhoto(data, size, ctx.get(), ihdr, scratch, out)) return absl::OkStatus();
   // libspng judges the file from its start: the context above may hold an error state.

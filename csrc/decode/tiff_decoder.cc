@@ -256,6 +256,22 @@ absl::Status TiffDecode(const uint8_t* data, size_t size, uint64_t max_pixels, S
   Layout l;
   RL_RETURN_IF_ERROR(ReadLayout(t.get(), &l));
   RL_RETURN_IF_ERROR(CheckPixelLimit("TIFF", l.width, l.height, max_pixels));
+  if (scratch.labels) {
+    // Pillow opens a palette TIFF as "P" (its indices) and 8-bit gray as "L" (min-is-white
+    // inverted, "L;I"); 1-bit gray is "1", gray+alpha "LA".
+    const bool gray = (l.photometric == PHOTOMETRIC_MINISBLACK ||
+                       l.photometric == PHOTOMETRIC_MINISWHITE) && l.bits == 8 && l.samples == 1;
+    if (l.photometric == PHOTOMETRIC_PALETTE) {
+      for (int i = 0; i < 256; ++i) {
+        l.palette[i][0] = l.palette[i][1] = l.palette[i][2] = static_cast<uint8_t>(i);
+      }
+    } else if (!gray) {
+      return absl::UnimplementedError(absl::StrCat(
+          "mode='mask' takes a label image Pillow opens as 'P' or 'L' (a palette or 8-bit gray "
+          "TIFF); this TIFF has photometric ", l.photometric, ", ", l.samples, " x ", l.bits,
+          "-bit samples"));
+    }
+  }
   const size_t w = static_cast<size_t>(l.width), h = static_cast<size_t>(l.height);
   const size_t row_bytes = (w * l.samples * l.bits + 7) / 8;
   const size_t stride = w * 3;

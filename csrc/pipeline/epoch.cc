@@ -35,9 +35,15 @@ std::mutex& RingLifetimeMutex() {
   return *mu;
 }
 
+// A file of a several-file sample that readers read (not one held in memory).
+bool ReadFromDisk(const Sample::File& file) { return file.memory == nullptr && file.length != 0; }
+
 }  // namespace
 
-absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& path) {
+absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const std::string& sample_path) {
+  // A several-file sample's error is its failing file's (views.h: NameFile).
+  const auto file = cause.GetPayload(kSampleFilePayload);
+  const std::string path = file.has_value() ? std::string(*file) : sample_path;
   absl::Status status(absl::StatusCode::kDataLoss,
                       absl::StrCat("sample ", index, " (", path, "): ", cause.message()));
   status.SetPayload(kSampleIndexPayload, absl::Cord(absl::StrCat(index)));
@@ -76,18 +82,49 @@ std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
   return decoder;
 }
 
+absl::Status ReadMoreFiles(const Sample& sample, size_t max_file_bytes, std::vector<ByteBuffer>* more,
+                           const std::atomic<bool>* cancel) {
+  if (more->size() < sample.more_files.size()) more->resize(sample.more_files.size());
+  for (size_t k = 0; k < sample.more_files.size(); ++k) {
+    const Sample::File& file = sample.more_files[k];
+    if (!ReadFromDisk(file)) continue;
+    Sample whole(file.path, 0);
+    absl::Status status = ReadSampleBytes(whole, max_file_bytes, &(*more)[k], nullptr, cancel);
+    if (!status.ok()) return NameFile(status, file.path);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size_t size,
+                                 const std::vector<ByteBuffer>& more) {
+  std::vector<EncodedFile> files;
+  files.reserve(1 + sample.more_files.size());
+  files.push_back(EncodedFile{data, size, &sample.path});
+  for (size_t k = 0; k < sample.more_files.size(); ++k) {
+    const Sample::File& file = sample.more_files[k];
+    if (ReadFromDisk(file)) {
+      files.push_back(EncodedFile{more[k].data(), more[k].size(), &file.path});
+    } else {
+      files.push_back(EncodedFile{file.memory, static_cast<size_t>(file.length), &file.path});
+    }
+  }
+  return files;
+}
+
 absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
-                       const ViewSet* views, const uint8_t* data, size_t size, uint64_t sample_seed,
+                       const ViewSet* views, absl::Span<const EncodedFile> files, uint64_t sample_seed,
                        uint8_t* dst, LoaderCounters* counters) {
   absl::Status status;
+  int decodes = 1;
   if (views != nullptr) {
-    status = DecodeViews(decoder, data, size, *views, sample_seed, state, dst);
+    decodes = 0;
+    status = DecodeViews(decoder, files, *views, sample_seed, state, dst, &decodes);
   } else {
     SampleRng rng(sample_seed);
-    status = decoder.DecodeInto(data, size, pipeline, rng, dst);
+    status = decoder.DecodeInto(files[0].data, files[0].size, pipeline, rng, dst);
   }
   if (status.ok()) {
-    counters->decodes.fetch_add(1, std::memory_order_relaxed);
+    counters->decodes.fetch_add(decodes, std::memory_order_relaxed);
     counters->views_rendered.fetch_add(views != nullptr ? static_cast<int64_t>(views->pipelines.size()) : 1,
                                        std::memory_order_relaxed);
   }
@@ -134,6 +171,7 @@ Epoch::Epoch(EpochContext context, int64_t epoch_number, uint64_t epoch_seed, st
              bool queued)
     : ctx(std::move(context)),
       buffers(*buffer_set),
+      more_bytes(buffer_set->size()),
       own_counters(queued ? std::make_unique<LoaderCounters>() : nullptr),
       counters(queued ? own_counters.get() : ctx.counters),
       epoch(epoch_number),
@@ -506,7 +544,11 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
       }
       const ReadRequest request = *pending;
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(request.index)];
-      if (!sample.error.empty() || sample.source == SourceKind::kMemory) {
+      // A several-file sample reads its other files with a buffer of its own, even when file 0
+      // is in memory (unless every file is).
+      const bool reads_more =
+          std::any_of(sample.more_files.begin(), sample.more_files.end(), ReadFromDisk);
+      if (!sample.error.empty() || (sample.source == SourceKind::kMemory && !reads_more)) {
         // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
         // buffer (the decoder reads a memory sample where it is).
         pending.reset();
@@ -530,6 +572,24 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
         if (!buffer) break;  // hand this reader's finished reads on first (Poll below)
       }
       pending.reset();
+      if (reads_more) {
+        // Read here, whole and synchronously (label images and pairs are small next to the
+        // reads in flight), into the files paired with this buffer; file 0 goes on as usual.
+        std::vector<ByteBuffer>& more = more_bytes[static_cast<size_t>(*buffer)];
+        absl::Status status = ReadMoreFiles(sample, ctx.options->max_file_bytes, &more, &cancel);
+        if (absl::IsCancelled(status) && cancel.load(std::memory_order_acquire)) return;
+        for (size_t k = 0; k < sample.more_files.size() && k < more.size(); ++k) {
+          if (ReadFromDisk(sample.more_files[k])) {
+            ctx.counters->bytes_read.fetch_add(static_cast<int64_t>(more[k].size()),
+                                               std::memory_order_relaxed);
+          }
+        }
+        if (!status.ok() || sample.source == SourceKind::kMemory) {
+          GaugeScope handing(gauges.readers_handing_on);
+          if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(status)})) return;
+          continue;
+        }
+      }
       if (sample.source == SourceKind::kPipe) {
         // A member of a pipe: stream, read here (the stream is sequential, not positional).
         ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
@@ -586,6 +646,7 @@ void Epoch::Decode() {
   const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
   RenderState render;  // the views' (DecodeRow); one pipeline renders in the decoder
   ByteBuffer substitute_bytes;
+  std::vector<ByteBuffer> substitute_more;
   while (std::optional<DecodeItem> item = decode_queue.Pop()) {
     if (cancel.load(std::memory_order_acquire)) continue;  // drain quickly
     GaugeScope busy(gauges.decoders_busy);
@@ -594,12 +655,15 @@ void Epoch::Decode() {
     if (status.ok()) {
       const auto start = Clock::now();
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
-      const bool in_memory = item->buffer < 0;  // an ok item without a buffer: kMemory
+      const bool in_memory = sample.source == SourceKind::kMemory;
       const uint8_t* data = in_memory ? sample.memory : buffers[static_cast<size_t>(item->buffer)].data();
       const size_t size = in_memory ? static_cast<size_t>(sample.length)
                                     : buffers[static_cast<size_t>(item->buffer)].size();
+      static const std::vector<ByteBuffer> kNoMore;
+      const std::vector<EncodedFile> files = FilesOf(
+          sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
       uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-      status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, data, size, RowSeed(item->request), dst,
+      status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
                          ctx.counters);
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
@@ -616,7 +680,8 @@ void Epoch::Decode() {
         status = absl::OkStatus();
       } else if (o.on_error == ErrorPolicy::kReplace) {
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-        status = Replace(*decoder, render, substitute_bytes, item->request, dst, std::move(status));
+        status = Replace(*decoder, render, substitute_bytes, substitute_more, item->request, dst,
+                         std::move(status));
       }
     }
     if (status.ok()) {
@@ -678,7 +743,8 @@ std::string Epoch::DescribeState() {
 }
 
 absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
-                            const ReadRequest& request, uint8_t* dst, absl::Status cause) {
+                            std::vector<ByteBuffer>& more, const ReadRequest& request, uint8_t* dst,
+                            absl::Status cause) {
   const int64_t n = static_cast<int64_t>(ctx.samples->size());
   const uint64_t sample_seed = RowSeed(request);
   // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
@@ -697,9 +763,11 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
       Fail(status);
       return status;
     }
+    const Sample& candidate = (*ctx.samples)[static_cast<size_t>(substitute)];
+    if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
     if (status.ok()) {
-      status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, bytes.data(), bytes.size(), sample_seed,
-                         dst, ctx.counters);
+      const std::vector<EncodedFile> files = FilesOf(candidate, bytes.data(), bytes.size(), more);
+      status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, files, sample_seed, dst, ctx.counters);
     }
     if (!status.ok()) {
       counters->RecordError(AnnotateSampleError(

@@ -41,6 +41,7 @@
 #include "io/reader.h"
 #include "pipeline/bounded_queue.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/views.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
@@ -52,7 +53,6 @@ class DeviceStager;
 class StreamCache;
 struct LoaderCounters;
 struct RenderState;
-struct ViewSet;
 
 using Clock = std::chrono::steady_clock;
 
@@ -108,11 +108,22 @@ absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBu
 // options: the one place LoaderOptions reach the decoder, so every path decodes alike.
 std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options);
 
-// Decodes one sample's bytes into its row at `dst` with the draws of `sample_seed`: every view
-// of `views` (pipeline/views.h) from one decode, or, without views, `pipeline`. Counts the
-// decode and its renderings in `counters`.
+// Reads the files of a several-file sample after its own (Sample::more_files) into `more`, one
+// buffer each (grow-only; files held in memory are not copied and leave theirs empty). A
+// failure names its file (NameFile).
+absl::Status ReadMoreFiles(const Sample& sample, size_t max_file_bytes, std::vector<ByteBuffer>* more,
+                           const std::atomic<bool>* cancel);
+
+// A sample's files for DecodeRow: file 0's bytes (`data`, `size`), then each of
+// Sample::more_files, from memory or from `more` (ReadMoreFiles).
+std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size_t size,
+                                 const std::vector<ByteBuffer>& more);
+
+// Decodes one sample's files into its row at `dst` with the draws of `sample_seed`: every view
+// of `views` (pipeline/views.h), each file decoded once, or, without views, file 0 with
+// `pipeline`. Counts the decodes and the renderings in `counters`.
 absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
-                       const ViewSet* views, const uint8_t* data, size_t size, uint64_t sample_seed,
+                       const ViewSet* views, absl::Span<const EncodedFile> files, uint64_t sample_seed,
                        uint8_t* dst, LoaderCounters* counters);
 
 // Counts a thread in a state (waiting for a slot, a request, a buffer...) for as long as it
@@ -321,8 +332,10 @@ class Epoch {
 
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into
   // the failed row, with the failed row's own augmentation seed, and relabel the row.
+  // `bytes` and `more` are the worker's own buffers for a substitute's files.
   absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
-                       const ReadRequest& request, uint8_t* dst, absl::Status cause);
+                       std::vector<ByteBuffer>& more, const ReadRequest& request, uint8_t* dst,
+                       absl::Status cause);
 
   void Decode();
 
@@ -355,6 +368,9 @@ class Epoch {
 
   const EpochContext ctx;
   std::vector<ByteBuffer>& buffers;  // this epoch's set of the loader's two
+  // Several-file samples (Sample::more_files): the files after file 0, read by the reader that
+  // takes buffer b into more_bytes[b], so they live and are freed with it.
+  std::vector<std::vector<ByteBuffer>> more_bytes;
   // A queued epoch counts its samples, errors, skips and replacements apart (LoaderStats::
   // samples_ahead): they join the loader's counts when it is adopted, and vanish with it when it
   // is cancelled, so counts never include work that is not delivered, nor count it twice.

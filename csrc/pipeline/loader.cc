@@ -234,6 +234,28 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     RL_ASSIGN_OR_RETURN(ViewSet set, ViewSet::Create(options.views, options.layout));
     views = std::make_shared<const ViewSet>(std::move(set));
   }
+  const size_t files = views ? static_cast<size_t>(views->files) : 1;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    if (s.more_files.empty() && files == 1) continue;
+    if (1 + s.more_files.size() < files) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, " (", s.path, ") has ", 1 + s.more_files.size(), " file(s); the views render ",
+          files, " (LoaderOptions::View::file)"));
+    }
+    if (s.source == SourceKind::kPipe) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, " (", s.path, ") is a member of a pipe: stream and has several files; a "
+          "several-file sample reads files or memory"));
+    }
+    for (const Sample::File& f : s.more_files) {
+      if (f.length < -1 || (f.memory == nullptr && f.length > 0) ||
+          (f.memory != nullptr && f.length < 0)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sample ", i, ": file ", f.path, " is in memory without its bytes"));
+      }
+    }
+  }
   // With views, the pipeline is view 0's (what describes the loader; rows hold every view).
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
                       views ? TransformPipeline::Create(options.views[0].transform, options.views[0].dtype,
@@ -703,7 +725,8 @@ std::vector<ViewLayout> Loader::views() const {
   if (set == nullptr) return out;
   for (size_t v = 0; v < set->pipelines.size(); ++v) {
     const TransformPipeline& p = set->pipelines[v];
-    out.push_back(ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v]});
+    out.push_back(
+        ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v], set->mask[v]});
   }
   return out;
 }

@@ -1,5 +1,6 @@
 #include "pipeline/views.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,13 +19,37 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
       return absl::Status(pipeline.status().code(),
                           absl::StrCat("view ", v, ": ", pipeline.status().message()));
     }
+    if (views[v].file < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("view ", v, ": file ", views[v].file,
+                                                     " is negative"));
+    }
+    if (views[v].luma && views[v].mask) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("view ", v, ": luma and mask exclude each other (a label image keeps its "
+                       "values)"));
+    }
     set.luma.push_back(views[v].luma);
+    set.mask.push_back(views[v].mask);
+    set.file.push_back(views[v].file);
+    set.files = std::max(set.files, views[v].file + 1);
     set.offsets.push_back(set.row_bytes);
     const size_t bytes = pipeline->SampleBytes();
     set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
     set.pipelines.push_back(*std::move(pipeline));
   }
+  for (size_t v = 0; v < views.size(); ++v) {
+    const bool plain = !views[v].luma && !views[v].mask;
+    const auto renders_file = [&](const LoaderOptions::View& w) { return w.file == views[v].file; };
+    set.sole.push_back(plain && views.size() > 1 &&
+                       std::count_if(views.begin(), views.end(), renders_file) == 1);
+  }
   return set;
+}
+
+absl::Status NameFile(const absl::Status& cause, const std::string& path) {
+  absl::Status status(cause.code(), absl::StrCat(path, ": ", cause.message()));
+  status.SetPayload(kSampleFilePayload, absl::Cord(path));
+  return status;
 }
 
 uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
@@ -44,24 +69,52 @@ void ReplicateLuma(const RgbImage& rgb, RgbImage* out) {
   }
 }
 
-absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
+absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> files,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
-                         uint8_t* dst) {
-  RL_ASSIGN_OR_RETURN(const RgbImage rgb, decoder.DecodeFull(data, size));
-  RgbImage gray;
-  for (bool luma : views.luma) {
-    if (luma && gray.pixels.empty()) ReplicateLuma(rgb, &gray);
+                         uint8_t* dst, int* decodes) {
+  if (files.size() < static_cast<size_t>(views.files)) {
+    return absl::InvalidArgumentError(absl::StrCat("the sample has ", files.size(),
+                                                   " file(s); its views render ", views.files));
   }
-  const size_t stride = static_cast<size_t>(rgb.width) * 3;
+  // Per file: its image (RGB or, for label views, as stored) and its luma, made on first use.
+  const size_t n = static_cast<size_t>(views.files);
+  std::vector<RgbImage> rgb(n), labels(n), gray(n);
+  auto in_file = [&](size_t f, const absl::Status& status) {
+    if (f == 0 || files[f].path == nullptr) return status;
+    return NameFile(status, *files[f].path);
+  };
   for (size_t v = 0; v < views.pipelines.size(); ++v) {
-    const RgbImage& image = views.luma[v] ? gray : rgb;
+    const size_t f = static_cast<size_t>(views.file[v]);
+    if (views.sole[v]) {
+      // The file's only rendering: decoded straight into the view, as a single-view loader does
+      // (a JPEG decodes only the rows and columns the view's crop needs).
+      SampleRng rng(ViewSeed(sample_seed, v));
+      absl::Status status = decoder.DecodeInto(files[f].data, files[f].size, views.pipelines[v], rng,
+                                               dst + views.offsets[v]);
+      if (!status.ok()) return in_file(f, status);
+      if (decodes != nullptr) ++*decodes;
+      continue;
+    }
+    RgbImage& decoded = views.mask[v] ? labels[f] : rgb[f];
+    if (decoded.pixels.empty()) {
+      absl::StatusOr<RgbImage> image = views.mask[v]
+                                           ? decoder.DecodeLabels(files[f].data, files[f].size)
+                                           : decoder.DecodeFull(files[f].data, files[f].size);
+      if (!image.ok()) return in_file(f, image.status());
+      decoded = *std::move(image);
+      if (decodes != nullptr) ++*decodes;
+    }
+    if (views.luma[v] && gray[f].pixels.empty()) ReplicateLuma(decoded, &gray[f]);
+    const RgbImage& image = views.luma[v] ? gray[f] : decoded;
     const TransformPipeline& pipeline = views.pipelines[v];
     SampleRng rng(ViewSeed(sample_seed, v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
-    absl::Status status = RenderSample(image.pixels.data(), stride, 3, image.width, image.height,
-                                       pipeline, geometry, rng, state, dst + views.offsets[v]);
+    absl::Status status =
+        RenderSample(image.pixels.data(), static_cast<size_t>(image.width) * 3, 3,
+                     image.width, image.height, pipeline, geometry, rng, state,
+                     dst + views.offsets[v]);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("view ", v, ": ", status.message()));
+      return in_file(f, absl::Status(status.code(), absl::StrCat("view ", v, ": ", status.message())));
     }
   }
   return absl::OkStatus();

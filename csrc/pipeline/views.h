@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "decode/image_decoder.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
@@ -23,6 +25,13 @@ inline constexpr size_t kViewAlign = 64;
 struct ViewSet {
   std::vector<TransformPipeline> pipelines;
   std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
+  std::vector<bool> mask;       ///< of each view (LoaderOptions::View::mask)
+  std::vector<int> file;        ///< of each view (LoaderOptions::View::file)
+  /// Of each view: the only view of its file, in RGB, beside views of other files (an image
+  /// beside its mask): decoded straight into the view (ImageDecoder::DecodeInto), region of
+  /// interest included, with the same pixels as a full decode and the same draws.
+  std::vector<bool> sole;
+  int files = 1;                ///< files a sample needs: 1 + the largest `file`
   std::vector<size_t> offsets;  ///< of each view in a row
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
 
@@ -37,10 +46,29 @@ uint64_t ViewSeed(uint64_t sample_seed, size_t view);
 /// Pillow's convert("L") of packed RGB, written back replicated into all 3 channels.
 void ReplicateLuma(const RgbImage& rgb, RgbImage* out);
 
-/// Decodes `data` once (full resolution, so every view sees the same pixels) and renders each
-/// view into the row at `dst` (a luma view from the image's luma, computed once).
-absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
+/// The payload naming the file of a several-file sample that failed (Sample::more_files):
+/// AnnotateSampleError names it instead of the sample's own.
+inline constexpr char kSampleFilePayload[] = "ringloader.sample_file";
+
+/// `cause` in file `path` of a several-file sample: its message prefixed with the path, and
+/// kSampleFilePayload set.
+absl::Status NameFile(const absl::Status& cause, const std::string& path);
+
+/// One encoded file of a sample: its bytes, and its name for errors (null for file 0, which the
+/// sample's own error names).
+struct EncodedFile {
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  const std::string* path = nullptr;
+};
+
+/// Decodes each file the views render once (full resolution, so every view of it sees the same
+/// pixels; a file rendered both as an image and as a label image is decoded once each way) and
+/// renders each view into the row at `dst` (a luma view from its image's luma, computed once).
+/// `files` holds at least views.files entries. `decodes` (if not null) counts the decodes.
+/// A failure in file k > 0 carries kSampleFilePayload.
+absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> files,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
-                         uint8_t* dst);
+                         uint8_t* dst, int* decodes = nullptr);
 
 }  // namespace ringloader

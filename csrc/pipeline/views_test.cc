@@ -116,6 +116,100 @@ TEST(ViewsTest, LumaIsPillowsConvertL) {
   EXPECT_EQ(gray.pixels, (std::vector<uint8_t>{76, 76, 76, 150, 150, 150, 29, 29, 29, 133, 133, 133}));
 }
 
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  std::vector<uint8_t> bytes;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return bytes;
+  int c;
+  while ((c = std::fgetc(f)) != EOF) bytes.push_back(static_cast<uint8_t>(c));
+  std::fclose(f);
+  return bytes;
+}
+
+TEST(SeveralFilesTest, EachViewRendersItsFileAndEachFileDecodesOnce) {
+  const std::vector<Sample> files = WriteJpegDataset(MakeTempDir(), 6);
+  const size_t n = files.size();
+  std::vector<std::vector<uint8_t>> blobs;
+  for (const Sample& s : files) blobs.push_back(ReadAll(s.path));
+  // Sample i: its own file, then the next sample's file (a path), then the one after that
+  // held in memory.
+  std::vector<Sample> samples = files;
+  for (size_t i = 0; i < n; ++i) {
+    samples[i].more_files.push_back(Sample::File{files[(i + 1) % n].path});
+    const std::vector<uint8_t>& blob = blobs[(i + 2) % n];
+    samples[i].more_files.push_back(
+        Sample::File{"<in memory>", blob.data(), static_cast<int64_t>(blob.size())});
+  }
+  const std::vector<TransformStep> fixed = {transforms::Resize(40), transforms::CenterCrop(32)};
+  LoaderOptions single = Base();
+  single.transform = fixed;
+  single.dtype = DType::kUint8;
+  absl::StatusOr<std::unique_ptr<Loader>> one = Loader::Create(files, single);
+  ASSERT_TRUE(one.ok()) << one.status();
+  const std::vector<uint8_t> expected = Rows(**one, n);
+
+  LoaderOptions o = Base();
+  LoaderOptions::View view{fixed, DType::kUint8};
+  o.views = {view, view, view, view};
+  o.views[1].file = 1;
+  o.views[2].file = 2;
+  o.views[3].file = 1;
+  o.views[3].luma = true;
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const size_t bytes = 3 * 32 * 32;
+  const std::vector<uint8_t> rows = Rows(**loader, n);
+  ASSERT_EQ(rows.size(), n * (*loader)->row_bytes());
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* row = rows.data() + i * (*loader)->row_bytes();
+    const std::vector<ViewLayout> set = (*loader)->views();
+    for (size_t v = 0; v < 3; ++v) {
+      const size_t file = (i + v) % n;
+      EXPECT_EQ(std::memcmp(row + set[v].offset, expected.data() + file * bytes, bytes), 0) << i << " " << v;
+    }
+  }
+  // Three files a sample, one decode each (file 1 feeds two views: RGB and its luma).
+  const LoaderStats stats = (*loader)->Stats();
+  EXPECT_EQ(stats.decodes, static_cast<int64_t>(3 * n));
+  EXPECT_EQ(stats.views_rendered, static_cast<int64_t>(4 * n));
+
+  // A missing file makes its sample bad, named by that file; the others are delivered.
+  samples[3].more_files[0].path = files[0].path + ".missing";
+  o.on_error = ErrorPolicy::kSkip;
+  loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  EXPECT_EQ(Rows(**loader, n).size(), (n - 1) * (*loader)->row_bytes());
+  const LoaderStats skipped = (*loader)->Stats();
+  EXPECT_EQ(skipped.skipped, 1);
+  ASSERT_EQ(skipped.recent_errors.size(), 1u);
+  EXPECT_NE(skipped.recent_errors[0].find("sample 3 (" + files[0].path + ".missing)"),
+            std::string::npos)
+      << skipped.recent_errors[0];
+
+  // A view of a file the samples do not have is refused when the loader is built.
+  o.views[2].file = 3;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("has 3 file(s); the views render 4"), std::string::npos)
+      << loader.status();
+  // So is a several-file sample streamed from a pipe: command, and a mask view in luma.
+  o.views[2].file = 2;
+  samples[1].source = SourceKind::kPipe;
+  samples[1].path = "pipe:cat " + files[1].path;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("a pipe: stream and has several files"),
+            std::string::npos)
+      << loader.status();
+  samples[1] = files[1];
+  samples[1].more_files = samples[0].more_files;
+  o.views[3].mask = true;
+  loader = Loader::Create(samples, o);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_NE(loader.status().message().find("view 3: luma and mask exclude each other"), std::string::npos)
+      << loader.status();
+}
+
 TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
   std::vector<Sample> files = WriteJpegDataset(MakeTempDir(), 6);
   std::vector<std::vector<uint8_t>> blobs;

@@ -341,15 +341,18 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     py::dict view = py::reinterpret_borrow<py::dict>(item);
     for (auto [key, value] : view) {
       const std::string name = py::str(key);
-      if (name != "transform" && name != "dtype" && name != "luma") {
+      if (name != "transform" && name != "dtype" && name != "luma" && name != "mask" &&
+          name != "file") {
         throw py::type_error(absl::StrCat("unknown view option '", name,
-                                          "' (a view takes: transform, dtype, luma)"));
+                                          "' (a view takes: transform, dtype, luma, mask, file)"));
       }
     }
     LoaderOptions::View v;
     v.transform = ParseSteps(view["transform"]);
     v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
     v.luma = view.contains("luma") && view["luma"].cast<bool>();
+    v.mask = view.contains("mask") && view["mask"].cast<bool>();
+    v.file = view.contains("file") ? view["file"].cast<int>() : 0;
     views.push_back(std::move(v));
   }
   return views;
@@ -444,7 +447,7 @@ class PyLoader {
  public:
   PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
            py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
-           py::object tar_members, py::object memory) {
+           py::object tar_members, py::object memory, py::object more_files) {
     std::vector<Sample> samples = SamplesFrom(paths);
     if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
       throw py::value_error("paths and labels differ in length");
@@ -539,6 +542,38 @@ class PyLoader {
         samples[i].memory = static_cast<const uint8_t*>(view->ptr);
         samples[i].length = view->size * view->itemsize;
         memory_.push_back(std::move(view));
+      }
+    }
+    if (!more_files.is_none()) {
+      // Per sample, a list of its files after its own (Sample::more_files): a str (a path) or a
+      // (description, bytes-like) pair held in memory, exported like `memory` above.
+      py::sequence v = more_files;
+      if (static_cast<size_t>(py::len(v)) != samples.size()) {
+        throw py::value_error(absl::StrCat("more_files has ", py::len(v),
+                                           " entries; expected one per path (", samples.size(), ")"));
+      }
+      for (size_t i = 0; i < samples.size(); ++i) {
+        py::object item = v[i];
+        if (item.is_none()) continue;
+        for (py::handle f : item) {
+          Sample::File file;
+          if (py::isinstance<py::str>(f)) {
+            file.path = f.cast<std::string>();
+          } else {
+            if (!py::isinstance<py::tuple>(f) || py::len(f) != 2 ||
+                !PyObject_CheckBuffer(py::reinterpret_borrow<py::tuple>(f)[1].ptr())) {
+              throw py::type_error(absl::StrCat("more_files[", i, "] entries must be a path (str) or "
+                                                "a (description, bytes-like) pair"));
+            }
+            py::tuple pair = py::reinterpret_borrow<py::tuple>(f);
+            file.path = py::str(pair[0]);
+            auto view = std::make_unique<py::buffer_info>(py::buffer(pair[1]).request());
+            file.memory = static_cast<const uint8_t*>(view->ptr);
+            file.length = view->size * view->itemsize;
+            memory_.push_back(std::move(view));
+          }
+          samples[i].more_files.push_back(std::move(file));
+        }
       }
     }
     LoaderOptions parsed = ParseOptions(options);
@@ -684,7 +719,7 @@ class PyLoader {
     for (const ViewLayout& v : views) {
       py::tuple shape = loader_->layout() == Layout::kHWC ? py::tuple(py::make_tuple(v.height, v.width, 3))
                                                           : py::tuple(py::make_tuple(3, v.height, v.width));
-      out.append(py::make_tuple(v.offset, shape, DTypeName(v.dtype), v.luma ? 1 : 3));
+      out.append(py::make_tuple(v.offset, shape, DTypeName(v.dtype), v.luma || v.mask ? 1 : 3));
     }
     return out;
   }
@@ -972,10 +1007,11 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<py::object, py::array_t<int64_t, py::array::c_style | py::array::forcecast>, py::dict,
-                    py::object, py::object, py::object, py::object, py::object, py::object>(),
+                    py::object, py::object, py::object, py::object, py::object, py::object, py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
            py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
-           py::arg("tar_members") = py::none(), py::arg("memory") = py::none())
+           py::arg("tar_members") = py::none(), py::arg("memory") = py::none(),
+           py::arg("more_files") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)

@@ -322,8 +322,9 @@ class NativeBackend(Backend):
             targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
         memory = _user_source.memory_column(self._folders)  # ImageBytes references' bytes
+        more_files = _user_source.more_files_column(self._folders)  # an image's mask, ...
         if not any(ranges):
-            return _C.Loader(paths, targets, self._options, memory=memory)
+            return _C.Loader(paths, targets, self._options, memory=memory, more_files=more_files)
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
         # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
         # file, whatever its name).
@@ -345,7 +346,7 @@ class NativeBackend(Backend):
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
                          lengths=np.concatenate(lengths), errors=errors,
                          pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members),
-                         memory=memory)
+                         memory=memory, more_files=more_files)
 
     def describe(self) -> str:
         """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""

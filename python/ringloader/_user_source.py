@@ -3,8 +3,9 @@ native sample table.
 
 When the DataLoader is built, ``__getitem__`` runs once per index in the calling process (it
 only builds references). Each sample's structure is kept with its references replaced by
-placeholders (``_Leaf``); the referenced files become the native loader's samples, decoded and
-transformed on the native threads. The native label of sample i is its flat index, so every row
+placeholders (``_Leaf``); the referenced files become the native loader's samples (a sample's
+first file, its others in ``more_files``: an image and its mask), decoded and transformed on
+the native threads. The native label of sample i is its flat index, so every row
 of a batch (a replacement's included) finds its own structure again, and the batch is collated
 by torch's own ``collate`` with each placeholder position standing for the native image tensor.
 """
@@ -135,11 +136,27 @@ def source_for(dataset: Any) -> Optional["UserSource"]:
         return UserSource(dataset, first)
 
 
+def _files_of(refs: List[ImageReference]) -> tuple:
+    """A sample's distinct files (references to one image share one) in order of first
+    appearance, and which of them each reference renders."""
+    keys: Dict[Any, int] = {}
+    files: List[ImageReference] = []
+    which: List[int] = []
+    for ref in refs:
+        key = ref._source_key()
+        if key not in keys:
+            keys[key] = len(files)
+            files.append(ref)
+        which.append(keys[key])
+    return files, which
+
+
 class UserSource(NativeDataset):
-    """The samples of a user's Dataset as a native sample table: the file each sample's image
+    """The samples of a user's Dataset as a native sample table: the files each sample's image
     references point to, and each sample's structure around them. A sample's references are
-    its views of that file (multi-crop): reference k of every sample has the same transform,
-    view k's; the file is decoded once and each view rendered with its own draws.
+    its views (multi-crop; an image and its mask; a stereo pair): reference k of every sample
+    has the same transform and mode, view k's, and renders the same one of its sample's files;
+    each file is read and decoded once and each view rendered with its own draws.
     ``refused`` says why the native path cannot serve it (None when it can): then the
     DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
 
@@ -149,6 +166,8 @@ class UserSource(NativeDataset):
         structures: List[Any] = []
         paths: List[str] = []
         memory: List[Optional[memoryview]] = []  # an ImageBytes sample's bytes, else None
+        more: List[Optional[list]] = []  # files 1.. of a sample: a path, or (description, bytes)
+        file_of: Optional[List[int]] = None  # which of its sample's files each view renders
         refused: Optional[str] = None
         model: Optional[List[ImageReference]] = None
         counts: Optional[int] = None
@@ -169,8 +188,10 @@ class UserSource(NativeDataset):
                     f"{_describe(dataset)}: sample {i} holds {len(refs)} image references, sample 0 "
                     f"holds {counts}: samples batched together need the same structure")
             if not refs:
+                more.append(None)
                 continue
-            ref = refs[0]
+            files, which = _files_of(refs)
+            ref = files[0]
             if model is None:
                 model = refs
             if refused is None and any(isinstance(v, Joint) for v in _flat(structures[-1])):
@@ -179,6 +200,15 @@ class UserSource(NativeDataset):
                            "each sample in Python)")
             if refused is None:
                 refused = _refusal(refs, model, i)
+            if file_of is None:
+                file_of = which
+            elif refused is None and which != file_of:
+                refused = (f"the references of sample {i} point to files {which} (by position), "
+                           f"those of sample 0 to {file_of} (each position renders the same one "
+                           "of its sample's files)")
+            more.append([f.path if isinstance(f, ImageFile) else (f"<sample {i}: {f.describe()}>",
+                                                                  f._view)
+                         for f in files[1:]] or None)
             if isinstance(ref, ImageFile):
                 paths.append(ref.path)
                 memory.append(None)
@@ -192,6 +222,8 @@ class UserSource(NativeDataset):
         # Held (with the references' objects) for the loader's lifetime: the native loader
         # decodes these bytes where they are.
         self.memory = memory if any(m is not None for m in memory) else None
+        self.more_files = more if any(m is not None for m in more) else None
+        self.view_files = file_of or [0] * len(model)
         self.view_transforms = [r.transform for r in model]
         self.view_modes = [r.mode for r in model]
         super().__init__(None, paths, [0] * n, [], model[0].transform)
@@ -206,13 +238,16 @@ class UserSource(NativeDataset):
         options = super().native_options()
         if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB":
             return options
-        # Several views, or a gray one (rendered replicated, one channel kept): views.h.
+        # Several views, or a gray or label one (rendered replicated, one channel kept), each
+        # of its sample's files: views.h.
         views = [{"transform": options.pop("transform"), "dtype": options.pop("dtype")}]
         for split in self._view_splits:
             views.append({"transform": split.steps,
                           "dtype": "float32" if T.has_to_tensor(split.steps) else "uint8"})
-        for view, mode in zip(views, self.view_modes):
+        for view, mode, file in zip(views, self.view_modes, self.view_files):
             view["luma"] = mode == "L"
+            view["mask"] = mode == "mask"
+            view["file"] = file
         options["views"] = views
         return options
 
@@ -235,6 +270,7 @@ class UserSource(NativeDataset):
         # the memoryviews the native loader reads (which do not pickle) stay here.
         state = super().__getstate__()
         state["memory"] = None
+        state["more_files"] = None
         return state
 
     def describe(self) -> str:
@@ -242,7 +278,8 @@ class UserSource(NativeDataset):
         views each, and how many are held in memory (ImageBytes) rather than read from files."""
         in_memory = 0 if self.memory is None else sum(m is not None for m in self.memory)
         return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
-                f"{len(self.view_transforms)} view(s) a sample, {in_memory} in memory")
+                f"{len(self.view_transforms)} view(s) of {1 + max(self.view_files)} file(s) a "
+                f"sample, {in_memory} in memory")
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
@@ -262,9 +299,6 @@ def _same_native_chain(a: Any, b: Any) -> bool:
 def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
     """Why sample i's references keep the Dataset off the native path, or None."""
     for k, (ref, first) in enumerate(zip(refs, model)):
-        if ref.mode == "mask":
-            return (f"sample {i} decodes {ref.describe()} in mode 'mask' (label images are not "
-                    "native yet: Pillow decodes them)")
         if ref.mode != first.mode:
             return (f"reference {k} of sample {i} has mode {ref.mode!r}, reference {k} of sample 0 "
                     f"{first.mode!r} (each position has one mode)")
@@ -272,9 +306,6 @@ def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) ->
                                                                            first.transform):
             return (f"reference {k} of sample {i} has another transform than reference {k} of "
                     "sample 0 (the native path applies one transform to each position)")
-        if ref._source_key() != refs[0]._source_key():
-            return (f"sample {i} references {refs[0].describe()} and {ref.describe()} (the native "
-                    "path renders several views of one image a sample)")
     return None
 
 
@@ -356,6 +387,18 @@ def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
     """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
     None (a file), over all folders; None when no sample is in memory."""
     columns = [getattr(f, "memory", None) for f in folders]
+    if all(c is None for c in columns):
+        return None
+    out: list = []
+    for f, c in zip(folders, columns):
+        out += c if c is not None else [None] * len(f)
+    return out
+
+
+def more_files_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+    """The native loader's ``more_files`` argument: each sample's files after its first (a path,
+    or a (description, bytes) pair), over all folders; None when every sample has one file."""
+    columns = [getattr(f, "more_files", None) for f in folders]
     if all(c is None for c in columns):
         return None
     out: list = []

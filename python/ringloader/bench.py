@@ -10,6 +10,7 @@ Run as::
     python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
     python -m ringloader.bench --dataset custom     # a user's own Dataset: ImageFile vs PIL
     python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
+    python -m ringloader.bench --dataset segmentation  # the same, an image and its mask a sample
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (shuffled) vs rl.ImageFolder
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
@@ -891,6 +892,58 @@ class RowsDataset:
         return (views[0] if len(views) == 1 else views), label
 
 
+class SegmentationRows:
+    """A segmentation Dataset: each image and its label image (a palette PNG), opened with PIL
+    (``lazy=False``) or as references (``lazy=True``, the mask with ``mode="mask"``); fixed
+    geometry (random crops of two references would not line up), the mask resized nearest."""
+
+    def __init__(self, rows: list, masks: list, lazy: bool):
+        T = _import_torch()[1].transforms
+        nearest = T.InterpolationMode.NEAREST
+        self.rows, self.masks, self.lazy = rows, masks, lazy
+        self.image_t = make_transform(T, "eval")
+        self.mask_t = T.Compose([T.Resize(256, interpolation=nearest), T.CenterCrop(CROP),
+                                 T.PILToTensor()])
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> Any:
+        path, mask = self.rows[i][0], self.masks[i]
+        if self.lazy:
+            rl = _import_ringloader()
+            return rl.ImageFile(path, self.image_t), rl.ImageFile(mask, self.mask_t, mode="mask")
+        from PIL import Image
+
+        with open(path, "rb") as f:
+            image = Image.open(f).convert("RGB")
+        with open(mask, "rb") as f:
+            labels = Image.open(f)
+            labels.load()
+        return self.image_t(image), self.mask_t(labels)
+
+
+def _write_masks(rows: list, work: Path) -> list:
+    """A palette PNG label image the size of each image: a few class blocks on background."""
+    import numpy as np
+    from PIL import Image
+
+    palette = [0, 0, 0] + [(37 * k) % 256 for k in range(3, 3 * 21)]
+    masks = []
+    for i, (path, _) in enumerate(rows):
+        with Image.open(path) as im:
+            w, h = im.size
+        labels = np.zeros((h, w), np.uint8)
+        for k in range(4):
+            y, x = (i * 7 + k * 31) % max(h // 2, 1), (i * 13 + k * 17) % max(w // 2, 1)
+            labels[y:y + h // 3, x:x + w // 3] = 1 + (i + k) % 20
+        mask = Image.fromarray(labels, "P")
+        mask.putpalette(palette)
+        masks.append(work / f"{i}.png")
+        mask.save(masks[-1])
+    return masks
+
+
 def _alternating_rounds(factories: dict[str, Callable[[], Any]], cfg: Config, kind: str,
                         log: Callable[[str], None]) -> tuple[dict[str, Result], Any]:
     """Each loader in turn (the order alternating by round), ``cfg.timed_batches`` timed after
@@ -1032,15 +1085,24 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
     """The same user Dataset class, decoding with PIL under torch's DataLoader and returning
     ImageFile references under ringloader's, ``cfg.num_workers`` workers each, torchvision's
     transforms in both, alternating rounds (medians)."""
+    import tempfile
+
     import torch.utils.data as tud
 
     torch, torchvision = _import_torch()
     rl = _import_ringloader()
     rows = list(rl.ImageFolder(str(cfg.root)).samples)
     T = torchvision.transforms
-    transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
-    eager = RowsDataset(rows, transforms, lazy=False)
-    lazy = RowsDataset(rows, transforms, lazy=True)
+    if kind == "segmentation":
+        work = Path(tempfile.mkdtemp(prefix="ringloader-bench-masks-"))
+        log(f"writing a label image for each of the {len(rows)} images under {work} ...")
+        masks = _write_masks(rows, work)
+        transforms = [None, None]
+        eager, lazy = SegmentationRows(rows, masks, False), SegmentationRows(rows, masks, True)
+    else:
+        transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
+        eager = RowsDataset(rows, transforms, lazy=False)
+        lazy = RowsDataset(rows, transforms, lazy=True)
     t0 = time.perf_counter()
     probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
     build_s = time.perf_counter() - t0
@@ -1055,7 +1117,11 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
                                             persistent_workers=False),
     }
     _warm_page_cache(cfg.root)
-    results, decodes = _alternating_rounds(factories, cfg, kind, log)
+    try:
+        results, decodes = _alternating_rounds(factories, cfg, kind, log)
+    finally:
+        if kind == "segmentation":
+            shutil.rmtree(work, ignore_errors=True)
     return {"kind": kind, "views": len(transforms), "build_seconds": build_s,
             "ringloader_decodes_views": decodes,
             "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
@@ -1066,8 +1132,10 @@ def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
                          report: dict[str, Any]) -> str:
     res = report["results"]
     torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
-    what = ("train transform" if kind == "custom"
-            else "DINO multi-crop (2 x 224 + 6 x 96 views a sample)")
+    what = {"custom": "train transform",
+            "multicrop": "DINO multi-crop (2 x 224 + 6 x 96 views a sample)",
+            "segmentation": "each with its palette-PNG mask (mode='mask'), eval geometry, mask "
+                            "nearest"}[kind]
     return "\n".join([
         f"ringloader {kind} benchmark: a user Dataset over {data['images']} images, {what}, "
         f"batch {cfg.batch_size}, {cfg.num_workers} workers each, median of {cfg.rounds} rounds",
@@ -1236,7 +1304,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--link-latency-ms", type=float, default=20.0,
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
-                                          "multicrop", "hf", "parquet"),
+                                          "multicrop", "hf", "parquet", "segmentation"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -1247,7 +1315,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "throttled loopback http link (epoch 1 downloads into the cache, epoch 2 reads "
                          "it) vs local shards and pipe:curl; hf: the images saved as a "
                          "Hugging Face dataset, rl.HFDataset vs with_transform + torch; parquet: the "
-                         "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder")
+                         "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder; "
+                         "segmentation: a user Dataset of an image and its mask a sample")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -1347,7 +1416,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset in ("custom", "multicrop", "hf", "parquet"):
+    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation"):
         if args.dataset in ("hf", "parquet"):
             report = run_arrow_benchmark(cfg, args.dataset, log)
             print(format_arrow_report(cfg, data, report))

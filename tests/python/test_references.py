@@ -229,7 +229,7 @@ def test_gray_views_equal_pillows_convert_l(rows):
     assert got[0]["gray"].shape == (5, 32, 32, 1)
 
 
-def test_refused_references_warn_and_run_materialised(rows, tmp_path):
+def test_mask_references_run_natively(rows, tmp_path):
     Image.fromarray(np.arange(40 * 48, dtype=np.uint8).reshape(40, 48) % 4).save(tmp_path / "m.png")
     nearest = v1.Compose([v1.CenterCrop(32), v1.PILToTensor()])
 
@@ -237,9 +237,10 @@ def test_refused_references_warn_and_run_materialised(rows, tmp_path):
         def __getitem__(self, i):
             return rl.ImageFile(tmp_path / "m.png", nearest, mode="mask"), self.rows[i][1]
 
-    with pytest.warns(UserWarning, match="mode 'mask'"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         loader = rl.DataLoader(Masks(rows, FIXED, lazy=True), batch_size=4)
-    assert not loader.native
+    assert loader.native
     images, labels = next(iter(loader))
     want = torch.stack([nearest(Image.open(tmp_path / "m.png"))] * 4)
     assert torch.equal(images, want)
@@ -392,7 +393,7 @@ def test_views_with_collate_fn_and_skip(rows, tmp_path):
     assert torch.equal(batches[0][0][0], eager) and torch.equal(batches[0][0][1], eager)
 
 
-def test_references_to_different_files_in_one_sample_are_refused_with_a_warning(rows):
+def test_references_to_different_files_in_one_sample_run_natively(rows):
     class Pairs(tud.Dataset):
         def __len__(self):
             return 4
@@ -400,10 +401,13 @@ def test_references_to_different_files_in_one_sample_are_refused_with_a_warning(
         def __getitem__(self, i):
             return rl.ImageFile(rows[i][0], FIXED), rl.ImageFile(rows[i + 1][0], FIXED)
 
-    with pytest.warns(UserWarning, match="renders several views of one image"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
         loader = rl.DataLoader(Pairs(), batch_size=2)
+    assert loader.native
     first, second = next(iter(loader))
     assert torch.equal(first[1], second[0])
+    assert torch.equal(second[1], FIXED(Image.open(rows[2][0]).convert("RGB")))
 
 
 # ---- images held in memory (ImageBytes) ----------------------------------------------------------
@@ -514,6 +518,6 @@ def test_a_dataset_of_references_is_a_source(rows):
     assert source.default_sampler(None, None, True, 0, False) is None  # torch's own samplers
     source.check_unchanged()
     assert source.describe() == (f"{__name__}.CsvDataset (image references): {len(rows)} samples, "
-                                 "1 view(s) a sample, 0 in memory")
+                                 "1 view(s) of 1 file(s) a sample, 0 in memory")
     # Not a Dataset of references (decoded values): no source, torch's generic path.
     assert _user_source.source_for(CsvDataset(rows, v1.ToTensor(), lazy=False)) is None

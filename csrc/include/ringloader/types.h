@@ -55,6 +55,16 @@ struct Sample {
   /// kMemory: the encoded image is `memory[0, length)`, owned by the caller and unchanged while
   /// the loader exists; nothing is read (the decoders work on it directly).
   const uint8_t* memory = nullptr;
+  /// A sample of several files (an image and its mask, a stereo pair): files 1, 2, ... after the
+  /// sample's own (file 0, above), each read whole from `path` or, with `memory`, held in memory
+  /// as `memory[0, length)` (then `path` only describes it). LoaderOptions::View::file says
+  /// which file a view renders. Files and memory only (never a `pipe:` stream).
+  struct File {
+    std::string path;
+    const uint8_t* memory = nullptr;
+    int64_t length = -1;
+  };
+  std::vector<File> more_files;
 };
 
 /// Status payload keys carried by per-sample errors (values: decimal index, path, the reason
@@ -188,6 +198,13 @@ struct LoaderOptions {
     /// Render Pillow's convert("L") of the image (ITU-R 601-2 luma, Pillow's integer
     /// rounding), replicated into the 3 output channels: the caller keeps one.
     bool luma = false;
+    /// Render the file as a label image (ImageDecoder::DecodeLabels: palette indices or gray
+    /// values as stored), replicated into the 3 output channels: the caller keeps one. Its
+    /// chain must resample with nearest only (the caller checks: the values are labels).
+    bool mask = false;
+    /// Which of the sample's files the view renders: 0 its own, k its Sample::more_files[k-1].
+    /// Each file is decoded once however many views render it.
+    int file = 0;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
@@ -224,6 +241,7 @@ struct ViewLayout {
   int width = 0;
   DType dtype = DType::kFloat32;
   bool luma = false;
+  bool mask = false;  ///< a label image: the 3 channels are equal
 };
 
 class Batch {
