@@ -1,5 +1,6 @@
 #include "pipeline/views.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,11 +21,64 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
     }
     set.luma.push_back(views[v].luma);
     set.offsets.push_back(set.row_bytes);
-    const size_t bytes = pipeline->SampleBytes();
+    size_t bytes = pipeline->SampleBytes();
+    set.geometry_offsets.push_back(-1);
+    if (views[v].geometry) {
+      const std::string why = UnrecordedGeometry(*pipeline);
+      if (!why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("view ", v, ": its geometry cannot be recorded: ", why));
+      }
+      bytes = (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+      set.geometry_offsets.back() = static_cast<int64_t>(set.row_bytes + bytes);
+      bytes += kGeometryFields * sizeof(double);
+    }
     set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
     set.pipelines.push_back(*std::move(pipeline));
   }
   return set;
+}
+
+void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, double* out) {
+  out[kGeoSrcW] = src_w;
+  out[kGeoSrcH] = src_h;
+  out[kGeoLeft] = std::min(g.x0, g.x1);
+  out[kGeoRight] = std::max(g.x0, g.x1);
+  out[kGeoTop] = std::min(g.y0, g.y1);
+  out[kGeoBottom] = std::max(g.y0, g.y1);
+  out[kGeoOutW] = g.out_w;
+  out[kGeoOutH] = g.out_h;
+  out[kGeoHFlip] = g.x0 > g.x1 ? 1.0 : 0.0;
+  out[kGeoVFlip] = g.y0 > g.y1 ? 1.0 : 0.0;
+  out[kGeoKeyDx] = g.key_dx;
+  out[kGeoKeyDy] = g.key_dy;
+}
+
+std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
+  using Kind = TransformStep::Kind;
+  for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
+    switch (pipeline.steps()[i].kind) {
+      case Kind::kColorJitter:
+      case Kind::kGrayscale:
+      case Kind::kGaussianBlur:
+        break;
+      case Kind::kAugOp: {
+        // The single-op steps (RandomPosterize...) only change values unless they shear,
+        // translate or rotate.
+        const AugOp op = pipeline.steps()[i].aug_op;
+        if (op == AugOp::kShearX || op == AugOp::kShearY || op == AugOp::kTranslateX ||
+            op == AugOp::kTranslateY || op == AugOp::kRotate) {
+          return absl::StrCat("step ", i, " (", KindInfo(Kind::kAugOp).name,
+                              ") moves pixels after the resample");
+        }
+        break;
+      }
+      default:
+        return absl::StrCat("step ", i, " (", KindInfo(pipeline.steps()[i].kind).name,
+                            ") moves pixels after the resample");
+    }
+  }
+  return "";
 }
 
 uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
@@ -58,6 +112,11 @@ absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size
     const TransformPipeline& pipeline = views.pipelines[v];
     SampleRng rng(ViewSeed(sample_seed, v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
+    if (views.geometry_offsets[v] >= 0) {
+      // The row is 8-byte aligned (kViewAlign) and so is the record's offset in it.
+      WriteGeometry(geometry, image.width, image.height,
+                    reinterpret_cast<double*>(dst + views.geometry_offsets[v]));
+    }
     absl::Status status = RenderSample(image.pixels.data(), stride, 3, image.width, image.height,
                                        pipeline, geometry, rng, state, dst + views.offsets[v]);
     if (!status.ok()) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -20,10 +21,30 @@ namespace ringloader {
 
 inline constexpr size_t kViewAlign = 64;
 
+/// The geometry record of a view (LoaderOptions::View::geometry): float64 fields, in this
+/// order. The crop rectangle is the part of the source (continuous pixel coordinates, ordered:
+/// left < right) that lands on the output; it reaches outside the source where the chain pads.
+/// A source point (x, y) lands at left_out + (x - left) * out_w / (right - left) (mirrored
+/// when hflip), as pixels and boxes do; v2 moves keypoints by key_dx/key_dy more (SampleGeometry).
+enum GeometryField : int {
+  kGeoSrcW, kGeoSrcH, kGeoLeft, kGeoTop, kGeoRight, kGeoBottom, kGeoOutW, kGeoOutH,
+  kGeoHFlip, kGeoVFlip, kGeoKeyDx, kGeoKeyDy,
+  kGeometryFields,
+};
+
+/// Writes the record of `geometry` (planned on a src_w x src_h image) at `out`.
+void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, double* out);
+
+/// Why `pipeline`'s image stage moves pixels (a flip, crop, pad, rotation or policy there),
+/// so that its geometry cannot be recorded, or "" when it only changes values.
+std::string UnrecordedGeometry(const TransformPipeline& pipeline);
+
 struct ViewSet {
   std::vector<TransformPipeline> pipelines;
   std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
   std::vector<size_t> offsets;  ///< of each view in a row
+  /// Of each view's geometry record in a row (8-byte aligned), -1 when not recorded.
+  std::vector<int64_t> geometry_offsets;
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
 
   /// Validates every view's chain (each must fix its output size); names the view that fails.

@@ -3,14 +3,19 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "pipeline/epoch.h"
 #include "pipeline/views.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
+#include "transform/render.h"
 
 namespace ringloader {
 namespace {
@@ -150,6 +155,124 @@ TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
 
   memory[0].memory = nullptr;
   EXPECT_FALSE(Loader::Create(memory, o).ok());
+}
+
+// A binary PPM of width x height, black with the rectangle [x0,x1) x [y0,y1) in `rgb`: lossless,
+// so a rendered pixel's colour says where in the source it came from.
+std::vector<uint8_t> RectanglePpm(int width, int height, int x0, int y0, int x1, int y1,
+                                  const uint8_t rgb[3]) {
+  const std::string header = "P6\n" + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
+  std::vector<uint8_t> out(header.begin(), header.end());
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const bool in = x >= x0 && x < x1 && y >= y0 && y < y1;
+      for (int c = 0; c < 3; ++c) out.push_back(in ? rgb[c] : 0);
+    }
+  }
+  return out;
+}
+
+TEST(ViewsTest, GeometryRecordSaysWhereTheRenderedPixelsCameFrom) {
+  const uint8_t red[3] = {250, 20, 10};
+  const int src_w = 90, src_h = 60, rx0 = 30, ry0 = 15, rx1 = 70, ry1 = 45;
+  const std::vector<uint8_t> ppm = RectanglePpm(src_w, src_h, rx0, ry0, rx1, ry1, red);
+  std::vector<LoaderOptions::View> options(3);
+  // A fixed chain (the record is known), a random one, and a padded RandomCrop (the crop
+  // reaches outside the source). uint8 HWC output, so a row's pixel is 3 bytes.
+  options[0].transform = {transforms::CenterCrop(20, 30), transforms::RandomHorizontalFlip(1.0)};
+  options[1].transform = {transforms::RandomResizedCrop(24, 32, 0.3, 1.0),
+                          transforms::RandomHorizontalFlip(), transforms::RandomVerticalFlip(),
+                          transforms::ColorJitter(0.0, 0.0, 0.0, 0.0)};
+  options[2].transform = {transforms::RandomCrop(50, 80, 8), transforms::RandomHorizontalFlip()};
+  for (LoaderOptions::View& v : options) {
+    v.dtype = DType::kUint8;
+    v.geometry = true;
+  }
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (size_t v = 0; v < 3; ++v) {
+    EXPECT_EQ(set->geometry_offsets[v] % 8, 0);
+    EXPECT_GE(static_cast<size_t>(set->geometry_offsets[v]),
+              set->offsets[v] + set->pipelines[v].SampleBytes());
+  }
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+  auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+  int flips = 0, inside = 0, outside = 0;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    ASSERT_TRUE(DecodeViews(*decoder, ppm.data(), ppm.size(), *set, seed, state, row).ok());
+    for (size_t v = 0; v < 3; ++v) {
+      const double* g = reinterpret_cast<const double*>(row + set->geometry_offsets[v]);
+      // The record is the geometry Plan draws for this view's seed.
+      SampleRng rng(ViewSeed(seed, v));
+      const SampleGeometry planned = set->pipelines[v].Plan(src_w, src_h, rng);
+      EXPECT_EQ(g[kGeoSrcW], src_w);
+      EXPECT_EQ(g[kGeoSrcH], src_h);
+      EXPECT_EQ(g[kGeoLeft], std::min(planned.x0, planned.x1));
+      EXPECT_EQ(g[kGeoHFlip], planned.flipped() ? 1.0 : 0.0);
+      EXPECT_EQ(g[kGeoOutW], set->pipelines[v].out_w());
+      EXPECT_EQ(g[kGeoOutH], set->pipelines[v].out_h());
+      if (v == 0) {  // CenterCrop(20x30) of 90x60: left round(30) = 30, top round(20) = 20
+        EXPECT_EQ(g[kGeoLeft], 30);
+        EXPECT_EQ(g[kGeoTop], 20);
+        EXPECT_EQ(g[kGeoRight], 60);
+        EXPECT_EQ(g[kGeoBottom], 40);
+        EXPECT_EQ(g[kGeoHFlip], 1);
+        EXPECT_EQ(g[kGeoVFlip], 0);
+        EXPECT_EQ(g[kGeoKeyDx], -1);  // v2 flips keypoints about (width - 1) / 2
+        EXPECT_EQ(g[kGeoKeyDy], 0);
+      }
+      if (v == 2) EXPECT_EQ(g[kGeoRight] - g[kGeoLeft], 80);
+      flips += static_cast<int>(g[kGeoHFlip] + g[kGeoVFlip]);
+      // Map the rectangle through the record; output pixels whose centre lies a filter width
+      // inside it are red, those a filter width outside it are black.
+      const int out_w = static_cast<int>(g[kGeoOutW]), out_h = static_cast<int>(g[kGeoOutH]);
+      const double sx = out_w / (g[kGeoRight] - g[kGeoLeft]);
+      const double sy = out_h / (g[kGeoBottom] - g[kGeoTop]);
+      double bx0 = (rx0 - g[kGeoLeft]) * sx, bx1 = (rx1 - g[kGeoLeft]) * sx;
+      double by0 = (ry0 - g[kGeoTop]) * sy, by1 = (ry1 - g[kGeoTop]) * sy;
+      if (g[kGeoHFlip] != 0) std::tie(bx0, bx1) = std::make_pair(out_w - bx1, out_w - bx0);
+      if (g[kGeoVFlip] != 0) std::tie(by0, by1) = std::make_pair(out_h - by1, out_h - by0);
+      const double margin = std::max({1.0, 1.0 / sx, 1.0 / sy}) + 0.5;
+      const uint8_t* image = row + set->offsets[v];
+      for (int y = 0; y < out_h; ++y) {
+        for (int x = 0; x < out_w; ++x) {
+          const double cx = x + 0.5, cy = y + 0.5;
+          const uint8_t* px = image + (static_cast<size_t>(y) * out_w + x) * 3;
+          if (cx > bx0 + margin && cx < bx1 - margin && cy > by0 + margin && cy < by1 - margin) {
+            EXPECT_EQ(px[0], red[0]) << "view " << v << " seed " << seed << " at " << x << "," << y;
+            ++inside;
+          } else if (cx < bx0 - margin || cx > bx1 + margin || cy < by0 - margin ||
+                     cy > by1 + margin) {
+            EXPECT_EQ(px[0], 0) << "view " << v << " seed " << seed << " at " << x << "," << y;
+            ++outside;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(flips, 6);  // the random flips were drawn both ways
+  EXPECT_GT(inside, 1000);
+  EXPECT_GT(outside, 1000);
+}
+
+TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
+  std::vector<LoaderOptions::View> options(1);
+  options[0].dtype = DType::kUint8;
+  options[0].geometry = true;
+  // A flip after a colour step moves the 8-bit image's pixels, after the resample.
+  options[0].transform = {transforms::CenterCrop(16), transforms::ColorJitter(0.4),
+                          transforms::RandomHorizontalFlip()};
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("view 0: its geometry cannot be recorded"),
+            std::string::npos) << set.status();
+  EXPECT_NE(set.status().message().find("RandomHorizontalFlip"), std::string::npos);
+  options[0].geometry = false;
+  EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
 }
 
 }  // namespace

@@ -32,6 +32,7 @@
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/views.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
@@ -341,15 +342,16 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     py::dict view = py::reinterpret_borrow<py::dict>(item);
     for (auto [key, value] : view) {
       const std::string name = py::str(key);
-      if (name != "transform" && name != "dtype" && name != "luma") {
+      if (name != "transform" && name != "dtype" && name != "luma" && name != "geometry") {
         throw py::type_error(absl::StrCat("unknown view option '", name,
-                                          "' (a view takes: transform, dtype, luma)"));
+                                          "' (a view takes: transform, dtype, luma, geometry)"));
       }
     }
     LoaderOptions::View v;
     v.transform = ParseSteps(view["transform"]);
     v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
     v.luma = view.contains("luma") && view["luma"].cast<bool>();
+    v.geometry = view.contains("geometry") && view["geometry"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;
@@ -688,6 +690,17 @@ class PyLoader {
     }
     return out;
   }
+  // The byte offset in a row of each view's geometry record (LoaderOptions::View::geometry:
+  // float64 fields in pipeline/views.h's order), None for a view without; None without views.
+  py::object geometry() const {
+    const std::vector<ViewLayout> views = loader_->views();
+    if (views.empty()) return py::none();
+    py::list out;
+    for (const ViewLayout& v : views) {
+      out.append(v.geometry_offset < 0 ? py::object(py::none()) : py::int_(v.geometry_offset));
+    }
+    return out;
+  }
 
  private:
   // With views a batch's images are its rows as bytes, [B, row_bytes] (see views()).
@@ -954,6 +967,7 @@ PYBIND11_MODULE(_C, m) {
       "it: build the WebDataset again. Attribute: path.",
       PyExc_RuntimeError, nullptr);
   m.attr("SampleError") = py::handle(g_sample_error);
+  m.attr("GEOMETRY_FIELDS") = py::int_(static_cast<int>(kGeometryFields));
   m.attr("StaleIndexError") = py::handle(g_stale_index_error);
   m.attr("SlotsExhaustedError") = py::handle(g_slots_exhausted_error);
   m.attr("LoaderTimeoutError") = py::handle(g_timeout_error);
@@ -996,6 +1010,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
       .def_property_readonly("views", &PyLoader::views)
+      .def_property_readonly("geometry", &PyLoader::geometry)
       .def_property_readonly("dtype", &PyLoader::dtype);
 
   m.def(

@@ -188,6 +188,10 @@ struct LoaderOptions {
     /// Render Pillow's convert("L") of the image (ITU-R 601-2 luma, Pillow's integer
     /// rounding), replicated into the 3 output channels: the caller keeps one.
     bool luma = false;
+    /// Record, after the view's image in each row, the geometry its chain applied
+    /// (kGeometryFields float64, pipeline/views.h): what a caller needs to move boxes and
+    /// keypoints with the pixels. The chain's image stage must not move pixels (colour only).
+    bool geometry = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
@@ -224,6 +228,8 @@ struct ViewLayout {
   int width = 0;
   DType dtype = DType::kFloat32;
   bool luma = false;
+  /// LoaderOptions::View::geometry: the record's byte offset in a row, else -1.
+  int64_t geometry_offset = -1;
 };
 
 class Batch {
