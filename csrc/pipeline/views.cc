@@ -19,7 +19,28 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
       return absl::Status(pipeline.status().code(),
                           absl::StrCat("view ", v, ": ", pipeline.status().message()));
     }
+    if (views[v].share_geometry) {
+      std::string why;
+      if (v == 0) {
+        why = "view 0 draws its own geometry (share_geometry is for the views after it)";
+      } else if (pipeline->has_image_steps() || pipeline->has_erasing()) {
+        size_t i = pipeline->image_begin();
+        if (!pipeline->has_image_steps()) {
+          while (pipeline->steps()[i].kind != TransformStep::Kind::kRandomErasing) ++i;
+        }
+        why = absl::StrCat("its step ", i, " (", KindInfo(pipeline->steps()[i].kind).name,
+                           ") draws on its own: a view sharing view 0's geometry applies "
+                           "geometric and output steps only");
+      } else {
+        why = GeometryDrawsDiffer(set.pipelines[0], *pipeline);
+      }
+      if (!why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("view ", v, ": cannot share view 0's geometric draws: ", why));
+      }
+    }
     set.luma.push_back(views[v].luma);
+    set.share_geometry.push_back(views[v].share_geometry);
     set.offsets.push_back(set.row_bytes);
     size_t bytes = pipeline->SampleBytes();
     set.geometry_offsets.push_back(-1);
@@ -81,6 +102,27 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
   return "";
 }
 
+std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view) {
+  const size_t n = first.image_begin(), m = view.image_begin();
+  if (n != m) {
+    return absl::StrCat("it has ", m, " geometric steps, view 0 has ", n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const TransformStep& a = first.steps()[i];
+    const TransformStep& b = view.steps()[i];
+    const bool same =
+        a.kind == b.kind && a.size_h == b.size_h && a.size_w == b.size_w &&
+        a.max_size == b.max_size && a.scale_min == b.scale_min && a.scale_max == b.scale_max &&
+        a.ratio_min == b.ratio_min && a.ratio_max == b.ratio_max && a.p == b.p &&
+        std::equal(a.pad, a.pad + 4, b.pad) && a.pad_if_needed == b.pad_if_needed;
+    if (!same) {
+      return absl::StrCat("its step ", i, " (", KindInfo(b.kind).name, ") is not view 0's (",
+                          KindInfo(a.kind).name, ") with the same parameters");
+    }
+  }
+  return "";
+}
+
 uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
   return view == 0 ? sample_seed : Mix64(sample_seed ^ Mix64(0x76696577ull + view));
 }
@@ -110,7 +152,8 @@ absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size
   for (size_t v = 0; v < views.pipelines.size(); ++v) {
     const RgbImage& image = views.luma[v] ? gray : rgb;
     const TransformPipeline& pipeline = views.pipelines[v];
-    SampleRng rng(ViewSeed(sample_seed, v));
+    // A view sharing view 0's geometry replays view 0's draws; it has no later draws to make.
+    SampleRng rng(ViewSeed(sample_seed, views.share_geometry[v] ? 0 : v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
     if (views.geometry_offsets[v] >= 0) {
       // The row is 8-byte aligned (kViewAlign) and so is the record's offset in it.

@@ -42,6 +42,7 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline);
 struct ViewSet {
   std::vector<TransformPipeline> pipelines;
   std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
+  std::vector<bool> share_geometry;  ///< of each view (LoaderOptions::View::share_geometry)
   std::vector<size_t> offsets;  ///< of each view in a row
   /// Of each view's geometry record in a row (8-byte aligned), -1 when not recorded.
   std::vector<int64_t> geometry_offsets;
@@ -50,6 +51,10 @@ struct ViewSet {
   /// Validates every view's chain (each must fix its output size); names the view that fails.
   static absl::StatusOr<ViewSet> Create(const std::vector<LoaderOptions::View>& views, Layout layout);
 };
+
+/// Why `view`'s geometric steps would not draw as `first`'s do (another kind, size, scale,
+/// ratio, probability or padding at some step), or "" when they draw alike.
+std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view);
 
 /// The seed of view `view`'s draws for a sample whose seed is `sample_seed`: view 0 draws as a
 /// single-view sample would, the others independently of it and of each other.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <tuple>
 #include <utility>
@@ -273,6 +274,102 @@ TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
   EXPECT_NE(set.status().message().find("RandomHorizontalFlip"), std::string::npos);
   options[0].geometry = false;
   EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
+}
+
+TEST(ViewsTest, AViewSharingViewZerosGeometryDrawsItsCropsAndFlips) {
+  const uint8_t red[3] = {250, 20, 10};
+  const int src_w = 90, src_h = 60;
+  const std::vector<uint8_t> ppm = RectanglePpm(src_w, src_h, 25, 10, 65, 50, red);
+  // View 0: the photo's chain (bilinear, colour, float output). View 1: the same geometric
+  // steps, nearest, sharing view 0's draws (a label image's). View 2: the same as view 1 but
+  // drawing its own.
+  const std::vector<TransformStep> geometric = {transforms::RandomResizedCrop(24, 32, 0.2, 1.0),
+                                                transforms::RandomHorizontalFlip(),
+                                                transforms::RandomVerticalFlip()};
+  std::vector<LoaderOptions::View> options(3);
+  options[0].transform = geometric;
+  options[0].transform.push_back(transforms::ColorJitter(0.4, 0.4));
+  options[0].transform.push_back(transforms::ToTensor());
+  for (const TransformStep& step : geometric) {
+    options[1].transform.push_back(
+        transforms::WithInterpolation(step, Interpolation::kNearest));
+  }
+  options[2].transform = options[1].transform;
+  options[1].share_geometry = true;
+  for (LoaderOptions::View& v : options) {
+    v.dtype = v.transform.back().kind == TransformStep::Kind::kToTensor ? DType::kFloat32
+                                                                          : DType::kUint8;
+    v.geometry = true;
+  }
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+  ASSERT_TRUE(set.ok()) << set.status();
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+  auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+  int differ = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    ASSERT_TRUE(DecodeViews(*decoder, ppm.data(), ppm.size(), *set, seed, state, row).ok());
+    const double* g0 = reinterpret_cast<const double*>(row + set->geometry_offsets[0]);
+    const double* g1 = reinterpret_cast<const double*>(row + set->geometry_offsets[1]);
+    const double* g2 = reinterpret_cast<const double*>(row + set->geometry_offsets[2]);
+    for (int f = 0; f < kGeometryFields; ++f) EXPECT_EQ(g0[f], g1[f]) << "field " << f;
+    differ += !std::equal(g0, g0 + kGeometryFields, g2);
+    // Where view 1 (nearest: exact colours) is red, view 0 is red up to the bilinear edge
+    // and the colour jitter: its red channel dominates at every pixel whose 3x3 neighbourhood
+    // in view 1 is all red, and is grey where that neighbourhood is all black.
+    const auto* labels = row + set->offsets[1];
+    const auto* photo = reinterpret_cast<const float*>(row + set->offsets[0]);
+    int checked = 0;
+    for (int y = 1; y < 23; ++y) {
+      for (int x = 1; x < 31; ++x) {
+        bool all_red = true, all_black = true;
+        for (int dy = -1; dy <= 1; ++dy) {
+          for (int dx = -1; dx <= 1; ++dx) {
+            const uint8_t level = labels[((y + dy) * 32 + (x + dx)) * 3];
+            all_red &= level == red[0];
+            all_black &= level == 0;
+          }
+        }
+        const float* px = photo + (y * 32 + x) * 3;
+        if (all_red) {
+          EXPECT_GT(px[0], px[1] + 0.2f) << "seed " << seed << " at " << x << "," << y;
+          ++checked;
+        } else if (all_black) {
+          // Contrast jitter blends black toward the mean grey: grey, never red.
+          EXPECT_LT(std::abs(px[0] - px[1]), 0.05f) << "seed " << seed << " at " << x << "," << y;
+          ++checked;
+        }
+      }
+    }
+    EXPECT_GT(checked, 300);
+  }
+  EXPECT_GT(differ, 5);  // a view that does not share draws its own crops
+}
+
+TEST(ViewsTest, SharingViewZerosGeometryIsRefusedUnlessItDrawsAlike) {
+  std::vector<LoaderOptions::View> options(2);
+  options[0].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip()};
+  options[1].share_geometry = true;
+  options[0].dtype = options[1].dtype = DType::kUint8;
+  const auto error = [&]() {
+    absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+    return set.ok() ? std::string() : std::string(set.status().message());
+  };
+  options[1].transform = {transforms::RandomResizedCrop(32), transforms::RandomHorizontalFlip()};
+  EXPECT_NE(error().find("view 1: cannot share view 0's geometric draws: its step 0 "
+                         "(RandomResizedCrop)"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip(),
+                          transforms::ColorJitter(0.4)};
+  EXPECT_NE(error().find("(ColorJitter) draws on its own"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24)};
+  EXPECT_NE(error().find("it has 1 geometric steps, view 0 has 2"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip()};
+  EXPECT_EQ(error(), "");
+  options[0].share_geometry = true;
+  EXPECT_NE(error().find("view 0 draws its own geometry"), std::string::npos) << error();
 }
 
 }  // namespace

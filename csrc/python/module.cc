@@ -342,9 +342,11 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     py::dict view = py::reinterpret_borrow<py::dict>(item);
     for (auto [key, value] : view) {
       const std::string name = py::str(key);
-      if (name != "transform" && name != "dtype" && name != "luma" && name != "geometry") {
-        throw py::type_error(absl::StrCat("unknown view option '", name,
-                                          "' (a view takes: transform, dtype, luma, geometry)"));
+      if (name != "transform" && name != "dtype" && name != "luma" && name != "geometry" &&
+          name != "share_geometry") {
+        throw py::type_error(absl::StrCat(
+            "unknown view option '", name,
+            "' (a view takes: transform, dtype, luma, geometry, share_geometry)"));
       }
     }
     LoaderOptions::View v;
@@ -352,6 +354,7 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     v.dtype = ParseDType(view.contains("dtype") ? view["dtype"].cast<std::string>() : "float32");
     v.luma = view.contains("luma") && view["luma"].cast<bool>();
     v.geometry = view.contains("geometry") && view["geometry"].cast<bool>();
+    v.share_geometry = view.contains("share_geometry") && view["share_geometry"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;

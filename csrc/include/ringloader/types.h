@@ -192,6 +192,11 @@ struct LoaderOptions {
     /// (kGeometryFields float64, pipeline/views.h): what a caller needs to move boxes and
     /// keypoints with the pixels. The chain's image stage must not move pixels (colour only).
     bool geometry = false;
+    /// Draw the geometric steps exactly as view 0 does (the same crop and flips of the same
+    /// image: a label image's view beside its photo's). The chain's geometric steps must be
+    /// view 0's (their interpolation may differ) and it holds no image-stage or random output
+    /// step: colour draws are view 0's own, never applied here.
+    bool share_geometry = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
