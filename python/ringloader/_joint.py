@@ -47,8 +47,11 @@ class JointPlan(NamedTuple):
     pure: bool                # ToPureTensor: the image is a plain tensor, not a tv_tensors.Image
 
 
-# Plans (or why not) by the transform's id; the transform is kept so the id stays its own.
+# Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
+# Dataset that builds its Compose in __getitem__ brings a new object each sample: the table is
+# emptied when it grows past _PLANS_KEPT rather than holding every one.
 _PLANS: Dict[int, Tuple[Any, Any]] = {}
+_PLANS_KEPT = 256
 
 
 def _zero_fill(step: Any) -> bool:
@@ -128,6 +131,8 @@ def plan(transform: Any) -> Any:
     the step). Computed once per transform object."""
     found = _PLANS.get(id(transform))
     if found is None or found[0] is not transform:
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.clear()
         found = _PLANS[id(transform)] = (transform, _plan(transform))
     return found[1]
 

@@ -1,5 +1,7 @@
 """rl.Joint: a v2 transform applied jointly to decoded references, boxes, keypoints and values."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -333,3 +335,41 @@ def test_canvas_that_is_not_the_image_is_named(tmp_path):
     loader = _native_loader(Wrong(), batch_size=1, collate_fn=list)
     with pytest.raises(ValueError, match=r"scene0\.png.*canvas_size"):
         next(iter(loader))
+
+
+@pytest.mark.timeout(240)
+def test_detection_benchmark_reports_both_rates(image_tree):
+    """``python -m ringloader.bench --dataset detection``: the report's shape (not its timings)."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "detection", "--root",
+         str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
+         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader detection benchmark: a detection Dataset over 24 images", out), out
+    assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
+
+
+def test_image_bytes_joint_runs_natively_like_the_file(tmp_path):
+    scenes = _scenes(tmp_path, 3)
+    t = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
+
+    class FromBytes(_Boxes):
+        def __getitem__(self, i):
+            joint, i = super().__getitem__(i)
+            image, target = joint.structure
+            return rl.Joint(self.t, (rl.ImageBytes(Path(image.path).read_bytes()), target)), i
+
+    def batches(dataset):
+        return list(_native_loader(dataset, batch_size=3, collate_fn=lambda b: tuple(zip(*b)),
+                                   generator=torch.Generator().manual_seed(2)))
+
+    for (a, _), (b, _) in zip(batches(_Boxes(t, scenes)), batches(FromBytes(t, scenes))):
+        for (image_a, target_a), (image_b, target_b) in zip(a, b):
+            assert torch.equal(image_a, image_b)
+            assert torch.equal(target_a["boxes"], target_b["boxes"])
