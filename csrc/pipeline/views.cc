@@ -143,6 +143,20 @@ void ReplicateLuma(const RgbImage& rgb, RgbImage* out) {
 absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
                          uint8_t* dst) {
+  if (views.pipelines.size() == 1 && !views.luma[0]) {
+    // One view (a Joint's image with its geometry recorded): the decoder's own path, with its
+    // region-of-interest and scaled JPEG decodes. Plan is deterministic in the seed and the
+    // header's size, so planning again here gives the geometry DecodeInto renders.
+    const TransformPipeline& pipeline = views.pipelines[0];
+    if (views.geometry_offsets[0] >= 0) {
+      RL_ASSIGN_OR_RETURN(const ImageInfo info, decoder.ReadInfo(data, size));
+      SampleRng plan_rng(ViewSeed(sample_seed, 0));
+      WriteGeometry(pipeline.Plan(info.width, info.height, plan_rng), info.width, info.height,
+                    reinterpret_cast<double*>(dst + views.geometry_offsets[0]));
+    }
+    SampleRng rng(ViewSeed(sample_seed, 0));
+    return decoder.DecodeInto(data, size, pipeline, rng, dst + views.offsets[0]);
+  }
   RL_ASSIGN_OR_RETURN(const RgbImage rgb, decoder.DecodeFull(data, size));
   RgbImage gray;
   for (bool luma : views.luma) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <tuple>
 #include <utility>
@@ -370,6 +371,54 @@ TEST(ViewsTest, SharingViewZerosGeometryIsRefusedUnlessItDrawsAlike) {
   EXPECT_EQ(error(), "");
   options[0].share_geometry = true;
   EXPECT_NE(error().find("view 0 draws its own geometry"), std::string::npos) << error();
+}
+
+// Every byte of `path`.
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::vector<uint8_t> out;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  uint8_t buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
+  std::fclose(f);
+  return out;
+}
+
+TEST(ViewsTest, OneRecordingViewDecodesThroughTheDecodersOwnPathAlike) {
+  // A single view (a Joint's image) takes the decoder's region-of-interest path; its pixels and
+  // record equal those of the same chain as view 0 of a full-decode view set.
+  LoaderOptions::View view;
+  view.transform = {transforms::RandomResizedCrop(24, 32, 0.2, 1.0),
+                    transforms::RandomHorizontalFlip(), transforms::RandomVerticalFlip()};
+  view.dtype = DType::kUint8;
+  view.geometry = true;
+  LoaderOptions::View other = view;
+  other.transform = {transforms::CenterCrop(16)};
+  absl::StatusOr<ViewSet> one = ViewSet::Create({view}, Layout::kCHW);
+  absl::StatusOr<ViewSet> two = ViewSet::Create({view, other}, Layout::kCHW);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const std::vector<Sample> jpegs = WriteJpegDataset(MakeTempDir(), 1);
+  const uint8_t green[3] = {10, 240, 30};
+  const std::vector<std::vector<uint8_t>> sources = {ReadBytes(jpegs[0].path),
+                                                     RectanglePpm(70, 50, 10, 5, 40, 30, green)};
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> a(one->row_bytes / sizeof(double) + 1), b(two->row_bytes / sizeof(double) + 1);
+  auto* row_a = reinterpret_cast<uint8_t*>(a.data());
+  auto* row_b = reinterpret_cast<uint8_t*>(b.data());
+  for (const std::vector<uint8_t>& bytes : sources) {
+    ASSERT_FALSE(bytes.empty());
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      ASSERT_TRUE(DecodeViews(*decoder, bytes.data(), bytes.size(), *one, seed, state, row_a).ok());
+      ASSERT_TRUE(DecodeViews(*decoder, bytes.data(), bytes.size(), *two, seed, state, row_b).ok());
+      EXPECT_EQ(std::memcmp(row_a, row_b, one->pipelines[0].SampleBytes()), 0) << "seed " << seed;
+      EXPECT_EQ(std::memcmp(row_a + one->geometry_offsets[0], row_b + two->geometry_offsets[0],
+                            kGeometryFields * sizeof(double)), 0) << "seed " << seed;
+    }
+  }
 }
 
 }  // namespace

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
+import numpy as np
+
 from . import transforms as T
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
@@ -217,27 +219,41 @@ def _affine(g: Any, axis: int) -> Tuple[float, float]:
     return scale, -lo * scale
 
 
+def _to_xyxy(b: Any, fmt: str) -> Any:
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., :2] + b[..., 2:]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
+    return b
+
+
+def _from_xyxy(b: Any, fmt: str) -> Any:
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., 2:] - b[..., :2]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1)
+    return b
+
+
+# Numpy rather than torch for these few numbers a row: torch's per-op overhead (and its thread
+# pool, contending with the native workers) made the batch's boxes cost more than its pixels.
 def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
     import torch
     from torchvision import tv_tensors
-    from torchvision.transforms.v2 import functional as F
 
-    xyxy = F.convert_bounding_box_format(boxes.as_subclass(torch.Tensor).to(torch.float64),
-                                         old_format=boxes.format,
-                                         new_format=tv_tensors.BoundingBoxFormat.XYXY)
+    fmt = boxes.format.name
+    xyxy = _to_xyxy(boxes.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64), fmt)
     (ax, bx), (ay, by) = _affine(g, 0), _affine(g, 1)
-    x = xyxy[..., 0::2] * ax + bx
+    x = xyxy[..., 0::2] * ax + bx  # a mirrored axis swaps the two edges
     y = xyxy[..., 1::2] * ay + by
-    x = torch.stack([x.min(-1).values, x.max(-1).values], -1)
-    y = torch.stack([y.min(-1).values, y.max(-1).values], -1)
     out_w, out_h = int(g[6]), int(g[7])
+    x0, x1 = np.minimum(x[..., 0], x[..., 1]), np.maximum(x[..., 0], x[..., 1])
+    y0, y1 = np.minimum(y[..., 0], y[..., 1]), np.maximum(y[..., 0], y[..., 1])
+    moved = np.stack([x0, y0, x1, y1], -1)
     if clamps and boxes.clamping_mode is not None:
-        x = x.clamp(0, out_w)
-        y = y.clamp(0, out_h)
-    moved = torch.stack([x[..., 0], y[..., 0], x[..., 1], y[..., 1]], -1)
-    moved = F.convert_bounding_box_format(moved, old_format=tv_tensors.BoundingBoxFormat.XYXY,
-                                          new_format=boxes.format)
-    return tv_tensors.wrap(moved.to(boxes.dtype), like=boxes, canvas_size=(out_h, out_w))
+        np.clip(moved, 0, [out_w, out_h, out_w, out_h], out=moved)
+    moved = torch.from_numpy(_from_xyxy(moved, fmt)).to(boxes.dtype)
+    return tv_tensors.wrap(moved, like=boxes, canvas_size=(out_h, out_w))
 
 
 def _move_keypoints(points: Any, g: Any) -> Any:
@@ -245,11 +261,10 @@ def _move_keypoints(points: Any, g: Any) -> Any:
     from torchvision import tv_tensors
 
     (ax, bx), (ay, by) = _affine(g, 0), _affine(g, 1)
-    xy = points.as_subclass(torch.Tensor).to(torch.float64)
-    scale = torch.tensor([ax, ay], dtype=torch.float64)
-    shift = torch.tensor([bx + g[10], by + g[11]], dtype=torch.float64)
-    moved = (xy * scale + shift).to(points.dtype)
-    return tv_tensors.wrap(moved, like=points, canvas_size=(int(g[7]), int(g[6])))
+    xy = points.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64)
+    moved = xy * np.array([ax, ay]) + np.array([bx + g[10], by + g[11]])
+    return tv_tensors.wrap(torch.from_numpy(moved).to(points.dtype), like=points,
+                           canvas_size=(int(g[7]), int(g[6])))
 
 
 def _move(value: Any, g: Any, clamps: bool, source: str) -> Any:

@@ -373,3 +373,28 @@ def test_image_bytes_joint_runs_natively_like_the_file(tmp_path):
         for (image_a, target_a), (image_b, target_b) in zip(a, b):
             assert torch.equal(image_a, image_b)
             assert torch.equal(target_a["boxes"], target_b["boxes"])
+
+
+def test_other_box_formats_and_box_only_steps_match_v2(tmp_path):
+    scenes = _scenes(tmp_path, 3, even=True)
+    t = v2.Compose([v2.ClampBoundingBoxes(), v2.Resize(50), v2.CenterCrop((40, 44)),
+                    v2.RandomHorizontalFlip(p=1.0),
+                    v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYWH)])
+
+    class Centred(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(scenes)
+
+        def __getitem__(self, i):
+            path, (w, h), boxes = scenes[i]
+            xyxy = torch.tensor(boxes, dtype=torch.float32)
+            cxcywh = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], 1)
+            return rl.Joint(t, (rl.ImageFile(path), tv_tensors.BoundingBoxes(
+                cxcywh, format="CXCYWH", canvas_size=(h, w))))
+
+    loader = _native_loader(Centred(), batch_size=3, collate_fn=list)
+    for i, (image, boxes) in enumerate(next(iter(loader))):
+        _, want = t(_decoded(scenes[i][0], scenes[i][0])[0], Centred()[i].structure[1])
+        assert boxes.format == want.format == tv_tensors.BoundingBoxFormat.XYWH
+        torch.testing.assert_close(boxes, want, atol=1e-4, rtol=0)
+        assert boxes.canvas_size == want.canvas_size == (40, 44)
