@@ -46,7 +46,7 @@ class JointPlan(NamedTuple):
     before: Tuple[Any, ...]   # box-only steps before the first geometric step
     after: Tuple[Any, ...]    # box-only steps after the last geometric step
     clamps: bool              # some geometric step clamps boxes (a crop or a pad)
-    pure: bool                # ToPureTensor: the image is a plain tensor, not a tv_tensors.Image
+    pure: bool                # ToPureTensor: every leaf a plain tensor, the image too
 
 
 # Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
@@ -108,8 +108,15 @@ def _plan(transform: Any) -> Any:
             geometric_seen = True
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
             clamps |= name in _CLAMPING
-        elif name in ("ToImage", "ToPureTensor"):
-            continue  # the decoded image is a tv_tensors.Image already (ToPureTensor: see pure)
+        elif name == "ToImage":
+            continue  # the decoded image is a tv_tensors.Image already
+        elif name == "ToPureTensor":
+            # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
+            # the boxes; before a geometric step it would leave v2 no boxes to move.
+            if any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+                return f"{where} comes before a geometric step"
+            (after if geometric_seen else before).append(step)
+            continue
         elif name in _VALUES:
             first_value = first_value or step
         else:

@@ -89,7 +89,8 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
                 refs.append(ImageFile(value.path, plan.image, value.mode))
             else:
                 refs.append(type(value)(value.data, plan.image, value.mode))
-            return _JointImage(len(refs) - 1)
+            # A tv_tensors.Image in the sample, as v2 returns it (ToPureTensor: a plain tensor).
+            return _leaf(len(refs) - 1) if plan.pure else _JointImage(len(refs) - 1)
         if isinstance(value, tuple):
             items = [walk(v) for v in value]
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
@@ -246,7 +247,11 @@ class UserSource(NativeDataset):
             if refused is None:
                 joint = next((v for v in _flat(structures[-1]) if isinstance(v, Joint)), None)
                 if joint is not None:
-                    refused = f"sample {i} holds a ringloader.Joint that is not native: {_joint.refusal(joint)}"
+                    refused = (f"sample {i} holds a ringloader.Joint that is not native: "
+                               f"{_joint.refusal(joint)}")
+                elif _joint_views(structures[-1]) != _joint_views(structures[0]):
+                    refused = (f"sample {i} and sample 0 differ in which image references are "
+                               "a Joint's (each position is one or the other in every sample)")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if isinstance(ref, ImageFile):
@@ -287,8 +292,7 @@ class UserSource(NativeDataset):
         for view, mode in zip(views, self.view_modes):
             view["luma"] = mode == "L"
         for k in self.joint_views:
-            view = views[k]
-            view["geometry"] = True
+            views[k]["geometry"] = True
         options["views"] = views
         return options
 

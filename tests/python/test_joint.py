@@ -398,3 +398,27 @@ def test_other_box_formats_and_box_only_steps_match_v2(tmp_path):
         assert boxes.format == want.format == tv_tensors.BoundingBoxFormat.XYWH
         torch.testing.assert_close(boxes, want, atol=1e-4, rtol=0)
         assert boxes.canvas_size == want.canvas_size == (40, 44)
+
+
+def test_to_pure_tensor_unwraps_every_leaf_and_mixed_samples_are_refused(tmp_path):
+    import warnings
+
+    scenes = _scenes(tmp_path, 2)
+    t = v2.Compose([v2.CenterCrop(32), v2.ToPureTensor()])
+    (samples, _), = _native_loader(_Boxes(t, scenes), batch_size=2,
+                                   collate_fn=lambda b: tuple(zip(*b)))
+    image, target = samples[0]
+    assert type(image) is torch.Tensor and type(target["boxes"]) is torch.Tensor
+    assert image.shape == (3, 32, 32)
+
+    class Mixed(_Boxes):  # sample 1's image is a plain reference, sample 0's a Joint's
+        def __getitem__(self, i):
+            joint, i = super().__getitem__(i)
+            return (joint if i == 0 else (rl.ImageFile(scenes[i][0], v2.CenterCrop(32)),
+                                          joint.structure[1])), i
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Mixed(v2.CenterCrop(32), scenes), batch_size=2, collate_fn=list)
+    assert not loader.native
+    assert any("differ in which image references are a Joint's" in str(w.message) for w in caught)
