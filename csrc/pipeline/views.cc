@@ -1,6 +1,7 @@
 #include "pipeline/views.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,7 +61,8 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
   return set;
 }
 
-void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, double* out) {
+void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint8_t* dst) {
+  double out[kGeometryFields];
   out[kGeoSrcW] = src_w;
   out[kGeoSrcH] = src_h;
   out[kGeoLeft] = std::min(g.x0, g.x1);
@@ -73,6 +75,7 @@ void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, double* out) {
   out[kGeoVFlip] = g.y0 > g.y1 ? 1.0 : 0.0;
   out[kGeoKeyDx] = g.key_dx;
   out[kGeoKeyDy] = g.key_dy;
+  std::memcpy(dst, out, sizeof(out));
 }
 
 std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
@@ -152,7 +155,7 @@ absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size
       RL_ASSIGN_OR_RETURN(const ImageInfo info, decoder.ReadInfo(data, size));
       SampleRng plan_rng(ViewSeed(sample_seed, 0));
       WriteGeometry(pipeline.Plan(info.width, info.height, plan_rng), info.width, info.height,
-                    reinterpret_cast<double*>(dst + views.geometry_offsets[0]));
+                    dst + views.geometry_offsets[0]);
     }
     SampleRng rng(ViewSeed(sample_seed, 0));
     return decoder.DecodeInto(data, size, pipeline, rng, dst + views.offsets[0]);
@@ -170,9 +173,7 @@ absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size
     SampleRng rng(ViewSeed(sample_seed, views.share_geometry[v] ? 0 : v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
     if (views.geometry_offsets[v] >= 0) {
-      // The row is 8-byte aligned (kViewAlign) and so is the record's offset in it.
-      WriteGeometry(geometry, image.width, image.height,
-                    reinterpret_cast<double*>(dst + views.geometry_offsets[v]));
+      WriteGeometry(geometry, image.width, image.height, dst + views.geometry_offsets[v]);
     }
     absl::Status status = RenderSample(image.pixels.data(), stride, 3, image.width, image.height,
                                        pipeline, geometry, rng, state, dst + views.offsets[v]);

@@ -32,8 +32,8 @@ enum GeometryField : int {
   kGeometryFields,
 };
 
-/// Writes the record of `geometry` (planned on a src_w x src_h image) at `out`.
-void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, double* out);
+/// Writes the record of `geometry` (planned on a src_w x src_h image) at `out` (any alignment).
+void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, uint8_t* out);
 
 /// Why `pipeline`'s image stage moves pixels (a flip, crop, pad, rotation or policy there),
 /// so that its geometry cannot be recorded, or "" when it only changes values.
