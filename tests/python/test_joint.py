@@ -215,47 +215,62 @@ def _red(image):
     return (image[0] == RED[0]) & (image[1] == RED[1]) & (image[2] == RED[2])
 
 
+def _on_rectangle(image, target):
+    """Asserts that the box labelled 1 covers exactly the red pixels (nearest resampling: those
+    whose centre lies in it), or is gone when none are; True when it is kept."""
+    red = _red(image)
+    boxes, labels = target["boxes"], target["labels"].tolist()
+    height, width = image.shape[1:]
+    assert boxes.canvas_size == (height, width)
+    for b, label in zip(boxes, labels):  # what SanitizeBoundingBoxes(min_size=2) keeps
+        assert (b[2] - b[0]).item() >= 2 and (b[3] - b[1]).item() >= 2 and label in (1, 2)
+    if not red.any():
+        # The rectangle left the crop: its box has no area, and v2's sanitize drops it.
+        assert 1 not in labels
+        return False
+    ys, xs = torch.nonzero(red, as_tuple=True)
+    seen = torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], dtype=torch.float32)
+    assert 1 in labels, (seen, boxes)
+    box = boxes[labels.index(1)]
+    torch.testing.assert_close(box, seen, atol=1.0, rtol=0)
+    x0, y0, x1, y1 = box.tolist()
+    xs_c, ys_c = torch.arange(width) + 0.5, torch.arange(height) + 0.5
+    inside = (xs_c[None] > x0) & (xs_c[None] < x1) & (ys_c[:, None] > y0) & (ys_c[:, None] < y1)
+    assert torch.equal(inside, red)
+    return True
+
+
+RANDOM = v2.Compose([v2.RandomResizedCrop((48, 64), scale=(0.2, 1.0),
+                                          interpolation=v2.InterpolationMode.NEAREST),
+                     v2.RandomHorizontalFlip(), v2.RandomVerticalFlip(),
+                     v2.SanitizeBoundingBoxes(min_size=2)])
+
+
 def test_random_crops_and_flips_keep_boxes_on_their_rectangle(tmp_path):
-    scenes = _scenes(tmp_path, 8)
-    sanitize = v2.SanitizeBoundingBoxes(min_size=2)
-    t = v2.Compose([v2.RandomResizedCrop((48, 64), scale=(0.2, 1.0),
-                                         interpolation=v2.InterpolationMode.NEAREST),
-                    v2.RandomHorizontalFlip(), v2.RandomVerticalFlip(), sanitize])
-    dataset = _Boxes(t, scenes)
-    kept = dropped = flipped = 0
+    dataset = _Boxes(RANDOM, _scenes(tmp_path, 8))
+    kept = flipped = 0
     for epoch in range(3):
         loader = _native_loader(dataset, batch_size=4, collate_fn=lambda b: tuple(zip(*b)),
                                 generator=torch.Generator().manual_seed(epoch))
-        for samples, indices in loader:
-            for (image, target), i in zip(samples, indices):
-                red = _red(image)
-                boxes = target["boxes"]
-                assert boxes.canvas_size == (48, 64)
-                if red.any():
-                    ys, xs = torch.nonzero(red, as_tuple=True)
-                    seen = torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1],
-                                        dtype=torch.float32)
-                    assert 1 in target["labels"].tolist(), (i, seen, boxes)
-                    box = boxes[target["labels"].tolist().index(1)]
-                    # Nearest resampling: the red pixels are exactly those whose centre lies in
-                    # the transformed box.
-                    torch.testing.assert_close(box, seen, atol=1.0, rtol=0)
-                    x0, y0, x1, y1 = box.tolist()
-                    xs_c, ys_c = torch.arange(64) + 0.5, torch.arange(48) + 0.5
-                    inside = ((xs_c[None] > x0) & (xs_c[None] < x1) & (ys_c[:, None] > y0)
-                              & (ys_c[:, None] < y1))
-                    assert torch.equal(inside, red)
-                    kept += 1
-                else:
-                    # The rectangle left the crop: its box has no area, and v2's sanitize drops it.
-                    assert 1 not in target["labels"].tolist()
-                    dropped += 1
-                for b, label in zip(boxes, target["labels"]):
-                    w, h = (b[2] - b[0]).item(), (b[3] - b[1]).item()
-                    assert w >= 2 and h >= 2 and label in (1, 2)
-                points = target["points"]
-                flipped += int(points[0, 0] > 32)
+        for samples, _ in loader:
+            for image, target in samples:
+                kept += _on_rectangle(image, target)
+                flipped += int(target["points"][0, 0] > 32)
     assert kept > 10 and flipped > 0
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_skipped_and_replaced_rows_keep_their_own_geometry(tmp_path, on_error):
+    scenes = _scenes(tmp_path, 8)
+    scenes[3][0].write_bytes(b"not an image")
+    loader = _native_loader(_Boxes(RANDOM, scenes), batch_size=4, on_error=on_error,
+                            collate_fn=lambda b: tuple(zip(*b)))
+    indices = []
+    for samples, batch_indices in loader:
+        for image, target in samples:
+            _on_rectangle(image, target)
+        indices += list(batch_indices)
+    assert 3 not in indices and len(indices) == (7 if on_error == "skip" else 8)
 
 
 def test_sanitize_drops_exactly_what_v2_drops(tmp_path):
