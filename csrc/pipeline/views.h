@@ -64,7 +64,8 @@ uint64_t ViewSeed(uint64_t sample_seed, size_t view);
 void ReplicateLuma(const RgbImage& rgb, RgbImage* out);
 
 /// Decodes `data` once (full resolution, so every view sees the same pixels) and renders each
-/// view into the row at `dst` (a luma view from the image's luma, computed once).
+/// view into the row at `dst` (a luma view from the image's luma, computed once). A lone RGB
+/// view renders through ImageDecoder::DecodeInto (region of interest, scaled JPEG decode).
 absl::Status DecodeViews(ImageDecoder& decoder, const uint8_t* data, size_t size,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
                          uint8_t* dst);

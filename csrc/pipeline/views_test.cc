@@ -163,7 +163,8 @@ TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
 // so a rendered pixel's colour says where in the source it came from.
 std::vector<uint8_t> RectanglePpm(int width, int height, int x0, int y0, int x1, int y1,
                                   const uint8_t rgb[3]) {
-  const std::string header = "P6\n" + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
+  const std::string header =
+      "P6\n" + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
   std::vector<uint8_t> out(header.begin(), header.end());
   for (int y = 0; y < height; ++y) {
     for (int x = 0; x < width; ++x) {
@@ -406,7 +407,8 @@ TEST(ViewsTest, OneRecordingViewDecodesThroughTheDecodersOwnPathAlike) {
   loader_options.fast_decode = false;
   std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
   RenderState state;
-  std::vector<double> a(one->row_bytes / sizeof(double) + 1), b(two->row_bytes / sizeof(double) + 1);
+  std::vector<double> a(one->row_bytes / sizeof(double) + 1);
+  std::vector<double> b(two->row_bytes / sizeof(double) + 1);
   auto* row_a = reinterpret_cast<uint8_t*>(a.data());
   auto* row_b = reinterpret_cast<uint8_t*>(b.data());
   for (const std::vector<uint8_t>& bytes : sources) {

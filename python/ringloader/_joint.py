@@ -77,10 +77,9 @@ def _pads(step: Any) -> bool:
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
     parts = T._flatten(transform)
-    if any(not type(p).__module__.startswith("torchvision.transforms.v2") for p in parts):
-        odd = next(p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2"))
-        return (f"its transform holds {T._step_name(odd)}, which is not a torchvision v2 "
-                "transform")
+    odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
+    if odd:
+        return f"its transform holds {T._step_name(odd[0])}, which is not a torchvision v2 transform"
     image: List[Any] = []
     before: List[Any] = []
     after: List[Any] = []
@@ -93,7 +92,8 @@ def _plan(transform: Any) -> Any:
         where = T._step_name(step)
         if name in _BOXES_ONLY:
             if geometric_seen and any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
-                return f"{where} sits between geometric steps (it runs before or after them natively)"
+                return (f"{where} sits between geometric steps (natively it runs before or after "
+                        "them)")
             (after if geometric_seen else before).append(step)
             continue
         if name in _GEOMETRIC:

@@ -587,8 +587,9 @@ class _NativeIter:
                 self._progress.delivered = number + 1 - self._skip
             loader = self._loader
             if loader._batcher is not None:
-                return loader._batcher.batch(images, labels, loader.collate_fn, loader._native.views,
-                                             loader._native.geometry)
+                native = loader._native
+                return loader._batcher.batch(images, labels, loader.collate_fn, native.views,
+                                             native.geometry)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
             if loader.batch_transform is not None:

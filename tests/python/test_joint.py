@@ -204,7 +204,8 @@ def test_fixed_transforms_match_v2(tmp_path, steps):
             want = t(_decoded(path, path)[0], _Boxes(t, scenes)[i][0].structure[1])[1]
             assert isinstance(target["boxes"], tv_tensors.BoundingBoxes)
             assert isinstance(target["points"], tv_tensors.KeyPoints)
-            assert target["boxes"].canvas_size == want["boxes"].canvas_size == tuple(image.shape[1:])
+            assert target["boxes"].canvas_size == want["boxes"].canvas_size
+            assert want["boxes"].canvas_size == tuple(image.shape[1:])
             assert target["points"].canvas_size == want["points"].canvas_size
             torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
             torch.testing.assert_close(target["points"], want["points"], atol=1e-4, rtol=0)
@@ -365,7 +366,8 @@ def test_detection_benchmark_reports_both_rates(image_tree):
          "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert re.search(r"ringloader detection benchmark: a detection Dataset over 24 images", out), out
+    assert re.search(r"ringloader detection benchmark: a detection Dataset over 24 images",
+                     out), out
     assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
     assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
 
