@@ -306,7 +306,11 @@ class NativeBackend(Backend):
     def _steps_options(self) -> dict:
         options = self._folders[0].native_options()
         if self._dtype is not None:
-            options["dtype"] = self._dtype
+            views = options.get("views")
+            if views is not None and len(views) == 1:
+                views[0]["dtype"] = self._dtype  # a lone view (a gray image, a Joint's image)
+            else:
+                options["dtype"] = self._dtype
         return options
 
     def _make_native(self) -> "_C.Loader":

@@ -439,3 +439,14 @@ def test_to_pure_tensor_unwraps_every_leaf_and_mixed_samples_are_refused(tmp_pat
         loader = rl.DataLoader(Mixed(v2.CenterCrop(32), scenes), batch_size=2, collate_fn=list)
     assert not loader.native
     assert any("differ in which image references are a Joint's" in str(w.message) for w in caught)
+
+
+def test_dtype_reaches_the_joints_image(tmp_path):
+    scenes = _scenes(tmp_path, 2)
+    t = v2.Compose([v2.CenterCrop(32), v2.ToDtype(torch.float32, scale=True)])
+    loader = _native_loader(_Boxes(t, scenes), batch_size=2, dtype=torch.float16,
+                            collate_fn=lambda b: tuple(zip(*b)))
+    (samples, _), = list(loader)
+    assert samples[0][0].dtype == torch.float16 and samples[0][0].shape == (3, 32, 32)
+    want = t(_decoded(scenes[0][0], scenes[0][0])[0])  # float32 in [0, 1]
+    assert torch.allclose(samples[0][0].float(), want.half().float(), atol=1e-3)
