@@ -123,8 +123,6 @@ def _plan(transform: Any) -> Any:
             return (f"{where} is not a crop, resize, pad, flip or colour step (boxes follow "
                     "those natively)")
         image.append(step)
-    if after and not geometric_seen:
-        before, after = before + after, []
     from torchvision.transforms import v2
 
     chain = v2.Compose(image)
