@@ -725,8 +725,8 @@ std::vector<ViewLayout> Loader::views() const {
   if (set == nullptr) return out;
   for (size_t v = 0; v < set->pipelines.size(); ++v) {
     const TransformPipeline& p = set->pipelines[v];
-    out.push_back(
-        ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v], set->mask[v]});
+    out.push_back(ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v],
+                             set->mask[v], set->geometry_offsets[v]});
   }
   return out;
 }

@@ -1,6 +1,7 @@
 #include "pipeline/views.h"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,20 +29,51 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
           absl::StrCat("view ", v, ": luma and mask exclude each other (a label image keeps its "
                        "values)"));
     }
+    if (views[v].share_geometry) {
+      std::string why;
+      if (v == 0) {
+        why = "view 0 draws its own geometry (share_geometry is for the views after it)";
+      } else if (pipeline->has_image_steps() || pipeline->has_erasing()) {
+        size_t i = pipeline->image_begin();
+        if (!pipeline->has_image_steps()) {
+          while (pipeline->steps()[i].kind != TransformStep::Kind::kRandomErasing) ++i;
+        }
+        why = absl::StrCat("its step ", i, " (", KindInfo(pipeline->steps()[i].kind).name,
+                           ") draws on its own: a view sharing view 0's geometry applies "
+                           "geometric and output steps only");
+      } else {
+        why = GeometryDrawsDiffer(set.pipelines[0], *pipeline);
+      }
+      if (!why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("view ", v, ": cannot share view 0's geometric draws: ", why));
+      }
+    }
     set.luma.push_back(views[v].luma);
     set.mask.push_back(views[v].mask);
     set.file.push_back(views[v].file);
     set.files = std::max(set.files, views[v].file + 1);
+    set.share_geometry.push_back(views[v].share_geometry);
     set.offsets.push_back(set.row_bytes);
-    const size_t bytes = pipeline->SampleBytes();
+    size_t bytes = pipeline->SampleBytes();
+    set.geometry_offsets.push_back(-1);
+    if (views[v].geometry) {
+      const std::string why = UnrecordedGeometry(*pipeline);
+      if (!why.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("view ", v, ": its geometry cannot be recorded: ", why));
+      }
+      bytes = (bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+      set.geometry_offsets.back() = static_cast<int64_t>(set.row_bytes + bytes);
+      bytes += kGeometryFields * sizeof(double);
+    }
     set.row_bytes += (bytes + kViewAlign - 1) / kViewAlign * kViewAlign;
     set.pipelines.push_back(*std::move(pipeline));
   }
   for (size_t v = 0; v < views.size(); ++v) {
     const bool plain = !views[v].luma && !views[v].mask;
     const auto renders_file = [&](const LoaderOptions::View& w) { return w.file == views[v].file; };
-    set.sole.push_back(plain && views.size() > 1 &&
-                       std::count_if(views.begin(), views.end(), renders_file) == 1);
+    set.sole.push_back(plain && std::count_if(views.begin(), views.end(), renders_file) == 1);
   }
   return set;
 }
@@ -50,6 +82,71 @@ absl::Status NameFile(const absl::Status& cause, const std::string& path) {
   absl::Status status(cause.code(), absl::StrCat(path, ": ", cause.message()));
   status.SetPayload(kSampleFilePayload, absl::Cord(path));
   return status;
+}
+
+void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint8_t* dst) {
+  double out[kGeometryFields];
+  out[kGeoSrcW] = src_w;
+  out[kGeoSrcH] = src_h;
+  out[kGeoLeft] = std::min(g.x0, g.x1);
+  out[kGeoRight] = std::max(g.x0, g.x1);
+  out[kGeoTop] = std::min(g.y0, g.y1);
+  out[kGeoBottom] = std::max(g.y0, g.y1);
+  out[kGeoOutW] = g.out_w;
+  out[kGeoOutH] = g.out_h;
+  out[kGeoHFlip] = g.x0 > g.x1 ? 1.0 : 0.0;
+  out[kGeoVFlip] = g.y0 > g.y1 ? 1.0 : 0.0;
+  out[kGeoKeyDx] = g.key_dx;
+  out[kGeoKeyDy] = g.key_dy;
+  std::memcpy(dst, out, sizeof(out));
+}
+
+std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
+  using Kind = TransformStep::Kind;
+  for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
+    switch (pipeline.steps()[i].kind) {
+      case Kind::kColorJitter:
+      case Kind::kGrayscale:
+      case Kind::kGaussianBlur:
+        break;
+      case Kind::kAugOp: {
+        // The single-op steps (RandomPosterize...) only change values unless they shear,
+        // translate or rotate.
+        const AugOp op = pipeline.steps()[i].aug_op;
+        if (op == AugOp::kShearX || op == AugOp::kShearY || op == AugOp::kTranslateX ||
+            op == AugOp::kTranslateY || op == AugOp::kRotate) {
+          return absl::StrCat("step ", i, " (", KindInfo(Kind::kAugOp).name,
+                              ") moves pixels after the resample");
+        }
+        break;
+      }
+      default:
+        return absl::StrCat("step ", i, " (", KindInfo(pipeline.steps()[i].kind).name,
+                            ") moves pixels after the resample");
+    }
+  }
+  return "";
+}
+
+std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view) {
+  const size_t n = first.image_begin(), m = view.image_begin();
+  if (n != m) {
+    return absl::StrCat("it has ", m, " geometric steps, view 0 has ", n);
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const TransformStep& a = first.steps()[i];
+    const TransformStep& b = view.steps()[i];
+    const bool same =
+        a.kind == b.kind && a.size_h == b.size_h && a.size_w == b.size_w &&
+        a.max_size == b.max_size && a.scale_min == b.scale_min && a.scale_max == b.scale_max &&
+        a.ratio_min == b.ratio_min && a.ratio_max == b.ratio_max && a.p == b.p &&
+        std::equal(a.pad, a.pad + 4, b.pad) && a.pad_if_needed == b.pad_if_needed;
+    if (!same) {
+      return absl::StrCat("its step ", i, " (", KindInfo(b.kind).name, ") is not view 0's (",
+                          KindInfo(a.kind).name, ") with the same parameters");
+    }
+  }
+  return "";
 }
 
 uint64_t ViewSeed(uint64_t sample_seed, size_t view) {
@@ -88,6 +185,15 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     if (views.sole[v]) {
       // The file's only rendering: decoded straight into the view, as a single-view loader does
       // (a JPEG decodes only the rows and columns the view's crop needs).
+      // Planning is deterministic in the seed and the header's size, so planning here gives
+      // the geometry DecodeInto renders (recorded for a Joint's boxes).
+      if (views.geometry_offsets[v] >= 0) {
+        absl::StatusOr<ImageInfo> info = decoder.ReadInfo(files[f].data, files[f].size);
+        if (!info.ok()) return in_file(f, info.status());
+        SampleRng plan_rng(ViewSeed(sample_seed, v));
+        WriteGeometry(views.pipelines[v].Plan(info->width, info->height, plan_rng), info->width,
+                      info->height, dst + views.geometry_offsets[v]);
+      }
       SampleRng rng(ViewSeed(sample_seed, v));
       absl::Status status = decoder.DecodeInto(files[f].data, files[f].size, views.pipelines[v], rng,
                                                dst + views.offsets[v]);
@@ -107,8 +213,12 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     if (views.luma[v] && gray[f].pixels.empty()) ReplicateLuma(decoded, &gray[f]);
     const RgbImage& image = views.luma[v] ? gray[f] : decoded;
     const TransformPipeline& pipeline = views.pipelines[v];
-    SampleRng rng(ViewSeed(sample_seed, v));
+    // A view sharing view 0's geometry replays view 0's draws; it has no later draws to make.
+    SampleRng rng(ViewSeed(sample_seed, views.share_geometry[v] ? 0 : v));
     const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
+    if (views.geometry_offsets[v] >= 0) {
+      WriteGeometry(geometry, image.width, image.height, dst + views.geometry_offsets[v]);
+    }
     absl::Status status =
         RenderSample(image.pixels.data(), static_cast<size_t>(image.width) * 3, 3,
                      image.width, image.height, pipeline, geometry, rng, state,

@@ -22,22 +22,47 @@ namespace ringloader {
 
 inline constexpr size_t kViewAlign = 64;
 
+/// The geometry record of a view (LoaderOptions::View::geometry): float64 fields, in this
+/// order. The crop rectangle is the part of the source (continuous pixel coordinates, ordered:
+/// left < right) that lands on the output; it reaches outside the source where the chain pads.
+/// A source point (x, y) lands at left_out + (x - left) * out_w / (right - left) (mirrored
+/// when hflip), as pixels and boxes do; v2 moves keypoints by key_dx/key_dy more (SampleGeometry).
+enum GeometryField : int {
+  kGeoSrcW, kGeoSrcH, kGeoLeft, kGeoTop, kGeoRight, kGeoBottom, kGeoOutW, kGeoOutH,
+  kGeoHFlip, kGeoVFlip, kGeoKeyDx, kGeoKeyDy,
+  kGeometryFields,
+};
+
+/// Writes the record of `geometry` (planned on a src_w x src_h image) at `out` (any alignment).
+void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, uint8_t* out);
+
+/// Why `pipeline`'s image stage moves pixels (a flip, crop, pad, rotation or policy there),
+/// so that its geometry cannot be recorded, or "" when it only changes values.
+std::string UnrecordedGeometry(const TransformPipeline& pipeline);
+
 struct ViewSet {
   std::vector<TransformPipeline> pipelines;
   std::vector<bool> luma;       ///< of each view (LoaderOptions::View::luma)
   std::vector<bool> mask;       ///< of each view (LoaderOptions::View::mask)
   std::vector<int> file;        ///< of each view (LoaderOptions::View::file)
-  /// Of each view: the only view of its file, in RGB, beside views of other files (an image
+  /// Of each view: the only view of its file, in RGB, (a Joint's image, or an image
   /// beside its mask): decoded straight into the view (ImageDecoder::DecodeInto), region of
   /// interest included, with the same pixels as a full decode and the same draws.
   std::vector<bool> sole;
   int files = 1;                ///< files a sample needs: 1 + the largest `file`
+  std::vector<bool> share_geometry;  ///< of each view (LoaderOptions::View::share_geometry)
   std::vector<size_t> offsets;  ///< of each view in a row
+  /// Of each view's geometry record in a row (8-byte aligned), -1 when not recorded.
+  std::vector<int64_t> geometry_offsets;
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
 
   /// Validates every view's chain (each must fix its output size); names the view that fails.
   static absl::StatusOr<ViewSet> Create(const std::vector<LoaderOptions::View>& views, Layout layout);
 };
+
+/// Why `view`'s geometric steps would not draw as `first`'s do (another kind, size, scale,
+/// ratio, probability or padding at some step), or "" when they draw alike.
+std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view);
 
 /// The seed of view `view`'s draws for a sample whose seed is `sample_seed`: view 0 draws as a
 /// single-view sample would, the others independently of it and of each other.
@@ -64,7 +89,9 @@ struct EncodedFile {
 
 /// Decodes each file the views render once (full resolution, so every view of it sees the same
 /// pixels; a file rendered both as an image and as a label image is decoded once each way) and
-/// renders each view into the row at `dst` (a luma view from its image's luma, computed once).
+/// renders each view into the row at `dst` (a luma view from its image's luma, computed once;
+/// a view that is its file's only RGB rendering through ImageDecoder::DecodeInto: region of
+/// interest, scaled JPEG decode).
 /// `files` holds at least views.files entries. `decodes` (if not null) counts the decodes.
 /// A failure in file k > 0 carries kSampleFilePayload.
 absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> files,

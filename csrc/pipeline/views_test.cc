@@ -3,17 +3,29 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
+#include "pipeline/epoch.h"
 #include "pipeline/views.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
+#include "transform/render.h"
 
 namespace ringloader {
 namespace {
+
+// One file's bytes, as DecodeViews takes a sample's files.
+std::vector<EncodedFile> OneFile(const std::vector<uint8_t>& bytes) {
+  return {EncodedFile{bytes.data(), bytes.size(), nullptr}};
+}
 
 using testing::MakeTempDir;
 using testing::WriteJpegDataset;
@@ -244,6 +256,270 @@ TEST(MemorySamplesTest, DecodeFromTheCallersBytesAsFromTheFile) {
 
   memory[0].memory = nullptr;
   EXPECT_FALSE(Loader::Create(memory, o).ok());
+}
+
+// A binary PPM of width x height, black with the rectangle [x0,x1) x [y0,y1) in `rgb`: lossless,
+// so a rendered pixel's colour says where in the source it came from.
+std::vector<uint8_t> RectanglePpm(int width, int height, int x0, int y0, int x1, int y1,
+                                  const uint8_t rgb[3]) {
+  const std::string header =
+      "P6\n" + std::to_string(width) + " " + std::to_string(height) + "\n255\n";
+  std::vector<uint8_t> out(header.begin(), header.end());
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      const bool in = x >= x0 && x < x1 && y >= y0 && y < y1;
+      for (int c = 0; c < 3; ++c) out.push_back(in ? rgb[c] : 0);
+    }
+  }
+  return out;
+}
+
+TEST(ViewsTest, GeometryRecordSaysWhereTheRenderedPixelsCameFrom) {
+  const uint8_t red[3] = {250, 20, 10};
+  const int src_w = 90, src_h = 60, rx0 = 30, ry0 = 15, rx1 = 70, ry1 = 45;
+  const std::vector<uint8_t> ppm = RectanglePpm(src_w, src_h, rx0, ry0, rx1, ry1, red);
+  std::vector<LoaderOptions::View> options(3);
+  // A fixed chain (the record is known), a random one, and a padded RandomCrop (the crop
+  // reaches outside the source). uint8 HWC output, so a row's pixel is 3 bytes.
+  options[0].transform = {transforms::CenterCrop(20, 30), transforms::RandomHorizontalFlip(1.0)};
+  options[1].transform = {transforms::RandomResizedCrop(24, 32, 0.3, 1.0),
+                          transforms::RandomHorizontalFlip(), transforms::RandomVerticalFlip(),
+                          transforms::ColorJitter(0.0, 0.0, 0.0, 0.0)};
+  options[2].transform = {transforms::RandomCrop(50, 80, 8), transforms::RandomHorizontalFlip()};
+  for (LoaderOptions::View& v : options) {
+    v.dtype = DType::kUint8;
+    v.geometry = true;
+  }
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+  ASSERT_TRUE(set.ok()) << set.status();
+  for (size_t v = 0; v < 3; ++v) {
+    EXPECT_EQ(set->geometry_offsets[v] % 8, 0);
+    EXPECT_GE(static_cast<size_t>(set->geometry_offsets[v]),
+              set->offsets[v] + set->pipelines[v].SampleBytes());
+  }
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+  auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+  int flips = 0, inside = 0, outside = 0;
+  for (uint64_t seed = 0; seed < 12; ++seed) {
+    ASSERT_TRUE(DecodeViews(*decoder, OneFile(ppm), *set, seed, state, row).ok());
+    for (size_t v = 0; v < 3; ++v) {
+      const double* g = reinterpret_cast<const double*>(row + set->geometry_offsets[v]);
+      // The record is the geometry Plan draws for this view's seed.
+      SampleRng rng(ViewSeed(seed, v));
+      const SampleGeometry planned = set->pipelines[v].Plan(src_w, src_h, rng);
+      EXPECT_EQ(g[kGeoSrcW], src_w);
+      EXPECT_EQ(g[kGeoSrcH], src_h);
+      EXPECT_EQ(g[kGeoLeft], std::min(planned.x0, planned.x1));
+      EXPECT_EQ(g[kGeoHFlip], planned.flipped() ? 1.0 : 0.0);
+      EXPECT_EQ(g[kGeoOutW], set->pipelines[v].out_w());
+      EXPECT_EQ(g[kGeoOutH], set->pipelines[v].out_h());
+      if (v == 0) {  // CenterCrop(20x30) of 90x60: left round(30) = 30, top round(20) = 20
+        EXPECT_EQ(g[kGeoLeft], 30);
+        EXPECT_EQ(g[kGeoTop], 20);
+        EXPECT_EQ(g[kGeoRight], 60);
+        EXPECT_EQ(g[kGeoBottom], 40);
+        EXPECT_EQ(g[kGeoHFlip], 1);
+        EXPECT_EQ(g[kGeoVFlip], 0);
+        EXPECT_EQ(g[kGeoKeyDx], -1);  // v2 flips keypoints about (width - 1) / 2
+        EXPECT_EQ(g[kGeoKeyDy], 0);
+      }
+      if (v == 2) EXPECT_EQ(g[kGeoRight] - g[kGeoLeft], 80);
+      flips += static_cast<int>(g[kGeoHFlip] + g[kGeoVFlip]);
+      // Map the rectangle through the record; output pixels whose centre lies a filter width
+      // inside it are red, those a filter width outside it are black.
+      const int out_w = static_cast<int>(g[kGeoOutW]), out_h = static_cast<int>(g[kGeoOutH]);
+      const double sx = out_w / (g[kGeoRight] - g[kGeoLeft]);
+      const double sy = out_h / (g[kGeoBottom] - g[kGeoTop]);
+      double bx0 = (rx0 - g[kGeoLeft]) * sx, bx1 = (rx1 - g[kGeoLeft]) * sx;
+      double by0 = (ry0 - g[kGeoTop]) * sy, by1 = (ry1 - g[kGeoTop]) * sy;
+      if (g[kGeoHFlip] != 0) std::tie(bx0, bx1) = std::make_pair(out_w - bx1, out_w - bx0);
+      if (g[kGeoVFlip] != 0) std::tie(by0, by1) = std::make_pair(out_h - by1, out_h - by0);
+      const double margin = std::max({1.0, 1.0 / sx, 1.0 / sy}) + 0.5;
+      const uint8_t* image = row + set->offsets[v];
+      for (int y = 0; y < out_h; ++y) {
+        for (int x = 0; x < out_w; ++x) {
+          const double cx = x + 0.5, cy = y + 0.5;
+          const uint8_t* px = image + (static_cast<size_t>(y) * out_w + x) * 3;
+          if (cx > bx0 + margin && cx < bx1 - margin && cy > by0 + margin && cy < by1 - margin) {
+            EXPECT_EQ(px[0], red[0]) << "view " << v << " seed " << seed << " at " << x << "," << y;
+            ++inside;
+          } else if (cx < bx0 - margin || cx > bx1 + margin || cy < by0 - margin ||
+                     cy > by1 + margin) {
+            EXPECT_EQ(px[0], 0) << "view " << v << " seed " << seed << " at " << x << "," << y;
+            ++outside;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(flips, 6);  // the random flips were drawn both ways
+  EXPECT_GT(inside, 1000);
+  EXPECT_GT(outside, 1000);
+}
+
+TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
+  std::vector<LoaderOptions::View> options(1);
+  options[0].dtype = DType::kUint8;
+  options[0].geometry = true;
+  // A flip after a colour step moves the 8-bit image's pixels, after the resample.
+  options[0].transform = {transforms::CenterCrop(16), transforms::ColorJitter(0.4),
+                          transforms::RandomHorizontalFlip()};
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("view 0: its geometry cannot be recorded"),
+            std::string::npos) << set.status();
+  EXPECT_NE(set.status().message().find("RandomHorizontalFlip"), std::string::npos);
+  options[0].geometry = false;
+  EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
+}
+
+TEST(ViewsTest, AViewSharingViewZerosGeometryDrawsItsCropsAndFlips) {
+  const uint8_t red[3] = {250, 20, 10};
+  const int src_w = 90, src_h = 60;
+  const std::vector<uint8_t> ppm = RectanglePpm(src_w, src_h, 25, 10, 65, 50, red);
+  // View 0: the photo's chain (bilinear, colour, float output). View 1: the same geometric
+  // steps, nearest, sharing view 0's draws (a label image's). View 2: the same as view 1 but
+  // drawing its own.
+  const std::vector<TransformStep> geometric = {transforms::RandomResizedCrop(24, 32, 0.2, 1.0),
+                                                transforms::RandomHorizontalFlip(),
+                                                transforms::RandomVerticalFlip()};
+  std::vector<LoaderOptions::View> options(3);
+  options[0].transform = geometric;
+  options[0].transform.push_back(transforms::ColorJitter(0.4, 0.4));
+  options[0].transform.push_back(transforms::ToTensor());
+  for (const TransformStep& step : geometric) {
+    options[1].transform.push_back(
+        transforms::WithInterpolation(step, Interpolation::kNearest));
+  }
+  options[2].transform = options[1].transform;
+  options[1].share_geometry = true;
+  for (LoaderOptions::View& v : options) {
+    v.dtype = v.transform.back().kind == TransformStep::Kind::kToTensor ? DType::kFloat32
+                                                                          : DType::kUint8;
+    v.geometry = true;
+  }
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+  ASSERT_TRUE(set.ok()) << set.status();
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+  auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+  int differ = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    ASSERT_TRUE(DecodeViews(*decoder, OneFile(ppm), *set, seed, state, row).ok());
+    const double* g0 = reinterpret_cast<const double*>(row + set->geometry_offsets[0]);
+    const double* g1 = reinterpret_cast<const double*>(row + set->geometry_offsets[1]);
+    const double* g2 = reinterpret_cast<const double*>(row + set->geometry_offsets[2]);
+    for (int f = 0; f < kGeometryFields; ++f) EXPECT_EQ(g0[f], g1[f]) << "field " << f;
+    differ += !std::equal(g0, g0 + kGeometryFields, g2);
+    // Where view 1 (nearest: exact colours) is red, view 0 is red up to the bilinear edge
+    // and the colour jitter: its red channel dominates at every pixel whose 3x3 neighbourhood
+    // in view 1 is all red, and is grey where that neighbourhood is all black.
+    const auto* labels = row + set->offsets[1];
+    const auto* photo = reinterpret_cast<const float*>(row + set->offsets[0]);
+    int checked = 0;
+    for (int y = 1; y < 23; ++y) {
+      for (int x = 1; x < 31; ++x) {
+        bool all_red = true, all_black = true;
+        for (int dy = -1; dy <= 1; ++dy) {
+          for (int dx = -1; dx <= 1; ++dx) {
+            const uint8_t level = labels[((y + dy) * 32 + (x + dx)) * 3];
+            all_red &= level == red[0];
+            all_black &= level == 0;
+          }
+        }
+        const float* px = photo + (y * 32 + x) * 3;
+        if (all_red) {
+          EXPECT_GT(px[0], px[1] + 0.2f) << "seed " << seed << " at " << x << "," << y;
+          ++checked;
+        } else if (all_black) {
+          // Contrast jitter blends black toward the mean grey: grey, never red.
+          EXPECT_LT(std::abs(px[0] - px[1]), 0.05f) << "seed " << seed << " at " << x << "," << y;
+          ++checked;
+        }
+      }
+    }
+    EXPECT_GT(checked, 300);
+  }
+  EXPECT_GT(differ, 5);  // a view that does not share draws its own crops
+}
+
+TEST(ViewsTest, SharingViewZerosGeometryIsRefusedUnlessItDrawsAlike) {
+  std::vector<LoaderOptions::View> options(2);
+  options[0].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip()};
+  options[1].share_geometry = true;
+  options[0].dtype = options[1].dtype = DType::kUint8;
+  const auto error = [&]() {
+    absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+    return set.ok() ? std::string() : std::string(set.status().message());
+  };
+  options[1].transform = {transforms::RandomResizedCrop(32), transforms::RandomHorizontalFlip()};
+  EXPECT_NE(error().find("view 1: cannot share view 0's geometric draws: its step 0 "
+                         "(RandomResizedCrop)"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip(),
+                          transforms::ColorJitter(0.4)};
+  EXPECT_NE(error().find("(ColorJitter) draws on its own"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24)};
+  EXPECT_NE(error().find("it has 1 geometric steps, view 0 has 2"), std::string::npos) << error();
+  options[1].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip()};
+  EXPECT_EQ(error(), "");
+  options[0].share_geometry = true;
+  EXPECT_NE(error().find("view 0 draws its own geometry"), std::string::npos) << error();
+}
+
+// Every byte of `path`.
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::vector<uint8_t> out;
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  uint8_t buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.insert(out.end(), buf, buf + n);
+  std::fclose(f);
+  return out;
+}
+
+TEST(ViewsTest, OneRecordingViewDecodesThroughTheDecodersOwnPathAlike) {
+  // A single view (a Joint's image) takes the decoder's region-of-interest path; its pixels and
+  // record equal those of the same chain as view 0 of a full-decode view set.
+  LoaderOptions::View view;
+  view.transform = {transforms::RandomResizedCrop(24, 32, 0.2, 1.0),
+                    transforms::RandomHorizontalFlip(), transforms::RandomVerticalFlip()};
+  view.dtype = DType::kUint8;
+  view.geometry = true;
+  LoaderOptions::View other = view;
+  other.transform = {transforms::CenterCrop(16)};
+  absl::StatusOr<ViewSet> one = ViewSet::Create({view}, Layout::kCHW);
+  absl::StatusOr<ViewSet> two = ViewSet::Create({view, other}, Layout::kCHW);
+  ASSERT_TRUE(one.ok() && two.ok());
+  const std::vector<Sample> jpegs = WriteJpegDataset(MakeTempDir(), 1);
+  const uint8_t green[3] = {10, 240, 30};
+  const std::vector<std::vector<uint8_t>> sources = {ReadBytes(jpegs[0].path),
+                                                     RectanglePpm(70, 50, 10, 5, 40, 30, green)};
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> a(one->row_bytes / sizeof(double) + 1);
+  std::vector<double> b(two->row_bytes / sizeof(double) + 1);
+  auto* row_a = reinterpret_cast<uint8_t*>(a.data());
+  auto* row_b = reinterpret_cast<uint8_t*>(b.data());
+  for (const std::vector<uint8_t>& bytes : sources) {
+    ASSERT_FALSE(bytes.empty());
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      ASSERT_TRUE(DecodeViews(*decoder, OneFile(bytes), *one, seed, state, row_a).ok());
+      ASSERT_TRUE(DecodeViews(*decoder, OneFile(bytes), *two, seed, state, row_b).ok());
+      EXPECT_EQ(std::memcmp(row_a, row_b, one->pipelines[0].SampleBytes()), 0) << "seed " << seed;
+      EXPECT_EQ(std::memcmp(row_a + one->geometry_offsets[0], row_b + two->geometry_offsets[0],
+                            kGeometryFields * sizeof(double)), 0) << "seed " << seed;
+    }
+  }
 }
 
 }  // namespace

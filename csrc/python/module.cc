@@ -32,6 +32,7 @@
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/views.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
@@ -342,9 +343,10 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     for (auto [key, value] : view) {
       const std::string name = py::str(key);
       if (name != "transform" && name != "dtype" && name != "luma" && name != "mask" &&
-          name != "file") {
-        throw py::type_error(absl::StrCat("unknown view option '", name,
-                                          "' (a view takes: transform, dtype, luma, mask, file)"));
+          name != "file" && name != "geometry" && name != "share_geometry") {
+        throw py::type_error(absl::StrCat(
+            "unknown view option '", name,
+            "' (a view takes: transform, dtype, luma, mask, file, geometry, share_geometry)"));
       }
     }
     LoaderOptions::View v;
@@ -353,6 +355,8 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     v.luma = view.contains("luma") && view["luma"].cast<bool>();
     v.mask = view.contains("mask") && view["mask"].cast<bool>();
     v.file = view.contains("file") ? view["file"].cast<int>() : 0;
+    v.geometry = view.contains("geometry") && view["geometry"].cast<bool>();
+    v.share_geometry = view.contains("share_geometry") && view["share_geometry"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;
@@ -723,6 +727,17 @@ class PyLoader {
     }
     return out;
   }
+  // The byte offset in a row of each view's geometry record (LoaderOptions::View::geometry:
+  // float64 fields in pipeline/views.h's order), None for a view without; None without views.
+  py::object geometry() const {
+    const std::vector<ViewLayout> views = loader_->views();
+    if (views.empty()) return py::none();
+    py::list out;
+    for (const ViewLayout& v : views) {
+      out.append(v.geometry_offset < 0 ? py::object(py::none()) : py::int_(v.geometry_offset));
+    }
+    return out;
+  }
 
  private:
   // With views a batch's images are its rows as bytes, [B, row_bytes] (see views()).
@@ -989,6 +1004,7 @@ PYBIND11_MODULE(_C, m) {
       "it: build the WebDataset again. Attribute: path.",
       PyExc_RuntimeError, nullptr);
   m.attr("SampleError") = py::handle(g_sample_error);
+  m.attr("GEOMETRY_FIELDS") = py::int_(static_cast<int>(kGeometryFields));
   m.attr("StaleIndexError") = py::handle(g_stale_index_error);
   m.attr("SlotsExhaustedError") = py::handle(g_slots_exhausted_error);
   m.attr("LoaderTimeoutError") = py::handle(g_timeout_error);
@@ -1032,6 +1048,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
       .def_property_readonly("views", &PyLoader::views)
+      .def_property_readonly("geometry", &PyLoader::geometry)
       .def_property_readonly("dtype", &PyLoader::dtype);
 
   m.def(

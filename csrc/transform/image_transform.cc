@@ -912,12 +912,15 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   View v;
   v.Start(src_w, src_h);
   SampleGeometry g;
+  double key_dx = 0, key_dy = 0;  // SampleGeometry::key_dx in the current image's pixels
   for (size_t i = 0; i < image_begin_ && i < steps_.size(); ++i) {
     const TransformStep& s = steps_[i];
     switch (s.kind) {
       case Kind::kResize: {
         const Size2 n = ResizedOutputSize(v.h, v.w, s);
         if (n.h == v.h && n.w == v.w) break;  // torchvision returns the image untouched
+        key_dx *= static_cast<double>(std::max<int64_t>(n.w, 1)) / static_cast<double>(v.w);
+        key_dy *= static_cast<double>(std::max<int64_t>(n.h, 1)) / static_cast<double>(v.h);
         v.Resize();
         v.w = std::max<int64_t>(n.w, 1);
         v.h = std::max<int64_t>(n.h, 1);
@@ -941,16 +944,24 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
                                     s.scale_max, s.ratio_min, s.ratio_max, rng);
         v.Crop(box.top, box.left, box.height, box.width);
         v.Resize();  // PIL resizes the cropped image: taps stop at the crop
+        key_dx *= static_cast<double>(s.size_w) / static_cast<double>(v.w);
+        key_dy *= static_cast<double>(s.size_h) / static_cast<double>(v.h);
         v.w = s.size_w;
         v.h = s.size_h;
         g.filter = s.interpolation;
         break;
       }
       case Kind::kRandomHorizontalFlip:
-        if (rng.Uniform() < s.p) std::swap(v.x0, v.x1);
+        if (rng.Uniform() < s.p) {
+          std::swap(v.x0, v.x1);
+          key_dx = -1.0 - key_dx;
+        }
         break;
       case Kind::kRandomVerticalFlip:
-        if (rng.Uniform() < s.p) std::swap(v.y0, v.y1);
+        if (rng.Uniform() < s.p) {
+          std::swap(v.y0, v.y1);
+          key_dy = -1.0 - key_dy;
+        }
         break;
       case Kind::kPad:
         PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
@@ -985,6 +996,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   g.x0 = v.x0, g.x1 = v.x1, g.y0 = v.y0, g.y1 = v.y1;
   g.out_w = static_cast<int>(v.w);
   g.out_h = static_cast<int>(v.h);
+  g.key_dx = key_dx, g.key_dy = key_dy;
   g.clip_x0 = v.clip_x.lo, g.clip_x1 = v.clip_x.hi, g.clip_y0 = v.clip_y.lo, g.clip_y1 = v.clip_y.hi;
   g.read_x0 = v.read_x.lo, g.read_x1 = v.read_x.hi, g.read_y0 = v.read_y.lo, g.read_y1 = v.read_y.hi;
   g.show_x0 = v.show_x.lo, g.show_x1 = v.show_x.hi, g.show_y0 = v.show_y.lo, g.show_y1 = v.show_y.hi;

@@ -117,6 +117,10 @@ struct SampleGeometry {
   double show_x0 = -kUnbounded, show_x1 = kUnbounded, show_y0 = -kUnbounded, show_y1 = kUnbounded;
   /// Filter of the resize that produces the output (the last resizing step's interpolation).
   Interpolation filter = Interpolation::kBilinear;
+  /// Where torchvision v2 puts a keypoint, relative to this geometry's continuous mapping of
+  /// it, in output pixels: v2 flips keypoints about (size - 1) / 2 (pixel indices) where boxes
+  /// and pixels flip about size / 2, and later resizes scale that offset.
+  double key_dx = 0, key_dy = 0;
   /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
   /// RandomCrop larger than the image without pad_if_needed): a static message.
   const char* error = nullptr;

@@ -21,6 +21,7 @@ Map of the package (public modules first, then private ones):
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...).
 * ``_user_source``: a user's Dataset of image references as a native source, its batches rebuilt in its structure.
+* ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.
 * ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
 * ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
 * ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.

@@ -306,7 +306,11 @@ class NativeBackend(Backend):
     def _steps_options(self) -> dict:
         options = self._folders[0].native_options()
         if self._dtype is not None:
-            options["dtype"] = self._dtype
+            views = options.get("views")
+            if views is not None and len(views) == 1:
+                views[0]["dtype"] = self._dtype  # a lone view (a gray image, a Joint's image)
+            else:
+                options["dtype"] = self._dtype
         return options
 
     def _make_native(self) -> "_C.Loader":
@@ -588,7 +592,9 @@ class _NativeIter:
                 self._progress.delivered = number + 1 - self._skip
             loader = self._loader
             if loader._batcher is not None:
-                return loader._batcher.batch(images, labels, loader.collate_fn, loader._native.views)
+                native = loader._native
+                return loader._batcher.batch(images, labels, loader.collate_fn, native.views,
+                                             native.geometry)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
             if loader.batch_transform is not None:

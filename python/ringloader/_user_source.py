@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from . import _C
+from . import _joint
 from . import transforms as T
 from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
 from .references import ImageFile, ImageReference, Joint, materialize
@@ -39,6 +40,15 @@ class _Leaf:
         return (_leaf, (self.k,))
 
 
+class _JointImage(_Leaf):
+    """The image of a native Joint: a ``tv_tensors.Image`` in the sample, as v2 returns it."""
+
+    __slots__ = ()
+
+    def __reduce__(self) -> Any:
+        return (_JointImage, (self.k,))
+
+
 _LEAVES = [_Leaf(k) for k in range(64)]
 
 
@@ -51,8 +61,10 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
     if isinstance(sample, ImageReference):
         refs.append(sample)
         return _leaf(len(refs) - 1)
-    if isinstance(sample, Joint):  # its references are listed; the sample stays on torch's path
-        _strip(sample.structure, refs)
+    if isinstance(sample, Joint):
+        if _joint.refusal(sample) is None:
+            return _native_joint(sample, refs)
+        _strip(sample.structure, refs)  # its references are listed; it stays on torch's path
         return sample
     if isinstance(sample, tuple):
         items = [_strip(v, refs) for v in sample]
@@ -63,6 +75,61 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
         stripped = {k: _strip(v, refs) for k, v in sample.items()}
         return stripped if type(sample) is dict else type(sample)(stripped)
     return sample
+
+
+def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf":
+    """A natively servable Joint as a JointLeaf: its one image reference listed (with the image
+    part of the v2 transform as its chain) and replaced by a ``_JointImage``."""
+    plan = _joint.plan(joint.transform)
+    found: List[ImageReference] = []
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, ImageReference):
+            found.append(value)
+            if isinstance(value, ImageFile):
+                refs.append(ImageFile(value.path, plan.image, value.mode))
+            else:
+                refs.append(type(value)(value.data, plan.image, value.mode))
+            # A tv_tensors.Image in the sample, as v2 returns it (ToPureTensor: a plain tensor).
+            return _leaf(len(refs) - 1) if plan.pure else _JointImage(len(refs) - 1)
+        if isinstance(value, tuple):
+            items = [walk(v) for v in value]
+            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        if isinstance(value, dict):
+            walked = {k: walk(v) for k, v in value.items()}
+            return walked if type(value) is dict else type(value)(walked)
+        return value
+
+    structure = walk(joint.structure)
+    return _joint.JointLeaf(plan, structure, found[0].describe(), len(refs) - 1)
+
+
+def _joint_views(structure: Any) -> List[int]:
+    """The views that render a native Joint's image in a stripped structure."""
+    if isinstance(structure, _joint.JointLeaf):
+        return [structure.k]
+    if isinstance(structure, (tuple, list)):
+        return [k for v in structure for k in _joint_views(v)]
+    if isinstance(structure, dict):
+        return [k for v in structure.values() for k in _joint_views(v)]
+    return []
+
+
+def _resolve_joints(structure: Any, records: Any, row: int) -> Any:
+    """``structure`` with each JointLeaf replaced by its structure for this row's geometry."""
+    if isinstance(structure, _joint.JointLeaf):
+        return _joint.resolve(structure, records[structure.k][row])
+    if isinstance(structure, tuple):
+        items = [_resolve_joints(v, records, row) for v in structure]
+        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
+    if isinstance(structure, list):
+        return [_resolve_joints(v, records, row) for v in structure]
+    if isinstance(structure, dict):
+        out = {k: _resolve_joints(v, records, row) for k, v in structure.items()}
+        return out if type(structure) is dict else type(structure)(out)
+    return structure
 
 
 def _flat(structure: Any) -> List[Any]:
@@ -82,6 +149,10 @@ def _has_reference(sample: Any) -> bool:
 
 def _fill(structure: Any, images: Sequence[Any]) -> Any:
     """``structure`` with each ``_Leaf`` replaced by its image."""
+    if isinstance(structure, _JointImage):
+        from torchvision import tv_tensors
+
+        return images[structure.k].as_subclass(tv_tensors.Image)
     if isinstance(structure, _Leaf):
         return images[structure.k]
     if isinstance(structure, tuple):
@@ -194,10 +265,14 @@ class UserSource(NativeDataset):
             ref = files[0]
             if model is None:
                 model = refs
-            if refused is None and any(isinstance(v, Joint) for v in _flat(structures[-1])):
-                refused = (f"sample {i} holds a ringloader.Joint (a v2 transform applied jointly "
-                           "to images, masks and boxes is not native yet: torchvision transforms "
-                           "each sample in Python)")
+            if refused is None:
+                joint = next((v for v in _flat(structures[-1]) if isinstance(v, Joint)), None)
+                if joint is not None:
+                    refused = (f"sample {i} holds a ringloader.Joint that is not native: "
+                               f"{_joint.refusal(joint)}")
+                elif _joint_views(structures[-1]) != _joint_views(structures[0]):
+                    refused = (f"sample {i} and sample 0 differ in which image references are "
+                               "a Joint's (each position is one or the other in every sample)")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if file_of is None:
@@ -226,6 +301,9 @@ class UserSource(NativeDataset):
         self.view_files = file_of or [0] * len(model)
         self.view_transforms = [r.transform for r in model]
         self.view_modes = [r.mode for r in model]
+        # Views whose rows record their geometry: the images of native Joints (sample 0's
+        # structure says which; every sample has the same).
+        self.joint_views = sorted(set(_joint_views(structures[0])))
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
 
@@ -236,7 +314,7 @@ class UserSource(NativeDataset):
 
     def native_options(self):
         options = super().native_options()
-        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB":
+        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB" and not self.joint_views:
             return options
         # Several views, or a gray or label one (rendered replicated, one channel kept), each
         # of its sample's files: views.h.
@@ -248,6 +326,8 @@ class UserSource(NativeDataset):
             view["luma"] = mode == "L"
             view["mask"] = mode == "mask"
             view["file"] = file
+        for k in self.joint_views:
+            views[k]["geometry"] = True
         options["views"] = views
         return options
 
@@ -339,6 +419,7 @@ class Batcher:
         self._starts = np.cumsum([0] + [len(f) for f in self._folders])
         self._collate = collate
         self._map = dict(default_collate_fn_map)
+        self._joints = any(getattr(f, "joint_views", None) for f in self._folders)
 
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
@@ -369,9 +450,22 @@ class Batcher:
             out = [t.permute(0, 3, 1, 2) for t in out]
         return out
 
+    def _records(self, images: Any, geometry: Optional[list]) -> Dict[int, Any]:
+        """Each recording view's geometry records of the batch: float64 [B, GEOMETRY_FIELDS]."""
+        out = {}
+        nbytes = _C.GEOMETRY_FIELDS * 8
+        for k, offset in enumerate(geometry or []):
+            if offset is not None:
+                rows = images[:, offset:offset + nbytes].view(self._torch.float64)
+                out[k] = rows.cpu().numpy()
+        return out
+
     def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable],
-              views: Optional[list]) -> Any:
+              views: Optional[list], geometry: Optional[list] = None) -> Any:
         structures = self._structures(labels.tolist())
+        if self._joints:
+            records = self._records(images, geometry)
+            structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
         views = self._split(images, views)
         del images
         if collate_fn is not None:

@@ -11,6 +11,7 @@ Run as::
     python -m ringloader.bench --dataset custom     # a user's own Dataset: ImageFile vs PIL
     python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
     python -m ringloader.bench --dataset segmentation  # the same, an image and its mask a sample
+    python -m ringloader.bench --dataset detection  # the same with boxes: rl.Joint vs PIL + v2
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (shuffled) vs rl.ImageFolder
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
@@ -967,7 +968,7 @@ def _alternating_rounds(factories: dict[str, Callable[[], Any]], cfg: Config, ki
                     it = iter(loader)
                     batch = next(it)
                 labels = batch["label"] if isinstance(batch, dict) else batch[1]
-                samples += int(labels.shape[0])
+                samples += len(labels)  # a tensor, or detection's tuple of targets
             elapsed = time.perf_counter() - t0
             if name.startswith("ringloader"):
                 s = loader.stats()
@@ -1147,6 +1148,104 @@ def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
     ])
 
 
+class BoxesDataset:
+    """A detection Dataset over (path, label) rows: three boxes an image (fixed per row, in
+    the image's pixels), a v2 transform applied jointly to the image and its target. With
+    ``lazy`` the sample is an ``rl.Joint`` over an ImageFile; else the image is opened with PIL
+    and the transform applied in Python, as torchvision's detection references do."""
+
+    def __init__(self, rows: list, sizes: list, transform: Any, lazy: bool):
+        self.rows, self.sizes, self.transform, self.lazy = rows, sizes, transform, lazy
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+        from torchvision import tv_tensors
+
+        path, label = self.rows[i]
+        w, h = self.sizes[i]
+        boxes = tv_tensors.BoundingBoxes(
+            [[0.1 * w, 0.1 * h, 0.5 * w, 0.6 * h], [0.4 * w, 0.3 * h, 0.9 * w, 0.9 * h],
+             [0.2 * w, 0.5 * h, 0.35 * w, 0.7 * h]], format="XYXY", canvas_size=(h, w))
+        target = {"boxes": boxes, "labels": torch.tensor([label, label + 1, label + 2])}
+        if self.lazy:
+            return _import_ringloader().Joint(self.transform, (_import_ringloader().ImageFile(path),
+                                                               target))
+        from PIL import Image
+
+        with open(path, "rb") as f:
+            image = Image.open(f).convert("RGB")
+        return self.transform(image, target)
+
+
+def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
+    """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
+    ringloader's (rl.Joint: the image native, boxes moved by the recorded geometry), the
+    detection collate_fn, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
+    import torch.utils.data as tud
+    from PIL import Image
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    torch, _ = _import_torch()
+    rl = _import_ringloader()
+    rows = list(rl.ImageFolder(str(cfg.root)).samples)
+    sizes = []
+    for path, _ in rows:
+        with Image.open(path) as im:
+            sizes.append(im.size)
+    transform = v2.Compose([
+        v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
+        v2.SanitizeBoundingBoxes(),
+        v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
+        v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    eager = BoxesDataset(rows, sizes, transform, lazy=False)
+    lazy = BoxesDataset(rows, sizes, transform, lazy=True)
+
+    def collate(batch: list) -> tuple:
+        return tuple(zip(*batch))
+
+    t0 = time.perf_counter()
+    probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                          collate_fn=collate)
+    build_s = time.perf_counter() - t0
+    if not probe.native:
+        raise BenchError(f"the Joint Dataset did not run natively: {probe.describe()}")
+    del probe
+    factories = {
+        "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
+                                        num_workers=cfg.num_workers, drop_last=True,
+                                        collate_fn=collate),
+        "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
+                                            num_workers=cfg.num_workers, drop_last=True,
+                                            persistent_workers=False, collate_fn=collate),
+    }
+    _warm_page_cache(cfg.root)
+    results, _ = _alternating_rounds(factories, cfg, "detection", log)
+    return {"kind": "detection", "build_seconds": build_s,
+            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
+                        for name, res in results.items()}}
+
+
+def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
+                            report: dict[str, Any]) -> str:
+    res = report["results"]
+    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    return "\n".join([
+        f"ringloader detection benchmark: a detection Dataset over {data['images']} images, 3 "
+        f"boxes each, v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + "
+        f"Normalize, batch {cfg.batch_size}, {cfg.num_workers} workers each, median of "
+        f"{cfg.rounds} rounds",
+        f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
+        f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
+        f"  __getitem__ for every index when the DataLoader is built: "
+        f"{report['build_seconds']:.2f} s",
+        f"  machine: {machine.get('cpu', '?')}",
+    ])
+
+
 # --------------------------------------------------------------------------
 # ImageNet-scale folder: construction cost and time to the first batch
 # --------------------------------------------------------------------------
@@ -1304,7 +1403,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--link-latency-ms", type=float, default=20.0,
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
-                                          "multicrop", "hf", "parquet", "segmentation"),
+                                          "multicrop", "hf", "parquet", "segmentation",
+                                          "detection"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -1316,7 +1416,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "it) vs local shards and pipe:curl; hf: the images saved as a "
                          "Hugging Face dataset, rl.HFDataset vs with_transform + torch; parquet: the "
                          "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder; "
-                         "segmentation: a user Dataset of an image and its mask a sample")
+                         "segmentation: a user Dataset of an image and its mask a sample; "
+                         "detection: boxes with each image, rl.Joint vs PIL + v2 under torch")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -1416,8 +1517,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation"):
-        if args.dataset in ("hf", "parquet"):
+    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation", "detection"):
+        if args.dataset == "detection":
+            report = run_detection_benchmark(cfg, log)
+            print(format_detection_report(cfg, machine, data, report))
+        elif args.dataset in ("hf", "parquet"):
             report = run_arrow_benchmark(cfg, args.dataset, log)
             print(format_arrow_report(cfg, data, report))
         else:

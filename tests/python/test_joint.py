@@ -1,5 +1,7 @@
 """rl.Joint: a v2 transform applied jointly to decoded references, boxes, keypoints and values."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -120,3 +122,331 @@ def test_dataloader_runs_joint_on_torchs_path_with_one_warning_and_fixed_draws(f
     for image_, mask_, boxes_, _ in first:  # each leaf saw the same geometry
         assert isinstance(mask_, tv_tensors.Mask) and mask_.shape == (24, 24)
         assert image_.shape == (3, 24, 24) and boxes_.canvas_size == (24, 24)
+
+
+# ---- the native path ---------------------------------------------------------------------------
+
+RED = (250, 20, 10)
+
+
+def _scene(path, size, box):
+    """A black PNG of ``size`` (width, height) with the XYXY rectangle ``box`` in RED."""
+    pixels = np.zeros((size[1], size[0], 3), dtype=np.uint8)
+    x0, y0, x1, y1 = box
+    pixels[y0:y1, x0:x1] = RED
+    Image.fromarray(pixels).save(path)
+    return path
+
+
+class _Boxes(torch.utils.data.Dataset):
+    """Samples ``(Joint(t, (image, {"boxes", "labels", "points"})), i)`` over ``scenes``: a list
+    of (path, (width, height), boxes)."""
+
+    def __init__(self, t, scenes):
+        self.t, self.scenes = t, scenes
+
+    def __len__(self):
+        return len(self.scenes)
+
+    def __getitem__(self, i):
+        path, (w, h), boxes = self.scenes[i]
+        target = {"boxes": tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h, w)),
+                  "labels": torch.arange(len(boxes)) + 1,
+                  "points": tv_tensors.KeyPoints([[3.0, 4.0], [w - 5.0, h - 7.0]],
+                                                 canvas_size=(h, w))}
+        return rl.Joint(self.t, (rl.ImageFile(path), target)), i
+
+
+def _native_loader(dataset, **kwargs):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the native path is taken: no warning
+        loader = rl.DataLoader(dataset, **kwargs)
+    assert loader.native
+    return loader
+
+
+def _scenes(tmp_path, n=6, even=False):
+    rng = np.random.default_rng(1)
+    out = []
+    for i in range(n):
+        w, h = int(rng.integers(60, 120)), int(rng.integers(50, 100))
+        if even:  # v2 pads a CenterCrop's image by (crop - size) // 2 but shifts its boxes by
+            w, h = w - w % 2, h - h % 2  # round((crop - size) / 2): they agree for even sizes
+
+        x0, y0 = int(rng.integers(0, w // 2)), int(rng.integers(0, h // 2))
+        x1, y1 = int(rng.integers(x0 + 8, w)), int(rng.integers(y0 + 8, h))
+        path = _scene(tmp_path / f"scene{i}.png", (w, h), (x0, y0, x1, y1))
+        out.append((path, (w, h), [[x0, y0, x1, y1], [0.0, 0.0, 3.0, 3.0]]))
+    return out
+
+
+@pytest.mark.parametrize("steps", [
+    [v2.Resize((40, 56))],
+    [v2.Resize(48), v2.CenterCrop(40), v2.RandomHorizontalFlip(p=1.0)],
+    [v2.RandomVerticalFlip(p=1.0), v2.CenterCrop((36, 30))],
+    [v2.RandomHorizontalFlip(p=1.0), v2.Resize((44, 44)), v2.Pad(3), v2.ColorJitter(0, 0, 0)],
+    [v2.CenterCrop(80)],  # larger than the images: v2 pads, boxes shift
+])
+def test_fixed_transforms_match_v2(tmp_path, steps):
+    scenes = _scenes(tmp_path, even=True)
+    t = v2.Compose(steps)
+    loader = _native_loader(_Boxes(t, scenes), batch_size=3, collate_fn=lambda b: tuple(zip(*b)))
+    for samples, indices in loader:
+        for (image, target), i in zip(samples, indices):
+            path, (w, h), boxes = scenes[i]
+            want_image = t(Image.open(path).convert("RGB"))  # Pillow's numerics, as natively
+            want_image = torch.from_numpy(np.array(want_image)).permute(2, 0, 1)
+            assert isinstance(image, tv_tensors.Image) and torch.equal(image, want_image)
+            # v2 on the decoded image and the sample's target (an image in the input, so v2 does
+            # not take the labels tensor for one).
+            want = t(_decoded(path, path)[0], _Boxes(t, scenes)[i][0].structure[1])[1]
+            assert isinstance(target["boxes"], tv_tensors.BoundingBoxes)
+            assert isinstance(target["points"], tv_tensors.KeyPoints)
+            assert target["boxes"].canvas_size == want["boxes"].canvas_size
+            assert want["boxes"].canvas_size == tuple(image.shape[1:])
+            assert target["points"].canvas_size == want["points"].canvas_size
+            torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+            torch.testing.assert_close(target["points"], want["points"], atol=1e-4, rtol=0)
+            assert torch.equal(target["labels"], want["labels"])
+
+
+def _red(image):
+    return (image[0] == RED[0]) & (image[1] == RED[1]) & (image[2] == RED[2])
+
+
+def _on_rectangle(image, target):
+    """Asserts that the box labelled 1 covers exactly the red pixels (nearest resampling: those
+    whose centre lies in it), or is gone when none are; True when it is kept."""
+    red = _red(image)
+    boxes, labels = target["boxes"], target["labels"].tolist()
+    height, width = image.shape[1:]
+    assert boxes.canvas_size == (height, width)
+    for b, label in zip(boxes, labels):  # what SanitizeBoundingBoxes(min_size=2) keeps
+        assert (b[2] - b[0]).item() >= 2 and (b[3] - b[1]).item() >= 2 and label in (1, 2)
+    if not red.any():
+        # The rectangle left the crop: its box has no area, and v2's sanitize drops it.
+        assert 1 not in labels
+        return False
+    ys, xs = torch.nonzero(red, as_tuple=True)
+    seen = torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], dtype=torch.float32)
+    assert 1 in labels, (seen, boxes)
+    box = boxes[labels.index(1)]
+    torch.testing.assert_close(box, seen, atol=1.0, rtol=0)
+    x0, y0, x1, y1 = box.tolist()
+    xs_c, ys_c = torch.arange(width) + 0.5, torch.arange(height) + 0.5
+    inside = (xs_c[None] > x0) & (xs_c[None] < x1) & (ys_c[:, None] > y0) & (ys_c[:, None] < y1)
+    assert torch.equal(inside, red)
+    return True
+
+
+RANDOM = v2.Compose([v2.RandomResizedCrop((48, 64), scale=(0.2, 1.0),
+                                          interpolation=v2.InterpolationMode.NEAREST),
+                     v2.RandomHorizontalFlip(), v2.RandomVerticalFlip(),
+                     v2.SanitizeBoundingBoxes(min_size=2)])
+
+
+def test_random_crops_and_flips_keep_boxes_on_their_rectangle(tmp_path):
+    dataset = _Boxes(RANDOM, _scenes(tmp_path, 8))
+    kept = flipped = 0
+    for epoch in range(3):
+        loader = _native_loader(dataset, batch_size=4, collate_fn=lambda b: tuple(zip(*b)),
+                                generator=torch.Generator().manual_seed(epoch))
+        for samples, _ in loader:
+            for image, target in samples:
+                kept += _on_rectangle(image, target)
+                flipped += int(target["points"][0, 0] > 32)
+    assert kept > 10 and flipped > 0
+
+
+@pytest.mark.parametrize("on_error", ["skip", "replace"])
+def test_skipped_and_replaced_rows_keep_their_own_geometry(tmp_path, on_error):
+    scenes = _scenes(tmp_path, 8)
+    scenes[3][0].write_bytes(b"not an image")
+    loader = _native_loader(_Boxes(RANDOM, scenes), batch_size=4, on_error=on_error,
+                            collate_fn=lambda b: tuple(zip(*b)))
+    indices = []
+    for samples, batch_indices in loader:
+        for image, target in samples:
+            _on_rectangle(image, target)
+        indices += list(batch_indices)
+    assert 3 not in indices and len(indices) == (7 if on_error == "skip" else 8)
+
+
+def test_sanitize_drops_exactly_what_v2_drops(tmp_path):
+    scenes = _scenes(tmp_path)
+    t = v2.Compose([v2.RandomResizedCrop(32, scale=(0.1, 0.5)), v2.RandomHorizontalFlip()])
+    sanitize = v2.SanitizeBoundingBoxes(min_size=3)
+    with_sanitize = v2.Compose(t.transforms + [sanitize])
+    plain = _native_loader(_Boxes(t, scenes), batch_size=6, collate_fn=lambda b: tuple(zip(*b)),
+                           generator=torch.Generator().manual_seed(5))
+    sanitized = _native_loader(_Boxes(with_sanitize, scenes), batch_size=6,
+                               collate_fn=lambda b: tuple(zip(*b)),
+                               generator=torch.Generator().manual_seed(5))
+    changed = 0
+    for (a, _), (b, _) in zip(plain, sanitized):
+        for (image_a, target_a), (image_b, target_b) in zip(a, b):
+            assert torch.equal(image_a, image_b)  # the same draws
+            want = sanitize(target_a)  # v2's rule on the moved boxes
+            assert torch.equal(target_b["boxes"], want["boxes"])
+            assert torch.equal(target_b["labels"], want["labels"])
+            changed += len(want["labels"]) < len(target_a["labels"])
+    assert changed > 0
+
+
+def test_native_joint_is_deterministic_across_workers_and_batches_without_collate_fn(tmp_path):
+    scenes = _scenes(tmp_path)
+    t = v2.Compose([v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(),
+                    v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
+                    v2.Normalize([0.5] * 3, [0.25] * 3)])
+
+    class OneBox(_Boxes):
+        def __getitem__(self, i):
+            joint, i = super().__getitem__(i)
+            image, target = joint.structure
+            return rl.Joint(self.t, {"image": image, "boxes": target["boxes"][:1]}), i
+
+    def epoch(num_workers):
+        loader = _native_loader(OneBox(t, scenes), batch_size=3, num_workers=num_workers,
+                                generator=torch.Generator().manual_seed(11))
+        return list(loader)
+
+    first, second = epoch(0), epoch(2)
+    for (a, ia), (b, ib) in zip(first, second):
+        assert a["image"].shape == (3, 3, 32, 32) and a["image"].dtype == torch.float32
+        assert a["boxes"].shape == (3, 1, 4)
+        assert torch.equal(ia, ib) and torch.equal(a["image"], b["image"])
+        assert torch.equal(a["boxes"], b["boxes"])
+
+
+def test_steps_boxes_cannot_follow_keep_torchs_path_naming_them(tmp_path):
+    import warnings
+
+    scenes = _scenes(tmp_path, 2)
+    for t, name in [(v2.Compose([v2.RandomRotation(10)]), "RandomRotation"),
+                    (v2.Compose([v2.RandomIoUCrop(), v2.Resize((32, 32))]), "RandomIoUCrop"),
+                    (v2.Compose([v2.ColorJitter(0.3), v2.RandomHorizontalFlip()]),
+                     "RandomHorizontalFlip follows")]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = rl.DataLoader(_Boxes(t, scenes), batch_size=2,
+                                   collate_fn=lambda b: tuple(zip(*b)))
+        assert not loader.native
+        assert any(name in str(w.message) and "Joint" in str(w.message) for w in caught), \
+            [str(w.message) for w in caught]
+
+
+def test_canvas_that_is_not_the_image_is_named(tmp_path):
+    path, (w, h), boxes = _scenes(tmp_path, 1)[0]
+
+    class Wrong(torch.utils.data.Dataset):
+        def __len__(self):
+            return 1
+
+        def __getitem__(self, i):
+            box = tv_tensors.BoundingBoxes(boxes, format="XYXY", canvas_size=(h + 1, w))
+            return rl.Joint(v2.CenterCrop(20), (rl.ImageFile(path), box))
+
+    loader = _native_loader(Wrong(), batch_size=1, collate_fn=list)
+    with pytest.raises(ValueError, match=r"scene0\.png.*canvas_size"):
+        next(iter(loader))
+
+
+@pytest.mark.timeout(240)
+def test_detection_benchmark_reports_both_rates(image_tree):
+    """``python -m ringloader.bench --dataset detection``: the report's shape (not its timings)."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "detection", "--root",
+         str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
+         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader detection benchmark: a detection Dataset over 24 images",
+                     out), out
+    assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
+
+
+def test_image_bytes_joint_runs_natively_like_the_file(tmp_path):
+    scenes = _scenes(tmp_path, 3)
+    t = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
+
+    class FromBytes(_Boxes):
+        def __getitem__(self, i):
+            joint, i = super().__getitem__(i)
+            image, target = joint.structure
+            return rl.Joint(self.t, (rl.ImageBytes(Path(image.path).read_bytes()), target)), i
+
+    def batches(dataset):
+        return list(_native_loader(dataset, batch_size=3, collate_fn=lambda b: tuple(zip(*b)),
+                                   generator=torch.Generator().manual_seed(2)))
+
+    for (a, _), (b, _) in zip(batches(_Boxes(t, scenes)), batches(FromBytes(t, scenes))):
+        for (image_a, target_a), (image_b, target_b) in zip(a, b):
+            assert torch.equal(image_a, image_b)
+            assert torch.equal(target_a["boxes"], target_b["boxes"])
+
+
+def test_other_box_formats_and_box_only_steps_match_v2(tmp_path):
+    scenes = _scenes(tmp_path, 3, even=True)
+    t = v2.Compose([v2.ClampBoundingBoxes(), v2.Resize(50), v2.CenterCrop((40, 44)),
+                    v2.RandomHorizontalFlip(p=1.0),
+                    v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYWH)])
+
+    class Centred(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(scenes)
+
+        def __getitem__(self, i):
+            path, (w, h), boxes = scenes[i]
+            xyxy = torch.tensor(boxes, dtype=torch.float32)
+            cxcywh = torch.cat([(xyxy[:, :2] + xyxy[:, 2:]) / 2, xyxy[:, 2:] - xyxy[:, :2]], 1)
+            return rl.Joint(t, (rl.ImageFile(path), tv_tensors.BoundingBoxes(
+                cxcywh, format="CXCYWH", canvas_size=(h, w))))
+
+    loader = _native_loader(Centred(), batch_size=3, collate_fn=list)
+    for i, (image, boxes) in enumerate(next(iter(loader))):
+        _, want = t(_decoded(scenes[i][0], scenes[i][0])[0], Centred()[i].structure[1])
+        assert boxes.format == want.format == tv_tensors.BoundingBoxFormat.XYWH
+        torch.testing.assert_close(boxes, want, atol=1e-4, rtol=0)
+        assert boxes.canvas_size == want.canvas_size == (40, 44)
+
+
+def test_to_pure_tensor_unwraps_every_leaf_and_mixed_samples_are_refused(tmp_path):
+    import warnings
+
+    scenes = _scenes(tmp_path, 2)
+    t = v2.Compose([v2.CenterCrop(32), v2.ToPureTensor()])
+    (samples, _), = _native_loader(_Boxes(t, scenes), batch_size=2,
+                                   collate_fn=lambda b: tuple(zip(*b)))
+    image, target = samples[0]
+    assert type(image) is torch.Tensor and type(target["boxes"]) is torch.Tensor
+    assert image.shape == (3, 32, 32)
+
+    class Mixed(_Boxes):  # sample 1's image is a plain reference, sample 0's a Joint's
+        def __getitem__(self, i):
+            joint, i = super().__getitem__(i)
+            return (joint if i == 0 else (rl.ImageFile(scenes[i][0], v2.CenterCrop(32)),
+                                          joint.structure[1])), i
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Mixed(v2.CenterCrop(32), scenes), batch_size=2, collate_fn=list)
+    assert not loader.native
+    assert any("differ in which image references are a Joint's" in str(w.message) for w in caught)
+
+
+def test_dtype_reaches_the_joints_image(tmp_path):
+    scenes = _scenes(tmp_path, 2)
+    t = v2.Compose([v2.CenterCrop(32), v2.ToDtype(torch.float32, scale=True)])
+    loader = _native_loader(_Boxes(t, scenes), batch_size=2, dtype=torch.float16,
+                            collate_fn=lambda b: tuple(zip(*b)))
+    (samples, _), = list(loader)
+    assert samples[0][0].dtype == torch.float16 and samples[0][0].shape == (3, 32, 32)
+    want = t(_decoded(scenes[0][0], scenes[0][0])[0])  # float32 in [0, 1]
+    assert torch.allclose(samples[0][0].float(), want.half().float(), atol=1e-3)

@@ -205,6 +205,15 @@ struct LoaderOptions {
     /// Which of the sample's files the view renders: 0 its own, k its Sample::more_files[k-1].
     /// Each file is decoded once however many views render it.
     int file = 0;
+    /// Record, after the view's image in each row, the geometry its chain applied
+    /// (kGeometryFields float64, pipeline/views.h): what a caller needs to move boxes and
+    /// keypoints with the pixels. The chain's image stage must not move pixels (colour only).
+    bool geometry = false;
+    /// Draw the geometric steps exactly as view 0 does (the same crop and flips of the same
+    /// image: a label image's view beside its photo's). The chain's geometric steps must be
+    /// view 0's (their interpolation may differ) and it holds no image-stage or random output
+    /// step: colour draws are view 0's own, never applied here.
+    bool share_geometry = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
@@ -242,6 +251,8 @@ struct ViewLayout {
   DType dtype = DType::kFloat32;
   bool luma = false;
   bool mask = false;  ///< a label image: the 3 channels are equal
+  /// LoaderOptions::View::geometry: the record's byte offset in a row, else -1.
+  int64_t geometry_offset = -1;
 };
 
 class Batch {

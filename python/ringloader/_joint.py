@@ -1,0 +1,308 @@
+"""An :class:`ringloader.Joint` on the native path: its image rendered by the native chain, its
+boxes and keypoints moved in Python by the geometry that chain recorded for the row.
+
+A v2 transform is divided into three parts (:func:`plan`): the image's chain (what an
+``ImageFile`` with that transform would run natively: geometric steps fused into one resample,
+then colour and output steps), and the steps that touch only boxes (``SanitizeBoundingBoxes``,
+``ClampBoundingBoxes``, ``ConvertBoundingBoxFormat``, ``ClampKeyPoints``) before the first
+geometric step and after the last. The native loader records, per row, the crop rectangle in
+source pixels, the output size and the flips it drew (``pipeline/views.h``); :func:`resolve` moves
+each ``BoundingBoxes``/``KeyPoints`` leaf of the row's structure by that geometry as v2's kernels
+would (one affine map per axis: v2's crops, resizes, pads and flips compose into it), clamps
+where v2 clamps, and runs the box-only steps. A transform with a step that moves pixels in
+another way (RandomIoUCrop, rotation, affine, zoom-out...) is not planned: the Dataset stays on
+torch's path, with a warning naming the step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import numpy as np
+
+from . import transforms as T
+
+__all__ = ["JointPlan", "plan", "refusal", "resolve"]
+
+#: v2 classes whose effect on pixels is a crop, resize, pad or flip: fused into the native
+#: geometry, so boxes and keypoints follow the recorded rectangle.
+_GEOMETRIC = {"Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip",
+              "RandomVerticalFlip", "RandomCrop", "Pad"}
+#: Of those, the ones after which v2 clamps boxes to the new canvas.
+_CLAMPING = {"CenterCrop", "RandomResizedCrop", "RandomCrop", "Pad"}
+#: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
+_VALUES = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomPosterize",
+           "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
+           "RandomInvert", "ToDtype", "ConvertImageDtype", "Normalize"}
+#: v2 classes that touch boxes or keypoints only: run in Python on the row's structure.
+_BOXES_ONLY = {"SanitizeBoundingBoxes", "ClampBoundingBoxes", "ConvertBoundingBoxFormat",
+               "ClampKeyPoints"}
+
+
+class JointPlan(NamedTuple):
+    """How a v2 transform runs natively for a Joint (see the module docstring)."""
+
+    image: Any                # the image's chain: a v2 Compose (the reference's transform)
+    before: Tuple[Any, ...]   # box-only steps before the first geometric step
+    after: Tuple[Any, ...]    # box-only steps after the last geometric step
+    clamps: bool              # some geometric step clamps boxes (a crop or a pad)
+    pure: bool                # ToPureTensor: every leaf a plain tensor, the image too
+
+
+# Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
+# Dataset that builds its Compose in __getitem__ brings a new object each sample: the table is
+# emptied when it grows past _PLANS_KEPT rather than holding every one.
+_PLANS: Dict[int, Tuple[Any, Any]] = {}
+_PLANS_KEPT = 256
+
+
+def _zero_fill(step: Any) -> bool:
+    """A v2 Pad/RandomCrop fuses into the native geometry only with a zero constant fill."""
+    if getattr(step, "padding_mode", "constant") != "constant":
+        return False
+    fill = getattr(step, "fill", 0)
+    values = fill.values() if isinstance(fill, dict) else [fill]
+    for value in values:
+        for v in (value if isinstance(value, (list, tuple)) else [value]):
+            if v is not None and float(v) != 0.0:
+                return False
+    return True
+
+
+def _pads(step: Any) -> bool:
+    padding = getattr(step, "padding", None)
+    return bool(padding) or bool(getattr(step, "pad_if_needed", False))
+
+
+def _plan(transform: Any) -> Any:
+    """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
+    parts = T._flatten(transform)
+    odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
+    if odd:
+        return f"its transform holds {T._step_name(odd[0])}, which is not a torchvision v2 transform"
+    image: List[Any] = []
+    before: List[Any] = []
+    after: List[Any] = []
+    geometric_seen = False
+    cropped = False
+    first_value: Optional[Any] = None
+    clamps = False
+    for i, step in enumerate(parts):
+        name = type(step).__name__
+        where = T._step_name(step)
+        if name in _BOXES_ONLY:
+            if geometric_seen and any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+                return (f"{where} sits between geometric steps (natively it runs before or after "
+                        "them)")
+            (after if geometric_seen else before).append(step)
+            continue
+        if name in _GEOMETRIC:
+            if first_value is not None:
+                return (f"{where} follows {T._step_name(first_value)}: natively it would move "
+                        "the pixels after the resample, where boxes cannot follow it")
+            if name in ("Pad", "RandomCrop") and not _zero_fill(step):
+                return f"{where} pads with a fill other than zero or a mode other than constant"
+            if name in ("Pad", "RandomCrop") and _pads(step) and cropped:
+                return (f"{where} pads after a crop (v2 clamps boxes to each canvas in turn, "
+                        "which one rectangle does not say)")
+            geometric_seen = True
+            cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
+            clamps |= name in _CLAMPING
+        elif name == "ToImage":
+            continue  # the decoded image is a tv_tensors.Image already
+        elif name == "ToPureTensor":
+            # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
+            # the boxes; before a geometric step it would leave v2 no boxes to move.
+            if any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+                return f"{where} comes before a geometric step"
+            (after if geometric_seen else before).append(step)
+            continue
+        elif name in _VALUES:
+            first_value = first_value or step
+        else:
+            return (f"{where} is not a crop, resize, pad, flip or colour step (boxes follow "
+                    "those natively)")
+        image.append(step)
+    from torchvision.transforms import v2
+
+    chain = v2.Compose(image)
+    split = T.split(chain)
+    if split.tail is not None:
+        return f"{split.tail_names[0]} has no native equivalent ({split.reason})"
+    pure = any(type(p).__name__ == "ToPureTensor" for p in parts)
+    return JointPlan(chain, tuple(before), tuple(after), clamps, pure)
+
+
+def plan(transform: Any) -> Any:
+    """The :class:`JointPlan` of a Joint's v2 transform, or why it has none (a string naming
+    the step). Computed once per transform object."""
+    found = _PLANS.get(id(transform))
+    if found is None or found[0] is not transform:
+        if len(_PLANS) >= _PLANS_KEPT:
+            _PLANS.clear()
+        found = _PLANS[id(transform)] = (transform, _plan(transform))
+    return found[1]
+
+
+def _structure_refusal(value: Any, where: str, images: List[str]) -> Optional[str]:
+    """Why a leaf of a Joint's structure keeps it off the native path, or None; lists the
+    places of its image references in `images`."""
+    import torch
+    from torchvision import tv_tensors
+
+    from .references import ImageReference
+
+    if isinstance(value, ImageReference):
+        if value.mode != "RGB":
+            return (f"{where} is {value.describe()} in mode {value.mode!r} (a Joint's images are "
+                    "native in mode 'RGB' only; label images are not native yet)")
+        images.append(where)
+        return None
+    if isinstance(value, tv_tensors.BoundingBoxes):
+        if not value.is_floating_point():
+            return (f"{where} holds {value.dtype} boxes (v2 rounds integer boxes at every step; "
+                    "float boxes are native)")
+        if tv_tensors.is_rotated_bounding_format(value.format):
+            return f"{where} holds rotated boxes ({value.format.name})"
+        return None
+    if isinstance(value, tv_tensors.KeyPoints):
+        return None if value.is_floating_point() else (
+            f"{where} holds {value.dtype} keypoints (float keypoints are native)")
+    if isinstance(value, tv_tensors.Mask):
+        return f"{where} is a tv_tensors.Mask (a mask tensor is transformed by v2 in Python)"
+    if isinstance(value, torch.Tensor) and type(value) is not torch.Tensor:
+        return f"{where} is a {type(value).__name__}"
+    if isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            why = _structure_refusal(item, f"{where}[{i}]", images)
+            if why is not None:
+                return why
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            why = _structure_refusal(item, f"{where}[{key!r}]", images)
+            if why is not None:
+                return why
+    return None
+
+
+def refusal(joint: Any) -> Optional[str]:
+    """Why ``joint`` cannot run natively (naming the step or the leaf), or None."""
+    found = plan(joint.transform)
+    if isinstance(found, str):
+        return f"its Joint transform cannot run natively: {found}"
+    images: List[str] = []
+    why = _structure_refusal(joint.structure, "structure", images)
+    if why is not None:
+        return f"its Joint {why}"
+    if len(images) != 1:
+        return (f"its Joint holds {len(images)} image references (one image a Joint is native; "
+                "with its boxes, keypoints and values)")
+    return None
+
+
+class JointLeaf:
+    """A Joint in a stripped structure: its structure with the image replaced by its ``_Leaf``,
+    and the plan that moves its boxes."""
+
+    __slots__ = ("plan", "structure", "source", "k")
+
+    def __init__(self, plan: JointPlan, structure: Any, source: str, k: int):
+        self.plan = plan
+        self.structure = structure
+        self.source = source  # the image reference, for errors
+        self.k = k  # the view that renders the image
+
+
+def _affine(g: Any, axis: int) -> Tuple[float, float]:
+    """(scale, offset) of the recorded geometry along x (axis 0) or y (1): a source coordinate
+    c lands at c * scale + offset, mirrored when flipped (boxes' and pixels' convention)."""
+    lo, hi, out, flip = (g[2], g[4], g[6], g[8]) if axis == 0 else (g[3], g[5], g[7], g[9])
+    scale = out / (hi - lo)
+    if flip:
+        return -scale, out + lo * scale
+    return scale, -lo * scale
+
+
+def _to_xyxy(b: Any, fmt: str) -> Any:
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., :2] + b[..., 2:]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
+    return b
+
+
+def _from_xyxy(b: Any, fmt: str) -> Any:
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., 2:] - b[..., :2]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1)
+    return b
+
+
+# Numpy rather than torch for these few numbers a row: torch's per-op overhead (and its thread
+# pool, contending with the native workers) made the batch's boxes cost more than its pixels.
+def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
+    import torch
+    from torchvision import tv_tensors
+
+    fmt = boxes.format.name
+    xyxy = _to_xyxy(boxes.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64), fmt)
+    (ax, bx), (ay, by) = _affine(g, 0), _affine(g, 1)
+    x = xyxy[..., 0::2] * ax + bx  # a mirrored axis swaps the two edges
+    y = xyxy[..., 1::2] * ay + by
+    out_w, out_h = int(g[6]), int(g[7])
+    x0, x1 = np.minimum(x[..., 0], x[..., 1]), np.maximum(x[..., 0], x[..., 1])
+    y0, y1 = np.minimum(y[..., 0], y[..., 1]), np.maximum(y[..., 0], y[..., 1])
+    moved = np.stack([x0, y0, x1, y1], -1)
+    if clamps and boxes.clamping_mode is not None:
+        np.clip(moved, 0, [out_w, out_h, out_w, out_h], out=moved)
+    moved = torch.from_numpy(_from_xyxy(moved, fmt)).to(boxes.dtype)
+    return tv_tensors.wrap(moved, like=boxes, canvas_size=(out_h, out_w))
+
+
+def _move_keypoints(points: Any, g: Any) -> Any:
+    import torch
+    from torchvision import tv_tensors
+
+    (ax, bx), (ay, by) = _affine(g, 0), _affine(g, 1)
+    xy = points.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64)
+    moved = xy * np.array([ax, ay]) + np.array([bx + g[10], by + g[11]])
+    return tv_tensors.wrap(torch.from_numpy(moved).to(points.dtype), like=points,
+                           canvas_size=(int(g[7]), int(g[6])))
+
+
+def _move(value: Any, g: Any, clamps: bool, source: str) -> Any:
+    from torchvision import tv_tensors
+
+    if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
+        if tuple(value.canvas_size) != (int(g[1]), int(g[0])):
+            raise ValueError(
+                f"ringloader.Joint: {source} decodes to {int(g[0])}x{int(g[1])} (width x height) "
+                f"but its {type(value).__name__} say canvas_size={tuple(value.canvas_size)} "
+                "(height, width): boxes and keypoints must be in the image's pixels")
+        if isinstance(value, tv_tensors.BoundingBoxes):
+            return _move_boxes(value, g, clamps)
+        return _move_keypoints(value, g)
+    if isinstance(value, tuple):
+        items = [_move(v, g, clamps, source) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [_move(v, g, clamps, source) for v in value]
+    if isinstance(value, dict):
+        moved = {k: _move(v, g, clamps, source) for k, v in value.items()}
+        return moved if type(value) is dict else type(value)(moved)
+    return value
+
+
+def resolve(leaf: JointLeaf, geometry: Any) -> Any:
+    """The row's structure as v2 returns it, the image still a ``_Leaf``: boxes and keypoints
+    moved by ``geometry`` (the row's record, ``_C.GEOMETRY_FIELDS`` float64) and the box-only
+    steps applied."""
+    structure = leaf.structure
+    for step in leaf.plan.before:
+        structure = step(structure)
+    structure = _move(structure, geometry, leaf.plan.clamps, leaf.source)
+    for step in leaf.plan.after:
+        structure = step(structure)
+    return structure
