@@ -754,11 +754,12 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
     ``--link-latency-ms`` per request and ``--link-rate`` MB/s: epoch 1 of ``http://`` shards (the
     download into an empty cache included) against the link's rate, with the download first and
     then as the DataLoader does it (overlapping the decoding), epoch 2 (from the cache)
-    against the local shards, and the peers over the same link, two epochs each (neither keeps
-    a copy, so both epochs pay the link): ``pipe:curl`` streams of the same URLs, and the
-    ``webdataset`` package's own reader under torch's DataLoader (``--num-workers`` worker
-    processes, torchvision's transforms). Train transform, shard order (no shuffle: every run
-    reads the same bytes)."""
+    against the local shards, two epochs through a ``cache_limit`` of half the shards' bytes
+    (each epoch downloads them again), and the peers over the same link, two epochs each
+    (neither keeps a copy, so both epochs pay the link): ``pipe:curl`` streams of the same URLs,
+    and the ``webdataset`` package's own reader under torch's DataLoader (``--num-workers``
+    worker processes, torchvision's transforms). Train transform, shard order (no shuffle:
+    every run reads the same bytes)."""
     import shutil
     import tempfile
 
@@ -816,6 +817,13 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
                 "epoch1_overlapped_seconds": build_s + overlapped_s,
                 "local_seconds": local_s, "link_floor_seconds": total / (args.link_rate * 1e6),
             }
+            log("http:// through a cache of half the shards' bytes, two epochs ...")
+            index = Path(tmp) / "small-index"
+            rl.WebDataset(urls, cache_dir=str(cache), index_cache=str(index))  # kept indexes
+            small = rl.WebDataset(urls, transform=transform, cache_dir=str(cache) + "-small",
+                                  cache_limit=total // 2, index_cache=str(index))
+            report["small_cache_seconds"] = [epoch(small)[1] for _ in range(2)]
+            small.close_downloads()
             if shutil.which("curl"):
                 log("pipe:curl, two epochs ...")
                 index = Path(tmp) / "pipe-index"
@@ -877,7 +885,8 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
         line("http://, epoch 1, overlapping", report["epoch1_overlapped_seconds"]),
         line("http://, epoch 2 (cache)", report["epoch2_seconds"]),
     ]
-    for key, name in (("pipe_curl_seconds", "pipe:curl"), ("webdataset_seconds", "webdataset pkg")):
+    for key, name in (("small_cache_seconds", "http://, cache of half"),
+                      ("pipe_curl_seconds", "pipe:curl"), ("webdataset_seconds", "webdataset pkg")):
         for e, seconds in enumerate(report.get(key, [])):
             lines.append(line(f"{name}, epoch {e + 1}", seconds))
     lines.append(f"  machine: {machine.get('cpu', '?')}")
