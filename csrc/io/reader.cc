@@ -85,8 +85,15 @@ bool FileFetcher::has_room() const { return !idle_jobs_.empty(); }
 
 void FileFetcher::Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out) {
   if (job->cached != nullptr) {
-    --job->cached->users;
+    CachedFile* file = job->cached;
+    --file->users;
     job->cached = nullptr;
+    if (file->entry_lock >= 0 && file->users == 0 && file->last_use != use_clock_) {
+      // A cached remote shard this reader has moved on from (another was opened or used
+      // since): closed, so that the cache may evict it (see OpenCached).
+      Close(file);
+      cache_.erase(std::find_if(cache_.begin(), cache_.end(), [file](const auto& f) { return f.get() == file; }));
+    }
   } else if (job->op.fd >= 0) {
     close(job->op.fd);
   }

@@ -863,9 +863,10 @@ class WebDataset(NativeDataset):
                 os.utime(self.shard_paths[s])  # just used: the last to be evicted
             except OSError:
                 missing.append(s)
-        if background and missing and self.read_ahead_off is not None:
+        if background and self.read_ahead_off is not None:
             # The shards exceed the cache: the epoch's downloads take every shard in (those in
-            # the cache at once), so that one evicted while the epoch runs is fetched again.
+            # the cache at once), so that one evicted while the epoch runs is fetched again, and
+            # the folder is trimmed back to the limit as the readers move on.
             missing = [s for s in wanted if self._remote_copies[s] is not None]
         if missing:
             # Into the cache: not downloaded yet (the dataset was built from kept indexes), or
