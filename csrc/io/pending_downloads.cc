@@ -65,8 +65,10 @@ void TheRegistryLocked(bool lock) {
 
 // The reader re-checks its cancel flag this often while it waits.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
-// An idle bounded fetch trims the cache every this many polls (a folder listing each time).
+// An idle bounded fetch trims the cache every this many polls; the workers waiting for room
+// look (list the folder) once per interval between them.
 constexpr int kTrimEvery = 10;
+constexpr auto kRoomLookInterval = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -143,7 +145,7 @@ BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<Expe
     r.count.store(r.entries.size(), std::memory_order_release);
   }
   const int workers = std::min<int>(max_connections_, static_cast<int>(urls_.size()));
-  for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { Run(); });
+  for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { Run(w); });
 }
 
 BackgroundFetch::~BackgroundFetch() {
@@ -225,9 +227,12 @@ bool BackgroundFetch::WaitForRoom(int* i) {
     return expected_.empty() ? int64_t{0} : std::max<int64_t>(0, expected_[j].size);
   };
   while (!cancel_.load(std::memory_order_acquire)) {
-    {
-      // One decision at a time: two workers must not both count the same room.
-      std::lock_guard<std::mutex> deciding(room_mu_);
+    bool go = false;
+    // One look at a time (two workers must not count the same room), and one every
+    // kRoomLookInterval among all the workers (each lists the folder).
+    std::unique_lock<std::mutex> deciding(room_mu_);
+    if (std::chrono::steady_clock::now() >= next_look_) {
+      next_look_ = std::chrono::steady_clock::now() + kRoomLookInterval;
       int64_t in_flight = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -239,21 +244,22 @@ bool BackgroundFetch::WaitForRoom(int* i) {
       keep.insert(paths_[static_cast<size_t>(*i)]);
       const int64_t room = cache_.limit_bytes() - in_flight - size_of(static_cast<size_t>(*i));
       absl::StatusOr<int64_t> left = cache_.Evict(keep, std::max<int64_t>(0, room));
-      bool go = !left.ok() || *left <= room || *left + in_flight == 0;
       // Room; or a folder that cannot be listed (the download's own error will say more); or
-      // nothing else there (a shard larger than the whole limit still comes, alone). Else only
-      // a shard a reader waits for passes the limit.
-      if (!go) {
-        std::lock_guard<std::mutex> lock(r.mu);
-        auto it = r.entries.find(paths_[static_cast<size_t>(*i)]);
-        go = it != r.entries.end() && it->second.waiters > 0;
-      }
-      if (go) {
-        std::lock_guard<std::mutex> lock(mu_);
-        state_[static_cast<size_t>(*i)] = State::kInFlight;
-        return true;
-      }
+      // nothing else there (a shard larger than the whole limit still comes, alone).
+      go = !left.ok() || *left <= room || *left + in_flight == 0;
     }
+    if (!go) {
+      // Else only a shard a reader waits for passes the limit.
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto it = r.entries.find(paths_[static_cast<size_t>(*i)]);
+      go = it != r.entries.end() && it->second.waiters > 0;
+    }
+    if (go) {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_[static_cast<size_t>(*i)] = State::kInFlight;
+      return true;
+    }
+    deciding.unlock();
     // A reader waits for another shard: that one comes first (past the limit if need be).
     const std::vector<int> waited = WaitedFor();
     if (!waited.empty()) {
@@ -272,7 +278,7 @@ bool BackgroundFetch::WaitForRoom(int* i) {
   return false;
 }
 
-void BackgroundFetch::Run() {
+void BackgroundFetch::Run(int worker) {
   Registry& r = TheRegistry();
   int idle = 0;
   while (true) {
@@ -283,7 +289,7 @@ void BackgroundFetch::Run() {
       // once readers close the shards that the downloads they waited for pushed past it.
       if (!bounded_ || cancel_.load(std::memory_order_acquire)) return;
       std::this_thread::sleep_for(kCancelPoll);
-      if (++idle % kTrimEvery == 0) (void)cache_.Evict(Kept());
+      if (worker == 0 && ++idle % kTrimEvery == 0) (void)cache_.Evict(Kept());
       continue;
     }
     bool go = !cancel_.load(std::memory_order_acquire);

@@ -25,6 +25,7 @@
 /// Threading: any thread.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -84,7 +85,7 @@ class BackgroundFetch {
  private:
   // kTaken: a worker waits for room to fetch it (bounded fetch).
   enum class State { kQueued, kTaken, kInFlight, kDone };
-  void Run();
+  void Run(int worker);
   // The next URL to fetch (one a reader waits for first, then the given order), marked in
   // flight; -1 when none is queued.
   int Take();
@@ -105,6 +106,7 @@ class BackgroundFetch {
   std::vector<std::string> paths_;
   std::atomic<bool> cancel_{false};
   std::mutex room_mu_;  // WaitForRoom's decisions, one at a time
+  std::chrono::steady_clock::time_point next_look_ ABSL_GUARDED_BY(room_mu_){};
   mutable std::mutex mu_;
   std::vector<absl::StatusOr<CachedShard>> results_ ABSL_GUARDED_BY(mu_);
   std::vector<State> state_ ABSL_GUARDED_BY(mu_);

@@ -380,6 +380,11 @@ def test_an_epoch_over_more_than_the_cache_holds_completes_within_the_limit(ngin
     assert len(cached[1]) <= 3 and all(fetched[1][names.index(n)] >= 1
                                         for n in names if n not in cached[1]), (cached, fetched)
     assert all(sum(f) <= 2 * len(names) for f in fetched), fetched
+    # Shuffled, the readers follow the permutation while the downloads follow the shard order:
+    # a shard a reader waits for comes first, and the epoch delivers each sample once.
+    shuffled = [y for _, y in rl.DataLoader(ds, batch_size=6, shuffle=True, seed=3)]
+    assert sorted(sum((y.tolist() for y in shuffled), [])) == sorted(sum(
+        (y for _, y in want), []))
     ds.close_downloads()
 
 
