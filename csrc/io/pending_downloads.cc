@@ -304,7 +304,9 @@ void BackgroundFetch::Run(int worker) {
     const size_t i = static_cast<size_t>(taken);
     absl::StatusOr<CachedShard> got = absl::CancelledError(absl::StrCat("fetch ", urls_[i], ": cancelled"));
     // One shard per call, so that each is handed to the readers the moment it lands.
-    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, bounded_ ? [this] { return Kept(); } : std::function<std::set<std::string>()>())[0]);
+    std::function<std::set<std::string>()> keep;
+    if (bounded_) keep = [this] { return Kept(); };
+    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep)[0]);
     bool stale = false;
     if (got.ok() && !expected_.empty()) {
       const ExpectedCopy& want = expected_[i];
