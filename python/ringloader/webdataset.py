@@ -370,8 +370,8 @@ class WebDataset(NativeDataset):
     per shard, a file lock), and read from there like local shards; least recently used shards
     are removed to keep the folder within ``cache_limit`` (bytes or a size like ``"50GB"``;
     None: no limit), which may be smaller than the dataset (each epoch then streams through
-    the cache, downloading again what it evicted). https uses ``ca_file`` (or ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``)
-    when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
+    the cache, downloading again what it evicted). https uses ``ca_file`` (or
+    ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
     ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``).
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
