@@ -1,6 +1,7 @@
 #include "io/pending_downloads.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,7 +16,8 @@
 namespace ringloader {
 namespace {
 
-/// The cache entries that some BackgroundFetch has not landed yet; one that landed is removed.
+/// The cache entries that some BackgroundFetch has not landed yet; one that landed is removed
+/// (kept, marked landed, by a bounded fetch).
 struct Registry {
   std::mutex mu;
   std::condition_variable changed;
@@ -26,6 +28,11 @@ struct Registry {
     // A forked child inherits the table but not the threads that would finish its entries:
     // there, they are not waited for (its reads then open the files as they are).
     pid_t pid = 0;
+    int waiters = 0;  // readers waiting for it now
+    // A bounded fetch keeps an entry that landed (see RefetchIfEvicted), and whether a reader
+    // has come for it since (until then the cache keeps it).
+    bool landed = false;
+    bool opened = false;
   };
   std::map<std::string, Entry> entries ABSL_GUARDED_BY(mu);
   // entries.size(), read without the lock: every read of every local file asks, and almost
@@ -58,6 +65,10 @@ void TheRegistryLocked(bool lock) {
 
 // The reader re-checks its cancel flag this often while it waits.
 constexpr auto kCancelPoll = std::chrono::milliseconds(20);
+// An idle bounded fetch trims the cache every this many polls; the workers waiting for room
+// look (list the folder) once per interval between them.
+constexpr int kTrimEvery = 10;
+constexpr auto kRoomLookInterval = std::chrono::milliseconds(100);
 
 }  // namespace
 
@@ -68,11 +79,19 @@ absl::Status WaitForPendingDownload(const std::string& path, const std::atomic<b
   while (true) {
     auto it = r.entries.find(path);
     if (it == r.entries.end() || it->second.pid != getpid()) return absl::OkStatus();
+    if (it->second.landed) return absl::OkStatus();
     if (it->second.failed) return *it->second.failed;
     if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
       return absl::CancelledError(absl::StrCat("open ", path, ": cancelled while it downloads"));
     }
+    // Counted while waiting: a bounded fetch takes this shard first, past the cache's limit.
+    const void* owner = it->second.owner;
+    ++it->second.waiters;
     r.changed.wait_for(lock, kCancelPoll);
+    it = r.entries.find(path);
+    if (it != r.entries.end() && it->second.owner == owner && it->second.waiters > 0) {
+      --it->second.waiters;
+    }
   }
 }
 
@@ -81,7 +100,29 @@ bool IsPendingDownload(const std::string& path) {
   if (r.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.entries.find(path);
-  return it != r.entries.end() && it->second.pid == getpid() && !it->second.failed;
+  return it != r.entries.end() && it->second.pid == getpid() && !it->second.failed &&
+         !it->second.landed;
+}
+
+void NoteShardOpened(const std::string& path) {
+  Registry& r = TheRegistry();
+  if (r.count.load(std::memory_order_acquire) == 0) return;
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.entries.find(path);
+  if (it != r.entries.end() && it->second.pid == getpid() && it->second.landed) it->second.opened = true;
+}
+
+bool RefetchIfEvicted(const std::string& path) {
+  Registry& r = TheRegistry();
+  if (r.count.load(std::memory_order_acquire) == 0) return false;
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.entries.find(path);
+  if (it == r.entries.end() || it->second.pid != getpid() || !it->second.landed) return false;
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0) return false;  // there: not what failed the open
+  it->second.landed = it->second.opened = false;
+  r.changed.notify_all();
+  return true;
 }
 
 BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<ExpectedCopy> expected,
@@ -90,7 +131,10 @@ BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<Expe
       expected_(std::move(expected)),
       max_connections_(std::max(1, options.max_connections)),
       cache_(std::move(cache_dir), limit_bytes, std::move(options)),
-      results_(urls_.size(), absl::UnknownError("not fetched")) {
+      bounded_(limit_bytes > 0),
+      results_(urls_.size(), absl::UnknownError("not fetched")),
+      state_(urls_.size(), State::kQueued),
+      counted_(urls_.size(), false) {
   Registry& r = TheRegistry();
   {
     std::lock_guard<std::mutex> lock(r.mu);
@@ -101,7 +145,7 @@ BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<Expe
     r.count.store(r.entries.size(), std::memory_order_release);
   }
   const int workers = std::min<int>(max_connections_, static_cast<int>(urls_.size()));
-  for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { Run(); });
+  for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { Run(w); });
 }
 
 BackgroundFetch::~BackgroundFetch() {
@@ -118,14 +162,151 @@ BackgroundFetch::~BackgroundFetch() {
   r.changed.notify_all();
 }
 
-void BackgroundFetch::Run() {
+std::vector<int> BackgroundFetch::WaitedFor() const {
+  std::vector<int> waited;
+  {
+    Registry& r = TheRegistry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (size_t i = 0; i < paths_.size(); ++i) {
+      auto it = r.entries.find(paths_[i]);
+      if (it != r.entries.end() && it->second.owner == this && it->second.waiters > 0 &&
+          !it->second.landed && !it->second.failed) {
+        waited.push_back(static_cast<int>(i));
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  waited.erase(std::remove_if(waited.begin(), waited.end(),
+                              [this](int i) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                const State st = state_[static_cast<size_t>(i)];
+                                return st == State::kTaken || st == State::kInFlight;
+                              }),
+               waited.end());
+  return waited;
+}
+
+std::set<std::string> BackgroundFetch::Kept() const {
+  // The shards of this fetch that no reader has opened since it registered them (the epoch
+  // reads them later; those in the cache when it started among them), in the epoch's order, as
+  // many as fit the limit: the rest may go, and come again if a reader comes for them.
+  std::set<std::string> keep;
+  int64_t budget = cache_.limit_bytes();
   Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (size_t i = 0; i < paths_.size(); ++i) {
+    auto it = r.entries.find(paths_[i]);
+    if (it == r.entries.end() || it->second.owner != this || it->second.opened) continue;
+    const int64_t size = expected_.empty() ? 0 : std::max<int64_t>(0, expected_[i].size);
+    if (size > budget) break;
+    budget -= size;
+    keep.insert(paths_[i]);
+  }
+  return keep;
+}
+
+int BackgroundFetch::Take() {
+  // Only a bounded fetch is ever behind its readers by more than a shard or two per connection.
+  const std::vector<int> waited = bounded_ ? WaitedFor() : std::vector<int>{};
+  const State taken = bounded_ ? State::kTaken : State::kInFlight;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (int i : waited) {
+    if (state_[static_cast<size_t>(i)] == State::kQueued || state_[static_cast<size_t>(i)] == State::kDone) {
+      state_[static_cast<size_t>(i)] = taken;
+      return i;
+    }
+  }
+  while (next_ < urls_.size() && state_[next_] != State::kQueued) ++next_;
+  if (next_ == urls_.size()) return -1;
+  state_[next_] = taken;
+  return static_cast<int>(next_);
+}
+
+bool BackgroundFetch::WaitForRoom(int* i) {
+  Registry& r = TheRegistry();
+  auto size_of = [this](size_t j) {
+    return expected_.empty() ? int64_t{0} : std::max<int64_t>(0, expected_[j].size);
+  };
+  while (!cancel_.load(std::memory_order_acquire)) {
+    bool go = false;
+    // One look at a time (two workers must not count the same room), and one every
+    // kRoomLookInterval among all the workers (each lists the folder).
+    std::unique_lock<std::mutex> deciding(room_mu_);
+    if (std::chrono::steady_clock::now() >= next_look_) {
+      next_look_ = std::chrono::steady_clock::now() + kRoomLookInterval;
+      int64_t in_flight = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (size_t j = 0; j < urls_.size(); ++j) {
+          if (state_[j] == State::kInFlight) in_flight += size_of(j);
+        }
+      }
+      std::set<std::string> keep = Kept();
+      keep.insert(paths_[static_cast<size_t>(*i)]);
+      const int64_t room = cache_.limit_bytes() - in_flight - size_of(static_cast<size_t>(*i));
+      absl::StatusOr<int64_t> left = cache_.Evict(keep, std::max<int64_t>(0, room));
+      // Room; or a folder that cannot be listed (the download's own error will say more); or
+      // nothing else there (a shard larger than the whole limit still comes, alone).
+      go = !left.ok() || *left <= room || *left + in_flight == 0;
+    }
+    if (!go) {
+      // Else only a shard a reader waits for passes the limit.
+      std::lock_guard<std::mutex> lock(r.mu);
+      auto it = r.entries.find(paths_[static_cast<size_t>(*i)]);
+      go = it != r.entries.end() && it->second.waiters > 0;
+    }
+    if (go) {
+      std::lock_guard<std::mutex> lock(mu_);
+      state_[static_cast<size_t>(*i)] = State::kInFlight;
+      return true;
+    }
+    deciding.unlock();
+    // A reader waits for another shard: that one comes first (past the limit if need be).
+    const std::vector<int> waited = WaitedFor();
+    if (!waited.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (state_[static_cast<size_t>(waited.front())] == State::kQueued ||
+          state_[static_cast<size_t>(waited.front())] == State::kDone) {
+        state_[static_cast<size_t>(*i)] = State::kQueued;
+        next_ = std::min(next_, static_cast<size_t>(*i));
+        *i = waited.front();
+        state_[static_cast<size_t>(*i)] = State::kTaken;
+        continue;
+      }
+    }
+    std::this_thread::sleep_for(kCancelPoll);
+  }
+  return false;
+}
+
+void BackgroundFetch::Run(int worker) {
+  Registry& r = TheRegistry();
+  int idle = 0;
   while (true) {
-    const size_t i = next_.fetch_add(1);
-    if (i >= urls_.size()) return;
-    // One shard per call, so that each is handed to the readers the moment it lands.
+    int taken = Take();
+    if (taken < 0) {
+      // A bounded fetch stays until it is closed: a shard evicted after its readers closed it
+      // may be wanted again (RefetchIfEvicted). Meanwhile it trims the folder back to the limit
+      // once readers close the shards that the downloads they waited for pushed past it.
+      if (!bounded_ || cancel_.load(std::memory_order_acquire)) return;
+      std::this_thread::sleep_for(kCancelPoll);
+      if (worker == 0 && ++idle % kTrimEvery == 0) (void)cache_.Evict(Kept());
+      continue;
+    }
+    bool go = !cancel_.load(std::memory_order_acquire);
+    struct stat st;
+    if (go && bounded_ && stat(paths_[static_cast<size_t>(taken)].c_str(), &st) == 0) {
+      // In the cache already (Ensure checks it is whole): it needs no room.
+      std::lock_guard<std::mutex> lock(mu_);
+      state_[static_cast<size_t>(taken)] = State::kInFlight;
+    } else if (go && bounded_) {
+      go = WaitForRoom(&taken);
+    }
+    const size_t i = static_cast<size_t>(taken);
     absl::StatusOr<CachedShard> got = absl::CancelledError(absl::StrCat("fetch ", urls_[i], ": cancelled"));
-    if (!cancel_.load(std::memory_order_acquire)) got = std::move(cache_.Ensure({urls_[i]}, &cancel_)[0]);
+    // One shard per call, so that each is handed to the readers the moment it lands.
+    std::function<std::set<std::string>()> keep;
+    if (bounded_) keep = [this] { return Kept(); };
+    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep)[0]);
     bool stale = false;
     if (got.ok() && !expected_.empty()) {
       const ExpectedCopy& want = expected_[i];
@@ -143,7 +324,10 @@ void BackgroundFetch::Run() {
       std::lock_guard<std::mutex> lock(r.mu);
       auto it = r.entries.find(paths_[i]);
       if (it != r.entries.end() && it->second.owner == this) {
-        if (got.ok()) {
+        if (got.ok() && bounded_) {
+          it->second.landed = true;  // kept: see RefetchIfEvicted
+          it->second.opened = false;
+        } else if (got.ok()) {
           r.entries.erase(it);
           r.count.store(r.entries.size(), std::memory_order_release);
         } else {
@@ -159,7 +343,9 @@ void BackgroundFetch::Run() {
     {
       std::lock_guard<std::mutex> lock(mu_);
       results_[i] = std::move(got);
-      ++finished_;
+      state_[i] = State::kDone;
+      if (!counted_[i]) ++finished_;
+      counted_[i] = true;
     }
     done_.notify_all();
   }

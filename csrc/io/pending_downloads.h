@@ -13,14 +13,25 @@
 /// never waited for. A failed entry stays registered with its error until a later fetch of the
 /// same path starts or the fetch that failed it is destroyed.
 ///
+/// With a cache limit, the epoch's shards need not fit the cache at once ("bounded" fetch): a
+/// download starts only when the cache, after evicting least recently used entries, has room
+/// for it beside the downloads in flight and the shards landed that no reader has opened yet;
+/// or when a reader waits for it (so the folder passes the limit by at most the shards readers
+/// wait for, one per reader). The shard a reader waits for is fetched first. An entry stays
+/// registered once it landed, so that a reader that finds it evicted (it closed the shard and
+/// comes back to it: RefetchIfEvicted) has it fetched again. Shards open in a reader are never
+/// evicted (HoldCacheEntry).
+///
 /// Threading: any thread.
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +49,15 @@ absl::Status WaitForPendingDownload(const std::string& path, const std::atomic<b
 
 /// True while `path` is registered and neither landed nor failed (a wait would block).
 bool IsPendingDownload(const std::string& path);
+
+/// A reader holds `path` open (and locked: HoldCacheEntry): a shard a bounded fetch landed may
+/// be evicted once its readers close it.
+void NoteShardOpened(const std::string& path);
+
+/// For a shard a bounded fetch of this process landed and that is gone from the cache (evicted
+/// after its readers closed it): registers it as downloading again, to be fetched before the
+/// others, and returns true (the reader then waits for it). False for any other path.
+bool RefetchIfEvicted(const std::string& path);
 
 /// The size and ETag a shard was indexed with: a copy that differs fails as stale.
 struct ExpectedCopy {
@@ -63,19 +83,37 @@ class BackgroundFetch {
   int finished() const;
 
  private:
-  void Run();
+  // kTaken: a worker waits for room to fetch it (bounded fetch).
+  enum class State { kQueued, kTaken, kInFlight, kDone };
+  void Run(int worker);
+  // The next URL to fetch (one a reader waits for first, then the given order), marked in
+  // flight; -1 when none is queued.
+  int Take();
+  // Bounded fetch: waits until URL `*i` may start (see the file comment); may switch `*i` to a
+  // URL a reader waits for. False when cancelled.
+  bool WaitForRoom(int* i);
+  // Indexes whose registered entry a reader waits for and that are not in flight.
+  std::vector<int> WaitedFor() const;
+  // Entries the cache must keep: this fetch's that no reader has opened since they were
+  // registered, in order, as many as fit the limit.
+  std::set<std::string> Kept() const;
 
   const std::vector<std::string> urls_;
   const std::vector<ExpectedCopy> expected_;
   const int max_connections_;
   ShardCache cache_;
+  const bool bounded_;  // a cache limit: see the file comment
   std::vector<std::string> paths_;
   std::atomic<bool> cancel_{false};
+  std::mutex room_mu_;  // WaitForRoom's decisions, one at a time
+  std::chrono::steady_clock::time_point next_look_ ABSL_GUARDED_BY(room_mu_){};
   mutable std::mutex mu_;
   std::vector<absl::StatusOr<CachedShard>> results_ ABSL_GUARDED_BY(mu_);
+  std::vector<State> state_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> counted_ ABSL_GUARDED_BY(mu_);  // in finished_ (a refetch counts once)
   int finished_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;  // no URL before it is queued in the given order
   std::condition_variable done_;
-  std::atomic<size_t> next_{0};  // the next URL a worker takes
   std::vector<std::thread> threads_;
 };
 

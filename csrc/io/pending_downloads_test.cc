@@ -145,6 +145,67 @@ TEST(PendingDownloadsTest, CancellingTheReaderOrDestroyingTheFetchDoesNotWaitFor
   EXPECT_FALSE(IsPendingDownload(entry));  // forgotten with its fetch: a later read opens the file
 }
 
+TEST(PendingDownloadsTest, ABoundedFetchWaitsForRoomServesAWaitingReaderFirstAndRefetches) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  std::vector<std::string> urls, entries;
+  for (int i = 0; i < 4; ++i) {
+    urls.push_back(Source(src, absl::StrCat("s", i, ".tar"), 5000, 10 + i));
+    entries.push_back(ShardCache(dir, 0, {}).EntryPath(urls.back()));
+  }
+  auto exists = [](const std::string& path) { return access(path.c_str(), F_OK) == 0; };
+  RemoteOptions options = FileOptions();
+  options.max_connections = 1;
+  // Room for one shard and a half: the first lands, the second waits for the first's readers.
+  BackgroundFetch fetch(urls, std::vector<ExpectedCopy>(4, ExpectedCopy{5000, std::nullopt}), dir, 8000,
+                        options);
+  const auto start = Clock::now();
+  while (!exists(entries[0]) && Clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(exists(entries[0]));
+  EXPECT_FALSE(exists(entries[1]));
+  EXPECT_TRUE(IsPendingDownload(entries[1]));
+  // A reader waiting for the last shard has it fetched first, past the limit.
+  std::string bytes;
+  ASSERT_TRUE(ReadRange(entries[3], nullptr, &bytes).ok());
+  EXPECT_TRUE(exists(entries[0]));  // not opened yet: kept
+  EXPECT_FALSE(exists(entries[1]));
+  // Each shard read once (its reader closes it): the others come and the cache is trimmed.
+  for (int i : {0, 1, 2}) ASSERT_TRUE(ReadRange(entries[static_cast<size_t>(i)], nullptr, &bytes).ok()) << i;
+  auto results = fetch.Wait();
+  for (const auto& r : results) EXPECT_TRUE(r.ok()) << r.status();
+  // The idle fetch trims the folder back to the limit...
+  const auto trim_start = Clock::now();
+  while (*ShardCache(dir, 8000, {}).CachedBytes() > 8000 && Clock::now() - trim_start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_LE(*ShardCache(dir, 8000, {}).CachedBytes(), 8000);
+  EXPECT_FALSE(exists(entries[0]));  // least recently used
+  // ...and a shard it removed is fetched again for a reader that comes back to it.
+  ASSERT_TRUE(ReadRange(entries[0], nullptr, &bytes).ok());
+  std::ifstream in(src + "/s0.tar", std::ios::binary);
+  std::string want(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(bytes, want.substr(10, 100));
+}
+
+TEST(PendingDownloadsTest, AReaderHoldingACachedShardKeepsItFromEviction) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 5000, 20), b = Source(src, "b.tar", 5000, 21);
+  ShardCache cache(dir, 6000, FileOptions());
+  ASSERT_TRUE(cache.Ensure({a})[0].ok());
+  FileFetcher fetcher(MakePreadReader(1), 1 << 20);
+  ByteBuffer buffer;
+  fetcher.Start(cache.EntryPath(a), &buffer, 0, 10, 100);  // opened, and kept open
+  ASSERT_TRUE(fetcher.Flush().ok());
+  std::vector<FetchedFile> done;
+  while (done.empty()) ASSERT_TRUE(fetcher.Poll(&done, true).ok());
+  ASSERT_TRUE(done[0].status.ok());
+  ASSERT_TRUE(cache.Ensure({b})[0].ok());  // over the limit: a would go, but it is open
+  EXPECT_EQ(access(cache.EntryPath(a).c_str(), F_OK), 0);
+  EXPECT_EQ(*cache.CachedBytes(), 10000);
+}
+
 TEST(PendingDownloadsTest, AForkedChildDoesNotWaitForItsParentsDownloads) {
   const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
   const std::string url = Source(src, "a.tar", 5000, 5);

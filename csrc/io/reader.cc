@@ -2,14 +2,17 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "io/pending_downloads.h"
+#include "io/shard_cache.h"
 
 namespace ringloader {
 
@@ -70,15 +73,27 @@ FileFetcher::~FileFetcher() {
   for (auto& job : jobs_) {
     if (job->op.fd >= 0 && job->cached == nullptr) close(job->op.fd);
   }
-  for (auto& file : cache_) close(file->fd);
+  for (auto& file : cache_) Close(file.get());
+}
+
+void FileFetcher::Close(CachedFile* file) {
+  close(file->fd);
+  if (file->entry_lock >= 0) close(file->entry_lock);
 }
 
 bool FileFetcher::has_room() const { return !idle_jobs_.empty(); }
 
 void FileFetcher::Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out) {
   if (job->cached != nullptr) {
-    --job->cached->users;
+    CachedFile* file = job->cached;
+    --file->users;
     job->cached = nullptr;
+    if (file->entry_lock >= 0 && file->users == 0 && file->last_use != use_clock_) {
+      // A cached remote shard this reader has moved on from (another was opened or used
+      // since): closed, so that the cache may evict it (see OpenCached).
+      Close(file);
+      cache_.erase(std::find_if(cache_.begin(), cache_.end(), [file](const auto& f) { return f.get() == file; }));
+    }
   } else if (job->op.fd >= 0) {
     close(job->op.fd);
   }
@@ -89,6 +104,10 @@ void FileFetcher::Finish(Job* job, absl::Status status, std::vector<FetchedFile>
 }
 
 namespace {
+
+// Opens of a remote shard evicted from a cache smaller than the epoch's shards between its
+// landing and the open, each fetching it again (io/pending_downloads.h), before the open fails.
+constexpr int kOpenAttempts = 3;
 
 // Why a stat()ed file cannot be read as a sample, or OK.
 absl::Status CheckRegular(const std::string& path, const struct stat& st) {
@@ -106,18 +125,23 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
       return file.get();
     }
   }
-  // A remote shard the epoch's background download has not landed yet: wait for it, or fail
-  // with its download's error.
-  if (absl::Status pending = WaitForPendingDownload(path, cancel_); !pending.ok()) {
-    *error = std::move(pending);
-    return nullptr;
-  }
-  // O_NONBLOCK: see Start.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  ++opens_;
-  if (fd < 0) {
-    *error = ErrnoStatus(errno, "open", path);
-    return nullptr;
+  int fd = -1;
+  for (int attempt = 0; attempt < kOpenAttempts && fd < 0; ++attempt) {
+    // A remote shard the epoch's background download has not landed yet: wait for it, or fail
+    // with its download's error. One evicted since it landed (a cache smaller than the epoch's
+    // shards) is fetched again by that wait, hence the further attempts.
+    if (absl::Status pending = WaitForPendingDownload(path, cancel_); !pending.ok()) {
+      *error = std::move(pending);
+      return nullptr;
+    }
+    // O_NONBLOCK: see Start.
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    const int open_errno = errno;
+    ++opens_;
+    if (fd < 0 && (open_errno != ENOENT || attempt + 1 == kOpenAttempts || !RefetchIfEvicted(path))) {
+      *error = ErrnoStatus(open_errno, "open", path);
+      return nullptr;
+    }
   }
   struct stat st;
   absl::Status usable = fstat(fd, &st) != 0 ? ErrnoStatus(errno, "fstat", path) : CheckRegular(path, st);
@@ -131,6 +155,26 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
   file->fd = fd;
   file->size = static_cast<uint64_t>(st.st_size);
   file->last_use = ++use_clock_;
+  // A remote shard's cached copy stays in the cache while this reader has it open.
+  file->entry_lock = HoldCacheEntry(path);
+  if (file->entry_lock >= 0) {
+    NoteShardOpened(path);
+    (void)futimens(fd, nullptr);  // just used: the last the cache evicts
+    // Readers move on from shard to shard: copies a reader kept open (locked) after moving on
+    // would hold the cache past its limit, so those no read uses are closed (opening one again
+    // while it is cached costs a few system calls).
+    std::vector<CachedFile*> idle;
+    for (auto& other : cache_) {
+      if (other->entry_lock >= 0 && other->users == 0) idle.push_back(other.get());
+    }
+    std::sort(idle.begin(), idle.end(), [](CachedFile* a, CachedFile* b) { return a->last_use > b->last_use; });
+    for (size_t k = kIdleCacheEntries; k < idle.size(); ++k) {
+      Close(idle[k]);
+      idle[k]->fd = -1;
+    }
+    cache_.erase(std::remove_if(cache_.begin(), cache_.end(), [](const auto& f) { return f->fd < 0; }),
+                 cache_.end());
+  }
   if (cache_.size() >= kMaxCachedFiles) {
     // Evict the least recently used file no read is using; when all are busy, grow past the
     // bound for now (at most depth() files can be busy).
@@ -139,7 +183,7 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
       if ((*it)->users == 0 && (victim == cache_.end() || (*it)->last_use < (*victim)->last_use)) victim = it;
     }
     if (victim != cache_.end()) {
-      close((*victim)->fd);
+      Close(victim->get());
       cache_.erase(victim);
     }
   }

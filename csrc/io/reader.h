@@ -120,6 +120,8 @@ class FileFetcher {
 
   /// Files kept open for ranged reads.
   static constexpr size_t kMaxCachedFiles = 16;
+  /// Remote-shard cache entries (io/shard_cache.h) kept open while no read uses them.
+  static constexpr size_t kIdleCacheEntries = 0;
 
  private:
   struct Job;
@@ -129,7 +131,9 @@ class FileFetcher {
     uint64_t size = 0;
     int users = 0;  // jobs reading through fd now
     uint64_t last_use = 0;
+    int entry_lock = -1;  // a remote-shard cache entry's shared lock (HoldCacheEntry), or -1
   };
+  void Close(CachedFile* file);
   void Finish(Job* job, absl::Status status, std::vector<FetchedFile>* out);
   // The cache entry of `path`, opening (and evicting an idle entry) when needed; null with
   // `*error` set when the file cannot be used.

@@ -62,13 +62,14 @@ class EntryLock {
   ~EntryLock() {
     if (fd_ >= 0) close(fd_);  // closing the description releases the flock
   }
-  /// Locked: OK + true; held by someone else: OK + false.
-  absl::StatusOr<bool> TryLock(const std::string& path) {
+  /// Locked: OK + true; held by someone else: OK + false. `op`: LOCK_EX, or LOCK_SH (shared
+  /// with readers, to serve a complete entry).
+  absl::StatusOr<bool> TryLock(const std::string& path, int op = LOCK_EX) {
     if (fd_ < 0) {
       fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
       if (fd_ < 0) return ErrnoStatus(errno, "open", path);
     }
-    while (flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    while (flock(fd_, op | LOCK_NB) != 0) {
       if (errno == EINTR) continue;
       if (errno == EWOULDBLOCK) return false;
       return ErrnoStatus(errno, "flock", path);
@@ -124,6 +125,18 @@ void Touch(const std::string& path) { utimensat(AT_FDCWD, path.c_str(), nullptr,
 
 }  // namespace
 
+int HoldCacheEntry(const std::string& path) {
+  const std::string lock_path = absl::StrCat(path, kLockSuffix);
+  const int fd = open(lock_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  while (flock(fd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 ShardCache::ShardCache(std::string dir, int64_t limit_bytes, RemoteOptions options)
     : dir_(std::move(dir)), limit_bytes_(limit_bytes), options_(std::move(options)) {}
 
@@ -132,7 +145,8 @@ std::string ShardCache::EntryPath(const std::string& url) const {
 }
 
 std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<std::string>& urls,
-                                                            const std::atomic<bool>* cancel) {
+                                                            const std::atomic<bool>* cancel,
+                                                            const std::function<std::set<std::string>()>& also_keep) {
   std::vector<absl::StatusOr<CachedShard>> out(urls.size(), absl::UnknownError("not fetched"));
   if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     const absl::Status status = ErrnoStatus(errno, "mkdir", dir_);
@@ -162,11 +176,20 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
         out[i] = locked.status();
         continue;
       }
+      CachedShard shard;
       if (!*locked) {
-        busy.push_back(i);
+        // Held: by a download or an eviction (exclusive), or by readers (shared), whose entry
+        // is complete and is served without waiting for them to close it.
+        EntryLock shared;
+        absl::StatusOr<bool> read_locked = shared.TryLock(entry + kLockSuffix, LOCK_SH);
+        if (read_locked.ok() && *read_locked && CompleteEntry(entry, urls[i], &shard)) {
+          Touch(entry);
+          out[i] = shard;
+        } else {
+          busy.push_back(i);
+        }
         continue;
       }
-      CachedShard shard;
       if (CompleteEntry(entry, urls[i], &shard)) {
         Touch(entry);
         out[i] = shard;
@@ -206,6 +229,7 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
   }
   if (downloaded_any && limit_bytes_ > 0) {
     // Best effort: a cache that cannot be trimmed still served this call's shards.
+    if (also_keep) keep.merge(also_keep());
     (void)Evict(keep);
   }
   return out;
@@ -253,14 +277,15 @@ absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
   return total;
 }
 
-absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep) {
+absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep, int64_t target_bytes) {
   RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
   int64_t total = 0;
   for (const Entry& e : entries) total += e.size;
   if (limit_bytes_ <= 0) return total;
+  const int64_t target = target_bytes < 0 ? limit_bytes_ : target_bytes;
   std::sort(entries.begin(), entries.end());
   for (const Entry& e : entries) {
-    if (total <= limit_bytes_) break;
+    if (total <= target) break;
     if (keep.count(e.path)) continue;
     EntryLock lock;
     absl::StatusOr<bool> locked = lock.TryLock(e.path + kLockSuffix);

@@ -15,8 +15,10 @@
 ///
 /// Least recently used eviction: an entry's mtime is set to now whenever Ensure hands it out;
 /// after downloading, Ensure removes the oldest complete entries (not the ones it was asked for,
-/// nor one locked by another process) until the folder's complete entries fit `limit_bytes`.
-/// The folder can pass the limit by the shards being downloaded at that moment.
+/// nor one locked by another process or held open by a reader) until the folder's complete
+/// entries fit `limit_bytes`. The folder can pass the limit by the shards being downloaded at
+/// that moment. Readers hold a shared lock (HoldCacheEntry) while an entry is open; Ensure
+/// serves a complete entry under a shared lock when the exclusive one is taken by readers.
 ///
 /// Lock files stay when their entry is evicted (empty files): removing one while another
 /// process may be opening it would let two processes hold "the" lock on two different files.
@@ -25,6 +27,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,6 +46,13 @@ struct CachedShard {
   int attempts = 0;         ///< requests this call made for it
 };
 
+/// While a reader has `path` open: a shared lock on its entry's lock file when `path` is a cache
+/// entry (it has one), so that no eviction, in this process or another, removes a shard being
+/// read. Returns the lock's descriptor (close it to release), or -1 when `path` is not an entry
+/// or its lock is held exclusively at this moment (being evicted or downloaded: the read then
+/// goes on without it).
+int HoldCacheEntry(const std::string& path);
+
 class ShardCache {
  public:
   /// `limit_bytes` 0: no limit.
@@ -54,13 +64,19 @@ class ShardCache {
   /// Every URL as a complete local file, downloading those not in the cache (at most
   /// `max_connections` at once), then evicting to the limit. One result per URL, in order; a
   /// shard that could not be fetched has its download's error (remote.h's fault rules).
-  std::vector<absl::StatusOr<CachedShard>> Ensure(const std::vector<std::string>& urls,
-                                                  const std::atomic<bool>* cancel = nullptr);
+  /// `also_keep`, when set: entries (paths from EntryPath) the eviction after the downloads must
+  /// keep besides those of `urls`, asked for when it runs.
+  std::vector<absl::StatusOr<CachedShard>> Ensure(
+      const std::vector<std::string>& urls, const std::atomic<bool>* cancel = nullptr,
+      const std::function<std::set<std::string>()>& also_keep = nullptr);
 
-  /// Removes least recently used complete entries until those left fit the limit, keeping the
-  /// entries of `keep` (paths from EntryPath) and any locked by someone else. Returns the bytes
-  /// of complete entries left.
-  absl::StatusOr<int64_t> Evict(const std::set<std::string>& keep);
+  /// Removes least recently used complete entries until those left fit `target_bytes` (-1: the
+  /// limit), keeping the entries of `keep` (paths from EntryPath) and any locked by someone else
+  /// (a download, an eviction, a reader: see HoldCacheEntry). Returns the bytes of complete
+  /// entries left.
+  absl::StatusOr<int64_t> Evict(const std::set<std::string>& keep, int64_t target_bytes = -1);
+
+  int64_t limit_bytes() const { return limit_bytes_; }
 
   /// Bytes of the complete entries in the folder.
   absl::StatusOr<int64_t> CachedBytes() const;

@@ -275,6 +275,10 @@ class NativeBackend(Backend):
         self._overlap_off: Optional[str] = (
             "persistent_workers=False: the pipeline starts empty every epoch"
             if persistent_workers is False else None)
+        for f in self._folders:
+            # A remote source whose shards exceed its cache (the next epoch's first shards would
+            # be evicted by this one's) reads no epoch ahead.
+            self._overlap_off = self._overlap_off or getattr(f, "read_ahead_off", None)
         self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
         self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
         # Read-ahead epochs dropped because their files changed before adoption, and the last why.

@@ -694,6 +694,12 @@ class _ThrottledFiles:
             # then retries after a second: not the link's cost.
             request_queue_size = 128
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # A client that stops reading (a pipe:curl stream closed at the epoch's last
+                # whole batch) is not a server fault worth a traceback.
+                if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                    super().handle_error(request, client_address)
+
         self.server = Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -756,8 +762,12 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
     ``--link-latency-ms`` per request and ``--link-rate`` MB/s: epoch 1 of ``http://`` shards (the
     download into an empty cache included) against the link's rate, with the download first and
     then as the DataLoader does it (overlapping the decoding), epoch 2 (from the cache)
-    against the local shards, and one epoch of ``pipe:curl`` streams of the same URLs. Train
-    transform, shard order (no shuffle: every run reads the same bytes), one epoch each."""
+    against the local shards, two epochs through a ``cache_limit`` of half the shards' bytes
+    (each epoch downloads them again), and the peers over the same link, two epochs each
+    (neither keeps a copy, so both epochs pay the link): ``pipe:curl`` streams of the same URLs,
+    and the ``webdataset`` package's own reader under torch's DataLoader (``--num-workers``
+    worker processes, torchvision's transforms). Train transform, shard order (no shuffle:
+    every run reads the same bytes)."""
     import shutil
     import tempfile
 
@@ -778,8 +788,12 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
         urls = [f"{link.url}/{n}" for n in names]
 
         def epoch(ds: Any) -> tuple:
+            # One epoch per loader: persistent_workers=False, else the loader would spend the
+            # timed epoch's CPU reading ahead a next epoch that nobody takes (a source whose
+            # shards exceed its cache, and pipe: streams, read none ahead: they would look faster).
             loader = rl.DataLoader(ds, batch_size=cfg.batch_size, shuffle=False,
-                                   num_workers=cfg.num_workers, drop_last=True)
+                                   num_workers=cfg.num_workers, drop_last=True,
+                                   persistent_workers=False)
             t0 = time.perf_counter()
             images = sum(int(labels.shape[0]) for _, labels in loader)
             return images, time.perf_counter() - t0
@@ -815,41 +829,78 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
                 "epoch1_overlapped_seconds": build_s + overlapped_s,
                 "local_seconds": local_s, "link_floor_seconds": total / (args.link_rate * 1e6),
             }
+            log("http:// through a cache of half the shards' bytes, two epochs ...")
+            index = Path(tmp) / "small-index"
+            rl.WebDataset(urls, cache_dir=str(cache), index_cache=str(index))  # kept indexes
+            small = rl.WebDataset(urls, transform=transform, cache_dir=str(cache) + "-small",
+                                  cache_limit=total // 2, index_cache=str(index))
+            report["small_cache_seconds"] = [epoch(small)[1] for _ in range(2)]
+            small.close_downloads()
             if shutil.which("curl"):
-                log("pipe:curl ...")
+                log("pipe:curl, two epochs ...")
                 index = Path(tmp) / "pipe-index"
                 wdsmod = importlib.import_module("ringloader.webdataset")
                 piped_urls = [f"pipe:curl -s -f {u}" for u in urls]
                 for url, n in zip(piped_urls, names):
                     wdsmod.cache_index_as(url, str(work / n), str(index))
                 piped = rl.WebDataset(piped_urls, transform=transform, index_cache=str(index))
-                _, report["pipe_curl_seconds"] = epoch(piped)
+                report["pipe_curl_seconds"] = [epoch(piped)[1] for _ in range(2)]
+            if importlib.util.find_spec("webdataset") is not None:
+                log("the webdataset package over the same URLs, two epochs ...")
+                report["webdataset_seconds"] = [
+                    _webdataset_package_epoch(urls, cfg) for _ in range(2)]
         finally:
             link.stop()
     return report
 
 
+def _webdataset_package_epoch(urls: Sequence[str], cfg: Config) -> float:
+    """Seconds of one epoch of the ``webdataset`` package's own reader over ``urls`` (it streams
+    each shard through its http GET, every epoch), the same train pipeline in torchvision's
+    transforms, under torch's DataLoader with ``--num-workers`` processes: the peer a user of
+    object-storage shards would otherwise reach for."""
+    torch, torchvision = _import_torch()
+    wds = importlib.import_module("webdataset")
+    transform = make_transform(torchvision.transforms, "train")
+    # Shards split over the workers (the package's default with a DataLoader), batched in them.
+    ds = (wds.WebDataset(list(urls), shardshuffle=False, empty_check=False)
+          .decode("pil").to_tuple("jpg;jpeg;png", "cls").map_tuple(transform, int)
+          .batched(cfg.batch_size, partial=False))
+    loader = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=cfg.num_workers)
+    t0 = time.perf_counter()
+    for _images, labels in loader:
+        int(labels.shape[0])
+    return time.perf_counter() - t0
+
+
 def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
                          report: dict[str, Any]) -> str:
+    """Every epoch as seconds, img/s, and its ratio to the link's floor (the seconds the shards'
+    bytes need at the link's rate: 1.0 moves them as fast as the link allows) and to the local
+    shards' epoch (1.0 reads like a local disk)."""
     n = report["images"]
+    link, local = report["link_floor_seconds"], report["local_seconds"]
+
+    def line(name: str, seconds: float, note: str = "") -> str:
+        return (f"  {name:31s}: {seconds:6.2f} s, {n / seconds:4.0f} img/s, {link / seconds:.2f}x "
+                f"the link, {local / seconds:.2f}x local{note}")
+
     lines = [
         f"ringloader remote benchmark: {report['images']} images, {report['shards']} shards "
         f"({report['shard_bytes'] / 1e6:.1f} MB) over a loopback link of {report['link_mb_per_s']:g} "
-        f"MB/s and {report['link_latency_ms']:g} ms per request, train transform, batch "
-        f"{cfg.batch_size}, {cfg.num_workers} threads, one epoch each",
-        f"  epoch 1 (http://, empty cache): {report['epoch1_seconds']:6.2f} s "
-        f"(download {report['fetch_seconds']:.2f} s = {report['fetch_mb_per_s']:.1f} MB/s; the link "
-        f"alone needs {report['link_floor_seconds']:.2f} s)",
-        f"  epoch 1, download overlapping : {report['epoch1_overlapped_seconds']:6.2f} s "
-        f"(decoding starts once the first shard has landed)",
-        f"  epoch 2 (from the cache)      : {report['epoch2_seconds']:6.2f} s, "
-        f"{n / report['epoch2_seconds']:.0f} img/s",
-        f"  local shards                  : {report['local_seconds']:6.2f} s, "
-        f"{n / report['local_seconds']:.0f} img/s",
+        f"MB/s and {report['link_latency_ms']:g} ms per request (the link alone needs "
+        f"{link:.2f} s), train transform, batch {cfg.batch_size}, {cfg.num_workers} threads "
+        f"(workers for the webdataset package)",
+        line("local shards", local),
+        line("http://, epoch 1, fetch first", report["epoch1_seconds"],
+             f" (download {report['fetch_seconds']:.2f} s = {report['fetch_mb_per_s']:.1f} MB/s)"),
+        line("http://, epoch 1, overlapping", report["epoch1_overlapped_seconds"]),
+        line("http://, epoch 2 (cache)", report["epoch2_seconds"]),
     ]
-    if "pipe_curl_seconds" in report:
-        lines.append(f"  pipe:curl (each epoch)        : {report['pipe_curl_seconds']:6.2f} s, "
-                     f"{n / report['pipe_curl_seconds']:.0f} img/s")
+    for key, name in (("small_cache_seconds", "http://, cache of half"),
+                      ("pipe_curl_seconds", "pipe:curl"), ("webdataset_seconds", "webdataset pkg")):
+        for e, seconds in enumerate(report.get(key, [])):
+            lines.append(line(f"{name}, epoch {e + 1}", seconds))
     lines.append(f"  machine: {machine.get('cpu', '?')}")
     return "\n".join(lines)
 
@@ -1413,7 +1464,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                         "tree of hard links (built once under the cache folder) to the JPEGs of --root "
                          "(default: the sample set), torch vs ringloader; remote: the shards over a "
                          "throttled loopback http link (epoch 1 downloads into the cache, epoch 2 reads "
-                         "it) vs local shards and pipe:curl; hf: the images saved as a "
+                         "it) vs local shards, pipe:curl and the webdataset package; hf: the images saved as a "
                          "Hugging Face dataset, rl.HFDataset vs with_transform + torch; parquet: the "
                          "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder; "
                          "segmentation: a user Dataset of an image and its mask a sample; "

@@ -369,8 +369,9 @@ class WebDataset(NativeDataset):
     (default ``~/.cache/ringloader/shards``) shared by the processes of the node (one download
     per shard, a file lock), and read from there like local shards; least recently used shards
     are removed to keep the folder within ``cache_limit`` (bytes or a size like ``"50GB"``;
-    None: no limit). https uses ``ca_file`` (or ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``)
-    when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
+    None: no limit), which may be smaller than the dataset (each epoch then streams through
+    the cache, downloading again what it evicted). https uses ``ca_file`` (or
+    ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
     ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``).
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
@@ -691,14 +692,6 @@ class WebDataset(NativeDataset):
                 error.path = self.urls[s]
                 raise error
             self.shard_paths[s] = r["path"]
-        limit = self._fetcher.cache_limit
-        if construction and limit:
-            total = sum(c[0] for c in self._remote_copies if c is not None)
-            if total > limit:
-                raise ValueError(
-                    f"WebDataset cache_limit ({limit} bytes) is smaller than the dataset's remote "
-                    f"shards ({total} bytes): every shard must fit in the cache at once (raise "
-                    f"cache_limit or point cache_dir at a larger disk)")
         return failed
 
     def _classes_file(self) -> Optional[List[str]]:
@@ -740,6 +733,18 @@ class WebDataset(NativeDataset):
             seed = int(generator.initial_seed())
         return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
                                  seed=seed, drop_last=drop_last)
+
+    @property
+    def read_ahead_off(self) -> Optional[str]:
+        """Why the DataLoader must not read the next epoch ahead, or None: the remote shards
+        are larger than ``cache_limit``, so the current epoch evicts the next one's first shards
+        as it goes."""
+        limit = 0 if self._fetcher is None else self._fetcher.cache_limit
+        total = sum(c[0] for c in self._remote_copies if c is not None)
+        if limit and total > limit:
+            return (f"the remote shards ({total} bytes) exceed the WebDataset's cache_limit "
+                    f"({limit} bytes): each epoch downloads again what the last one evicted")
+        return None
 
     @property
     def remote_copies(self) -> List[Optional[Tuple[int, Optional[str]]]]:
@@ -859,6 +864,11 @@ class WebDataset(NativeDataset):
                 os.utime(self.shard_paths[s])  # just used: the last to be evicted
             except OSError:
                 missing.append(s)
+        if background and self.read_ahead_off is not None:
+            # The shards exceed the cache: the epoch's downloads take every shard in (those in
+            # the cache at once), so that one evicted while the epoch runs is fetched again, and
+            # the folder is trimmed back to the limit as the readers move on.
+            missing = [s for s in wanted if self._remote_copies[s] is not None]
         if missing:
             # Into the cache: not downloaded yet (the dataset was built from kept indexes), or
             # evicted since. One that cannot be fetched now fails its samples when they are read
@@ -868,11 +878,15 @@ class WebDataset(NativeDataset):
             if background:
                 assert self._fetcher is not None
                 self._take_in_downloads()
-                self.close_downloads()
-                self._background_shards = list(missing)
+                # The new downloads take over the shards first, then the old ones close: a
+                # reader of the epoch read ahead never finds a shard it waits for unregistered.
+                before = self._background
                 self._background = self._fetcher.start(
                     [self.urls[s] for s in missing],
                     [self._remote_copies[s] for s in missing])  # type: ignore[misc]
+                self._background_shards = list(missing)
+                if before is not None:
+                    before.close()
             else:
                 self._fetch_errors.update(self._fetch_remote(missing, construction=False))
         for s in wanted:
