@@ -613,14 +613,18 @@ TEST(JpegDecoderStrict, ACleanScanIsRememberedForTheSameBytesOnly) {
   EXPECT_FALSE(memo.Contains(decode_internal::ScanFingerprint(bottom.data(), bottom.size())));
 }
 
-/// Scan flavours for the tail tests: interleaved (4:2:0, 4:2:2, 4:4:4), one component (gray),
-/// restart markers, progressive, and arithmetic coding with restarts (the library's own skip).
+/// Scan flavours for the tail tests: interleaved (4:2:0, 4:2:2, 4:4:4, four-component CMYK), one
+/// component (gray), restart markers, progressive, and arithmetic coding with restarts (the
+/// library's own skip).
 /// Odd sizes leave partial MCUs at the right and bottom edges.
 std::vector<FullCase> TailCases(int w, int h) {
   std::vector<FullCase> cases = {
       {"420", Flavor(w, h, 2, 2)}, {"422", Flavor(w, h, 2, 1)}, {"444", Flavor(w, h, 1, 1)}};
   FullCase c{"gray", Flavor(w, h, 1, 1)};
   c.flavor.color = Color::kGray;
+  cases.push_back(c);
+  c = {"cmyk", Flavor(w, h, 2, 2)};
+  c.flavor.color = Color::kCmyk;
   cases.push_back(c);
   c = {"restart", Flavor(w, h, 2, 2)};
   c.flavor.restart_interval = 4;
