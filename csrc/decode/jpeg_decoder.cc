@@ -385,10 +385,10 @@ int ChooseScale(const SampleGeometry& g) {
 /// skips, so every byte of the scan meets the same Huffman, restart and end-of-data checks as in
 /// a full decode (the verdict is the entropy decoder's and the marker reader's: the IDCT,
 /// upsampling and colour conversion never warn). jpeg_skip_scanlines itself reconstructs the
-/// rest of the current iMCU row, the context rows of fancy upsampling and the last row in full;
-/// for a training crop those rows were a third of the tail. Multi-scan files (progressive, one
-/// scan per component) were read whole by jpeg_start_decompress: only the markers after the
-/// last scan are left. Arithmetic-coded files (rare) keep the library's own skip.
+/// rest of the current iMCU row, the context rows of fancy upsampling and the last row in full,
+/// about an eighth of the tail's instructions for a training crop. Multi-scan files
+/// (progressive, one scan per component) were read whole by jpeg_start_decompress: only the
+/// markers after the last scan are left. Arithmetic-coded files (rare) keep the library's skip.
 void FinishScan(j_decompress_ptr cinfo, uint8_t* row_buffer) {
   const JDIMENSION h = cinfo->output_height;
 #if RL_HAVE_JPEGINT
