@@ -11,6 +11,15 @@
 // (D_ARITH_CODING_SUPPORTED declares JWRN_ARITH_BAD_CODE).
 #include <jpeglib.h>
 #include <jerror.h>
+// The entropy decoder and input controller interfaces (their layout is unchanged since IJG 6b):
+// FinishScan runs the entropy decoder alone over the rest of a scan. Without the header the
+// rest is read through jpeg_skip_scanlines, which also reconstructs a row or two.
+#if __has_include(<jpegint.h>)
+#include <jpegint.h>
+#define RL_HAVE_JPEGINT 1
+#else
+#define RL_HAVE_JPEGINT 0
+#endif
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -369,10 +378,47 @@ int ChooseScale(const SampleGeometry& g) {
 
 /// Reads the rest of the image after the rows a sample needs and the markers up to end-of-image,
 /// so that damage below the crop (a corrupt-data warning in strict mode, a broken marker) gives
-/// the same verdict whatever the crop. The remaining rows are skipped (entropy-decoded, no IDCT)
-/// except the last one: jpeg_skip_scanlines does not decode at all when asked to skip to the end.
+/// the same verdict whatever the crop.
+///
+/// Single-scan Huffman files: the remaining MCUs go through the entropy decoder alone, with no
+/// coefficient buffer, exactly the calls jpeg_skip_scanlines makes for the whole iMCU rows it
+/// skips, so every byte of the scan meets the same Huffman, restart and end-of-data checks as in
+/// a full decode (the verdict is the entropy decoder's and the marker reader's: the IDCT,
+/// upsampling and colour conversion never warn). jpeg_skip_scanlines itself reconstructs the
+/// rest of the current iMCU row, the context rows of fancy upsampling and the last row in full,
+/// about an eighth of the tail's instructions for a training crop. Multi-scan files
+/// (progressive, one scan per component) were read whole by jpeg_start_decompress: only the
+/// markers after the last scan are left. Arithmetic-coded files (rare) keep the library's skip.
 void FinishScan(j_decompress_ptr cinfo, uint8_t* row_buffer) {
   const JDIMENSION h = cinfo->output_height;
+#if RL_HAVE_JPEGINT
+  const bool multi_scan = cinfo->inputctl->has_multiple_scans;
+  if (multi_scan || !cinfo->arith_code) {
+    if (!multi_scan && cinfo->input_iMCU_row < cinfo->total_iMCU_rows) {
+      // MCU rows per iMCU row, as the coefficient controller counts them: one for an interleaved
+      // scan; a lone component's vertical factor, fewer in the last iMCU row.
+      const jpeg_component_info* comp = cinfo->cur_comp_info[0];
+      while (cinfo->input_iMCU_row < cinfo->total_iMCU_rows) {
+        const bool last_row = cinfo->input_iMCU_row + 1 == cinfo->total_iMCU_rows;
+        const int mcu_rows = cinfo->comps_in_scan > 1 ? 1
+                             : last_row                ? comp->last_row_height
+                                                       : comp->v_samp_factor;
+        for (int y = 0; y < mcu_rows; ++y) {
+          for (JDIMENSION x = 0; x < cinfo->MCUs_per_row; ++x) {
+            (*cinfo->entropy->decode_mcu)(cinfo, nullptr);
+          }
+        }
+        ++cinfo->input_iMCU_row;
+      }
+      (*cinfo->inputctl->finish_input_pass)(cinfo);  // the markers come next
+    }
+    cinfo->output_scanline = h;  // no row is wanted any more
+    jpeg_finish_decompress(cinfo);  // reads the markers up to EOI; a broken one is an error
+    return;
+  }
+#endif
+  // The remaining rows are skipped (entropy-decoded, no IDCT) except the last one:
+  // jpeg_skip_scanlines does not decode at all when asked to skip to the end.
   if (cinfo->output_scanline + 1 < h) jpeg_skip_scanlines(cinfo, h - 1 - cinfo->output_scanline);
   JSAMPROW row = row_buffer;
   while (cinfo->output_scanline < h && jpeg_read_scanlines(cinfo, &row, 1) == 1) {

@@ -613,6 +613,113 @@ TEST(JpegDecoderStrict, ACleanScanIsRememberedForTheSameBytesOnly) {
   EXPECT_FALSE(memo.Contains(decode_internal::ScanFingerprint(bottom.data(), bottom.size())));
 }
 
+/// Scan flavours for the tail tests: interleaved (4:2:0, 4:2:2, 4:4:4, four-component CMYK), one
+/// component (gray), restart markers, progressive, and arithmetic coding with restarts (the
+/// library's own skip).
+/// Odd sizes leave partial MCUs at the right and bottom edges.
+std::vector<FullCase> TailCases(int w, int h) {
+  std::vector<FullCase> cases = {
+      {"420", Flavor(w, h, 2, 2)}, {"422", Flavor(w, h, 2, 1)}, {"444", Flavor(w, h, 1, 1)}};
+  FullCase c{"gray", Flavor(w, h, 1, 1)};
+  c.flavor.color = Color::kGray;
+  cases.push_back(c);
+  c = {"cmyk", Flavor(w, h, 2, 2)};
+  c.flavor.color = Color::kCmyk;
+  cases.push_back(c);
+  c = {"restart", Flavor(w, h, 2, 2)};
+  c.flavor.restart_interval = 4;
+  cases.push_back(c);
+  c = {"progressive", Flavor(w, h, 2, 2)};
+  c.flavor.progressive = true;
+  cases.push_back(c);
+  c = {"arithmetic_restart", Flavor(w, h, 2, 2)};
+  c.flavor.arithmetic = true;
+  c.flavor.restart_interval = 3;
+  cases.push_back(c);
+  return cases;
+}
+
+// The scan past the crop is read by the entropy decoder alone: for clean files of every scan
+// layout it must end exactly at the end of the scan (one MCU too many or too few is a
+// corrupt-data error), wherever the crop ends.
+TEST(JpegDecoderStrict, CleanFilesOfEveryScanLayoutPassWhateverTheCrop) {
+  TransformStep rrc = Step(Kind::kRandomResizedCrop, 24);
+  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kHWC);
+  std::vector<uint8_t> out(p.SampleBytes());
+  static uint8_t run = 0;  // the memo is process-wide: new bytes when the test repeats
+  ++run;
+  for (const FullCase& c : TailCases(203, 157)) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpeg = EncodeJpeg(c.flavor);
+    for (uint8_t seed = 0; seed < 12; ++seed) {
+      // A comment segment numbering the copy keeps the memo from vouching for it.
+      std::vector<uint8_t> bytes = jpeg;
+      bytes.insert(bytes.begin() + 2, {0xFF, 0xFE, 0x00, 0x04, seed, run});
+      JpegDecoder decoder;
+      SampleRng rng(seed);
+      DecodeStats stats;
+      const absl::Status s = decoder.DecodeInto(bytes.data(), bytes.size(), p, rng, out.data(),
+                                                &stats);
+      ASSERT_TRUE(s.ok()) << s << " seed " << int{seed};
+      EXPECT_EQ(stats.warnings, 0);
+    }
+  }
+}
+
+// Damage below the crop: the strict (and the lenient) verdict of a small centre crop is the
+// verdict of a full decode, which reads every row, for each scan layout and kind of damage.
+TEST(JpegDecoderStrict, DamageBelowTheCropGetsTheFullDecodesVerdict) {
+  const TransformPipeline p = SmallCenterCrop();
+  std::vector<uint8_t> out(p.SampleBytes());
+  SampleRng chaos(2024);
+  for (const FullCase& c : TailCases(160, 480)) {
+    SCOPED_TRACE(c.name);
+    const std::vector<uint8_t> jpeg = EncodeJpeg(c.flavor);
+    const size_t scan = ScanStart(jpeg);
+    // The last fifth of the file: far below the 16-pixel centre crop's rows.
+    const size_t from = scan + (jpeg.size() - scan) * 4 / 5;
+    const size_t to = jpeg.size() - 2;  // the end-of-image marker stays
+    int refused = 0;
+    for (int iter = 0; iter < 32; ++iter) {
+      std::vector<uint8_t> bytes = jpeg;
+      const size_t pos = static_cast<size_t>(chaos.RandInt(static_cast<int64_t>(from),
+                                                           static_cast<int64_t>(to)));
+      switch (iter % 4) {
+        case 0:  // bit flips
+          for (int k = 0; k < 3; ++k) {
+            const size_t at = std::min(to - 1, pos + static_cast<size_t>(chaos.RandInt(0, 64)));
+            bytes[at] ^= static_cast<uint8_t>(1u << chaos.RandInt(0, 8));
+          }
+          break;
+        case 1:  // bytes removed
+          bytes.erase(bytes.begin() + static_cast<ptrdiff_t>(pos),
+                      bytes.begin() + static_cast<ptrdiff_t>(std::min(to, pos + 1 + iter)));
+          break;
+        case 2:  // cut and re-terminated: the scan runs out of data
+          bytes.resize(pos);
+          bytes.insert(bytes.end(), {0xFF, 0xD9});
+          break;
+        default:  // a restart marker where the data or another restart marker should be
+          bytes.insert(bytes.begin() + static_cast<ptrdiff_t>(pos),
+                       {0xFF, static_cast<uint8_t>(0xD0 + chaos.RandInt(0, 8))});
+          break;
+      }
+      for (bool strict : {true, false}) {
+        JpegDecoder roi, full;
+        roi.set_strict(strict);
+        full.set_strict(strict);
+        SampleRng rng(iter);
+        const absl::Status s = roi.DecodeInto(bytes.data(), bytes.size(), p, rng, out.data());
+        const absl::Status f = full.DecodeFull(bytes.data(), bytes.size()).status();
+        EXPECT_EQ(s.code(), f.code()) << "damage " << iter % 4 << " at " << pos << " strict "
+                                      << strict << ": crop " << s << ", full " << f;
+        if (strict && !s.ok()) ++refused;
+      }
+    }
+    EXPECT_GE(refused, 8);  // the cuts at least are refused by every layout
+  }
+}
+
 // Pillow reads the markers up to end-of-image and refuses a broken one, whatever the crop.
 TEST(JpegDecoderErrors, BrokenMarkerAfterTheScanIsDataLossInBothModes) {
   const std::vector<uint8_t> tall = EncodeJpeg(Flavor(256, 1024, 2, 2));
