@@ -477,28 +477,28 @@ class Batcher:
         return self._collate(structures, collate_fn_map=fn_map)
 
 
-def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
-    """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
-    None (a file), over all folders; None when no sample is in memory."""
-    columns = [getattr(f, "memory", None) for f in folders]
+def _column(folders: Sequence[NativeDataset], name: str) -> Optional[list]:
+    """Each sample's entry of the per-sample column ``name`` over all folders (None for a
+    folder without it); None when no folder has one."""
+    columns = [getattr(f, name, None) for f in folders]
     if all(c is None for c in columns):
         return None
     out: list = []
     for f, c in zip(folders, columns):
         out += c if c is not None else [None] * len(f)
     return out
+
+
+def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+    """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
+    None (a file), over all folders; None when no sample is in memory."""
+    return _column(folders, "memory")
 
 
 def more_files_column(folders: Sequence[NativeDataset]) -> Optional[list]:
     """The native loader's ``more_files`` argument: each sample's files after its first (a path,
     or a (description, bytes) pair), over all folders; None when every sample has one file."""
-    columns = [getattr(f, "more_files", None) for f in folders]
-    if all(c is None for c in columns):
-        return None
-    out: list = []
-    for f, c in zip(folders, columns):
-        out += c if c is not None else [None] * len(f)
-    return out
+    return _column(folders, "more_files")
 
 
 def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:
