@@ -93,25 +93,40 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
 
 def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf":
     """A natively servable Joint as a JointLeaf: its one image reference listed (with the image
-    part of the v2 transform as its chain) and replaced by a ``_JointImage``, each mask
-    reference listed with the mask chain and replaced by a ``_JointMask``."""
+    part of the v2 transform as its chain) and replaced by a ``_JointImage``, then each mask
+    reference listed with the mask chain and replaced by a ``_JointMask``: the image comes
+    first, so that a Joint that is its sample's first reference has its image in view 0, whose
+    geometric draws the masks replay."""
     plan = _joint.plan(joint.transform)
-    found: List[ImageReference] = []
+
+    def listed(value: ImageReference, chain: Any) -> int:
+        if isinstance(value, ImageFile):
+            refs.append(ImageFile(value.path, chain, value.mode))
+        else:
+            refs.append(type(value)(value.data, chain, value.mode))
+        return len(refs) - 1
+
+    def references(value: Any) -> List[ImageReference]:
+        if isinstance(value, ImageReference):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [r for v in value for r in references(v)]
+        if isinstance(value, dict):
+            return [r for v in value.values() for r in references(v)]
+        return []
+
+    image = next(r for r in references(joint.structure) if r.mode != "mask")
+    image_k = listed(image, plan.image)
     masks: List[tuple] = []
 
     def walk(value: Any) -> Any:
-        if isinstance(value, ImageReference):
-            chain = plan.mask if value.mode == "mask" else plan.image
-            if isinstance(value, ImageFile):
-                refs.append(ImageFile(value.path, chain, value.mode))
-            else:
-                refs.append(type(value)(value.data, chain, value.mode))
-            if value.mode == "mask":
-                masks.append((len(refs) - 1, value.describe()))
-                return _JointMask(len(refs) - 1, plan.pure)
-            found.append(value)
+        if value is image:
             # A tv_tensors.Image in the sample, as v2 returns it (ToPureTensor: a plain tensor).
-            return _leaf(len(refs) - 1) if plan.pure else _JointImage(len(refs) - 1)
+            return _leaf(image_k) if plan.pure else _JointImage(image_k)
+        if isinstance(value, ImageReference):  # a mask (refusal() lets no other through)
+            k = listed(value, plan.mask)
+            masks.append((k, value.describe()))
+            return _JointMask(k, plan.pure)
         if isinstance(value, tuple):
             items = [walk(v) for v in value]
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
@@ -123,9 +138,7 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
         return value
 
     structure = walk(joint.structure)
-    image = next(leaf.k for leaf in _flat(structure)
-                 if isinstance(leaf, _Leaf) and not isinstance(leaf, _JointMask))
-    return _joint.JointLeaf(plan, structure, found[0].describe(), image, tuple(masks))
+    return _joint.JointLeaf(plan, structure, image.describe(), image_k, tuple(masks))
 
 
 def _joint_views(structure: Any) -> List[int]:
@@ -321,6 +334,11 @@ class UserSource(NativeDataset):
                 elif _joint_views(structures[-1]) != _joint_views(structures[0]):
                     refused = (f"sample {i} and sample 0 differ in which image references are "
                                "a Joint's (each position is one or the other in every sample)")
+                elif any(j.k != 0 for j in _flat(structures[-1])
+                         if isinstance(j, _joint.JointLeaf) and j.masks):
+                    refused = (f"sample {i} holds a ringloader.Joint with masks after another "
+                               "image reference (natively a Joint's masks replay the draws of "
+                               "the sample's first image reference: put that Joint first)")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if file_of is None:

@@ -372,6 +372,25 @@ def test_detection_benchmark_reports_both_rates(image_tree):
     assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
 
 
+@pytest.mark.timeout(240)
+def test_segmentation_joint_benchmark_reports_both_rates(image_tree):
+    """``python -m ringloader.bench --dataset segmentation-joint``: the report's shape."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "segmentation-joint", "--root",
+         str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
+         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"segmentation-joint benchmark: a segmentation Dataset over 24 images",
+                     out), out
+    assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
+
+
 def test_image_bytes_joint_runs_natively_like_the_file(tmp_path):
     scenes = _scenes(tmp_path, 3)
     t = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
@@ -635,3 +654,31 @@ def test_a_mask_of_another_size_than_its_image_is_named(tmp_path):
                             batch_size=1, collate_fn=list)
     with pytest.raises(ValueError, match=r"small_mask\.png.* 30x20 .*paint0\.png.* 64x48"):
         next(iter(loader))
+
+
+def test_a_mask_before_its_image_in_the_structure_still_follows_it(tmp_path):
+    import warnings
+
+    pairs = _painted(tmp_path, 4)
+
+    class MaskFirst(torch.utils.data.Dataset):
+        def __init__(self, before=None):
+            self.before = before
+
+        def __len__(self):
+            return len(pairs)
+
+        def __getitem__(self, i):
+            image, mask = pairs[i]
+            joint = rl.Joint(RANDOM_SEG, (rl.ImageFile(mask, mode="mask"), rl.ImageFile(image)))
+            return joint if self.before is None else (rl.ImageFile(image, self.before), joint)
+
+    loader = _native_loader(MaskFirst(), batch_size=4, collate_fn=list)
+    for mask, image in next(iter(loader)):
+        assert isinstance(mask, tv_tensors.Mask) and torch.equal(mask, image[0] // 40)
+    # Another reference first: its view 0 is not the Joint's image, whose draws masks replay.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(MaskFirst(v2.CenterCrop(32)), batch_size=2, collate_fn=list)
+    assert not loader.native
+    assert any("put that Joint first" in str(w.message) for w in caught)
