@@ -128,8 +128,19 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
   return "";
 }
 
+// The geometric steps of `pipeline`: those before its image stage, less its output steps (a
+// chain without image steps has its image stage begin at its first step after ToTensor).
+static size_t GeometricSteps(const TransformPipeline& pipeline) {
+  size_t n = 0;
+  while (n < pipeline.image_begin() &&
+         KindInfo(pipeline.steps()[n].kind).stage != StepStage::kOutput) {
+    ++n;
+  }
+  return n;
+}
+
 std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view) {
-  const size_t n = first.image_begin(), m = view.image_begin();
+  const size_t n = GeometricSteps(first), m = GeometricSteps(view);
   if (n != m) {
     return absl::StrCat("it has ", m, " geometric steps, view 0 has ", n);
   }

@@ -469,6 +469,11 @@ TEST(ViewsTest, SharingViewZerosGeometryIsRefusedUnlessItDrawsAlike) {
   EXPECT_NE(error().find("it has 1 geometric steps, view 0 has 2"), std::string::npos) << error();
   options[1].transform = {transforms::RandomResizedCrop(24), transforms::RandomHorizontalFlip()};
   EXPECT_EQ(error(), "");
+  // View 0's output steps are no geometric steps: a label view beside a normalized image.
+  options[0].transform.push_back(transforms::ToTensor());
+  options[0].transform.push_back(transforms::Normalize({0.5f, 0.5f, 0.5f}, {0.2f, 0.2f, 0.2f}));
+  options[0].dtype = DType::kFloat32;
+  EXPECT_EQ(error(), "");
   options[0].share_geometry = true;
   EXPECT_NE(error().find("view 0 draws its own geometry"), std::string::npos) << error();
 }

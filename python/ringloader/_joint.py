@@ -12,11 +12,19 @@ would (one affine map per axis: v2's crops, resizes, pads and flips compose into
 where v2 clamps, and runs the box-only steps. A transform with a step that moves pixels in
 another way (RandomIoUCrop, rotation, affine, zoom-out...) is not planned: the Dataset stays on
 torch's path, with a warning naming the step.
+
+A ``mode="mask"`` reference in the structure is rendered by its own view of its file
+(:attr:`JointPlan.mask`): the same geometric steps with nearest interpolation, replaying the
+image view's geometric draws (``View::share_geometry``), and none of the colour or output steps,
+which v2 does not apply to a ``tv_tensors.Mask``. A step that would change a Mask (a ``ToDtype``
+whose dtype for masks is not None, ``ConvertImageDtype``) keeps such a Joint on torch's path.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional, Tuple
+
+import copy
 
 import numpy as np
 
@@ -47,6 +55,8 @@ class JointPlan(NamedTuple):
     after: Tuple[Any, ...]    # box-only steps after the last geometric step
     clamps: bool              # some geometric step clamps boxes (a crop or a pad)
     pure: bool                # ToPureTensor: every leaf a plain tensor, the image too
+    mask: Any                 # a mask reference's chain: the geometric steps, nearest
+    mask_refusal: Optional[str]  # why a mask reference cannot follow natively, or None
 
 
 # Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
@@ -74,6 +84,33 @@ def _pads(step: Any) -> bool:
     return bool(padding) or bool(getattr(step, "pad_if_needed", False))
 
 
+def _nearest(step: Any) -> Any:
+    """``step`` resampling nearest, as v2 resamples a Mask whatever the step's interpolation."""
+    if getattr(step, "interpolation", None) is None:
+        return step
+    from torchvision.transforms import v2
+
+    step = copy.copy(step)
+    step.interpolation = v2.InterpolationMode.NEAREST
+    return step
+
+
+def _changes_masks(step: Any) -> bool:
+    """True when v2's ``step`` (a value step) changes a ``tv_tensors.Mask``'s values or dtype."""
+    from torchvision import tv_tensors
+
+    name = type(step).__name__
+    if name == "ConvertImageDtype":
+        return True
+    if name == "ToDtype" and isinstance(step.dtype, dict):
+        dtypes = step.dtype
+        if tv_tensors.Mask in dtypes:
+            return dtypes[tv_tensors.Mask] is not None
+        # v2 raises for a Mask with neither its own key nor "others".
+        return dtypes.get("others") is not None or "others" not in dtypes
+    return False
+
+
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
     parts = T._flatten(transform)
@@ -87,6 +124,8 @@ def _plan(transform: Any) -> Any:
     cropped = False
     first_value: Optional[Any] = None
     clamps = False
+    mask: List[Any] = []
+    mask_refusal: Optional[str] = None
     for i, step in enumerate(parts):
         name = type(step).__name__
         where = T._step_name(step)
@@ -108,6 +147,7 @@ def _plan(transform: Any) -> Any:
             geometric_seen = True
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
             clamps |= name in _CLAMPING
+            mask.append(_nearest(step))
         elif name == "ToImage":
             continue  # the decoded image is a tv_tensors.Image already
         elif name == "ToPureTensor":
@@ -119,6 +159,10 @@ def _plan(transform: Any) -> Any:
             continue
         elif name in _VALUES:
             first_value = first_value or step
+            if mask_refusal is None and _changes_masks(step):
+                mask_refusal = (f"{where} converts a tv_tensors.Mask too, or has no dtype for it "
+                                "(natively a mask keeps its stored dtype: give masks None, as "
+                                "ToDtype({tv_tensors.Image: ..., 'others': None}) does)")
         else:
             return (f"{where} is not a crop, resize, pad, flip or colour step (boxes follow "
                     "those natively)")
@@ -130,7 +174,8 @@ def _plan(transform: Any) -> Any:
     if split.tail is not None:
         return f"{split.tail_names[0]} has no native equivalent ({split.reason})"
     pure = any(type(p).__name__ == "ToPureTensor" for p in parts)
-    return JointPlan(chain, tuple(before), tuple(after), clamps, pure)
+    return JointPlan(chain, tuple(before), tuple(after), clamps, pure, v2.Compose(mask),
+                     mask_refusal)
 
 
 def plan(transform: Any) -> Any:
@@ -144,18 +189,22 @@ def plan(transform: Any) -> Any:
     return found[1]
 
 
-def _structure_refusal(value: Any, where: str, images: List[str]) -> Optional[str]:
+def _structure_refusal(value: Any, where: str, images: List[str],
+                       masks: List[str]) -> Optional[str]:
     """Why a leaf of a Joint's structure keeps it off the native path, or None; lists the
-    places of its image references in `images`."""
+    places of its image references in `images`, of its mask references in `masks`."""
     import torch
     from torchvision import tv_tensors
 
     from .references import ImageReference
 
     if isinstance(value, ImageReference):
+        if value.mode == "mask":
+            masks.append(where)
+            return None
         if value.mode != "RGB":
             return (f"{where} is {value.describe()} in mode {value.mode!r} (a Joint's images are "
-                    "native in mode 'RGB' only; label images are not native yet)")
+                    "native in mode 'RGB', its label images in mode 'mask')")
         images.append(where)
         return None
     if isinstance(value, tv_tensors.BoundingBoxes):
@@ -174,13 +223,13 @@ def _structure_refusal(value: Any, where: str, images: List[str]) -> Optional[st
         return f"{where} is a {type(value).__name__}"
     if isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
-            why = _structure_refusal(item, f"{where}[{i}]", images)
+            why = _structure_refusal(item, f"{where}[{i}]", images, masks)
             if why is not None:
                 return why
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            why = _structure_refusal(item, f"{where}[{key!r}]", images)
+            why = _structure_refusal(item, f"{where}[{key!r}]", images, masks)
             if why is not None:
                 return why
     return None
@@ -192,26 +241,31 @@ def refusal(joint: Any) -> Optional[str]:
     if isinstance(found, str):
         return f"its Joint transform cannot run natively: {found}"
     images: List[str] = []
-    why = _structure_refusal(joint.structure, "structure", images)
+    masks: List[str] = []
+    why = _structure_refusal(joint.structure, "structure", images, masks)
     if why is not None:
         return f"its Joint {why}"
     if len(images) != 1:
         return (f"its Joint holds {len(images)} image references (one image a Joint is native; "
-                "with its boxes, keypoints and values)")
+                "with its masks, boxes, keypoints and values)")
+    if masks and found.mask_refusal is not None:
+        return f"its Joint transform cannot run natively on {masks[0]}: {found.mask_refusal}"
     return None
 
 
 class JointLeaf:
-    """A Joint in a stripped structure: its structure with the image replaced by its ``_Leaf``,
-    and the plan that moves its boxes."""
+    """A Joint in a stripped structure: its structure with the image and masks replaced by
+    their ``_Leaf``, and the plan that moves its boxes."""
 
-    __slots__ = ("plan", "structure", "source", "k")
+    __slots__ = ("plan", "structure", "source", "k", "masks")
 
-    def __init__(self, plan: JointPlan, structure: Any, source: str, k: int):
+    def __init__(self, plan: JointPlan, structure: Any, source: str, k: int,
+                 masks: Tuple[Tuple[int, str], ...] = ()):
         self.plan = plan
         self.structure = structure
         self.source = source  # the image reference, for errors
         self.k = k  # the view that renders the image
+        self.masks = masks  # (view, reference) of each mask: rendered with the image's draws
 
 
 def _affine(g: Any, axis: int) -> Tuple[float, float]:

@@ -49,6 +49,20 @@ class _JointImage(_Leaf):
         return (_JointImage, (self.k,))
 
 
+class _JointMask(_Leaf):
+    """A mask of a native Joint: a ``tv_tensors.Mask`` [H, W] in the sample, as v2 returns a
+    mask decoded as stored (a plain tensor after ToPureTensor)."""
+
+    __slots__ = ("pure",)
+
+    def __init__(self, k: int, pure: bool):
+        super().__init__(k)
+        self.pure = pure
+
+    def __reduce__(self) -> Any:
+        return (_JointMask, (self.k, self.pure))
+
+
 _LEAVES = [_Leaf(k) for k in range(64)]
 
 
@@ -79,19 +93,40 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
 
 def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf":
     """A natively servable Joint as a JointLeaf: its one image reference listed (with the image
-    part of the v2 transform as its chain) and replaced by a ``_JointImage``."""
+    part of the v2 transform as its chain) and replaced by a ``_JointImage``, then each mask
+    reference listed with the mask chain and replaced by a ``_JointMask``: the image comes
+    first, so that a Joint that is its sample's first reference has its image in view 0, whose
+    geometric draws the masks replay."""
     plan = _joint.plan(joint.transform)
-    found: List[ImageReference] = []
+
+    def listed(value: ImageReference, chain: Any) -> int:
+        if isinstance(value, ImageFile):
+            refs.append(ImageFile(value.path, chain, value.mode))
+        else:
+            refs.append(type(value)(value.data, chain, value.mode))
+        return len(refs) - 1
+
+    def references(value: Any) -> List[ImageReference]:
+        if isinstance(value, ImageReference):
+            return [value]
+        if isinstance(value, (tuple, list)):
+            return [r for v in value for r in references(v)]
+        if isinstance(value, dict):
+            return [r for v in value.values() for r in references(v)]
+        return []
+
+    image = next(r for r in references(joint.structure) if r.mode != "mask")
+    image_k = listed(image, plan.image)
+    masks: List[tuple] = []
 
     def walk(value: Any) -> Any:
-        if isinstance(value, ImageReference):
-            found.append(value)
-            if isinstance(value, ImageFile):
-                refs.append(ImageFile(value.path, plan.image, value.mode))
-            else:
-                refs.append(type(value)(value.data, plan.image, value.mode))
+        if value is image:
             # A tv_tensors.Image in the sample, as v2 returns it (ToPureTensor: a plain tensor).
-            return _leaf(len(refs) - 1) if plan.pure else _JointImage(len(refs) - 1)
+            return _leaf(image_k) if plan.pure else _JointImage(image_k)
+        if isinstance(value, ImageReference):  # a mask (refusal() lets no other through)
+            k = listed(value, plan.mask)
+            masks.append((k, value.describe()))
+            return _JointMask(k, plan.pure)
         if isinstance(value, tuple):
             items = [walk(v) for v in value]
             return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
@@ -103,7 +138,7 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
         return value
 
     structure = walk(joint.structure)
-    return _joint.JointLeaf(plan, structure, found[0].describe(), len(refs) - 1)
+    return _joint.JointLeaf(plan, structure, image.describe(), image_k, tuple(masks))
 
 
 def _joint_views(structure: Any) -> List[int]:
@@ -117,10 +152,31 @@ def _joint_views(structure: Any) -> List[int]:
     return []
 
 
+def _joint_masks(structure: Any) -> List[int]:
+    """The views that render a native Joint's masks in a stripped structure."""
+    if isinstance(structure, _joint.JointLeaf):
+        return [k for k, _ in structure.masks]
+    if isinstance(structure, (tuple, list)):
+        return [k for v in structure for k in _joint_masks(v)]
+    if isinstance(structure, dict):
+        return [k for v in structure.values() for k in _joint_masks(v)]
+    return []
+
+
 def _resolve_joints(structure: Any, records: Any, row: int) -> Any:
     """``structure`` with each JointLeaf replaced by its structure for this row's geometry."""
     if isinstance(structure, _joint.JointLeaf):
-        return _joint.resolve(structure, records[structure.k][row])
+        image = records[structure.k][row]
+        for k, source in structure.masks:
+            # v2 refuses leaves of different sizes; natively the mask's own size would draw
+            # another crop than the image's.
+            w, h = int(records[k][row][0]), int(records[k][row][1])
+            if (w, h) != (int(image[0]), int(image[1])):
+                raise ValueError(
+                    f"ringloader.Joint: {source} is {w}x{h} (width x height) but its image "
+                    f"{structure.source} is {int(image[0])}x{int(image[1])}: a mask must have its "
+                    "image's size")
+        return _joint.resolve(structure, image)
     if isinstance(structure, tuple):
         items = [_resolve_joints(v, records, row) for v in structure]
         return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
@@ -149,6 +205,11 @@ def _has_reference(sample: Any) -> bool:
 
 def _fill(structure: Any, images: Sequence[Any]) -> Any:
     """``structure`` with each ``_Leaf`` replaced by its image."""
+    if isinstance(structure, _JointMask):
+        from torchvision import tv_tensors
+
+        mask = images[structure.k]
+        return mask if structure.pure else mask.as_subclass(tv_tensors.Mask)
     if isinstance(structure, _JointImage):
         from torchvision import tv_tensors
 
@@ -273,6 +334,11 @@ class UserSource(NativeDataset):
                 elif _joint_views(structures[-1]) != _joint_views(structures[0]):
                     refused = (f"sample {i} and sample 0 differ in which image references are "
                                "a Joint's (each position is one or the other in every sample)")
+                elif any(j.k != 0 for j in _flat(structures[-1])
+                         if isinstance(j, _joint.JointLeaf) and j.masks):
+                    refused = (f"sample {i} holds a ringloader.Joint with masks after another "
+                               "image reference (natively a Joint's masks replay the draws of "
+                               "the sample's first image reference: put that Joint first)")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if file_of is None:
@@ -304,6 +370,9 @@ class UserSource(NativeDataset):
         # Views whose rows record their geometry: the images of native Joints (sample 0's
         # structure says which; every sample has the same).
         self.joint_views = sorted(set(_joint_views(structures[0])))
+        # Views rendering a native Joint's masks: view 0's geometric draws replayed on the
+        # label image, its geometry recorded to check the mask's size against the image's.
+        self.joint_masks = sorted(set(_joint_masks(structures[0])))
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
 
@@ -328,6 +397,9 @@ class UserSource(NativeDataset):
             view["file"] = file
         for k in self.joint_views:
             views[k]["geometry"] = True
+        for k in self.joint_masks:
+            views[k]["geometry"] = True
+            views[k]["share_geometry"] = True
         options["views"] = views
         return options
 
@@ -420,6 +492,7 @@ class Batcher:
         self._collate = collate
         self._map = dict(default_collate_fn_map)
         self._joints = any(getattr(f, "joint_views", None) for f in self._folders)
+        self._masks = sorted({k for f in self._folders for k in getattr(f, "joint_masks", [])})
 
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
@@ -448,6 +521,8 @@ class Batcher:
                 out.append(view)
         if self._channels_last:
             out = [t.permute(0, 3, 1, 2) for t in out]
+        for k in self._masks:  # a Joint's mask: [B, H, W], as v2 keeps a mask decoded as stored
+            out[k] = out[k][..., 0] if self._nhwc and not self._channels_last else out[k][:, 0]
         return out
 
     def _records(self, images: Any, geometry: Optional[list]) -> Dict[int, Any]:

@@ -12,6 +12,7 @@ Run as::
     python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
     python -m ringloader.bench --dataset segmentation  # the same, an image and its mask a sample
     python -m ringloader.bench --dataset detection  # the same with boxes: rl.Joint vs PIL + v2
+    python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (shuffled) vs rl.ImageFolder
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
@@ -1231,6 +1232,101 @@ class BoxesDataset:
         return self.transform(image, target)
 
 
+class JointSegmentationRows:
+    """A segmentation Dataset with random geometry shared by each image and its label image: a
+    v2 transform applied to ``{"image", "mask", "label"}``. With ``lazy`` the sample is an
+    ``rl.Joint`` over two ImageFiles (the mask with ``mode="mask"``); else the image is opened
+    with PIL, the mask as a ``tv_tensors.Mask`` of its stored values, and v2 runs in Python."""
+
+    def __init__(self, rows: list, masks: list, transform: Any, lazy: bool):
+        self.rows, self.masks, self.transform, self.lazy = rows, masks, transform, lazy
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> Any:
+        path, label = self.rows[i]
+        if self.lazy:
+            rl = _import_ringloader()
+            return rl.Joint(self.transform, {"image": rl.ImageFile(path),
+                                             "mask": rl.ImageFile(self.masks[i], mode="mask"),
+                                             "label": label})
+        import numpy as np
+        import torch
+        from PIL import Image
+        from torchvision import tv_tensors
+
+        with open(path, "rb") as f:
+            image = Image.open(f).convert("RGB")
+        with open(self.masks[i], "rb") as f:
+            mask = tv_tensors.Mask(torch.from_numpy(np.array(Image.open(f))))
+        return self.transform({"image": image, "mask": mask, "label": label})
+
+
+def run_joint_segmentation_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
+    """``segmentation-joint``: each image and its palette-PNG mask under one random v2 transform
+    (RandomResizedCrop + flip + ToDtype + Normalize), torch's DataLoader (PIL + v2 in Python)
+    against ringloader's (rl.Joint: both rendered natively, the mask with the image's draws),
+    default collate, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
+    import tempfile
+
+    import torch.utils.data as tud
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    torch, _ = _import_torch()
+    rl = _import_ringloader()
+    rows = list(rl.ImageFolder(str(cfg.root)).samples)
+    work = Path(tempfile.mkdtemp(prefix="ringloader-bench-masks-"))
+    try:
+        log(f"writing a label image for each of the {len(rows)} images under {work} ...")
+        masks = _write_masks(rows, work)
+        transform = v2.Compose([
+            v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
+            v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
+            v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        eager = JointSegmentationRows(rows, masks, transform, lazy=False)
+        lazy = JointSegmentationRows(rows, masks, transform, lazy=True)
+        t0 = time.perf_counter()
+        probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
+        build_s = time.perf_counter() - t0
+        if not probe.native:
+            raise BenchError(f"the Joint Dataset did not run natively: {probe.describe()}")
+        del probe
+        factories = {
+            "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
+                                            num_workers=cfg.num_workers, drop_last=True),
+            "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
+                                                num_workers=cfg.num_workers, drop_last=True,
+                                                persistent_workers=False),
+        }
+        _warm_page_cache(cfg.root)
+        results, decodes = _alternating_rounds(factories, cfg, "segmentation-joint", log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return {"kind": "segmentation-joint", "build_seconds": build_s,
+            "ringloader_decodes_views": decodes,
+            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
+                        for name, res in results.items()}}
+
+
+def format_joint_segmentation_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
+                                     report: dict[str, Any]) -> str:
+    res = report["results"]
+    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    return "\n".join([
+        f"ringloader segmentation-joint benchmark: a segmentation Dataset over {data['images']} "
+        f"images, each with its palette-PNG mask, v2 RandomResizedCrop({CROP}) + flip on both, "
+        f"ToDtype + Normalize on the image, batch {cfg.batch_size}, {cfg.num_workers} workers "
+        f"each, median of {cfg.rounds} rounds",
+        f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
+        f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
+        f"  __getitem__ for every index when the DataLoader is built: "
+        f"{report['build_seconds']:.2f} s",
+        f"  machine: {machine.get('cpu', '?')}",
+    ])
+
+
 def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
     """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
     ringloader's (rl.Joint: the image native, boxes moved by the recorded geometry), the
@@ -1455,7 +1551,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
                                           "multicrop", "hf", "parquet", "segmentation",
-                                          "detection"),
+                                          "segmentation-joint", "detection"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -1468,6 +1564,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "Hugging Face dataset, rl.HFDataset vs with_transform + torch; parquet: the "
                          "images in Parquet row groups, rl.Parquet shuffled vs rl.ImageFolder; "
                          "segmentation: a user Dataset of an image and its mask a sample; "
+                         "segmentation-joint: the same under one random rl.Joint (crop, flip), "
+                         "vs PIL + v2 under torch; "
                          "detection: boxes with each image, rl.Joint vs PIL + v2 under torch")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
@@ -1568,10 +1666,14 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation", "detection"):
+    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation",
+                        "segmentation-joint", "detection"):
         if args.dataset == "detection":
             report = run_detection_benchmark(cfg, log)
             print(format_detection_report(cfg, machine, data, report))
+        elif args.dataset == "segmentation-joint":
+            report = run_joint_segmentation_benchmark(cfg, log)
+            print(format_joint_segmentation_report(cfg, machine, data, report))
         elif args.dataset in ("hf", "parquet"):
             report = run_arrow_benchmark(cfg, args.dataset, log)
             print(format_arrow_report(cfg, data, report))

@@ -372,6 +372,25 @@ def test_detection_benchmark_reports_both_rates(image_tree):
     assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
 
 
+@pytest.mark.timeout(240)
+def test_segmentation_joint_benchmark_reports_both_rates(image_tree):
+    """``python -m ringloader.bench --dataset segmentation-joint``: the report's shape."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "segmentation-joint", "--root",
+         str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
+         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"segmentation-joint benchmark: a segmentation Dataset over 24 images",
+                     out), out
+    assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
+
+
 def test_image_bytes_joint_runs_natively_like_the_file(tmp_path):
     scenes = _scenes(tmp_path, 3)
     t = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
@@ -450,3 +469,216 @@ def test_dtype_reaches_the_joints_image(tmp_path):
     assert samples[0][0].dtype == torch.float16 and samples[0][0].shape == (3, 32, 32)
     want = t(_decoded(scenes[0][0], scenes[0][0])[0])  # float32 in [0, 1]
     assert torch.allclose(samples[0][0].float(), want.half().float(), atol=1e-3)
+
+
+# ---- an image and its mask, natively ------------------------------------------------------------
+
+NEAREST = v2.InterpolationMode.NEAREST
+TO_FLOAT = v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)
+
+
+def _painted(tmp_path, n=6, size=(64, 48), block=1, seed=4):
+    """``n`` (image, mask) PNG pairs of ``size`` (width, height): labels 0..5 drawn at random in
+    ``block``-pixel squares, the image painting label k in gray level 40 k, so that labels can be
+    read back from pixels rendered with nearest interpolation."""
+    rng = np.random.default_rng(seed)
+    w, h = size
+    out = []
+    for i in range(n):
+        labels = rng.integers(0, 6, (-(-h // block), -(-w // block)), dtype=np.uint8)
+        labels = labels.repeat(block, 0).repeat(block, 1)[:h, :w]
+        image, mask = tmp_path / f"paint{i}.png", tmp_path / f"paint{i}_mask.png"
+        Image.fromarray(np.repeat((labels * 40)[..., None], 3, 2)).save(image)
+        palette = Image.fromarray(labels, "P")
+        palette.putpalette(rng.integers(0, 256, 768).astype(np.uint8).tobytes())  # not the labels
+        palette.save(mask)
+        out.append((image, mask))
+    return out
+
+
+def _pil(path, mode=None):
+    with Image.open(path) as image:
+        return image.convert(mode) if mode else image.copy()
+
+
+class _Segmentation(torch.utils.data.Dataset):
+    """``Joint(t, {"image", "mask", "boxes", "index"})`` over (image, mask) pairs."""
+
+    def __init__(self, t, pairs, reference=rl.ImageFile):
+        self.t, self.pairs, self.reference = t, pairs, reference
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        image, mask = self.pairs[i]
+        if self.reference is rl.ImageBytes:
+            image, mask = Path(image).read_bytes(), Path(mask).read_bytes()
+        with Image.open(self.pairs[i][0]) as opened:
+            h, w = opened.size[::-1]
+        boxes = tv_tensors.BoundingBoxes([[4.0, 6.0, 30.0, 40.0]], format="XYXY",
+                                         canvas_size=(h, w))
+        return rl.Joint(self.t, {"image": self.reference(image),
+                                 "mask": self.reference(mask, mode="mask"),
+                                 "boxes": boxes, "index": i})
+
+
+@pytest.mark.parametrize("steps, pillow_nearest", [
+    ([v2.Resize((96, 128)), v2.CenterCrop(80), v2.RandomHorizontalFlip(p=1.0)], False),
+    ([v2.RandomVerticalFlip(p=1.0), v2.CenterCrop((36, 30)), v2.ColorJitter(0.4, 0.4),
+      v2.ToImage(), TO_FLOAT, v2.Normalize([0.5] * 3, [0.25] * 3)], False),
+    ([v2.Pad(3), v2.CenterCrop(50), v2.ToPureTensor()], False),
+    # A downscale: torch's nearest (v2 on a Mask tensor) picks other pixels than Pillow's,
+    # which the native mask follows, as its image does.
+    ([v2.Resize((40, 56))], True),
+])
+def test_fixed_transforms_render_the_mask_as_v2(tmp_path, steps, pillow_nearest):
+    pairs = _painted(tmp_path, 3, block=3)
+    t = v2.Compose(steps)
+    loader = _native_loader(_Segmentation(t, pairs), batch_size=3, collate_fn=list)
+    pure = isinstance(steps[-1], v2.ToPureTensor)
+    for sample in next(iter(loader)):
+        image, mask = pairs[sample["index"]]
+        torch.manual_seed(0)  # ColorJitter(0.4, 0.4): the native image has its own draws
+        want = t({"image": _pil(image, "RGB"),
+                  "mask": tv_tensors.Mask(torch.from_numpy(np.array(_pil(mask)))),
+                  "boxes": _Segmentation(t, pairs)[sample["index"]].structure["boxes"]})
+        got = sample["mask"]
+        assert type(got) is (torch.Tensor if pure else tv_tensors.Mask)
+        assert got.dtype == torch.uint8 and got.shape == want["mask"].shape
+        if pillow_nearest:
+            size = tuple(got.shape[::-1])
+            want_mask = torch.from_numpy(np.array(_pil(mask).resize(size, Image.NEAREST)))
+            assert not torch.equal(want["mask"], want_mask)  # the two conventions differ here
+        else:
+            want_mask = want["mask"]
+        assert int((got.int() - want_mask.int()).abs().max()) == 0
+        assert got.shape == sample["image"].shape[1:]
+        if any(isinstance(s, v2.ColorJitter) for s in steps):
+            continue  # the image's colour draws are the loader's, not torch's
+        want_image = want["image"]
+        if not isinstance(want_image, torch.Tensor):
+            want_image = torch.from_numpy(np.array(want_image)).permute(2, 0, 1)
+        assert torch.equal(sample["image"], want_image)  # Pillow's numerics, as natively
+        torch.testing.assert_close(sample["boxes"], want["boxes"], atol=1e-4, rtol=0)
+
+
+RANDOM_SEG = v2.Compose([v2.RandomResizedCrop((40, 48), scale=(0.1, 1.0), interpolation=NEAREST),
+                         v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])
+
+
+def test_random_crops_and_flips_keep_the_mask_on_its_image(tmp_path):
+    pairs = _painted(tmp_path, 8)
+    t = v2.Compose(RANDOM_SEG.transforms + [v2.SanitizeBoundingBoxes(labels_getter=None)])
+    dataset = _Segmentation(t, pairs)
+
+    def epoch(num_workers):
+        loader = _native_loader(dataset, batch_size=4, num_workers=num_workers,
+                                persistent_workers=False, collate_fn=list,
+                                generator=torch.Generator().manual_seed(7))
+        samples = [s for batch in loader for s in batch]
+        assert loader.stats()["decodes"] == 2 * len(pairs)  # one decode per file
+        return samples
+
+    first, second = epoch(0), epoch(2)
+    seen = set()
+    for a, b in zip(first, second):
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["mask"], b["mask"])
+        assert isinstance(a["mask"], tv_tensors.Mask) and a["mask"].shape == (40, 48)
+        # Per-pixel random labels: any offset or flip between the two would show.
+        assert torch.equal(a["mask"], a["image"][0] // 40)
+        assert a["boxes"].canvas_size == (40, 48)
+        seen.add(a["mask"].numpy().tobytes())
+    assert len(seen) == len(pairs)
+
+
+def test_masks_batch_without_collate_fn_and_from_bytes(tmp_path):
+    pairs = _painted(tmp_path, 4, block=2)
+    t = v2.Compose(RANDOM_SEG.transforms + [v2.ToImage(), TO_FLOAT])
+
+    def batches(reference):
+        loader = _native_loader(_Segmentation(t, pairs[:2] * 2, reference), batch_size=4,
+                                generator=torch.Generator().manual_seed(1),
+                                collate_fn=lambda b: {k: [s[k] for s in b] for k in b[0]})
+        return next(iter(loader))
+
+    files, blobs = batches(rl.ImageFile), batches(rl.ImageBytes)
+    for a, b in zip(files["mask"], blobs["mask"]):
+        assert torch.equal(a, b)
+    for image, mask in zip(files["image"], files["mask"]):
+        assert image.dtype == torch.float32
+        assert torch.equal(mask, (image[0] * 255).round().to(torch.uint8) // 40)
+
+    loader = _native_loader(_Segmentation(t, pairs), batch_size=4)  # default collate
+    batch = next(iter(loader))
+    assert batch["mask"].shape == (4, 40, 48) and batch["mask"].dtype == torch.uint8
+    assert torch.equal(batch["mask"], (batch["image"][:, 0] * 255).round().to(torch.uint8) // 40)
+
+
+def test_a_missing_mask_is_skipped_naming_its_file(tmp_path):
+    pairs = _painted(tmp_path, 6)
+    pairs[2] = (pairs[2][0], tmp_path / "gone_mask.png")
+    loader = _native_loader(_Segmentation(RANDOM_SEG, pairs), batch_size=3, on_error="skip",
+                            persistent_workers=False, collate_fn=list)
+    indices = [s["index"] for batch in loader for s in batch]
+    assert sorted(indices) == [0, 1, 3, 4, 5]
+    errors = " ".join(loader.stats()["recent_errors"])
+    assert "sample 2 (" + str(tmp_path / "gone_mask.png") in errors
+
+
+def test_mask_steps_v2_would_change_keep_torchs_path_naming_them(tmp_path):
+    import warnings
+
+    pairs = _painted(tmp_path, 2)
+    for t, name in [
+        (v2.Compose([v2.CenterCrop(32), v2.ToImage(),
+                     v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64},
+                                scale=True)]), "ToDtype"),
+        (v2.Compose([v2.CenterCrop(32), v2.ToImage(), v2.ConvertImageDtype(torch.float32)]),
+         "ConvertImageDtype"),
+        (v2.Compose([v2.RandomRotation(10)]), "RandomRotation"),
+    ]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loader = rl.DataLoader(_Segmentation(t, pairs), batch_size=2, collate_fn=list)
+        assert not loader.native
+        assert any(name in str(w.message) and "Joint" in str(w.message) for w in caught), \
+            [str(w.message) for w in caught]
+
+
+def test_a_mask_of_another_size_than_its_image_is_named(tmp_path):
+    pairs = _painted(tmp_path, 1)
+    small = tmp_path / "small_mask.png"
+    Image.fromarray(np.zeros((20, 30), np.uint8), "L").save(small)
+    loader = _native_loader(_Segmentation(v2.CenterCrop(16), [(pairs[0][0], small)]),
+                            batch_size=1, collate_fn=list)
+    with pytest.raises(ValueError, match=r"small_mask\.png.* 30x20 .*paint0\.png.* 64x48"):
+        next(iter(loader))
+
+
+def test_a_mask_before_its_image_in_the_structure_still_follows_it(tmp_path):
+    import warnings
+
+    pairs = _painted(tmp_path, 4)
+
+    class MaskFirst(torch.utils.data.Dataset):
+        def __init__(self, before=None):
+            self.before = before
+
+        def __len__(self):
+            return len(pairs)
+
+        def __getitem__(self, i):
+            image, mask = pairs[i]
+            joint = rl.Joint(RANDOM_SEG, (rl.ImageFile(mask, mode="mask"), rl.ImageFile(image)))
+            return joint if self.before is None else (rl.ImageFile(image, self.before), joint)
+
+    loader = _native_loader(MaskFirst(), batch_size=4, collate_fn=list)
+    for mask, image in next(iter(loader)):
+        assert isinstance(mask, tv_tensors.Mask) and torch.equal(mask, image[0] // 40)
+    # Another reference first: its view 0 is not the Joint's image, whose draws masks replay.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(MaskFirst(v2.CenterCrop(32)), batch_size=2, collate_fn=list)
+    assert not loader.native
+    assert any("put that Joint first" in str(w.message) for w in caught)
