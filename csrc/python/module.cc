@@ -29,6 +29,7 @@
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "io/pending_downloads.h"
+#include "io/range_reads.h"
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
@@ -954,6 +955,32 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   return CachedShardDicts(got);
 }
 
+/// The wanted members of a remote shard by range into a sparse copy (io/range_reads.h), without
+/// the GIL: {requests, bytes} or {error, code} as fetch_shards.
+py::dict FetchRangesPy(const std::string& url, const std::string& path, int64_t size, const std::string& etag,
+                       const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths, int64_t gap,
+                       const py::dict& settings, std::optional<FetchCancel> cancel) {
+  if (offsets.size() != lengths.size()) throw py::value_error("fetch_ranges: offsets and lengths differ in length");
+  RemoteOptions options = RemoteOptionsFrom(settings);
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
+  absl::StatusOr<RangeFetchResult> got;
+  {
+    py::gil_scoped_release release;
+    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
+    got = FetchRanges(url, path, size, etag, MergeRanges(std::move(ranges), gap), options, flag.get());
+  }
+  py::dict d;
+  if (got.ok()) {
+    d["requests"] = got->requests;
+    d["bytes"] = got->bytes;
+  } else {
+    d["error"] = std::string(got.status().message());
+    d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(got.status().code()));
+  }
+  return d;
+}
+
 /// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
 /// end) cancels what is left and joins.
 struct PyBackgroundFetch {
@@ -1192,6 +1219,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
+  m.def("fetch_ranges", &FetchRangesPy, py::arg("url"), py::arg("path"), py::arg("size"), py::arg("etag"),
+        py::arg("offsets"), py::arg("lengths"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
+        py::arg("cancel") = py::none(),
+        "The byte ranges (offsets, lengths; those closer than gap bytes fetched as one) of a remote shard of "
+        "size bytes and ETag etag ('' unchecked) into a sparse copy at path: {requests, bytes} or {error, code} "
+        "(code failed_precondition: the object changed).");
+  m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
+        "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
         py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
         "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "

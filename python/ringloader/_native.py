@@ -453,6 +453,20 @@ class NativeBackend(Backend):
         self.close()
 
 
+def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
+    """Each source's remote reads for the epoch (WebDataset.begin_reads), told the samples the
+    plan wants of it (None: an epoch read ahead, whose reads started already)."""
+    start = 0
+    for f in loader._folders:
+        begin = getattr(f, "begin_reads", None)
+        if begin is not None:
+            mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
+            if begin(mine) and loader._overlap_off is None:
+                loader._overlap_off = ("a remote shard is read by HTTP range requests this epoch "
+                                       "(its copy holds only this epoch's members)")
+        start += len(f)
+
+
 class _NativeIter:
     """One epoch of a native DataLoader. A newer ``iter(loader)`` supersedes this one."""
 
@@ -508,6 +522,7 @@ class _NativeIter:
             flat, offsets = _order.to_arrays(batches)
             if loader._index_map is not None:
                 flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
+        _begin_reads(loader, None if miss is None else flat)
         loader._generation += 1
         self._generation = loader._generation
         self._pid = os.getpid()

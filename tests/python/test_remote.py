@@ -647,3 +647,99 @@ def test_stopping_the_loader_while_a_shard_downloads_returns_promptly(proxy, sha
         assert not list((tmp_path / "c2").glob("*.part"))
     finally:
         proxy.release("/train-000001.tar")
+
+
+def _range_bytes(nginx, name):
+    """(status, bytes sent) of every GET of `name` in nginx's access log."""
+    log = nginx.prefix / "logs" / "access.log"
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if f"GET /{name} HTTP" in line:
+            status, sent = line.split('" ', 1)[1].split()[:2]
+            out.append((int(status), int(sent)))
+    return out
+
+
+def _kept_index_dataset(nginx, tmp_path, **kw):
+    """The two shards over http, built from indexes an earlier run kept (so nothing is in the
+    new cache folder yet)."""
+    url, index = f"{nginx.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    return rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                         index_cache=index, **kw)
+
+
+@needs_nginx
+def test_a_subset_reads_its_members_by_range_and_a_whole_epoch_downloads(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _kept_index_dataset(nginx, tmp_path)
+    local = _local(shards)
+    picks = [1, 4, 14, 22]  # two members of each shard: far under half of its bytes
+    wanted = {n: sum(int(ds.lengths[i]) for i in picks if ds.shard_of(i) == s)
+              for s, n in enumerate(shards[1])}
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    loader = rl.DataLoader(Subset(ds, picks), batch_size=2)
+    before = loader.stats()
+    got = [(x.clone(), y.tolist()) for x, y in loader]
+    want = [(x, y.tolist()) for x, y in rl.DataLoader(Subset(local, picks), batch_size=2)]
+    assert [y for _, y in got] == [y for _, y in want]
+    for (g, _), (w, _) in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    sent = 0
+    for name in shards[1]:
+        new = _range_bytes(nginx, name)[logged[name]:]
+        assert new and all(status == 206 for status, _ in new)  # never the whole shard
+        assert wanted[name] <= sum(b for _, b in new) <= wanted[name] + 16 * 1024
+        sent += sum(b for _, b in new)
+    after = loader.stats()
+    assert after["range_bytes"] - before["range_bytes"] == sent
+    assert after["range_requests"] - before["range_requests"] >= 2
+    assert not any(os.path.exists(p) for p in ds.shard_paths)  # nothing went into the cache
+    assert len(list((tmp_path / "cache").glob("*.ranges-*"))) == 2  # the members' sparse copies
+
+    # The whole dataset wants every byte: each shard is downloaded whole, once.
+    _assert_same(ds, local)
+    for name in shards[1]:
+        assert [s for s, _ in _range_bytes(nginx, name)[logged[name]:]].count(200) == 1
+    assert all(os.path.exists(p) for p in ds.shard_paths)
+    assert not list((tmp_path / "cache").glob("*.ranges-*"))  # removed at the next epoch's start
+
+
+@needs_nginx
+def test_a_503_on_a_range_is_retried(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    proxy.faults = {"/train-000000.tar": ["503", "reset"]}
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index, remote_options=FAST)
+    start = len(proxy.gets("/train-000000.tar"))
+    got = [y.tolist() for _, y in rl.DataLoader(Subset(ds, [3, 20]), batch_size=2)]
+    want = [y.tolist() for _, y in rl.DataLoader(Subset(_local(shards), [3, 20]), batch_size=2)]
+    assert got == want
+    asked = proxy.gets("/train-000000.tar")[start:]
+    assert len(asked) == 3 and all(r["range"].startswith("bytes=") for r in asked)
+
+
+@needs_nginx
+def test_a_changed_object_read_by_range_is_a_stale_index_naming_the_url(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    root, names = shards
+    (root / "ranged").mkdir(exist_ok=True)
+    target = root / "ranged" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    url, index = f"{nginx.url}/ranged/train.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    os.utime(target, (1, 1))  # the same bytes, another ETag (nginx's is mtime and size)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    with pytest.raises(rl.StaleIndexError, match=r"ranged/train\.tar changed since .*ETag"):
+        list(rl.DataLoader(Subset(ds, [2]), batch_size=1))
+
+
+def test_range_reads_below_is_checked():
+    with pytest.raises(ValueError, match=r"remote_options\['range_reads_below'\] must be a number"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": -1})
