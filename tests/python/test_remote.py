@@ -743,3 +743,20 @@ def test_a_changed_object_read_by_range_is_a_stale_index_naming_the_url(nginx, s
 def test_range_reads_below_is_checked():
     with pytest.raises(ValueError, match=r"remote_options\['range_reads_below'\] must be a number"):
         rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": -1})
+
+
+@needs_nginx
+def test_a_ranks_share_fetches_only_its_members(nginx, shards, tmp_path):
+    ds = _kept_index_dataset(nginx, tmp_path)
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    # Six ranks of 24 samples in shard order: rank 3 reads samples 12..15, all in the second shard.
+    got_labels, got = _epoch(ds, rank=3, world_size=6)
+    want_labels, want = _epoch(_local(shards), rank=3, world_size=6)
+    assert got_labels == want_labels == [ds.targets[i] for i in range(12, 16)]
+    for g, w in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    first, second = (_range_bytes(nginx, n)[logged[n]:] for n in shards[1])
+    assert first == []  # a shard the rank wants none of is not fetched at all
+    assert second and all(status == 206 for status, _ in second)
+    share = sum(int(ds.lengths[i]) for i in range(12, 16))
+    assert share <= sum(b for _, b in second) <= share + 16 * 1024
