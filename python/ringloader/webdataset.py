@@ -373,7 +373,9 @@ class WebDataset(NativeDataset):
     the cache, downloading again what it evicted). https uses ``ca_file`` (or
     ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
-    ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``).
+    ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``) and
+    ``range_reads_below`` (default 0.5): an epoch that wants less than that fraction of an
+    uncached shard's bytes fetches those members by HTTP range requests instead of the shard.
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
     sample that fails when read (``on_error``). See docs/remote.md.
 
