@@ -477,6 +477,17 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
         auth = request["authorization"]
         assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
         assert "/eu-west-3/s3/aws4_request" in auth and "x-amz-date" in request
+        # Built again from the kept indexes into an empty cache, a Subset's members come by
+        # signed range requests.
+        from torch.utils.data import Subset
+        again = rl.WebDataset("s3://bkt/data/train-{000000..000001}.tar", transform=TRANSFORM,
+                              cache_dir=str(tmp_path / "ranged"))
+        got = [y.tolist() for _, y in rl.DataLoader(Subset(again, [2, 17]), batch_size=2)]
+        assert got == [[ds.targets[2], ds.targets[17]]]
+        ranged = proxy.gets("/bkt/data/train-000000.tar")[1:]
+        assert ranged and all(r["range"].startswith("bytes=") for r in ranged)
+        assert all(r["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
+                   for r in ranged)
         with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
             rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
         proxy.always["/bkt/data/denied.tar"] = "403"
@@ -760,3 +771,21 @@ def test_a_ranks_share_fetches_only_its_members(nginx, shards, tmp_path):
     assert second and all(status == 206 for status, _ in second)
     share = sum(int(ds.lengths[i]) for i in range(12, 16))
     assert share <= sum(b for _, b in second) <= share + 16 * 1024
+
+
+@needs_nginx
+def test_a_range_that_keeps_failing_fails_its_samples_naming_the_url(nginx, proxy, shards,
+                                                                   tmp_path):
+    from torch.utils.data import Subset
+
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    proxy.always = {"/train-000001.tar": "503"}
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index, remote_options=FAST)
+    sub = Subset(ds, [3, 20])
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"train-000001\.tar bytes \d+-\d+: HTTP 503.*gave up after 3"):
+        list(rl.DataLoader(sub, batch_size=2))
+    labels = [y.tolist() for _, y in rl.DataLoader(sub, batch_size=2, on_error="skip")]
+    assert labels == [[ds.targets[3]]]
