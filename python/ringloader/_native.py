@@ -522,7 +522,9 @@ class _NativeIter:
             flat, offsets = _order.to_arrays(batches)
             if loader._index_map is not None:
                 flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
-        _begin_reads(loader, None if miss is None else flat)
+        # A resumed epoch reads only the batches after those delivered before the checkpoint.
+        first = offsets[min(self._skip, len(offsets) - 1)]
+        _begin_reads(loader, None if miss is None else flat[first:])
         loader._generation += 1
         self._generation = loader._generation
         self._pid = os.getpid()

@@ -789,3 +789,25 @@ def test_a_range_that_keeps_failing_fails_its_samples_naming_the_url(nginx, prox
         list(rl.DataLoader(sub, batch_size=2))
     labels = [y.tolist() for _, y in rl.DataLoader(sub, batch_size=2, on_error="skip")]
     assert labels == [[ds.targets[3]]]
+
+
+@needs_nginx
+def test_a_resume_mid_shard_fetches_only_what_is_left(nginx, shards, tmp_path):
+    url, index = f"{nginx.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    first = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "first"),
+                          index_cache=index)
+    loader = rl.DataLoader(first, batch_size=10)
+    it = iter(loader)
+    next(it), next(it)  # 20 of 24 samples delivered
+    state = loader.state_dict()
+    want = [y.tolist() for _, y in it]
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index)
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    resumed = rl.DataLoader(ds, batch_size=10)
+    resumed.load_state_dict(state)
+    assert [y.tolist() for _, y in resumed] == want == [ds.targets[20:]]
+    first_shard, second = (_range_bytes(nginx, n)[logged[n]:] for n in shards[1])
+    assert first_shard == [] and second and all(status == 206 for status, _ in second)
+    left = sum(int(ds.lengths[i]) for i in range(20, 24))
+    assert left <= sum(b for _, b in second) <= left + 16 * 1024
