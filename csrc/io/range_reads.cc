@@ -44,52 +44,60 @@ std::vector<std::pair<int64_t, int64_t>> MergeRanges(std::vector<std::pair<int64
   return out;
 }
 
-absl::StatusOr<RangeFetchResult> FetchRanges(const std::string& url, const std::string& path,
-                                             int64_t object_size, const std::string& etag,
-                                             const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                                             const RemoteOptions& options,
-                                             const std::atomic<bool>* cancel) {
-  for (const auto& [offset, length] : ranges) {
-    if (offset < 0 || length <= 0 || (object_size >= 0 && offset + length > object_size)) {
-      return absl::InvalidArgumentError(absl::StrCat("range read of ", url, ": bytes ", offset, "+",
-                                                     length, " are not inside its ", object_size,
-                                                     " bytes"));
-    }
-  }
-  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "open", path);
-  // The shard's size, so that every member sits at its index offset; the holes take no disk.
-  const bool sized = object_size < 0 || ftruncate(fd, object_size) == 0;
-  const int size_errno = errno;
-  close(fd);
-  if (!sized) return ErrnoStatus(size_errno, "ftruncate", path);
-
+std::vector<absl::Status> FetchRanges(const std::vector<RangedCopy>& copies, const RemoteOptions& options,
+                                      const std::atomic<bool>* cancel, RangeFetchResult* totals) {
+  std::vector<absl::Status> out(copies.size());
   std::vector<DownloadJob> jobs;
-  jobs.reserve(ranges.size());
-  for (const auto& [offset, length] : ranges) {
-    DownloadJob job;
-    job.url = url;
-    job.path = path;
-    job.offset = offset;
-    job.length = length;
-    job.object_size = object_size;
-    job.etag = etag;
-    jobs.push_back(std::move(job));
+  std::vector<size_t> owner;  // the copy of each job
+  for (size_t c = 0; c < copies.size(); ++c) {
+    const RangedCopy& copy = copies[c];
+    for (const auto& [offset, length] : copy.ranges) {
+      if (offset < 0 || length <= 0 || (copy.object_size >= 0 && offset + length > copy.object_size)) {
+        out[c] = absl::InvalidArgumentError(absl::StrCat("range read of ", copy.url, ": bytes ", offset,
+                                                         "+", length, " are not inside its ",
+                                                         copy.object_size, " bytes"));
+        break;
+      }
+    }
+    if (!out[c].ok()) continue;
+    const int fd = open(copy.path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      out[c] = ErrnoStatus(errno, "open", copy.path);
+      continue;
+    }
+    // The shard's size, so that every member sits at its index offset; the holes take no disk.
+    const bool sized = copy.object_size < 0 || ftruncate(fd, copy.object_size) == 0;
+    const int size_errno = errno;
+    close(fd);
+    if (!sized) {
+      out[c] = ErrnoStatus(size_errno, "ftruncate", copy.path);
+      continue;
+    }
+    for (const auto& [offset, length] : copy.ranges) {
+      DownloadJob job;
+      job.url = copy.url;
+      job.path = copy.path;
+      job.offset = offset;
+      job.length = length;
+      job.object_size = copy.object_size;
+      job.etag = copy.etag;
+      jobs.push_back(std::move(job));
+      owner.push_back(c);
+    }
   }
   const std::vector<DownloadResult> results = DownloadAll(jobs, options, cancel);
-  RangeFetchResult out;
-  absl::Status first_error;
-  for (const DownloadResult& r : results) {
-    out.requests += r.attempts;
-    out.bytes += r.size;
+  RangeFetchResult sum;
+  for (size_t j = 0; j < results.size(); ++j) {
+    const DownloadResult& r = results[j];
+    sum.requests += r.attempts;
+    sum.bytes += r.size;
+    absl::Status& status = out[owner[j]];
     // A changed object outranks any other failure: its index must be rebuilt.
-    if (!r.status.ok() && (first_error.ok() || absl::IsFailedPrecondition(r.status))) {
-      first_error = r.status;
-    }
+    if (!r.status.ok() && (status.ok() || absl::IsFailedPrecondition(r.status))) status = r.status;
   }
-  g_requests.fetch_add(out.requests, std::memory_order_relaxed);
-  g_bytes.fetch_add(out.bytes, std::memory_order_relaxed);
-  if (!first_error.ok()) return first_error;
+  g_requests.fetch_add(sum.requests, std::memory_order_relaxed);
+  g_bytes.fetch_add(sum.bytes, std::memory_order_relaxed);
+  if (totals != nullptr) *totals = sum;
   return out;
 }
 

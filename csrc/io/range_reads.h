@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
 #include "io/remote.h"
 
 namespace ringloader {
@@ -37,16 +36,23 @@ struct RangeFetchResult {
   int64_t bytes = 0;     ///< body bytes written
 };
 
-/// Writes `url`'s bytes of every range into `path` (created with `object_size` bytes, sparse),
-/// at most `max_connections` requests at once, each retried as whole downloads are (remote.h).
-/// The object must be `object_size` bytes and carry `etag` (empty: not checked): else
-/// FailedPrecondition naming the URL and saying it changed. Any other failure names the URL and
-/// the range. Counts requests and bytes in RangeReadTotals.
-absl::StatusOr<RangeFetchResult> FetchRanges(const std::string& url, const std::string& path,
-                                             int64_t object_size, const std::string& etag,
-                                             const std::vector<std::pair<int64_t, int64_t>>& ranges,
-                                             const RemoteOptions& options,
-                                             const std::atomic<bool>* cancel = nullptr);
+/// One shard's wanted byte ranges and where they go.
+struct RangedCopy {
+  std::string url;
+  std::string path;          ///< the sparse copy, created with `object_size` bytes
+  int64_t object_size = -1;  ///< the object's size as indexed (-1: not checked)
+  std::string etag;          ///< its ETag as indexed (empty: not checked)
+  std::vector<std::pair<int64_t, int64_t>> ranges;  ///< (offset, length), merged
+};
+
+/// Writes each copy's ranges of its URL into its path (sparse, the object's size), all the
+/// copies' requests together, at most `max_connections` at once, each retried as whole
+/// downloads are (remote.h). One status per copy: a changed object (another size or ETag) is
+/// FailedPrecondition naming the URL and saying it changed; any other failure names the URL and
+/// the range. Counts requests and bytes in RangeReadTotals and in `*totals` when given.
+std::vector<absl::Status> FetchRanges(const std::vector<RangedCopy>& copies, const RemoteOptions& options,
+                                      const std::atomic<bool>* cancel = nullptr,
+                                      RangeFetchResult* totals = nullptr);
 
 /// Process-wide totals of FetchRanges (the loader's stats report them).
 RangeFetchResult RangeReadTotals();

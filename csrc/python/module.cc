@@ -955,30 +955,35 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   return CachedShardDicts(got);
 }
 
-/// The wanted members of a remote shard by range into a sparse copy (io/range_reads.h), without
-/// the GIL: {requests, bytes} or {error, code} as fetch_shards.
-py::dict FetchRangesPy(const std::string& url, const std::string& path, int64_t size, const std::string& etag,
-                       const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths, int64_t gap,
-                       const py::dict& settings, std::optional<FetchCancel> cancel) {
-  if (offsets.size() != lengths.size()) throw py::value_error("fetch_ranges: offsets and lengths differ in length");
+/// Remote shards' wanted members by range into sparse copies (io/range_reads.h), all the copies'
+/// requests together, without the GIL: one dict per copy, {} or {error, code} as fetch_shards.
+py::list FetchRangesPy(const std::vector<std::tuple<std::string, std::string, int64_t, std::string,
+                                                    std::vector<int64_t>, std::vector<int64_t>>>& wanted,
+                       int64_t gap, const py::dict& settings, std::optional<FetchCancel> cancel) {
   RemoteOptions options = RemoteOptionsFrom(settings);
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
-  absl::StatusOr<RangeFetchResult> got;
+  std::vector<RangedCopy> copies;
+  for (const auto& [url, path, size, etag, offsets, lengths] : wanted) {
+    if (offsets.size() != lengths.size()) throw py::value_error("fetch_ranges: offsets and lengths differ in length");
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
+    copies.push_back(RangedCopy{url, path, size, etag, MergeRanges(std::move(ranges), gap)});
+  }
+  std::vector<absl::Status> got;
   {
     py::gil_scoped_release release;
     std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
-    got = FetchRanges(url, path, size, etag, MergeRanges(std::move(ranges), gap), options, flag.get());
+    got = FetchRanges(copies, options, flag.get());
   }
-  py::dict d;
-  if (got.ok()) {
-    d["requests"] = got->requests;
-    d["bytes"] = got->bytes;
-  } else {
-    d["error"] = std::string(got.status().message());
-    d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(got.status().code()));
+  py::list out;
+  for (const absl::Status& status : got) {
+    py::dict d;
+    if (!status.ok()) {
+      d["error"] = std::string(status.message());
+      d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+    }
+    out.append(d);
   }
-  return d;
+  return out;
 }
 
 /// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
@@ -1219,12 +1224,12 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
-  m.def("fetch_ranges", &FetchRangesPy, py::arg("url"), py::arg("path"), py::arg("size"), py::arg("etag"),
-        py::arg("offsets"), py::arg("lengths"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
+  m.def("fetch_ranges", &FetchRangesPy, py::arg("copies"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
         py::arg("cancel") = py::none(),
-        "The byte ranges (offsets, lengths; those closer than gap bytes fetched as one) of a remote shard of "
-        "size bytes and ETag etag ('' unchecked) into a sparse copy at path: {requests, bytes} or {error, code} "
-        "(code failed_precondition: the object changed).");
+        "Byte ranges of remote shards into sparse copies: copies is a list of (url, path, size, etag ('' "
+        "unchecked), offsets, lengths); ranges closer than gap bytes are fetched as one, every copy's "
+        "requests together (max_connections at once). One dict per copy: {} or {error, code} (code "
+        "failed_precondition: the object changed, or the server answered without the range).");
   m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
         "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,

@@ -185,16 +185,18 @@ class RemoteFetcher:
         return self._cancellable(lambda cancel: _C.fetch_shards(
             list(urls), self.cache_dir, self.cache_limit, self.settings, cancel))
 
-    def fetch_ranges(self, url: str, path: str, size: int, etag: Optional[str],
-                     offsets: Sequence[int], lengths: Sequence[int]) -> Dict[str, Any]:
-        """The byte ranges of ``url`` (an object of ``size`` bytes and ``etag``, None: not
-        checked) into a sparse copy at ``path``, by HTTP range requests, ``max_connections`` at
-        once: ``{requests, bytes}`` or ``{error, code}`` (``failed_precondition``: the object
-        changed, or the server does not serve ranges)."""
-        self._prepare([url])
-        return self._cancellable(lambda cancel: [_C.fetch_ranges(
-            url, path, int(size), etag or "", [int(o) for o in offsets],
-            [int(n) for n in lengths], RANGE_MERGE_GAP, self.settings, cancel)])[0]
+    def fetch_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
+                                                  Sequence[int]]]) -> List[Dict[str, Any]]:
+        """Per (url, copy path, size, ETag or None, offsets, lengths): those byte ranges of the
+        object (of that size and ETag, None: not checked) into a sparse copy, by HTTP range
+        requests, every copy's together and ``max_connections`` at once. One dict per copy:
+        ``{}`` or ``{error, code}`` (``failed_precondition``: the object changed, or the server
+        does not serve ranges)."""
+        self._prepare([c[0] for c in copies])
+        wanted = [(url, path, int(size), etag or "", [int(o) for o in offsets],
+                   [int(n) for n in lengths]) for url, path, size, etag, offsets, lengths in copies]
+        return self._cancellable(lambda cancel: _C.fetch_ranges(
+            wanted, RANGE_MERGE_GAP, self.settings, cancel))
 
     def _cancellable(self, call: Any) -> List[Any]:
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the

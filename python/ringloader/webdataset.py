@@ -810,33 +810,37 @@ class WebDataset(NativeDataset):
                 if size > 0 and wanted_bytes[s] < fetcher.range_reads_below * size and \
                         not os.path.exists(self.shard_paths[s]):
                     ranged[s] = wanted[shard_of == s]
+        copies = []
         for s, samples in ranged.items():
             self._fetch_errors.pop(s, None)
             samples = samples[self.lengths[samples] > 0]
-            if len(samples) == 0:
+            if len(samples):
+                size, etag = self._remote_copies[s]  # type: ignore[misc]
+                copies.append((s, f"{self.shard_paths[s]}.ranges-{os.getpid()}", size, etag,
+                               self.offsets[samples], self.lengths[samples]))
+        results = fetcher.fetch_ranges([(self.urls[s], copy, size, etag, offsets, lengths)
+                                        for s, copy, size, etag, offsets, lengths in copies]) \
+            if copies else []
+        stale = None
+        for (s, copy, *_), got in zip(copies, results):
+            if "error" not in got:
+                _C.redirect_shard(self.shard_paths[s], copy)
+                self._redirects[self.shard_paths[s]] = copy
                 continue
-            url, entry = self.urls[s], self.shard_paths[s]
-            size, etag = self._remote_copies[s]  # type: ignore[misc]
-            copy = f"{entry}.ranges-{os.getpid()}"
-            got = fetcher.fetch_ranges(url, copy, size, etag, self.offsets[samples],
-                                       self.lengths[samples])
-            if "error" in got:
-                try:
-                    os.unlink(copy)
-                except OSError:
-                    pass
-                if "object changed" in got["error"]:
-                    error = StaleIndexError(
-                        f"WebDataset shard {url} changed since the dataset was built "
-                        f"({got['error']}): its index is out of date. Delete its kept index "
-                        f"under index_cache and build the WebDataset again.")
-                    error.path = url
-                    raise error
-                # Its samples fail when read (the entry is not there), under on_error.
-                self._fetch_errors[s] = got["error"]
-                continue
-            _C.redirect_shard(entry, copy)
-            self._redirects[entry] = copy
+            try:
+                os.unlink(copy)
+            except OSError:
+                pass
+            if "object changed" in got["error"] and stale is None:
+                stale = StaleIndexError(
+                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
+                    f"({got['error']}): its index is out of date. Delete its kept index "
+                    f"under index_cache and build the WebDataset again.")
+                stale.path = self.urls[s]
+            # Its samples fail when read (the entry is not there), under on_error.
+            self._fetch_errors[s] = got["error"]
+        if stale is not None:
+            raise stale
         self.check_shards([s for s in remote if s not in ranged], background=True)
         return bool(self._redirects)
 
