@@ -708,6 +708,9 @@ def test_a_subset_reads_its_members_by_range_and_a_whole_epoch_downloads(nginx, 
     assert after["range_requests"] - before["range_requests"] >= 2
     assert not any(os.path.exists(p) for p in ds.shard_paths)  # nothing went into the cache
     assert len(list((tmp_path / "cache").glob("*.ranges-*"))) == 2  # the members' sparse copies
+    # A member the copy lacks, read alone: its shard is downloaded, not read from the copy.
+    x, y = ds[0]
+    assert y == local.targets[0] and (x - local[0][0]).abs().max().item() == 0
 
     # The whole dataset wants every byte: each shard is downloaded whole, once.
     _assert_same(ds, local)
