@@ -462,8 +462,8 @@ def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
         if begin is not None:
             mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
             if begin(mine) and loader._overlap_off is None:
-                loader._overlap_off = ("a remote shard is read by HTTP range requests this epoch "
-                                       "(its copy holds only this epoch's members)")
+                loader._overlap_off = ("remote shards were read by HTTP range requests (a "
+                                       "range copy holds one epoch's members only)")
         start += len(f)
 
 
