@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "io/pending_downloads.h"
+#include "io/range_reads.h"
 #include "io/shard_cache.h"
 
 namespace ringloader {
@@ -134,8 +135,9 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
       *error = std::move(pending);
       return nullptr;
     }
-    // O_NONBLOCK: see Start.
-    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    // O_NONBLOCK: see Start. A shard whose wanted members were fetched by range this epoch is
+    // read from that copy (io/range_reads.h).
+    fd = open(RedirectedPath(path).c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     const int open_errno = errno;
     ++opens_;
     if (fd < 0 && (open_errno != ENOENT || attempt + 1 == kOpenAttempts || !RefetchIfEvicted(path))) {

@@ -53,6 +53,7 @@ struct Transfer {
   std::string write_error;   // why the write callback stopped the transfer
   bool resume_mismatch = false;  // it stopped because the resumed part did not fit: retried
   bool etag_changed = false;
+  bool stale = false;  // a range's object is not the one indexed: final
   char curl_error[CURL_ERROR_SIZE] = {0};
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
@@ -127,6 +128,39 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   if (t->status < 200 || t->status >= 300) {
     const size_t keep = std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, t->error_body.size()));
     t->error_body.append(data, keep);
+    return n;
+  }
+  const bool ranged = t->job->length >= 0;
+  if (!t->body_started && ranged) {
+    t->body_started = true;
+    const int64_t want = t->job->offset + t->written;
+    if (t->status != 206 || t->range_start != want) {
+      t->write_error = absl::StrCat("asked for bytes from ", want, ", got HTTP ", t->status,
+                                    t->status == 206 ? absl::StrCat(" from byte ", t->range_start)
+                                                     : std::string(" (no byte range)"));
+      return 0;
+    }
+    const bool other_size = t->job->object_size >= 0 && t->range_total >= 0 &&
+                            t->range_total != t->job->object_size;
+    const bool other_etag = !t->job->etag.empty() && !t->response_etag.empty() &&
+                            t->response_etag != t->job->etag;
+    if (other_size || other_etag) {
+      t->stale = true;
+      t->write_error = other_size
+          ? absl::StrCat("the object changed: ", t->range_total, " bytes, indexed from ",
+                         t->job->object_size)
+          : absl::StrCat("the object changed: ETag ", t->response_etag, ", indexed from ",
+                         t->job->etag);
+      return 0;
+    }
+    t->etag = t->response_etag;
+  }
+  if (ranged) {
+    if (!WriteAll(t->fd, data, n, t->job->offset + t->written)) {
+      t->write_error = absl::StrCat("write(", t->job->path, "): ", std::strerror(errno));
+      return 0;
+    }
+    t->written += static_cast<int64_t>(n);
     return n;
   }
   if (!t->body_started) {
@@ -269,7 +303,9 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->done = true;
     } else {
       t->http_url = *std::move(http);
-      t->fd = open(jobs[i].path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      const int truncate = jobs[i].length >= 0 ? 0 : O_TRUNC;
+      t->fd = open(jobs[i].path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
+      t->total = jobs[i].length;  // -1 for a whole object: the response states it
       if (t->fd < 0) {
         results[i].status = ErrnoStatus(errno, "open", jobs[i].path);
         t->done = true;
@@ -330,7 +366,12 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
             headers, absl::StrCat("x-amz-security-token: ", options.s3.session_token).c_str());
       }
     }
-    if (t->written > 0) {
+    if (t->job->length >= 0) {
+      // A range: the part of it not written yet (a retry resumes after what landed).
+      const int64_t first = t->job->offset + t->written;
+      const std::string range = absl::StrCat(first, "-", t->job->offset + t->job->length - 1);
+      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+    } else if (t->written > 0) {
       // Resume: the rest of the object, unless it changed (then the whole new one).
       const std::string range = absl::StrCat(t->written, "-");
       curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
@@ -359,7 +400,11 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     const long status = t->status;
     absl::Status failure;
     bool retry = false;
-    const std::string where = absl::StrCat("GET ", t->job->url);
+    const std::string where =
+        t->job->length >= 0
+            ? absl::StrCat("GET ", t->job->url, " bytes ", t->job->offset, "-",
+                           t->job->offset + t->job->length - 1)
+            : absl::StrCat("GET ", t->job->url);
     if (code == CURLE_OK && (status == 0 || (status >= 200 && status < 300))) {
       if (!t->body_started) {
         // An empty body: OnBody never ran for this response.
@@ -403,7 +448,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       const std::string what = absl::StrCat(where, ": ", detail);
       // A resumed part that did not fit is fetched again from byte 0; a failed write to the
       // cache's disk (full, read-only) is not retried.
-      retry = RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch);
+      retry = !t->stale && (RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch));
       failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
     }
     if (retry && t->result->attempts < options.max_attempts) {

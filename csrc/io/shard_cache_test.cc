@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/range_reads.h"
 #include "testing/jpeg_fixtures.h"
 
 namespace ringloader {
@@ -202,6 +203,37 @@ TEST(RemoteTest, BackoffDoublesUpToItsCapAndJittersBelowIt) {
   EXPECT_DOUBLE_EQ(BackoffSeconds(3, options, 0.5), 1.0);
   EXPECT_DOUBLE_EQ(BackoffSeconds(10, options, 0.5), 1.5);
   EXPECT_DOUBLE_EQ(BackoffSeconds(2, options, 0.0), 0.0);
+}
+
+}  // namespace
+}  // namespace ringloader
+
+namespace ringloader {
+namespace {
+
+TEST(RangeReadsTest, NeighbouringRangesMergeWithinTheGapAndEmptyOnesDrop) {
+  const std::vector<std::pair<int64_t, int64_t>> got =
+      MergeRanges({{5000, 100}, {0, 512}, {600, 50}, {700, 0}, {5050, 10}}, 100);
+  const std::vector<std::pair<int64_t, int64_t>> want = {{0, 650}, {5000, 100}};
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(MergeRanges({{0, 10}, {20, 10}}, 0).size(), 2u);
+}
+
+TEST(RangeReadsTest, ARedirectSendsReadsOfTheEntryToTheCopyUntilLifted) {
+  EXPECT_EQ(RedirectedPath("/cache/a.tar"), "/cache/a.tar");
+  RedirectShard("/cache/a.tar", "/cache/a.tar.ranges-1");
+  EXPECT_EQ(RedirectedPath("/cache/a.tar"), "/cache/a.tar.ranges-1");
+  EXPECT_EQ(RedirectedPath("/cache/b.tar"), "/cache/b.tar");
+  RedirectShard("/cache/a.tar", "");
+  EXPECT_EQ(RedirectedPath("/cache/a.tar"), "/cache/a.tar");
+}
+
+TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrl) {
+  const std::vector<absl::Status> got =
+      FetchRanges({RangedCopy{"http://127.0.0.1:9/x.tar", "/nonexistent/x", 100, "", {{90, 20}}}}, RemoteOptions{});
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(got[0].message().find("http://127.0.0.1:9/x.tar"), absl::string_view::npos);
 }
 
 }  // namespace

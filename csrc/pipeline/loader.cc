@@ -22,6 +22,7 @@
 #include "cuda/device_stager.h"
 #include "decode/image_decoder.h"
 #include "io/child_process.h"
+#include "io/range_reads.h"
 #include "io/reader.h"
 #include "io/stream_cache.h"
 #include "numa/topology.h"
@@ -595,6 +596,9 @@ LoaderStats Loader::Impl::Stats() const {
   s.samples_ahead = queued_ ? queued_->counters->samples.load(std::memory_order_relaxed) : 0;
   s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
   s.stream_restarts = streams_->restarts();
+  const RangeFetchResult ranges = RangeReadTotals();
+  s.range_requests = ranges.requests;
+  s.range_bytes = ranges.bytes;
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
   s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;

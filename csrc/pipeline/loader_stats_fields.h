@@ -23,6 +23,8 @@ namespace ringloader {
   X(views_rendered) \
   X(bytes_read) \
   X(stream_restarts) \
+  X(range_requests) \
+  X(range_bytes) \
   X(read_seconds) \
   X(decode_seconds) \
   X(wait_seconds) \

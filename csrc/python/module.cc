@@ -29,6 +29,7 @@
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "io/pending_downloads.h"
+#include "io/range_reads.h"
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
@@ -954,6 +955,37 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   return CachedShardDicts(got);
 }
 
+/// Remote shards' wanted members by range into sparse copies (io/range_reads.h), all the copies'
+/// requests together, without the GIL: one dict per copy, {} or {error, code} as fetch_shards.
+py::list FetchRangesPy(const std::vector<std::tuple<std::string, std::string, int64_t, std::string,
+                                                    std::vector<int64_t>, std::vector<int64_t>>>& wanted,
+                       int64_t gap, const py::dict& settings, std::optional<FetchCancel> cancel) {
+  RemoteOptions options = RemoteOptionsFrom(settings);
+  std::vector<RangedCopy> copies;
+  for (const auto& [url, path, size, etag, offsets, lengths] : wanted) {
+    if (offsets.size() != lengths.size()) throw py::value_error("fetch_ranges: offsets and lengths differ in length");
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
+    copies.push_back(RangedCopy{url, path, size, etag, MergeRanges(std::move(ranges), gap)});
+  }
+  std::vector<absl::Status> got;
+  {
+    py::gil_scoped_release release;
+    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
+    got = FetchRanges(copies, options, flag.get());
+  }
+  py::list out;
+  for (const absl::Status& status : got) {
+    py::dict d;
+    if (!status.ok()) {
+      d["error"] = std::string(status.message());
+      d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+    }
+    out.append(d);
+  }
+  return out;
+}
+
 /// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
 /// end) cancels what is left and joins.
 struct PyBackgroundFetch {
@@ -1192,6 +1224,14 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
+  m.def("fetch_ranges", &FetchRangesPy, py::arg("copies"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
+        py::arg("cancel") = py::none(),
+        "Byte ranges of remote shards into sparse copies: copies is a list of (url, path, size, etag ('' "
+        "unchecked), offsets, lengths); ranges closer than gap bytes are fetched as one, every copy's "
+        "requests together (max_connections at once). One dict per copy: {} or {error, code} (code "
+        "failed_precondition: the object changed, or the server answered without the range).");
+  m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
+        "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
         py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
         "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "

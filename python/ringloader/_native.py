@@ -453,6 +453,20 @@ class NativeBackend(Backend):
         self.close()
 
 
+def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
+    """Each source's remote reads for the epoch (WebDataset.begin_reads), told the samples the
+    plan wants of it (None: an epoch read ahead, whose reads started already)."""
+    start = 0
+    for f in loader._folders:
+        begin = getattr(f, "begin_reads", None)
+        if begin is not None:
+            mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
+            if begin(mine) and loader._overlap_off is None:
+                loader._overlap_off = ("remote shards were read by HTTP range requests (a "
+                                       "range copy holds one epoch's members only)")
+        start += len(f)
+
+
 class _NativeIter:
     """One epoch of a native DataLoader. A newer ``iter(loader)`` supersedes this one."""
 
@@ -508,6 +522,9 @@ class _NativeIter:
             flat, offsets = _order.to_arrays(batches)
             if loader._index_map is not None:
                 flat = loader._index_map[flat]  # a Subset/ConcatDataset's positions -> samples
+        # A resumed epoch reads only the batches after those delivered before the checkpoint.
+        first = offsets[min(self._skip, len(offsets) - 1)]
+        _begin_reads(loader, None if miss is None else flat[first:])
         loader._generation += 1
         self._generation = loader._generation
         self._pid = os.getpid()

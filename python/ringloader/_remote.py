@@ -110,7 +110,16 @@ def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
 #: ``remote_options=`` keys: (type, smallest value).
 REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
                   "backoff_initial_s": (float, 0.0), "backoff_max_s": (float, 0.0),
-                  "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1)}
+                  "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1),
+                  "range_reads_below": (float, 0.0)}
+
+#: The default ``range_reads_below``: an epoch that wants under half of a shard's bytes (not in
+#: the cache) fetches those members by HTTP range requests instead of the whole shard.
+RANGE_READS_BELOW = 0.5
+
+#: Wanted byte ranges closer than this are fetched by one request (the bytes between included):
+#: a few KiB more per request instead of one round trip per neighbouring member.
+RANGE_MERGE_GAP = 16 * 1024
 
 
 def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
@@ -148,6 +157,8 @@ class RemoteFetcher:
         if self.ca_file is not None:
             self.settings["ca_file"] = self.ca_file
         self.settings.update(check_remote_options(settings))
+        #: Range reads for an epoch that wants under this fraction of a shard's bytes (0: never).
+        self.range_reads_below = float(self.settings.pop("range_reads_below", RANGE_READS_BELOW))
         self._s3_resolved = False
 
     def _prepare(self, urls: Sequence[str]) -> None:
@@ -171,6 +182,23 @@ class RemoteFetcher:
         """One native result per URL: ``{path, size, etag, downloaded, attempts}`` or
         ``{error, code}``."""
         self._prepare(urls)
+        return self._cancellable(lambda cancel: _C.fetch_shards(
+            list(urls), self.cache_dir, self.cache_limit, self.settings, cancel))
+
+    def fetch_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
+                                                  Sequence[int]]]) -> List[Dict[str, Any]]:
+        """Per (url, copy path, size, ETag or None, offsets, lengths): those byte ranges of the
+        object (of that size and ETag, None: not checked) into a sparse copy, by HTTP range
+        requests, every copy's together and ``max_connections`` at once. One dict per copy:
+        ``{}`` or ``{error, code}`` (``failed_precondition``: the object changed, or the server
+        does not serve ranges)."""
+        self._prepare([c[0] for c in copies])
+        wanted = [(url, path, int(size), etag or "", [int(o) for o in offsets],
+                   [int(n) for n in lengths]) for url, path, size, etag, offsets, lengths in copies]
+        return self._cancellable(lambda cancel: _C.fetch_ranges(
+            wanted, RANGE_MERGE_GAP, self.settings, cancel))
+
+    def _cancellable(self, call: Any) -> List[Any]:
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the
         # transfers (within ~0.1 s) and is raised once they are closed.
         cancel = _C.FetchCancel()
@@ -181,8 +209,7 @@ class RemoteFetcher:
 
         def run() -> None:
             try:
-                out.extend(_C.fetch_shards(list(urls), self.cache_dir, self.cache_limit,
-                                           self.settings, cancel))
+                out.extend(call(cancel))
             except BaseException as why:  # noqa: BLE001 - handed to the caller's thread
                 failure.append(why)
             finally:

@@ -373,7 +373,9 @@ class WebDataset(NativeDataset):
     the cache, downloading again what it evicted). https uses ``ca_file`` (or
     ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
-    ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``).
+    ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``) and
+    ``range_reads_below`` (default 0.5): an epoch that wants less than that fraction of an
+    uncached shard's bytes fetches those members by HTTP range requests instead of the shard.
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
     sample that fails when read (``on_error``). See docs/remote.md.
 
@@ -475,6 +477,11 @@ class WebDataset(NativeDataset):
         self._background: Optional[Any] = None
         #: The shards they download, in their order (emptied once their results are taken in).
         self._background_shards: List[int] = []
+        #: Cache entries whose reads go to a sparse copy of the members fetched by range this
+        #: epoch (begin_reads): {entry: copy}.
+        self._redirects: Dict[str, str] = {}
+        #: check_unchanged left the remote shards to begin_reads (which knows the epoch's plan).
+        self._reads_due = False
         unfetched: Dict[int, str] = {}
         remote = [s for s, (url, pipe) in enumerate(expanded)
                   if not pipe and _remote.remote_scheme(url) is not None]
@@ -767,7 +774,87 @@ class WebDataset(NativeDataset):
                 self._remote_copies[s] = (was[0], str(r["etag"]))
 
     def check_unchanged(self) -> None:
-        self.check_shards(background=True)
+        if self._fetcher is None or self._fetcher.range_reads_below <= 0:
+            self.check_shards(background=True)
+            return
+        # The remote shards wait for begin_reads: whether each is downloaded or read by range
+        # depends on what the epoch's plan wants of it.
+        self._reads_due = True
+        self.check_shards([s for s, c in enumerate(self._remote_copies) if c is None])
+
+    def begin_reads(self, wanted: Optional[np.ndarray]) -> bool:
+        """An epoch's start, once its plan is drawn: ``wanted`` holds the dataset's sample
+        indices the epoch reads in this process (None: unknown, read every shard whole). A
+        remote shard not in the cache of which the epoch wants under ``range_reads_below`` of
+        its bytes is not downloaded: its wanted members are fetched by HTTP range requests
+        into a sparse copy the readers read instead (none at all when it wants none of them);
+        the other remote shards download as :meth:`check_shards` does. Returns True when a
+        shard is read from such a copy (the DataLoader then reads no epoch ahead: the copy
+        holds only this epoch's members)."""
+        if not self._reads_due:
+            return False
+        self._reads_due = False
+        self._lift_redirects()
+        fetcher = self._fetcher
+        assert fetcher is not None
+        remote = [s for s, c in enumerate(self._remote_copies) if c is not None]
+        ranged: Dict[int, np.ndarray] = {}
+        if wanted is not None:
+            wanted = np.unique(np.asarray(wanted, dtype=np.int64))
+            wanted = wanted[(wanted >= 0) & (wanted < len(self.offsets))]
+            shard_of = np.searchsorted(self.shard_starts, wanted, side="right") - 1
+            wanted_bytes = np.bincount(shard_of, weights=self.lengths[wanted],
+                                       minlength=len(self.urls))
+            for s in remote:
+                size = self._remote_copies[s][0]  # type: ignore[index]
+                if size > 0 and wanted_bytes[s] < fetcher.range_reads_below * size and \
+                        not os.path.exists(self.shard_paths[s]):
+                    ranged[s] = wanted[shard_of == s]
+        copies = []
+        for s, samples in ranged.items():
+            self._fetch_errors.pop(s, None)
+            samples = samples[self.lengths[samples] > 0]
+            if len(samples):
+                size, etag = self._remote_copies[s]  # type: ignore[misc]
+                copies.append((s, f"{self.shard_paths[s]}.ranges-{os.getpid()}", size, etag,
+                               self.offsets[samples], self.lengths[samples]))
+        results = fetcher.fetch_ranges([(self.urls[s], copy, size, etag, offsets, lengths)
+                                        for s, copy, size, etag, offsets, lengths in copies]) \
+            if copies else []
+        stale = None
+        for (s, copy, *_), got in zip(copies, results):
+            if "error" not in got:
+                _C.redirect_shard(self.shard_paths[s], copy)
+                self._redirects[self.shard_paths[s]] = copy
+                continue
+            try:
+                os.unlink(copy)
+            except OSError:
+                pass
+            if "object changed" in got["error"] and stale is None:
+                stale = StaleIndexError(
+                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
+                    f"({got['error']}): its index is out of date. Delete its kept index "
+                    f"under index_cache and build the WebDataset again.")
+                stale.path = self.urls[s]
+            # Its samples fail when read (the entry is not there), under on_error.
+            self._fetch_errors[s] = got["error"]
+        if stale is not None:
+            raise stale
+        self.check_shards([s for s in remote if s not in ranged], background=True)
+        return bool(self._redirects)
+
+    def _lift_redirects(self, entries: Optional[Sequence[str]] = None) -> None:
+        """Reads of these entries (default all) go to the cache again; their copies removed."""
+        for entry in list(self._redirects) if entries is None else entries:
+            copy = self._redirects.pop(entry, None)
+            if copy is None:
+                continue
+            _C.redirect_shard(entry, "")
+            try:
+                os.unlink(copy)
+            except OSError:
+                pass
 
     def close_downloads(self) -> None:
         """Stops the downloads an epoch's start left running (their shards' samples then fail
@@ -776,11 +863,14 @@ class WebDataset(NativeDataset):
         self._background_shards = []
         if background is not None:
             background.close()
+        if getattr(self, "_redirects", None):
+            self._lift_redirects()
 
     def __getstate__(self) -> Dict[str, Any]:
         # The downloads are this process's (native threads): a copy starts its own if it needs.
         state = super().__getstate__()
         state["_background"], state["_background_shards"] = None, []
+        state["_redirects"] = {}  # this process's sparse copies (a copy fetches its own)
         return state
 
     def __del__(self) -> None:
@@ -856,6 +946,9 @@ class WebDataset(NativeDataset):
         read of a shard waiting for it to land, and a copy that is not the one indexed fails
         its samples with a :class:`StaleIndexError`."""
         wanted = range(len(self.urls)) if shards is None else shards
+        if self._redirects:
+            # Read whole from now on: a copy holds only the members an epoch fetched by range.
+            self._lift_redirects([self.shard_paths[s] for s in wanted])
         missing = []
         for s in wanted:
             if self._remote_copies[s] is None:

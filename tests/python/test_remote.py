@@ -477,6 +477,17 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
         auth = request["authorization"]
         assert auth.startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
         assert "/eu-west-3/s3/aws4_request" in auth and "x-amz-date" in request
+        # Built again from the kept indexes into an empty cache, a Subset's members come by
+        # signed range requests.
+        from torch.utils.data import Subset
+        again = rl.WebDataset("s3://bkt/data/train-{000000..000001}.tar", transform=TRANSFORM,
+                              cache_dir=str(tmp_path / "ranged"))
+        got = [y.tolist() for _, y in rl.DataLoader(Subset(again, [2, 17]), batch_size=2)]
+        assert got == [[ds.targets[2], ds.targets[17]]]
+        ranged = proxy.gets("/bkt/data/train-000000.tar")[1:]
+        assert ranged and all(r["range"].startswith("bytes=") for r in ranged)
+        assert all(r["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
+                   for r in ranged)
         with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
             rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
         proxy.always["/bkt/data/denied.tar"] = "403"
@@ -647,3 +658,159 @@ def test_stopping_the_loader_while_a_shard_downloads_returns_promptly(proxy, sha
         assert not list((tmp_path / "c2").glob("*.part"))
     finally:
         proxy.release("/train-000001.tar")
+
+
+def _range_bytes(nginx, name):
+    """(status, bytes sent) of every GET of `name` in nginx's access log."""
+    log = nginx.prefix / "logs" / "access.log"
+    out = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        if f"GET /{name} HTTP" in line:
+            status, sent = line.split('" ', 1)[1].split()[:2]
+            out.append((int(status), int(sent)))
+    return out
+
+
+def _kept_index_dataset(nginx, tmp_path, **kw):
+    """The two shards over http, built from indexes an earlier run kept (so nothing is in the
+    new cache folder yet)."""
+    url, index = f"{nginx.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    return rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                         index_cache=index, **kw)
+
+
+@needs_nginx
+def test_a_subset_reads_its_members_by_range_and_a_whole_epoch_downloads(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _kept_index_dataset(nginx, tmp_path)
+    local = _local(shards)
+    picks = [1, 4, 14, 22]  # two members of each shard: far under half of its bytes
+    wanted = {n: sum(int(ds.lengths[i]) for i in picks if ds.shard_of(i) == s)
+              for s, n in enumerate(shards[1])}
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    loader = rl.DataLoader(Subset(ds, picks), batch_size=2)
+    before = loader.stats()
+    got = [(x.clone(), y.tolist()) for x, y in loader]
+    want = [(x, y.tolist()) for x, y in rl.DataLoader(Subset(local, picks), batch_size=2)]
+    assert [y for _, y in got] == [y for _, y in want]
+    for (g, _), (w, _) in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    sent = 0
+    for name in shards[1]:
+        new = _range_bytes(nginx, name)[logged[name]:]
+        assert new and all(status == 206 for status, _ in new)  # never the whole shard
+        assert wanted[name] <= sum(b for _, b in new) <= wanted[name] + 16 * 1024
+        sent += sum(b for _, b in new)
+    after = loader.stats()
+    assert after["range_bytes"] - before["range_bytes"] == sent
+    assert after["range_requests"] - before["range_requests"] >= 2
+    assert not any(os.path.exists(p) for p in ds.shard_paths)  # nothing went into the cache
+    assert len(list((tmp_path / "cache").glob("*.ranges-*"))) == 2  # the members' sparse copies
+    # A member the copy lacks, read alone: its shard is downloaded, not read from the copy.
+    x, y = ds[0]
+    assert y == local.targets[0] and (x - local[0][0]).abs().max().item() == 0
+
+    # The whole dataset wants every byte: each shard is downloaded whole, once.
+    _assert_same(ds, local)
+    for name in shards[1]:
+        assert [s for s, _ in _range_bytes(nginx, name)[logged[name]:]].count(200) == 1
+    assert all(os.path.exists(p) for p in ds.shard_paths)
+    assert not list((tmp_path / "cache").glob("*.ranges-*"))  # removed at the next epoch's start
+
+
+@needs_nginx
+def test_a_503_on_a_range_is_retried(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    proxy.faults = {"/train-000000.tar": ["503", "reset"]}
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index, remote_options=FAST)
+    start = len(proxy.gets("/train-000000.tar"))
+    got = [y.tolist() for _, y in rl.DataLoader(Subset(ds, [3, 20]), batch_size=2)]
+    want = [y.tolist() for _, y in rl.DataLoader(Subset(_local(shards), [3, 20]), batch_size=2)]
+    assert got == want
+    asked = proxy.gets("/train-000000.tar")[start:]
+    assert len(asked) == 3 and all(r["range"].startswith("bytes=") for r in asked)
+
+
+@needs_nginx
+def test_a_changed_object_read_by_range_is_a_stale_index_naming_the_url(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    root, names = shards
+    (root / "ranged").mkdir(exist_ok=True)
+    target = root / "ranged" / "train.tar"
+    target.write_bytes((root / names[0]).read_bytes())
+    url, index = f"{nginx.url}/ranged/train.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)
+    os.utime(target, (1, 1))  # the same bytes, another ETag (nginx's is mtime and size)
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
+                       index_cache=index)
+    with pytest.raises(rl.StaleIndexError, match=r"ranged/train\.tar changed since .*ETag"):
+        list(rl.DataLoader(Subset(ds, [2]), batch_size=1))
+
+
+def test_range_reads_below_is_checked():
+    with pytest.raises(ValueError, match=r"remote_options\['range_reads_below'\] must be a number"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": -1})
+
+
+@needs_nginx
+def test_a_ranks_share_fetches_only_its_members(nginx, shards, tmp_path):
+    ds = _kept_index_dataset(nginx, tmp_path)
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    # Six ranks of 24 samples in shard order: rank 3 reads samples 12..15, all in the second shard.
+    got_labels, got = _epoch(ds, rank=3, world_size=6)
+    want_labels, want = _epoch(_local(shards), rank=3, world_size=6)
+    assert got_labels == want_labels == [ds.targets[i] for i in range(12, 16)]
+    for g, w in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    first, second = (_range_bytes(nginx, n)[logged[n]:] for n in shards[1])
+    assert first == []  # a shard the rank wants none of is not fetched at all
+    assert second and all(status == 206 for status, _ in second)
+    share = sum(int(ds.lengths[i]) for i in range(12, 16))
+    assert share <= sum(b for _, b in second) <= share + 16 * 1024
+
+
+@needs_nginx
+def test_a_range_that_keeps_failing_fails_its_samples_naming_the_url(nginx, proxy, shards,
+                                                                   tmp_path):
+    from torch.utils.data import Subset
+
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    proxy.always = {"/train-000001.tar": "503"}
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index, remote_options=FAST)
+    sub = Subset(ds, [3, 20])
+    with pytest.raises(rl.SampleError, match=r"train-000001\.tar.*could not be downloaded.*"
+                       r"train-000001\.tar bytes \d+-\d+: HTTP 503.*gave up after 3"):
+        list(rl.DataLoader(sub, batch_size=2))
+    labels = [y.tolist() for _, y in rl.DataLoader(sub, batch_size=2, on_error="skip")]
+    assert labels == [[ds.targets[3]]]
+
+
+@needs_nginx
+def test_a_resume_mid_shard_fetches_only_what_is_left(nginx, shards, tmp_path):
+    url, index = f"{nginx.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    first = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "first"),
+                          index_cache=index)
+    loader = rl.DataLoader(first, batch_size=10)
+    it = iter(loader)
+    next(it), next(it)  # 20 of 24 samples delivered
+    state = loader.state_dict()
+    want = [y.tolist() for _, y in it]
+    ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                       index_cache=index)
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    resumed = rl.DataLoader(ds, batch_size=10)
+    resumed.load_state_dict(state)
+    assert [y.tolist() for _, y in resumed] == want == [ds.targets[20:]]
+    first_shard, second = (_range_bytes(nginx, n)[logged[n]:] for n in shards[1])
+    assert first_shard == [] and second and all(status == 206 for status, _ in second)
+    left = sum(int(ds.lengths[i]) for i in range(20, 24))
+    assert left <= sum(b for _, b in second) <= left + 16 * 1024

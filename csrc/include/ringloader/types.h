@@ -327,6 +327,10 @@ struct LoaderStats {
   int64_t views_rendered = 0;    ///< Outputs rendered from them (samples x views).
   int64_t bytes_read = 0;        ///< Includes bytes read from `pipe:` commands.
   int64_t stream_restarts = 0;   ///< `pipe:` commands restarted for a member behind the stream.
+  /// HTTP range requests (retries included) and their bytes, for remote shards of which an epoch
+  /// wanted a few members (io/range_reads.h); totals of the process, not of this loader.
+  int64_t range_requests = 0;
+  int64_t range_bytes = 0;
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
   double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
   double wait_seconds = 0;       ///< Consumer blocked in Next().
