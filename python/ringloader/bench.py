@@ -1134,13 +1134,41 @@ def format_arrow_report(cfg: Config, data: dict[str, Any], report: dict[str, Any
     return "\n".join(lines)
 
 
+def _eager_vs_lazy(cfg: Config, eager: Any, lazy: Any, kind: str, what: str,
+                   log: Callable[[str], None], collate_fn: Any = None) -> dict[str, Any]:
+    """Times the same Dataset class decoding with PIL under torch's DataLoader (``eager``)
+    against returning references under ringloader's (``lazy``), in alternating rounds, after
+    checking that ``lazy`` runs natively (``what`` names it in the error). Returns the
+    report's common fields."""
+    import torch.utils.data as tud
+
+    rl = _import_ringloader()
+    extra = {} if collate_fn is None else {"collate_fn": collate_fn}
+    t0 = time.perf_counter()
+    probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers, **extra)
+    build_s = time.perf_counter() - t0
+    if not probe.native:
+        raise BenchError(f"{what} did not run natively: {probe.describe()}")
+    del probe
+    factories = {
+        "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
+                                        num_workers=cfg.num_workers, drop_last=True, **extra),
+        "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
+                                            num_workers=cfg.num_workers, drop_last=True,
+                                            persistent_workers=False, **extra),
+    }
+    _warm_page_cache(cfg.root)
+    results, decodes = _alternating_rounds(factories, cfg, kind, log)
+    return {"kind": kind, "build_seconds": build_s, "ringloader_decodes_views": decodes,
+            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
+                        for name, res in results.items()}}
+
+
 def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> dict[str, Any]:
     """The same user Dataset class, decoding with PIL under torch's DataLoader and returning
     ImageFile references under ringloader's, ``cfg.num_workers`` workers each, torchvision's
     transforms in both, alternating rounds (medians)."""
     import tempfile
-
-    import torch.utils.data as tud
 
     torch, torchvision = _import_torch()
     rl = _import_ringloader()
@@ -1156,29 +1184,12 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
         transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
         eager = RowsDataset(rows, transforms, lazy=False)
         lazy = RowsDataset(rows, transforms, lazy=True)
-    t0 = time.perf_counter()
-    probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-    build_s = time.perf_counter() - t0
-    if not probe.native:
-        raise BenchError(f"the ImageFile Dataset did not run natively: {probe.describe()}")
-    del probe
-    factories = {
-        "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
-                                        num_workers=cfg.num_workers, drop_last=True),
-        "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
-                                            num_workers=cfg.num_workers, drop_last=True,
-                                            persistent_workers=False),
-    }
-    _warm_page_cache(cfg.root)
     try:
-        results, decodes = _alternating_rounds(factories, cfg, kind, log)
+        report = _eager_vs_lazy(cfg, eager, lazy, kind, "the ImageFile Dataset", log)
     finally:
         if kind == "segmentation":
             shutil.rmtree(work, ignore_errors=True)
-    return {"kind": kind, "views": len(transforms), "build_seconds": build_s,
-            "ringloader_decodes_views": decodes,
-            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
-                        for name, res in results.items()}}
+    return {**report, "views": len(transforms)}
 
 
 def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], kind: str,
@@ -1270,7 +1281,6 @@ def run_joint_segmentation_benchmark(cfg: Config, log: Callable[[str], None]) ->
     default collate, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
     import tempfile
 
-    import torch.utils.data as tud
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
@@ -1287,27 +1297,10 @@ def run_joint_segmentation_benchmark(cfg: Config, log: Callable[[str], None]) ->
             v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
         eager = JointSegmentationRows(rows, masks, transform, lazy=False)
         lazy = JointSegmentationRows(rows, masks, transform, lazy=True)
-        t0 = time.perf_counter()
-        probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers)
-        build_s = time.perf_counter() - t0
-        if not probe.native:
-            raise BenchError(f"the Joint Dataset did not run natively: {probe.describe()}")
-        del probe
-        factories = {
-            "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
-                                            num_workers=cfg.num_workers, drop_last=True),
-            "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
-                                                num_workers=cfg.num_workers, drop_last=True,
-                                                persistent_workers=False),
-        }
-        _warm_page_cache(cfg.root)
-        results, decodes = _alternating_rounds(factories, cfg, "segmentation-joint", log)
+        report = _eager_vs_lazy(cfg, eager, lazy, "segmentation-joint", "the Joint Dataset", log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return {"kind": "segmentation-joint", "build_seconds": build_s,
-            "ringloader_decodes_views": decodes,
-            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
-                        for name, res in results.items()}}
+    return report
 
 
 def format_joint_segmentation_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
@@ -1331,7 +1324,6 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str
     """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
     ringloader's (rl.Joint: the image native, boxes moved by the recorded geometry), the
     detection collate_fn, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
-    import torch.utils.data as tud
     from PIL import Image
     from torchvision import tv_tensors
     from torchvision.transforms import v2
@@ -1354,26 +1346,8 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str
     def collate(batch: list) -> tuple:
         return tuple(zip(*batch))
 
-    t0 = time.perf_counter()
-    probe = rl.DataLoader(lazy, batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+    return _eager_vs_lazy(cfg, eager, lazy, "detection", "the Joint Dataset", log,
                           collate_fn=collate)
-    build_s = time.perf_counter() - t0
-    if not probe.native:
-        raise BenchError(f"the Joint Dataset did not run natively: {probe.describe()}")
-    del probe
-    factories = {
-        "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
-                                        num_workers=cfg.num_workers, drop_last=True,
-                                        collate_fn=collate),
-        "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
-                                            num_workers=cfg.num_workers, drop_last=True,
-                                            persistent_workers=False, collate_fn=collate),
-    }
-    _warm_page_cache(cfg.root)
-    results, _ = _alternating_rounds(factories, cfg, "detection", log)
-    return {"kind": "detection", "build_seconds": build_s,
-            "results": {name: {"runs": res.runs, "median_samples_per_s": res.median}
-                        for name, res in results.items()}}
 
 
 def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
