@@ -53,7 +53,12 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
     set.mask.push_back(views[v].mask);
     set.file.push_back(views[v].file);
     set.files = std::max(set.files, views[v].file + 1);
+    if (views[v].tensor_nearest && !views[v].mask) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("view ", v, ": tensor_nearest is for label images (mask) only"));
+    }
     set.share_geometry.push_back(views[v].share_geometry);
+    set.tensor_nearest.push_back(views[v].tensor_nearest);
     set.offsets.push_back(set.row_bytes);
     size_t bytes = pipeline->SampleBytes();
     set.geometry_offsets.push_back(-1);
@@ -226,7 +231,8 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     const TransformPipeline& pipeline = views.pipelines[v];
     // A view sharing view 0's geometry replays view 0's draws; it has no later draws to make.
     SampleRng rng(ViewSeed(sample_seed, views.share_geometry[v] ? 0 : v));
-    const SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
+    SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
+    geometry.tensor_nearest = views.tensor_nearest[v];
     if (views.geometry_offsets[v] >= 0) {
       WriteGeometry(geometry, image.width, image.height, dst + views.geometry_offsets[v]);
     }

@@ -51,6 +51,7 @@ struct ViewSet {
   std::vector<bool> sole;
   int files = 1;                ///< files a sample needs: 1 + the largest `file`
   std::vector<bool> share_geometry;  ///< of each view (LoaderOptions::View::share_geometry)
+  std::vector<bool> tensor_nearest;  ///< of each view (LoaderOptions::View::tensor_nearest)
   std::vector<size_t> offsets;  ///< of each view in a row
   /// Of each view's geometry record in a row (8-byte aligned), -1 when not recorded.
   std::vector<int64_t> geometry_offsets;

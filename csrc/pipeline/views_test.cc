@@ -377,6 +377,22 @@ TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
   EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
 }
 
+TEST(ViewsTest, TensorNearestIsForLabelImagesOnly) {
+  std::vector<LoaderOptions::View> options(2);
+  for (LoaderOptions::View& view : options) {
+    view.dtype = DType::kUint8;
+    view.transform = {transforms::CenterCrop(16)};
+  }
+  options[1].tensor_nearest = true;
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+  ASSERT_FALSE(set.ok());
+  EXPECT_EQ(set.status().message(), "view 1: tensor_nearest is for label images (mask) only");
+  options[1].mask = true;
+  set = ViewSet::Create(options, Layout::kCHW);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->tensor_nearest, (std::vector<bool>{false, true}));
+}
+
 TEST(ViewsTest, AViewSharingViewZerosGeometryDrawsItsCropsAndFlips) {
   const uint8_t red[3] = {250, 20, 10};
   const int src_w = 90, src_h = 60;

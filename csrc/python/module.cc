@@ -344,10 +344,12 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     for (auto [key, value] : view) {
       const std::string name = py::str(key);
       if (name != "transform" && name != "dtype" && name != "luma" && name != "mask" &&
-          name != "file" && name != "geometry" && name != "share_geometry") {
+          name != "file" && name != "geometry" && name != "share_geometry" &&
+          name != "tensor_nearest") {
         throw py::type_error(absl::StrCat(
             "unknown view option '", name,
-            "' (a view takes: transform, dtype, luma, mask, file, geometry, share_geometry)"));
+            "' (a view takes: transform, dtype, luma, mask, file, geometry, share_geometry, "
+            "tensor_nearest)"));
       }
     }
     LoaderOptions::View v;
@@ -358,6 +360,7 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     v.file = view.contains("file") ? view["file"].cast<int>() : 0;
     v.geometry = view.contains("geometry") && view["geometry"].cast<bool>();
     v.share_geometry = view.contains("share_geometry") && view["share_geometry"].cast<bool>();
+    v.tensor_nearest = view.contains("tensor_nearest") && view["tensor_nearest"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;

@@ -121,6 +121,9 @@ struct SampleGeometry {
   /// it, in output pixels: v2 flips keypoints about (size - 1) / 2 (pixel indices) where boxes
   /// and pixels flip about size / 2, and later resizes scale that offset.
   double key_dx = 0, key_dy = 0;
+  /// With a nearest `filter`: pick source pixels as torch's interpolate(mode="nearest") does on
+  /// a tensor (v2 on a tv_tensors.Mask) instead of Pillow's NEAREST. Set by the caller.
+  bool tensor_nearest = false;
   /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
   /// RandomCrop larger than the image without pad_if_needed): a static message.
   const char* error = nullptr;

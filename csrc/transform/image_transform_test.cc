@@ -1,5 +1,6 @@
 #include "transform/image_transform.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -621,6 +622,53 @@ TEST(TransformPipelinePlan, FlippedOutputIsExactMirror) {
       }
     }
   }
+}
+
+// A label image (a Mask under v2) resized nearest follows torch's interpolate(mode="nearest"):
+// source index floor(i * (in / out)) in float, clamped; Pillow's NEAREST (the image's rule)
+// takes the pixel under each output centre, which differs on a non-integer downscale.
+TEST(TransformPipelinePlan, TensorNearestPicksTorchsSourcePixels) {
+  constexpr int kW = 64, kH = 48;
+  std::vector<uint8_t> coords(kW * kH * 3);
+  for (int y = 0; y < kH; ++y) {
+    for (int x = 0; x < kW; ++x) {
+      coords[(y * kW + x) * 3] = static_cast<uint8_t>(x);
+      coords[(y * kW + x) * 3 + 1] = static_cast<uint8_t>(y);
+    }
+  }
+  TransformStep resize = ResizeHW(29, 37);
+  resize.interpolation = Interpolation::kNearest;
+  const TransformPipeline p = MustCreate({resize, CenterCrop(24, 30)});
+  SampleRng rng(1);
+  SampleGeometry g = p.Plan(kW, kH, rng);
+  const auto render = [&](bool tensor_nearest) {
+    g.tensor_nearest = tensor_nearest;
+    std::vector<uint8_t> out(24 * 30 * 3);
+    Resampler rs;
+    AxisMapping ax, ay;
+    OutputFormat hwc;
+    hwc.layout = Layout::kHWC;
+    GeometryToAxes(g, 1.0, kW, kH, &ax, &ay);
+    rs.Resample(coords.data(), kW * 3, 3, kW, kH, ax, ay, hwc, out.data());
+    return out;
+  };
+  // The centre crop keeps resized columns 4..33 of 37 and rows 2..25 of 29 (torchvision rounds
+  // (37 - 30) / 2 and (29 - 24) / 2 half to even).
+  const auto torch_index = [](int k, int in, int out) {
+    const float scale = static_cast<float>(in) / static_cast<float>(out);
+    return std::min(static_cast<int>(std::floor(static_cast<float>(k) * scale)), in - 1);
+  };
+  const std::vector<uint8_t> tensor = render(true), pillow = render(false);
+  int differ = 0;
+  for (int y = 0; y < 24; ++y) {
+    for (int x = 0; x < 30; ++x) {
+      const uint8_t* px = &tensor[(y * 30 + x) * 3];
+      ASSERT_EQ(px[0], torch_index(x + 4, kW, 37)) << x;
+      ASSERT_EQ(px[1], torch_index(y + 2, kH, 29)) << y;
+      differ += pillow[(y * 30 + x) * 3] != px[0] || pillow[(y * 30 + x) * 3 + 1] != px[1];
+    }
+  }
+  EXPECT_GT(differ, 0);  // the case is one where the two rules part
 }
 
 TEST(TransformPipelinePlan, DeterministicPerSeed) {

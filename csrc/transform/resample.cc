@@ -282,6 +282,7 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   x->out_size = g.out_w;
   y->out_size = g.out_h;
   x->filter = y->filter = g.filter;
+  x->tensor_nearest = y->tensor_nearest = g.tensor_nearest;
 }
 
 int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int keep_lo,
@@ -389,8 +390,15 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
       const int64_t kx = offset + xx;  // index in the resized image
       if (kx >= show_lo && kx < show_hi && in_size > 0) {  // outside: zero padding
         if (nearest) {
-          for (; next_k < kx; ++next_k) xo += in_scale;
-          const int xin = xo < 0.0 ? -1 : static_cast<int>(xo);
+          int xin;
+          if (m.tensor_nearest) {
+            // ATen's nearest_idx: the scale and the product in float, floored, clamped.
+            const float s = static_cast<float>(in_size) / static_cast<float>(resized);
+            xin = std::min(static_cast<int>(std::floor(static_cast<float>(kx) * s)), in_size - 1);
+          } else {
+            for (; next_k < kx; ++next_k) xo += in_scale;
+            xin = xo < 0.0 ? -1 : static_cast<int>(xo);
+          }
           if (xin >= 0 && xin < in_size && base + xin >= read_lo && base + xin < read_hi) {
             xmin = base + xin;
             n = 1;

@@ -54,6 +54,9 @@ struct AxisMapping {
   /// The part of the resize's output that later crops keep: output centres outside it are the
   /// zero padding added after the resize.
   double show_lo = -kUnbounded, show_hi = kUnbounded;
+  /// With kNearest: torch's interpolate(mode="nearest") on a tensor (SampleGeometry::
+  /// tensor_nearest): source index floor(i * (in / out)) in float, not Pillow's centre rule.
+  bool tensor_nearest = false;
 };
 
 /// Maps a sample's geometry (full-resolution source coordinates) into an image whose pixels are

@@ -14,8 +14,9 @@ another way (RandomIoUCrop, rotation, affine, zoom-out...) is not planned: the D
 torch's path, with a warning naming the step.
 
 A ``mode="mask"`` reference in the structure is rendered by its own view of its file
-(:attr:`JointPlan.mask`): the same geometric steps with nearest interpolation, replaying the
-image view's geometric draws (``View::share_geometry``), and none of the colour or output steps,
+(:attr:`JointPlan.mask`): the same geometric steps with torch's nearest interpolation (v2
+resizes a Mask as a tensor: ``View::tensor_nearest``), replaying the image view's geometric draws
+(``View::share_geometry``), and none of the colour or output steps,
 which v2 does not apply to a ``tv_tensors.Mask``. A step that would change a Mask (a ``ToDtype``
 whose dtype for masks is not None, ``ConvertImageDtype``) keeps such a Joint on torch's path.
 """

@@ -400,6 +400,7 @@ class UserSource(NativeDataset):
         for k in self.joint_masks:
             views[k]["geometry"] = True
             views[k]["share_geometry"] = True
+            views[k]["tensor_nearest"] = True  # v2 resizes a Mask as a tensor (views.h)
         options["views"] = views
         return options
 

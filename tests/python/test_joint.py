@@ -523,16 +523,17 @@ class _Segmentation(torch.utils.data.Dataset):
                                  "boxes": boxes, "index": i})
 
 
-@pytest.mark.parametrize("steps, pillow_nearest", [
+@pytest.mark.parametrize("steps, pillow_differs", [
     ([v2.Resize((96, 128)), v2.CenterCrop(80), v2.RandomHorizontalFlip(p=1.0)], False),
     ([v2.RandomVerticalFlip(p=1.0), v2.CenterCrop((36, 30)), v2.ColorJitter(0.4, 0.4),
       v2.ToImage(), TO_FLOAT, v2.Normalize([0.5] * 3, [0.25] * 3)], False),
     ([v2.Pad(3), v2.CenterCrop(50), v2.ToPureTensor()], False),
-    # A downscale: torch's nearest (v2 on a Mask tensor) picks other pixels than Pillow's,
-    # which the native mask follows, as its image does.
+    # A downscale by a non-integer factor: torch's nearest (v2 on a Mask tensor) picks other
+    # pixels than Pillow's NEAREST would; the native mask follows torch's, as v2 does.
     ([v2.Resize((40, 56))], True),
+    ([v2.Resize((29, 37)), v2.CenterCrop((24, 30))], True),
 ])
-def test_fixed_transforms_render_the_mask_as_v2(tmp_path, steps, pillow_nearest):
+def test_fixed_transforms_render_the_mask_as_v2(tmp_path, steps, pillow_differs):
     pairs = _painted(tmp_path, 3, block=3)
     t = v2.Compose(steps)
     loader = _native_loader(_Segmentation(t, pairs), batch_size=3, collate_fn=list)
@@ -546,13 +547,12 @@ def test_fixed_transforms_render_the_mask_as_v2(tmp_path, steps, pillow_nearest)
         got = sample["mask"]
         assert type(got) is (torch.Tensor if pure else tv_tensors.Mask)
         assert got.dtype == torch.uint8 and got.shape == want["mask"].shape
-        if pillow_nearest:
-            size = tuple(got.shape[::-1])
-            want_mask = torch.from_numpy(np.array(_pil(mask).resize(size, Image.NEAREST)))
-            assert not torch.equal(want["mask"], want_mask)  # the two conventions differ here
-        else:
-            want_mask = want["mask"]
-        assert int((got.int() - want_mask.int()).abs().max()) == 0
+        assert int((got.int() - want["mask"].int()).abs().max()) == 0
+        if pillow_differs:  # the case is one where the two conventions part
+            pillow = _pil(mask).resize(steps[0].size[::-1], Image.NEAREST)
+            for step in steps[1:]:
+                pillow = step(pillow)
+            assert not np.array_equal(np.array(pillow), want["mask"].numpy())
         assert got.shape == sample["image"].shape[1:]
         if any(isinstance(s, v2.ColorJitter) for s in steps):
             continue  # the image's colour draws are the loader's, not torch's
@@ -567,33 +567,90 @@ RANDOM_SEG = v2.Compose([v2.RandomResizedCrop((40, 48), scale=(0.1, 1.0), interp
                          v2.RandomHorizontalFlip(), v2.RandomVerticalFlip()])
 
 
-def test_random_crops_and_flips_keep_the_mask_on_its_image(tmp_path):
-    pairs = _painted(tmp_path, 8)
-    t = v2.Compose(RANDOM_SEG.transforms + [v2.SanitizeBoundingBoxes(labels_getter=None)])
-    dataset = _Segmentation(t, pairs)
+def _coordinates(tmp_path, n=6, size=(64, 48), seed=4):
+    """``n`` (image, mask_x, mask_y) PNG triples of ``size`` (width, height) whose pixels say where
+    they are: the image's red is x, its green y (blue a per-image shade), mask_x's labels are x
+    and mask_y's are y. After a random crop, resize and flips the image's pixels name the source
+    pixels Pillow's NEAREST picked, the masks' those torch's nearest picked (v2 on a Mask)."""
+    w, h = size
+    x, y = (np.ascontiguousarray(a) for a in np.meshgrid(np.arange(w, dtype=np.uint8),
+                                                         np.arange(h, dtype=np.uint8)))
+    out = []
+    for i in range(n):
+        names = [tmp_path / f"coord{i}{suffix}.png" for suffix in ("", "_x", "_y")]
+        Image.fromarray(np.stack([x, y, np.full_like(x, 30 * i)], 2)).save(names[0])
+        Image.fromarray(x, "L").save(names[1])  # both kinds of label image
+        palette = Image.fromarray(y, "P")
+        palette.putpalette(bytes(range(256)) * 3)
+        palette.save(names[2])
+        out.append(tuple(names))
+    return out
 
-    def epoch(num_workers):
+
+def _nearest_rules(size, out):
+    """Source indices of ``out`` resized pixels from ``size`` source pixels, for every crop width
+    w <= size: Pillow's NEAREST (the image's) and torch's interpolate(mode="nearest") (a Mask's:
+    floor(i * (w / out)) in float32, clamped)."""
+    rules = {}
+    for w in range(1, size + 1):
+        pillow = np.array(Image.fromarray(np.arange(w, dtype=np.uint8)[None]).resize(
+            (out, 1), Image.NEAREST))[0].astype(np.int64)
+        scale = np.float32(w) / np.float32(out)
+        torch_rule = np.minimum(np.floor(np.arange(out, dtype=np.float32) * scale), w - 1)
+        rules[w] = (pillow, torch_rule.astype(np.int64))
+    return rules
+
+
+def _assert_one_crop(image_line, mask_line, rules):
+    """Some crop (left, width) and flip explain both lines: the image's source indices by
+    Pillow's rule and the mask's by torch's, with the same draws."""
+    image_line, mask_line = image_line.astype(np.int64), mask_line.astype(np.int64)
+    for flip in (False, True):
+        a = image_line[::-1] if flip else image_line
+        b = mask_line[::-1] if flip else mask_line
+        for pillow, torch_rule in rules.values():
+            left = a[0] - pillow[0]
+            if np.array_equal(a, left + pillow) and np.array_equal(b, left + torch_rule):
+                return
+    raise AssertionError(f"no crop explains image {image_line.tolist()} "
+                         f"and mask {mask_line.tolist()}")
+
+
+def test_random_crops_and_flips_keep_the_mask_on_its_image(tmp_path):
+    triples = _coordinates(tmp_path, 8)
+    t = v2.Compose(RANDOM_SEG.transforms + [v2.SanitizeBoundingBoxes(labels_getter=None)])
+
+    def epoch(axis, num_workers):
+        dataset = _Segmentation(t, [(image, masks[axis]) for image, *masks in triples])
         loader = _native_loader(dataset, batch_size=4, num_workers=num_workers,
                                 persistent_workers=False, collate_fn=list,
                                 generator=torch.Generator().manual_seed(7))
         samples = [s for batch in loader for s in batch]
-        assert loader.stats()["decodes"] == 2 * len(pairs)  # one decode per file
+        assert loader.stats()["decodes"] == 2 * len(triples)  # one decode per file
         return samples
 
-    first, second = epoch(0), epoch(2)
-    seen = set()
-    for a, b in zip(first, second):
-        assert torch.equal(a["image"], b["image"]) and torch.equal(a["mask"], b["mask"])
+    along_x, along_y = epoch(0, 0), epoch(1, 2)
+    assert [s["index"] for s in along_x] == [s["index"] for s in along_y]
+    rules_x, rules_y = _nearest_rules(64, 48), _nearest_rules(48, 40)
+    crops = set()
+    for a, b in zip(along_x, along_y):
+        assert torch.equal(a["image"], b["image"])  # the same draws for any worker count
         assert isinstance(a["mask"], tv_tensors.Mask) and a["mask"].shape == (40, 48)
-        # Per-pixel random labels: any offset or flip between the two would show.
-        assert torch.equal(a["mask"], a["image"][0] // 40)
         assert a["boxes"].canvas_size == (40, 48)
-        seen.add(a["mask"].numpy().tobytes())
-    assert len(seen) == len(pairs)
+        image = a["image"].numpy()
+        # The crop is one rectangle: every row names the same columns, every column the same rows.
+        assert (image[0] == image[0, :1]).all() and (image[1] == image[1, :, :1]).all()
+        assert (a["mask"].numpy() == a["mask"].numpy()[:1]).all()
+        assert (b["mask"].numpy() == b["mask"].numpy()[:, :1]).all()
+        _assert_one_crop(image[0, 0], a["mask"].numpy()[0], rules_x)
+        _assert_one_crop(image[1, :, 0], b["mask"].numpy()[:, 0], rules_y)
+        crops.add(image.tobytes())
+    assert len(crops) == len(triples)
 
 
 def test_masks_batch_without_collate_fn_and_from_bytes(tmp_path):
-    pairs = _painted(tmp_path, 4, block=2)
+    triples = _coordinates(tmp_path, 4)
+    pairs = [(image, mask_x) for image, mask_x, _ in triples]
     t = v2.Compose(RANDOM_SEG.transforms + [v2.ToImage(), TO_FLOAT])
 
     def batches(reference):
@@ -603,16 +660,19 @@ def test_masks_batch_without_collate_fn_and_from_bytes(tmp_path):
         return next(iter(loader))
 
     files, blobs = batches(rl.ImageFile), batches(rl.ImageBytes)
-    for a, b in zip(files["mask"], blobs["mask"]):
+    rules = _nearest_rules(64, 48)
+    for a, b, image in zip(files["mask"], blobs["mask"], files["image"]):
         assert torch.equal(a, b)
-    for image, mask in zip(files["image"], files["mask"]):
         assert image.dtype == torch.float32
-        assert torch.equal(mask, (image[0] * 255).round().to(torch.uint8) // 40)
+        columns = (image[0, 0] * 255).round().to(torch.uint8).numpy()
+        _assert_one_crop(columns, a.numpy()[0], rules)
 
     loader = _native_loader(_Segmentation(t, pairs), batch_size=4)  # default collate
     batch = next(iter(loader))
     assert batch["mask"].shape == (4, 40, 48) and batch["mask"].dtype == torch.uint8
-    assert torch.equal(batch["mask"], (batch["image"][:, 0] * 255).round().to(torch.uint8) // 40)
+    for image, mask in zip(batch["image"], batch["mask"]):
+        columns = (image[0, 0] * 255).round().to(torch.uint8).numpy()
+        _assert_one_crop(columns, mask.numpy()[0], rules)
 
 
 def test_a_missing_mask_is_skipped_naming_its_file(tmp_path):
@@ -659,7 +719,7 @@ def test_a_mask_of_another_size_than_its_image_is_named(tmp_path):
 def test_a_mask_before_its_image_in_the_structure_still_follows_it(tmp_path):
     import warnings
 
-    pairs = _painted(tmp_path, 4)
+    pairs = [(image, mask_x) for image, mask_x, _ in _coordinates(tmp_path, 4)]
 
     class MaskFirst(torch.utils.data.Dataset):
         def __init__(self, before=None):
@@ -675,7 +735,8 @@ def test_a_mask_before_its_image_in_the_structure_still_follows_it(tmp_path):
 
     loader = _native_loader(MaskFirst(), batch_size=4, collate_fn=list)
     for mask, image in next(iter(loader)):
-        assert isinstance(mask, tv_tensors.Mask) and torch.equal(mask, image[0] // 40)
+        assert isinstance(mask, tv_tensors.Mask)
+        _assert_one_crop(image[0, 0].numpy(), mask.numpy()[0], _nearest_rules(64, 48))
     # Another reference first: its view 0 is not the Joint's image, whose draws masks replay.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -214,6 +214,11 @@ struct LoaderOptions {
     /// view 0's (their interpolation may differ) and it holds no image-stage or random output
     /// step: colour draws are view 0's own, never applied here.
     bool share_geometry = false;
+    /// Resize with nearest as torch's interpolate(mode="nearest") does on a tensor (source
+    /// index floor(i * in / out), in float): what torchvision v2 does to a tv_tensors.Mask,
+    /// where Pillow's NEAREST (which the image's view follows) picks from pixel centres. Only
+    /// with `mask`.
+    bool tensor_nearest = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
