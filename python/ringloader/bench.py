@@ -1135,11 +1135,12 @@ def format_arrow_report(cfg: Config, data: dict[str, Any], report: dict[str, Any
 
 
 def _eager_vs_lazy(cfg: Config, eager: Any, lazy: Any, kind: str, what: str,
-                   log: Callable[[str], None], collate_fn: Any = None) -> dict[str, Any]:
+                   log: Callable[[str], None], collate_fn: Any = None,
+                   reference: Any = None) -> dict[str, Any]:
     """Times the same Dataset class decoding with PIL under torch's DataLoader (``eager``)
     against returning references under ringloader's (``lazy``), in alternating rounds, after
-    checking that ``lazy`` runs natively (``what`` names it in the error). Returns the
-    report's common fields."""
+    checking that ``lazy`` runs natively (``what`` names it in the error). ``reference``, a
+    (name, factory) pair, joins the rounds between them. Returns the report's common fields."""
     import torch.utils.data as tud
 
     rl = _import_ringloader()
@@ -1153,6 +1154,7 @@ def _eager_vs_lazy(cfg: Config, eager: Any, lazy: Any, kind: str, what: str,
     factories = {
         "torch": lambda: tud.DataLoader(eager, batch_size=cfg.batch_size, shuffle=True,
                                         num_workers=cfg.num_workers, drop_last=True, **extra),
+        **dict([reference] if reference else []),
         "ringloader": lambda: rl.DataLoader(lazy, batch_size=cfg.batch_size, shuffle=True,
                                             num_workers=cfg.num_workers, drop_last=True,
                                             persistent_workers=False, **extra),
@@ -1184,8 +1186,17 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
         transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
         eager = RowsDataset(rows, transforms, lazy=False)
         lazy = RowsDataset(rows, transforms, lazy=True)
+    reference = None
+    if kind == "custom":
+        # The same files as a ringloader ImageFolder: the native rate the references can reach
+        # (the ratio to torch is the decode's, not the Dataset path's).
+        image_folder = rl.ImageFolder(str(cfg.root), transform=transforms[0])
+        reference = ("ringloader ImageFolder", lambda: rl.DataLoader(
+            image_folder, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers,
+            drop_last=True, persistent_workers=False))
     try:
-        report = _eager_vs_lazy(cfg, eager, lazy, kind, "the ImageFile Dataset", log)
+        report = _eager_vs_lazy(cfg, eager, lazy, kind, "the ImageFile Dataset", log,
+                                reference=reference)
     finally:
         if kind == "segmentation":
             shutil.rmtree(work, ignore_errors=True)
@@ -1204,6 +1215,9 @@ def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
         f"ringloader {kind} benchmark: a user Dataset over {data['images']} images, {what}, "
         f"batch {cfg.batch_size}, {cfg.num_workers} workers each, median of {cfg.rounds} rounds",
         f"  torch DataLoader + PIL    : {torch_s:8.0f} samples/s",
+        *[f"  {name:26s}: {r['median_samples_per_s']:8.0f} samples/s "
+          f"({r['median_samples_per_s'] / torch_s:.2f}x)"
+          for name, r in res.items() if name not in ("torch", "ringloader")],
         f"  ringloader + ImageFile    : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
         f"  __getitem__ for every index when the DataLoader is built: "
         f"{report['build_seconds']:.2f} s",

@@ -521,3 +521,25 @@ def test_a_dataset_of_references_is_a_source(rows):
                                  "1 view(s) of 1 file(s) a sample, 0 in memory")
     # Not a Dataset of references (decoded values): no source, torch's generic path.
     assert _user_source.source_for(CsvDataset(rows, v1.ToTensor(), lazy=False)) is None
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("kind", ["custom", "multicrop"])
+def test_the_user_dataset_benchmark_reports_its_rates(image_tree, kind):
+    """``python -m ringloader.bench --dataset custom|multicrop``: the report's shape (not its
+    timings); ``custom`` also times the same files as a ringloader ImageFolder."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", kind, "--root", str(image_tree),
+         "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1", "--num-workers", "2",
+         "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(rf"ringloader {kind} benchmark: a user Dataset over 24 images", out), out
+    assert re.search(r"torch DataLoader \+ PIL *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ ImageFile *: +\d+ samples/s \([0-9.]+x\)", out), out
+    folder = re.search(r"ringloader ImageFolder *: +\d+ samples/s \([0-9.]+x\)", out)
+    assert bool(folder) == (kind == "custom"), out
