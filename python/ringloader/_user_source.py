@@ -13,6 +13,7 @@ by torch's own ``collate`` with each placeholder position standing for the nativ
 from __future__ import annotations
 
 import operator
+import os
 import random
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 from . import _C
 from . import _joint
 from . import transforms as T
-from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
+from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import ImageFile, ImageReference, Joint, materialize
 
 __all__ = ["UserSource", "source_for"]
@@ -245,6 +246,38 @@ class _SavedRng:
         np.random.set_state(self._states[2])
 
 
+class Columns:
+    """A Dataset of one image reference a sample, handed over whole instead of listed sample by
+    sample (``dataset._native_columns()``, e.g. :class:`ringloader.HFDataset`): ``model`` is
+    sample 0's reference (the transform and mode of every sample's), ``memory`` each sample's
+    bytes as ``(buffers, which, starts, lengths)`` (the native loader's columnar ``memory``:
+    ``buffers[which[i]][starts[i]:starts[i] + lengths[i]]``, ``which[i] == -1`` for a sample
+    read from ``paths[i]``), ``structure(i)`` sample i with its reference replaced by
+    ``_leaf(0)`` (built when its batch is) and ``name(i)`` what sample i is, for its errors."""
+
+    __slots__ = ("model", "memory", "paths", "structure", "name")
+
+    def __init__(self, model: ImageReference, memory: tuple, paths: Dict[int, str],
+                 structure: Callable[[int], Any], name: Callable[[int], str]):
+        self.model, self.memory, self.paths = model, memory, paths
+        self.structure, self.name = structure, name
+
+
+class _Structures:
+    """``UserSource.structures`` of a columnar source: sample i's structure made when asked."""
+
+    __slots__ = ("_make", "_n")
+
+    def __init__(self, make: Callable[[int], Any], n: int):
+        self._make, self._n = make, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> Any:
+        return self._make(i)
+
+
 def source_for(dataset: Any) -> Optional["UserSource"]:
     """A :class:`UserSource` over ``dataset`` when its first sample holds an image reference,
     else None (a Dataset of decoded values: torch's generic path, unchanged)."""
@@ -294,6 +327,11 @@ class UserSource(NativeDataset):
 
     def __init__(self, dataset: Any, first: Any = None):
         self.dataset = dataset
+        self._row_name: Optional[Callable[[int], str]] = None
+        columns = getattr(dataset, "_native_columns", None)
+        if callable(columns):
+            self._from_columns(columns())
+            return
         n = len(dataset)
         structures: List[Any] = []
         paths: List[str] = []
@@ -376,6 +414,31 @@ class UserSource(NativeDataset):
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
 
+    def _from_columns(self, columns: Columns) -> None:
+        """The sample table from whole columns: no reference, path or structure per sample; the
+        rows held in memory have no path (their errors are named by ``explain_error``)."""
+        which = np.asarray(columns.memory[1])
+        n = len(which)
+        self.structures = _Structures(columns.structure, n)
+        self.refused = None
+        self.memory = columns.memory
+        self.more_files = None
+        self.view_files = [0]
+        self.view_transforms = [columns.model.transform]
+        self.view_modes = [columns.model.mode]
+        self.joint_views: List[int] = []
+        self.joint_masks: List[int] = []
+        self._row_name = columns.name
+        sizes = np.zeros(n, dtype=np.int64)
+        encoded = []
+        for i in sorted(columns.paths):
+            encoded.append(os.fsencode(columns.paths[i]))
+            sizes[i] = len(encoded[-1])
+        table = _SampleTable(np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum(sizes),
+                             np.zeros(n, dtype=np.int32))
+        super().__init__(None, table, None, [], columns.model.transform)
+        self._view_splits = []
+
     @property
     def per_sample(self) -> bool:
         return super().per_sample or any(
@@ -428,10 +491,30 @@ class UserSource(NativeDataset):
     def describe(self) -> str:
         """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
         views each, and how many are held in memory (ImageBytes) rather than read from files."""
-        in_memory = 0 if self.memory is None else sum(m is not None for m in self.memory)
+        if self.memory is None:
+            in_memory = 0
+        elif isinstance(self.memory, tuple):
+            in_memory = int(np.count_nonzero(np.asarray(self.memory[1]) >= 0))
+        else:
+            in_memory = sum(m is not None for m in self.memory)
         return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
                 f"{len(self.view_transforms)} view(s) of {1 + max(self.view_files)} file(s) a "
                 f"sample, {in_memory} in memory")
+
+    def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
+        """A sample held in memory by a columnar source has no path: its error names the row
+        (e.g. the Parquet file, row group and row)."""
+        if index is None or self._row_name is None or getattr(exc, "path", None) != "":
+            return exc
+        name = self._row_name(index)
+        text = str(exc)
+        text = text.replace(" (): ", f" ({name}): ", 1) if " (): " in text else f"{text} [{name}]"
+        new = type(exc)(text)
+        for attr in ("index", "reason", "code"):
+            if hasattr(exc, attr):
+                setattr(new, attr, getattr(exc, attr))
+        new.path = name
+        return new
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
@@ -567,7 +650,33 @@ def _column(folders: Sequence[NativeDataset], name: str) -> Optional[list]:
 def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
     """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
     None (a file), over all folders; None when no sample is in memory."""
-    return _column(folders, "memory")
+    columns = [getattr(f, "memory", None) for f in folders]
+    if not any(isinstance(c, tuple) for c in columns):
+        return _column(folders, "memory")
+    # A columnar source among them: every folder's rows as columns, end to end (a listed
+    # source's bytes each their own buffer).
+    buffers: List[Any] = []
+    which, starts, lengths = [], [], []
+    for f, c in zip(folders, columns):
+        if isinstance(c, tuple):
+            w = np.asarray(c[1], dtype=np.int64)
+            which.append(np.where(w >= 0, w + len(buffers), -1))
+            starts.append(np.asarray(c[2], dtype=np.int64))
+            lengths.append(np.asarray(c[3], dtype=np.int64))
+            buffers += list(c[0])
+            continue
+        rows = c if c is not None else [None] * len(f)
+        w = np.full(len(rows), -1, dtype=np.int64)
+        size = np.zeros(len(rows), dtype=np.int64)
+        for i, m in enumerate(rows):
+            if m is not None:
+                w[i] = len(buffers)
+                size[i] = memoryview(m).nbytes
+                buffers.append(m)
+        which.append(w)
+        starts.append(np.zeros(len(rows), dtype=np.int64))
+        lengths.append(size)
+    return (buffers, np.concatenate(which), np.concatenate(starts), np.concatenate(lengths))
 
 
 def more_files_column(folders: Sequence[NativeDataset]) -> Optional[list]:
