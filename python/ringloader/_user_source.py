@@ -15,6 +15,7 @@ from __future__ import annotations
 import operator
 import os
 import random
+import re
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -645,6 +646,22 @@ def _column(folders: Sequence[NativeDataset], name: str) -> Optional[list]:
     for f, c in zip(folders, columns):
         out += c if c is not None else [None] * len(f)
     return out
+
+
+def name_rows(text: str, folders: Sequence[NativeDataset]) -> str:
+    """``text`` (a native error message) with a columnar source's sample that has no path,
+    ``sample N ()``, named as its errors name it (``UserSource.explain_error``)."""
+    match = re.search(r"sample (\d+) \(\)", text)
+    if match is None:
+        return text
+    flat = int(match.group(1))
+    for f in folders:
+        if flat < len(f):
+            name = getattr(f, "_row_name", None)
+            return text if name is None else text.replace(match.group(0),
+                                                          f"sample {match.group(1)} ({name(flat)})", 1)
+        flat -= len(f)
+    return text
 
 
 def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
