@@ -334,7 +334,7 @@ def _chained(columns: List[Any]) -> Any:
     try:
         return pa.chunked_array([c for column in columns for c in column.chunks])
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # types differ between files: Python values
-        return pa.chunked_array([pa.array(sum((c.to_pylist() for c in columns), []))])
+        return pa.chunked_array([pa.array([v for c in columns for v in c.to_pylist()])])
 
 
 def _label_array(table: Any, label_column: Optional[str], name: str) -> Optional[np.ndarray]:
