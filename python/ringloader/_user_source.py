@@ -253,30 +253,32 @@ class Columns:
     sample 0's reference (the transform and mode of every sample's), ``memory`` each sample's
     bytes as ``(buffers, which, starts, lengths)`` (the native loader's columnar ``memory``:
     ``buffers[which[i]][starts[i]:starts[i] + lengths[i]]``, ``which[i] == -1`` for a sample
-    read from ``paths[i]``), ``structure(i)`` sample i with its reference replaced by
-    ``_leaf(0)`` (built when its batch is) and ``name(i)`` what sample i is, for its errors."""
+    read from ``paths[i]``), ``structures(positions)`` those samples with their reference
+    replaced by ``_leaf(0)`` (built when their batch is) and ``name(i)`` what sample i is, for
+    its errors."""
 
-    __slots__ = ("model", "memory", "paths", "structure", "name")
+    __slots__ = ("model", "memory", "paths", "structures", "name")
 
     def __init__(self, model: ImageReference, memory: tuple, paths: Dict[int, str],
-                 structure: Callable[[int], Any], name: Callable[[int], str]):
+                 structures: Callable[[Sequence[int]], List[Any]], name: Callable[[int], str]):
         self.model, self.memory, self.paths = model, memory, paths
-        self.structure, self.name = structure, name
+        self.structures, self.name = structures, name
 
 
 class _Structures:
-    """``UserSource.structures`` of a columnar source: sample i's structure made when asked."""
+    """``UserSource.structures`` of a columnar source: samples' structures made when asked,
+    a batch's at once (``many``)."""
 
-    __slots__ = ("_make", "_n")
+    __slots__ = ("many", "_n")
 
-    def __init__(self, make: Callable[[int], Any], n: int):
-        self._make, self._n = make, n
+    def __init__(self, many: Callable[[Sequence[int]], List[Any]], n: int):
+        self.many, self._n = many, n
 
     def __len__(self) -> int:
         return self._n
 
     def __getitem__(self, i: int) -> Any:
-        return self._make(i)
+        return self.many([i])[0]
 
 
 def source_for(dataset: Any) -> Optional["UserSource"]:
@@ -420,7 +422,7 @@ class UserSource(NativeDataset):
         rows held in memory have no path (their errors are named by ``explain_error``)."""
         which = np.asarray(columns.memory[1])
         n = len(which)
-        self.structures = _Structures(columns.structure, n)
+        self.structures = _Structures(columns.structures, n)
         self.refused = None
         self.memory = columns.memory
         self.more_files = None
@@ -581,6 +583,8 @@ class Batcher:
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
             table = self._folders[0].structures
+            if isinstance(table, _Structures):
+                return table.many(flat)
             return [table[i] for i in flat]
         out = []
         for i in flat:

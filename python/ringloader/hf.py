@@ -211,8 +211,15 @@ class _Values:
                                        or pa.types.is_boolean(kind)):
             self._array = column.to_numpy()
             return
+        self._column = column
         self._chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
         self._starts = np.cumsum([0] + [len(c) for c in self._chunks])
+
+    def take(self, rows: np.ndarray) -> list:
+        """The values of ``rows`` (table rows), in that order."""
+        if self._array is not None:
+            return self._array[rows].tolist()
+        return self._column.take(rows).to_pylist()
 
     def __getitem__(self, row: int) -> Any:
         if self._array is not None:
@@ -280,13 +287,24 @@ class _ArrowImages(tud.Dataset):
             if paths:
                 paths = {i: paths[r] for i, r in enumerate(rows.tolist()) if r in paths}
         model = self[0][0] if len(self) else ImageBytes(_EMPTY, self.transform, self.mode)
-        return Columns(model, (images.buffers, which, starts, lengths), paths, self._structure,
+        return Columns(model, (images.buffers, which, starts, lengths), paths, self._structures,
                        self._describe_row)
 
-    def _structure(self, i: int) -> Tuple[Any, ...]:
+    def _structures(self, positions: Sequence[int]) -> List[Tuple[Any, ...]]:
+        """The samples at ``positions``, their image as ``_leaf(0)``: the batch's structures,
+        column by column (a batch's rows in a few numpy and Arrow calls)."""
         from ._user_source import _leaf
 
-        return (_leaf(0), *self._values(i, i if self._rows is None else int(self._rows[i])))
+        at = np.asarray(positions, dtype=np.int64)
+        parts: List[Sequence[Any]] = [[_leaf(0)] * len(at)]
+        if self._labels is not None:
+            labels = self._labels[at].tolist()
+            if self.target_transform is not None:
+                labels = [self.target_transform(label) for label in labels]
+            parts.append(labels)
+        rows = at if self._rows is None else self._rows[at]
+        parts += [column.take(rows) for column in self._extra]
+        return list(zip(*parts))
 
     def _describe_row(self, i: int) -> str:
         return self[i][0].describe()

@@ -115,13 +115,16 @@ def test_paths_instead_of_bytes_become_image_files(files):
 
 def test_plain_binary_column_and_select_shuffle_indices(files):
     hf = datasets.Dataset.from_dict({"jpeg": [p.read_bytes() for p in files],
-                                     "cls": labels_of(files)})
+                                     "cls": labels_of(files), "name": [p.name for p in files]})
     picked = hf.shuffle(seed=3).select(range(6))  # an indices mapping, not a new table
     order = picked._indices.column(0).to_pylist()
-    ds = rl.HFDataset(picked, transform=FIXED, image_column="jpeg", label_column="cls")
+    ds = rl.HFDataset(picked, transform=FIXED, image_column="jpeg", label_column="cls",
+                      columns=["name"])
     batches = list(rl.DataLoader(ds, batch_size=4))
     assert_epoch_is_pil(batches, files, order)
     assert torch.cat([b[1] for b in batches]).tolist() == [labels_of(files)[i] for i in order]
+    assert [n for b in batches for n in b[2]] == [files[i].name for i in order]
+    assert ds[2][2] == files[order[2]].name
     window = hf.select(range(5, 11))  # contiguous: a sliced table (offsets), no indices
     batches = list(rl.DataLoader(rl.HFDataset(window, transform=FIXED, image_column="jpeg",
                                               label_column="cls"), batch_size=4))
