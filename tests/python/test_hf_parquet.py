@@ -512,6 +512,48 @@ def test_pickling_rebuilds_from_the_source_not_row_by_row(files, tmp_path):
     assert copy[9][2] == "a-9"
 
 
+class _Listed(tud.Dataset):
+    """A user's Dataset of ImageBytes, listed row by row (not columnar)."""
+
+    def __init__(self, files):
+        self.data = [p.read_bytes() for p in files]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i: int):
+        return rl.ImageBytes(self.data[i], FIXED), 100 + i, f"listed-{i}"
+
+
+def test_columnar_and_listed_datasets_concatenate(files):
+    """A ConcatDataset of an HFDataset (columns), a Subset of it and a Dataset listed row by
+    row is one native table: every row's pixels are PIL's, its label and column its own."""
+    ds = rl.HFDataset(embedded(files[:6]), transform=FIXED, columns=["name"])
+    both = tud.ConcatDataset([ds, tud.Subset(ds, [5, 0]), _Listed(files[6:9])])
+    loader = rl.DataLoader(both, batch_size=4, num_workers=2)
+    assert loader.native
+    batches = list(loader)
+    assert_epoch_is_pil(batches, files, [0, 1, 2, 3, 4, 5, 5, 0, 6, 7, 8])
+    assert torch.cat([b[1] for b in batches]).tolist() == [0, 1, 2, 0, 1, 2, 2, 0, 100, 101, 102]
+    assert [n for b in batches for n in b[2]] == [files[i].name for i in (
+        0, 1, 2, 3, 4, 5, 5, 0)] + ["listed-0", "listed-1", "listed-2"]
+
+
+def test_rows_in_memory_keep_the_epoch_read_ahead_when_the_working_folder_changes(
+        files, tmp_path, monkeypatch):
+    """Rows held in memory read no file, so a checkpoint written into the working folder
+    between epochs does not drop the epoch read ahead as changed."""
+    monkeypatch.chdir(tmp_path)
+    ds = rl.HFDataset(embedded(files[:8]), transform=FIXED)
+    loader = rl.DataLoader(ds, batch_size=2, shuffle=True, num_workers=1)
+    for epoch in range(3):
+        assert sorted(torch.cat([b[1] for b in loader]).tolist()) == sorted(labels_of(files[:8]))
+        time.sleep(0.01)  # a later modification time for the folder
+        (tmp_path / f"checkpoint-{epoch}.pt").write_bytes(b"x")
+    text = loader.describe()
+    assert "dropped" not in text and "2 of" in text, text
+
+
 def test_columnar_memory_rows_are_checked_against_their_buffers():
     """The native loader's columnar ``memory``: a row outside its buffer, or naming a buffer
     that is not there, is refused at construction, naming the row."""
