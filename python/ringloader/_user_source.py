@@ -13,7 +13,6 @@ by torch's own ``collate`` with each placeholder position standing for the nativ
 from __future__ import annotations
 
 import operator
-import os
 import random
 import re
 import warnings
@@ -253,13 +252,15 @@ class Columns:
     sample 0's reference (the transform and mode of every sample's), ``memory`` each sample's
     bytes as ``(buffers, which, starts, lengths)`` (the native loader's columnar ``memory``:
     ``buffers[which[i]][starts[i]:starts[i] + lengths[i]]``, ``which[i] == -1`` for a sample
-    read from ``paths[i]``), ``structures(positions)`` those samples with their reference
+    read from its path), ``paths`` the samples' paths as an arena ``(bytes, ends)`` as
+    ``_SampleTable`` holds them, a sample in memory having none (None: no sample has a path),
+    ``structures(positions)`` those samples with their reference
     replaced by ``_leaf(0)`` (built when their batch is) and ``name(i)`` what sample i is, for
     its errors."""
 
     __slots__ = ("model", "memory", "paths", "structures", "name")
 
-    def __init__(self, model: ImageReference, memory: tuple, paths: Dict[int, str],
+    def __init__(self, model: ImageReference, memory: tuple, paths: Optional[tuple],
                  structures: Callable[[Sequence[int]], List[Any]], name: Callable[[int], str]):
         self.model, self.memory, self.paths = model, memory, paths
         self.structures, self.name = structures, name
@@ -432,13 +433,8 @@ class UserSource(NativeDataset):
         self.joint_views: List[int] = []
         self.joint_masks: List[int] = []
         self._row_name = columns.name
-        sizes = np.zeros(n, dtype=np.int64)
-        encoded = []
-        for i in sorted(columns.paths):
-            encoded.append(os.fsencode(columns.paths[i]))
-            sizes[i] = len(encoded[-1])
-        table = _SampleTable(np.frombuffer(b"".join(encoded), dtype=np.uint8), np.cumsum(sizes),
-                             np.zeros(n, dtype=np.int32))
+        blob, ends = columns.paths or (np.zeros(0, dtype=np.uint8), np.zeros(n, dtype=np.int64))
+        table = _SampleTable(blob, ends, np.zeros(n, dtype=np.int32))
         super().__init__(None, table, None, [], columns.model.transform)
         self._view_splits = []
 

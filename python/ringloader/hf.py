@@ -1,10 +1,11 @@
 """Hugging Face ``datasets`` and Parquet files of encoded images, as Datasets of image references.
 
-The image column is read from the Arrow table as it is: each row's encoded bytes are a numpy
-view of the binary column's data buffer (sliced by its offsets), so no row is copied into a
-Python ``bytes`` and no PIL image is made. A row that holds only a path becomes an
-:class:`ImageFile`. The samples are ``(image, label, *columns)`` tuples of references, which
-:class:`ringloader.DataLoader` decodes and transforms natively (the user-Dataset path) and
+The image column is read from the Arrow table as it is, as columns: each row is a buffer
+index, offset and length into the binary column's data buffers (paths, for rows stored as
+paths, one byte arena), so no row is copied into a Python ``bytes``, no PIL image is made and
+no Python object is made per row. :class:`ringloader.DataLoader` is handed the columns whole
+(``_native_columns``) and decodes and transforms natively (the user-Dataset path); ``ds[i]``
+makes row i's ``(image, label, *columns)`` tuple of references when asked, which
 :func:`ringloader.materialize` decodes with Pillow anywhere else.
 """
 
@@ -16,7 +17,7 @@ import hashlib
 import json
 import operator
 import os
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch.utils.data as tud
@@ -90,13 +91,15 @@ class _ImageColumn:
     """The image column of a table as arrays, not objects: the Arrow data buffer of each chunk
     (``buffers[1:]``, uint8 views; ``buffers[0]`` is empty) and, per table row, which buffer holds
     its bytes, where they start and how many there are. ``which`` is ``_PATH`` for a row that
-    holds only a path (``paths[row]``) and 0 for a row with neither bytes nor a path. About 20
-    bytes a row: a reference is made only when a row is asked for (:meth:`ref`)."""
+    holds only a path and 0 for a row with neither bytes nor a path. The paths are one arena,
+    as the native sample table's (``paths``: UTF-8 bytes end to end and each row's end in them,
+    rows with bytes taking none), or None when no row has one. About 20 bytes a row: a
+    reference is made only when a row is asked for (:meth:`ref`)."""
 
     __slots__ = ("buffers", "which", "starts", "lengths", "paths")
 
     def __init__(self, buffers: List[np.ndarray], which: np.ndarray, starts: np.ndarray,
-                 lengths: np.ndarray, paths: Dict[int, str]):
+                 lengths: np.ndarray, paths: Optional[Tuple[np.ndarray, np.ndarray]]):
         self.buffers, self.which, self.starts, self.lengths = buffers, which, starts, lengths
         self.paths = paths
 
@@ -112,21 +115,41 @@ class _ImageColumn:
             data = self.buffers[w][start:start + int(self.lengths[row])]
             return _ArrowImage(data, transform, mode, where, row)
         if w == _PATH:
-            return ImageFile(self.paths[row], transform, mode)
+            blob, ends = self.paths  # type: ignore[misc]
+            start = int(ends[row - 1]) if row else 0
+            return ImageFile(os.fsdecode(blob[start:int(ends[row])].tobytes()), transform, mode)
         return _ArrowImage(_EMPTY, transform, mode, _Null(where), row)
+
+    def paths_of(self, rows: Optional[np.ndarray]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The path arena of ``rows`` (table rows, in that order; None: every row), gathered
+        with numpy: no str is made."""
+        if self.paths is None or rows is None:
+            return self.paths
+        blob, ends = self.paths
+        sizes = np.diff(ends, prepend=0)
+        picked = sizes[rows]
+        new_ends = np.cumsum(picked)
+        total = int(new_ends[-1]) if len(new_ends) else 0
+        # Byte k of the gathered arena comes from byte k + (start of its row - its new start).
+        shift = np.repeat((ends - sizes)[rows] - (new_ends - picked), picked)
+        return blob[shift + np.arange(total)], new_ends
 
     @staticmethod
     def concat(columns: Sequence["_ImageColumn"]) -> "_ImageColumn":
         if len(columns) == 1:
             return columns[0]
         buffers: List[np.ndarray] = [_EMPTY]
-        which, paths, base = [], {}, 0
+        which = []
         for c in columns:
             shift = np.where(c.which > 0, len(buffers) - 1, 0).astype(np.int32)
             which.append(c.which + shift)
             buffers += c.buffers[1:]
-            paths.update({base + r: p for r, p in c.paths.items()})
-            base += len(c)
+        paths = None
+        if any(c.paths is not None for c in columns):
+            blobs = [c.paths[0] if c.paths is not None else _EMPTY for c in columns]
+            sizes = [np.diff(c.paths[1], prepend=0) if c.paths is not None
+                     else np.zeros(len(c), np.int64) for c in columns]
+            paths = (np.concatenate(blobs), np.cumsum(np.concatenate(sizes)))
         return _ImageColumn(buffers, np.concatenate(which),
                             np.concatenate([c.starts for c in columns]),
                             np.concatenate([c.lengths for c in columns]), paths)
@@ -138,7 +161,7 @@ _PATH = -1  # _ImageColumn.which of a row read from its path (the native loader'
 def _image_column(column: Any, name: str) -> _ImageColumn:
     """The :class:`_ImageColumn` of an image column (a ChunkedArray or Array): a struct
     ``{bytes, path}`` (the ``datasets`` Image feature) or plain binary. Vectorised over each
-    chunk: the only per-row Python objects made are the paths of rows stored as paths."""
+    chunk: no Python object is made per row."""
     import pyarrow as pa
 
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
@@ -146,7 +169,8 @@ def _image_column(column: Any, name: str) -> _ImageColumn:
     which: List[np.ndarray] = []
     starts: List[np.ndarray] = []
     lengths: List[np.ndarray] = []
-    paths: Dict[int, str] = {}
+    path_bytes: List[np.ndarray] = []  # the paths of rows stored as paths, chunk by chunk
+    path_sizes: List[np.ndarray] = []
     row = 0
     for chunk in chunks:
         path_array = None
@@ -168,11 +192,23 @@ def _image_column(column: Any, name: str) -> _ImageColumn:
         length = np.diff(offsets)
         held = valid & (length > 0)
         w = np.where(held, len(buffers), 0).astype(np.int32)
+        sizes = np.zeros(len(chunk), np.int64)
         if path_array is not None and path_array.null_count < len(path_array):
-            by_path = np.flatnonzero(~held & path_array.is_valid().to_numpy(zero_copy_only=False))
-            for r in by_path.tolist():
-                paths[row + r] = path_array[r].as_py()
-            w[by_path] = _PATH
+            by_path = ~held & path_array.is_valid().to_numpy(zero_copy_only=False)
+            if by_path.any():
+                named = path_array.filter(pa.array(by_path))
+                if pa.types.is_string(named.type) or pa.types.is_large_string(named.type):
+                    named = named.view(pa.large_binary() if pa.types.is_large_string(named.type)
+                                       else pa.binary())
+                try:
+                    names, name_offsets, _ = _binary_rows(named)
+                except TypeError:
+                    raise TypeError(f"image column {name!r}: a 'path' field of strings, got "
+                                    f"{path_array.type}") from None
+                path_bytes.append(names[int(name_offsets[0]):int(name_offsets[-1])])
+                sizes[by_path] = np.diff(name_offsets.astype(np.int64))
+                w[by_path] = _PATH
+        path_sizes.append(sizes)
         buffers.append(data)
         which.append(w)
         starts.append(np.where(held, offsets[:-1], 0))
@@ -180,7 +216,9 @@ def _image_column(column: Any, name: str) -> _ImageColumn:
         row += len(chunk)
     if not which:
         return _ImageColumn(buffers, np.zeros(0, np.int32), np.zeros(0, np.int64),
-                            np.zeros(0, np.int64), paths)
+                            np.zeros(0, np.int64), None)
+    paths = (np.concatenate(path_bytes), np.cumsum(np.concatenate(path_sizes))) \
+        if path_bytes else None
     return _ImageColumn(buffers, np.concatenate(which), np.concatenate(starts),
                         np.concatenate(lengths), paths)
 
@@ -275,17 +313,15 @@ class _ArrowImages(tud.Dataset):
 
     def _native_columns(self) -> Any:
         """The whole table for the native loader (``_user_source.Columns``): each sample's bytes
-        as (buffer, start, length) arrays, the paths of rows stored as paths, and the rest of a
+        as (buffer, start, length) arrays, the arena of the paths of rows stored as paths, and the rest of a
         sample built when its batch is."""
         from ._user_source import Columns
 
         images, rows = self._images, self._rows
         which, starts, lengths = images.which, images.starts, images.lengths
-        paths = images.paths
         if rows is not None:
             which, starts, lengths = which[rows], starts[rows], lengths[rows]
-            if paths:
-                paths = {i: paths[r] for i, r in enumerate(rows.tolist()) if r in paths}
+        paths = images.paths_of(rows)
         model = self[0][0] if len(self) else ImageBytes(_EMPTY, self.transform, self.mode)
         return Columns(model, (images.buffers, which, starts, lengths), paths, self._structures,
                        self._describe_row)

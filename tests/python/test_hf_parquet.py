@@ -111,6 +111,20 @@ def test_paths_instead_of_bytes_become_image_files(files):
     ds = rl.HFDataset(hf, transform=FIXED)
     assert isinstance(ds[3][0], rl.ImageFile) and ds[3][0].path == str(files[3])
     assert_epoch_is_pil(rl.DataLoader(ds, batch_size=4), files)
+    # Rows with bytes and rows with paths (the paths stay one byte arena, never a str a row),
+    # through a shuffled indices mapping.
+    mixed = datasets.Dataset.from_dict(
+        {"image": [{"bytes": None, "path": str(p)} if i % 3 else {"bytes": p.read_bytes(),
+                                                                  "path": None}
+                   for i, p in enumerate(files)],
+         "label": labels_of(files)}).cast_column("image", datasets.Image()).shuffle(seed=5)
+    order = mixed._indices.column(0).to_pylist()
+    ds = rl.HFDataset(mixed, transform=FIXED)
+    assert [type(ds[k][0]) is rl.ImageFile for k in range(len(files))] == [
+        order[k] % 3 != 0 for k in range(len(files))]
+    k = next(k for k in range(len(files)) if order[k] % 3)
+    assert ds[k][0].path == str(files[order[k]])
+    assert_epoch_is_pil(rl.DataLoader(ds, batch_size=4, num_workers=2), files, order)
 
 
 def test_plain_binary_column_and_select_shuffle_indices(files):
