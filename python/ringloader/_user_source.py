@@ -658,15 +658,17 @@ def name_rows(text: str, folders: Sequence[NativeDataset]) -> str:
     for f in folders:
         if flat < len(f):
             name = getattr(f, "_row_name", None)
-            return text if name is None else text.replace(match.group(0),
-                                                          f"sample {match.group(1)} ({name(flat)})", 1)
+            if name is None:
+                return text
+            return text.replace(match.group(0), f"sample {match.group(1)} ({name(flat)})", 1)
         flat -= len(f)
     return text
 
 
-def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+def memory_column(folders: Sequence[NativeDataset]) -> Any:
     """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
-    None (a file), over all folders; None when no sample is in memory."""
+    None (a file), over all folders; None when no sample is in memory. With a columnar source
+    among them, columns for all: ``(buffers, which, starts, lengths)`` (``Columns.memory``)."""
     columns = [getattr(f, "memory", None) for f in folders]
     if not any(isinstance(c, tuple) for c in columns):
         return _column(folders, "memory")

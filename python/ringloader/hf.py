@@ -313,8 +313,8 @@ class _ArrowImages(tud.Dataset):
 
     def _native_columns(self) -> Any:
         """The whole table for the native loader (``_user_source.Columns``): each sample's bytes
-        as (buffer, start, length) arrays, the arena of the paths of rows stored as paths, and the rest of a
-        sample built when its batch is."""
+        as (buffer, start, length) arrays, the arena of the paths of rows stored as paths, and
+        the rest of a sample built when its batch is."""
         from ._user_source import Columns
 
         images, rows = self._images, self._rows

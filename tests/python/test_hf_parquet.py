@@ -416,8 +416,16 @@ def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_p
     with pytest.raises(rl.SampleError) as info:
         next(it)
     assert info.value.index == 4 and "bad.parquet: row group 1, row 4" in str(info.value)
-    kept = list(rl.DataLoader(ds, batch_size=4, on_error="skip"))
+    skipping = rl.DataLoader(ds, batch_size=4, on_error="skip")
+    kept = list(skipping)
     assert torch.cat([b[1] for b in kept]).tolist() == [0, 1, 2, 3, 5]
+    # The count of skipped samples names the last one as its error would (a row in memory has
+    # no path of its own).
+    assert "last: sample 7 (" in skipping.describe() and "missing.jpg" in skipping.describe()
+    null = rl.DataLoader(tud.Subset(ds, [0, 6]), batch_size=2, on_error="skip")
+    assert [b[1].tolist() for b in null] == [[0]]
+    assert "last: sample 6 (" in null.describe(), null.describe()
+    assert "bad.parquet: row group 2, row 6: null image" in null.describe()
     with pytest.raises(rl.SampleError, match="row group 2, row 6: null image"):
         list(rl.DataLoader(tud.Subset(ds, [6]), batch_size=1))
     with pytest.raises(rl.SampleError, match="missing.jpg"):
