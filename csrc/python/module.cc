@@ -531,7 +531,9 @@ class PyLoader {
         samples[i].error = item.cast<std::string>();
       }
     }
-    if (!memory.is_none()) {
+    if (py::isinstance<py::tuple>(memory)) {
+      TakeMemoryColumns(py::reinterpret_borrow<py::tuple>(memory), &samples);
+    } else if (!memory.is_none()) {
       // A bytes-like object (or None: read `path`) per sample: encoded images held in memory.
       // Each is held, buffer exported, for the loader's lifetime, so its bytes stay where they are.
       py::sequence v = memory;
@@ -801,6 +803,54 @@ class PyLoader {
     std::vector<Sample> samples(list.size());
     for (size_t i = 0; i < list.size(); ++i) samples[i].path = std::move(list[i]);
     return samples;
+  }
+
+  // `memory` as columns, for tables of many rows held in a few large buffers (an Arrow column's
+  // data buffers): (buffers, which, starts, lengths), sample i's bytes being
+  // buffers[which[i]][starts[i], starts[i] + lengths[i]) (which[i] == -1: read its path). One
+  // buffer export per buffer and three integers per sample, instead of an object per sample.
+  void TakeMemoryColumns(const py::tuple& memory, std::vector<Sample>* samples) {
+    if (py::len(memory) != 4 || !py::isinstance<py::sequence>(memory[0])) {
+      throw py::type_error("memory as columns must be (buffers, which, starts, lengths)");
+    }
+    std::vector<std::pair<const uint8_t*, int64_t>> buffers;
+    for (py::handle b : py::reinterpret_borrow<py::sequence>(memory[0])) {
+      if (!PyObject_CheckBuffer(b.ptr())) {
+        throw py::type_error(absl::StrCat("memory buffers[", buffers.size(), "] must be bytes-like"));
+      }
+      auto view = std::make_unique<py::buffer_info>(py::reinterpret_borrow<py::buffer>(b).request());
+      buffers.emplace_back(static_cast<const uint8_t*>(view->ptr), view->size * view->itemsize);
+      memory_.push_back(std::move(view));
+    }
+    const size_t n = samples->size();
+    auto column = [&](py::handle values, const char* name) {
+      auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
+      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != n) {
+        PyErr_Clear();
+        throw py::value_error(absl::StrCat("memory ", name, " must be integers, one per path (", n, ")"));
+      }
+      return array;
+    };
+    auto which = column(memory[1], "which");
+    auto starts = column(memory[2], "starts");
+    auto lengths = column(memory[3], "lengths");
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t b = which.data()[i];
+      if (b == -1) continue;
+      const int64_t start = starts.data()[i], length = lengths.data()[i];
+      if (b < -1 || b >= static_cast<int64_t>(buffers.size())) {
+        throw py::value_error(absl::StrCat("memory which[", i, "] is ", b, "; expected -1 (read the path) or a "
+                                           "buffer index below ", buffers.size()));
+      }
+      if (start < 0 || length < 0 || start > buffers[b].second - length) {
+        throw py::value_error(absl::StrCat("memory row ", i, " (bytes ", start, " + ", length,
+                                           ") lies outside buffer ", b, " of ", buffers[b].second, " bytes"));
+      }
+      Sample& sample = (*samples)[i];
+      sample.source = SourceKind::kMemory;
+      sample.memory = buffers[b].first + start;
+      sample.length = length;
+    }
   }
 
   static Tensor CopyInt64(const int64_t* values, int n) {

@@ -401,7 +401,7 @@ class NativeBackend(Backend):
         ]
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
-                         f"replaced); last: {s['last_error']}")
+                         f"replaced); last: {_user_source.name_rows(s['last_error'], self._folders)}")
         if s["stalled"]:
             lines.append(f"  stalled: {s['pipeline_state']}")
         return "\n".join(lines)

@@ -113,7 +113,8 @@ def _file_states(loader: Any, flat: np.ndarray) -> dict:
     the rest of the epoch is read after adoption, as the files are then."""
     s = loader._native.stats()
     rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
-    files = dict.fromkeys(loader._paths[i] for i in flat[:rows].tolist())
+    # A sample held in memory with no path (a columnar source's) reads no file.
+    files = dict.fromkeys(p for p in (loader._paths[i] for i in flat[:rows].tolist()) if p)
     folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
     return {path: _file_state(path) for path in list(folders) + list(files)}
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import operator
 import random
+import re
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -22,7 +23,7 @@ import numpy as np
 from . import _C
 from . import _joint
 from . import transforms as T
-from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
+from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import ImageFile, ImageReference, Joint, materialize
 
 __all__ = ["UserSource", "source_for"]
@@ -245,6 +246,42 @@ class _SavedRng:
         np.random.set_state(self._states[2])
 
 
+class Columns:
+    """A Dataset of one image reference a sample, handed over whole instead of listed sample by
+    sample (``dataset._native_columns()``, e.g. :class:`ringloader.HFDataset`): ``model`` is
+    sample 0's reference (the transform and mode of every sample's), ``memory`` each sample's
+    bytes as ``(buffers, which, starts, lengths)`` (the native loader's columnar ``memory``:
+    ``buffers[which[i]][starts[i]:starts[i] + lengths[i]]``, ``which[i] == -1`` for a sample
+    read from its path), ``paths`` the samples' paths as an arena ``(bytes, ends)`` as
+    ``_SampleTable`` holds them, a sample in memory having none (None: no sample has a path),
+    ``structures(positions)`` those samples with their reference
+    replaced by ``_leaf(0)`` (built when their batch is) and ``name(i)`` what sample i is, for
+    its errors."""
+
+    __slots__ = ("model", "memory", "paths", "structures", "name")
+
+    def __init__(self, model: ImageReference, memory: tuple, paths: Optional[tuple],
+                 structures: Callable[[Sequence[int]], List[Any]], name: Callable[[int], str]):
+        self.model, self.memory, self.paths = model, memory, paths
+        self.structures, self.name = structures, name
+
+
+class _Structures:
+    """``UserSource.structures`` of a columnar source: samples' structures made when asked,
+    a batch's at once (``many``)."""
+
+    __slots__ = ("many", "_n")
+
+    def __init__(self, many: Callable[[Sequence[int]], List[Any]], n: int):
+        self.many, self._n = many, n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: int) -> Any:
+        return self.many([i])[0]
+
+
 def source_for(dataset: Any) -> Optional["UserSource"]:
     """A :class:`UserSource` over ``dataset`` when its first sample holds an image reference,
     else None (a Dataset of decoded values: torch's generic path, unchanged)."""
@@ -294,6 +331,11 @@ class UserSource(NativeDataset):
 
     def __init__(self, dataset: Any, first: Any = None):
         self.dataset = dataset
+        self._row_name: Optional[Callable[[int], str]] = None
+        columns = getattr(dataset, "_native_columns", None)
+        if callable(columns):
+            self._from_columns(columns())
+            return
         n = len(dataset)
         structures: List[Any] = []
         paths: List[str] = []
@@ -376,6 +418,26 @@ class UserSource(NativeDataset):
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
 
+    def _from_columns(self, columns: Columns) -> None:
+        """The sample table from whole columns: no reference, path or structure per sample; the
+        rows held in memory have no path (their errors are named by ``explain_error``)."""
+        which = np.asarray(columns.memory[1])
+        n = len(which)
+        self.structures = _Structures(columns.structures, n)
+        self.refused = None
+        self.memory = columns.memory
+        self.more_files = None
+        self.view_files = [0]
+        self.view_transforms = [columns.model.transform]
+        self.view_modes = [columns.model.mode]
+        self.joint_views: List[int] = []
+        self.joint_masks: List[int] = []
+        self._row_name = columns.name
+        blob, ends = columns.paths or (np.zeros(0, dtype=np.uint8), np.zeros(n, dtype=np.int64))
+        table = _SampleTable(blob, ends, np.zeros(n, dtype=np.int32))
+        super().__init__(None, table, None, [], columns.model.transform)
+        self._view_splits = []
+
     @property
     def per_sample(self) -> bool:
         return super().per_sample or any(
@@ -429,10 +491,30 @@ class UserSource(NativeDataset):
     def describe(self) -> str:
         """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
         views each, and how many are held in memory (ImageBytes) rather than read from files."""
-        in_memory = 0 if self.memory is None else sum(m is not None for m in self.memory)
+        if self.memory is None:
+            in_memory = 0
+        elif isinstance(self.memory, tuple):
+            in_memory = int(np.count_nonzero(np.asarray(self.memory[1]) >= 0))
+        else:
+            in_memory = sum(m is not None for m in self.memory)
         return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
                 f"{len(self.view_transforms)} view(s) of {1 + max(self.view_files)} file(s) a "
                 f"sample, {in_memory} in memory")
+
+    def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
+        """A sample held in memory by a columnar source has no path: its error names the row
+        (e.g. the Parquet file, row group and row)."""
+        if index is None or self._row_name is None or getattr(exc, "path", None) != "":
+            return exc
+        name = self._row_name(index)
+        text = str(exc)
+        text = text.replace(" (): ", f" ({name}): ", 1) if " (): " in text else f"{text} [{name}]"
+        new = type(exc)(text)
+        for attr in ("index", "reason", "code"):
+            if hasattr(exc, attr):
+                setattr(new, attr, getattr(exc, attr))
+        new.path = name
+        return new
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
@@ -498,6 +580,8 @@ class Batcher:
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
             table = self._folders[0].structures
+            if isinstance(table, _Structures):
+                return table.many(flat)
             return [table[i] for i in flat]
         out = []
         for i in flat:
@@ -565,10 +649,54 @@ def _column(folders: Sequence[NativeDataset], name: str) -> Optional[list]:
     return out
 
 
-def memory_column(folders: Sequence[NativeDataset]) -> Optional[list]:
+def name_rows(text: str, folders: Sequence[NativeDataset]) -> str:
+    """``text`` (a native error message) with a columnar source's sample that has no path,
+    ``sample N ()``, named as its errors name it (``UserSource.explain_error``)."""
+    match = re.search(r"sample (\d+) \(\)", text)
+    if match is None:
+        return text
+    flat = int(match.group(1))
+    for f in folders:
+        if flat < len(f):
+            name = getattr(f, "_row_name", None)
+            if name is None:
+                return text
+            return text.replace(match.group(0), f"sample {match.group(1)} ({name(flat)})", 1)
+        flat -= len(f)
+    return text
+
+
+def memory_column(folders: Sequence[NativeDataset]) -> Any:
     """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
-    None (a file), over all folders; None when no sample is in memory."""
-    return _column(folders, "memory")
+    None (a file), over all folders; None when no sample is in memory. With a columnar source
+    among them, columns for all: ``(buffers, which, starts, lengths)`` (``Columns.memory``)."""
+    columns = [getattr(f, "memory", None) for f in folders]
+    if not any(isinstance(c, tuple) for c in columns):
+        return _column(folders, "memory")
+    # A columnar source among them: every folder's rows as columns, end to end (a listed
+    # source's bytes each their own buffer).
+    buffers: List[Any] = []
+    which, starts, lengths = [], [], []
+    for f, c in zip(folders, columns):
+        if isinstance(c, tuple):
+            w = np.asarray(c[1], dtype=np.int64)
+            which.append(np.where(w >= 0, w + len(buffers), -1))
+            starts.append(np.asarray(c[2], dtype=np.int64))
+            lengths.append(np.asarray(c[3], dtype=np.int64))
+            buffers += list(c[0])
+            continue
+        rows = c if c is not None else [None] * len(f)
+        w = np.full(len(rows), -1, dtype=np.int64)
+        size = np.zeros(len(rows), dtype=np.int64)
+        for i, m in enumerate(rows):
+            if m is not None:
+                w[i] = len(buffers)
+                size[i] = memoryview(m).nbytes
+                buffers.append(m)
+        which.append(w)
+        starts.append(np.zeros(len(rows), dtype=np.int64))
+        lengths.append(size)
+    return (buffers, np.concatenate(which), np.concatenate(starts), np.concatenate(lengths))
 
 
 def more_files_column(folders: Sequence[NativeDataset]) -> Optional[list]:

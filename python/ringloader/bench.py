@@ -1127,7 +1127,8 @@ def format_arrow_report(cfg: Config, data: dict[str, Any], report: dict[str, Any
     # hf: the same files as a ringloader ImageFolder, the native rate the HFDataset can reach.
     lines += [f"  {name:34s}: {r:8.0f} samples/s ({r / b:.2f}x)" for name, r in rates[1:-1]]
     lines += [f"  {mine:34s}: {m:8.0f} samples/s ({m / b:.2f}x)",
-              f"  building the loader (references of every row): {report['build_seconds']:.2f} s"]
+              "  building the loader (the table's columns, no object a row): "
+              f"{report['build_seconds']:.2f} s"]
     if "convert_seconds" in report:
         lines.append(f"  first rl.Parquet (its Arrow copy of {report['parquet_mb']:.1f} MB of "
                      f"Parquet): {report['convert_seconds']:.2f} s")

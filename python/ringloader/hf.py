@@ -1,20 +1,21 @@
 """Hugging Face ``datasets`` and Parquet files of encoded images, as Datasets of image references.
 
-The image column is read from the Arrow table as it is: each row's encoded bytes are a numpy
-view of the binary column's data buffer (sliced by its offsets), so no row is copied into a
-Python ``bytes`` and no PIL image is made. A row that holds only a path becomes an
-:class:`ImageFile`. The samples are ``(image, label, *columns)`` tuples of references, which
-:class:`ringloader.DataLoader` decodes and transforms natively (the user-Dataset path) and
+The image column is read from the Arrow table as it is, as columns: each row is a buffer
+index, offset and length into the binary column's data buffers (paths, for rows stored as
+paths, one byte arena), so no row is copied into a Python ``bytes``, no PIL image is made and
+no Python object is made per row. :class:`ringloader.DataLoader` is handed the columns whole
+(``_native_columns``) and decodes and transforms natively (the user-Dataset path); ``ds[i]``
+makes row i's ``(image, label, *columns)`` tuple of references when asked, which
 :func:`ringloader.materialize` decodes with Pillow anywhere else.
 """
 
 from __future__ import annotations
 
 import contextlib
-import gc
 import glob
 import hashlib
 import json
+import operator
 import os
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -86,18 +87,93 @@ def _binary_rows(array: Any) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
     return data, offsets, valid
 
 
-def _image_refs(column: Any, transform: Any, mode: str, where: Callable[[int], str],
-                name: str) -> List[Any]:
-    """One reference per row of an image column (a ChunkedArray or Array): a struct
-    ``{bytes, path}`` (the ``datasets`` Image feature) or plain binary. A row with neither bytes
-    nor a path (or a null) becomes empty bytes: decoding it is a sample error that names it."""
+class _ImageColumn:
+    """The image column of a table as arrays, not objects: the Arrow data buffer of each chunk
+    (``buffers[1:]``, uint8 views; ``buffers[0]`` is empty) and, per table row, which buffer holds
+    its bytes, where they start and how many there are. ``which`` is ``_PATH`` for a row that
+    holds only a path and 0 for a row with neither bytes nor a path. The paths are one arena,
+    as the native sample table's (``paths``: UTF-8 bytes end to end and each row's end in them,
+    rows with bytes taking none), or None when no row has one. About 20 bytes a row: a
+    reference is made only when a row is asked for (:meth:`ref`)."""
+
+    __slots__ = ("buffers", "which", "starts", "lengths", "paths")
+
+    def __init__(self, buffers: List[np.ndarray], which: np.ndarray, starts: np.ndarray,
+                 lengths: np.ndarray, paths: Optional[Tuple[np.ndarray, np.ndarray]]):
+        self.buffers, self.which, self.starts, self.lengths = buffers, which, starts, lengths
+        self.paths = paths
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def ref(self, row: int, transform: Any, mode: str, where: Callable[[int], str]) -> Any:
+        """Row ``row``'s reference: a view of its bytes in the Arrow buffer (no copy), an
+        :class:`ImageFile` for a path, or empty bytes (a sample error that names the row)."""
+        w = int(self.which[row])
+        if w > 0:
+            start = int(self.starts[row])
+            data = self.buffers[w][start:start + int(self.lengths[row])]
+            return _ArrowImage(data, transform, mode, where, row)
+        if w == _PATH:
+            blob, ends = self.paths  # type: ignore[misc]
+            start = int(ends[row - 1]) if row else 0
+            return ImageFile(os.fsdecode(blob[start:int(ends[row])].tobytes()), transform, mode)
+        return _ArrowImage(_EMPTY, transform, mode, _Null(where), row)
+
+    def paths_of(self, rows: Optional[np.ndarray]) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        """The path arena of ``rows`` (table rows, in that order; None: every row), gathered
+        with numpy: no str is made."""
+        if self.paths is None or rows is None:
+            return self.paths
+        blob, ends = self.paths
+        sizes = np.diff(ends, prepend=0)
+        picked = sizes[rows]
+        new_ends = np.cumsum(picked)
+        total = int(new_ends[-1]) if len(new_ends) else 0
+        # Byte k of the gathered arena comes from byte k + (start of its row - its new start).
+        shift = np.repeat((ends - sizes)[rows] - (new_ends - picked), picked)
+        return blob[shift + np.arange(total)], new_ends
+
+    @staticmethod
+    def concat(columns: Sequence["_ImageColumn"]) -> "_ImageColumn":
+        if len(columns) == 1:
+            return columns[0]
+        buffers: List[np.ndarray] = [_EMPTY]
+        which = []
+        for c in columns:
+            shift = np.where(c.which > 0, len(buffers) - 1, 0).astype(np.int32)
+            which.append(c.which + shift)
+            buffers += c.buffers[1:]
+        paths = None
+        if any(c.paths is not None for c in columns):
+            blobs = [c.paths[0] if c.paths is not None else _EMPTY for c in columns]
+            sizes = [np.diff(c.paths[1], prepend=0) if c.paths is not None
+                     else np.zeros(len(c), np.int64) for c in columns]
+            paths = (np.concatenate(blobs), np.cumsum(np.concatenate(sizes)))
+        return _ImageColumn(buffers, np.concatenate(which),
+                            np.concatenate([c.starts for c in columns]),
+                            np.concatenate([c.lengths for c in columns]), paths)
+
+
+_PATH = -1  # _ImageColumn.which of a row read from its path (the native loader's "not in memory")
+
+
+def _image_column(column: Any, name: str) -> _ImageColumn:
+    """The :class:`_ImageColumn` of an image column (a ChunkedArray or Array): a struct
+    ``{bytes, path}`` (the ``datasets`` Image feature) or plain binary. Vectorised over each
+    chunk: no Python object is made per row."""
     import pyarrow as pa
 
     chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-    refs: List[Any] = []
+    buffers: List[np.ndarray] = [_EMPTY]
+    which: List[np.ndarray] = []
+    starts: List[np.ndarray] = []
+    lengths: List[np.ndarray] = []
+    path_bytes: List[np.ndarray] = []  # the paths of rows stored as paths, chunk by chunk
+    path_sizes: List[np.ndarray] = []
     row = 0
     for chunk in chunks:
-        paths: Optional[np.ndarray] = None
+        path_array = None
         if pa.types.is_struct(chunk.type):
             names = [chunk.type.field(k).name for k in range(chunk.type.num_fields)]
             if "bytes" not in names:
@@ -105,32 +181,46 @@ def _image_refs(column: Any, transform: Any, mode: str, where: Callable[[int], s
                                 f"(the datasets Image layout), got {chunk.type}")
             fields = dict(zip(names, chunk.flatten()))  # children with the parent's offset and nulls
             binary = fields["bytes"]
-            if "path" in fields:
-                paths = fields["path"].to_numpy(zero_copy_only=False)
+            path_array = fields.get("path")
         else:
             binary = chunk
         try:
             data, offsets, valid = _binary_rows(binary)
         except TypeError as exc:
             raise TypeError(f"image column {name!r}: {exc} (an Image feature or bytes)") from None
-        starts, ends = offsets[:-1].tolist(), offsets[1:].tolist()
-        bad = _Null(where)
-        gc_was_on = gc.isenabled()
-        gc.disable()  # millions of new objects, none of them cyclic: no collection passes
-        try:
-            for r in range(len(chunk)):
-                if valid[r] and ends[r] > starts[r]:
-                    refs.append(_ArrowImage(data[starts[r]:ends[r]], transform, mode, where,
-                                            row + r))
-                elif paths is not None and paths[r] is not None:
-                    refs.append(ImageFile(paths[r], transform, mode))
-                else:
-                    refs.append(_ArrowImage(_EMPTY, transform, mode, bad, row + r))
-        finally:
-            if gc_was_on:
-                gc.enable()
+        offsets = offsets.astype(np.int64, copy=False)
+        length = np.diff(offsets)
+        held = valid & (length > 0)
+        w = np.where(held, len(buffers), 0).astype(np.int32)
+        sizes = np.zeros(len(chunk), np.int64)
+        if path_array is not None and path_array.null_count < len(path_array):
+            by_path = ~held & path_array.is_valid().to_numpy(zero_copy_only=False)
+            if by_path.any():
+                named = path_array.filter(pa.array(by_path))
+                if pa.types.is_string(named.type) or pa.types.is_large_string(named.type):
+                    named = named.view(pa.large_binary() if pa.types.is_large_string(named.type)
+                                       else pa.binary())
+                try:
+                    names, name_offsets, _ = _binary_rows(named)
+                except TypeError:
+                    raise TypeError(f"image column {name!r}: a 'path' field of strings, got "
+                                    f"{path_array.type}") from None
+                path_bytes.append(names[int(name_offsets[0]):int(name_offsets[-1])])
+                sizes[by_path] = np.diff(name_offsets.astype(np.int64))
+                w[by_path] = _PATH
+        path_sizes.append(sizes)
+        buffers.append(data)
+        which.append(w)
+        starts.append(np.where(held, offsets[:-1], 0))
+        lengths.append(np.where(held, length, 0))
         row += len(chunk)
-    return refs
+    if not which:
+        return _ImageColumn(buffers, np.zeros(0, np.int32), np.zeros(0, np.int64),
+                            np.zeros(0, np.int64), None)
+    paths = (np.concatenate(path_bytes), np.cumsum(np.concatenate(path_sizes))) \
+        if path_bytes else None
+    return _ImageColumn(buffers, np.concatenate(which), np.concatenate(starts),
+                        np.concatenate(lengths), paths)
 
 
 class _Null:
@@ -145,40 +235,160 @@ class _Null:
         return f"{self.where(row)}: null image (no bytes, no path)"
 
 
-def _plain(column: Any) -> list:
-    """A passed-through column as Python values (numbers, str, lists), as ``datasets`` gives."""
-    return column.to_pylist()
+class _Values:
+    """A passed-through column, read a row at a time as the Python value ``datasets`` gives
+    (numbers, str, lists): numbers from a numpy copy (8 bytes a row), anything else from the
+    Arrow chunks where they are."""
+
+    def __init__(self, column: Any):
+        import pyarrow as pa
+
+        kind = column.type
+        self._array: Optional[np.ndarray] = None
+        if column.null_count == 0 and (pa.types.is_integer(kind) or pa.types.is_floating(kind)
+                                       or pa.types.is_boolean(kind)):
+            self._array = column.to_numpy()
+            return
+        self._column = column
+        self._chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        self._starts = np.cumsum([0] + [len(c) for c in self._chunks])
+
+    def take(self, rows: np.ndarray) -> list:
+        """The values of ``rows`` (table rows), in that order."""
+        if self._array is not None:
+            return self._array[rows].tolist()
+        return self._column.take(rows).to_pylist()
+
+    def __getitem__(self, row: int) -> Any:
+        if self._array is not None:
+            return self._array[row].item()
+        c = int(np.searchsorted(self._starts, row, side="right")) - 1
+        return self._chunks[c][row - int(self._starts[c])].as_py()
 
 
 class _ArrowImages(tud.Dataset):
-    """The shared table part: references, labels and passed-through columns, indexed by row."""
+    """The shared table part, as columns: the image column, labels and passed-through columns,
+    indexed by table row. ``rows`` maps a position to its table row (None: the identity), as a
+    ``datasets`` indices mapping does. A sample's references are made when it is asked for;
+    :class:`ringloader.DataLoader` takes the columns whole (``_native_columns``)."""
 
-    def __init__(self, refs: Sequence[Any], labels: Optional[np.ndarray],
-                 extra: Sequence[list], target_transform: Any, name: str):
-        self._refs = refs
-        self._labels = labels
+    def __init__(self, images: _ImageColumn, where: Callable[[int], str],
+                 labels: Optional[np.ndarray], extra: Sequence[_Values],
+                 rows: Optional[np.ndarray], transform: Any, target_transform: Any, mode: str,
+                 name: str):
+        ImageBytes(_EMPTY, transform, mode)  # mode and (for masks) transform checked here
+        self._images = images
+        self._where = where
+        self._rows = rows
+        self._labels = labels if labels is None or rows is None else labels[rows]
         self._extra = list(extra)
+        self.transform = transform
         self.target_transform = target_transform
+        self.mode = mode
         self._name = name
 
     def __len__(self) -> int:
-        return len(self._refs)
+        return len(self._images) if self._rows is None else len(self._rows)
 
-    def __getitem__(self, i: int) -> Any:
-        n = len(self._refs)
+    def _row(self, i: int) -> int:
+        n = len(self)
         if not -n <= i < n:
             raise IndexError(f"{self._name}: index {i} out of range for {n} rows")
         i = i % n
-        sample: List[Any] = [self._refs[i]]
+        return i if self._rows is None else int(self._rows[i])
+
+    def _values(self, i: int, row: int) -> List[Any]:
+        """Sample i's label (target_transform applied) and passed-through columns."""
+        values: List[Any] = []
         if self._labels is not None:
             label = self._labels[i].item()
-            sample.append(label if self.target_transform is None else self.target_transform(label))
-        sample += [column[i] for column in self._extra]
-        return tuple(sample)
+            values.append(label if self.target_transform is None else self.target_transform(label))
+        return values + [column[row] for column in self._extra]
+
+    def __getitem__(self, i: int) -> Any:
+        i = operator.index(i)
+        row = self._row(i)
+        image = self._images.ref(row, self.transform, self.mode, self._where)
+        return (image, *self._values(i % len(self), row))
+
+    def _native_columns(self) -> Any:
+        """The whole table for the native loader (``_user_source.Columns``): each sample's bytes
+        as (buffer, start, length) arrays, the arena of the paths of rows stored as paths, and
+        the rest of a sample built when its batch is."""
+        from ._user_source import Columns
+
+        images, rows = self._images, self._rows
+        which, starts, lengths = images.which, images.starts, images.lengths
+        if rows is not None:
+            which, starts, lengths = which[rows], starts[rows], lengths[rows]
+        paths = images.paths_of(rows)
+        model = self[0][0] if len(self) else ImageBytes(_EMPTY, self.transform, self.mode)
+        return Columns(model, (images.buffers, which, starts, lengths), paths, self._structures,
+                       self._describe_row)
+
+    def _structures(self, positions: Sequence[int]) -> List[Tuple[Any, ...]]:
+        """The samples at ``positions``, their image as ``_leaf(0)``: the batch's structures,
+        column by column (a batch's rows in a few numpy and Arrow calls)."""
+        from ._user_source import _leaf
+
+        at = np.asarray(positions, dtype=np.int64)
+        parts: List[Sequence[Any]] = [[_leaf(0)] * len(at)]
+        if self._labels is not None:
+            labels = self._labels[at].tolist()
+            if self.target_transform is not None:
+                labels = [self.target_transform(label) for label in labels]
+            parts.append(labels)
+        rows = at if self._rows is None else self._rows[at]
+        parts += [column.take(rows) for column in self._extra]
+        return list(zip(*parts))
+
+    def _describe_row(self, i: int) -> str:
+        return self[i][0].describe()
 
     @property
     def targets(self) -> List[int]:
         return [] if self._labels is None else self._labels.tolist()
+
+
+class _RowOf:
+    """The ``where`` of a dataset's row: its row and column."""
+
+    __slots__ = ("name", "column")
+
+    def __init__(self, name: str, column: str):
+        self.name, self.column = name, column
+
+    def __call__(self, row: int) -> str:
+        return f"{self.name}: row {row} of column {self.column!r}"
+
+
+class _RowGroupOf:
+    """The ``where`` of a row of Parquet files end to end: the file, its row group and the row
+    in the file."""
+
+    __slots__ = ("files", "groups", "bases")
+
+    def __init__(self, files: List[str], groups: List[np.ndarray]):
+        self.files, self.groups = files, groups
+        self.bases = np.cumsum([0] + [int(g[-1]) for g in groups])
+
+    def __call__(self, row: int) -> str:
+        f = int(np.searchsorted(self.bases, row, side="right")) - 1
+        r = row - int(self.bases[f])
+        g = int(np.searchsorted(self.groups[f], r, side="right")) - 1
+        return f"{self.files[f]}: row group {g}, row {r}"
+
+
+def _chained(columns: List[Any]) -> Any:
+    """One column of several files' tables, their chunks end to end (no copy)."""
+    import pyarrow as pa
+
+    if len(columns) == 1:
+        return columns[0]
+    try:
+        return pa.chunked_array([c for column in columns for c in column.chunks])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # types differ between files: Python values
+        return pa.chunked_array([pa.array([v for c in columns for v in c.to_pylist()])])
 
 
 def _label_array(table: Any, label_column: Optional[str], name: str) -> Optional[np.ndarray]:
@@ -228,18 +438,21 @@ class HFDataset(_ArrowImages):
                             "pick a split, e.g. ds['train'])")
         columns = _check_columns(table.schema, image_column, columns, name)
         indices = getattr(hf_dataset, "_indices", None)  # after select/shuffle/train_test_split
-        rows = None if indices is None else indices.column(0).to_numpy()
-        refs = _image_refs(table.column(image_column), transform, mode,
-                           lambda r: f"{name}: row {r} of column {image_column!r}", image_column)
+        rows = None if indices is None else indices.column(0).to_numpy().astype(np.int64)
+        images = _image_column(table.column(image_column), image_column)
         labels = _label_array(table, label_column, name)
-        extra = [_plain(table.column(c)) for c in columns]
-        if rows is not None:
-            refs = [refs[r] for r in rows]
-            labels = None if labels is None else labels[rows]
-            extra = [[column[r] for r in rows] for column in extra]
-        super().__init__(refs, labels, extra, target_transform, name)
+        extra = [_Values(table.column(c)) for c in columns]
+        super().__init__(images, _RowOf(name, image_column), labels, extra, rows, transform,
+                         target_transform, mode, name)
         self.hf_dataset = hf_dataset
-        self.transform = transform
+        self._args = (image_column, label_column, tuple(columns))
+
+    def __reduce__(self) -> Any:
+        # The datasets.Dataset pickles as it does for torch's workers (a memory-mapped one as its
+        # files); the columns are taken from it again, never pickled row by row.
+        image_column, label_column, columns = self._args
+        return (HFDataset, (self.hf_dataset, self.transform, image_column, label_column,
+                            self.target_transform, list(columns), self.mode))
 
     def __repr__(self) -> str:
         return f"ringloader.{self._name}(rows={len(self)})"
@@ -377,9 +590,10 @@ class Parquet(_ArrowImages):
 
         self.files = _parquet_files(files_or_glob)
         cache_dir = default_parquet_cache() if cache_dir is None else os.fspath(cache_dir)
-        refs: List[Any] = []
+        images: List[_ImageColumn] = []
         labels: List[np.ndarray] = []
-        extra: List[list] = []
+        extra: List[List[Any]] = []
+        groups: List[np.ndarray] = []
         for path in self.files:
             try:
                 reader = pq.ParquetFile(path)
@@ -390,24 +604,25 @@ class Parquet(_ArrowImages):
             read = list(dict.fromkeys([image_column] + ([label_column] if label_column else [])
                                       + wanted))
             table = _arrow_copy(path, read, cache_dir)
-            starts = np.cumsum([0] + [reader.metadata.row_group(g).num_rows
-                                      for g in range(reader.num_row_groups)])
-
-            def where(r: int, path: str = path, starts: np.ndarray = starts) -> str:
-                g = int(np.searchsorted(starts, r, side="right")) - 1
-                return f"{path}: row group {g}, row {r}"
-
-            refs += _image_refs(table.column(image_column), transform, mode, where, image_column)
+            groups.append(np.cumsum([0] + [reader.metadata.row_group(g).num_rows
+                                           for g in range(reader.num_row_groups)]))
+            images.append(_image_column(table.column(image_column), image_column))
             label = _label_array(table, label_column, f"Parquet({path!r})")
             if label is not None:
                 labels.append(label)
-            if not extra:
-                extra = [[] for _ in wanted]
-            for column, c in zip(extra, wanted):
-                column += _plain(table.column(c))
-        super().__init__(refs, np.concatenate(labels) if labels else None, extra,
-                         target_transform, f"Parquet({len(self.files)} files)")
-        self.transform = transform
+            extra.append([table.column(c) for c in wanted])
+        super().__init__(_ImageColumn.concat(images), _RowGroupOf(self.files, groups),
+                         np.concatenate(labels) if labels else None,
+                         [_Values(_chained([e[k] for e in extra])) for k in range(len(extra[0]))],
+                         None, transform, target_transform, mode,
+                         f"Parquet({len(self.files)} files)")
+        self._args = (image_column, label_column, list(columns or []), cache_dir)
+
+    def __reduce__(self) -> Any:
+        # Rebuilt from the files: the Arrow copies are mapped again, no row is pickled.
+        image_column, label_column, columns, cache_dir = self._args
+        return (Parquet, (self.files, self.transform, image_column, label_column,
+                          self.target_transform, columns, self.mode, cache_dir))
 
     def __repr__(self) -> str:
         return f"ringloader.{self._name}(rows={len(self)})"
