@@ -122,8 +122,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   const size_t n = size * count;
   if (t->status == 0) {
     // No status line: a protocol without one (file://, which tests use). Its Range is honoured.
-    t->status = t->written > 0 ? 206 : 200;
-    if (t->status == 206) t->range_start = t->written;
+    const bool ranged = t->job->length >= 0;
+    t->status = t->written > 0 || ranged ? 206 : 200;
+    if (t->status == 206) t->range_start = (ranged ? t->job->offset : 0) + t->written;
   }
   if (t->status < 200 || t->status >= 300) {
     const size_t keep = std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, t->error_body.size()));
@@ -286,7 +287,7 @@ double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
 
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
-                                        const std::atomic<bool>* cancel) {
+                                        const std::atomic<bool>* cancel, const JobDone& on_done) {
   InitCurlOnce();
   std::vector<DownloadResult> results(jobs.size());
   std::vector<std::unique_ptr<Transfer>> transfers;
@@ -311,6 +312,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
         t->done = true;
       }
     }
+    if (t->done && on_done) on_done(i, results[i]);
     transfers.push_back(std::move(t));
   }
 
@@ -324,8 +326,10 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->result->status = std::move(status);
     t->result->size = t->written;
     t->result->etag = t->etag;
+    t->result->changed = t->stale;
     if (t->fd >= 0) close(t->fd);
     t->fd = -1;
+    if (on_done) on_done(static_cast<size_t>(t->job - jobs.data()), *t->result);
   };
 
   auto start = [&](Transfer* t) {

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,13 +83,20 @@ struct DownloadResult {
   int64_t size = 0;   ///< bytes written (the object's size when OK)
   std::string etag;   ///< as the server sent it (quotes kept), empty when none
   int attempts = 0;   ///< requests made, the first included
+  bool changed = false;  ///< a range's object is not the one indexed (status FailedPrecondition)
 };
 
-/// Fetches every job, at most `max_connections` at once, and returns one result per job, in
-/// order. Returns early (results Cancelled) soon after `*cancel` is set.
+/// Called once per job, on DownloadAll's thread, the moment its result is final (OK, failed,
+/// or Cancelled): a caller hands each job on without waiting for the others.
+using JobDone = std::function<void(size_t job, const DownloadResult& result)>;
+
+/// Fetches every job, at most `max_connections` at once, starting them in the order given, and
+/// returns one result per job, in order. Returns early (results Cancelled) soon after `*cancel`
+/// is set.
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
-                                        const std::atomic<bool>* cancel = nullptr);
+                                        const std::atomic<bool>* cancel = nullptr,
+                                        const JobDone& on_done = nullptr);
 
 /// The delay before retry number `retry` (1-based): uniform in [0, min(max, initial * 2^(retry-1))]
 /// ("full jitter"), from `unit`, a draw in [0, 1).

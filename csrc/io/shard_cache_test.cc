@@ -12,12 +12,14 @@
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/pending_downloads.h"
 #include "io/range_reads.h"
 #include "testing/jpeg_fixtures.h"
 
@@ -228,12 +230,50 @@ TEST(RangeReadsTest, ARedirectSendsReadsOfTheEntryToTheCopyUntilLifted) {
   EXPECT_EQ(RedirectedPath("/cache/a.tar"), "/cache/a.tar");
 }
 
-TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrl) {
-  const std::vector<absl::Status> got =
-      FetchRanges({RangedCopy{"http://127.0.0.1:9/x.tar", "/nonexistent/x", 100, "", {{90, 20}}}}, RemoteOptions{});
+TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrlAndFailsItsEntry) {
+  const std::string entry = "/nonexistent/cache/x.tar";
+  BackgroundRanges fetch({RangedCopy{"http://127.0.0.1:9/x.tar", "/nonexistent/x", 100, "", {{90, 20}}, entry}},
+                         RemoteOptions{});
+  const std::vector<absl::Status> got = fetch.Wait();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(got[0].message().find("http://127.0.0.1:9/x.tar"), absl::string_view::npos);
+  EXPECT_EQ(fetch.finished(), 1);
+  // A reader of the entry gets that error instead of waiting.
+  const absl::Status read = WaitForPendingDownload(entry, nullptr);
+  EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(read.message().find("could not be downloaded"), absl::string_view::npos);
+}
+
+TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFetchEnds) {
+  const std::string dir = ::testing::TempDir();
+  const std::string source = dir + "/ranged_source.tar", copy = dir + "/ranged_source.tar.ranges-1";
+  std::string bytes(100000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  {
+    std::ofstream out(source, std::ios::binary);
+    out << bytes;
+  }
+  RemoteOptions options;
+  options.protocols = "file";
+  const std::string entry = dir + "/cache-entry.tar";
+  {
+    BackgroundRanges fetch({RangedCopy{"file://" + source, copy, 100000, "", {{10, 5}, {50000, 1000}}, entry}},
+                           options);
+    ASSERT_TRUE(WaitForPendingDownload(entry, nullptr).ok());  // waits for both ranges
+    EXPECT_EQ(fetch.finished(), 1);
+    EXPECT_FALSE(IsPendingDownload(entry));
+    ASSERT_TRUE(fetch.Wait()[0].ok());
+    EXPECT_EQ(fetch.totals().requests, 2);
+    EXPECT_EQ(fetch.totals().bytes, 1005);
+    std::ifstream in(copy, std::ios::binary);
+    std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(got.size(), 100000u);  // sparse, the object's size: members keep their offsets
+    EXPECT_EQ(got.substr(10, 5), bytes.substr(10, 5));
+    EXPECT_EQ(got.substr(50000, 1000), bytes.substr(50000, 1000));
+    EXPECT_EQ(got[20], '\0');
+  }
+  EXPECT_TRUE(WaitForPendingDownload(entry, nullptr).ok());
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from . import _C, _schemes
 from ._sizes import parse_size
 
@@ -185,18 +187,31 @@ class RemoteFetcher:
         return self._cancellable(lambda cancel: _C.fetch_shards(
             list(urls), self.cache_dir, self.cache_limit, self.settings, cancel))
 
-    def fetch_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
-                                                  Sequence[int]]]) -> List[Dict[str, Any]]:
-        """Per (url, copy path, size, ETag or None, offsets, lengths): those byte ranges of the
-        object (of that size and ETag, None: not checked) into a sparse copy, by HTTP range
-        requests, every copy's together and ``max_connections`` at once. One dict per copy:
-        ``{}`` or ``{error, code}`` (``failed_precondition``: the object changed, or the server
-        does not serve ranges)."""
+    @property
+    def range_reads(self) -> bool:
+        """Whether an epoch may read members by range at all (``range_reads_below`` not 0)."""
+        return self.range_reads_below > 0
+
+    def by_range(self, url: str, size: int, offsets: Any, lengths: Any) -> bool:
+        """Whether an epoch that wants these members (byte ranges) of the remote shard ``url``
+        (``size`` bytes, not in the cache) reads them by range instead of downloading it."""
+        wanted = int(np.sum(np.asarray(lengths, dtype=np.int64)))
+        if size <= 0 or wanted >= size:
+            return False
+        return wanted < self.range_reads_below * size
+
+    def start_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
+                                                  Sequence[int], str]]) -> "_C.BackgroundRanges":
+        """Per (url, copy path, size, ETag or None, offsets, lengths, cache entry): those byte
+        ranges of the object (of that size and ETag, None: not checked) into a sparse copy, by
+        HTTP range requests on a native thread while the epoch reads, the copies in this order
+        and ``max_connections`` requests at once. A read of a copy's cache entry waits for its
+        ranges to land, or fails with their error (a changed object: a stale index)."""
         self._prepare([c[0] for c in copies])
         wanted = [(url, path, int(size), etag or "", [int(o) for o in offsets],
-                   [int(n) for n in lengths]) for url, path, size, etag, offsets, lengths in copies]
-        return self._cancellable(lambda cancel: _C.fetch_ranges(
-            wanted, RANGE_MERGE_GAP, self.settings, cancel))
+                   [int(n) for n in lengths], entry)
+                  for url, path, size, etag, offsets, lengths, entry in copies]
+        return _C.BackgroundRanges(wanted, RANGE_MERGE_GAP, self.settings)
 
     def _cancellable(self, call: Any) -> List[Any]:
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the

@@ -814,3 +814,83 @@ def test_a_resume_mid_shard_fetches_only_what_is_left(nginx, shards, tmp_path):
     assert first_shard == [] and second and all(status == 206 for status, _ in second)
     left = sum(int(ds.lengths[i]) for i in range(20, 24))
     assert left <= sum(b for _, b in second) <= left + 16 * 1024
+
+
+def _ranged_behind_proxy(proxy, tmp_path, **options):
+    """The two shards behind the proxy, built from kept indexes (nothing in the cache)."""
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    return rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                         index_cache=index, remote_options=dict(FAST, **options))
+
+
+@needs_nginx
+def test_range_reads_run_while_the_epoch_reads(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _ranged_behind_proxy(proxy, tmp_path)
+    picks = [1, 4, 14, 22]
+    want = [(x, y.tolist()) for x, y in rl.DataLoader(Subset(_local(shards), picks), batch_size=2)]
+    asked = {n: len(proxy.gets(n)) for n in ("/train-000000.tar", "/train-000001.tar")}
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(Subset(ds, picks), batch_size=2)
+        before = loader.stats()["range_requests"]
+        it = iter(loader)
+        x, y = next(it)  # the first shard's members, while the second's ranges are held
+        # One copy of two has landed: the first batch did not wait for the last range.
+        assert ds._ranges.finished() == 1
+        first = len(proxy.gets("/train-000000.tar")) - asked["/train-000000.tar"]
+        assert first >= 1 and ds._ranges.totals()[0] == first
+        assert loader.stats()["range_requests"] - before == first  # the held ones not yet
+    finally:
+        proxy.release("/train-000001.tar")
+    got = [(x.clone(), y.tolist())] + [(a.clone(), b.tolist()) for a, b in it]
+    assert ds._ranges.finished() == 2
+    assert [y for _, y in got] == [y for _, y in want]
+    for (g, _), (w, _) in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    second = len(proxy.gets("/train-000001.tar")) - asked["/train-000001.tar"]
+    assert second >= 1 and loader.stats()["range_requests"] - before == first + second
+
+
+@needs_nginx
+def test_range_reads_follow_the_plans_order_of_shards(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    # One request at a time, and the plan reads the second shard first: its ranges must come
+    # first, or the first batch would wait for the first shard, which the proxy holds.
+    ds = _ranged_behind_proxy(proxy, tmp_path, max_connections=1, range_reads_below=1.0)
+    proxy.hold_s = 10.0
+    asked = len(proxy.gets("/train-000000.tar"))
+    proxy.hold("/train-000000.tar")
+    try:
+        it = iter(rl.DataLoader(Subset(ds, [14, 22, 1, 4]), batch_size=2))
+        _, first = next(it)
+        assert first.tolist() == [ds.targets[14], ds.targets[22]]
+        # The second shard's copy landed; the first shard's is still held at the proxy.
+        assert ds._ranges.finished() == 1
+        assert len(proxy.gets("/train-000000.tar")) - asked <= 1
+    finally:
+        proxy.release("/train-000000.tar")
+    assert [v for _, y in it for v in y.tolist()] == [ds.targets[1], ds.targets[4]]
+
+
+@needs_nginx
+def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _ranged_behind_proxy(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(Subset(ds, [1, 4, 14, 22]), batch_size=2)
+        it = iter(loader)
+        next(it)
+        start = time.monotonic()
+        del it, loader  # its readers wait for the held range: stopping must not
+        ds.close_downloads()  # the transfer itself stops too
+        assert time.monotonic() - start < 2
+        assert not list((tmp_path / "cache").glob("*.ranges-*"))
+    finally:
+        proxy.release("/train-000001.tar")
+
