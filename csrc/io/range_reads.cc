@@ -177,6 +177,18 @@ RangeFetchResult BackgroundRanges::totals() const {
   return totals_;
 }
 
+RangeReadChoice ChooseRangeReads(int64_t shard_bytes, int64_t wanted_bytes, int64_t requests, int concurrency,
+                                 const LinkEstimate& link) {
+  RangeReadChoice out;
+  const double rate = std::max(link.bytes_per_s, 1.0);
+  const double latency = std::max(link.latency_s, 0.0);
+  const int64_t waves = (std::max<int64_t>(requests, 0) + std::max(concurrency, 1) - 1) / std::max(concurrency, 1);
+  out.whole_s = latency + static_cast<double>(shard_bytes) / rate;
+  out.ranges_s = static_cast<double>(waves) * latency + static_cast<double>(wanted_bytes) / rate;
+  out.by_range = 2 * wanted_bytes < shard_bytes && out.ranges_s < out.whole_s;
+  return out;
+}
+
 RangeFetchResult RangeReadTotals() {
   return RangeFetchResult{g_requests.load(std::memory_order_relaxed), g_bytes.load(std::memory_order_relaxed)};
 }

@@ -2,7 +2,8 @@
 /// Members of a remote shard read by HTTP range requests instead of downloading the shard.
 ///
 /// When an epoch wants a small part of a shard that is not in the cache (a rank's share, a
-/// Subset, a resume mid-shard), the Python layer (webdataset.py) fetches only the wanted members'
+/// Subset, a resume mid-shard) and the link's estimate says ranges cost less than the whole
+/// shard (ChooseRangeReads), the Python layer (webdataset.py) fetches only the wanted members'
 /// byte ranges (BackgroundRanges, while the epoch reads) into a sparse copy of the shard,
 /// `ENTRY.ranges-PID`, beside the cache entry: the file has the shard's size and the fetched bytes at their offsets (holes elsewhere), so the
 /// members keep the offsets of the index. The copy is private to the process (never shared,
@@ -96,6 +97,22 @@ class BackgroundRanges {
   std::condition_variable done_;
   std::thread thread_;
 };
+
+/// What reading a shard's wanted members by range would cost against downloading it whole, by
+/// the link's estimate (remote.h: LinkEstimate): a whole download takes one round trip and the
+/// shard's bytes, `latency + shard_bytes / rate`; range reads take a round trip per wave of
+/// `concurrency` requests and the wanted bytes, `ceil(requests / concurrency) * latency +
+/// wanted_bytes / rate`. `by_range` when that is less and the epoch wants under half of the
+/// shard's bytes: from half on, a whole download moves at most twice the bytes and stays in
+/// the cache for the later epochs (a range copy serves one epoch), so most of a shard always
+/// comes whole.
+struct RangeReadChoice {
+  double whole_s = 0;
+  double ranges_s = 0;
+  bool by_range = false;
+};
+RangeReadChoice ChooseRangeReads(int64_t shard_bytes, int64_t wanted_bytes, int64_t requests, int concurrency,
+                                 const LinkEstimate& link);
 
 /// Process-wide totals of range reads (the loader's stats report them).
 RangeFetchResult RangeReadTotals();

@@ -9,10 +9,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -27,6 +30,24 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kErrorBodyBytes = 512;
+
+// The link estimates' smoothing: each response moves the estimate this far towards what it
+// measured (the first replaces the prior), so a few responses outweigh an old one.
+constexpr double kLinkSmoothing = 0.25;
+// A body shorter than this is not timed for throughput: its time is mostly latency and timer
+// resolution.
+constexpr int64_t kTimedBodyBytes = 64 * 1024;
+
+struct Links {
+  std::mutex mu;
+  std::map<std::string, LinkEstimate> by_host ABSL_GUARDED_BY(mu);
+  std::string last ABSL_GUARDED_BY(mu);
+};
+
+Links& TheLinks() {
+  static auto* links = new Links;  // never destroyed: download threads may run at exit
+  return *links;
+}
 
 void InitCurlOnce() {
   // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
@@ -279,6 +300,50 @@ absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOption
   return absl::StrCat(endpoint, "/", rest);
 }
 
+std::string HostOf(absl::string_view http_url) {
+  const size_t scheme = http_url.find("://");
+  if (scheme == absl::string_view::npos) return std::string(http_url);
+  const size_t path = http_url.find('/', scheme + 3);
+  return std::string(http_url.substr(0, path));
+}
+
+void NoteLinkSample(const std::string& host, double first_byte_s, int64_t body_bytes, double body_s) {
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  LinkEstimate& e = links.by_host[host];
+  e.host = host;
+  links.last = host;
+  auto smooth = [](double was, double now, int64_t* samples) {
+    const double out = *samples == 0 ? now : was + kLinkSmoothing * (now - was);
+    ++*samples;
+    return out;
+  };
+  if (first_byte_s >= 0) e.latency_s = smooth(e.latency_s, first_byte_s, &e.latency_samples);
+  if (body_bytes >= kTimedBodyBytes && body_s > 0) {
+    e.bytes_per_s = smooth(e.bytes_per_s, static_cast<double>(body_bytes) / body_s, &e.rate_samples);
+  }
+}
+
+LinkEstimate MeasuredLink(const std::string& url, const RemoteOptions& options) {
+  absl::StatusOr<std::string> http = HttpUrlOf(url, options);
+  if (!http.ok()) return LinkEstimate{};
+  const std::string host = HostOf(*http);
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  auto it = links.by_host.find(host);
+  if (it != links.by_host.end()) return it->second;
+  LinkEstimate prior;
+  prior.host = host;
+  return prior;
+}
+
+LinkEstimate LastMeasuredLink() {
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  auto it = links.by_host.find(links.last);
+  return it == links.by_host.end() ? LinkEstimate{} : it->second;
+}
+
 double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
   const double cap = std::min(options.backoff_max_s,
                               options.backoff_initial_s * std::ldexp(1.0, std::max(0, retry - 1)));
@@ -490,6 +555,14 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       Transfer* t = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
       const CURLcode code = msg->data.result;
+      if (code == CURLE_OK && t->status >= 200 && t->status < 300) {
+        curl_off_t first_byte_us = 0, total_us = 0, body = 0;
+        curl_easy_getinfo(t->easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
+        curl_easy_getinfo(t->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+        curl_easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &body);
+        NoteLinkSample(HostOf(t->http_url), static_cast<double>(first_byte_us) * 1e-6, static_cast<int64_t>(body),
+                       static_cast<double>(total_us - first_byte_us) * 1e-6);
+      }
       release(t);
       settle(t, code);
     }

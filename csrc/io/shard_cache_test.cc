@@ -276,5 +276,61 @@ TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFet
   EXPECT_TRUE(WaitForPendingDownload(entry, nullptr).ok());
 }
 
+TEST(RangeReadsTest, ManySmallMembersFarApartOnAHighLatencyLinkDownloadTheShardWhole) {
+  LinkEstimate link;
+  link.latency_s = 0.2;      // a distant object store
+  link.bytes_per_s = 50e6;
+  // 400 members of 20 KB spread over a 64 MB shard: 50 waves of 8 requests cost 10 s of round
+  // trips, against 1.5 s for the whole shard.
+  const RangeReadChoice choice = ChooseRangeReads(64'000'000, 400 * 20'000, 400, 8, link);
+  EXPECT_FALSE(choice.by_range);
+  EXPECT_NEAR(choice.whole_s, 0.2 + 64e6 / 50e6, 1e-9);
+  EXPECT_NEAR(choice.ranges_s, 50 * 0.2 + 8e6 / 50e6, 1e-9);
+}
+
+TEST(RangeReadsTest, AFewMembersOfALargeShardAreReadByRange) {
+  LinkEstimate link;
+  link.latency_s = 0.2;
+  link.bytes_per_s = 50e6;
+  const RangeReadChoice choice = ChooseRangeReads(1'000'000'000, 3 * 150'000, 3, 8, link);
+  EXPECT_TRUE(choice.by_range);
+  EXPECT_LT(choice.ranges_s, 0.3);
+  EXPECT_GT(choice.whole_s, 20.0);
+  // Half of it or more comes whole (it stays in the cache), even in one cheaper request.
+  EXPECT_FALSE(ChooseRangeReads(1'000'000'000, 500'000'000, 1, 8, link).by_range);
+  EXPECT_TRUE(ChooseRangeReads(1'000'000'000, 499'000'000, 1, 8, link).by_range);
+}
+
+TEST(RangeReadsTest, ThePriorReadsAQuarterOfATypicalShardByRangeAndMostOfItWhole) {
+  const LinkEstimate prior;  // 50 ms, 100 MB/s
+  // A 256 MB shard of 100 KB members: a quarter of them in 640 runs (80 waves: 4 s + 0.64 s)
+  // against 2.6 s whole; 64 runs (8 waves) cost 1.04 s.
+  EXPECT_FALSE(ChooseRangeReads(256'000'000, 64'000'000, 640, 8, prior).by_range);
+  EXPECT_TRUE(ChooseRangeReads(256'000'000, 64'000'000, 64, 8, prior).by_range);
+}
+
+TEST(RangeReadsTest, TheLinkEstimateStartsAtThePriorAndFollowsWhatWasMeasured) {
+  RemoteOptions options;
+  const std::string url = "http://link-estimate.test:81/a.tar";
+  LinkEstimate e = MeasuredLink(url, options);
+  EXPECT_EQ(e.latency_samples, 0);
+  EXPECT_DOUBLE_EQ(e.latency_s, LinkEstimate::kPriorLatencyS);
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, LinkEstimate::kPriorBytesPerS);
+  EXPECT_EQ(e.host, "http://link-estimate.test:81");
+  NoteLinkSample("http://link-estimate.test:81", 0.4, 1 << 20, 0.5);  // the first replaces the prior
+  e = MeasuredLink(url, options);
+  EXPECT_DOUBLE_EQ(e.latency_s, 0.4);
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, (1 << 20) / 0.5);
+  NoteLinkSample("http://link-estimate.test:81", 0.0, 100, 0.001);  // too short a body to time
+  e = MeasuredLink(url, options);
+  EXPECT_DOUBLE_EQ(e.latency_s, 0.3);  // a quarter of the way towards 0
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, (1 << 20) / 0.5);
+  EXPECT_EQ(e.latency_samples, 2);
+  EXPECT_EQ(e.rate_samples, 1);
+  EXPECT_EQ(LastMeasuredLink().host, "http://link-estimate.test:81");
+  // Another host still has the prior.
+  EXPECT_EQ(MeasuredLink("http://other.test/a.tar", options).latency_samples, 0);
+}
+
 }  // namespace
 }  // namespace ringloader

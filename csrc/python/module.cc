@@ -972,6 +972,16 @@ struct PyBackgroundRanges {
   ~PyBackgroundRanges() { Close(); }
 };
 
+py::dict LinkEstimateDict(const LinkEstimate& link) {
+  py::dict d;
+  d["host"] = link.host;
+  d["latency_s"] = link.latency_s;
+  d["bytes_per_s"] = link.bytes_per_s;
+  d["latency_samples"] = link.latency_samples;
+  d["rate_samples"] = link.rate_samples;
+  return d;
+}
+
 /// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
 /// end) cancels what is left and joins.
 struct PyBackgroundFetch {
@@ -1266,6 +1276,45 @@ PYBIND11_MODULE(_C, m) {
            },
            "(requests, bytes) of this fetch so far.")
       .def("close", &PyBackgroundRanges::Close, "Cancels the transfers still running and joins the thread.");
+  m.def(
+      "choose_range_reads",
+      [](const std::string& url, int64_t shard_bytes, std::vector<int64_t> offsets, std::vector<int64_t> lengths,
+         int64_t gap, const py::dict& settings, std::optional<std::pair<double, double>> link) {
+        if (offsets.size() != lengths.size()) throw py::value_error("choose_range_reads: offsets and lengths differ in length");
+        RemoteOptions options = RemoteOptionsFrom(settings);
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        int64_t wanted = 0;
+        for (size_t i = 0; i < offsets.size(); ++i) {
+          ranges.emplace_back(offsets[i], lengths[i]);
+          wanted += std::max<int64_t>(0, lengths[i]);
+        }
+        const int64_t requests = static_cast<int64_t>(MergeRanges(std::move(ranges), gap).size());
+        LinkEstimate estimate = MeasuredLink(url, options);
+        if (link) std::tie(estimate.latency_s, estimate.bytes_per_s) = *link;
+        const RangeReadChoice choice = ChooseRangeReads(shard_bytes, wanted, requests, options.max_connections, estimate);
+        py::dict d;
+        d["by_range"] = choice.by_range;
+        d["whole_s"] = choice.whole_s;
+        d["ranges_s"] = choice.ranges_s;
+        d["requests"] = requests;
+        d["wanted_bytes"] = wanted;
+        d["link"] = LinkEstimateDict(estimate);
+        return d;
+      },
+      py::arg("url"), py::arg("shard_bytes"), py::arg("offsets"), py::arg("lengths"), py::arg("gap") = 0,
+      py::arg("settings") = py::dict(), py::arg("link") = py::none(),
+      "Whether the members at offsets/lengths of the remote shard url (shard_bytes long) cost less by "
+      "range requests (merged within gap bytes) than a whole download, by this process's estimate of "
+      "url's host (or link=(latency_s, bytes_per_s)): {by_range, whole_s, ranges_s, requests, "
+      "wanted_bytes, link}.");
+  m.def(
+      "link_estimate",
+      [](const std::string& url, const py::dict& settings) {
+        return LinkEstimateDict(MeasuredLink(url, RemoteOptionsFrom(settings)));
+      },
+      py::arg("url"), py::arg("settings") = py::dict(),
+      "This process's estimate of the link to url's host: {host, latency_s, bytes_per_s, latency_samples, "
+      "rate_samples} (samples 0: the prior).");
   m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
         "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,

@@ -115,9 +115,10 @@ REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
                   "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1),
                   "range_reads_below": (float, 0.0)}
 
-#: The default ``range_reads_below``: an epoch that wants under half of a shard's bytes (not in
-#: the cache) fetches those members by HTTP range requests instead of the whole shard.
-RANGE_READS_BELOW = 0.5
+#: The default ``range_reads_below``: an epoch's wanted members of a shard not in the cache are
+#: fetched by HTTP range requests when that costs less than downloading the shard, by this
+#: process's estimate of the link's latency and throughput (``_C.choose_range_reads``).
+RANGE_READS_BELOW = "auto"
 
 #: Wanted byte ranges closer than this are fetched by one request (the bytes between included):
 #: a few KiB more per request instead of one round trip per neighbouring member.
@@ -135,12 +136,16 @@ def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         if key not in REMOTE_OPTIONS:
             raise ValueError(f"WebDataset remote_options: unknown key {key!r} (known: "
                              f"{', '.join(REMOTE_OPTIONS)})")
+        if key == "range_reads_below" and value == "auto":
+            out[key] = value
+            continue
         kind, least = REMOTE_OPTIONS[key]
         ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float
                                                         else int)
         if not ok or value < least:
+            also = " or 'auto'" if key == "range_reads_below" else ""
             raise ValueError(f"WebDataset remote_options[{key!r}] must be "
-                             f"{'a number' if kind is float else 'an int'} >= {least}, "
+                             f"{'a number' if kind is float else 'an int'} >= {least}{also}, "
                              f"got {value!r}")
         out[key] = kind(value)
     return out
@@ -159,8 +164,10 @@ class RemoteFetcher:
         if self.ca_file is not None:
             self.settings["ca_file"] = self.ca_file
         self.settings.update(check_remote_options(settings))
-        #: Range reads for an epoch that wants under this fraction of a shard's bytes (0: never).
-        self.range_reads_below = float(self.settings.pop("range_reads_below", RANGE_READS_BELOW))
+        #: Range reads for an epoch that wants under this fraction of a shard's bytes (0: never),
+        #: or "auto": when they cost less than the whole shard on the link as measured.
+        below = self.settings.pop("range_reads_below", RANGE_READS_BELOW)
+        self.range_reads_below: Any = below if below == "auto" else float(below)
         self._s3_resolved = False
 
     def _prepare(self, urls: Sequence[str]) -> None:
@@ -190,7 +197,7 @@ class RemoteFetcher:
     @property
     def range_reads(self) -> bool:
         """Whether an epoch may read members by range at all (``range_reads_below`` not 0)."""
-        return self.range_reads_below > 0
+        return self.range_reads_below == "auto" or self.range_reads_below > 0
 
     def by_range(self, url: str, size: int, offsets: Any, lengths: Any) -> bool:
         """Whether an epoch that wants these members (byte ranges) of the remote shard ``url``
@@ -198,7 +205,14 @@ class RemoteFetcher:
         wanted = int(np.sum(np.asarray(lengths, dtype=np.int64)))
         if size <= 0 or wanted >= size:
             return False
-        return wanted < self.range_reads_below * size
+        if self.range_reads_below != "auto":
+            return wanted < self.range_reads_below * size
+        self._prepare([url])  # an s3:// URL's host is its endpoint's
+        choice = _C.choose_range_reads(url, int(size),
+                                       np.asarray(offsets, dtype=np.int64).tolist(),
+                                       np.asarray(lengths, dtype=np.int64).tolist(),
+                                       RANGE_MERGE_GAP, self.settings)
+        return bool(choice["by_range"])
 
     def start_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
                                                   Sequence[int], str]]) -> "_C.BackgroundRanges":
@@ -212,6 +226,11 @@ class RemoteFetcher:
                    [int(n) for n in lengths], entry)
                   for url, path, size, etag, offsets, lengths, entry in copies]
         return _C.BackgroundRanges(wanted, RANGE_MERGE_GAP, self.settings)
+
+    def link_estimate(self, url: str) -> Dict[str, Any]:
+        """This process's estimate of the link to ``url``'s host (see ``_C.link_estimate``)."""
+        self._prepare([url])
+        return _C.link_estimate(url, self.settings)
 
     def _cancellable(self, call: Any) -> List[Any]:
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the

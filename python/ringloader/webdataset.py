@@ -374,9 +374,10 @@ class WebDataset(NativeDataset):
     ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
     ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``) and
-    ``range_reads_below`` (default 0.5): an epoch that wants less than that fraction of an
-    uncached shard's bytes fetches those members by HTTP range requests instead of the shard,
-    while it reads.
+    ``range_reads_below`` (default ``"auto"``): an epoch that wants a few members of an
+    uncached shard fetches them by HTTP range requests instead of the shard, while it reads,
+    when that costs less on the link as measured (latency and throughput; a number F: when it
+    wants under F of the shard's bytes).
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
     sample that fails when read (``on_error``). See docs/remote.md.
 
@@ -788,10 +789,10 @@ class WebDataset(NativeDataset):
     def begin_reads(self, wanted: Optional[np.ndarray]) -> bool:
         """An epoch's start, once its plan is drawn: ``wanted`` holds the dataset's sample
         indices the epoch reads in this process, in the plan's order (None: unknown, read every
-        shard whole, in the dataset's order). A remote shard not in the cache of which the
-        epoch wants under ``range_reads_below`` of its bytes is not downloaded: its wanted
-        members are fetched by HTTP range requests into a sparse copy the readers read instead
-        (none at all when it wants none of them). Both kinds run on native threads while the epoch reads,
+        shard whole, in the dataset's order). A remote shard not in the cache whose wanted
+        members cost less by range than the whole shard (``range_reads_below``) is not
+        downloaded: its wanted members are fetched by HTTP range requests into a sparse copy
+        the readers read instead (none at all when it wants none of them). Both kinds run on native threads while the epoch reads,
         the shards in the order the plan first reads them; a reader coming to a shard still in
         flight waits for it. Returns True when a shard is read from such a copy (the DataLoader
         then reads no epoch ahead: the copy holds only this epoch's members)."""
@@ -848,6 +849,20 @@ class WebDataset(NativeDataset):
         ranges, self._ranges = getattr(self, "_ranges", None), None
         if ranges is not None:
             ranges.close()
+
+    def link_estimates(self) -> List[Dict[str, Any]]:
+        """Per host of the remote shards: this process's estimate of the link (``host``,
+        ``latency_s`` to a response's first byte, ``bytes_per_s`` one transfer moves,
+        ``latency_samples`` and ``rate_samples`` measured: 0 means the prior of 50 ms and
+        100 MB/s). ``range_reads_below="auto"`` decides from these."""
+        if self._fetcher is None:
+            return []
+        seen: Dict[str, Dict[str, Any]] = {}
+        for s, copy in enumerate(self._remote_copies):
+            if copy is not None:
+                link = self._fetcher.link_estimate(self.urls[s])
+                seen.setdefault(link["host"], link)
+        return list(seen.values())
 
     def _lift_redirects(self, entries: Optional[Sequence[str]] = None) -> None:
         """Reads of these entries (default all) go to the cache again; their copies removed."""

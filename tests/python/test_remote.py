@@ -757,6 +757,11 @@ def test_a_changed_object_read_by_range_is_a_stale_index_naming_the_url(nginx, s
 def test_range_reads_below_is_checked():
     with pytest.raises(ValueError, match=r"remote_options\['range_reads_below'\] must be a number"):
         rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": -1})
+    with pytest.raises(ValueError, match=r"range_reads_below'\] must be a number >= 0.0 or 'auto', "
+                       r"got 'fast'"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": "fast"})
+    assert _remote.check_remote_options({"range_reads_below": "auto"}) == \
+        {"range_reads_below": "auto"}
 
 
 @needs_nginx
@@ -894,3 +899,21 @@ def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shar
     finally:
         proxy.release("/train-000001.tar")
 
+
+@needs_nginx
+def test_auto_reads_a_sparse_subset_by_range_and_measures_the_link(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _kept_index_dataset(nginx, tmp_path)  # default remote_options: "auto"
+    assert ds._fetcher.range_reads_below == "auto"
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    loader = rl.DataLoader(Subset(ds, [5, 17]), batch_size=2)
+    assert [y.tolist() for _, y in loader] == [[ds.targets[5], ds.targets[17]]]
+    for name in shards[1]:
+        new = _range_bytes(nginx, name)[logged[name]:]
+        assert len(new) == 1 and new[0][0] == 206  # one member each, never the whole shard
+    [link] = loader.stats()["remote_links"]
+    assert link["host"] == nginx.url and link["latency_samples"] >= 2
+    assert 0 < link["latency_s"] < 5 and link["bytes_per_s"] > 0
+    assert f"remote:  {nginx.url}: " in loader.describe()
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
