@@ -369,13 +369,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->done = true;
     } else {
       t->http_url = *std::move(http);
-      const int truncate = jobs[i].length >= 0 ? 0 : O_TRUNC;
-      t->fd = open(jobs[i].path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
       t->total = jobs[i].length;  // -1 for a whole object: the response states it
-      if (t->fd < 0) {
-        results[i].status = ErrnoStatus(errno, "open", jobs[i].path);
-        t->done = true;
-      }
     }
     if (t->done && on_done) on_done(i, results[i]);
     transfers.push_back(std::move(t));
@@ -543,6 +537,16 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       if (t->ready_at > now) {
         next_ready = std::min(next_ready, t->ready_at);
       } else if (active < max_connections) {
+        // Opened at its first attempt, so that an epoch's thousands of ranges do not hold a
+        // descriptor each while they wait their turn.
+        if (t->fd < 0) {
+          const int truncate = t->job->length >= 0 ? 0 : O_TRUNC;
+          t->fd = open(t->job->path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
+          if (t->fd < 0) {
+            finish(t.get(), ErrnoStatus(errno, "open", t->job->path));
+            continue;
+          }
+        }
         start(t.get());
       }
     }

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,41 @@ TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFet
     EXPECT_EQ(got[20], '\0');
   }
   EXPECT_TRUE(WaitForPendingDownload(entry, nullptr).ok());
+}
+
+TEST(RangeReadsTest, RangesWaitingTheirTurnHoldNoDescriptor) {
+  const std::string dir = ::testing::TempDir();
+  const std::string source = dir + "/many_ranges.tar", copy = dir + "/many_ranges.tar.ranges-1";
+  std::string bytes(80 * 10, 'x');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13);
+  {
+    std::ofstream out(source, std::ios::binary);
+    out << bytes;
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  // 80 requests, unmerged (a file:// transfer has no socket to wake the wait: a wave of
+  // max_connections takes its full 100 ms poll, so few of them).
+  for (int64_t i = 0; i < 80; ++i) ranges.emplace_back(i * 10, 5);
+  RemoteOptions options;
+  options.protocols = "file";
+  struct rlimit was;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  struct rlimit low = was;
+  low.rlim_cur = 48;  // fewer descriptors than ranges
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<absl::Status> got;
+  {
+    BackgroundRanges fetch({RangedCopy{"file://" + source, copy, 800, "", ranges, ""}}, options);
+    got = fetch.Wait();
+    EXPECT_EQ(fetch.totals().requests, 80);
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_TRUE(got[0].ok()) << got[0];
+  std::ifstream in(copy, std::ios::binary);
+  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(written.size(), 800u);
+  EXPECT_EQ(written.substr(790, 5), bytes.substr(790, 5));
+  EXPECT_EQ(written[795], '\0');
 }
 
 TEST(RangeReadsTest, ManySmallMembersFarApartOnAHighLatencyLinkDownloadTheShardWhole) {
