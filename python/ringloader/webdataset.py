@@ -908,10 +908,15 @@ class WebDataset(NativeDataset):
             return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
         fetch_error = self._fetch_errors.get(self.shard_of(index))
         if STALE_COPY in str(exc):
-            # A shard downloaded while the epoch ran is not the object that was indexed.
+            # A shard downloaded (or read by range) while the epoch ran is not the object that
+            # was indexed.
             url = self.urls[self.shard_of(index)]
-            error = StaleIndexError(f"{exc}: its index is out of date. Build the WebDataset "
-                                    f"again (it re-indexes the shard).")
+            # A new WebDataset would read a kept index again: it must go first.
+            kept = self.index_cache is not None and os.path.exists(self._remote_index_path(url))
+            todo = f"Delete its kept index {self._remote_index_path(url)} and build the " \
+                "WebDataset again" if kept else \
+                "Build the WebDataset again (it re-indexes the shard)"
+            error = StaleIndexError(f"{exc}: its index is out of date. {todo}.")
             error.path = url
             return error
         if self.members[index] in str(exc) and fetch_error is None:
