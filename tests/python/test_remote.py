@@ -560,6 +560,13 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
         if srv.shutil.which("curl"):
             assert re.search(rf"pipe:curl, epoch {e}" + rate, out), out
         assert re.search(rf"webdataset pkg, epoch {e}" + rate, out), out
+    # A sparse Subset: its one shard's 3 members by range under "auto" (neighbours merged into
+    # fewer requests), none with 0.
+    sub = r" *: +[0-9.]+ s, first batch [0-9.]+ s, 3 images, "
+    assert re.search(r"http://, Subset 1/10, auto" + sub + r"1 of 1 shards by range \([1-3] requests\)",
+                     out), out
+    assert re.search(r"http://, Subset 1/10, 0 \(whole\)" + sub + r"0 of 1 shards by range "
+                     r"\(0 requests\)", out), out
     assert not list(scratch.glob("ringloader-remote-*"))
 
 
