@@ -171,11 +171,15 @@ class RemoteFetcher:
         self._s3_resolved = False
 
     def _prepare(self, urls: Sequence[str]) -> None:
+        self._resolve(urls)
+        os.makedirs(self.cache_dir, exist_ok=True)
+
+    def _resolve(self, urls: Sequence[str]) -> None:
+        """The s3 settings (credentials, region, endpoint), once, when ``urls`` need them."""
         if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
             for key, value in s3_settings().items():
                 self.settings.setdefault(key, value)
             self._s3_resolved = True
-        os.makedirs(self.cache_dir, exist_ok=True)
 
     def start(self, urls: Sequence[str],
               expected: Sequence[Tuple[int, Optional[str]]]) -> "_C.BackgroundFetch":
@@ -207,7 +211,7 @@ class RemoteFetcher:
             return False
         if self.range_reads_below != "auto":
             return wanted < self.range_reads_below * size
-        self._prepare([url])  # an s3:// URL's host is its endpoint's
+        self._resolve([url])  # an s3:// URL's host is its endpoint's
         choice = _C.choose_range_reads(url, int(size),
                                        np.asarray(offsets, dtype=np.int64).tolist(),
                                        np.asarray(lengths, dtype=np.int64).tolist(),
@@ -229,7 +233,7 @@ class RemoteFetcher:
 
     def link_estimate(self, url: str) -> Dict[str, Any]:
         """This process's estimate of the link to ``url``'s host (see ``_C.link_estimate``)."""
-        self._prepare([url])
+        self._resolve([url])
         return _C.link_estimate(url, self.settings)
 
     def _cancellable(self, call: Any) -> List[Any]:

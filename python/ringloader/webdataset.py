@@ -484,6 +484,8 @@ class WebDataset(NativeDataset):
         self._redirects: Dict[str, str] = {}
         #: The range reads the last epoch's start left running (a _C.BackgroundRanges), or None.
         self._ranges: Optional[Any] = None
+        #: One remote URL per server, for link_estimates (made when first asked).
+        self._link_urls: Optional[List[str]] = None
         #: check_unchanged left the remote shards to begin_reads (which knows the epoch's plan).
         self._reads_due = False
         unfetched: Dict[int, str] = {}
@@ -857,11 +859,17 @@ class WebDataset(NativeDataset):
         100 MB/s). ``range_reads_below="auto"`` decides from these."""
         if self._fetcher is None:
             return []
+        if self._link_urls is None:
+            # One URL per server (or bucket): loader.stats() asks at every call.
+            by_server: Dict[str, str] = {}
+            for s, copy in enumerate(self._remote_copies):
+                if copy is not None:
+                    by_server.setdefault(self.urls[s].split("/")[2], self.urls[s])
+            self._link_urls = list(by_server.values())
         seen: Dict[str, Dict[str, Any]] = {}
-        for s, copy in enumerate(self._remote_copies):
-            if copy is not None:
-                link = self._fetcher.link_estimate(self.urls[s])
-                seen.setdefault(link["host"], link)
+        for url in self._link_urls:
+            link = self._fetcher.link_estimate(url)
+            seen.setdefault(link["host"], link)
         return list(seen.values())
 
     def _lift_redirects(self, entries: Optional[Sequence[str]] = None) -> None:

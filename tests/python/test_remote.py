@@ -488,6 +488,9 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
         assert ranged and all(r["range"].startswith("bytes=") for r in ranged)
         assert all(r["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
                    for r in ranged)
+        # The link measured is the endpoint's (every bucket behind it shares it).
+        [link] = again.link_estimates()
+        assert link["host"] == proxy.url and link["latency_samples"] >= len(ranged)
         with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
             rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
         proxy.always["/bkt/data/denied.tar"] = "403"
