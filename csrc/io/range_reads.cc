@@ -104,12 +104,11 @@ BackgroundRanges::BackgroundRanges(std::vector<RangedCopy> copies, RemoteOptions
       status = status_[c];
       ++finished_;
     }
-    if (!copies_[c].entry.empty()) {
-      FinishPendingDownload(this, copies_[c].entry,
-                            status.ok() ? status
-                                        : absl::Status(status.code(), absl::StrCat("the shard could not be downloaded: ",
-                                                                                   status.message())));
+    if (copies_[c].entry.empty()) continue;
+    if (!status.ok()) {
+      status = absl::Status(status.code(), absl::StrCat("the shard could not be downloaded: ", status.message()));
     }
+    FinishPendingDownload(this, copies_[c].entry, std::move(status));
   }
   thread_ = std::thread([this] { Run(); });
 }

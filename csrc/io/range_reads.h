@@ -5,9 +5,10 @@
 /// Subset, a resume mid-shard) and the link's estimate says ranges cost less than the whole
 /// shard (ChooseRangeReads), the Python layer (webdataset.py) fetches only the wanted members'
 /// byte ranges (BackgroundRanges, while the epoch reads) into a sparse copy of the shard,
-/// `ENTRY.ranges-PID`, beside the cache entry: the file has the shard's size and the fetched bytes at their offsets (holes elsewhere), so the
-/// members keep the offsets of the index. The copy is private to the process (never shared,
-/// never taken for a cache entry: it has no meta), and bounded by the bytes the epoch wants.
+/// `ENTRY.ranges-PID`, beside the cache entry: the file has the shard's size and the fetched
+/// bytes at their offsets (holes elsewhere), so the members keep the offsets of the index. The
+/// copy is private to the process (never shared, never taken for a cache entry: it has no
+/// meta), and bounded by the bytes the epoch wants.
 ///
 /// The loader's samples name the cache entry; `RedirectShard` makes the reader open the copy
 /// instead (FileFetcher::OpenCached asks `RedirectedPath`), until the redirect is lifted at the
@@ -63,7 +64,8 @@ struct RangedCopy {
 /// the constructor. Counts requests and bytes in RangeReadTotals as each request ends.
 class BackgroundRanges {
  public:
-  explicit BackgroundRanges(std::vector<RangedCopy> copies, RemoteOptions options);
+  /// Creates the copies' sparse files, registers their entries and starts the thread.
+  BackgroundRanges(std::vector<RangedCopy> copies, RemoteOptions options);
   /// Cancels the transfers still running and joins the thread; the entries are no longer waited for.
   ~BackgroundRanges();
   BackgroundRanges(const BackgroundRanges&) = delete;

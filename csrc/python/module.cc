@@ -1249,7 +1249,9 @@ PYBIND11_MODULE(_C, m) {
       .def("wait",
            [](PyBackgroundRanges& f) {
              if (!f.fetch) throw py::value_error("BackgroundRanges is closed");
-             if (getpid() != f.pid) throw std::runtime_error("BackgroundRanges: its transfers run in the parent process");
+             if (getpid() != f.pid) {
+               throw std::runtime_error("BackgroundRanges: its transfers run in the parent process");
+             }
              std::vector<absl::Status> got;
              {
                py::gil_scoped_release release;
@@ -1280,7 +1282,9 @@ PYBIND11_MODULE(_C, m) {
       "choose_range_reads",
       [](const std::string& url, int64_t shard_bytes, std::vector<int64_t> offsets, std::vector<int64_t> lengths,
          int64_t gap, const py::dict& settings, std::optional<std::pair<double, double>> link) {
-        if (offsets.size() != lengths.size()) throw py::value_error("choose_range_reads: offsets and lengths differ in length");
+        if (offsets.size() != lengths.size()) {
+          throw py::value_error("choose_range_reads: offsets and lengths differ in length");
+        }
         RemoteOptions options = RemoteOptionsFrom(settings);
         std::vector<std::pair<int64_t, int64_t>> ranges;
         int64_t wanted = 0;
@@ -1291,7 +1295,8 @@ PYBIND11_MODULE(_C, m) {
         const int64_t requests = static_cast<int64_t>(MergeRanges(std::move(ranges), gap).size());
         LinkEstimate estimate = MeasuredLink(url, options);
         if (link) std::tie(estimate.latency_s, estimate.bytes_per_s) = *link;
-        const RangeReadChoice choice = ChooseRangeReads(shard_bytes, wanted, requests, options.max_connections, estimate);
+        const RangeReadChoice choice =
+            ChooseRangeReads(shard_bytes, wanted, requests, options.max_connections, estimate);
         py::dict d;
         d["by_range"] = choice.by_range;
         d["whole_s"] = choice.whole_s;
