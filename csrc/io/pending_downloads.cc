@@ -125,6 +125,42 @@ bool RefetchIfEvicted(const std::string& path) {
   return true;
 }
 
+void RegisterPendingDownloads(const void* owner, const std::vector<std::string>& paths) {
+  Registry& r = TheRegistry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const std::string& path : paths) r.entries[path] = Registry::Entry{owner, std::nullopt, getpid()};
+  r.count.store(r.entries.size(), std::memory_order_release);
+}
+
+void FinishPendingDownload(const void* owner, const std::string& path, absl::Status status) {
+  Registry& r = TheRegistry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.entries.find(path);
+    if (it == r.entries.end() || it->second.owner != owner) return;
+    if (status.ok()) {
+      r.entries.erase(it);
+      r.count.store(r.entries.size(), std::memory_order_release);
+    } else {
+      it->second.failed = std::move(status);
+    }
+  }
+  r.changed.notify_all();
+}
+
+void UnregisterPendingDownloads(const void* owner, const std::vector<std::string>& paths) {
+  Registry& r = TheRegistry();
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    for (const std::string& path : paths) {
+      auto it = r.entries.find(path);
+      if (it != r.entries.end() && it->second.owner == owner) r.entries.erase(it);
+    }
+    r.count.store(r.entries.size(), std::memory_order_release);
+  }
+  r.changed.notify_all();
+}
+
 BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<ExpectedCopy> expected,
                                  std::string cache_dir, int64_t limit_bytes, RemoteOptions options)
     : urls_(std::move(urls)),
@@ -135,15 +171,8 @@ BackgroundFetch::BackgroundFetch(std::vector<std::string> urls, std::vector<Expe
       results_(urls_.size(), absl::UnknownError("not fetched")),
       state_(urls_.size(), State::kQueued),
       counted_(urls_.size(), false) {
-  Registry& r = TheRegistry();
-  {
-    std::lock_guard<std::mutex> lock(r.mu);
-    for (const std::string& url : urls_) {
-      paths_.push_back(cache_.EntryPath(url));
-      r.entries[paths_.back()] = Registry::Entry{this, std::nullopt, getpid()};
-    }
-    r.count.store(r.entries.size(), std::memory_order_release);
-  }
+  for (const std::string& url : urls_) paths_.push_back(cache_.EntryPath(url));
+  RegisterPendingDownloads(this, paths_);
   const int workers = std::min<int>(max_connections_, static_cast<int>(urls_.size()));
   for (int w = 0; w < workers; ++w) threads_.emplace_back([this, w] { Run(w); });
 }
@@ -152,14 +181,7 @@ BackgroundFetch::~BackgroundFetch() {
   Cancel();
   for (std::thread& t : threads_) t.join();
   // Failed entries of this fetch stop being reported once it is gone (a later epoch retries).
-  Registry& r = TheRegistry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const std::string& path : paths_) {
-    auto it = r.entries.find(path);
-    if (it != r.entries.end() && it->second.owner == this) r.entries.erase(it);
-  }
-  r.count.store(r.entries.size(), std::memory_order_release);
-  r.changed.notify_all();
+  UnregisterPendingDownloads(this, paths_);
 }
 
 std::vector<int> BackgroundFetch::WaitedFor() const {

@@ -59,6 +59,17 @@ void NoteShardOpened(const std::string& path);
 /// others, and returns true (the reader then waits for it). False for any other path.
 bool RefetchIfEvicted(const std::string& path);
 
+/// For fetches of another kind than BackgroundFetch (range reads, io/range_reads.h), which use
+/// the same table so that the reader waits for them the same way. `owner` is the fetch: only
+/// its own entries are changed.
+///
+/// Registers each path as downloading (a path registered by another owner is taken over).
+void RegisterPendingDownloads(const void* owner, const std::vector<std::string>& paths);
+/// `path` is done: OK removes it (reads open it at once), an error stays as its readers' error.
+void FinishPendingDownload(const void* owner, const std::string& path, absl::Status status);
+/// Removes the entries of `owner` among `paths` (failed ones included).
+void UnregisterPendingDownloads(const void* owner, const std::vector<std::string>& paths);
+
 /// The size and ETag a shard was indexed with: a copy that differs fails as stale.
 struct ExpectedCopy {
   int64_t size = -1;  ///< -1: not known

@@ -9,10 +9,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -27,6 +30,24 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kErrorBodyBytes = 512;
+
+// The link estimates' smoothing: each response moves the estimate this far towards what it
+// measured (the first replaces the prior), so a few responses outweigh an old one.
+constexpr double kLinkSmoothing = 0.25;
+// A body shorter than this is not timed for throughput: its time is mostly latency and timer
+// resolution.
+constexpr int64_t kTimedBodyBytes = 64 * 1024;
+
+struct Links {
+  std::mutex mu;
+  std::map<std::string, LinkEstimate> by_host ABSL_GUARDED_BY(mu);
+  std::string last ABSL_GUARDED_BY(mu);
+};
+
+Links& TheLinks() {
+  static auto* links = new Links;  // never destroyed: download threads may run at exit
+  return *links;
+}
 
 void InitCurlOnce() {
   // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
@@ -122,8 +143,9 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   const size_t n = size * count;
   if (t->status == 0) {
     // No status line: a protocol without one (file://, which tests use). Its Range is honoured.
-    t->status = t->written > 0 ? 206 : 200;
-    if (t->status == 206) t->range_start = t->written;
+    const bool ranged = t->job->length >= 0;
+    t->status = t->written > 0 || ranged ? 206 : 200;
+    if (t->status == 206) t->range_start = (ranged ? t->job->offset : 0) + t->written;
   }
   if (t->status < 200 || t->status >= 300) {
     const size_t keep = std::min(n, kErrorBodyBytes - std::min(kErrorBodyBytes, t->error_body.size()));
@@ -278,6 +300,50 @@ absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOption
   return absl::StrCat(endpoint, "/", rest);
 }
 
+std::string HostOf(absl::string_view http_url) {
+  const size_t scheme = http_url.find("://");
+  if (scheme == absl::string_view::npos) return std::string(http_url);
+  const size_t path = http_url.find('/', scheme + 3);
+  return std::string(http_url.substr(0, path));
+}
+
+void NoteLinkSample(const std::string& host, double first_byte_s, int64_t body_bytes, double body_s) {
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  LinkEstimate& e = links.by_host[host];
+  e.host = host;
+  links.last = host;
+  auto smooth = [](double was, double now, int64_t* samples) {
+    const double out = *samples == 0 ? now : was + kLinkSmoothing * (now - was);
+    ++*samples;
+    return out;
+  };
+  if (first_byte_s >= 0) e.latency_s = smooth(e.latency_s, first_byte_s, &e.latency_samples);
+  if (body_bytes >= kTimedBodyBytes && body_s > 0) {
+    e.bytes_per_s = smooth(e.bytes_per_s, static_cast<double>(body_bytes) / body_s, &e.rate_samples);
+  }
+}
+
+LinkEstimate MeasuredLink(const std::string& url, const RemoteOptions& options) {
+  absl::StatusOr<std::string> http = HttpUrlOf(url, options);
+  if (!http.ok()) return LinkEstimate{};
+  const std::string host = HostOf(*http);
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  auto it = links.by_host.find(host);
+  if (it != links.by_host.end()) return it->second;
+  LinkEstimate prior;
+  prior.host = host;
+  return prior;
+}
+
+LinkEstimate LastMeasuredLink() {
+  Links& links = TheLinks();
+  std::lock_guard<std::mutex> lock(links.mu);
+  auto it = links.by_host.find(links.last);
+  return it == links.by_host.end() ? LinkEstimate{} : it->second;
+}
+
 double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
   const double cap = std::min(options.backoff_max_s,
                               options.backoff_initial_s * std::ldexp(1.0, std::max(0, retry - 1)));
@@ -286,7 +352,7 @@ double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
 
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
-                                        const std::atomic<bool>* cancel) {
+                                        const std::atomic<bool>* cancel, const JobDone& on_done) {
   InitCurlOnce();
   std::vector<DownloadResult> results(jobs.size());
   std::vector<std::unique_ptr<Transfer>> transfers;
@@ -303,14 +369,9 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->done = true;
     } else {
       t->http_url = *std::move(http);
-      const int truncate = jobs[i].length >= 0 ? 0 : O_TRUNC;
-      t->fd = open(jobs[i].path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
       t->total = jobs[i].length;  // -1 for a whole object: the response states it
-      if (t->fd < 0) {
-        results[i].status = ErrnoStatus(errno, "open", jobs[i].path);
-        t->done = true;
-      }
     }
+    if (t->done && on_done) on_done(i, results[i]);
     transfers.push_back(std::move(t));
   }
 
@@ -324,8 +385,10 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->result->status = std::move(status);
     t->result->size = t->written;
     t->result->etag = t->etag;
+    t->result->changed = t->stale;
     if (t->fd >= 0) close(t->fd);
     t->fd = -1;
+    if (on_done) on_done(static_cast<size_t>(t->job - jobs.data()), *t->result);
   };
 
   auto start = [&](Transfer* t) {
@@ -474,6 +537,16 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       if (t->ready_at > now) {
         next_ready = std::min(next_ready, t->ready_at);
       } else if (active < max_connections) {
+        // Opened at its first attempt, so that an epoch's thousands of ranges do not hold a
+        // descriptor each while they wait their turn.
+        if (t->fd < 0) {
+          const int truncate = t->job->length >= 0 ? 0 : O_TRUNC;
+          t->fd = open(t->job->path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
+          if (t->fd < 0) {
+            finish(t.get(), ErrnoStatus(errno, "open", t->job->path));
+            continue;
+          }
+        }
         start(t.get());
       }
     }
@@ -486,6 +559,14 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       Transfer* t = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
       const CURLcode code = msg->data.result;
+      if (code == CURLE_OK && t->status >= 200 && t->status < 300) {
+        curl_off_t first_byte_us = 0, total_us = 0, body = 0;
+        curl_easy_getinfo(t->easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
+        curl_easy_getinfo(t->easy, CURLINFO_TOTAL_TIME_T, &total_us);
+        curl_easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &body);
+        NoteLinkSample(HostOf(t->http_url), static_cast<double>(first_byte_us) * 1e-6, static_cast<int64_t>(body),
+                       static_cast<double>(total_us - first_byte_us) * 1e-6);
+      }
       release(t);
       settle(t, code);
     }

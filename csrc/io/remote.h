@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -82,13 +83,48 @@ struct DownloadResult {
   int64_t size = 0;   ///< bytes written (the object's size when OK)
   std::string etag;   ///< as the server sent it (quotes kept), empty when none
   int attempts = 0;   ///< requests made, the first included
+  bool changed = false;  ///< a range's object is not the one indexed (status FailedPrecondition)
 };
 
-/// Fetches every job, at most `max_connections` at once, and returns one result per job, in
-/// order. Returns early (results Cancelled) soon after `*cancel` is set.
+/// Called once per job, on DownloadAll's thread, the moment its result is final (OK, failed,
+/// or Cancelled): a caller hands each job on without waiting for the others.
+using JobDone = std::function<void(size_t job, const DownloadResult& result)>;
+
+/// Fetches every job, at most `max_connections` at once, starting them in the order given, and
+/// returns one result per job, in order. Returns early (results Cancelled) soon after `*cancel`
+/// is set. Every successful response feeds the link estimate of its host (MeasuredLink).
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
-                                        const std::atomic<bool>* cancel = nullptr);
+                                        const std::atomic<bool>* cancel = nullptr,
+                                        const JobDone& on_done = nullptr);
+
+/// What the process has measured of the link to a host: the time to the first byte of a
+/// response (a request's round trip, the connection's set-up included when it is new) and the
+/// bytes per second one transfer moves once its body flows, each smoothed over the responses
+/// (an exponential moving average). Before anything is measured: the prior below.
+struct LinkEstimate {
+  static constexpr double kPriorLatencyS = 0.05;
+  static constexpr double kPriorBytesPerS = 100e6;
+  double latency_s = kPriorLatencyS;
+  double bytes_per_s = kPriorBytesPerS;
+  int64_t latency_samples = 0;  ///< responses measured (0: latency_s is the prior)
+  int64_t rate_samples = 0;     ///< bodies long enough to time (0: bytes_per_s is the prior)
+  std::string host;             ///< scheme://host[:port] it is of; empty for the prior alone
+};
+
+/// The estimate for `url`'s host (s3:// URLs: their endpoint's), or the prior.
+LinkEstimate MeasuredLink(const std::string& url, const RemoteOptions& options);
+
+/// The estimate of the host measured last, or the prior when none was (for the loader's stats).
+LinkEstimate LastMeasuredLink();
+
+/// Feeds one response into `host`'s estimate: `first_byte_s` from the request to its first
+/// byte; `body_bytes` that then took `body_s` seconds (a body under 64 KiB is not timed: its
+/// seconds are mostly the latency's). Tests use it to set an estimate.
+void NoteLinkSample(const std::string& host, double first_byte_s, int64_t body_bytes, double body_s);
+
+/// scheme://host[:port] of an http(s) URL.
+std::string HostOf(absl::string_view http_url);
 
 /// The delay before retry number `retry` (1-based): uniform in [0, min(max, initial * 2^(retry-1))]
 /// ("full jitter"), from `unit`, a draw in [0, 1).

@@ -7,17 +7,20 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "io/pending_downloads.h"
 #include "io/range_reads.h"
 #include "testing/jpeg_fixtures.h"
 
@@ -228,12 +231,141 @@ TEST(RangeReadsTest, ARedirectSendsReadsOfTheEntryToTheCopyUntilLifted) {
   EXPECT_EQ(RedirectedPath("/cache/a.tar"), "/cache/a.tar");
 }
 
-TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrl) {
-  const std::vector<absl::Status> got =
-      FetchRanges({RangedCopy{"http://127.0.0.1:9/x.tar", "/nonexistent/x", 100, "", {{90, 20}}}}, RemoteOptions{});
+TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrlAndFailsItsEntry) {
+  const std::string entry = "/nonexistent/cache/x.tar";
+  BackgroundRanges fetch({RangedCopy{"http://127.0.0.1:9/x.tar", "/nonexistent/x", 100, "", {{90, 20}}, entry}},
+                         RemoteOptions{});
+  const std::vector<absl::Status> got = fetch.Wait();
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(got[0].code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(got[0].message().find("http://127.0.0.1:9/x.tar"), absl::string_view::npos);
+  EXPECT_EQ(fetch.finished(), 1);
+  // A reader of the entry gets that error instead of waiting.
+  const absl::Status read = WaitForPendingDownload(entry, nullptr);
+  EXPECT_EQ(read.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(read.message().find("could not be downloaded"), absl::string_view::npos);
+}
+
+TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFetchEnds) {
+  const std::string dir = ::testing::TempDir();
+  const std::string source = dir + "/ranged_source.tar", copy = dir + "/ranged_source.tar.ranges-1";
+  std::string bytes(100000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  {
+    std::ofstream out(source, std::ios::binary);
+    out << bytes;
+  }
+  RemoteOptions options;
+  options.protocols = "file";
+  const std::string entry = dir + "/cache-entry.tar";
+  {
+    BackgroundRanges fetch({RangedCopy{"file://" + source, copy, 100000, "", {{10, 5}, {50000, 1000}}, entry}},
+                           options);
+    ASSERT_TRUE(WaitForPendingDownload(entry, nullptr).ok());  // waits for both ranges
+    EXPECT_EQ(fetch.finished(), 1);
+    EXPECT_FALSE(IsPendingDownload(entry));
+    ASSERT_TRUE(fetch.Wait()[0].ok());
+    EXPECT_EQ(fetch.totals().requests, 2);
+    EXPECT_EQ(fetch.totals().bytes, 1005);
+    std::ifstream in(copy, std::ios::binary);
+    std::string got((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(got.size(), 100000u);  // sparse, the object's size: members keep their offsets
+    EXPECT_EQ(got.substr(10, 5), bytes.substr(10, 5));
+    EXPECT_EQ(got.substr(50000, 1000), bytes.substr(50000, 1000));
+    EXPECT_EQ(got[20], '\0');
+  }
+  EXPECT_TRUE(WaitForPendingDownload(entry, nullptr).ok());
+}
+
+TEST(RangeReadsTest, RangesWaitingTheirTurnHoldNoDescriptor) {
+  const std::string dir = ::testing::TempDir();
+  const std::string source = dir + "/many_ranges.tar", copy = dir + "/many_ranges.tar.ranges-1";
+  std::string bytes(80 * 10, 'x');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13);
+  {
+    std::ofstream out(source, std::ios::binary);
+    out << bytes;
+  }
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  // 80 requests, unmerged (a file:// transfer has no socket to wake the wait: a wave of
+  // max_connections takes its full 100 ms poll, so few of them).
+  for (int64_t i = 0; i < 80; ++i) ranges.emplace_back(i * 10, 5);
+  RemoteOptions options;
+  options.protocols = "file";
+  struct rlimit was;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &was), 0);
+  struct rlimit low = was;
+  low.rlim_cur = 48;  // fewer descriptors than ranges
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::vector<absl::Status> got;
+  {
+    BackgroundRanges fetch({RangedCopy{"file://" + source, copy, 800, "", ranges, ""}}, options);
+    got = fetch.Wait();
+    EXPECT_EQ(fetch.totals().requests, 80);
+  }
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &was), 0);
+  ASSERT_TRUE(got[0].ok()) << got[0];
+  std::ifstream in(copy, std::ios::binary);
+  std::string written((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_EQ(written.size(), 800u);
+  EXPECT_EQ(written.substr(790, 5), bytes.substr(790, 5));
+  EXPECT_EQ(written[795], '\0');
+}
+
+TEST(RangeReadsTest, ManySmallMembersFarApartOnAHighLatencyLinkDownloadTheShardWhole) {
+  LinkEstimate link;
+  link.latency_s = 0.2;      // a distant object store
+  link.bytes_per_s = 50e6;
+  // 400 members of 20 KB spread over a 64 MB shard: 50 waves of 8 requests cost 10 s of round
+  // trips, against 1.5 s for the whole shard.
+  const RangeReadChoice choice = ChooseRangeReads(64'000'000, 400 * 20'000, 400, 8, link);
+  EXPECT_FALSE(choice.by_range);
+  EXPECT_NEAR(choice.whole_s, 0.2 + 64e6 / 50e6, 1e-9);
+  EXPECT_NEAR(choice.ranges_s, 50 * 0.2 + 8e6 / 50e6, 1e-9);
+}
+
+TEST(RangeReadsTest, AFewMembersOfALargeShardAreReadByRange) {
+  LinkEstimate link;
+  link.latency_s = 0.2;
+  link.bytes_per_s = 50e6;
+  const RangeReadChoice choice = ChooseRangeReads(1'000'000'000, 3 * 150'000, 3, 8, link);
+  EXPECT_TRUE(choice.by_range);
+  EXPECT_LT(choice.ranges_s, 0.3);
+  EXPECT_GT(choice.whole_s, 20.0);
+  // Half of it or more comes whole (it stays in the cache), even in one cheaper request.
+  EXPECT_FALSE(ChooseRangeReads(1'000'000'000, 500'000'000, 1, 8, link).by_range);
+  EXPECT_TRUE(ChooseRangeReads(1'000'000'000, 499'000'000, 1, 8, link).by_range);
+}
+
+TEST(RangeReadsTest, ThePriorReadsAQuarterOfATypicalShardByRangeAndMostOfItWhole) {
+  const LinkEstimate prior;  // 50 ms, 100 MB/s
+  // A 256 MB shard of 100 KB members: a quarter of them in 640 runs (80 waves: 4 s + 0.64 s)
+  // against 2.6 s whole; 64 runs (8 waves) cost 1.04 s.
+  EXPECT_FALSE(ChooseRangeReads(256'000'000, 64'000'000, 640, 8, prior).by_range);
+  EXPECT_TRUE(ChooseRangeReads(256'000'000, 64'000'000, 64, 8, prior).by_range);
+}
+
+TEST(RangeReadsTest, TheLinkEstimateStartsAtThePriorAndFollowsWhatWasMeasured) {
+  RemoteOptions options;
+  const std::string url = "http://link-estimate.test:81/a.tar";
+  LinkEstimate e = MeasuredLink(url, options);
+  EXPECT_EQ(e.latency_samples, 0);
+  EXPECT_DOUBLE_EQ(e.latency_s, LinkEstimate::kPriorLatencyS);
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, LinkEstimate::kPriorBytesPerS);
+  EXPECT_EQ(e.host, "http://link-estimate.test:81");
+  NoteLinkSample("http://link-estimate.test:81", 0.4, 1 << 20, 0.5);  // the first replaces the prior
+  e = MeasuredLink(url, options);
+  EXPECT_DOUBLE_EQ(e.latency_s, 0.4);
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, (1 << 20) / 0.5);
+  NoteLinkSample("http://link-estimate.test:81", 0.0, 100, 0.001);  // too short a body to time
+  e = MeasuredLink(url, options);
+  EXPECT_DOUBLE_EQ(e.latency_s, 0.3);  // a quarter of the way towards 0
+  EXPECT_DOUBLE_EQ(e.bytes_per_s, (1 << 20) / 0.5);
+  EXPECT_EQ(e.latency_samples, 2);
+  EXPECT_EQ(e.rate_samples, 1);
+  EXPECT_EQ(LastMeasuredLink().host, "http://link-estimate.test:81");
+  // Another host still has the prior.
+  EXPECT_EQ(MeasuredLink("http://other.test/a.tar", options).latency_samples, 0);
 }
 
 }  // namespace

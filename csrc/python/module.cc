@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1008,35 +1009,30 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   return CachedShardDicts(got);
 }
 
-/// Remote shards' wanted members by range into sparse copies (io/range_reads.h), all the copies'
-/// requests together, without the GIL: one dict per copy, {} or {error, code} as fetch_shards.
-py::list FetchRangesPy(const std::vector<std::tuple<std::string, std::string, int64_t, std::string,
-                                                    std::vector<int64_t>, std::vector<int64_t>>>& wanted,
-                       int64_t gap, const py::dict& settings, std::optional<FetchCancel> cancel) {
-  RemoteOptions options = RemoteOptionsFrom(settings);
-  std::vector<RangedCopy> copies;
-  for (const auto& [url, path, size, etag, offsets, lengths] : wanted) {
-    if (offsets.size() != lengths.size()) throw py::value_error("fetch_ranges: offsets and lengths differ in length");
-    std::vector<std::pair<int64_t, int64_t>> ranges;
-    for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
-    copies.push_back(RangedCopy{url, path, size, etag, MergeRanges(std::move(ranges), gap)});
-  }
-  std::vector<absl::Status> got;
-  {
-    py::gil_scoped_release release;
-    std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
-    got = FetchRanges(copies, options, flag.get());
-  }
-  py::list out;
-  for (const absl::Status& status : got) {
-    py::dict d;
-    if (!status.ok()) {
-      d["error"] = std::string(status.message());
-      d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+/// Remote shards' wanted members by range into sparse copies while the epoch reads
+/// (io/range_reads.h); close() (or the object's end) cancels what is left and joins.
+struct PyBackgroundRanges {
+  std::unique_ptr<BackgroundRanges> fetch;
+  pid_t pid = getpid();
+  void Close() {
+    if (getpid() != pid) {
+      (void)fetch.release();  // a forked child: its thread is the parent's, not joinable here
+      return;
     }
-    out.append(d);
+    py::gil_scoped_release release;
+    fetch.reset();
   }
-  return out;
+  ~PyBackgroundRanges() { Close(); }
+};
+
+py::dict LinkEstimateDict(const LinkEstimate& link) {
+  py::dict d;
+  d["host"] = link.host;
+  d["latency_s"] = link.latency_s;
+  d["bytes_per_s"] = link.bytes_per_s;
+  d["latency_samples"] = link.latency_samples;
+  d["rate_samples"] = link.rate_samples;
+  return d;
 }
 
 /// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
@@ -1277,12 +1273,106 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
-  m.def("fetch_ranges", &FetchRangesPy, py::arg("copies"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
-        py::arg("cancel") = py::none(),
-        "Byte ranges of remote shards into sparse copies: copies is a list of (url, path, size, etag ('' "
-        "unchecked), offsets, lengths); ranges closer than gap bytes are fetched as one, every copy's "
-        "requests together (max_connections at once). One dict per copy: {} or {error, code} (code "
-        "failed_precondition: the object changed, or the server answered without the range).");
+  py::class_<PyBackgroundRanges>(m, "BackgroundRanges",
+                                 "Byte ranges of remote shards fetched into sparse copies on a native thread while "
+                                 "the epoch reads; the loader's reads of each copy's cache entry wait for its "
+                                 "ranges to land.")
+      .def(py::init([](const std::vector<std::tuple<std::string, std::string, int64_t, std::string,
+                                                    std::vector<int64_t>, std::vector<int64_t>, std::string>>& wanted,
+                       int64_t gap, const py::dict& settings) {
+             RemoteOptions options = RemoteOptionsFrom(settings);
+             std::vector<RangedCopy> copies;
+             for (const auto& [url, path, size, etag, offsets, lengths, entry] : wanted) {
+               if (offsets.size() != lengths.size()) {
+                 throw py::value_error(absl::StrCat("BackgroundRanges: offsets and lengths of ", url,
+                                                    " differ in length"));
+               }
+               std::vector<std::pair<int64_t, int64_t>> ranges;
+               for (size_t i = 0; i < offsets.size(); ++i) ranges.emplace_back(offsets[i], lengths[i]);
+               copies.push_back(RangedCopy{url, path, size, etag, MergeRanges(std::move(ranges), gap), entry});
+             }
+             auto out = std::make_unique<PyBackgroundRanges>();
+             py::gil_scoped_release release;
+             out->fetch = std::make_unique<BackgroundRanges>(std::move(copies), std::move(options));
+             return out;
+           }),
+           py::arg("copies"), py::arg("gap") = 0, py::arg("settings") = py::dict(),
+           "copies: (url, path, size, etag ('' unchecked), offsets, lengths, cache entry ('' none)) in the order "
+           "the epoch reads them; ranges closer than gap bytes are fetched as one, max_connections at once.")
+      .def("wait",
+           [](PyBackgroundRanges& f) {
+             if (!f.fetch) throw py::value_error("BackgroundRanges is closed");
+             if (getpid() != f.pid) {
+               throw std::runtime_error("BackgroundRanges: its transfers run in the parent process");
+             }
+             std::vector<absl::Status> got;
+             {
+               py::gil_scoped_release release;
+               got = f.fetch->Wait();
+             }
+             py::list out;
+             for (const absl::Status& status : got) {
+               py::dict d;
+               if (!status.ok()) {
+                 d["error"] = std::string(status.message());
+                 d["code"] = absl::AsciiStrToLower(absl::StatusCodeToString(status.code()));
+               }
+               out.append(d);
+             }
+             return out;
+           },
+           "Blocks until every copy landed or failed: one dict per copy, {} or {error, code}.")
+      .def("finished", [](const PyBackgroundRanges& f) { return f.fetch ? f.fetch->finished() : 0; },
+           "Copies whose ranges all ended so far.")
+      .def("totals",
+           [](const PyBackgroundRanges& f) {
+             const RangeFetchResult t = f.fetch ? f.fetch->totals() : RangeFetchResult{};
+             return py::make_tuple(t.requests, t.bytes);
+           },
+           "(requests, bytes) of this fetch so far.")
+      .def("close", &PyBackgroundRanges::Close, "Cancels the transfers still running and joins the thread.");
+  m.def(
+      "choose_range_reads",
+      [](const std::string& url, int64_t shard_bytes, std::vector<int64_t> offsets, std::vector<int64_t> lengths,
+         int64_t gap, const py::dict& settings, std::optional<std::pair<double, double>> link) {
+        if (offsets.size() != lengths.size()) {
+          throw py::value_error("choose_range_reads: offsets and lengths differ in length");
+        }
+        RemoteOptions options = RemoteOptionsFrom(settings);
+        std::vector<std::pair<int64_t, int64_t>> ranges;
+        int64_t wanted = 0;
+        for (size_t i = 0; i < offsets.size(); ++i) {
+          ranges.emplace_back(offsets[i], lengths[i]);
+          wanted += std::max<int64_t>(0, lengths[i]);
+        }
+        const int64_t requests = static_cast<int64_t>(MergeRanges(std::move(ranges), gap).size());
+        LinkEstimate estimate = MeasuredLink(url, options);
+        if (link) std::tie(estimate.latency_s, estimate.bytes_per_s) = *link;
+        const RangeReadChoice choice =
+            ChooseRangeReads(shard_bytes, wanted, requests, options.max_connections, estimate);
+        py::dict d;
+        d["by_range"] = choice.by_range;
+        d["whole_s"] = choice.whole_s;
+        d["ranges_s"] = choice.ranges_s;
+        d["requests"] = requests;
+        d["wanted_bytes"] = wanted;
+        d["link"] = LinkEstimateDict(estimate);
+        return d;
+      },
+      py::arg("url"), py::arg("shard_bytes"), py::arg("offsets"), py::arg("lengths"), py::arg("gap") = 0,
+      py::arg("settings") = py::dict(), py::arg("link") = py::none(),
+      "Whether the members at offsets/lengths of the remote shard url (shard_bytes long) cost less by "
+      "range requests (merged within gap bytes) than a whole download, by this process's estimate of "
+      "url's host (or link=(latency_s, bytes_per_s)): {by_range, whole_s, ranges_s, requests, "
+      "wanted_bytes, link}.");
+  m.def(
+      "link_estimate",
+      [](const std::string& url, const py::dict& settings) {
+        return LinkEstimateDict(MeasuredLink(url, RemoteOptionsFrom(settings)));
+      },
+      py::arg("url"), py::arg("settings") = py::dict(),
+      "This process's estimate of the link to url's host: {host, latency_s, bytes_per_s, latency_samples, "
+      "rate_samples} (samples 0: the prior).");
   m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
         "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,

@@ -399,6 +399,12 @@ class NativeBackend(Backend):
             + (f"; {self._stale_drops} read ahead dropped because their files changed before "
                f"the epoch began, last: {self._stale_why}" if self._stale_drops else ""),
         ]
+        for link in _remote_links(self):
+            measured = f"measured over {link['latency_samples']} responses" \
+                if link["latency_samples"] else "not measured yet: the prior"
+            lines.append(f"  remote:  {link['host']}: {link['latency_s'] * 1e3:.0f} ms to the first byte, "
+                         f"{link['bytes_per_s'] / 1e6:.1f} MB/s per transfer ({measured}; "
+                         f"{s['range_requests']} range requests in this process)")
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
                          f"replaced); last: {_user_source.name_rows(s['last_error'], self._folders)}")
@@ -441,6 +447,7 @@ class NativeBackend(Backend):
     def stats(self) -> dict:
         s = self._native.stats()
         s["native"] = True
+        s["remote_links"] = _remote_links(self)
         return s
 
     def close(self) -> None:
@@ -451,6 +458,15 @@ class NativeBackend(Backend):
     def __del__(self):
         # Once neither the DataLoader nor an iterator holds this backend, its threads stop.
         self.close()
+
+
+def _remote_links(loader: NativeBackend) -> list:
+    """Each remote host's link estimate (WebDataset.link_estimates), once per host."""
+    out: dict = {}
+    for f in loader._folders:
+        for link in getattr(f, "link_estimates", lambda: [])():
+            out.setdefault(link["host"], link)
+    return list(out.values())
 
 
 def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:

@@ -14,6 +14,8 @@ import os
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from . import _C, _schemes
 from ._sizes import parse_size
 
@@ -113,9 +115,10 @@ REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
                   "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1),
                   "range_reads_below": (float, 0.0)}
 
-#: The default ``range_reads_below``: an epoch that wants under half of a shard's bytes (not in
-#: the cache) fetches those members by HTTP range requests instead of the whole shard.
-RANGE_READS_BELOW = 0.5
+#: The default ``range_reads_below``: an epoch's wanted members of a shard not in the cache are
+#: fetched by HTTP range requests when that costs less than downloading the shard, by this
+#: process's estimate of the link's latency and throughput (``_C.choose_range_reads``).
+RANGE_READS_BELOW = "auto"
 
 #: Wanted byte ranges closer than this are fetched by one request (the bytes between included):
 #: a few KiB more per request instead of one round trip per neighbouring member.
@@ -133,12 +136,16 @@ def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
         if key not in REMOTE_OPTIONS:
             raise ValueError(f"WebDataset remote_options: unknown key {key!r} (known: "
                              f"{', '.join(REMOTE_OPTIONS)})")
+        if key == "range_reads_below" and value == "auto":
+            out[key] = value
+            continue
         kind, least = REMOTE_OPTIONS[key]
         ok = not isinstance(value, bool) and isinstance(value, (int, float) if kind is float
                                                         else int)
         if not ok or value < least:
+            also = " or 'auto'" if key == "range_reads_below" else ""
             raise ValueError(f"WebDataset remote_options[{key!r}] must be "
-                             f"{'a number' if kind is float else 'an int'} >= {least}, "
+                             f"{'a number' if kind is float else 'an int'} >= {least}{also}, "
                              f"got {value!r}")
         out[key] = kind(value)
     return out
@@ -157,16 +164,22 @@ class RemoteFetcher:
         if self.ca_file is not None:
             self.settings["ca_file"] = self.ca_file
         self.settings.update(check_remote_options(settings))
-        #: Range reads for an epoch that wants under this fraction of a shard's bytes (0: never).
-        self.range_reads_below = float(self.settings.pop("range_reads_below", RANGE_READS_BELOW))
+        #: Range reads for an epoch that wants under this fraction of a shard's bytes (0: never),
+        #: or "auto": when they cost less than the whole shard on the link as measured.
+        below = self.settings.pop("range_reads_below", RANGE_READS_BELOW)
+        self.range_reads_below: Any = below if below == "auto" else float(below)
         self._s3_resolved = False
 
     def _prepare(self, urls: Sequence[str]) -> None:
+        self._resolve(urls)
+        os.makedirs(self.cache_dir, exist_ok=True)
+
+    def _resolve(self, urls: Sequence[str]) -> None:
+        """The s3 settings (credentials, region, endpoint), once, when ``urls`` need them."""
         if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
             for key, value in s3_settings().items():
                 self.settings.setdefault(key, value)
             self._s3_resolved = True
-        os.makedirs(self.cache_dir, exist_ok=True)
 
     def start(self, urls: Sequence[str],
               expected: Sequence[Tuple[int, Optional[str]]]) -> "_C.BackgroundFetch":
@@ -185,18 +198,43 @@ class RemoteFetcher:
         return self._cancellable(lambda cancel: _C.fetch_shards(
             list(urls), self.cache_dir, self.cache_limit, self.settings, cancel))
 
-    def fetch_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
-                                                  Sequence[int]]]) -> List[Dict[str, Any]]:
-        """Per (url, copy path, size, ETag or None, offsets, lengths): those byte ranges of the
-        object (of that size and ETag, None: not checked) into a sparse copy, by HTTP range
-        requests, every copy's together and ``max_connections`` at once. One dict per copy:
-        ``{}`` or ``{error, code}`` (``failed_precondition``: the object changed, or the server
-        does not serve ranges)."""
+    @property
+    def range_reads(self) -> bool:
+        """Whether an epoch may read members by range at all (``range_reads_below`` not 0)."""
+        return self.range_reads_below == "auto" or self.range_reads_below > 0
+
+    def by_range(self, url: str, size: int, offsets: Any, lengths: Any) -> bool:
+        """Whether an epoch that wants these members (byte ranges) of the remote shard ``url``
+        (``size`` bytes, not in the cache) reads them by range instead of downloading it."""
+        wanted = int(np.sum(np.asarray(lengths, dtype=np.int64)))
+        if size <= 0 or wanted >= size:
+            return False
+        if self.range_reads_below != "auto":
+            return wanted < self.range_reads_below * size
+        self._resolve([url])  # an s3:// URL's host is its endpoint's
+        choice = _C.choose_range_reads(url, int(size),
+                                       np.asarray(offsets, dtype=np.int64).tolist(),
+                                       np.asarray(lengths, dtype=np.int64).tolist(),
+                                       RANGE_MERGE_GAP, self.settings)
+        return bool(choice["by_range"])
+
+    def start_ranges(self, copies: Sequence[Tuple[str, str, int, Optional[str], Sequence[int],
+                                                  Sequence[int], str]]) -> "_C.BackgroundRanges":
+        """Per (url, copy path, size, ETag or None, offsets, lengths, cache entry): those byte
+        ranges of the object (of that size and ETag, None: not checked) into a sparse copy, by
+        HTTP range requests on a native thread while the epoch reads, the copies in this order
+        and ``max_connections`` requests at once. A read of a copy's cache entry waits for its
+        ranges to land, or fails with their error (a changed object: a stale index)."""
         self._prepare([c[0] for c in copies])
         wanted = [(url, path, int(size), etag or "", [int(o) for o in offsets],
-                   [int(n) for n in lengths]) for url, path, size, etag, offsets, lengths in copies]
-        return self._cancellable(lambda cancel: _C.fetch_ranges(
-            wanted, RANGE_MERGE_GAP, self.settings, cancel))
+                   [int(n) for n in lengths], entry)
+                  for url, path, size, etag, offsets, lengths, entry in copies]
+        return _C.BackgroundRanges(wanted, RANGE_MERGE_GAP, self.settings)
+
+    def link_estimate(self, url: str) -> Dict[str, Any]:
+        """This process's estimate of the link to ``url``'s host (see ``_C.link_estimate``)."""
+        self._resolve([url])
+        return _C.link_estimate(url, self.settings)
 
     def _cancellable(self, call: Any) -> List[Any]:
         # The native call runs in a helper thread so that Ctrl-C reaches this one: it stops the

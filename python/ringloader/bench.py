@@ -837,6 +837,14 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
                                   cache_limit=total // 2, index_cache=str(index))
             report["small_cache_seconds"] = [epoch(small)[1] for _ in range(2)]
             small.close_downloads()
+            log("a Subset of every 10th sample into an empty cache, range_reads_below='auto' "
+                "and 0 (whole shards) ...")
+            for key, below in (("subset_auto", "auto"), ("subset_whole", 0)):
+                sparse = rl.WebDataset(urls, transform=transform, cache_dir=f"{cache}-{key}",
+                                       index_cache=str(index),
+                                       remote_options={"range_reads_below": below})
+                report[key] = _subset_epoch(rl, sparse, cfg, 10)
+                sparse.close_downloads()
             if shutil.which("curl"):
                 log("pipe:curl, two epochs ...")
                 index = Path(tmp) / "pipe-index"
@@ -853,6 +861,26 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
         finally:
             link.stop()
     return report
+
+
+def _subset_epoch(rl: Any, ds: Any, cfg: Config, every: int) -> dict[str, Any]:
+    """One epoch of every ``every``-th sample of ``ds`` (a ``Subset``: a few members of each
+    shard), its remote shards not in the cache: the seconds to its first batch and to its end,
+    and how many shards it read by range (the others it downloaded whole)."""
+    torch_data = importlib.import_module("torch.utils.data")
+    loader = rl.DataLoader(torch_data.Subset(ds, range(0, len(ds), every)),
+                           batch_size=cfg.batch_size, num_workers=cfg.num_workers,
+                           persistent_workers=False)
+    before = loader.stats()["range_requests"]
+    t0 = time.perf_counter()
+    it = iter(loader)
+    images = int(next(it)[1].shape[0])
+    first_s = time.perf_counter() - t0
+    images += sum(int(labels.shape[0]) for _, labels in it)
+    seconds = time.perf_counter() - t0
+    return {"images": images, "first_batch_seconds": first_s, "seconds": seconds,
+            "ranged_shards": len(ds._redirects),
+            "range_requests": loader.stats()["range_requests"] - before}
 
 
 def _webdataset_package_epoch(urls: Sequence[str], cfg: Config) -> float:
@@ -902,6 +930,13 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
                       ("pipe_curl_seconds", "pipe:curl"), ("webdataset_seconds", "webdataset pkg")):
         for e, seconds in enumerate(report.get(key, [])):
             lines.append(line(f"{name}, epoch {e + 1}", seconds))
+    for key, name in (("subset_auto", "auto"), ("subset_whole", "0 (whole)")):
+        sub = report.get(key)
+        if sub is not None:
+            lines.append(f"  {'http://, Subset 1/10, ' + name:31s}: {sub['seconds']:6.2f} s, first batch "
+                         f"{sub['first_batch_seconds']:.2f} s, {sub['images']} images, "
+                         f"{sub['ranged_shards']} of {report['shards']} shards by range "
+                         f"({sub['range_requests']} requests)")
     lines.append(f"  machine: {machine.get('cpu', '?')}")
     return "\n".join(lines)
 

@@ -374,8 +374,10 @@ class WebDataset(NativeDataset):
     ``RINGLOADER_CA_BUNDLE``, ``SSL_CERT_FILE``) when given; s3 takes credentials, region and ``AWS_ENDPOINT_URL`` from the environment and
     ``~/.aws``. ``remote_options`` tunes the downloader (``max_connections``, ``max_attempts``,
     ``backoff_initial_s``, ``backoff_max_s``, ``connect_timeout_s``, ``stall_timeout_s``) and
-    ``range_reads_below`` (default 0.5): an epoch that wants less than that fraction of an
-    uncached shard's bytes fetches those members by HTTP range requests instead of the shard.
+    ``range_reads_below`` (default ``"auto"``): an epoch that wants a few members of an
+    uncached shard fetches them by HTTP range requests instead of the shard, while it reads,
+    when that costs less on the link as measured (latency and throughput; a number F: when it
+    wants under F of the shard's bytes).
     A 403 or 404 raises at construction; a shard that still fails after the retries gives a
     sample that fails when read (``on_error``). See docs/remote.md.
 
@@ -480,6 +482,10 @@ class WebDataset(NativeDataset):
         #: Cache entries whose reads go to a sparse copy of the members fetched by range this
         #: epoch (begin_reads): {entry: copy}.
         self._redirects: Dict[str, str] = {}
+        #: The range reads the last epoch's start left running (a _C.BackgroundRanges), or None.
+        self._ranges: Optional[Any] = None
+        #: One remote URL per server, for link_estimates (made when first asked).
+        self._link_urls: Optional[List[str]] = None
         #: check_unchanged left the remote shards to begin_reads (which knows the epoch's plan).
         self._reads_due = False
         unfetched: Dict[int, str] = {}
@@ -774,75 +780,97 @@ class WebDataset(NativeDataset):
                 self._remote_copies[s] = (was[0], str(r["etag"]))
 
     def check_unchanged(self) -> None:
-        if self._fetcher is None or self._fetcher.range_reads_below <= 0:
+        if self._fetcher is None:
             self.check_shards(background=True)
             return
-        # The remote shards wait for begin_reads: whether each is downloaded or read by range
-        # depends on what the epoch's plan wants of it.
+        # The remote shards wait for begin_reads: whether each is downloaded or read by range,
+        # and in which order, depends on what the epoch's plan wants of it.
         self._reads_due = True
         self.check_shards([s for s, c in enumerate(self._remote_copies) if c is None])
 
     def begin_reads(self, wanted: Optional[np.ndarray]) -> bool:
         """An epoch's start, once its plan is drawn: ``wanted`` holds the dataset's sample
-        indices the epoch reads in this process (None: unknown, read every shard whole). A
-        remote shard not in the cache of which the epoch wants under ``range_reads_below`` of
-        its bytes is not downloaded: its wanted members are fetched by HTTP range requests
-        into a sparse copy the readers read instead (none at all when it wants none of them);
-        the other remote shards download as :meth:`check_shards` does. Returns True when a
-        shard is read from such a copy (the DataLoader then reads no epoch ahead: the copy
-        holds only this epoch's members)."""
+        indices the epoch reads in this process, in the plan's order (None: unknown, read every
+        shard whole, in the dataset's order). A remote shard not in the cache whose wanted
+        members cost less by range than the whole shard (``range_reads_below``) is not
+        downloaded: its wanted members are fetched by HTTP range requests into a sparse copy
+        the readers read instead (none at all when it wants none of them). Both kinds run on native threads while the epoch reads,
+        the shards in the order the plan first reads them; a reader coming to a shard still in
+        flight waits for it. Returns True when a shard is read from such a copy (the DataLoader
+        then reads no epoch ahead: the copy holds only this epoch's members)."""
         if not self._reads_due:
             return False
         self._reads_due = False
+        self._close_ranges()
         self._lift_redirects()
         fetcher = self._fetcher
         assert fetcher is not None
         remote = [s for s, c in enumerate(self._remote_copies) if c is not None]
         ranged: Dict[int, np.ndarray] = {}
+        order = remote
         if wanted is not None:
-            wanted = np.unique(np.asarray(wanted, dtype=np.int64))
+            wanted = np.asarray(wanted, dtype=np.int64)
             wanted = wanted[(wanted >= 0) & (wanted < len(self.offsets))]
             shard_of = np.searchsorted(self.shard_starts, wanted, side="right") - 1
-            wanted_bytes = np.bincount(shard_of, weights=self.lengths[wanted],
-                                       minlength=len(self.urls))
-            for s in remote:
+            # The shards in the order the plan first reads them, then those it reads none of.
+            first = np.unique(shard_of, return_index=True)
+            read = [int(s) for s in first[0][np.argsort(first[1], kind="stable")]]
+            order = [s for s in read if self._remote_copies[s] is not None]
+            first_read = set(order)
+            order += [s for s in remote if s not in first_read]
+            wanted = np.unique(wanted)
+            shard_of = np.searchsorted(self.shard_starts, wanted, side="right") - 1  # sorted
+            for s in remote if fetcher.range_reads else []:
                 size = self._remote_copies[s][0]  # type: ignore[index]
-                if size > 0 and wanted_bytes[s] < fetcher.range_reads_below * size and \
-                        not os.path.exists(self.shard_paths[s]):
-                    ranged[s] = wanted[shard_of == s]
+                if os.path.exists(self.shard_paths[s]):
+                    continue
+                mine = wanted[np.searchsorted(shard_of, s):np.searchsorted(shard_of, s, "right")]
+                if fetcher.by_range(self.urls[s], size, self.offsets[mine], self.lengths[mine]):
+                    ranged[s] = mine
         copies = []
-        for s, samples in ranged.items():
+        for s in order:
+            if s not in ranged:
+                continue
             self._fetch_errors.pop(s, None)
-            samples = samples[self.lengths[samples] > 0]
+            samples = ranged[s][self.lengths[ranged[s]] > 0]
             if len(samples):
                 size, etag = self._remote_copies[s]  # type: ignore[misc]
-                copies.append((s, f"{self.shard_paths[s]}.ranges-{os.getpid()}", size, etag,
-                               self.offsets[samples], self.lengths[samples]))
-        results = fetcher.fetch_ranges([(self.urls[s], copy, size, etag, offsets, lengths)
-                                        for s, copy, size, etag, offsets, lengths in copies]) \
-            if copies else []
-        stale = None
-        for (s, copy, *_), got in zip(copies, results):
-            if "error" not in got:
+                copy = f"{self.shard_paths[s]}.ranges-{os.getpid()}"
+                copies.append((self.urls[s], copy, size, etag, self.offsets[samples],
+                               self.lengths[samples], self.shard_paths[s]))
+                # Reads of the entry go to the copy, once its ranges landed (they wait for them).
                 _C.redirect_shard(self.shard_paths[s], copy)
                 self._redirects[self.shard_paths[s]] = copy
-                continue
-            try:
-                os.unlink(copy)
-            except OSError:
-                pass
-            if "object changed" in got["error"] and stale is None:
-                stale = StaleIndexError(
-                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
-                    f"({got['error']}): its index is out of date. Delete its kept index "
-                    f"under index_cache and build the WebDataset again.")
-                stale.path = self.urls[s]
-            # Its samples fail when read (the entry is not there), under on_error.
-            self._fetch_errors[s] = got["error"]
-        if stale is not None:
-            raise stale
-        self.check_shards([s for s in remote if s not in ranged], background=True)
+        if copies:
+            self._ranges = fetcher.start_ranges(copies)
+        self.check_shards([s for s in order if s not in ranged], background=True)
         return bool(self._redirects)
+
+    def _close_ranges(self) -> None:
+        """Stops the range reads an epoch's start left running and waits for their transfers."""
+        ranges, self._ranges = getattr(self, "_ranges", None), None
+        if ranges is not None:
+            ranges.close()
+
+    def link_estimates(self) -> List[Dict[str, Any]]:
+        """Per host of the remote shards: this process's estimate of the link (``host``,
+        ``latency_s`` to a response's first byte, ``bytes_per_s`` one transfer moves,
+        ``latency_samples`` and ``rate_samples`` measured: 0 means the prior of 50 ms and
+        100 MB/s). ``range_reads_below="auto"`` decides from these."""
+        if self._fetcher is None:
+            return []
+        if self._link_urls is None:
+            # One URL per server (or bucket): loader.stats() asks at every call.
+            by_server: Dict[str, str] = {}
+            for s, copy in enumerate(self._remote_copies):
+                if copy is not None:
+                    by_server.setdefault(self.urls[s].split("/")[2], self.urls[s])
+            self._link_urls = list(by_server.values())
+        seen: Dict[str, Dict[str, Any]] = {}
+        for url in self._link_urls:
+            link = self._fetcher.link_estimate(url)
+            seen.setdefault(link["host"], link)
+        return list(seen.values())
 
     def _lift_redirects(self, entries: Optional[Sequence[str]] = None) -> None:
         """Reads of these entries (default all) go to the cache again; their copies removed."""
@@ -863,6 +891,7 @@ class WebDataset(NativeDataset):
         self._background_shards = []
         if background is not None:
             background.close()
+        self._close_ranges()
         if getattr(self, "_redirects", None):
             self._lift_redirects()
 
@@ -871,6 +900,7 @@ class WebDataset(NativeDataset):
         state = super().__getstate__()
         state["_background"], state["_background_shards"] = None, []
         state["_redirects"] = {}  # this process's sparse copies (a copy fetches its own)
+        state["_ranges"] = None
         return state
 
     def __del__(self) -> None:
@@ -886,10 +916,15 @@ class WebDataset(NativeDataset):
             return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
         fetch_error = self._fetch_errors.get(self.shard_of(index))
         if STALE_COPY in str(exc):
-            # A shard downloaded while the epoch ran is not the object that was indexed.
+            # A shard downloaded (or read by range) while the epoch ran is not the object that
+            # was indexed.
             url = self.urls[self.shard_of(index)]
-            error = StaleIndexError(f"{exc}: its index is out of date. Build the WebDataset "
-                                    f"again (it re-indexes the shard).")
+            # A new WebDataset would read a kept index again: it must go first.
+            kept = self.index_cache is not None and os.path.exists(self._remote_index_path(url))
+            todo = f"Delete its kept index {self._remote_index_path(url)} and build the " \
+                "WebDataset again" if kept else \
+                "Build the WebDataset again (it re-indexes the shard)"
+            error = StaleIndexError(f"{exc}: its index is out of date. {todo}.")
             error.path = url
             return error
         if self.members[index] in str(exc) and fetch_error is None:

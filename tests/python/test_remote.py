@@ -488,6 +488,9 @@ def test_s3_through_moto_signed_with_the_profile(shards, tmp_path, monkeypatch):
         assert ranged and all(r["range"].startswith("bytes=") for r in ranged)
         assert all(r["authorization"].startswith("AWS4-HMAC-SHA256 Credential=AKIATRAIN/")
                    for r in ranged)
+        # The link measured is the endpoint's (every bucket behind it shares it).
+        [link] = again.link_estimates()
+        assert link["host"] == proxy.url and link["latency_samples"] >= len(ranged)
         with pytest.raises(FileNotFoundError, match=r"s3://bkt/data/missing\.tar: HTTP 404"):
             rl.WebDataset("s3://bkt/data/missing.tar", cache_dir=str(tmp_path / "cache"))
         proxy.always["/bkt/data/denied.tar"] = "403"
@@ -560,6 +563,13 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
         if srv.shutil.which("curl"):
             assert re.search(rf"pipe:curl, epoch {e}" + rate, out), out
         assert re.search(rf"webdataset pkg, epoch {e}" + rate, out), out
+    # A sparse Subset: its one shard's 3 members by range under "auto" (neighbours merged into
+    # fewer requests), none with 0.
+    sub = r" *: +[0-9.]+ s, first batch [0-9.]+ s, 3 images, "
+    assert re.search(r"http://, Subset 1/10, auto" + sub + r"1 of 1 shards by range \([1-3] requests\)",
+                     out), out
+    assert re.search(r"http://, Subset 1/10, 0 \(whole\)" + sub + r"0 of 1 shards by range "
+                     r"\(0 requests\)", out), out
     assert not list(scratch.glob("ringloader-remote-*"))
 
 
@@ -750,13 +760,19 @@ def test_a_changed_object_read_by_range_is_a_stale_index_naming_the_url(nginx, s
     os.utime(target, (1, 1))  # the same bytes, another ETag (nginx's is mtime and size)
     ds = rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "c2"),
                        index_cache=index)
-    with pytest.raises(rl.StaleIndexError, match=r"ranged/train\.tar changed since .*ETag"):
+    with pytest.raises(rl.StaleIndexError, match=r"ranged/train\.tar changed since .*ETag.*"
+                       r"Delete its kept index .*index.* and build the WebDataset again"):
         list(rl.DataLoader(Subset(ds, [2]), batch_size=1))
 
 
 def test_range_reads_below_is_checked():
     with pytest.raises(ValueError, match=r"remote_options\['range_reads_below'\] must be a number"):
         rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": -1})
+    with pytest.raises(ValueError, match=r"range_reads_below'\] must be a number >= 0.0 or 'auto', "
+                       r"got 'fast'"):
+        rl.WebDataset("s3://b/k.tar", remote_options={"range_reads_below": "fast"})
+    assert _remote.check_remote_options({"range_reads_below": "auto"}) == \
+        {"range_reads_below": "auto"}
 
 
 @needs_nginx
@@ -814,3 +830,101 @@ def test_a_resume_mid_shard_fetches_only_what_is_left(nginx, shards, tmp_path):
     assert first_shard == [] and second and all(status == 206 for status, _ in second)
     left = sum(int(ds.lengths[i]) for i in range(20, 24))
     assert left <= sum(b for _, b in second) <= left + 16 * 1024
+
+
+def _ranged_behind_proxy(proxy, tmp_path, **options):
+    """The two shards behind the proxy, built from kept indexes (nothing in the cache)."""
+    url, index = f"{proxy.url}/train-{{000000..000001}}.tar", str(tmp_path / "index")
+    rl.WebDataset(url, cache_dir=str(tmp_path / "first"), index_cache=index)
+    return rl.WebDataset(url, transform=TRANSFORM, cache_dir=str(tmp_path / "cache"),
+                         index_cache=index, remote_options=dict(FAST, **options))
+
+
+@needs_nginx
+def test_range_reads_run_while_the_epoch_reads(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _ranged_behind_proxy(proxy, tmp_path)
+    picks = [1, 4, 14, 22]
+    want = [(x, y.tolist()) for x, y in rl.DataLoader(Subset(_local(shards), picks), batch_size=2)]
+    asked = {n: len(proxy.gets(n)) for n in ("/train-000000.tar", "/train-000001.tar")}
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(Subset(ds, picks), batch_size=2)
+        before = loader.stats()["range_requests"]
+        it = iter(loader)
+        x, y = next(it)  # the first shard's members, while the second's ranges are held
+        # One copy of two has landed: the first batch did not wait for the last range.
+        assert ds._ranges.finished() == 1
+        first = len(proxy.gets("/train-000000.tar")) - asked["/train-000000.tar"]
+        assert first >= 1 and ds._ranges.totals()[0] == first
+        assert loader.stats()["range_requests"] - before == first  # the held ones not yet
+    finally:
+        proxy.release("/train-000001.tar")
+    got = [(x.clone(), y.tolist())] + [(a.clone(), b.tolist()) for a, b in it]
+    assert ds._ranges.finished() == 2
+    assert [y for _, y in got] == [y for _, y in want]
+    for (g, _), (w, _) in zip(got, want):
+        assert (g - w).abs().max().item() == 0
+    second = len(proxy.gets("/train-000001.tar")) - asked["/train-000001.tar"]
+    assert second >= 1 and loader.stats()["range_requests"] - before == first + second
+
+
+@needs_nginx
+def test_range_reads_follow_the_plans_order_of_shards(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    # One request at a time, and the plan reads the second shard first: its ranges must come
+    # first, or the first batch would wait for the first shard, which the proxy holds.
+    ds = _ranged_behind_proxy(proxy, tmp_path, max_connections=1, range_reads_below=1.0)
+    proxy.hold_s = 10.0
+    asked = len(proxy.gets("/train-000000.tar"))
+    proxy.hold("/train-000000.tar")
+    try:
+        it = iter(rl.DataLoader(Subset(ds, [14, 22, 1, 4]), batch_size=2))
+        _, first = next(it)
+        assert first.tolist() == [ds.targets[14], ds.targets[22]]
+        # The second shard's copy landed; the first shard's is still held at the proxy.
+        assert ds._ranges.finished() == 1
+        assert len(proxy.gets("/train-000000.tar")) - asked <= 1
+    finally:
+        proxy.release("/train-000000.tar")
+    assert [v for _, y in it for v in y.tolist()] == [ds.targets[1], ds.targets[4]]
+
+
+@needs_nginx
+def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _ranged_behind_proxy(proxy, tmp_path)
+    proxy.hold("/train-000001.tar")
+    try:
+        loader = rl.DataLoader(Subset(ds, [1, 4, 14, 22]), batch_size=2)
+        it = iter(loader)
+        next(it)
+        start = time.monotonic()
+        del it, loader  # its readers wait for the held range: stopping must not
+        ds.close_downloads()  # the transfer itself stops too
+        assert time.monotonic() - start < 2
+        assert not list((tmp_path / "cache").glob("*.ranges-*"))
+    finally:
+        proxy.release("/train-000001.tar")
+
+
+@needs_nginx
+def test_auto_reads_a_sparse_subset_by_range_and_measures_the_link(nginx, shards, tmp_path):
+    from torch.utils.data import Subset
+
+    ds = _kept_index_dataset(nginx, tmp_path)  # default remote_options: "auto"
+    assert ds._fetcher.range_reads_below == "auto"
+    logged = {n: len(_range_bytes(nginx, n)) for n in shards[1]}
+    loader = rl.DataLoader(Subset(ds, [5, 17]), batch_size=2)
+    assert [y.tolist() for _, y in loader] == [[ds.targets[5], ds.targets[17]]]
+    for name in shards[1]:
+        new = _range_bytes(nginx, name)[logged[name]:]
+        assert len(new) == 1 and new[0][0] == 206  # one member each, never the whole shard
+    [link] = loader.stats()["remote_links"]
+    assert link["host"] == nginx.url and link["latency_samples"] >= 2
+    assert 0 < link["latency_s"] < 5 and link["bytes_per_s"] > 0
+    assert f"remote:  {nginx.url}: " in loader.describe()
+    assert not any(os.path.exists(p) for p in ds.shard_paths)
