@@ -330,6 +330,8 @@ class NativeBackend(Backend):
             targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
         memory = _user_source.memory_column(self._folders)  # ImageBytes references' bytes
+        # Which samples are held in memory: they read no file, so the read-ahead check stats none.
+        self._in_memory = _user_source.in_memory(memory)
         more_files = _user_source.more_files_column(self._folders)  # an image's mask, ...
         if not any(ranges):
             return _C.Loader(paths, targets, self._options, memory=memory, more_files=more_files)

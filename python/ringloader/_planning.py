@@ -113,8 +113,11 @@ def _file_states(loader: Any, flat: np.ndarray) -> dict:
     the rest of the epoch is read after adoption, as the files are then."""
     s = loader._native.stats()
     rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
-    # A sample held in memory with no path (a columnar source's) reads no file.
-    files = dict.fromkeys(p for p in (loader._paths[i] for i in flat[:rows].tolist()) if p)
+    ahead = flat[:rows]
+    in_memory = getattr(loader, "_in_memory", None)
+    if in_memory is not None:
+        ahead = ahead[~in_memory[ahead]]  # a sample held in memory reads no file
+    files = dict.fromkeys(loader._paths[i] for i in ahead.tolist())
     folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
     return {path: _file_state(path) for path in list(folders) + list(files)}
 

@@ -666,6 +666,16 @@ def name_rows(text: str, folders: Sequence[NativeDataset]) -> str:
     return text
 
 
+def in_memory(memory: Any) -> Optional[np.ndarray]:
+    """Of a ``memory_column``: a bool per sample, True where its bytes are in memory (it reads
+    no file); None when no sample is."""
+    if memory is None:
+        return None
+    if isinstance(memory, tuple):
+        return np.asarray(memory[1]) >= 0
+    return np.fromiter((m is not None for m in memory), dtype=bool, count=len(memory))
+
+
 def memory_column(folders: Sequence[NativeDataset]) -> Any:
     """The native loader's ``memory`` argument: each sample's in-memory bytes (ImageBytes) or
     None (a file), over all folders; None when no sample is in memory. With a columnar source

@@ -466,6 +466,23 @@ def test_image_bytes_are_held_unchanged_while_the_loader_lives(rows):
     assert torch.equal(images[1], FIXED(Image.open(rows[0][0]).convert("RGB")))
 
 
+def test_image_bytes_keep_the_epoch_read_ahead_when_the_working_folder_changes(
+        rows, tmp_path, monkeypatch):
+    """Samples held in memory read no file, so a checkpoint written into the working folder
+    between epochs does not drop the epoch read ahead as changed (their names are not paths)."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    ds = InMemory(rows[:8], bytes)
+    loader = rl.DataLoader(ds, batch_size=2, shuffle=True, num_workers=1)
+    for epoch in range(3):
+        assert sorted(torch.cat([b[1] for b in loader]).tolist()) == sorted(ds.labels)
+        time.sleep(0.01)  # a later modification time for the folder
+        (tmp_path / f"checkpoint-{epoch}.pt").write_bytes(b"x")
+    text = loader.describe()
+    assert "dropped" not in text and "2 of" in text, text
+
+
 def test_bad_image_bytes_name_their_sample_and_views_decode_once(rows):
     ds = InMemory(rows[:4], bytes, transforms=(FIXED, RANDOM))
     ds.blobs[2] = b"not an image at all"
