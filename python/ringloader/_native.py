@@ -449,6 +449,10 @@ class NativeBackend(Backend):
     def stats(self) -> dict:
         s = self._native.stats()
         s["native"] = True
+        # A sample held in a column has no path: its errors name its row as the source does.
+        s["recent_errors"] = [_user_source.name_rows(e, self._folders) for e in s["recent_errors"]]
+        if s.get("last_error"):
+            s["last_error"] = _user_source.name_rows(s["last_error"], self._folders)
         s["remote_links"] = _remote_links(self)
         return s
 

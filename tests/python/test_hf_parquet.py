@@ -426,6 +426,10 @@ def test_bad_rows_are_sample_errors_named_by_file_row_group_and_row(files, tmp_p
     assert [b[1].tolist() for b in null] == [[0]]
     assert "last: sample 6 (" in null.describe(), null.describe()
     assert "bad.parquet: row group 2, row 6: null image" in null.describe()
+    # stats() names the rows too: no error reads "sample N ()".
+    errors = skipping.stats()["recent_errors"] + null.stats()["recent_errors"]
+    assert errors and not any("()" in e for e in errors), errors
+    assert any("bad.parquet: row group 1, row 4" in e for e in errors), errors
     with pytest.raises(rl.SampleError, match="row group 2, row 6: null image"):
         list(rl.DataLoader(tud.Subset(ds, [6]), batch_size=1))
     with pytest.raises(rl.SampleError, match="missing.jpg"):
