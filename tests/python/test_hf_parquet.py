@@ -654,3 +654,34 @@ def test_manual_page_block_runs(tmp_path, line, code, skip):
     done = subprocess.run([sys.executable, "-c", localise(code, tmp_path)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0, f"huggingface.md:{line} failed:\n{done.stderr[-3000:]}"
+
+
+def test_a_column_of_label_images_runs_natively_as_stored():
+    """``mode="mask"`` over palette PNGs in an Image column: native (no warning), palette indices
+    kept, equal to Pillow's image as stored under the same fixed transform."""
+    import warnings
+
+    from torchvision.transforms import v2
+
+    rng = np.random.default_rng(3)
+    blobs, want = [], []
+    for _ in range(5):
+        labels = rng.integers(0, 7, (24, 30), dtype=np.uint8)
+        image = Image.fromarray(labels, "P")
+        image.putpalette(rng.integers(0, 256, 768).astype(np.uint8).tobytes())  # not the labels
+        out = io.BytesIO()
+        image.save(out, "PNG")
+        blobs.append({"bytes": out.getvalue(), "path": None})
+        want.append(labels)
+    hf = datasets.Dataset.from_dict({"image": blobs, "label": list(range(5))}).cast_column(
+        "image", datasets.Image())
+    t = v2.Compose([v2.CenterCrop(16), v2.PILToTensor()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(rl.HFDataset(hf, transform=t, mode="mask"), batch_size=5)
+    assert loader.native
+    masks, labels = next(iter(loader))
+    assert masks.dtype == torch.uint8 and masks.shape == (5, 1, 16, 16)
+    for mask, stored in zip(masks, want):
+        expect = t(Image.fromarray(stored, "L"))
+        assert torch.equal(mask, expect)
