@@ -30,6 +30,7 @@ import copy
 import numpy as np
 
 from . import transforms as T
+from .references import rebuild
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
@@ -339,15 +340,7 @@ def _move(value: Any, g: Any, clamps: bool, source: str) -> Any:
         if isinstance(value, tv_tensors.BoundingBoxes):
             return _move_boxes(value, g, clamps)
         return _move_keypoints(value, g)
-    if isinstance(value, tuple):
-        items = [_move(v, g, clamps, source) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, list):
-        return [_move(v, g, clamps, source) for v in value]
-    if isinstance(value, dict):
-        moved = {k: _move(v, g, clamps, source) for k, v in value.items()}
-        return moved if type(value) is dict else type(value)(moved)
-    return value
+    return rebuild(value, lambda v: _move(v, g, clamps, source))
 
 
 def resolve(leaf: JointLeaf, geometry: Any) -> Any:

@@ -24,7 +24,7 @@ from . import _C
 from . import _joint
 from . import transforms as T
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
-from .references import ImageFile, ImageReference, Joint, materialize
+from .references import ImageFile, ImageReference, Joint, materialize, rebuild
 
 __all__ = ["UserSource", "source_for"]
 
@@ -81,15 +81,7 @@ def _strip(sample: Any, refs: List[ImageReference]) -> Any:
             return _native_joint(sample, refs)
         _strip(sample.structure, refs)  # its references are listed; it stays on torch's path
         return sample
-    if isinstance(sample, tuple):
-        items = [_strip(v, refs) for v in sample]
-        return type(sample)(*items) if hasattr(sample, "_fields") else tuple(items)
-    if isinstance(sample, list):
-        return [_strip(v, refs) for v in sample]
-    if isinstance(sample, dict):
-        stripped = {k: _strip(v, refs) for k, v in sample.items()}
-        return stripped if type(sample) is dict else type(sample)(stripped)
-    return sample
+    return rebuild(sample, lambda v: _strip(v, refs))
 
 
 def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf":
@@ -128,15 +120,7 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
             k = listed(value, plan.mask)
             masks.append((k, value.describe()))
             return _JointMask(k, plan.pure)
-        if isinstance(value, tuple):
-            items = [walk(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            walked = {k: walk(v) for k, v in value.items()}
-            return walked if type(value) is dict else type(value)(walked)
-        return value
+        return rebuild(value, walk)
 
     structure = walk(joint.structure)
     return _joint.JointLeaf(plan, structure, image.describe(), image_k, tuple(masks))
@@ -178,15 +162,7 @@ def _resolve_joints(structure: Any, records: Any, row: int) -> Any:
                     f"{structure.source} is {int(image[0])}x{int(image[1])}: a mask must have its "
                     "image's size")
         return _joint.resolve(structure, image)
-    if isinstance(structure, tuple):
-        items = [_resolve_joints(v, records, row) for v in structure]
-        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
-    if isinstance(structure, list):
-        return [_resolve_joints(v, records, row) for v in structure]
-    if isinstance(structure, dict):
-        out = {k: _resolve_joints(v, records, row) for k, v in structure.items()}
-        return out if type(structure) is dict else type(structure)(out)
-    return structure
+    return rebuild(structure, lambda v: _resolve_joints(v, records, row))
 
 
 def _flat(structure: Any) -> List[Any]:
@@ -217,15 +193,7 @@ def _fill(structure: Any, images: Sequence[Any]) -> Any:
         return images[structure.k].as_subclass(tv_tensors.Image)
     if isinstance(structure, _Leaf):
         return images[structure.k]
-    if isinstance(structure, tuple):
-        items = [_fill(v, images) for v in structure]
-        return type(structure)(*items) if hasattr(structure, "_fields") else tuple(items)
-    if isinstance(structure, list):
-        return [_fill(v, images) for v in structure]
-    if isinstance(structure, dict):
-        filled = {k: _fill(v, images) for k, v in structure.items()}
-        return filled if type(structure) is dict else type(structure)(filled)
-    return structure
+    return rebuild(structure, lambda v: _fill(v, images))
 
 
 class _SavedRng:

@@ -12,6 +12,21 @@ import io
 import os
 from typing import Any, Dict, Tuple
 
+
+def rebuild(value: Any, walk: Any) -> Any:
+    """``value`` rebuilt with ``walk`` applied to each item when it is a container the sample
+    structures use (a tuple, namedtuple, list, dict or other mapping type, kept as that type);
+    ``value`` itself otherwise. Every walker over samples recurses through this one rule."""
+    if isinstance(value, tuple):
+        items = [walk(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, list):
+        return [walk(v) for v in value]
+    if isinstance(value, dict):
+        items = {k: walk(v) for k, v in value.items()}
+        return items if type(value) is dict else type(value)(items)
+    return value
+
 __all__ = ["ImageBytes", "ImageFile", "ImageReference", "Joint", "materialize"]
 
 _MODES = ("RGB", "L", "mask")
@@ -260,14 +275,7 @@ def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any]) -> Any:
         if value.mode == "mask":
             return tv_tensors.Mask(array)
         return tv_tensors.Image(array.permute(2, 0, 1) if array.ndim == 3 else array[None])
-    if isinstance(value, tuple):
-        items = [_decode_joint(v, decoded) for v in value]
-        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, list):
-        return [_decode_joint(v, decoded) for v in value]
-    if isinstance(value, dict):
-        return type(value)((k, _decode_joint(v, decoded)) for k, v in value.items())
-    return value
+    return rebuild(value, lambda v: _decode_joint(v, decoded))
 
 
 def materialize(sample: Any) -> Any:
@@ -286,14 +294,6 @@ def materialize(sample: Any) -> Any:
             if image is None:
                 image = decoded[key] = value._decode()
             return _apply(value, image)
-        if isinstance(value, tuple):
-            items = [walk(v) for v in value]
-            return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-        if isinstance(value, list):
-            return [walk(v) for v in value]
-        if isinstance(value, dict):
-            return type(value)((k, walk(v)) for k, v in value.items()) if type(value) is not dict \
-                else {k: walk(v) for k, v in value.items()}
-        return value
+        return rebuild(value, walk)
 
     return walk(sample)
