@@ -89,33 +89,18 @@ class GenericBackend(Backend):
 
         super().__init__(dataset, args)
         # The DataLoader's arguments (those both paths share already checked by the facade).
-        batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
-                                                       args.batch_sampler)
-        num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,
-                                                         args.drop_last, args.generator)
-        pin_memory, timeout, pin_memory_device = args.pin_memory, args.timeout, args.pin_memory_device
-        prefetch_factor, persistent_workers, in_order = (args.prefetch_factor, args.persistent_workers,
-                                                         args.in_order)
-        worker_init_fn, multiprocessing_context = args.worker_init_fn, args.multiprocessing_context
-        dtype, native_layout, io, reader_threads, io_depth = (args.dtype, args.layout, args.io,
-                                                              args.reader_threads, args.io_depth)
-        max_slots, fast_decode, strict_decode, max_image_pixels, on_error = (
-            args.max_slots, args.fast_decode, args.strict_decode, args.max_image_pixels, args.on_error)
-        rank, world_size, seed, device, numa = (args.rank, args.world_size, args.seed, args.device,
-                                                args.numa)
-        max_memory, stall_seconds, batch_transform = (args.max_memory, args.stall_seconds,
-                                                      args.batch_transform)
         self._channels_last = args.channels_last
         native_only = [name for name, given in (
-            ("dtype", dtype is not None), ("layout", native_layout != "NCHW"),
-            ("memory_format", self._channels_last), ("io", io != "auto"),
-            ("reader_threads", reader_threads not in (None, 1)), ("io_depth", io_depth != 32),
-            ("max_memory", max_memory is not None),
-            ("max_slots", max_slots != 0), ("fast_decode", bool(fast_decode)),
-            ("strict_decode", not strict_decode),
-            ("max_image_pixels", max_image_pixels is not None), ("on_error", on_error != "raise"),
-            ("numa", numa is not None), ("stall_seconds", stall_seconds != 60),
-            ("batch_transform", batch_transform is not None)) if given]
+            ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
+            ("memory_format", self._channels_last), ("io", args.io != "auto"),
+            ("reader_threads", args.reader_threads not in (None, 1)),
+            ("io_depth", args.io_depth != 32), ("max_memory", args.max_memory is not None),
+            ("max_slots", args.max_slots != 0), ("fast_decode", bool(args.fast_decode)),
+            ("strict_decode", not args.strict_decode),
+            ("max_image_pixels", args.max_image_pixels is not None),
+            ("on_error", args.on_error != "raise"), ("numa", args.numa is not None),
+            ("stall_seconds", args.stall_seconds != 60),
+            ("batch_transform", args.batch_transform is not None)) if given]
         if native_only:
             raise ValueError(
                 f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
@@ -128,26 +113,29 @@ class GenericBackend(Backend):
         if view is not None and _user_source.flat_targets(view[0]) is not None:
             _user_source.warn_refused(dataset, _servable(view[0]), stacklevel=4)
         # Sharding and device staging apply to the generic path too.
-        shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
-                               drop_last, generator)
+        sampler, shuffle = args.sampler, args.shuffle
+        shard = _shard_sampler(dataset, sampler, args.batch_sampler, args.rank, args.world_size,
+                               shuffle, args.seed, args.drop_last, args.generator)
         if shard is not None:
             sampler, shuffle = shard, None
-        self._device = _generic_device(_check_device(device))
+        self._device = _generic_device(_check_device(args.device))
+        num_workers = args.num_workers
         if num_workers == "auto":
             # torch's worker processes, as many as the native path would run decode threads.
             num_workers = _auto_threads({"numa": None})["decode_threads"]
             self.num_workers = num_workers
-        if prefetch_factor == "auto":
-            prefetch_factor = None  # torch's default (2 per worker); no adaptive depth here
+        # "auto": torch's default (2 per worker); no adaptive depth here.
+        prefetch_factor = None if args.prefetch_factor == "auto" else args.prefetch_factor
         kwargs = dict(
-            batch_size=batch_size, shuffle=shuffle, sampler=sampler,
-            batch_sampler=batch_sampler, num_workers=num_workers, collate_fn=collate_fn,
-            pin_memory=pin_memory, drop_last=drop_last, timeout=timeout,
-            worker_init_fn=worker_init_fn, multiprocessing_context=multiprocessing_context,
-            generator=generator, prefetch_factor=prefetch_factor,
-            persistent_workers=bool(persistent_workers), pin_memory_device=pin_memory_device,
+            batch_size=args.batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=args.batch_sampler, num_workers=num_workers, collate_fn=args.collate_fn,
+            pin_memory=args.pin_memory, drop_last=args.drop_last, timeout=args.timeout,
+            worker_init_fn=args.worker_init_fn,
+            multiprocessing_context=args.multiprocessing_context, generator=args.generator,
+            prefetch_factor=prefetch_factor, persistent_workers=bool(args.persistent_workers),
+            pin_memory_device=args.pin_memory_device,
         )
-        if not in_order:
+        if not args.in_order:
             kwargs["in_order"] = False
         torch_loader = tud.DataLoader(dataset, **kwargs)  # torch validates the arguments
         self.batch_size = torch_loader.batch_size

@@ -149,124 +149,113 @@ class NativeBackend(Backend):
 
         super().__init__(dataset, args)
         # The DataLoader's arguments (those both paths share already checked by the facade).
-        batch_size, shuffle, sampler, batch_sampler = (args.batch_size, args.shuffle, args.sampler,
-                                                       args.batch_sampler)
-        num_workers, collate_fn, drop_last, generator = (args.num_workers, args.collate_fn,
-                                                         args.drop_last, args.generator)
-        prefetch_factor, persistent_workers, in_order = (args.prefetch_factor, args.persistent_workers,
-                                                         args.in_order)
-        dtype, native_layout, io, reader_threads, io_depth = (args.dtype, args.layout, args.io,
-                                                              args.reader_threads, args.io_depth)
-        max_slots, fast_decode, strict_decode, max_image_pixels, on_error = (
-            args.max_slots, args.fast_decode, args.strict_decode, args.max_image_pixels, args.on_error)
-        rank, world_size, seed, device, numa = (args.rank, args.world_size, args.seed, args.device,
-                                                args.numa)
-        max_memory, stall_seconds, batch_transform = (args.max_memory, args.stall_seconds,
-                                                      args.batch_transform)
-        worker_init_fn, multiprocessing_context = args.worker_init_fn, args.multiprocessing_context
+        batch_size, sampler, batch_sampler = args.batch_size, args.sampler, args.batch_sampler
         self._channels_last = args.channels_last
 
         # Validate like torch, then build the sampling chain with torch's own
         # samplers so index order (and RNG consumption) is exactly torch's.
-        if worker_init_fn is not None:
+        if args.worker_init_fn is not None:
             raise TypeError("worker_init_fn is not supported: ringloader workers are native threads, not Python processes")
-        if multiprocessing_context is not None:
+        if args.multiprocessing_context is not None:
             raise TypeError("multiprocessing_context is not supported: ringloader uses native threads")
         if batch_sampler is not None:
-            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+            if batch_size != 1 or args.shuffle or sampler is not None or args.drop_last:
                 raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
             batch_size = None
         elif batch_size is None:
             raise ValueError("batch_size=None (unbatched samples) is not supported by the native path")
         else:
             _check_int("batch_size", batch_size, 1)
-        if sampler is not None and shuffle:
+        if sampler is not None and args.shuffle:
             raise ValueError("sampler option is mutually exclusive with shuffle")
-        if on_error not in ("raise", "skip", "replace"):
-            raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {on_error!r}")
-        shard = _shard_sampler(dataset, sampler, batch_sampler, rank, world_size, shuffle, seed,
-                               drop_last, generator)
+        if args.on_error not in ("raise", "skip", "replace"):
+            raise ValueError(f"on_error must be 'raise', 'skip' or 'replace', got {args.on_error!r}")
+        shard = _shard_sampler(dataset, sampler, batch_sampler, args.rank, args.world_size,
+                               args.shuffle, args.seed, args.drop_last, args.generator)
         if shard is not None:
             sampler = shard
         elif sampler is None:
-            sampler = (tud.RandomSampler(dataset, generator=generator) if shuffle
+            sampler = (tud.RandomSampler(dataset, generator=args.generator) if args.shuffle
                        else tud.SequentialSampler(dataset))
         if batch_sampler is None:
-            batch_sampler = tud.BatchSampler(sampler, batch_size, drop_last)
+            batch_sampler = tud.BatchSampler(sampler, batch_size, args.drop_last)
         self.sampler = sampler
         self.batch_sampler = batch_sampler
         self.batch_size = batch_size
-        self.drop_last = drop_last
-        if not in_order:
+        self.drop_last = args.drop_last
+        if not args.in_order:
             warnings.warn("in_order=False has no effect: ringloader always delivers in sampler order",
                           stacklevel=3)
 
         self._folders, self._index_map = view
         # A user's Dataset of image references: batches rebuilt in its own structure.
-        self._batcher = (_user_source.Batcher(self._folders, self._channels_last, native_layout == "NHWC")
-                         if _user_source.flat_targets(self._folders) is not None else None)
-        if self._batcher is not None and dtype is not None and \
+        self._batcher = (
+            _user_source.Batcher(self._folders, self._channels_last, args.layout == "NHWC")
+            if _user_source.flat_targets(self._folders) is not None else None)
+        if self._batcher is not None and args.dtype is not None and \
                 any(len(f.view_transforms) > 1 for f in self._folders):
             raise ValueError("dtype= sets one output dtype; samples with several views take each view's "
                              "dtype from its transform (ToTensor: float32, else uint8)")
-        if self._batcher is not None and batch_transform is not None:
+        if self._batcher is not None and args.batch_transform is not None:
             raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
                              "image references is batched in its own structure: call CutMix/MixUp in "
                              "collate_fn or in the training step")
-        self._dtype = dtype
+        self._dtype = args.dtype
         self._versions = [f.version for f in self._folders]
         steps_options = self._steps_options()
-        if collate_fn is not None and not callable(collate_fn):
-            raise TypeError(f"collate_fn should be callable, got {type(collate_fn).__name__}")
-        if collate_fn is not None and batch_transform is not None:
+        if args.collate_fn is not None and not callable(args.collate_fn):
+            raise TypeError(f"collate_fn should be callable, got {type(args.collate_fn).__name__}")
+        if args.collate_fn is not None and args.batch_transform is not None:
             raise ValueError("collate_fn and batch_transform were both given: batch_transform mixes the "
                              "batch in its slot, collate_fn builds the batch from samples; pass one (a "
                              "collate_fn can call CutMix/MixUp itself)")
-        self.collate_fn = collate_fn
-        self.batch_transform = batch_transform
-        self._mix_note = None if batch_transform is None else _mixing.check(
-            batch_transform, steps_options["dtype"], batch_size)
-        auto = num_workers == "auto"
+        self.collate_fn = args.collate_fn
+        self.batch_transform = args.batch_transform
+        self._mix_note = None if args.batch_transform is None else _mixing.check(
+            args.batch_transform, steps_options["dtype"], batch_size)
+        auto = args.num_workers == "auto"
         self._auto_threads = None
         if auto:
             # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers.
-            self._auto_threads = _auto_threads({"numa": _check_numa(numa), "device": _check_device(device),
-                                                "reader_threads": reader_threads or 0})
+            self._auto_threads = _auto_threads({"numa": _check_numa(args.numa),
+                                                "device": _check_device(args.device),
+                                                "reader_threads": args.reader_threads or 0})
             workers = self._auto_threads["decode_threads"]
         else:
-            workers = max(1, num_workers)
-        self._auto_prefetch = prefetch_factor == "auto"
-        prefetch_given = prefetch_factor if isinstance(prefetch_factor, int) else None
-        prefetch = 2 if prefetch_factor in (None, "auto") else prefetch_factor
+            workers = max(1, args.num_workers)
+        self._auto_prefetch = args.prefetch_factor == "auto"
+        prefetch_given = args.prefetch_factor if isinstance(args.prefetch_factor, int) else None
+        prefetch = 2 if args.prefetch_factor in (None, "auto") else args.prefetch_factor
         max_batch = batch_size or getattr(batch_sampler, "batch_size", None) or \
             max(1, max((len(b) for b in batch_sampler), default=1))
         options = dict(
             batch_size=int(max_batch),
             num_workers=workers,
-            reader_threads=reader_threads if reader_threads is not None else (0 if auto else 1),
-            io_depth=_check_int("io_depth", io_depth, 1),
+            reader_threads=(args.reader_threads if args.reader_threads is not None
+                            else (0 if auto else 1)),
+            io_depth=_check_int("io_depth", args.io_depth, 1),
             # auto: start at 2 batches; the pipeline deepens while the training loop waits.
             prefetch_batches=2 if self._auto_prefetch else max(2, prefetch * workers),
             auto_prefetch=self._auto_prefetch,
-            max_slots=_check_int("max_slots", max_slots, 0),
-            io=io,
-            layout=native_layout,
-            fast_decode=bool(fast_decode),
-            strict_decode=bool(strict_decode),
+            max_slots=_check_int("max_slots", args.max_slots, 0),
+            io=args.io,
+            layout=args.layout,
+            fast_decode=bool(args.fast_decode),
+            strict_decode=bool(args.strict_decode),
             pin_memory=self.pin_memory,
-            on_error=on_error,
-            device=_check_device(device),
-            numa=_check_numa(numa),
+            on_error=args.on_error,
+            device=_check_device(args.device),
+            numa=_check_numa(args.numa),
             **steps_options,
         )
-        if max_image_pixels is not None:
-            options["max_image_pixels"] = _check_int("max_image_pixels", max_image_pixels, 1)
-        if max_memory is not None:
-            options["max_memory"] = max_memory
-        if isinstance(stall_seconds, bool) or not isinstance(stall_seconds, (int, float)) or \
-                not stall_seconds > 0:
-            raise ValueError(f"stall_seconds should be a number of seconds > 0, got {stall_seconds!r}")
-        options["stall_seconds"] = float(stall_seconds)
+        if args.max_image_pixels is not None:
+            options["max_image_pixels"] = _check_int("max_image_pixels", args.max_image_pixels, 1)
+        if args.max_memory is not None:
+            options["max_memory"] = args.max_memory
+        stall = args.stall_seconds
+        if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not stall > 0:
+            raise ValueError(f"stall_seconds should be a number of seconds > 0, got {stall!r}")
+        options["stall_seconds"] = float(args.stall_seconds)
         if auto:
             options.update(_training_options())
             options["auto_threads"] = True
@@ -274,7 +263,7 @@ class NativeBackend(Backend):
         # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
         self._overlap_off: Optional[str] = (
             "persistent_workers=False: the pipeline starts empty every epoch"
-            if persistent_workers is False else None)
+            if args.persistent_workers is False else None)
         for f in self._folders:
             # A remote source whose shards exceed its cache (the next epoch's first shards would
             # be evicted by this one's) reads no epoch ahead.
