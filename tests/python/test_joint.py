@@ -354,39 +354,23 @@ def test_canvas_that_is_not_the_image_is_named(tmp_path):
 
 
 @pytest.mark.timeout(240)
-def test_detection_benchmark_reports_both_rates(image_tree):
-    """``python -m ringloader.bench --dataset detection``: the report's shape (not its timings)."""
+@pytest.mark.parametrize("kind,what", [("detection", "ringloader detection benchmark: a detection"),
+                                       ("segmentation-joint", "segmentation-joint benchmark: a "
+                                                              "segmentation")])
+def test_joint_benchmarks_report_both_rates(image_tree, kind, what):
+    """``python -m ringloader.bench --dataset detection|segmentation-joint``: the report's shape
+    (not its timings)."""
     import re
     import subprocess
     import sys
 
     done = subprocess.run(
-        [sys.executable, "-m", "ringloader.bench", "--dataset", "detection", "--root",
+        [sys.executable, "-m", "ringloader.bench", "--dataset", kind, "--root",
          str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
          "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert re.search(r"ringloader detection benchmark: a detection Dataset over 24 images",
-                     out), out
-    assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
-    assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
-
-
-@pytest.mark.timeout(240)
-def test_segmentation_joint_benchmark_reports_both_rates(image_tree):
-    """``python -m ringloader.bench --dataset segmentation-joint``: the report's shape."""
-    import re
-    import subprocess
-    import sys
-
-    done = subprocess.run(
-        [sys.executable, "-m", "ringloader.bench", "--dataset", "segmentation-joint", "--root",
-         str(image_tree), "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1",
-         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert re.search(r"segmentation-joint benchmark: a segmentation Dataset over 24 images",
-                     out), out
+    assert re.search(re.escape(what) + r" Dataset over 24 images", out), out
     assert re.search(r"torch DataLoader \+ PIL \+ v2 *: +\d+ samples/s", out), out
     assert re.search(r"ringloader \+ rl.Joint *: +\d+ samples/s \([0-9.]+x\)", out), out
 
