@@ -186,8 +186,80 @@ uint64_t SipHash(const ScanKey& key, const uint8_t* data, size_t size) {
 template uint64_t SipHash<1, 3>(const ScanKey&, const uint8_t*, size_t);
 template uint64_t SipHash<2, 4>(const ScanKey&, const uint8_t*, size_t);
 
-uint64_t ScanFingerprint(const ScanKey& key, const uint8_t* data, size_t size) {
-  const uint64_t h = SipHash<1, 3>(key, data, size);
+namespace {
+
+/// SipHash-1-3 over a sequence of 64-bit words (the caller makes the sequence unambiguous).
+class SipWords {
+ public:
+  explicit SipWords(const ScanKey& key)
+      : s_{key.k0 ^ 0x736f6d6570736575ull, key.k1 ^ 0x646f72616e646f6dull,
+           key.k0 ^ 0x6c7967656e657261ull, key.k1 ^ 0x7465646279746573ull} {}
+  void Absorb(uint64_t m) {
+    s_.v3 ^= m;
+    s_.Round();
+    s_.v0 ^= m;
+  }
+  uint64_t Finish() {
+    s_.v2 ^= 0xff;
+    s_.Round(), s_.Round(), s_.Round();
+    return s_.v0 ^ s_.v1 ^ s_.v2 ^ s_.v3;
+  }
+
+ private:
+  SipState s_;
+};
+
+/// NH over `words` (even) 32-bit words, once with `key` and once with `key + kShift`.
+void Nh(const uint32_t* w, size_t words, const uint32_t* key, uint64_t* first, uint64_t* second) {
+  uint64_t a = 0, b = 0;
+  const uint32_t* shifted = key + ScanHasher::kShift;
+  for (size_t i = 0; i < words; i += 2) {
+    a += static_cast<uint64_t>(w[i] + key[i]) * static_cast<uint32_t>(w[i + 1] + key[i + 1]);
+    b += static_cast<uint64_t>(w[i] + shifted[i]) * static_cast<uint32_t>(w[i + 1] + shifted[i + 1]);
+  }
+  *first = a;
+  *second = b;
+}
+
+}  // namespace
+
+ScanHasher::ScanHasher(const ScanKey& key) {
+  // Both keys are SipHash-2-4 of a counter under `key`.
+  auto derive = [&key](uint64_t counter) {
+    uint8_t bytes[8];
+    std::memcpy(bytes, &counter, sizeof(bytes));
+    return SipHash<2, 4>(key, bytes, sizeof(bytes));
+  };
+  static_assert((kBlockWords + kShift) % 2 == 0);
+  for (size_t i = 0; i < kBlockWords + kShift; i += 2) {
+    const uint64_t v = derive(i);
+    nh_key_[i] = static_cast<uint32_t>(v);
+    nh_key_[i + 1] = static_cast<uint32_t>(v >> 32);
+  }
+  final_key_ = ScanKey{derive(uint64_t{1} << 32), derive((uint64_t{1} << 32) + 1)};
+}
+
+uint64_t ScanHasher::operator()(const uint8_t* data, size_t size) const {
+  SipWords sip(final_key_);
+  uint32_t block[kBlockWords];
+  uint64_t a, b;
+  size_t done = 0;
+  for (; size - done >= sizeof(block); done += sizeof(block)) {
+    std::memcpy(block, data + done, sizeof(block));
+    Nh(block, kBlockWords, nh_key_, &a, &b);
+    sip.Absorb(a);
+    sip.Absorb(b);
+  }
+  if (done < size) {  // the last part block, zero-padded to 8 bytes (the length tells it apart)
+    const size_t rest = size - done;
+    std::memset(block, 0, sizeof(block));
+    std::memcpy(block, data + done, rest);
+    Nh(block, (rest + 7) / 8 * 2, nh_key_, &a, &b);
+    sip.Absorb(a);
+    sip.Absorb(b);
+  }
+  sip.Absorb(static_cast<uint64_t>(size));
+  const uint64_t h = sip.Finish();
   return h == 0 ? 1 : h;
 }
 

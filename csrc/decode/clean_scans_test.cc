@@ -50,27 +50,41 @@ TEST(CleanScans, ConcurrentAddsAreAllKept) {
 }
 
 TEST(CleanScans, FingerprintsFollowTheBytes) {
-  const ScanKey key{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  const ScanHasher fingerprint(ScanKey{0x0123456789abcdefull, 0xfedcba9876543210ull});
   std::vector<uint8_t> a(1000, 7);
-  const uint64_t fa = ScanFingerprint(key, a.data(), a.size());
+  const uint64_t fa = fingerprint(a.data(), a.size());
   EXPECT_NE(fa, 0u);
-  EXPECT_EQ(fa, ScanFingerprint(key, a.data(), a.size()));
+  EXPECT_EQ(fa, fingerprint(a.data(), a.size()));
   a[999] ^= 1;
-  EXPECT_NE(fa, ScanFingerprint(key, a.data(), a.size()));
-  EXPECT_NE(ScanFingerprint(key, a.data(), 999), ScanFingerprint(key, a.data(), 1000));
+  EXPECT_NE(fa, fingerprint(a.data(), a.size()));
+  EXPECT_NE(fingerprint(a.data(), 999), fingerprint(a.data(), 1000));
   // A file-sized buffer: a one-bit change anywhere changes it (every byte is hashed, none
   // sampled).
   std::vector<uint8_t> big(64 << 10);
   for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
-  const uint64_t fb = ScanFingerprint(key, big.data(), big.size());
+  const uint64_t fb = fingerprint(big.data(), big.size());
   for (size_t i = 0; i < big.size(); i += 61) {
     big[i] ^= 0x10;
-    EXPECT_NE(ScanFingerprint(key, big.data(), big.size()), fb) << i;
+    EXPECT_NE(fingerprint(big.data(), big.size()), fb) << i;
     big[i] ^= 0x10;
   }
 }
 
 // The reference vectors of the SipHash paper (key 00..0f, messages 00, 01, .. of each length).
+TEST(CleanScans, FingerprintsTellZeroPaddingAndKeysApart) {
+  const ScanHasher fingerprint(ScanKey{1, 2});
+  const std::vector<uint8_t> three = {1, 2, 3}, four = {1, 2, 3, 0};
+  EXPECT_NE(fingerprint(three.data(), 3), fingerprint(four.data(), 4));
+  std::vector<uint8_t> block(1024, 5);
+  const uint64_t one_block = fingerprint(block.data(), block.size());
+  block.resize(1024 + 8, 0);  // a last part block of zeros
+  EXPECT_NE(fingerprint(block.data(), block.size()), one_block);
+  EXPECT_NE(fingerprint(block.data(), 0), 0u);
+  const ScanHasher other(ScanKey{1, 3});
+  EXPECT_NE(other(block.data(), block.size()), fingerprint(block.data(), block.size()));
+  EXPECT_NE(other(three.data(), 3), fingerprint(three.data(), 3));
+}
+
 TEST(CleanScans, SipHashMatchesTheReferenceVectors) {
   const ScanKey key{0x0706050403020100ull, 0x0f0e0d0c0b0a0908ull};
   std::vector<uint8_t> msg(15);
