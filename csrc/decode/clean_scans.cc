@@ -209,13 +209,20 @@ class SipWords {
   SipState s_;
 };
 
-/// NH over `words` (even) 32-bit words, once with `key` and once with `key + kShift`.
-void Nh(const uint32_t* w, size_t words, const uint32_t* key, uint64_t* first, uint64_t* second) {
-  uint64_t a = 0, b = 0;
+/// NH over a block of kBlockWords 32-bit words (zero-padded), once with `key` and once with
+/// `key + kShift`. Word i pairs with word i + kHalf rather than with its neighbour, so the
+/// multiply-adds run on contiguous words (SIMD); any pairing of distinct words with distinct key
+/// words keeps NH's bound.
+void Nh(const uint32_t* w, const uint32_t* key, uint64_t* first, uint64_t* second) {
+  constexpr size_t kHalf = ScanHasher::kBlockWords / 2;
   const uint32_t* shifted = key + ScanHasher::kShift;
-  for (size_t i = 0; i < words; i += 2) {
-    a += static_cast<uint64_t>(w[i] + key[i]) * static_cast<uint32_t>(w[i + 1] + key[i + 1]);
-    b += static_cast<uint64_t>(w[i] + shifted[i]) * static_cast<uint32_t>(w[i + 1] + shifted[i + 1]);
+  uint64_t a = 0, b = 0;
+  for (size_t i = 0; i < kHalf; ++i) {
+    a += static_cast<uint64_t>(w[i] + key[i]) * static_cast<uint32_t>(w[i + kHalf] + key[i + kHalf]);
+  }
+  for (size_t i = 0; i < kHalf; ++i) {
+    b += static_cast<uint64_t>(w[i] + shifted[i]) *
+         static_cast<uint32_t>(w[i + kHalf] + shifted[i + kHalf]);
   }
   *first = a;
   *second = b;
@@ -246,15 +253,15 @@ uint64_t ScanHasher::operator()(const uint8_t* data, size_t size) const {
   size_t done = 0;
   for (; size - done >= sizeof(block); done += sizeof(block)) {
     std::memcpy(block, data + done, sizeof(block));
-    Nh(block, kBlockWords, nh_key_, &a, &b);
+    Nh(block, nh_key_, &a, &b);
     sip.Absorb(a);
     sip.Absorb(b);
   }
-  if (done < size) {  // the last part block, zero-padded to 8 bytes (the length tells it apart)
+  if (done < size) {  // the last part block, zero-padded (the length tells it apart)
     const size_t rest = size - done;
     std::memset(block, 0, sizeof(block));
     std::memcpy(block, data + done, rest);
-    Nh(block, (rest + 7) / 8 * 2, nh_key_, &a, &b);
+    Nh(block, nh_key_, &a, &b);
     sip.Absorb(a);
     sip.Absorb(b);
   }
