@@ -93,15 +93,25 @@ TEST(CleanScans, SipHashMatchesTheReferenceVectors) {
   EXPECT_EQ((SipHash<2, 4>(key, msg.data(), 15)), 0xa129ca6149be45e5ull);
 }
 
-/// A fresh folder under the test's temporary directory.
-std::string TempFolder() {
-  std::string pattern = ::testing::TempDir() + "clean_scans_XXXXXX";
-  EXPECT_NE(mkdtemp(pattern.data()), nullptr);
-  return pattern;
-}
+/// A fresh folder under the test's temporary directory, removed with what it holds.
+class TempFolder {
+ public:
+  TempFolder() : path_(::testing::TempDir() + "clean_scans_XXXXXX") {
+    EXPECT_NE(mkdtemp(path_.data()), nullptr);
+  }
+  ~TempFolder() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 TEST(CleanScanFile, IsCreatedWithAKeyAndKeepsEntriesAcrossOpens) {
-  const std::string path = TempFolder() + "/sub/memo.bin";  // folders made as needed
+  const TempFolder folder;
+  const std::string path = folder.path() + "/sub/memo.bin";  // folders made as needed
   const std::vector<uint8_t> bytes(5000, 42);
   uint64_t fingerprint = 0;
   {
@@ -125,7 +135,8 @@ TEST(CleanScanFile, IsCreatedWithAKeyAndKeepsEntriesAcrossOpens) {
 }
 
 TEST(CleanScanFile, EachFileHasItsOwnKey) {
-  const std::string folder = TempFolder();
+  const TempFolder temp;
+  const std::string& folder = temp.path();
   auto a = CleanScanMemo::OpenFile(folder + "/a.bin", 64);
   auto b = CleanScanMemo::OpenFile(folder + "/b.bin", 64);
   ASSERT_TRUE(a.ok() && b.ok());
@@ -139,7 +150,8 @@ TEST(CleanScanFile, EachFileHasItsOwnKey) {
 }
 
 TEST(CleanScanFile, AnotherProcessSeesWhatOneAdds) {
-  const std::string path = TempFolder() + "/memo.bin";
+  const TempFolder folder;
+  const std::string path = folder.path() + "/memo.bin";
   auto parent = CleanScanMemo::OpenFile(path, 1024);
   ASSERT_TRUE(parent.ok()) << parent.status();
   const std::vector<uint8_t> bytes(777, 3);
@@ -161,7 +173,8 @@ TEST(CleanScanFile, AnotherProcessSeesWhatOneAdds) {
 }
 
 TEST(CleanScanFile, ABadFileFallsBackToTheProcessWithItsReason) {
-  const std::string folder = TempFolder();
+  const TempFolder temp;
+  const std::string& folder = temp.path();
   auto expect_fallback = [](const std::string& path, absl::string_view why) {
     const CleanScanChoice choice = ChooseCleanScanMemo(path, 64);
     EXPECT_EQ(choice.kind, "process") << path;
@@ -234,7 +247,8 @@ class ScopedEnv {
 };
 
 TEST(CleanScanFile, TheDefaultFileIsInTheUsersCache) {
-  const std::string folder = TempFolder();
+  const TempFolder temp;
+  const std::string& folder = temp.path();
   {
     ScopedEnv xdg("XDG_CACHE_HOME", folder.c_str());
     auto path = DefaultCleanScanPath();
