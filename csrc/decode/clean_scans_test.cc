@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -170,6 +171,41 @@ TEST(CleanScanFile, AnotherProcessSeesWhatOneAdds) {
   ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
   EXPECT_TRUE((*parent)->table().Contains(fingerprint));  // through the parent's own mapping
   EXPECT_EQ((*parent)->table().entries(), 1);
+}
+
+// Processes that start together (DDP ranks) race to create the file: all end up on one.
+TEST(CleanScanFile, ProcessesCreatingItTogetherShareOneFile) {
+  const TempFolder folder;
+  const std::string path = folder.path() + "/memo.bin";
+  constexpr int kProcesses = 4;
+  std::vector<pid_t> pids;
+  for (int p = 0; p < kProcesses; ++p) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      auto memo = CleanScanMemo::OpenFile(path, 1024);
+      const std::vector<uint8_t> bytes(100 + p, static_cast<uint8_t>(p));
+      _exit(memo.ok() && (*memo)->table().Add((*memo)->table().Fingerprint(bytes.data(), bytes.size()))
+                ? 0
+                : 1);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int wstatus = 0;
+    ASSERT_EQ(waitpid(pid, &wstatus, 0), pid);
+    ASSERT_TRUE(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+  }
+  auto memo = CleanScanMemo::OpenFile(path, 1024);
+  ASSERT_TRUE(memo.ok()) << memo.status();
+  EXPECT_EQ((*memo)->table().entries(), kProcesses);
+  for (int p = 0; p < kProcesses; ++p) {
+    const std::vector<uint8_t> bytes(100 + p, static_cast<uint8_t>(p));
+    EXPECT_TRUE((*memo)->table().Contains((*memo)->table().Fingerprint(bytes.data(), bytes.size())))
+        << p;
+  }
+  // No temporary file is left beside it.
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(folder.path()), {}), 1);
 }
 
 TEST(CleanScanFile, ABadFileFallsBackToTheProcessWithItsReason) {
