@@ -66,10 +66,8 @@ struct SipState {
   }
 };
 
-std::string ErrnoText(int err) { return std::strerror(err); }
-
 absl::Status FileError(const std::string& path, absl::string_view what, int err) {
-  return absl::UnavailableError(absl::StrCat("scan memo ", path, ": ", what, ": ", ErrnoText(err)));
+  return absl::ErrnoToStatus(err, absl::StrCat("scan memo ", path, ": ", what));
 }
 
 std::string VersionText(uint64_t n) {
@@ -86,7 +84,7 @@ absl::Status RandomKey(ScanKey* key) {
   while (got < sizeof(k)) {
     const ssize_t n = getrandom(reinterpret_cast<char*>(k) + got, sizeof(k) - got, 0);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return absl::UnavailableError(absl::StrCat("getrandom: ", ErrnoText(errno)));
+    if (n <= 0) return absl::ErrnoToStatus(n < 0 ? errno : EIO, "scan memo key: getrandom");
     got += static_cast<size_t>(n);
   }
   *key = ScanKey{k[0], k[1]};
@@ -345,8 +343,7 @@ absl::StatusOr<std::unique_ptr<CleanScanMemo>> CleanScanMemo::InProcess(size_t s
   // Anonymous pages read as zero (empty slots) and cost memory only once written.
   void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrCat("scan memo: cannot map ", bytes, " bytes: ",
-                                                     ErrnoText(errno)));
+    return absl::ErrnoToStatus(errno, absl::StrCat("scan memo: cannot map ", bytes, " bytes"));
   }
   std::unique_ptr<CleanScanMemo> memo(new CleanScanMemo);
   memo->base_ = base;
