@@ -393,7 +393,7 @@ CleanScanChoice ChooseCleanScanMemo(absl::string_view setting, size_t slots_if_c
   choice.memo = *std::move(own);
   choice.kind = "process";
   if (!file_status.ok()) {
-    choice.note = absl::StrCat(file_status.message(), "; using a memo of this process only");
+    choice.note = std::string(file_status.message());
   }
   return choice;
 }
