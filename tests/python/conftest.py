@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,14 +11,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from imagegen import write_tree  # noqa: E402,F401  (one builder of test trees, in a plain module)
+from scan_memo_env import isolate_scan_memo  # noqa: E402
 
-# The memo of clean JPEG scans (docs/bad-data.md) is a file shared by every process: the suite's
-# own, in a folder removed at exit, so no test writes into the user's cache and no run inherits
-# an earlier run's entries. Subprocesses inherit it.
-_SCAN_MEMO_DIR = tempfile.mkdtemp(prefix="ringloader-scan-memo-")
-atexit.register(shutil.rmtree, _SCAN_MEMO_DIR, ignore_errors=True)
-os.environ["RINGLOADER_SCAN_MEMO"] = os.path.join(_SCAN_MEMO_DIR, "clean-scans.bin")
-
+isolate_scan_memo()  # no test writes into the user's cache
 
 
 @pytest.fixture(scope="session")
