@@ -8,9 +8,17 @@
 //   lenient     strict_decode=false: the scan is still read to its end, nothing fingerprinted
 //
 // first read - memo is the tail a first epoch pays. Each first-read pass appends one byte after
-// the end-of-image marker (accepted, and new bytes to the memo); best of --passes passes.
+// the end-of-image marker (accepted, and new bytes to the memo); best of --passes passes. These
+// passes use a memo of their own process (RINGLOADER_SCAN_MEMO=process unless set otherwise), so
+// their altered bytes never land in the memo file other processes share.
 //
-//   build/py/jpeg_tail [--passes N] [--eval] DIR...   (the JPEGs under each DIR, recursively)
+// --once: one strict pass over the files as they are, through the memo RINGLOADER_SCAN_MEMO
+// chooses (by default the file shared by the machine's processes): run it twice in fresh
+// processes on one memo file for a first read by the machine against a read another process
+// already vouched for (docs/bad-data.md).
+//
+//   build/py/jpeg_tail [--passes N] [--eval] [--once] DIR...   (the JPEGs under each DIR,
+//                                                              recursively)
 
 #include <time.h>
 
@@ -23,6 +31,7 @@
 #include <iterator>
 #include <vector>
 
+#include "decode/clean_scans.h"
 #include "decode/jpeg_decoder.h"
 #include "ringloader/transforms.h"
 #include "transform/image_transform.h"
@@ -47,12 +56,15 @@ int main(int argc, char** argv) {
   using ringloader::JpegDecoder;
   int passes = 3;
   bool eval = false;
+  bool once = false;
   std::vector<std::vector<uint8_t>> files;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--passes") == 0 && i + 1 < argc) {
       passes = std::max(1, std::atoi(argv[++i]));
     } else if (std::strcmp(argv[i], "--eval") == 0) {
       eval = true;
+    } else if (std::strcmp(argv[i], "--once") == 0) {
+      once = true;
     } else {
       std::error_code ec;
       for (const auto& e : std::filesystem::recursive_directory_iterator(argv[i], ec)) {
@@ -64,9 +76,10 @@ int main(int argc, char** argv) {
     }
   }
   if (files.empty()) {
-    std::fprintf(stderr, "usage: jpeg_tail [--passes N] [--eval] DIR...  (folders of JPEGs)\n");
+    std::fprintf(stderr, "usage: jpeg_tail [--passes N] [--eval] [--once] DIR...  (folders of JPEGs)\n");
     return 2;
   }
+  if (!once) setenv("RINGLOADER_SCAN_MEMO", "process", /*overwrite=*/0);
   namespace rt = ringloader::transforms;
   const ringloader::TransformPipeline pipeline =
       *ringloader::TransformPipeline::Create(eval ? rt::ImageNetEval() : rt::ImageNetTrain(),
@@ -95,6 +108,20 @@ int main(int argc, char** argv) {
     }
     return best * 1e6 / static_cast<double>(files.size());
   };
+  if (once) {
+    namespace di = ringloader::decode_internal;
+    const di::CleanScanInfo before = di::DescribeProcessWideCleanScans();
+    passes = 1;
+    const double us = measure(/*strict=*/true, /*new_bytes=*/false);
+    const di::CleanScanInfo after = di::DescribeProcessWideCleanScans();
+    std::printf("files %zu, %s, one strict read: %.1f us of CPU per image; memo %s%s%s: %lld -> %lld "
+                "of %lld slots\n",
+                files.size(), eval ? "eval" : "train", us, before.memo.c_str(),
+                before.note.empty() ? "" : " ", before.note.c_str(),
+                static_cast<long long>(before.entries), static_cast<long long>(after.entries),
+                static_cast<long long>(after.slots));
+    return 0;
+  }
   const double first = measure(/*strict=*/true, /*new_bytes=*/true);
   const double memo = measure(/*strict=*/true, /*new_bytes=*/false);
   const double lenient = measure(/*strict=*/false, /*new_bytes=*/false);

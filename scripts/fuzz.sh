@@ -38,6 +38,8 @@ cmake -S fuzz -B "$BUILD" -DCMAKE_CXX_COMPILER="$CXX" -DCMAKE_C_COMPILER="$CC" >
 cmake --build "$BUILD" -j "$JOBS"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}
+# Fuzzed inputs that decode cleanly stay out of the memo file the machine's processes share.
+export RINGLOADER_SCAN_MEMO=${RINGLOADER_SCAN_MEMO:-process}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 if [ "${1:-}" = "--repro" ]; then

@@ -510,9 +510,10 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
   int rows_read = 0;
   // Strict: the verdict is the whole scan's. Bytes already read to the end cleanly (the memo)
   // need not be read past the crop again; anything else is.
-  decode_internal::ProcessCleanScans& clean = decode_internal::ProcessWideCleanScans();
-  const uint64_t fingerprint = strict_ ? decode_internal::ScanFingerprint(data, size) : 0;
-  const bool known_clean = strict_ && clean.Contains(fingerprint);
+  decode_internal::CleanScanTable* clean =
+      strict_ ? decode_internal::ProcessWideCleanScans() : nullptr;  // null: RINGLOADER_SCAN_MEMO=off
+  const uint64_t fingerprint = clean != nullptr ? clean->Fingerprint(data, size) : 0;
+  const bool known_clean = clean != nullptr && clean->Contains(fingerprint);
   ok = Guarded(s.err, [&] {
     if (row1 > row0 && row0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row0));
     while (cinfo->output_scanline < static_cast<JDIMENSION>(row1)) {
@@ -547,7 +548,7 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
     jpeg_abort_decompress(cinfo);
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
-  if (strict_ && !known_clean) clean.Add(fingerprint);  // read to the end without an error
+  if (clean != nullptr && !known_clean) clean->Add(fingerprint);  // read to the end, no error
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};
   return FinishSample(pipeline, g, rng, s.render, dst);
 }

@@ -66,8 +66,9 @@ class JpegDecoder {
   /// Off: accepted, as Pillow and torchvision.io.decode_jpeg do. Either way the whole scan is
   /// read up to the end-of-image marker, also when a sample needs only some rows, so a file's
   /// verdict never depends on its crop; a broken marker there is an error, as in Pillow.
-  /// Strict DecodeInto remembers, process-wide, the bytes it has read to the end cleanly
-  /// (decode/clean_scans.h) and stops after the crop when it meets the same bytes again.
+  /// Strict DecodeInto remembers the bytes it has read to the end cleanly, in a memo shared by
+  /// the processes of the machine (decode/clean_scans.h), and stops after the crop when it
+  /// meets the same bytes again.
   void set_strict(bool enabled) { strict_ = enabled; }
 
   /// Reads the header only. Errors: InvalidArgument (not a JPEG: names what it looks like,

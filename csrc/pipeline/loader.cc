@@ -20,6 +20,7 @@
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
+#include "decode/clean_scans.h"
 #include "decode/image_decoder.h"
 #include "io/child_process.h"
 #include "io/range_reads.h"
@@ -637,6 +638,11 @@ LoaderStats Loader::Impl::Stats() const {
     s.device_bytes = stager_->bytes_copied();
     s.device_copy_seconds = stager_->copy_seconds();
   }
+  const decode_internal::CleanScanInfo memo = decode_internal::DescribeProcessWideCleanScans();
+  s.scan_memo = memo.memo;
+  s.scan_memo_note = memo.note;
+  s.scan_memo_entries = memo.entries;
+  s.scan_memo_slots = memo.slots;
   std::lock_guard<std::mutex> lock(counters_->mu);
   s.thread_cpus = FormatCpuList(counters_->thread_cpus);
   if (!counters_->pin_error.empty()) absl::StrAppend(&s.numa_note, "; pinning failed: ", counters_->pin_error);

@@ -65,6 +65,10 @@ namespace ringloader {
   X(seconds_since_progress) \
   X(stalled) \
   X(pipeline_state) \
+  X(scan_memo) \
+  X(scan_memo_note) \
+  X(scan_memo_entries) \
+  X(scan_memo_slots) \
   X(last_error) \
   X(recent_errors)
 

@@ -138,6 +138,21 @@ def _read_ahead_counts(s: dict, waiting: bool) -> str:
     return text + (f", {cancelled} cancelled" if cancelled else "")
 
 
+def _scan_memo_line(s: dict) -> str:
+    """describe()'s line on the memo of JPEG scans read clean to their end (docs/bad-data.md)."""
+    memo = s["scan_memo"]
+    if memo == "off":
+        return "every strict JPEG decode reads its scan to the end (RINGLOADER_SCAN_MEMO=off)"
+    fill = (f"{s['scan_memo_entries']:,} of {s['scan_memo_slots']:,} slots filled "
+            f"({100 * s['scan_memo_entries'] / max(s['scan_memo_slots'], 1):.1f}%)")
+    if memo == "process":
+        where = f"memo of this process only ({s['scan_memo_note']})" if s["scan_memo_note"] \
+            else "memo of this process only (RINGLOADER_SCAN_MEMO=process)"
+    else:
+        where = f"memo shared by this machine's processes, {memo}"
+    return f"JPEG files read clean to their end: {where}; {fill}"
+
+
 class NativeBackend(Backend):
     """One native pipeline (``_C.Loader``) over the sources of ``view`` (``_native_view``)."""
 
@@ -396,6 +411,7 @@ class NativeBackend(Backend):
             lines.append(f"  remote:  {link['host']}: {link['latency_s'] * 1e3:.0f} ms to the first byte, "
                          f"{link['bytes_per_s'] / 1e6:.1f} MB/s per transfer ({measured}; "
                          f"{s['range_requests']} range requests in this process)")
+        lines.append(f"  scans:   {_scan_memo_line(s)}")
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
                          f"replaced); last: {_user_source.name_rows(s['last_error'], self._folders)}")

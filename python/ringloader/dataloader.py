@@ -138,6 +138,8 @@ class DataLoader:
     sample error (``DataLoss``) handled by ``on_error``: libjpeg decodes past it into wrong
     pixels. ``False`` accepts those files, as Pillow and ``torchvision.io.decode_jpeg`` do (the
     files Pillow refuses are refused either way). The per-sample path (``ds[i]``) is always strict.
+    A file read clean once on this machine, by any process, is not read past its crop again (the
+    memo file ``RINGLOADER_SCAN_MEMO`` chooses: the manual's "Bad data" page).
 
     ``on_error``:
 

@@ -11,6 +11,9 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "python"))
 
 from imagegen import jpeg_bytes  # noqa: E402
+from scan_memo_env import isolate_scan_memo  # noqa: E402
+
+isolate_scan_memo()  # no test writes into the user's cache
 
 
 def write_tree(root: Path, num_classes: int, per_class: int, size=(160, 120)) -> Path:

@@ -11,7 +11,9 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 
 from imagegen import write_tree  # noqa: E402,F401  (one builder of test trees, in a plain module)
+from scan_memo_env import isolate_scan_memo  # noqa: E402
 
+isolate_scan_memo()  # no test writes into the user's cache
 
 
 @pytest.fixture(scope="session")

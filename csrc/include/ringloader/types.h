@@ -392,6 +392,13 @@ struct LoaderStats {
   /// flight, complete and taken; the dispatcher; readers waiting for requests or buffers, reading
   /// or streaming; reads outstanding; free read buffers; the decode queue; busy decoders.
   std::string pipeline_state;
+  /// The memo of JPEG scans read clean to their end (RINGLOADER_SCAN_MEMO): "file PATH" (shared
+  /// by the processes of the machine and kept across runs), "process" or "off"; totals of the
+  /// memo, not of this loader.
+  std::string scan_memo;
+  std::string scan_memo_note;    ///< Why the memo file is not used, when it is not.
+  int64_t scan_memo_entries = 0;  ///< Files remembered (by every process sharing the memo) ...
+  int64_t scan_memo_slots = 0;    ///< ... of this many slots.
   std::string last_error;
   std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };

@@ -1,0 +1,106 @@
+"""The memo of JPEG scans read clean to their end, shared by the processes of a machine.
+
+conftest.py points ``RINGLOADER_SCAN_MEMO`` at a file of the suite's own; these tests read its
+fill through ``stats()`` and start other processes on it (or on a bad file, or with the memo off).
+Files are made new to the memo by random bytes after their end-of-image marker (accepted)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import ringloader as rl
+from ringloader import transforms as T
+
+from imagegen import DAMAGED_JPEG_CASES, damaged_jpeg_cases, write_tree
+
+# A small centre crop reads a few rows in the middle: the memo decides whether the rest is read.
+CROP = T.Compose([T.CenterCrop(8), T.ToTensor()])
+
+# Decodes the tree in argv[1] in a fresh process and prints its loader's stats() and describe().
+CHILD = """
+import json, sys
+import ringloader as rl
+from ringloader import transforms as T
+loader = rl.DataLoader(rl.ImageFolder(sys.argv[1], transform=T.Compose([T.CenterCrop(8), T.ToTensor()])),
+                       batch_size=4, on_error="skip")
+before = loader.stats()["scan_memo_entries"]
+delivered = sum(len(y) for _, y in loader)
+s = loader.stats()
+print(json.dumps({"before": before, "delivered": delivered, "describe": loader.describe(),
+                  **{k: s[k] for k in ("scan_memo", "scan_memo_note", "scan_memo_entries", "scan_memo_slots")}}))
+"""
+
+
+def run_child(tree: Path, memo: str | None = None) -> dict:
+    env = dict(os.environ)
+    if memo is not None:
+        env["RINGLOADER_SCAN_MEMO"] = memo
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree)], env=env, check=True,
+                         capture_output=True, text=True, timeout=120)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def new_tree(root: Path, count: int) -> Path:
+    write_tree(root, num_classes=2, per_class=count // 2, seed=11)
+    for f in root.rglob("*.jpg"):
+        f.write_bytes(f.read_bytes() + os.urandom(8))  # bytes no process has read yet
+    return root
+
+
+def test_a_file_read_clean_by_another_process_is_seen_here(tmp_path):
+    tree = new_tree(tmp_path / "tree", 6)
+    loader = rl.DataLoader(rl.ImageFolder(tree, transform=CROP), batch_size=4)
+    s = loader.stats()
+    assert s["scan_memo"] == "file " + os.environ["RINGLOADER_SCAN_MEMO"]
+    assert s["scan_memo_note"] == "" and s["scan_memo_slots"] == 1 << 22
+    before = s["scan_memo_entries"]
+    child = run_child(tree)
+    assert child["scan_memo"] == s["scan_memo"] and child["delivered"] == 6
+    assert child["scan_memo_entries"] == child["before"] + 6
+    # This process decoded nothing: the six entries came through the shared mapping.
+    assert loader.stats()["scan_memo_entries"] == before + 6
+    assert sum(len(y) for _, y in loader) == 6
+    assert loader.stats()["scan_memo_entries"] == before + 6  # known bytes: nothing new
+    line = next(x for x in loader.describe().splitlines() if x.startswith("  scans:"))
+    assert "shared by this machine's processes, file " + os.environ["RINGLOADER_SCAN_MEMO"] in line
+    assert f"{before + 6:,} of {1 << 22:,} slots filled" in line
+
+
+def test_damaged_files_are_never_remembered(tmp_path):
+    root = tmp_path / "damaged"
+    (root / "a").mkdir(parents=True)
+    intact = 0
+    for i, (name, data) in enumerate(sorted(damaged_jpeg_cases().items())):
+        if DAMAGED_JPEG_CASES[name][0] == "intact":
+            data += os.urandom(8)  # new to the memo
+            intact += 1
+        (root / "a" / f"{i:02d}_{name}.jpg").write_bytes(data)
+    loader = rl.DataLoader(rl.ImageFolder(root, transform=CROP), batch_size=4, on_error="skip")
+    before = loader.stats()["scan_memo_entries"]
+    for epoch in range(2):
+        assert sum(len(y) for _, y in loader) == intact
+        # Every damaged file is refused again: its scan is read past the crop every epoch.
+        assert loader.stats()["skipped"] == (epoch + 1) * (len(DAMAGED_JPEG_CASES) - intact)
+    assert loader.stats()["scan_memo_entries"] == before + intact
+
+
+def test_a_bad_memo_file_falls_back_to_this_process(tmp_path):
+    tree = new_tree(tmp_path / "tree", 4)
+    bad = tmp_path / "memo.bin"
+    bad.write_bytes(b"not a memo" * 100)
+    child = run_child(tree, str(bad))
+    assert child["delivered"] == 4
+    assert child["scan_memo"] == "process"
+    assert str(bad) in child["scan_memo_note"] and "not a ringloader scan memo" in child["scan_memo_note"]
+    assert child["scan_memo_entries"] == 4
+    assert "memo of this process only (scan memo " + str(bad) in child["describe"]
+    assert bad.read_bytes() == b"not a memo" * 100  # left as it was
+
+    off = run_child(tree, "off")
+    assert off["delivered"] == 4 and off["scan_memo"] == "off"
+    assert off["scan_memo_entries"] == 0 and off["scan_memo_slots"] == 0
+    assert "RINGLOADER_SCAN_MEMO=off" in off["describe"]
