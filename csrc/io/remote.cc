@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -49,6 +50,51 @@ Links& TheLinks() {
   return *links;
 }
 
+// The transfers in flight to each host, across every DownloadAll of the process: whole-shard
+// downloads (a BackgroundFetch runs one DownloadAll per worker thread), range reads and the
+// downloads that index a dataset all draw on one budget per host, so that together they hold no
+// more connections than `max_connections` (per process and host, not per dataset: the link and
+// the server's limits are the host's, and two datasets of one process reading one host share them).
+struct Connections {
+  std::mutex mu;
+  std::condition_variable freed;
+  std::map<std::string, int> open ABSL_GUARDED_BY(mu);
+};
+
+Connections& TheConnections() {
+  static auto* connections = new Connections;  // never destroyed: download threads may run at exit
+  return *connections;
+}
+
+// Takes one of `host`'s transfers when fewer than `limit` are in flight (the caller's own
+// `max_connections`: a caller with a lower setting waits while others hold more).
+bool TakeConnection(const std::string& host, int limit) {
+  Connections& c = TheConnections();
+  std::lock_guard<std::mutex> lock(c.mu);
+  int& open = c.open[host];
+  if (open >= limit) return false;
+  ++open;
+  return true;
+}
+
+void ReturnConnection(const std::string& host) {
+  Connections& c = TheConnections();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.open.find(host);
+    if (it != c.open.end() && --it->second <= 0) c.open.erase(it);
+  }
+  c.freed.notify_all();
+}
+
+// Waits up to `timeout` for any host's transfer to end (a DownloadAll with nothing in flight
+// whose next transfer waits for the budget).
+void WaitForFreedConnection(std::chrono::milliseconds timeout) {
+  Connections& c = TheConnections();
+  std::unique_lock<std::mutex> lock(c.mu);
+  c.freed.wait_for(lock, timeout);
+}
+
 void InitCurlOnce() {
   // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -60,6 +106,7 @@ struct Transfer {
   const DownloadJob* job = nullptr;
   DownloadResult* result = nullptr;
   std::string http_url;
+  std::string host;  // HostOf(http_url): whose connection budget it draws on
   int fd = -1;
   int64_t written = 0;       // bytes of the object in the file
   int64_t total = -1;        // the object's size, once a response stated it
@@ -369,6 +416,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->done = true;
     } else {
       t->http_url = *std::move(http);
+      t->host = HostOf(t->http_url);
       t->total = jobs[i].length;  // -1 for a whole object: the response states it
     }
     if (t->done && on_done) on_done(i, results[i]);
@@ -455,6 +503,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->easy = nullptr;
     curl_slist_free_all(t->headers);
     t->headers = nullptr;
+    ReturnConnection(t->host);
     --active;
   };
 
@@ -530,6 +579,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
     const Clock::time_point now = Clock::now();
     bool waiting = false;
+    bool over_budget = false;  // a transfer is ready but the host's budget is spent
     Clock::time_point next_ready = now + std::chrono::milliseconds(100);
     for (auto& t : transfers) {
       if (t->done || t->easy != nullptr) continue;
@@ -537,12 +587,17 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       if (t->ready_at > now) {
         next_ready = std::min(next_ready, t->ready_at);
       } else if (active < max_connections) {
+        if (!TakeConnection(t->host, max_connections)) {
+          over_budget = true;
+          continue;
+        }
         // Opened at its first attempt, so that an epoch's thousands of ranges do not hold a
         // descriptor each while they wait their turn.
         if (t->fd < 0) {
           const int truncate = t->job->length >= 0 ? 0 : O_TRUNC;
           t->fd = open(t->job->path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
           if (t->fd < 0) {
+            ReturnConnection(t->host);
             finish(t.get(), ErrnoStatus(errno, "open", t->job->path));
             continue;
           }
@@ -551,6 +606,11 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       }
     }
     if (!waiting && active == 0) break;
+    if (over_budget && active == 0) {
+      // Nothing of ours in flight: the budget frees when another DownloadAll's transfer ends.
+      WaitForFreedConnection(std::chrono::milliseconds(100));
+      continue;
+    }
     int running = 0;
     curl_multi_perform(multi, &running);
     int left = 0;
@@ -573,8 +633,9 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (std::all_of(transfers.begin(), transfers.end(), [](const auto& t) { return t->done; })) break;
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::max(next_ready - Clock::now(), Clock::duration::zero()));
-    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::clamp<int64_t>(wait_ms.count(), 1, 100)),
-                    nullptr);
+    // Over the budget, another DownloadAll's transfer may end first: look again soon.
+    curl_multi_poll(multi, nullptr, 0,
+                    static_cast<int>(std::clamp<int64_t>(wait_ms.count(), 1, over_budget ? 10 : 100)), nullptr);
   }
   for (auto& t : transfers) {
     if (t->easy != nullptr) release(t.get());

@@ -893,6 +893,27 @@ def test_range_reads_follow_the_plans_order_of_shards(nginx, proxy, shards, tmp_
 
 
 @needs_nginx
+def test_range_reads_and_whole_downloads_share_one_connection_budget(nginx, proxy, shards,
+                                                                     tmp_path):
+    from torch.utils.data import Subset
+
+    # One member of the first shard (by range) and the whole second shard (downloaded): both
+    # start at the epoch's start, and each response takes 0.3 s, so two budgets would overlap.
+    ds = _ranged_behind_proxy(proxy, tmp_path, max_connections=1, range_reads_below=0.5)
+    asked = {n: len(proxy.gets(n)) for n in ("/train-000000.tar", "/train-000001.tar")}
+    proxy.latency_s, proxy.peak_in_flight = 0.3, 0
+    picks = [1] + list(range(12, 24))
+    loader = rl.DataLoader(Subset(ds, picks), batch_size=13)
+    before = loader.stats()["range_requests"]
+    assert [y.tolist() for _, y in loader] == [[ds.targets[i] for i in picks]]
+    first, second = (proxy.gets(n)[asked[n]:] for n in ("/train-000000.tar", "/train-000001.tar"))
+    assert first and all("range" in r for r in first)  # by range
+    assert [("range" in r) for r in second] == [False]  # whole
+    assert loader.stats()["range_requests"] - before == len(first)
+    assert proxy.peak_in_flight == 1
+
+
+@needs_nginx
 def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
     from torch.utils.data import Subset
 
