@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -55,10 +56,18 @@ Links& TheLinks() {
 // downloads that index a dataset all draw on one budget per host, so that together they hold no
 // more connections than `max_connections` (per process and host, not per dataset: the link and
 // the server's limits are the host's, and two datasets of one process reading one host share them).
+//
+// The budget is handed out first come, first served: each DownloadAll draws a ticket when it
+// starts, and while a call with an earlier ticket waits for a host's budget, later calls start
+// nothing there. So the shards an epoch wants first (a BackgroundFetch worker takes them in
+// the epoch's order) get the connections first, and a shard's pieces (shard_cache.h:
+// DownloadPieces) are not spread over the shards after it.
 struct Connections {
   std::mutex mu;
   std::condition_variable freed;
   std::map<std::string, int> open ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::set<int64_t>> waiting ABSL_GUARDED_BY(mu);  // tickets, per host
+  int64_t next_ticket ABSL_GUARDED_BY(mu) = 0;
 };
 
 Connections& TheConnections() {
@@ -66,15 +75,38 @@ Connections& TheConnections() {
   return *connections;
 }
 
+int64_t NextTicket() {
+  Connections& c = TheConnections();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.next_ticket++;
+}
+
 // Takes one of `host`'s transfers when fewer than `limit` are in flight (the caller's own
-// `max_connections`: a caller with a lower setting waits while others hold more).
-bool TakeConnection(const std::string& host, int limit) {
+// `max_connections`: a caller with a lower setting waits while others hold more) and no call
+// with an earlier ticket waits for one; else `ticket` waits (until StopWaiting).
+bool TakeConnection(const std::string& host, int limit, int64_t ticket) {
   Connections& c = TheConnections();
   std::lock_guard<std::mutex> lock(c.mu);
   int& open = c.open[host];
-  if (open >= limit) return false;
-  ++open;
-  return true;
+  std::set<int64_t>& waiting = c.waiting[host];
+  if (open < limit && (waiting.empty() || *waiting.begin() >= ticket)) {
+    ++open;
+    return true;
+  }
+  waiting.insert(ticket);
+  return false;
+}
+
+// `ticket` no longer waits for `host`'s budget (it started what it could, or it ended).
+void StopWaiting(const std::string& host, int64_t ticket) {
+  Connections& c = TheConnections();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.waiting.find(host);
+    if (it == c.waiting.end() || it->second.erase(ticket) == 0) return;
+    if (it->second.empty()) c.waiting.erase(it);
+  }
+  c.freed.notify_all();
 }
 
 void ReturnConnection(const std::string& host) {
@@ -425,6 +457,11 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
 
   CURLM* multi = curl_multi_init();
   const int max_connections = std::max(1, options.max_connections);
+  const int64_t ticket = NextTicket();
+  std::set<std::string> budget_hosts;  // whose budget this call may wait for
+  for (const auto& t : transfers) {
+    if (!t->done) budget_hosts.insert(t->host);
+  }
   curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(max_connections));
   int active = 0;
 
@@ -579,7 +616,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
     const Clock::time_point now = Clock::now();
     bool waiting = false;
-    bool over_budget = false;  // a transfer is ready but the host's budget is spent
+    std::set<std::string> over_budget_hosts;  // a transfer is ready but the host's budget is spent
     Clock::time_point next_ready = now + std::chrono::milliseconds(100);
     for (auto& t : transfers) {
       if (t->done || t->easy != nullptr) continue;
@@ -587,8 +624,8 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       if (t->ready_at > now) {
         next_ready = std::min(next_ready, t->ready_at);
       } else if (active < max_connections) {
-        if (!TakeConnection(t->host, max_connections)) {
-          over_budget = true;
+        if (over_budget_hosts.count(t->host) > 0 || !TakeConnection(t->host, max_connections, ticket)) {
+          over_budget_hosts.insert(t->host);
           continue;
         }
         // Opened at its first attempt, so that an epoch's thousands of ranges do not hold a
@@ -605,6 +642,10 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
         start(t.get());
       }
     }
+    for (const std::string& host : budget_hosts) {
+      if (over_budget_hosts.count(host) == 0) StopWaiting(host, ticket);
+    }
+    const bool over_budget = !over_budget_hosts.empty();
     if (!waiting && active == 0) break;
     if (over_budget && active == 0) {
       // Nothing of ours in flight: the budget frees when another DownloadAll's transfer ends.
@@ -641,6 +682,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (t->easy != nullptr) release(t.get());
     if (!t->done) finish(t.get(), absl::CancelledError(absl::StrCat("GET ", t->job->url, ": cancelled")));
   }
+  for (const std::string& host : budget_hosts) StopWaiting(host, ticket);
   curl_multi_cleanup(multi);
   return results;
 }

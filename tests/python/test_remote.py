@@ -913,6 +913,43 @@ def test_range_reads_and_whole_downloads_share_one_connection_budget(nginx, prox
     assert proxy.peak_in_flight == 1
 
 
+def test_shards_of_known_size_land_in_the_order_given_each_at_the_links_pace(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    # Three 2.5 MiB objects over a 25 MB/s link, two connections: two whole downloads at once
+    # would share the link and land together after about 0.2 s; in pieces (two each, taking both
+    # connections), in the order given, the first lands after about 0.1 s.
+    root = tmp_path / "objects"
+    root.mkdir()
+    size = 5 << 19
+    for i in range(3):
+        (root / f"s{i}.tar").write_bytes(os.urandom(size))
+    link = _ThrottledFiles(root, 0.005, 25e6)
+    try:
+        urls = [f"{link.url}/s{i}.tar" for i in range(3)]
+        cache = tmp_path / "cache"
+        t0 = time.monotonic()
+        fetch = _C.BackgroundFetch(urls, str(cache), 0, {"max_connections": 2},
+                                   [(size, None)] * 3)
+        landed = {}
+        while len(landed) < 3 and time.monotonic() - t0 < 10:
+            for p in cache.glob("*-s?.tar"):
+                landed.setdefault(p.name[-6:-4], time.monotonic() - t0)
+            time.sleep(0.002)
+        results = fetch.wait()
+        fetch.close()
+    finally:
+        link.stop()
+    first, second, third = landed["s0"], landed["s1"], landed["s2"]
+    assert first < second < third
+    assert first < 0.6 * third
+    assert [r["size"] for r in results] == [size] * 3
+    assert all(r["attempts"] == 2 for r in results)  # two pieces of at least 1 MiB each
+    for i in range(3):
+        assert (cache / Path(results[i]["path"]).name).read_bytes() == (root / f"s{i}.tar").read_bytes()
+
+
 @needs_nginx
 def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
     from torch.utils.data import Subset
