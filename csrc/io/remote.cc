@@ -245,6 +245,16 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
                             t->range_total != t->job->object_size;
     const bool other_etag = !t->job->etag.empty() && !t->response_etag.empty() &&
                             t->response_etag != t->job->etag;
+    // A retry's response of another ETag than the attempt before: the bytes already written are
+    // another version's (a range asked without an ETag to check against may not splice two).
+    const bool changed_between = !other_etag && !t->etag.empty() && !t->response_etag.empty() &&
+                                 t->response_etag != t->etag;
+    if (changed_between) {
+      t->stale = true;
+      t->write_error = absl::StrCat("the object changed between attempts: ETag ", t->etag, ", then ",
+                                    t->response_etag);
+      return 0;
+    }
     if (other_size || other_etag) {
       t->stale = true;
       t->write_error = other_size

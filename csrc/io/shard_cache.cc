@@ -213,7 +213,8 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
     if (!jobs.empty()) {
       // A shard of known size comes in pieces first (see DownloadPieces); one whose pieces
       // did not all land with one ETag (a server without ranges, another object) is fetched
-      // whole below.
+      // whole below. A failure that a whole download would meet as well (the server refuses,
+      // or kept failing through the retries) is the shard's.
       std::vector<DownloadJob> piece_jobs;
       std::vector<size_t> piece_of;  // the job each piece belongs to
       std::vector<bool> in_pieces(jobs.size(), false);
@@ -254,6 +255,11 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
       std::vector<size_t> whole_of;
       for (size_t j = 0; j < jobs.size(); ++j) {
         if (in_pieces[j] && results[j].status.ok()) continue;
+        const absl::StatusCode code = results[j].status.code();
+        if (in_pieces[j] && code != absl::StatusCode::kFailedPrecondition &&
+            code != absl::StatusCode::kDataLoss && code != absl::StatusCode::kInvalidArgument) {
+          continue;
+        }
         if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
           results[j].status = absl::CancelledError(absl::StrCat("GET ", jobs[j].url, ": cancelled"));
           continue;

@@ -950,6 +950,34 @@ def test_shards_of_known_size_land_in_the_order_given_each_at_the_links_pace(tmp
         assert Path(r["path"]).read_bytes() == (root / f"s{i}.tar").read_bytes()
 
 
+def test_pieces_a_server_does_not_serve_come_whole_and_a_failing_server_fails_once(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    size = 5 << 19  # two pieces with two connections
+    data = os.urandom(size)
+    (tmp_path / "a.tar").write_bytes(data)
+    (tmp_path / "b.tar").write_bytes(data)
+    link = _ThrottledFiles(tmp_path, 0.0, 1e9)
+    proxy = srv.FaultProxy(link.url)
+    proxy.always = {"/a.tar": "norange", "/b.tar": "503"}
+    try:
+        fetch = _C.BackgroundFetch([f"{proxy.url}/a.tar", f"{proxy.url}/b.tar"],
+                                   str(tmp_path / "cache"), 0,
+                                   dict(FAST, max_connections=2), [(size, None)] * 2)
+        a, b = fetch.wait()
+        fetch.close()
+    finally:
+        proxy.stop()
+        link.stop()
+    # The server ignored Range: both pieces refused, then one whole download.
+    assert ["range" in r for r in proxy.gets("/a.tar")] == [True, True, False]
+    assert a["size"] == size and Path(a["path"]).read_bytes() == data
+    # 503 throughout: each piece's retries, and no whole download after them.
+    assert "error" in b and "b.tar" in b["error"] and "gave up after 3" in b["error"]
+    assert len(proxy.gets("/b.tar")) == 6 and all("range" in r for r in proxy.gets("/b.tar"))
+
+
 @needs_nginx
 def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
     from torch.utils.data import Subset
