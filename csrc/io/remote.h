@@ -72,8 +72,9 @@ struct DownloadJob {
   /// A byte range of the object, [offset, offset + length), fetched with Range and written at
   /// `offset` in `path`; length -1: the whole object. A range is OK only from a 206 whose
   /// Content-Range starts where asked, of `length` bytes, from an object of `object_size` bytes
-  /// (-1: any) whose ETag is `etag` (empty: any); another object size or ETag is
-  /// FailedPrecondition "changed" (the index it came from is stale), never retried.
+  /// (-1: any) whose ETag is `etag` (empty: any, but one across the range's attempts); another
+  /// object size or ETag is FailedPrecondition "changed" (the index it came from is stale), never
+  /// retried.
   int64_t offset = 0;
   int64_t length = -1;
   int64_t object_size = -1;
