@@ -978,6 +978,33 @@ def test_pieces_a_server_does_not_serve_come_whole_and_a_failing_server_fails_on
     assert len(proxy.gets("/b.tar")) == 6 and all("range" in r for r in proxy.gets("/b.tar"))
 
 
+def test_pieces_of_an_object_that_changed_between_attempts_are_not_spliced(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    size = 5 << 19
+    old, new = os.urandom(size), os.urandom(size)
+    path = tmp_path / "a.tar"
+    path.write_bytes(old)
+    link = _ThrottledFiles(tmp_path, 0.0, 1e9)  # its ETag: the file's mtime and size
+    proxy = srv.FaultProxy(link.url)
+    # Both pieces break off half-way, and the object is replaced (same size) meanwhile: their
+    # retries would bring the rest of the new one under one ETag.
+    proxy.faults = {"/a.tar": ["reset", "reset"]}
+    proxy.after_reset = lambda _: (path.write_bytes(new), os.utime(path, ns=(1, time.time_ns())))
+    try:
+        fetch = _C.BackgroundFetch([f"{proxy.url}/a.tar"], str(tmp_path / "cache"), 0,
+                                   dict(FAST, max_connections=2), [(size, None)])
+        [got] = fetch.wait()
+        fetch.close()
+    finally:
+        proxy.stop()
+        link.stop()
+    assert got["size"] == size
+    assert Path(got["path"]).read_bytes() == new  # whole, after the pieces found the change
+    assert "range" not in proxy.gets("/a.tar")[-1]
+
+
 @needs_nginx
 def test_stopping_while_a_range_is_in_flight_returns_promptly(nginx, proxy, shards, tmp_path):
     from torch.utils.data import Subset
