@@ -553,16 +553,20 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
     rate = r" *: +[0-9.]+ s, +\d+ img/s, [0-9.]+x the link, [0-9.]+x local"
     assert re.search(r"the link alone needs [0-9.]+ s", out), out
-    for name in ("local shards", r"http://, epoch 1, overlapping", r"http://, epoch 2 \(cache\)"):
-        assert re.search(name + rate, out), out
+    # Each epoch's CPU seconds (the link's server runs in a process of its own), against the
+    # local epoch's.
+    cpu = r"; [0-9.]+ CPU-s \([0-9.]+x local\)$"
+    assert re.search(r"local shards" + rate + r"; [0-9.]+ CPU-s \(1\.00x local\)$", out, re.M), out
+    for name in (r"http://, epoch 1, overlapping", r"http://, epoch 2 \(cache\)"):
+        assert re.search(name + rate + cpu, out, re.M), out
     assert re.search(r"http://, epoch 1, fetch first" + rate + r" \(download [0-9.]+ s = "
-                     r"[0-9.]+ MB/s\)", out), out
+                     r"[0-9.]+ MB/s\)" + cpu, out, re.M), out
     for e in (1, 2):
-        assert re.search(rf"http://, cache of half, epoch {e}" + rate, out), out
+        assert re.search(rf"http://, cache of half, epoch {e}" + rate + cpu, out, re.M), out
         # The peers: pipe:curl streams and the webdataset package, each epoch over the link.
         if srv.shutil.which("curl"):
-            assert re.search(rf"pipe:curl, epoch {e}" + rate, out), out
-        assert re.search(rf"webdataset pkg, epoch {e}" + rate, out), out
+            assert re.search(rf"pipe:curl, epoch {e}" + rate + cpu, out, re.M), out
+        assert re.search(rf"webdataset pkg, epoch {e}" + rate + cpu, out, re.M), out
     # A sparse Subset: its one shard's 3 members by range under "auto" (neighbours merged into
     # fewer requests), none with 0.
     sub = r" *: +[0-9.]+ s, first batch [0-9.]+ s, 3 images, "
