@@ -806,7 +806,8 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
     (neither keeps a copy, so both epochs pay the link): ``pipe:curl`` streams of the same URLs,
     and the ``webdataset`` package's own reader under torch's DataLoader (``--num-workers``
     worker processes, torchvision's transforms). Train transform, shard order (no shuffle:
-    every run reads the same bytes)."""
+    every run reads the same bytes). Each run's CPU seconds are kept too (``cpu_seconds``: this
+    process and its ended children; the link is served by a child process of its own)."""
     import shutil
     import tempfile
 
@@ -961,7 +962,8 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
                          report: dict[str, Any]) -> str:
     """Every epoch as seconds, img/s, and its ratio to the link's floor (the seconds the shards'
     bytes need at the link's rate: 1.0 moves them as fast as the link allows) and to the local
-    shards' epoch (1.0 reads like a local disk)."""
+    shards' epoch (1.0 reads like a local disk), then its CPU seconds and their ratio to the
+    local epoch's."""
     n = report["images"]
     link, local = report["link_floor_seconds"], report["local_seconds"]
     cpu = report.get("cpu_seconds", {})
