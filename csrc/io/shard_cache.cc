@@ -245,7 +245,8 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
             first[piece_of[k]] = false;
             r.etag = got[k].etag;
           } else if (r.status.ok() && got[k].etag != r.etag) {
-            r.status = absl::DataLossError("pieces of two ETags");
+            r.status = absl::DataLossError(absl::StrCat("GET ", piece_jobs[k].url, ": pieces of two ETags, ",
+                                                        r.etag, " and ", got[k].etag));
           }
           if (r.status.ok() && !got[k].status.ok()) r.status = got[k].status;
           r.size += got[k].size;
