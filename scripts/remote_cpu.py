@@ -1,7 +1,8 @@
 """CPU spent by one epoch of the same WebDataset shards read four ways: local files, `pipe:curl`
 streams, `http://` from a warm cache, and `http://` into an empty cache (the download
-overlapping the decoding), over the benchmark's throttled loopback link
-(ringloader.bench's server, run in a child process so that its CPU is not the loader's).
+overlapping the decoding; or, as `half`, into a cache_limit of half the shards' bytes), over
+the benchmark's throttled loopback link (ringloader.bench's server, run in a child process so
+that its CPU is not the loader's).
 
     .venv/bin/python scripts/remote_cpu.py --reps 3 [--link-rate 100] [--link-latency-ms 20]
 
@@ -117,7 +118,8 @@ def main() -> int:
     p.add_argument("--link-rate", type=float, default=100.0, help="MB/s")
     p.add_argument("--link-latency-ms", type=float, default=20.0)
     p.add_argument("--kinds", default="local,pipe,cached,empty",
-                   help="comma-separated: local, pipe, cached, empty, empty:N (max_connections=N)")
+                   help="comma-separated: local, pipe, cached, empty, empty:N (max_connections=N), "
+                   "half (an empty cache with a cache_limit of half the shards)")
     p.add_argument("--json", help="write every run here")
     args = p.parse_args()
 
@@ -156,6 +158,10 @@ def main() -> int:
                                                cache_dir=str(tmp / f"empty{next(empties)}"),
                                                index_cache=http_index),
             }
+            total = sum((work / n).stat().st_size for n in names)
+            makers["half"] = lambda: rl.WebDataset(urls, transform=transform,
+                                                   cache_dir=str(tmp / f"empty{next(empties)}"),
+                                                   cache_limit=total // 2, index_cache=http_index)
             kinds = args.kinds.split(",")
             for kind in kinds:
                 if kind.startswith("empty:"):  # empty:N: max_connections=N
