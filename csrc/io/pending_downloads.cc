@@ -328,7 +328,9 @@ void BackgroundFetch::Run(int worker) {
     // One shard per call, so that each is handed to the readers the moment it lands.
     std::function<std::set<std::string>()> keep;
     if (bounded_) keep = [this] { return Kept(); };
-    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep)[0]);
+    // In pieces when its size is known (shard_cache.h: DownloadPieces).
+    const int64_t size = expected_.empty() ? -1 : expected_[i].size;
+    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep, {size})[0]);
     bool stale = false;
     if (got.ok() && !expected_.empty()) {
       const ExpectedCopy& want = expected_[i];

@@ -8,11 +8,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -49,6 +51,82 @@ Links& TheLinks() {
   return *links;
 }
 
+// The transfers in flight to each host, across every DownloadAll of the process: whole-shard
+// downloads (a BackgroundFetch runs one DownloadAll per worker thread), range reads and the
+// downloads that index a dataset all draw on one budget per host, so that together they hold no
+// more connections than `max_connections` (per process and host, not per dataset: the link and
+// the server's limits are the host's, and two datasets of one process reading one host share them).
+//
+// The budget is handed out first come, first served: each DownloadAll draws a ticket when it
+// starts, and while a call with an earlier ticket waits for a host's budget, later calls start
+// nothing there. So the shards an epoch wants first (a BackgroundFetch worker takes them in
+// the epoch's order) get the connections first, and a shard's pieces (shard_cache.h:
+// DownloadPieces) are not spread over the shards after it.
+struct Connections {
+  std::mutex mu;
+  std::condition_variable freed;
+  std::map<std::string, int> open ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::set<int64_t>> waiting ABSL_GUARDED_BY(mu);  // tickets, per host
+  int64_t next_ticket ABSL_GUARDED_BY(mu) = 0;
+};
+
+Connections& TheConnections() {
+  static auto* connections = new Connections;  // never destroyed: download threads may run at exit
+  return *connections;
+}
+
+int64_t NextTicket() {
+  Connections& c = TheConnections();
+  std::lock_guard<std::mutex> lock(c.mu);
+  return c.next_ticket++;
+}
+
+// Takes one of `host`'s transfers when fewer than `limit` are in flight (the caller's own
+// `max_connections`: a caller with a lower setting waits while others hold more) and no call
+// with an earlier ticket waits for one; else `ticket` waits (until StopWaiting).
+bool TakeConnection(const std::string& host, int limit, int64_t ticket) {
+  Connections& c = TheConnections();
+  std::lock_guard<std::mutex> lock(c.mu);
+  int& open = c.open[host];
+  std::set<int64_t>& waiting = c.waiting[host];
+  if (open < limit && (waiting.empty() || *waiting.begin() >= ticket)) {
+    ++open;
+    return true;
+  }
+  waiting.insert(ticket);
+  return false;
+}
+
+// `ticket` no longer waits for `host`'s budget (it started what it could, or it ended).
+void StopWaiting(const std::string& host, int64_t ticket) {
+  Connections& c = TheConnections();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.waiting.find(host);
+    if (it == c.waiting.end() || it->second.erase(ticket) == 0) return;
+    if (it->second.empty()) c.waiting.erase(it);
+  }
+  c.freed.notify_all();
+}
+
+void ReturnConnection(const std::string& host) {
+  Connections& c = TheConnections();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.open.find(host);
+    if (it != c.open.end() && --it->second <= 0) c.open.erase(it);
+  }
+  c.freed.notify_all();
+}
+
+// Waits up to `timeout` for any host's transfer to end (a DownloadAll with nothing in flight
+// whose next transfer waits for the budget).
+void WaitForFreedConnection(std::chrono::milliseconds timeout) {
+  Connections& c = TheConnections();
+  std::unique_lock<std::mutex> lock(c.mu);
+  c.freed.wait_for(lock, timeout);
+}
+
 void InitCurlOnce() {
   // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
@@ -60,6 +138,7 @@ struct Transfer {
   const DownloadJob* job = nullptr;
   DownloadResult* result = nullptr;
   std::string http_url;
+  std::string host;  // HostOf(http_url): whose connection budget it draws on
   int fd = -1;
   int64_t written = 0;       // bytes of the object in the file
   int64_t total = -1;        // the object's size, once a response stated it
@@ -166,6 +245,16 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
                             t->range_total != t->job->object_size;
     const bool other_etag = !t->job->etag.empty() && !t->response_etag.empty() &&
                             t->response_etag != t->job->etag;
+    // A retry's response of another ETag than the attempt before: the bytes already written are
+    // another version's (a range asked without an ETag to check against may not splice two).
+    const bool changed_between = !other_etag && !t->etag.empty() && !t->response_etag.empty() &&
+                                 t->response_etag != t->etag;
+    if (changed_between) {
+      t->stale = true;
+      t->write_error = absl::StrCat("the object changed between attempts: ETag ", t->etag, ", then ",
+                                    t->response_etag);
+      return 0;
+    }
     if (other_size || other_etag) {
       t->stale = true;
       t->write_error = other_size
@@ -369,6 +458,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->done = true;
     } else {
       t->http_url = *std::move(http);
+      t->host = HostOf(t->http_url);
       t->total = jobs[i].length;  // -1 for a whole object: the response states it
     }
     if (t->done && on_done) on_done(i, results[i]);
@@ -377,6 +467,11 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
 
   CURLM* multi = curl_multi_init();
   const int max_connections = std::max(1, options.max_connections);
+  const int64_t ticket = NextTicket();
+  std::set<std::string> budget_hosts;  // whose budget this call may wait for
+  for (const auto& t : transfers) {
+    if (!t->done) budget_hosts.insert(t->host);
+  }
   curl_multi_setopt(multi, CURLMOPT_MAX_TOTAL_CONNECTIONS, static_cast<long>(max_connections));
   int active = 0;
 
@@ -455,6 +550,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->easy = nullptr;
     curl_slist_free_all(t->headers);
     t->headers = nullptr;
+    ReturnConnection(t->host);
     --active;
   };
 
@@ -530,6 +626,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) break;
     const Clock::time_point now = Clock::now();
     bool waiting = false;
+    std::set<std::string> over_budget_hosts;  // a transfer is ready but the host's budget is spent
     Clock::time_point next_ready = now + std::chrono::milliseconds(100);
     for (auto& t : transfers) {
       if (t->done || t->easy != nullptr) continue;
@@ -537,12 +634,17 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       if (t->ready_at > now) {
         next_ready = std::min(next_ready, t->ready_at);
       } else if (active < max_connections) {
+        if (over_budget_hosts.count(t->host) > 0 || !TakeConnection(t->host, max_connections, ticket)) {
+          over_budget_hosts.insert(t->host);
+          continue;
+        }
         // Opened at its first attempt, so that an epoch's thousands of ranges do not hold a
         // descriptor each while they wait their turn.
         if (t->fd < 0) {
           const int truncate = t->job->length >= 0 ? 0 : O_TRUNC;
           t->fd = open(t->job->path.c_str(), O_WRONLY | O_CREAT | truncate | O_CLOEXEC, 0644);
           if (t->fd < 0) {
+            ReturnConnection(t->host);
             finish(t.get(), ErrnoStatus(errno, "open", t->job->path));
             continue;
           }
@@ -550,7 +652,16 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
         start(t.get());
       }
     }
+    for (const std::string& host : budget_hosts) {
+      if (over_budget_hosts.count(host) == 0) StopWaiting(host, ticket);
+    }
+    const bool over_budget = !over_budget_hosts.empty();
     if (!waiting && active == 0) break;
+    if (over_budget && active == 0) {
+      // Nothing of ours in flight: the budget frees when another DownloadAll's transfer ends.
+      WaitForFreedConnection(std::chrono::milliseconds(100));
+      continue;
+    }
     int running = 0;
     curl_multi_perform(multi, &running);
     int left = 0;
@@ -573,13 +684,15 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (std::all_of(transfers.begin(), transfers.end(), [](const auto& t) { return t->done; })) break;
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
         std::max(next_ready - Clock::now(), Clock::duration::zero()));
-    curl_multi_poll(multi, nullptr, 0, static_cast<int>(std::clamp<int64_t>(wait_ms.count(), 1, 100)),
-                    nullptr);
+    // Over the budget, another DownloadAll's transfer may end first: look again soon.
+    curl_multi_poll(multi, nullptr, 0,
+                    static_cast<int>(std::clamp<int64_t>(wait_ms.count(), 1, over_budget ? 10 : 100)), nullptr);
   }
   for (auto& t : transfers) {
     if (t->easy != nullptr) release(t.get());
     if (!t->done) finish(t.get(), absl::CancelledError(absl::StrCat("GET ", t->job->url, ": cancelled")));
   }
+  for (const std::string& host : budget_hosts) StopWaiting(host, ticket);
   curl_multi_cleanup(multi);
   return results;
 }

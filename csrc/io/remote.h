@@ -17,7 +17,9 @@
 /// server stated it (Content-Length or Content-Range) and every response carried the same ETag.
 ///
 /// Memory is bounded: bytes go straight to the file descriptor; an error body keeps its first
-/// 512 bytes. Connections are bounded by `max_connections`.
+/// 512 bytes. Connections are bounded per process and host: every DownloadAll (whole downloads,
+/// range reads, the downloads that index a dataset) starts a transfer only while fewer than its
+/// `max_connections` transfers to that host are in flight in the process, all callers counted.
 
 #include <atomic>
 #include <cstdint>
@@ -70,8 +72,9 @@ struct DownloadJob {
   /// A byte range of the object, [offset, offset + length), fetched with Range and written at
   /// `offset` in `path`; length -1: the whole object. A range is OK only from a 206 whose
   /// Content-Range starts where asked, of `length` bytes, from an object of `object_size` bytes
-  /// (-1: any) whose ETag is `etag` (empty: any); another object size or ETag is
-  /// FailedPrecondition "changed" (the index it came from is stale), never retried.
+  /// (-1: any) whose ETag is `etag` (empty: any, but one across the range's attempts); another
+  /// object size or ETag is FailedPrecondition "changed" (the index it came from is stale), never
+  /// retried.
   int64_t offset = 0;
   int64_t length = -1;
   int64_t object_size = -1;
@@ -90,7 +93,8 @@ struct DownloadResult {
 /// or Cancelled): a caller hands each job on without waiting for the others.
 using JobDone = std::function<void(size_t job, const DownloadResult& result)>;
 
-/// Fetches every job, at most `max_connections` at once, starting them in the order given, and
+/// Fetches every job, at most `max_connections` at once to a host counting the transfers of every
+/// other DownloadAll of the process (see the file comment), starting them in the order given, and
 /// returns one result per job, in order. Returns early (results Cancelled) soon after `*cancel`
 /// is set. Every successful response feeds the link estimate of its host (MeasuredLink).
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,

@@ -144,9 +144,19 @@ std::string ShardCache::EntryPath(const std::string& url) const {
   return absl::StrCat(dir_, "/", absl::StrFormat("%016x", Fnv1a(url)), "-", SafeBaseName(url));
 }
 
+std::vector<std::pair<int64_t, int64_t>> DownloadPieces(int64_t size, int max_connections) {
+  if (size < 2 * kMinPieceBytes || max_connections < 2) return {};
+  const int64_t count = std::min<int64_t>(max_connections, size / kMinPieceBytes);
+  const int64_t piece = (size + count - 1) / count;
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t at = 0; at < size; at += piece) out.emplace_back(at, std::min(piece, size - at));
+  return out;
+}
+
 std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<std::string>& urls,
                                                             const std::atomic<bool>* cancel,
-                                                            const std::function<std::set<std::string>()>& also_keep) {
+                                                            const std::function<std::set<std::string>()>& also_keep,
+                                                            const std::vector<int64_t>& sizes) {
   std::vector<absl::StatusOr<CachedShard>> out(urls.size(), absl::UnknownError("not fetched"));
   if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     const absl::Status status = ErrnoStatus(errno, "mkdir", dir_);
@@ -199,8 +209,73 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
       locks.push_back(std::move(lock));
       jobs.push_back({urls[i], entry + kPartSuffix});
     }
+    std::vector<DownloadResult> results(jobs.size());
     if (!jobs.empty()) {
-      std::vector<DownloadResult> results = DownloadAll(jobs, options_, cancel);
+      // A shard of known size comes in pieces first (see DownloadPieces); one whose pieces
+      // did not all land with one ETag (a server without ranges, another object) is fetched
+      // whole below. A failure that a whole download would meet as well (the server refuses,
+      // or kept failing through the retries) is the shard's.
+      std::vector<DownloadJob> piece_jobs;
+      std::vector<size_t> piece_of;  // the job each piece belongs to
+      std::vector<bool> in_pieces(jobs.size(), false);
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        const int64_t size = sizes.empty() ? -1 : sizes[fetch[j]];
+        const auto pieces = DownloadPieces(size, options_.max_connections);
+        if (pieces.empty()) continue;
+        const int fd = open(jobs[j].path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) continue;  // the whole download reports the error
+        close(fd);
+        in_pieces[j] = true;
+        for (const auto& [offset, length] : pieces) {
+          DownloadJob job = jobs[j];
+          job.offset = offset;
+          job.length = length;
+          job.object_size = size;
+          piece_jobs.push_back(std::move(job));
+          piece_of.push_back(j);
+        }
+      }
+      if (!piece_jobs.empty()) {
+        const std::vector<DownloadResult> got = DownloadAll(piece_jobs, options_, cancel);
+        std::vector<bool> first(jobs.size(), true);
+        for (size_t k = 0; k < got.size(); ++k) {
+          DownloadResult& r = results[piece_of[k]];
+          r.attempts += got[k].attempts;
+          if (first[piece_of[k]]) {
+            first[piece_of[k]] = false;
+            r.etag = got[k].etag;
+          } else if (r.status.ok() && got[k].etag != r.etag) {
+            r.status = absl::DataLossError(absl::StrCat("GET ", piece_jobs[k].url, ": pieces of two ETags, ",
+                                                        r.etag, " and ", got[k].etag));
+          }
+          if (r.status.ok() && !got[k].status.ok()) r.status = got[k].status;
+          r.size += got[k].size;
+        }
+      }
+      std::vector<DownloadJob> whole_jobs;
+      std::vector<size_t> whole_of;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        if (in_pieces[j] && results[j].status.ok()) continue;
+        const absl::StatusCode code = results[j].status.code();
+        if (in_pieces[j] && code != absl::StatusCode::kFailedPrecondition &&
+            code != absl::StatusCode::kDataLoss && code != absl::StatusCode::kInvalidArgument) {
+          continue;
+        }
+        if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+          results[j].status = absl::CancelledError(absl::StrCat("GET ", jobs[j].url, ": cancelled"));
+          continue;
+        }
+        whole_jobs.push_back(jobs[j]);
+        whole_of.push_back(j);
+      }
+      if (!whole_jobs.empty()) {
+        const std::vector<DownloadResult> got = DownloadAll(whole_jobs, options_, cancel);
+        for (size_t k = 0; k < got.size(); ++k) {
+          const int earlier = results[whole_of[k]].attempts;
+          results[whole_of[k]] = got[k];
+          results[whole_of[k]].attempts += earlier;
+        }
+      }
       for (size_t j = 0; j < jobs.size(); ++j) {
         const size_t i = fetch[j];
         const std::string entry = EntryPath(urls[i]);

@@ -30,6 +30,7 @@
 #include <functional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -53,6 +54,17 @@ struct CachedShard {
 /// goes on without it).
 int HoldCacheEntry(const std::string& path);
 
+/// A shard smaller than two of these downloads in one request.
+inline constexpr int64_t kMinPieceBytes = 1 << 20;
+
+/// How a shard of `size` bytes is downloaded when its size is known: (offset, length) pieces,
+/// one per connection (`max_connections`, at least kMinPieceBytes each), fetched at once with
+/// Range requests into the one `.part` file; empty: in one request. A shard's pieces together
+/// take every connection, so the shards an epoch reads first land first, each as soon as the
+/// link has moved its bytes; whole downloads of several shards at once would share the link
+/// between them and land all together, the first as late as the last.
+std::vector<std::pair<int64_t, int64_t>> DownloadPieces(int64_t size, int max_connections);
+
 class ShardCache {
  public:
   /// `limit_bytes` 0: no limit.
@@ -65,10 +77,14 @@ class ShardCache {
   /// `max_connections` at once), then evicting to the limit. One result per URL, in order; a
   /// shard that could not be fetched has its download's error (remote.h's fault rules).
   /// `also_keep`, when set: entries (paths from EntryPath) the eviction after the downloads must
-  /// keep besides those of `urls`, asked for when it runs.
+  /// keep besides those of `urls`, asked for when it runs. `sizes`, empty or one per URL (-1:
+  /// not known): the size each object was indexed with; a shard of known size downloads in
+  /// pieces (DownloadPieces), whole when they fail (a server that ignores Range, an object of
+  /// another size or of changing ETag).
   std::vector<absl::StatusOr<CachedShard>> Ensure(
       const std::vector<std::string>& urls, const std::atomic<bool>* cancel = nullptr,
-      const std::function<std::set<std::string>()>& also_keep = nullptr);
+      const std::function<std::set<std::string>()>& also_keep = nullptr,
+      const std::vector<int64_t>& sizes = {});
 
   /// Removes least recently used complete entries until those left fit `target_bytes` (-1: the
   /// limit), keeping the entries of `keep` (paths from EntryPath) and any locked by someone else

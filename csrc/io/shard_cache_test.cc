@@ -78,6 +78,47 @@ TEST(ShardCacheTest, DownloadsOnceThenServesTheCompleteEntry) {
   EXPECT_EQ(*cache.CachedBytes(), 305000);
 }
 
+TEST(ShardCacheTest, AShardOfKnownSizeIsSplitIntoOnePiecePerConnection) {
+  EXPECT_TRUE(DownloadPieces(-1, 8).empty());                      // size unknown
+  EXPECT_TRUE(DownloadPieces(2 * kMinPieceBytes - 1, 8).empty());  // too small to split
+  EXPECT_TRUE(DownloadPieces(64 * kMinPieceBytes, 1).empty());     // one connection
+  const auto four = DownloadPieces(10 * kMinPieceBytes + 3, 4);
+  ASSERT_EQ(four.size(), 4u);
+  int64_t at = 0;
+  for (const auto& [offset, length] : four) {
+    EXPECT_EQ(offset, at);
+    EXPECT_GE(length, kMinPieceBytes);
+    at += length;
+  }
+  EXPECT_EQ(at, 10 * kMinPieceBytes + 3);
+  EXPECT_EQ(DownloadPieces(3 * kMinPieceBytes, 8).size(), 3u);  // no piece under the minimum
+}
+
+TEST(ShardCacheTest, AShardOfKnownSizeLandsFromItsPiecesAndWholeWhenTheSizeIsWrong) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir() + "/cache";
+  const size_t size = 3 * kMinPieceBytes + 12345;
+  const std::string a = Source(src, "train-000000.tar", size, 3);
+  const std::string b = Source(src, "train-000001.tar", size, 4);
+  RemoteOptions options = FileOptions();
+  options.max_connections = 4;
+  ShardCache cache(dir, 0, options);
+  auto got = cache.Ensure({a, b}, nullptr, nullptr, {static_cast<int64_t>(size), static_cast<int64_t>(size) + 7});
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_EQ(got[0]->attempts, 3);  // three pieces, one request each
+  EXPECT_EQ(got[0]->size, static_cast<int64_t>(size));
+  EXPECT_EQ(ReadAll(got[0]->path), ReadAll(src + "/train-000000.tar"));
+  // Indexed 7 bytes longer: the last piece is past the end, so the shard comes whole and as it
+  // is (the caller compares its size with the index's).
+  ASSERT_TRUE(got[1].ok()) << got[1].status();
+  EXPECT_GT(got[1]->attempts, 3);
+  EXPECT_EQ(got[1]->size, static_cast<int64_t>(size));
+  EXPECT_EQ(ReadAll(got[1]->path), ReadAll(src + "/train-000001.tar"));
+  EXPECT_FALSE(std::ifstream(got[1]->path + ".part").good());
+  auto again = cache.Ensure({a}, nullptr, nullptr, {static_cast<int64_t>(size)});
+  ASSERT_TRUE(again[0].ok());
+  EXPECT_FALSE(again[0]->downloaded);
+}
+
 TEST(ShardCacheTest, APartialOrForeignEntryIsFetchedAgain) {
   const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
   const std::string a = Source(src, "a.tar", 20000, 3);

@@ -757,6 +757,44 @@ class _ThrottledFiles:
         self.server.server_close()
 
 
+class _LinkProcess:
+    """A _ThrottledFiles in a child process, so that serving the link costs the benchmark's
+    process no CPU (its epochs' CPU seconds are the loader's own)."""
+
+    def __init__(self, root: Path, latency_s: float, rate: float):
+        import subprocess
+
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c",
+             "import sys, time\nfrom ringloader.bench import _ThrottledFiles\n"
+             "f = _ThrottledFiles(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]))\n"
+             "print(f.url, flush=True)\nsys.stdin.read()\n",
+             str(root), repr(latency_s), repr(rate)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url:
+            self.proc.wait()
+            raise BenchError("the benchmark's link server did not start")
+
+    def stop(self) -> None:
+        self.proc.stdin.close()  # it exits at the end of its input
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process and of its children that have ended (the
+    ``curl`` of ``pipe:`` URLs, DataLoader worker processes)."""
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
                          log: Callable[[str], None]) -> dict[str, Any]:
     """WebDataset shards (packed from ``--root`` once) served over a loopback link of
@@ -768,7 +806,8 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
     (neither keeps a copy, so both epochs pay the link): ``pipe:curl`` streams of the same URLs,
     and the ``webdataset`` package's own reader under torch's DataLoader (``--num-workers``
     worker processes, torchvision's transforms). Train transform, shard order (no shuffle:
-    every run reads the same bytes)."""
+    every run reads the same bytes). Each run's CPU seconds are kept too (``cpu_seconds``: this
+    process and its ended children; the link is served by a child process of its own)."""
     import shutil
     import tempfile
 
@@ -784,8 +823,9 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
         names = sorted(p.name for p in work.glob("shard-*.tar"))
         total = sum((work / n).stat().st_size for n in names)
         _warm_page_cache(work)
-        link = _ThrottledFiles(work, args.link_latency_ms / 1e3, args.link_rate * 1e6)
+        link = _LinkProcess(work, args.link_latency_ms / 1e3, args.link_rate * 1e6)
         cache = Path(tmp) / "cache"
+        cpu: dict[str, Any] = {}  # CPU seconds per run, as the report's keys
         urls = [f"{link.url}/{n}" for n in names]
 
         def epoch(ds: Any) -> tuple:
@@ -795,33 +835,38 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
             loader = rl.DataLoader(ds, batch_size=cfg.batch_size, shuffle=False,
                                    num_workers=cfg.num_workers, drop_last=True,
                                    persistent_workers=False)
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_seconds()
             images = sum(int(labels.shape[0]) for _, labels in loader)
+            cpu["last"] = _cpu_seconds() - c0
             return images, time.perf_counter() - t0
 
         try:
             log(f"epoch 1: {len(names)} shards ({total / 1e6:.1f} MB) over a {args.link_rate:g} MB/s, "
                 f"{args.link_latency_ms:g} ms link into an empty cache ...")
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_seconds()
             remote = rl.WebDataset(urls, transform=transform, cache_dir=str(cache), index_cache=None)
             # Built from the packed shards' sidecars: the shards themselves come at the epoch's
             # start, here, so that the download is timed apart from the decoding.
             remote.check_shards()
-            fetch_s = time.perf_counter() - t0
+            fetch_s, fetch_cpu = time.perf_counter() - t0, _cpu_seconds() - c0
             images, first_s = epoch(remote)
+            cpu["epoch1_seconds"] = fetch_cpu + cpu["last"]
             log("epoch 1 again into another empty cache, the download overlapping the decoding ...")
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), _cpu_seconds()
             overlapped = rl.WebDataset(urls, transform=transform, cache_dir=str(cache) + "-overlap",
                                        index_cache=None)
-            build_s = time.perf_counter() - t0
+            build_s, build_cpu = time.perf_counter() - t0, _cpu_seconds() - c0
             _, overlapped_s = epoch(overlapped)
+            cpu["epoch1_overlapped_seconds"] = build_cpu + cpu["last"]
             overlapped.close_downloads()
             log("epoch 2: from the cache ...")
             _, second_s = epoch(remote)
+            cpu["epoch2_seconds"] = cpu["last"]
             local = rl.WebDataset([str(work / n) for n in names], transform=transform,
                                   index_cache=None)
             log("local shards ...")
             _, local_s = epoch(local)
+            cpu["local_seconds"] = cpu["last"]
             report: dict[str, Any] = {
                 "shards": len(names), "shard_bytes": total, "images": images,
                 "link_mb_per_s": args.link_rate, "link_latency_ms": args.link_latency_ms,
@@ -835,7 +880,10 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
             rl.WebDataset(urls, cache_dir=str(cache), index_cache=str(index))  # kept indexes
             small = rl.WebDataset(urls, transform=transform, cache_dir=str(cache) + "-small",
                                   cache_limit=total // 2, index_cache=str(index))
-            report["small_cache_seconds"] = [epoch(small)[1] for _ in range(2)]
+            report["small_cache_seconds"], cpu["small_cache_seconds"] = [], []
+            for _ in range(2):
+                report["small_cache_seconds"].append(epoch(small)[1])
+                cpu["small_cache_seconds"].append(cpu["last"])
             small.close_downloads()
             log("a Subset of every 10th sample into an empty cache, range_reads_below='auto' "
                 "and 0 (whole shards) ...")
@@ -853,11 +901,19 @@ def run_remote_benchmark(cfg: Config, args: argparse.Namespace,
                 for url, n in zip(piped_urls, names):
                     wdsmod.cache_index_as(url, str(work / n), str(index))
                 piped = rl.WebDataset(piped_urls, transform=transform, index_cache=str(index))
-                report["pipe_curl_seconds"] = [epoch(piped)[1] for _ in range(2)]
+                report["pipe_curl_seconds"], cpu["pipe_curl_seconds"] = [], []
+                for _ in range(2):
+                    report["pipe_curl_seconds"].append(epoch(piped)[1])
+                    cpu["pipe_curl_seconds"].append(cpu["last"])
             if importlib.util.find_spec("webdataset") is not None:
                 log("the webdataset package over the same URLs, two epochs ...")
-                report["webdataset_seconds"] = [
-                    _webdataset_package_epoch(urls, cfg) for _ in range(2)]
+                report["webdataset_seconds"], cpu["webdataset_seconds"] = [], []
+                for _ in range(2):
+                    c0 = _cpu_seconds()
+                    report["webdataset_seconds"].append(_webdataset_package_epoch(urls, cfg))
+                    cpu["webdataset_seconds"].append(_cpu_seconds() - c0)
+            cpu.pop("last", None)
+            report["cpu_seconds"] = cpu
         finally:
             link.stop()
     return report
@@ -906,11 +962,18 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
                          report: dict[str, Any]) -> str:
     """Every epoch as seconds, img/s, and its ratio to the link's floor (the seconds the shards'
     bytes need at the link's rate: 1.0 moves them as fast as the link allows) and to the local
-    shards' epoch (1.0 reads like a local disk)."""
+    shards' epoch (1.0 reads like a local disk), then its CPU seconds and their ratio to the
+    local epoch's."""
     n = report["images"]
     link, local = report["link_floor_seconds"], report["local_seconds"]
+    cpu = report.get("cpu_seconds", {})
 
-    def line(name: str, seconds: float, note: str = "") -> str:
+    def line(name: str, seconds: float, note: str = "", key: str = "", e: int = -1) -> str:
+        used = cpu.get(key)
+        if isinstance(used, list):
+            used = used[e] if e < len(used) else None
+        if used is not None and cpu.get("local_seconds"):
+            note += f"; {used:.2f} CPU-s ({used / cpu['local_seconds']:.2f}x local)"
         return (f"  {name:31s}: {seconds:6.2f} s, {n / seconds:4.0f} img/s, {link / seconds:.2f}x "
                 f"the link, {local / seconds:.2f}x local{note}")
 
@@ -920,16 +983,18 @@ def format_remote_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
         f"MB/s and {report['link_latency_ms']:g} ms per request (the link alone needs "
         f"{link:.2f} s), train transform, batch {cfg.batch_size}, {cfg.num_workers} threads "
         f"(workers for the webdataset package)",
-        line("local shards", local),
+        line("local shards", local, key="local_seconds"),
         line("http://, epoch 1, fetch first", report["epoch1_seconds"],
-             f" (download {report['fetch_seconds']:.2f} s = {report['fetch_mb_per_s']:.1f} MB/s)"),
-        line("http://, epoch 1, overlapping", report["epoch1_overlapped_seconds"]),
-        line("http://, epoch 2 (cache)", report["epoch2_seconds"]),
+             f" (download {report['fetch_seconds']:.2f} s = {report['fetch_mb_per_s']:.1f} MB/s)",
+             key="epoch1_seconds"),
+        line("http://, epoch 1, overlapping", report["epoch1_overlapped_seconds"],
+             key="epoch1_overlapped_seconds"),
+        line("http://, epoch 2 (cache)", report["epoch2_seconds"], key="epoch2_seconds"),
     ]
     for key, name in (("small_cache_seconds", "http://, cache of half"),
                       ("pipe_curl_seconds", "pipe:curl"), ("webdataset_seconds", "webdataset pkg")):
         for e, seconds in enumerate(report.get(key, [])):
-            lines.append(line(f"{name}, epoch {e + 1}", seconds))
+            lines.append(line(f"{name}, epoch {e + 1}", seconds, key=key, e=e))
     for key, name in (("subset_auto", "auto"), ("subset_whole", "0 (whole)")):
         sub = report.get(key)
         if sub is not None:

@@ -161,7 +161,8 @@ class FaultProxy:
     queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
     "stall" (half the body, then silence for `stall_s`), "norange" (the whole object whatever
     Range asked, as a server without range support answers), or "ok"), and `latency_s` before each
-    response; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`. (The throttled link of
+    response; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`;
+    `peak_in_flight` is the most requests it answered at once. (The throttled link of
     the benchmark is ringloader.bench's own server.)"""
 
     def __init__(self, upstream: str, latency_s: float = 0.0, stall_s: float = 5.0):
@@ -175,6 +176,8 @@ class FaultProxy:
         #: Called (with the path) after a "reset": what changes on the server between attempts.
         self.after_reset = None
         self.requests: List[Dict[str, str]] = []
+        #: Requests being answered now, and the most that ever were at once.
+        self.in_flight = self.peak_in_flight = 0
         self.lock = threading.Lock()
         proxy = self
 
@@ -218,6 +221,15 @@ class FaultProxy:
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         with self.lock:
             self.requests.append(dict({k.lower(): v for k, v in h.headers.items()}, path=h.path))
+            self.in_flight += 1
+            self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            self._answer(h)
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    def _answer(self, h: BaseHTTPRequestHandler) -> None:
         fault = self._next_fault(h.path)
         held = self.held.get(h.path)
         if held is not None:

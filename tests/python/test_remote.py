@@ -553,16 +553,20 @@ def test_remote_benchmark_reports_each_epoch_and_cleans_up(image_tree, tmp_path)
     assert re.search(r"ringloader remote benchmark: 24 images, 1 shards .* 50 MB/s and 5 ms", out), out
     rate = r" *: +[0-9.]+ s, +\d+ img/s, [0-9.]+x the link, [0-9.]+x local"
     assert re.search(r"the link alone needs [0-9.]+ s", out), out
-    for name in ("local shards", r"http://, epoch 1, overlapping", r"http://, epoch 2 \(cache\)"):
-        assert re.search(name + rate, out), out
+    # Each epoch's CPU seconds (the link's server runs in a process of its own), against the
+    # local epoch's.
+    cpu = r"; [0-9.]+ CPU-s \([0-9.]+x local\)$"
+    assert re.search(r"local shards" + rate + r"; [0-9.]+ CPU-s \(1\.00x local\)$", out, re.M), out
+    for name in (r"http://, epoch 1, overlapping", r"http://, epoch 2 \(cache\)"):
+        assert re.search(name + rate + cpu, out, re.M), out
     assert re.search(r"http://, epoch 1, fetch first" + rate + r" \(download [0-9.]+ s = "
-                     r"[0-9.]+ MB/s\)", out), out
+                     r"[0-9.]+ MB/s\)" + cpu, out, re.M), out
     for e in (1, 2):
-        assert re.search(rf"http://, cache of half, epoch {e}" + rate, out), out
+        assert re.search(rf"http://, cache of half, epoch {e}" + rate + cpu, out, re.M), out
         # The peers: pipe:curl streams and the webdataset package, each epoch over the link.
         if srv.shutil.which("curl"):
-            assert re.search(rf"pipe:curl, epoch {e}" + rate, out), out
-        assert re.search(rf"webdataset pkg, epoch {e}" + rate, out), out
+            assert re.search(rf"pipe:curl, epoch {e}" + rate + cpu, out, re.M), out
+        assert re.search(rf"webdataset pkg, epoch {e}" + rate + cpu, out, re.M), out
     # A sparse Subset: its one shard's 3 members by range under "auto" (neighbours merged into
     # fewer requests), none with 0.
     sub = r" *: +[0-9.]+ s, first batch [0-9.]+ s, 3 images, "
@@ -890,6 +894,119 @@ def test_range_reads_follow_the_plans_order_of_shards(nginx, proxy, shards, tmp_
     finally:
         proxy.release("/train-000000.tar")
     assert [v for _, y in it for v in y.tolist()] == [ds.targets[1], ds.targets[4]]
+
+
+@needs_nginx
+def test_range_reads_and_whole_downloads_share_one_connection_budget(nginx, proxy, shards,
+                                                                     tmp_path):
+    from torch.utils.data import Subset
+
+    # One member of the first shard (by range) and the whole second shard (downloaded): both
+    # start at the epoch's start, and each response takes 0.3 s, so two budgets would overlap.
+    ds = _ranged_behind_proxy(proxy, tmp_path, max_connections=1, range_reads_below=0.5)
+    asked = {n: len(proxy.gets(n)) for n in ("/train-000000.tar", "/train-000001.tar")}
+    proxy.latency_s, proxy.peak_in_flight = 0.3, 0
+    picks = [1] + list(range(12, 24))
+    loader = rl.DataLoader(Subset(ds, picks), batch_size=13)
+    before = loader.stats()["range_requests"]
+    assert [y.tolist() for _, y in loader] == [[ds.targets[i] for i in picks]]
+    first, second = (proxy.gets(n)[asked[n]:] for n in ("/train-000000.tar", "/train-000001.tar"))
+    assert first and all("range" in r for r in first)  # by range
+    assert [("range" in r) for r in second] == [False]  # whole
+    assert loader.stats()["range_requests"] - before == len(first)
+    assert proxy.peak_in_flight == 1
+
+
+def test_shards_of_known_size_land_in_the_order_given_each_at_the_links_pace(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    # Three 2.5 MiB objects over a 25 MB/s link, two connections: two whole downloads at once
+    # would share the link and land together after about 0.2 s; in pieces (two each, taking both
+    # connections), in the order given, the first lands after about 0.1 s.
+    root = tmp_path / "objects"
+    root.mkdir()
+    size = 5 << 19
+    for i in range(3):
+        (root / f"s{i}.tar").write_bytes(os.urandom(size))
+    link = _ThrottledFiles(root, 0.005, 25e6)
+    try:
+        urls = [f"{link.url}/s{i}.tar" for i in range(3)]
+        cache = tmp_path / "cache"
+        t0 = time.monotonic()
+        fetch = _C.BackgroundFetch(urls, str(cache), 0, {"max_connections": 2},
+                                   [(size, None)] * 3)
+        landed = {}
+        while len(landed) < 3 and time.monotonic() - t0 < 10:
+            for p in cache.glob("*-s?.tar"):
+                landed.setdefault(p.name[-6:-4], time.monotonic() - t0)
+            time.sleep(0.002)
+        results = fetch.wait()
+        fetch.close()
+    finally:
+        link.stop()
+    first, second, third = landed["s0"], landed["s1"], landed["s2"]
+    assert first < second < third
+    assert first < 0.6 * third
+    assert [r["size"] for r in results] == [size] * 3
+    assert all(r["attempts"] == 2 for r in results)  # two pieces of at least 1 MiB each
+    for i, r in enumerate(results):
+        assert Path(r["path"]).read_bytes() == (root / f"s{i}.tar").read_bytes()
+
+
+def test_pieces_a_server_does_not_serve_come_whole_and_a_failing_server_fails_once(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    size = 5 << 19  # two pieces with two connections
+    data = os.urandom(size)
+    (tmp_path / "a.tar").write_bytes(data)
+    (tmp_path / "b.tar").write_bytes(data)
+    link = _ThrottledFiles(tmp_path, 0.0, 1e9)
+    proxy = srv.FaultProxy(link.url)
+    proxy.always = {"/a.tar": "norange", "/b.tar": "503"}
+    try:
+        fetch = _C.BackgroundFetch([f"{proxy.url}/a.tar", f"{proxy.url}/b.tar"],
+                                   str(tmp_path / "cache"), 0,
+                                   dict(FAST, max_connections=2), [(size, None)] * 2)
+        a, b = fetch.wait()
+        fetch.close()
+    finally:
+        proxy.stop()
+        link.stop()
+    # The server ignored Range: both pieces refused, then one whole download.
+    assert ["range" in r for r in proxy.gets("/a.tar")] == [True, True, False]
+    assert a["size"] == size and Path(a["path"]).read_bytes() == data
+    # 503 throughout: each piece's retries, and no whole download after them.
+    assert "error" in b and "b.tar" in b["error"] and "gave up after 3" in b["error"]
+    assert len(proxy.gets("/b.tar")) == 6 and all("range" in r for r in proxy.gets("/b.tar"))
+
+
+def test_pieces_of_an_object_that_changed_between_attempts_are_not_spliced(tmp_path):
+    from ringloader import _C
+    from ringloader.bench import _ThrottledFiles
+
+    size = 5 << 19
+    old, new = os.urandom(size), os.urandom(size)
+    path = tmp_path / "a.tar"
+    path.write_bytes(old)
+    link = _ThrottledFiles(tmp_path, 0.0, 1e9)  # its ETag: the file's mtime and size
+    proxy = srv.FaultProxy(link.url)
+    # Both pieces break off half-way, and the object is replaced (same size) meanwhile: their
+    # retries would bring the rest of the new one under one ETag.
+    proxy.faults = {"/a.tar": ["reset", "reset"]}
+    proxy.after_reset = lambda _: (path.write_bytes(new), os.utime(path, ns=(1, time.time_ns())))
+    try:
+        fetch = _C.BackgroundFetch([f"{proxy.url}/a.tar"], str(tmp_path / "cache"), 0,
+                                   dict(FAST, max_connections=2), [(size, None)])
+        [got] = fetch.wait()
+        fetch.close()
+    finally:
+        proxy.stop()
+        link.stop()
+    assert got["size"] == size
+    assert Path(got["path"]).read_bytes() == new  # whole, after the pieces found the change
+    assert "range" not in proxy.gets("/a.tar")[-1]
 
 
 @needs_nginx
