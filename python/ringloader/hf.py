@@ -459,17 +459,51 @@ class HFDataset(_ArrowImages):
 
 
 def _parquet_files(files_or_glob: Any) -> List[str]:
+    """The Parquet files as given: local paths (a glob matched, sorted) or http(s)/s3 URLs
+    (brace patterns such as ``part-{0000..0063}.parquet`` expanded; no glob: an object store
+    is not listed)."""
+    from ._remote import remote_scheme
+    from .webdataset import _expand_braces
+
     if isinstance(files_or_glob, (str, os.PathLike)):
         pattern = os.fspath(files_or_glob)
-        files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
+        if remote_scheme(pattern) is not None:
+            files = _expand_braces(pattern)
+        else:
+            files = sorted(glob.glob(pattern)) if glob.has_magic(pattern) else [pattern]
     else:
         files = [os.fspath(f) for f in files_or_glob]
     if not files:
         raise FileNotFoundError(f"Parquet({files_or_glob!r}): no file matches")
     for f in files:
-        if not os.path.isfile(f):
+        if remote_scheme(f) is not None:
+            if any(c in f for c in "*?["):
+                raise ValueError(f"Parquet: {f!r}: a URL cannot be a glob (an object store is "
+                                 "not listed); name the files, or use a brace pattern "
+                                 "such as part-{0000..0063}.parquet")
+        elif not os.path.isfile(f):
             raise FileNotFoundError(f"Parquet: no such file {f!r}")
     return files
+
+
+def _download(files: List[str], download_dir: Optional[str], ca_file: Optional[str],
+              remote_options: Optional[dict]) -> List[str]:
+    """The local path of each of ``files``: remote ones fetched natively into the shard cache
+    (``download_dir``, default that of remote WebDataset shards; one download per file per
+    node, kept there and read from there by later runs), local ones as they are."""
+    from ._remote import _FATAL, RemoteFetcher, remote_scheme
+
+    remote = [f for f in files if remote_scheme(f) is not None]
+    if not remote:
+        return files
+    fetcher = RemoteFetcher(download_dir, None, ca_file, remote_options)
+    local = {}
+    for url, result in zip(remote, fetcher.fetch(remote)):
+        if "error" in result:
+            kind = _FATAL.get(result.get("code", ""), OSError)
+            raise kind(f"Parquet: cannot fetch {url}: {result['error']}")
+        local[url] = result["path"]
+    return [local.get(f, f) for f in files]
 
 
 def default_parquet_cache() -> str:
@@ -580,34 +614,39 @@ class Parquet(_ArrowImages):
     The columns used are read with pyarrow once, one row group at a time, into a memory-mapped
     Arrow file under ``cache_dir`` (default ``~/.cache/ringloader/parquet``; reused while the
     Parquet file is unchanged): an epoch in any order reads no row group again, and the bytes
-    are held by the page cache, not by the process."""
+    are held by the page cache, not by the process. ``http(s)://`` and ``s3://`` URLs (brace
+    patterns expanded) are downloaded natively into ``download_dir`` first (default: the remote
+    shards' cache folder; ``ca_file``, ``remote_options`` as for :class:`WebDataset`)."""
 
     def __init__(self, files_or_glob: Any, transform: Any = None, image_column: str = "image",
                  label_column: Optional[str] = "label", target_transform: Any = None,
                  columns: Optional[Sequence[str]] = None, mode: str = "RGB",
-                 cache_dir: Optional[str] = None):
+                 cache_dir: Optional[str] = None, download_dir: Optional[str] = None,
+                 ca_file: Optional[str] = None, remote_options: Optional[dict] = None):
         import pyarrow.parquet as pq
 
         self.files = _parquet_files(files_or_glob)
         cache_dir = default_parquet_cache() if cache_dir is None else os.fspath(cache_dir)
+        download_dir = None if download_dir is None else os.fspath(download_dir)
+        paths = _download(self.files, download_dir, ca_file, remote_options)
         images: List[_ImageColumn] = []
         labels: List[np.ndarray] = []
         extra: List[List[Any]] = []
         groups: List[np.ndarray] = []
-        for path in self.files:
+        for name, path in zip(self.files, paths):
             try:
                 reader = pq.ParquetFile(path)
             except Exception as exc:
-                raise ValueError(f"Parquet: {path!r} is not a readable Parquet file: {exc}") from exc
+                raise ValueError(f"Parquet: {name!r} is not a readable Parquet file: {exc}") from exc
             wanted = _check_columns(reader.schema_arrow, image_column, columns,
-                                    f"Parquet({path!r})")
+                                    f"Parquet({name!r})")
             read = list(dict.fromkeys([image_column] + ([label_column] if label_column else [])
                                       + wanted))
             table = _arrow_copy(path, read, cache_dir)
             groups.append(np.cumsum([0] + [reader.metadata.row_group(g).num_rows
                                            for g in range(reader.num_row_groups)]))
             images.append(_image_column(table.column(image_column), image_column))
-            label = _label_array(table, label_column, f"Parquet({path!r})")
+            label = _label_array(table, label_column, f"Parquet({name!r})")
             if label is not None:
                 labels.append(label)
             extra.append([table.column(c) for c in wanted])
@@ -616,13 +655,16 @@ class Parquet(_ArrowImages):
                          [_Values(_chained([e[k] for e in extra])) for k in range(len(extra[0]))],
                          None, transform, target_transform, mode,
                          f"Parquet({len(self.files)} files)")
-        self._args = (image_column, label_column, list(columns or []), cache_dir)
+        self._args = (image_column, label_column, list(columns or []), cache_dir, download_dir,
+                      ca_file, remote_options)
 
     def __reduce__(self) -> Any:
-        # Rebuilt from the files: the Arrow copies are mapped again, no row is pickled.
-        image_column, label_column, columns, cache_dir = self._args
+        # Rebuilt from the files: the Arrow copies are mapped again, no row is pickled (a remote
+        # file is found in the download cache).
+        image_column, label_column, columns, cache_dir, download_dir, ca_file, remote = self._args
         return (Parquet, (self.files, self.transform, image_column, label_column,
-                          self.target_transform, columns, self.mode, cache_dir))
+                          self.target_transform, columns, self.mode, cache_dir, download_dir,
+                          ca_file, remote))
 
     def __repr__(self) -> str:
         return f"ringloader.{self._name}(rows={len(self)})"

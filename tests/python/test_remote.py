@@ -1045,3 +1045,50 @@ def test_auto_reads_a_sparse_subset_by_range_and_measures_the_link(nginx, shards
     assert 0 < link["latency_s"] < 5 and link["bytes_per_s"] > 0
     assert f"remote:  {nginx.url}: " in loader.describe()
     assert not any(os.path.exists(p) for p in ds.shard_paths)
+
+
+@needs_nginx
+def test_parquet_files_over_http_read_like_local_ones(tmp_path, unique_tree):
+    """``rl.Parquet`` takes http(s)/s3 URLs as WebDataset does (brace patterns, no globs): each
+    file is fetched natively into the download cache once, then converted and read as a local
+    file; a missing object is a FileNotFoundError naming its URL."""
+    import pickle
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import torch
+
+    if srv.OPENSSL is None:
+        pytest.skip("openssl is not installed (it makes the test certificate)")
+    root = tmp_path / "www"
+    root.mkdir()
+    samples = rl.ImageFolder(str(unique_tree)).samples[:10]
+    for k, part in enumerate((samples[:6], samples[6:])):
+        table = pa.table({"image": [{"bytes": Path(p).read_bytes(), "path": None} for p, _ in part],
+                          "label": [int(c) for _, c in part]})
+        pq.write_table(table, root / f"part-{k}.parquet", row_group_size=4)
+    server = srv.Nginx(root, tmp_path / "nginx")
+    try:
+        downloads = tmp_path / "downloads"
+        remote = rl.Parquet(server.url + "/part-{0..1}.parquet", transform=TRANSFORM,
+                            cache_dir=tmp_path / "copies", download_dir=downloads)
+        local = rl.Parquet([root / "part-0.parquet", root / "part-1.parquet"],
+                           transform=TRANSFORM, cache_dir=tmp_path / "local-copies")
+        assert remote.files == [server.url + f"/part-{k}.parquet" for k in range(2)]
+        assert len(remote) == len(local) == 10
+        assert any(f.is_file() for f in downloads.rglob("*"))  # fetched into download_dir
+        for (a, la), (b, lb) in zip(rl.DataLoader(remote, batch_size=5),
+                                    rl.DataLoader(local, batch_size=5)):
+            assert torch.equal(a, b) and torch.equal(la, lb)
+        # A pickled copy (a spawned process's) finds the files in the download cache.
+        again = pickle.loads(pickle.dumps(remote))
+        a, _ = next(iter(rl.DataLoader(again, batch_size=10)))
+        b, _ = next(iter(rl.DataLoader(local, batch_size=10)))
+        assert torch.equal(a, b)
+        with pytest.raises(FileNotFoundError, match=r"part-9\.parquet"):
+            rl.Parquet(server.url + "/part-9.parquet", cache_dir=tmp_path / "copies",
+                       download_dir=downloads, remote_options=FAST)
+        with pytest.raises(ValueError, match="cannot be a glob"):
+            rl.Parquet(server.url + "/part-*.parquet", cache_dir=tmp_path / "copies")
+    finally:
+        server.stop()
