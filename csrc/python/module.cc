@@ -1009,21 +1009,26 @@ py::list FetchShards(const std::vector<std::string>& urls, const std::string& ca
   return CachedShardDicts(got);
 }
 
-/// Remote shards' wanted members by range into sparse copies while the epoch reads
-/// (io/range_reads.h); close() (or the object's end) cancels what is left and joins.
-struct PyBackgroundRanges {
-  std::unique_ptr<BackgroundRanges> fetch;
+/// A native transfer thread owned by a Python object: close() (or the object's end) cancels
+/// what is left and joins, without the GIL. A forked child never joins its parent's thread.
+template <typename Transfers>
+struct PyBackground {
+  std::unique_ptr<Transfers> fetch;
   pid_t pid = getpid();
   void Close() {
     if (getpid() != pid) {
-      (void)fetch.release();  // a forked child: its thread is the parent's, not joinable here
+      (void)fetch.release();  // a forked child: its threads are the parent's, not joinable here
       return;
     }
     py::gil_scoped_release release;
     fetch.reset();
   }
-  ~PyBackgroundRanges() { Close(); }
+  ~PyBackground() { Close(); }
 };
+
+/// Remote shards' wanted members by range into sparse copies while the epoch reads
+/// (io/range_reads.h).
+using PyBackgroundRanges = PyBackground<BackgroundRanges>;
 
 py::dict LinkEstimateDict(const LinkEstimate& link) {
   py::dict d;
@@ -1035,21 +1040,8 @@ py::dict LinkEstimateDict(const LinkEstimate& link) {
   return d;
 }
 
-/// An epoch's downloads on a native thread (io/pending_downloads.h); close() (or the object's
-/// end) cancels what is left and joins.
-struct PyBackgroundFetch {
-  std::unique_ptr<BackgroundFetch> fetch;
-  pid_t pid = getpid();
-  void Close() {
-    if (getpid() != pid) {
-      (void)fetch.release();  // a forked child: its threads are the parent's, not joinable here
-      return;
-    }
-    py::gil_scoped_release release;
-    fetch.reset();
-  }
-  ~PyBackgroundFetch() { Close(); }
-};
+/// An epoch's downloads on a native thread (io/pending_downloads.h).
+using PyBackgroundFetch = PyBackground<BackgroundFetch>;
 
 }  // namespace
 }  // namespace ringloader
