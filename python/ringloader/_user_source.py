@@ -459,15 +459,10 @@ class UserSource(NativeDataset):
     def describe(self) -> str:
         """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
         views each, and how many are held in memory (ImageBytes) rather than read from files."""
-        if self.memory is None:
-            in_memory = 0
-        elif isinstance(self.memory, tuple):
-            in_memory = int(np.count_nonzero(np.asarray(self.memory[1]) >= 0))
-        else:
-            in_memory = sum(m is not None for m in self.memory)
+        held = in_memory(self.memory)
         return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "
                 f"{len(self.view_transforms)} view(s) of {1 + max(self.view_files)} file(s) a "
-                f"sample, {in_memory} in memory")
+                f"sample, {0 if held is None else int(np.count_nonzero(held))} in memory")
 
     def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:
         """A sample held in memory by a columnar source has no path: its error names the row
