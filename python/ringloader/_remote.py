@@ -273,9 +273,10 @@ _FATAL = {"not_found": FileNotFoundError, "permission_denied": PermissionError,
           "invalid_argument": ValueError, "failed_precondition": RuntimeError}
 
 
-def raise_if_fatal(result: Dict[str, Any]) -> None:
+def raise_if_fatal(result: Dict[str, Any], what: str = "WebDataset shard") -> None:
     """Raises the Python error of a result whose failure is not worth retrying later (a 404, a
-    403, a bad URL, a TLS certificate refused); transient failures are left to the caller."""
+    403, a bad URL, a TLS certificate refused), its message ``what: error``; transient failures
+    are left to the caller."""
     kind = _FATAL.get(result.get("code", ""))
     if kind is not None:
-        raise kind(f"WebDataset shard: {result['error']}")
+        raise kind(f"{what}: {result['error']}")

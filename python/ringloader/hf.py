@@ -491,7 +491,7 @@ def _download(files: List[str], download_dir: Optional[str], ca_file: Optional[s
     """The local path of each of ``files``: remote ones fetched natively into the shard cache
     (``download_dir``, default that of remote WebDataset shards; one download per file per
     node, kept there and read from there by later runs), local ones as they are."""
-    from ._remote import _FATAL, RemoteFetcher, remote_scheme
+    from ._remote import RemoteFetcher, raise_if_fatal, remote_scheme
 
     remote = [f for f in files if remote_scheme(f) is not None]
     if not remote:
@@ -500,8 +500,8 @@ def _download(files: List[str], download_dir: Optional[str], ca_file: Optional[s
     local = {}
     for url, result in zip(remote, fetcher.fetch(remote)):
         if "error" in result:
-            kind = _FATAL.get(result.get("code", ""), OSError)
-            raise kind(f"Parquet: cannot fetch {url}: {result['error']}")
+            raise_if_fatal(result, f"Parquet: cannot fetch {url}")
+            raise OSError(f"Parquet: cannot fetch {url}: {result['error']}")  # after the retries
         local[url] = result["path"]
     return [local.get(f, f) for f in files]
 
