@@ -22,6 +22,9 @@
 namespace ringloader {
 namespace {
 
+// A deferred row handed over without image bytes (a null image cell).
+constexpr char kNoRowBytes[] = "the row has no image bytes (null)";
+
 // Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
 // wide, since the rings of different loaders share one address space. fork() takes it first
 // (pthread_atfork), so a child never inherits it held by a thread that does not exist there.
@@ -54,8 +57,18 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 }
 
 absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
-                             StreamCache* streams, const std::atomic<bool>* cancel) {
+                             StreamCache* streams, const std::atomic<bool>* cancel,
+                             const DeferredRows* deferred) {
   if (!sample.error.empty()) return absl::DataLossError(sample.error);
+  if (sample.source == SourceKind::kDeferred) {
+    if (deferred == nullptr) return absl::FailedPreconditionError("a deferred row without its groups");
+    RL_ASSIGN_OR_RETURN(const DeferredRows::Row row,
+                        deferred->Get(sample.group, static_cast<int64_t>(sample.offset)));
+    if (row.length < 0) return absl::DataLossError(kNoRowBytes);
+    buffer->Resize(static_cast<size_t>(row.length));
+    if (row.length > 0) std::memcpy(buffer->data(), row.data, static_cast<size_t>(row.length));
+    return absl::OkStatus();
+  }
   if (sample.source == SourceKind::kMemory) {
     buffer->Resize(static_cast<size_t>(sample.length));
     if (sample.length > 0) std::memcpy(buffer->data(), sample.memory, static_cast<size_t>(sample.length));
@@ -548,6 +561,22 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
       // is in memory (unless every file is).
       const bool reads_more =
           std::any_of(sample.more_files.begin(), sample.more_files.end(), ReadFromDisk);
+      if (sample.source == SourceKind::kDeferred && sample.error.empty()) {
+        // A row handed over with its group: wait here until the group is (this reader's reads
+        // in flight are handed on first), then the decoder takes it where it lies.
+        if (!ctx.deferred->Held(sample.group)) {
+          if (!may_block) break;
+          const auto wait_start = Clock::now();
+          GaugeScope waiting(gauges.readers_streaming);
+          absl::Status held = ctx.deferred->WaitFor(sample.group, &cancel);
+          idle_ns += NanosSince(wait_start);
+          if (!held.ok()) return;  // cancelled
+        }
+        pending.reset();
+        GaugeScope handing(gauges.readers_handing_on);
+        if (!decode_queue.Push(DecodeItem{request, -1, absl::OkStatus()})) return;
+        continue;
+      }
       if (!sample.error.empty() || (sample.source == SourceKind::kMemory && !reads_more)) {
         // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
         // buffer (the decoder reads a memory sample where it is).
@@ -656,15 +685,34 @@ void Epoch::Decode() {
       const auto start = Clock::now();
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
       const bool in_memory = sample.source == SourceKind::kMemory;
-      const uint8_t* data = in_memory ? sample.memory : buffers[static_cast<size_t>(item->buffer)].data();
-      const size_t size = in_memory ? static_cast<size_t>(sample.length)
-                                    : buffers[static_cast<size_t>(item->buffer)].size();
-      static const std::vector<ByteBuffer> kNoMore;
-      const std::vector<EncodedFile> files = FilesOf(
-          sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
-      uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-      status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
-                         ctx.counters);
+      const uint8_t* data = in_memory ? sample.memory : nullptr;
+      size_t size = in_memory ? static_cast<size_t>(sample.length) : 0;
+      if (!in_memory && item->buffer >= 0) {
+        data = buffers[static_cast<size_t>(item->buffer)].data();
+        size = buffers[static_cast<size_t>(item->buffer)].size();
+      }
+      // A deferred row is held (its group's bytes stay) until it is decoded, then counted done.
+      absl::StatusOr<DeferredRows::Row> row;
+      if (sample.source == SourceKind::kDeferred) {
+        row = ctx.deferred->Get(sample.group, static_cast<int64_t>(sample.offset));
+        if (!row.ok()) {
+          status = row.status();
+        } else if (row->length < 0) {
+          status = absl::DataLossError(kNoRowBytes);
+        } else {
+          data = row->data;
+          size = static_cast<size_t>(row->length);
+        }
+      }
+      if (status.ok()) {
+        static const std::vector<ByteBuffer> kNoMore;
+        const std::vector<EncodedFile> files = FilesOf(
+            sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
+        uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
+        status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
+                           ctx.counters);
+      }
+      if (row.ok()) ctx.deferred->Done(sample.group, *row);
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
     // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -749,15 +797,25 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
   const uint64_t sample_seed = RowSeed(request);
   // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
   // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
-  const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(n, kReplaceWalk));
   const uint64_t walk_from = Mix64(sample_seed + 16);
+  // A deferred row's substitutes come from its own group, held while it is being decoded (the
+  // dataset's other groups may be nowhere in memory).
+  int64_t first = 0, count = n;
+  const Sample& failed = (*ctx.samples)[static_cast<size_t>(request.index)];
+  if (failed.source == SourceKind::kDeferred) {
+    absl::StatusOr<DeferredRows::Row> row0 = ctx.deferred->Get(failed.group, 0);
+    if (!row0.ok()) return cause;
+    first = request.index - static_cast<int64_t>(failed.offset);
+    count = static_cast<int64_t>(row0->group->starts.size());
+  }
+  const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(count, kReplaceWalk));
   for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
     const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
-    const int64_t substitute = static_cast<int64_t>(draw % static_cast<uint64_t>(n));
+    const int64_t substitute = first + static_cast<int64_t>(draw % static_cast<uint64_t>(count));
     if (substitute == request.index) continue;
     absl::Status status = ReadSampleBytes((*ctx.samples)[static_cast<size_t>(substitute)],
                                           ctx.options->max_file_bytes, &bytes, ctx.streams,
-                                          &cancel);
+                                          &cancel, ctx.deferred);
     if (IsStaleIndex(status)) {
       // The substitute's shard has a stale index: no substitute of it may stand in, nor may the epoch go on.
       Fail(status);

@@ -42,6 +42,7 @@
 #include "pipeline/bounded_queue.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/views.h"
+#include "ringloader/deferred_rows.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
@@ -100,9 +101,12 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 inline constexpr int64_t kReplaceWalk = 256;
 
 // Reads one sample's bytes synchronously (substitutes, single-sample decode): its byte range,
-// or the whole file, or its member of a `pipe:` stream; a known-bad sample fails with its error.
+// or the whole file, or its member of a `pipe:` stream, or its deferred row when its group is
+// held now (FailedPrecondition when not: nothing waits for it); a known-bad sample fails with
+// its error.
 absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
-                             StreamCache* streams, const std::atomic<bool>* cancel);
+                             StreamCache* streams, const std::atomic<bool>* cancel,
+                             const DeferredRows* deferred = nullptr);
 
 // The decoder a decode worker (or a single-sample decode) uses, set up from the loader's
 // options: the one place LoaderOptions reach the decoder, so every path decodes alike.
@@ -204,6 +208,7 @@ struct EpochContext {
   SlotPool* pool = nullptr;
   DeviceStager* stager = nullptr;     // null: host path (Next takes from the window)
   StreamCache* streams = nullptr;     // the loader's `pipe:` streams
+  DeferredRows* deferred = nullptr;   // the loader's kDeferred groups (null: none)
   bool has_pipes = false;             // some sample is a member of a `pipe:` stream
   int prefetch_cap = 0;               // depth auto_prefetch may grow to
   LoaderCounters* counters = nullptr;  // the loader's (an epoch's own are Epoch::own_counters)

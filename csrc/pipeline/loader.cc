@@ -23,6 +23,7 @@
 #include "decode/clean_scans.h"
 #include "decode/image_decoder.h"
 #include "io/child_process.h"
+#include "ringloader/deferred_rows.h"
 #include "io/range_reads.h"
 #include "io/reader.h"
 #include "io/stream_cache.h"
@@ -77,7 +78,10 @@ class Loader::Impl {
   Impl(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
        std::shared_ptr<const ViewSet> views, NumaPlacement placement,
        std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
-  ~Impl() { Stop(); }
+  ~Impl() {
+    if (deferred_) deferred_->Close();  // a feeder waiting for room returns
+    Stop();
+  }
 
   absl::Status StartEpoch(int64_t epoch, int64_t first_batch);
   absl::Status StartEpoch(int64_t epoch, uint64_t seed, std::vector<int64_t> indices,
@@ -96,6 +100,7 @@ class Loader::Impl {
   const LoaderOptions& options() const { return options_; }
   const TransformPipeline& pipeline() const { return pipeline_; }
   const ViewSet* views() const { return views_.get(); }
+  DeferredRows* deferred_rows() const { return deferred_.get(); }
   size_t row_bytes() const { return views_ ? views_->row_bytes : pipeline_.SampleBytes(); }
   LoaderStats Stats() const;
   absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
@@ -149,6 +154,7 @@ class Loader::Impl {
   std::vector<ByteBuffer> buffers_[2];
   bool has_pipes_ = false;           // some sample is a member of a `pipe:` stream
   std::unique_ptr<StreamCache> streams_;  // those streams' commands (one per pipe path)
+  std::unique_ptr<DeferredRows> deferred_;  // kDeferred samples' groups (null: none)
   std::unique_ptr<LoaderCounters> counters_;
   std::unique_ptr<Epoch> epoch_;   // written by the consumer thread only, under handoff_mu_
   // The hand-off between the epoch in progress and the queued one: queued_, and each epoch's
@@ -169,6 +175,7 @@ EpochContext Loader::Impl::Context() {
   ctx.pool = pool_.get();
   ctx.stager = stager_.get();
   ctx.streams = streams_.get();
+  ctx.deferred = deferred_.get();
   ctx.has_pipes = has_pipes_;
   ctx.prefetch_cap = prefetch_cap_;
   ctx.counters = counters_.get();
@@ -215,6 +222,35 @@ absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
   return PlanAutoThreads(options, placement);
 }
 
+namespace {
+
+// kDeferred samples: each group's rows are consecutive samples, row 0 first (Epoch::Replace
+// finds a group's rows from one of them), several-file samples are not deferred.
+absl::Status CheckDeferredGroups(const std::vector<Sample>& samples) {
+  std::vector<int64_t> first;  // per group: the sample index of its row 0 (-1: none seen)
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const Sample& s = samples[i];
+    if (s.source != SourceKind::kDeferred) continue;
+    const int64_t row = static_cast<int64_t>(s.offset);
+    if (s.group < 0 || row > static_cast<int64_t>(i) || !s.more_files.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, " (", s.path, ") is deferred with group ", s.group, " row ", row,
+          s.more_files.empty() ? "" : " and several files", ": expected a group >= 0 and one file"));
+    }
+    if (static_cast<size_t>(s.group) >= first.size()) first.resize(static_cast<size_t>(s.group) + 1, -1);
+    int64_t& base = first[static_cast<size_t>(s.group)];
+    if (base == -1) base = static_cast<int64_t>(i) - row;
+    if (base != static_cast<int64_t>(i) - row) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, " (", s.path, ") is row ", row, " of group ", s.group, ", whose row 0 is sample ",
+          base, ": a group's rows must be consecutive samples"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
@@ -227,6 +263,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     if (samples[i].source != SourceKind::kPipe) continue;
     RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
   }
+  RL_RETURN_IF_ERROR(CheckDeferredGroups(samples));
   std::shared_ptr<const ViewSet> views;
   if (!options.views.empty()) {
     if (!options.transform.empty() || options.variable_size) {
@@ -335,7 +372,12 @@ Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, Transform
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
       counters_(std::make_unique<LoaderCounters>()) {
-  for (const Sample& s : samples_) has_pipes_ = has_pipes_ || s.source == SourceKind::kPipe;
+  int64_t groups = 0;
+  for (const Sample& s : samples_) {
+    has_pipes_ = has_pipes_ || s.source == SourceKind::kPipe;
+    if (s.source == SourceKind::kDeferred) groups = std::max<int64_t>(groups, s.group + 1);
+  }
+  if (groups > 0) deferred_ = std::make_unique<DeferredRows>(groups);
   streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
   const int node = placement_->node;
   // Device staging copies from the slots, so it wants them page-locked (asynchronous DMA).
@@ -600,6 +642,16 @@ LoaderStats Loader::Impl::Stats() const {
   const RangeFetchResult ranges = RangeReadTotals();
   s.range_requests = ranges.requests;
   s.range_bytes = ranges.bytes;
+  if (deferred_) {
+    const DeferredRows::Counts rows = deferred_->counts();
+    s.row_groups_read = rows.groups_attached;
+    s.row_group_bytes_read = rows.bytes_attached;
+    s.row_group_bytes_held = rows.bytes_held;
+    s.row_group_bytes_peak = rows.peak_bytes_held;
+    s.row_group_waits = rows.reader_waits;
+    s.row_group_wait_seconds = rows.reader_wait_seconds;
+    s.row_groups_over_budget = rows.over_budget;
+  }
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
   s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;
@@ -676,7 +728,8 @@ absl::Status Loader::Impl::DecodeSample(int64_t index, uint64_t seed, int64_t ep
   const Sample& sample = samples_[static_cast<size_t>(index)];
   const std::string& path = sample.path;
   ByteBuffer buffer;
-  absl::Status status = ReadSampleBytes(sample, options_.max_file_bytes, &buffer, streams_.get(), nullptr);
+  absl::Status status =
+      ReadSampleBytes(sample, options_.max_file_bytes, &buffer, streams_.get(), nullptr, deferred_.get());
   if (status.ok()) {
     const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(options_);
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
@@ -723,6 +776,7 @@ int64_t Loader::num_batches() const { return impl_->num_batches(); }
 int64_t Loader::next_batch() const { return impl_->next_batch(); }
 int64_t Loader::dataset_size() const { return impl_->dataset_size(); }
 const LoaderOptions& Loader::options() const { return impl_->options(); }
+DeferredRows* Loader::deferred_rows() const { return impl_->deferred_rows(); }
 int Loader::output_height() const { return impl_->pipeline().out_h(); }
 int Loader::output_width() const { return impl_->pipeline().out_w(); }
 DType Loader::dtype() const { return impl_->pipeline().dtype(); }

@@ -25,6 +25,13 @@ namespace ringloader {
   X(stream_restarts) \
   X(range_requests) \
   X(range_bytes) \
+  X(row_groups_read) \
+  X(row_group_bytes_read) \
+  X(row_group_bytes_held) \
+  X(row_group_bytes_peak) \
+  X(row_group_waits) \
+  X(row_group_wait_seconds) \
+  X(row_groups_over_budget) \
   X(read_seconds) \
   X(decode_seconds) \
   X(wait_seconds) \

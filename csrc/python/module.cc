@@ -711,6 +711,76 @@ class PyLoader {
     return d;
   }
 
+  // ---- deferred rows (DeferredRows): the feeder's side, for a source read a group at a time ----
+
+  DeferredRows& Deferred() const {
+    DeferredRows* rows = loader_->deferred_rows();
+    if (rows == nullptr) throw py::value_error("this loader has no deferred rows");
+    return *rows;
+  }
+
+  // Group `group`'s rows as (buffers, which, starts, lengths) like columnar `memory` (which -1:
+  // a row without bytes), copied into one block the loader owns, for `uses` decodes.
+  void DeferredAttach(int64_t group, const py::sequence& buffers, const py::object& which_obj,
+                      const py::object& starts_obj, const py::object& lengths_obj, int64_t uses) {
+    DeferredRows& rows = Deferred();
+    std::vector<py::buffer_info> views;
+    for (py::handle b : buffers) {
+      if (!PyObject_CheckBuffer(b.ptr())) throw py::type_error("deferred buffers must be bytes-like");
+      views.push_back(py::reinterpret_borrow<py::buffer>(b).request());
+    }
+    using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+    Ints which = Ints::ensure(which_obj), starts = Ints::ensure(starts_obj), lengths = Ints::ensure(lengths_obj);
+    if (!which || !starts || !lengths || which.ndim() != 1 || starts.size() != which.size() ||
+        lengths.size() != which.size()) {
+      PyErr_Clear();
+      throw py::value_error("deferred rows must be three integer arrays of one length (which, starts, lengths)");
+    }
+    const size_t n = static_cast<size_t>(which.size());
+    auto group_rows = std::make_shared<DeferredRows::Group>();
+    group_rows->starts.resize(n);
+    group_rows->lengths.resize(n);
+    int64_t total = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const int64_t b = which.data()[r], start = starts.data()[r], length = lengths.data()[r];
+      if (b == -1) {
+        group_rows->starts[r] = 0;
+        group_rows->lengths[r] = -1;
+        continue;
+      }
+      if (b < 0 || b >= static_cast<int64_t>(views.size())) {
+        throw py::value_error(absl::StrCat("deferred row ", r, ": buffer ", b, " of ", views.size()));
+      }
+      const int64_t size = views[static_cast<size_t>(b)].size * views[static_cast<size_t>(b)].itemsize;
+      if (start < 0 || length < 0 || start > size - length) {
+        throw py::value_error(absl::StrCat("deferred row ", r, " (bytes ", start, " + ", length,
+                                           ") lies outside buffer ", b, " of ", size, " bytes"));
+      }
+      group_rows->starts[r] = total;
+      group_rows->lengths[r] = length;
+      total += length;
+    }
+    absl::Status status;
+    {
+      py::gil_scoped_release release;  // the buffers stay exported (views) while this copies
+      group_rows->bytes.resize(static_cast<size_t>(total));
+      for (size_t r = 0; r < n; ++r) {
+        if (group_rows->lengths[r] <= 0) continue;
+        const auto* base = static_cast<const uint8_t*>(views[static_cast<size_t>(which.data()[r])].ptr);
+        std::memcpy(group_rows->bytes.data() + group_rows->starts[r], base + starts.data()[r],
+                    static_cast<size_t>(group_rows->lengths[r]));
+      }
+      status = rows.Attach(group, std::move(group_rows), uses);
+    }
+    ThrowIfError(status);
+  }
+
+  bool DeferredWaitRoom(int64_t group, int64_t incoming, int64_t budget, double timeout) {
+    DeferredRows& rows = Deferred();
+    py::gil_scoped_release release;
+    return rows.WaitForRoom(group, incoming, budget, absl::Seconds(std::max(0.0, timeout)));
+  }
+
   int64_t num_batches() const { return loader_->num_batches(); }
   int64_t next_batch() const { return loader_->next_batch(); }
   int64_t batches_per_epoch() const { return loader_->BatchesPerEpoch(); }
@@ -839,9 +909,21 @@ class PyLoader {
       const int64_t b = which.data()[i];
       if (b == -1) continue;
       const int64_t start = starts.data()[i], length = lengths.data()[i];
+      if (b == -2) {
+        // Deferred: row `length` of group `start`, handed over while epochs run (DeferredRows).
+        if (start < 0 || start > INT32_MAX || length < 0) {
+          throw py::value_error(absl::StrCat("memory row ", i, " is deferred with group ", start, " row ", length,
+                                             "; expected a group in [0, 2^31) and a row >= 0"));
+        }
+        Sample& sample = (*samples)[i];
+        sample.source = SourceKind::kDeferred;
+        sample.group = static_cast<int32_t>(start);
+        sample.offset = static_cast<uint64_t>(length);
+        continue;
+      }
       if (b < -1 || b >= static_cast<int64_t>(buffers.size())) {
-        throw py::value_error(absl::StrCat("memory which[", i, "] is ", b, "; expected -1 (read the path) or a "
-                                           "buffer index below ", buffers.size()));
+        throw py::value_error(absl::StrCat("memory which[", i, "] is ", b, "; expected -1 (read the path), -2 "
+                                           "(deferred) or a buffer index below ", buffers.size()));
       }
       if (start < 0 || length < 0 || start > buffers[b].second - length) {
         throw py::value_error(absl::StrCat("memory row ", i, " (bytes ", start, " + ", length,
@@ -1116,6 +1198,14 @@ PYBIND11_MODULE(_C, m) {
            "One sample (any output size) with the augmentation seed of (seed, epoch, key); "
            "key defaults to the index.")
       .def("stats", &PyLoader::Stats)
+      .def("deferred_attach", &PyLoader::DeferredAttach, py::arg("group"), py::arg("buffers"), py::arg("which"),
+           py::arg("starts"), py::arg("lengths"), py::arg("uses"),
+           "Hands over a deferred group's rows (copied), for `uses` decodes.")
+      .def("deferred_wait_room", &PyLoader::DeferredWaitRoom, py::arg("group"), py::arg("incoming"),
+           py::arg("budget"), py::arg("timeout"),
+           "True when `incoming` bytes fit the budget, or a reader waits for `group`.")
+      .def("deferred_held", [](const PyLoader& l, int64_t group) { return l.Deferred().Held(group); })
+      .def("deferred_clear", [](const PyLoader& l) { l.Deferred().Clear(); })
       .def_property_readonly("num_batches", &PyLoader::num_batches)
       .def_property_readonly("next_batch", &PyLoader::next_batch)
       .def_property_readonly("batches_per_epoch", &PyLoader::batches_per_epoch)

@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ringloader/deferred_rows.h"
 #include "ringloader/transform_step.h"
 #include "ringloader/types.h"
 
@@ -89,6 +90,9 @@ class Loader {
   /// Next batch number Next() will deliver.
   int64_t next_batch() const;
   int64_t dataset_size() const;
+  /// The groups of the dataset's SourceKind::kDeferred samples, which a feeder hands over while
+  /// epochs run (null when no sample is deferred). Owned by the loader.
+  DeferredRows* deferred_rows() const;
   const LoaderOptions& options() const;
   /// One sample's output: 3 x output_height() x output_width() in dtype() and layout() (0 x 0
   /// when it depends on the image: LoaderOptions::variable_size).

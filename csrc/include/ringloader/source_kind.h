@@ -13,6 +13,8 @@ enum class SourceKind : uint8_t {
   kFile = 0,  ///< A local file (or a byte range of one).
   kPipe = 1,  ///< `pipe:COMMAND`: the stdout of `/bin/sh -c COMMAND`.
   kMemory = 2,  ///< Bytes in memory the caller owns (Sample::memory); `path` only names them.
+  kDeferred = 3,  ///< Row Sample::offset of group Sample::group, handed over while an epoch runs
+                  ///< (DeferredRows); `path` only names it.
 };
 
 /// The prefix of a kPipe source's path: `pipe:COMMAND`.

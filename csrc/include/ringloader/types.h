@@ -52,6 +52,9 @@ struct Sample {
   /// of `length` bytes: anything else means the index the range came from is out of date, and the
   /// epoch fails with IsStaleIndex.
   bool tar_member = false;
+  /// kDeferred: the group whose row `offset` this sample is (see DeferredRows). The rows of a
+  /// group are consecutive samples, row 0 first.
+  int32_t group = -1;
   /// kMemory: the encoded image is `memory[0, length)`, owned by the caller and unchanged while
   /// the loader exists; nothing is read (the decoders work on it directly).
   const uint8_t* memory = nullptr;
@@ -336,6 +339,15 @@ struct LoaderStats {
   /// wanted a few members (io/range_reads.h); totals of the process, not of this loader.
   int64_t range_requests = 0;
   int64_t range_bytes = 0;
+  /// Deferred rows (DeferredRows): groups handed over (and their bytes), bytes held now and at
+  /// most, times a reader waited for a group and for how long, groups let in over the budget.
+  int64_t row_groups_read = 0;
+  int64_t row_group_bytes_read = 0;
+  int64_t row_group_bytes_held = 0;
+  int64_t row_group_bytes_peak = 0;
+  int64_t row_group_waits = 0;
+  double row_group_wait_seconds = 0;
+  int64_t row_groups_over_budget = 0;
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
   double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
   double wait_seconds = 0;       ///< Consumer blocked in Next().

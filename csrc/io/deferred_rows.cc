@@ -1,0 +1,140 @@
+#include "ringloader/deferred_rows.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+
+namespace ringloader {
+
+absl::Status DeferredRows::CheckGroup(int64_t group) const {
+  if (group < 0 || group >= num_groups()) {
+    return absl::InvalidArgumentError(absl::StrCat("row group ", group, " is outside [0, ", num_groups(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> rows, int64_t uses) {
+  if (absl::Status s = CheckGroup(group); !s.ok()) return s;
+  if (uses < 1) return absl::InvalidArgumentError(absl::StrCat("row group ", group, ": uses ", uses, " < 1"));
+  if (rows == nullptr || rows->starts.size() != rows->lengths.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("row group ", group, ": starts and lengths differ in length"));
+  }
+  const int64_t size = static_cast<int64_t>(rows->bytes.size());
+  for (size_t r = 0; r < rows->starts.size(); ++r) {
+    const int64_t start = rows->starts[r], length = rows->lengths[r];
+    if (length == -1) continue;
+    if (start < 0 || length < 0 || start > size - length) {
+      return absl::InvalidArgumentError(absl::StrCat("row group ", group, " row ", r, " (bytes ", start, " + ",
+                                                     length, ") lies outside its ", size, " bytes"));
+    }
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& entry = groups_[static_cast<size_t>(group)];
+  entry.uses += uses;
+  if (entry.rows == nullptr) {
+    entry.rows = std::move(rows);
+    entry.bytes = size;
+    entry.attach_id = next_attach_id_++;
+    counts_.groups_attached += 1;
+    counts_.bytes_attached += size;
+    counts_.groups_held += 1;
+    counts_.bytes_held += size;
+    counts_.peak_bytes_held = std::max(counts_.peak_bytes_held, counts_.bytes_held);
+  }
+  attached_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+bool DeferredRows::Held(int64_t group) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return CheckGroup(group).ok() && groups_[static_cast<size_t>(group)].rows != nullptr;
+}
+
+bool DeferredRows::WaitForRoom(int64_t group, int64_t incoming, int64_t budget, absl::Duration timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto fits = [&] {
+    return closed_ || counts_.bytes_held == 0 || counts_.bytes_held + incoming <= budget ||
+           std::find(waiting_.begin(), waiting_.end(), group) != waiting_.end();
+  };
+  const bool ok = room_cv_.wait_for(lock, absl::ToChronoNanoseconds(timeout), fits);
+  if (ok && !closed_ && counts_.bytes_held != 0 && counts_.bytes_held + incoming > budget) counts_.over_budget += 1;
+  return ok && !closed_;
+}
+
+void DeferredRows::FreeLocked(Entry& entry) {
+  if (entry.rows == nullptr) return;
+  counts_.groups_held -= 1;
+  counts_.bytes_held -= entry.bytes;
+  entry = Entry{};
+  room_cv_.notify_all();
+}
+
+void DeferredRows::Clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Entry& entry : groups_) {
+    FreeLocked(entry);
+    entry.uses = 0;
+  }
+}
+
+void DeferredRows::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  closed_ = true;
+  attached_cv_.notify_all();
+  room_cv_.notify_all();
+}
+
+absl::Status DeferredRows::WaitFor(int64_t group, const std::atomic<bool>* cancel) {
+  if (absl::Status s = CheckGroup(group); !s.ok()) return s;
+  std::unique_lock<std::mutex> lock(mu_);
+  Entry& entry = groups_[static_cast<size_t>(group)];
+  if (entry.rows != nullptr) return absl::OkStatus();
+  const auto start = std::chrono::steady_clock::now();
+  counts_.reader_waits += 1;
+  waiting_.push_back(group);
+  room_cv_.notify_all();  // the feeder may let this group in over the budget
+  // The epoch's cancel flag is an atomic without a condition of its own: look at it often.
+  while (entry.rows == nullptr && !closed_ && !(cancel != nullptr && cancel->load(std::memory_order_acquire))) {
+    attached_cv_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  waiting_.erase(std::find(waiting_.begin(), waiting_.end(), group));
+  counts_.reader_wait_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (entry.rows == nullptr) return absl::CancelledError("stopped while waiting for a row group");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DeferredRows::Row> DeferredRows::Get(int64_t group, int64_t row) const {
+  if (absl::Status s = CheckGroup(group); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry& entry = groups_[static_cast<size_t>(group)];
+  if (entry.rows == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat("row group ", group, " is not in memory"));
+  }
+  if (row < 0 || row >= static_cast<int64_t>(entry.rows->starts.size())) {
+    return absl::OutOfRangeError(absl::StrCat("row ", row, " is outside row group ", group, " of ",
+                                              entry.rows->starts.size(), " rows"));
+  }
+  Row out;
+  out.group = entry.rows;
+  out.length = entry.rows->lengths[static_cast<size_t>(row)];
+  out.data = out.length < 0 ? nullptr : entry.rows->bytes.data() + entry.rows->starts[static_cast<size_t>(row)];
+  out.attach_id = entry.attach_id;
+  return out;
+}
+
+void DeferredRows::Done(int64_t group, const Row& row) {
+  if (!CheckGroup(group).ok()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& entry = groups_[static_cast<size_t>(group)];
+  if (entry.rows == nullptr || entry.attach_id != row.attach_id) return;
+  if (--entry.uses <= 0) FreeLocked(entry);
+}
+
+DeferredRows::Counts DeferredRows::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+}  // namespace ringloader
