@@ -1,6 +1,7 @@
 #include "ringloader/deferred_rows.h"
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,15 @@ absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> ro
   if (rows == nullptr || rows->starts.size() != rows->lengths.size()) {
     return absl::InvalidArgumentError(absl::StrCat("row group ", group, ": starts and lengths differ in length"));
   }
+  if (!rows->row_uses.empty()) {
+    int64_t sum = 0;
+    for (int32_t u : rows->row_uses) sum += u < 0 ? INT64_MIN / 2 : u;
+    if (rows->row_uses.size() != rows->starts.size() || sum != uses) {
+      return absl::InvalidArgumentError(absl::StrCat("row group ", group, ": row_uses must give each of its ",
+                                                     rows->starts.size(), " rows a count >= 0, summing to uses ",
+                                                     uses));
+    }
+  }
   const int64_t size = static_cast<int64_t>(rows->bytes.size());
   for (size_t r = 0; r < rows->starts.size(); ++r) {
     const int64_t start = rows->starts[r], length = rows->lengths[r];
@@ -31,8 +41,25 @@ absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> ro
   }
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = groups_[static_cast<size_t>(group)];
+  if (entry.rows != nullptr && !entry.row_uses.empty()) {
+    // Held and counted per row: count the new decodes per row too (or stop counting).
+    if (rows->row_uses.size() == entry.row_uses.size()) {
+      for (size_t r = 0; r < entry.row_uses.size(); ++r) {
+        if (entry.row_uses[r] == 0 && rows->row_uses[r] > 0 && entry.rows->lengths[r] == -2) {
+          // The row was moved out already: it cannot be decoded again from this block.
+          return absl::FailedPreconditionError(absl::StrCat(
+              "row group ", group, " row ", r, " was released; attach the group after it is freed"));
+        }
+        entry.row_uses[r] += rows->row_uses[r];
+      }
+    } else {
+      entry.row_uses.clear();
+    }
+  }
   entry.uses += uses;
   if (entry.rows == nullptr) {
+    entry.row_uses = rows->row_uses;
+    entry.live_bytes = size;
     entry.rows = std::move(rows);
     entry.bytes = size;
     entry.attach_id = next_attach_id_++;
@@ -121,6 +148,11 @@ absl::StatusOr<DeferredRows::Row> DeferredRows::Get(int64_t group, int64_t row) 
   out.length = entry.rows->lengths[static_cast<size_t>(row)];
   out.data = out.length < 0 ? nullptr : entry.rows->bytes.data() + entry.rows->starts[static_cast<size_t>(row)];
   out.attach_id = entry.attach_id;
+  out.row = row;
+  if (out.length == -2) {
+    return absl::FailedPreconditionError(absl::StrCat("row ", row, " of row group ", group,
+                                                      " has no decode left in this plan (released)"));
+  }
   return out;
 }
 
@@ -129,7 +161,36 @@ void DeferredRows::Done(int64_t group, const Row& row) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = groups_[static_cast<size_t>(group)];
   if (entry.rows == nullptr || entry.attach_id != row.attach_id) return;
-  if (--entry.uses <= 0) FreeLocked(entry);
+  if (--entry.uses <= 0) return FreeLocked(entry);
+  if (entry.row_uses.empty() || row.row < 0 || row.row >= static_cast<int64_t>(entry.row_uses.size())) return;
+  int32_t& left = entry.row_uses[static_cast<size_t>(row.row)];
+  if (left > 0 && --left == 0 && row.length > 0) entry.live_bytes -= row.length;
+  if (entry.live_bytes * 2 < entry.bytes) CompactLocked(entry);
+}
+
+void DeferredRows::CompactLocked(Entry& entry) {
+  const Group& old = *entry.rows;
+  auto moved = std::make_shared<Group>();
+  const size_t n = old.starts.size();
+  moved->starts.assign(n, 0);
+  moved->lengths.assign(n, -2);  // released: no decode of this plan is left for it
+  moved->bytes.reserve(static_cast<size_t>(entry.live_bytes));
+  for (size_t r = 0; r < n; ++r) {
+    if (entry.row_uses[r] == 0) continue;
+    const int64_t length = old.lengths[r];
+    moved->lengths[r] = length;
+    if (length <= 0) continue;
+    moved->starts[r] = static_cast<int64_t>(moved->bytes.size());
+    moved->bytes.insert(moved->bytes.end(), old.bytes.begin() + old.starts[r],
+                        old.bytes.begin() + old.starts[r] + length);
+  }
+  const int64_t size = static_cast<int64_t>(moved->bytes.size());
+  counts_.bytes_held += size - entry.bytes;
+  counts_.compactions += 1;
+  entry.bytes = size;
+  entry.live_bytes = size;
+  entry.rows = std::move(moved);  // rows being decoded keep the old block until they finish
+  room_cv_.notify_all();
 }
 
 DeferredRows::Counts DeferredRows::counts() const {

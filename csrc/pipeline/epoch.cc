@@ -681,6 +681,9 @@ void Epoch::Decode() {
     GaugeScope busy(gauges.decoders_busy);
     BatchTask& task = Task(item->request.batch);
     absl::Status status = std::move(item->status);
+    // A deferred row is held (its group's bytes stay) until it is decoded or replaced, then
+    // counted done.
+    absl::StatusOr<DeferredRows::Row> row = absl::CancelledError();
     if (status.ok()) {
       const auto start = Clock::now();
       const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
@@ -691,8 +694,6 @@ void Epoch::Decode() {
         data = buffers[static_cast<size_t>(item->buffer)].data();
         size = buffers[static_cast<size_t>(item->buffer)].size();
       }
-      // A deferred row is held (its group's bytes stay) until it is decoded, then counted done.
-      absl::StatusOr<DeferredRows::Row> row;
       if (sample.source == SourceKind::kDeferred) {
         row = ctx.deferred->Get(sample.group, static_cast<int64_t>(sample.offset));
         if (!row.ok()) {
@@ -712,7 +713,6 @@ void Epoch::Decode() {
         status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
                            ctx.counters);
       }
-      if (row.ok()) ctx.deferred->Done(sample.group, *row);
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
     // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
@@ -731,6 +731,10 @@ void Epoch::Decode() {
         status = Replace(*decoder, render, substitute_bytes, substitute_more, item->request, dst,
                          std::move(status));
       }
+    }
+    if (row.ok()) {
+      const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
+      ctx.deferred->Done(sample.group, *row);
     }
     if (status.ok()) {
       counters->samples.fetch_add(1, std::memory_order_relaxed);
@@ -822,6 +826,8 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
       return status;
     }
     const Sample& candidate = (*ctx.samples)[static_cast<size_t>(substitute)];
+    // A row of the group whose decodes in this plan are done may be gone: not a failure of it.
+    if (candidate.source == SourceKind::kDeferred && absl::IsFailedPrecondition(status)) continue;
     if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
     if (status.ok()) {
       const std::vector<EncodedFile> files = FilesOf(candidate, bytes.data(), bytes.size(), more);

@@ -651,6 +651,7 @@ LoaderStats Loader::Impl::Stats() const {
     s.row_group_waits = rows.reader_waits;
     s.row_group_wait_seconds = rows.reader_wait_seconds;
     s.row_groups_over_budget = rows.over_budget;
+    s.row_group_compactions = rows.compactions;
   }
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;

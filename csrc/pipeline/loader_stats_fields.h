@@ -32,6 +32,7 @@ namespace ringloader {
   X(row_group_waits) \
   X(row_group_wait_seconds) \
   X(row_groups_over_budget) \
+  X(row_group_compactions) \
   X(read_seconds) \
   X(decode_seconds) \
   X(wait_seconds) \

@@ -722,7 +722,8 @@ class PyLoader {
   // Group `group`'s rows as (buffers, which, starts, lengths) like columnar `memory` (which -1:
   // a row without bytes), copied into one block the loader owns, for `uses` decodes.
   void DeferredAttach(int64_t group, const py::sequence& buffers, const py::object& which_obj,
-                      const py::object& starts_obj, const py::object& lengths_obj, int64_t uses) {
+                      const py::object& starts_obj, const py::object& lengths_obj, int64_t uses,
+                      const py::object& row_uses_obj) {
     DeferredRows& rows = Deferred();
     std::vector<py::buffer_info> views;
     for (py::handle b : buffers) {
@@ -738,6 +739,15 @@ class PyLoader {
     }
     const size_t n = static_cast<size_t>(which.size());
     auto group_rows = std::make_shared<DeferredRows::Group>();
+    if (!row_uses_obj.is_none()) {
+      // Decodes per row in this plan (DeferredRows::Group::row_uses).
+      auto counts = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(row_uses_obj);
+      if (!counts || counts.ndim() != 1 || static_cast<size_t>(counts.size()) != n) {
+        PyErr_Clear();
+        throw py::value_error(absl::StrCat("row_uses must be integers, one per row (", n, ")"));
+      }
+      group_rows->row_uses.assign(counts.data(), counts.data() + n);
+    }
     group_rows->starts.resize(n);
     group_rows->lengths.resize(n);
     int64_t total = 0;
@@ -1199,7 +1209,7 @@ PYBIND11_MODULE(_C, m) {
            "key defaults to the index.")
       .def("stats", &PyLoader::Stats)
       .def("deferred_attach", &PyLoader::DeferredAttach, py::arg("group"), py::arg("buffers"), py::arg("which"),
-           py::arg("starts"), py::arg("lengths"), py::arg("uses"),
+           py::arg("starts"), py::arg("lengths"), py::arg("uses"), py::arg("row_uses") = py::none(),
            "Hands over a deferred group's rows (copied), for `uses` decodes.")
       .def("deferred_wait_room", &PyLoader::DeferredWaitRoom, py::arg("group"), py::arg("incoming"),
            py::arg("budget"), py::arg("timeout"),

@@ -29,8 +29,12 @@ def _shard_sampler(dataset: Any, sampler: Any, batch_sampler: Any, rank: Optiona
                              "exclusive with sampler and batch_sampler (use a DistributedSampler)")
         return None
     rank, world_size = _distributed_layout(rank, world_size)
-    if isinstance(dataset, Source):
-        own = dataset.default_sampler(world_size, rank, bool(shuffle), seed, drop_last, generator)
+    # A source's own order; a Dataset read in its own order (ringloader.Parquet(copy=False))
+    # names it as _default_sampler.
+    default = dataset.default_sampler if isinstance(dataset, Source) else \
+        getattr(dataset, "_default_sampler", None)
+    if default is not None:
+        own = default(world_size, rank, bool(shuffle), seed, drop_last, generator)
         if own is not None:
             return own
     if world_size is None:

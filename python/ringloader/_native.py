@@ -108,24 +108,30 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
     streamed = [f for f in folders if f.streamed]
     if not streamed:
         return
-    if streamed[0].per_sample:
+    source = streamed[0]
+    if getattr(source, "stream_kind", None) is None:
+        what, itself, instead = "a WebDataset with pipe: shards", "the WebDataset", "local shards"
+    else:
+        what, itself, instead = (f"{source._name()} with {source.stream_kind}", "the dataset",
+                                 "copy=True")
+    if source.per_sample:
         raise ValueError(
-            f"{streamed[0]._name()} has pipe: shards and its transform runs per sample (Python "
-            "steps, or an output size that depends on the image), which needs random access to "
-            "samples: use a transform that runs natively to a fixed size, or local shards")
-    if dataset is not streamed[0]:
+            f"{what}: its transform runs per sample (Python steps, or an output size that "
+            "depends on the image), which needs random access to samples: use a transform that "
+            f"runs natively to a fixed size, or {instead}")
+    if dataset is not source and dataset is not getattr(source, "dataset", None):
         raise ValueError(
-            f"{type(dataset).__name__} over a WebDataset with pipe: shards: a stream is read "
-            "front to back, so only the WebDataset itself, in its own order, can be loaded. Use "
-            "local shards for Subset/ConcatDataset/random_split.")
+            f"{type(dataset).__name__} over {what}: it is read front to back, so only "
+            f"{itself} itself, in its own order, can be loaded. Use {instead} for "
+            "Subset/ConcatDataset/random_split.")
     custom = batch_sampler if batch_sampler is not None else sampler
     if custom is not None and not isinstance(custom, _order.ShardOrder) and not isinstance(
             getattr(custom, "sampler", None), _order.ShardOrder):
         raise ValueError(
-            f"sampler/batch_sampler {type(custom).__name__} over a WebDataset with pipe: shards: "
-            "a stream is read front to back and cannot serve an arbitrary order. Leave sampler "
-            "unset (the WebDataset order shuffles shards and a buffer; rank/world_size shard it), "
-            "or use local shards, which allow any sampler.")
+            f"sampler/batch_sampler {type(custom).__name__} over {what}: it is read front to "
+            "back and cannot serve an arbitrary order. Leave sampler unset (its own order "
+            "shuffles shards and a buffer; rank/world_size shard it), or use "
+            f"{instead}, which allows any sampler.")
 
 
 def _read_ahead_counts(s: dict, waiting: bool) -> str:
@@ -412,6 +418,15 @@ class NativeBackend(Backend):
                          f"{link['bytes_per_s'] / 1e6:.1f} MB/s per transfer ({measured}; "
                          f"{s['range_requests']} range requests in this process)")
         lines.append(f"  scans:   {_scan_memo_line(s)}")
+        budget = [f._feed.budget for f in self._folders if getattr(f, "streamed", False)
+                  and getattr(f, "_feed", None) is not None]
+        if budget:
+            lines.append(
+                f"  row groups: {s['row_groups_read']} read ({_format_bytes(s['row_group_bytes_read'])}) "
+                f"as the epochs reached them, at most {_format_bytes(s['row_group_bytes_peak'])} held "
+                f"(read_ahead_bytes {_format_bytes(budget[0])}; over it {s['row_groups_over_budget']} "
+                f"times, for a group the readers waited for); the readers waited {s['row_group_waits']} "
+                f"times, {s['row_group_wait_seconds']:.2f} s")
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
                          f"replaced); last: {_user_source.name_rows(s['last_error'], self._folders)}")
@@ -462,6 +477,10 @@ class NativeBackend(Backend):
         return s
 
     def close(self) -> None:
+        for f in getattr(self, "_folders", []):
+            stop_feed = getattr(f, "stop_feed", None)
+            if stop_feed is not None:
+                stop_feed()  # its thread holds the native loader while it waits for room
         native = getattr(self, "_native", None)
         if native is not None:
             native.stop()
@@ -485,6 +504,12 @@ def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
     plan wants of it (None: an epoch read ahead, whose reads started already)."""
     start = 0
     for f in loader._folders:
+        feed = getattr(f, "begin_feed", None)
+        if feed is not None:
+            # on_error="replace" draws substitutes from the failing row's group: keep it whole.
+            feed(loader._native, None if flat is None else
+                 flat[(flat >= start) & (flat < start + len(f))] - start,
+                 loader._options["on_error"] != "replace")
         begin = getattr(f, "begin_reads", None)
         if begin is not None:
             mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start

@@ -224,14 +224,18 @@ class Columns:
     ``_SampleTable`` holds them, a sample in memory having none (None: no sample has a path),
     ``structures(positions)`` those samples with their reference
     replaced by ``_leaf(0)`` (built when their batch is) and ``name(i)`` what sample i is, for
-    its errors."""
+    its errors. ``feed`` (None: every row's bytes are there) hands the native loader the row
+    groups of rows whose ``which`` is -2 while an epoch runs (``hf._Feed``: ``begin(native,
+    order)``, ``stop()``, ``groups.sizes``); the source is then read group by group, in its own
+    order (``streamed``)."""
 
-    __slots__ = ("model", "memory", "paths", "structures", "name")
+    __slots__ = ("model", "memory", "paths", "structures", "name", "feed")
 
     def __init__(self, model: ImageReference, memory: tuple, paths: Optional[tuple],
-                 structures: Callable[[Sequence[int]], List[Any]], name: Callable[[int], str]):
+                 structures: Callable[[Sequence[int]], List[Any]], name: Callable[[int], str],
+                 feed: Any = None):
         self.model, self.memory, self.paths = model, memory, paths
-        self.structures, self.name = structures, name
+        self.structures, self.name, self.feed = structures, name, feed
 
 
 class _Structures:
@@ -401,10 +405,36 @@ class UserSource(NativeDataset):
         self.joint_views: List[int] = []
         self.joint_masks: List[int] = []
         self._row_name = columns.name
+        self._feed = columns.feed
         blob, ends = columns.paths or (np.zeros(0, dtype=np.uint8), np.zeros(n, dtype=np.int64))
         table = _SampleTable(blob, ends, np.zeros(n, dtype=np.int32))
         super().__init__(None, table, None, [], columns.model.transform)
         self._view_splits = []
+
+    @property
+    def streamed(self) -> bool:
+        """Rows whose bytes come a row group at a time (``Columns.feed``) are read in the
+        source's own order only."""
+        return getattr(self, "_feed", None) is not None
+
+    stream_kind = "row groups read on demand (Parquet copy=False)"
+
+    @property
+    def read_ahead_off(self) -> Optional[str]:
+        if not self.streamed:
+            return None
+        return "row groups are read as the epoch needs them, so the next epoch is not read ahead"
+
+    def begin_feed(self, native: Any, order: Optional[np.ndarray], per_row: bool = True) -> None:
+        """The rows the epoch reads, in order (``_native._begin_reads``): their row groups are
+        read as it gets to them (``per_row``: a group's decoded rows may be freed before its
+        last)."""
+        if self.streamed and order is not None:
+            self._feed.begin(native, order, per_row)
+
+    def stop_feed(self) -> None:
+        if self.streamed:
+            self._feed.stop()
 
     @property
     def per_sample(self) -> bool:
@@ -635,7 +665,7 @@ def in_memory(memory: Any) -> Optional[np.ndarray]:
     if memory is None:
         return None
     if isinstance(memory, tuple):
-        return np.asarray(memory[1]) >= 0
+        return np.asarray(memory[1]) != -1  # a buffer, or deferred (-2): no file
     return np.fromiter((m is not None for m in memory), dtype=bool, count=len(memory))
 
 
@@ -653,7 +683,7 @@ def memory_column(folders: Sequence[NativeDataset]) -> Any:
     for f, c in zip(folders, columns):
         if isinstance(c, tuple):
             w = np.asarray(c[1], dtype=np.int64)
-            which.append(np.where(w >= 0, w + len(buffers), -1))
+            which.append(np.where(w >= 0, w + len(buffers), w))  # -1 a path, -2 deferred
             starts.append(np.asarray(c[2], dtype=np.int64))
             lengths.append(np.asarray(c[3], dtype=np.int64))
             buffers += list(c[0])

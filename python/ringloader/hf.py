@@ -322,9 +322,11 @@ class _ArrowImages(tud.Dataset):
         if rows is not None:
             which, starts, lengths = which[rows], starts[rows], lengths[rows]
         paths = images.paths_of(rows)
-        model = self[0][0] if len(self) else ImageBytes(_EMPTY, self.transform, self.mode)
+        feed = getattr(self, "_feed", None)
+        model = self[0][0] if len(self) and feed is None else \
+            ImageBytes(_EMPTY, self.transform, self.mode)
         return Columns(model, (images.buffers, which, starts, lengths), paths, self._structures,
-                       self._describe_row)
+                       self._describe_row, feed)
 
     def _structures(self, positions: Sequence[int]) -> List[Tuple[Any, ...]]:
         """The samples at ``positions``, their image as ``_leaf(0)``: the batch's structures,
@@ -343,6 +345,8 @@ class _ArrowImages(tud.Dataset):
         return list(zip(*parts))
 
     def _describe_row(self, i: int) -> str:
+        if isinstance(self._images, _RowGroups):
+            return self._where(self._row(i))  # without reading its row group
         return self[i][0].describe()
 
     @property
@@ -606,6 +610,159 @@ def _exclusive(lock_path: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
+_DEFERRED = -2  # the native loader's columnar ``which`` of a row handed over with its row group
+
+
+class _RowGroups:
+    """The image column of Parquet files whose row groups are read when an epoch needs them
+    (``Parquet(copy=False)``): per row, its row group (numbered across the files end to end) and
+    its row in the group; nothing of the column is read to build it. It answers as
+    :class:`_ImageColumn` does (``which`` is ``_DEFERRED`` for every row), so the dataset and
+    the native loader's columns need nothing else; ``ds[i]`` reads row i's group (the last one
+    read is kept)."""
+
+    def __init__(self, paths: List[str], names: List[str], image_column: str,
+                 sizes: List[List[int]], byte_sizes: List[List[int]]):
+        self.paths, self.names, self.image_column = paths, names, image_column
+        self.file_of = np.concatenate([np.full(len(g), f, np.int32)
+                                       for f, g in enumerate(sizes)] or [np.zeros(0, np.int32)])
+        self.group_in_file = np.concatenate([np.arange(len(g), dtype=np.int32) for g in sizes]
+                                            or [np.zeros(0, np.int32)])
+        self.sizes = np.asarray([n for g in sizes for n in g], dtype=np.int64)
+        self.byte_sizes = np.asarray([b for g in byte_sizes for b in g], dtype=np.int64)
+        self.first_row = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
+        n = int(self.first_row[-1])
+        self.which = np.full(n, _DEFERRED, np.int8)
+        self.starts = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)  # group
+        self.lengths = (np.arange(n, dtype=np.int64) - self.first_row[self.starts]).astype(np.int32)
+        self.buffers: List[np.ndarray] = []
+        self.paths_arena = None
+        self._last: Optional[Tuple[int, _ImageColumn]] = None
+
+    def __len__(self) -> int:
+        return len(self.which)
+
+    def read(self, group: int) -> _ImageColumn:
+        """Row group ``group``'s image column (pyarrow reads and decompresses it)."""
+        import pyarrow.parquet as pq
+
+        f = int(self.file_of[group])
+        table = pq.ParquetFile(self.paths[f]).read_row_group(int(self.group_in_file[group]),
+                                                             columns=[self.image_column])
+        return _image_column(table.column(0), self.image_column)
+
+    def ref(self, row: int, transform: Any, mode: str, where: Callable[[int], str]) -> Any:
+        group = int(self.starts[row])
+        if self._last is None or self._last[0] != group:
+            self._last = (group, self.read(group))
+        base = int(self.first_row[group])
+        return self._last[1].ref(row - base, transform, mode, lambda r: where(r + base))
+
+    def paths_of(self, rows: Optional[np.ndarray]) -> None:
+        return None  # rows are read from their row group, never from a path
+
+
+class _Feed:
+    """Hands the row groups an epoch needs to the native loader (``deferred_attach``), in the
+    order of their first row in the epoch, as far ahead as ``budget`` bytes allow: one thread,
+    started for each epoch (``begin``), which pyarrow's reads leave the GIL to. A group is read
+    once an epoch, with the number of its rows the epoch decodes; the loader frees it after the
+    last. A row group that cannot be read gives its rows no bytes (each a sample error, named
+    with the reason by ``where``), never a hang."""
+
+    def __init__(self, groups: _RowGroups, budget: int):
+        import threading
+
+        self.groups, self.budget = groups, int(budget)
+        self.errors: dict = {}  # group -> why it could not be read
+        self._stop = threading.Event()
+        self._thread: Optional[Any] = None
+
+    def begin(self, native: Any, order: np.ndarray, per_row: bool = True) -> None:
+        """A new epoch plan: ``order`` is the source's rows in the order the loader reads them
+        (a resumed epoch: those it has still to read). ``per_row``: the loader may free a
+        group's decoded rows before its last (False keeps every row of a group until then:
+        on_error="replace" draws substitutes from it)."""
+        import threading
+
+        self.stop()
+        native.deferred_clear()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run,
+                                        args=(native, np.asarray(order), per_row, self._stop),
+                                        name="rl-row-groups", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+
+    def _run(self, native: Any, order: np.ndarray, per_row: bool, stop: Any) -> None:
+        groups = self.groups.starts[order]
+        uses = np.bincount(groups, minlength=len(self.groups.sizes))
+        # Decodes per row (padding repeats rows): the loader frees a group's decoded rows early.
+        row_uses = np.bincount(order, minlength=len(self.groups)).astype(np.int32)
+        _, first = np.unique(groups, return_index=True)
+        for group in groups[np.sort(first)].tolist():
+            incoming = int(self.groups.byte_sizes[group])
+            while not native.deferred_wait_room(group, incoming, self.budget, 0.1):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
+            try:
+                column = self.groups.read(group)
+                which = np.where(column.which > 0, column.which, -1)
+                first = int(self.groups.first_row[group])
+                native.deferred_attach(group, column.buffers, which, column.starts, column.lengths,
+                                       int(uses[group]),
+                                       row_uses[first:first + int(self.groups.sizes[group])]
+                                       if per_row else None)
+            except Exception as exc:  # a damaged row group: its rows fail, the epoch goes on
+                if stop.is_set():
+                    return
+                self.errors[group] = f"{type(exc).__name__}: {exc}"
+                rows = int(self.groups.sizes[group])
+                none = np.full(rows, -1, np.int64)
+                try:
+                    native.deferred_attach(group, [], none, np.zeros(rows, np.int64), none,
+                                           int(uses[group]))
+                except Exception:
+                    return  # the loader is gone
+
+
+_DEFAULT_SHUFFLE_BUFFER = 2000  # rows, as a WebDataset's (copy=False)
+_READ_AHEAD_BYTES = 256 << 20  # row groups held for copy=False, at least two of the largest
+
+
+def _column_bytes(row_group: Any, column: str) -> int:
+    """The uncompressed size of ``column`` (all its leaves: a struct's bytes and path) in a
+    row group's metadata: about the bytes its rows hand the loader."""
+    total = 0
+    for k in range(row_group.num_columns):
+        chunk = row_group.column(k)
+        leaf = chunk.path_in_schema
+        if leaf == column or leaf.startswith(column + "."):
+            total += int(chunk.total_uncompressed_size)
+    return total
+
+
+class _UnreadGroups:
+    """The ``where`` of a row read on demand: its file, row group and row, and why its row group
+    could not be read when that happened (``_Feed.errors``)."""
+
+    __slots__ = ("where", "groups", "feed")
+
+    def __init__(self, where: Callable[[int], str], groups: _RowGroups, feed: _Feed):
+        self.where, self.groups, self.feed = where, groups, feed
+
+    def __call__(self, row: int) -> str:
+        why = self.feed.errors.get(int(self.groups.starts[row]))
+        return self.where(row) + (f" (its row group could not be read: {why})" if why else "")
+
+
 class Parquet(_ArrowImages):
     """Parquet files of encoded images (a struct ``{bytes, path}`` column, as ``datasets``
     writes an ``Image`` feature, or a plain binary column) as ``(image, label, *columns)``
@@ -622,10 +779,23 @@ class Parquet(_ArrowImages):
                  label_column: Optional[str] = "label", target_transform: Any = None,
                  columns: Optional[Sequence[str]] = None, mode: str = "RGB",
                  cache_dir: Optional[str] = None, download_dir: Optional[str] = None,
-                 ca_file: Optional[str] = None, remote_options: Optional[dict] = None):
+                 ca_file: Optional[str] = None, remote_options: Optional[dict] = None,
+                 copy: bool = True, shuffle_buffer: int = _DEFAULT_SHUFFLE_BUFFER,
+                 read_ahead_bytes: Optional[int] = None):
         import pyarrow.parquet as pq
 
+        if not isinstance(copy, bool):
+            raise TypeError(f"Parquet(copy=...) must be True or False, got {copy!r}")
+        if isinstance(shuffle_buffer, bool) or not isinstance(shuffle_buffer, (int, np.integer)) \
+                or shuffle_buffer < 0:
+            raise ValueError(f"Parquet(shuffle_buffer=...) must be an int >= 0, got {shuffle_buffer!r}")
+        if read_ahead_bytes is not None and (isinstance(read_ahead_bytes, bool) or not isinstance(
+                read_ahead_bytes, (int, np.integer)) or read_ahead_bytes < 1):
+            raise ValueError("Parquet(read_ahead_bytes=...) must be a positive int (bytes) or None, "
+                             f"got {read_ahead_bytes!r}")
         self.files = _parquet_files(files_or_glob)
+        self.copy = copy
+        self.shuffle_buffer = int(shuffle_buffer)
         cache_dir = default_parquet_cache() if cache_dir is None else os.fspath(cache_dir)
         download_dir = None if download_dir is None else os.fspath(download_dir)
         paths = _download(self.files, download_dir, ca_file, remote_options)
@@ -633,6 +803,8 @@ class Parquet(_ArrowImages):
         labels: List[np.ndarray] = []
         extra: List[List[Any]] = []
         groups: List[np.ndarray] = []
+        sizes: List[List[int]] = []  # copy=False: rows and image bytes of each row group
+        byte_sizes: List[List[int]] = []
         for name, path in zip(self.files, paths):
             try:
                 reader = pq.ParquetFile(path)
@@ -640,31 +812,68 @@ class Parquet(_ArrowImages):
                 raise ValueError(f"Parquet: {name!r} is not a readable Parquet file: {exc}") from exc
             wanted = _check_columns(reader.schema_arrow, image_column, columns,
                                     f"Parquet({name!r})")
-            read = list(dict.fromkeys([image_column] + ([label_column] if label_column else [])
-                                      + wanted))
-            table = _arrow_copy(path, read, cache_dir)
-            groups.append(np.cumsum([0] + [reader.metadata.row_group(g).num_rows
-                                           for g in range(reader.num_row_groups)]))
-            images.append(_image_column(table.column(image_column), image_column))
-            label = _label_array(table, label_column, f"Parquet({name!r})")
+            meta = reader.metadata
+            rows = [meta.row_group(g).num_rows for g in range(reader.num_row_groups)]
+            groups.append(np.cumsum([0] + rows))
+            others = list(dict.fromkeys(([label_column] if label_column else []) + wanted))
+            if copy:
+                table = _arrow_copy(path, list(dict.fromkeys([image_column] + others)), cache_dir)
+                images.append(_image_column(table.column(image_column), image_column))
+            else:
+                # Only the small columns are read now; the images when an epoch needs them.
+                table = reader.read(columns=others) if others else None
+                sizes.append(rows)
+                byte_sizes.append([_column_bytes(meta.row_group(g), image_column)
+                                   for g in range(reader.num_row_groups)])
+            label = _label_array(table, label_column, f"Parquet({name!r})") if label_column \
+                else None
             if label is not None:
                 labels.append(label)
             extra.append([table.column(c) for c in wanted])
-        super().__init__(_ImageColumn.concat(images), _RowGroupOf(self.files, groups),
+        where = _RowGroupOf(self.files, groups)
+        self._feed: Optional[_Feed] = None
+        if copy:
+            image_rows: Any = _ImageColumn.concat(images)
+        else:
+            image_rows = _RowGroups(paths, self.files, image_column, sizes, byte_sizes)
+            biggest = int(image_rows.byte_sizes.max()) if len(image_rows.byte_sizes) else 0
+            budget = read_ahead_bytes if read_ahead_bytes is not None \
+                else max(_READ_AHEAD_BYTES, 2 * biggest)
+            self._feed = _Feed(image_rows, budget)
+            where = _UnreadGroups(where, image_rows, self._feed)
+        super().__init__(image_rows, where,
                          np.concatenate(labels) if labels else None,
                          [_Values(_chained([e[k] for e in extra])) for k in range(len(extra[0]))],
                          None, transform, target_transform, mode,
                          f"Parquet({len(self.files)} files)")
         self._args = (image_column, label_column, list(columns or []), cache_dir, download_dir,
-                      ca_file, remote_options)
+                      ca_file, remote_options, copy, self.shuffle_buffer, read_ahead_bytes)
+
+    def _default_sampler(self, num_replicas: Optional[int], rank: Optional[int], shuffle: bool,
+                         seed: int, drop_last: bool, generator: Any = None) -> Any:
+        """The order of rows read on demand (``copy=False``): the row groups permuted, a
+        contiguous part per rank, a shuffle buffer of ``shuffle_buffer`` rows (the WebDataset
+        order over row groups). None with the copy: torch's own order."""
+        if self._feed is None:
+            return None
+        from .webdataset import WebDatasetSampler
+
+        if generator is not None:
+            seed = int(generator.initial_seed())
+        return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
+                                 seed=seed, drop_last=drop_last)
+
+    @property
+    def shard_sizes(self) -> Optional[List[int]]:
+        """Rows per row group, across the files end to end, when they are read on demand
+        (``copy=False``: the epoch order takes them group by group); None with the copy."""
+        return None if self._feed is None else self._feed.groups.sizes.tolist()
 
     def __reduce__(self) -> Any:
         # Rebuilt from the files: the Arrow copies are mapped again, no row is pickled (a remote
         # file is found in the download cache).
-        image_column, label_column, columns, cache_dir, download_dir, ca_file, remote = self._args
-        return (Parquet, (self.files, self.transform, image_column, label_column,
-                          self.target_transform, columns, self.mode, cache_dir, download_dir,
-                          ca_file, remote))
+        return (Parquet, (self.files, self.transform, self._args[0], self._args[1],
+                          self.target_transform, self._args[2], self.mode, *self._args[3:]))
 
     def __repr__(self) -> str:
         return f"ringloader.{self._name}(rows={len(self)})"

@@ -28,10 +28,15 @@ class DeferredRows {
  public:
   /// One group's rows, end to end in `bytes`: row r is bytes[starts[r], starts[r] + lengths[r]);
   /// a length of -1 marks a row without image bytes (a sample error at its decode).
+  /// `row_uses`, when given (one count a row, summing to Attach's `uses`), says how many decodes
+  /// each row has in this plan: once fewer than half of a group's bytes belong to rows still to
+  /// be decoded, those rows are moved to a block of their own and the larger one is freed, so a
+  /// group whose last rows are decoded late (a shuffle buffer) does not hold its whole size.
   struct Group {
     std::vector<uint8_t> bytes;
     std::vector<int64_t> starts;
     std::vector<int64_t> lengths;
+    std::vector<int32_t> row_uses;
   };
 
   /// A row's bytes, held: they stay valid while this exists, even after the group is freed.
@@ -40,6 +45,7 @@ class DeferredRows {
     const uint8_t* data = nullptr;
     int64_t length = 0;  ///< -1: the row has no bytes
     uint64_t attach_id = 0;
+    int64_t row = -1;
   };
 
   struct Counts {
@@ -51,6 +57,7 @@ class DeferredRows {
     int64_t reader_waits = 0;     ///< times a reader waited for a group not yet attached
     double reader_wait_seconds = 0;
     int64_t over_budget = 0;      ///< groups let in over the budget because the loader waited for them
+    int64_t compactions = 0;      ///< groups whose rows left to decode moved to a smaller block
   };
 
   explicit DeferredRows(int64_t num_groups) : groups_(static_cast<size_t>(num_groups)) {}
@@ -90,11 +97,15 @@ class DeferredRows {
   struct Entry {
     std::shared_ptr<const Group> rows;  // null: not attached
     int64_t uses = 0;
-    int64_t bytes = 0;
+    int64_t bytes = 0;           // of rows->bytes, as counted in bytes_held
     uint64_t attach_id = 0;
+    std::vector<int32_t> row_uses;  // decodes left per row (empty: not counted per row)
+    int64_t live_bytes = 0;      // bytes of rows with decodes left (when counted per row)
   };
   absl::Status CheckGroup(int64_t group) const;
   void FreeLocked(Entry& entry);
+  // Moves the rows with decodes left into a block of their own (Group::row_uses).
+  void CompactLocked(Entry& entry);
 
   mutable std::mutex mu_;
   std::condition_variable attached_cv_;  // readers: a group arrived (or Close)

@@ -340,7 +340,8 @@ struct LoaderStats {
   int64_t range_requests = 0;
   int64_t range_bytes = 0;
   /// Deferred rows (DeferredRows): groups handed over (and their bytes), bytes held now and at
-  /// most, times a reader waited for a group and for how long, groups let in over the budget.
+  /// most, times a reader waited for a group and for how long, groups let in over the budget,
+  /// groups whose last rows were moved to a smaller block (DeferredRows::Group::row_uses).
   int64_t row_groups_read = 0;
   int64_t row_group_bytes_read = 0;
   int64_t row_group_bytes_held = 0;
@@ -348,6 +349,7 @@ struct LoaderStats {
   int64_t row_group_waits = 0;
   double row_group_wait_seconds = 0;
   int64_t row_groups_over_budget = 0;
+  int64_t row_group_compactions = 0;  ///< rows left to decode moved out of a mostly done group
   double read_seconds = 0;       ///< Reader threads busy (opening, submitting, reaping).
   double decode_seconds = 0;     ///< Decode threads busy (decode + transform + write).
   double wait_seconds = 0;       ///< Consumer blocked in Next().
