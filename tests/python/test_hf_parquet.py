@@ -625,9 +625,10 @@ def test_benchmark_reports_both_rates_and_cleans_up(image_tree, tmp_path, kind, 
     assert re.search(r"ringloader (HFDataset|Parquet) *: +\d+ samples/s \([0-9.]+x\)", out), out
     if kind == "hf":  # the native rate of the same files, what HFDataset's ratio is read against
         assert re.search(r"ringloader ImageFolder *: +\d+ samples/s \([0-9.]+x\)", out), out
-    else:  # what the first pass into the Arrow copy took
-        assert re.search(r"first rl.Parquet \(its Arrow copy of [0-9.]+ MB of Parquet\): [0-9.]+ s",
-                         out), out
+    else:  # row groups read on demand, and what the first pass into the Arrow copy took
+        assert re.search(r"ringloader Parquet copy=False *: +\d+ samples/s \([0-9.]+x\)", out), out
+        assert re.search(r"first rl.Parquet \(its Arrow copy of [0-9.]+ MB of Parquet\): [0-9.]+ s; "
+                         r"rl.Parquet\(copy=False\) \(the label column only\): [0-9.]+ s", out), out
     assert not list(scratch.glob("ringloader-bench-*"))
 
 
