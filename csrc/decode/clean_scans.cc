@@ -403,6 +403,17 @@ CleanScanTable* ProcessWideCleanScans() {
   return choice.memo ? &choice.memo->table() : nullptr;
 }
 
-CleanScanInfo DescribeProcessWideCleanScans() { return InfoOf(ProcessChoice()); }
+CleanScanInfo DescribeProcessWideCleanScans() {
+  // Not chosen here: asking what the memo is must not create its file (a loader that never
+  // decodes a JPEG strictly leaves none behind).
+  const CleanScanChoice* choice = process_choice.load(std::memory_order_acquire);
+  if (choice == nullptr) {
+    CleanScanInfo info;
+    info.memo = "unused";
+    info.note = "no strict JPEG decode in this process yet: the memo is chosen at the first";
+    return info;
+  }
+  return InfoOf(*choice);
+}
 
 }  // namespace ringloader::decode_internal

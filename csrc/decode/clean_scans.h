@@ -197,9 +197,10 @@ CleanScanChoice ChooseCleanScanMemo(absl::string_view setting,
 /// first users each choose and one result is kept); null when the memo is off.
 CleanScanTable* ProcessWideCleanScans();
 
-/// What LoaderStats reports of the process-wide memo (choosing it if nothing has yet).
+/// What LoaderStats reports of the process-wide memo ("unused" before the first strict JPEG
+/// decode chose it: describing it creates no file).
 struct CleanScanInfo {
-  std::string memo;  ///< "file PATH", "process" or "off"
+  std::string memo;  ///< "file PATH", "process", "off" or "unused"
   std::string note;
   int64_t entries = 0;
   int64_t slots = 0;

@@ -147,6 +147,9 @@ def _read_ahead_counts(s: dict, waiting: bool) -> str:
 def _scan_memo_line(s: dict) -> str:
     """describe()'s line on the memo of JPEG scans read clean to their end (docs/bad-data.md)."""
     memo = s["scan_memo"]
+    if memo == "unused":
+        return ("no strict JPEG decode in this process yet (the memo is chosen at the first; "
+                "RINGLOADER_SCAN_MEMO)")
     if memo == "off":
         return "every strict JPEG decode reads its scan to the end (RINGLOADER_SCAN_MEMO=off)"
     fill = (f"{s['scan_memo_entries']:,} of {s['scan_memo_slots']:,} slots filled "

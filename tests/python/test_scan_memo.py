@@ -53,6 +53,9 @@ def new_tree(root: Path, count: int) -> Path:
 
 def test_a_file_read_clean_by_another_process_is_seen_here(tmp_path):
     tree = new_tree(tmp_path / "tree", 6)
+    # This process's first strict decode chooses the memo (before it, stats() says "unused").
+    warm = new_tree(tmp_path / "warm", 2)
+    assert sum(len(y) for _, y in rl.DataLoader(rl.ImageFolder(warm, transform=CROP))) == 2
     loader = rl.DataLoader(rl.ImageFolder(tree, transform=CROP), batch_size=4)
     s = loader.stats()
     assert s["scan_memo"] == "file " + os.environ["RINGLOADER_SCAN_MEMO"]
@@ -60,7 +63,8 @@ def test_a_file_read_clean_by_another_process_is_seen_here(tmp_path):
     before = s["scan_memo_entries"]
     child = run_child(tree)
     assert child["scan_memo"] == s["scan_memo"] and child["delivered"] == 6
-    assert child["scan_memo_entries"] == child["before"] + 6
+    assert child["before"] == 0  # "unused" until the child decoded
+    assert child["scan_memo_entries"] == before + 6
     # This process decoded nothing: the six entries came through the shared mapping.
     assert loader.stats()["scan_memo_entries"] == before + 6
     assert sum(len(y) for _, y in loader) == 6
@@ -104,3 +108,21 @@ def test_a_bad_memo_file_falls_back_to_this_process(tmp_path):
     assert off["delivered"] == 4 and off["scan_memo"] == "off"
     assert off["scan_memo_entries"] == 0 and off["scan_memo_slots"] == 0
     assert "RINGLOADER_SCAN_MEMO=off" in off["describe"]
+
+
+def test_asking_about_the_memo_creates_no_file(tmp_path):
+    """A process that never decodes a JPEG strictly leaves no memo file: stats() and describe()
+    say "unused" until the first such decode chooses (and creates) it."""
+    tree = tmp_path / "png" / "a"
+    tree.mkdir(parents=True)
+    from PIL import Image
+
+    for i in range(3):
+        Image.new("RGB", (12, 10), (i, 2 * i, 3 * i)).save(tree / f"{i}.png")
+    memo = tmp_path / "memo" / "clean-scans.bin"
+    child = run_child(tmp_path / "png", str(memo))
+    assert child["delivered"] == 3 and child["scan_memo"] == "unused"
+    assert "no strict JPEG decode in this process yet" in child["describe"]
+    assert not memo.exists() and not memo.parent.exists()
+    jpeg = run_child(new_tree(tmp_path / "jpeg", 2), str(memo))
+    assert jpeg["scan_memo"] == f"file {memo}" and memo.exists()
