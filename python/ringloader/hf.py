@@ -686,6 +686,9 @@ class _Feed:
         import threading
 
         self.stop()
+        # The epoch before must be gone before the groups are forgotten: a row it decoded from
+        # a group of this plan would count against this plan's uses.
+        native.stop()
         native.deferred_clear()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run,

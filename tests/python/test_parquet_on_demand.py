@@ -89,8 +89,11 @@ def test_shuffled_epochs_read_each_row_group_once_and_every_row_once(two_files):
 
 
 def test_a_set_larger_than_the_budget_holds_a_few_row_groups(tmp_path):
-    """40 MB of rows in 1 MB row groups with a 3 MB read-ahead budget: the bytes held never pass
-    the budget plus one group, each group is read once, and the process grows by a few groups."""
+    """40 MB of rows in 1 MB row groups with a 3 MB read-ahead budget and a 32-row shuffle
+    buffer: the bytes held never pass the budget, plus the group the readers wait for, plus the
+    blocks of rows still in the shuffle buffer (at most twice their bytes: a group's rows left to
+    decode move to a block of their own once they are under half of it); each group is read
+    once, and the process grows by a few groups (5 MB held at most, measured)."""
     group, count, size = 16, 640, 64 * 1024
     images = [padded_jpeg(k, size) for k in range(8)]
     schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
@@ -110,7 +113,9 @@ def test_a_set_larger_than_the_budget_holds_a_few_row_groups(tmp_path):
     s = loader.stats()
     assert sorted(got) == list(range(count)) and got != sorted(got)
     assert s["row_groups_read"] == count // group
-    assert s["row_group_bytes_peak"] <= budget + group * size + (1 << 16), s["row_group_bytes_peak"]
+    buffered = 2 * 32 * size
+    assert s["row_group_bytes_peak"] <= budget + group * size + buffered, s["row_group_bytes_peak"]
+    assert s["row_group_compactions"] > 0
     assert s["row_group_bytes_held"] == 0
     assert memory.growth < 16 * group * size, f"grew by {memory.growth >> 20} MB"
     assert not (tmp_path / "cache").exists()
