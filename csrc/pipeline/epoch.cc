@@ -807,16 +807,23 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
   int64_t first = 0, count = n;
   const Sample& failed = (*ctx.samples)[static_cast<size_t>(request.index)];
   if (failed.source == SourceKind::kDeferred) {
-    absl::StatusOr<DeferredRows::Row> row0 = ctx.deferred->Get(failed.group, 0);
-    if (!row0.ok()) return cause;
+    // The failing row itself, never row 0: a row whose decodes are done may have been released.
+    absl::StatusOr<DeferredRows::Row> own = ctx.deferred->Get(failed.group, static_cast<int64_t>(failed.offset));
+    if (!own.ok()) return cause;
     first = request.index - static_cast<int64_t>(failed.offset);
-    count = static_cast<int64_t>(row0->group->starts.size());
+    // The group's rows as handed over, but never past the dataset (a feeder may hand over more
+    // rows than the group has samples; the group check below skips those past its run).
+    count = std::min<int64_t>(static_cast<int64_t>(own->group->starts.size()), n - first);
   }
   const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(count, kReplaceWalk));
   for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
     const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
     const int64_t substitute = first + static_cast<int64_t>(draw % static_cast<uint64_t>(count));
     if (substitute == request.index) continue;
+    if (failed.source == SourceKind::kDeferred) {
+      const Sample& s = (*ctx.samples)[static_cast<size_t>(substitute)];
+      if (s.source != SourceKind::kDeferred || s.group != failed.group) continue;
+    }
     absl::Status status = ReadSampleBytes((*ctx.samples)[static_cast<size_t>(substitute)],
                                           ctx.options->max_file_bytes, &bytes, ctx.streams,
                                           &cancel, ctx.deferred);
