@@ -224,18 +224,28 @@ absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
 
 namespace {
 
-// kDeferred samples: each group's rows are consecutive samples, row 0 first (Epoch::Replace
-// finds a group's rows from one of them), several-file samples are not deferred.
+// kDeferred samples: each group's rows are consecutive samples, row 0 first, and a group has one
+// run of them (Epoch::Replace finds a group's rows from one of them); several-file samples are
+// not deferred.
 absl::Status CheckDeferredGroups(const std::vector<Sample>& samples) {
   std::vector<int64_t> first;  // per group: the sample index of its row 0 (-1: none seen)
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     if (s.source != SourceKind::kDeferred) continue;
     const int64_t row = static_cast<int64_t>(s.offset);
-    if (s.group < 0 || row > static_cast<int64_t>(i) || !s.more_files.empty()) {
+    if (s.group < 0 || row < 0 || row > static_cast<int64_t>(i) || !s.more_files.empty()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "sample ", i, " (", s.path, ") is deferred with group ", s.group, " row ", row,
-          s.more_files.empty() ? "" : " and several files", ": expected a group >= 0 and one file"));
+          s.more_files.empty() ? "" : " and several files", ": expected a group >= 0, a row >= 0 and one file"));
+    }
+    // Row r > 0 follows row r - 1 of its group: no other sample lies inside a group's run.
+    const Sample* before = i > 0 ? &samples[i - 1] : nullptr;
+    const bool follows = row == 0 || (before->source == SourceKind::kDeferred && before->group == s.group &&
+                                      static_cast<int64_t>(before->offset) == row - 1);
+    if (!follows) {
+      return absl::InvalidArgumentError(absl::StrCat("sample ", i, " (", s.path, ") is row ", row, " of group ",
+                                                     s.group, " but sample ", i - 1, " is not its row ", row - 1,
+                                                     ": a group's rows must be consecutive samples"));
     }
     if (static_cast<size_t>(s.group) >= first.size()) first.resize(static_cast<size_t>(s.group) + 1, -1);
     int64_t& base = first[static_cast<size_t>(s.group)];
