@@ -44,11 +44,18 @@ absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> ro
   if (entry.rows != nullptr && !entry.row_uses.empty()) {
     // Held and counted per row: count the new decodes per row too (or stop counting).
     if (rows->row_uses.size() == entry.row_uses.size()) {
+      // Every row is checked before any count changes: a refused Attach leaves the group as it was.
       for (size_t r = 0; r < entry.row_uses.size(); ++r) {
         if (entry.row_uses[r] == 0 && rows->row_uses[r] > 0 && entry.rows->lengths[r] == -2) {
           // The row was moved out already: it cannot be decoded again from this block.
           return absl::FailedPreconditionError(absl::StrCat(
               "row group ", group, " row ", r, " was released; attach the group after it is freed"));
+        }
+      }
+      for (size_t r = 0; r < entry.row_uses.size(); ++r) {
+        // A row with no decode left that gets one is live again.
+        if (entry.row_uses[r] == 0 && rows->row_uses[r] > 0) {
+          entry.live_bytes += std::max<int64_t>(entry.rows->lengths[r], 0);
         }
         entry.row_uses[r] += rows->row_uses[r];
       }
@@ -60,6 +67,13 @@ absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> ro
   if (entry.rows == nullptr) {
     entry.row_uses = rows->row_uses;
     entry.live_bytes = size;
+    if (!entry.row_uses.empty()) {
+      // Only rows this plan decodes are live: the others count towards moving the rest out.
+      entry.live_bytes = 0;
+      for (size_t r = 0; r < entry.row_uses.size(); ++r) {
+        if (entry.row_uses[r] > 0) entry.live_bytes += std::max<int64_t>(rows->lengths[r], 0);
+      }
+    }
     entry.rows = std::move(rows);
     entry.bytes = size;
     entry.attach_id = next_attach_id_++;

@@ -278,5 +278,85 @@ TEST(DeferredRowsTest, ClearDropsEveryGroupAndOldRowsNoLongerCount) {
   EXPECT_EQ(rows.counts().bytes_held, 0);
 }
 
+// MakeGroup with per-row decode counts (Group::row_uses).
+std::shared_ptr<const Group> MakeGroup(const std::vector<int64_t>& lengths, const std::vector<int32_t>& row_uses) {
+  auto group = std::make_shared<Group>(*MakeGroup(lengths));
+  group->row_uses = row_uses;
+  return group;
+}
+
+// Gets row `row` of `group` and counts it decoded.
+void Decode(DeferredRows& rows, int64_t group, int64_t row) {
+  absl::StatusOr<DeferredRows::Row> got = rows.Get(group, row);
+  ASSERT_TRUE(got.ok()) << got.status();
+  rows.Done(group, *got);
+}
+
+TEST(DeferredRowsTest, RowUsesMustGiveEachRowACountSummingToUses) {
+  DeferredRows rows(1);
+  absl::Status s = rows.Attach(0, MakeGroup({1, 1}, {1}), 1);  // one count for two rows
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("row_uses"), std::string::npos) << s;
+  EXPECT_TRUE(absl::IsInvalidArgument(rows.Attach(0, MakeGroup({1, 1}, {1, 1}), 3)));
+  EXPECT_TRUE(absl::IsInvalidArgument(rows.Attach(0, MakeGroup({1, 1}, {3, -1}), 2)));
+  EXPECT_FALSE(rows.Held(0));
+  EXPECT_TRUE(rows.Attach(0, MakeGroup({1, 1}, {2, 0}), 2).ok());
+}
+
+TEST(DeferredRowsTest, RowsLeftToDecodeMoveOutOnceTheyAreLessThanHalfTheGroup) {
+  DeferredRows rows(1);
+  ASSERT_TRUE(rows.Attach(0, MakeGroup({10, 10, 10, 10}, {1, 1, 1, 1}), 4).ok());
+  absl::StatusOr<DeferredRows::Row> early = rows.Get(0, 2);  // being decoded across the move
+  ASSERT_TRUE(early.ok());
+  Decode(rows, 0, 0);
+  Decode(rows, 0, 1);  // 20 of 40 bytes left: not less than half
+  EXPECT_EQ(rows.counts().compactions, 0);
+  EXPECT_EQ(rows.counts().bytes_held, 40);
+  rows.Done(0, *early);  // 10 left: row 3 moves to a block of its own
+  DeferredRows::Counts c = rows.counts();
+  EXPECT_EQ(c.compactions, 1);
+  EXPECT_EQ(c.bytes_held, 10);
+  EXPECT_EQ(c.peak_bytes_held, 40);
+  EXPECT_EQ(early->data[9], 3);  // the old block lives while a Row holds it
+  absl::Status released = rows.Get(0, 1).status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(released)) << released;
+  EXPECT_NE(released.message().find("released"), std::string::npos) << released;
+  absl::StatusOr<DeferredRows::Row> last = rows.Get(0, 3);
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(last->length, 10);
+  EXPECT_EQ(last->data[0], 4);
+  // A released row cannot be handed over again while the group is held; the refusal changes
+  // nothing (row 3's one decode still frees the group).
+  EXPECT_TRUE(absl::IsFailedPrecondition(rows.Attach(0, MakeGroup({10, 10, 10, 10}, {0, 0, 1, 1}), 2)));
+  rows.Done(0, *last);
+  EXPECT_FALSE(rows.Held(0));
+  EXPECT_EQ(rows.counts().bytes_held, 0);
+}
+
+TEST(DeferredRowsTest, RowsWithoutDecodesInThePlanAreNotCountedLive) {
+  // Rows 2 and 3 are not in this plan (another rank's, say): after row 0, row 1 alone is left
+  // to decode, a quarter of the group, so it moves out.
+  DeferredRows rows(1);
+  ASSERT_TRUE(rows.Attach(0, MakeGroup({10, 10, 10, 10}, {1, 1, 0, 0}), 2).ok());
+  Decode(rows, 0, 0);
+  EXPECT_EQ(rows.counts().compactions, 1);
+  EXPECT_EQ(rows.counts().bytes_held, 10);
+  Decode(rows, 0, 1);
+  EXPECT_FALSE(rows.Held(0));
+
+  // Handed over again while held, the rows it gives decodes to are live again.
+  ASSERT_TRUE(rows.Attach(0, MakeGroup({10, 10, 10, 10}, {1, 1, 0, 0}), 2).ok());
+  ASSERT_TRUE(rows.Attach(0, MakeGroup({10, 10, 10, 10}, {0, 0, 1, 1}), 2).ok());
+  Decode(rows, 0, 0);
+  Decode(rows, 0, 1);
+  EXPECT_EQ(rows.counts().compactions, 1);  // 20 of 40 left
+  Decode(rows, 0, 2);
+  EXPECT_EQ(rows.counts().compactions, 2);
+  EXPECT_EQ(rows.counts().bytes_held, 10);
+  Decode(rows, 0, 3);
+  EXPECT_FALSE(rows.Held(0));
+  EXPECT_EQ(rows.counts().bytes_held, 0);
+}
+
 }  // namespace
 }  // namespace ringloader
