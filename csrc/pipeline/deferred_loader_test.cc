@@ -119,22 +119,38 @@ std::vector<int64_t> Offsets(size_t n, size_t batch) {
 }
 
 // Hands over the groups in the order the epoch reaches them, each for the rows the epoch decodes
-// of it, keeping the bytes held within `budget` (as a Parquet source's feeder does).
+// of it, keeping the bytes held within `budget` (as a Parquet source's feeder does). `per_row`:
+// with each row's decodes (Group::row_uses), so that rows decoded early may be released.
 class Feeder {
  public:
-  Feeder(DeferredRows* rows, const Dataset& data, const std::vector<int64_t>& order, int64_t budget) {
-    std::vector<std::pair<int, int64_t>> plan;  // (group, uses), runs of the order
+  Feeder(DeferredRows* rows, const Dataset& data, const std::vector<int64_t>& order, int64_t budget,
+         bool per_row = false) {
+    struct Step {
+      int group;
+      int64_t uses = 0;
+      std::vector<int32_t> row_uses;
+    };
+    std::vector<Step> plan;  // runs of the order
     for (int64_t index : order) {
-      const int g = data.deferred[static_cast<size_t>(index)].group;
-      if (plan.empty() || plan.back().first != g) plan.emplace_back(g, 0);
-      plan.back().second += 1;
+      const Sample& s = data.deferred[static_cast<size_t>(index)];
+      if (plan.empty() || plan.back().group != s.group) {
+        plan.push_back(Step{s.group, 0, std::vector<int32_t>(data.groups[static_cast<size_t>(s.group)]->starts.size())});
+      }
+      plan.back().uses += 1;
+      plan.back().row_uses[s.offset] += 1;
     }
-    thread_ = std::thread([this, rows, &data, plan = std::move(plan), budget] {
-      for (const auto& [g, uses] : plan) {
-        while (!rows->WaitForRoom(g, data.GroupBytes(g), budget, absl::Milliseconds(20))) {
+    thread_ = std::thread([this, rows, &data, plan = std::move(plan), budget, per_row] {
+      for (const Step& step : plan) {
+        while (!rows->WaitForRoom(step.group, data.GroupBytes(step.group), budget, absl::Milliseconds(20))) {
           if (stop_.load()) return;
         }
-        EXPECT_TRUE(rows->Attach(g, data.groups[static_cast<size_t>(g)], uses).ok());
+        std::shared_ptr<const DeferredRows::Group> group = data.groups[static_cast<size_t>(step.group)];
+        if (per_row) {
+          auto counted = std::make_shared<DeferredRows::Group>(*group);
+          counted->row_uses = step.row_uses;
+          group = std::move(counted);
+        }
+        EXPECT_TRUE(rows->Attach(step.group, std::move(group), step.uses).ok());
       }
     });
   }
@@ -306,6 +322,31 @@ TEST(DeferredLoaderTest, SubstitutesStayInTheGroupWhenItsFeederHandsOverMoreRows
   EXPECT_GT(substitute, last * kRowsPerGroup);
   EXPECT_LT(substitute, kSamples);
   EXPECT_EQ((*loader)->Stats().replaced, 1);
+}
+
+TEST(DeferredLoaderTest, ReplacedInAGroupWhoseFirstRowsWereReleased) {
+  // Group 1's rows counted per row, decoded (one decoder, in order) 0-4, then row 6 without
+  // bytes, then 5 and 7: by row 6 the rows decoded are released (row 0 among them) and only
+  // rows 5 and 7 can stand in for it.
+  Dataset data = MakeDataset();
+  data.groups[1] = WithoutBytes(data, 1, 6);
+  std::vector<int64_t> order;
+  for (int r : {0, 1, 2, 3, 4, 6, 5, 7}) order.push_back(kRowsPerGroup + r);
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      Loader::Create(data.deferred, Options(ErrorPolicy::kReplace, 1));
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  Delivered got;
+  {
+    Feeder feeder((*loader)->deferred_rows(), data, order, data.MaxGroupBytes(), /*per_row=*/true);
+    got = RunEpoch(**loader, order);
+  }
+  ASSERT_TRUE(got.errors.empty()) << got.errors.front();
+  ASSERT_EQ(got.indices.size(), order.size());
+  EXPECT_TRUE(got.indices[5] == kRowsPerGroup + 5 || got.indices[5] == kRowsPerGroup + 7) << got.indices[5];
+  const LoaderStats stats = (*loader)->Stats();
+  EXPECT_GE(stats.row_group_compactions, 1);
+  EXPECT_EQ(stats.replaced, 1);
+  EXPECT_EQ(stats.row_group_bytes_held, 0);
 }
 
 TEST(DeferredLoaderTest, EpochWaitingForAGroupThatNeverComesStopsPromptly) {
