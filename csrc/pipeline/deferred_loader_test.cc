@@ -189,6 +189,18 @@ Delivered RunEpoch(Loader& loader, const std::vector<int64_t>& order) {
   return out;
 }
 
+// One epoch of `order` over `data`'s deferred samples under `policy` with one decoder, a
+// feeder handing the groups over within one group's bytes; the loader is kept in `*out`.
+Delivered RunFed(const Dataset& data, const std::vector<int64_t>& order, ErrorPolicy policy,
+                 std::unique_ptr<Loader>* out, bool per_row = false) {
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(data.deferred, Options(policy, 1));
+  EXPECT_TRUE(loader.ok()) << loader.status();
+  if (!loader.ok()) return {};
+  *out = std::move(*loader);
+  Feeder feeder((*out)->deferred_rows(), data, order, data.MaxGroupBytes(), per_row);
+  return RunEpoch(**out, order);
+}
+
 TEST(DeferredLoaderTest, DeliversEveryRowOnceAsFromMemoryWithinTheBudget) {
   const Dataset data = MakeDataset();
   const std::vector<int64_t> order = ShuffledWithinGroups({2, 0, 1});
@@ -243,14 +255,8 @@ TEST(DeferredLoaderTest, RowWithoutBytesIsASampleErrorUnderRaise) {
   const int bad = kRowsPerGroup + 3;  // group 1, row 3
   data.groups[1] = WithoutBytes(data, 1, 3);
   const std::vector<int64_t> order = ShuffledWithinGroups({0, 1, 2});
-  absl::StatusOr<std::unique_ptr<Loader>> loader =
-      Loader::Create(data.deferred, Options(ErrorPolicy::kRaise, 1));
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  Delivered got;
-  {
-    Feeder feeder((*loader)->deferred_rows(), data, order, data.MaxGroupBytes());
-    got = RunEpoch(**loader, order);
-  }
+  std::unique_ptr<Loader> loader;
+  const Delivered got = RunFed(data, order, ErrorPolicy::kRaise, &loader);
   ASSERT_EQ(got.errors.size(), 1u);
   const absl::Status& error = got.errors[0];
   EXPECT_TRUE(IsSampleError(error)) << error;
@@ -258,7 +264,7 @@ TEST(DeferredLoaderTest, RowWithoutBytesIsASampleErrorUnderRaise) {
   EXPECT_EQ(error.GetPayload(kSampleIndexPayload).value(), absl::Cord(std::to_string(bad)));
   EXPECT_EQ(got.indices.size(), static_cast<size_t>(kSamples - 2));  // the failing batch of 2
   EXPECT_EQ(std::count(got.indices.begin(), got.indices.end(), bad), 0);
-  EXPECT_EQ((*loader)->Stats().row_group_bytes_held, 0);
+  EXPECT_EQ(loader->Stats().row_group_bytes_held, 0);
 }
 
 TEST(DeferredLoaderTest, RowWithoutBytesIsReplacedByARowOfItsGroup) {
@@ -271,14 +277,8 @@ TEST(DeferredLoaderTest, RowWithoutBytesIsReplacedByARowOfItsGroup) {
     const size_t position = last ? 2 * kRowsPerGroup - 1 : kRowsPerGroup;  // in group 1's run
     const int64_t bad = order[position];
     data.groups[1] = WithoutBytes(data, 1, static_cast<int>(bad - kRowsPerGroup));
-    absl::StatusOr<std::unique_ptr<Loader>> loader =
-        Loader::Create(data.deferred, Options(ErrorPolicy::kReplace, 1));
-    ASSERT_TRUE(loader.ok()) << loader.status();
-    Delivered got;
-    {
-      Feeder feeder((*loader)->deferred_rows(), data, order, data.MaxGroupBytes());
-      got = RunEpoch(**loader, order);
-    }
+    std::unique_ptr<Loader> loader;
+  const Delivered got = RunFed(data, order, ErrorPolicy::kReplace, &loader);
     ASSERT_TRUE(got.errors.empty()) << got.errors.front();
     ASSERT_EQ(got.indices.size(), static_cast<size_t>(kSamples));
     const int64_t substitute = got.indices[position];
@@ -286,7 +286,7 @@ TEST(DeferredLoaderTest, RowWithoutBytesIsReplacedByARowOfItsGroup) {
     EXPECT_GE(substitute, kRowsPerGroup);
     EXPECT_LT(substitute, 2 * kRowsPerGroup);
     EXPECT_EQ(got.labels[position], data.deferred[static_cast<size_t>(substitute)].label);
-    const LoaderStats stats = (*loader)->Stats();
+    const LoaderStats stats = loader->Stats();
     EXPECT_EQ(stats.replaced, 1);
     EXPECT_EQ(stats.row_group_bytes_held, 0);
   }
@@ -306,14 +306,8 @@ TEST(DeferredLoaderTest, SubstitutesStayInTheGroupWhenItsFeederHandsOverMoreRows
   padded->lengths[0] = -1;  // row 0 of the last group has no bytes
   data.groups[last] = padded;
   const std::vector<int64_t> order = ShuffledWithinGroups({last});
-  absl::StatusOr<std::unique_ptr<Loader>> loader =
-      Loader::Create(data.deferred, Options(ErrorPolicy::kReplace, 1));
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  Delivered got;
-  {
-    Feeder feeder((*loader)->deferred_rows(), data, order, data.MaxGroupBytes());
-    got = RunEpoch(**loader, order);
-  }
+  std::unique_ptr<Loader> loader;
+  const Delivered got = RunFed(data, order, ErrorPolicy::kReplace, &loader);
   ASSERT_TRUE(got.errors.empty()) << got.errors.front();
   const size_t position = static_cast<size_t>(std::find(order.begin(), order.end(), last * kRowsPerGroup) -
                                               order.begin());
@@ -321,7 +315,7 @@ TEST(DeferredLoaderTest, SubstitutesStayInTheGroupWhenItsFeederHandsOverMoreRows
   const int64_t substitute = got.indices[position];
   EXPECT_GT(substitute, last * kRowsPerGroup);
   EXPECT_LT(substitute, kSamples);
-  EXPECT_EQ((*loader)->Stats().replaced, 1);
+  EXPECT_EQ(loader->Stats().replaced, 1);
 }
 
 TEST(DeferredLoaderTest, ReplacedInAGroupWhoseFirstRowsWereReleased) {
@@ -332,18 +326,12 @@ TEST(DeferredLoaderTest, ReplacedInAGroupWhoseFirstRowsWereReleased) {
   data.groups[1] = WithoutBytes(data, 1, 6);
   std::vector<int64_t> order;
   for (int r : {0, 1, 2, 3, 4, 6, 5, 7}) order.push_back(kRowsPerGroup + r);
-  absl::StatusOr<std::unique_ptr<Loader>> loader =
-      Loader::Create(data.deferred, Options(ErrorPolicy::kReplace, 1));
-  ASSERT_TRUE(loader.ok()) << loader.status();
-  Delivered got;
-  {
-    Feeder feeder((*loader)->deferred_rows(), data, order, data.MaxGroupBytes(), /*per_row=*/true);
-    got = RunEpoch(**loader, order);
-  }
+  std::unique_ptr<Loader> loader;
+  const Delivered got = RunFed(data, order, ErrorPolicy::kReplace, &loader, /*per_row=*/true);
   ASSERT_TRUE(got.errors.empty()) << got.errors.front();
   ASSERT_EQ(got.indices.size(), order.size());
   EXPECT_TRUE(got.indices[5] == kRowsPerGroup + 5 || got.indices[5] == kRowsPerGroup + 7) << got.indices[5];
-  const LoaderStats stats = (*loader)->Stats();
+  const LoaderStats stats = loader->Stats();
   EXPECT_GE(stats.row_group_compactions, 1);
   EXPECT_EQ(stats.replaced, 1);
   EXPECT_EQ(stats.row_group_bytes_held, 0);
