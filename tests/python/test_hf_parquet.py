@@ -338,6 +338,20 @@ def padded_jpeg(seed: int, size: int) -> bytes:
     return jpeg[:2] + pad + jpeg[2:]
 
 
+def write_big_parquet(path: Path, group: int, rows: int, size: int) -> Path:
+    """``rows`` uncompressed rows of ``size``-byte JPEGs (labels 0, 1, ...) in row groups of
+    ``group`` rows: a set whose bytes are its images."""
+    images = [padded_jpeg(k, size) for k in range(8)]
+    schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
+    with pq.ParquetWriter(path, schema, compression="none", use_dictionary=False) as writer:
+        for g in range(rows // group):
+            writer.write_table(pa.table({"image": [images[(g * group + r) % 8]
+                                                   for r in range(group)],
+                                         "label": list(range(g * group, (g + 1) * group))},
+                                        schema=schema))
+    return path
+
+
 def anonymous_rss() -> int:
     """The process's resident anonymous memory (heap, arenas, pools), not the page cache that
     mapped files bring in."""
@@ -379,15 +393,7 @@ def test_parquet_set_larger_than_the_budget_keeps_process_memory_bounded(tmp_pat
     measured); the rows' bytes stay in the page cache of the mapped copy. Reading the table
     whole grows it by more than the set's size (166 MB measured)."""
     group, rows, size = 32, 768, 64 * 1024
-    images = [padded_jpeg(k, size) for k in range(8)]
-    schema = pa.schema([("image", pa.binary()), ("label", pa.int64())])
-    path = tmp_path / "big.parquet"
-    with pq.ParquetWriter(path, schema, compression="none", use_dictionary=False) as writer:
-        for g in range(rows // group):
-            writer.write_table(pa.table({"image": [images[(g * group + r) % 8]
-                                                   for r in range(group)],
-                                         "label": list(range(g * group, (g + 1) * group))},
-                                        schema=schema))
+    path = write_big_parquet(tmp_path / "big.parquet", group, rows, size)
     total, budget = rows * size, 4 << 20
     assert path.stat().st_size > total and total > 10 * budget
     pa.default_memory_pool().release_unused()  # the writer's buffers: not the reader's to reuse
