@@ -130,7 +130,8 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
         raise ValueError(
             f"sampler/batch_sampler {type(custom).__name__} over {what}: it is read front to "
             "back and cannot serve an arbitrary order. Leave sampler unset (its own order "
-            "shuffles shards and a buffer; rank/world_size shard it), or use "
+            "permutes the shards or row groups and shuffles a buffer; rank/world_size shard "
+            "it), or use "
             f"{instead}, which allows any sampler.")
 
 

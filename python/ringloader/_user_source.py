@@ -267,6 +267,8 @@ def source_for(dataset: Any) -> Optional["UserSource"]:
         return None
     if n == 0:
         return None
+    if callable(getattr(dataset, "_native_columns", None)):
+        return UserSource(dataset)  # a table of references by construction: nothing to probe
     with _SavedRng():
         try:
             first = dataset[0]

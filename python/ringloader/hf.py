@@ -638,6 +638,8 @@ class _RowGroups:
         self.buffers: List[np.ndarray] = []
         self.paths_arena = None
         self._last: Optional[Tuple[int, _ImageColumn]] = None
+        self._read: set = set()  # row groups ds[i] has read (a second read is warned about)
+        self._warned = False
 
     def __len__(self) -> int:
         return len(self.which)
@@ -654,6 +656,18 @@ class _RowGroups:
     def ref(self, row: int, transform: Any, mode: str, where: Callable[[int], str]) -> Any:
         group = int(self.starts[row])
         if self._last is None or self._last[0] != group:
+            if group in self._read and not self._warned:
+                # ds[i] in a random order (torch's DataLoader, a sampler of one's own) reads a
+                # row group for nearly every row: say so once rather than run slowly in silence.
+                import warnings
+
+                self._warned = True
+                warnings.warn(
+                    f"Parquet(copy=False): row group {group} read again for ds[{row}]: indexing "
+                    "in a random order reads a row group per row. Iterate it with "
+                    "ringloader.DataLoader (row groups once an epoch), or use copy=True for "
+                    "random access", stacklevel=4)
+            self._read.add(group)
             self._last = (group, self.read(group))
         base = int(self.first_row[group])
         return self._last[1].ref(row - base, transform, mode, lambda r: where(r + base))

@@ -67,10 +67,17 @@ def test_pixels_equal_the_copy_and_no_copy_is_written(two_files):
         assert (got[name] - want[name]).abs().max().item() == 0, name  # bit-exact with the copy
     assert row_groups_read(loader) == 7
     assert loader.stats()["row_group_bytes_held"] == 0
-    # Indexing reads the row's group (no loader needed) and gives the copy's reference.
+    # Indexing reads the row's group (no loader needed) and gives the copy's reference; going
+    # back to a group read before (random access) is warned about, once.
     image, label, name = ds[13]
     assert (label, name) == copy[13][1:]
     assert torch.equal(rl.materialize(image), rl.materialize(copy[13][0]))
+    ds[14], ds[0]  # same group, then another one: nothing to say
+    with pytest.warns(UserWarning, match=r"row group 3 read again for ds\[12\].*copy=True"):
+        ds[12]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds[1], ds[13]  # said once
 
 
 def test_shuffled_epochs_read_each_row_group_once_and_every_row_once(two_files):
