@@ -481,13 +481,14 @@ class NativeBackend(Backend):
         return s
 
     def close(self) -> None:
+        native = getattr(self, "_native", None)
+        if native is None:
+            return
         for f in getattr(self, "_folders", []):
             stop_feed = getattr(f, "stop_feed", None)
             if stop_feed is not None:
-                stop_feed()  # its thread holds the native loader while it waits for room
-        native = getattr(self, "_native", None)
-        if native is not None:
-            native.stop()
+                stop_feed(native)  # its thread holds the native loader while it waits for room
+        native.stop()
 
     def __del__(self):
         # Once neither the DataLoader nor an iterator holds this backend, its threads stop.

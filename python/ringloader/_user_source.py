@@ -434,9 +434,9 @@ class UserSource(NativeDataset):
         if self.streamed and order is not None:
             self._feed.begin(native, order, per_row)
 
-    def stop_feed(self) -> None:
+    def stop_feed(self, native: Any) -> None:
         if self.streamed:
-            self._feed.stop()
+            self._feed.stop(native)
 
     @property
     def per_sample(self) -> bool:

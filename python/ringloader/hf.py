@@ -636,7 +636,6 @@ class _RowGroups:
         self.starts = np.repeat(np.arange(len(self.sizes), dtype=np.int32), self.sizes)  # group
         self.lengths = (np.arange(n, dtype=np.int64) - self.first_row[self.starts]).astype(np.int32)
         self.buffers: List[np.ndarray] = []
-        self.paths_arena = None
         self._last: Optional[Tuple[int, _ImageColumn]] = None
         self._read: set = set()  # row groups ds[i] has read (a second read is warned about)
         self._warned = False
@@ -685,36 +684,36 @@ class _Feed:
     with the reason by ``where``), never a hang."""
 
     def __init__(self, groups: _RowGroups, budget: int):
-        import threading
-
         self.groups, self.budget = groups, int(budget)
         self.errors: dict = {}  # group -> why it could not be read
-        self._stop = threading.Event()
-        self._thread: Optional[Any] = None
+        # One thread per native loader over the dataset (a train and an eval loader may run at
+        # once): id(native) -> (thread, its stop event).
+        self._threads: dict = {}
 
     def begin(self, native: Any, order: np.ndarray, per_row: bool = True) -> None:
-        """A new epoch plan: ``order`` is the source's rows in the order the loader reads them
-        (a resumed epoch: those it has still to read). ``per_row``: the loader may free a
-        group's decoded rows before its last (False keeps every row of a group until then:
-        on_error="replace" draws substitutes from it)."""
+        """A new epoch plan of the loader ``native``: ``order`` is the source's rows in the order
+        it reads them (a resumed epoch: those it has still to read). ``per_row``: the loader may
+        free a group's decoded rows before its last (False keeps every row of a group until
+        then: on_error="replace" draws substitutes from it)."""
         import threading
 
-        self.stop()
+        self.stop(native)
         # The epoch before must be gone before the groups are forgotten: a row it decoded from
         # a group of this plan would count against this plan's uses.
         native.stop()
         native.deferred_clear()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run,
-                                        args=(native, np.asarray(order), per_row, self._stop),
-                                        name="rl-row-groups", daemon=True)
-        self._thread.start()
+        stop = threading.Event()
+        thread = threading.Thread(target=self._run, args=(native, np.asarray(order), per_row, stop),
+                                  name="rl-row-groups", daemon=True)
+        self._threads[id(native)] = (thread, stop)
+        thread.start()
 
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+    def stop(self, native: Any) -> None:
+        """Stops the thread feeding ``native`` (it holds the loader while it waits for room)."""
+        thread, stop = self._threads.pop(id(native), (None, None))
+        if thread is not None:
+            stop.set()
+            thread.join()
 
     def _run(self, native: Any, order: np.ndarray, per_row: bool, stop: Any) -> None:
         groups = self.groups.starts[order]

@@ -159,6 +159,19 @@ def test_abandoned_epochs_start_afresh_without_hanging(two_files):
     assert loader.stats()["row_group_bytes_held"] == 0
 
 
+def test_two_loaders_over_one_dataset_feed_apart(two_files):
+    """A train and an eval loader over the same dataset, iterated in turn: each has its own
+    feeding thread, so starting one's epoch does not starve the other's (a one-byte budget: a
+    row group at a time, the next one only when the readers wait for it)."""
+    ds = on_demand(two_files, read_ahead_bytes=1)
+    train = iter(rl.DataLoader(ds, batch_size=2, shuffle=True, timeout=30))
+    first = [int(v) for v in next(train)[1]]
+    evaluated = labels(rl.DataLoader(ds, batch_size=4, timeout=30))
+    rest = [int(v) for batch in train for v in batch[1]]
+    want = sorted(list(range(12)) + list(range(10)))
+    assert sorted(evaluated) == want and sorted(first + rest) == want
+
+
 def test_other_orders_and_python_transforms_are_refused_by_name(two_files):
     ds = on_demand(two_files)
     with pytest.raises(ValueError, match="row groups read on demand.*copy=True"):
