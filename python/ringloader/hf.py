@@ -787,7 +787,11 @@ class Parquet(_ArrowImages):
     The columns used are read with pyarrow once, one row group at a time, into a memory-mapped
     Arrow file under ``cache_dir`` (default ``~/.cache/ringloader/parquet``; reused while the
     Parquet file is unchanged): an epoch in any order reads no row group again, and the bytes
-    are held by the page cache, not by the process. ``http(s)://`` and ``s3://`` URLs (brace
+    are held by the page cache, not by the process. ``copy=False`` makes no copy: each row
+    group's images are read when the epoch reaches them, once an epoch, within
+    ``read_ahead_bytes`` (default 256 MB, or two of the largest row groups), in the order of the
+    row groups permuted and a ``shuffle_buffer`` of rows (the WebDataset order; no other
+    sampler, Subset or per-sample Python transform). ``http(s)://`` and ``s3://`` URLs (brace
     patterns expanded) are downloaded natively into ``download_dir`` first (default: the remote
     shards' cache folder; ``ca_file``, ``remote_options`` as for :class:`WebDataset`)."""
 
