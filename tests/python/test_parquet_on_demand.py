@@ -149,6 +149,31 @@ def test_resume_mid_epoch_reads_only_what_is_left(two_files):
     assert head + tail == whole
 
 
+@pytest.mark.parametrize("old_world,new_world", [(2, 3), (3, 1)])
+def test_resume_onto_another_world_size_reads_the_rest_once(two_files, old_world, new_world):
+    ds = on_demand(two_files, columns=["id"])
+    seen, states = set(), []
+    for rank in range(old_world):
+        loader = rl.DataLoader(ds, batch_size=2, shuffle=True, rank=rank, world_size=old_world,
+                               seed=5)
+        it = iter(loader)
+        seen.update(name for _ in range(2) for name in next(it)[2])
+        states.append(loader.state_dict())
+        del it
+    remaining, counts = [], set()
+    for rank in range(new_world):
+        loader = rl.DataLoader(ds, batch_size=2, shuffle=True, rank=rank, world_size=new_world,
+                               seed=5)
+        loader.load_state_dict(states[0])
+        got = [name for batch in loader for name in batch[2]]
+        counts.add(len(got))
+        remaining += got
+    every = {f"a-{i}" for i in range(12)} | {f"b-{i}" for i in range(10)}
+    assert len(counts) == 1 and set(remaining) | seen == every
+    assert not set(remaining) & seen
+    assert len(remaining) - len(set(remaining)) < new_world  # padding only
+
+
 def test_abandoned_epochs_start_afresh_without_hanging(two_files):
     ds = on_demand(two_files)
     loader = rl.DataLoader(ds, batch_size=2, shuffle=True, timeout=30)
