@@ -226,7 +226,7 @@ std::set<std::string> BackgroundFetch::Kept() const {
   return keep;
 }
 
-int BackgroundFetch::Take() {
+int BackgroundFetch::Take(int64_t* ticket) {
   // Only a bounded fetch is ever behind its readers by more than a shard or two per connection.
   const std::vector<int> waited = bounded_ ? WaitedFor() : std::vector<int>{};
   const State taken = bounded_ ? State::kTaken : State::kInFlight;
@@ -234,12 +234,14 @@ int BackgroundFetch::Take() {
   for (int i : waited) {
     if (state_[static_cast<size_t>(i)] == State::kQueued || state_[static_cast<size_t>(i)] == State::kDone) {
       state_[static_cast<size_t>(i)] = taken;
+      *ticket = DrawDownloadTicket();  // drawn here, under mu_: tickets in the order taken
       return i;
     }
   }
   while (next_ < urls_.size() && state_[next_] != State::kQueued) ++next_;
   if (next_ == urls_.size()) return -1;
   state_[next_] = taken;
+  *ticket = DrawDownloadTicket();
   return static_cast<int>(next_);
 }
 
@@ -304,7 +306,8 @@ void BackgroundFetch::Run(int worker) {
   Registry& r = TheRegistry();
   int idle = 0;
   while (true) {
-    int taken = Take();
+    int64_t ticket = -1;
+    int taken = Take(&ticket);
     if (taken < 0) {
       // A bounded fetch stays until it is closed: a shard evicted after its readers closed it
       // may be wanted again (RefetchIfEvicted). Meanwhile it trims the folder back to the limit
@@ -321,7 +324,10 @@ void BackgroundFetch::Run(int worker) {
       std::lock_guard<std::mutex> lock(mu_);
       state_[static_cast<size_t>(taken)] = State::kInFlight;
     } else if (go && bounded_) {
+      // Not holding a ticket while it waits: the room may come from shards later tickets fetch.
+      ReleaseDownloadTicket(ticket);
       go = WaitForRoom(&taken);
+      ticket = DrawDownloadTicket();
     }
     const size_t i = static_cast<size_t>(taken);
     absl::StatusOr<CachedShard> got = absl::CancelledError(absl::StrCat("fetch ", urls_[i], ": cancelled"));
@@ -330,7 +336,8 @@ void BackgroundFetch::Run(int worker) {
     if (bounded_) keep = [this] { return Kept(); };
     // In pieces when its size is known (shard_cache.h: DownloadPieces).
     const int64_t size = expected_.empty() ? -1 : expected_[i].size;
-    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep, {size})[0]);
+    if (go) got = std::move(cache_.Ensure({urls_[i]}, &cancel_, keep, {size}, ticket)[0]);
+    ReleaseDownloadTicket(ticket);  // when nothing was downloaded (in the cache, cancelled)
     bool stale = false;
     if (got.ok() && !expected_.empty()) {
       const ExpectedCopy& want = expected_[i];

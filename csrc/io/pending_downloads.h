@@ -98,8 +98,9 @@ class BackgroundFetch {
   enum class State { kQueued, kTaken, kInFlight, kDone };
   void Run(int worker);
   // The next URL to fetch (one a reader waits for first, then the given order), marked in
-  // flight; -1 when none is queued.
-  int Take();
+  // flight; -1 when none is queued. `*ticket`: its download ticket, drawn in that order
+  // (remote.h: DrawDownloadTicket).
+  int Take(int64_t* ticket);
   // Bounded fetch: waits until URL `*i` may start (see the file comment); may switch `*i` to a
   // URL a reader waits for. False when cancelled.
   bool WaitForRoom(int* i);

@@ -62,11 +62,22 @@ Links& TheLinks() {
 // nothing there. So the shards an epoch wants first (a BackgroundFetch worker takes them in
 // the epoch's order) get the connections first, and a shard's pieces (shard_cache.h:
 // DownloadPieces) are not spread over the shards after it.
+//
+// A caller that hands shards out in order to several threads (BackgroundFetch) draws each
+// shard's ticket where it hands the shard out (DrawDownloadTicket), so that tickets follow its
+// order, not the order in which the threads get to DownloadAll. Until that DownloadAll has made
+// its first pass over its transfers, the ticket is "unstarted", and later tickets take no
+// connection: otherwise a thread that got there first would start the next shard's first piece
+// beside the first shard's. An unstarted ticket holds later ones back for kUnstartedGrace at
+// most (its thread may be waiting for a lock another download of the same object holds).
+constexpr auto kUnstartedGrace = std::chrono::milliseconds(500);
+
 struct Connections {
   std::mutex mu;
   std::condition_variable freed;
   std::map<std::string, int> open ABSL_GUARDED_BY(mu);
   std::map<std::string, std::set<int64_t>> waiting ABSL_GUARDED_BY(mu);  // tickets, per host
+  std::map<int64_t, std::chrono::steady_clock::time_point> unstarted ABSL_GUARDED_BY(mu);
   int64_t next_ticket ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -81,6 +92,17 @@ int64_t NextTicket() {
   return c.next_ticket++;
 }
 
+// True when a ticket before `ticket` was drawn within kUnstartedGrace and has not made its first
+// pass yet (see DrawDownloadTicket).
+bool EarlierUnstarted(Connections& c, int64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
+  const auto now = std::chrono::steady_clock::now();
+  for (const auto& [earlier, drawn] : c.unstarted) {
+    if (earlier >= ticket) return false;
+    if (now - drawn < kUnstartedGrace) return true;
+  }
+  return false;
+}
+
 // Takes one of `host`'s transfers when fewer than `limit` are in flight (the caller's own
 // `max_connections`: a caller with a lower setting waits while others hold more) and no call
 // with an earlier ticket waits for one; else `ticket` waits (until StopWaiting).
@@ -89,7 +111,7 @@ bool TakeConnection(const std::string& host, int limit, int64_t ticket) {
   std::lock_guard<std::mutex> lock(c.mu);
   int& open = c.open[host];
   std::set<int64_t>& waiting = c.waiting[host];
-  if (open < limit && (waiting.empty() || *waiting.begin() >= ticket)) {
+  if (open < limit && (waiting.empty() || *waiting.begin() >= ticket) && !EarlierUnstarted(c, ticket)) {
     ++open;
     return true;
   }
@@ -118,6 +140,27 @@ void ReturnConnection(const std::string& host) {
   }
   c.freed.notify_all();
 }
+
+}  // namespace
+
+int64_t DrawDownloadTicket() {
+  Connections& c = TheConnections();
+  std::lock_guard<std::mutex> lock(c.mu);
+  const int64_t ticket = c.next_ticket++;
+  c.unstarted.emplace(ticket, std::chrono::steady_clock::now());
+  return ticket;
+}
+
+void ReleaseDownloadTicket(int64_t ticket) {
+  Connections& c = TheConnections();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    if (c.unstarted.erase(ticket) == 0) return;
+  }
+  c.freed.notify_all();
+}
+
+namespace {
 
 // Waits up to `timeout` for any host's transfer to end (a DownloadAll with nothing in flight
 // whose next transfer waits for the budget).
@@ -441,7 +484,8 @@ double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
 
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
-                                        const std::atomic<bool>* cancel, const JobDone& on_done) {
+                                        const std::atomic<bool>* cancel, const JobDone& on_done,
+                                        int64_t given_ticket) {
   InitCurlOnce();
   std::vector<DownloadResult> results(jobs.size());
   std::vector<std::unique_ptr<Transfer>> transfers;
@@ -467,7 +511,8 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
 
   CURLM* multi = curl_multi_init();
   const int max_connections = std::max(1, options.max_connections);
-  const int64_t ticket = NextTicket();
+  const int64_t ticket = given_ticket >= 0 ? given_ticket : NextTicket();
+  bool first_pass = true;
   std::set<std::string> budget_hosts;  // whose budget this call may wait for
   for (const auto& t : transfers) {
     if (!t->done) budget_hosts.insert(t->host);
@@ -655,6 +700,10 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     for (const std::string& host : budget_hosts) {
       if (over_budget_hosts.count(host) == 0) StopWaiting(host, ticket);
     }
+    if (first_pass) {
+      first_pass = false;
+      ReleaseDownloadTicket(ticket);  // later tickets may take connections now
+    }
     const bool over_budget = !over_budget_hosts.empty();
     if (!waiting && active == 0) break;
     if (over_budget && active == 0) {
@@ -693,6 +742,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     if (!t->done) finish(t.get(), absl::CancelledError(absl::StrCat("GET ", t->job->url, ": cancelled")));
   }
   for (const std::string& host : budget_hosts) StopWaiting(host, ticket);
+  ReleaseDownloadTicket(ticket);  // cancelled before its first pass
   curl_multi_cleanup(multi);
   return results;
 }

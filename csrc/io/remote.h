@@ -93,14 +93,23 @@ struct DownloadResult {
 /// or Cancelled): a caller hands each job on without waiting for the others.
 using JobDone = std::function<void(size_t job, const DownloadResult& result)>;
 
+/// A place in the order in which DownloadAll calls take connections, drawn where a caller hands
+/// shards out in order to several threads (BackgroundFetch), so that the threads' DownloadAll
+/// calls take connections in that order whichever gets there first. The DownloadAll given it
+/// releases it after its first pass; a caller that runs none releases it (ReleaseDownloadTicket,
+/// idempotent). An unreleased ticket holds later ones back for half a second at most.
+int64_t DrawDownloadTicket();
+void ReleaseDownloadTicket(int64_t ticket);
+
 /// Fetches every job, at most `max_connections` at once to a host counting the transfers of every
 /// other DownloadAll of the process (see the file comment), starting them in the order given, and
 /// returns one result per job, in order. Returns early (results Cancelled) soon after `*cancel`
 /// is set. Every successful response feeds the link estimate of its host (MeasuredLink).
+/// `ticket`: one from DrawDownloadTicket (-1: drawn now).
 std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const RemoteOptions& options,
                                         const std::atomic<bool>* cancel = nullptr,
-                                        const JobDone& on_done = nullptr);
+                                        const JobDone& on_done = nullptr, int64_t ticket = -1);
 
 /// What the process has measured of the link to a host: the time to the first byte of a
 /// response (a request's round trip, the connection's set-up included when it is new) and the

@@ -156,7 +156,7 @@ std::vector<std::pair<int64_t, int64_t>> DownloadPieces(int64_t size, int max_co
 std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<std::string>& urls,
                                                             const std::atomic<bool>* cancel,
                                                             const std::function<std::set<std::string>()>& also_keep,
-                                                            const std::vector<int64_t>& sizes) {
+                                                            const std::vector<int64_t>& sizes, int64_t ticket) {
   std::vector<absl::StatusOr<CachedShard>> out(urls.size(), absl::UnknownError("not fetched"));
   if (mkdir(dir_.c_str(), 0755) != 0 && errno != EEXIST) {
     const absl::Status status = ErrnoStatus(errno, "mkdir", dir_);
@@ -236,7 +236,8 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
         }
       }
       if (!piece_jobs.empty()) {
-        const std::vector<DownloadResult> got = DownloadAll(piece_jobs, options_, cancel);
+        const std::vector<DownloadResult> got = DownloadAll(piece_jobs, options_, cancel, nullptr, ticket);
+        ticket = -1;  // the whole downloads below, if any, come after these
         std::vector<bool> first(jobs.size(), true);
         for (size_t k = 0; k < got.size(); ++k) {
           DownloadResult& r = results[piece_of[k]];
@@ -269,7 +270,7 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
         whole_of.push_back(j);
       }
       if (!whole_jobs.empty()) {
-        const std::vector<DownloadResult> got = DownloadAll(whole_jobs, options_, cancel);
+        const std::vector<DownloadResult> got = DownloadAll(whole_jobs, options_, cancel, nullptr, ticket);
         for (size_t k = 0; k < got.size(); ++k) {
           const int earlier = results[whole_of[k]].attempts;
           results[whole_of[k]] = got[k];

@@ -81,10 +81,11 @@ class ShardCache {
   /// not known): the size each object was indexed with; a shard of known size downloads in
   /// pieces (DownloadPieces), whole when they fail (a server that ignores Range, an object of
   /// another size or of changing ETag).
+  /// `ticket` (DrawDownloadTicket; -1: none) orders the first download among other threads'.
   std::vector<absl::StatusOr<CachedShard>> Ensure(
       const std::vector<std::string>& urls, const std::atomic<bool>* cancel = nullptr,
       const std::function<std::set<std::string>()>& also_keep = nullptr,
-      const std::vector<int64_t>& sizes = {});
+      const std::vector<int64_t>& sizes = {}, int64_t ticket = -1);
 
   /// Removes least recently used complete entries until those left fit `target_bytes` (-1: the
   /// limit), keeping the entries of `keep` (paths from EntryPath) and any locked by someone else

@@ -689,6 +689,7 @@ class _ThrottledFiles:
         self._lock = threading.Lock()
         self._next = time.monotonic()
         self.bytes_sent = 0
+        self.requests: list = []  # (file name, first byte) of each GET, in the order they came
         files = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -747,6 +748,8 @@ class _ThrottledFiles:
             h.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
         else:
             h.send_response(200)
+        with self._lock:
+            self.requests.append((path.name, start))
         h.send_header("Content-Length", str(end - start))
         h.send_header("ETag", etag)
         h.send_header("Accept-Ranges", "bytes")

@@ -945,6 +945,10 @@ def test_shards_of_known_size_land_in_the_order_given_each_at_the_links_pace(tmp
         fetch.close()
     finally:
         link.stop()
+    # Asked for in the order given, whichever fetch thread got to its download first: s0's two
+    # pieces take both connections, then s1's, then s2's.
+    assert [name for name, _ in link.requests] == ["s0.tar"] * 2 + ["s1.tar"] * 2 + ["s2.tar"] * 2, \
+        link.requests
     first, second, third = landed["s0"], landed["s1"], landed["s2"]
     assert first < second < third
     assert first < 0.6 * third
