@@ -59,9 +59,7 @@ from typing import Any, Callable, Sequence
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CROP = 224
-# ringloader-lenient: ringloader with strict_decode=False (JPEG data past the crop is not read
-# for its verdict), to measure what the strict default costs.
-LOADERS = ("torch", "ringloader", "ringloader-lenient")
+LOADERS = ("torch", "ringloader")
 
 
 class BenchError(RuntimeError):
@@ -209,7 +207,7 @@ def _loader_factories(cfg: Config, kind: str) -> dict[str, Callable[[], Any]]:
             )
 
         factories["torch"] = make_torch
-    if "ringloader" in cfg.loaders or "ringloader-lenient" in cfg.loaders:
+    if "ringloader" in cfg.loaders:
         rl = _import_ringloader()
         if cfg.rl_transform == "torchvision":
             _, torchvision = _import_torch()
@@ -228,14 +226,7 @@ def _loader_factories(cfg: Config, kind: str) -> dict[str, Callable[[], Any]]:
                 persistent_workers=False,
             )
 
-        def make_lenient() -> Any:
-            return rl.DataLoader(
-                rl_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True,
-                persistent_workers=False, strict_decode=False,
-            )
-
         factories["ringloader"] = make_rl
-        factories["ringloader-lenient"] = make_lenient
     return factories
 
 
@@ -483,21 +474,20 @@ def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], re
         f"median reported"
     )
     lines.append("")
-    w = max([11] + [len(r.loader) for r in results])
-    header = f"{'transform':<10} {'loader':<{w}} {'images/s':>10} {'min':>9} {'max':>9} {'vs torch':>9}"
+    header = f"{'transform':<10} {'loader':<11} {'images/s':>10} {'min':>9} {'max':>9} {'vs torch':>9}"
     lines.append(header)
     lines.append("-" * len(header))
     by_key = {(r.transform, r.loader): r for r in results}
     for r in results:
         base = by_key.get((r.transform, "torch"))
         if r.error and not r.runs:
-            lines.append(f"{r.transform:<10} {r.loader:<{w}} {'FAILED':>10}  {r.error}")
+            lines.append(f"{r.transform:<10} {r.loader:<11} {'FAILED':>10}  {r.error}")
             continue
         ratio = ""
         if base is not None and base.runs and r.runs:
             ratio = f"{r.median / base.median:8.2f}x"
         lines.append(
-            f"{r.transform:<10} {r.loader:<{w}} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
+            f"{r.transform:<10} {r.loader:<11} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
         )
     for r in results:
         if r.loader == "ringloader" and isinstance(r.stats, dict) and r.stats.get("native") is False:
@@ -1646,9 +1636,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                         "reference: TrivialAugmentWide + RandomErasing), timm-recipe (timm's "
                         "rand-m9-mstd0.5-inc1 + RandomErasing), recipes (both)")
     p.add_argument("--loaders", default="torch,ringloader",
-                   help="comma-separated subset of torch,ringloader,ringloader-lenient (default "
-                        "torch,ringloader; ringloader-lenient: strict_decode=False, what the strict "
-                        "JPEG verdict costs)")
+                   help="comma-separated subset of torch,ringloader (default both)")
     p.add_argument("--ringloader-transform", choices=("native", "torchvision"), default="native",
                    help="give ringloader its own transforms (default) or the torchvision Compose")
     p.add_argument("--seed", type=int, default=0)
