@@ -450,6 +450,70 @@ std::vector<int64_t> ToVector(py::array_t<int64_t, py::array::c_style | py::arra
   return std::vector<int64_t>(a.data(), a.data() + a.size());
 }
 
+// Rows given as columns over a few buffers (an Arrow column's data buffers): row i is
+// buffers[which[i]][starts[i], starts[i] + lengths[i]), a negative which[i] being the caller's
+// to read (`negatives` says which it takes). One buffer export per buffer, kept in `*keep`, and
+// three integers a row; `what` names the argument in errors, `unit` what a row is.
+class ColumnRows {
+ public:
+  using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
+
+  ColumnRows(const py::sequence& buffers, py::handle which, py::handle starts, py::handle lengths,
+             int64_t n, std::string what, const char* unit, std::string negatives,
+             std::vector<std::unique_ptr<py::buffer_info>>* keep)
+      : what_(std::move(what)), negatives_(std::move(negatives)) {
+    for (py::handle b : buffers) {
+      if (!PyObject_CheckBuffer(b.ptr())) {
+        throw py::type_error(absl::StrCat(what_, " buffers[", buffers_.size(), "] must be bytes-like"));
+      }
+      auto view = std::make_unique<py::buffer_info>(py::reinterpret_borrow<py::buffer>(b).request());
+      buffers_.emplace_back(static_cast<const uint8_t*>(view->ptr), view->size * view->itemsize);
+      keep->push_back(std::move(view));
+    }
+    which_ = Column(which, "which", n, unit);
+    n = which_.size();
+    starts_ = Column(starts, "starts", n, unit);
+    lengths_ = Column(lengths, "lengths", n, unit);
+  }
+
+  size_t size() const { return static_cast<size_t>(which_.size()); }
+  int64_t which(size_t i) const { return which_.data()[i]; }
+  int64_t start(size_t i) const { return starts_.data()[i]; }
+  int64_t length(size_t i) const { return lengths_.data()[i]; }
+
+  // Row i's bytes (which(i) >= 0), checked against its buffer.
+  const uint8_t* Bytes(size_t i) const {
+    const int64_t b = which(i), start = this->start(i), length = this->length(i);
+    if (b < 0 || b >= static_cast<int64_t>(buffers_.size())) {
+      throw py::value_error(absl::StrCat(what_, " which[", i, "] is ", b, "; expected ", negatives_,
+                                         " or a buffer index below ", buffers_.size()));
+    }
+    const int64_t size = buffers_[static_cast<size_t>(b)].second;
+    if (start < 0 || length < 0 || start > size - length) {
+      throw py::value_error(absl::StrCat(what_, " row ", i, " (bytes ", start, " + ", length,
+                                         ") lies outside buffer ", b, " of ", size, " bytes"));
+    }
+    return buffers_[static_cast<size_t>(b)].first + start;
+  }
+
+ private:
+  // n < 0: any length (the first column's sets it for the others).
+  Ints Column(py::handle values, const char* name, int64_t n, const char* unit) const {
+    Ints array = Ints::ensure(values);
+    if (!array || array.ndim() != 1 || (n >= 0 && array.size() != n)) {
+      PyErr_Clear();
+      throw py::value_error(absl::StrCat(what_, " ", name, " must be integers, one per ", unit,
+                                         n >= 0 ? absl::StrCat(" (", n, ")") : std::string()));
+    }
+    return array;
+  }
+
+  std::string what_;
+  std::string negatives_;
+  std::vector<std::pair<const uint8_t*, int64_t>> buffers_;
+  Ints which_, starts_, lengths_;
+};
+
 // ---- the Loader binding ------------------------------------------------------------------
 
 class PyLoader {
@@ -721,23 +785,13 @@ class PyLoader {
 
   // Group `group`'s rows as (buffers, which, starts, lengths) like columnar `memory` (which -1:
   // a row without bytes), copied into one block the loader owns, for `uses` decodes.
-  void DeferredAttach(int64_t group, const py::sequence& buffers, const py::object& which_obj,
-                      const py::object& starts_obj, const py::object& lengths_obj, int64_t uses,
+  void DeferredAttach(int64_t group, const py::sequence& buffers, const py::object& which,
+                      const py::object& starts, const py::object& lengths, int64_t uses,
                       const py::object& row_uses_obj) {
-    DeferredRows& rows = Deferred();
-    std::vector<py::buffer_info> views;
-    for (py::handle b : buffers) {
-      if (!PyObject_CheckBuffer(b.ptr())) throw py::type_error("deferred buffers must be bytes-like");
-      views.push_back(py::reinterpret_borrow<py::buffer>(b).request());
-    }
-    using Ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
-    Ints which = Ints::ensure(which_obj), starts = Ints::ensure(starts_obj), lengths = Ints::ensure(lengths_obj);
-    if (!which || !starts || !lengths || which.ndim() != 1 || starts.size() != which.size() ||
-        lengths.size() != which.size()) {
-      PyErr_Clear();
-      throw py::value_error("deferred rows must be three integer arrays of one length (which, starts, lengths)");
-    }
-    const size_t n = static_cast<size_t>(which.size());
+    DeferredRows& deferred = Deferred();
+    std::vector<std::unique_ptr<py::buffer_info>> views;  // exported while this copies
+    const ColumnRows rows(buffers, which, starts, lengths, -1, "deferred", "row", "-1 (no bytes)", &views);
+    const size_t n = rows.size();
     auto group_rows = std::make_shared<DeferredRows::Group>();
     if (!row_uses_obj.is_none()) {
       // Decodes per row in this plan (DeferredRows::Group::row_uses).
@@ -748,27 +802,17 @@ class PyLoader {
       }
       group_rows->row_uses.assign(counts.data(), counts.data() + n);
     }
+    std::vector<const uint8_t*> from(n, nullptr);  // each row's bytes, checked (null: none)
     group_rows->starts.resize(n);
     group_rows->lengths.resize(n);
     int64_t total = 0;
     for (size_t r = 0; r < n; ++r) {
-      const int64_t b = which.data()[r], start = starts.data()[r], length = lengths.data()[r];
-      if (b == -1) {
-        group_rows->starts[r] = 0;
-        group_rows->lengths[r] = -1;
-        continue;
-      }
-      if (b < 0 || b >= static_cast<int64_t>(views.size())) {
-        throw py::value_error(absl::StrCat("deferred row ", r, ": buffer ", b, " of ", views.size()));
-      }
-      const int64_t size = views[static_cast<size_t>(b)].size * views[static_cast<size_t>(b)].itemsize;
-      if (start < 0 || length < 0 || start > size - length) {
-        throw py::value_error(absl::StrCat("deferred row ", r, " (bytes ", start, " + ", length,
-                                           ") lies outside buffer ", b, " of ", size, " bytes"));
-      }
+      group_rows->lengths[r] = -1;
+      if (rows.which(r) == -1) continue;
+      from[r] = rows.Bytes(r);
       group_rows->starts[r] = total;
-      group_rows->lengths[r] = length;
-      total += length;
+      group_rows->lengths[r] = rows.length(r);
+      total += rows.length(r);
     }
     absl::Status status;
     {
@@ -776,11 +820,10 @@ class PyLoader {
       group_rows->bytes.resize(static_cast<size_t>(total));
       for (size_t r = 0; r < n; ++r) {
         if (group_rows->lengths[r] <= 0) continue;
-        const auto* base = static_cast<const uint8_t*>(views[static_cast<size_t>(which.data()[r])].ptr);
-        std::memcpy(group_rows->bytes.data() + group_rows->starts[r], base + starts.data()[r],
+        std::memcpy(group_rows->bytes.data() + group_rows->starts[r], from[r],
                     static_cast<size_t>(group_rows->lengths[r]));
       }
-      status = rows.Attach(group, std::move(group_rows), uses);
+      status = deferred.Attach(group, std::move(group_rows), uses);
     }
     ThrowIfError(status);
   }
@@ -894,55 +937,28 @@ class PyLoader {
     if (py::len(memory) != 4 || !py::isinstance<py::sequence>(memory[0])) {
       throw py::type_error("memory as columns must be (buffers, which, starts, lengths)");
     }
-    std::vector<std::pair<const uint8_t*, int64_t>> buffers;
-    for (py::handle b : py::reinterpret_borrow<py::sequence>(memory[0])) {
-      if (!PyObject_CheckBuffer(b.ptr())) {
-        throw py::type_error(absl::StrCat("memory buffers[", buffers.size(), "] must be bytes-like"));
-      }
-      auto view = std::make_unique<py::buffer_info>(py::reinterpret_borrow<py::buffer>(b).request());
-      buffers.emplace_back(static_cast<const uint8_t*>(view->ptr), view->size * view->itemsize);
-      memory_.push_back(std::move(view));
-    }
-    const size_t n = samples->size();
-    auto column = [&](py::handle values, const char* name) {
-      auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
-      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != n) {
-        PyErr_Clear();
-        throw py::value_error(absl::StrCat("memory ", name, " must be integers, one per path (", n, ")"));
-      }
-      return array;
-    };
-    auto which = column(memory[1], "which");
-    auto starts = column(memory[2], "starts");
-    auto lengths = column(memory[3], "lengths");
-    for (size_t i = 0; i < n; ++i) {
-      const int64_t b = which.data()[i];
+    const ColumnRows rows(py::reinterpret_borrow<py::sequence>(memory[0]), memory[1], memory[2], memory[3],
+                          static_cast<int64_t>(samples->size()), "memory", "path",
+                          "-1 (read the path), -2 (deferred)", &memory_);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const int64_t b = rows.which(i);
       if (b == -1) continue;
-      const int64_t start = starts.data()[i], length = lengths.data()[i];
+      Sample& sample = (*samples)[i];
       if (b == -2) {
         // Deferred: row `length` of group `start`, handed over while epochs run (DeferredRows).
-        if (start < 0 || start > INT32_MAX || length < 0) {
-          throw py::value_error(absl::StrCat("memory row ", i, " is deferred with group ", start, " row ", length,
+        const int64_t group = rows.start(i), row = rows.length(i);
+        if (group < 0 || group > INT32_MAX || row < 0) {
+          throw py::value_error(absl::StrCat("memory row ", i, " is deferred with group ", group, " row ", row,
                                              "; expected a group in [0, 2^31) and a row >= 0"));
         }
-        Sample& sample = (*samples)[i];
         sample.source = SourceKind::kDeferred;
-        sample.group = static_cast<int32_t>(start);
-        sample.offset = static_cast<uint64_t>(length);
+        sample.group = static_cast<int32_t>(group);
+        sample.offset = static_cast<uint64_t>(row);
         continue;
       }
-      if (b < -1 || b >= static_cast<int64_t>(buffers.size())) {
-        throw py::value_error(absl::StrCat("memory which[", i, "] is ", b, "; expected -1 (read the path), -2 "
-                                           "(deferred) or a buffer index below ", buffers.size()));
-      }
-      if (start < 0 || length < 0 || start > buffers[b].second - length) {
-        throw py::value_error(absl::StrCat("memory row ", i, " (bytes ", start, " + ", length,
-                                           ") lies outside buffer ", b, " of ", buffers[b].second, " bytes"));
-      }
-      Sample& sample = (*samples)[i];
+      sample.memory = rows.Bytes(i);
       sample.source = SourceKind::kMemory;
-      sample.memory = buffers[b].first + start;
-      sample.length = length;
+      sample.length = rows.length(i);
     }
   }
 
