@@ -621,9 +621,9 @@ class _RowGroups:
     the native loader's columns need nothing else; ``ds[i]`` reads row i's group (the last one
     read is kept)."""
 
-    def __init__(self, paths: List[str], names: List[str], image_column: str,
-                 sizes: List[List[int]], byte_sizes: List[List[int]]):
-        self.paths, self.names, self.image_column = paths, names, image_column
+    def __init__(self, paths: List[str], image_column: str, sizes: List[List[int]],
+                 byte_sizes: List[List[int]]):
+        self.paths, self.image_column = paths, image_column
         self.file_of = np.concatenate([np.full(len(g), f, np.int32)
                                        for f, g in enumerate(sizes)] or [np.zeros(0, np.int32)])
         self.group_in_file = np.concatenate([np.arange(len(g), dtype=np.int32) for g in sizes]
@@ -733,10 +733,10 @@ class _Feed:
             try:
                 column = self.groups.read(group)
                 which = np.where(column.which > 0, column.which, -1)
-                first = int(self.groups.first_row[group])
+                base = int(self.groups.first_row[group])
                 native.deferred_attach(group, column.buffers, which, column.starts, column.lengths,
                                        int(uses[group]),
-                                       row_uses[first:first + int(self.groups.sizes[group])]
+                                       row_uses[base:base + int(self.groups.sizes[group])]
                                        if per_row else None)
             except Exception as exc:  # a damaged row group: its rows fail, the epoch goes on
                 if stop.is_set():
@@ -857,7 +857,7 @@ class Parquet(_ArrowImages):
         if copy:
             image_rows: Any = _ImageColumn.concat(images)
         else:
-            image_rows = _RowGroups(paths, self.files, image_column, sizes, byte_sizes)
+            image_rows = _RowGroups(paths, image_column, sizes, byte_sizes)
             biggest = int(image_rows.byte_sizes.max()) if len(image_rows.byte_sizes) else 0
             budget = read_ahead_bytes if read_ahead_bytes is not None \
                 else max(_READ_AHEAD_BYTES, 2 * biggest)
@@ -880,10 +880,8 @@ class Parquet(_ArrowImages):
             return None
         from .webdataset import WebDatasetSampler
 
-        if generator is not None:
-            seed = int(generator.initial_seed())
-        return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
-                                 seed=seed, drop_last=drop_last)
+        return WebDatasetSampler.default_for(self, num_replicas, rank, shuffle, seed, drop_last,
+                                             generator)
 
     @property
     def shard_sizes(self) -> Optional[List[int]]:

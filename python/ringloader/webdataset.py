@@ -742,10 +742,8 @@ class WebDataset(NativeDataset):
         """The WebDataset order (shards permuted, a part per rank, a shuffle buffer), seeded by
         ``seed`` or, when a generator is given, its ``initial_seed()``; not sharded without
         ``num_replicas``."""
-        if generator is not None:
-            seed = int(generator.initial_seed())
-        return WebDatasetSampler(self, num_replicas or 1, rank or 0, shuffle=bool(shuffle),
-                                 seed=seed, drop_last=drop_last)
+        return WebDatasetSampler.default_for(self, num_replicas, rank, shuffle, seed, drop_last,
+                                             generator)
 
     @property
     def read_ahead_off(self) -> Optional[str]:
@@ -1100,6 +1098,18 @@ class WebDatasetSampler(_order.ShardOrder):
         self.shuffle_buffer = int(dataset.shuffle_buffer if shuffle_buffer is None
                                   else shuffle_buffer)
         self.epoch = 0
+
+    @classmethod
+    def default_for(cls, dataset: Any, num_replicas: Optional[int], rank: Optional[int],
+                    shuffle: bool, seed: int, drop_last: bool,
+                    generator: Any = None) -> "WebDatasetSampler":
+        """The loader's default order over ``dataset``'s shards (``shard_sizes``,
+        ``shuffle_buffer``): seeded by ``seed`` or, when a generator is given, its
+        ``initial_seed()``; not sharded without ``num_replicas``."""
+        if generator is not None:
+            seed = int(generator.initial_seed())
+        return cls(dataset, num_replicas or 1, rank or 0, shuffle=bool(shuffle), seed=seed,
+                   drop_last=drop_last)
 
     def state(self) -> Dict[str, Any]:
         return {"kind": "webdataset", "seed": self.seed, "epoch": self.epoch,
