@@ -509,15 +509,13 @@ def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
     plan wants of it (None: an epoch read ahead, whose reads started already)."""
     start = 0
     for f in loader._folders:
+        mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
         feed = getattr(f, "begin_feed", None)
         if feed is not None:
             # on_error="replace" draws substitutes from the failing row's group: keep it whole.
-            feed(loader._native, None if flat is None else
-                 flat[(flat >= start) & (flat < start + len(f))] - start,
-                 loader._options["on_error"] != "replace")
+            feed(loader._native, mine, loader._options["on_error"] != "replace")
         begin = getattr(f, "begin_reads", None)
         if begin is not None:
-            mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
             if begin(mine) and loader._overlap_off is None:
                 loader._overlap_off = ("remote shards were read by HTTP range requests (a "
                                        "range copy holds one epoch's members only)")
