@@ -434,6 +434,11 @@ class UserSource(NativeDataset):
         if self.streamed and order is not None:
             self._feed.begin(native, order, per_row)
 
+    def check_unchanged(self) -> None:
+        """Rows read a row group at a time: their files must be those the table was built from."""
+        if self.streamed:
+            self._feed.check_unchanged()
+
     def stop_feed(self, native: Any) -> None:
         if self.streamed:
             self._feed.stop(native)

@@ -621,9 +621,10 @@ class _RowGroups:
     the native loader's columns need nothing else; ``ds[i]`` reads row i's group (the last one
     read is kept)."""
 
-    def __init__(self, paths: List[str], image_column: str, sizes: List[List[int]],
-                 byte_sizes: List[List[int]]):
-        self.paths, self.image_column = paths, image_column
+    def __init__(self, paths: List[str], names: List[str], image_column: str,
+                 sizes: List[List[int]], byte_sizes: List[List[int]], stamps: List[tuple]):
+        self.paths, self.names, self.image_column = paths, names, image_column
+        self.stamps = stamps  # each file as the dataset was built from it (_file_stamp)
         self.file_of = np.concatenate([np.full(len(g), f, np.int32)
                                        for f, g in enumerate(sizes)] or [np.zeros(0, np.int32)])
         self.group_in_file = np.concatenate([np.arange(len(g), dtype=np.int32) for g in sizes]
@@ -643,11 +644,24 @@ class _RowGroups:
     def __len__(self) -> int:
         return len(self.which)
 
+    def check(self, f: int) -> None:
+        """Raises StaleIndexError when file ``f`` is not the one the dataset was built from: its
+        labels, columns and row groups, read then, would be served with another file's images."""
+        from .webdataset import StaleIndexError
+
+        now = _file_stamp(self.paths[f])
+        if now != self.stamps[f]:
+            raise StaleIndexError(
+                f"Parquet: {self.names[f]!r} changed since the dataset was built (size, "
+                f"modification time or inode: {self.stamps[f]} -> {now}); build the dataset again")
+
     def read(self, group: int) -> _ImageColumn:
-        """Row group ``group``'s image column (pyarrow reads and decompresses it)."""
+        """Row group ``group``'s image column (pyarrow reads and decompresses it), from the
+        file the dataset was built from (else StaleIndexError)."""
         import pyarrow.parquet as pq
 
         f = int(self.file_of[group])
+        self.check(f)
         # Mapped: the pages are read from the page cache without a copy into a read buffer
         # (57 ms against 71 ms of CPU for the sample set's 114 MB).
         table = pq.ParquetFile(self.paths[f], memory_map=True).read_row_group(
@@ -710,6 +724,11 @@ class _Feed:
         self._threads[id(native)] = (thread, stop)
         thread.start()
 
+    def check_unchanged(self) -> None:
+        """Before an epoch: StaleIndexError when a file changed since the dataset was built."""
+        for f in range(len(self.groups.paths)):
+            self.groups.check(f)
+
     def stop(self, native: Any) -> None:
         """Stops the thread feeding ``native`` (it holds the loader while it waits for room)."""
         thread, stop = self._threads.pop(id(native), (None, None))
@@ -753,6 +772,12 @@ class _Feed:
 
 _DEFAULT_SHUFFLE_BUFFER = 2000  # rows, as a WebDataset's (copy=False)
 _READ_AHEAD_BYTES = 256 << 20  # row groups held for copy=False, at least two of the largest
+
+
+def _file_stamp(path: str) -> tuple:
+    """What says a file is still the one read: size, modification and change times, inode."""
+    st = os.stat(path)
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
 def _column_bytes(row_group: Any, column: str) -> int:
@@ -825,8 +850,9 @@ class Parquet(_ArrowImages):
         labels: List[np.ndarray] = []
         extra: List[List[Any]] = []
         groups: List[np.ndarray] = []
-        sizes: List[List[int]] = []  # copy=False: rows and image bytes of each row group
+        sizes: List[List[int]] = []  # copy=False: rows and image bytes of each row group,
         byte_sizes: List[List[int]] = []
+        stamps: List[tuple] = []  # and each file as it was read
         for name, path in zip(self.files, paths):
             try:
                 reader = pq.ParquetFile(path)
@@ -843,6 +869,7 @@ class Parquet(_ArrowImages):
                 images.append(_image_column(table.column(image_column), image_column))
             else:
                 # Only the small columns are read now; the images when an epoch needs them.
+                stamps.append(_file_stamp(path))
                 table = reader.read(columns=others) if others else None
                 sizes.append(rows)
                 byte_sizes.append([_column_bytes(meta.row_group(g), image_column)
@@ -857,7 +884,7 @@ class Parquet(_ArrowImages):
         if copy:
             image_rows: Any = _ImageColumn.concat(images)
         else:
-            image_rows = _RowGroups(paths, image_column, sizes, byte_sizes)
+            image_rows = _RowGroups(paths, self.files, image_column, sizes, byte_sizes, stamps)
             biggest = int(image_rows.byte_sizes.max()) if len(image_rows.byte_sizes) else 0
             budget = read_ahead_bytes if read_ahead_bytes is not None \
                 else max(_READ_AHEAD_BYTES, 2 * biggest)

@@ -243,6 +243,20 @@ def test_bad_rows_and_an_unreadable_row_group_are_sample_errors(rows, tmp_path):
     assert any("row group 2, row 6 (its row group could not be read" in e for e in errors), errors
 
 
+def test_a_file_rewritten_after_the_build_is_refused_not_mixed(two_files, rows):
+    """The labels, columns and row groups were read at the build: a file rewritten since (other
+    rows, the same sizes) must not have its new images served under them."""
+    ds = on_demand(two_files, columns=["id"])
+    assert len(labels(rl.DataLoader(ds, batch_size=4))) == 22
+    write_parquet(two_files / "b.parquet", rows[12:][::-1], group=3, struct=False)
+    with pytest.raises(rl.StaleIndexError, match="b.parquet.*changed since the dataset was built"):
+        list(rl.DataLoader(ds, batch_size=4))
+    with pytest.raises(rl.StaleIndexError, match="b.parquet"):
+        ds[20]
+    again = on_demand(two_files, columns=["id"])  # built again: fine
+    assert len(labels(rl.DataLoader(again, batch_size=4))) == 22
+
+
 def test_describe_and_pickling(two_files):
     import pickle
 
