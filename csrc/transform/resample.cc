@@ -19,18 +19,71 @@ inline uint8_t Clip8(int32_t v) {
   return static_cast<uint8_t>(std::clamp(v >> kResamplePrecisionBits, 0, 255));
 }
 
+/// The horizontal taps of one resample in the forms the kernels read.
+struct HorizontalTaps {
+  const int32_t* bounds;        ///< (first source column, count) per output pixel
+  const int32_t* weights;       ///< `taps` int32 weights per output pixel
+  const int16_t* pair_weights;  ///< PairWeights' layout (the SIMD kernel)
+  const uint32_t* offsets;      ///< per output pixel (an even count): byte offset of its first
+                                ///< tap from source column `first` in an RGBX row
+  int first;
+  int taps;
+  int out_w;
+};
+
+/// Pillow's 22-bit weights do not fit the 16-bit multipliers of pmaddwd, so each weight w is
+/// split into w = hi * 2^15 + lo with lo in [0, 2^15) and hi = w >> 15 (a few bits, signed),
+/// and the kernel keeps two sums: sum(p * lo) and sum(p * hi), each exact in 32 bits per
+/// pmaddwd, combined as sum_lo + (sum_hi << 15). Every add wraps modulo 2^32 and the true sum
+/// fits in 32 bits (as in Pillow's int accumulator), so the result is that sum exactly:
+/// bit-identical to the scalar kernel for any tap count and any filter.
+///
+/// PairWeights' layout: per pair of output pixels (x, x+1) and per pair of taps (2s, 2s+1),
+/// 16 lo values then 16 hi values; the first 8 of each belong to pixel x, the last 8 to pixel
+/// x+1, and each pixel's 8 are (w_2s, w_2s+1) repeated for R, G, B and X. A missing tap (odd
+/// count) or pixel (odd width) weighs 0. `offsets` gets each pixel's first tap as a byte offset
+/// from source column `first`, the odd width's missing pixel repeating the last one.
+void PairWeights(const int32_t* weights, const int32_t* bounds, int first, int taps, int out_w,
+                 std::vector<int16_t>* out, std::vector<uint32_t>* offsets) {
+  const int tap_pairs = (taps + 1) / 2;
+  const int pixel_pairs = (out_w + 1) / 2;
+  out->assign(static_cast<size_t>(pixel_pairs) * tap_pairs * 32, 0);
+  offsets->resize(static_cast<size_t>(pixel_pairs) * 2);
+  for (int x = 0; x < pixel_pairs * 2; ++x) {
+    (*offsets)[x] = static_cast<uint32_t>(bounds[2 * std::min(x, out_w - 1)] - first) * 4;
+  }
+  for (int j = 0; j < pixel_pairs; ++j) {
+    for (int s = 0; s < tap_pairs; ++s) {
+      int16_t* lo = out->data() + (static_cast<size_t>(j) * tap_pairs + s) * 32;
+      int16_t* hi = lo + 16;
+      for (int half = 0; half < 2; ++half) {
+        const int x = 2 * j + half;
+        for (int u = 0; u < 2; ++u) {
+          const int t = 2 * s + u;
+          const int32_t w = x < out_w && t < taps ? weights[static_cast<size_t>(x) * taps + t] : 0;
+          const auto w_lo = static_cast<int16_t>(w & 0x7fff);
+          const auto w_hi = static_cast<int16_t>(w >> 15);
+          for (int c = 0; c < 4; ++c) {
+            lo[half * 8 + 2 * c + u] = w_lo;
+            hi[half * 8 + 2 * c + u] = w_hi;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The two kernels below carry almost all resampling time. Each has a portable scalar version
 // and an AVX2 version (SSE4.1/AVX2 intrinsics in a target("avx2") function), picked once at
 // startup from the CPU's feature bits, so the same binary runs everywhere.
 
 /// Horizontal pass of one row: `src` is RGBX (4 bytes per pixel) whose first pixel is source
 /// column `origin`; writes out_w RGB levels to `dst`.
-void HorizontalScalar(const uint8_t* src, int origin, const int32_t* bounds,
-                      const int32_t* weights, int ksize, int out_w, uint8_t* dst) {
-  for (int x = 0; x < out_w; ++x) {
-    const int n = bounds[2 * x + 1];
-    const uint8_t* p = src + static_cast<ptrdiff_t>(bounds[2 * x] - origin) * 4;
-    const int32_t* k = weights + static_cast<ptrdiff_t>(x) * ksize;
+void HorizontalScalar(const uint8_t* src, int origin, const HorizontalTaps& h, uint8_t* dst) {
+  for (int x = 0; x < h.out_w; ++x) {
+    const int n = h.bounds[2 * x + 1];
+    const uint8_t* p = src + static_cast<ptrdiff_t>(h.bounds[2 * x] - origin) * 4;
+    const int32_t* k = h.weights + static_cast<ptrdiff_t>(x) * h.taps;
     int32_t r = kHalf, g = kHalf, b = kHalf;
     for (int t = 0; t < n; ++t) {
       const int32_t w = k[t];
@@ -55,42 +108,101 @@ void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k,
   }
 }
 
+/// One row of levels (out_w RGB) into three planes of 32-bit elements through the per-channel
+/// lookup table: plane c's row starts at row + c * plane.
+void StorePlanar32Scalar(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
+                         uint32_t* row, size_t plane) {
+  for (int c = 0; c < 3; ++c) {
+    uint32_t* out = row + c * plane;
+    const uint32_t* l = lut[c];
+    for (int x = 0; x < out_w; ++x) out[x] = l[levels[3 * x + c]];
+  }
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #define RL_HAVE_AVX2_KERNELS 1
 
-/// One pixel's four channels per vector lane group: a tap is widen + multiply + add, two taps
-/// per 256-bit step. `wide` holds every weight repeated 4 times (one per channel lane), so no
-/// broadcasts are needed. Each output stores 4 bytes; the 4th is overwritten by the next pixel
-/// or lands in the row's padding.
+/// StorePlanar32Scalar with 8 lookups per gather. The loads stay inside the row's 3 * out_w
+/// bytes (the rows of WriteImage have no padding); the rest of the row is stored by the
+/// scalar loop.
+__attribute__((target("avx2"))) void StorePlanar32Avx2(const uint8_t* levels, int out_w,
+                                                       const uint32_t (*lut)[256],
+                                                       uint32_t* row, size_t plane) {
+  // Channel c of pixels 0..7, from 16 bytes at 3x + c (pixels 0..5) and 16 at 3x + c + 8
+  // (pixels 6 and 7 at offsets 10 and 13).
+  const __m128i first = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i second =
+      _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const size_t bytes = static_cast<size_t>(out_w) * 3;
+  for (int c = 0; c < 3; ++c) {
+    uint32_t* out = row + c * plane;
+    const auto* l = reinterpret_cast<const int*>(lut[c]);
+    int x = 0;
+    for (; static_cast<size_t>(3 * x + c + 24) <= bytes; x += 8) {
+      const uint8_t* p = levels + 3 * x + c;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
+      const __m256i index =
+          _mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, first), _mm_shuffle_epi8(b, second)));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x), _mm256_i32gather_epi32(l, index, 4));
+    }
+    for (; x < out_w; ++x) out[x] = static_cast<uint32_t>(l[levels[3 * x + c]]);
+  }
+}
+
+/// Two output pixels per 256-bit vector (one per 128-bit lane), two taps per pmaddwd: the
+/// lane holds a pixel's (R_t, R_t+1, G_t, G_t+1, ...) as 16-bit values, multiplied by
+/// PairWeights' lo and hi halves. `src` is RGBX whose first pixel is source column `origin`.
+/// Each output stores 4 bytes; the 4th is overwritten by the next pixel or lands in the row's
+/// padding.
 __attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int origin,
-                                                    const int32_t* bounds, const int32_t* wide,
-                                                    int taps, int out_w, uint8_t* dst) {
-  const __m128i half = _mm_set1_epi32(kHalf);
-  for (int x = 0; x < out_w; ++x) {
-    const uint8_t* p = src + static_cast<ptrdiff_t>(bounds[2 * x] - origin) * 4;
-    const int32_t* w = wide + static_cast<ptrdiff_t>(x) * taps * 4;
-    __m256i acc2 = _mm256_setzero_si256();
-    int t = 0;
-    for (; t + 2 <= taps; t += 2) {
+                                                    const HorizontalTaps& h, uint8_t* dst) {
+  const __m256i half = _mm256_set1_epi32(kHalf);
+  // Bytes R G B X of taps t and t+1 -> R_t R_t+1 G_t G_t+1 ..., for each of the two pixels.
+  const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const int full_pairs = h.taps / 2;
+  const bool odd_taps = h.taps % 2 != 0;
+  const uint8_t* base = src + static_cast<ptrdiff_t>(h.first - origin) * 4;
+  const int16_t* w = h.pair_weights;
+  for (int x = 0; x < h.out_w; x += 2) {
+    const uint8_t* p0 = base + h.offsets[x];
+    const uint8_t* p1 = base + h.offsets[x + 1];
+    __m256i lo = _mm256_setzero_si256();
+    __m256i hi = _mm256_setzero_si256();
+    for (int s = 0; s < full_pairs; ++s, w += 32, p0 += 8, p1 += 8) {
+      __m128i two = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0));
+      two = _mm_castpd_si128(
+          _mm_loadh_pd(_mm_castsi128_pd(two), reinterpret_cast<const double*>(p1)));
+      const __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(two, interleave));
+      lo = _mm256_add_epi32(
+          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+      hi = _mm256_add_epi32(
+          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
+    }
+    if (odd_taps) {  // the last tap: 4 bytes per pixel, never past the window
+      int32_t a, b;
+      std::memcpy(&a, p0, sizeof(a));
+      std::memcpy(&b, p1, sizeof(b));
       const __m256i px =
-          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 4 * t)));
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 4 * t));
-      acc2 = _mm256_add_epi32(acc2, _mm256_mullo_epi32(px, wv));
+          _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_setr_epi32(a, 0, b, 0), interleave));
+      lo = _mm256_add_epi32(
+          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
+      hi = _mm256_add_epi32(
+          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
+      w += 32;
     }
-    __m128i acc = _mm_add_epi32(
-        half, _mm_add_epi32(_mm256_castsi256_si128(acc2), _mm256_extracti128_si256(acc2, 1)));
-    if (t < taps) {
-      int32_t one;
-      std::memcpy(&one, p + 4 * t, sizeof(one));
-      const __m128i px = _mm_cvtepu8_epi32(_mm_cvtsi32_si128(one));
-      const __m128i wv = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 4 * t));
-      acc = _mm_add_epi32(acc, _mm_mullo_epi32(px, wv));
+    __m256i acc = _mm256_add_epi32(_mm256_add_epi32(lo, half), _mm256_slli_epi32(hi, 15));
+    acc = _mm256_srai_epi32(acc, kResamplePrecisionBits);
+    // Saturating packs clamp to 0..255 exactly like clip8; each lane's low 4 bytes are its
+    // pixel's RGBX.
+    const __m256i words = _mm256_packs_epi32(acc, acc);
+    const __m256i bytes = _mm256_packus_epi16(words, words);
+    const int32_t first = _mm256_cvtsi256_si32(bytes);
+    std::memcpy(dst + 3 * x, &first, sizeof(first));
+    if (x + 1 < h.out_w) {
+      const int32_t second = _mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1));
+      std::memcpy(dst + 3 * x + 3, &second, sizeof(second));
     }
-    acc = _mm_srai_epi32(acc, kResamplePrecisionBits);
-    // Saturating packs clamp to 0..255 exactly like clip8.
-    const __m128i packed = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
-    const int32_t rgbx = _mm_cvtsi128_si32(packed);
-    std::memcpy(dst + 3 * x, &rgbx, sizeof(rgbx));
   }
 }
 
@@ -127,14 +239,17 @@ __attribute__((target("avx2"))) void VerticalAvx2(const uint8_t* rows, size_t st
 
 #endif
 
-using HorizontalFn = void (*)(const uint8_t*, int, const int32_t*, const int32_t*, int, int,
-                              uint8_t*);
+using HorizontalFn = void (*)(const uint8_t* src, int origin, const HorizontalTaps& taps,
+                              uint8_t* dst);
 using VerticalFn = void (*)(const uint8_t*, size_t, int, const int32_t*, int, uint8_t*);
+using StorePlanar32Fn = void (*)(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
+                                 uint32_t* row, size_t plane);
 
 struct Kernels {
   HorizontalFn horizontal = HorizontalScalar;
   VerticalFn vertical = VerticalScalar;
-  bool wide_weights = false;  // horizontal takes weights repeated per channel lane
+  StorePlanar32Fn store_planar32 = StorePlanar32Scalar;
+  bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
 Kernels BestKernels() {
@@ -143,7 +258,8 @@ Kernels BestKernels() {
   if (__builtin_cpu_supports("avx2")) {
     k.horizontal = HorizontalAvx2;
     k.vertical = VerticalAvx2;
-    k.wide_weights = true;
+    k.store_planar32 = StorePlanar32Avx2;
+    k.pair_weights = true;
   }
 #endif
   return k;
@@ -501,12 +617,17 @@ void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, i
   const size_t rows = static_cast<size_t>(yc_.end() - yc_.first());
   if (tmp_.size() < rows * tmp_stride_) tmp_.resize(rows * tmp_stride_);
   if (levels_.size() < level_bytes) levels_.resize(level_bytes);
-  if (GetKernels().wide_weights) {
-    const size_t n = static_cast<size_t>(xc_.out_size()) * xc_.ksize();
-    if (wide_weights_.size() < n * 4) wide_weights_.resize(n * 4);
-    const int32_t* k = xc_.weights();
-    for (size_t i = 0; i < n; ++i) std::fill_n(wide_weights_.begin() + i * 4, 4, k[i]);
+  if (GetKernels().pair_weights) {
+    PairWeights(xc_.weights(), xc_.bounds(), xc_.first(), xc_.ksize(), xc_.out_size(),
+                &pair_weights_, &pair_offsets_);
   }
+}
+
+void Resampler::HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) const {
+  const HorizontalTaps taps{xc_.bounds(),         xc_.weights(), pair_weights_.data(),
+                            pair_offsets_.data(), xc_.first(),   xc_.ksize(),
+                            xc_.out_size()};
+  GetKernels().horizontal(src, origin, taps, dst);
 }
 
 void Resampler::AddRow(int y, const uint8_t* rgbx) {
@@ -516,10 +637,7 @@ void Resampler::AddRow(int y, const uint8_t* rgbx) {
     std::memcpy(dst, rgbx + static_cast<ptrdiff_t>(xc_.first() - x_origin_) * 4, tmp_stride_);
     return;
   }
-  const Kernels& kernels = GetKernels();
-  kernels.horizontal(rgbx, x_origin_, xc_.bounds(),
-                     kernels.wide_weights ? wide_weights_.data() : xc_.weights(), xc_.ksize(),
-                     xc_.out_size(), dst);
+  HorizontalPass(rgbx, x_origin_, dst);
 }
 
 void Resampler::PrepareLut(const OutputFormat& fmt) {
@@ -595,7 +713,6 @@ void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* 
   const int32_t* bounds = yc_.bounds();
   const int32_t* weights = yc_.weights();
   const int ksize = yc_.ksize();
-  const int32_t* xweights = kernels.wide_weights ? wide_weights_.data() : xc_.weights();
   // The horizontal kernel stores 4 bytes per pixel, one past the row: rows go through levels_
   // even when they are stored unchanged.
   uint8_t* levels = levels_.data();
@@ -608,8 +725,7 @@ void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* 
                                               tmp_stride_;
       kernels.vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize,
                        static_cast<int>(tmp_stride_), column_row_.data());
-      kernels.horizontal(column_row_.data(), xc_.first(), xc_.bounds(), xweights, xc_.ksize(),
-                         out_w, levels);
+      HorizontalPass(column_row_.data(), xc_.first(), levels);
     }
     if (direct) {
       std::memcpy(static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * width, levels, width);
@@ -626,7 +742,13 @@ void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
       WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
       break;
     case DType::kFloat32:
-      WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      if (fmt.layout == Layout::kCHW) {
+        GetKernels().store_planar32(levels, out_w, lut_,
+                                    static_cast<uint32_t*>(dst) + static_cast<size_t>(y) * out_w,
+                                    static_cast<size_t>(out_h) * out_w);
+      } else {
+        WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      }
       break;
     case DType::kFloat16:
     case DType::kBFloat16:

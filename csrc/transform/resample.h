@@ -162,6 +162,10 @@ class Resampler {
   void StoreRow(const uint8_t* levels, int out_w, int out_h, int y, const OutputFormat& fmt,
                 void* dst) const;
 
+  // The horizontal pass of one RGBX row whose first pixel is source column `origin`, by the
+  // kernel this CPU runs.
+  void HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) const;
+
   // Vertical-first Finish: both passes over the kept source rows.
   void FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* dst);
 
@@ -174,7 +178,9 @@ class Resampler {
   std::vector<uint8_t> tmp_;
   std::vector<uint8_t> column_row_;  // vertical_first_: one vertically filtered row, RGBX
   std::vector<uint8_t> rgbx_row_;  // Resample(): one packed-RGB row widened to RGBX
-  std::vector<int32_t> wide_weights_;  // horizontal weights, each repeated per channel lane
+  // The horizontal taps in the SIMD kernel's layout (PairWeights in resample.cc).
+  std::vector<int16_t> pair_weights_;
+  std::vector<uint32_t> pair_offsets_;
   std::vector<uint8_t> levels_;    // one output row of final levels
   // Level -> stored element lookup, rebuilt only when the output format changes.
   alignas(64) uint32_t lut_[3][256] = {};
