@@ -987,6 +987,22 @@ TEST(Resampler, VerticalFirstStreamsRowsFromAColumnOrigin) {
   EXPECT_EQ(got, want);
 }
 
+// Resamples `img` with the SIMD kernels and with the scalar ones; true when every stored
+// element has the same bits.
+template <typename T>
+bool KernelsAgree(Resampler& rs, const RgbImage& img, const AxisMapping& ax,
+                  const AxisMapping& ay, const OutputFormat& fmt) {
+  std::vector<T> simd(static_cast<size_t>(ax.out_size) * ay.out_size * 3), scalar(simd.size());
+  SetResampleSimdForTesting(true);
+  rs.Resample(img.pixels.data(), static_cast<size_t>(img.width) * 3, 3, img.width, img.height,
+              ax, ay, fmt, simd.data());
+  SetResampleSimdForTesting(false);
+  rs.Resample(img.pixels.data(), static_cast<size_t>(img.width) * 3, 3, img.width, img.height,
+              ax, ay, fmt, scalar.data());
+  SetResampleSimdForTesting(true);
+  return std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(T)) == 0;
+}
+
 TEST(Resampler, ScalarAndSimdKernelsAgree) {
   const RgbImage img = testing::MakeTexture(301, 203, 8);
   SampleRng rng(31);
@@ -1001,13 +1017,7 @@ TEST(Resampler, ScalarAndSimdKernelsAgree) {
     // Mirrored on odd iterations; clip box = whole image (zero outside, as CenterCrop pads).
     AxisMapping ax{iter % 2 ? x1 : x0, iter % 2 ? x0 : x1, 0, 301, out_w};
     AxisMapping ay{y0, y1, 0, 203, out_h};
-    std::vector<uint8_t> simd(static_cast<size_t>(out_w) * out_h * 3), scalar(simd.size());
-    SetResampleSimdForTesting(true);
-    rs.Resample(img.pixels.data(), 301 * 3, 3, 301, 203, ax, ay, hwc, simd.data());
-    SetResampleSimdForTesting(false);
-    rs.Resample(img.pixels.data(), 301 * 3, 3, 301, 203, ax, ay, hwc, scalar.data());
-    SetResampleSimdForTesting(true);
-    ASSERT_EQ(simd, scalar) << "case " << iter;
+    ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, hwc)) << "case " << iter;
   }
 }
 
@@ -1040,13 +1050,7 @@ TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndFloatPlanes) {
     const double y0 = rng.Uniform(-10, 40), y1 = rng.Uniform(41, 110);
     AxisMapping ax{iter % 2 ? x1 : x0, iter % 2 ? x0 : x1, 0, 1203, out_w, filter};
     AxisMapping ay{y0, y1, 0, 97, out_h, filter};
-    std::vector<float> simd(static_cast<size_t>(out_w) * out_h * 3), scalar(simd.size());
-    SetResampleSimdForTesting(true);
-    rs.Resample(img.pixels.data(), 1203 * 3, 3, 1203, 97, ax, ay, planes, simd.data());
-    SetResampleSimdForTesting(false);
-    rs.Resample(img.pixels.data(), 1203 * 3, 3, 1203, 97, ax, ay, planes, scalar.data());
-    SetResampleSimdForTesting(true);
-    ASSERT_EQ(0, std::memcmp(simd.data(), scalar.data(), simd.size() * sizeof(float)))
+    ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, planes))
         << "case " << iter << " filter " << InterpolationName(filter) << " " << out_w << "x"
         << out_h;
   }
