@@ -1021,11 +1021,11 @@ TEST(Resampler, ScalarAndSimdKernelsAgree) {
   }
 }
 
-// The SIMD horizontal kernel splits each 22-bit weight in two 16-bit halves and the planar
-// float store gathers from the lookup table: both must match the scalar kernels bit for bit
+// The SIMD horizontal kernel splits each 22-bit weight in two 16-bit halves, the planar
+// float store gathers from the lookup table and the uint8 one shuffles bytes: all must match the scalar kernels bit for bit
 // for negative weights (bicubic, lanczos overshoot), one tap (nearest) to hundreds (a 40x
 // downscale), odd and even widths and tap counts, and either pass order.
-TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndFloatPlanes) {
+TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndPlanes) {
   const RgbImage img = testing::MakeTexture(1203, 97, 5);
   SampleRng rng(77);
   Resampler rs;
@@ -1050,6 +1050,10 @@ TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndFloatPlanes) {
     const double y0 = rng.Uniform(-10, 40), y1 = rng.Uniform(41, 110);
     AxisMapping ax{iter % 2 ? x1 : x0, iter % 2 ? x0 : x1, 0, 1203, out_w, filter};
     AxisMapping ay{y0, y1, 0, 97, out_h, filter};
+    OutputFormat byte_planes;  // uint8 CHW levels as they are
+    byte_planes.layout = Layout::kCHW;
+    ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, byte_planes))
+        << "case " << iter << " uint8 planes " << out_w << "x" << out_h;
     ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, planes))
         << "case " << iter << " filter " << InterpolationName(filter) << " " << out_w << "x"
         << out_h;

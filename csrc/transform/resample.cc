@@ -1,6 +1,7 @@
 #include "transform/resample.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -119,8 +120,57 @@ void StorePlanar32Scalar(const uint8_t* levels, int out_w, const uint32_t (*lut)
   }
 }
 
+/// One row of levels (out_w RGB) into three uint8 planes as they are (an identity lookup
+/// table): plane c's row starts at row + c * plane.
+void StorePlanar8Scalar(const uint8_t* levels, int out_w, uint8_t* row, size_t plane) {
+  for (int c = 0; c < 3; ++c) {
+    uint8_t* out = row + c * plane;
+    for (int x = 0; x < out_w; ++x) out[x] = levels[3 * x + c];
+  }
+}
+
 #if defined(__x86_64__) || defined(__i386__)
 #define RL_HAVE_AVX2_KERNELS 1
+
+/// StorePlanar8Scalar 16 pixels (48 bytes, three 16-byte loads) at a time: each plane's 16
+/// bytes are three byte shuffles, one per load, OR-ed together.
+__attribute__((target("avx2"))) void StorePlanar8Avx2(const uint8_t* levels, int out_w,
+                                                      uint8_t* row, size_t plane) {
+  // kPick[c][k]: for channel c and load k, the byte of the load that lands at each position
+  // of the plane's 16 bytes (-1: another load's byte).
+  static constexpr auto kPick = [] {
+    std::array<std::array<std::array<int8_t, 16>, 3>, 3> pick{};
+    for (int c = 0; c < 3; ++c) {
+      for (int i = 0; i < 16; ++i) {
+        const int byte = 3 * i + c;  // byte of the 48 that holds pixel i's channel c
+        for (int k = 0; k < 3; ++k) {
+          pick[c][k][i] = static_cast<int8_t>(byte / 16 == k ? byte % 16 : -1);
+        }
+      }
+    }
+    return pick;
+  }();
+  __m128i mask[3][3];
+  for (int c = 0; c < 3; ++c) {
+    for (int k = 0; k < 3; ++k) {
+      mask[c][k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPick[c][k].data()));
+    }
+  }
+  int x = 0;
+  for (; x + 16 <= out_w; x += 16) {
+    const uint8_t* p = levels + 3 * x;
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
+    for (int c = 0; c < 3; ++c) {
+      const __m128i v = _mm_or_si128(
+          _mm_or_si128(_mm_shuffle_epi8(a, mask[c][0]), _mm_shuffle_epi8(b, mask[c][1])),
+          _mm_shuffle_epi8(d, mask[c][2]));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + c * plane + x), v);
+    }
+  }
+  StorePlanar8Scalar(levels + 3 * x, out_w - x, row + x, plane);
+}
 
 /// StorePlanar32Scalar with 8 lookups per gather. The loads stay inside the row's 3 * out_w
 /// bytes (the rows of WriteImage have no padding); the rest of the row is stored by the
@@ -244,11 +294,13 @@ using HorizontalFn = void (*)(const uint8_t* src, int origin, const HorizontalTa
 using VerticalFn = void (*)(const uint8_t*, size_t, int, const int32_t*, int, uint8_t*);
 using StorePlanar32Fn = void (*)(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
                                  uint32_t* row, size_t plane);
+using StorePlanar8Fn = void (*)(const uint8_t* levels, int out_w, uint8_t* row, size_t plane);
 
 struct Kernels {
   HorizontalFn horizontal = HorizontalScalar;
   VerticalFn vertical = VerticalScalar;
   StorePlanar32Fn store_planar32 = StorePlanar32Scalar;
+  StorePlanar8Fn store_planar8 = StorePlanar8Scalar;
   bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
@@ -259,6 +311,7 @@ Kernels BestKernels() {
     k.horizontal = HorizontalAvx2;
     k.vertical = VerticalAvx2;
     k.store_planar32 = StorePlanar32Avx2;
+    k.store_planar8 = StorePlanar8Avx2;
     k.pair_weights = true;
   }
 #endif
@@ -739,7 +792,13 @@ void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
                          const OutputFormat& fmt, void* dst) const {
   switch (fmt.dtype) {
     case DType::kUint8:
-      WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      if (lut_identity_ && fmt.layout == Layout::kCHW) {
+        GetKernels().store_planar8(levels, out_w,
+                                   static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * out_w,
+                                   static_cast<size_t>(out_h) * out_w);
+      } else {
+        WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      }
       break;
     case DType::kFloat32:
       if (fmt.layout == Layout::kCHW) {
