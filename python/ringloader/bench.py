@@ -167,12 +167,20 @@ def _posterize_zero_bits_as_black() -> None:
 
 def make_transform(T: Any, kind: str) -> Any:
     """The ``train`` or ``eval`` pipeline built from a torchvision-compatible
-    transforms module (``torchvision.transforms`` or ``ringloader.transforms``), or one of
-    :data:`RECIPES` (torchvision's/timm's own objects, whatever ``T`` is)."""
+    transforms module (``torchvision.transforms`` or ``ringloader.transforms``), or
+    ``train-uint8`` or one of :data:`RECIPES` (torchvision's/timm's own objects, whatever ``T``
+    is)."""
     if kind in RECIPES:
         return make_recipe(kind)
     if kind == "train":
         steps = [T.RandomResizedCrop(CROP), T.RandomHorizontalFlip()]
+    elif kind == "train-uint8":
+        # uint8 batches, normalised later on the GPU: the decode and crop without the float
+        # conversion. torchvision's own objects, whatever T is (ringloader.transforms has no
+        # PILToTensor; ringloader takes torchvision's as it is).
+        _, torchvision = _import_torch()
+        tv = torchvision.transforms
+        return tv.Compose([tv.RandomResizedCrop(CROP), tv.RandomHorizontalFlip(), tv.PILToTensor()])
     elif kind == "eval":
         steps = [T.Resize(256), T.CenterCrop(CROP)]
     else:
@@ -273,7 +281,8 @@ def _jsonable(obj: Any) -> Any:
     return repr(obj)
 
 
-def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP) -> Measurement:
+def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP,
+                 uint8: bool = False) -> Measurement:
     """Iterate a fresh loader: warm-up batches untimed, then ``cfg.timed_batches`` timed.
 
     If the timed batches run past the end of an epoch a new epoch is started
@@ -301,7 +310,7 @@ def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP) 
 
     try:
         images, labels = next_batch()
-        if images.dtype != torch.float32 or labels.dtype != torch.int64:
+        if images.dtype != (torch.uint8 if uint8 else torch.float32) or labels.dtype != torch.int64:
             raise RuntimeError(f"unexpected dtypes: images {images.dtype}, labels {labels.dtype}")
         for _ in range(cfg.warmup_batches - 1):
             next_batch()
@@ -349,7 +358,8 @@ def run_benchmark(cfg: Config, log: Callable[[str], None]) -> list[Result]:
                     continue
                 _seed_everything(cfg.seed + r)
                 try:
-                    m = measure_once(factories[name], cfg, 176 if kind == "tv-recipe" else CROP)
+                    m = measure_once(factories[name], cfg, 176 if kind == "tv-recipe" else CROP,
+                                 uint8=kind == "train-uint8")
                 except KeyboardInterrupt:
                     raise
                 except Exception as e:  # report and carry on with the other loader
@@ -474,20 +484,21 @@ def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], re
         f"median reported"
     )
     lines.append("")
-    header = f"{'transform':<10} {'loader':<11} {'images/s':>10} {'min':>9} {'max':>9} {'vs torch':>9}"
+    tw = max([10] + [len(r.transform) for r in results])  # the recipes' names are longer
+    header = f"{'transform':<{tw}} {'loader':<11} {'images/s':>10} {'min':>9} {'max':>9} {'vs torch':>9}"
     lines.append(header)
     lines.append("-" * len(header))
     by_key = {(r.transform, r.loader): r for r in results}
     for r in results:
         base = by_key.get((r.transform, "torch"))
         if r.error and not r.runs:
-            lines.append(f"{r.transform:<10} {r.loader:<11} {'FAILED':>10}  {r.error}")
+            lines.append(f"{r.transform:<{tw}} {r.loader:<11} {'FAILED':>10}  {r.error}")
             continue
         ratio = ""
         if base is not None and base.runs and r.runs:
             ratio = f"{r.median / base.median:8.2f}x"
         lines.append(
-            f"{r.transform:<10} {r.loader:<11} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
+            f"{r.transform:<{tw}} {r.loader:<11} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
         )
     for r in results:
         if r.loader == "ringloader" and isinstance(r.stats, dict) and r.stats.get("native") is False:
@@ -1631,8 +1642,11 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="upper bound on timed images per measurement (default 4096)")
     p.add_argument("--warmup-batches", type=int, default=2, help="untimed batches per measurement (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="alternating measurements per loader (default 3)")
-    p.add_argument("--transform", choices=("train", "eval", "both", *RECIPES, "recipes"), default="both",
-                   help="train/eval (default: both), or the training recipes: tv-recipe (torchvision's "
+    p.add_argument("--transform", choices=("train", "eval", "both", "train-uint8", *RECIPES, "recipes"),
+                   default="both",
+                   help="train/eval (default: both); train-uint8: the train crop and flip ending in "
+                        "PILToTensor (uint8 batches, for normalising on the GPU); or the training "
+                        "recipes: tv-recipe (torchvision's "
                         "reference: TrivialAugmentWide + RandomErasing), timm-recipe (timm's "
                         "rand-m9-mstd0.5-inc1 + RandomErasing), recipes (both)")
     p.add_argument("--loaders", default="torch,ringloader",
