@@ -109,31 +109,13 @@ void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k,
   }
 }
 
-/// One row of levels (out_w RGB) into three planes of 32-bit elements through the per-channel
-/// lookup table: plane c's row starts at row + c * plane.
-void StorePlanar32Scalar(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
-                         uint32_t* row, size_t plane) {
-  for (int c = 0; c < 3; ++c) {
-    uint32_t* out = row + c * plane;
-    const uint32_t* l = lut[c];
-    for (int x = 0; x < out_w; ++x) out[x] = l[levels[3 * x + c]];
-  }
-}
-
-/// One row of levels (out_w RGB) into three uint8 planes as they are (an identity lookup
-/// table): plane c's row starts at row + c * plane.
-void StorePlanar8Scalar(const uint8_t* levels, int out_w, uint8_t* row, size_t plane) {
-  for (int c = 0; c < 3; ++c) {
-    uint8_t* out = row + c * plane;
-    for (int x = 0; x < out_w; ++x) out[x] = levels[3 * x + c];
-  }
-}
-
 #if defined(__x86_64__) || defined(__i386__)
 #define RL_HAVE_AVX2_KERNELS 1
 
-/// StorePlanar8Scalar 16 pixels (48 bytes, three 16-byte loads) at a time: each plane's 16
-/// bytes are three byte shuffles, one per load, OR-ed together.
+/// One row of levels (out_w RGB) into three uint8 planes as they are (WriteRow's CHW layout
+/// through an identity lookup table; plane c's row starts at row + c * plane), 16 pixels (48
+/// bytes, three 16-byte loads) at a time: each plane's 16 bytes are three byte shuffles, one
+/// per load, OR-ed together.
 __attribute__((target("avx2"))) void StorePlanar8Avx2(const uint8_t* levels, int out_w,
                                                       uint8_t* row, size_t plane) {
   // kPick[c][k]: for channel c and load k, the byte of the load that lands at each position
@@ -169,12 +151,15 @@ __attribute__((target("avx2"))) void StorePlanar8Avx2(const uint8_t* levels, int
       _mm_storeu_si128(reinterpret_cast<__m128i*>(row + c * plane + x), v);
     }
   }
-  StorePlanar8Scalar(levels + 3 * x, out_w - x, row + x, plane);
+  for (int c = 0; c < 3; ++c) {
+    for (int i = x; i < out_w; ++i) row[c * plane + i] = levels[3 * i + c];
+  }
 }
 
-/// StorePlanar32Scalar with 8 lookups per gather. The loads stay inside the row's 3 * out_w
-/// bytes (the rows of WriteImage have no padding); the rest of the row is stored by the
-/// scalar loop.
+/// One row of levels (out_w RGB) into three planes of 32-bit elements through the per-channel
+/// lookup table (WriteRow's CHW layout; plane c's row starts at row + c * plane), 8 lookups per
+/// gather. The loads stay inside the row's 3 * out_w bytes (the rows of WriteImage have no
+/// padding); the rest of the row is stored one element at a time.
 __attribute__((target("avx2"))) void StorePlanar32Avx2(const uint8_t* levels, int out_w,
                                                        const uint32_t (*lut)[256],
                                                        uint32_t* row, size_t plane) {
@@ -299,8 +284,9 @@ using StorePlanar8Fn = void (*)(const uint8_t* levels, int out_w, uint8_t* row, 
 struct Kernels {
   HorizontalFn horizontal = HorizontalScalar;
   VerticalFn vertical = VerticalScalar;
-  StorePlanar32Fn store_planar32 = StorePlanar32Scalar;
-  StorePlanar8Fn store_planar8 = StorePlanar8Scalar;
+  // CHW write-outs for this CPU; null: WriteRow's.
+  StorePlanar32Fn store_planar32 = nullptr;
+  StorePlanar8Fn store_planar8 = nullptr;
   bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
@@ -790,21 +776,20 @@ void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* 
 
 void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
                          const OutputFormat& fmt, void* dst) const {
+  const Kernels& kernels = GetKernels();
+  const size_t first = static_cast<size_t>(y) * out_w;  // row y's first element in a plane
+  const size_t plane = static_cast<size_t>(out_h) * out_w;
   switch (fmt.dtype) {
     case DType::kUint8:
-      if (lut_identity_ && fmt.layout == Layout::kCHW) {
-        GetKernels().store_planar8(levels, out_w,
-                                   static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * out_w,
-                                   static_cast<size_t>(out_h) * out_w);
+      if (kernels.store_planar8 != nullptr && lut_identity_ && fmt.layout == Layout::kCHW) {
+        kernels.store_planar8(levels, out_w, static_cast<uint8_t*>(dst) + first, plane);
       } else {
         WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
       }
       break;
     case DType::kFloat32:
-      if (fmt.layout == Layout::kCHW) {
-        GetKernels().store_planar32(levels, out_w, lut_,
-                                    static_cast<uint32_t*>(dst) + static_cast<size_t>(y) * out_w,
-                                    static_cast<size_t>(out_h) * out_w);
+      if (kernels.store_planar32 != nullptr && fmt.layout == Layout::kCHW) {
+        kernels.store_planar32(levels, out_w, lut_, static_cast<uint32_t*>(dst) + first, plane);
       } else {
         WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
       }
