@@ -507,19 +507,21 @@ def _remote_links(loader: NativeBackend) -> list:
 def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
     """Each source's remote reads for the epoch (WebDataset.begin_reads), told the samples the
     plan wants of it (None: an epoch read ahead, whose reads started already)."""
-    start = 0
+    end = 0
     for f in loader._folders:
-        mine = None if flat is None else flat[(flat >= start) & (flat < start + len(f))] - start
+        start, end = end, end + len(f)
         feed = getattr(f, "begin_feed", None)
+        begin = getattr(f, "begin_reads", None)
+        if feed is None and begin is None:
+            continue  # a folder: no pass over the plan for it
+        mine = None if flat is None else flat[(flat >= start) & (flat < end)] - start
         if feed is not None:
             # on_error="replace" draws substitutes from the failing row's group: keep it whole.
             feed(loader._native, mine, loader._options["on_error"] != "replace")
-        begin = getattr(f, "begin_reads", None)
         if begin is not None:
             if begin(mine) and loader._overlap_off is None:
                 loader._overlap_off = ("remote shards were read by HTTP range requests (a "
                                        "range copy holds one epoch's members only)")
-        start += len(f)
 
 
 class _NativeIter:

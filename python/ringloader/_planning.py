@@ -122,13 +122,19 @@ def _file_states(loader: Any, flat: np.ndarray) -> dict:
     return {path: _file_state(path) for path in list(folders) + list(files)}
 
 
+def file_identity(path: str) -> tuple:
+    """(device, inode, size, mtime, ctime) of ``path``: what says a file is still the one read
+    (OSError when it cannot be stat'ed)."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
 def _file_state(path: str) -> Optional[tuple]:
-    """(device, inode, size, mtime, ctime) of ``path``, or None when it cannot be stat'ed."""
+    """``file_identity(path)``, or None when it cannot be stat'ed."""
     try:
-        st = os.stat(path)
+        return file_identity(path)
     except OSError:
         return None
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _changed_files(before: Optional[dict]) -> str:

@@ -23,6 +23,7 @@ import numpy as np
 import torch.utils.data as tud
 
 from ._atomic import write_atomic
+from ._planning import file_identity
 from .references import ImageBytes, ImageFile
 
 __all__ = ["HFDataset", "Parquet"]
@@ -624,7 +625,7 @@ class _RowGroups:
     def __init__(self, paths: List[str], names: List[str], image_column: str,
                  sizes: List[List[int]], byte_sizes: List[List[int]], stamps: List[tuple]):
         self.paths, self.names, self.image_column = paths, names, image_column
-        self.stamps = stamps  # each file as the dataset was built from it (_file_stamp)
+        self.stamps = stamps  # each file as the dataset was built from it (file_identity)
         self.file_of = np.concatenate([np.full(len(g), f, np.int32)
                                        for f, g in enumerate(sizes)] or [np.zeros(0, np.int32)])
         self.group_in_file = np.concatenate([np.arange(len(g), dtype=np.int32) for g in sizes]
@@ -649,7 +650,7 @@ class _RowGroups:
         labels, columns and row groups, read then, would be served with another file's images."""
         from .webdataset import StaleIndexError
 
-        now = _file_stamp(self.paths[f])
+        now = file_identity(self.paths[f])
         if now != self.stamps[f]:
             raise StaleIndexError(
                 f"Parquet: {self.names[f]!r} changed since the dataset was built (size, "
@@ -774,12 +775,6 @@ _DEFAULT_SHUFFLE_BUFFER = 2000  # rows, as a WebDataset's (copy=False)
 _READ_AHEAD_BYTES = 256 << 20  # row groups held for copy=False, at least two of the largest
 
 
-def _file_stamp(path: str) -> tuple:
-    """What says a file is still the one read: size, modification and change times, inode."""
-    st = os.stat(path)
-    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
-
-
 def _column_bytes(row_group: Any, column: str) -> int:
     """The uncompressed size of ``column`` (all its leaves: a struct's bytes and path) in a
     row group's metadata: about the bytes its rows hand the loader."""
@@ -869,7 +864,7 @@ class Parquet(_ArrowImages):
                 images.append(_image_column(table.column(image_column), image_column))
             else:
                 # Only the small columns are read now; the images when an epoch needs them.
-                stamps.append(_file_stamp(path))
+                stamps.append(file_identity(path))
                 table = reader.read(columns=others) if others else None
                 sizes.append(rows)
                 byte_sizes.append([_column_bytes(meta.row_group(g), image_column)
