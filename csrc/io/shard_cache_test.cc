@@ -288,7 +288,7 @@ TEST(RangeReadsTest, ARangeOutsideTheObjectIsRefusedNamingTheUrlAndFailsItsEntry
 }
 
 TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFetchEnds) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = testing::MakeTempDir();  // removed at exit
   const std::string source = dir + "/ranged_source.tar", copy = dir + "/ranged_source.tar.ranges-1";
   std::string bytes(100000, '\0');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
@@ -319,7 +319,7 @@ TEST(RangeReadsTest, ReadersOfACopysEntryWaitUntilItsRangesLandAndNotAfterTheFet
 }
 
 TEST(RangeReadsTest, RangesWaitingTheirTurnHoldNoDescriptor) {
-  const std::string dir = ::testing::TempDir();
+  const std::string dir = testing::MakeTempDir();  // removed at exit
   const std::string source = dir + "/many_ranges.tar", copy = dir + "/many_ranges.tar.ranges-1";
   std::string bytes(80 * 10, 'x');
   for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 13);
