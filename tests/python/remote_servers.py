@@ -159,7 +159,8 @@ class Moto:
 class FaultProxy:
     """An HTTP proxy to `upstream` (http://host:port) that applies, per request, the next fault
     queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
-    "stall" (half the body, then silence for `stall_s`), "norange" (the whole object whatever
+    "stall" (half the body, then silence for `stall_s`), "short" (half the body, and a
+    Content-Length that says so: a server that truncates), "norange" (the whole object whatever
     Range asked, as a server without range support answers), or "ok"), and `latency_s` before each
     response; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`;
     `peak_in_flight` is the most requests it answered at once. (The throttled link of
@@ -252,6 +253,8 @@ class FaultProxy:
         resp = conn.getresponse()
         body = resp.read()
         conn.close()
+        if fault == "short":
+            body = body[:len(body) // 2]
         h.send_response(resp.status)
         for k, v in resp.getheaders():
             if k.lower() not in ("connection", "transfer-encoding", "content-length", "server",
