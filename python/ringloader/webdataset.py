@@ -1087,17 +1087,38 @@ class WebDatasetSampler(_order.ShardOrder):
 
     The order is computed in the main process from these integers: it is the same for any
     ``num_workers``, and a checkpoint stores only them.
+
+    With a ``generator`` (a ``torch.Generator``), ``seed`` is ignored: the seed of every epoch is
+    the generator's ``initial_seed()`` read when the epoch is planned, so a generator set back
+    to a checkpoint's state (``DataLoader.load_state_dict``) orders the epochs after the resumed
+    one as the checkpointed run would, whatever seed the generator was built with.
     """
 
     def __init__(self, dataset: WebDataset, num_replicas: int = 1, rank: int = 0,
                  shuffle: bool = False, seed: int = 0, drop_last: bool = False,
-                 shuffle_buffer: Optional[int] = None):
+                 shuffle_buffer: Optional[int] = None, generator: Any = None):
         self.shard_sizes = [int(s) for s in dataset.shard_sizes]
         self.num_replicas, self.rank = int(num_replicas), int(rank)
-        self.shuffle, self.seed, self.drop_last = bool(shuffle), int(seed), bool(drop_last)
+        self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
+        self._seed = int(seed)
+        #: The generator whose initial_seed() seeds the order (None: ``seed``). The loader's
+        #: checkpoints save and set back its state, which carries that seed.
+        self.generator = generator
         self.shuffle_buffer = int(dataset.shuffle_buffer if shuffle_buffer is None
                                   else shuffle_buffer)
         self.epoch = 0
+
+    @property
+    def seed(self) -> int:
+        """The seed of the order: the generator's ``initial_seed()`` when there is one (read
+        now: a generator set back by ``load_state_dict`` brings its seed), else ``seed``."""
+        if self.generator is not None:
+            return int(self.generator.initial_seed())
+        return self._seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._seed = int(value)
 
     @classmethod
     def default_for(cls, dataset: Any, num_replicas: Optional[int], rank: Optional[int],
@@ -1105,11 +1126,9 @@ class WebDatasetSampler(_order.ShardOrder):
                     generator: Any = None) -> "WebDatasetSampler":
         """The loader's default order over ``dataset``'s shards (``shard_sizes``,
         ``shuffle_buffer``): seeded by ``seed`` or, when a generator is given, its
-        ``initial_seed()``; not sharded without ``num_replicas``."""
-        if generator is not None:
-            seed = int(generator.initial_seed())
+        ``initial_seed()`` at each epoch; not sharded without ``num_replicas``."""
         return cls(dataset, num_replicas or 1, rank or 0, shuffle=bool(shuffle), seed=seed,
-                   drop_last=drop_last)
+                   drop_last=drop_last, generator=generator)
 
     def state(self) -> Dict[str, Any]:
         return {"kind": "webdataset", "seed": self.seed, "epoch": self.epoch,
