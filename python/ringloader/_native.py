@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from typing import Any, Optional, Sequence
 
@@ -285,6 +286,8 @@ class NativeBackend(Backend):
             options.update(_training_options())
             options["auto_threads"] = True
         self._options = options
+        # on_error="skip": an epoch that loses more than this fraction raises (_NativeIter).
+        self._max_skipped_fraction = float(args.max_skipped_fraction)
         # Epoch overlap (see the class docstring): off only when persistent_workers=False is given.
         self._overlap_off: Optional[str] = (
             "persistent_workers=False: the pipeline starts empty every epoch"
@@ -347,6 +350,7 @@ class NativeBackend(Backend):
         # Which samples are held in memory: they read no file, so the read-ahead check stats none.
         self._in_memory = _user_source.in_memory(memory)
         more_files = _user_source.more_files_column(self._folders)  # an image's mask, ...
+        self._more_files = more_files  # read ahead too: the read-ahead check stats their paths
         if not any(ranges):
             return _C.Loader(paths, targets, self._options, memory=memory, more_files=more_files)
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
@@ -504,6 +508,22 @@ def _remote_links(loader: NativeBackend) -> list:
     return list(out.values())
 
 
+def _name_sample(error: str, folders: Sequence[Any]) -> str:
+    """A native error message (``sample N (path): reason``) with its sample named as its source
+    names it (a WebDataset: the shard's URL and the member, not the cache entry's path)."""
+    match = re.match(r"sample (\d+) \((.*?)\): ", error)
+    if match is not None:
+        flat = int(match.group(1))
+        for f in folders:
+            if flat < len(f):
+                describe = getattr(f, "describe_sample", None)
+                if describe is not None:
+                    return f"{describe(flat)}: {error[match.end():]}"
+                break
+            flat -= len(f)
+    return _user_source.name_rows(error, folders)
+
+
 def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
     """Each source's remote reads for the epoch (WebDataset.begin_reads), told the samples the
     plan wants of it (None: an epoch read ahead, whose reads started already)."""
@@ -593,6 +613,14 @@ class _NativeIter:
         # [batch number, first row, images, labels] of rows received and not yet delivered.
         self._refill = loader._options["on_error"] == "skip" and loader.drop_last and \
             loader.batch_size is not None
+        # on_error="skip": more than max_skipped_fraction of the samples this epoch reads lost
+        # raises (_check_skipped); the loader's count before the epoch is the baseline.
+        fraction = loader._max_skipped_fraction
+        self._skip_limit = None
+        if loader._options["on_error"] == "skip" and fraction < 1:
+            self._planned = len(flat) - int(first)
+            self._skip_limit = fraction * self._planned
+            self._skipped_before = loader._native.stats()["skipped"]
         self._carry: list = []
         loader._queued = None
         # Whole order, started at the first undelivered batch: rows keep their positions (seeds).
@@ -651,6 +679,8 @@ class _NativeIter:
                     # (exception -> traceback -> frame -> exception) keeping the iterator, and
                     # the batches it references, alive until the garbage collector runs.
                     del annotated
+            if self._skip_limit is not None:
+                self._check_skipped()
             if item is None:
                 self._done = self._progress.done = True  # refill: a short remainder is dropped
                 raise StopIteration
@@ -684,6 +714,26 @@ class _NativeIter:
                 del images, labels
                 return loader.collate_fn(samples)
             return images, labels
+
+    def _check_skipped(self) -> None:
+        """Raises once this epoch has skipped more than ``max_skipped_fraction`` of the samples
+        it reads: an unreachable server or lost shards, not a few bad samples."""
+        stats = self._loader._native.stats()
+        skipped = stats["skipped"] - self._skipped_before
+        if skipped <= self._skip_limit:
+            return
+        lost: list = []
+        for error in reversed(stats["recent_errors"]):
+            where = _name_sample(error, self._loader._folders)
+            if where not in lost:
+                lost.append(where)
+        raise RuntimeError(
+            f"ringloader.DataLoader: this epoch skipped {skipped} of the {self._planned} samples "
+            f"it reads (on_error='skip'), more than max_skipped_fraction="
+            f"{self._loader._max_skipped_fraction:g} of them: that is lost data (a server down, "
+            f"shards or files gone), not a few bad samples. Last errors: "
+            f"{'; '.join(lost[:3]) or 'none recorded'}. Fix the source, or pass "
+            f"max_skipped_fraction=1 to train on what is left.")
 
     def _mix(self, images: Any, labels: Any, number: int) -> Any:
         """batch_transform on the batch in its slot (``_mixing``), seeded by (base seed, batch

@@ -48,6 +48,20 @@ def _check_prefetch(prefetch_factor: Any, num_workers: Any) -> Any:
     return prefetch_factor
 
 
+#: The default ``max_skipped_fraction``: an epoch under ``on_error="skip"`` that skipped more
+#: than half of its samples raises (see ``_check_skipped_fraction``).
+MAX_SKIPPED_FRACTION = 0.5
+
+
+def _check_skipped_fraction(value: Any) -> float:
+    """``max_skipped_fraction``: a number in [0, 1]; 1 never raises."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0 <= value <= 1:
+        raise ValueError(f"max_skipped_fraction should be a number from 0 to 1 (1: never raise), "
+                         f"got {value!r}")
+    return float(value)
+
+
 def _parse_memory(max_memory: Any) -> Optional[int]:
     """``max_memory``: None, a number of bytes > 0, or a size string: "2GB" (10**9), "2GiB" or
     "2G" (2**30), "512MB", "1.5GiB"..."""

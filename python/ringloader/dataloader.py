@@ -38,8 +38,8 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 from ._backend import Backend
 from ._generic import GenericBackend
 from ._native import NativeBackend, _check_streams, _native_view, _servable
-from ._options import (_check_dtype, _check_int, _check_layout, _check_prefetch, _check_workers,
-                       _parse_memory)
+from ._options import (MAX_SKIPPED_FRACTION, _check_dtype, _check_int, _check_layout,
+                       _check_prefetch, _check_skipped_fraction, _check_workers, _parse_memory)
 # Kept importable from here (tests and tools use them): what num_workers="auto" chooses.
 from ._options import _auto_threads, _format_bytes, _torch_default_threads  # noqa: F401
 
@@ -118,8 +118,8 @@ class DataLoader:
     ``layout`` (``"NCHW"``, or ``"NHWC"`` for the raw [B,H,W,3] tensor; ``torch.channels_last``
     means the same as ``memory_format``), ``io`` (``"auto"``, ``"uring"``, ``"pread"``),
     ``reader_threads``, ``io_depth``, ``max_slots`` (bound on slots including batches you keep),
-    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error``, ``stall_seconds`` and
-    ``batch_transform`` (above).
+    ``fast_decode``, ``strict_decode``, ``max_image_pixels``, ``on_error``,
+    ``max_skipped_fraction`` (below), ``stall_seconds`` and ``batch_transform`` (above).
 
     ``stall_seconds`` (default 60): when batches are in flight and none has completed for this
     long, ``stats()["stalled"]`` is True and ``describe()`` has a ``stalled:`` line saying which
@@ -154,6 +154,13 @@ class DataLoader:
       an upper bound).
     * ``"replace"``: the row gets a substitute sample drawn deterministically from
       (base seed, index); batches keep their size; counted in ``stats()["replaced"]``.
+
+    ``max_skipped_fraction`` (default 0.5): with ``on_error="skip"``, an epoch that has skipped
+    more than this fraction of the samples it planned raises ``RuntimeError`` as soon as it has
+    (at an epoch's end at the latest, so an epoch never ends quietly with nothing), naming how
+    many were lost and where (the shards or files of the last errors). Skipping is for a few bad
+    samples; losing more than half an epoch is a server down, a mount gone or shards lost, not
+    bad data. 1 turns the check off.
 
     Placement and device staging:
 
@@ -211,7 +218,8 @@ class DataLoader:
             ``max_memory`` below two slots, a NUMA node that does not exist, MixUp on a uint8
             loader, ``collate_fn`` with ``batch_transform``), each message naming the argument.
         RuntimeError: ``device="cuda"`` without a visible GPU; an iterator superseded by a
-            newer ``iter()`` or created before a ``fork()``.
+            newer ``iter()`` or created before a ``fork()``; from ``next()``, an epoch that
+            skipped more than ``max_skipped_fraction`` of its samples.
         ringloader.SampleError: from ``next()``, a bad sample under ``on_error="raise"``.
         ringloader.SlotsExhaustedError: from ``next()``, when every slot is held by batches
             kept.
@@ -259,12 +267,14 @@ class DataLoader:
         max_memory: Union[int, str, None] = None,
         stall_seconds: float = 60,
         batch_transform: Any = None,
+        max_skipped_fraction: float = MAX_SKIPPED_FRACTION,
     ):
         num_workers = _check_workers(num_workers)
         if timeout < 0:
             raise ValueError(f"timeout option should be non-negative, got {timeout}")
         prefetch_factor = _check_prefetch(prefetch_factor, num_workers)
         max_memory = _parse_memory(max_memory)
+        max_skipped_fraction = _check_skipped_fraction(max_skipped_fraction)
         if reader_threads is not None:
             _check_int("reader_threads", reader_threads, 1)
         dtype = _check_dtype(dtype)
@@ -282,7 +292,8 @@ class DataLoader:
             io_depth=io_depth, max_slots=max_slots, fast_decode=fast_decode,
             strict_decode=strict_decode, max_image_pixels=max_image_pixels, on_error=on_error,
             rank=rank, world_size=world_size, seed=seed, device=device, numa=numa,
-            max_memory=max_memory, stall_seconds=stall_seconds, batch_transform=batch_transform)
+            max_memory=max_memory, stall_seconds=stall_seconds, batch_transform=batch_transform,
+            max_skipped_fraction=max_skipped_fraction)
         if view is not None and _servable(view[0]) is None:
             native = NativeBackend(dataset, view, args)
             if native.unpinned_note is not None:

@@ -378,8 +378,11 @@ class WebDataset(NativeDataset):
     uncached shard fetches them by HTTP range requests instead of the shard, while it reads,
     when that costs less on the link as measured (latency and throughput; a number F: when it
     wants under F of the shard's bytes).
-    A 403 or 404 raises at construction; a shard that still fails after the retries gives a
-    sample that fails when read (``on_error``). See docs/remote.md.
+    A 403 or 404 raises at construction, and so does a shard that still fails after the retries
+    (``ConnectionError``, naming it) unless an earlier run kept its index under ``index_cache``:
+    its samples are then known, and fail when read (``on_error``), as do those of a shard that
+    cannot be fetched while an epoch runs (with ``on_error="skip"``, an epoch that loses more
+    than the DataLoader's ``max_skipped_fraction`` raises). See docs/remote.md.
 
     Samples group a shard's members by key (the ``webdataset`` package's rule). The image is the
     member whose extension is the first of ``image_exts`` present; the label comes from the
@@ -423,6 +426,8 @@ class WebDataset(NativeDataset):
             without a command; no URL; shards that hold no sample; a bad ``label_key``,
             ``label_field``, ``image_exts``, ``shuffle_buffer`` or ``progress``.
         FileNotFoundError: a local shard, or every match of a glob, is missing.
+        ConnectionError: a remote shard that could not be downloaded at construction (after the
+            retries) and whose index no earlier run kept (the message names it and why).
         RuntimeError: a ``pipe:`` command that yields no sample while it is indexed (the
             message names it).
         StaleIndexError: a shard changed since it was indexed (at ``iter()``, ``dataset[i]``
@@ -511,6 +516,7 @@ class WebDataset(NativeDataset):
                                                                 self.urls[s])
             unfetched = self._fetch_remote([s for s in remote if s not in known],
                                            construction=True)
+            self._raise_unknown(unfetched)
             fetched = set(remote) - set(unfetched) - set(known)
             expanded = [(self.shard_paths[s], pipe) if s in fetched else (url, pipe)
                         for s, (url, pipe) in enumerate(expanded)]
@@ -666,16 +672,36 @@ class WebDataset(NativeDataset):
                 out[s] = dict(index, remote_copy=(int(index["bytes"]), None))
         return out
 
+    def _kept_index(self, url: str) -> Optional[Dict[str, Any]]:
+        """The index an earlier run kept under ``index_cache`` for the remote shard ``url``
+        (whatever it says of the shard's damage), or None."""
+        return None if self.index_cache is None else _load_index(self._remote_index_path(url))
+
+    def _raise_unknown(self, unfetched: Dict[int, str]) -> None:
+        """Construction cannot learn the samples of a remote shard that could not be fetched
+        (after the retries) and whose index no earlier run kept: the dataset's length and order
+        would be wrong. Raises ``ConnectionError`` naming those shards and why."""
+        unknown = [s for s in sorted(unfetched) if self._kept_index(self.urls[s]) is None]
+        if not unknown:
+            return
+        named = "; ".join(f"{self.urls[s]}: {unfetched[s]}" for s in unknown[:3])
+        more = f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""
+        raise ConnectionError(
+            f"WebDataset: {len(unknown)} of {len(self.urls)} shards could not be downloaded, so "
+            f"their samples cannot be known ({named}{more}). Check that the server is up and "
+            "the URLs are right, then build the WebDataset again (remote_options max_attempts "
+            "and backoff_max_s make the downloads retry longer). An index kept under "
+            "index_cache by a run that could read the shards lets a dataset be built while "
+            "they are out of reach.")
+
     def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
-        """The index of a remote shard that could not be fetched: every sample of its index from
-        an earlier run (``index_cache``) failing with ``error``, else one failing sample that
-        stands for the unknown ones."""
+        """The index of a remote shard that could not be fetched, kept by an earlier run
+        (``index_cache``; :meth:`_raise_unknown` raised without one): every sample failing with
+        ``error``."""
         why = f"shard {url}: {error}"
-        known = None if self.index_cache is None else _load_index(self._remote_index_path(url))
-        if known is not None:
-            return dict(known, errors=[why] * len(known["keys"]), error="", index_file=None)
-        return {"keys": ["(unfetched)"], "members": ["(shard)"], "offsets": [0], "lengths": [0],
-                "labels": [0], "errors": [why], "error": ""}
+        known = self._kept_index(url)
+        assert known is not None
+        return dict(known, errors=[why] * len(known["keys"]), error="", index_file=None)
 
     def _fetch_remote(self, shards: Sequence[int], construction: bool) -> Dict[int, str]:
         """Brings the remote ``shards`` into the cache (downloading those not there) and points
@@ -986,9 +1012,9 @@ class WebDataset(NativeDataset):
         for s in wanted:
             if self._remote_copies[s] is None:
                 continue
-            try:
-                os.utime(self.shard_paths[s])  # just used: the last to be evicted
-            except OSError:
+            # Not in the cache, or not checked by this process yet (size, checksum): through the
+            # cache, which fetches or checks it. Marks it used for the eviction order.
+            if not _C.shard_cache_entry_ready(self.shard_paths[s], self._remote_copies[s][0]):
                 missing.append(s)
         if background and self.read_ahead_off is not None:
             # The shards exceed the cache: the epoch's downloads take every shard in (those in
