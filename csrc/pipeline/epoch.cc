@@ -204,6 +204,22 @@ Epoch::Epoch(EpochContext context, int64_t epoch_number, uint64_t epoch_seed, st
   for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(ctx.options->batch_size), 0);
   dispatched = first_batch;
   taken = first_batch;
+  if (queued) ahead_limit = std::max({1, ctx.prefetch_cap, ctx.pool->base_slots()});
+}
+
+void Epoch::Adopted() {
+  std::lock_guard<std::mutex> lock(ready_mu);
+  ahead_limit = INT64_MAX;
+  ready_cv.notify_all();
+}
+
+bool Epoch::MayDispatch(int64_t b) {
+  std::unique_lock<std::mutex> lock(ready_mu);
+  if (b >= ahead_limit) {
+    GaugeScope waiting(gauges.dispatcher_waiting_adoption);
+    while (b >= ahead_limit && !cancel.load(std::memory_order_acquire)) ready_cv.wait(lock);
+  }
+  return !cancel.load(std::memory_order_acquire);
 }
 
 void Epoch::StartPipeline() {
@@ -263,6 +279,10 @@ void Epoch::Cancel() {
   decode_queue.Close();
   free_buffers.Close();
   ctx.pool->Wake();
+  {
+    std::lock_guard<std::mutex> lock(ready_mu);  // a dispatcher waiting for adoption (MayDispatch)
+    ready_cv.notify_all();
+  }
   if (dispatcher.joinable()) dispatcher.join();
   for (auto& t : readers) t.join();
   for (auto& t : workers) t.join();
@@ -471,6 +491,7 @@ absl::StatusOr<Batch> Epoch::NextStaged(Clock::time_point start, double timeout_
 void Epoch::Dispatch() {
   const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
   for (int64_t b = dispatched; b < num_batches; ++b) {
+    if (!MayDispatch(b)) return;  // cancelled while queued
     absl::StatusOr<int> slot = [&] {
       GaugeScope waiting(gauges.dispatcher_waiting_slot);
       return ctx.pool->Acquire(cancel);
@@ -777,9 +798,11 @@ std::string Epoch::DescribeState() {
   }
   auto n = [](const std::atomic<int>& gauge) { return gauge.load(std::memory_order_relaxed); };
   const LoaderOptions& o = *ctx.options;
-  std::string dispatcher = n(gauges.dispatcher_waiting_slot) > 0 ? "waiting for a free slot"
-                           : n(gauges.dispatcher_pushing) > 0   ? "waiting to queue a read request"
-                                                                : "running or done";
+  std::string dispatcher = n(gauges.dispatcher_waiting_slot) > 0     ? "waiting for a free slot"
+                           : n(gauges.dispatcher_pushing) > 0       ? "waiting to queue a read request"
+                           : n(gauges.dispatcher_waiting_adoption) > 0 ? "read ahead as far as it may, "
+                                                                       "waiting for the epoch to begin"
+                                                                    : "running or done";
   return absl::StrFormat(
       "epoch %d at batch %d of %d, no batch completed for %.1f s; batches in flight %d (%d complete); "
       "dispatcher: %s; read requests queued %d; readers (%d): %d waiting for a request, %d for a free "

@@ -258,6 +258,13 @@ class Epoch {
   // Requires the loader's hand-off mutex (or an epoch nobody else can see yet).
   void StartPipeline();
 
+  // A queued epoch dispatches (so reads and decodes) at most `ahead_limit` batches, the depth
+  // the pipeline may grow to (EpochContext::prefetch_cap), until StartEpoch adopts it: however
+  // many slots are free (the consumer may have held more while the epoch before it ran), the
+  // work done before adoption stays within the rows the caller checks for files changed since
+  // it queued the epoch (python/ringloader/_planning.py: _file_states). Adopted() lifts it.
+  void Adopted();
+
   // The device path's stage thread (nothing on the host path).
   void StartStage();
 
@@ -308,8 +315,13 @@ class Epoch {
   absl::StatusOr<Batch> NextStaged(Clock::time_point start, double timeout_seconds);
 
   // Acquires slots strictly in batch order (so the consumer's next batch is never starved by a
-  // later one), writes labels and indices, and queues the batch's reads.
+  // later one), writes labels and indices, and queues the batch's reads. A queued epoch first
+  // waits for adoption at batch ahead_limit (see Adopted).
   void Dispatch();
+
+  // The dispatcher, before batch `b`: waits while `b` is at or past ahead_limit. False once
+  // the epoch is cancelled.
+  bool MayDispatch(int64_t b);
 
   // A reader thread's I/O ring is created and destroyed under RingLifetimeMutex(): a new reader
   // (of a queued epoch, or of another loader) may map its io_uring where an exited, not yet
@@ -399,7 +411,7 @@ class Epoch {
   std::atomic<int> readers_left{0};
   std::atomic<int64_t> last_progress_ns{0};  // NowNanos() when a batch last completed
   struct {
-    std::atomic<int> dispatcher_waiting_slot{0}, dispatcher_pushing{0};
+    std::atomic<int> dispatcher_waiting_slot{0}, dispatcher_pushing{0}, dispatcher_waiting_adoption{0};
     std::atomic<int> readers_waiting_request{0}, readers_waiting_buffer{0}, readers_reading{0};
     std::atomic<int> readers_streaming{0}, readers_handing_on{0}, reads_outstanding{0};
     std::atomic<int> decoders_busy{0};
@@ -410,6 +422,8 @@ class Epoch {
   std::mutex ready_mu;
   std::condition_variable ready_cv;
   int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
+  // Batches a queued epoch may dispatch before it is adopted (INT64_MAX: no bound; see Adopted).
+  int64_t ahead_limit ABSL_GUARDED_BY(ready_mu) = INT64_MAX;
   int64_t in_flight ABSL_GUARDED_BY(ready_mu) = 0;    // dispatched, not yet taken
   int64_t ready_count ABSL_GUARDED_BY(ready_mu) = 0;  // ... of which complete
   bool idle_seen ABSL_GUARDED_BY(ready_mu) = false;   // PipelineIdle() since the consumer last looked

@@ -91,15 +91,15 @@ TEST(EpochOverlapTest, QueuedEpochIsDecodedAheadAdoptedAndBitIdentical) {
   const Delivered first = Drain(*loader);
   EXPECT_EQ(first.indices.size(), 18u);
   // With epoch 0 delivered and nothing asked of epoch 1 yet, the pipeline has gone on with it:
-  // its first prefetch_batches batches are decoded (the slots bound it to those).
+  // its first prefetch_batches batches are decoded, and no more until it is adopted (the slot
+  // the consumer held stays free).
   ASSERT_TRUE(Eventually([&] { return loader->Stats().samples_ahead >= o.prefetch_batches * o.batch_size; }));
   std::this_thread::sleep_for(50ms);
-  // Every slot holds a batch of epoch 1 (the consumer holds none), and there are no more slots
-  // than during any epoch: prefetch_batches, plus the one the consumer held.
+  // No more slots than during any epoch: prefetch_batches, plus the one the consumer held.
   const LoaderStats ahead = loader->Stats();
   EXPECT_EQ(ahead.slots_held, 0);
   EXPECT_LE(ahead.slots_allocated, o.prefetch_batches + 1);
-  EXPECT_EQ(ahead.samples_ahead, ahead.slots_allocated * o.batch_size);
+  EXPECT_EQ(ahead.samples_ahead, o.prefetch_batches * o.batch_size);
   EXPECT_EQ(ahead.samples, 18) << "work ahead is counted apart until adopted";
 
   ASSERT_TRUE(loader->StartEpoch(1).ok());
@@ -280,6 +280,48 @@ TEST(EpochOverlapTest, HeldBatchesOfTheCurrentEpochNeverStallIt) {
   ASSERT_TRUE(loader->StartEpoch(1).ok());
   EXPECT_EQ(Drain(*loader), Fresh(samples, o, 1));
   EXPECT_EQ(loader->Stats().epochs_adopted, 1);
+}
+
+TEST(EpochOverlapTest, QueuedEpochReadsNoFurtherThanItsDepthBeforeAdoption) {
+  // The consumer held 5 batches of epoch 0, so 7 or 8 slots exist; once it lets them go, all
+  // are free.
+  // The queued epoch still reads only its depth (prefetch_batches) before it is adopted: what
+  // its caller checked for changed files. A file past the depth rewritten before adoption is
+  // delivered as it is then.
+  const std::string dir = testing::MakeTempDir();
+  const std::vector<Sample> samples = testing::WriteJpegDataset(dir, 40);  // 10 batches
+  LoaderOptions o = Options();
+  o.shuffle = false;  // epoch 1's batch 4 is samples 16-19
+  o.prefetch_batches = 2;
+  o.max_slots = 8;
+  auto loader = Loader::Create(samples, o).value();
+  ASSERT_TRUE(loader->StartEpoch(0).ok());
+  ASSERT_TRUE(loader->QueueEpoch(1).ok());
+  {
+    std::vector<Batch> kept;
+    while (true) {
+      absl::StatusOr<Batch> batch = loader->Next(20.0);
+      if (absl::IsOutOfRange(batch.status())) break;
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      kept.push_back(*batch);
+      if (kept.size() > 5) kept.erase(kept.begin());
+    }
+    ASSERT_GE(loader->Stats().slots_allocated, 7);
+  }
+  const int depth_rows = o.prefetch_batches * o.batch_size;
+  ASSERT_TRUE(Eventually([&] { return loader->Stats().samples_ahead >= depth_rows; }));
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(loader->Stats().samples_ahead, depth_rows) << "read ahead past its depth";
+
+  testing::JpegFlavor other;
+  other.width = 150;
+  other.height = 130;
+  other.seed = 777;
+  testing::WriteFile(samples[17].path, testing::EncodeJpeg(other));
+  ASSERT_TRUE(loader->StartEpoch(1).ok());
+  EXPECT_EQ(Drain(*loader), Fresh(samples, o, 1)) << "batch 4 has the rewritten file's pixels";
+  EXPECT_EQ(loader->Stats().epochs_adopted, 1);
+  EXPECT_EQ(loader->Stats().samples, 80) << "nothing decoded twice";
 }
 
 TEST(EpochOverlapTest, AdoptedBeforeTheCurrentEpochDispatchedEverything) {

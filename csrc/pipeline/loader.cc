@@ -536,6 +536,7 @@ void Loader::Impl::StartChecked(int64_t epoch, uint64_t seed, std::vector<int64_
     // Nobody else can reach it now; its pipeline runs already unless the previous epoch was
     // stopped before it dispatched its last batch.
     std::lock_guard<std::mutex> lock(handoff_mu_);
+    adopted->Adopted();  // it read ahead no further than its depth (Epoch::Adopted): now on
     adopted->StartPipeline();
     adopted->StartStage();
     epoch_ = std::move(adopted);

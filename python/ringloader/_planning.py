@@ -107,10 +107,12 @@ class _Ahead:
 
 def _file_states(loader: Any, flat: np.ndarray) -> dict:
     """{path: (device, inode, size, mtime, ctime) or None if it cannot be stat'ed} of the files
-    an epoch read ahead in the order ``flat`` may read before it is adopted, and of their
-    directories. The pipeline holds at most its prefetch depth of batches (the pool's pipeline
-    share, ``prefetch_max`` with auto prefetch), so only that many leading rows can be read ahead;
-    the rest of the epoch is read after adoption, as the files are then."""
+    an epoch read ahead in the order ``flat`` may read before it is adopted (each sample's file
+    and its other files: a mask...), and of their directories. Before adoption a queued epoch
+    dispatches at most the depth its pipeline may grow to, ``max(prefetch_batches,
+    prefetch_max)`` batches, however many slots are free (csrc/pipeline/epoch.h:
+    ``Epoch::Adopted``), so only that many leading rows can be read ahead; the rest of the epoch
+    is read after adoption, as the files are then."""
     s = loader._native.stats()
     rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
     ahead = flat[:rows]
@@ -118,6 +120,10 @@ def _file_states(loader: Any, flat: np.ndarray) -> dict:
     if in_memory is not None:
         ahead = ahead[~in_memory[ahead]]  # a sample held in memory reads no file
     files = dict.fromkeys(loader._paths[i] for i in ahead.tolist())
+    more = getattr(loader, "_more_files", None)
+    if more is not None:
+        for i in flat[:rows].tolist():  # a sample in memory may have its mask in a file
+            files.update((f, None) for f in more[i] or () if isinstance(f, str))
     folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
     return {path: _file_state(path) for path in list(folders) + list(files)}
 
