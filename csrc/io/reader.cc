@@ -157,11 +157,11 @@ FileFetcher::CachedFile* FileFetcher::OpenCached(const std::string& path, absl::
   file->fd = fd;
   file->size = static_cast<uint64_t>(st.st_size);
   file->last_use = ++use_clock_;
-  // A remote shard's cached copy stays in the cache while this reader has it open.
+  // A remote shard's cached copy stays in the cache while this reader has it open (and counts
+  // as just used, on its meta: the copy's own file times are left as they are).
   file->entry_lock = HoldCacheEntry(path);
   if (file->entry_lock >= 0) {
     NoteShardOpened(path);
-    (void)futimens(fd, nullptr);  // just used: the last the cache evicts
     // Readers move on from shard to shard: copies a reader kept open (locked) after moving on
     // would hold the cache past its limit, so those no read uses are closed (opening one again
     // while it is cached costs a few system calls).

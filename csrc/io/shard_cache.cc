@@ -6,15 +6,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <libdeflate.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -22,6 +28,29 @@
 #include "common/status_util.h"
 
 namespace ringloader {
+
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  constexpr size_t kChunk = size_t{1} << 20;
+  std::unique_ptr<unsigned char[]> buffer(new unsigned char[kChunk]);
+  uint32_t crc = libdeflate_crc32(0, nullptr, 0);
+  while (true) {
+    const ssize_t n = read(fd, buffer.get(), kChunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const absl::Status status = ErrnoStatus(errno, "read", path);
+      close(fd);
+      return status;
+    }
+    if (n == 0) break;
+    crc = libdeflate_crc32(crc, buffer.get(), static_cast<size_t>(n));
+  }
+  close(fd);
+  return crc;
+}
+
 namespace {
 
 constexpr char kMetaSuffix[] = ".meta";
@@ -85,7 +114,11 @@ struct Meta {
   std::string url;
   int64_t size = -1;
   std::string etag;
+  bool has_crc = false;  ///< false: written before checksums were kept
+  uint32_t crc = 0;      ///< CRC-32 of the entry's bytes, computed when it was downloaded
 };
+
+constexpr char kCrcPrefix[] = "crc32 ";
 
 bool ReadMeta(const std::string& path, Meta* meta) {
   std::string text;
@@ -94,7 +127,19 @@ bool ReadMeta(const std::string& path, Meta* meta) {
   if (lines.size() < 3) return false;
   meta->url = lines[0];
   meta->etag = lines[2];
+  meta->has_crc = false;
+  if (lines.size() > 3 && absl::StartsWith(lines[3], kCrcPrefix)) {
+    uint32_t crc = 0;
+    if (absl::SimpleHexAtoi(lines[3].substr(sizeof(kCrcPrefix) - 1), &crc)) {
+      meta->has_crc = true;
+      meta->crc = crc;
+    }
+  }
   return ParseWholeInteger(lines[1], &meta->size);
+}
+
+std::string MetaText(const std::string& url, int64_t size, const std::string& etag, uint32_t crc) {
+  return absl::StrCat(url, "\n", size, "\n", etag, "\n", kCrcPrefix, absl::StrFormat("%08x", crc), "\n");
 }
 
 absl::Status WriteFileAtomically(const std::string& path, const std::string& text) {
@@ -109,8 +154,8 @@ absl::Status WriteFileAtomically(const std::string& path, const std::string& tex
   return absl::OkStatus();
 }
 
-/// The complete entry at `entry` for `url`, if there is one.
-bool CompleteEntry(const std::string& entry, const std::string& url, CachedShard* out) {
+/// The complete entry at `entry` for `url`, if there is one (and its meta).
+bool CompleteEntry(const std::string& entry, const std::string& url, CachedShard* out, Meta* meta_out = nullptr) {
   Meta meta;
   struct stat st;
   if (!ReadMeta(entry + kMetaSuffix, &meta) || meta.url != url) return false;
@@ -118,10 +163,105 @@ bool CompleteEntry(const std::string& entry, const std::string& url, CachedShard
   out->path = entry;
   out->size = meta.size;
   out->etag = meta.etag;
+  if (meta_out != nullptr) *meta_out = meta;
   return true;
 }
 
-void Touch(const std::string& path) { utimensat(AT_FDCWD, path.c_str(), nullptr, 0); }
+/// Recency for the eviction order lives on the meta file: the entry's own file keeps the
+/// modification and status change times it landed with, which say whether a file is still the
+/// one read (the DataLoader's check before it uses an epoch read ahead).
+void NoteUsed(const std::string& entry) {
+  utimensat(AT_FDCWD, absl::StrCat(entry, kMetaSuffix).c_str(), nullptr, 0);
+}
+
+/// What says an entry's file is the one verified: a replaced, rewritten or touched file differs.
+struct Identity {
+  dev_t dev;
+  ino_t ino;
+  int64_t size, mtime_ns, ctime_ns;
+  bool operator==(const Identity& o) const {
+    return std::tie(dev, ino, size, mtime_ns, ctime_ns) == std::tie(o.dev, o.ino, o.size, o.mtime_ns, o.ctime_ns);
+  }
+};
+
+Identity IdentityOf(const struct stat& st) {
+  return {st.st_dev, st.st_ino, static_cast<int64_t>(st.st_size),
+          int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+          int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec};
+}
+
+/// Entries this process verified (or downloaded), as they were then: checked once per process.
+struct Verified {
+  std::mutex mu;
+  std::map<std::string, Identity> entries;
+};
+
+Verified& TheVerified() {
+  static Verified* v = new Verified;  // never destroyed: used from threads at exit
+  return *v;
+}
+
+bool IsVerified(const std::string& entry, const struct stat& st) {
+  Verified& v = TheVerified();
+  std::lock_guard<std::mutex> lock(v.mu);
+  auto it = v.entries.find(entry);
+  return it != v.entries.end() && it->second == IdentityOf(st);
+}
+
+void NoteVerified(const std::string& entry) {
+  struct stat st;
+  if (stat(entry.c_str(), &st) != 0) return;
+  Verified& v = TheVerified();
+  std::lock_guard<std::mutex> lock(v.mu);
+  v.entries[entry] = IdentityOf(st);
+}
+
+void ForgetVerified(const std::string& entry) {
+  Verified& v = TheVerified();
+  std::lock_guard<std::mutex> lock(v.mu);
+  v.entries.erase(entry);
+}
+
+/// Removes an entry found damaged (the data first, as Evict does). Under its exclusive lock.
+void Discard(const std::string& entry) {
+  ForgetVerified(entry);
+  unlink(entry.c_str());
+  unlink(absl::StrCat(entry, kMetaSuffix).c_str());
+}
+
+/// Whether the complete entry `entry` (its meta `meta`) may be handed out: of the size the index
+/// recorded (`want`, -1: not known) and, once per process, of the checksum recorded at its
+/// download. An entry whose meta predates checksums is accepted and, with `may_record` (the
+/// exclusive lock held), gets the checksum of its bytes as they are now. OK or why not.
+absl::Status CheckEntry(const std::string& entry, const Meta& meta, int64_t want, bool may_record) {
+  if (want >= 0 && meta.size != want) {
+    return absl::DataLossError(absl::StrCat("cached copy ", entry, " of ", meta.url, " holds ", meta.size,
+                                            " bytes, the shard was indexed with ", want));
+  }
+  struct stat st;
+  if (stat(entry.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", entry);
+  if (IsVerified(entry, st)) return absl::OkStatus();
+  absl::StatusOr<uint32_t> crc = FileCrc32(entry);
+  if (!crc.ok()) return crc.status();
+  if (meta.has_crc && *crc != meta.crc) {
+    return absl::DataLossError(absl::StrFormat("cached copy %s of %s fails its checksum (CRC-32 %08x, downloaded as %08x)",
+                                               entry, meta.url, *crc, meta.crc));
+  }
+  if (!meta.has_crc && may_record) {
+    // Appended in place (not a new meta renamed over the old one): the folder stays as it was.
+    const std::string path = absl::StrCat(entry, kMetaSuffix);
+    const std::string line = absl::StrCat(kCrcPrefix, absl::StrFormat("%08x", *crc), "\n");
+    const int fd = open(path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd >= 0) {
+      (void)!write(fd, line.data(), line.size());
+      close(fd);
+    }
+  }
+  Verified& v = TheVerified();
+  std::lock_guard<std::mutex> lock(v.mu);
+  v.entries[entry] = IdentityOf(st);
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -134,6 +274,7 @@ int HoldCacheEntry(const std::string& path) {
     close(fd);
     return -1;
   }
+  NoteUsed(path);
   return fd;
 }
 
@@ -187,27 +328,39 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
         continue;
       }
       CachedShard shard;
+      Meta meta;
+      const int64_t want = sizes.empty() ? -1 : sizes[i];
       if (!*locked) {
         // Held: by a download or an eviction (exclusive), or by readers (shared), whose entry
-        // is complete and is served without waiting for them to close it.
+        // is complete and is served without waiting for them to close it, once it checks out
+        // (one that does not waits for the readers: replacing it needs the exclusive lock).
         EntryLock shared;
         absl::StatusOr<bool> read_locked = shared.TryLock(entry + kLockSuffix, LOCK_SH);
-        if (read_locked.ok() && *read_locked && CompleteEntry(entry, urls[i], &shard)) {
-          Touch(entry);
+        if (read_locked.ok() && *read_locked && CompleteEntry(entry, urls[i], &shard, &meta) &&
+            CheckEntry(entry, meta, want, /*may_record=*/false).ok()) {
+          NoteUsed(entry);
           out[i] = shard;
         } else {
           busy.push_back(i);
         }
         continue;
       }
-      if (CompleteEntry(entry, urls[i], &shard)) {
-        Touch(entry);
-        out[i] = shard;
-        continue;
+      if (CompleteEntry(entry, urls[i], &shard, &meta)) {
+        if (CheckEntry(entry, meta, want, /*may_record=*/true).ok()) {
+          NoteUsed(entry);
+          out[i] = shard;
+          continue;
+        }
+        // Damaged (another size than indexed: a truncated download; or not the bytes that
+        // were downloaded): fetched again.
+        Discard(entry);
       }
       fetch.push_back(i);
       locks.push_back(std::move(lock));
-      jobs.push_back({urls[i], entry + kPartSuffix});
+      DownloadJob job;
+      job.url = urls[i];
+      job.path = entry + kPartSuffix;
+      jobs.push_back(std::move(job));
     }
     std::vector<DownloadResult> results(jobs.size());
     if (!jobs.empty()) {
@@ -277,17 +430,46 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
           results[whole_of[k]].attempts += earlier;
         }
       }
+      // A download of another size than the shard was indexed with is not kept: a server that
+      // cut the body short and said so (its Content-Length) would leave the cut copy in the
+      // cache for every later run. It is fetched whole once more; a second copy of that other
+      // size means the object changed (the index is stale).
+      auto other_size = [&](size_t j) {
+        const int64_t want = sizes.empty() ? -1 : sizes[fetch[j]];
+        return results[j].status.ok() && want >= 0 && results[j].size != want;
+      };
+      std::vector<DownloadJob> again_jobs;
+      std::vector<size_t> again_of;
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        if (!other_size(j) || (cancel != nullptr && cancel->load(std::memory_order_relaxed))) continue;
+        again_jobs.push_back(jobs[j]);
+        again_of.push_back(j);
+      }
+      if (!again_jobs.empty()) {
+        const std::vector<DownloadResult> got = DownloadAll(again_jobs, options_, cancel, nullptr, -1);
+        for (size_t k = 0; k < got.size(); ++k) {
+          const int earlier = results[again_of[k]].attempts;
+          results[again_of[k]] = got[k];
+          results[again_of[k]].attempts += earlier;
+        }
+      }
       for (size_t j = 0; j < jobs.size(); ++j) {
         const size_t i = fetch[j];
         const std::string entry = EntryPath(urls[i]);
         DownloadResult& r = results[j];
-        if (!r.status.ok()) {
+        if (r.status.ok() && other_size(j)) {
+          r.status = absl::FailedPreconditionError(absl::StrCat(
+              urls[i], " changed since the dataset was built (", sizes[i], " bytes indexed, ", r.size,
+              " bytes downloaded, twice): the download is not kept in the cache"));
+        }
+        // The checksum every later process verifies the entry against (see CheckEntry).
+        absl::StatusOr<uint32_t> crc = r.status.ok() ? FileCrc32(jobs[j].path) : r.status;
+        if (!crc.ok()) {
           unlink(jobs[j].path.c_str());
-          out[i] = r.status;
+          out[i] = crc.status();
           continue;
         }
-        absl::Status status = WriteFileAtomically(entry + kMetaSuffix,
-                                                  absl::StrCat(urls[i], "\n", r.size, "\n", r.etag, "\n"));
+        absl::Status status = WriteFileAtomically(entry + kMetaSuffix, MetaText(urls[i], r.size, r.etag, *crc));
         if (status.ok() && rename(jobs[j].path.c_str(), entry.c_str()) != 0) {
           status = ErrnoStatus(errno, "rename", jobs[j].path);
         }
@@ -295,6 +477,7 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
           out[i] = status;
           continue;
         }
+        NoteVerified(entry);
         downloaded_any = true;
         out[i] = CachedShard{entry, r.size, r.etag, true, r.attempts};
       }
@@ -333,18 +516,26 @@ absl::StatusOr<std::vector<Entry>> CompleteEntries(const std::string& dir) {
     if (!absl::EndsWith(name, kMetaSuffix)) continue;
     const std::string entry = absl::StrCat(dir, "/", name.substr(0, name.size() - (sizeof(kMetaSuffix) - 1)));
     Meta meta;
-    struct stat st;
+    struct stat st, used;
     if (!ReadMeta(entry + kMetaSuffix, &meta) || stat(entry.c_str(), &st) != 0 ||
-        st.st_size != meta.size) {
+        st.st_size != meta.size || stat((entry + kMetaSuffix).c_str(), &used) != 0) {
       continue;
     }
-    out.push_back({int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, meta.size, entry});
+    // Last used: the meta's modification time (NoteUsed).
+    out.push_back({int64_t{used.st_mtim.tv_sec} * 1000000000 + used.st_mtim.tv_nsec, meta.size, entry});
   }
   closedir(d);
   return out;
 }
 
 }  // namespace
+
+bool CacheEntryReady(const std::string& entry, int64_t size) {
+  struct stat st;
+  if (stat(entry.c_str(), &st) != 0 || (size >= 0 && st.st_size != size) || !IsVerified(entry, st)) return false;
+  NoteUsed(entry);
+  return true;
+}
 
 absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
   RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
@@ -369,6 +560,7 @@ absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep, int
     // The data first: a meta without its file is an incomplete entry, never a wrong one.
     if (unlink(e.path.c_str()) != 0 && errno != ENOENT) continue;
     unlink((e.path + kMetaSuffix).c_str());
+    ForgetVerified(e.path);
     total -= e.size;
   }
   return total;

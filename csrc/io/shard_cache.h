@@ -3,18 +3,31 @@
 /// node that points at the same folder (the ranks of one job, later jobs).
 ///
 /// Layout, per URL: `ENTRY` = `DIR/<16 hex of FNV-1a(url)>-<the url's file name>`, the shard's
-/// bytes; `ENTRY.meta`, three lines (url, size, ETag); `ENTRY.lock`, the lock file. An entry is
-/// complete when both exist, the meta names this URL and the file has the recorded size: a
+/// bytes; `ENTRY.meta`, four lines (url, size, ETag, `crc32 <8 hex>`: the CRC-32 of the bytes as
+/// downloaded; a meta of three lines predates checksums); `ENTRY.lock`, the lock file. An entry
+/// is complete when both exist, the meta names this URL and the file has the recorded size: a
 /// download goes to `ENTRY.part`, is verified (size as stated by the server, one ETag throughout;
-/// see remote.h), and only then gets its meta and is renamed to `ENTRY`, so a partial file is
-/// never taken for a complete one, whoever crashed where.
+/// see remote.h; and the size the shard was indexed with, when the caller knows it), and only
+/// then gets its meta and is renamed to `ENTRY`, so a partial file is never taken for a complete
+/// one, whoever crashed where.
+///
+/// Before a complete entry is handed out it is checked: of the size the shard was indexed with
+/// (Ensure's `sizes`), every time; against its checksum, once per process (the first time this
+/// process hands it out; again only if the file changed since). An entry that fails is removed
+/// and downloaded again. An entry whose meta has no checksum is accepted as it is and its
+/// checksum recorded then. A truncated copy that the server itself stated as complete (its
+/// Content-Length) is caught only where the index knows the shard's size (a kept index, a pack
+/// sidecar); its checksum is that of the cut bytes.
 ///
 /// One download per shard per node: the work on an entry (checking, downloading, evicting) holds
 /// an exclusive flock on `ENTRY.lock`. A process that finds it held waits (polling, so `cancel`
 /// is seen) and then finds the entry complete.
 ///
-/// Least recently used eviction: an entry's mtime is set to now whenever Ensure hands it out;
-/// after downloading, Ensure removes the oldest complete entries (not the ones it was asked for,
+/// Least recently used eviction: the meta's mtime is set to now whenever an entry is handed out
+/// (Ensure, CacheEntryReady) or opened by a reader (HoldCacheEntry); the entry's own file is
+/// never touched, so its modification and status change times keep saying whether it is the
+/// file that was read (the DataLoader checks them before it uses an epoch read ahead). After
+/// downloading, Ensure removes the oldest complete entries (not the ones it was asked for,
 /// nor one locked by another process or held open by a reader) until the folder's complete
 /// entries fit `limit_bytes`. The folder can pass the limit by the shards being downloaded at
 /// that moment. Readers hold a shared lock (HoldCacheEntry) while an entry is open; Ensure
@@ -49,10 +62,18 @@ struct CachedShard {
 
 /// While a reader has `path` open: a shared lock on its entry's lock file when `path` is a cache
 /// entry (it has one), so that no eviction, in this process or another, removes a shard being
-/// read. Returns the lock's descriptor (close it to release), or -1 when `path` is not an entry
-/// or its lock is held exclusively at this moment (being evicted or downloaded: the read then
-/// goes on without it).
+/// read; the entry counts as just used. Returns the lock's descriptor (close it to release), or
+/// -1 when `path` is not an entry or its lock is held exclusively at this moment (being evicted
+/// or downloaded: the read then goes on without it).
 int HoldCacheEntry(const std::string& path);
+
+/// True when `entry` (a path from EntryPath) is in the cache, `size` bytes long (-1: any), and
+/// was verified or downloaded by this process and not changed since: it may be read without
+/// going through Ensure again (which checks it). Marks it used (the eviction order).
+bool CacheEntryReady(const std::string& entry, int64_t size);
+
+/// CRC-32 (libdeflate's, the zlib polynomial) of the file at `path`, read sequentially.
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path);
 
 /// A shard smaller than two of these downloads in one request.
 inline constexpr int64_t kMinPieceBytes = 1 << 20;
@@ -78,9 +99,11 @@ class ShardCache {
   /// shard that could not be fetched has its download's error (remote.h's fault rules).
   /// `also_keep`, when set: entries (paths from EntryPath) the eviction after the downloads must
   /// keep besides those of `urls`, asked for when it runs. `sizes`, empty or one per URL (-1:
-  /// not known): the size each object was indexed with; a shard of known size downloads in
-  /// pieces (DownloadPieces), whole when they fail (a server that ignores Range, an object of
-  /// another size or of changing ETag).
+  /// not known): the size each object was indexed with; a cached copy of another size is
+  /// removed and fetched again, and a download of another size is fetched whole once more, then
+  /// not kept (FailedPrecondition "changed since the dataset was built"); a shard of known size
+  /// downloads in pieces (DownloadPieces), whole when they fail (a server that ignores Range, an
+  /// object of another size or of changing ETag).
   /// `ticket` (DrawDownloadTicket; -1: none) orders the first download among other threads'.
   std::vector<absl::StatusOr<CachedShard>> Ensure(
       const std::vector<std::string>& urls, const std::atomic<bool>* cancel = nullptr,

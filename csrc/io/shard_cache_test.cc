@@ -1,6 +1,7 @@
 // The shard cache's rules over local files (file:// URLs through the same libcurl path): an entry
-// is taken only when complete, a second Ensure is served from the folder, one process at a time
-// works on an entry (flock), least recently used entries go first. HTTP(S), S3 and faults are
+// is taken only when complete, of the indexed size and of its recorded checksum, a second Ensure
+// is served from the folder, one process at a time works on an entry (flock), least recently
+// used entries go first (recorded on the meta, never on the entry's own file). HTTP(S), S3 and faults are
 // tested from Python against real servers (tests/python/test_remote.py).
 
 #include "io/shard_cache.h"
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "io/pending_downloads.h"
 #include "io/range_reads.h"
@@ -107,13 +109,18 @@ TEST(ShardCacheTest, AShardOfKnownSizeLandsFromItsPiecesAndWholeWhenTheSizeIsWro
   EXPECT_EQ(got[0]->attempts, 3);  // three pieces, one request each
   EXPECT_EQ(got[0]->size, static_cast<int64_t>(size));
   EXPECT_EQ(ReadAll(got[0]->path), ReadAll(src + "/train-000000.tar"));
-  // Indexed 7 bytes longer: the last piece is past the end, so the shard comes whole and as it
-  // is (the caller compares its size with the index's).
-  ASSERT_TRUE(got[1].ok()) << got[1].status();
-  EXPECT_GT(got[1]->attempts, 3);
-  EXPECT_EQ(got[1]->size, static_cast<int64_t>(size));
-  EXPECT_EQ(ReadAll(got[1]->path), ReadAll(src + "/train-000001.tar"));
-  EXPECT_FALSE(std::ifstream(got[1]->path + ".part").good());
+  // Indexed 7 bytes longer: the last piece is past the end, so the shard comes whole, twice,
+  // and is not kept: another size than indexed is another object (or a cut copy).
+  ASSERT_FALSE(got[1].ok());
+  EXPECT_EQ(got[1].status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(got[1].status().message().find(absl::StrCat("changed since the dataset was built (", size + 7,
+                                                        " bytes indexed, ", size, " bytes downloaded")),
+            std::string::npos)
+      << got[1].status();
+  EXPECT_NE(got[1].status().message().find(b), std::string::npos);
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(b)).good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(b) + ".meta").good());
+  EXPECT_FALSE(std::ifstream(cache.EntryPath(b) + ".part").good());
   auto again = cache.Ensure({a}, nullptr, nullptr, {static_cast<int64_t>(size)});
   ASSERT_TRUE(again[0].ok());
   EXPECT_FALSE(again[0]->downloaded);
@@ -140,6 +147,110 @@ TEST(ShardCacheTest, APartialOrForeignEntryIsFetchedAgain) {
   EXPECT_TRUE(got[0]->downloaded);
 }
 
+TEST(ShardCacheTest, ACachedCopyOfAnotherSizeThanIndexedIsFetchedAgain) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 5000, 6);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  // What a server that sent half the object under a Content-Length of half left: a complete
+  // entry of the cut size (with the checksum of the cut bytes).
+  const std::string whole = ReadAll(src + "/a.tar");
+  testing::WriteText(entry, whole.substr(0, 2500));
+  testing::WriteText(entry + ".meta", absl::StrCat(a, "\n2500\n\"v1\"\n"));
+  // Nothing says it is cut when the size is not known (the caller has no index of it).
+  auto unknown = cache.Ensure({a});
+  ASSERT_TRUE(unknown[0].ok()) << unknown[0].status();
+  EXPECT_FALSE(unknown[0]->downloaded);
+  EXPECT_FALSE(CacheEntryReady(entry, 5000));
+  // Indexed at 5000 bytes: removed and fetched again.
+  auto got = cache.Ensure({a}, nullptr, nullptr, {5000});
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(got[0]->downloaded);
+  EXPECT_EQ(got[0]->size, 5000);
+  EXPECT_EQ(ReadAll(entry), whole);
+  EXPECT_TRUE(CacheEntryReady(entry, 5000));
+}
+
+TEST(ShardCacheTest, AChangedByteInACachedEntryFailsItsChecksumAndIsFetchedAgain) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 70000, 7);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  ASSERT_TRUE(cache.Ensure({a})[0].ok());
+  // The meta records the CRC-32 of the bytes downloaded.
+  const absl::StatusOr<uint32_t> crc = FileCrc32(src + "/a.tar");
+  ASSERT_TRUE(crc.ok()) << crc.status();
+  EXPECT_NE(ReadAll(entry + ".meta").find(absl::StrFormat("\ncrc32 %08x\n", *crc)), std::string::npos)
+      << ReadAll(entry + ".meta");
+  EXPECT_TRUE(CacheEntryReady(entry, 70000));  // downloaded by this process: checked
+  // One bit flipped in place, the size unchanged.
+  const int fd = open(entry.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  unsigned char byte = 0;
+  ASSERT_EQ(pread(fd, &byte, 1, 40000), 1);
+  byte ^= 0x10;
+  ASSERT_EQ(pwrite(fd, &byte, 1, 40000), 1);
+  close(fd);
+  EXPECT_FALSE(CacheEntryReady(entry, 70000));  // not the file that was checked
+  auto got = cache.Ensure({a});
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_TRUE(got[0]->downloaded);
+  EXPECT_EQ(ReadAll(entry), ReadAll(src + "/a.tar"));
+  EXPECT_TRUE(CacheEntryReady(entry, 70000));
+  auto again = cache.Ensure({a});
+  ASSERT_TRUE(again[0].ok());
+  EXPECT_FALSE(again[0]->downloaded);
+}
+
+TEST(ShardCacheTest, AnEntryWithoutAChecksumIsAcceptedAndGetsOne) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 3000, 8);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  // An entry of an earlier version: a meta of three lines.
+  testing::WriteText(entry, ReadAll(src + "/a.tar"));
+  testing::WriteText(entry + ".meta", absl::StrCat(a, "\n3000\n\"v1\"\n"));
+  auto got = cache.Ensure({a}, nullptr, nullptr, {3000});
+  ASSERT_TRUE(got[0].ok()) << got[0].status();
+  EXPECT_FALSE(got[0]->downloaded);
+  EXPECT_EQ(got[0]->etag, "\"v1\"");
+  const absl::StatusOr<uint32_t> crc = FileCrc32(src + "/a.tar");
+  ASSERT_TRUE(crc.ok());
+  EXPECT_EQ(ReadAll(entry + ".meta"), absl::StrCat(a, "\n3000\n\"v1\"\n", absl::StrFormat("crc32 %08x\n", *crc)));
+}
+
+TEST(ShardCacheTest, HandingOutOrReadingAnEntryLeavesItsFileTimesAndMarksItsMeta) {
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  const std::string a = Source(src, "a.tar", 4000, 9);
+  ShardCache cache(dir, 0, FileOptions());
+  const std::string entry = cache.EntryPath(a);
+  ASSERT_TRUE(cache.Ensure({a})[0].ok());
+  SetMtime(entry + ".meta", 1000000);
+  struct stat before, after, meta;
+  ASSERT_EQ(stat(entry.c_str(), &before), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  // What staleness checks look at (inode, size, mtime, ctime) stays; recency goes on the meta.
+  ASSERT_TRUE(cache.Ensure({a})[0].ok());
+  ASSERT_EQ(stat((entry + ".meta").c_str(), &meta), 0);
+  EXPECT_GT(meta.st_mtim.tv_sec, 1000000);
+  SetMtime(entry + ".meta", 1000000);
+  EXPECT_TRUE(CacheEntryReady(entry, 4000));
+  ASSERT_EQ(stat((entry + ".meta").c_str(), &meta), 0);
+  EXPECT_GT(meta.st_mtim.tv_sec, 1000000);
+  SetMtime(entry + ".meta", 1000000);
+  const int held = HoldCacheEntry(entry);
+  ASSERT_GE(held, 0);
+  close(held);
+  ASSERT_EQ(stat((entry + ".meta").c_str(), &meta), 0);
+  EXPECT_GT(meta.st_mtim.tv_sec, 1000000);
+  ASSERT_EQ(stat(entry.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(after.st_ctim.tv_sec, before.st_ctim.tv_sec);
+  EXPECT_EQ(after.st_ctim.tv_nsec, before.st_ctim.tv_nsec);
+}
+
 TEST(ShardCacheTest, AMissingObjectIsAnErrorNamingItsUrlAndLeavesNothing) {
   const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
   const std::string url = absl::StrCat("file://", src, "/missing.tar");
@@ -157,9 +268,9 @@ TEST(ShardCacheTest, EvictsLeastRecentlyUsedWithinTheLimitKeepingTheRequested) {
   for (int i = 0; i < 4; ++i) urls.push_back(Source(src, absl::StrCat("s", i, ".tar"), 1000, i));
   ShardCache unlimited(dir, 0, FileOptions());
   for (const auto& u : urls) ASSERT_TRUE(unlimited.Ensure({u})[0].ok());
-  // Used in the order 2, 0, 3, 1 (oldest first).
+  // Used in the order 2, 0, 3, 1 (oldest first): recorded on the metas.
   const int64_t used[4] = {1000002, 1000004, 1000001, 1000003};
-  for (int i = 0; i < 4; ++i) SetMtime(unlimited.EntryPath(urls[i]), used[i]);
+  for (int i = 0; i < 4; ++i) SetMtime(unlimited.EntryPath(urls[i]) + ".meta", used[i]);
 
   ShardCache cache(dir, 2500, FileOptions());
   // Entry 2 is the oldest but locked by another process: it stays, and 0 and 3 go instead.

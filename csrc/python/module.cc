@@ -1381,6 +1381,9 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
+  m.def("shard_cache_entry_ready", &CacheEntryReady, py::arg("entry"), py::arg("size"),
+        "True when the cache entry is there, of size bytes (-1: any), and verified by this process "
+        "and unchanged since (else it goes through the cache again, which checks it); marks it used.");
   py::class_<PyBackgroundRanges>(m, "BackgroundRanges",
                                  "Byte ranges of remote shards fetched into sparse copies on a native thread while "
                                  "the epoch reads; the loader's reads of each copy's cache entry wait for its "
