@@ -60,7 +60,7 @@ def epoch_accumulating(loader, steps: int = 4) -> list:
 def assert_same(a: list, b: list) -> None:
     assert len(a) == len(b)
     for n, ((xa, ya), (xb, yb)) in enumerate(zip(a, b)):
-        assert torch.equal(ya, yb), f"batch {n}: labels differ"
+        assert torch.equal(ya, yb), f"batch {n}: labels (masks) differ"
         assert torch.equal(xa, xb), f"batch {n}: pixels differ (a file's old bytes were delivered)"
 
 
@@ -114,3 +114,57 @@ def test_files_rewritten_past_the_prefetch_depth_are_read_again(tmp_path: Path, 
     # What was read ahead is unchanged: the epoch was used, and the rewritten files read anew.
     assert overlap.stats()["epochs_adopted"] == 1
 
+
+
+class Segmentation(torch.utils.data.Dataset):
+    """An image and its mask per sample (two files each), as ringloader.Joint."""
+
+    def __init__(self, root: Path, n: int):
+        from torchvision.transforms import v2
+
+        self.root, self.n, self.t = root, n, v2.CenterCrop(16)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int):
+        return rl.Joint(self.t, {"image": rl.ImageFile(str(self.root / f"{i}.bmp")),
+                                 "mask": rl.ImageFile(str(self.root / f"{i}_mask.png"), mode="mask")})
+
+
+def write_mask(path: Path, seed: int) -> None:
+    import numpy as np
+    from PIL import Image
+
+    labels = np.random.default_rng(seed).integers(0, 6, (24, 24), dtype=np.uint8)
+    Image.fromarray(labels, "L").save(path)
+
+
+def test_a_mask_rewritten_between_epochs_is_read_again(tmp_path: Path):
+    # A sample's other files (its mask) are read ahead with it, and checked with it.
+    root = tmp_path / "seg"
+    root.mkdir()
+    n = 48
+    for i in range(n):
+        (root / f"{i}.bmp").write_bytes(image(i, seed=500))
+        write_mask(root / f"{i}_mask.png", seed=i)
+
+    def loader(**kwargs):
+        return rl.DataLoader(Segmentation(root, n), batch_size=BATCH, num_workers=1, prefetch_factor=2,
+                             shuffle=True, generator=torch.Generator().manual_seed(3), **kwargs)
+
+    def run(l) -> list:
+        return [(b["image"].clone(), b["mask"].clone()) for b in l]
+
+    overlap, drained = loader(), loader(persistent_workers=False)
+    assert overlap.native
+    assert_same(run(overlap), run(drained))
+    deadline = time.monotonic() + 20
+    while overlap.stats()["samples_ahead"] < 2 * BATCH:
+        assert time.monotonic() < deadline, overlap.stats()
+        time.sleep(0.01)
+    first = int(overlap._ahead.flat[0])  # the next epoch's first sample: decoded ahead
+    write_mask(root / f"{first}_mask.png", seed=1000)
+    assert_same(run(overlap), run(drained))
+    assert overlap.stats()["epochs_adopted"] == 0  # dropped: its first batch holds the old mask
+    assert f"{first}_mask.png changed" in overlap.describe()
