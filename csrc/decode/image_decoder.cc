@@ -10,6 +10,7 @@
 #include "common/status_util.h"
 #include "decode/image_formats.h"
 #include "transform/render.h"
+#include "transform/resample.h"
 
 namespace ringloader {
 
@@ -245,6 +246,52 @@ const char* ImageFormatName(ImageFormat format) {
   return reader != nullptr ? reader->name : "unknown";
 }
 
+namespace {
+
+/// Bytes a whole-image reader allocates for a `w` x `h` image of `format` in `n` bytes of file:
+/// its buffers as the readers size them (image_formats.h), and the decoding libraries' own
+/// image-sized memory, from above.
+uint64_t ReaderBytes(ImageFormat format, const uint8_t* d, size_t n, uint64_t w, uint64_t h) {
+  const uint64_t px = w * h, rgb = px * 3;
+  constexpr uint64_t kSmall = uint64_t{1} << 20;  // tables, contexts, a few rows
+  switch (format) {
+    case ImageFormat::kPng: {
+      // IHDR: bit depth at byte 24, colour type at 25, interlace at 28 (the header read checked
+      // the chunk).
+      const uint64_t depth = n >= 29 ? d[24] : 16, type = n >= 29 ? d[25] : 6;
+      const bool interlaced = n >= 29 ? d[28] != 0 : true;
+      const uint64_t channels = type == 2 ? 3 : type == 4 ? 2 : type == 6 ? 4 : 1;
+      const uint64_t row = (w * channels * depth + 7) / 8, filtered = (row + 1) * h;
+      const bool common = depth == 8 && !interlaced && (type == 0 || type == 2 || type == 6);
+      // The common photo: the filtered rows inflated in place (gray: then spread to RGB), the
+      // IDAT data gathered when it spans chunks. Their buffers go before libspng is tried.
+      const uint64_t fast = common ? filtered + (type == 0 ? rgb : 0) + n : 0;
+      // libspng: the image in the PNG's own format (where 8-bit RGB and RGBA stay), else
+      // converted to RGB.
+      const bool in_place = depth == 8 && (type == 2 || type == 6);
+      const uint64_t spng = row * h + (in_place ? 0 : rgb) + 4 * filtered / std::max<uint64_t>(h, 1);
+      return std::max(fast, spng) + kSmall;
+    }
+    case ImageFormat::kWebp:
+      return rgb + px * 4 + kSmall;  // the RGB image; libwebp's own (lossless: ARGB) image
+    case ImageFormat::kBmp:
+      return px * 4 + px + n + kSmall;  // the image (RGBX at most); RLE runs expanded
+    case ImageFormat::kTiff:
+      return px * 8 + rgb + n + kSmall;  // samples (16-bit RGBA at most), RGB, a strip or tile
+    case ImageFormat::kGif:
+      return px + rgb + kSmall;  // indices, RGB
+    case ImageFormat::kPnm:
+      return px * 4 + kSmall;
+    case ImageFormat::kJpeg:
+      // A whole decode (JpegDecoder::DecodeFull): RGB, and every coefficient when the file has
+      // several scans (2 bytes a sample, 3 samples a pixel at most).
+      return rgb + px * 6 + w * 256 + kSmall;
+  }
+  return px * 8 + kSmall;
+}
+
+}  // namespace
+
 struct ImageDecoder::State {
   decode_internal::Scratch scratch;
   RenderState render;
@@ -263,7 +310,6 @@ void ImageDecoder::set_fast_paths(bool enabled) { jpeg_.set_fast_paths(enabled);
 void ImageDecoder::set_dct_scaling(bool enabled) { jpeg_.set_dct_scaling(enabled); }
 void ImageDecoder::set_strict(bool enabled) { jpeg_.set_strict(enabled); }
 void ImageDecoder::set_exif_transpose(bool enabled) { exif_transpose_ = enabled; }
-
 namespace {
 
 /// Header of a whole-image format.
@@ -286,6 +332,69 @@ absl::Status Decode(ImageFormat format, const uint8_t* data, size_t size, uint64
 }
 
 }  // namespace
+
+void ImageDecoder::set_memory_budget(DecodeBudget* budget) {
+  budget_ = budget;
+  jpeg_.set_memory_budget(budget);
+}
+
+uint64_t ImageDecoder::RetainedBytes() const {
+  const decode_internal::Scratch& sc = state_->scratch;
+  const RenderState& r = state_->render;
+  return jpeg_.RetainedBytes() + sc.pixels.capacity() + sc.raw.capacity() + sc.tile.capacity() +
+         sc.compressed.capacity() + sc.zeros.capacity() + r.resampler.RetainedBytes() + r.image.capacity() +
+         r.augment.padded.capacity() + r.augment.padded2.capacity() + state_->oriented.pixels.capacity();
+}
+
+void ImageDecoder::TrimToAllowance() {
+  if (budget_ == nullptr || RetainedBytes() <= budget_->allowance()) return;
+  if (jpeg_.RetainedBytes() > 0) jpeg_.Trim();
+  decode_internal::Scratch& sc = state_->scratch;
+  for (std::vector<uint8_t>* v : {&sc.pixels, &sc.raw, &sc.tile, &sc.compressed, &sc.zeros,
+                                  &state_->render.image, &state_->render.augment.padded,
+                                  &state_->render.augment.padded2, &state_->oriented.pixels}) {
+    std::vector<uint8_t>().swap(*v);
+  }
+  state_->render.resampler.Trim();
+}
+
+absl::Status ImageDecoder::Reserve(ImageFormat format, const uint8_t* data, size_t size,
+                                   uint64_t extra_per_pixel, const TransformPipeline* pipeline,
+                                   const SampleRng* rng, DecodeBudget::Grant* grant) {
+  // The header's size; its errors are the decode's, which reports them.
+  absl::StatusOr<ImageSize> header = ImageSize{};
+  if (format == ImageFormat::kJpeg) {
+    absl::StatusOr<JpegInfo> info = jpeg_.ReadInfo(data, size);
+    header = info.ok() ? absl::StatusOr<ImageSize>(ImageSize{info->width, info->height}) : info.status();
+  } else {
+    header = Header(format, data, size);
+  }
+  if (!header.ok() || header->width < 1 || header->height < 1) return absl::OkStatus();
+  const uint64_t w = static_cast<uint64_t>(header->width), h = static_cast<uint64_t>(header->height);
+  if (w * h > max_pixels_) return absl::OkStatus();  // refused by the reader, before allocating
+  uint64_t need = ReaderBytes(format, data, size, w, h) + w * h * extra_per_pixel;
+  if (pipeline != nullptr) {
+    // The resampler keeps at most every source pixel as RGBX, the image stage three output
+    // images: below the allowance with those, the exact sums are not needed.
+    if (need + w * h * 4 + uint64_t{3} * pipeline->out_h() * pipeline->out_w() * 3 > budget_->allowance()) {
+      SampleRng planner = *rng;
+      const int orientation = Orientation(exif_transpose_, format, data, size);
+      const bool swap = orientation >= 5;
+      const int pw = static_cast<int>(swap ? h : w), ph = static_cast<int>(swap ? w : h);
+      const SampleGeometry g = pipeline->Plan(pw, ph, planner);
+      if (g.error == nullptr) {
+        AxisMapping ax, ay;
+        GeometryToAxes(g, 1.0, pw, ph, &ax, &ay);
+        need += Resampler::IntermediateBytes(ax, ay, pw, ph) +
+                uint64_t{3} * static_cast<uint64_t>(std::max(0, g.out_w)) * static_cast<uint64_t>(std::max(0, g.out_h)) * 3;
+      }
+    } else {
+      return absl::OkStatus();
+    }
+  }
+  RL_ASSIGN_OR_RETURN(*grant, budget_->Acquire(need, absl::StrCat(ImageFormatName(format), " image ", w, " x ", h)));
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ImageInfo> ImageDecoder::ReadInfo(const uint8_t* data, size_t size) {
   RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
@@ -310,12 +419,25 @@ absl::StatusOr<ImageInfo> ImageDecoder::ReadInfo(const uint8_t* data, size_t siz
 
 absl::StatusOr<RgbImage> ImageDecoder::DecodeFull(const uint8_t* data, size_t size) {
   RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
-  RL_ASSIGN_OR_RETURN(RgbImage image, DecodeStored(format, data, size));
   const int orientation = Orientation(exif_transpose_, format, data, size);
-  if (orientation == 1) return image;
-  RgbImage upright;
-  Orient(image, orientation, &upright);
-  return upright;
+  DecodeBudget::Grant grant;  // an upright JPEG charges in the JPEG decoder
+  const bool whole = budget_ != nullptr && (format != ImageFormat::kJpeg || orientation != 1);
+  if (whole) {
+    // The RGB copy returned (a JPEG decodes into it), and the upright one.
+    const uint64_t copies = (format == ImageFormat::kJpeg ? 0 : 3) + (orientation == 1 ? 0 : 3);
+    RL_RETURN_IF_ERROR(Reserve(format, data, size, copies, nullptr, nullptr, &grant));
+  }
+  // One grant at a time: a decode that waited while holding one could wait for ever.
+  if (whole) jpeg_.set_memory_budget(nullptr);
+  absl::StatusOr<RgbImage> image = DecodeStored(format, data, size);
+  if (whole) jpeg_.set_memory_budget(budget_);
+  if (image.ok() && orientation != 1) {
+    RgbImage upright;
+    Orient(*image, orientation, &upright);
+    image = std::move(upright);
+  }
+  TrimToAllowance();
+  return image;
 }
 
 absl::StatusOr<RgbImage> ImageDecoder::DecodeLabels(const uint8_t* data, size_t size) {
@@ -325,9 +447,12 @@ absl::StatusOr<RgbImage> ImageDecoder::DecodeLabels(const uint8_t* data, size_t 
         absl::StrCat("mode='mask' label images are decoded natively from PNG, BMP and TIFF "
                      "files; this is ", ImageFormatName(format), " (save the masks as PNG)"));
   }
+  DecodeBudget::Grant grant;
+  if (budget_ != nullptr) RL_RETURN_IF_ERROR(Reserve(format, data, size, 6, nullptr, nullptr, &grant));
   state_->scratch.labels = true;
   absl::StatusOr<RgbImage> image = DecodeStored(format, data, size);
   state_->scratch.labels = false;
+  TrimToAllowance();
   if (!image.ok()) return image;
   // Image.open() applies only a TIFF's own Orientation tag (never EXIF for a label image).
   const int orientation = Orientation(false, format, data, size);
@@ -362,11 +487,32 @@ absl::StatusOr<RgbImage> ImageDecoder::DecodeStored(ImageFormat format, const ui
 absl::Status ImageDecoder::DecodeInto(const uint8_t* data, size_t size,
                                       const TransformPipeline& pipeline, SampleRng& rng, void* dst,
                                       DecodeStats* stats) {
+  if (budget_ == nullptr) return DecodeIntoBudgeted(data, size, pipeline, rng, dst, stats, nullptr);
+  DecodeBudget::Grant grant;  // released after the trim: what it covered is gone by then
+  absl::Status status = DecodeIntoBudgeted(data, size, pipeline, rng, dst, stats, &grant);
+  TrimToAllowance();
+  return status;
+}
+
+absl::Status ImageDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
+                                              const TransformPipeline& pipeline, SampleRng& rng, void* dst,
+                                              DecodeStats* stats, DecodeBudget::Grant* grant) {
   RL_ASSIGN_OR_RETURN(const ImageFormat format, Sniff(data, size));
   const int orientation = Orientation(exif_transpose_, format, data, size);
+  if (grant != nullptr && (format != ImageFormat::kJpeg || orientation != 1)) {
+    // A JPEG decoded by region charges in the JPEG decoder; an upright copy holds the decoded
+    // image twice more (the stored one copied, then transposed).
+    const uint64_t copies = orientation == 1 ? 0 : format == ImageFormat::kJpeg ? 3 : 6;
+    RL_RETURN_IF_ERROR(Reserve(format, data, size, copies, &pipeline, &rng, grant));
+  }
   if (orientation != 1) {
     // Rare in training sets: a full decode, transposed, then the transform as for other formats.
-    RL_ASSIGN_OR_RETURN(const RgbImage image, DecodeStored(format, data, size));
+    // One grant at a time: a decode that waited while holding one could wait for ever.
+    if (grant != nullptr) jpeg_.set_memory_budget(nullptr);
+    absl::StatusOr<RgbImage> stored = DecodeStored(format, data, size);
+    if (grant != nullptr) jpeg_.set_memory_budget(budget_);
+    RL_RETURN_IF_ERROR(stored.status());
+    const RgbImage image = *std::move(stored);
     RgbImage& upright = state_->oriented;
     Orient(image, orientation, &upright);
     if (stats) *stats = DecodeStats{8, upright.width, upright.height, 0};

@@ -59,6 +59,16 @@ class ImageDecoder {
   /// image that needs it is decoded whole (no region-of-interest or DCT-scaled JPEG decode).
   /// A TIFF's Orientation tag is applied either way, as Pillow's TIFF reader does.
   void set_exif_transpose(bool enabled);
+  /// Charge each decode's buffers (the decoded image, the resampler's intermediates, a
+  /// progressive JPEG's coefficients, an orientation's copy) to `budget` before allocating them:
+  /// a decode that needs more than the budget allows fails with ResourceExhausted naming the
+  /// image and the bytes, and one that needs more than is free waits for it. Between images the
+  /// decoder keeps at most the budget's allowance. Null (the default): no accounting. See
+  /// memory/decode_budget.h.
+  void set_memory_budget(DecodeBudget* budget);
+
+  /// Bytes the decoder keeps between images (its grow-only buffers).
+  uint64_t RetainedBytes() const;
 
   /// Reads the header only (for WebP and PNG: what the library parses before pixel data). With
   /// exif_transpose, the size is the upright image's.
@@ -83,12 +93,22 @@ class ImageDecoder {
  private:
   /// Full decode as stored (no EXIF orientation applied).
   absl::StatusOr<RgbImage> DecodeStored(ImageFormat format, const uint8_t* data, size_t size);
+  /// With a budget: the grant for decoding a whole-image format (`extra`: bytes beside the
+  /// reader's own, such as the copies DecodeFull returns); `pipeline` and `rng` (a copy is
+  /// planned on) add the render stage's buffers for DecodeInto.
+  absl::Status Reserve(ImageFormat format, const uint8_t* data, size_t size, uint64_t extra_per_pixel,
+                       const TransformPipeline* pipeline, const SampleRng* rng, DecodeBudget::Grant* grant);
+  /// Releases the buffers kept past the allowance.
+  void TrimToAllowance();
+  absl::Status DecodeIntoBudgeted(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
+                                  SampleRng& rng, void* dst, DecodeStats* stats, DecodeBudget::Grant* grant);
 
   struct State;
   JpegDecoder jpeg_;
   std::unique_ptr<State> state_;
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
   bool exif_transpose_ = false;
+  DecodeBudget* budget_ = nullptr;
 };
 
 }  // namespace ringloader

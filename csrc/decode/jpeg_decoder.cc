@@ -428,6 +428,48 @@ void FinishScan(j_decompress_ptr cinfo, uint8_t* row_buffer) {
 
 }  // namespace
 
+namespace {
+
+/// Bytes libjpeg holds for every coefficient of the image (2 per sample, whatever the DCT scale)
+/// when it reads more than one scan before output: a progressive file, or one whose first scan
+/// does not hold every component. 0 for a single interleaved scan, which is decoded row by row.
+uint64_t CoefficientBytes(const jpeg_decompress_struct& c) {
+  if (!c.progressive_mode && c.comps_in_scan >= c.num_components) return 0;
+  uint64_t bytes = 0;
+  for (int ci = 0; ci < c.num_components; ++ci) {
+    const jpeg_component_info& comp = c.comp_info[ci];
+    const uint64_t h = std::max(1, comp.h_samp_factor), v = std::max(1, comp.v_samp_factor);
+    const uint64_t wb = (uint64_t{comp.width_in_blocks} + h - 1) / h * h;
+    const uint64_t hb = (uint64_t{comp.height_in_blocks} + v - 1) / v * v;
+    bytes += wb * hb * DCTSIZE2 * sizeof(JCOEF);
+  }
+  return bytes;
+}
+
+/// An upper bound of the rows a decode of `width` columns works on: the decoder's chunk of RGBX
+/// rows and libjpeg's (an iMCU row of each component and the upsampler's context rows).
+uint64_t WorkingRowBytes(uint64_t width) { return width * 4 * (kRowChunk + 3 * 2 * 16); }
+
+}  // namespace
+
+uint64_t JpegDecoder::RetainedBytes() const {
+  const State& s = *state_;
+  return s.render.resampler.RetainedBytes() + s.render.image.capacity() + s.rows.capacity() +
+         s.rgb_row.capacity() + s.full.capacity() + s.render.augment.padded.capacity() +
+         s.render.augment.padded2.capacity();
+}
+
+void JpegDecoder::Trim() {
+  State& s = *state_;
+  s.render.resampler.Trim();
+  std::vector<uint8_t>().swap(s.render.image);
+  std::vector<uint8_t>().swap(s.rows);
+  std::vector<uint8_t>().swap(s.rgb_row);
+  std::vector<uint8_t>().swap(s.full);
+  std::vector<uint8_t>().swap(s.render.augment.padded);
+  std::vector<uint8_t>().swap(s.render.augment.padded2);
+}
+
 absl::StatusOr<JpegInfo> JpegDecoder::ReadInfo(const uint8_t* data, size_t size) {
   RL_RETURN_IF_ERROR(
       ReadHeader(*state_, data, size, max_pixels_, strict_, /*need_end_marker=*/false));
@@ -444,8 +486,23 @@ absl::StatusOr<JpegInfo> JpegDecoder::ReadInfo(const uint8_t* data, size_t size)
 absl::StatusOr<RgbImage> JpegDecoder::DecodeFull(const uint8_t* data, size_t size) {
   RL_RETURN_IF_ERROR(
       ReadHeader(*state_, data, size, max_pixels_, strict_, /*need_end_marker=*/true));
+  DecodeBudget::Grant grant;
+  if (budget_ != nullptr) {
+    const jpeg_decompress_struct& c = state_->cinfo;
+    const uint64_t need = CoefficientBytes(c) + WorkingRowBytes(c.image_width) +
+                          uint64_t{c.image_width} * c.image_height * 3;
+    absl::StatusOr<DecodeBudget::Grant> got = budget_->Acquire(
+        need, absl::StrCat("JPEG image ", c.image_width, " x ", c.image_height));
+    if (!got.ok()) {
+      jpeg_abort_decompress(&state_->cinfo);
+      return got.status();
+    }
+    grant = *std::move(got);
+  }
   RgbImage image;
-  RL_RETURN_IF_ERROR(DecodeWhole(*state_, 3, &image.pixels, &image.width, &image.height));
+  absl::Status status = DecodeWhole(*state_, 3, &image.pixels, &image.width, &image.height);
+  if (budget_ != nullptr && RetainedBytes() > budget_->allowance()) Trim();
+  RL_RETURN_IF_ERROR(status);
   image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
   return image;
 }
@@ -453,6 +510,46 @@ absl::StatusOr<RgbImage> JpegDecoder::DecodeFull(const uint8_t* data, size_t siz
 absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
                                      const TransformPipeline& pipeline, SampleRng& rng, void* dst,
                                      DecodeStats* stats) {
+  DecodeBudget::Grant grant;  // released after the trim below: what it covered is gone by then
+  absl::Status status = DecodeIntoBudgeted(data, size, pipeline, rng, dst, stats, &grant);
+  if (budget_ != nullptr && RetainedBytes() > budget_->allowance()) Trim();
+  return status;
+}
+
+absl::Status JpegDecoder::Reserve(const SampleGeometry& g, int num, DecodeBudget::Grant* grant) {
+  j_decompress_ptr cinfo = &state_->cinfo;
+  const uint64_t w = cinfo->image_width, h = cinfo->image_height;
+  const uint64_t out = static_cast<uint64_t>(std::max(0, g.out_w)) * static_cast<uint64_t>(std::max(0, g.out_h)) * 3;
+  // The image stage's buffers (the 8-bit image, padding targets): three output images at most.
+  const uint64_t fixed = CoefficientBytes(*cinfo) + WorkingRowBytes(w) + 3 * out + (fast_paths_ ? 0 : w * h * 4);
+  // The resampler keeps at most every source pixel as RGBX: below the allowance with that, the
+  // common photo skips the exact sums.
+  if (fixed + w * h * 4 <= budget_->allowance()) return absl::OkStatus();
+  AxisMapping ax, ay;
+  uint64_t resample = 0;
+  if (fast_paths_) {
+    cinfo->scale_num = static_cast<unsigned>(num);
+    if (!Guarded(state_->err, [&] { jpeg_calc_output_dimensions(cinfo); })) return FailureStatus(cinfo, state_->err);
+    GeometryToAxes(g, num / 8.0, static_cast<int>(cinfo->output_width), static_cast<int>(cinfo->output_height), &ax, &ay);
+    resample = Resampler::IntermediateBytes(ax, ay, static_cast<int>(cinfo->output_width),
+                                            static_cast<int>(cinfo->output_height));
+  } else {
+    GeometryToAxes(g, 1.0, static_cast<int>(w), static_cast<int>(h), &ax, &ay);
+    resample = Resampler::IntermediateBytes(ax, ay, static_cast<int>(w), static_cast<int>(h));
+  }
+  absl::StatusOr<DecodeBudget::Grant> got =
+      budget_->Acquire(fixed + resample, absl::StrCat("JPEG image ", w, " x ", h));
+  if (!got.ok()) {
+    jpeg_abort_decompress(cinfo);
+    return got.status();
+  }
+  *grant = *std::move(got);
+  return absl::OkStatus();
+}
+
+absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
+                                             const TransformPipeline& pipeline, SampleRng& rng, void* dst,
+                                             DecodeStats* stats, DecodeBudget::Grant* grant) {
   State& s = *state_;
   RL_RETURN_IF_ERROR(ReadHeader(s, data, size, max_pixels_, strict_, /*need_end_marker=*/true));
   j_decompress_ptr cinfo = &s.cinfo;
@@ -461,6 +558,9 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
   const SampleGeometry g = pipeline.Plan(src_w, src_h, rng);
   Resampler& rs = s.render.resampler;
   AxisMapping ax, ay;
+  if (budget_ != nullptr && g.error == nullptr) {
+    RL_RETURN_IF_ERROR(Reserve(g, fast_paths_ && dct_scaling_ ? ChooseScale(g) : 8, grant));
+  }
 
   if (!fast_paths_) {
     // Reference path: exactly what a full decode followed by the resampler gives.

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "memory/decode_budget.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
 
@@ -70,6 +71,15 @@ class JpegDecoder {
   /// the processes of the machine (decode/clean_scans.h), and stops after the crop when it
   /// meets the same bytes again.
   void set_strict(bool enabled) { strict_ = enabled; }
+  /// Charge each decode's buffers (libjpeg's coefficients for a progressive or multi-scan file,
+  /// the decoded rows, the resampler's intermediates) to `budget` before allocating them, and
+  /// keep at most its allowance between images (memory/decode_budget.h). Null (the default):
+  /// no accounting.
+  void set_memory_budget(DecodeBudget* budget) { budget_ = budget; }
+
+  /// Bytes the decoder keeps between images (grow-only buffers), and their release.
+  uint64_t RetainedBytes() const;
+  void Trim();
 
   /// Reads the header only. Errors: InvalidArgument (not a JPEG: names what it looks like,
   /// e.g. "PNG signature"), DataLoss (corrupt or truncated header), OutOfRange (pixel limit).
@@ -86,12 +96,19 @@ class JpegDecoder {
                           SampleRng& rng, void* dst, DecodeStats* stats = nullptr);
 
  private:
+  absl::Status DecodeIntoBudgeted(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
+                                  SampleRng& rng, void* dst, DecodeStats* stats, DecodeBudget::Grant* grant);
+  /// With a budget: the grant for a DecodeInto whose header is read and geometry `g` planned, to
+  /// decode at DCT scale num/8 (nothing when it needs no more than the allowance).
+  absl::Status Reserve(const SampleGeometry& g, int num, DecodeBudget::Grant* grant);
+
   struct State;
   std::unique_ptr<State> state_;
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
   bool fast_paths_ = true;
   bool dct_scaling_ = true;
   bool strict_ = true;
+  DecodeBudget* budget_ = nullptr;
 };
 
 }  // namespace ringloader

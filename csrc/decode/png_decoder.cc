@@ -373,6 +373,10 @@ absl::Status PngDecode(const uint8_t* data, size_t size, uint64_t max_pixels, Sc
   }
   if (!IsCommonPhoto(ihdr)) return SpngDecode(data, size, ctx.get(), ihdr, scratch, out);
   if (DecodeCommonPhoto(data, size, ctx.get(), ihdr, scratch, out)) return absl::OkStatus();
+  // The first path's image-sized buffers go before libspng allocates its own: a file is never
+  // held twice (the decode memory budget counts the larger path, not both).
+  std::vector<uint8_t>().swap(scratch.raw);
+  std::vector<uint8_t>().swap(scratch.compressed);
   // libspng judges the file from its start: the context above may hold an error state.
   RL_RETURN_IF_ERROR(Open(data, size, &ctx, &ihdr));
   return SpngDecode(data, size, ctx.get(), ihdr, scratch, out);

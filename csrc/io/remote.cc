@@ -24,7 +24,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_util.h"
+#include "io/sigv4.h"
 
 namespace ringloader {
 namespace {
@@ -176,6 +179,16 @@ void InitCurlOnce() {
   (void)init;
 }
 
+/// The version of an object that the range requests of one DownloadAll call to its URL are pinned
+/// to: the validators of the first response (see "pinned" in remote.h).
+struct Pin {
+  std::string etag;
+  std::string last_modified;
+  bool set = false;
+};
+
+bool WeakETag(absl::string_view etag) { return absl::StartsWith(etag, "W/"); }
+
 /// One job's transfer state, across its attempts.
 struct Transfer {
   const DownloadJob* job = nullptr;
@@ -186,17 +199,29 @@ struct Transfer {
   int64_t written = 0;       // bytes of the object in the file
   int64_t total = -1;        // the object's size, once a response stated it
   std::string etag;          // of the first response that had one
+  std::string last_modified;  // of the first response that had one (a resume's If-Range without an ETag)
+  Pin* pin = nullptr;        // a range's: the version of its URL this call's ranges are pinned to
+  bool precondition_sent = false;  // this attempt's request carried If-Match / If-Unmodified-Since
   // The response being received (reset at each status line: redirects, 100-continue).
   long status = 0;
   int64_t content_length = -1;
   int64_t range_start = -1, range_total = -1;
   std::string response_etag;
+  std::string response_last_modified;
   bool body_started = false;
   std::string error_body;
   std::string write_error;   // why the write callback stopped the transfer
   bool resume_mismatch = false;  // it stopped because the resumed part did not fit: retried
   bool etag_changed = false;
   bool stale = false;  // a range's object is not the one indexed: final
+  // The minimum rate and the deadline (RemoteOptions), checked by OnProgress.
+  int64_t min_rate = 0;
+  double min_rate_window_s = 0;
+  Clock::time_point window_start{};
+  int64_t window_bytes = 0;        // the attempt's body bytes when the window started
+  Clock::time_point deadline = Clock::time_point::max();  // from the job's first request
+  bool too_slow = false;           // OnProgress stopped the attempt: under the minimum rate
+  bool deadline_passed = false;    // OnProgress stopped it: the job's deadline passed
   char curl_error[CURL_ERROR_SIZE] = {0};
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
@@ -213,6 +238,7 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
     t->status = 0;
     t->content_length = t->range_start = t->range_total = -1;
     t->response_etag.clear();
+    t->response_last_modified.clear();
     const size_t space = line.find(' ');
     if (space != absl::string_view::npos) {
       int code = 0;
@@ -226,6 +252,8 @@ size_t OnHeader(char* data, size_t size, size_t count, void* user) {
   const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
   if (name == "etag") {
     t->response_etag = std::string(value);
+  } else if (name == "last-modified") {
+    t->response_last_modified = std::string(value);
   } else if (name == "content-length") {
     int64_t v = 0;
     if (absl::SimpleAtoi(value, &v)) t->content_length = v;
@@ -307,7 +335,30 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
                          t->job->etag);
       return 0;
     }
+    // Another version than the one this call's earlier responses for the URL came from (the
+    // pieces of one shard are ranges of one call): bytes of two versions must not meet in a file.
+    if (Pin* pin = t->pin; pin != nullptr && pin->set) {
+      std::string why;
+      if (!pin->etag.empty() && !t->response_etag.empty() && pin->etag != t->response_etag) {
+        why = absl::StrCat("ETag ", t->response_etag, ", earlier ", pin->etag);
+      } else if (pin->etag.empty() && t->response_etag.empty() && !pin->last_modified.empty() &&
+                 !t->response_last_modified.empty() &&
+                 pin->last_modified != t->response_last_modified) {
+        why = absl::StrCat("Last-Modified ", t->response_last_modified, ", earlier ",
+                           pin->last_modified);
+      }
+      if (!why.empty()) {
+        t->stale = true;
+        t->write_error = absl::StrCat("the object changed during the download: ", why);
+        return 0;
+      }
+    } else if (pin != nullptr) {
+      pin->etag = t->response_etag;
+      pin->last_modified = t->response_last_modified;
+      pin->set = true;
+    }
     t->etag = t->response_etag;
+    if (t->last_modified.empty()) t->last_modified = t->response_last_modified;
   }
   if (ranged) {
     if (!WriteAll(t->fd, data, n, t->job->offset + t->written)) {
@@ -324,6 +375,13 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
         t->etag = t->response_etag;
       } else if (t->etag != t->response_etag) {
         // The object changed between attempts: what was written is another version.
+        t->etag_changed = true;
+      }
+    } else if (t->etag.empty() && !t->response_last_modified.empty()) {
+      // Without ETags the object's version is its Last-Modified.
+      if (t->last_modified.empty()) {
+        t->last_modified = t->response_last_modified;
+      } else if (t->last_modified != t->response_last_modified) {
         t->etag_changed = true;
       }
     }
@@ -345,6 +403,7 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
       t->written = 0;
       t->etag_changed = false;
       if (!t->response_etag.empty()) t->etag = t->response_etag;
+      if (!t->response_last_modified.empty()) t->last_modified = t->response_last_modified;
       t->total = t->content_length;
     }
   }
@@ -354,6 +413,74 @@ size_t OnBody(char* data, size_t size, size_t count, void* user) {
   }
   t->written += static_cast<int64_t>(n);
   return n;
+}
+
+double SecondsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+/// libcurl's progress callback (at least once a second while a transfer runs): stops an attempt
+/// whose body moved under the minimum rate over the last window, or whose job's deadline passed.
+int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  const Clock::time_point now = Clock::now();
+  if (now >= t->deadline) {
+    t->deadline_passed = true;
+    return 1;
+  }
+  if (t->min_rate <= 0) return 0;
+  const double elapsed = SecondsBetween(t->window_start, now);
+  if (elapsed < t->min_rate_window_s) return 0;
+  const int64_t moved = static_cast<int64_t>(dlnow) - t->window_bytes;
+  const double rate = static_cast<double>(moved) / elapsed;
+  if (rate < static_cast<double>(t->min_rate)) {
+    t->too_slow = true;
+    t->write_error = absl::StrFormat(
+        "too slow: %d bytes in the last %.1f s (%.0f bytes/s, under min_rate_bytes_per_s=%d)", moved,
+        elapsed, rate, t->min_rate);
+    return 1;
+  }
+  t->window_start = now;
+  t->window_bytes = static_cast<int64_t>(dlnow);
+  return 0;
+}
+
+/// Whether an S3 bucket name may be a host name label (virtual-hosted addressing): 3 to 63
+/// lower-case letters, digits and '-', starting and ending with a letter or digit. A name with
+/// '.' is not: it would not match the endpoint's wildcard certificate.
+bool DnsCompatibleBucket(absl::string_view bucket) {
+  if (bucket.size() < 3 || bucket.size() > 63) return false;
+  for (char c : bucket) {
+    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
+  }
+  return bucket.front() != '-' && bucket.back() != '-';
+}
+
+/// The Host header libcurl sends for an http(s) URL: its authority, without a default port.
+std::string HostHeaderOf(absl::string_view http_url) {
+  absl::string_view rest = http_url;
+  const bool https = absl::ConsumePrefix(&rest, "https://");
+  if (!https) absl::ConsumePrefix(&rest, "http://");
+  absl::string_view host = rest.substr(0, rest.find_first_of("/?"));
+  absl::ConsumeSuffix(&host, https ? ":443" : ":80");
+  return std::string(host);
+}
+
+/// The path (as sent) and the canonical query string of an http(s) URL, for SigV4.
+void PathAndQueryOf(absl::string_view http_url, std::string* path, std::string* query) {
+  const size_t scheme = http_url.find("://");
+  const size_t slash = http_url.find('/', scheme == absl::string_view::npos ? 0 : scheme + 3);
+  absl::string_view rest = slash == absl::string_view::npos ? "/" : http_url.substr(slash);
+  const size_t mark = rest.find('?');
+  *path = std::string(rest.substr(0, mark));
+  query->clear();
+  if (mark == absl::string_view::npos) return;
+  std::vector<std::string> params;
+  for (absl::string_view p : absl::StrSplit(rest.substr(mark + 1), '&', absl::SkipEmpty())) {
+    params.push_back(absl::StrContains(p, '=') ? std::string(p) : absl::StrCat(p, "="));
+  }
+  std::sort(params.begin(), params.end());
+  *query = absl::StrJoin(params, "&");
 }
 
 bool RetryableCurl(CURLcode code) {
@@ -379,6 +506,7 @@ std::string CodeText(long status) {
     case 401: return "401 Unauthorized";
     case 403: return "403 Forbidden";
     case 404: return "404 Not Found";
+    case 412: return "412 Precondition Failed";
     case 416: return "416 Range Not Satisfiable";
     case 429: return "429 Too Many Requests";
     case 500: return "500 Internal Server Error";
@@ -425,10 +553,26 @@ absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOption
         absl::StrCat("remote url ", url, ": an s3 url is s3://BUCKET/KEY"));
   }
   std::string endpoint = options.s3.endpoint;
-  if (endpoint.empty()) endpoint = absl::StrCat("https://s3.", options.s3.region, ".amazonaws.com");
+  const bool aws = endpoint.empty();
+  if (aws) endpoint = absl::StrCat("https://s3.", options.s3.region, ".amazonaws.com");
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  const std::string& style = options.s3.addressing_style;
+  if (style != "path" && style != "virtual" && style != "auto") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "remote url ", url, ": s3 addressing style '", style, "' is none of path, virtual, auto"));
+  }
+  const absl::string_view bucket = rest.substr(0, slash);
   // Keys are sent as written: shard names are plain ASCII; a key that needs percent-encoding
   // must be written encoded.
+  if (style == "virtual" || (style == "auto" && aws && DnsCompatibleBucket(bucket))) {
+    const size_t host_at = endpoint.find("://");
+    if (host_at == std::string::npos) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("s3 endpoint ", endpoint, ": expected SCHEME://HOST[:PORT]"));
+    }
+    return absl::StrCat(endpoint.substr(0, host_at + 3), bucket, ".", endpoint.substr(host_at + 3),
+                        rest.substr(slash));
+  }
   return absl::StrCat(endpoint, "/", rest);
 }
 
@@ -489,6 +633,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
   InitCurlOnce();
   std::vector<DownloadResult> results(jobs.size());
   std::vector<std::unique_ptr<Transfer>> transfers;
+  std::map<std::string, Pin> pins;  // per URL, for its ranges (std::map: the pointers stay valid)
   std::mt19937_64 rng(std::random_device{}());
   std::uniform_real_distribution<double> unit(0.0, 1.0);
 
@@ -504,6 +649,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       t->http_url = *std::move(http);
       t->host = HostOf(t->http_url);
       t->total = jobs[i].length;  // -1 for a whole object: the response states it
+      if (jobs[i].length >= 0) t->pin = &pins[jobs[i].url];
     }
     if (t->done && on_done) on_done(i, results[i]);
     transfers.push_back(std::move(t));
@@ -539,7 +685,18 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->error_body.clear();
     t->write_error.clear();
     t->resume_mismatch = false;
+    t->precondition_sent = false;
+    t->too_slow = false;
     t->curl_error[0] = '\0';
+    const Clock::time_point now = Clock::now();
+    if (t->result->attempts == 0 && options.download_deadline_s > 0) {
+      t->deadline = now + std::chrono::microseconds(
+                              static_cast<int64_t>(options.download_deadline_s * 1e6));
+    }
+    t->min_rate = options.min_rate_bytes_per_s;
+    t->min_rate_window_s = options.min_rate_window_s;
+    t->window_start = now;
+    t->window_bytes = 0;
     curl_easy_setopt(e, CURLOPT_URL, t->http_url.c_str());
     curl_easy_setopt(e, CURLOPT_PRIVATE, t);
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->curl_error);
@@ -555,31 +712,50 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, options.connect_timeout_s);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
     curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, options.stall_timeout_s);
+    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, OnProgress);
+    curl_easy_setopt(e, CURLOPT_XFERINFODATA, t);
+    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, nullptr);  // the bytes as stored, never re-encoded
     if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
     curl_slist* headers = nullptr;
-    // Without credentials an s3:// request goes unsigned: a public bucket allows it.
-    if (absl::StartsWith(t->job->url, "s3://") && !options.s3.access_key.empty()) {
-      const std::string sigv4 = absl::StrCat("aws:amz:", options.s3.region, ":s3");
-      curl_easy_setopt(e, CURLOPT_AWS_SIGV4, sigv4.c_str());
-      curl_easy_setopt(e, CURLOPT_USERNAME, options.s3.access_key.c_str());
-      curl_easy_setopt(e, CURLOPT_PASSWORD, options.s3.secret_key.c_str());
-      if (!options.s3.session_token.empty()) {
+    std::string range;  // the Range header's value, when one is sent
+    if (t->job->length >= 0) {
+      // A range: the part of it not written yet (a retry resumes after what landed), of the
+      // version the call's ranges of this URL are pinned to.
+      const int64_t first = t->job->offset + t->written;
+      range = absl::StrCat(first, "-", t->job->offset + t->job->length - 1);
+      std::string etag = t->job->etag;
+      if (etag.empty() && t->pin != nullptr) etag = t->pin->etag;
+      if (!etag.empty() && !WeakETag(etag)) {
+        headers = curl_slist_append(headers, absl::StrCat("If-Match: ", etag).c_str());
+        t->precondition_sent = true;
+      } else if (etag.empty() && t->pin != nullptr && !t->pin->last_modified.empty()) {
         headers = curl_slist_append(
-            headers, absl::StrCat("x-amz-security-token: ", options.s3.session_token).c_str());
+            headers, absl::StrCat("If-Unmodified-Since: ", t->pin->last_modified).c_str());
+        t->precondition_sent = true;
+      }
+    } else if (t->written > 0) {
+      // Resume: the rest of the object, unless it changed (then the whole new one). Without an
+      // ETag, its Last-Modified tells the version.
+      range = absl::StrCat(t->written, "-");
+      const std::string& validator = !t->etag.empty() ? t->etag : t->last_modified;
+      if (!validator.empty()) {
+        headers = curl_slist_append(headers, absl::StrCat("If-Range: ", validator).c_str());
       }
     }
-    if (t->job->length >= 0) {
-      // A range: the part of it not written yet (a retry resumes after what landed).
-      const int64_t first = t->job->offset + t->written;
-      const std::string range = absl::StrCat(first, "-", t->job->offset + t->job->length - 1);
-      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
-    } else if (t->written > 0) {
-      // Resume: the rest of the object, unless it changed (then the whole new one).
-      const std::string range = absl::StrCat(t->written, "-");
-      curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
-      if (!t->etag.empty()) {
-        headers = curl_slist_append(headers, absl::StrCat("If-Range: ", t->etag).c_str());
+    if (!range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+    // Without credentials an s3:// request goes unsigned: a public bucket allows it.
+    if (absl::StartsWith(t->job->url, "s3://") && !options.s3.access_key.empty()) {
+      sigv4::Request request;
+      request.host = HostHeaderOf(t->http_url);
+      PathAndQueryOf(t->http_url, &request.path, &request.query);
+      // libcurl sends CURLOPT_RANGE as "Range: bytes=RANGE".
+      if (!range.empty()) request.headers.emplace_back("range", absl::StrCat("bytes=", range));
+      request.amz_date = sigv4::AmzDate(std::time(nullptr));
+      sigv4::Credentials credentials{options.s3.access_key, options.s3.secret_key,
+                                     options.s3.session_token, options.s3.region, "s3"};
+      for (const std::string& header : sigv4::SignGet(request, credentials).headers) {
+        headers = curl_slist_append(headers, header.c_str());
       }
     }
     t->headers = headers;
@@ -629,7 +805,17 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     } else if (code == CURLE_OK || code == CURLE_HTTP_RETURNED_ERROR) {
       const std::string what = absl::StrCat(where, ": HTTP ", CodeText(status),
                                             BodyNote(t->error_body));
-      if (status == 401 || status == 403) {
+      if (status == 412 && t->precondition_sent) {
+        // If-Match / If-Unmodified-Since refused: the object is not the version pinned.
+        t->stale = true;
+        const std::string pinned = !t->job->etag.empty() ? t->job->etag
+                                   : t->pin != nullptr ? t->pin->etag : std::string();
+        failure = absl::FailedPreconditionError(absl::StrCat(
+            where, ": HTTP 412 Precondition Failed: the object changed: ",
+            !pinned.empty() && !WeakETag(pinned)
+                ? absl::StrCat("it is not ETag ", pinned, " any more")
+                : absl::StrCat("modified after ", t->pin != nullptr ? t->pin->last_modified : "")));
+      } else if (status == 401 || status == 403) {
         failure = absl::PermissionDeniedError(what);
       } else if (status == 404) {
         failure = absl::NotFoundError(what);
@@ -650,10 +836,22 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                                          : std::string(curl_easy_strerror(code)))
                                      : t->write_error;
       const std::string what = absl::StrCat(where, ": ", detail);
-      // A resumed part that did not fit is fetched again from byte 0; a failed write to the
-      // cache's disk (full, read-only) is not retried.
-      retry = !t->stale && (RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch));
+      // A resumed part that did not fit is fetched again from byte 0, a transfer under the
+      // minimum rate is resumed; a failed write to the cache's disk (full, read-only) is not
+      // retried.
+      retry = !t->stale && (RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch) ||
+                            (code == CURLE_ABORTED_BY_CALLBACK && t->too_slow));
       failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
+    }
+    if (t->deadline_passed || (retry && Clock::now() >= t->deadline)) {
+      failure = absl::DeadlineExceededError(absl::StrFormat(
+          "%s: not landed within download_deadline_s=%g (%d of %s bytes after %d attempts; "
+          "last: %s)",
+          where, options.download_deadline_s, t->written,
+          t->total >= 0 ? absl::StrCat(t->total) : std::string("?"), t->result->attempts,
+          t->deadline_passed ? std::string("stopped at the deadline") : std::string(failure.message())));
+      finish(t, failure);
+      return;
     }
     if (retry && t->result->attempts < options.max_attempts) {
       const double delay = BackoffSeconds(t->result->attempts, options, unit(rng));

@@ -2,19 +2,31 @@
 /// Whole objects fetched over HTTP(S) and S3 into local files, with libcurl (its multi interface:
 /// many transfers on one thread, no Python involved).
 ///
-/// An `s3://bucket/key` URL is fetched as `ENDPOINT/bucket/key` (path-style addressing, which
-/// S3-compatible stores accept too), signed by libcurl's AWS SigV4 (`CURLOPT_AWS_SIGV4`) with the
-/// credentials in RemoteOptions::s3 (the Python layer resolves them from the environment and
-/// `~/.aws`); without an access key it goes unsigned (a public bucket). `http://` and `https://`
-/// URLs are fetched as they are.
+/// An `s3://bucket/key` URL is fetched from its endpoint (S3Config::endpoint, else AWS's regional
+/// one) path-style (`ENDPOINT/bucket/key`) or virtual-hosted (`https://bucket.HOST/key`) as
+/// S3Config::addressing_style says, and signed with AWS Signature Version 4 as the AWS SDKs sign
+/// (io/sigv4.h: host, range, x-amz-content-sha256, x-amz-date and x-amz-security-token signed)
+/// with the credentials in RemoteOptions::s3 (the Python layer resolves them from the environment
+/// and `~/.aws`); without an access key it goes unsigned (a public bucket). `http://` and
+/// `https://` URLs are fetched as they are.
 ///
-/// Fault rules: timeouts (connect, or a transfer that stalls), connection failures and resets,
-/// HTTP 5xx and 429 are retried up to `max_attempts` times with exponential backoff and full
-/// jitter; a retry resumes the bytes already written with a Range request (If-Range on the ETag,
-/// so a changed object restarts from byte 0 instead of splicing two versions). HTTP 401/403
-/// (PermissionDenied), 404 (NotFound) and other 4xx (InvalidArgument) fail at once, the message
-/// naming the URL. A result is OK only when the bytes written equal the object's size as the
-/// server stated it (Content-Length or Content-Range) and every response carried the same ETag.
+/// Fault rules: timeouts (connect, or a transfer that stalls), a transfer slower than
+/// `min_rate_bytes_per_s` over `min_rate_window_s`, connection failures and resets, HTTP 5xx and
+/// 429 are retried up to `max_attempts` times with exponential backoff and full jitter, while the
+/// job is younger than `download_deadline_s`; a retry resumes the bytes already written with a
+/// Range request (If-Range on the ETag, else on Last-Modified, so a changed object restarts from
+/// byte 0 instead of splicing two versions). HTTP 401/403 (PermissionDenied), 404 (NotFound) and
+/// other 4xx (InvalidArgument) fail at once, the message naming the URL. A result is OK only when
+/// the bytes written equal the object's size as the server stated it (Content-Length or
+/// Content-Range) and every response carried the same ETag (without ETags: the same
+/// Last-Modified).
+///
+/// Ranges are pinned to one version of their object: every range request of a DownloadAll call to
+/// one URL carries If-Match on the object's ETag (the job's, else the first response's; a weak
+/// ETag is not used) or, with no ETag, If-Unmodified-Since on the first response's Last-Modified,
+/// and a response of another ETag or Last-Modified than the first, or a 412, is FailedPrecondition
+/// "changed" (DownloadResult::changed). A server that sends neither validator, or replaces an
+/// object within the second of its Last-Modified without an ETag, cannot be pinned.
 ///
 /// Memory is bounded: bytes go straight to the file descriptor; an error body keeps its first
 /// 512 bytes. Connections are bounded per process and host: every DownloadAll (whole downloads,
@@ -41,6 +53,11 @@ struct S3Config {
   std::string region = "us-east-1";
   /// `https://s3.REGION.amazonaws.com` when empty; AWS_ENDPOINT_URL for S3-compatible stores.
   std::string endpoint;
+  /// "path": ENDPOINT/bucket/key. "virtual": the bucket in the host name (SCHEME://bucket.HOST/key).
+  /// "auto" (what the Python layer passes unless `~/.aws/config` or remote_options say otherwise):
+  /// virtual-hosted on AWS's own endpoint for a bucket that is a DNS label (lower-case letters,
+  /// digits, '-', no '.'), else path-style, which S3-compatible stores at a custom endpoint expect.
+  std::string addressing_style = "path";
 };
 
 struct RemoteOptions {
@@ -51,6 +68,17 @@ struct RemoteOptions {
   long connect_timeout_s = 15;
   /// A transfer that moves under 1 byte/s for this long is a timeout (then retried).
   long stall_timeout_s = 30;
+  /// A request whose body moves fewer than `min_rate_bytes_per_s` bytes a second on average over
+  /// any `min_rate_window_s` seconds (windows counted from the request's start) is stopped as
+  /// too slow and retried like a timeout (the retry resumes after the bytes that landed). 0: no
+  /// minimum. The default is far under any link that moves shards at all (8 KiB/s per connection
+  /// is a 64 KiB/s link shared by 8); a trickle of a few bytes a second fails in a window.
+  int64_t min_rate_bytes_per_s = 8192;
+  double min_rate_window_s = 30;
+  /// A job that has not landed this long after its first request is stopped and not retried
+  /// (DeadlineExceeded, naming the URL). 0: none. The default (an hour) is a backstop for a
+  /// server that keeps just above the minimum rate: a 1 GB shard at 300 KB/s takes under it.
+  double download_deadline_s = 3600;
   /// CA bundle for https (a self-signed test server's cert, a corporate CA); system default
   /// when empty.
   std::string ca_file;
@@ -62,8 +90,9 @@ struct RemoteOptions {
 /// True for the URL schemes fetched here: `http://`, `https://`, `s3://`.
 bool IsRemoteUrl(absl::string_view url);
 
-/// The HTTP(S) URL a remote URL is fetched from (an s3:// URL: its path-style endpoint URL);
-/// InvalidArgument for an s3:// URL without bucket or key, or a URL of another scheme.
+/// The HTTP(S) URL a remote URL is fetched from (an s3:// URL: at its endpoint, path-style or
+/// virtual-hosted as S3Config::addressing_style says); InvalidArgument for an s3:// URL without
+/// bucket or key, an unknown addressing style, or a URL of another scheme.
 absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOptions& options);
 
 struct DownloadJob {
@@ -72,9 +101,10 @@ struct DownloadJob {
   /// A byte range of the object, [offset, offset + length), fetched with Range and written at
   /// `offset` in `path`; length -1: the whole object. A range is OK only from a 206 whose
   /// Content-Range starts where asked, of `length` bytes, from an object of `object_size` bytes
-  /// (-1: any) whose ETag is `etag` (empty: any, but one across the range's attempts); another
-  /// object size or ETag is FailedPrecondition "changed" (the index it came from is stale), never
-  /// retried.
+  /// (-1: any) whose ETag is `etag` (empty: any, but one version across the requests of the
+  /// DownloadAll call to that URL: see "pinned" in the file comment); another object size, ETag
+  /// or Last-Modified, or a 412 to the request's If-Match / If-Unmodified-Since, is
+  /// FailedPrecondition "changed" (the index it came from is stale), never retried.
   int64_t offset = 0;
   int64_t length = -1;
   int64_t object_size = -1;
@@ -86,7 +116,7 @@ struct DownloadResult {
   int64_t size = 0;   ///< bytes written (the object's size when OK)
   std::string etag;   ///< as the server sent it (quotes kept), empty when none
   int attempts = 0;   ///< requests made, the first included
-  bool changed = false;  ///< a range's object is not the one indexed (status FailedPrecondition)
+  bool changed = false;  ///< a range's object is not the one indexed or pinned (FailedPrecondition)
 };
 
 /// Called once per job, on DownloadAll's thread, the moment its result is final (OK, failed,

@@ -694,6 +694,7 @@ void Epoch::Decode() {
   const LoaderOptions& o = *ctx.options;
   const size_t sample_bytes = ctx.row_bytes;
   const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
+  decoder->set_memory_budget(ctx.decode_budget);
   RenderState render;  // the views' (DecodeRow); one pipeline renders in the decoder
   ByteBuffer substitute_bytes;
   std::vector<ByteBuffer> substitute_more;

@@ -212,6 +212,7 @@ struct EpochContext {
   bool has_pipes = false;             // some sample is a member of a `pipe:` stream
   int prefetch_cap = 0;               // depth auto_prefetch may grow to
   LoaderCounters* counters = nullptr;  // the loader's (an epoch's own are Epoch::own_counters)
+  DecodeBudget* decode_budget = nullptr;  // max_memory's ledger: decoders charge large images to it
   // Names and pins a pipeline thread, first thing in it.
   std::function<void(const char* name)> enter_thread;
   // Called by the dispatcher once it dispatched its last batch: starts the queued epoch.

@@ -27,6 +27,7 @@
 #include "io/range_reads.h"
 #include "io/reader.h"
 #include "io/stream_cache.h"
+#include "memory/decode_budget.h"
 #include "numa/topology.h"
 #include "pipeline/epoch.h"
 #include "pipeline/slot_pool.h"
@@ -149,6 +150,8 @@ class Loader::Impl {
   std::unique_ptr<NumaPlacement> placement_;
   std::shared_ptr<DeviceStager> stager_;
   std::shared_ptr<SlotPool> pool_;
+  // max_memory as one ledger of slots and decode buffers (memory/decode_budget.h).
+  std::shared_ptr<DecodeBudget> decode_budget_;
   // File bytes between reader and decoder, reused across epochs: two sets, so the epoch in
   // progress and the queued one never share a buffer.
   std::vector<ByteBuffer> buffers_[2];
@@ -179,6 +182,7 @@ EpochContext Loader::Impl::Context() {
   ctx.has_pipes = has_pipes_;
   ctx.prefetch_cap = prefetch_cap_;
   ctx.counters = counters_.get();
+  ctx.decode_budget = decode_budget_.get();
   ctx.enter_thread = [this](const char* name) { EnterPipelineThread(name); };
   ctx.dispatch_finished = [this](Epoch* epoch) { DispatchFinished(epoch); };
   return ctx;
@@ -401,7 +405,11 @@ Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, Transform
   slots_note_ = plan.note;
   read_ahead_ = plan.read_ahead;
   prefetch_cap_ = plan.prefetch_cap;
-  pool_ = std::make_shared<SlotPool>(options_.allocator, slot_bytes, plan.depth, plan.max_slots);
+  // The slots are charged to the budget the decoders draw on for large images (the options keep
+  // the allocator they were given).
+  decode_budget_ = std::make_shared<DecodeBudget>(plan.budget);
+  pool_ = std::make_shared<SlotPool>(MakeBudgetedAllocator(options_.allocator, decode_budget_), slot_bytes,
+                                     plan.depth, plan.max_slots);
   const size_t buffers = static_cast<size_t>(options_.reader_threads * options_.io_depth +
                                              2 * options_.num_workers + 2 * options_.num_workers);
   buffers_[0].resize(buffers);
@@ -744,6 +752,7 @@ absl::Status Loader::Impl::DecodeSample(int64_t index, uint64_t seed, int64_t ep
       ReadSampleBytes(sample, options_.max_file_bytes, &buffer, streams_.get(), nullptr, deferred_.get());
   if (status.ok()) {
     const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(options_);
+    decoder->set_memory_budget(decode_budget_.get());
     SampleRng rng(SampleSeed(seed, static_cast<uint64_t>(epoch),
                              static_cast<uint64_t>(key < 0 ? index : key)));
     // The output size follows from the header and the geometric draws: plan on a copy of the

@@ -1076,12 +1076,16 @@ RemoteOptions RemoteOptionsFrom(const py::dict& settings) {
   if (!get("backoff_max_s").is_none()) options.backoff_max_s = get("backoff_max_s").cast<double>();
   if (!get("connect_timeout_s").is_none()) options.connect_timeout_s = get("connect_timeout_s").cast<long>();
   if (!get("stall_timeout_s").is_none()) options.stall_timeout_s = get("stall_timeout_s").cast<long>();
+  if (!get("min_rate_bytes_per_s").is_none()) options.min_rate_bytes_per_s = get("min_rate_bytes_per_s").cast<int64_t>();
+  if (!get("min_rate_window_s").is_none()) options.min_rate_window_s = get("min_rate_window_s").cast<double>();
+  if (!get("download_deadline_s").is_none()) options.download_deadline_s = get("download_deadline_s").cast<double>();
   if (!get("ca_file").is_none()) options.ca_file = get("ca_file").cast<std::string>();
   if (!get("access_key").is_none()) options.s3.access_key = get("access_key").cast<std::string>();
   if (!get("secret_key").is_none()) options.s3.secret_key = get("secret_key").cast<std::string>();
   if (!get("session_token").is_none()) options.s3.session_token = get("session_token").cast<std::string>();
   if (!get("region").is_none()) options.s3.region = get("region").cast<std::string>();
   if (!get("endpoint").is_none()) options.s3.endpoint = get("endpoint").cast<std::string>();
+  if (!get("s3_addressing_style").is_none()) options.s3.addressing_style = get("s3_addressing_style").cast<std::string>();
   return options;
 }
 

@@ -662,6 +662,33 @@ void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, i
   }
 }
 
+uint64_t Resampler::IntermediateBytes(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h) {
+  AxisCoeffs xc, yc;
+  xc.Compute(x, src_w);
+  yc.Compute(y, src_h);
+  const uint64_t level_bytes = static_cast<uint64_t>(xc.out_size()) * 3 + 4;
+  const uint64_t cols = static_cast<uint64_t>(std::max(0, xc.end() - xc.first()));
+  const uint64_t rows = static_cast<uint64_t>(std::max(0, yc.end() - yc.first()));
+  const bool vertical_first =
+      ResizesVerticallyFirst(xc.resize_in(), yc.resize_in(), xc.resize_out(), yc.resize_out());
+  const uint64_t stride = vertical_first ? cols * 4 : level_bytes;
+  // Taps (int32 weights and bounds of both axes, the kernel's pairs) beside the rows.
+  const uint64_t taps = (static_cast<uint64_t>(xc.out_size()) * (xc.ksize() + 2) +
+                         static_cast<uint64_t>(yc.out_size()) * (yc.ksize() + 2)) * 8;
+  return rows * stride + (vertical_first ? cols * 4 : 0) + level_bytes + cols * 4 + taps;
+}
+
+uint64_t Resampler::RetainedBytes() const {
+  return tmp_.capacity() + column_row_.capacity() + rgbx_row_.capacity() + levels_.capacity() +
+         pair_weights_.capacity() * sizeof(int16_t) + pair_offsets_.capacity() * sizeof(uint32_t);
+}
+
+void Resampler::Trim() {
+  std::vector<uint8_t>().swap(tmp_);
+  std::vector<uint8_t>().swap(column_row_);
+  std::vector<uint8_t>().swap(rgbx_row_);
+}
+
 void Resampler::HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) const {
   const HorizontalTaps taps{xc_.bounds(),         xc_.weights(), pair_weights_.data(),
                             pair_offsets_.data(), xc_.first(),   xc_.ksize(),

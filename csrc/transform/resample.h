@@ -151,6 +151,15 @@ class Resampler {
   /// (bytes_per_pixel 3) or RGBX (4), rows `stride` bytes apart, starting at column 0.
   void AddImage(const uint8_t* pixels, size_t stride, int bytes_per_pixel);
 
+  /// Bytes Prepare + Finish allocate for this geometry (the intermediate rows above all: with
+  /// vertical_first() every used source pixel as RGBX), without allocating them: what the
+  /// decode memory budget (memory/decode_budget.h) charges before a large image is decoded.
+  static uint64_t IntermediateBytes(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h);
+
+  /// Bytes this resampler keeps between images (its grow-only buffers), and their release.
+  uint64_t RetainedBytes() const;
+  void Trim();
+
   /// Convenience for an image already in memory (packed RGB: bytes_per_pixel 3, or RGBX: 4):
   /// Prepare + AddRow for the needed rows + Finish.
   void Resample(const uint8_t* pixels, size_t stride, int bytes_per_pixel, int src_w, int src_h,

@@ -60,10 +60,11 @@ def s3_settings(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     ``AWS_REGION`` or ``AWS_DEFAULT_REGION``, ``AWS_ENDPOINT_URL_S3`` or ``AWS_ENDPOINT_URL``)
     first, then the profile ``AWS_PROFILE`` (default ``default``) of ``~/.aws/credentials``
     (``AWS_SHARED_CREDENTIALS_FILE``) and ``~/.aws/config`` (``AWS_CONFIG_FILE``: ``region``,
-    ``endpoint_url``). Keys are those of ``_C.fetch_shards``' settings."""
+    ``endpoint_url``). Keys are those of ``_C.fetch_shards``' settings; the addressing style is
+    :func:`s3_addressing_style`'s."""
     env = os.environ if environ is None else environ
     home = os.path.expanduser("~")
-    profile = env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+    profile = _profile(env)
     creds_path = env.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials")
     config_path = env.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config")
     creds = _ini(creds_path)
@@ -88,6 +89,43 @@ def s3_settings(environ: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return out
 
 
+def _profile(env: Dict[str, str]) -> str:
+    return env.get("AWS_PROFILE") or env.get("AWS_DEFAULT_PROFILE") or "default"
+
+
+def s3_addressing_style(environ: Optional[Dict[str, str]] = None) -> str:
+    """``addressing_style`` in the nested ``s3 =`` block of the profile's section of
+    ``~/.aws/config`` (``AWS_CONFIG_FILE``), as botocore reads it; ``auto`` when none."""
+    env = os.environ if environ is None else environ
+    config_path = env.get("AWS_CONFIG_FILE") or os.path.join(os.path.expanduser("~"), ".aws",
+                                                             "config")
+    config = _ini(config_path)
+    profile = _profile(env)
+    section = profile if profile == "default" else f"profile {profile}"
+    block = config[section].get("s3", "") if config.has_section(section) else ""
+    style = _nested(block, "addressing_style") or "auto"
+    if style not in S3_ADDRESSING_STYLES:
+        raise ValueError(f"{config_path}: [{section}] s3 addressing_style must be one of "
+                         f"{', '.join(S3_ADDRESSING_STYLES)}, got {style!r}")
+    return style
+
+
+#: ``addressing_style`` values, as botocore takes them: ``path`` (``ENDPOINT/bucket/key``),
+#: ``virtual`` (``bucket.HOST/key``), ``auto`` (virtual-hosted on AWS's endpoint for a bucket
+#: name that is a DNS label, else path-style, which S3-compatible stores expect).
+S3_ADDRESSING_STYLES = ("auto", "virtual", "path")
+
+
+def _nested(block: str, key: str) -> str:
+    """``key``'s value in a nested block of an AWS config file (``s3 =`` then indented
+    ``key = value`` lines, which configparser keeps as one multi-line value)."""
+    for line in block.splitlines():
+        name, sep, value = line.partition("=")
+        if sep and name.strip() == key:
+            return value.strip()
+    return ""
+
+
 #: Where distributions keep the system's CA bundle (Debian/Ubuntu, Fedora/RHEL, openSUSE,
 #: Alpine). A wheel carries the libcurl of the machine it was built on, whose built-in bundle
 #: path is that machine's distribution's: on another one it may not exist.
@@ -109,11 +147,13 @@ def ca_bundle(ca_file: Optional[str]) -> Optional[str]:
     return next((p for p in SYSTEM_CA_BUNDLES if os.path.isfile(p)), None)
 
 
-#: ``remote_options=`` keys: (type, smallest value).
+#: ``remote_options=`` keys: (type, smallest value; None: one of the values listed for it).
 REMOTE_OPTIONS = {"max_connections": (int, 1), "max_attempts": (int, 1),
                   "backoff_initial_s": (float, 0.0), "backoff_max_s": (float, 0.0),
                   "connect_timeout_s": (int, 1), "stall_timeout_s": (int, 1),
-                  "range_reads_below": (float, 0.0)}
+                  "min_rate_bytes_per_s": (int, 0), "min_rate_window_s": (float, 0.1),
+                  "download_deadline_s": (float, 0.0),
+                  "range_reads_below": (float, 0.0), "s3_addressing_style": (str, None)}
 
 #: The default ``range_reads_below``: an epoch's wanted members of a shard not in the cache are
 #: fetched by HTTP range requests when that costs less than downloading the shard, by this
@@ -137,6 +177,12 @@ def check_remote_options(options: Optional[Dict[str, Any]]) -> Dict[str, Any]:
             raise ValueError(f"WebDataset remote_options: unknown key {key!r} (known: "
                              f"{', '.join(REMOTE_OPTIONS)})")
         if key == "range_reads_below" and value == "auto":
+            out[key] = value
+            continue
+        if key == "s3_addressing_style":
+            if value not in S3_ADDRESSING_STYLES:
+                raise ValueError(f"WebDataset remote_options['s3_addressing_style'] must be one of "
+                                 f"{', '.join(S3_ADDRESSING_STYLES)}, got {value!r}")
             out[key] = value
             continue
         kind, least = REMOTE_OPTIONS[key]
@@ -179,6 +225,8 @@ class RemoteFetcher:
         if not self._s3_resolved and any(remote_scheme(u) == "s3" for u in urls):
             for key, value in s3_settings().items():
                 self.settings.setdefault(key, value)
+            if "s3_addressing_style" not in self.settings:
+                self.settings["s3_addressing_style"] = s3_addressing_style()
             self._s3_resolved = True
 
     def start(self, urls: Sequence[str],

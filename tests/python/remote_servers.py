@@ -1,11 +1,14 @@
 """Loopback servers for the remote-shard tests, started and stopped by them: nginx (HTTP and
-HTTPS with a certificate made at test time), moto's standalone S3 server, and a small proxy that
-injects faults (latency, 503s, connections reset mid-body, stalls) and records what it was
-asked."""
+HTTPS with a certificate made at test time), moto's standalone S3 server (also with request
+signatures checked: MotoAuth), and a small proxy that injects faults (latency, 503s, connections
+reset mid-body, stalls, trickles, objects without ETag replaced mid-download) and records what it
+was asked."""
 
 from __future__ import annotations
 
+import email.utils
 import http.client
+import json
 import os
 import shutil
 import socket
@@ -161,8 +164,10 @@ class FaultProxy:
     queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
     "stall" (half the body, then silence for `stall_s`), "short" (half the body, and a
     Content-Length that says so: a server that truncates), "norange" (the whole object whatever
-    Range asked, as a server without range support answers), or "ok"), and `latency_s` before each
-    response; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`;
+    Range asked, as a server without range support answers), "trickle" (the body at
+    `trickle_bytes_per_s`, until the client hangs up or `hold_s` passes), or "ok"), and
+    `latency_s` before each response; a path given to serve() is answered from a MemoryObject
+    instead of `upstream`; a path given to hold() is answered only once released. Every request's path and headers are kept in `requests`;
     `peak_in_flight` is the most requests it answered at once. (The throttled link of
     the benchmark is ringloader.bench's own server.)"""
 
@@ -174,6 +179,11 @@ class FaultProxy:
         #: Paths whose responses wait until release(path) (or `hold_s`, so a test never hangs).
         self.held: Dict[str, threading.Event] = {}
         self.hold_s = 30.0
+        self.trickle_bytes_per_s = 16.0
+        #: Send upstream the Host the client sent (a SigV4 signature covers it), not upstream's.
+        self.forward_host = False
+        #: Paths answered from memory (serve()) instead of upstream.
+        self.objects: Dict[str, "MemoryObject"] = {}
         #: Called (with the path) after a "reset": what changes on the server between attempts.
         self.after_reset = None
         self.requests: List[Dict[str, str]] = []
@@ -212,6 +222,11 @@ class FaultProxy:
     def release(self, path: str) -> None:
         self.held.pop(path).set()
 
+    def serve(self, path: str, obj: "MemoryObject") -> "MemoryObject":
+        """Requests for `path` are answered from `obj` (faults still apply)."""
+        self.objects[path] = obj
+        return obj
+
     def _next_fault(self, path: str) -> str:
         with self.lock:
             queue = self.faults.get(path)
@@ -246,22 +261,43 @@ class FaultProxy:
             h.end_headers()
             h.wfile.write(body)
             return
-        conn = http.client.HTTPConnection(self.upstream, timeout=30)
-        dropped = ("host", "connection") + (("range", "if-range") if fault == "norange" else ())
-        headers = {k: v for k, v in h.headers.items() if k.lower() not in dropped}
-        conn.request("GET", h.path, headers=headers)
-        resp = conn.getresponse()
-        body = resp.read()
-        conn.close()
+        obj = self.objects.get(h.path)
+        if obj is not None:
+            with self.lock:
+                status, answer, body = obj.answer(h.headers)
+            resp_headers = list(answer.items())
+        else:
+            conn = http.client.HTTPConnection(self.upstream, timeout=30)
+            dropped = ("connection",) + (() if self.forward_host else ("host",)) + \
+                (("range", "if-range") if fault == "norange" else ())
+            headers = {k: v for k, v in h.headers.items() if k.lower() not in dropped}
+            conn.request("GET", h.path, headers=headers)
+            resp = conn.getresponse()
+            body = resp.read()
+            conn.close()
+            status, resp_headers = resp.status, resp.getheaders()
         if fault == "short":
             body = body[:len(body) // 2]
-        h.send_response(resp.status)
-        for k, v in resp.getheaders():
+        h.send_response(status)
+        for k, v in resp_headers:
             if k.lower() not in ("connection", "transfer-encoding", "content-length", "server",
                                  "date", "keep-alive"):
                 h.send_header(k, v)
         h.send_header("Content-Length", str(len(body)))
         h.end_headers()
+        if fault == "trickle":
+            deadline = time.monotonic() + self.hold_s
+            try:
+                for i in range(len(body)):
+                    if time.monotonic() > deadline:
+                        break
+                    h.wfile.write(body[i:i + 1])
+                    h.wfile.flush()
+                    time.sleep(1.0 / self.trickle_bytes_per_s)
+            except OSError:
+                pass  # the client gave up: what the test wants
+            h.close_connection = True
+            return
         if fault in ("reset", "stall") and len(body) > 1:
             h.wfile.write(body[:len(body) // 2])
             h.wfile.flush()
@@ -279,3 +315,119 @@ class FaultProxy:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class MotoAuth(Moto):
+    """moto's S3 server that checks every request's SigV4 signature and IAM permissions, as S3
+    does. The buckets and the credentials are made before the checks start (moto's
+    ``/moto-api/reset-auth``, the server form of ``INITIAL_NO_AUTH_ACTION_COUNT``): an IAM user
+    whose long-term key may read every bucket (`access_key`, `secret_key`), and a role with the
+    same rights whose temporary credentials, from moto's STS, sign with a session token
+    (`session`: access_key, secret_key, session_token)."""
+
+    def __init__(self, buckets: Dict[str, Dict[str, bytes]]):
+        super().__init__()
+        try:
+            self._setup(buckets)
+        except Exception:
+            self.stop()
+            raise
+
+    def _client(self, service: str, key: str = "setup", secret: str = "setup",
+                token: Optional[str] = None, region: str = "us-east-1"):
+        import boto3
+
+        return boto3.client(service, endpoint_url=self.url, region_name=region,
+                            aws_access_key_id=key, aws_secret_access_key=secret,
+                            aws_session_token=token)
+
+    def _setup(self, buckets: Dict[str, Dict[str, bytes]]) -> None:
+        for bucket, files in buckets.items():
+            self.put(bucket, files)
+        read = json.dumps({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})
+        iam = self._client("iam")
+        iam.create_user(UserName="reader")
+        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=read)
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        self.access_key, self.secret_key = key["AccessKeyId"], key["SecretAccessKey"]
+        trust = json.dumps({"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]})
+        role = iam.create_role(RoleName="reader-role", AssumeRolePolicyDocument=trust)["Role"]
+        iam.put_role_policy(RoleName="reader-role", PolicyName="read", PolicyDocument=read)
+        creds = self._client("sts").assume_role(RoleArn=role["Arn"],
+                                                RoleSessionName="train")["Credentials"]
+        self.session = {"access_key": creds["AccessKeyId"], "secret_key": creds["SecretAccessKey"],
+                        "session_token": creds["SessionToken"]}
+        # From here on every request's signature is checked.
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        conn.request("POST", "/moto-api/reset-auth", body=b"0")
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        if resp.status != 200:
+            raise RuntimeError(f"moto did not turn authentication on: HTTP {resp.status}")
+
+    def boto3_get(self, bucket: str, key: str, region: str = "us-east-1", **creds) -> bytes:
+        """The object as boto3 fetches it, signed with `creds` (access_key, secret_key,
+        session_token; default: the long-term key) for `region`."""
+        s3 = self._client("s3", creds.get("access_key", self.access_key),
+                          creds.get("secret_key", self.secret_key), creds.get("session_token"),
+                          region)
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+
+
+class MemoryObject:
+    """An object that FaultProxy answers itself (FaultProxy.serve): Range, If-Range, If-Match
+    and If-Unmodified-Since as a server answers them (the last two only when `preconditions`),
+    an ETag only when `etag`, and a Last-Modified per version, each a minute after the one
+    before. With `replace_after_first_range`, the next version takes over the moment the first
+    range request has been answered (a same-size object replaced during a download)."""
+
+    def __init__(self, versions: List[bytes], etag: bool = False, preconditions: bool = True,
+                 replace_after_first_range: bool = False):
+        self.versions, self.current = list(versions), 0
+        self.with_etag, self.preconditions = etag, preconditions
+        self.replace_after_first_range = replace_after_first_range
+        #: (status, version) of every request answered.
+        self.answered: List[tuple] = []
+
+    def etag(self, version: int) -> str:
+        return f'"v{version}-{len(self.versions[version])}"'
+
+    def last_modified(self, version: int) -> str:
+        return email.utils.formatdate(1_700_000_000 + 60 * version, usegmt=True)
+
+    def answer(self, headers) -> tuple:
+        """(status, headers, body) for a GET with these request headers (FaultProxy calls it
+        under its lock, so the version a request sees is decided atomically)."""
+        v = self.current
+        data = self.versions[v]
+        out = {"Last-Modified": self.last_modified(v), "Accept-Ranges": "bytes"}
+        if self.with_etag:
+            out["ETag"] = self.etag(v)
+
+        def when(text: str) -> float:
+            return email.utils.parsedate_to_datetime(text).timestamp()
+
+        if self.preconditions:
+            match, since = headers.get("If-Match"), headers.get("If-Unmodified-Since")
+            if (match is not None and match != out.get("ETag")) or \
+                    (since is not None and when(out["Last-Modified"]) > when(since)):
+                self.answered.append((412, v))
+                return 412, out, b""
+        rng, if_range = headers.get("Range"), headers.get("If-Range")
+        if rng and if_range is not None and if_range not in (out.get("ETag"), out["Last-Modified"]):
+            rng = None  # changed since: the whole object
+        if rng and rng.startswith("bytes="):
+            first, _, last = rng[len("bytes="):].partition("-")
+            start = int(first)
+            end = min(int(last) if last else len(data) - 1, len(data) - 1)
+            out["Content-Range"] = f"bytes {start}-{end}/{len(data)}"
+            self.answered.append((206, v))
+            if self.replace_after_first_range and self.current + 1 < len(self.versions):
+                self.current += 1
+                self.replace_after_first_range = False
+            return 206, out, data[start:end + 1]
+        self.answered.append((200, v))
+        return 200, out, data

@@ -6,8 +6,11 @@ A child cgroup is made under this process's own (cgroup v1 ``memory.limit_in_byt
 which varies by build), then sets its own limit to what it uses plus a headroom of 5 batch slots:
 a loader that allocates its default 4-deep pipeline plus the batch the loop holds (5 slots, 6 with
 the one being released) goes over it, one that keeps within the default budget (a quarter of
-that headroom, raised to the 2-slot minimum since it fits in half) stays well under. Skipped, with
-the reason, where no writable memory cgroup is available (not root, no memory controller)."""
+that headroom, raised to the 2-slot minimum since it fits in half) stays well under. A second
+test puts a 13000 x 13000 PNG (about 500 MB decoded) in a 620 MB cgroup: its decode buffers count
+against the budget, so the sample fails with an error naming it and the bytes it needed, instead
+of the process being OOM-killed. Skipped, with the reason, where no writable memory cgroup is
+available (not root, no memory controller)."""
 
 from __future__ import annotations
 
@@ -166,6 +169,87 @@ def test_default_budget_cuts_the_pipeline_to_fit_a_small_memory_cgroup(tree, tmp
         assert "a quarter of" in text and "available (cgroup v" in text, text
         assert "drained between epochs (the memory budget is too tight" in text, text
         assert "  budget:  covers the batch slots, batches you keep included; not the " in text, text
+
+
+# Runs in a 620 MB cgroup: argv = tree, limit file, usage file. A 13000 x 13000 PNG (under the
+# pixel limit) needs over 500 MB to decode: counted against the memory budget, it fails its
+# sample with a clear error under on_error, where it used to get the process OOM-killed.
+BIG_CHILD = r"""
+import json, sys
+tree, limit_file, usage_file = sys.argv[1], sys.argv[2], sys.argv[3]
+import torch
+import ringloader as rl
+from ringloader import transforms as T
+
+usage = int(open(usage_file).read().split()[0])
+limit = max(620 * 10**6, usage + 100 * 10**6)  # 620 MB, or 100 MB over what the imports took
+with open(limit_file, "w") as f:
+    f.write(str(limit))
+tf = T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor()])
+ds = rl.ImageFolder(tree, transform=tf)
+out = {"limit": limit, "usage": usage}
+loader = rl.DataLoader(ds, batch_size=4, num_workers=2, on_error="skip")
+out["skip_sizes"] = [int(x.shape[0]) for x, y in loader]
+s = loader.stats()
+out["errors"], out["last_error"], out["max_memory"] = s["errors"], s["last_error"], s["max_memory"]
+del loader
+try:
+    for x, y in rl.DataLoader(ds, batch_size=4, num_workers=2):
+        pass
+    out["raised"] = None
+except Exception as e:
+    out["raised"] = f"{type(e).__name__}: {e}"
+print("RESULT " + json.dumps(out))
+"""
+
+
+def write_big_png(path: Path, width: int, height: int) -> None:
+    """An RGB PNG, quickly: one gradient row, then rows filtered "Up" (all zeros: compressible)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    first = bytes([0]) + bytes((x * 7 + c) & 0xFF for x in range(width) for c in range(3))
+    up = bytes([2]) + bytes(3 * width)
+    comp = zlib.compressobj(1)
+    data = comp.compress(first) + b"".join(comp.compress(up) for _ in range(height - 1)) + comp.flush()
+    with open(path, "wb") as f:
+        f.write(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)))
+        for at in range(0, len(data), 1 << 20):
+            f.write(chunk(b"IDAT", data[at:at + (1 << 20)]))
+        f.write(chunk(b"IEND", b""))
+
+
+def test_an_image_larger_than_the_budget_fails_its_sample_instead_of_the_process(tmp_path):
+    from imagegen import jpeg_bytes
+
+    tree = tmp_path / "tree"
+    (tree / "a").mkdir(parents=True)
+    for i in range(7):
+        (tree / "a" / f"img_{i}.jpg").write_bytes(jpeg_bytes(320, 240, seed=i))
+    big = tree / "a" / "img_3_big.png"
+    write_big_png(big, 13000, 13000)  # 169 M pixels: under the 179 M pixel limit
+    child, limit, usage = writable_memory_cgroup(f"ringloader-big-{os.getpid()}")
+    script = tmp_path / "big_child.py"
+    script.write_text(BIG_CHILD)
+    try:
+        shell = 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"'
+        done = subprocess.run(["sh", "-c", shell, "sh", str(child), sys.executable, str(script), str(tree),
+                               str(child / limit), str(child / usage)], capture_output=True, text=True, timeout=300)
+    finally:
+        child.rmdir()
+    # -9 (SIGKILL) is the cgroup's OOM killer: what decoding the image outside the budget got.
+    assert done.returncode == 0, f"exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    r = json.loads(done.stdout.split("RESULT ", 1)[1])
+    assert r["skip_sizes"] == [4, 3], r  # 8 samples, the big one skipped
+    assert r["errors"] == 1, r
+    for text in (r["last_error"], r["raised"]):
+        assert str(big) in text, r
+        assert "PNG image 13000 x 13000 needs " in text and " bytes (" in text, r
+        assert "more than the memory budget leaves for decoding: max_memory " in text, r
+        assert "Raise max_memory=" in text, r
 
 
 def test_no_writable_cgroup_is_a_skip_not_a_failure(monkeypatch, tmp_path):

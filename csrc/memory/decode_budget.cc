@@ -1,0 +1,120 @@
+#include "memory/decode_budget.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
+
+namespace ringloader {
+
+DecodeBudget::DecodeBudget(uint64_t total, uint64_t allowance)
+    : total_(total), allowance_(allowance), owner_pid_(static_cast<int>(getpid())) {}
+
+DecodeBudget::Grant& DecodeBudget::Grant::operator=(Grant&& other) noexcept {
+  if (this != &other) {
+    Release();
+    budget_ = other.budget_;
+    bytes_ = other.bytes_;
+    other.budget_ = nullptr;
+  }
+  return *this;
+}
+
+void DecodeBudget::Grant::Release() {
+  if (budget_ == nullptr) return;
+  budget_->Return(bytes_);
+  budget_ = nullptr;
+}
+
+absl::StatusOr<DecodeBudget::Grant> DecodeBudget::Acquire(uint64_t bytes, absl::string_view what) {
+  if (bytes <= allowance_ || static_cast<int>(getpid()) != owner_pid_) return Grant();
+  std::unique_lock<std::mutex> lock(mu_);
+  const uint64_t ticket = next_ticket_++;
+  queue_.push_back(ticket);
+  bool waited = false;
+  while (true) {
+    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    if (bytes > room) {
+      // Slots stay allocated while the loader lives: this need can never be met.
+      queue_.erase(std::find(queue_.begin(), queue_.end(), ticket));
+      ++counts_.refused;
+      changed_.notify_all();
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " needs ", bytes, " bytes (", FormatMemorySize(bytes),
+          ") of decode buffers, more than the memory budget leaves for decoding: max_memory ",
+          FormatMemorySize(total_), ", of which ", FormatMemorySize(counts_.slot_bytes),
+          " are batch slots. Raise max_memory= (to at least ", FormatMemorySize(counts_.slot_bytes + bytes),
+          "), lower max_image_pixels= to refuse such images before reading them, or shrink the image"));
+    }
+    if (queue_.front() == ticket && counts_.decode_bytes + bytes <= room) break;
+    waited = true;
+    changed_.wait(lock);
+  }
+  queue_.pop_front();
+  counts_.decode_bytes += bytes;
+  ++counts_.grants;
+  if (waited) ++counts_.waits;
+  counts_.peak_decode_bytes = std::max(counts_.peak_decode_bytes, counts_.decode_bytes);
+  counts_.peak_total_bytes = std::max(counts_.peak_total_bytes, counts_.decode_bytes + counts_.slot_bytes);
+  changed_.notify_all();  // the next in line may fit too
+  return Grant(this, bytes);
+}
+
+void DecodeBudget::Return(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_.decode_bytes -= std::min(bytes, counts_.decode_bytes);
+  changed_.notify_all();
+}
+
+void DecodeBudget::AddSlotBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_.slot_bytes += bytes;
+  counts_.peak_total_bytes = std::max(counts_.peak_total_bytes, counts_.decode_bytes + counts_.slot_bytes);
+  changed_.notify_all();  // a waiter whose need no longer fits is refused now
+}
+
+void DecodeBudget::RemoveSlotBytes(uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_.slot_bytes -= std::min(bytes, counts_.slot_bytes);
+  changed_.notify_all();
+}
+
+DecodeBudget::Counts DecodeBudget::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+namespace {
+
+class BudgetedAllocator final : public SlotAllocator {
+ public:
+  BudgetedAllocator(std::shared_ptr<SlotAllocator> inner, std::shared_ptr<DecodeBudget> budget)
+      : inner_(std::move(inner)), budget_(std::move(budget)) {}
+  void* Allocate(size_t bytes) override {
+    void* memory = inner_->Allocate(bytes);
+    if (memory != nullptr) budget_->AddSlotBytes(bytes);
+    return memory;
+  }
+  void Free(void* ptr, size_t bytes) override {
+    inner_->Free(ptr, bytes);
+    budget_->RemoveSlotBytes(bytes);
+  }
+  bool pinned() const override { return inner_->pinned(); }
+  std::string name() const override { return inner_->name(); }
+
+ private:
+  std::shared_ptr<SlotAllocator> inner_;
+  std::shared_ptr<DecodeBudget> budget_;
+};
+
+}  // namespace
+
+std::shared_ptr<SlotAllocator> MakeBudgetedAllocator(std::shared_ptr<SlotAllocator> inner,
+                                                     std::shared_ptr<DecodeBudget> budget) {
+  return std::make_shared<BudgetedAllocator>(std::move(inner), std::move(budget));
+}
+
+}  // namespace ringloader

@@ -1,0 +1,108 @@
+#pragma once
+/// The loader's memory budget (`max_memory`) as one ledger shared by the batch slots and the
+/// decoders' buffers (the decoded image, the resampler's intermediates, a progressive JPEG's
+/// coefficients), so that a few very large images decoded at once cannot take the process past
+/// its budget (or its cgroup's limit) where the slots alone never would.
+///
+/// Rules:
+///  * Slots are charged when the pool allocates them (MakeBudgetedAllocator) and are never
+///    refused or delayed: PlanSlots already sized them to fit the budget.
+///  * A decode that needs at most `allowance` bytes is not charged: every decode thread may use
+///    that much beside the budget (small images, streamed JPEG rows), so the common case costs
+///    nothing. Each decoder also trims what it keeps between images to the allowance.
+///  * A larger decode takes a grant for its whole need before it allocates, and gives it back
+///    when it is done. Grants are served in arrival order; a request waits while the grants
+///    ahead of it and those in force leave too little room beside the slots. A grant is held
+///    only for one decode, which waits on nothing while it holds it, so every wait ends: one
+///    image within the budget always fits once the decodes before it finished.
+///  * A need larger than what the slots leave of the budget can never be met (slots stay
+///    allocated for the loader's lifetime): ResourceExhausted at once, saying how many bytes
+///    were needed and what to change. The caller names the sample.
+///
+/// So slots + charged decodes stay within `total`, and the loader's slot and decode memory
+/// within `total + threads x allowance` (a slot the pool allocates while a large decode runs is
+/// taken from the room later decodes get).
+
+#include <cstdint>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "memory/slot_allocator.h"
+
+namespace ringloader {
+
+/// Bytes a decode thread may use without a grant (see above). Large enough for every streamed
+/// JPEG row buffer and for whole images of a few megapixels.
+inline constexpr uint64_t kDecodeAllowanceBytes = uint64_t{16} << 20;
+
+class DecodeBudget {
+ public:
+  /// `total`: the loader's budget (max_memory) in bytes; `allowance`: what a decode may use
+  /// uncharged.
+  explicit DecodeBudget(uint64_t total, uint64_t allowance = kDecodeAllowanceBytes);
+  DecodeBudget(const DecodeBudget&) = delete;
+  DecodeBudget& operator=(const DecodeBudget&) = delete;
+
+  /// Bytes held for one decode; returned to the budget when destroyed (or Release()d).
+  class Grant {
+   public:
+    Grant() = default;
+    Grant(Grant&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_) { other.budget_ = nullptr; }
+    Grant& operator=(Grant&& other) noexcept;
+    ~Grant() { Release(); }
+    void Release();
+    uint64_t bytes() const { return budget_ != nullptr ? bytes_ : 0; }
+
+   private:
+    friend class DecodeBudget;
+    Grant(DecodeBudget* budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {}
+    DecodeBudget* budget_ = nullptr;
+    uint64_t bytes_ = 0;
+  };
+
+  /// A grant for `bytes` (an empty one when bytes <= allowance), waiting for room as described
+  /// above. ResourceExhausted when `bytes` can never fit; its message starts with `what` (the
+  /// image: "PNG image 13000 x 13000").
+  absl::StatusOr<Grant> Acquire(uint64_t bytes, absl::string_view what);
+
+  /// The slot pool's allocations and frees (MakeBudgetedAllocator).
+  void AddSlotBytes(uint64_t bytes);
+  void RemoveSlotBytes(uint64_t bytes);
+
+  uint64_t total() const { return total_; }
+  uint64_t allowance() const { return allowance_; }
+
+  struct Counts {
+    uint64_t slot_bytes = 0;      ///< held by batch slots now
+    uint64_t decode_bytes = 0;    ///< held by decode grants now
+    uint64_t peak_decode_bytes = 0;
+    uint64_t peak_total_bytes = 0;  ///< slots + grants, at most
+    int64_t grants = 0;           ///< charged decodes
+    int64_t waits = 0;            ///< ... that had to wait for room
+    int64_t refused = 0;          ///< needs that could not fit
+  };
+  Counts counts() const;
+
+ private:
+  void Return(uint64_t bytes);
+
+  const uint64_t total_;
+  const uint64_t allowance_;
+  const int owner_pid_;  // a fork()ed child's decodes are not counted: its lock may be the parent's
+  mutable std::mutex mu_;
+  std::condition_variable changed_;
+  std::deque<uint64_t> queue_;  // tickets waiting, oldest first
+  uint64_t next_ticket_ = 0;
+  Counts counts_;
+};
+
+/// `inner` with every allocation charged to `budget` as slot bytes (never refused).
+std::shared_ptr<SlotAllocator> MakeBudgetedAllocator(std::shared_ptr<SlotAllocator> inner,
+                                                     std::shared_ptr<DecodeBudget> budget);
+
+}  // namespace ringloader
