@@ -85,6 +85,7 @@ void StreamCache::StartEpoch(const std::map<std::string, std::vector<Range>>& wa
       Want& want = s->wanted[{r.offset, r.length}];
       ++want.count;
       want.tar_member = want.tar_member || r.tar_member;
+      if (r.stream_end != 0) want.stream_end = r.stream_end;
     }
   }
 }
@@ -121,6 +122,40 @@ absl::Status StreamCache::Restart(Stream* s) {
   s->child = std::move(*child);
   starts_.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status StreamCache::CheckStreamEnd(const std::string& path, Stream* s, uint64_t stream_end,
+                                         const std::atomic<bool>* cancel) {
+  if (!s->child || !s->ended.empty()) return absl::OkStatus();
+  if (!s->chunk) s->chunk.reset(new uint8_t[kReadChunk]);
+  uint8_t* chunk = s->chunk.get();
+  while (s->pos <= stream_end) {
+    absl::StatusOr<size_t> got = s->child->Read(chunk, kReadChunk, cancel);
+    if (!got.ok()) {
+      if (absl::IsCancelled(got.status())) return got.status();
+      return absl::OkStatus();  // a read error, not a change: later members' reads say it
+    }
+    if (*got == 0) {
+      const int code = s->child->Wait();
+      s->ended = code != 0 ? absl::StrCat(path, " exited with status ", code)
+                           : absl::StrCat(path, ": stream ended at byte ", s->pos);
+      if (code != 0 || s->pos == stream_end) return absl::OkStatus();
+      break;  // ended before the indexed end: shorter than when indexed
+    }
+    bytes_read_.fetch_add(static_cast<int64_t>(*got), std::memory_order_relaxed);
+    s->tail.Advance(chunk, *got);
+    s->pos += *got;
+  }
+  const std::string what = s->pos > stream_end
+                               ? absl::StrCat("goes on past byte ", stream_end, ", where it ended when it was "
+                                              "indexed (members were appended)")
+                               : absl::StrCat("ends at byte ", s->pos, ", before byte ", stream_end,
+                                              ", where it ended when it was indexed");
+  absl::Status status = absl::FailedPreconditionError(absl::StrCat(
+      path, ": the shard's index is out of date: the stream ", what, "; the shard changed since it was indexed"));
+  status.SetPayload(kStaleIndexPayload, absl::Cord(path));
+  s->stale = status;
+  return status;
 }
 
 absl::Status StreamCache::CheckMember(const std::string& path, uint64_t offset, int64_t length) const {
@@ -207,6 +242,9 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
     auto w = s->wanted.find(key);
     if (w != s->wanted.end() && --w->second.count <= 0) s->wanted.erase(w);
   };
+  // The index's last member: the stream must end where it ended when indexed (see the header).
+  uint64_t stream_end = 0;
+  if (auto w = s->wanted.find(key); w != s->wanted.end()) stream_end = w->second.stream_end;
   size_t filled = 0;  // bytes of the member already in `out`
   if (auto k = s->kept.find(key); k != s->kept.end()) {
     std::memcpy(out->data(), k->second.bytes.get(), k->second.filled);
@@ -217,6 +255,7 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
         kept_bytes_.fetch_sub(length, std::memory_order_relaxed);
         s->kept.erase(k);
       }
+      if (stream_end != 0) return CheckStreamEnd(path, s, stream_end, cancel);
       return absl::OkStatus();
     }
     // Being filled: the stream stands inside it; carry on from there.
@@ -317,6 +356,7 @@ absl::Status StreamCache::Fetch(const std::string& path, uint64_t offset, int64_
     kept_bytes_.fetch_add(length, std::memory_order_relaxed);
     s->kept.emplace(key, std::move(copy));
   }
+  if (stream_end != 0) return CheckStreamEnd(path, s, stream_end, cancel);
   return absl::OkStatus();
 }
 

@@ -22,6 +22,11 @@
 /// compressed images; a rewrite that keeps every image member's offset and size but changes only
 /// labels is not seen (see docs/datasets.md, "A stale index is never read from").
 ///
+/// Members appended (or removed after the last one) leave every indexed header in place: a range
+/// with `stream_end` (the stream's length when it was indexed; the index's last member) is
+/// therefore followed, once read, by the rest of the stream, which must end exactly there. A
+/// stream that goes on past it, or ends before it, is stale like a moved header.
+///
 /// Threading: any thread. The stream map takes a mutex; each stream has its own mutex, held while
 /// its command is read, so reader threads fetching from different streams run in parallel.
 /// Fetch() returns Cancelled soon (within ~50 ms) after `*cancel` is set, so Stop() never waits
@@ -55,6 +60,7 @@ class StreamCache {
     uint64_t offset;
     int64_t length;
     bool tar_member = false;  ///< its header is checked as the stream passes it (see above)
+    uint64_t stream_end = 0;  ///< not 0: the stream must end at this byte (see above)
   };
   /// Starts a new epoch: kills and reaps every command (so each stream starts from its
   /// beginning) and records the members the epoch will request, per pipe path.
@@ -102,6 +108,7 @@ class StreamCache {
   struct Want {
     int count = 0;
     bool tar_member = false;
+    uint64_t stream_end = 0;
   };
   struct Kept {
     int64_t length = 0;
@@ -129,6 +136,11 @@ class StreamCache {
   static absl::Status CheckTarHeader(const std::string& path, uint64_t offset, int64_t length, const uint8_t* block);
   // Starts (or restarts) `s`'s command from byte 0.
   absl::Status Restart(Stream* s);
+  // Reads `s`'s running command to its end (discarding, `s->mu` held) and checks that it ends at
+  // `stream_end`: else `s` is stale (returned). OK when the command failed (its members' reads
+  // say so) or was not running.
+  absl::Status CheckStreamEnd(const std::string& path, Stream* s, uint64_t stream_end,
+                              const std::atomic<bool>* cancel);
 
   const size_t max_member_bytes_;
   std::mutex mu_;

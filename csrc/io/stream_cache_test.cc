@@ -320,5 +320,59 @@ TEST(StreamCacheTest, AShardRewrittenSinceItsIndexIsAStaleIndexNotASampleError) 
   EXPECT_TRUE(cache.Fetch(path, 100, 10, &got, nullptr).ok());
 }
 
+TEST(StreamCacheTest, MembersAppendedSinceTheIndexAreAStaleIndex) {
+  const std::string dir = MakeTempDir();
+  const std::vector<size_t> sizes = {700, 1024, 33, 5000, 3000, 1};
+  auto [a, index] = TarShard(sizes, 1);
+  // The same members, two appended: every indexed header is where the index says.
+  std::vector<size_t> grown = sizes;
+  grown.push_back(900);
+  grown.push_back(20);
+  auto [b, b_index] = TarShard(grown, 1);
+  ASSERT_EQ(b.substr(0, index.back().offset + index.back().length),
+            a.substr(0, index.back().offset + index.back().length));
+  index.back().stream_end = a.size();  // the index's last member carries the stream's length
+  const std::string path = "pipe:cat " + dir + "/s.tar";
+  for (const bool appended : {false, true}) {
+    WriteBytes(dir + "/s.tar", appended ? b : a);
+    for (const std::string p : {path, "pipe:dd if=" + dir + "/s.tar bs=100 status=none"}) {
+      StreamCache cache(size_t{1} << 30);
+      std::vector<StreamCache::Range> order = index;
+      std::swap(order[2], order[5]);  // the last member read ahead and kept: checked when served
+      cache.StartEpoch({{p, order}});
+      ByteBuffer got;
+      absl::Status status;
+      for (const auto& r : order) {
+        status = cache.Fetch(p, r.offset, r.length, &got, nullptr, true);
+        if (!status.ok()) break;
+      }
+      if (!appended) {
+        EXPECT_TRUE(status.ok()) << p << ": " << status;
+        EXPECT_EQ(cache.restarts(), 0);
+        continue;
+      }
+      ASSERT_TRUE(IsStaleIndex(status)) << p << ": " << status;
+      EXPECT_EQ(status.GetPayload(kStaleIndexPayload).value_or(absl::Cord()), p);
+      EXPECT_NE(status.message().find(absl::StrCat("the stream goes on past byte ", a.size(),
+                                                   ", where it ended when it was indexed (members were appended)")),
+                std::string::npos)
+          << status;
+      // The stream stays stale for the rest of the epoch.
+      EXPECT_TRUE(IsStaleIndex(cache.Fetch(p, index[0].offset, index[0].length, &got, nullptr, true)));
+    }
+  }
+  // Cut after the last member's data (the end-of-archive blocks gone): it ends early.
+  WriteBytes(dir + "/s.tar", a.substr(0, index.back().offset + 512));
+  StreamCache cache(size_t{1} << 30);
+  cache.StartEpoch({{path, {index.back()}}});
+  ByteBuffer got;
+  absl::Status status = cache.Fetch(path, index.back().offset, index.back().length, &got, nullptr, true);
+  ASSERT_TRUE(IsStaleIndex(status)) << status;
+  EXPECT_NE(status.message().find(absl::StrCat("ends at byte ", index.back().offset + 512, ", before byte ",
+                                               a.size())),
+            std::string::npos)
+      << status;
+}
+
 }  // namespace
 }  // namespace ringloader

@@ -233,7 +233,7 @@ void Epoch::StartPipeline() {
     for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
       const Sample& s = (*ctx.samples)[static_cast<size_t>(indices[i])];
       if (s.source == SourceKind::kPipe && s.error.empty()) {
-        wanted[s.path].push_back({s.offset, s.length, s.tar_member});
+        wanted[s.path].push_back({s.offset, s.length, s.tar_member, s.stream_end});
       }
     }
     ctx.streams->StartEpoch(wanted);

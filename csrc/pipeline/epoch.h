@@ -324,6 +324,23 @@ class Epoch {
   // the epoch is cancelled.
   bool MayDispatch(int64_t b);
 
+  // ErrorPolicy::kReplace draws a failed row's substitute from anywhere in the dataset, so a
+  // queued epoch may read files past the rows its caller checks. Before reading one it records
+  // the file's identity (NoteAheadFiles); StartEpoch adopts the epoch only when every file so
+  // recorded is still the one read (AheadFilesUnchanged), and starts afresh otherwise.
+  struct FileIdentity {
+    bool exists = false;
+    uint64_t device = 0, inode = 0;
+    int64_t size = 0, mtime_ns = 0, ctime_ns = 0;
+    bool operator==(const FileIdentity& o) const {
+      return exists == o.exists && device == o.device && inode == o.inode && size == o.size &&
+             mtime_ns == o.mtime_ns && ctime_ns == o.ctime_ns;
+    }
+  };
+  static FileIdentity IdentityOf(const std::string& path);
+  void NoteAheadFiles(const Sample& sample);
+  bool AheadFilesUnchanged();
+
   // A reader thread's I/O ring is created and destroyed under RingLifetimeMutex(): a new reader
   // (of a queued epoch, or of another loader) may map its io_uring where an exited, not yet
   // joined reader's ring was. The kernel orders the two, but liburing maps rings with raw
@@ -425,6 +442,8 @@ class Epoch {
   int64_t dispatched ABSL_GUARDED_BY(ready_mu);  // batches that own a slot (or finished)
   // Batches a queued epoch may dispatch before it is adopted (INT64_MAX: no bound; see Adopted).
   int64_t ahead_limit ABSL_GUARDED_BY(ready_mu) = INT64_MAX;
+  // The files of substitutes read before adoption, each with its identity then (NoteAheadFiles).
+  std::vector<std::pair<std::string, FileIdentity>> ahead_files ABSL_GUARDED_BY(ready_mu);
   int64_t in_flight ABSL_GUARDED_BY(ready_mu) = 0;    // dispatched, not yet taken
   int64_t ready_count ABSL_GUARDED_BY(ready_mu) = 0;  // ... of which complete
   bool idle_seen ABSL_GUARDED_BY(ready_mu) = false;   // PipelineIdle() since the consumer last looked

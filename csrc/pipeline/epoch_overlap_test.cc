@@ -324,6 +324,35 @@ TEST(EpochOverlapTest, QueuedEpochReadsNoFurtherThanItsDepthBeforeAdoption) {
   EXPECT_EQ(loader->Stats().samples, 80) << "nothing decoded twice";
 }
 
+TEST(EpochOverlapTest, ASubstituteReadAheadWhoseFileChangedIsReadAgain) {
+  // kReplace draws a substitute from anywhere in the dataset: a queued epoch may read a file
+  // past its depth for it. When that file changes before StartEpoch, the epoch is not adopted.
+  const std::string dir = testing::MakeTempDir();
+  std::vector<Sample> samples = testing::WriteJpegDataset(dir, 40);
+  samples[1].path = dir + "/missing.jpg";  // row 1 of batch 0: replaced
+  LoaderOptions o = Options();
+  o.shuffle = false;
+  o.prefetch_batches = 2;
+  o.on_error = ErrorPolicy::kReplace;
+  const int64_t substitute = Fresh(samples, o, 1).indices[1];
+  ASSERT_GE(substitute, o.prefetch_batches * o.batch_size) << "a substitute past the depth";
+  for (bool change : {false, true}) {
+    auto loader = Loader::Create(samples, o).value();
+    ASSERT_TRUE(loader->StartEpoch(0).ok());
+    ASSERT_TRUE(loader->QueueEpoch(1).ok());
+    Drain(*loader);
+    ASSERT_TRUE(Eventually([&] { return loader->Stats().samples_ahead >= o.prefetch_batches * o.batch_size; }));
+    if (change) {
+      testing::JpegFlavor other;
+      other.seed = 4242;
+      testing::WriteFile(samples[static_cast<size_t>(substitute)].path, testing::EncodeJpeg(other));
+    }
+    ASSERT_TRUE(loader->StartEpoch(1).ok());
+    EXPECT_EQ(Drain(*loader), Fresh(samples, o, 1)) << "change " << change;
+    EXPECT_EQ(loader->Stats().epochs_adopted, change ? 0 : 1);
+  }
+}
+
 TEST(EpochOverlapTest, AdoptedBeforeTheCurrentEpochDispatchedEverything) {
   // The consumer leaves epoch 0 early (its dispatcher still waits for slots): the queued epoch
   // never started, and StartEpoch(1) starts and adopts it.

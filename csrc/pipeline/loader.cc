@@ -532,7 +532,8 @@ void Loader::Impl::StartChecked(int64_t epoch, uint64_t seed, std::vector<int64_
   std::unique_ptr<Epoch> adopted;
   {
     std::lock_guard<std::mutex> lock(handoff_mu_);
-    if (queued_ && first_batch == 0 && queued_->Matches(epoch, seed, indices, offsets)) {
+    if (queued_ && first_batch == 0 && queued_->Matches(epoch, seed, indices, offsets) &&
+        queued_->AheadFilesUnchanged()) {  // substitutes read ahead (Epoch::NoteAheadFiles)
       adopted = std::move(queued_);
     }
   }

@@ -520,7 +520,7 @@ class PyLoader {
  public:
   PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
            py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
-           py::object tar_members, py::object memory, py::object more_files) {
+           py::object tar_members, py::object memory, py::object more_files, py::object stream_ends) {
     std::vector<Sample> samples = SamplesFrom(paths);
     if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
       throw py::value_error("paths and labels differ in length");
@@ -576,6 +576,14 @@ class PyLoader {
                                            samples.size(), ")"));
       }
       for (size_t i = 0; i < samples.size(); ++i) samples[i].tar_member = array.data()[i];
+    }
+    if (!stream_ends.is_none()) {
+      // int per sample: 0, or a pipe: stream's length when indexed (see Sample::stream_end).
+      std::vector<int64_t> v = column(stream_ends, "stream_ends");
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < 0) throw py::value_error(absl::StrCat("stream_ends[", i, "] is negative: ", v[i]));
+        samples[i].stream_end = static_cast<uint64_t>(v[i]);
+      }
     }
     if (!errors.is_none()) {
       // str per sample: '' (or None) = ok, anything else is why the sample is bad.
@@ -1208,11 +1216,12 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<PyLoader>(m, "Loader")
       .def(py::init<py::object, py::array_t<int64_t, py::array::c_style | py::array::forcecast>, py::dict,
-                    py::object, py::object, py::object, py::object, py::object, py::object, py::object>(),
+                    py::object, py::object, py::object, py::object, py::object, py::object, py::object,
+                    py::object>(),
            py::arg("paths"), py::arg("labels"), py::arg("options"), py::arg("offsets") = py::none(),
            py::arg("lengths") = py::none(), py::arg("errors") = py::none(), py::arg("pipes") = py::none(),
            py::arg("tar_members") = py::none(), py::arg("memory") = py::none(),
-           py::arg("more_files") = py::none())
+           py::arg("more_files") = py::none(), py::arg("stream_ends") = py::none())
       .def("start_epoch", &PyLoader::StartEpoch, py::arg("epoch"), py::arg("seed"), py::arg("indices"),
            py::arg("offsets"), py::arg("first_batch") = 0)
       .def("start_builtin_epoch", &PyLoader::StartBuiltinEpoch, py::arg("epoch"), py::arg("first_batch") = 0)

@@ -356,25 +356,29 @@ class NativeBackend(Backend):
         # Shard members: byte ranges of the shards (whole files elsewhere: length -1), and which
         # are members of a pipe: stream (only a WebDataset's own pipe: URLs; any path else is a
         # file, whatever its name).
-        offsets, lengths, errors, pipes, tar_members = [], [], [], [], []
+        offsets, lengths, errors, pipes, tar_members, ends = [], [], [], [], [], []
         for f, r in zip(self._folders, ranges):
             none = np.zeros(len(f), dtype=bool)
+            # A pipe: stream's length when indexed, on its last member (appended members).
+            no_end = np.zeros(len(f), dtype=np.int64)
             if r:
                 offsets.append(r["offsets"])
                 lengths.append(r["lengths"])
                 errors += r["errors"]
                 pipes.append(np.asarray(r.get("pipes", none), dtype=bool))
                 tar_members.append(np.asarray(r.get("tar_members", none), dtype=bool))
+                ends.append(np.asarray(r.get("stream_ends", no_end), dtype=np.int64))
             else:
                 offsets.append(np.zeros(len(f), dtype=np.int64))
                 lengths.append(np.full(len(f), -1, dtype=np.int64))
                 errors += [""] * len(f)
                 pipes.append(none)
                 tar_members.append(none)
+                ends.append(no_end)
         return _C.Loader(paths, targets, self._options, offsets=np.concatenate(offsets),
                          lengths=np.concatenate(lengths), errors=errors,
                          pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members),
-                         memory=memory, more_files=more_files)
+                         memory=memory, more_files=more_files, stream_ends=np.concatenate(ends))
 
     def describe(self) -> str:
         """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""

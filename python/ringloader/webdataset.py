@@ -534,6 +534,9 @@ class WebDataset(NativeDataset):
         self.index_files: List[Optional[str]] = []
         #: Per local shard: (size, mtime_ns) when it was indexed; None for a pipe: shard.
         self.shard_stats: List[Optional[Tuple[int, int]]] = []
+        #: Per pipe: shard indexed whole: the stream's length then (0 for the others), which a
+        #: stream must end at (members appended since make its index stale; see byte_ranges).
+        self.stream_bytes: List[int] = []
         if progress is not None and not isinstance(progress, bool):
             raise ValueError(f"WebDataset progress must be None, True or False, got {progress!r}")
         indexed = iter(self._index_all(
@@ -547,6 +550,11 @@ class WebDataset(NativeDataset):
                 url, pipe, index = self.urls[s], False, known[s]
             else:
                 url, pipe, index = next(indexed)
+                again = self._fetcher.refetch_if_cut(self.urls[s]) if index.get("error") and \
+                    self._remote_copies[s] is not None else None  # type: ignore[union-attr]
+                if again is not None:  # a cut copy in the cache: indexed again, whole
+                    self._remote_copies[s] = (int(again["size"]), str(again["etag"]))
+                    url, pipe, index = self._index_all([(again["path"], pipe)], None)[0]
             if self._remote_copies[s] is not None:
                 url = self.urls[s]
                 if self.index_cache is not None and s not in known:
@@ -558,6 +566,8 @@ class WebDataset(NativeDataset):
                 index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
+            self.stream_bytes.append(int(index.get("bytes", 0)) if pipe and not index.get("error")
+                                     else 0)
             count = len(index["keys"])
             if index.get("error") and count and index["errors"][-1]:
                 # The shard ends inside its last sample (the scan drops the cut member): say so.
@@ -988,9 +998,21 @@ class WebDataset(NativeDataset):
 
     def byte_ranges(self) -> Dict[str, Any]:
         pipes = np.repeat(np.asarray(self.url_pipes, dtype=bool), self.shard_sizes)
+        # A pipe: stream's last member read (the last without an error) carries the stream's
+        # length when indexed: the stream is then read to its end, which must be there, so that
+        # members appended since are a stale index like any other change.
+        ends = np.zeros(len(self.offsets), dtype=np.int64)
+        for s, end in enumerate(getattr(self, "stream_bytes", [])):
+            if not end:
+                continue
+            lo, hi = int(self.shard_starts[s]), int(self.shard_starts[s + 1])
+            read = [i for i in range(lo, hi) if not self.sample_errors[i] and self.lengths[i] > 0]
+            if read:
+                ends[read[-1]] = end
         # Every range is a member's data: a stream checks the tar header before it as it passes.
         return {"offsets": self.offsets, "lengths": self.lengths, "errors": self.sample_errors,
-                "pipes": pipes, "tar_members": np.ones(len(self.offsets), dtype=bool)}
+                "pipes": pipes, "tar_members": np.ones(len(self.offsets), dtype=bool),
+                "stream_ends": ends}
 
     def check_shards(self, shards: Optional[Sequence[int]] = None,
                      background: bool = False) -> None:

@@ -212,3 +212,59 @@ def test_resume_into_another_seeded_generator_follows_the_checkpoint(tmp_path, c
     other = run(make(123), 3)
     assert [[y.tolist() for _, y in e] for e in other] != \
         [[y.tolist() for _, y in e] for e in want]
+
+
+# ---- item: a pipe: shard that grew ----------------------------------------------------------
+
+def test_a_pipe_shard_grown_between_epochs_is_a_stale_index(tmp_path):
+    shard = tmp_path / "grow.tar"
+    write_shard(shard, 0, 12)
+    index = tmp_path / "index"
+    url = f"pipe:cat {shard}"
+    ds = rl.WebDataset(url, transform=TRANSFORM, index_cache=str(index))
+    loader = rl.DataLoader(ds, batch_size=5, on_error="skip")
+    assert labels_of(loader) == list(range(12))
+    write_shard(shard, 0, 16)  # the same 12 samples, 4 appended: every indexed header in place
+    for policy in ("skip", "raise", "replace"):
+        with pytest.raises(rl.StaleIndexError, match=r"goes on past byte \d+.*appended"):
+            labels_of(rl.DataLoader(ds, batch_size=5, on_error=policy))
+    # The cached index went with the error: a dataset built again indexes the shard afresh.
+    assert not list(index.glob("*.json"))
+    again = rl.WebDataset(url, transform=TRANSFORM, index_cache=str(index))
+    assert len(again) == 16
+    assert labels_of(rl.DataLoader(again, batch_size=5)) == list(range(16))
+
+
+def test_a_pipe_shard_grown_between_constructions_is_reindexed(tmp_path):
+    shard = tmp_path / "grow.tar"
+    write_shard(shard, 0, 12)
+    index = str(tmp_path / "index")
+    url = f"pipe:cat {shard}"
+    assert len(rl.WebDataset(url, index_cache=index)) == 12  # indexed, the index cached
+    write_shard(shard, 0, 16)
+    kept = rl.WebDataset(url, transform=TRANSFORM, index_cache=index)  # the cached 12 rows
+    with pytest.raises(rl.StaleIndexError, match=r"grow\.tar.*goes on past.*cached index .* "
+                                                 r"was removed"):
+        labels_of(rl.DataLoader(kept, batch_size=4, shuffle=True))
+    fresh = rl.WebDataset(url, transform=TRANSFORM, index_cache=index)
+    assert len(fresh) == 16
+    assert sorted(labels_of(rl.DataLoader(fresh, batch_size=4, shuffle=True))) == list(range(16))
+    # A shard that shrank at its end (its last samples gone) is stale too.
+    write_shard(shard, 0, 10)
+    with pytest.raises(rl.StaleIndexError):
+        labels_of(rl.DataLoader(fresh, batch_size=4))
+
+
+def test_an_unchanged_pipe_shard_reads_every_epoch_and_ranks(tmp_path):
+    """The end check reads a stream's tail only: unchanged shards, several epochs and a rank that
+    reads part of a shard go on as before."""
+    names = write_shards(tmp_path / "s", 3, 5)
+    urls = [f"pipe:cat {tmp_path / 's' / n}" for n in names]
+    ds = rl.WebDataset(urls, transform=TRANSFORM, index_cache=None, shuffle_buffer=4)
+    loader = rl.DataLoader(ds, batch_size=4, shuffle=True)
+    for _ in range(3):
+        assert sorted(labels_of(loader)) == list(range(15))
+    seen = []
+    for rank in range(2):
+        seen += labels_of(rl.DataLoader(ds, batch_size=4, rank=rank, world_size=2))
+    assert sorted(set(seen)) == list(range(15))

@@ -52,6 +52,10 @@ struct Sample {
   /// of `length` bytes: anything else means the index the range came from is out of date, and the
   /// epoch fails with IsStaleIndex.
   bool tar_member = false;
+  /// kPipe, not 0: the stream's length when its index was made, on the index's last member. Once
+  /// the stream has passed this member it is read to its end, which must be exactly here: members
+  /// appended since (every indexed header still in place) make the epoch fail with IsStaleIndex.
+  uint64_t stream_end = 0;
   /// kDeferred: the group whose row `offset` this sample is (see DeferredRows). The rows of a
   /// group are consecutive samples, row 0 first.
   int32_t group = -1;
