@@ -402,7 +402,9 @@ class WebDataset(NativeDataset):
     Stale indexes: a ``pipe:`` stream checks each member's tar header (checksum, regular file,
     length) as it passes; a mismatch ends the epoch with :class:`StaleIndexError` (no
     ``on_error`` policy hides it) and removes the cached index, so that building the dataset
-    again re-indexes the shard. A local shard whose size or mtime changed since construction
+    again re-indexes the shard. Members appended to a ``pipe:`` shard are seen the same way: its
+    index keeps the stream's length, and once an epoch has read the shard's last indexed member
+    the stream must end there. A local shard whose size or mtime changed since construction
     raises :class:`StaleIndexError` at the next epoch (see :meth:`check_shards`).
 
     Shards are indexed up to ``INDEX_THREADS`` (8) at a time, so ``pipe:`` commands stream side by
