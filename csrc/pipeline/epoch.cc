@@ -3,6 +3,7 @@
 #include "pipeline/epoch.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cstring>
@@ -211,6 +212,42 @@ void Epoch::Adopted() {
   std::lock_guard<std::mutex> lock(ready_mu);
   ahead_limit = INT64_MAX;
   ready_cv.notify_all();
+}
+
+Epoch::FileIdentity Epoch::IdentityOf(const std::string& path) {
+  struct stat st;
+  FileIdentity id;
+  if (::stat(path.c_str(), &st) != 0) return id;
+  id.exists = true;
+  id.device = static_cast<uint64_t>(st.st_dev);
+  id.inode = static_cast<uint64_t>(st.st_ino);
+  id.size = static_cast<int64_t>(st.st_size);
+  id.mtime_ns = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+  id.ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+  return id;
+}
+
+void Epoch::NoteAheadFiles(const Sample& sample) {
+  std::lock_guard<std::mutex> lock(ready_mu);
+  if (ahead_limit == INT64_MAX) return;  // not queued, or adopted: read as the files are now
+  if (sample.source == SourceKind::kFile && sample.error.empty()) {
+    ahead_files.emplace_back(sample.path, IdentityOf(sample.path));
+  }
+  for (const Sample::File& file : sample.more_files) {
+    if (ReadFromDisk(file)) ahead_files.emplace_back(file.path, IdentityOf(file.path));
+  }
+}
+
+bool Epoch::AheadFilesUnchanged() {
+  std::vector<std::pair<std::string, FileIdentity>> files;
+  {
+    std::lock_guard<std::mutex> lock(ready_mu);
+    files = ahead_files;
+  }
+  for (const auto& [path, identity] : files) {
+    if (!(IdentityOf(path) == identity)) return false;
+  }
+  return true;
 }
 
 bool Epoch::MayDispatch(int64_t b) {
@@ -848,6 +885,7 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
       const Sample& s = (*ctx.samples)[static_cast<size_t>(substitute)];
       if (s.source != SourceKind::kDeferred || s.group != failed.group) continue;
     }
+    NoteAheadFiles((*ctx.samples)[static_cast<size_t>(substitute)]);  // before its bytes are read
     absl::Status status = ReadSampleBytes((*ctx.samples)[static_cast<size_t>(substitute)],
                                           ctx.options->max_file_bytes, &bytes, ctx.streams,
                                           &cancel, ctx.deferred);
