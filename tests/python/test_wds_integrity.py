@@ -84,8 +84,8 @@ def test_one_shard_unreachable_at_construction_raises_naming_it(tmp_path):
     write_shards(root, 2, 6)
     server = srv.Nginx(root, tmp_path / "nginx")
     try:
-        # train-5.tar is not on the server: a 404 raises (FileNotFoundError) as before; a shard
-        # behind a port nothing listens on is unreachable, the others fine.
+        # One shard is served, the other sits behind a port nothing listens on: the dataset
+        # would miss that shard's samples, so it is not built.
         dead = srv.free_port()
         urls = [f"{server.url}/train-0.tar", f"http://127.0.0.1:{dead}/train-1.tar"]
         with pytest.raises(ConnectionError, match=rf"1 of 2 shards .*127\.0\.0\.1:{dead}/"
