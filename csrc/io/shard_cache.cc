@@ -494,6 +494,34 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
   return out;
 }
 
+absl::StatusOr<bool> ShardCache::Revalidate(const std::string& url, const std::atomic<bool>* cancel) {
+  const std::string entry = EntryPath(url);
+  EntryLock lock;
+  while (true) {
+    RL_ASSIGN_OR_RETURN(bool locked, lock.TryLock(entry + kLockSuffix));
+    if (locked) break;
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      return absl::CancelledError(absl::StrCat("check ", url, ": cancelled"));
+    }
+    std::this_thread::sleep_for(kLockPoll);
+  }
+  CachedShard shard;
+  Meta meta;
+  if (!CompleteEntry(entry, url, &shard, &meta) || meta.size <= 0) return false;
+  // One byte, written nowhere: what matters is the size and ETag the server answers with.
+  DownloadJob probe;
+  probe.url = url;
+  probe.path = "/dev/null";
+  probe.offset = meta.size - 1;
+  probe.length = 1;
+  probe.object_size = meta.size;
+  probe.etag = meta.etag;
+  const std::vector<DownloadResult> got = DownloadAll({probe}, options_, cancel);
+  if (got.empty() || !got[0].changed) return false;
+  Discard(entry);
+  return true;
+}
+
 namespace {
 
 struct Entry {

@@ -110,6 +110,15 @@ class ShardCache {
       const std::function<std::set<std::string>()>& also_keep = nullptr,
       const std::vector<int64_t>& sizes = {}, int64_t ticket = -1);
 
+  /// Asks the server whether the complete entry of `url` is its object: a request for the
+  /// object's last byte that expects the entry's size and ETag. An entry the server disagrees
+  /// with (another size: a copy cut short by a server that said so; or another ETag: the object
+  /// changed) is removed, and the result is true. False when the entry is kept: the server
+  /// agrees, or could not tell (unreachable, no ranges), or there is no complete entry. For a
+  /// copy in doubt (its shard indexes as damaged), where one request costs less than trusting
+  /// a cut copy for ever. Waits for the entry's lock as Ensure does.
+  absl::StatusOr<bool> Revalidate(const std::string& url, const std::atomic<bool>* cancel = nullptr);
+
   /// Removes least recently used complete entries until those left fit `target_bytes` (-1: the
   /// limit), keeping the entries of `keep` (paths from EntryPath) and any locked by someone else
   /// (a download, an eviction, a reader: see HoldCacheEntry). Returns the bytes of complete

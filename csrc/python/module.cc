@@ -1394,6 +1394,21 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("cache_dir"), py::arg("url"),
       "Where url's shard lives in the cache folder (whether it is there or not).");
+  m.def(
+      "shard_cache_revalidate",
+      [](const std::string& url, const std::string& cache_dir, const py::dict& settings) {
+        RemoteOptions options = RemoteOptionsFrom(settings);
+        absl::StatusOr<bool> removed;
+        {
+          py::gil_scoped_release release;
+          removed = ShardCache(cache_dir, 0, std::move(options)).Revalidate(url);
+        }
+        if (!removed.ok()) throw std::runtime_error(std::string(removed.status().message()));
+        return *removed;
+      },
+      py::arg("url"), py::arg("cache_dir"), py::arg("settings"),
+      "Asks the server whether url's cache entry is its object (size and ETag); removes it and "
+      "returns True when not (a copy cut short, or a changed object).");
   m.def("shard_cache_entry_ready", &CacheEntryReady, py::arg("entry"), py::arg("size"),
         "True when the cache entry is there, of size bytes (-1: any), and verified by this process "
         "and unchanged since (else it goes through the cache again, which checks it); marks it used.");

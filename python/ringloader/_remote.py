@@ -246,6 +246,17 @@ class RemoteFetcher:
         return self._cancellable(lambda cancel: _C.fetch_shards(
             list(urls), self.cache_dir, self.cache_limit, self.settings, cancel))
 
+    def refetch_if_cut(self, url: str) -> Optional[Dict[str, Any]]:
+        """For a shard whose cached copy indexes as damaged: when the server's object is not
+        that copy (another size, e.g. a download the server cut short and said so, or another
+        ETag), the copy is dropped and downloaded again: its ``fetch`` result. None when the
+        server agrees with the copy (the object itself is damaged) or could not tell."""
+        self._prepare([url])
+        if not _C.shard_cache_revalidate(url, self.cache_dir, self.settings):
+            return None
+        got = self.fetch([url])[0]
+        return None if "error" in got else got
+
     @property
     def range_reads(self) -> bool:
         """Whether an epoch may read members by range at all (``range_reads_below`` not 0)."""

@@ -105,26 +105,56 @@ def test_a_cut_download_of_an_indexed_shard_is_not_kept_and_comes_again_whole(ng
     assert len(proxy.gets("/train-000000.tar")) == 2
 
 
-def test_a_cut_copy_left_in_the_cache_is_fetched_again_where_the_index_knows_the_size(
-        nginx, proxy, shards, tmp_path):
-    cache, index = str(tmp_path / "cache"), str(tmp_path / "index")
-    # A run without kept indexes met a server that cut shard 0 short and said so: nothing told
-    # it the copy is cut (its index says the shard is damaged), and the copy stayed.
+def test_a_download_cut_short_is_checked_with_the_server_and_fetched_again(proxy, shards,
+                                                                           tmp_path):
+    # The server cuts shard 0 in half once, saying so in its Content-Length: nothing knows the
+    # shard's size yet, but its copy indexes as damaged, so the server is asked for the object's
+    # size, which is not the copy's: downloaded again, every sample there.
     proxy.faults = {"/train-000000.tar": ["short"]}
-    cut = rl.WebDataset(f"{proxy.url}{URLS}", cache_dir=cache, index_cache=None,
-                        remote_options=FAST)
-    assert len(cut) < 24 and os.path.getsize(cut.shard_paths[0]) < \
-        (shards / NAMES[0]).stat().st_size
-    # A later run whose index knows the shard's size (kept from another node's run here) finds
-    # the cached copy of another size: fetched again, every sample read.
+    ds = rl.WebDataset(f"{proxy.url}{URLS}", transform=TRANSFORM, cache_dir=str(tmp_path / "c"),
+                       index_cache=None, remote_options=FAST)
+    assert len(ds) == 24 and not any(ds.sample_errors)
+    _assert_same_as_local(ds, shards)
+    asked = proxy.gets("/train-000000.tar")
+    assert len(asked) == 3 and "range" not in asked[0] and "range" not in asked[2]
+    assert asked[1]["range"].startswith("bytes=")  # the one-byte question
+
+
+def test_a_cut_copy_left_in_the_cache_by_an_earlier_run_is_fetched_again(proxy, shards,
+                                                                         tmp_path):
+    index = str(tmp_path / "index")
+    size = (shards / NAMES[0]).stat().st_size
+
+    def cut_run(cache):
+        # A server that cut shard 0 short and said so, and failed the question too: the cut
+        # copy stays in the cache (its index says the shard is damaged).
+        proxy.faults = {"/train-000000.tar": ["short"] * (1 + FAST["max_attempts"])}
+        cut = rl.WebDataset(f"{proxy.url}{URLS}", cache_dir=cache, index_cache=None,
+                            remote_options=FAST)
+        assert len(cut) < 24 and os.path.getsize(cut.shard_paths[0]) < size
+        proxy.faults = {}
+        proxy.requests.clear()
+
+    # A later run without kept indexes asks the server about the damaged copy: fetched again.
+    cache = str(tmp_path / "cache")
+    cut_run(cache)
+    ds = rl.WebDataset(f"{proxy.url}{URLS}", transform=TRANSFORM, cache_dir=cache,
+                       index_cache=None, remote_options=FAST)
+    assert len(ds) == 24
+    _assert_same_as_local(ds, shards)
+    assert len(proxy.gets("/train-000000.tar")) == 2  # the question, the download
+    assert os.path.getsize(ds.shard_paths[0]) == size
+    # A later run whose index knows the shard's size (kept by another node's run here) finds
+    # the cached copy of another size at the epoch's start: fetched again without asking.
     rl.WebDataset(f"{proxy.url}{URLS}", cache_dir=str(tmp_path / "other"), index_cache=index)
-    proxy.requests.clear()
+    cache = str(tmp_path / "cache2")
+    cut_run(cache)
     ds = rl.WebDataset(f"{proxy.url}{URLS}", transform=TRANSFORM, cache_dir=cache,
                        index_cache=index, remote_options=FAST)
     assert len(ds) == 24
     _assert_same_as_local(ds, shards)
     assert len(proxy.gets("/train-000000.tar")) == 1
-    assert os.path.getsize(ds.shard_paths[0]) == (shards / NAMES[0]).stat().st_size
+    assert os.path.getsize(ds.shard_paths[0]) == size
 
 
 def test_a_changed_byte_in_a_cached_shard_is_caught_and_the_shard_fetched_again(nginx, shards,
