@@ -21,12 +21,14 @@
 /// Content-Range) and every response carried the same ETag (without ETags: the same
 /// Last-Modified).
 ///
-/// Ranges are pinned to one version of their object: every range request of a DownloadAll call to
-/// one URL carries If-Match on the object's ETag (the job's, else the first response's; a weak
-/// ETag is not used) or, with no ETag, If-Unmodified-Since on the first response's Last-Modified,
-/// and a response of another ETag or Last-Modified than the first, or a 412, is FailedPrecondition
-/// "changed" (DownloadResult::changed). A server that sends neither validator, or replaces an
-/// object within the second of its Last-Modified without an ETag, cannot be pinned.
+/// Ranges are pinned to one version of their object: the range requests of a DownloadAll call to
+/// one URL (a shard's pieces, an epoch's range reads of it) carry If-Match on the object's ETag
+/// when one is known (the job's, else the ETag of the call's first response from that URL; a weak
+/// ETag is not sent) or, without an ETag, If-Unmodified-Since on that first response's
+/// Last-Modified; a response of another ETag or Last-Modified than the first (requests sent before
+/// it answered), or a 412, is FailedPrecondition "changed" (DownloadResult::changed). A server
+/// that sends neither validator, or replaces an object without an ETag within the second of its
+/// Last-Modified, cannot be pinned.
 ///
 /// Memory is bounded: bytes go straight to the file descriptor; an error body keeps its first
 /// 512 bytes. Connections are bounded per process and host: every DownloadAll (whole downloads,
@@ -77,7 +79,9 @@ struct RemoteOptions {
   double min_rate_window_s = 30;
   /// A job that has not landed this long after its first request is stopped and not retried
   /// (DeadlineExceeded, naming the URL). 0: none. The default (an hour) is a backstop for a
-  /// server that keeps just above the minimum rate: a 1 GB shard at 300 KB/s takes under it.
+  /// server that keeps just above the minimum rate; each job has its own, and a shard of known
+  /// size is several jobs (shard_cache.h: DownloadPieces), so a 1 GB shard in 8 pieces lands
+  /// within it above 36 KB/s per connection.
   double download_deadline_s = 3600;
   /// CA bundle for https (a self-signed test server's cert, a corporate CA); system default
   /// when empty.

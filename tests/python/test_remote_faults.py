@@ -234,3 +234,47 @@ def test_rate_and_deadline_options_are_checked():
                 {"min_rate_window_s": 0}, {"download_deadline_s": -2}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             _remote.check_remote_options(bad)
+
+
+def _tar(members) -> bytes:
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_a_trickling_shard_fails_its_samples_naming_the_url_and_the_rate(unique_tree, tmp_path):
+    import ringloader as rl
+    from ringloader import transforms as T
+
+    samples = rl.ImageFolder(str(unique_tree)).samples[:8]
+    shards = [_tar([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
+                    for ext, data in (("jpg", Path(path).read_bytes()),
+                                      ("cls", str(label).encode()))])
+              for part in (samples[:4], samples[4:])]
+    proxy = srv.FaultProxy("http://127.0.0.1:9")
+    proxy.hold_s = 10.0
+    for i, data in enumerate(shards):
+        proxy.serve(f"/train-{i}.tar", srv.MemoryObject([data]))
+    url, index = f"{proxy.url}/train-{{0..1}}.tar", str(tmp_path / "index")
+    try:
+        rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)  # keeps the index
+        proxy.always = {"/train-1.tar": "trickle"}
+        options = dict(FAST, max_attempts=2, min_rate_bytes_per_s=1000, min_rate_window_s=1.0)
+        ds = rl.WebDataset(url, transform=T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()]),
+                           cache_dir=str(tmp_path / "c2"), index_cache=index,
+                           remote_options=options)
+        t0 = time.monotonic()
+        with pytest.raises(rl.SampleError, match=rf"{proxy.url}/train-1\.tar.*too slow.*"
+                           r"bytes/s, under min_rate_bytes_per_s=1000"):
+            for _ in rl.DataLoader(ds, batch_size=4):
+                pass
+        assert time.monotonic() - t0 < 10
+    finally:
+        proxy.stop()
