@@ -273,7 +273,8 @@ uint64_t ReaderBytes(ImageFormat format, const uint8_t* d, size_t n, uint64_t w,
       return std::max(fast, spng) + kSmall;
     }
     case ImageFormat::kWebp:
-      return rgb + px * 4 + kSmall;  // the RGB image; libwebp's own (lossless: ARGB) image
+      // The RGB image; libwebp's own: a lossless image's ARGB pixels and their transforms' copy.
+      return rgb + px * 8 + kSmall;
     case ImageFormat::kBmp:
       return px * 4 + px + n + kSmall;  // the image (RGBX at most); RLE runs expanded
     case ImageFormat::kTiff:
