@@ -1396,17 +1396,19 @@ PYBIND11_MODULE(_C, m) {
       "Where url's shard lives in the cache folder (whether it is there or not).");
   m.def(
       "shard_cache_revalidate",
-      [](const std::string& url, const std::string& cache_dir, const py::dict& settings) {
+      [](const std::string& url, const std::string& cache_dir, const py::dict& settings,
+         std::optional<FetchCancel> cancel) {
         RemoteOptions options = RemoteOptionsFrom(settings);
         absl::StatusOr<bool> removed;
         {
           py::gil_scoped_release release;
-          removed = ShardCache(cache_dir, 0, std::move(options)).Revalidate(url);
+          std::shared_ptr<std::atomic<bool>> flag = cancel ? cancel->flag : nullptr;
+          removed = ShardCache(cache_dir, 0, std::move(options)).Revalidate(url, flag.get());
         }
         if (!removed.ok()) throw std::runtime_error(std::string(removed.status().message()));
         return *removed;
       },
-      py::arg("url"), py::arg("cache_dir"), py::arg("settings"),
+      py::arg("url"), py::arg("cache_dir"), py::arg("settings"), py::arg("cancel") = py::none(),
       "Asks the server whether url's cache entry is its object (size and ETag); removes it and "
       "returns True when not (a copy cut short, or a changed object).");
   m.def("shard_cache_entry_ready", &CacheEntryReady, py::arg("entry"), py::arg("size"),

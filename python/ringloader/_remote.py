@@ -252,7 +252,8 @@ class RemoteFetcher:
         ETag), the copy is dropped and downloaded again: its ``fetch`` result. None when the
         server agrees with the copy (the object itself is damaged) or could not tell."""
         self._prepare([url])
-        if not _C.shard_cache_revalidate(url, self.cache_dir, self.settings):
+        if not self._cancellable(lambda cancel: [_C.shard_cache_revalidate(
+                url, self.cache_dir, self.settings, cancel)])[0]:
             return None
         got = self.fetch([url])[0]
         return None if "error" in got else got
