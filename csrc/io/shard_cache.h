@@ -16,8 +16,9 @@
 /// process hands it out; again only if the file changed since). An entry that fails is removed
 /// and downloaded again. An entry whose meta has no checksum is accepted as it is and its
 /// checksum recorded then. A truncated copy that the server itself stated as complete (its
-/// Content-Length) is caught only where the index knows the shard's size (a kept index, a pack
-/// sidecar); its checksum is that of the cut bytes.
+/// Content-Length) has the checksum of the cut bytes: it is caught where the index knows the
+/// shard's size (a kept index, a pack sidecar), or by Revalidate, which a caller that finds the
+/// copy damaged (a tar cut inside a member) asks.
 ///
 /// One download per shard per node: the work on an entry (checking, downloading, evicting) holds
 /// an exclusive flock on `ENTRY.lock`. A process that finds it held waits (polling, so `cancel`
