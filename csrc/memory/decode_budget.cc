@@ -49,7 +49,8 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::Acquire(uint64_t bytes, absl::
           " are batch slots. Raise max_memory= (to at least ", FormatMemorySize(counts_.slot_bytes + bytes),
           "), lower max_image_pixels= to refuse such images before reading them, or shrink the image"));
     }
-    if (queue_.front() == ticket && counts_.decode_bytes + bytes <= room) break;
+    // A slot waiting for room goes first.
+    if (queue_.front() == ticket && slots_waiting_ == 0 && counts_.decode_bytes + bytes <= room) break;
     waited = true;
     changed_.wait(lock);
   }
@@ -70,13 +71,25 @@ void DecodeBudget::Return(uint64_t bytes) {
 }
 
 void DecodeBudget::AddSlotBytes(uint64_t bytes) {
-  std::lock_guard<std::mutex> lock(mu_);
+  if (static_cast<int>(getpid()) != owner_pid_) return;
+  std::unique_lock<std::mutex> lock(mu_);
+  // Slots come first: no grant is given while a slot waits, and the grants in force end with
+  // their decodes, which wait on nothing. Slots alone fit (PlanSlots).
+  ++slots_waiting_;
+  bool waited = false;
+  while (counts_.decode_bytes > 0 && counts_.slot_bytes + counts_.decode_bytes + bytes > total_) {
+    waited = true;
+    changed_.wait(lock);
+  }
+  --slots_waiting_;
+  if (waited) ++counts_.slot_waits;
   counts_.slot_bytes += bytes;
   counts_.peak_total_bytes = std::max(counts_.peak_total_bytes, counts_.decode_bytes + counts_.slot_bytes);
   changed_.notify_all();  // a waiter whose need no longer fits is refused now
 }
 
 void DecodeBudget::RemoveSlotBytes(uint64_t bytes) {
+  if (static_cast<int>(getpid()) != owner_pid_) return;
   std::lock_guard<std::mutex> lock(mu_);
   counts_.slot_bytes -= std::min(bytes, counts_.slot_bytes);
   changed_.notify_all();

@@ -6,7 +6,8 @@
 ///
 /// Rules:
 ///  * Slots are charged when the pool allocates them (MakeBudgetedAllocator) and are never
-///    refused or delayed: PlanSlots already sized them to fit the budget.
+///    refused: PlanSlots already sized them to fit the budget. A slot that does not fit beside
+///    the grants in force waits for those decodes to end (no new grant is given meanwhile).
 ///  * A decode that needs at most `allowance` bytes is not charged: every decode thread may use
 ///    that much beside the budget (small images, streamed JPEG rows), so the common case costs
 ///    nothing. Each decoder also trims what it keeps between images to the allowance.
@@ -20,8 +21,8 @@
 ///    were needed and what to change. The caller names the sample.
 ///
 /// So slots + charged decodes stay within `total`, and the loader's slot and decode memory
-/// within `total + threads x allowance` (a slot the pool allocates while a large decode runs is
-/// taken from the room later decodes get).
+/// within `total + threads x allowance`. A fork()ed child counts nothing (the lock may have been
+/// held at the fork; its loader is a new one).
 
 #include <cstdint>
 #include <condition_variable>
@@ -70,7 +71,8 @@ class DecodeBudget {
   /// image: "PNG image 13000 x 13000").
   absl::StatusOr<Grant> Acquire(uint64_t bytes, absl::string_view what);
 
-  /// The slot pool's allocations and frees (MakeBudgetedAllocator).
+  /// The slot pool's allocations (waits while grants in force leave no room) and frees
+  /// (MakeBudgetedAllocator).
   void AddSlotBytes(uint64_t bytes);
   void RemoveSlotBytes(uint64_t bytes);
 
@@ -85,6 +87,7 @@ class DecodeBudget {
     int64_t grants = 0;           ///< charged decodes
     int64_t waits = 0;            ///< ... that had to wait for room
     int64_t refused = 0;          ///< needs that could not fit
+    int64_t slot_waits = 0;       ///< slot allocations that waited for large decodes to end
   };
   Counts counts() const;
 
@@ -98,6 +101,7 @@ class DecodeBudget {
   std::condition_variable changed_;
   std::deque<uint64_t> queue_;  // tickets waiting, oldest first
   uint64_t next_ticket_ = 0;
+  int slots_waiting_ = 0;
   Counts counts_;
 };
 

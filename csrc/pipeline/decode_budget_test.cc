@@ -132,22 +132,35 @@ TEST(DecodeBudget, SlotsTakeTheirShareFirst) {
   EXPECT_TRUE(budget.Acquire(30 * kMiB, "fits beside the slots").ok());
 }
 
-// A waiter that can no longer fit (a slot was allocated meanwhile) is refused, not left waiting.
-TEST(DecodeBudget, AWaiterRefusedWhenSlotsGrowPastItsNeed) {
+// A slot that does not fit beside the grants in force waits for them (and goes before decodes
+// waiting in line); a waiting decode that can no longer fit beside the slots is refused, not
+// left waiting.
+TEST(DecodeBudget, ASlotWaitsForLargeDecodesAndAWaiterThatNoLongerFitsIsRefused) {
   DecodeBudget budget(100 * kMiB, kMiB);
   absl::StatusOr<DecodeBudget::Grant> held = budget.Acquire(60 * kMiB, "first");
   ASSERT_TRUE(held.ok());
-  std::atomic<bool> done{false};
+  std::atomic<bool> second_done{false}, slot_done{false};
   absl::Status second;
   std::thread waiter([&] {
     second = budget.Acquire(50 * kMiB, "second").status();
-    done = true;
+    second_done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  std::thread slot([&] {
+    budget.AddSlotBytes(60 * kMiB);
+    slot_done = true;
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_FALSE(done.load());  // 60 + 50 > 100: it waits
-  budget.AddSlotBytes(60 * kMiB);  // now 50 can never fit beside the slots
+  EXPECT_FALSE(second_done.load());  // 60 + 50 > 100: it waits
+  EXPECT_FALSE(slot_done.load());    // 60 + 60 > 100: the slot waits for the first decode
+  held->Release();
+  slot.join();
   waiter.join();
-  EXPECT_TRUE(absl::IsResourceExhausted(second)) << second;
+  EXPECT_TRUE(absl::IsResourceExhausted(second)) << second;  // 50 never fits beside 60 of slots
+  const DecodeBudget::Counts c = budget.counts();
+  EXPECT_EQ(c.slot_bytes, 60 * kMiB);
+  EXPECT_EQ(c.slot_waits, 1);
+  EXPECT_LE(c.peak_total_bytes, 100 * kMiB);
 }
 
 // Many threads asking for large grants: each one within the budget is served (in turn), and
@@ -335,6 +348,48 @@ TEST(DecodeBudget, LoaderFailsTheSampleThatDoesNotFitItsBudget) {
   absl::StatusOr<Batch> batch = (*loader)->Next();
   ASSERT_TRUE(batch.ok()) << batch.status();
   EXPECT_EQ(batch->size(), 7);
+}
+
+// Large images that fit the budget one or two at a time, on more decode threads than fit: they
+// take turns (and the queued next epoch's decoders share the same budget); none fails, nothing
+// hangs.
+TEST(DecodeBudget, LoaderDecodesLargeImagesInTurnOnEveryThread) {
+  const std::string dir = testing::MakeTempDir();
+  const Bytes png = Png(3000, 2500, 8, 2);  // 22.5 MB decoded: charged
+  std::vector<Sample> samples;
+  for (int i = 0; i < 8; ++i) {
+    const std::string path = absl::StrCat(dir, "/c/big_", i, ".png");
+    testing::WriteFile(path, png);
+    samples.emplace_back(path, i % 2);
+  }
+  LoaderOptions o;
+  o.batch_size = 4;
+  o.num_workers = 4;
+  o.prefetch_batches = 2;
+  o.on_error = ErrorPolicy::kRaise;
+  TransformStep crop;
+  crop.kind = TransformStep::Kind::kRandomResizedCrop;
+  crop.size_h = crop.size_w = 32;
+  TransformStep tensor;
+  tensor.kind = TransformStep::Kind::kToTensor;
+  o.transform = {crop, tensor};
+  o.dtype = DType::kFloat32;
+  o.max_memory = 40 * kMiB;  // about one and a half images beside the slots
+  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    ASSERT_TRUE((*loader)->StartEpoch(epoch).ok());
+    ASSERT_TRUE((*loader)->QueueEpoch(epoch + 1).ok());
+    int rows = 0;
+    while (true) {
+      absl::StatusOr<Batch> batch = (*loader)->Next(60.0);
+      if (IsEndOfEpoch(batch.status())) break;
+      ASSERT_TRUE(batch.ok()) << batch.status();
+      rows += batch->size();
+    }
+    EXPECT_EQ(rows, 8);
+  }
+  EXPECT_EQ((*loader)->Stats().errors, 0);
 }
 
 }  // namespace
