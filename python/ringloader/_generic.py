@@ -11,6 +11,8 @@ import os
 import warnings
 from typing import Any, Iterator
 
+import numpy as np
+
 from . import _user_source
 from ._backend import Backend
 from ._distributed import _shard_sampler
@@ -39,6 +41,76 @@ def _warn_wrapper(dataset: Any, reason: str) -> None:
         "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
         "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
         "transform stay native.", UserWarning, stacklevel=4)
+
+
+class _Tagged:
+    """A sample with the flat index it was made for (``_NamedSamples``)."""
+
+    __slots__ = ("index", "sample")
+
+    def __init__(self, index: int, sample: Any):
+        self.index, self.sample = index, sample
+
+
+class _NamedSamples:
+    """The generic path's view of a Dataset of image references (``_KeyedView``) whose samples
+    carry their index to ``_NamingCollate``, so that a batch torch's collate refuses can name
+    the sample that is unlike the others, as the native path does."""
+
+    def __init__(self, view: _KeyedView):
+        self.view = view
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, key: Any) -> _Tagged:
+        view = self.view
+        flat = key.index if view.index_map is None else int(view.index_map[key.index])
+        return _Tagged(flat, view[key])
+
+    def name(self, flat: int) -> tuple:
+        """(what the Dataset of flat sample ``flat`` is, the sample as its errors name it)."""
+        view = self.view
+        member = int(np.searchsorted(view.starts, flat, side="right")) - 1
+        folder, i = view.folders[member], flat - int(view.starts[member])
+        row = getattr(folder, "_row_name", None)
+        return folder._name(), f"sample {i}" + (f" ({row(i)})" if row is not None else "")
+
+
+class _NamingCollate:
+    """``collate_fn`` (None: torch's ``default_collate``) over ``_NamedSamples``' samples; a
+    batch it refuses is explained by the sample unlike the others, with its index."""
+
+    def __init__(self, collate_fn: Any, samples: _NamedSamples):
+        self.collate_fn, self.samples = collate_fn, samples
+
+    def __call__(self, batch: list) -> Any:
+        import torch.utils.data as tud
+
+        flat = [t.index for t in batch]
+        batch = [t.sample for t in batch]
+        try:
+            return (self.collate_fn or tud.default_collate)(batch)
+        except Exception as exc:
+            odd = _user_source.odd_one(batch)
+            if odd is None:
+                what = self.samples.name(flat[0])[0]
+                shape = _user_source._shape(batch[0])
+                exc.add_note(f"while collating "
+                             f"{', '.join(self.samples.name(i)[1] for i in flat[:8])}"
+                             f"{', ...' if len(flat) > 8 else ''} of {what}, each {shape}"
+                             + ("; a PIL image is what a reference without a transform gives (as "
+                                "torchvision's datasets do): end the transform with ToTensor() or "
+                                "PILToTensor() to batch them" if "PIL." in shape else ""))
+                raise
+            what, odd_name = self.samples.name(flat[odd[0]])
+            told = _user_source.collate_hint(exc, what, odd_name, batch[odd[0]],
+                                             self.samples.name(flat[odd[1]])[1], batch[odd[1]],
+                                             self.collate_fn is not None)
+            try:
+                raise told from exc
+            finally:
+                del told
 
 
 def _start_generic(torch_loader: Any) -> Iterator[Any]:
@@ -153,6 +225,10 @@ class GenericBackend(Backend):
             for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                 kwargs.pop(name)
             source = dataset if view is None or isinstance(dataset, NativeDataset) else _KeyedView(*view)
+            if isinstance(source, _KeyedView) and _user_source.flat_targets(view[0]) is not None:
+                # A Dataset of image references: a batch torch's collate refuses names the sample.
+                source = _NamedSamples(source)
+                kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
             torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
         self._generic = torch_loader
 

@@ -196,6 +196,88 @@ def _fill(structure: Any, images: Sequence[Any]) -> Any:
     return rebuild(structure, lambda v: _fill(v, images))
 
 
+def _kind(value: Any, depth: int = 0) -> Any:
+    """What torch's collate needs alike in the samples of a batch, as a hashable value: the
+    containers (a tuple and a list are one kind: both are batched position by position) and, at
+    each leaf, the kind of value. Numbers are one kind (torch batches ints and floats together);
+    a tensor's or array's shape counts (they are stacked)."""
+    if depth > 32:
+        return "..."
+    if isinstance(value, (_Leaf, ImageReference)):
+        return "image"
+    if isinstance(value, (_joint.JointLeaf, Joint)):
+        return "Joint"
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return "number"
+    if isinstance(value, (str, bytes)):
+        return type(value).__name__
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return (type(value).__name__, tuple(shape))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(k), _kind(v, depth + 1)) for k, v in value.items())))
+    if isinstance(value, (tuple, list)):
+        return ("sequence", tuple(_kind(v, depth + 1) for v in value))
+    return f"{type(value).__module__}.{type(value).__qualname__}"
+
+
+def _shape(value: Any, depth: int = 0) -> str:
+    """A sample's structure in a few words for an error: ``(image reference, int)``,
+    ``{'image': ImageFile, 'label': str}``, ``None``, ``(PIL.Image.Image, int)``."""
+    if depth > 4:
+        return "..."
+    if isinstance(value, (_Leaf, ImageReference)):
+        return "image reference" if isinstance(value, _Leaf) else type(value).__name__
+    if isinstance(value, (_joint.JointLeaf, Joint)):
+        return "Joint"
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return "None" if value is None else type(value).__name__
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return f"{type(value).__name__}{list(shape)}"
+    if isinstance(value, dict):
+        items = list(value.items())
+        text = ", ".join(f"{k!r}: {_shape(v, depth + 1)}" for k, v in items[:8])
+        return "{" + text + (", ..." if len(items) > 8 else "") + "}"
+    if isinstance(value, (tuple, list)):
+        text = ", ".join(_shape(v, depth + 1) for v in value[:8]) + (", ..." if len(value) > 8
+                                                                      else "")
+        return f"[{text}]" if isinstance(value, list) else f"({text}{',' if len(value) == 1 else ''})"
+    kind = type(value)
+    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def odd_one(samples: Sequence[Any]) -> Optional[tuple]:
+    """(the position of the first sample whose structure differs from most of ``samples``',
+    the position of one of those) when they differ, else None."""
+    kinds = [_kind(s) for s in samples]
+    counts: Dict[Any, int] = {}
+    for k in kinds:
+        counts[k] = counts.get(k, 0) + 1
+    if len(counts) < 2:
+        return None
+    common = max(counts, key=lambda k: (counts[k], -kinds.index(k)))
+    return kinds.index(next(k for k in kinds if k != common)), kinds.index(common)
+
+
+def collate_hint(exc: BaseException, what: str, odd: str, odd_value: Any, usual: str,
+                 usual_value: Any, custom: bool) -> BaseException:
+    """An error for a batch that torch's collate (or ``collate_fn`` when ``custom``) refused
+    because one sample is unlike the others: ``odd`` and ``usual`` name the two samples (``what``
+    the Dataset), ``odd_value`` and ``usual_value`` are them. Of ``exc``'s type where that is a
+    plain TypeError/ValueError/RuntimeError, as torch raises, else a TypeError."""
+    by = "collate_fn" if custom else "torch's collate"
+    text = (f"ringloader.DataLoader: {odd} of {what} is {_shape(odd_value)} but {usual} in the "
+            f"same batch is {_shape(usual_value)}; {by} cannot batch them together "
+            f"({type(exc).__name__}: {exc}). Make __getitem__ return the same structure and "
+            "value types for every index (e.g. class indices rather than class names as labels; "
+            "no None), or pass a collate_fn that takes them as they are.")
+    kind = type(exc) if type(exc) in (TypeError, ValueError, RuntimeError) else TypeError
+    return kind(text)
+
+
 class _SavedRng:
     """Python's, numpy's and torch's global RNG states, restored on exit: listing references
     must not move the draws the loader (or the user) makes afterwards."""
@@ -333,8 +415,14 @@ class UserSource(NativeDataset):
                 counts = len(refs)
             elif len(refs) != counts:
                 raise ValueError(
-                    f"{_describe(dataset)}: sample {i} holds {len(refs)} image references, sample 0 "
-                    f"holds {counts}: samples batched together need the same structure")
+                    f"{_describe(dataset)}: sample {i} holds {len(refs)} image references, "
+                    f"as {_shape(structures[-1])}, but sample 0 holds {counts}, as "
+                    f"{_shape(structures[0])}; samples batched together need the same "
+                    "structure. Return it for every "
+                    "index, with image references (rl.ImageFile, rl.ImageBytes) in the same "
+                    "places, not decoded images or None"
+                    + ("; leave a sample without an image out of the Dataset" if sample is None
+                       else ""))
             if not refs:
                 more.append(None)
                 continue
@@ -622,19 +710,51 @@ class Batcher:
 
     def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable],
               views: Optional[list], geometry: Optional[list] = None) -> Any:
-        structures = self._structures(labels.tolist())
+        flat = labels.tolist()
+        structures = self._structures(flat)
         if self._joints:
             records = self._records(images, geometry)
             structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
         views = self._split(images, views)
         del images
-        if collate_fn is not None:
-            # torch's contract: the list of samples; each image a view of its slot row.
-            rows = list(zip(*[v.unbind(0) for v in views]))
-            return collate_fn([_fill(s, row) for s, row in zip(structures, rows)])
-        fn_map = dict(self._map)
-        fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
-        return self._collate(structures, collate_fn_map=fn_map)
+        try:
+            if collate_fn is not None:
+                # torch's contract: the list of samples; each image a view of its slot row.
+                rows = list(zip(*[v.unbind(0) for v in views]))
+                return collate_fn([_fill(s, row) for s, row in zip(structures, rows)])
+            fn_map = dict(self._map)
+            fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
+            return self._collate(structures, collate_fn_map=fn_map)
+        except Exception as exc:
+            told = self._explain(exc, flat, structures, collate_fn is not None)
+            if told is exc:
+                raise
+            try:
+                raise told from exc
+            finally:
+                del told
+
+    def _sample_name(self, flat: int) -> tuple:
+        """(what the Dataset of flat sample ``flat`` is, the sample as its errors name it)."""
+        member = int(np.searchsorted(self._starts, flat, side="right")) - 1
+        folder, i = self._folders[member], flat - int(self._starts[member])
+        name = getattr(folder, "_row_name", None)
+        return folder._name(), f"sample {i}" + (f" ({name(i)})" if name is not None else "")
+
+    def _explain(self, exc: BaseException, flat: List[int], structures: List[Any],
+                 custom: bool) -> BaseException:
+        """``exc`` raised collating the samples ``flat``: an error that names the sample unlike
+        the others and says what to change, or ``exc`` with a note naming the batch's samples."""
+        odd = odd_one(structures)
+        if odd is None:
+            names = [self._sample_name(i) for i in flat[:8]]
+            exc.add_note(f"while collating {', '.join(n for _, n in names)}"
+                         f"{', ...' if len(flat) > 8 else ''} of {names[0][0]}")
+            return exc
+        what, odd_name = self._sample_name(flat[odd[0]])
+        _, usual_name = self._sample_name(flat[odd[1]])
+        return collate_hint(exc, what, odd_name, structures[odd[0]], usual_name,
+                            structures[odd[1]], custom)
 
 
 def _column(folders: Sequence[NativeDataset], name: str) -> Optional[list]:

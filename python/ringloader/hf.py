@@ -274,14 +274,17 @@ class _ArrowImages(tud.Dataset):
     :class:`ringloader.DataLoader` takes the columns whole (``_native_columns``)."""
 
     def __init__(self, images: _ImageColumn, where: Callable[[int], str],
-                 labels: Optional[np.ndarray], extra: Sequence[_Values],
+                 labels: Optional[_Values], extra: Sequence[_Values],
                  rows: Optional[np.ndarray], transform: Any, target_transform: Any, mode: str,
                  name: str):
         ImageBytes(_EMPTY, transform, mode)  # mode and (for masks) transform checked here
         self._images = images
         self._where = where
         self._rows = rows
-        self._labels = labels if labels is None or rows is None else labels[rows]
+        # Read as a passed-through column is, by table row: numbers from numpy, anything else
+        # (str class names, lists) as the Python values ``datasets`` gives, which torch's
+        # collate batches as it does for any Dataset (str: a sequence of str).
+        self._labels = labels
         self._extra = list(extra)
         self.transform = transform
         self.target_transform = target_transform
@@ -302,7 +305,7 @@ class _ArrowImages(tud.Dataset):
         """Sample i's label (target_transform applied) and passed-through columns."""
         values: List[Any] = []
         if self._labels is not None:
-            label = self._labels[i].item()
+            label = self._labels[row]
             values.append(label if self.target_transform is None else self.target_transform(label))
         return values + [column[row] for column in self._extra]
 
@@ -337,7 +340,7 @@ class _ArrowImages(tud.Dataset):
         at = np.asarray(positions, dtype=np.int64)
         parts: List[Sequence[Any]] = [[_leaf(0)] * len(at)]
         if self._labels is not None:
-            labels = self._labels[at].tolist()
+            labels = self._labels.take(at if self._rows is None else self._rows[at])
             if self.target_transform is not None:
                 labels = [self.target_transform(label) for label in labels]
             parts.append(labels)
@@ -351,8 +354,11 @@ class _ArrowImages(tud.Dataset):
         return self[i][0].describe()
 
     @property
-    def targets(self) -> List[int]:
-        return [] if self._labels is None else self._labels.tolist()
+    def targets(self) -> List[Any]:
+        """Each sample's label as ``ds[i]`` gives it (before ``target_transform``)."""
+        if self._labels is None:
+            return []
+        return self._labels.take(np.arange(len(self)) if self._rows is None else self._rows)
 
 
 class _RowOf:
@@ -384,8 +390,9 @@ class _RowGroupOf:
         return f"{self.files[f]}: row group {g}, row {r}"
 
 
-def _chained(columns: List[Any]) -> Any:
-    """One column of several files' tables, their chunks end to end (no copy)."""
+def _chained(columns: List[Any], files: Sequence[str] = (), what: str = "a column") -> Any:
+    """One column of several files' tables, their chunks end to end (no copy). ``what`` the
+    column and ``files`` the files the columns are from, for the error when they cannot be one."""
     import pyarrow as pa
 
     if len(columns) == 1:
@@ -393,26 +400,87 @@ def _chained(columns: List[Any]) -> Any:
     try:
         return pa.chunked_array([c for column in columns for c in column.chunks])
     except (pa.ArrowInvalid, pa.ArrowTypeError):  # types differ between files: Python values
+        pass
+    try:
         return pa.chunked_array([pa.array([v for c in columns for v in c.to_pylist()])])
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        first = columns[0].type
+        k = next(k for k, c in enumerate(columns) if c.type != first)
+        raise TypeError(
+            f"Parquet: {what} is {columns[k].type} in {files[k]!r} but {first} in {files[0]!r}; "
+            "the files of one dataset need one type in each column (e.g. class indices in "
+            "every file, or class names in every file)") from None
 
 
-def _label_array(table: Any, label_column: Optional[str], name: str) -> Optional[np.ndarray]:
+def _label_column(table: Any, label_column: Optional[str], name: str) -> Any:
+    """The label column of ``table`` (of the file or dataset ``name``), checked: present, and no
+    nulls (torch's collate cannot batch None). Any type: numbers batch as a tensor, str as a
+    sequence of str, as torch's ``default_collate`` does for any Dataset."""
     if label_column is None:
         return None
     if label_column not in table.column_names:
-        raise KeyError(f"{name}: no label column {label_column!r} (columns: {table.column_names}; "
-                       "pass label_column=None for none)")
+        raise KeyError(_no_label(label_column, table.column_names, name))
     column = table.column(label_column)
     if column.null_count:
-        raise ValueError(f"{name}: label column {label_column!r} has {column.null_count} nulls")
-    return column.to_numpy()
+        nulls = np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))
+        raise ValueError(
+            f"{name}: label column {label_column!r} is null (None) in {column.null_count} "
+            f"row(s), the first row {int(nulls[0])}; torch's collate cannot batch None: fill "
+            "those labels (e.g. with -1) or drop those rows, or pass label_column=None for no "
+            "label")
+    return column
+
+
+def _no_label(label_column: str, names: Sequence[str], name: str) -> str:
+    return (f"{name}: no label column {label_column!r} (columns: {list(names)}); pass "
+            "label_column= one of them, or label_column=None for no label")
+
+
+def _image_type_problem(kind: Any) -> Optional[str]:
+    """Why an Arrow type cannot be an image column, or None when it can: binary (encoded
+    image bytes) or the ``datasets`` Image struct ``{bytes, path}``."""
+    import pyarrow as pa
+
+    def binary(t: Any) -> bool:
+        return (pa.types.is_binary(t) or pa.types.is_large_binary(t)
+                or pa.types.is_binary_view(t) or pa.types.is_string_view(t))
+
+    if binary(kind):
+        return None
+    if pa.types.is_struct(kind):
+        fields = {kind.field(k).name: kind.field(k).type for k in range(kind.num_fields)}
+        if "bytes" not in fields:
+            return (f"a struct without a 'bytes' field ({kind}); the datasets Image layout is "
+                    "{bytes: binary, path: string}")
+        if not binary(fields["bytes"]):
+            return f"a struct whose 'bytes' field is {fields['bytes']}, not binary"
+        path = fields.get("path")
+        if path is not None and not (pa.types.is_string(path) or pa.types.is_large_string(path)
+                                     or pa.types.is_null(path)):
+            return f"a struct whose 'path' field is {path}, not a string"
+        return None
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return (f"{kind} values (text, such as file paths), not image bytes (a column of paths "
+                "becomes one with datasets' cast_column(name, datasets.Image()); or return "
+                "rl.ImageFile(path) from a Dataset of your own)")
+    return f"{kind} values, not image bytes"
 
 
 def _check_columns(schema: Any, image_column: str, columns: Optional[Sequence[str]],
-                   name: str) -> List[str]:
+                   name: str, label_column: Optional[str] = None) -> List[str]:
+    """``columns`` once checked against ``schema``: the image column there and of an image
+    type, the label column (when given) and every passed-through column there."""
     names = schema.names
     if image_column not in names:
-        raise KeyError(f"{name}: no image column {image_column!r} (columns: {names})")
+        raise KeyError(f"{name}: no image column {image_column!r} (columns: {names}); pass "
+                       "image_column= the column of encoded images")
+    problem = _image_type_problem(schema.field(image_column).type)
+    if problem is not None:
+        raise TypeError(f"{name}: image column {image_column!r} holds {problem}; pass "
+                        "image_column= a column of encoded images (PNG, JPEG, ... as binary, or "
+                        "the datasets Image feature)")
+    if label_column is not None and label_column not in names:
+        raise KeyError(_no_label(label_column, names, name))
     columns = list(columns or [])
     missing = [c for c in columns if c not in names]
     if missing:
@@ -425,9 +493,10 @@ class HFDataset(_ArrowImages):
     references, read natively by :class:`ringloader.DataLoader`.
 
     ``image_column`` is an ``Image`` feature (embedded bytes, or paths) or a binary column; its
-    bytes are taken from the dataset's Arrow table without copying. ``label_column=None`` leaves
-    the label out; ``columns`` lists further columns passed through as Python values (collated
-    as torch's ``default_collate`` does)."""
+    bytes are taken from the dataset's Arrow table without copying. The label is any column's
+    values (numbers, or e.g. class names, which batch as torch's ``default_collate`` batches
+    str); ``label_column=None`` leaves it out; ``columns`` lists further columns passed through
+    as Python values (collated as torch's ``default_collate`` does)."""
 
     def __init__(self, hf_dataset: Any, transform: Any = None, image_column: str = "image",
                  label_column: Optional[str] = "label", target_transform: Any = None,
@@ -441,11 +510,12 @@ class HFDataset(_ArrowImages):
             raise TypeError(f"HFDataset(hf_dataset=...) needs a datasets.Dataset, got "
                             f"{type(hf_dataset).__name__} (an IterableDataset or DatasetDict: "
                             "pick a split, e.g. ds['train'])")
-        columns = _check_columns(table.schema, image_column, columns, name)
+        columns = _check_columns(table.schema, image_column, columns, name, label_column)
         indices = getattr(hf_dataset, "_indices", None)  # after select/shuffle/train_test_split
         rows = None if indices is None else indices.column(0).to_numpy().astype(np.int64)
         images = _image_column(table.column(image_column), image_column)
-        labels = _label_array(table, label_column, name)
+        label = _label_column(table, label_column, name)
+        labels = None if label is None else _Values(label)
         extra = [_Values(table.column(c)) for c in columns]
         super().__init__(images, _RowOf(name, image_column), labels, extra, rows, transform,
                          target_transform, mode, name)
@@ -842,7 +912,7 @@ class Parquet(_ArrowImages):
         download_dir = None if download_dir is None else os.fspath(download_dir)
         paths = _download(self.files, download_dir, ca_file, remote_options)
         images: List[_ImageColumn] = []
-        labels: List[np.ndarray] = []
+        labels: List[Any] = []  # each file's label column
         extra: List[List[Any]] = []
         groups: List[np.ndarray] = []
         sizes: List[List[int]] = []  # copy=False: rows and image bytes of each row group,
@@ -854,7 +924,7 @@ class Parquet(_ArrowImages):
             except Exception as exc:
                 raise ValueError(f"Parquet: {name!r} is not a readable Parquet file: {exc}") from exc
             wanted = _check_columns(reader.schema_arrow, image_column, columns,
-                                    f"Parquet({name!r})")
+                                    f"Parquet({name!r})", label_column)
             meta = reader.metadata
             rows = [meta.row_group(g).num_rows for g in range(reader.num_row_groups)]
             groups.append(np.cumsum([0] + rows))
@@ -869,7 +939,7 @@ class Parquet(_ArrowImages):
                 sizes.append(rows)
                 byte_sizes.append([_column_bytes(meta.row_group(g), image_column)
                                    for g in range(reader.num_row_groups)])
-            label = _label_array(table, label_column, f"Parquet({name!r})") if label_column \
+            label = _label_column(table, label_column, f"Parquet({name!r})") if label_column \
                 else None
             if label is not None:
                 labels.append(label)
@@ -886,8 +956,10 @@ class Parquet(_ArrowImages):
             self._feed = _Feed(image_rows, budget)
             where = _UnreadGroups(where, image_rows, self._feed)
         super().__init__(image_rows, where,
-                         np.concatenate(labels) if labels else None,
-                         [_Values(_chained([e[k] for e in extra])) for k in range(len(extra[0]))],
+                         _Values(_chained(labels, self.files, f"label column {label_column!r}"))
+                         if labels else None,
+                         [_Values(_chained([e[k] for e in extra], self.files, f"column {c!r}"))
+                          for k, c in enumerate(wanted)],
                          None, transform, target_transform, mode,
                          f"Parquet({len(self.files)} files)")
         self._args = (image_column, label_column, list(columns or []), cache_dir, download_dir,
