@@ -99,9 +99,7 @@ class _NamingCollate:
                 exc.add_note(f"while collating "
                              f"{', '.join(self.samples.name(i)[1] for i in flat[:8])}"
                              f"{', ...' if len(flat) > 8 else ''} of {what}, each {shape}"
-                             + ("; a PIL image is what a reference without a transform gives (as "
-                                "torchvision's datasets do): end the transform with ToTensor() or "
-                                "PILToTensor() to batch them" if "PIL." in shape else ""))
+                             + (f"; {_user_source.PIL_HINT}" if "PIL." in shape else ""))
                 raise
             what, odd_name = self.samples.name(flat[odd[0]])
             told = _user_source.collate_hint(exc, what, odd_name, batch[odd[0]],

@@ -242,11 +242,13 @@ def _shape(value: Any, depth: int = 0) -> str:
         text = ", ".join(f"{k!r}: {_shape(v, depth + 1)}" for k, v in items[:8])
         return "{" + text + (", ..." if len(items) > 8 else "") + "}"
     if isinstance(value, (tuple, list)):
-        text = ", ".join(_shape(v, depth + 1) for v in value[:8]) + (", ..." if len(value) > 8
-                                                                      else "")
-        return f"[{text}]" if isinstance(value, list) else f"({text}{',' if len(value) == 1 else ''})"
+        text = ", ".join(_shape(v, depth + 1) for v in value[:8])
+        if isinstance(value, list):
+            return f"[{text}{', ...' if len(value) > 8 else ''}]"
+        return f"({text}{', ...' if len(value) > 8 else ',' if len(value) == 1 else ''})"
     kind = type(value)
-    return kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    return kind.__name__ if kind.__module__ == "builtins" else \
+        f"{kind.__module__}.{kind.__qualname__}"
 
 
 def odd_one(samples: Sequence[Any]) -> Optional[tuple]:
@@ -262,6 +264,10 @@ def odd_one(samples: Sequence[Any]) -> Optional[tuple]:
     return kinds.index(next(k for k in kinds if k != common)), kinds.index(common)
 
 
+PIL_HINT = ("a PIL image is what a reference without a transform gives (as torchvision's "
+            "datasets do): end its transform with ToTensor() or PILToTensor()")
+
+
 def collate_hint(exc: BaseException, what: str, odd: str, odd_value: Any, usual: str,
                  usual_value: Any, custom: bool) -> BaseException:
     """An error for a batch that torch's collate (or ``collate_fn`` when ``custom``) refused
@@ -269,11 +275,13 @@ def collate_hint(exc: BaseException, what: str, odd: str, odd_value: Any, usual:
     the Dataset), ``odd_value`` and ``usual_value`` are them. Of ``exc``'s type where that is a
     plain TypeError/ValueError/RuntimeError, as torch raises, else a TypeError."""
     by = "collate_fn" if custom else "torch's collate"
-    text = (f"ringloader.DataLoader: {odd} of {what} is {_shape(odd_value)} but {usual} in the "
-            f"same batch is {_shape(usual_value)}; {by} cannot batch them together "
+    odd_shape, usual_shape = _shape(odd_value), _shape(usual_value)
+    text = (f"ringloader.DataLoader: {odd} of {what} is {odd_shape} but {usual} in the "
+            f"same batch is {usual_shape}; {by} cannot batch them together "
             f"({type(exc).__name__}: {exc}). Make __getitem__ return the same structure and "
             "value types for every index (e.g. class indices rather than class names as labels; "
-            "no None), or pass a collate_fn that takes them as they are.")
+            "no None), or pass a collate_fn that takes them as they are"
+            + (f"; {PIL_HINT}" if "PIL." in odd_shape + usual_shape else "") + ".")
     kind = type(exc) if type(exc) in (TypeError, ValueError, RuntimeError) else TypeError
     return kind(text)
 

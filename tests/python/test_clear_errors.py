@@ -334,6 +334,15 @@ def test_sample_without_references_is_named_when_the_loader_is_built(image_files
     assert "image references (rl.ImageFile, rl.ImageBytes) in the same places" in text
 
 
+def test_a_reference_without_a_transform_among_others_is_named(image_files):
+    odd = lambda image, i: (rl.ImageFile(image.path), i)  # noqa: E731  (decodes to PIL)
+    with pytest.raises(TypeError) as info:
+        list(rl.DataLoader(Mixed(image_files, odd), batch_size=4))
+    text = str(info.value)
+    assert "sample 5 of" in text and "is (PIL.Image.Image, int)" in text
+    assert "is (Tensor[3, 16, 16], int)" in text and "ToTensor()" in text
+
+
 def test_pil_samples_on_torch_path_say_to_add_a_transform(tmp_path, images):
     path = write(tmp_path / "a.parquet", images, label=list(range(N)))
     loader = rl.DataLoader(rl.Parquet(path, cache_dir=str(tmp_path / "cache")), batch_size=4)
@@ -341,5 +350,6 @@ def test_pil_samples_on_torch_path_say_to_add_a_transform(tmp_path, images):
         list(loader)
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "while collating sample 0 (" in notes and "a.parquet: row group 0, row 0 (" in notes
-    assert "sample 3 (" in notes and "of ringloader.hf.Parquet, each (PIL.Image.Image, int)" in notes
+    assert "sample 3 (" in notes
+    assert "of ringloader.hf.Parquet, each (PIL.Image.Image, int)" in notes
     assert "ToTensor()" in notes
