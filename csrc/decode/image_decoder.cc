@@ -377,23 +377,25 @@ absl::Status ImageDecoder::Reserve(ImageFormat format, const uint8_t* data, size
   if (pipeline != nullptr) {
     // The resampler keeps at most every source pixel as RGBX, the image stage three output
     // images: below the allowance with those, the exact sums are not needed.
-    if (need + w * h * 4 + uint64_t{3} * pipeline->out_h() * pipeline->out_w() * 3 > budget_->allowance()) {
-      SampleRng planner = *rng;
-      const int orientation = Orientation(exif_transpose_, format, data, size);
-      const bool swap = orientation >= 5;
-      const int pw = static_cast<int>(swap ? h : w), ph = static_cast<int>(swap ? w : h);
-      const SampleGeometry g = pipeline->Plan(pw, ph, planner);
-      if (g.error == nullptr) {
-        AxisMapping ax, ay;
-        GeometryToAxes(g, 1.0, pw, ph, &ax, &ay);
-        need += Resampler::IntermediateBytes(ax, ay, pw, ph) +
-                uint64_t{3} * static_cast<uint64_t>(std::max(0, g.out_w)) * static_cast<uint64_t>(std::max(0, g.out_h)) * 3;
-      }
-    } else {
+    const uint64_t fixed_out =
+        uint64_t(std::max(0, pipeline->out_h())) * uint64_t(std::max(0, pipeline->out_w())) * 3;
+    if (pipeline->fixed_size() && need + w * h * 4 + 3 * fixed_out <= budget_->allowance()) {
       return absl::OkStatus();
     }
+    SampleRng planner = *rng;  // DecodeInto plans again from the same state
+    const bool swap = Orientation(exif_transpose_, format, data, size) >= 5;
+    const int pw = static_cast<int>(swap ? h : w), ph = static_cast<int>(swap ? w : h);
+    const SampleGeometry g = pipeline->Plan(pw, ph, planner);
+    if (g.error == nullptr) {
+      AxisMapping ax, ay;
+      GeometryToAxes(g, 1.0, pw, ph, &ax, &ay);
+      const uint64_t out = uint64_t(std::max(0, g.out_w)) * uint64_t(std::max(0, g.out_h)) * 3;
+      need += Resampler::IntermediateBytes(ax, ay, pw, ph) + 3 * out;  // image stage: as JPEG's
+    }
+    if (need <= budget_->allowance()) return absl::OkStatus();
   }
-  RL_ASSIGN_OR_RETURN(*grant, budget_->Acquire(need, absl::StrCat(ImageFormatName(format), " image ", w, " x ", h)));
+  RL_ASSIGN_OR_RETURN(*grant,
+                      budget_->Acquire(need, absl::StrCat(ImageFormatName(format), " image ", w, " x ", h)));
   return absl::OkStatus();
 }
 

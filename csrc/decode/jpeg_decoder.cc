@@ -519,9 +519,10 @@ absl::Status JpegDecoder::DecodeInto(const uint8_t* data, size_t size,
 absl::Status JpegDecoder::Reserve(const SampleGeometry& g, int num, DecodeBudget::Grant* grant) {
   j_decompress_ptr cinfo = &state_->cinfo;
   const uint64_t w = cinfo->image_width, h = cinfo->image_height;
-  const uint64_t out = static_cast<uint64_t>(std::max(0, g.out_w)) * static_cast<uint64_t>(std::max(0, g.out_h)) * 3;
-  // The image stage's buffers (the 8-bit image, padding targets): three output images at most.
-  const uint64_t fixed = CoefficientBytes(*cinfo) + WorkingRowBytes(w) + 3 * out + (fast_paths_ ? 0 : w * h * 4);
+  const uint64_t out = uint64_t(std::max(0, g.out_w)) * uint64_t(std::max(0, g.out_h)) * 3;
+  // The image stage's buffers (the 8-bit image and the padding targets): three output images.
+  const uint64_t fixed =
+      CoefficientBytes(*cinfo) + WorkingRowBytes(w) + 3 * out + (fast_paths_ ? 0 : w * h * 4);
   // The resampler keeps at most every source pixel as RGBX: below the allowance with that, the
   // common photo skips the exact sums.
   if (fixed + w * h * 4 <= budget_->allowance()) return absl::OkStatus();
@@ -529,10 +530,12 @@ absl::Status JpegDecoder::Reserve(const SampleGeometry& g, int num, DecodeBudget
   uint64_t resample = 0;
   if (fast_paths_) {
     cinfo->scale_num = static_cast<unsigned>(num);
-    if (!Guarded(state_->err, [&] { jpeg_calc_output_dimensions(cinfo); })) return FailureStatus(cinfo, state_->err);
-    GeometryToAxes(g, num / 8.0, static_cast<int>(cinfo->output_width), static_cast<int>(cinfo->output_height), &ax, &ay);
-    resample = Resampler::IntermediateBytes(ax, ay, static_cast<int>(cinfo->output_width),
-                                            static_cast<int>(cinfo->output_height));
+    if (!Guarded(state_->err, [&] { jpeg_calc_output_dimensions(cinfo); })) {
+      return FailureStatus(cinfo, state_->err);
+    }
+    const int dw = static_cast<int>(cinfo->output_width), dh = static_cast<int>(cinfo->output_height);
+    GeometryToAxes(g, num / 8.0, dw, dh, &ax, &ay);
+    resample = Resampler::IntermediateBytes(ax, ay, dw, dh);
   } else {
     GeometryToAxes(g, 1.0, static_cast<int>(w), static_cast<int>(h), &ax, &ay);
     resample = Resampler::IntermediateBytes(ax, ay, static_cast<int>(w), static_cast<int>(h));
