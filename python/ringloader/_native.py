@@ -118,7 +118,9 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
     if source.per_sample:
         raise ValueError(
             f"{what}: its transform runs per sample (Python steps, or an output size that "
-            "depends on the image), which needs random access to samples: use a transform that "
+            "depends on the image" + ("; it has none: its samples are PIL images"
+                                      if getattr(source, "transform", 0) is None else "") + "), "
+            "which needs random access to samples: use a transform that "
             f"runs natively to a fixed size, or {instead}")
     if dataset is not source and dataset is not getattr(source, "dataset", None):
         raise ValueError(

@@ -353,3 +353,9 @@ def test_pil_samples_on_torch_path_say_to_add_a_transform(tmp_path, images):
     assert "sample 3 (" in notes
     assert "of ringloader.hf.Parquet, each (PIL.Image.Image, int)" in notes
     assert "ToTensor()" in notes
+
+
+def test_rows_read_on_demand_without_a_transform_say_so(tmp_path, images):
+    path = write(tmp_path / "a.parquet", images, label=list(range(N)))
+    with pytest.raises(ValueError, match=r"it has none: its samples are PIL images.*copy=True"):
+        rl.DataLoader(rl.Parquet(path, copy=False), batch_size=4)
