@@ -364,7 +364,11 @@ absl::Status ImageDecoder::Reserve(ImageFormat format, const uint8_t* data, size
                                    const SampleRng* rng, DecodeBudget::Grant* grant) {
   // The header's size; its errors are the decode's, which reports them.
   absl::StatusOr<ImageSize> header = ImageSize{};
-  if (format == ImageFormat::kJpeg) {
+  if (format == ImageFormat::kPng && size >= 24 && std::memcmp(data + 12, "IHDR", 4) == 0) {
+    // Read in place: a PNG dataset's every sample passes here (the reader checks the chunk).
+    header = ImageSize{static_cast<int>(Be32(data + 16) & 0x7fffffff),
+                       static_cast<int>(Be32(data + 20) & 0x7fffffff)};
+  } else if (format == ImageFormat::kJpeg) {
     absl::StatusOr<JpegInfo> info = jpeg_.ReadInfo(data, size);
     header = info.ok() ? absl::StatusOr<ImageSize>(ImageSize{info->width, info->height}) : info.status();
   } else {
