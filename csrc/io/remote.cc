@@ -222,6 +222,7 @@ struct Transfer {
   Clock::time_point deadline = Clock::time_point::max();  // from the job's first request
   bool too_slow = false;           // OnProgress stopped the attempt: under the minimum rate
   bool deadline_passed = false;    // OnProgress stopped it: the job's deadline passed
+  Clock::time_point noted_at{};    // when OnProgress last told the table of transfers in flight
   char curl_error[CURL_ERROR_SIZE] = {0};
   CURL* easy = nullptr;
   curl_slist* headers = nullptr;
@@ -419,11 +420,69 @@ double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// ---- transfers in flight (TransfersInFlight) -----------------------------------------------
+
+/// One job's entry, from its first request until its result is final.
+struct InFlight {
+  std::string url;
+  int64_t bytes = 0;
+  int64_t expected = -1;
+  int attempts = 0;
+  Clock::time_point started{};
+  // The rate: bytes moved since `rate_since` (`rate_bytes` then), measured once a second passed.
+  Clock::time_point rate_since{};
+  int64_t rate_bytes = 0;
+  double rate = -1;
+};
+
+struct InFlightTable {
+  std::mutex mu;
+  std::map<const void*, InFlight> jobs ABSL_GUARDED_BY(mu);
+};
+
+InFlightTable& TheInFlight() {
+  static auto* table = new InFlightTable;  // never destroyed: transfers may outlive static teardown
+  return *table;
+}
+
+/// Registers `t` (at its first request) or updates its bytes, size and rate.
+void NoteInFlight(const Transfer* t, Clock::time_point now) {
+  InFlightTable& table = TheInFlight();
+  std::lock_guard<std::mutex> lock(table.mu);
+  auto [it, fresh] = table.jobs.try_emplace(t);
+  InFlight& e = it->second;
+  if (fresh) {
+    e.url = t->job->url;
+    e.started = e.rate_since = now;
+    e.rate_bytes = t->written;
+  }
+  e.bytes = t->written;
+  e.expected = t->total;
+  e.attempts = t->result->attempts;
+  const double measured = SecondsBetween(e.rate_since, now);
+  if (measured >= 1.0) {
+    // (A retry that starts over from byte 0 moved nothing yet, not a negative amount.)
+    e.rate = static_cast<double>(std::max<int64_t>(0, e.bytes - e.rate_bytes)) / measured;
+    e.rate_since = now;
+    e.rate_bytes = e.bytes;
+  }
+}
+
+void ForgetInFlight(const Transfer* t) {
+  InFlightTable& table = TheInFlight();
+  std::lock_guard<std::mutex> lock(table.mu);
+  table.jobs.erase(t);
+}
+
 /// libcurl's progress callback (at least once a second while a transfer runs): stops an attempt
 /// whose body moved under the minimum rate over the last window, or whose job's deadline passed.
 int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t) {
   auto* t = static_cast<Transfer*>(user);
   const Clock::time_point now = Clock::now();
+  if (now - t->noted_at >= std::chrono::milliseconds(100)) {
+    t->noted_at = now;
+    NoteInFlight(t, now);
+  }
   if (now >= t->deadline) {
     t->deadline_passed = true;
     return 1;
@@ -613,6 +672,72 @@ LinkEstimate MeasuredLink(const std::string& url, const RemoteOptions& options) 
   return prior;
 }
 
+std::vector<TransferInFlight> TransfersInFlight() {
+  const Clock::time_point now = Clock::now();
+  std::map<std::string, TransferInFlight> by_url;
+  std::map<std::string, bool> unmeasured;  // a job of the URL has no measured rate yet
+  {
+    InFlightTable& table = TheInFlight();
+    std::lock_guard<std::mutex> lock(table.mu);
+    for (const auto& [job, e] : table.jobs) {
+      auto [it, fresh] = by_url.try_emplace(e.url);
+      TransferInFlight& u = it->second;
+      const double seconds = SecondsBetween(e.started, now);
+      if (fresh) {
+        u.url = e.url;
+        u.bytes = e.bytes;
+        u.expected = e.expected;
+        u.bytes_per_s = e.rate;
+        u.seconds = seconds;
+        u.attempts = e.attempts;
+        unmeasured[e.url] = e.rate < 0;
+        continue;
+      }
+      u.bytes += e.bytes;
+      u.expected = u.expected < 0 || e.expected < 0 ? -1 : u.expected + e.expected;
+      if (e.rate >= 0) u.bytes_per_s = std::max(0.0, u.bytes_per_s) + e.rate;
+      if (e.rate < 0) unmeasured[e.url] = true;
+      u.seconds = std::max(u.seconds, seconds);
+      u.transfers += 1;
+      u.attempts += e.attempts;
+    }
+  }
+  std::vector<TransferInFlight> out;
+  for (auto& [url, u] : by_url) {
+    // A URL some of whose jobs are in their first second: its sum would understate the rate.
+    if (unmeasured[url]) u.bytes_per_s = -1;
+    out.push_back(std::move(u));
+  }
+  std::sort(out.begin(), out.end(), [](const TransferInFlight& a, const TransferInFlight& b) {
+    const bool a_known = a.bytes_per_s >= 0, b_known = b.bytes_per_s >= 0;
+    if (a_known != b_known) return a_known;
+    if (a.bytes_per_s != b.bytes_per_s) return a.bytes_per_s < b.bytes_per_s;
+    return a.seconds > b.seconds;
+  });
+  return out;
+}
+
+std::string DescribeTransfersInFlight(int max_urls) {
+  const std::vector<TransferInFlight> all = TransfersInFlight();
+  if (all.empty()) return "";
+  std::vector<std::string> parts;
+  for (size_t i = 0; i < all.size() && i < static_cast<size_t>(std::max(1, max_urls)); ++i) {
+    const TransferInFlight& u = all[i];
+    std::string part = absl::StrCat(u.url, ": ", u.bytes, " of ",
+                                    u.expected >= 0 ? absl::StrCat(u.expected) : std::string("?"), " bytes, ");
+    absl::StrAppend(&part, u.bytes_per_s >= 0 ? absl::StrFormat("%.0f bytes/s now", u.bytes_per_s)
+                                              : std::string("rate not measured yet"));
+    absl::StrAppend(&part, absl::StrFormat(", started %.1f s ago", u.seconds));
+    if (u.transfers > 1) absl::StrAppend(&part, ", ", u.transfers, " ranges");
+    if (u.attempts > u.transfers) absl::StrAppend(&part, ", ", u.attempts, " requests");
+    parts.push_back(std::move(part));
+  }
+  std::string line = absl::StrCat("downloads in flight (", all.size(), ", slowest first): ",
+                                  absl::StrJoin(parts, "; "));
+  if (all.size() > parts.size()) absl::StrAppend(&line, "; and ", all.size() - parts.size(), " more");
+  return line;
+}
+
 LinkEstimate LastMeasuredLink() {
   Links& links = TheLinks();
   std::lock_guard<std::mutex> lock(links.mu);
@@ -667,6 +792,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
   int active = 0;
 
   auto finish = [&](Transfer* t, absl::Status status) {
+    ForgetInFlight(t);
     t->done = true;
     t->result->status = std::move(status);
     t->result->size = t->written;
@@ -761,6 +887,8 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
     t->headers = headers;
     if (headers != nullptr) curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
     t->result->attempts += 1;
+    t->noted_at = now;
+    NoteInFlight(t, now);
     curl_multi_add_handle(multi, e);
     ++active;
   };

@@ -145,6 +145,29 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
                                         const std::atomic<bool>* cancel = nullptr,
                                         const JobDone& on_done = nullptr, int64_t ticket = -1);
 
+/// A download of the process that has not landed yet: every job of every DownloadAll call from
+/// its first request until its result is final (its retries and the waits between them
+/// included), the jobs of one URL (a shard's pieces, range reads) summed. For the loader's
+/// timeout error and describe(): a trickling or stalled download is named, not just waited on.
+struct TransferInFlight {
+  std::string url;
+  int64_t bytes = 0;      ///< written so far
+  int64_t expected = -1;  ///< the bytes asked (ranges) or stated by the server; -1: not known yet
+  /// Over the last second or more of the body's progress; -1 in a download's first second
+  /// (not measured yet).
+  double bytes_per_s = -1;
+  double seconds = 0;     ///< since its first request
+  int transfers = 1;      ///< jobs of that URL in flight
+  int attempts = 0;       ///< requests made so far, its jobs' summed
+};
+
+/// Every URL with a download in flight, slowest first (measured rate, then the oldest).
+std::vector<TransferInFlight> TransfersInFlight();
+
+/// One line naming the slowest `max_urls` downloads in flight ("downloads in flight (N): URL:
+/// B of E bytes, R bytes/s now, started S s ago; ..."), empty when none.
+std::string DescribeTransfersInFlight(int max_urls = 3);
+
 /// What the process has measured of the link to a host: the time to the first byte of a
 /// response (a request's round trip, the connection's set-up included when it is new) and the
 /// bytes per second one transfer moves once its body flows, each smoothed over the responses

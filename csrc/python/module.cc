@@ -740,6 +740,9 @@ class PyLoader {
         const LoaderStats stats = loader_->Stats();
         std::string detail = stats.pipeline_state.empty() ? "" : absl::StrCat("; ", stats.pipeline_state);
         if (!stats.last_error.empty()) absl::StrAppend(&detail, "; last error: ", stats.last_error);
+        // A shard still downloading (trickling, stalled, retried): its URL, bytes, rate and age.
+        const std::string downloads = DescribeTransfersInFlight();
+        if (!downloads.empty()) absl::StrAppend(&detail, "; ", downloads);
         Raise(absl::DeadlineExceededError(absl::StrCat("DataLoader timed out after ", timeout,
                                                        " seconds waiting for batch ",
                                                        loader_->next_batch(), detail)));
@@ -1514,6 +1517,9 @@ PYBIND11_MODULE(_C, m) {
       py::arg("url"), py::arg("settings") = py::dict(),
       "This process's estimate of the link to url's host: {host, latency_s, bytes_per_s, latency_samples, "
       "rate_samples} (samples 0: the prior).");
+  m.def("downloads_in_flight", [] { return DescribeTransfersInFlight(); },
+        "One line naming the process's slowest downloads not landed yet (URL, bytes so far of "
+        "the expected, rate now, seconds since the first request), '' when none.");
   m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
         "Reads of the cache entry open copy instead ('' lifts the redirect).");
   m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,

@@ -431,6 +431,9 @@ class NativeBackend(Backend):
             lines.append(f"  remote:  {link['host']}: {link['latency_s'] * 1e3:.0f} ms to the first byte, "
                          f"{link['bytes_per_s'] / 1e6:.1f} MB/s per transfer ({measured}; "
                          f"{s['range_requests']} range requests in this process)")
+        downloads = _C.downloads_in_flight()
+        if downloads:
+            lines.append(f"  remote:  {downloads}")
         lines.append(f"  scans:   {_scan_memo_line(s)}")
         budget = [f._feed.budget for f in self._folders if getattr(f, "streamed", False)
                   and getattr(f, "_feed", None) is not None]

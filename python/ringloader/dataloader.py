@@ -125,7 +125,9 @@ class DataLoader:
     long, ``stats()["stalled"]`` is True and ``describe()`` has a ``stalled:`` line saying which
     stage holds what (requests queued, reads outstanding, read buffers, the decode queue, busy
     decoders, slots). It only reports; ``timeout=`` bounds a wait, and its
-    ``LoaderTimeoutError`` names the same state and the last sample error.
+    ``LoaderTimeoutError`` names the same state and the last sample error. Remote shards still
+    downloading are named there and on a ``remote:`` line of ``describe()`` (stalled or not): URL,
+    bytes landed of those expected, rate now, seconds since the download started.
 
     ``fast_decode`` (default False: pixels equal torchvision's) lets libjpeg decode at 1/2, 1/4 or
     1/8 scale when the output is at least that much smaller. On photos over 2,000 px that is
