@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import email.utils
 import http.client
+import io
 import json
 import os
 import shutil
@@ -15,6 +16,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +31,17 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def tar_bytes(members) -> bytes:
+    """A USTAR archive of (name, bytes) members, in order: a shard for a test server to serve."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
 
 
 def wait_for_port(port: int, proc: Optional[subprocess.Popen] = None, timeout: float = 20.0) -> None:
@@ -161,7 +174,9 @@ class Moto:
 
 class FaultProxy:
     """An HTTP proxy to `upstream` (http://host:port) that applies, per request, the next fault
-    queued for its path (`faults[path]`: "503", "403" (with S3's XML body), "reset" (half the body, then a TCP reset),
+    queued for its path (`faults[path]`: "503", "late503" (a 503 after half a second: the
+    other requests of the download are answered first), "403" (with S3's XML body), "reset"
+    (half the body, then a TCP reset),
     "stall" (half the body, then silence for `stall_s`), "short" (half the body, and a
     Content-Length that says so: a server that truncates), "norange" (the whole object whatever
     Range asked, as a server without range support answers), "trickle" (the body at
@@ -252,6 +267,9 @@ class FaultProxy:
             held.wait(self.hold_s)
         if self.latency_s:
             time.sleep(self.latency_s)
+        if fault == "late503":
+            time.sleep(0.5)
+            fault = "503"
         if fault in ("503", "403"):
             body = b"slow down" if fault == "503" else (
                 b"<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>AccessDenied</Code>"

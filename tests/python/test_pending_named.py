@@ -5,9 +5,7 @@ bytes/s, with the minimum rate off so that the download neither fails nor lands 
 
 from __future__ import annotations
 
-import io
 import re
-import tarfile
 import time
 from pathlib import Path
 
@@ -23,21 +21,11 @@ import remote_servers as srv
 SLOW_OK = {"max_attempts": 1, "min_rate_bytes_per_s": 0, "download_deadline_s": 0}
 
 
-def _tar(members) -> bytes:
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 @pytest.fixture
 def trickling_shard(unique_tree, tmp_path):
     """Two 4-sample shards behind a FaultProxy, indexed while honest; then train-1 trickles."""
     samples = rl.ImageFolder(str(unique_tree)).samples[:8]
-    shards = [_tar([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
+    shards = [srv.tar_bytes([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
                     for ext, data in (("jpg", Path(path).read_bytes()),
                                       ("cls", str(label).encode()))])
               for part in (samples[:4], samples[4:])]

@@ -138,13 +138,13 @@ def test_pieces_of_an_object_without_etag_replaced_mid_download_are_one_version(
     old, new = os.urandom(len(BIG)), os.urandom(len(BIG))
     proxy = srv.FaultProxy("http://127.0.0.1:9")
     # No ETag; the object is replaced (same size) the moment the first piece was answered. The
-    # other piece's first request gets a 503, so its retry goes out once the first piece pinned
+    # other piece's first request gets a 503 late, so its retry goes out once the first piece pinned
     # the version: If-Unmodified-Since, which a server answers with 412 (or, one that ignores
     # it, with the new version's Last-Modified).
     obj = proxy.serve("/a.tar", srv.MemoryObject([old, new], etag=False,
                                                  preconditions=preconditions,
                                                  replace_after_first_range=True))
-    proxy.faults = {"/a.tar": ["503"]}
+    proxy.faults = {"/a.tar": ["late503"]}
     try:
         fetch = _C.BackgroundFetch([f"{proxy.url}/a.tar"], str(tmp_path / "cache"), 0,
                                    dict(FAST, max_connections=2), [(len(BIG), None)])
@@ -236,25 +236,12 @@ def test_rate_and_deadline_options_are_checked():
             _remote.check_remote_options(bad)
 
 
-def _tar(members) -> bytes:
-    import io
-    import tarfile
-
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name, data in members:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return out.getvalue()
-
-
 def test_a_trickling_shard_fails_its_samples_naming_the_url_and_the_rate(unique_tree, tmp_path):
     import ringloader as rl
     from ringloader import transforms as T
 
     samples = rl.ImageFolder(str(unique_tree)).samples[:8]
-    shards = [_tar([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
+    shards = [srv.tar_bytes([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
                     for ext, data in (("jpg", Path(path).read_bytes()),
                                       ("cls", str(label).encode()))])
               for part in (samples[:4], samples[4:])]
