@@ -17,7 +17,7 @@ from . import _user_source
 from ._backend import Backend
 from ._distributed import _shard_sampler
 from ._native import _KeyedView, _generic_reason, _servable
-from ._options import _auto_threads, _check_device
+from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._staging import _device_prefetch, _generic_device
 from .datasets import NativeDataset
@@ -168,8 +168,9 @@ class GenericBackend(Backend):
             ("max_slots", args.max_slots != 0), ("fast_decode", bool(args.fast_decode)),
             ("strict_decode", not args.strict_decode),
             ("max_image_pixels", args.max_image_pixels is not None),
-            ("on_error", args.on_error != "raise"), ("numa", args.numa is not None),
-            ("stall_seconds", args.stall_seconds != 60),
+            ("on_error", args.on_error != "raise"),
+            ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
+            ("numa", args.numa is not None), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
         if native_only:
             raise ValueError(

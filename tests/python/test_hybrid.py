@@ -186,7 +186,8 @@ def test_collate_fn_and_plain_indexing(tree: Path):
         ds[10]
 
 
-@pytest.mark.parametrize("kwargs", [dict(on_error="skip"), dict(fast_decode=True), dict(dtype=torch.float16),
+@pytest.mark.parametrize("kwargs", [dict(on_error="skip"), dict(max_skipped_fraction=1),
+                                    dict(fast_decode=True), dict(dtype=torch.float16),
                                     dict(memory_format=torch.channels_last)])
 def test_native_only_arguments_are_refused_on_the_hybrid_path(tree: Path, kwargs):
     ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
