@@ -411,7 +411,9 @@ class NativeBackend(Backend):
             f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
             f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
-            f"  budget:  covers the batch slots, batches you keep included; not the {s['read_buffers']} file "
+            "  budget:  covers the batch slots, batches you keep included, and decodes that need over 16 MiB "
+            "(a large image waits its turn, or fails its sample when the slots leave too little); not the "
+            f"{s['read_buffers']} file "
             "read buffers per epoch (each as large as the largest file it read; a second set while the next "
             "epoch is read ahead), nor device buffers",
         ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (

@@ -396,7 +396,9 @@ def test_describe_says_what_the_budget_covers(image_tree):
     loader = rl.DataLoader(rl.ImageFolder(image_tree, transform=SMALL), batch_size=2, num_workers=2, io_depth=8)
     text = loader.describe()
     # reader_threads x io_depth + 4 x num_workers file buffers per epoch, outside the budget.
-    assert ("  budget:  covers the batch slots, batches you keep included; not the 16 file read buffers per "
+    assert ("  budget:  covers the batch slots, batches you keep included, and decodes that need over 16 MiB "
+            "(a large image waits its turn, or fails its sample when the slots leave too little); not the "
+            "16 file read buffers per "
             "epoch (each as large as the largest file it read; a second set while the next epoch is read "
             "ahead), nor device buffers") in text
     assert "  cut:" not in text and loader.stats()["slots_note"] == ""

@@ -168,7 +168,7 @@ def test_default_budget_cuts_the_pipeline_to_fit_a_small_memory_cgroup(tree, tmp
         assert "epoch read-ahead off" in cut, text
         assert "a quarter of" in text and "available (cgroup v" in text, text
         assert "drained between epochs (the memory budget is too tight" in text, text
-        assert "  budget:  covers the batch slots, batches you keep included; not the " in text, text
+        assert "  budget:  covers the batch slots, batches you keep included, and decodes that need over 16 MiB" in text, text
 
 
 # Runs in a 620 MB cgroup: argv = tree, limit file, usage file. A 13000 x 13000 PNG (under the
