@@ -1,8 +1,10 @@
 """The Source protocol: what :class:`ringloader.DataLoader` asks of the samples it loads.
 
 A source is a list of samples whose bytes the native pipeline reads: the folder scans
-(``ImageFolder``/``DatasetFolder``), ``FileList`` and ``WebDataset`` today; user Dataset
-references, Hugging Face/Parquet tables and remote shards next. The loader never asks which
+(``ImageFolder``/``DatasetFolder``), ``FileList``, ``WebDataset`` (local, ``pipe:`` and remote
+http(s)/s3 shards, the remote ones read from the node-local cache as local shards) and
+``UserSource``, the references a user's Dataset returns (``ImageFile``/``ImageBytes``), which
+is also how ``HFDataset`` and ``Parquet`` rows reach the loader. The loader never asks which
 source it has: everything that differs between them is one of these members, and a new source
 is one class (a :class:`ringloader.NativeDataset` subclass, which adds the transform) that
 overrides the ones that differ from the defaults below.

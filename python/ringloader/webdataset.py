@@ -424,7 +424,8 @@ class WebDataset(NativeDataset):
     Raises:
         TypeError: ``urls`` not a string or a list of strings; ``dataset[i]`` (or a transform
             that runs per sample) over ``pipe:`` shards.
-        ValueError: a URL scheme other than a local path, ``file://`` or ``pipe:``; a ``pipe:``
+        ValueError: a URL scheme other than a local path, ``file://``, ``http://``,
+            ``https://``, ``s3://`` or ``pipe:`` (``ftp://``, ``gs://``, ...); a ``pipe:``
             without a command; no URL; shards that hold no sample; a bad ``label_key``,
             ``label_field``, ``image_exts``, ``shuffle_buffer`` or ``progress``.
         FileNotFoundError: a local shard, or every match of a glob, is missing.
