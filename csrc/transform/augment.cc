@@ -617,6 +617,14 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
   const std::vector<TransformStep>& steps = pipeline.steps();
   for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
     const TransformStep& s = steps[i];
+    if (s.kind == Kind::kRandomApply) {
+      // torchvision's RandomApply: one uniform draw, always; the guarded steps run (and make
+      // their own draws) only when it is below p. v1 applies when the draw is <= p and v2 when
+      // it is < p: the two differ only when the draw equals p exactly.
+      const double u = rng.Uniform();
+      if (!(s.p >= 1.0 || u < s.p)) i += static_cast<size_t>(s.apply_steps);
+      continue;
+    }
     const auto apply = KindInfo(s.kind).apply_image;
     if (apply == nullptr) {
       return absl::InternalError("a resize or output step reached the image stage");

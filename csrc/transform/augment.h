@@ -64,7 +64,8 @@ ImageStepFn ApplyColorJitter, ApplyGrayscale, ApplyRandomRotation, ApplyRandomAf
     ApplyTimmRandAugment, ApplyPad, ApplyRandomCrop, ApplyFlip, ApplyCenterCrop;
 
 /// Runs steps [pipeline.image_begin(), image_end()) on `*img` (packed RGB; the view may be
-/// replaced by one over scratch.padded when a step changes the size).
+/// replaced by one over scratch.padded when a step changes the size). A RandomApply step draws
+/// one uniform and, unless it is below its p, skips the steps it guards (their draws too).
 absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
                              AugmentScratch& scratch, RgbView* img);
 

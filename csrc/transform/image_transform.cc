@@ -103,11 +103,22 @@ class StageWalk {
     kNeedsTensor,        ///< Normalize / RandomErasing without ToTensor before it
     kResizeAfterImage,   ///< a resize after the image stage began (see image_begin)
     kSecondResize,       ///< a resize after the fused geometry's resize (see resized_at)
+    kGuardedStep,        ///< a RandomApply guards a step that is not a size-keeping image step
+    kGuardPastEnd,       ///< a RandomApply guards more steps than follow it (or its own guard)
   };
 
   /// Advances over steps[i] (after steps[0..i)); returns the rule it breaks.
   Rule Step(const std::vector<TransformStep>& steps, size_t i) {
     const TransformStep& s = steps[i];
+    while (!guard_ends_.empty() && guard_ends_.back() < i) guard_ends_.pop_back();
+    if (!guard_ends_.empty() && !Guardable(s)) return Rule::kGuardedStep;
+    if (s.kind == Kind::kRandomApply) {
+      const size_t end = i + static_cast<size_t>(std::max(s.apply_steps, 0));
+      if (end >= steps.size() || (!guard_ends_.empty() && end > guard_ends_.back())) {
+        return Rule::kGuardPastEnd;
+      }
+      if (end > i) guard_ends_.push_back(end);
+    }
     Rule rule = Rule::kNone;
     if (IsOutputStep(s.kind)) {
       stage_ = Stage::kOutput;
@@ -142,7 +153,16 @@ class StageWalk {
   /// The fused geometry's resize.
   std::optional<size_t> resized_at() const { return resized_at_; }
 
+  /// Whether a RandomApply may guard `s`: a step of the 8-bit image that keeps its size (a
+  /// colour/filter/policy step, rotation, affine, a flip, or a nested RandomApply), so the
+  /// output size never depends on the draw.
+  static bool Guardable(const TransformStep& s) {
+    return KindInfo(s.kind).stage == StepStage::kImage || s.kind == Kind::kRandomHorizontalFlip ||
+           s.kind == Kind::kRandomVerticalFlip;
+  }
+
  private:
+  std::vector<size_t> guard_ends_;  ///< the last step each enclosing RandomApply guards
   Stage stage_ = Stage::kGeometry;
   size_t image_begin_ = 0;
   std::optional<size_t> resized_at_;
@@ -357,6 +377,9 @@ std::string CheckImageStep(const TransformStep& s) {
       return s.policy >= 0 && s.policy <= 2 ? "" : "policy must be IMAGENET, CIFAR10 or SVHN";
     case Kind::kTimmRandAugment:
       return s.num_ops >= 0 && s.magnitude >= 0 ? "" : "num_ops and magnitude must be >= 0";
+    case Kind::kRandomApply:
+      if (!prob_ok()) return "p must be in [0, 1]";
+      return s.apply_steps >= 0 ? "" : "the number of guarded steps must be >= 0";
     default:
       return "";
   }
@@ -553,6 +576,11 @@ absl::Status ParseRandomErasing(StepParamReader& r, TransformStep* s) {
   return ReadAll(r, s, ReadProbability, ReadRanges, ReadFill);
 }
 
+absl::Status ParseRandomApply(StepParamReader& r, TransformStep* s) {
+  r.Int("num_steps", &s->apply_steps);
+  return ReadProbability(r, s);
+}
+
 /// ", bicubic" before the closing parenthesis of a resize that does not use the default filter.
 std::string WithFilter(std::string d, const TransformStep& s) {
   if (s.interpolation != Interpolation::kBilinear) {
@@ -607,6 +635,11 @@ std::string DescribeAugOp(const TransformStep& s) {
 
 std::string DescribeRandAugment(const TransformStep& s) {
   return absl::StrFormat("RandAugment(%d, %g)", s.num_ops, s.magnitude);
+}
+
+std::string DescribeRandomApply(const TransformStep& s) {
+  return absl::StrFormat("RandomApply(p=%g, %d step%s)", s.p, s.apply_steps,
+                         s.apply_steps == 1 ? "" : "s");
 }
 
 std::string DescribeTimmRandAugment(const TransformStep& s) {
@@ -680,6 +713,11 @@ const std::vector<StepKindInfo>& StepKinds() {
       {Kind::kRandomErasing, "random_erasing", "RandomErasing", S::kOutput, false,
        "p ranges fill erase_mode timm_erasing erase_count",
        ParseRandomErasing, nullptr, nullptr},
+      // No image function of its own: ApplyImageSteps draws for it and skips the steps it
+      // guards when the draw says so.
+      {Kind::kRandomApply, "random_apply", "RandomApply", S::kImage, false,
+       "p num_steps",
+       ParseRandomApply, DescribeRandomApply, nullptr},
   };
   return *kinds;
 }
@@ -706,6 +744,23 @@ const StepKindInfo* KindFromKey(std::string_view key) {
   return nullptr;
 }
 
+namespace {
+
+std::string GuardedStepError(const TransformStep& s) {
+  return absl::StrCat("a RandomApply guards it, and only image steps that keep the size (colour, "
+                      "blur, grayscale, the single-op and policy steps, rotation, affine, "
+                      "flips) can be guarded natively; ",
+                      KindName(s.kind), " is not one");
+}
+
+std::string GuardPastEndError(const std::vector<TransformStep>& steps, size_t i) {
+  return absl::StrCat("it guards the next ", steps[i].apply_steps,
+                      " step(s), more than follow it in the chain or in the RandomApply that "
+                      "guards it");
+}
+
+}  // namespace
+
 std::string StageOrderError(const std::vector<TransformStep>& steps, size_t first) {
   using Rule = StageWalk::Rule;
   StageWalk walk;
@@ -724,6 +779,10 @@ std::string StageOrderError(const std::vector<TransformStep>& steps, size_t firs
                             ") would need a second resample, which is not native");
       case Rule::kSecondResize:
         return "a second resize would need a second resample, which is not native";
+      case Rule::kGuardedStep:
+        return GuardedStepError(steps[i]);
+      case Rule::kGuardPastEnd:
+        return GuardPastEndError(steps, i);
       case Rule::kNone:
         break;
     }
@@ -776,6 +835,10 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
                          absl::StrCat("a resize after step ", walk.image_begin(), " (",
                                       ImageStageReason(steps[walk.image_begin()]),
                                       ") is not supported natively"));
+      case Rule::kGuardedStep:
+        return StepError(i, s.kind, GuardedStepError(s));
+      case Rule::kGuardPastEnd:
+        return StepError(i, s.kind, GuardPastEndError(steps, i));
     }
     if (before == StageWalk::Stage::kGeometry && walk.stage() == StageWalk::Stage::kImage) {
       p.image_begin_ = i;

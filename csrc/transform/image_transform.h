@@ -79,7 +79,9 @@ struct StepKindInfo {
   /// The step in TransformPipeline::Describe ("Resize(256)"); `name` when null.
   std::string (*describe)(const TransformStep& step);
   /// Runs one step of the kind on the 8-bit image (augment.h), drawing its random parameters
-  /// from `rng`; null for the kinds that never run there (the resizes and the output steps).
+  /// from `rng`; null for the kinds that never run there (the resizes and the output steps)
+  /// and for RandomApply, which ApplyImageSteps runs itself (it decides whether the steps it
+  /// guards run).
   absl::Status (*apply_image)(const TransformStep& step, SampleRng& rng, AugmentScratch& scratch,
                               RgbView* img);
   /// Whether `key` is one of `params`.
@@ -139,7 +141,8 @@ class TransformPipeline {
   ///     flips, and RandomCrop/Pad with zero constant fill);
   ///  2. image steps on the 8-bit image (colour, policies, rotation/affine, blur, and
   ///     RandomCrop/Pad with other fills or modes); flips and CenterCrop after the first of
-  ///     them move the 8-bit image's pixels, a resize there is refused;
+  ///     them move the 8-bit image's pixels, a resize there is refused; a RandomApply guards
+  ///     the next `apply_steps` steps, which must be image steps that keep the size;
   ///  3. output steps: ToTensor, Normalize, RandomErasing (after ToTensor).
   /// Unless `allow_variable_size`, the chain must end in a fixed output size so samples can be
   /// batched. Errors: InvalidArgument naming the offending step.

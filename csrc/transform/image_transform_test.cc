@@ -17,7 +17,9 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "testing/jpeg_fixtures.h"
+#include "transform/augment.h"
 #include "transform/random.h"
+#include "transform/render.h"
 #include "transform/resample.h"
 
 namespace ringloader {
@@ -76,6 +78,14 @@ TransformStep Normalize(const float mean[3], const float std[3]) {
   return s;
 }
 
+TransformStep Apply(double p, int steps) {
+  TransformStep s;
+  s.kind = Kind::kRandomApply;
+  s.p = p;
+  s.apply_steps = steps;
+  return s;
+}
+
 constexpr float kMean[3] = {0.485f, 0.456f, 0.406f};
 constexpr float kStd[3] = {0.229f, 0.224f, 0.225f};
 
@@ -122,7 +132,7 @@ TEST(TransformPipelineCreate, RejectsInvalidChains) {
 
 TEST(StepKinds, OneRowPerKindInKindOrderWithDistinctKeys) {
   const std::vector<StepKindInfo>& kinds = StepKinds();
-  ASSERT_EQ(kinds.size(), static_cast<size_t>(Kind::kRandomErasing) + 1);
+  ASSERT_EQ(kinds.size(), static_cast<size_t>(Kind::kRandomApply) + 1);
   for (size_t i = 0; i < kinds.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(kinds[i].kind), i) << kinds[i].key;
     EXPECT_EQ(&KindInfo(kinds[i].kind), &kinds[i]);
@@ -229,10 +239,12 @@ TEST(StepKinds, ParseReadsExactlyTheListedParameters) {
 }
 
 // Create lets every kind but the resizes and the output steps reach the image stage (flips and
-// CenterCrop do after an image step), so each of those rows needs its image-stage function.
+// CenterCrop do after an image step), so each of those rows needs its image-stage function;
+// RandomApply is run by ApplyImageSteps itself (it skips the steps it guards).
 TEST(StepKinds, KindsThatCanRunOnTheImageHaveAnImageFunction) {
   for (const StepKindInfo& info : StepKinds()) {
-    const bool reaches_image = !info.resizes && info.stage != StepStage::kOutput;
+    const bool reaches_image = !info.resizes && info.stage != StepStage::kOutput &&
+                               info.kind != Kind::kRandomApply;
     EXPECT_EQ(info.apply_image != nullptr, reaches_image) << info.key;
   }
 }
@@ -282,6 +294,15 @@ TEST(StepKinds, ParseFillsTheFieldsAndDescribeShowsThem) {
   t.kind = Kind::kTimmRandAugment;
   EXPECT_EQ(KindInfo(Kind::kTimmRandAugment).parse(timm, &t).message(),
             "unknown timm op 'NoSuchOp'");
+
+  FakeParams apply;
+  apply.numbers = {{"p", {0.8}}, {"num_steps", {2}}};
+  TransformStep a;
+  a.kind = Kind::kRandomApply;
+  ASSERT_TRUE(KindInfo(Kind::kRandomApply).parse(apply, &a).ok());
+  EXPECT_EQ(a.p, 0.8);
+  EXPECT_EQ(a.apply_steps, 2);
+  EXPECT_EQ(KindInfo(Kind::kRandomApply).describe(a), "RandomApply(p=0.8, 2 steps)");
 }
 
 // StageOrderError and Create walk the same rules: where one refuses a chain for its order, so
@@ -326,6 +347,28 @@ TEST(StageOrderError, RefusesWhatCreateRefusesForItsOrder) {
        "step 1 (Normalize): Normalize needs ToTensor before it"},
       {{CenterCrop(8, 8), erase}, "it needs ToTensor before it",
        "step 1 (RandomErasing): RandomErasing works on the tensor: put ToTensor first"},
+      // RandomApply guards image steps that keep the size, nested ones included.
+      {{Rrc(8), Flip(0.5), Apply(0.8, 1), jitter, Apply(0.5, 2), Apply(0.2, 1), jitter, Flip(0.5),
+        ToTensor()},
+       "", ""},
+      {{CenterCrop(8, 8), Apply(0.5, 1), ToTensor()},
+       "a RandomApply guards it, and only image steps that keep the size (colour, blur, "
+       "grayscale, the single-op and policy steps, rotation, affine, flips) can be guarded "
+       "natively; ToTensor is not one",
+       "step 2 (ToTensor): a RandomApply guards it"},
+      {{CenterCrop(8, 8), Apply(0.5, 1), CenterCrop(6, 6)},
+       "a RandomApply guards it, and only image steps that keep the size (colour, blur, "
+       "grayscale, the single-op and policy steps, rotation, affine, flips) can be guarded "
+       "natively; CenterCrop is not one",
+       "step 2 (CenterCrop): a RandomApply guards it"},
+      {{CenterCrop(8, 8), Apply(0.5, 2), jitter},
+       "it guards the next 2 step(s), more than follow it in the chain or in the RandomApply "
+       "that guards it",
+       "step 1 (RandomApply): it guards the next 2 step(s)"},
+      {{CenterCrop(8, 8), Apply(0.5, 2), Apply(0.5, 2), jitter, jitter},
+       "it guards the next 2 step(s), more than follow it in the chain or in the RandomApply "
+       "that guards it",
+       "step 2 (RandomApply): it guards the next 2 step(s)"},
   };
   for (const auto& c : kCases) {
     EXPECT_EQ(StageOrderError(c.steps), c.reason);
@@ -427,6 +470,87 @@ TEST(TransformPipelineCreate, Describe) {
       << p.Describe();
   EXPECT_EQ(MustCreate({Resize(256), CenterCrop(224, 224)}).Describe(),
             "Resize(256) -> CenterCrop(224x224)");
+}
+
+// ---------------------------------------------------------------------------------------------
+// RandomApply in the image stage.
+
+/// Runs the image stage of `p` on a copy of `px` (w x h RGB) with the generator of `seed`;
+/// `*draws` gets how many 64-bit draws the stage made.
+std::vector<uint8_t> ImageStage(const TransformPipeline& p, std::vector<uint8_t> px, int w, int h,
+                                uint64_t seed, int* draws) {
+  SampleRng rng(seed);
+  AugmentScratch scratch;
+  RgbView img{px.data(), w, h, static_cast<size_t>(w) * 3};
+  EXPECT_TRUE(ApplyImageSteps(p, rng, scratch, &img).ok());
+  const uint64_t next = rng.Next();
+  SampleRng replay(seed);
+  *draws = 0;
+  while (replay.Next() != next) ++*draws;
+  return std::vector<uint8_t>(img.data, img.data + static_cast<size_t>(w) * h * 3);
+}
+
+TEST(RandomApply, GuardsItsStepsWithOneDrawAtItsProbability) {
+  // Apply(p) over RandomGrayscale(p=0.5): one draw for the guard, and the grayscale step's own
+  // draw only when the guard applies (torchvision's RandomApply calls its transforms then).
+  const int w = 6, h = 4;
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37 + 11);
+  TransformStep gray;
+  gray.kind = Kind::kGrayscale;
+  gray.p = 0.5;
+  for (double p : {0.0, 0.3, 1.0}) {
+    const TransformPipeline pipeline = MustCreate({CenterCrop(h, w), Apply(p, 1), gray});
+    ASSERT_EQ(pipeline.image_begin(), 1u);
+    ASSERT_EQ(pipeline.image_end(), 3u);
+    int applied = 0, grayed = 0;
+    const int n = 4000;
+    for (int seed = 0; seed < n; ++seed) {
+      int draws = 0;
+      const std::vector<uint8_t> out = ImageStage(pipeline, px, w, h, seed, &draws);
+      // The guard's draw decides, as SampleRng's first uniform of this stage.
+      SampleRng first(seed);
+      const bool guard = p >= 1.0 || first.Uniform() < p;
+      EXPECT_EQ(draws, guard ? 2 : 1) << p << " " << seed;
+      applied += guard;
+      grayed += out != px;
+    }
+    EXPECT_NEAR(static_cast<double>(applied) / n, p, 0.03) << p;
+    EXPECT_NEAR(static_cast<double>(grayed) / n, p * 0.5, 0.03) << p;
+  }
+}
+
+TEST(RandomApply, NestedGuardsSkipTheirWholeRange) {
+  // Apply(0) over [Apply(1) over [Grayscale(1)], Flip(1)] then Flip(1): the outer guard skips
+  // the inner guard and both steps; the last flip still runs.
+  const int w = 5, h = 3;
+  std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 13 + 5);
+  TransformStep gray;
+  gray.kind = Kind::kGrayscale;
+  gray.p = 1.0;
+  const TransformPipeline skipped =
+      MustCreate({CenterCrop(h, w), Apply(0.0, 3), Apply(1.0, 1), gray, Flip(1.0), Flip(1.0)});
+  int draws = 0;
+  std::vector<uint8_t> mirrored(px.size());
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      std::copy_n(&px[(static_cast<size_t>(y) * w + (w - 1 - x)) * 3], 3,
+                  &mirrored[(static_cast<size_t>(y) * w + x) * 3]);
+    }
+  }
+  EXPECT_EQ(ImageStage(skipped, px, w, h, 7, &draws), mirrored);
+  EXPECT_EQ(draws, 2);  // the outer guard and the last flip
+  const TransformPipeline applied =
+      MustCreate({CenterCrop(h, w), Apply(1.0, 3), Apply(1.0, 1), gray, Flip(1.0), Flip(1.0)});
+  const std::vector<uint8_t> out = ImageStage(applied, px, w, h, 7, &draws);
+  EXPECT_EQ(draws, 4);  // two guards and two flips (Grayscale(1) does not draw)
+  for (size_t i = 0; i < out.size(); i += 3) {
+    EXPECT_TRUE(out[i] == out[i + 1] && out[i + 1] == out[i + 2]) << i;
+  }
+  EXPECT_EQ(applied.Describe(),
+            "CenterCrop(3x5) -> RandomApply(p=1, 3 steps) -> RandomApply(p=1, 1 step) -> "
+            "Grayscale -> Flip(1) -> Flip(1)");
 }
 
 // ---------------------------------------------------------------------------------------------

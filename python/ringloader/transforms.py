@@ -569,6 +569,25 @@ def _gaussian_blur(t: Any, where: str) -> List[Dict[str, Any]]:
     return [{"kind": "gaussian_blur", "size_w": kx, "size_h": ky, "ranges": [_range(t.sigma)]}]
 
 
+@_converts("RandomApply")
+def _random_apply(t: Any, where: str) -> List[Dict[str, Any]]:
+    """torchvision's RandomApply (v1 and v2): a ``random_apply`` step guarding the native steps
+    of its transforms. Natively it draws one uniform per sample and, when the draw is below
+    ``p``, runs the guarded steps, which then make their own draws (torchvision calls them only
+    then). Only image steps that keep the size can be guarded (the stage rule says so)."""
+    inner: List[Dict[str, Any]] = []
+    for sub in t.transforms:
+        try:
+            inner.extend(to_steps(sub))
+        except _Refused:
+            raise
+        except TypeError as error:
+            raise TypeError(f"{where} over {_step_name(sub)}: {error}") from None
+    if not inner:
+        return []  # nothing to apply (e.g. a ColorJitter with no factor)
+    return [{"kind": "random_apply", "p": float(t.p), "num_steps": len(inner)}] + inner
+
+
 @_converts("RandomPosterize")
 def _posterize(t: Any, where: str) -> List[Dict[str, Any]]:
     return _aug_op("Posterize", t.bits, t.p)
@@ -827,12 +846,13 @@ def _tail_input(steps: List[Dict[str, Any]], parts: Sequence[Any]) -> str:
 
 
 # Native steps whose result on a uint8 CHW tensor (torchvision's tensor kernels) equals their
-# result on a PIL image: pure pixel moves, and the float conversion. After PILToTensor/ToImage
+# result on a PIL image: pure pixel moves, the float conversion, and RandomApply's draw (the
+# steps it guards are judged on their own). After PILToTensor/ToImage
 # torchvision runs every other step with tensor numerics (Resize: torch's antialiased
 # interpolate; colour and affine steps: float maths), which Pillow's native numerics do not
 # reproduce, so those run in the Python tail.
 _SAME_ON_UINT8_TENSOR = {"random_horizontal_flip", "random_vertical_flip", "center_crop",
-                         "random_crop", "pad", "to_tensor"}
+                         "random_crop", "pad", "to_tensor", "random_apply"}
 
 
 def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Optional[str]:

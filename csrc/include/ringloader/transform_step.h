@@ -73,6 +73,9 @@ struct TransformStep {
     kAutoAugment,           ///< policy (0 ImageNet, 1 CIFAR10, 2 SVHN), interpolation, fill
     kTimmRandAugment,       ///< timm rand-m*-n*-mstd*-inc*: num_ops, magnitude, mstd, inc
     kRandomErasing,         ///< p, scale, ratio, erase value (fill, or random normal); output
+    /// torchvision's RandomApply: one uniform draw per sample; the next `apply_steps` steps
+    /// (image steps that keep the size) run, and draw, only when it is below p.
+    kRandomApply,
   };
   Kind kind = Kind::kToTensor;
   int size_h = 0;
@@ -141,6 +144,7 @@ struct TransformStep {
   int erase_mode = 0;
   bool timm_erasing = false;         ///< timm's RandomErasing sampling (count, area / count)
   int erase_count = 1;               ///< timm max_count (min_count 1)
+  int apply_steps = 0;               ///< kRandomApply: how many of the following steps it guards
 };
 
 }  // namespace ringloader
