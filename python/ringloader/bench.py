@@ -1,10 +1,12 @@
 """Side-by-side throughput comparison: torchvision + torch DataLoader vs ringloader.
 
-Run as::
+Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
+``python -m ringloader.bench`` are the same program), e.g.::
 
     python -m ringloader.bench                      # sample set, train + eval
     python -m ringloader.bench --root /data/imagenet/train --max-images 4096
     python -m ringloader.bench --transform train --json out.json --png out.png
+    python -m ringloader.bench --verbose            # also print ringloader's stats() per transform
     python -m ringloader.bench --dataset shards     # ImageFolder vs WebDataset shards, pipe:
     python -m ringloader.bench --dataset scale      # 1.28M-image folder: memory, first batch
     python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
@@ -15,7 +17,7 @@ Run as::
     python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (copy, copy=False) vs rl.ImageFolder
-    python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader-bench --tune
+    python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
 RandomHorizontalFlip + ToTensor + Normalize; ``eval``: Resize(256) +
@@ -34,6 +36,12 @@ throughput.  Measurements of the two loaders alternate (A B B A A B ...) for
 shared machine affects both alike.  All files are read once before the first
 measurement so that both loaders see a warm OS page cache: this compares
 decode + transform + batching throughput, not disk speed.
+
+The report is the table of medians and, per transform, one verdict line: which of
+ringloader's stages (reading, decoding, or the consumer) limited it over the last round's
+timed batches (:func:`judge`, from ``DataLoader.stats()``). The full record (settings, every
+round, verdicts and each loader's ``stats()``) goes to ``--json PATH`` or, by default, to
+:func:`default_json_path`; ``--verbose`` prints the stats too.
 """
 
 from __future__ import annotations
@@ -228,7 +236,7 @@ def _loader_factories(cfg: Config, kind: str) -> dict[str, Callable[[], Any]]:
             # persistent_workers=False, torch's default, as the torch loader above: a round times
             # batches of one fresh loader's first epoch, and reading the next epoch ahead would
             # spend part of the window on batches the round never takes (the overlap is measured
-            # by ringloader-bench's epoch timeline instead).
+            # by the native benchmark's (ringloader bench) epoch timeline instead).
             return rl.DataLoader(
                 rl_ds, batch_size=cfg.batch_size, shuffle=True, num_workers=cfg.num_workers, drop_last=True,
                 persistent_workers=False,
@@ -249,6 +257,7 @@ class Measurement:
     seconds: float
     images: int
     stats: Any = None
+    verdict: dict[str, Any] | None = None  # judge() over the timed batches (ringloader's native path)
 
 
 def _close(obj: Any) -> None:
@@ -286,7 +295,9 @@ def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP,
     """Iterate a fresh loader: warm-up batches untimed, then ``cfg.timed_batches`` timed.
 
     If the timed batches run past the end of an epoch a new epoch is started
-    (its start-up cost is then part of the measurement, as in training).
+    (its start-up cost is then part of the measurement, as in training). A loader with a
+    native ``stats()`` is asked for it before and after the timed batches: the difference
+    gives the verdict (:func:`judge`) on the timed window alone.
     """
     import torch
 
@@ -315,12 +326,13 @@ def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP,
         for _ in range(cfg.warmup_batches - 1):
             next_batch()
         del images, labels
+        stats_fn = getattr(loader, "stats", None)
+        before = _jsonable(stats_fn()) if callable(stats_fn) else None
         t0 = time.perf_counter()
         for _ in range(cfg.timed_batches):
             _, labels = next_batch()
             label_acc += labels.sum()
         elapsed = time.perf_counter() - t0
-        stats_fn = getattr(loader, "stats", None)
         stats = _jsonable(stats_fn()) if callable(stats_fn) else None
     finally:
         _close(it)
@@ -328,7 +340,76 @@ def measure_once(make_loader: Callable[[], Any], cfg: Config, crop: int = CROP,
     n = cfg.timed_batches * cfg.batch_size
     if int(label_acc) < 0:  # keeps the accumulation observable
         raise RuntimeError("negative labels")
-    return Measurement(images_per_s=n / elapsed, seconds=elapsed, images=n, stats=stats)
+    verdict = (judge(before, stats, elapsed, cfg.timed_batches)
+               if isinstance(stats, dict) and isinstance(before, dict) and stats.get("native") else None)
+    return Measurement(images_per_s=n / elapsed, seconds=elapsed, images=n, stats=stats, verdict=verdict)
+
+
+_STAGE_COUNTERS = ("read_seconds", "decode_seconds", "wait_seconds", "errors", "batches_completed")
+
+
+def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
+          batches: int | None = None) -> dict[str, Any]:
+    """Which stage of ringloader's native pipeline limited it over a window of ``seconds``
+    between two ``DataLoader.stats()`` snapshots, in which the consumer took ``batches``
+    batches (default: the batches the pipeline completed in the window).
+
+    The rules of the native benchmark's verdict (``ringloader bench``; bench/README.md,
+    "Verdict"): failed batches at least as many as delivered ones make it *error-bound*; a
+    consumer (the training loop, here the timing loop) that waited for batches less than 10% of
+    the window makes it *consumer-bound* (the loader kept ahead); otherwise the busier of the
+    decode threads and the reader threads (busy seconds / (window x threads)) decides between
+    *decode-bound* and *I/O-bound*. Busy shares are per configured thread and epoch, so they
+    can pass 100% while the next epoch is read ahead beside the current one; they are
+    wall-clock, so on a loaded machine they include time a thread was runnable but not running.
+
+    Returns:
+        ``bottleneck`` (``io``, ``decode``, ``consumer`` or ``errors``), ``label``
+        (``I/O-bound``...), ``evidence`` (the numbers behind it, one sentence) and those
+        numbers: ``seconds``, ``consumer_wait_fraction``, ``decode_busy``, ``read_busy``
+        (shares), ``decode_threads``, ``reader_threads``, ``errors``, ``batches``.
+    """
+    d = {k: float(after.get(k) or 0) - float(before.get(k) or 0) for k in _STAGE_COUNTERS}
+    window = max(seconds, 1e-9)
+    decode_threads = int(after.get("decode_threads") or 0)
+    reader_threads = int(after.get("reader_threads") or 0)
+
+    def share(busy: float, threads: int) -> float:
+        return busy / (window * threads) if threads > 0 else 0.0
+
+    def threads(n: int) -> str:
+        return f"{n} thread" if n == 1 else f"{n} threads"
+
+    read_util = share(d["read_seconds"], reader_threads)
+    decode_util = share(d["decode_seconds"], decode_threads)
+    wait_fraction = d["wait_seconds"] / window
+    ahead = int(after.get("epochs_queued") or 0) > 0
+    busy = (f"decode threads busy {100 * decode_util:.0f}% ({threads(decode_threads)}), reader threads "
+            f"busy {100 * read_util:.0f}% ({threads(reader_threads)})"
+            + (" per epoch, the next epoch's threads beside them" if ahead else ""))
+    errors = int(d["errors"])
+    batches = int(d["batches_completed"]) if batches is None else batches
+    if errors > 0 and errors >= batches:
+        last = after.get("last_error") or "no message"
+        bottleneck, label = "errors", "error-bound"
+        evidence = (f"{errors} of {errors + batches} batches failed (last: {last}): the rate mostly "
+                    "measures failing samples, not the pipeline; fix or filter the data set first")
+    elif wait_fraction < 0.10:
+        bottleneck, label = "consumer", "consumer-bound"
+        evidence = (f"the consumer waited for batches only {100 * wait_fraction:.1f}% of the time: "
+                    f"batches were ready before it asked ({busy})")
+    else:
+        bottleneck, label = ("decode", "decode-bound") if decode_util >= read_util else ("io", "I/O-bound")
+        evidence = f"the consumer waited for batches {100 * wait_fraction:.0f}% of the time; {busy}"
+    if bottleneck in ("decode", "io") and max(decode_util, read_util) < 0.5:
+        evidence += "; no stage is saturated: raise prefetch_factor, io_depth or the thread counts"
+    cpus = os.cpu_count() or 0
+    if bottleneck != "errors" and cpus and decode_threads > cpus:
+        evidence += f"; note: {decode_threads} decode threads share {cpus} hardware threads"
+    return {"bottleneck": bottleneck, "label": label, "evidence": evidence, "seconds": seconds,
+            "consumer_wait_fraction": wait_fraction, "decode_busy": decode_util, "read_busy": read_util,
+            "decode_threads": decode_threads, "reader_threads": reader_threads, "errors": errors,
+            "batches": batches}
 
 
 @dataclass
@@ -338,6 +419,7 @@ class Result:
     runs: list[float] = field(default_factory=list)
     seconds: list[float] = field(default_factory=list)
     stats: Any = None
+    verdict: dict[str, Any] | None = None  # the last round's (ringloader's native path only)
     error: str | None = None
 
     @property
@@ -372,6 +454,7 @@ def run_benchmark(cfg: Config, log: Callable[[str], None]) -> list[Result]:
                 res[name].seconds.append(m.seconds)
                 if m.stats is not None:
                     res[name].stats = m.stats
+                    res[name].verdict = m.verdict
                 log(f"  {kind:5s} {name:10s} round {r + 1}/{cfg.rounds}: {m.images_per_s:8.1f} images/s  ({m.images} images in {m.seconds:.2f} s)")
         results.extend(res[name] for name in cfg.loaders)
     return results
@@ -465,7 +548,26 @@ def _warm_page_cache(root: Path, limit_bytes: int = 8 << 30) -> None:
                 pass
 
 
-def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], results: list[Result]) -> str:
+def verdict_line(kind: str, r: Result | None, width: int = 10) -> str:
+    """One line for transform ``kind``: which of ringloader's stages limited it (:func:`judge`
+    on ``r``, ringloader's result), or why there is no verdict."""
+    name = f"{kind:<{width}} "
+    if r is None:
+        return f"{name}no verdict: ringloader was not measured (--loaders)"
+    if r.error and not r.runs:
+        return f"{name}no verdict: ringloader failed ({r.error})"
+    if isinstance(r.stats, dict) and r.stats.get("native") is False:
+        return (f"{name}no verdict: ringloader ran its generic (non-native, torch-based) path, which "
+                "has no stage counters: the transform or dataset is not supported natively")
+    if not r.verdict:
+        return f"{name}no verdict: the loader reported no stage counters"
+    return f"{name}{r.verdict['label']}: {r.verdict['evidence']}"
+
+
+def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], results: list[Result],
+                  verbose: bool = False) -> str:
+    """The comparison table and a verdict line per transform; with ``verbose`` also each
+    loader's ``stats()`` of its last round."""
     lines = []
     lines.append(f"machine : {machine['cpu']}, {machine['usable_cpus']} usable / {machine['logical_cpus']} logical CPUs")
     lines.append(
@@ -500,15 +602,13 @@ def format_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any], re
         lines.append(
             f"{r.transform:<{tw}} {r.loader:<11} {r.median:10.1f} {min(r.runs):9.1f} {max(r.runs):9.1f} {ratio:>9}"
         )
+    lines.append("")
+    lines.append("verdict: which of ringloader's stages limits it (its stats() over the last round's timed "
+                 "batches)")
+    for kind in dict.fromkeys(r.transform for r in results):
+        lines.append(verdict_line(kind, by_key.get((kind, "ringloader")), tw))
     for r in results:
-        if r.loader == "ringloader" and isinstance(r.stats, dict) and r.stats.get("native") is False:
-            lines.append("")
-            lines.append(
-                f"note: ringloader used its generic (non-native, torch-based) path for '{r.transform}': "
-                "the transform or dataset is not supported natively"
-            )
-    for r in results:
-        if r.stats is not None:
+        if verbose and r.stats is not None:
             lines.append("")
             lines.append(f"ringloader stats ({r.transform}, last round):" if r.loader == "ringloader" else f"{r.loader} stats ({r.transform}):")
             lines.append(json.dumps(r.stats, indent=2, sort_keys=True, default=repr))
@@ -1627,6 +1727,21 @@ def format_scale_report(args: argparse.Namespace, results: list[dict[str, Any]])
     return "\n".join(lines)
 
 
+def default_json_path(now: float | None = None) -> Path:
+    """Where the comparison keeps its full record without ``--json``:
+    ``$RINGLOADER_CACHE/results/compare-<date>-<time>.json`` (the cache of the sample set,
+    default ``~/.cache/ringloader``), one file per run."""
+    env = os.environ.get("RINGLOADER_CACHE")
+    cache = Path(env).expanduser() if env else Path.home() / ".cache" / "ringloader"
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
+    path = cache / "results" / f"compare-{stamp}.json"
+    n = 1
+    while path.exists():  # two runs in one second keep both records
+        n += 1
+        path = cache / "results" / f"compare-{stamp}-{n}.json"
+    return path
+
+
 def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog=prog,
@@ -1654,7 +1769,15 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--ringloader-transform", choices=("native", "torchvision"), default="native",
                    help="give ringloader its own transforms (default) or the torchvision Compose")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None, help="write all results as JSON")
+    p.add_argument("--json", type=Path, default=None, metavar="PATH",
+                   help="where to write the full record as JSON (machine, settings, every round, "
+                        "verdicts, ringloader's stats()); the comparison writes it by default to "
+                        "$RINGLOADER_CACHE/results/compare-<date>-<time>.json (cache default "
+                        "~/.cache/ringloader) and prints the path; the other --dataset kinds only "
+                        "when given")
+    p.add_argument("--verbose", action="store_true",
+                   help="also print each loader's stats() of its last round after the verdicts "
+                        "(they are in the JSON record either way)")
     p.add_argument("--png", type=Path, default=None, help="write a bar chart (needs matplotlib)")
     p.add_argument("--quiet", action="store_true", help="no per-round progress lines")
     p.add_argument("--scale-images", type=int, default=SCALE_IMAGES,
@@ -1694,7 +1817,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--tune", action="store_true",
                    help="instead of the comparison: short trials of ringloader alone over threads, readers "
                         "and prefetch around num_workers='auto' on --root, then the settings it would "
-                        "choose and the DataLoader(...) line to paste (runs ringloader-bench --tune)")
+                        "choose and the DataLoader(...) line to paste (runs ringloader bench --tune)")
     p.add_argument("--tune-seconds", type=float, default=24.0, help="--tune: total measuring time (default 24)")
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="--tune: simulated training step per batch in ms (default 0: none)")
@@ -1823,31 +1946,40 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
     results = run_benchmark(cfg, log)
     total = time.perf_counter() - t0
 
-    print(format_report(cfg, machine, data, results))
+    print(format_report(cfg, machine, data, results, verbose=args.verbose))
     print(f"\n(total benchmark time {total:.0f} s)")
-    if args.json:
-        payload = {
-            "machine": machine,
-            "dataset": data,
-            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
-            "results": [
-                {**asdict(r), "median_images_per_s": r.median if r.runs else None} for r in results
-            ],
-            "ratios": {
-                r.transform: r.median / b.median
-                for r in results
-                if r.loader == "ringloader" and r.runs
-                for b in results
-                if b.loader == "torch" and b.transform == r.transform and b.runs
-            },
-            "total_seconds": total,
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(payload, indent=2, default=repr))
-        print(f"results written to {args.json}")
+    status = 1 if any(r.error for r in results) else 0
+    # The full record is always kept: at --json PATH, else under the cache folder.
+    payload = {
+        "machine": machine,
+        "dataset": data,
+        "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(cfg).items()},
+        "results": [
+            {**asdict(r), "median_images_per_s": r.median if r.runs else None} for r in results
+        ],
+        "ratios": {
+            r.transform: r.median / b.median
+            for r in results
+            if r.loader == "ringloader" and r.runs
+            for b in results
+            if b.loader == "torch" and b.transform == r.transform and b.runs
+        },
+        "verdicts": {r.transform: r.verdict for r in results if r.loader == "ringloader"},
+        "total_seconds": total,
+    }
+    path = args.json if args.json else default_json_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(payload, indent=2, default=repr))
+    except OSError as e:
+        print(f"error: cannot write the full record to {path} ({e}); pass --json PATH to "
+              "write it elsewhere", file=sys.stderr)
+        status = 2
+    else:
+        print(f"full record (JSON: settings, every round, verdicts, stats()): {path}")
     if args.png:
         print(write_png(args.png, results, machine, cfg))
-    return 1 if any(r.error for r in results) else 0
+    return status
 
 
 if __name__ == "__main__":
