@@ -36,7 +36,8 @@ Map of the package (public modules first, then private ones):
 * ``_mixing``: CutMix/MixUp applied in place to a batch in its slot.
 * ``_atomic``: files written whole or not at all (pack outputs, index caches).
 * ``_sizes``: byte sizes written as text (``"2GB"``).
-* ``_cli``: console scripts installed with the wheel.
+* ``_cli``: the ``ringloader`` command (``compare``, ``bench``, ``tune``, ``pack``) and its alias console scripts.
+* ``__main__``: ``python -m ringloader``, the same command.
 * ``_version``: the version, written by the build.
 """
 from . import _C
