@@ -19,6 +19,20 @@ resizes a Mask as a tensor: ``View::tensor_nearest``), replaying the image view'
 (``View::share_geometry``), and none of the colour or output steps,
 which v2 does not apply to a ``tv_tensors.Mask``. A step that would change a Mask (a ``ToDtype``
 whose dtype for masks is not None, ``ConvertImageDtype``) keeps such a Joint on torch's path.
+
+One semantics on every path (``references.runnable``): a Joint's image references are decoded to the
+PIL images the user's own code would have opened, its masks to ``tv_tensors.Mask``, and v2 runs
+the transform on them, with a ``ToImage()`` added where a chain without a tensor conversion
+first needs a tensor (before ``ToDtype``, ``ConvertImageDtype``, ``Normalize`` or
+``ToPureTensor``, else at its end). So the steps before the chain's tensor conversion run with
+Pillow's kernels and those after it with torch's tensor kernels, on the native path, in torch's
+workers and in :func:`ringloader.materialize` alike: the native chain keeps the conversions
+(``T.split`` runs natively only the steps after one whose tensor result equals Pillow's, and a
+Joint with any other such step stays on torch's path, named). The plan follows the image's type
+through the chain (a PIL image, a ``tv_tensors.Image``, or a plain tensor after ``PILToTensor``,
+``ToTensor`` or ``ToPureTensor``), as v2 dispatches on it: a ``ToDtype`` takes the image's entry
+of its dict, a step v2 passes a PIL image through is no step for the image, and the image comes
+out of the native path of that type.
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ import copy
 import numpy as np
 
 from . import transforms as T
-from .references import rebuild
+from .references import _CONVERSIONS, _TENSOR_ONLY, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
@@ -59,6 +73,29 @@ class JointPlan(NamedTuple):
     pure: bool                # ToPureTensor: every leaf a plain tensor, the image too
     mask: Any                 # a mask reference's chain: the geometric steps, nearest
     mask_refusal: Optional[str]  # why a mask reference cannot follow natively, or None
+    image_pure: bool = False  # the image comes out a plain tensor (PILToTensor, ToTensor...)
+    # The first step that v2 runs on the image while it is a plain tensor, and whether every
+    # leaf is one then (after ToPureTensor): v2 takes the sample's first plain tensor for the
+    # image, so natively the image must be that one (``refusal``).
+    plain_step: Optional[Tuple[str, bool]] = None
+
+
+_NO_DTYPE = object()
+
+
+def _image_dtype(step: Any, kind: str) -> Any:
+    """The dtype v2's ``ToDtype`` gives an image of ``kind`` ("image": a tv_tensors.Image,
+    "plain": a plain tensor); ``_NO_DTYPE`` where v2 raises (a dict with neither)."""
+    dtype = step.dtype
+    if not isinstance(dtype, dict):
+        return dtype
+    import torch
+    from torchvision import tv_tensors
+
+    key = tv_tensors.Image if kind == "image" else torch.Tensor
+    if key in dtype:
+        return dtype[key]
+    return dtype["others"] if "others" in dtype else _NO_DTYPE
 
 
 # Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
@@ -115,10 +152,16 @@ def _changes_masks(step: Any) -> bool:
 
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
-    parts = T._flatten(transform)
+    parts = T._flatten(runnable(transform))
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
-        return f"its transform holds {T._step_name(odd[0])}, which is not a torchvision v2 transform"
+        step = odd[0]
+        qualname = getattr(step, "__qualname__", None)
+        what = (f"the Python function {getattr(step, '__module__', '?')}.{qualname}"
+                if qualname is not None and not isinstance(step, type) else T._step_name(step))
+        return f"its transform holds {what}, which is not a torchvision v2 transform"
+    from torchvision.transforms import v2
+
     image: List[Any] = []
     before: List[Any] = []
     after: List[Any] = []
@@ -128,6 +171,9 @@ def _plan(transform: Any) -> Any:
     clamps = False
     mask: List[Any] = []
     mask_refusal: Optional[str] = None
+    kind = "pil"  # what v2 holds for the image: "pil", "image" (tv_tensors.Image) or "plain"
+    unwrapped = False  # after ToPureTensor: every leaf a plain tensor
+    plain_step: Optional[Tuple[str, bool]] = None
     for i, step in enumerate(parts):
         name = type(step).__name__
         where = T._step_name(step)
@@ -136,6 +182,28 @@ def _plan(transform: Any) -> Any:
                 return (f"{where} sits between geometric steps (natively it runs before or after "
                         "them)")
             (after if geometric_seen else before).append(step)
+            continue
+        if name == "ToPureTensor":
+            # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
+            # the boxes; before a geometric step it would leave v2 no boxes to move.
+            if any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+                return f"{where} comes before a geometric step"
+            if kind == "pil":
+                return (f"{where} comes before the chain's tensor conversion (v2 passes the PIL "
+                        "image through it)")
+            (after if geometric_seen else before).append(step)
+            kind, unwrapped = "plain", True
+            continue
+        if name in _CONVERSIONS:
+            if kind == "pil":
+                kind = "image" if name == "ToImage" else "plain"
+                image.append(step)
+            elif name == "ToImage" and kind == "plain":
+                # v2 takes the sample's first plain tensor for the image and wraps it.
+                plain_step = plain_step or (where, unwrapped)
+                kind = "image"
+                image.append(step)
+            # Otherwise v2 passes the tensor through (natively ToTensor would convert it).
             continue
         if name in _GEOMETRIC:
             if first_value is not None:
@@ -150,34 +218,43 @@ def _plan(transform: Any) -> Any:
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
             clamps |= name in _CLAMPING
             mask.append(_nearest(step))
-        elif name == "ToImage":
-            continue  # the decoded image is a tv_tensors.Image already
-        elif name == "ToPureTensor":
-            # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
-            # the boxes; before a geometric step it would leave v2 no boxes to move.
-            if any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
-                return f"{where} comes before a geometric step"
-            (after if geometric_seen else before).append(step)
-            continue
         elif name in _VALUES:
-            first_value = first_value or step
             if mask_refusal is None and _changes_masks(step):
                 mask_refusal = (f"{where} converts a tv_tensors.Mask too, or has no dtype for it "
                                 "(natively a mask keeps its stored dtype: give masks None, as "
                                 "ToDtype({tv_tensors.Image: ..., 'others': None}) does)")
+            if kind == "pil" and name in _TENSOR_ONLY:
+                if name == "Normalize":
+                    return (f"{where} comes before the chain's tensor conversion (v2 refuses a "
+                            "PIL image there)")
+                continue  # v2 passes a PIL image through ToDtype and ConvertImageDtype
+            if name == "ToDtype":
+                dtype = _image_dtype(step, kind)
+                if dtype is _NO_DTYPE:
+                    return (f"{where} has no dtype for the image (a "
+                            f"{'tv_tensors.Image' if kind == 'image' else 'plain tensor'} "
+                            "there) and no 'others' (v2 raises)")
+                if dtype is None:
+                    continue  # v2 leaves the image as it is
+                if isinstance(step.dtype, dict):
+                    step = v2.ToDtype(dtype, scale=step.scale)
         else:
             return (f"{where} is not a crop, resize, pad, flip or colour step (boxes follow "
                     "those natively)")
+        if kind == "plain":
+            plain_step = plain_step or (where, unwrapped)
+        if name in _VALUES:
+            first_value = first_value or step
         image.append(step)
-    from torchvision.transforms import v2
 
     chain = v2.Compose(image)
     split = T.split(chain)
     if split.tail is not None:
-        return f"{split.tail_names[0]} has no native equivalent ({split.reason})"
-    pure = any(type(p).__name__ == "ToPureTensor" for p in parts)
-    return JointPlan(chain, tuple(before), tuple(after), clamps, pure, v2.Compose(mask),
-                     mask_refusal)
+        return f"{split.tail_names[0]} cannot run natively here ({split.reason})"
+    # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
+    return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
+                     v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",
+                     plain_step)
 
 
 def plan(transform: Any) -> Any:
@@ -252,6 +329,33 @@ def refusal(joint: Any) -> Optional[str]:
                 "with its masks, boxes, keypoints and values)")
     if masks and found.mask_refusal is not None:
         return f"its Joint transform cannot run natively on {masks[0]}: {found.mask_refusal}"
+    if found.plain_step is not None:
+        first = _first_plain(joint.structure, found.plain_step[1])
+        if first is not None:
+            return (f"its Joint transform runs {found.plain_step[0]} on the image as a plain "
+                    f"tensor, and v2 then transforms the sample's first plain tensor, {first}, "
+                    "not the image (put the image first in the structure, or convert it with "
+                    "ToImage())")
+    return None
+
+
+def _first_plain(structure: Any, unwrapped: bool) -> Optional[str]:
+    """What v2 takes for the image in ``structure`` (flattened as v2 flattens it) when the image
+    is a plain tensor and so are, ``unwrapped`` (after ToPureTensor), the masks, boxes and
+    keypoints: None when that is the image reference."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    from .references import ImageReference
+
+    leaves, _ = tree_flatten(structure)
+    for n, value in enumerate(leaves):
+        if isinstance(value, ImageReference) and value.mode != "mask":
+            return None
+        if (type(value) is torch.Tensor or (unwrapped and isinstance(value, torch.Tensor))
+                or (unwrapped and isinstance(value, ImageReference))):
+            what = value.describe() if isinstance(value, ImageReference) else type(value).__name__
+            return f"leaf {n} ({what})"
     return None
 
 

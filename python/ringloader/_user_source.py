@@ -114,8 +114,9 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
 
     def walk(value: Any) -> Any:
         if value is image:
-            # A tv_tensors.Image in the sample, as v2 returns it (ToPureTensor: a plain tensor).
-            return _leaf(image_k) if plan.pure else _JointImage(image_k)
+            # A tv_tensors.Image in the sample, as v2 returns it (a plain tensor after
+            # ToPureTensor, or PILToTensor/ToTensor with no ToImage after it).
+            return _leaf(image_k) if plan.image_pure else _JointImage(image_k)
         if isinstance(value, ImageReference):  # a mask (refusal() lets no other through)
             k = listed(value, plan.mask)
             masks.append((k, value.describe()))

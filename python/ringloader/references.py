@@ -210,7 +210,13 @@ class Joint:
     """A torchvision v2 ``transform`` applied at once to ``structure``: image references,
     ``mode="mask"`` references, ``tv_tensors.BoundingBoxes``/``KeyPoints`` and plain values, in
     tuples, lists and dicts. Every geometric leaf sees the same random draws (v2's contract).
-    References inside take no transform of their own: the joint transform is theirs."""
+    References inside take no transform of their own: the joint transform is theirs.
+
+    One result on every path (natively, in torch's workers, :func:`materialize`): v2 runs on
+    the PIL images the user's own code would have opened and the masks as
+    ``tv_tensors.Mask``, a chain without a tensor conversion getting a ``ToImage()`` before its
+    first step that takes tensors only (``ToDtype``, ``ConvertImageDtype``, ``Normalize``,
+    ``ToPureTensor``) or at its end."""
 
     __slots__ = ("transform", "structure")
 
@@ -223,9 +229,11 @@ class Joint:
         self.structure = structure
 
     def materialize(self) -> Any:
-        """Decodes every reference (images as ``tv_tensors.Image``, masks as ``tv_tensors.Mask``
-        of the stored values) and applies the transform to the whole structure."""
-        return self.transform(_decode_joint(self.structure, {}))
+        """Decodes every reference (images as the PIL images the user's own code would open,
+        masks as ``tv_tensors.Mask`` of the stored values) and applies the transform to the
+        whole structure, with a ``ToImage()`` where a chain without a tensor conversion first
+        needs a tensor, else at its end (:func:`runnable`): what the native path gives."""
+        return _run_joint(self, {})
 
     def __repr__(self) -> str:
         return f"ringloader.Joint({self.transform!r}, {self.structure!r})"
@@ -261,21 +269,72 @@ def _check_joint_leaves(value: Any, where: str) -> None:
                     "Mask, a tensor or a plain value")
 
 
-def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any]) -> Any:
+def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any], images: list) -> Any:
+    """``value`` with its references decoded: an image as the PIL image Pillow opens (listed
+    in ``images``), a mask as a ``tv_tensors.Mask`` of its stored values."""
     if isinstance(value, ImageReference):
-        import numpy as np
-        import torch
-        from torchvision import tv_tensors
-
         key = value._source_key() + (value.mode,)
         image = decoded.get(key)
         if image is None:
             image = decoded[key] = value._decode()
-        array = torch.from_numpy(np.array(image, copy=True))
         if value.mode == "mask":
-            return tv_tensors.Mask(array)
-        return tv_tensors.Image(array.permute(2, 0, 1) if array.ndim == 3 else array[None])
-    return rebuild(value, lambda v: _decode_joint(v, decoded))
+            import numpy as np
+            import torch
+            from torchvision import tv_tensors
+
+            return tv_tensors.Mask(torch.from_numpy(np.array(image, copy=True)))
+        images.append(image)
+        return image
+    return rebuild(value, lambda v: _decode_joint(v, decoded, images))
+
+
+def _run_joint(joint: "Joint", decoded: Dict[Tuple[Any, ...], Any]) -> Any:
+    """``joint`` decoded and transformed, one rule on every path (:func:`runnable`)."""
+    images: list = []
+    structure = _decode_joint(joint.structure, decoded, images)
+    if not images:  # no image for a ToImage to convert (it would take a plain tensor for one)
+        return joint.transform(structure)
+    return runnable(joint.transform)(structure)
+
+
+#: v2 classes that turn a PIL image into a tensor: ToImage into a ``tv_tensors.Image``,
+#: PILToTensor and ToTensor into a plain tensor.
+_CONVERSIONS = {"ToImage", "PILToTensor", "ToTensor"}
+#: v2 classes that take tensors only: v2 passes a PIL image through them unchanged (ToDtype,
+#: ConvertImageDtype, ToPureTensor) or refuses one (Normalize).
+_TENSOR_ONLY = {"ToDtype", "ConvertImageDtype", "Normalize", "ToPureTensor"}
+# The transform each Joint transform runs as (``runnable``), by id, the transform kept so that
+# the id stays its own; emptied past _RUNNABLE_KEPT (a Compose built in every __getitem__).
+_RUNNABLE: Dict[int, Tuple[Any, Any]] = {}
+_RUNNABLE_KEPT = 256
+
+
+def runnable(transform: Any) -> Any:
+    """What a Joint whose structure holds an image reference applies to its decoded structure
+    (PIL images, ``tv_tensors.Mask`` masks), on every path: ``transform`` itself when it holds
+    a tensor conversion (``ToImage``, ``PILToTensor``, ``ToTensor``), else its steps with a
+    ``ToImage()`` before the first step that takes tensors only (v2 would pass a PIL image
+    through ``ToDtype`` and refuse it in ``Normalize``) or at the end: the image comes out a
+    tensor, rendered with Pillow's kernels up to there."""
+    found = _RUNNABLE.get(id(transform))
+    if found is None or found[0] is not transform:
+        if len(_RUNNABLE) >= _RUNNABLE_KEPT:
+            _RUNNABLE.clear()
+        found = _RUNNABLE[id(transform)] = (transform, _runnable(transform))
+    return found[1]
+
+
+def _runnable(transform: Any) -> Any:
+    from .transforms import _flatten
+
+    parts = _flatten(transform)
+    if any(type(p).__name__ in _CONVERSIONS for p in parts):
+        return transform
+    from torchvision.transforms import v2
+
+    at = next((i for i, p in enumerate(parts) if type(p).__name__ in _TENSOR_ONLY
+               and type(p).__module__.startswith("torchvision.transforms.v2")), len(parts))
+    return v2.Compose(parts[:at] + [v2.ToImage()] + parts[at:])
 
 
 def materialize(sample: Any) -> Any:
@@ -287,7 +346,7 @@ def materialize(sample: Any) -> Any:
 
     def walk(value: Any) -> Any:
         if isinstance(value, Joint):
-            return value.transform(_decode_joint(value.structure, decoded))
+            return _run_joint(value, decoded)
         if isinstance(value, ImageReference):
             key = value._source_key() + (value.mode,)
             image = decoded.get(key)

@@ -40,10 +40,13 @@ def test_segmentation_matches_v2_on_the_same_seed(files):
         torch.manual_seed(seed)
         got = rl.materialize(sample)
         torch.manual_seed(seed)
-        want = t(_decoded(image, mask) + (7,))
+        # The user's own code: v2 on the PIL image, with the ToImage the chain needs before
+        # ToDtype (ringloader adds it where a chain has no tensor conversion).
+        own = v2.Compose(t.transforms[:2] + [v2.ToImage()] + t.transforms[2:])
+        want = own((_pil(image, "RGB"), _decoded(image, mask)[1], 7))
         assert isinstance(got[1], tv_tensors.Mask) and got[2] == 7
         assert got[1].dtype == torch.uint8 and torch.equal(got[1], want[1])
-        assert torch.allclose(got[0], want[0], atol=1e-6, rtol=0)
+        assert isinstance(got[0], tv_tensors.Image) and torch.equal(got[0], want[0])
         # The stored palette indices survive (masks are resampled nearest).
         assert set(got[1].unique().tolist()) <= set(range(21))
 
@@ -60,9 +63,9 @@ def test_detection_matches_v2_and_sanitizes(files):
         torch.manual_seed(seed)
         got_image, got = rl.materialize(sample)
         torch.manual_seed(seed)
-        want_image, want = t(_decoded(image, image)[0], {"boxes": boxes,
-                                                          "labels": torch.tensor([1, 2, 3])})
-        assert torch.equal(got_image, want_image)
+        want_image, want = v2.Compose([t, v2.ToImage()])(
+            _pil(image, "RGB"), {"boxes": boxes, "labels": torch.tensor([1, 2, 3])})
+        assert isinstance(got_image, tv_tensors.Image) and torch.equal(got_image, want_image)
         assert torch.equal(got["boxes"], want["boxes"]) and torch.equal(got["labels"], want["labels"])
         assert got["boxes"].canvas_size == (40, 40)
         dropped |= len(got["labels"]) < 3
