@@ -250,7 +250,9 @@ def _plan(transform: Any) -> Any:
     chain = v2.Compose(image)
     split = T.split(chain)
     if split.tail is not None:
-        return f"{split.tail_names[0]} cannot run natively here ({split.reason})"
+        name, reason = split.tail_names[0], split.reason
+        reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
+        return f"{name} cannot run natively here: {reason}"
     # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
     return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
                      v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",

@@ -205,21 +205,29 @@ def test_fallback_in_torchs_workers_gives_the_native_rows(pairs):
         _assert_same(back, row, tv_tensors.Image, boxes_exact=False)
 
 
-def test_a_resize_after_a_tensor_conversion_stays_on_torchs_path_named(pairs):
-    """ToImage() then Resize: v2 resizes the tensor with torch's kernels, which the native path
-    does not reproduce; the loader says so, naming both steps, and runs the chain on torch's
-    path, where the batch rows equal rl.materialize and the user's own code (max |diff| 0)."""
-    t = v2.Compose([v2.ToImage(), v2.Resize(97, interpolation=NEAREST), v2.CenterCrop(90)])
+@pytest.mark.parametrize("steps, step", [
+    ([v2.ToImage(), v2.Resize(97, interpolation=NEAREST), v2.CenterCrop(90)], "Resize"),
+    ([v2.PILToTensor(), v2.CenterCrop(90), v2.ColorJitter(brightness=(1.3, 1.3))],
+     "ColorJitter"),
+])
+def test_a_step_torchs_tensor_kernel_runs_stays_on_torchs_path_named(pairs, steps, step):
+    """ToImage() then Resize, PILToTensor() then ColorJitter: v2 runs them on the tensor with
+    torch's kernels, which the native path does not reproduce; the loader says so, naming the
+    step and the conversion, and runs the chain on torch's path, where the batch rows equal
+    rl.materialize and the user's own code (max |diff| 0)."""
+    t = v2.Compose(steps)
+    conversion = type(steps[0]).__name__
+    image_type = tv_tensors.Image if conversion == "ToImage" else torch.Tensor
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = rl.DataLoader(Scenes(t, pairs), batch_size=3, collate_fn=list)
     assert not loader.native
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
-    assert told and "Resize" in told[0] and "ToImage" in told[0] and "tensor" in told[0], told
+    assert told and step in told[0] and conversion in told[0] and "tensor" in told[0], told
     for i, row in enumerate(_rows(loader)):
         want = _own(t, pairs, i)
-        _assert_same(row, want, tv_tensors.Image)
-        _assert_same(rl.materialize(Scenes(t, pairs)[i]), want, tv_tensors.Image)
+        _assert_same(row, want, image_type)
+        _assert_same(rl.materialize(Scenes(t, pairs)[i]), want, image_type)
 
 
 def test_a_plain_tensor_before_a_plain_tensor_image_is_named(pairs):
