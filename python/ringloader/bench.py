@@ -360,8 +360,9 @@ def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
     the window makes it *consumer-bound* (the loader kept ahead); otherwise the busier of the
     decode threads and the reader threads (busy seconds / (window x threads)) decides between
     *decode-bound* and *I/O-bound*. Busy shares are per configured thread and epoch, so they
-    can pass 100% while the next epoch is read ahead beside the current one; they are
-    wall-clock, so on a loaded machine they include time a thread was runnable but not running.
+    can pass 100% while the next epoch is read ahead beside the current one (or over a short
+    window: a sample's work counts when it completes); they are wall-clock, so on a loaded
+    machine they include time a thread was runnable but not running.
 
     Returns:
         ``bottleneck`` (``io``, ``decode``, ``consumer`` or ``errors``), ``label``
@@ -402,7 +403,8 @@ def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
         bottleneck, label = ("decode", "decode-bound") if decode_util >= read_util else ("io", "I/O-bound")
         evidence = f"the consumer waited for batches {100 * wait_fraction:.0f}% of the time; {busy}"
     if bottleneck in ("decode", "io") and max(decode_util, read_util) < 0.5:
-        evidence += "; no stage is saturated: raise prefetch_factor, io_depth or the thread counts"
+        evidence += ("; no stage is saturated: raise prefetch_factor, io_depth, num_workers or "
+                     "reader_threads")
     cpus = os.cpu_count() or 0
     if bottleneck != "errors" and cpus and decode_threads > cpus:
         evidence += f"; note: {decode_threads} decode threads share {cpus} hardware threads"

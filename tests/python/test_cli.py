@@ -84,6 +84,16 @@ def test_bench_and_tune_pass_their_arguments_to_the_native_binary(tmp_path):
     assert bad.returncode != 0 and "no_such_flag" in bad.stderr
 
 
+@needs_native
+@pytest.mark.timeout(60)
+def test_tune_runs_the_native_trials(image_tree, tmp_path):
+    done = run([script("ringloader"), "tune", f"--data={image_tree}", "--batch_size=4",
+                "--tune_seconds=1", "--progress=false"], tmp_path, timeout=50)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ringloader-bench --tune: train on "), done.stdout
+    assert re.search(r"^  paste +ringloader\.DataLoader\(dataset, batch_size=4, ", done.stdout, re.M)
+
+
 def test_the_old_console_scripts_still_work(tmp_path):
     compare = run([script("ringloader-compare"), "--help"], tmp_path)
     assert compare.returncode == 0 and compare.stdout.startswith("usage: ringloader-compare ")
