@@ -12,6 +12,7 @@ Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
     python -m ringloader.bench --dataset remote     # http:// shards over a throttled link, cache
     python -m ringloader.bench --dataset custom     # a user's own Dataset: ImageFile vs PIL
     python -m ringloader.bench --dataset multicrop  # the same, DINO's 2x224 + 6x96 crops
+    python -m ringloader.bench --dataset dino       # DINO's whole augmentation, 2x224 + 10x96
     python -m ringloader.bench --dataset segmentation  # the same, an image and its mask a sample
     python -m ringloader.bench --dataset detection  # the same with boxes: rl.Joint vs PIL + v2
     python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
@@ -1135,6 +1136,27 @@ def _dino_views(T: Any) -> list:
     return [big] * 2 + [small] * 6
 
 
+def _dino_recipe_views(T: Any, local_crops: int = 10) -> list:
+    """DINO's whole augmentation (DataAugmentationDINO, main_dino.py; iBOT's is the same) in
+    torchvision's classes: flip, RandomApply([ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+    RandomGrayscale(0.2), GaussianBlur(23, (0.1, 2.0)) with p 1.0 / 0.1 / 0.5, RandomSolarize(128,
+    p=0.2) on the second global crop; 2 global crops at 224, ``local_crops`` at 96, bicubic."""
+    bicubic = T.InterpolationMode.BICUBIC
+    flip_and_jitter = [T.RandomHorizontalFlip(p=0.5),
+                       T.RandomApply([T.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                       T.RandomGrayscale(p=0.2)]
+    norm = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+
+    def blur(p: float) -> Any:
+        return T.RandomApply([T.GaussianBlur(23, sigma=(0.1, 2.0))], p=p)
+
+    big = [T.RandomResizedCrop(224, scale=(0.4, 1.0), interpolation=bicubic)] + flip_and_jitter
+    small = [T.RandomResizedCrop(96, scale=(0.05, 0.4), interpolation=bicubic)] + flip_and_jitter
+    return ([T.Compose(big + [blur(1.0)] + norm),
+             T.Compose(big + [blur(0.1), T.RandomSolarize(128, p=0.2)] + norm)]
+            + [T.Compose(small + [blur(0.5)] + norm)] * local_crops)
+
+
 class RowsDataset:
     """What a user writes over a CSV of (path, label) rows: ``__getitem__`` opens the image with
     PIL and applies each transform (``lazy=False``), or returns ringloader ImageFile references
@@ -1410,7 +1432,8 @@ def run_custom_benchmark(cfg: Config, kind: str, log: Callable[[str], None]) -> 
         transforms = [None, None]
         eager, lazy = SegmentationRows(rows, masks, False), SegmentationRows(rows, masks, True)
     else:
-        transforms = [make_transform(T, "train")] if kind == "custom" else _dino_views(T)
+        transforms = ([make_transform(T, "train")] if kind == "custom"
+                      else _dino_recipe_views(T) if kind == "dino" else _dino_views(T))
         eager = RowsDataset(rows, transforms, lazy=False)
         lazy = RowsDataset(rows, transforms, lazy=True)
     reference = None
@@ -1436,6 +1459,8 @@ def format_custom_report(cfg: Config, machine: dict[str, Any], data: dict[str, A
     torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
     what = {"custom": "train transform",
             "multicrop": "DINO multi-crop (2 x 224 + 6 x 96 views a sample)",
+            "dino": "DINO's whole augmentation (2 x 224 + 10 x 96 views a sample: RandomApply "
+                    "colour jitter, grayscale, blur, solarize)",
             "segmentation": "each with its palette-PNG mask (mode='mask'), eval geometry, mask "
                             "nearest"}[kind]
     return "\n".join([
@@ -1791,7 +1816,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--link-latency-ms", type=float, default=20.0,
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
-                                          "multicrop", "hf", "parquet", "segmentation",
+                                          "multicrop", "dino", "hf", "parquet", "segmentation",
                                           "segmentation-joint", "detection"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
@@ -1807,7 +1832,9 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "segmentation: a user Dataset of an image and its mask a sample; "
                          "segmentation-joint: the same under one random rl.Joint (crop, flip), "
                          "vs PIL + v2 under torch; "
-                         "detection: boxes with each image, rl.Joint vs PIL + v2 under torch")
+                         "detection: boxes with each image, rl.Joint vs PIL + v2 under torch; "
+                         "dino: a user Dataset of DINO's whole augmentation, 2 x 224 + 10 x 96 "
+                         "views, ImageFile references vs PIL under torch")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -1907,7 +1934,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
         return 2
 
     machine = machine_info(cfg)
-    if args.dataset in ("custom", "multicrop", "hf", "parquet", "segmentation",
+    if args.dataset in ("custom", "multicrop", "dino", "hf", "parquet", "segmentation",
                         "segmentation-joint", "detection"):
         if args.dataset == "detection":
             report = run_detection_benchmark(cfg, log)

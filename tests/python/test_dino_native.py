@@ -277,3 +277,23 @@ def test_random_apply_over_steps_that_cannot_be_guarded_runs_in_python(files):
     with Image.open(files[0]) as f:
         want = v1.Compose([v1.CenterCrop(64), v1.PILToTensor()])(f.convert("RGB"))
     assert torch.equal(next(iter(loader))["crops"][0][0], want)
+
+
+@pytest.mark.timeout(240)
+def test_the_dino_benchmark_reports_both_rates(image_tree):
+    """``python -m ringloader.bench --dataset dino``: DINO's whole augmentation (2 x 224 + 10 x 96
+    views) runs natively there (the bench refuses otherwise); the report's shape, not timings."""
+    import re
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ringloader.bench", "--dataset", "dino", "--root", str(image_tree),
+         "--batch-size", "4", "--rounds", "1", "--warmup-batches", "1", "--max-images", "8",
+         "--num-workers", "2", "--quiet"], capture_output=True, text=True, timeout=200)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert re.search(r"ringloader dino benchmark: a user Dataset over \d+ images, DINO's whole "
+                     r"augmentation \(2 x 224 \+ 10 x 96 views", out), out
+    assert re.search(r"torch DataLoader \+ PIL *: +\d+ samples/s", out), out
+    assert re.search(r"ringloader \+ ImageFile *: +\d+ samples/s \([0-9.]+x\)", out), out
