@@ -133,6 +133,12 @@ CHAINS = {
         [v2.Resize(97), v2.CenterCrop(90), v2.ToImage(),
          v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True)],
         tv_tensors.Image),
+    # Colour steps before the conversion: Pillow's kernels on every path.
+    "colour-steps-then-ToImage": (
+        [v2.Resize(97), v2.CenterCrop(90), v2.RandomPosterize(5, p=1.0),
+         v2.RandomSolarize(200, p=1.0), v2.RandomAutocontrast(p=1.0),
+         v2.ColorJitter(brightness=(1.2, 1.2)), v2.RandomInvert(p=1.0), v2.ToImage()],
+        None, tv_tensors.Image),
     # A conversion first (torchvision's "tensor" backend): torch's tensor kernels after it, for
     # the pure pixel moves that equal Pillow's; ToDtype takes the plain tensor's entry.
     "PILToTensor-first": (
