@@ -47,12 +47,14 @@ from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
 from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, Joint, materialize
+from ._user_source import FallbackWarning
 from .webdataset import StaleIndexError, WebDataset
 from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
     "DataLoader",
     "DatasetFolder",
+    "FallbackWarning",
     "FileList",
     "HFDataset",
     "ImageFolder",

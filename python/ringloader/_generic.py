@@ -16,7 +16,7 @@ import numpy as np
 from . import _user_source
 from ._backend import Backend
 from ._distributed import _shard_sampler
-from ._native import _KeyedView, _generic_reason, _servable
+from ._native import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
 from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._staging import _device_prefetch, _generic_device
@@ -40,7 +40,44 @@ def _warn_wrapper(dataset: Any, reason: str) -> None:
         f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
         "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
         "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
-        "transform stay native.", UserWarning, stacklevel=4)
+        "transform stay native.", _user_source.FallbackWarning, stacklevel=4)
+
+
+def _warn_torchvision_folder(dataset: Any, reason: str, converts: bool) -> None:
+    """A torchvision ImageFolder/DatasetFolder the native path does not serve: it does not
+    convert (``reason``), or it does (``converts``) but an argument asks for torch's workers."""
+    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
+    advice = ("Without it the folder is served natively (its samples and transform are read "
+              "from it)." if converts else
+              "Use ringloader.ImageFolder (or DatasetFolder) with the same root and transform: "
+              "its files are decoded natively, and its native transform steps run natively.")
+    warnings.warn(
+        f"ringloader.DataLoader: {name}({str(getattr(dataset, 'root', ''))!r}) runs on torch's "
+        f"generic path because {reason}: each sample is decoded with Pillow in worker processes, "
+        f"at torch's speed. {advice}", _user_source.FallbackWarning, stacklevel=4)
+
+
+# Dataset classes already told that returning rl.ImageFile would make them native.
+_hinted: set = set()
+
+
+def _hint_image_file(dataset: Any, opened: str) -> None:
+    """Once per Dataset class and process: a Dataset that decodes its images itself."""
+    name = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    if name in _hinted:
+        return
+    _hinted.add(name)
+    what = {"a PIL image": opened, "<bytes>": "an image from bytes"}.get(
+        opened, f"the image {opened!r}")
+    reference = "ImageBytes(data, transform)" if opened == "<bytes>" else \
+        "ImageFile(path, transform)"
+    warnings.warn(
+        f"ringloader.DataLoader: {name}.__getitem__ opens {what} with Pillow itself, so it runs "
+        f"on torch's generic path at torch's speed. Return ringloader.{reference} "
+        "in its place (the rest of the sample unchanged) and the files are decoded and "
+        "transformed natively (the manual's \"Your own Dataset\" page). Silence this hint with "
+        "warnings.filterwarnings('ignore', category=ringloader.FallbackWarning).",
+        _user_source.FallbackWarning, stacklevel=4)
 
 
 class _Tagged:
@@ -179,10 +216,6 @@ class GenericBackend(Backend):
                 "where samples come from __getitem__ as with torch (a bad sample raises there): "
                 "leave them at their defaults, or convert dtype/layout in the transform or "
                 "collate_fn (which can also call CutMix/MixUp on the collated batch)")
-        if not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
-            _warn_wrapper(dataset, _generic_reason(dataset, view))
-        if view is not None and _user_source.flat_targets(view[0]) is not None:
-            _user_source.warn_refused(dataset, _servable(view[0]), stacklevel=4)
         # Sharding and device staging apply to the generic path too.
         sampler, shuffle = args.sampler, args.shuffle
         shard = _shard_sampler(dataset, sampler, args.batch_sampler, args.rank, args.world_size,
@@ -230,6 +263,26 @@ class GenericBackend(Backend):
                 kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
             torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
         self._generic = torch_loader
+        # Why torch's path: every reason for describe(), the first in one warning per loader
+        # (once the arguments are known good: an error comes without it).
+        self._reasons = [] if view is None else _fallback_reasons(view[0])
+        folder_why, converts = None, False
+        if view is None:
+            folder, folder_why = _user_source.torchvision_folder(dataset)
+            if folder is not None:  # it converts, but an argument asks for torch's workers
+                folder_why, converts = _torch_only(args), True
+        opened = _user_source.opened_images(dataset) if view is None else None
+        if folder_why is not None:
+            self._reasons = [f"{type(dataset).__name__}: {folder_why}"]
+            _warn_torchvision_folder(dataset, folder_why, converts)
+        elif not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
+            _warn_wrapper(dataset, _generic_reason(dataset, view))
+        elif view is not None and _user_source.flat_targets(view[0]) is not None:
+            _user_source.warn_refused(dataset, self._reasons, stacklevel=4)
+        elif opened is not None:
+            _hint_image_file(dataset, opened)
+        if not self._reasons:
+            self._reasons = [_generic_reason(dataset, view)]
 
 
     @property
@@ -249,4 +302,5 @@ class GenericBackend(Backend):
         return {"native": False}
 
     def describe(self) -> str:
-        return "ringloader.DataLoader (generic path: torch.utils.data.DataLoader does the work)"
+        return "\n".join(["ringloader.DataLoader (generic path: torch.utils.data.DataLoader does "
+                          "the work)"] + [f"  why:     {r}" for r in self._reasons])

@@ -10,7 +10,7 @@ import logging
 import os
 import re
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
@@ -57,8 +57,26 @@ def _native_view(dataset: Any):
             folders += member_folders
             base += size
         return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
+    folder, why = _user_source.torchvision_folder(dataset)
+    if folder is not None:
+        return [folder], None
+    if why is not None:
+        return None  # torch's path, with a warning naming the reason (_generic)
     source = _user_source.source_for(dataset)  # a user's Dataset of image references
     return None if source is None else ([source], None)
+
+
+def _torch_only(args: Any) -> Optional[str]:
+    """Why a loader over a torchvision folder (``_user_source.TorchvisionFolder``) keeps torch's
+    path though the folder converts: an argument that only torch's worker processes honour, which
+    the native path refuses for ringloader's own datasets. None when there is none."""
+    if args.worker_init_fn is not None:
+        return "worker_init_fn is given (natively there are no worker processes to run it in)"
+    if args.multiprocessing_context is not None:
+        return "multiprocessing_context is given (natively there are no worker processes)"
+    if args.batch_size is None and args.batch_sampler is None:
+        return "batch_size=None (the native path delivers batches)"
+    return None
 
 
 class _KeyedView:
@@ -80,19 +98,45 @@ class _KeyedView:
         return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
 
 
-def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
-    """Why the native pipeline cannot batch these folders together, or None when it can."""
-    why = _user_source.refused(folders)
-    if why is not None:
-        return why
+def _is_default_collate(collate_fn: Any) -> bool:
+    """True when ``collate_fn`` is torch's ``default_collate`` (the function object, whatever
+    name it was imported under)."""
+    if collate_fn is None:
+        return False
+    import torch.utils.data as tud
+
+    return collate_fn is tud.default_collate
+
+
+def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
+    """Every reason the native pipeline cannot batch these folders together, the one to act on
+    first ([] when it can): a user source's refusal, then each transform step or leaf that
+    makes a source run per sample, by class and position (``_user_source.chain_reasons``)."""
+    reasons: List[str] = []
+    users = [f for f in folders if isinstance(f, _user_source.UserSource)]
+    if users and len(users) != len(folders):
+        reasons.append("mixes a Dataset of image references with ringloader datasets")
     for f in folders:
-        if f.per_sample:
-            return ("runs per sample (Python transform steps, or an output size that depends on "
-                    "the image)")
-    first = folders[0].native_options()
-    if any(f.native_options() != first for f in folders[1:]):
-        return "combines ImageFolders with different transforms"
-    return None
+        found = f.fallback_reasons() if isinstance(f, _user_source.UserSource) else []
+        if not isinstance(f, _user_source.UserSource) and f.per_sample:
+            found = _user_source.chain_reasons(f.transform, "the transform")
+        if f.per_sample and not found:
+            found.append("its transform runs per sample (Python transform steps, or an output "
+                         "size that depends on the image)")
+        reasons += [r if r is getattr(f, "refused", None) else f"runs per sample: {r}"
+                    for r in found if r not in reasons]
+    if not reasons:
+        first = folders[0].native_options()
+        if any(f.native_options() != first for f in folders[1:]):
+            reasons.append("combines ImageFolders with different transforms")
+    return reasons
+
+
+def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
+    """Why the native pipeline cannot batch these folders together (the first reason), or None
+    when it can."""
+    reasons = _fallback_reasons(folders)
+    return reasons[0] if reasons else None
 
 
 def _generic_reason(dataset: Any, view: Any) -> str:
@@ -238,6 +282,11 @@ class NativeBackend(Backend):
                              "batch in its slot, collate_fn builds the batch from samples; pass one (a "
                              "collate_fn can call CutMix/MixUp itself)")
         self.collate_fn = args.collate_fn
+        # torch's default_collate, under any name, is the default: the batch tensors stay the
+        # slot's, zero-copy (stacking views of the rows would copy them), as a list, which is
+        # what default_collate makes of (image, label) tuples.
+        self._default_collate = _is_default_collate(args.collate_fn)
+        self._collate = None if self._default_collate else args.collate_fn
         self.batch_transform = args.batch_transform
         self._mix_note = None if args.batch_transform is None else _mixing.check(
             args.batch_transform, steps_options["dtype"], batch_size)
@@ -420,7 +469,9 @@ class NativeBackend(Backend):
             [f"  batch:   batch_transform={self._mix_note}, applied in place in the slot by the iterating thread"]
             if self._mix_note else []) + (
             ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
-            if self.collate_fn is not None else []) + [
+            if self._collate is not None else []) + (
+            ["  batch:   collate_fn is torch's default_collate: the batch stays in its slot, zero-copy"]
+            if self._default_collate else []) + [
             "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                              f"({_read_ahead_counts(s, self._native.has_queued_epoch())})"
                              if self._overlap_off is None else f"drained between epochs ({self._overlap_off})")
@@ -712,18 +763,20 @@ class _NativeIter:
             loader = self._loader
             if loader._batcher is not None:
                 native = loader._native
-                return loader._batcher.batch(images, labels, loader.collate_fn, native.views,
+                return loader._batcher.batch(images, labels, loader._collate, native.views,
                                              native.geometry)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
             if loader.batch_transform is not None:
                 labels = self._mix(images, labels, number)
-            if loader.collate_fn is not None:
+            if loader._collate is not None:
                 # torch's contract: the list of samples. Each image is a view of its slot row;
                 # the slot is recycled only once every view of it is released.
                 samples = list(zip(images.unbind(0), labels.tolist()))
                 del images, labels
-                return loader.collate_fn(samples)
+                return loader._collate(samples)
+            if loader._default_collate:
+                return [images, labels]
             return images, labels
 
     def _check_skipped(self) -> None:

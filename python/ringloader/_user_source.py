@@ -8,13 +8,20 @@ first file, its others in ``more_files``: an image and its mask), decoded and tr
 the native threads. The native label of sample i is its flat index, so every row
 of a batch (a replacement's included) finds its own structure again, and the batch is collated
 by torch's own ``collate`` with each placeholder position standing for the native image tensor.
+
+A ``torchvision.datasets.ImageFolder``/``DatasetFolder`` is a user's dataset too: served natively
+from its samples and transform when they convert (:class:`TorchvisionFolder`). Why a Dataset
+stays on torch's path is said here as well (:func:`chain_reasons`, :func:`warn_refused`,
+:class:`FallbackWarning`).
 """
 
 from __future__ import annotations
 
 import operator
+import os
 import random
 import re
+import threading
 import warnings
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -23,10 +30,18 @@ import numpy as np
 from . import _C
 from . import _joint
 from . import transforms as T
-from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
+from .datasets import FileList, NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import ImageFile, ImageReference, Joint, materialize, rebuild
 
-__all__ = ["UserSource", "source_for"]
+__all__ = ["FallbackWarning", "TorchvisionFolder", "UserSource", "source_for", "torchvision_folder"]
+
+
+class FallbackWarning(UserWarning):
+    """``ringloader.DataLoader`` runs a dataset on torch's path instead of natively: the warning
+    names the first step or leaf that forces it and what to change (``loader.describe()`` lists
+    every reason), or hints that a Dataset opening images itself could return
+    :class:`ringloader.ImageFile` instead. Silence it with
+    ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``."""
 
 
 class _Leaf:
@@ -362,12 +377,74 @@ def source_for(dataset: Any) -> Optional["UserSource"]:
         return UserSource(dataset)  # a table of references by construction: nothing to probe
     with _SavedRng():
         try:
-            first = dataset[0]
+            first, opened = _first_sample(dataset)
         except Exception:  # the generic path raises it where torch would
             return None
         if not _has_reference(first):
+            if opened is None and _holds_pil(first):
+                opened = "a PIL image"
+            _probes.seen = (id(dataset), opened)
             return None
         return UserSource(dataset, first)
+
+
+# What the last ``source_for`` on this thread saw a Dataset without image references do:
+# (id of the Dataset, the image file its __getitem__ opened with PIL, or None).
+_probes = threading.local()
+
+
+def opened_images(dataset: Any) -> Optional[str]:
+    """The image file (``"<bytes>"`` for one opened from memory, ``"a PIL image"`` for one the
+    sample holds) that ``dataset[0]`` opened with Pillow when
+    ``source_for`` last probed ``dataset`` on this thread, else None: a Dataset that decodes
+    images itself, which returning :class:`ringloader.ImageFile` would make native."""
+    seen = getattr(_probes, "seen", None)
+    _probes.seen = None
+    return seen[1] if seen is not None and seen[0] == id(dataset) else None
+
+
+def _first_sample(dataset: Any) -> tuple:
+    """``(dataset[0], the first file it opened with PIL.Image.open or None)``. Watched with a
+    profile function on this thread only (other threads, and the Dataset's own code, are left
+    as they are; a profiler already set keeps receiving its events)."""
+    import sys
+
+    try:
+        from PIL import Image
+
+        code = Image.open.__code__
+    except (ImportError, AttributeError):
+        return dataset[0], None
+    opened: List[Any] = []
+    previous = sys.getprofile()
+
+    def watch(frame: Any, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code is code and not opened:
+            fp = frame.f_locals.get("fp")
+            name = fp if isinstance(fp, (str, os.PathLike)) else getattr(fp, "name", None)
+            opened.append("<bytes>" if not isinstance(name, (str, os.PathLike)) else str(name))
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(watch)
+    try:
+        first = dataset[0]
+    finally:
+        sys.setprofile(previous)
+    return first, (opened[0] if opened else None)
+
+
+def _holds_pil(sample: Any, depth: int = 0) -> bool:
+    """True when ``sample`` is or holds a PIL image (tuples, lists, dicts)."""
+    if depth > 8:
+        return False
+    if type(sample).__module__.startswith("PIL."):
+        return True
+    if isinstance(sample, (tuple, list)):
+        return any(_holds_pil(v, depth + 1) for v in sample[:16])
+    if isinstance(sample, dict):
+        return any(_holds_pil(v, depth + 1) for v in list(sample.values())[:16])
+    return False
 
 
 def _files_of(refs: List[ImageReference]) -> tuple:
@@ -439,11 +516,13 @@ class UserSource(NativeDataset):
             ref = files[0]
             if model is None:
                 model = refs
+            if i == 0:
+                sample0 = sample
             if refused is None:
                 joint = next((v for v in _flat(structures[-1]) if isinstance(v, Joint)), None)
                 if joint is not None:
                     refused = (f"sample {i} holds a ringloader.Joint that is not native: "
-                               f"{_joint.refusal(joint)}")
+                               + _joint_refusal_at(joint))
                 elif _joint_views(structures[-1]) != _joint_views(structures[0]):
                     refused = (f"sample {i} and sample 0 differ in which image references are "
                                "a Joint's (each position is one or the other in every sample)")
@@ -486,8 +565,63 @@ class UserSource(NativeDataset):
         # Views rendering a native Joint's masks: view 0's geometric draws replayed on the
         # label image, its geometry recorded to check the mask's size against the image's.
         self.joint_masks = sorted(set(_joint_masks(structures[0])))
+        # The transform each native Joint's image view came from (its chain is a part of it):
+        # fallback reasons count a step's position there, where the user wrote it.
+        leaves = [v for v in _flat(structures[0]) if isinstance(v, (Joint, _joint.JointLeaf))]
+        joints = [v for v in _flat(sample0) if isinstance(v, Joint)]
+        self.view_origins = {leaf.k: j.transform for leaf, j in zip(leaves, joints)
+                             if isinstance(leaf, _joint.JointLeaf)}
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
+
+    @property
+    def transform(self) -> Any:
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Any) -> None:
+        # NativeDataset's setter, without its warning about Python steps (which advises
+        # strict=, an ImageFolder argument): the DataLoader's one warning names the step.
+        self._transform = transform
+        self._split = T.split(transform)
+        self._single = None
+        self.version += 1
+
+    def fallback_reasons(self) -> List[str]:
+        """Every reason this source is not batched natively ([] when it is): a sample's
+        refusal, then each view's transform step (or leaf) that keeps it per sample."""
+        out = [self.refused] if self.refused is not None else []
+        splits = [self._split] + list(self._view_splits)
+        in_joints = self._refused_joint_views()
+        for k, (transform, split) in enumerate(zip(self.view_transforms, splits)):
+            if (split.tail is None and _C.fixed_size(split.steps)) or k in in_joints:
+                continue
+            origin = self.view_origins.get(k)
+            if origin is not None:
+                where = "the Joint's transform"
+            else:
+                where = ("the references' transform" if len(self.view_transforms) == 1
+                         else f"the transform of reference {k}")
+            out += chain_reasons(transform, where, origin)
+        return out
+
+    def _refused_joint_views(self) -> set:
+        """The views of sample 0 that are references inside a Joint that is not native (they
+        take no transform of their own: the Joint's refusal is their reason)."""
+        if not isinstance(self.structures, list):
+            return set()
+        out, listed = set(), 0  # references are listed in the order of the structure's leaves
+        for leaf in _flat(self.structures[0]):
+            if isinstance(leaf, _Leaf):
+                listed = max(listed, leaf.k + 1)
+            elif isinstance(leaf, _joint.JointLeaf):
+                listed = max([listed, leaf.k + 1] + [k + 1 for k, _ in leaf.masks])
+            elif isinstance(leaf, Joint):
+                count: List[ImageReference] = []
+                _strip(leaf.structure, count)
+                out.update(range(listed, listed + len(count)))
+                listed += len(count)
+        return out
 
     def _from_columns(self, columns: Columns) -> None:
         """The sample table from whole columns: no reference, path or structure per sample; the
@@ -503,6 +637,7 @@ class UserSource(NativeDataset):
         self.view_modes = [columns.model.mode]
         self.joint_views: List[int] = []
         self.joint_masks: List[int] = []
+        self.view_origins: Dict[int, Any] = {}
         self._row_name = columns.name
         self._feed = columns.feed
         blob, ends = columns.paths or (np.zeros(0, dtype=np.uint8), np.zeros(n, dtype=np.int64))
@@ -638,19 +773,6 @@ def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) ->
                                                                            first.transform):
             return (f"reference {k} of sample {i} has another transform than reference {k} of "
                     "sample 0 (the native path applies one transform to each position)")
-    return None
-
-
-def refused(folders: Sequence[NativeDataset]) -> Optional[str]:
-    """Why user sources among ``folders`` cannot be batched natively together, or None."""
-    users = [f for f in folders if isinstance(f, UserSource)]
-    if not users:
-        return None
-    if len(users) != len(folders):
-        return "mixes a Dataset of image references with ringloader datasets"
-    for f in users:
-        if f.refused is not None:
-            return f.refused
     return None
 
 
@@ -851,8 +973,195 @@ def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:
     return np.arange(sum(len(f) for f in folders), dtype=np.int64)
 
 
-def warn_refused(dataset: Any, why: str, stacklevel: int = 3) -> None:
+def warn_refused(dataset: Any, reasons: Sequence[str], stacklevel: int = 3) -> None:
+    """The one warning of a loader over a Dataset of image references that runs on torch's
+    path: the first of ``reasons`` (``_native._fallback_reasons``), and how many more
+    ``describe()`` lists."""
+    more = (f" loader.describe() lists all {len(reasons)} reasons." if len(reasons) > 1 else "")
     warnings.warn(
-        f"ringloader.DataLoader: {_describe(dataset)} returns image references but {why}, so it "
-        "runs on torch's generic path: each sample is materialised with Pillow in worker "
-        "processes (ringloader.materialize), at torch's speed.", UserWarning, stacklevel=stacklevel)
+        f"ringloader.DataLoader: {_describe(dataset)} returns image references but "
+        f"{reasons[0]}, so it runs on torch's generic path: each sample is materialised with "
+        "Pillow and transformed in worker processes (ringloader.materialize), at torch's "
+        f"speed.{more}", FallbackWarning, stacklevel=stacklevel)
+
+
+def step_label(step: Any) -> str:
+    """A transform step as fallback reasons name it: ``v2.Resize(200)``,
+    ``transforms.RandomApply``, ``mymodule.Jitter``."""
+    kind = type(step)
+    module = kind.__module__
+    if module.startswith("torchvision.transforms.v2"):
+        name = f"v2.{kind.__name__}"
+    elif module.startswith("torchvision.transforms"):
+        name = f"transforms.{kind.__name__}"
+    elif module.startswith("ringloader.transforms"):
+        name = f"ringloader.transforms.{kind.__name__}"
+    else:
+        name = f"{module}.{kind.__qualname__}"
+    if kind.__name__ == "Resize":
+        size = getattr(step, "size", None)
+        if isinstance(size, (list, tuple)):
+            size = size[0] if len(size) == 1 else tuple(size)
+        max_size = getattr(step, "max_size", None)
+        name += f"({size}" + (f", max_size={max_size}" if max_size is not None else "") + ")"
+    return name
+
+
+def _refusal_text(step: Any, reason: str) -> str:
+    """``reason`` (``transforms.split``'s, which names the step by its full class name) without
+    the step's name."""
+    full = T._step_name(step)
+    for head in (f"transform {full} ", f"{full}: "):
+        if reason.startswith(head):
+            return reason[len(head):]
+    return reason
+
+
+def chain_reasons(chain: Any, where: str, origin: Any = None) -> List[str]:
+    """Why the transform ``chain`` keeps its dataset off the native batches, naming each step
+    by class and position ([] when it runs natively to a fixed size): the first step that runs
+    in Python and every later one with no native equivalent, or the step whose output size
+    depends on the image. ``where`` names the transform; positions count in ``origin`` (the
+    transform the user wrote, of which ``chain`` holds steps: a Joint's), by default ``chain``."""
+    parts = T._flatten(chain)
+    origin_parts = T._flatten(origin) if origin is not None else parts
+
+    def at(j: int) -> str:
+        step = parts[j]
+        position = next((o for o, p in enumerate(origin_parts) if p is step), j)
+        return f"{step_label(step)} at position {position} of {where}"
+
+    if not parts:
+        return [f"{where} is None: each sample is a PIL image of its own size (give it a "
+                "transform that ends in a crop or Resize((height, width)) and a tensor "
+                "conversion to batch natively)"]
+    split = T.split(chain)
+    if split.tail is not None:
+        i = len(parts) - len(split.tail.transforms)
+        why = _refusal_text(parts[i], split.reason)
+        advice = "" if "move it" in why else (
+            ": replace it with a step that runs natively (the manual's transforms page lists "
+            "them) or leave it out")
+        out = [f"{at(i)} runs in Python ({why}){advice}"]
+        for j in range(i + 1, len(parts)):
+            try:
+                T.to_steps(parts[j])
+            except Exception:
+                out.append(f"{at(j)} has no native equivalent either")
+        return out
+    if _C.fixed_size(split.steps):
+        return []
+    for j in reversed(range(len(parts))):
+        try:
+            steps = T.to_steps(parts[j])
+        except Exception:
+            continue
+        if any(s["kind"] == "resize" and not s.get("size_w") for s in steps):
+            return [f"{at(j)}: an output size that depends on the image (give it a (height, "
+                    f"width) size, or end {where} with a crop, to batch natively)"]
+    return [f"{where} leaves each image its own size (no crop or Resize((height, width))): an "
+            "output size that depends on the image (end it with one to batch natively)"]
+
+
+def _joint_refusal_at(joint: Joint) -> str:
+    """``_joint.refusal(joint)`` with the step it names given its position in the Joint's
+    transform (the first step whose prefix of the transform is refused, or the last step of that
+    class before it: a step refused for what follows it)."""
+    why = _joint.refusal(joint)
+    parts = T._flatten(joint.transform)
+    named = [j for j, p in enumerate(parts) if T._step_name(p) in why]
+    if not named:
+        return why  # a leaf of the structure: the reason names its place
+    j = named[0]
+    if len(named) > 1:
+        from torchvision.transforms import v2
+
+        first = next((k for k in range(len(parts))
+                      if isinstance(_joint.plan(v2.Compose(parts[:k + 1])), str)), None)
+        if first is not None:
+            j = max((k for k in named if k <= first), default=named[0])
+    full, label = T._step_name(parts[j]), step_label(parts[j])
+    why = why.replace(full, f"{label} at position {j}", 1).replace(full, label)
+    for part in parts:  # other steps it names, as the warning names steps
+        why = why.replace(T._step_name(part), step_label(part))
+    return why
+
+
+class TorchvisionFolder(FileList):
+    """A ``torchvision.datasets.ImageFolder``/``DatasetFolder`` served natively: its samples,
+    classes, transform and target_transform as a :class:`ringloader.FileList`. A transform,
+    target_transform or samples list assigned on the torchvision dataset later is taken up at
+    the loader's next ``iter()``, as with a ringloader ImageFolder."""
+
+    #: A torch dataset served natively: arguments only torch's worker processes honour
+    #: (``_native._torch_only``) keep the loader on torch's path instead of being refused.
+    serves_torch_dataset = True
+
+    def __init__(self, folder: Any):
+        self._folder = folder  # first: ``version`` reads it
+        self._seen = (folder.transform, folder.target_transform, folder.samples)
+        super().__init__([p for p, _ in folder.samples], [t for _, t in folder.samples],
+                         transform=folder.transform, target_transform=folder.target_transform,
+                         classes=list(folder.classes))
+
+    @property
+    def version(self) -> int:
+        folder = self.__dict__.get("_folder")
+        if folder is not None:
+            seen = (folder.transform, folder.target_transform, folder.samples)
+            if any(a is not b for a, b in zip(seen, self._seen)):
+                self._seen = seen
+                self.samples = folder.samples
+                self.transform = folder.transform
+                self.target_transform = folder.target_transform
+        return self._version
+
+    @version.setter
+    def version(self, value: int) -> None:
+        self._version = value
+
+    def _name(self) -> str:
+        folder = self._folder
+        return f"{type(folder).__module__}.{type(folder).__name__}({folder.root!r})"
+
+    def describe(self) -> str:
+        return (f"{self._name()} served natively: {len(self)} samples, {len(self.classes)} "
+                "classes")
+
+
+def torchvision_folder(dataset: Any) -> tuple:
+    """``(source, None)`` when ``dataset`` is a torchvision ``DatasetFolder`` (``ImageFolder``)
+    the native path serves as it is: its own ``__getitem__`` and ``__len__``, torchvision's
+    Pillow loader, a transform that runs natively to a fixed size and int targets after its
+    target_transform; ``(None, why not)`` for another torchvision folder; ``(None, None)`` for
+    any other dataset."""
+    try:
+        from torchvision import get_image_backend
+        from torchvision.datasets import folder as tvf
+    except ImportError:
+        return None, None
+    if not isinstance(dataset, tvf.DatasetFolder):
+        return None, None
+    kind = type(dataset)
+    if kind.__getitem__ is not tvf.DatasetFolder.__getitem__ or \
+            kind.__len__ is not tvf.DatasetFolder.__len__:
+        return None, "its class overrides __getitem__ or __len__"
+    loader = getattr(dataset, "loader", None)
+    if not (loader is tvf.pil_loader or
+            (loader is tvf.default_loader and get_image_backend() == "PIL")):
+        return None, (f"its loader {getattr(loader, '__qualname__', type(loader).__name__)} is "
+                      "not torchvision's Pillow loader (ringloader decodes the files itself)")
+    if not dataset.samples:
+        return None, "it has no samples"
+    try:
+        reasons = chain_reasons(dataset.transform, "its transform")
+    except (TypeError, ValueError) as exc:
+        return None, f"its transform is refused: {exc}"
+    if reasons:
+        return None, reasons[0]
+    try:
+        source = TorchvisionFolder(dataset)
+        source.native_targets()  # target_transform must map each target to an int
+    except (TypeError, ValueError) as exc:
+        return None, f"{exc}"
+    return source, None

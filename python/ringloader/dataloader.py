@@ -22,6 +22,13 @@ Two paths:
   A wrapper around a ringloader ImageFolder that the native path cannot serve says so (a
   UserWarning naming it and the cost).
 
+A ``torchvision.datasets.ImageFolder``/``DatasetFolder`` with torchvision's Pillow loader and a
+transform that runs natively to a fixed size is served natively from its ``samples``,
+``transform`` and ``target_transform`` (``_user_source.TorchvisionFolder``). A dataset left on
+torch's path gets one :class:`ringloader.FallbackWarning` per loader naming the first step or
+leaf that forces it (class and position) and what to change, or a one-time hint when its
+``__getitem__`` opens images with Pillow; ``describe()`` lists every reason.
+
 ``loader.native`` tells which path a loader takes. This module is the facade: it checks the
 arguments shared by both paths, picks the backend (``_native.NativeBackend`` or
 ``_generic.GenericBackend``, the protocol in ``_backend``) and delegates to it; planning and
@@ -37,7 +44,7 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 from ._backend import Backend
 from ._generic import GenericBackend
-from ._native import NativeBackend, _check_streams, _native_view, _servable
+from ._native import NativeBackend, _check_streams, _native_view, _servable, _torch_only
 from ._options import (MAX_SKIPPED_FRACTION, _check_dtype, _check_int, _check_layout,
                        _check_prefetch, _check_skipped_fraction, _check_workers, _parse_memory)
 # Kept importable from here (tests and tools use them): what num_workers="auto" chooses.
@@ -95,9 +102,10 @@ class DataLoader:
     ``[(image, label), ...]`` as torch's loader gives it: each image a view of its row of the
     slot (no copy; on the device with ``device=``), each label a Python int; whatever it
     returns is yielded. The slot is recycled once every view of it is released, so a view
-    kept is never overwritten (keeping every slot raises ``SlotsExhaustedError``);
-    ``default_collate`` copies, releasing the slot at once. Without ``collate_fn`` the batch
-    tensors are yielded zero-copy.
+    kept is never overwritten (keeping every slot raises ``SlotsExhaustedError``). Without
+    ``collate_fn`` the batch tensors are yielded zero-copy; torch's ``default_collate`` (the
+    function object, under any name) is that default: the same zero-copy tensors, as the list
+    ``[images, labels]`` that ``default_collate`` makes of ``(image, label)`` samples.
 
     ``batch_transform``: torchvision's ``v2.CutMix``/``v2.MixUp`` (``num_classes`` given), a
     ``v2.RandomChoice`` of them, or ``timm.data.Mixup`` (``mode="batch"``; even batch sizes).
@@ -296,6 +304,9 @@ class DataLoader:
             rank=rank, world_size=world_size, seed=seed, device=device, numa=numa,
             max_memory=max_memory, stall_seconds=stall_seconds, batch_transform=batch_transform,
             max_skipped_fraction=max_skipped_fraction)
+        if view is not None and any(getattr(f, "serves_torch_dataset", False) for f in view[0]) \
+                and _torch_only(args) is not None:
+            view = None  # torch's path, as the argument asks (GenericBackend says so)
         if view is not None and _servable(view[0]) is None:
             native = NativeBackend(dataset, view, args)
             if native.unpinned_note is not None:

@@ -290,10 +290,16 @@ def test_unlike_sample_is_named_on_torch_path(image_files, workers):
 
 def test_unlike_sample_is_named_with_a_collate_fn(image_files):
     loader = rl.DataLoader(Mixed(image_files, ODD["str label"]), batch_size=4,
-                           collate_fn=tud.default_collate)
+                           collate_fn=lambda batch: tud.default_collate(batch))
     assert loader.native
     with pytest.raises(TypeError, match=r"sample 5 of .*Mixed is \(image reference, str\).*"
                                         r"collate_fn cannot batch"):
+        list(loader)
+    # torch's default_collate itself is the default: torch's collate is named.
+    loader = rl.DataLoader(Mixed(image_files, ODD["str label"]), batch_size=4,
+                           collate_fn=tud.default_collate)
+    with pytest.raises(TypeError, match=r"sample 5 of .*Mixed is \(image reference, str\).*"
+                                        r"torch's collate cannot batch"):
         list(loader)
 
 

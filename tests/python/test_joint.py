@@ -330,7 +330,7 @@ def test_steps_boxes_cannot_follow_keep_torchs_path_naming_them(tmp_path):
     for t, name in [(v2.Compose([v2.RandomRotation(10)]), "RandomRotation"),
                     (v2.Compose([v2.RandomIoUCrop(), v2.Resize((32, 32))]), "RandomIoUCrop"),
                     (v2.Compose([v2.ColorJitter(0.3), v2.RandomHorizontalFlip()]),
-                     "RandomHorizontalFlip follows")]:
+                     "v2.RandomHorizontalFlip at position 1 follows v2.ColorJitter")]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             loader = rl.DataLoader(_Boxes(t, scenes), batch_size=2,

@@ -268,11 +268,16 @@ def test_pin_memory_without_gpu_warns_and_works(image_tree: Path):
     assert x.shape == (4, 3, 224, 224)
 
 
-def test_generic_path_matches_torch(image_tree: Path):
+@pytest.mark.parametrize("native", [True, False])
+def test_torchvision_image_folder_matches_torch(image_tree: Path, native: bool):
+    # Served natively from its samples and transform; with worker_init_fn, on torch's path.
     tv = torchvision.datasets.ImageFolder(image_tree, transform=tvt.Compose([tvt.Resize(64), tvt.CenterCrop(64), tvt.ToTensor()]))
-    ours = rl.DataLoader(tv, batch_size=4, shuffle=True)
+    kwargs = {} if native else dict(num_workers=1, worker_init_fn=abs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore" if not native else "error")
+        ours = rl.DataLoader(tv, batch_size=4, shuffle=True, **kwargs)
     theirs = torch.utils.data.DataLoader(tv, batch_size=4, shuffle=True)
-    assert not ours.native
+    assert ours.native == native
     torch.manual_seed(0)
     a = list(ours)
     torch.manual_seed(0)

@@ -309,14 +309,22 @@ def test_references_pickle(rows):
     assert copy.memory is None and torch.equal(copy[0][0], source[0][0])
 
 
-def test_generic_datasets_are_not_probed_into_other_draws(rows):
+def test_generic_datasets_are_not_probed_into_other_draws(rows, monkeypatch):
     """Looking for references calls dataset[0] once; torch's RNG is left as it was, so a
-    Dataset of decoded values still batches exactly as torch's loader."""
+    Dataset of decoded values still batches exactly as torch's loader. It opens its images with
+    Pillow itself: the one warning is the hint that returning rl.ImageFile would make it native."""
+    from ringloader import _generic
+
+    monkeypatch.setattr(_generic, "_hinted", set())  # the hint is once per Dataset class
     ds = CsvDataset(rows, RANDOM, lazy=False, shape="tuple")
     torch.manual_seed(2)
+    with pytest.warns(rl.FallbackWarning, match=r"CsvDataset\.__getitem__ opens the image .*"
+                      r"Return ringloader\.ImageFile\(path, transform\)") as record:
+        loader = rl.DataLoader(ds, batch_size=4, shuffle=True)
+    assert len(record) == 1
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got = next(iter(rl.DataLoader(ds, batch_size=4, shuffle=True)))
+        got = next(iter(loader))
     torch.manual_seed(2)
     want = next(iter(tud.DataLoader(ds, batch_size=4, shuffle=True)))
     assert_same(got, want)
