@@ -1120,6 +1120,19 @@ class TorchvisionFolder(FileList):
     def version(self, value: int) -> None:
         self._version = value
 
+    @property
+    def transform(self) -> Any:
+        return self._transform
+
+    @transform.setter
+    def transform(self, transform: Any) -> None:
+        # As UserSource's: no advice about strict=, which torchvision's folders do not have; a
+        # transform assigned later that needs Python steps is refused at the loader's iter().
+        self._transform = transform
+        self._split = T.split(transform)
+        self._single = None
+        self.version += 1
+
     def _name(self) -> str:
         folder = self._folder
         return f"{type(folder).__module__}.{type(folder).__name__}({folder.root!r})"

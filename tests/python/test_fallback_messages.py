@@ -259,6 +259,13 @@ def test_torchvision_image_folder_is_served_natively(image_tree: Path, transform
     tv.transform = v1.Compose([v1.CenterCrop(16), v1.PILToTensor()])
     x, _ = next(iter(loader))
     assert torch.equal(x, torch_batches(tv)[0][0])
+    # One with a Python step cannot be served by this loader: named, no advice about strict=.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tv.transform = v1.Compose([v1.CenterCrop(16), Jitter(), v1.PILToTensor()])
+        with pytest.raises(TypeError, match=r"Jitter at position 1 of the transform runs in "
+                                            r"Python.*create a new ringloader.DataLoader"):
+            iter(loader)
 
 
 def test_torchvision_image_folder_that_cannot_be_served_is_named(image_tree: Path):
