@@ -71,7 +71,7 @@ def _tune(name: str, args: Sequence[str]) -> int:
 def _pack(name: str, args: Sequence[str]) -> int:
     from .pack import main
 
-    return main(list(args))
+    return main(list(args), prog=name)
 
 
 #: command -> (one line for ``ringloader --help``, runner taking (prog, arguments)).
@@ -140,3 +140,8 @@ def bench() -> int:
 def compare() -> int:
     """``ringloader-compare``: the same as ``ringloader compare``."""
     return _compare("ringloader-compare", sys.argv[1:])
+
+
+def pack() -> int:
+    """``ringloader-pack``: the same as ``ringloader pack``."""
+    return _pack("ringloader-pack", sys.argv[1:])

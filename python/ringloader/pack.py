@@ -563,9 +563,9 @@ def skipped_lines(skipped: Sequence[Sequence[str]]) -> List[str]:
     return lines
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, prog: str = "ringloader pack") -> int:
     parser = argparse.ArgumentParser(
-        prog="ringloader-pack",
+        prog=prog,
         description="Pack an ImageFolder or a '<path> <label>' file list into WebDataset shards.")
     parser.add_argument("src", help="ImageFolder root or file list")
     parser.add_argument("dst", help="output folder for shard-NNNNNN.tar")
@@ -590,7 +590,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                        args.quality, follow_symlinks=args.follow_symlinks, strict=args.strict,
                        overwrite=args.overwrite, resume=args.resume)
     except (ValueError, OSError) as exc:
-        print(f"ringloader-pack: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     for line in skipped_lines(summary["skipped"]):
         print(line)
