@@ -32,6 +32,7 @@ Map of the package (public modules first, then private ones):
 * ``_checkpoint``: ``state_dict``/``load_state_dict``: the epoch record and its resumption.
 * ``_order``: samplers' epoch orders as a few integers (replay, resharding, WebDataset order).
 * ``_distributed``: rank/world-size layout and the default sampler of a sharded run.
+* ``_node``: the ranks sharing this machine (torchrun, SLURM, MPI variables) and each one's share of its CPUs and memory.
 * ``_staging``: device staging on the generic path (side CUDA stream).
 * ``_mixing``: CutMix/MixUp applied in place to a batch in its slot.
 * ``_atomic``: files written whole or not at all (pack outputs, index caches).

@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from . import _C, _mixing, _order, _source, _user_source
+from . import _C, _mixing, _node, _order, _source, _user_source
 from ._backend import Backend
 from ._checkpoint import _restore_generators, _resumed_batches
 from ._distributed import _shard_sampler, _sync_epoch
@@ -292,8 +292,13 @@ class NativeBackend(Backend):
             args.batch_transform, steps_options["dtype"], batch_size)
         auto = args.num_workers == "auto"
         self._auto_threads = None
+        # Several ranks on this machine (torchrun, SLURM, MPI): each takes its share (_node).
+        ranks = _node.local_ranks()
+        self._ranks = ranks if ranks is not None and ranks.size > 1 else None
+        self._node_memory: Optional[str] = None  # how the default max_memory was divided
         if auto:
-            # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers.
+            # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers;
+            # a rank's share of the node is chosen here and passed as numbers.
             self._auto_threads = _auto_threads({"numa": _check_numa(args.numa),
                                                 "device": _check_device(args.device),
                                                 "reader_threads": args.reader_threads or 0})
@@ -333,9 +338,16 @@ class NativeBackend(Backend):
         if isinstance(stall, bool) or not isinstance(stall, (int, float)) or not stall > 0:
             raise ValueError(f"stall_seconds should be a number of seconds > 0, got {stall!r}")
         options["stall_seconds"] = float(args.stall_seconds)
-        if auto:
+        if auto and self._auto_threads["node"] is not None:
+            options["reader_threads"] = self._auto_threads["reader_threads"]
+        elif auto:
             options.update(_training_options())
             options["auto_threads"] = True
+        if self._ranks is not None and args.max_memory is None:
+            default, note = _node.default_memory(options)
+            options["max_memory"] = max(1, default // self._ranks.size)
+            self._node_memory = (f"1/{self._ranks.size} of {_format_bytes(default)}, {note}, for rank "
+                                 f"{self._ranks.rank} of {self._ranks.size} on this machine ({self._ranks.source})")
         self._options = options
         # on_error="skip": an epoch that loses more than this fraction raises (_NativeIter).
         self._max_skipped_fraction = float(args.max_skipped_fraction)
@@ -353,7 +365,13 @@ class NativeBackend(Backend):
         self._stale_drops = 0
         self._stale_why = ""
         self._last_sampler_epoch: Optional[int] = None
-        self._native = self._make_native()
+        try:
+            self._native = self._make_native()
+        except ValueError as e:
+            if self._node_memory is None:
+                raise
+            raise ValueError(f"{e} (max_memory here is the default divided among the ranks on this machine: "
+                             f"{self._node_memory}; pass max_memory= explicitly to give this rank more)") from None
         if auto:
             self.num_workers = self._native.stats()["decode_threads"]
         self._generation = 0
@@ -431,6 +449,17 @@ class NativeBackend(Backend):
                          pipes=np.concatenate(pipes), tar_members=np.concatenate(tar_members),
                          memory=memory, more_files=more_files, stream_ends=np.concatenate(ends))
 
+    def _node_line(self) -> str:
+        """How the machine was divided among its ranks (describe()'s 'node' line)."""
+        r, plan = self._ranks, self._auto_threads
+        node = plan["node"] if plan is not None else None
+        cpus = (f"num_workers={self.num_workers} given, CPUs not divided" if node is None
+                else f"{node['usable']} usable CPUs, not divided (the affinity mask is already this rank's)"
+                if node["pinned"] else f"{node['share']} of {node['usable']} usable CPUs")
+        memory = (f"max_memory 1/{r.size} of the default" if self._node_memory is not None
+                  else "max_memory given, not divided")
+        return f"rank {r.rank} of {r.size} on this machine ({r.source}): {cpus}, {memory}"
+
     def describe(self) -> str:
         """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""
         s = self._native.stats()
@@ -450,6 +479,7 @@ class NativeBackend(Backend):
                                             if s["device"] != "cpu" else ""),
             f"  io:      {s['io_backend']}" + (f" ({s['io_note']})" if s["io_note"] else ""),
             f"  chosen:  {s['threads_note']}" if self._options.get("auto_threads")
+            else f"  chosen:  {self._auto_threads['note']}" if self._auto_threads is not None
             else f"  chosen:  {s['threads_note']} (num_workers='auto' sizes them from the usable CPUs)",
             "  prefetch: " + (
                 f"auto, {s['prefetch_batches']} batches deep now (starts at 2, grew {s['prefetch_grown']} "
@@ -458,14 +488,15 @@ class NativeBackend(Backend):
                 + (f" = {self._options['prefetch_batches']}, cut to fit the memory budget: see 'cut')"
                    if s["prefetch_batches"] < self._options["prefetch_batches"] else ")")),
             f"  slots:   at most {s['max_slots']} of {_format_bytes(s['slot_bytes'])} "
-            f"(max_memory {_format_bytes(s['max_memory'])}: {s['memory_budget_note']})"
+            f"(max_memory {_format_bytes(s['max_memory'])}: {self._node_memory or s['memory_budget_note']})"
             f"; the pipeline waited for a free slot {s['producer_waits']} times",
             "  budget:  covers the batch slots, batches you keep included, and decodes that need over 16 MiB "
             "(a large image waits its turn, or fails its sample when the slots leave too little); not the "
             f"{s['read_buffers']} file "
             "read buffers per epoch (each as large as the largest file it read; a second set while the next "
             "epoch is read ahead), nor device buffers",
-        ] + ([f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
+        ] + ([f"  node:    {self._node_line()}"] if self._ranks is not None else []) + (
+            [f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
             [f"  batch:   batch_transform={self._mix_note}, applied in place in the slot by the iterating thread"]
             if self._mix_note else []) + (
             ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]

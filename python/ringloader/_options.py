@@ -8,7 +8,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 
-from . import _C, _sizes
+from . import _C, _node, _sizes
 
 
 _DTYPES = ("uint8", "float32", "float16", "bfloat16")
@@ -138,12 +138,40 @@ def _training_options() -> dict:
     return {"training_threads": count, "training_threads_source": source}
 
 
-def _auto_threads(options: dict) -> dict:
+def _auto_threads(options: dict, env: Optional[dict] = None) -> dict:
     """What num_workers='auto' chooses (decode_threads, reader_threads, usable_cpus,
-    reserved_cpus, note) for these native options."""
+    reserved_cpus, note, node) for these native options.
+
+    When several ranks share the machine (``_node.local_ranks``: torchrun, SLURM, MPI), each
+    gets its share of the usable CPUs and keeps the training loop's CPUs from that share; then
+    ``node`` says how (a dict: rank, size, source, usable: the machine's usable CPUs, share), and
+    the threads are passed to the native loader as numbers. ``node`` is None otherwise (the
+    native rule as it is)."""
+    ranks = _node.local_ranks(env)
     options = {k: v for k, v in options.items() if v is not None or k == "numa"}
     options.update(_training_options())
-    return _C.choose_auto_threads(options)
+    plan = dict(_C.choose_auto_threads(options))
+    plan["node"] = None
+    if ranks is None or ranks.size <= 1:
+        return plan
+    usable = plan["usable_cpus"]
+    share = _node.cpu_share(usable, ranks, _node.mask_cpus(), _node.machine_cpus())
+    mine = _node.plan_threads(share, options.get("training_threads", -1),
+                              options.get("training_threads_source", ""), options.get("reader_threads") or 0)
+    # The native note: "decode D, readers R: <the CPU budget>, N reserved for the training loop (...)".
+    note = plan["note"]
+    start, end = note.find(": ") + 2, note.rfind(f", {plan['reserved_cpus']} reserved for the training loop")
+    budget = note[start:end] if start >= 2 and end > start else note
+    pinned = _node.pinned_per_rank(_node.mask_cpus(), _node.machine_cpus(), ranks.size)
+    divided = (f"{usable} usable CPUs, not divided among the {ranks.size} ranks on this machine: the affinity "
+               f"mask is already this rank's own slice" if pinned else
+               f"{share} of {usable} usable CPUs for rank {ranks.rank} of {ranks.size} on this machine")
+    mine["note"] = (f"decode {mine['decode_threads']}, readers {mine['reader_threads']}: {divided} "
+                    f"({ranks.source}; {budget}), {mine['reserved_cpus']} reserved for the training loop "
+                    f"({mine.pop('reason')})")
+    mine["node"] = {"rank": ranks.rank, "size": ranks.size, "source": ranks.source, "usable": usable,
+                    "share": share, "pinned": pinned}
+    return mine
 
 
 def _check_dtype(dtype: Any) -> Optional[str]:
