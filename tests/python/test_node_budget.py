@@ -191,6 +191,18 @@ def test_a_rank_divides_threads_and_default_memory_and_describe_says_how(monkeyp
     assert sum(len(labels) for _, labels in loader) == 24
 
 
+def test_a_share_too_small_for_two_slots_says_it_was_divided(monkeypatch, image_tree):
+    # As if the machine had 20000 bytes of default budget: 10000 a rank holds no 2 slots of 6 KiB.
+    monkeypatch.setattr(_node, "default_memory", lambda options: (20000, "the default, faked"))
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    with pytest.raises(ValueError, match=r"max_memory=10000 bytes holds 1 batch slot.*\(max_memory here is the default "
+                                         r"divided among the ranks on this machine: 1/2 of 19.5 KiB, the default, "
+                                         r"faked, for rank 1 of 2 on this machine \(OMPI_COMM_WORLD_LOCAL_RANK/"
+                                         r"OMPI_COMM_WORLD_LOCAL_SIZE\); pass max_memory= explicitly"):
+        rl.DataLoader(rl.ImageFolder(str(image_tree), transform=SMALL), batch_size=2, num_workers=1)
+
+
 def test_given_values_are_not_divided(monkeypatch, image_tree):
     monkeypatch.setenv("SLURM_NTASKS_PER_NODE", "2(x4)")
     monkeypatch.setenv("SLURM_LOCALID", "0")
@@ -254,3 +266,20 @@ def test_two_ranks_under_torchrun_share_the_machine(tmp_path, unique_tree):
         seen = ranks[0]["epochs"][epoch] + ranks[1]["epochs"][epoch]
         assert sorted(seen) == list(range(24)), (epoch, seen)  # every sample once across the ranks
     assert ranks[0]["epochs"][0] != ranks[0]["epochs"][1]  # shuffled per epoch
+
+
+def test_torchs_worker_processes_take_the_ranks_share_too(monkeypatch):
+    # The generic path (any Dataset) sizes torch's worker processes by the same rule.
+    import torch
+
+    ds = torch.utils.data.TensorDataset(torch.arange(8))
+    alone = rl.DataLoader(ds, batch_size=2, num_workers="auto").num_workers
+    alone_plan = _auto_threads({"numa": None})
+    assert alone == alone_plan["decode_threads"]
+    monkeypatch.setenv("MPI_LOCALNRANKS", "2")
+    monkeypatch.setenv("MPI_LOCALRANKID", "0")
+    plan = _auto_threads({"numa": None})
+    assert plan["node"]["size"] == 2
+    assert rl.DataLoader(ds, batch_size=2, num_workers="auto").num_workers == plan["decode_threads"]
+    if plan["node"]["usable"] == 2 and not plan["node"]["pinned"] and alone_plan["reserved_cpus"] == 0:
+        assert (alone, plan["decode_threads"]) == (2, 1)
