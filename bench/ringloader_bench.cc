@@ -49,6 +49,7 @@
 #include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "pipeline/loader_stats_fields.h"
+#include "pipeline/verdict.h"
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
@@ -933,31 +934,39 @@ struct Verdict {
 };
 
 Verdict Judge(const Config& cfg, const Measurement& m) {
+  if (cfg.preset != Preset::kRead && cfg.preset != Preset::kDecode) {
+    // The loader presets: the core's rule (pipeline/verdict.h), which `ringloader compare`
+    // applies to a Python loader's stats as well.
+    VerdictInput in;
+    in.seconds = m.seconds;
+    in.read_busy = m.read_busy;
+    in.decode_busy = m.decode_busy;
+    in.read_threads = m.read_threads;
+    in.decode_threads = m.decode_threads;
+    in.consumer_wait = m.consumer_wait;
+    in.next_epoch_beside = m.epochs_in_flight > 1;
+    in.errors = m.errors;
+    in.batches = m.batches;
+    in.last_error = m.last_error;
+    in.hardware_threads = HardwareThreads();
+    LoaderVerdict lv = JudgeLoader(in);
+    return Verdict{std::move(lv.bottleneck), std::move(lv.label), std::move(lv.evidence)};
+  }
+  // The component presets count one error per failed file, and measure one stage each.
   const double window = std::max(1e-9, m.seconds);
-  // The thresholds apply to busy time per configured thread (per epoch): it exceeds 100% while
-  // the next epoch is read ahead beside the current one.
   const double read_util = Share(m.read_busy, window, m.read_threads);
   const double decode_util = Share(m.decode_busy, window, m.decode_threads);
-  const double wait_fraction = m.consumer_wait / window;
-  const std::string busy = absl::StrFormat(
-      "decode threads busy %.0f%% (%d threads), reader threads busy %.0f%% (%d threads)%s",
-      100 * decode_util, m.decode_threads, 100 * read_util, m.read_threads,
-      m.epochs_in_flight > 1 ? " per epoch, the next epoch's threads beside them" : "");
   Verdict v;
   auto set = [&v](const char* bottleneck, const char* label, std::string evidence) {
     v.bottleneck = bottleneck;
     v.label = label;
     v.evidence = std::move(evidence);
   };
-  // The loader reports one error per failed batch; the component presets one per failed file.
-  const bool per_batch = cfg.preset != Preset::kRead && cfg.preset != Preset::kDecode;
-  const int64_t succeeded = per_batch ? m.batches : m.images;
-  if (m.errors > 0 && m.errors >= succeeded) {
+  if (m.errors > 0 && m.errors >= m.images) {
     set("errors", "error-bound",
-        absl::StrFormat("%d of %d %s failed (last: %s): the rates mostly measure failing samples, "
+        absl::StrFormat("%d of %d files failed (last: %s): the rates mostly measure failing samples, "
                         "not the pipeline; fix or filter the data set first",
-                        m.errors, m.errors + succeeded, per_batch ? "batches" : "files",
-                        m.last_error));
+                        m.errors, m.errors + m.images, m.last_error));
     return v;
   }
   if (cfg.preset == Preset::kRead) {
@@ -967,35 +976,14 @@ Verdict Judge(const Config& cfg, const Measurement& m) {
                         100 * read_util, m.read_threads));
     return v;
   }
-  if (cfg.preset == Preset::kDecode) {
-    if (decode_util >= 0.5) {
-      set("decode", "decode-bound",
-          absl::StrFormat("threads spent %.0f%% of their time decoding and %.0f%% waiting for "
-                          "reads", 100 * decode_util, 100 * read_util));
-    } else {
-      set("io", "I/O-bound",
-          absl::StrFormat("threads spent %.0f%% of their time waiting for reads and only %.0f%% "
-                          "decoding", 100 * read_util, 100 * decode_util));
-    }
-    return v;
-  }
-  if (wait_fraction < 0.10) {
-    set("consumer", "consumer-bound",
-        absl::StrFormat("the consumer waited for batches only %.1f%% of the run: batches were "
-                        "ready before it asked (%s)", 100 * wait_fraction, busy));
-  } else if (decode_util >= read_util) {
+  if (decode_util >= 0.5) {
     set("decode", "decode-bound",
-        absl::StrFormat("the consumer waited %.0f%% of the run; %s", 100 * wait_fraction, busy));
+        absl::StrFormat("threads spent %.0f%% of their time decoding and %.0f%% waiting for "
+                        "reads", 100 * decode_util, 100 * read_util));
   } else {
     set("io", "I/O-bound",
-        absl::StrFormat("the consumer waited %.0f%% of the run; %s", 100 * wait_fraction, busy));
-  }
-  if (v.bottleneck != "consumer" && std::max(decode_util, read_util) < 0.5) {
-    v.evidence += "; no stage is saturated: raise --queue_depth, --io_depth or the thread counts";
-  }
-  if (m.decode_threads > HardwareThreads()) {
-    v.evidence += absl::StrFormat("; note: %d decode threads share %d hardware threads",
-                                  m.decode_threads, HardwareThreads());
+        absl::StrFormat("threads spent %.0f%% of their time waiting for reads and only %.0f%% "
+                        "decoding", 100 * read_util, 100 * decode_util));
   }
   return v;
 }

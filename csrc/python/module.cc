@@ -34,6 +34,7 @@
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
+#include "pipeline/verdict.h"
 #include "pipeline/views.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
@@ -1319,6 +1320,41 @@ PYBIND11_MODULE(_C, m) {
         "The augmentation seed of the sample with key `key` (row_key) in `epoch` of a loader "
         "seeded with `seed`.");
   m.def("mix64", &Mix64, py::arg("x"), "splitmix64's finaliser, which every native seed goes through.");
+  m.def(
+      "judge_loader",
+      [](double seconds, double read_busy, double decode_busy, int reader_threads, int decode_threads,
+         double consumer_wait, bool next_epoch_beside, int64_t errors, int64_t batches,
+         std::string last_error, int hardware_threads, std::string knobs) {
+        VerdictInput in;
+        in.seconds = seconds;
+        in.read_busy = read_busy;
+        in.decode_busy = decode_busy;
+        in.read_threads = reader_threads;
+        in.decode_threads = decode_threads;
+        in.consumer_wait = consumer_wait;
+        in.next_epoch_beside = next_epoch_beside;
+        in.errors = errors;
+        in.batches = batches;
+        in.last_error = std::move(last_error);
+        in.hardware_threads = hardware_threads;
+        in.knobs = std::move(knobs);
+        const LoaderVerdict v = JudgeLoader(in);
+        py::dict out;
+        out["bottleneck"] = v.bottleneck;
+        out["label"] = v.label;
+        out["evidence"] = v.evidence;
+        out["read_busy"] = v.read_share;
+        out["decode_busy"] = v.decode_share;
+        out["consumer_wait_fraction"] = v.wait_fraction;
+        return out;
+      },
+      py::kw_only(), py::arg("seconds"), py::arg("read_busy"), py::arg("decode_busy"),
+      py::arg("reader_threads"), py::arg("decode_threads"), py::arg("consumer_wait"),
+      py::arg("next_epoch_beside"), py::arg("errors"), py::arg("batches"), py::arg("last_error"),
+      py::arg("hardware_threads"), py::arg("knobs"),
+      "Which stage limited the loader over a window of `seconds` (pipeline/verdict.h, the "
+      "native benchmark's rule): a dict of bottleneck, label, evidence and the shares compared "
+      "(read_busy, decode_busy per thread; consumer_wait_fraction).");
   {
     py::tuple extensions(ImageExtensions().size());
     for (size_t i = 0; i < ImageExtensions().size(); ++i) extensions[i] = py::str(ImageExtensions()[i]);

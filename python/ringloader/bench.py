@@ -355,15 +355,16 @@ def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
     between two ``DataLoader.stats()`` snapshots, in which the consumer took ``batches``
     batches (default: the batches the pipeline completed in the window).
 
-    The rules of the native benchmark's verdict (``ringloader bench``; bench/README.md,
-    "Verdict"): failed batches at least as many as delivered ones make it *error-bound*; a
-    consumer (the training loop, here the timing loop) that waited for batches less than 10% of
-    the window makes it *consumer-bound* (the loader kept ahead); otherwise the busier of the
-    decode threads and the reader threads (busy seconds / (window x threads)) decides between
-    *decode-bound* and *I/O-bound*. Busy shares are per configured thread and epoch, so they
-    can pass 100% while the next epoch is read ahead beside the current one (or over a short
-    window: a sample's work counts when it completes); they are wall-clock, so on a loaded
-    machine they include time a thread was runnable but not running.
+    The native benchmark's rule (``ringloader bench``; bench/README.md, "Verdict"), applied by
+    the native core (``_C.judge_loader``, csrc/pipeline/verdict.h): failed batches at least as
+    many as delivered ones make it *error-bound*; a consumer (the training loop, here the
+    timing loop) that waited for batches less than 10% of the window makes it *consumer-bound*
+    (the loader kept ahead); otherwise the busier of the decode threads and the reader threads
+    (busy seconds / (window x threads)) decides between *decode-bound* and *I/O-bound*. Busy
+    shares are per configured thread and epoch, so they can pass 100% while the next epoch is
+    read ahead beside the current one (or over a short window: a sample's work counts when it
+    completes); they are wall-clock, so on a loaded machine they include time a thread was
+    runnable but not running.
 
     Returns:
         ``bottleneck`` (``io``, ``decode``, ``consumer`` or ``errors``), ``label``
@@ -371,48 +372,23 @@ def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
         numbers: ``seconds``, ``consumer_wait_fraction``, ``decode_busy``, ``read_busy``
         (shares), ``decode_threads``, ``reader_threads``, ``errors``, ``batches``.
     """
+    from . import _C  # only ringloader's native path has stats to judge
+
     d = {k: float(after.get(k) or 0) - float(before.get(k) or 0) for k in _STAGE_COUNTERS}
-    window = max(seconds, 1e-9)
     decode_threads = int(after.get("decode_threads") or 0)
     reader_threads = int(after.get("reader_threads") or 0)
-
-    def share(busy: float, threads: int) -> float:
-        return busy / (window * threads) if threads > 0 else 0.0
-
-    def threads(n: int) -> str:
-        return f"{n} thread" if n == 1 else f"{n} threads"
-
-    read_util = share(d["read_seconds"], reader_threads)
-    decode_util = share(d["decode_seconds"], decode_threads)
-    wait_fraction = d["wait_seconds"] / window
-    ahead = int(after.get("epochs_queued") or 0) > 0
-    busy = (f"decode threads busy {100 * decode_util:.0f}% ({threads(decode_threads)}), reader threads "
-            f"busy {100 * read_util:.0f}% ({threads(reader_threads)})"
-            + (" per epoch, the next epoch's threads beside them" if ahead else ""))
     errors = int(d["errors"])
     batches = int(d["batches_completed"]) if batches is None else batches
-    if errors > 0 and errors >= batches:
-        last = after.get("last_error") or "no message"
-        bottleneck, label = "errors", "error-bound"
-        evidence = (f"{errors} of {errors + batches} batches failed (last: {last}): the rate mostly "
-                    "measures failing samples, not the pipeline; fix or filter the data set first")
-    elif wait_fraction < 0.10:
-        bottleneck, label = "consumer", "consumer-bound"
-        evidence = (f"the consumer waited for batches only {100 * wait_fraction:.1f}% of the time: "
-                    f"batches were ready before it asked ({busy})")
-    else:
-        bottleneck, label = ("decode", "decode-bound") if decode_util >= read_util else ("io", "I/O-bound")
-        evidence = f"the consumer waited for batches {100 * wait_fraction:.0f}% of the time; {busy}"
-    if bottleneck in ("decode", "io") and max(decode_util, read_util) < 0.5:
-        evidence += ("; no stage is saturated: raise prefetch_factor, io_depth, num_workers or "
-                     "reader_threads")
-    cpus = os.cpu_count() or 0
-    if bottleneck != "errors" and cpus and decode_threads > cpus:
-        evidence += f"; note: {decode_threads} decode threads share {cpus} hardware threads"
-    return {"bottleneck": bottleneck, "label": label, "evidence": evidence, "seconds": seconds,
-            "consumer_wait_fraction": wait_fraction, "decode_busy": decode_util, "read_busy": read_util,
-            "decode_threads": decode_threads, "reader_threads": reader_threads, "errors": errors,
-            "batches": batches}
+    v = _C.judge_loader(
+        seconds=seconds, read_busy=d["read_seconds"], decode_busy=d["decode_seconds"],
+        reader_threads=reader_threads, decode_threads=decode_threads, consumer_wait=d["wait_seconds"],
+        next_epoch_beside=int(after.get("epochs_queued") or 0) > 0, errors=errors, batches=batches,
+        last_error=str(after.get("last_error") or "no message"), hardware_threads=os.cpu_count() or 0,
+        knobs="prefetch_factor, io_depth, num_workers or reader_threads")
+    return {"bottleneck": v["bottleneck"], "label": v["label"], "evidence": v["evidence"], "seconds": seconds,
+            "consumer_wait_fraction": v["consumer_wait_fraction"], "decode_busy": v["decode_busy"],
+            "read_busy": v["read_busy"], "decode_threads": decode_threads, "reader_threads": reader_threads,
+            "errors": errors, "batches": batches}
 
 
 @dataclass
