@@ -127,8 +127,9 @@ def main() -> None:
         epoch(data, count)
 
         bench = str(bindir / "ringloader-bench")
-        # Abseil's --help exits with status 1.
-        assert run(bench, "--help", status=1).startswith("ringloader-bench: Benchmarks")
+        # The launcher names the binary, then its own help (Abseil's, whose status 1 it turns
+        # into 0: help was asked for).
+        assert "\nringloader-bench: Benchmarks" in run(bench, "--help")
         assert run(bench, "--version").strip().splitlines()[0] == f"ringloader-bench {version}"
         report = run(bench, f"--data={data}", "--preset=train", "--epochs=1", "--warmup=0",
                      "--progress=false", "--decode_threads=2")
