@@ -162,6 +162,7 @@ def test_bad_values_name_the_argument(image_tree, kwargs, name, error):
         rl.DataLoader(ds, batch_size=2, **kwargs)
 
 
+@pytest.mark.filterwarnings("ignore::ringloader.FallbackWarning")  # a torchvision folder
 def test_prefetch_factor_needs_workers_as_in_torch(image_tree):
     import torchvision
 
@@ -192,6 +193,7 @@ def test_memory_sizes():
     assert _parse_memory("100") == 100
 
 
+@pytest.mark.filterwarnings("ignore::ringloader.FallbackWarning")  # a torchvision folder
 def test_max_memory_is_native_only_on_the_generic_path(image_tree):
     import torchvision
 
