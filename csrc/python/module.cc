@@ -25,6 +25,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/cpu_budget.h"
 #include "cuda/device_stager.h"
 #include "dataset/image_folder.h"
 #include "dataset/tar.h"
@@ -1294,6 +1295,26 @@ PYBIND11_MODULE(_C, m) {
       py::arg("options"),
       "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
   // Rules the Python package asks for instead of keeping copies that could drift.
+  m.def(
+      "plan_threads",
+      [](int usable, int training, const std::string& training_source, int fixed_readers) {
+        // The thread rule for a share of CPUs (a rank's, on a machine several ranks share).
+        CpuBudget budget;
+        budget.affinity_cpus = std::max(1, usable);
+        const ThreadPlan plan =
+            PlanThreads(budget, TrainingThreads{training, training_source}, fixed_readers);
+        py::dict d;
+        d["decode_threads"] = plan.decode;
+        d["reader_threads"] = plan.readers;
+        d["usable_cpus"] = plan.usable;
+        d["reserved_cpus"] = plan.reserved;
+        d["reason"] = plan.reason;
+        return d;
+      },
+      py::arg("usable"), py::arg("training"), py::arg("training_source"),
+      py::arg("fixed_readers") = 0,
+      "csrc/common/cpu_budget.h's PlanThreads for `usable` CPUs (training: the training loop's "
+      "threads, -1 when not set explicitly).");
   m.def(
       "check_transform",
       [](py::list steps, size_t first) -> py::object {

@@ -109,24 +109,11 @@ def cpu_share(usable: int, ranks: LocalRanks, mask_cpus: int, machine_cpus: int)
 
 def plan_threads(usable: int, training: int, training_source: str, fixed_readers: int = 0) -> dict:
     """csrc/common/cpu_budget.h's PlanThreads for ``usable`` CPUs (a rank's share): the CPUs
-    kept for the training loop, then decode and reader threads. (The native rule sizes a
-    process that owns its CPUs; tests check the two agree.)"""
-    if training > 0:
-        reserved = min(training, usable - 1)
-        reason = f"{training_source}={training} set explicitly"
-        if reserved < training:
-            reason += ", capped to leave 1 CPU for decoding"
-    elif usable >= 4:
-        reserved = 1
-        reason = "training loop threads not set explicitly: 1 CPU kept for it when 4 or more are usable"
-    else:
-        reserved = 0
-        reason = "training loop threads not set explicitly: nothing kept for it below 4 usable CPUs"
-    rest = max(1, usable - reserved)
-    decode = max(1, rest - rest // 9)
-    readers = fixed_readers if fixed_readers > 0 else max(1, (decode + 7) // 8)
-    return {"decode_threads": decode, "reader_threads": readers, "usable_cpus": usable,
-            "reserved_cpus": reserved, "reason": reason}
+    kept for the training loop, then decode and reader threads (``decode_threads``,
+    ``reader_threads``, ``usable_cpus``, ``reserved_cpus``, ``reason``)."""
+    from . import _C
+
+    return _C.plan_threads(usable, training, training_source, fixed_readers)
 
 
 def machine_cpus() -> int:
