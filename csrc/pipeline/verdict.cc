@@ -27,9 +27,10 @@ LoaderVerdict JudgeLoader(const VerdictInput& in) {
                         in.errors, in.errors + in.batches, in.last_error));
     return v;
   }
+  auto threads = [](int n) { return absl::StrFormat("%d thread%s", n, n == 1 ? "" : "s"); };
   const std::string busy = absl::StrFormat(
-      "decode threads busy %.0f%% (%d threads), reader threads busy %.0f%% (%d threads)%s",
-      100 * v.decode_share, in.decode_threads, 100 * v.read_share, in.read_threads,
+      "decode threads busy %.0f%% (%s), reader threads busy %.0f%% (%s)%s", 100 * v.decode_share,
+      threads(in.decode_threads), 100 * v.read_share, threads(in.read_threads),
       in.next_epoch_beside ? " per epoch, the next epoch's threads beside them" : "");
   if (v.wait_fraction < 0.10) {
     set("consumer", "consumer-bound",

@@ -33,7 +33,7 @@ TEST(VerdictTest, ConsumerThatRarelyWaitedIsTheLimit) {
   EXPECT_DOUBLE_EQ(v.read_share, 0.1);
   EXPECT_EQ(v.evidence,
             "the consumer waited for batches only 5.0% of the run: batches were ready before it "
-            "asked (decode threads busy 75% (2 threads), reader threads busy 10% (1 threads))");
+            "asked (decode threads busy 75% (2 threads), reader threads busy 10% (1 thread))");
 }
 
 TEST(VerdictTest, BusierStagePerThreadDecides) {
@@ -42,7 +42,7 @@ TEST(VerdictTest, BusierStagePerThreadDecides) {
   EXPECT_EQ(v.label, "decode-bound");
   EXPECT_EQ(v.evidence,
             "the consumer waited 50% of the run; decode threads busy 95% (2 threads), reader "
-            "threads busy 20% (1 threads)");
+            "threads busy 20% (1 thread)");
   // 1.8 s of one reader beats 1.0 s over two decoders.
   v = JudgeLoader(Window(1.8, 1.0, 1.0));
   EXPECT_EQ(v.bottleneck, "io");
@@ -81,7 +81,7 @@ TEST(VerdictTest, NextEpochBesideAndOversubscriptionAreSaid) {
   in.next_epoch_beside = true;
   in.hardware_threads = 1;
   const LoaderVerdict v = JudgeLoader(in);
-  EXPECT_TRUE(Has(v.evidence, "(1 threads) per epoch, the next epoch's threads beside them")) << v.evidence;
+  EXPECT_TRUE(Has(v.evidence, "(1 thread) per epoch, the next epoch's threads beside them")) << v.evidence;
   EXPECT_TRUE(Has(v.evidence, "; note: 2 decode threads share 1 hardware threads")) << v.evidence;
   in.hardware_threads = 0;  // unknown: no note
   EXPECT_FALSE(Has(JudgeLoader(in).evidence, "note:"));

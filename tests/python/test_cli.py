@@ -178,7 +178,7 @@ def test_judge_follows_the_native_benchmarks_rules():
     v = judge(before, snapshot(read=5.2, decode=53.0, wait=9.1, errors=1, batches=110), 2.0)
     assert v["bottleneck"] == "consumer" and v["label"] == "consumer-bound"
     assert v["evidence"].startswith("the consumer waited for batches only 5.0% of the run")
-    assert "decode threads busy 75% (2 threads), reader threads busy 10% (1 threads)" in v["evidence"]
+    assert "decode threads busy 75% (2 threads), reader threads busy 10% (1 thread)" in v["evidence"]
     # It waited half the window and the decode threads were the busier: decode-bound.
     v = judge(before, snapshot(read=5.4, decode=53.8, wait=10.0, errors=1, batches=110), 2.0)
     assert (v["bottleneck"], v["consumer_wait_fraction"], v["decode_busy"]) == ("decode", 0.5, pytest.approx(0.95))
