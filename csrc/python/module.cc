@@ -1296,6 +1296,18 @@ PYBIND11_MODULE(_C, m) {
       "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
   // Rules the Python package asks for instead of keeping copies that could drift.
   m.def(
+      "default_memory_budget",
+      [](py::dict options) {
+        // The slot-memory budget a loader with these options gets when max_memory is not given.
+        const LoaderOptions o = ParseOptions(options);
+        std::string note;
+        const uint64_t bytes = DefaultMemoryBudget(
+            ReadAvailableMemory(o.meminfo_path, o.cgroup_root, o.proc_self_cgroup), &note);
+        return py::make_tuple(bytes, note);
+      },
+      py::arg("options"),
+      "(bytes, note): csrc/common/cpu_budget.h's DefaultMemoryBudget for these loader options.");
+  m.def(
       "plan_threads",
       [](int usable, int training, const std::string& training_source, int fixed_readers) {
         // The thread rule for a share of CPUs (a rank's, on a machine several ranks share).

@@ -129,12 +129,8 @@ def mask_cpus() -> int:
 def default_memory(options: dict) -> tuple:
     """(bytes, note): the slot-memory budget a loader with these options gets by default
     (csrc/common/cpu_budget.h's DefaultMemoryBudget: a quarter of the available memory, at most
-    2 GiB), asked of a one-sample native loader that reads nothing."""
-    import numpy as np
-
+    2 GiB)."""
     from . import _C
 
     probe = {k: options[k] for k in ("meminfo_path", "cgroup_root", "proc_self_cgroup") if k in options}
-    probe.update(batch_size=1, num_workers=1, reader_threads=1, variable_size=True)
-    stats = _C.Loader(["probe"], np.zeros(1, dtype=np.int64), probe).stats()
-    return int(stats["max_memory"]), stats["memory_budget_note"]
+    return _C.default_memory_budget(probe)
