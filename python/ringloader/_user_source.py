@@ -471,6 +471,8 @@ class UserSource(NativeDataset):
     ``refused`` says why the native path cannot serve it (None when it can): then the
     DataLoader warns and runs the Dataset on torch's path, each sample materialised."""
 
+    _warns_on_python_steps = False  # no strict=; the DataLoader's warning names the step
+
     def __init__(self, dataset: Any, first: Any = None):
         self.dataset = dataset
         self._row_name: Optional[Callable[[int], str]] = None
@@ -573,19 +575,6 @@ class UserSource(NativeDataset):
                              if isinstance(leaf, _joint.JointLeaf)}
         super().__init__(None, paths, [0] * n, [], model[0].transform)
         self._view_splits = [T.split(t) for t in self.view_transforms[1:]]
-
-    @property
-    def transform(self) -> Any:
-        return self._transform
-
-    @transform.setter
-    def transform(self, transform: Any) -> None:
-        # NativeDataset's setter, without its warning about Python steps (which advises
-        # strict=, an ImageFolder argument): the DataLoader's one warning names the step.
-        self._transform = transform
-        self._split = T.split(transform)
-        self._single = None
-        self.version += 1
 
     def fallback_reasons(self) -> List[str]:
         """Every reason this source is not batched natively ([] when it is): a sample's
@@ -1093,6 +1082,8 @@ class TorchvisionFolder(FileList):
     target_transform or samples list assigned on the torchvision dataset later is taken up at
     the loader's next ``iter()``, as with a ringloader ImageFolder."""
 
+    _warns_on_python_steps = False  # no strict=; the DataLoader's warning names the step
+
     #: A torch dataset served natively: arguments only torch's worker processes honour
     #: (``_native._torch_only``) keep the loader on torch's path instead of being refused.
     serves_torch_dataset = True
@@ -1119,19 +1110,6 @@ class TorchvisionFolder(FileList):
     @version.setter
     def version(self, value: int) -> None:
         self._version = value
-
-    @property
-    def transform(self) -> Any:
-        return self._transform
-
-    @transform.setter
-    def transform(self, transform: Any) -> None:
-        # As UserSource's: no advice about strict=, which torchvision's folders do not have; a
-        # transform assigned later that needs Python steps is refused at the loader's iter().
-        self._transform = transform
-        self._split = T.split(transform)
-        self._single = None
-        self.version += 1
 
     def _name(self) -> str:
         folder = self._folder

@@ -421,6 +421,11 @@ class NativeDataset(Source, _TorchDataset):
 
     # ---- transforms ---------------------------------------------------------------------------
 
+    #: Whether assigning a transform with Python steps warns here and obeys ``strict``:
+    #: sources without a ``strict`` argument (a user's Dataset, a torchvision folder) leave that
+    #: to the DataLoader's one FallbackWarning, which names the step.
+    _warns_on_python_steps = True
+
     @property
     def transform(self) -> Any:
         return self._transform
@@ -428,12 +433,12 @@ class NativeDataset(Source, _TorchDataset):
     @transform.setter
     def transform(self, transform: Any) -> None:
         split = T.split(transform)
-        if split.tail is not None and self.strict:
-            raise TypeError(
-                f"strict=True: transform step {split.tail_names[0]} cannot run natively "
-                f"({split.reason}; it would run per sample in Python); change it or pass "
-                "strict=False")
-        if split.tail is not None:
+        if split.tail is not None and self._warns_on_python_steps:
+            if self.strict:
+                raise TypeError(
+                    f"strict=True: transform step {split.tail_names[0]} cannot run natively "
+                    f"({split.reason}; it would run per sample in Python); change it or pass "
+                    "strict=False")
             warnings.warn(
                 f"{self._name()}: the transform steps "
                 f"{', '.join(split.tail_names)} run per sample in Python, in DataLoader worker "
