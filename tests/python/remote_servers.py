@@ -44,6 +44,19 @@ def tar_bytes(members) -> bytes:
     return out.getvalue()
 
 
+def proxy_of_two_shards(samples, hold_s: float) -> "FaultProxy":
+    """A FaultProxy serving `/train-0.tar` and `/train-1.tar` (no upstream): the first four and
+    the next four of `samples` ((path, label) pairs) as jpg + cls members."""
+    proxy = FaultProxy("http://127.0.0.1:9")
+    proxy.hold_s = hold_s
+    for i, part in enumerate((samples[:4], samples[4:8])):
+        data = tar_bytes([(f"s{j:03d}.{ext}", body) for j, (path, label) in enumerate(part)
+                          for ext, body in (("jpg", Path(path).read_bytes()),
+                                            ("cls", str(label).encode()))])
+        proxy.serve(f"/train-{i}.tar", MemoryObject([data]))
+    return proxy
+
+
 def wait_for_port(port: int, proc: Optional[subprocess.Popen] = None, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,22 +23,15 @@ SLOW_OK = {"max_attempts": 1, "min_rate_bytes_per_s": 0, "download_deadline_s": 
 @pytest.fixture
 def trickling_shard(unique_tree, tmp_path):
     """Two 4-sample shards behind a FaultProxy, indexed while honest; then train-1 trickles."""
-    samples = rl.ImageFolder(str(unique_tree)).samples[:8]
-    shards = [srv.tar_bytes([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
-                    for ext, data in (("jpg", Path(path).read_bytes()),
-                                      ("cls", str(label).encode()))])
-              for part in (samples[:4], samples[4:])]
-    proxy = srv.FaultProxy("http://127.0.0.1:9")
-    proxy.hold_s = 15.0  # the trickle's end, should the loader not hang up
-    for i, data in enumerate(shards):
-        proxy.serve(f"/train-{i}.tar", srv.MemoryObject([data]))
+    proxy = srv.proxy_of_two_shards(rl.ImageFolder(str(unique_tree)).samples,
+                                    hold_s=15.0)  # the trickle's end, should the loader not hang up
     url, index = f"{proxy.url}/train-{{0..1}}.tar", str(tmp_path / "index")
     rl.WebDataset(url, cache_dir=str(tmp_path / "indexed"), index_cache=index)  # keeps the index
     proxy.always = {"/train-1.tar": "trickle"}
     ds = rl.WebDataset(url, transform=T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()]),
                        cache_dir=str(tmp_path / "cache"), index_cache=index, remote_options=SLOW_OK)
     try:
-        yield ds, f"{proxy.url}/train-1.tar", len(shards[1])
+        yield ds, f"{proxy.url}/train-1.tar", len(proxy.objects["/train-1.tar"].versions[0])
     finally:
         proxy.stop()
 

@@ -240,15 +240,7 @@ def test_a_trickling_shard_fails_its_samples_naming_the_url_and_the_rate(unique_
     import ringloader as rl
     from ringloader import transforms as T
 
-    samples = rl.ImageFolder(str(unique_tree)).samples[:8]
-    shards = [srv.tar_bytes([(f"s{i:03d}.{ext}", data) for i, (path, label) in enumerate(part)
-                    for ext, data in (("jpg", Path(path).read_bytes()),
-                                      ("cls", str(label).encode()))])
-              for part in (samples[:4], samples[4:])]
-    proxy = srv.FaultProxy("http://127.0.0.1:9")
-    proxy.hold_s = 10.0
-    for i, data in enumerate(shards):
-        proxy.serve(f"/train-{i}.tar", srv.MemoryObject([data]))
+    proxy = srv.proxy_of_two_shards(rl.ImageFolder(str(unique_tree)).samples, hold_s=10.0)
     url, index = f"{proxy.url}/train-{{0..1}}.tar", str(tmp_path / "index")
     try:
         rl.WebDataset(url, cache_dir=str(tmp_path / "c1"), index_cache=index)  # keeps the index
