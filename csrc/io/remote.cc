@@ -588,11 +588,6 @@ std::string BodyNote(const std::string& body) {
 
 }  // namespace
 
-bool IsRemoteUrl(absl::string_view url) {
-  return absl::StartsWith(url, "http://") || absl::StartsWith(url, "https://") ||
-         absl::StartsWith(url, "s3://");
-}
-
 absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOptions& options) {
   absl::string_view rest = url;
   if (!absl::ConsumePrefix(&rest, "s3://")) {

@@ -91,9 +91,6 @@ struct RemoteOptions {
   S3Config s3;
 };
 
-/// True for the URL schemes fetched here: `http://`, `https://`, `s3://`.
-bool IsRemoteUrl(absl::string_view url);
-
 /// The HTTP(S) URL a remote URL is fetched from (an s3:// URL: at its endpoint, path-style or
 /// virtual-hosted as S3Config::addressing_style says); InvalidArgument for an s3:// URL without
 /// bucket or key, an unknown addressing style, or a URL of another scheme.

@@ -28,15 +28,18 @@
 #include "common/cpu_budget.h"
 #include "cuda/device_stager.h"
 #include "dataset/image_folder.h"
+#include "decode/jpeg_decoder.h"
 #include "dataset/tar.h"
 #include "dataset/webdataset.h"
 #include "io/pending_downloads.h"
+#include "io/reader.h"
 #include "io/range_reads.h"
 #include "io/shard_cache.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/verdict.h"
 #include "pipeline/views.h"
+#include "numa/topology.h"
 #include "python/dlpack.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
@@ -348,11 +351,11 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
       const std::string name = py::str(key);
       if (name != "transform" && name != "dtype" && name != "luma" && name != "mask" &&
           name != "file" && name != "geometry" && name != "share_geometry" &&
-          name != "tensor_nearest") {
+          name != "tensor_nearest" && name != "variable") {
         throw py::type_error(absl::StrCat(
             "unknown view option '", name,
             "' (a view takes: transform, dtype, luma, mask, file, geometry, share_geometry, "
-            "tensor_nearest)"));
+            "tensor_nearest, variable)"));
       }
     }
     LoaderOptions::View v;
@@ -364,9 +367,23 @@ std::vector<LoaderOptions::View> ParseViews(py::handle list) {
     v.geometry = view.contains("geometry") && view["geometry"].cast<bool>();
     v.share_geometry = view.contains("share_geometry") && view["share_geometry"].cast<bool>();
     v.tensor_nearest = view.contains("tensor_nearest") && view["tensor_nearest"].cast<bool>();
+    v.variable = view.contains("variable") && view["variable"].cast<bool>();
     views.push_back(std::move(v));
   }
   return views;
+}
+
+/// `fast_decode`: False / True (the "scale" level) or a level's name (ParseFastDecode).
+FastDecode FastDecodeArg(const py::handle& v) {
+  if (py::isinstance<py::int_>(v) && !py::isinstance<py::str>(v) &&
+      (v.cast<int64_t>() == 0 || v.cast<int64_t>() == 1)) {
+    return v.cast<int64_t>() == 1 ? FastDecode::kScale : FastDecode::kOff;  // bool is an int
+  }
+  // Anything but a level's name is refused with its repr in the message.
+  absl::StatusOr<FastDecode> level = ParseFastDecode(
+      py::isinstance<py::str>(v) ? v.cast<std::string>() : py::repr(v).cast<std::string>());
+  if (!level.ok()) throw py::value_error(std::string(level.status().message()));
+  return *level;
 }
 
 LoaderOptions ParseOptions(py::dict d) {
@@ -396,12 +413,20 @@ LoaderOptions ParseOptions(py::dict d) {
   Take(d, "max_image_pixels", &o.max_image_pixels);
   Take(d, "max_file_bytes", &o.max_file_bytes);
   Take(d, "stall_seconds", &o.stall_seconds);
-  Take(d, "fast_decode", &o.fast_decode);
+  if (d.contains("fast_decode")) {
+    const FastDecode level = FastDecodeArg(d["fast_decode"]);
+    o.fast_decode = level != FastDecode::kOff;
+    o.fast_decode_fastest = level == FastDecode::kFastest;
+    PyDict_DelItemString(d.ptr(), "fast_decode");
+  }
   Take(d, "strict_decode", &o.strict_decode);
   Take(d, "exif_transpose", &o.exif_transpose);
   Take(d, "pin_memory", &o.pin_memory);
   Take(d, "device", &o.device);
   Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology
+  Take(d, "numa_gpu_bus_id", &o.numa.gpu_bus_id);    // the rank's own GPU (_node.rank_gpu)
+  Take(d, "numa_share_index", &o.numa.share_index);  // the rank's disjoint CPU share
+  Take(d, "numa_share_count", &o.numa.share_count);
   if (d.contains("numa")) {
     py::object numa = d["numa"];
     if (numa.is_none()) {
@@ -870,6 +895,33 @@ class PyLoader {
     }
     return out;
   }
+  // Of each view: True when its rows hold the record of a variable-size output (int64 id,
+  // height, width, bytes at the view's offset: take_outputs) instead of its pixels; None
+  // without views.
+  py::object variable_views() const {
+    const std::vector<ViewLayout> views = loader_->views();
+    if (views.empty()) return py::none();
+    py::list out;
+    for (const ViewLayout& v : views) out.append(py::bool_(v.variable));
+    return out;
+  }
+  // The outputs the records' ids name, taken from their batch (call while it is held): a list
+  // of tensors of 3 channels in the loader's layout, each owning its buffer (and its share of
+  // max_memory) until it is freed.
+  py::list TakeOutputs(const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids) {
+    py::list out;
+    const int64_t* id = ids.data();
+    for (py::ssize_t i = 0; i < ids.size(); ++i) {
+      absl::StatusOr<SampleOutput> taken = loader_->TakeSampleOutput(static_cast<uint64_t>(id[i]));
+      ThrowIfError(taken.status());
+      const SampleOutput& o = *taken;
+      std::vector<int64_t> shape = loader_->layout() == Layout::kHWC
+                                       ? std::vector<int64_t>{o.height, o.width, 3}
+                                       : std::vector<int64_t>{3, o.height, o.width};
+      out.append(py::cast(Tensor(o.hold, o.data, std::move(shape), ToDl(o.dtype), false)));
+    }
+    return out;
+  }
   // The byte offset in a row of each view's geometry record (LoaderOptions::View::geometry:
   // float64 fields in pipeline/views.h's order), None for a view without; None without views.
   py::object geometry() const {
@@ -1256,6 +1308,9 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("sample_shape", &PyLoader::sample_shape)
       .def_property_readonly("views", &PyLoader::views)
       .def_property_readonly("geometry", &PyLoader::geometry)
+      .def_property_readonly("variable_views", &PyLoader::variable_views)
+      .def("take_outputs", &PyLoader::TakeOutputs, py::arg("ids"),
+           "The variable-size outputs whose records hold these ids, taken from their batch.")
       .def_property_readonly("dtype", &PyLoader::dtype);
 
   m.def(
@@ -1307,6 +1362,67 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("options"),
       "(bytes, note): csrc/common/cpu_budget.h's DefaultMemoryBudget for these loader options.");
+  // The node as `ringloader doctor` and a rank's placement see it (numa/topology.h,
+  // common/cpu_budget.h, io/reader.h); every path is a parameter so tests fake the trees.
+  m.def(
+      "numa_nodes",
+      [](const std::string& sysfs_root) {
+        absl::StatusOr<NumaTopology> t = NumaTopology::Read(sysfs_root);
+        ThrowIfError(t.status());
+        py::list nodes;
+        for (const NumaNode& n : t->nodes()) nodes.append(py::make_tuple(n.id, FormatCpuList(n.cpus)));
+        return nodes;
+      },
+      py::arg("sysfs_root") = "/sys", "[(node id, its CPU list '0-3,8-11')] from sysfs; [] without NUMA.");
+  m.def(
+      "pci_numa_node",
+      [](const std::string& sysfs_root, const std::string& bus_id) {
+        absl::StatusOr<NumaTopology> t = NumaTopology::Read(sysfs_root);
+        ThrowIfError(t.status());
+        return py::make_tuple(NormalizePciBusId(bus_id), t->NodeOfPciDevice(bus_id));
+      },
+      py::arg("sysfs_root"), py::arg("bus_id"),
+      "(canonical bus id, NUMA node or -1 when unknown) of a PCI device such as a GPU.");
+  m.def(
+      "share_of_cpus",
+      [](const std::string& cpus, int index, int count) {
+        absl::StatusOr<std::vector<int>> list = ParseCpuList(cpus);
+        ThrowIfError(list.status());
+        return FormatCpuList(ShareOfCpus(*list, index, count));
+      },
+      py::arg("cpus"), py::arg("index"), py::arg("count"),
+      "numa/topology.h's ShareOfCpus on a CPU list: part `index` of `count` (a rank's CPUs).");
+  m.def(
+      "cpu_quota",
+      [](const std::string& cgroup_root, const std::string& proc_self_cgroup) {
+        absl::StatusOr<CpuQuota> q = ReadCpuQuota(cgroup_root, proc_self_cgroup);
+        ThrowIfError(q.status());
+        return py::make_tuple(q->cpus, q->cpus > 0 ? RoundCpuQuota(q->cpus) : 0, q->source);
+      },
+      py::arg("cgroup_root") = "/sys/fs/cgroup", py::arg("proc_self_cgroup") = "/proc/self/cgroup",
+      "(CPUs, rounded CPUs, where) of the cgroup CPU quota; CPUs 0 when there is none.");
+  m.def(
+      "available_memory",
+      [](const std::string& meminfo, const std::string& cgroup_root, const std::string& proc_self_cgroup) {
+        const AvailableMemory a = ReadAvailableMemory(meminfo, cgroup_root, proc_self_cgroup);
+        return py::make_tuple(a.bytes, a.source);
+      },
+      py::arg("meminfo") = "/proc/meminfo", py::arg("cgroup_root") = "/sys/fs/cgroup",
+      py::arg("proc_self_cgroup") = "/proc/self/cgroup",
+      "(bytes, where) this process may still use: MemAvailable capped by the cgroup memory limit.");
+  m.def(
+      "io_uring_refusal",
+      [] {
+        std::string why;
+        {
+          py::gil_scoped_release release;
+          absl::StatusOr<std::unique_ptr<Reader>> r = MakeUringReader(4);
+          if (!r.ok()) why = std::string(r.status().message());
+        }
+        return why;
+      },
+      "Why io_uring_setup is refused here (seccomp, kernel), or '' when it works: the probe the "
+      "readers' io='auto' fallback to pread makes.");
   m.def(
       "plan_threads",
       [](int usable, int training, const std::string& training_source, int fixed_readers) {
@@ -1353,6 +1469,11 @@ PYBIND11_MODULE(_C, m) {
         "The augmentation seed of the sample with key `key` (row_key) in `epoch` of a loader "
         "seeded with `seed`.");
   m.def("mix64", &Mix64, py::arg("x"), "splitmix64's finaliser, which every native seed goes through.");
+  m.def(
+      "fast_decode_level", [](const py::handle& value) { return FastDecodeName(FastDecodeArg(value)); },
+      py::arg("value"),
+      "The fast_decode level `value` names: 'off' (False), 'scale' (True) or 'fastest'; "
+      "ValueError for anything else.");
   m.def(
       "judge_loader",
       [](double seconds, double read_busy, double decode_busy, int reader_threads, int decode_threads,
@@ -1412,6 +1533,16 @@ PYBIND11_MODULE(_C, m) {
       py::arg("block"),
       "(name as bytes, size, regular file) of a 512-byte tar header block; ValueError when it is none "
       "(bad checksum or size field).");
+  m.def(
+      "split_member_name",
+      [](const std::string& name) -> py::object {
+        std::string key, ext;
+        if (!SplitMemberName(name, &key, &ext)) return py::none();
+        return py::make_tuple(key, ext);
+      },
+      py::arg("name"),
+      "(key, lower-case extension) of a tar member as WebDataset shards group them; None for a name "
+      "that is no sample's (no extension, hidden, or a top-level __info__-style entry).");
   m.def("scan_webdataset_shard", &ScanShard, py::arg("url"),
         py::arg("image_exts") = std::vector<std::string>{"jpg", "jpeg", "png", "webp"}, py::arg("label_key") = "cls",
         py::arg("json_field") = "label", py::arg("pipe") = false,

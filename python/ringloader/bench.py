@@ -500,6 +500,8 @@ def machine_info(cfg: Config) -> dict[str, Any]:
 
 
 def dataset_info(root: Path) -> dict[str, Any]:
+    from .datasets import IMG_EXTENSIONS  # the native folder scan's list, as ImageFolder keeps
+
     n, total, classes = 0, 0, 0
     for cls in sorted(os.scandir(root), key=lambda e: e.name):
         if not cls.is_dir():
@@ -507,7 +509,7 @@ def dataset_info(root: Path) -> dict[str, Any]:
         classes += 1
         for dirpath, _, files in os.walk(cls.path):
             for fname in files:
-                if fname.lower().endswith((".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".ppm", ".pgm")):
+                if fname.lower().endswith(IMG_EXTENSIONS):
                     n += 1
                     total += os.path.getsize(os.path.join(dirpath, fname))
     return {"root": str(root), "images": n, "classes": classes, "bytes": total}

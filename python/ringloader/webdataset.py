@@ -144,13 +144,10 @@ def expand_urls(urls: Any) -> List[str]:
 # ---- shard indexes --------------------------------------------------------------------------
 
 def split_name(name: str) -> Optional[Tuple[str, str]]:
-    """(key, extension) of a tar member as the webdataset package groups them: the key is the
-    path up to the first ``.`` of the last component. None for names without one."""
-    slash = name.rfind("/")
-    dot = name.find(".", slash + 1)
-    if dot <= slash + 1:
-        return None
-    return name[:dot], name[dot + 1:]
+    """(key, lower-case extension) of a tar member as the shards are grouped (the native rule:
+    the key is the path up to the first ``.`` of the last component; ``__info__``-style
+    top-level entries are no sample). None for a name that is no sample's member."""
+    return _C.split_member_name(name)
 
 
 def _scan(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
@@ -1190,11 +1187,3 @@ class WebDatasetSampler(_order.ShardOrder):
     def __len__(self) -> int:
         n, w = sum(self.shard_sizes), self.num_replicas
         return n // w if self.drop_last else -(-n // w)
-
-
-def annotate_error(exc: BaseException, datasets: Sequence[NativeDataset]) -> BaseException:
-    """A SampleError from a loader over these datasets, its message naming the shard member
-    when the sample is a WebDataset's."""
-    if getattr(exc, "index", None) is None:
-        return exc
-    return _source.explain_error(exc, list(datasets))

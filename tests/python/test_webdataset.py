@@ -101,6 +101,11 @@ def test_member_grouping_follows_webdataset():
     assert split_name("x.jpg") == ("x", "jpg")
     assert split_name("dir/noext") is None
     assert split_name(".hidden") is None
+    # One rule with the native grouping: top-level metadata entries are no sample, extensions
+    # compare lower-case.
+    assert split_name("__meta.v1__") is None
+    assert split_name("sub/__meta.v1__") == ("sub/__meta", "v1__")
+    assert split_name("A.JPG") == ("A", "jpg")
 
 
 # ---- reading shards ---------------------------------------------------------------------------
