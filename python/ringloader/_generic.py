@@ -14,6 +14,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from . import _user_source
+from ._C import LoaderTimeoutError
 from ._backend import Backend
 from ._distributed import _shard_sampler
 from ._native import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
@@ -146,6 +147,24 @@ class _NamingCollate:
                 raise told from exc
             finally:
                 del told
+
+
+def _timeouts_named(batches: Iterator[Any], timeout: float) -> Iterator[Any]:
+    """``batches``, with torch's ``RuntimeError`` for a worker that sent no batch within
+    ``timeout`` raised as :class:`ringloader.LoaderTimeoutError` (a ``RuntimeError`` too), as the
+    native path raises it: one exception to catch whichever path runs the dataset."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except RuntimeError as e:
+            if "timed out" not in str(e) or isinstance(e, LoaderTimeoutError):
+                raise
+            raise LoaderTimeoutError(
+                f"no batch within timeout={timeout:g} s from torch's worker processes (this "
+                f"dataset runs on torch's generic path: describe() says why): {e}") from e
+        yield batch
 
 
 def _start_generic(torch_loader: Any) -> Iterator[Any]:
@@ -294,6 +313,8 @@ class GenericBackend(Backend):
 
     def __iter__(self) -> Iterator[Any]:
         batches = _start_generic(self._generic)
+        if self._generic.timeout > 0:
+            batches = _timeouts_named(batches, self._generic.timeout)
         if self._device is not None:
             batches = _device_prefetch(batches, self._device)
         return batches if self._planned is None else _count_delivered(self, batches)

@@ -431,6 +431,24 @@ def test_timeout_raises(slow_tree: Path):
         rl.DataLoader(rl.ImageFolder(slow_tree), timeout=-1)
 
 
+class _SlowItems(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        time.sleep(1.0)
+        return i
+
+
+def test_timeout_raises_the_same_error_on_torchs_path():
+    # A Dataset of plain values runs in torch's workers: their timeout is the same
+    # LoaderTimeoutError as the native path's (still a RuntimeError, as torch raises).
+    loader = rl.DataLoader(_SlowItems(), batch_size=2, num_workers=1, timeout=0.2)
+    with pytest.raises(rl.LoaderTimeoutError, match="timeout=0.2 s.*torch's generic path"):
+        next(iter(loader))
+    assert list(rl.DataLoader(_SlowItems(), batch_size=2, num_workers=1, timeout=30))[1].tolist() == [2, 3]
+
+
 def test_keyboard_interrupt_during_next_and_recovery(slow_tree: Path):
     loader = rl.DataLoader(rl.ImageFolder(slow_tree, transform=T.Compose([T.Resize(64), T.CenterCrop(64)])),
                            batch_size=6, fast_decode=False)
