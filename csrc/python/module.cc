@@ -1232,26 +1232,88 @@ PYBIND11_MODULE(_C, m) {
       "A sample could not be read or decoded. Raised by next() (on_error=\"raise\", the default) at "
       "the batch holding the sample, after every earlier batch, and by dataset[i]; iterating again "
       "goes on with the next batch. Attributes: index, path, reason (what failed), code (the status "
-      "code).",
+      "code)."
+      "\n\nExamples:\n"
+      "    >>> from torchvision.transforms import v2\n"
+      "    >>> import ringloader as rl\n"
+      "    >>> from ringloader.sample_data import make_sample_dataset\n"
+      "    >>> root = make_sample_dataset(\"photos\", num_images=8, num_classes=2)\n"
+      "    >>> with open(\"broken.jpg\", \"wb\") as f:\n"
+      "    ...     _ = f.write(b\"not a JPEG\")\n"
+      "    >>> crop = v2.Compose([v2.CenterCrop(64), v2.PILToTensor()])\n"
+      "    >>> ds = rl.FileList([str(root / \"class_00\" / \"img_00000.jpg\"), \"broken.jpg\"], [0, 1], transform=crop)\n"
+      "    >>> try:\n"
+      "    ...     next(iter(rl.DataLoader(ds, batch_size=2)))\n"
+      "    ... except rl.SampleError as e:\n"
+      "    ...     print(e.index, e.path.endswith(\"broken.jpg\"))\n"
+      "    1 True\n"
+      "    >>> len(next(iter(rl.DataLoader(ds, batch_size=2, on_error=\"skip\")))[1])  # or skip it\n"
+      "    1\n",
       PyExc_RuntimeError, nullptr);
   g_slots_exhausted_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.SlotsExhaustedError",
       "Every batch slot is held by the consumer. Raised by next() when the batches (or views of "
       "them) kept hold every slot; nothing is lost: release some batches and call next() again, "
-      "or raise max_slots/max_memory.",
+      "or raise max_slots/max_memory."
+      "\n\nExamples:\n"
+      "    >>> import torch\n"
+      "    >>> from torchvision.transforms import v2\n"
+      "    >>> import ringloader as rl\n"
+      "    >>> from ringloader.sample_data import make_sample_dataset\n"
+      "    >>> root = make_sample_dataset(\"photos\", num_images=8, num_classes=2)\n"
+      "    >>> ds = rl.ImageFolder(root, transform=v2.Compose([v2.CenterCrop(64), v2.PILToTensor()]))\n"
+      "    >>> it = iter(rl.DataLoader(ds, batch_size=2, max_slots=2))\n"
+      "    >>> kept = [next(it), next(it)]  # both slots held by batches kept\n"
+      "    >>> try:\n"
+      "    ...     next(it)\n"
+      "    ... except rl.SlotsExhaustedError:\n"
+      "    ...     print(\"every slot is held\")\n"
+      "    every slot is held\n"
+      "    >>> del kept[0]  # release one: nothing was lost\n"
+      "    >>> len(next(it)[1])\n"
+      "    2\n",
       PyExc_RuntimeError, nullptr);
   g_timeout_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.LoaderTimeoutError",
       "No batch arrived within the timeout. Raised by next() when DataLoader(timeout=T) passes T "
       "seconds without a batch; the message says what each pipeline stage holds and the last "
-      "sample error.",
+      "sample error."
+      "\n\nExamples:\n"
+      "    >>> import time\n"
+      "    >>> import torch\n"
+      "    >>> import ringloader as rl\n"
+      "    >>> class Slow(torch.utils.data.Dataset):\n"
+      "    ...     def __len__(self):\n"
+      "    ...         return 4\n"
+      "    ...     def __getitem__(self, i):\n"
+      "    ...         time.sleep(2)\n"
+      "    ...         return i\n"
+      "    >>> try:\n"
+      "    ...     next(iter(rl.DataLoader(Slow(), batch_size=2, timeout=0.5, num_workers=1)))\n"
+      "    ... except rl.LoaderTimeoutError:\n"
+      "    ...     print(\"no batch within 0.5 s\")\n"
+      "    no batch within 0.5 s\n",
       PyExc_RuntimeError, nullptr);
   g_stale_index_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.StaleIndexError",
       "A shard's index no longer matches the shard (it changed since it was indexed). Raised at "
       "iter() and dataset[i] for a local shard whose size or mtime changed, and mid-epoch for a "
       "pipe: stream whose member headers differ; never a SampleError, so on_error does not hide "
-      "it: build the WebDataset again. Attribute: path.",
+      "it: build the WebDataset again. Attribute: path."
+      "\n\nExamples:\n"
+      "    >>> import ringloader as rl\n"
+      "    >>> from ringloader.pack import pack\n"
+      "    >>> from ringloader.sample_data import make_sample_dataset\n"
+      "    >>> root = make_sample_dataset(\"photos\", num_images=8, num_classes=2)\n"
+      "    >>> _ = pack(str(root), \"shards\", shard_size=400_000)\n"
+      "    >>> ds = rl.WebDataset(\"shards/shard-000000.tar\")\n"
+      "    >>> with open(\"shards/shard-000000.tar\", \"ab\") as f:  # the shard changes after indexing\n"
+      "    ...     _ = f.write(bytes(1024))\n"
+      "    >>> try:\n"
+      "    ...     ds[0]\n"
+      "    ... except rl.StaleIndexError as e:\n"
+      "    ...     print(e.path)\n"
+      "    shards/shard-000000.tar\n",
       PyExc_RuntimeError, nullptr);
   m.attr("SampleError") = py::handle(g_sample_error);
   m.attr("GEOMETRY_FIELDS") = py::int_(static_cast<int>(kGeometryFields));

@@ -41,7 +41,27 @@ class FallbackWarning(UserWarning):
     names the first step or leaf that forces it and what to change (``loader.describe()`` lists
     every reason), or hints that a Dataset opening images itself could return
     :class:`ringloader.ImageFile` instead. Silence it with
-    ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``."""
+    ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``.
+
+    Examples:
+        >>> import warnings
+        >>> import torch
+        >>> from PIL import Image
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> class Opened(torch.utils.data.Dataset):  # opens images itself: runs on torch's path
+        ...     def __len__(self):
+        ...         return 2
+        ...     def __getitem__(self, i):
+        ...         return Image.open(root / "class_00" / f"img_0000{2 * i}.jpg").convert("RGB"), i
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     loader = rl.DataLoader(Opened(), batch_size=2, collate_fn=lambda batch: batch)
+        ...     _ = next(iter(loader))
+        >>> any(issubclass(w.category, rl.FallbackWarning) for w in caught)
+        True
+    """
 
 
 class _Leaf:

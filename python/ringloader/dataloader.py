@@ -236,6 +236,21 @@ class DataLoader:
         ringloader.LoaderTimeoutError: from ``next()``, when ``timeout`` passes without a batch.
         ringloader.StaleIndexError: from ``iter()``/``next()``, a WebDataset shard changed since
             it was indexed.
+
+    Examples:
+        >>> import torch
+        >>> from torchvision.transforms import v2
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> train = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
+        ...                     v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+        >>> loader = rl.DataLoader(rl.ImageFolder(root, transform=train), batch_size=4,
+        ...                        shuffle=True, num_workers=2)
+        >>> for images, labels in loader:
+        ...     print(tuple(images.shape), images.dtype, tuple(labels.shape))
+        (4, 3, 64, 64) torch.float32 (4,)
+        (4, 3, 64, 64) torch.float32 (4,)
     """
 
     def __init__(

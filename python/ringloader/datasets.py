@@ -343,6 +343,23 @@ class NativeDataset(Source, _TorchDataset):
             length.
         IndexError: ``dataset[i]`` out of range.
         ringloader.SampleError: ``dataset[i]`` of a file that cannot be read or decoded.
+
+    Examples:
+        >>> import torch
+        >>> from torchvision.transforms import v2
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> ds = rl.ImageFolder(root, transform=v2.Compose([v2.Resize(72), v2.CenterCrop(64),
+        ...                                                 v2.PILToTensor()]))
+        >>> isinstance(ds, rl.NativeDataset), isinstance(ds, torch.utils.data.Dataset)
+        (True, True)
+        >>> image, label = ds[3]  # decoded and transformed natively on the calling thread
+        >>> tuple(image.shape), image.dtype, label
+        ((3, 64, 64), torch.uint8, 0)
+        >>> ds.samples = ds.samples[:4]  # as with torchvision's folders: keep the first class only
+        >>> len(ds)
+        4
     """
 
     def __init__(
@@ -611,6 +628,15 @@ class DatasetFolder(NativeDataset):
         ValueError: both or neither of ``extensions`` and ``is_valid_file`` given.
         FileNotFoundError: ``root`` is not a directory, holds no class folder, or (without
             ``allow_empty``) a class folder holds no valid file; the message names the folder.
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> ds = rl.DatasetFolder(root, is_valid_file=lambda path: not path.endswith("6.jpg"))
+        >>> [(path.split("/")[-1], label) for path, label in ds.samples]  # doctest: +NORMALIZE_WHITESPACE
+        [('img_00000.jpg', 0), ('img_00002.jpg', 0), ('img_00004.jpg', 0),
+         ('img_00001.jpg', 1), ('img_00003.jpg', 1), ('img_00005.jpg', 1), ('img_00007.jpg', 1)]
     """
 
     def __init__(
@@ -676,6 +702,17 @@ class ImageFolder(DatasetFolder):
         TypeError: ``loader`` given, or ``strict=True`` with a step that would run in Python.
         FileNotFoundError: ``root`` is not a directory, holds no class folder, or (without
             ``allow_empty``) a class folder holds no image; the message names the folder.
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> ds = rl.ImageFolder(root)
+        >>> ds.classes, len(ds), ds.targets
+        (['class_00', 'class_01'], 8, [0, 0, 0, 0, 1, 1, 1, 1])
+        >>> image, label = ds[0]  # a PIL image without a transform, as torchvision's gives
+        >>> image.mode, image.size, label
+        ('RGB', (400, 533), 0)
     """
 
     def __init__(
@@ -732,6 +769,18 @@ class FileList(NativeDataset):
             the list and the line), paths and labels of different lengths, no samples, a
             negative label, or a label with no name in ``classes``.
         TypeError: labels given with a list file, or missing with a sequence of paths.
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> with open("train.txt", "w") as f:
+        ...     print("photos/class_00/img_00000.jpg 0", file=f)
+        ...     print("# a comment line", file=f)
+        ...     print("photos/class_01/img_00001.jpg 1", file=f)
+        >>> ds = rl.FileList("train.txt", classes=["cat", "dog"])
+        >>> len(ds), ds.classes, ds.targets
+        (2, ['cat', 'dog'], [0, 1])
     """
 
     def __init__(

@@ -496,7 +496,23 @@ class HFDataset(_ArrowImages):
     bytes are taken from the dataset's Arrow table without copying. The label is any column's
     values (numbers, or e.g. class names, which batch as torch's ``default_collate`` batches
     str); ``label_column=None`` leaves it out; ``columns`` lists further columns passed through
-    as Python values (collated as torch's ``default_collate`` does)."""
+    as Python values (collated as torch's ``default_collate`` does).
+
+    Examples:
+        >>> import datasets
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> files = sorted(str(p) for p in root.rglob("*.jpg"))
+        >>> hf = datasets.Dataset.from_dict({"image": files, "label": [0, 0, 0, 0, 1, 1, 1, 1]})
+        >>> hf = hf.cast_column("image", datasets.Image())
+        >>> ds = rl.HFDataset(hf)
+        >>> image, label = ds[5]
+        >>> type(image).__name__, label
+        ('ImageFile', 1)
+        >>> image.materialize().mode  # decoded with Pillow outside the DataLoader
+        'RGB'
+    """
 
     def __init__(self, hf_dataset: Any, transform: Any = None, image_column: str = "image",
                  label_column: Optional[str] = "label", target_transform: Any = None,
@@ -885,7 +901,20 @@ class Parquet(_ArrowImages):
     row groups permuted and a ``shuffle_buffer`` of rows (the WebDataset order; no other
     sampler, Subset or per-sample Python transform). ``http(s)://`` and ``s3://`` URLs (brace
     patterns expanded) are downloaded natively into ``download_dir`` first (default: the remote
-    shards' cache folder; ``ca_file``, ``remote_options`` as for :class:`WebDataset`)."""
+    shards' cache folder; ``ca_file``, ``remote_options`` as for :class:`WebDataset`).
+
+    Examples:
+        >>> import datasets
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> files = sorted(str(p) for p in root.rglob("*.jpg"))
+        >>> hf = datasets.Dataset.from_dict({"image": files, "label": [0, 0, 0, 0, 1, 1, 1, 1]})
+        >>> _ = hf.cast_column("image", datasets.Image()).to_parquet("train.parquet")
+        >>> ds = rl.Parquet("train.parquet", cache_dir="parquet-cache")
+        >>> len(ds), ds[7][1]
+        (8, 1)
+    """
 
     def __init__(self, files_or_glob: Any, transform: Any = None, image_column: str = "image",
                  label_column: Optional[str] = "label", target_transform: Any = None,

@@ -126,7 +126,29 @@ def _apply(reference: ImageReference, image: Any) -> Any:
 class ImageFile(ImageReference):
     """The image in the file at ``path``, decoded in ``mode`` and then transformed by
     ``transform`` (a :mod:`ringloader.transforms` chain, a torchvision ``Compose`` or any callable,
-    as ``ImageFolder(transform=)``)."""
+    as ``ImageFolder(transform=)``).
+
+    Examples:
+        >>> import torch
+        >>> from torchvision.transforms import v2
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> class Photos(torch.utils.data.Dataset):  # a user's own Dataset, made native
+        ...     def __init__(self, paths):
+        ...         self.paths = paths
+        ...         self.transform = v2.Compose([v2.RandomResizedCrop(64), v2.PILToTensor()])
+        ...     def __len__(self):
+        ...         return len(self.paths)
+        ...     def __getitem__(self, i):  # was: Image.open(path).convert("RGB") + transform
+        ...         return rl.ImageFile(self.paths[i], transform=self.transform), {"index": i}
+        >>> ds = Photos(sorted(str(p) for p in root.rglob("*.jpg")))
+        >>> images, extra = next(iter(rl.DataLoader(ds, batch_size=8)))
+        >>> tuple(images.shape), extra["index"].tolist()
+        ((8, 3, 64, 64), [0, 1, 2, 3, 4, 5, 6, 7])
+        >>> tuple(rl.materialize(ds[0])[0].shape)  # the same sample decoded with Pillow
+        (3, 64, 64)
+    """
 
     __slots__ = ("path",)
 
@@ -157,7 +179,17 @@ class ImageFile(ImageReference):
 class ImageBytes(ImageReference):
     """An encoded image held in memory: ``data`` is any bytes-like object (``bytes``,
     ``memoryview``, a numpy ``uint8`` array, an Arrow buffer). It is referenced, not copied: the
-    reference keeps the object alive."""
+    reference keeps the object alive.
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> data = (root / "class_00" / "img_00000.jpg").read_bytes()
+        >>> image = rl.ImageBytes(data)  # any bytes-like object; referenced, not copied
+        >>> image.nbytes == len(data), image.materialize().size
+        (True, (400, 533))
+    """
 
     __slots__ = ("data", "_view")
 
@@ -216,7 +248,24 @@ class Joint:
     the PIL images the user's own code would have opened and the masks as
     ``tv_tensors.Mask``, a chain without a tensor conversion getting a ``ToImage()`` before its
     first step that takes tensors only (``ToDtype``, ``ConvertImageDtype``, ``Normalize``,
-    ``ToPureTensor``) or at its end."""
+    ``ToPureTensor``) or at its end.
+
+    Examples:
+        >>> import torch
+        >>> from torchvision import tv_tensors
+        >>> from torchvision.transforms import v2
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> path = str(root / "class_00" / "img_00000.jpg")  # 400 x 533
+        >>> boxes = tv_tensors.BoundingBoxes([[10, 20, 110, 220]], format="XYXY", canvas_size=(533, 400))
+        >>> transform = v2.Compose([v2.Resize((266, 200)), v2.RandomHorizontalFlip(p=1.0),
+        ...                         v2.PILToTensor()])
+        >>> sample = rl.Joint(transform, (rl.ImageFile(path), {"boxes": boxes, "labels": torch.tensor([3])}))
+        >>> image, target = rl.materialize(sample)  # the DataLoader gives the same, natively
+        >>> tuple(image.shape), target["boxes"].tolist(), target["labels"].tolist()
+        ((3, 266, 200), [[145, 9, 195, 109]], [3])
+    """
 
     __slots__ = ("transform", "structure")
 
@@ -341,7 +390,18 @@ def materialize(sample: Any) -> Any:
     """``sample`` with every :class:`ImageFile`/:class:`ImageBytes` in it decoded with Pillow and
     transformed (tuples, lists, namedtuples and dicts are walked at any depth; other values are
     returned as they are). Several references to one image in a sample decode it once; each
-    still applies its own transform, in the order they appear."""
+    still applies its own transform, in the order they appear.
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> path = str(root / "class_00" / "img_00000.jpg")
+        >>> sample = {"image": rl.ImageFile(path), "gray": rl.ImageFile(path, mode="L"), "label": 0}
+        >>> out = rl.materialize(sample)  # decoded once, each reference's mode and transform applied
+        >>> out["image"].mode, out["gray"].mode, out["label"]
+        ('RGB', 'L', 0)
+    """
     decoded: Dict[Tuple[Any, ...], Any] = {}
 
     def walk(value: Any) -> Any:

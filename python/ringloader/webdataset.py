@@ -432,6 +432,18 @@ class WebDataset(NativeDataset):
             message names it).
         StaleIndexError: a shard changed since it was indexed (at ``iter()``, ``dataset[i]``
             or mid-epoch for a stream).
+
+    Examples:
+        >>> import ringloader as rl
+        >>> from ringloader.pack import pack
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> pack(str(root), "shards", shard_size=400_000)["shards"]  # or: ringloader pack photos shards
+        3
+        >>> ds = rl.WebDataset("shards/shard-{000000..000002}.tar")
+        >>> len(ds), ds[0][1]
+        (8, 0)
+        >>> loader = rl.DataLoader(ds, batch_size=4, shuffle=True)  # shards and members shuffled
     """
 
     def __init__(
