@@ -13,9 +13,17 @@ the command that made it:
   worker count, alternating rounds, medians);
 - threads.png: images/s against the worker count (ringloader: decode threads; torch: worker
   processes), train transform;
+- stages.png: where ringloader's time goes per stage for the train and eval transforms: how
+  busy its decode threads and reader threads were and how long the consumer waited for
+  batches, as shares of the timed window, with the verdict (``ringloader.bench.verdict``: the
+  same rule and numbers as the comparison's verdict line);
 - epoch_timeline.png: how long the training loop waits in next() for each batch over three
   epochs with a simulated step slower than the loader, with the next epoch read ahead (ringloader's default)
   and without it (persistent_workers=False: the pipeline drains at every epoch's end).
+
+Figures measured while other work loads the CPUs show that work, not the loaders: each picture
+is refused when the 1-minute load average before it exceeds --max-load per usable CPU (default
+0.3), unless --force is given; the stamp carries the load average either way.
 
 The measurements reuse ringloader.bench's functions, so a figure here and a row of
 `python -m ringloader.bench` are measured the same way.
@@ -26,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import os
 import statistics
 import sys
 import time
@@ -47,12 +56,28 @@ def _plt() -> Any:
     return plt
 
 
+class BusyMachine(RuntimeError):
+    """The machine is too loaded for figures that mean anything."""
+
+
+def check_load(usable_cpus: int, max_load: float, force: bool) -> float:
+    """The 1-minute load average; :class:`BusyMachine` when it exceeds ``max_load`` per usable CPU
+    and ``force`` is not set."""
+    load = os.getloadavg()[0]
+    if load > max_load * usable_cpus and not force:
+        raise BusyMachine(
+            f"the machine is busy: load average {load:.2f} over {usable_cpus} usable CPUs (more than "
+            f"--max-load {max_load:g} per CPU), so the figures would show that other work, not the "
+            "loaders; wait until it is quiet, or pass --force (the stamp shows the load)")
+    return load
+
+
 def _stamp(fig: Any, machine: dict[str, Any], command: str) -> None:
-    """Machine, date and command on the figure itself, so a copied PNG keeps its provenance."""
+    """Machine, load, date and command on the figure itself, so a copied PNG keeps its provenance."""
     day = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     fig.text(0.01, 0.01,
-             f"{machine['cpu']}, {machine['usable_cpus']} usable CPUs; torch {machine.get('torch')}, "
-             f"ringloader {machine.get('ringloader')}; {day}\n{command}",
+             f"{machine['cpu']}, {machine['usable_cpus']} usable CPUs, load {machine.get('load', 0.0):.2f} "
+             f"before; torch {machine.get('torch')}, ringloader {machine.get('ringloader')}; {day}\n{command}",
              fontsize=6.5, color="#555555", va="bottom", ha="left")
 
 
@@ -129,6 +154,39 @@ def plot_threads(root: Path, out: Path, args: argparse.Namespace, machine: dict[
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return "; ".join(f"{name} {dict(zip(counts, (round(y) for y in ys)))}" for name, ys in medians.items())
+
+
+def plot_stages(root: Path, out: Path, args: argparse.Namespace, machine: dict[str, Any], command: str) -> str:
+    cfg = _config(root, transforms=["train", "eval"], loaders=["ringloader"], num_workers=args.num_workers,
+                  rounds=args.rounds, timed_batches=args.timed_batches, batch_size=args.batch_size)
+    results = [r for r in bench.run_benchmark(cfg, _log) if r.verdict]
+    if not results:
+        raise RuntimeError("no ringloader run produced stats to draw stages from")
+    stages = (("decode_busy", "decode threads busy"), ("read_busy", "reader threads busy"),
+              ("consumer_wait_fraction", "consumer waiting for a batch"))
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6.8, 4.8))
+    height = 0.25
+    colours = ("#1f77b4", "#ff7f0e", "#8c8c8c")
+    for j, ((key, label), colour) in enumerate(zip(stages, colours)):
+        ys = [i + (j - 1) * height for i in range(len(results))]
+        xs = [100.0 * r.verdict[key] for r in results]
+        ax.barh(ys, xs, height, label=label, color=colour)
+        for x, y in zip(xs, ys):
+            ax.annotate(f"{x:.0f}%", (x, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=7)
+    ax.set_yticks(range(len(results)),
+                  [f"{r.transform}\n{r.median:.0f} img/s\n{r.verdict['label']}" for r in results], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("share of the timed window (busy seconds / (window x threads))")
+    ax.set_title(f"Where ringloader's time goes: {cfg.num_workers} decode threads, "
+                 f"{results[0].verdict['reader_threads']} reader thread(s), batch {cfg.batch_size}", fontsize=9)
+    ax.margins(x=0.15)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.45, -0.13), ncol=3, frameon=False)
+    fig.subplots_adjust(left=0.2, bottom=0.28)
+    _stamp(fig, machine, command)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return "; ".join(f"{r.transform}: {r.verdict['label']} ({r.verdict['evidence']})" for r in results)
 
 
 def epoch_waits(root: Path, *, overlap: bool, epochs: int, step_ms: float, batch_size: int,
@@ -218,7 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=400.0,
                    help="the timeline's simulated step (default 400 ms: slower than the loader even on a "
                         "busy machine, so that only what the epoch boundary costs shows)")
-    p.add_argument("--only", choices=("loaders", "threads", "timeline"), action="append",
+    p.add_argument("--max-load", type=float, default=0.3,
+                   help="refuse a picture when the 1-minute load average exceeds this per usable CPU "
+                        "(default 0.3)")
+    p.add_argument("--force", action="store_true", help="draw even on a busy machine (the stamp shows the load)")
+    p.add_argument("--only", choices=("loaders", "threads", "stages", "timeline"), action="append",
                    help="make only this picture (repeatable)")
     args = p.parse_args(argv)
     if args.quick:
@@ -239,9 +301,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     machine = bench.machine_info(_config(root, transforms=["train"], loaders=list(bench.LOADERS), num_workers=1,
                                          rounds=1, timed_batches=1, batch_size=1))
     command = "python bench/plots.py" + (" " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
-    jobs = {"loaders": plot_loaders, "threads": plot_threads, "timeline": plot_timeline}
-    names = {"loaders": "loaders.png", "threads": "threads.png", "timeline": "epoch_timeline.png"}
+    jobs = {"loaders": plot_loaders, "threads": plot_threads, "stages": plot_stages, "timeline": plot_timeline}
+    names = {"loaders": "loaders.png", "threads": "threads.png", "stages": "stages.png",
+             "timeline": "epoch_timeline.png"}
     for key in args.only or list(jobs):
+        try:
+            machine["load"] = check_load(int(machine["usable_cpus"]), args.max_load, args.force)
+        except BusyMachine as e:
+            print(f"plots: {names[key]} not drawn: {e}", file=sys.stderr)
+            return 3
         t0 = time.perf_counter()
         summary = jobs[key](root, args.out / names[key], args, machine, command)
         print(f"{args.out / names[key]}: {summary} ({time.perf_counter() - t0:.0f} s)")

@@ -73,3 +73,20 @@ def test_the_readme_links_resolve():
     assert any(t.startswith("docs/") for t in targets)
     broken = [t for t in targets if not (REPO / t).exists()]
     assert not broken, f"README.md links to missing files: {broken}"
+
+
+def test_plots_refuse_a_busy_machine_unless_forced(monkeypatch):
+    # The manual's pictures are drawn only on a quiet machine (a loaded one showed the other work,
+    # not the loaders): above --max-load per usable CPU the script refuses, --force draws anyway.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rl_plots", REPO / "bench" / "plots.py")
+    plots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plots)
+    monkeypatch.setattr(plots.os, "getloadavg", lambda: (3.0, 2.0, 1.0))
+    import pytest
+
+    with pytest.raises(plots.BusyMachine, match=r"load average 3.00 over 2 usable CPUs.*--force"):
+        plots.check_load(2, 0.3, force=False)
+    assert plots.check_load(2, 0.3, force=True) == 3.0
+    assert plots.check_load(16, 0.3, force=False) == 3.0
