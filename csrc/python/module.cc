@@ -1390,6 +1390,37 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("name"), py::arg("image"), py::arg("args"),
       "Test hook: one native image operation on an HxWx3 uint8 array (parity tests).");
+  m.def(
+      "_augmix_for_testing",
+      [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> img, bool v2,
+         int interpolation, bool all_ops, float m0, float m1, const std::vector<float>& weights,
+         const std::vector<std::vector<std::array<int, 3>>>& chains) {
+        if (img.ndim() != 3 || img.shape(2) != 3) throw py::value_error("image must be HxWx3 uint8");
+        const int h = static_cast<int>(img.shape(0)), w = static_cast<int>(img.shape(1));
+        TransformStep s;
+        s.kind = TransformStep::Kind::kAugMix;
+        s.v2_magnitudes = v2;
+        s.interpolation = static_cast<Interpolation>(interpolation);
+        s.augmix_all_ops = all_ops;
+        AugMixDraws draws;
+        draws.m0 = m0;
+        draws.m1 = m1;
+        draws.weights = weights;
+        for (const auto& chain : chains) {
+          draws.chains.emplace_back();
+          for (const auto& op : chain) draws.chains.back().push_back({op[0], op[1], op[2] != 0});
+        }
+        py::array_t<uint8_t> out({h, w, 3});
+        std::memcpy(out.mutable_data(), img.data(), static_cast<size_t>(img.size()));
+        AugmentScratch scratch;
+        ThrowIfError(ApplyAugMixDraws(
+            s, draws, scratch, RgbView{out.mutable_data(), w, h, static_cast<size_t>(w) * 3}));
+        return out;
+      },
+      py::arg("image"), py::arg("v2"), py::arg("interpolation"), py::arg("all_ops"), py::arg("m0"),
+      py::arg("m1"), py::arg("weights"), py::arg("chains"),
+      "Test hook: AugMix with fixed draws (chains of (op index, bin, negated)) on an HxWx3 "
+      "uint8 array (parity tests).");
 
   m.def(
       "choose_auto_threads",

@@ -52,7 +52,32 @@ struct AugmentScratch {
   ImageOpScratch ops;
   std::vector<uint8_t> padded;   ///< target of Pad / RandomCrop padding
   std::vector<uint8_t> padded2;  ///< the other target, when the image already lives in padded
+  std::vector<uint8_t> chain;    ///< AugMix: the chain being augmented
+  std::vector<uint8_t> source;   ///< AugMix: the source of a geometric op or the blur
+  std::vector<float> mix;        ///< AugMix: the float32 mixture
 };
+
+/// The random draws of one AugMix call, in torchvision's order: the Beta weight pair (m0 for
+/// the original, m1 for the chains), the Dirichlet weights of the chains, and per chain its ops
+/// as (index in the op list, magnitude bin, negated).
+struct AugMixDraws {
+  float m0 = 1.f, m1 = 0.f;
+  std::vector<float> weights;
+  struct Op {
+    int index = 0;
+    int bin = 0;
+    bool negate = false;
+  };
+  std::vector<std::vector<Op>> chains;
+};
+
+/// Draws one AugMix call's parameters from `rng` with torchvision's distributions (Beta and
+/// Dirichlet through Gamma(alpha) draws, uniform depths, ops, bins and signs).
+void DrawAugMix(const TransformStep& s, SampleRng& rng, AugMixDraws* draws);
+/// Applies AugMix with fixed `draws` to `img` in place, with torchvision's tensor kernels (v1,
+/// or v2 when s.v2_magnitudes): InvalidArgument for draws that do not fit the step.
+absl::Status ApplyAugMixDraws(const TransformStep& s, const AugMixDraws& draws,
+                              AugmentScratch& scratch, RgbView img);
 
 /// The image-stage function of each kind that has one (StepKindInfo::apply_image): one step on
 /// `*img`, its random parameters drawn from `rng` in torchvision's (or timm's) order. Pad and the
@@ -61,7 +86,7 @@ using ImageStepFn = absl::Status(const TransformStep& s, SampleRng& rng, Augment
                                  RgbView* img);
 ImageStepFn ApplyColorJitter, ApplyGrayscale, ApplyRandomRotation, ApplyRandomAffine,
     ApplyGaussianBlur, ApplyAugOpStep, ApplyRandAugment, ApplyTrivialAugmentWide, ApplyAutoAugment,
-    ApplyTimmRandAugment, ApplyPad, ApplyRandomCrop, ApplyFlip, ApplyCenterCrop;
+    ApplyTimmRandAugment, ApplyPad, ApplyRandomCrop, ApplyFlip, ApplyCenterCrop, ApplyAugMix;
 
 /// Runs steps [pipeline.image_begin(), image_end()) on `*img` (packed RGB; the view may be
 /// replaced by one over scratch.padded when a step changes the size). A RandomApply step draws

@@ -380,6 +380,15 @@ std::string CheckImageStep(const TransformStep& s) {
     case Kind::kRandomApply:
       if (!prob_ok()) return "p must be in [0, 1]";
       return s.apply_steps >= 0 ? "" : "the number of guarded steps must be >= 0";
+    case Kind::kAugMix:
+      if (s.interpolation != Interpolation::kNearest &&
+          s.interpolation != Interpolation::kBilinear) {
+        return "interpolation must be nearest or bilinear (AugMix runs torch's grid_sample)";
+      }
+      if (s.augmix_severity < 1 || s.augmix_severity > 10) return "severity must be in [1, 10]";
+      if (s.augmix_width < 1 || s.augmix_width > 64) return "mixture_width must be in [1, 64]";
+      if (s.augmix_depth > 64) return "chain_depth must be <= 64";
+      return s.augmix_alpha > 0 && std::isfinite(s.augmix_alpha) ? "" : "alpha must be > 0";
     default:
       return "";
   }
@@ -581,6 +590,16 @@ absl::Status ParseRandomApply(StepParamReader& r, TransformStep* s) {
   return ReadProbability(r, s);
 }
 
+absl::Status ParseAugMix(StepParamReader& r, TransformStep* s) {
+  r.Int("severity", &s->augmix_severity);
+  r.Int("mixture_width", &s->augmix_width);
+  r.Int("chain_depth", &s->augmix_depth);
+  r.Double("alpha", &s->augmix_alpha);
+  r.Bool("all_ops", &s->augmix_all_ops);
+  r.Bool("v2_magnitudes", &s->v2_magnitudes);
+  return ReadInterpolation(r, s);
+}
+
 /// ", bicubic" before the closing parenthesis of a resize that does not use the default filter.
 std::string WithFilter(std::string d, const TransformStep& s) {
   if (s.interpolation != Interpolation::kBilinear) {
@@ -718,6 +737,9 @@ const std::vector<StepKindInfo>& StepKinds() {
       {Kind::kRandomApply, "random_apply", "RandomApply", S::kImage, false,
        "p num_steps",
        ParseRandomApply, DescribeRandomApply, nullptr},
+      {Kind::kAugMix, "augmix", "AugMix", S::kImage, false,
+       "severity mixture_width chain_depth alpha all_ops interpolation v2_magnitudes",
+       ParseAugMix, nullptr, ApplyAugMix},
   };
   return *kinds;
 }

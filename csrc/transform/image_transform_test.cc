@@ -132,7 +132,7 @@ TEST(TransformPipelineCreate, RejectsInvalidChains) {
 
 TEST(StepKinds, OneRowPerKindInKindOrderWithDistinctKeys) {
   const std::vector<StepKindInfo>& kinds = StepKinds();
-  ASSERT_EQ(kinds.size(), static_cast<size_t>(Kind::kRandomApply) + 1);
+  ASSERT_EQ(kinds.size(), static_cast<size_t>(Kind::kAugMix) + 1);
   for (size_t i = 0; i < kinds.size(); ++i) {
     EXPECT_EQ(static_cast<size_t>(kinds[i].kind), i) << kinds[i].key;
     EXPECT_EQ(&KindInfo(kinds[i].kind), &kinds[i]);

@@ -634,6 +634,23 @@ def _auto_augment(t: Any, where: str) -> List[Dict[str, Any]]:
     return [step]
 
 
+@_converts("AugMix")
+def _augmix(t: Any, where: str) -> List[Dict[str, Any]]:
+    """torchvision's AugMix (v1 and v2). It turns a PIL image into a uint8 tensor first, so its
+    ops run torch's tensor kernels (grid_sample for the affine ops), which take nearest and
+    bilinear only; the native step follows those kernels (augment.cc)."""
+    if t.fill is not None:
+        raise TypeError(f"{where}: a fill colour has no native equivalent (only fill=None)")
+    raw = str(getattr(t.interpolation, "value", t.interpolation)).lower()
+    interp = _interpolation(t.interpolation, where) if raw != "nearest-exact" else "nearest-exact"
+    if interp not in ("nearest", "bilinear"):
+        raise TypeError(f"{where}: interpolation {t.interpolation!r} has no native equivalent "
+                        "(AugMix's tensor kernels take nearest or bilinear)")
+    return [{"kind": "augmix", "severity": int(t.severity), "mixture_width": int(t.mixture_width),
+             "chain_depth": int(t.chain_depth), "alpha": float(t.alpha), "all_ops": bool(t.all_ops),
+             "interpolation": interp, "v2_magnitudes": _is_v2(t)}]
+
+
 _converts("RandAugment", modules=_TIMM)(_timm_rand_augment)
 _converts("RandomErasing", modules=_TIMM)(_timm_random_erasing)
 _converts("RandomErasing")(_random_erasing)
@@ -675,6 +692,17 @@ def _to_dtype(t: Any, where: str) -> List[Dict[str, Any]]:
             step["by_reciprocal"] = True  # v2 multiplies by 1/255 where v1 divides by 255
         return [step]
     raise TypeError(f"{where}: only a conversion to torch.float32 with scaling is native")
+
+
+@_converts("ImageClassification", modules=("torchvision.transforms._presets",))
+def _image_classification(t: Any, where: str) -> List[Dict[str, Any]]:
+    """A pretrained model's preset (``weights.transforms()``): its forward is F.resize of the
+    shorter side (Pillow's resize on a PIL image, where ``antialias`` does not apply), F.center_crop,
+    PILToTensor, v1's ConvertImageDtype(float) (level / 255) and Normalize."""
+    resize = Resize(list(t.resize_size)).steps()[0]
+    resize["interpolation"] = _interpolation(t.interpolation, where)
+    return ([resize] + CenterCrop(list(t.crop_size)).steps() + ToTensor().steps()
+            + Normalize(list(t.mean), list(t.std)).steps())
 
 
 def _from_torchvision_one(t: Any) -> List[Dict[str, Any]]:
@@ -852,7 +880,8 @@ def _tail_input(steps: List[Dict[str, Any]], parts: Sequence[Any]) -> str:
 # interpolate; colour and affine steps: float maths), which Pillow's native numerics do not
 # reproduce, so those run in the Python tail.
 _SAME_ON_UINT8_TENSOR = {"random_horizontal_flip", "random_vertical_flip", "center_crop",
-                         "random_crop", "pad", "to_tensor", "random_apply"}
+                         "random_crop", "pad", "to_tensor", "random_apply",
+                         "augmix"}  # AugMix runs the tensor kernels on a PIL image too
 
 
 def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Optional[str]:

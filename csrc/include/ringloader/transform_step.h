@@ -76,6 +76,10 @@ struct TransformStep {
     /// torchvision's RandomApply: one uniform draw per sample; the next `apply_steps` steps
     /// (image steps that keep the size) run, and draw, only when it is below p.
     kRandomApply,
+    /// torchvision's AugMix (v1 and v2): mixture_width chains of chain_depth ops of severity,
+    /// mixed with Dirichlet(alpha) weights and the original by a Beta(alpha, alpha) weight, with
+    /// torchvision's tensor kernels (AugMix converts a PIL image to a tensor first).
+    kAugMix,
   };
   Kind kind = Kind::kToTensor;
   int size_h = 0;
@@ -128,7 +132,8 @@ struct TransformStep {
   int num_bins = 31;                 ///< RandAugment / TrivialAugmentWide magnitude bins
   int policy = 0;                    ///< AutoAugment policy: 0 ImageNet, 1 CIFAR10, 2 SVHN
   /// The torchvision v2 policy classes: their Solarize table is linspace(1, 0) in float32,
-  /// scaled by 255.0 in double when applied, not v1's linspace(255, 0) (augment.cc).
+  /// scaled by 255.0 in double when applied, not v1's linspace(255, 0) (augment.cc); AugMix:
+  /// v2's tensor kernels too (fused multiply-adds where v1 rounds twice).
   bool v2_magnitudes = false;
   /// timm RandAugment: the op set (TimmOp codes, see augment.h), each applied with
   /// probability p; magnitude noise (std; inf: uniform in [0, magnitude]); upper bound.
@@ -145,6 +150,13 @@ struct TransformStep {
   bool timm_erasing = false;         ///< timm's RandomErasing sampling (count, area / count)
   int erase_count = 1;               ///< timm max_count (min_count 1)
   int apply_steps = 0;               ///< kRandomApply: how many of the following steps it guards
+  /// kAugMix: severity (magnitude bins 0..severity-1), chains, ops per chain (<= 0: 1 to 3
+  /// drawn per chain), the Dirichlet/Beta alpha, and all_ops (the four enhance ops too).
+  int augmix_severity = 3;
+  int augmix_width = 3;
+  int augmix_depth = -1;
+  double augmix_alpha = 1.0;
+  bool augmix_all_ops = true;
 };
 
 }  // namespace ringloader
