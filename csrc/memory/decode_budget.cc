@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +19,7 @@ DecodeBudget::Grant& DecodeBudget::Grant::operator=(Grant&& other) noexcept {
     Release();
     budget_ = other.budget_;
     bytes_ = other.bytes_;
+    held_ = other.held_;
     other.budget_ = nullptr;
   }
   return *this;
@@ -25,7 +27,7 @@ DecodeBudget::Grant& DecodeBudget::Grant::operator=(Grant&& other) noexcept {
 
 void DecodeBudget::Grant::Release() {
   if (budget_ == nullptr) return;
-  budget_->Return(bytes_);
+  budget_->Return(bytes_, held_);
   budget_ = nullptr;
 }
 
@@ -64,9 +66,43 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::Acquire(uint64_t bytes, absl::
   return Grant(this, bytes);
 }
 
-void DecodeBudget::Return(uint64_t bytes) {
+absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, absl::string_view what,
+                                                                const std::atomic<bool>* cancel) {
+  if (static_cast<int>(getpid()) != owner_pid_) return Grant();
+  std::unique_lock<std::mutex> lock(mu_);
+  bool waited = false;
+  while (true) {
+    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    if (bytes > room) {
+      ++counts_.refused;
+      return absl::ResourceExhaustedError(absl::StrCat(
+          what, " is ", bytes, " bytes (", FormatMemorySize(bytes),
+          "), more than the memory budget leaves beside the batch slots: max_memory ",
+          FormatMemorySize(total_), ", of which ", FormatMemorySize(counts_.slot_bytes),
+          " are batch slots. Raise max_memory= (to at least ",
+          FormatMemorySize(counts_.slot_bytes + bytes), ") or make the output smaller"));
+    }
+    if (queue_.empty() && slots_waiting_ == 0 &&
+        counts_.decode_bytes + counts_.output_bytes + bytes <= room) {
+      break;
+    }
+    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
+      return absl::CancelledError("cancelled while waiting for memory for a sample's output");
+    }
+    waited = true;
+    changed_.wait_for(lock, std::chrono::milliseconds(20));
+  }
+  counts_.output_bytes += bytes;
+  if (waited) ++counts_.output_waits;
+  counts_.peak_total_bytes = std::max(
+      counts_.peak_total_bytes, counts_.decode_bytes + counts_.output_bytes + counts_.slot_bytes);
+  return Grant(this, bytes, true);
+}
+
+void DecodeBudget::Return(uint64_t bytes, bool held) {
   std::lock_guard<std::mutex> lock(mu_);
-  counts_.decode_bytes -= std::min(bytes, counts_.decode_bytes);
+  uint64_t& from = held ? counts_.output_bytes : counts_.decode_bytes;
+  from -= std::min(bytes, from);
   changed_.notify_all();
 }
 

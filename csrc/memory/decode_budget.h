@@ -25,6 +25,7 @@
 /// held at the fork; its loader is a new one).
 
 #include <cstdint>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -53,7 +54,9 @@ class DecodeBudget {
   class Grant {
    public:
     Grant() = default;
-    Grant(Grant&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_) { other.budget_ = nullptr; }
+    Grant(Grant&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_), held_(other.held_) {
+      other.budget_ = nullptr;
+    }
     Grant& operator=(Grant&& other) noexcept;
     ~Grant() { Release(); }
     void Release();
@@ -61,15 +64,29 @@ class DecodeBudget {
 
    private:
     friend class DecodeBudget;
-    Grant(DecodeBudget* budget, uint64_t bytes) : budget_(budget), bytes_(bytes) {}
+    Grant(DecodeBudget* budget, uint64_t bytes, bool held = false)
+        : budget_(budget), bytes_(bytes), held_(held) {}
     DecodeBudget* budget_ = nullptr;
     uint64_t bytes_ = 0;
+    bool held_ = false;  // an output's (AcquireOutput), not a decode's
   };
 
   /// A grant for `bytes` (an empty one when bytes <= allowance), waiting for room as described
   /// above. ResourceExhausted when `bytes` can never fit; its message starts with `what` (the
   /// image: "PNG image 13000 x 13000").
   absl::StatusOr<Grant> Acquire(uint64_t bytes, absl::string_view what);
+
+  /// A grant for a variable-size sample's output (LoaderOptions::View::variable): held until
+  /// the consumer drops the sample, so always charged (no allowance), beside the slots and the
+  /// decodes in force. Waits (checking `cancel` every few milliseconds: Cancelled once it is
+  /// set) while the outputs the consumer still holds leave too little room, as the pipeline waits
+  /// for a slot the consumer holds; ResourceExhausted at once when `bytes` can never fit beside
+  /// the slots, its message starting with `what`. Slots never wait for outputs (their rows are
+  /// the outputs' small records), nor do decodes (their grants would then wait on the consumer):
+  /// outputs + decodes in force stay within what the slots leave, but a decode may take its grant
+  /// while the consumer's outputs fill the budget, so the bound there is total + that decode.
+  absl::StatusOr<Grant> AcquireOutput(uint64_t bytes, absl::string_view what,
+                                      const std::atomic<bool>* cancel);
 
   /// The slot pool's allocations (waits while grants in force leave no room) and frees
   /// (MakeBudgetedAllocator).
@@ -88,11 +105,13 @@ class DecodeBudget {
     int64_t waits = 0;            ///< ... that had to wait for room
     int64_t refused = 0;          ///< needs that could not fit
     int64_t slot_waits = 0;       ///< slot allocations that waited for large decodes to end
+    uint64_t output_bytes = 0;    ///< held by variable-size outputs now (AcquireOutput)
+    int64_t output_waits = 0;     ///< outputs that waited for room
   };
   Counts counts() const;
 
  private:
-  void Return(uint64_t bytes);
+  void Return(uint64_t bytes, bool held);
 
   const uint64_t total_;
   const uint64_t allowance_;

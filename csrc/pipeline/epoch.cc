@@ -127,12 +127,12 @@ std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size
 
 absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
                        const ViewSet* views, absl::Span<const EncodedFile> files, uint64_t sample_seed,
-                       uint8_t* dst, LoaderCounters* counters) {
+                       uint8_t* dst, LoaderCounters* counters, const OutputSink* sink) {
   absl::Status status;
   int decodes = 1;
   if (views != nullptr) {
     decodes = 0;
-    status = DecodeViews(decoder, files, *views, sample_seed, state, dst, &decodes);
+    status = DecodeViews(decoder, files, *views, sample_seed, state, dst, &decodes, sink);
   } else {
     SampleRng rng(sample_seed);
     status = decoder.DecodeInto(files[0].data, files[0].size, pipeline, rng, dst);
@@ -727,6 +727,43 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
                                           std::memory_order_relaxed);
 }
 
+OutputSink Epoch::SinkFor(int slot) {
+  if (ctx.views == nullptr ||
+      std::none_of(ctx.views->variable.begin(), ctx.views->variable.end(), [](bool v) { return v; })) {
+    return OutputSink();
+  }
+  return [this, slot](int h, int w, DType dtype, size_t bytes) -> absl::StatusOr<OutputBuffer> {
+    // Destroyed in reverse order: the pixels, the grant, then the budget the grant returns to
+    // (the consumer may hold the output after the loader is gone).
+    struct Held {
+      std::shared_ptr<DecodeBudget> budget;
+      DecodeBudget::Grant grant;
+      std::unique_ptr<uint8_t[]> data;
+    };
+    auto held = std::make_shared<Held>();
+    held->budget = ctx.budget_owner;
+    if (held->budget) {
+      RL_ASSIGN_OR_RETURN(held->grant,
+                          held->budget->AcquireOutput(
+                              bytes, absl::StrCat("its output (", w, " x ", h, " ", DTypeName(dtype), ")"),
+                              &cancel));
+    }
+    held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
+    if (held->data == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
+    }
+    SampleOutput out;
+    out.data = held->data.get();
+    out.bytes = bytes;
+    out.height = h;
+    out.width = w;
+    out.dtype = dtype;
+    out.hold = std::move(held);
+    uint8_t* data = out.data;
+    return OutputBuffer{ctx.pool->AddOutput(slot, std::move(out)), data};
+  };
+}
+
 void Epoch::Decode() {
   const LoaderOptions& o = *ctx.options;
   const size_t sample_bytes = ctx.row_bytes;
@@ -769,8 +806,9 @@ void Epoch::Decode() {
         const std::vector<EncodedFile> files = FilesOf(
             sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
+        const OutputSink sink = SinkFor(task.slot);
         status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
-                           ctx.counters);
+                           ctx.counters, &sink);
       }
       ctx.counters->decode_ns.fetch_add(NanosSince(start), std::memory_order_relaxed);
     }
@@ -900,7 +938,9 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
     if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
     if (status.ok()) {
       const std::vector<EncodedFile> files = FilesOf(candidate, bytes.data(), bytes.size(), more);
-      status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, files, sample_seed, dst, ctx.counters);
+      const OutputSink sink = SinkFor(Task(request.batch).slot);
+      status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, files, sample_seed, dst, ctx.counters,
+                         &sink);
     }
     if (!status.ok()) {
       counters->RecordError(AnnotateSampleError(

@@ -125,10 +125,11 @@ std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size
 
 // Decodes one sample's files into its row at `dst` with the draws of `sample_seed`: every view
 // of `views` (pipeline/views.h), each file decoded once, or, without views, file 0 with
-// `pipeline`. Counts the decodes and the renderings in `counters`.
+// `pipeline`. Counts the decodes and the renderings in `counters`. A variable-size view's
+// output goes to the buffer `sink` gives (Epoch::SinkFor), its record into the row.
 absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
                        const ViewSet* views, absl::Span<const EncodedFile> files, uint64_t sample_seed,
-                       uint8_t* dst, LoaderCounters* counters);
+                       uint8_t* dst, LoaderCounters* counters, const OutputSink* sink = nullptr);
 
 // Counts a thread in a state (waiting for a slot, a request, a buffer...) for as long as it
 // lives. Relaxed: the gauges are a snapshot for the stall report, never a synchronisation.
@@ -213,6 +214,9 @@ struct EpochContext {
   int prefetch_cap = 0;               // depth auto_prefetch may grow to
   LoaderCounters* counters = nullptr;  // the loader's (an epoch's own are Epoch::own_counters)
   DecodeBudget* decode_budget = nullptr;  // max_memory's ledger: decoders charge large images to it
+  // The same ledger, shared: a variable-size output (ViewSet::variable) holds its grant, and so
+  // the ledger, for as long as the consumer keeps it.
+  std::shared_ptr<DecodeBudget> budget_owner;
   // Names and pins a pipeline thread, first thing in it.
   std::function<void(const char* name)> enter_thread;
   // Called by the dispatcher once it dispatched its last batch: starts the queued epoch.
@@ -368,6 +372,10 @@ class Epoch {
   // ErrorPolicy::kReplace: decode a substitute drawn from (seed, epoch, position, attempt) into
   // the failed row, with the failed row's own augmentation seed, and relabel the row.
   // `bytes` and `more` are the worker's own buffers for a substitute's files.
+  // Where the variable-size views of a row of `slot` render (an empty sink without any): a
+  // buffer charged to max_memory (DecodeBudget::AcquireOutput), registered with the slot.
+  OutputSink SinkFor(int slot);
+
   absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
                        std::vector<ByteBuffer>& more, const ReadRequest& request, uint8_t* dst,
                        absl::Status cause);

@@ -101,6 +101,7 @@ class Loader::Impl {
   const LoaderOptions& options() const { return options_; }
   const TransformPipeline& pipeline() const { return pipeline_; }
   const ViewSet* views() const { return views_.get(); }
+  SlotPool* pool() const { return pool_.get(); }
   DeferredRows* deferred_rows() const { return deferred_.get(); }
   size_t row_bytes() const { return views_ ? views_->row_bytes : pipeline_.SampleBytes(); }
   LoaderStats Stats() const;
@@ -183,6 +184,7 @@ EpochContext Loader::Impl::Context() {
   ctx.prefetch_cap = prefetch_cap_;
   ctx.counters = counters_.get();
   ctx.decode_budget = decode_budget_.get();
+  ctx.budget_owner = decode_budget_;
   ctx.enter_thread = [this](const char* name) { EnterPipelineThread(name); };
   ctx.dispatch_finished = [this](Epoch* epoch) { DispatchFinished(epoch); };
   return ctx;
@@ -285,6 +287,12 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
           "views replace transform: pass the chains as views only, each fixing its output size");
     }
     RL_ASSIGN_OR_RETURN(ViewSet set, ViewSet::Create(options.views, options.layout));
+    const bool variable = std::any_of(set.variable.begin(), set.variable.end(), [](bool v) { return v; });
+    if (variable && !options.device.empty() && options.device != "cpu") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "device=", options.device, ": a view whose output size depends on the image is delivered "
+          "on the host, a tensor per sample; move the samples to the device in the training loop"));
+    }
     views = std::make_shared<const ViewSet>(std::move(set));
   }
   const size_t files = views ? static_cast<size_t>(views->files) : 1;
@@ -312,7 +320,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
   // With views, the pipeline is view 0's (what describes the loader; rows hold every view).
   RL_ASSIGN_OR_RETURN(TransformPipeline pipeline,
                       views ? TransformPipeline::Create(options.views[0].transform, options.views[0].dtype,
-                                                        options.layout, false)
+                                                        options.layout, options.views[0].variable)
                             : TransformPipeline::Create(options.transform, options.dtype, options.layout,
                                                         options.variable_size));
   const size_t row_bytes = views ? views->row_bytes : pipeline.SampleBytes();
@@ -491,7 +499,8 @@ void Loader::Impl::DispatchFinished(Epoch* epoch) {
 }
 
 absl::Status Loader::Impl::CheckBatchable() const {
-  if (pipeline_.fixed_size()) return absl::OkStatus();
+  // Rows of variable-size views hold their outputs' records (ViewSet::variable).
+  if (pipeline_.fixed_size() || views_) return absl::OkStatus();
   return absl::FailedPreconditionError(
       "the transform's output size depends on the input image, so samples cannot be batched "
       "natively; end the geometric steps with CenterCrop, RandomResizedCrop, RandomCrop or "
@@ -812,9 +821,16 @@ std::vector<ViewLayout> Loader::views() const {
   for (size_t v = 0; v < set->pipelines.size(); ++v) {
     const TransformPipeline& p = set->pipelines[v];
     out.push_back(ViewLayout{set->offsets[v], p.out_h(), p.out_w(), p.dtype(), set->luma[v],
-                             set->mask[v], set->geometry_offsets[v]});
+                             set->mask[v], set->geometry_offsets[v], set->variable[v]});
   }
   return out;
+}
+absl::StatusOr<SampleOutput> Loader::TakeSampleOutput(uint64_t id) const {
+  std::optional<SampleOutput> out = impl_->pool()->TakeOutput(id);
+  if (!out) {
+    return absl::NotFoundError(absl::StrCat("no output ", id, ": taken already, or its batch was freed"));
+  }
+  return *std::move(out);
 }
 std::string Loader::DescribeTransform() const { return impl_->pipeline().Describe(); }
 LoaderStats Loader::Stats() const { return impl_->Stats(); }

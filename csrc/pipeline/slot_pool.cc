@@ -83,7 +83,44 @@ void SlotPool::Wake() {
   freed_.notify_all();
 }
 
+uint64_t SlotPool::AddOutput(int slot, SampleOutput output) {
+  std::lock_guard<std::mutex> lock(outputs_mu_);
+  const uint64_t id = next_output_++;
+  outputs_.emplace(id, std::make_pair(slot, std::move(output)));
+  return id;
+}
+
+std::optional<SampleOutput> SlotPool::TakeOutput(uint64_t id) {
+  std::lock_guard<std::mutex> lock(outputs_mu_);
+  auto it = outputs_.find(id);
+  if (it == outputs_.end()) return std::nullopt;
+  SampleOutput out = std::move(it->second.second);
+  outputs_.erase(it);
+  return out;
+}
+
+size_t SlotPool::outputs_held() const {
+  std::lock_guard<std::mutex> lock(outputs_mu_);
+  return outputs_.size();
+}
+
+void SlotPool::DropOutputs(int slot) {
+  std::vector<SampleOutput> dropped;  // freed outside the lock (their grants take the budget's)
+  {
+    std::lock_guard<std::mutex> lock(outputs_mu_);
+    for (auto it = outputs_.begin(); it != outputs_.end();) {
+      if (it->second.first == slot) {
+        dropped.push_back(std::move(it->second.second));
+        it = outputs_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+}
+
 void SlotPool::Recycle(int slot) {
+  DropOutputs(slot);  // before the slot is free: a new batch's outputs are its own
   std::lock_guard<std::mutex> lock(mu_);
   free_.push_back(slot);
   freed_.notify_all();
@@ -100,6 +137,7 @@ std::shared_ptr<SlotLease> SlotPool::Deliver(int slot) {
 }
 
 void SlotPool::ReleaseHeld(int slot) {
+  DropOutputs(slot);
   std::lock_guard<std::mutex> lock(mu_);
   --held_;
   free_.push_back(slot);

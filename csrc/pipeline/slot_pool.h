@@ -24,12 +24,16 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <unordered_map>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "memory/slot_allocator.h"
+#include "ringloader/types.h"
 
 namespace ringloader {
 
@@ -82,6 +86,14 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
   int64_t TakeProducerWaits();
   int64_t producer_waits() const;
 
+  /// Variable-size outputs (LoaderOptions::View::variable): the pixels of a row that has no
+  /// fixed size live in a buffer of their own, registered with the slot of their batch until
+  /// the consumer takes them (TakeOutput) or the slot comes back (Recycle, the lease's end),
+  /// which frees those not taken. AddOutput returns the id the row's record names (never 0).
+  uint64_t AddOutput(int slot, SampleOutput output);
+  std::optional<SampleOutput> TakeOutput(uint64_t id);
+  size_t outputs_held() const;
+
   uint8_t* data(int slot) const { return slots_[slot]; }
   size_t slot_bytes() const { return slot_bytes_; }
   int max_slots() const { return max_slots_; }
@@ -93,6 +105,7 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
  private:
   friend class SlotLease;
   void ReleaseHeld(int slot);
+  void DropOutputs(int slot);
 
   std::shared_ptr<SlotAllocator> allocator_;
   const size_t slot_bytes_;
@@ -107,6 +120,10 @@ class SlotPool : public std::enable_shared_from_this<SlotPool> {
   int base_slots_ ABSL_GUARDED_BY(mu_);
   int64_t waits_ ABSL_GUARDED_BY(mu_) = 0;         // Acquire calls that had to wait
   int64_t waits_taken_ ABSL_GUARDED_BY(mu_) = 0;   // ... as of the last TakeProducerWaits
+
+  mutable std::mutex outputs_mu_;  // apart from mu_: taken per sample, not per batch
+  std::unordered_map<uint64_t, std::pair<int, SampleOutput>> outputs_ ABSL_GUARDED_BY(outputs_mu_);
+  uint64_t next_output_ ABSL_GUARDED_BY(outputs_mu_) = 1;
 };
 
 /// The fewest slots a pipeline works with: one being filled while the consumer holds the batch

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "memory/decode_budget.h"
 
 namespace ringloader {
 namespace {
@@ -26,6 +27,75 @@ TEST(SlotPoolTest, GrowsToBaseThenWaitsForRecycle) {
   waiter.join();
   EXPECT_EQ(third.load(), *a);
   EXPECT_EQ(pool->allocated(), 2);
+}
+
+// Variable-size outputs live beside their slot: taken ones belong to the taker, the others are
+// freed (their grant returned) when the slot comes back, before a new batch can use it.
+TEST(SlotPoolTest, OutputsNotTakenAreFreedWithTheirSlot) {
+  auto budget = std::make_shared<DecodeBudget>(1 << 20);
+  auto pool = std::make_shared<SlotPool>(MakeHostAllocator(), 64, 2, 2);
+  std::atomic<bool> cancel{false};
+  auto output = [&](int slot) {
+    auto grant = budget->AcquireOutput(1000, "test output", &cancel);
+    EXPECT_TRUE(grant.ok());
+    SampleOutput out;
+    out.hold = std::make_shared<DecodeBudget::Grant>(*std::move(grant));
+    out.bytes = 1000;
+    return pool->AddOutput(slot, std::move(out));
+  };
+  auto a = pool->Acquire(cancel);
+  ASSERT_TRUE(a.ok());
+  const uint64_t first = output(*a), second = output(*a);
+  EXPECT_NE(first, 0u);
+  EXPECT_NE(first, second);
+  EXPECT_EQ(budget->counts().output_bytes, 2000u);
+  std::shared_ptr<SlotLease> lease = pool->Deliver(*a);
+  std::optional<SampleOutput> taken = pool->TakeOutput(first);
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_FALSE(pool->TakeOutput(first).has_value()) << "an output is taken once";
+  lease.reset();  // the consumer drops the batch: the output it did not take is freed
+  EXPECT_EQ(pool->outputs_held(), 0u);
+  EXPECT_FALSE(pool->TakeOutput(second).has_value());
+  EXPECT_EQ(budget->counts().output_bytes, 1000u) << "the taken output is still charged";
+  taken.reset();
+  EXPECT_EQ(budget->counts().output_bytes, 0u);
+  // An undelivered batch's outputs go with its recycled slot too.
+  auto b = pool->Acquire(cancel);
+  ASSERT_TRUE(b.ok());
+  output(*b);
+  pool->Recycle(*b);
+  EXPECT_EQ(pool->outputs_held(), 0u);
+  EXPECT_EQ(budget->counts().output_bytes, 0u);
+}
+
+// An output never fits beside the slots: refused at once, naming max_memory; one that fits
+// later (an output the consumer holds is dropped) waits for room, and a cancel ends the wait.
+TEST(SlotPoolTest, OutputsWaitForRoomOrAreRefusedWhenTheyCanNeverFit) {
+  DecodeBudget budget(10000);
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<DecodeBudget::Grant> huge = budget.AcquireOutput(20000, "its output", &cancel);
+  ASSERT_TRUE(absl::IsResourceExhausted(huge.status()));
+  EXPECT_TRUE(absl::StrContains(huge.status().message(), "Raise max_memory=")) << huge.status();
+  absl::StatusOr<DecodeBudget::Grant> held = budget.AcquireOutput(8000, "its output", &cancel);
+  ASSERT_TRUE(held.ok());
+  std::atomic<bool> got{false};
+  std::thread waiter([&] {
+    absl::StatusOr<DecodeBudget::Grant> next = budget.AcquireOutput(5000, "its output", &cancel);
+    got = next.ok();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(got.load()) << "waits while the held output leaves too little room";
+  held->Release();
+  waiter.join();
+  EXPECT_TRUE(got.load());
+  absl::StatusOr<DecodeBudget::Grant> again = budget.AcquireOutput(8000, "its output", &cancel);
+  ASSERT_TRUE(again.ok());
+  std::thread cancelled([&] {
+    EXPECT_TRUE(absl::IsCancelled(budget.AcquireOutput(5000, "its output", &cancel).status()));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  cancel = true;
+  cancelled.join();
 }
 
 TEST(SlotPoolTest, HeldSlotsAllowBoundedGrowthThenExhaust) {

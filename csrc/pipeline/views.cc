@@ -15,7 +15,7 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
   ViewSet set;
   for (size_t v = 0; v < views.size(); ++v) {
     absl::StatusOr<TransformPipeline> pipeline =
-        TransformPipeline::Create(views[v].transform, views[v].dtype, layout, false);
+        TransformPipeline::Create(views[v].transform, views[v].dtype, layout, views[v].variable);
     if (!pipeline.ok()) {
       return absl::Status(pipeline.status().code(),
                           absl::StrCat("view ", v, ": ", pipeline.status().message()));
@@ -60,7 +60,8 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
     set.share_geometry.push_back(views[v].share_geometry);
     set.tensor_nearest.push_back(views[v].tensor_nearest);
     set.offsets.push_back(set.row_bytes);
-    size_t bytes = pipeline->SampleBytes();
+    set.variable.push_back(!pipeline->fixed_size());
+    size_t bytes = set.variable.back() ? kOutputRecordFields * sizeof(int64_t) : pipeline->SampleBytes();
     set.geometry_offsets.push_back(-1);
     if (views[v].geometry) {
       const std::string why = UnrecordedGeometry(*pipeline);
@@ -182,9 +183,25 @@ void ReplicateLuma(const RgbImage& rgb, RgbImage* out) {
   }
 }
 
+// A variable view's buffer for an output of `geometry`'s size, its record written at `record`.
+static absl::StatusOr<uint8_t*> OutputOf(const TransformPipeline& pipeline, const SampleGeometry& geometry,
+                                         const OutputSink* sink, uint8_t* record) {
+  if (sink == nullptr || !*sink) {
+    return absl::FailedPreconditionError("a variable-size view needs an output sink");
+  }
+  int h = 0, w = 0;
+  pipeline.OutputSize(geometry, &h, &w);
+  const size_t bytes = pipeline.OutputBytes(geometry);
+  RL_ASSIGN_OR_RETURN(const OutputBuffer buffer, (*sink)(h, w, pipeline.dtype(), bytes));
+  const int64_t fields[kOutputRecordFields] = {static_cast<int64_t>(buffer.id), h, w,
+                                               static_cast<int64_t>(bytes)};
+  std::memcpy(record, fields, sizeof(fields));
+  return buffer.data;
+}
+
 absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> files,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
-                         uint8_t* dst, int* decodes) {
+                         uint8_t* dst, int* decodes, const OutputSink* sink) {
   if (files.size() < static_cast<size_t>(views.files)) {
     return absl::InvalidArgumentError(absl::StrCat("the sample has ", files.size(),
                                                    " file(s); its views render ", views.files));
@@ -203,16 +220,24 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
       // (a JPEG decodes only the rows and columns the view's crop needs).
       // Planning is deterministic in the seed and the header's size, so planning here gives
       // the geometry DecodeInto renders (recorded for a Joint's boxes).
-      if (views.geometry_offsets[v] >= 0) {
+      uint8_t* out = dst + views.offsets[v];
+      if (views.geometry_offsets[v] >= 0 || views.variable[v]) {
         absl::StatusOr<ImageInfo> info = decoder.ReadInfo(files[f].data, files[f].size);
         if (!info.ok()) return in_file(f, info.status());
         SampleRng plan_rng(ViewSeed(sample_seed, v));
-        WriteGeometry(views.pipelines[v].Plan(info->width, info->height, plan_rng), info->width,
-                      info->height, dst + views.geometry_offsets[v]);
+        const SampleGeometry planned = views.pipelines[v].Plan(info->width, info->height, plan_rng);
+        if (views.geometry_offsets[v] >= 0) {
+          WriteGeometry(planned, info->width, info->height, dst + views.geometry_offsets[v]);
+        }
+        if (views.variable[v]) {
+          if (planned.error != nullptr) return in_file(f, absl::InvalidArgumentError(planned.error));
+          absl::StatusOr<uint8_t*> buffer = OutputOf(views.pipelines[v], planned, sink, out);
+          if (!buffer.ok()) return in_file(f, buffer.status());
+          out = *buffer;
+        }
       }
       SampleRng rng(ViewSeed(sample_seed, v));
-      absl::Status status = decoder.DecodeInto(files[f].data, files[f].size, views.pipelines[v], rng,
-                                               dst + views.offsets[v]);
+      absl::Status status = decoder.DecodeInto(files[f].data, files[f].size, views.pipelines[v], rng, out);
       if (!status.ok()) return in_file(f, status);
       if (decodes != nullptr) ++*decodes;
       continue;
@@ -236,10 +261,16 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     if (views.geometry_offsets[v] >= 0) {
       WriteGeometry(geometry, image.width, image.height, dst + views.geometry_offsets[v]);
     }
+    uint8_t* out = dst + views.offsets[v];
+    if (views.variable[v]) {
+      if (geometry.error != nullptr) return in_file(f, absl::InvalidArgumentError(geometry.error));
+      absl::StatusOr<uint8_t*> buffer = OutputOf(pipeline, geometry, sink, out);
+      if (!buffer.ok()) return in_file(f, buffer.status());
+      out = *buffer;
+    }
     absl::Status status =
         RenderSample(image.pixels.data(), static_cast<size_t>(image.width) * 3, 3,
-                     image.width, image.height, pipeline, geometry, rng, state,
-                     dst + views.offsets[v]);
+                     image.width, image.height, pipeline, geometry, rng, state, out);
     if (!status.ok()) {
       return in_file(f, absl::Status(status.code(), absl::StrCat("view ", v, ": ", status.message())));
     }

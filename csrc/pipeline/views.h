@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,12 +53,16 @@ struct ViewSet {
   int files = 1;                ///< files a sample needs: 1 + the largest `file`
   std::vector<bool> share_geometry;  ///< of each view (LoaderOptions::View::share_geometry)
   std::vector<bool> tensor_nearest;  ///< of each view (LoaderOptions::View::tensor_nearest)
+  /// Of each view: its size depends on the image (LoaderOptions::View::variable): the row holds
+  /// the record of its output, rendered into a buffer of its own (OutputSink).
+  std::vector<bool> variable;
   std::vector<size_t> offsets;  ///< of each view in a row
   /// Of each view's geometry record in a row (8-byte aligned), -1 when not recorded.
   std::vector<int64_t> geometry_offsets;
   size_t row_bytes = 0;         ///< a multiple of kViewAlign
 
-  /// Validates every view's chain (each must fix its output size); names the view that fails.
+  /// Validates every view's chain (each must fix its output size unless it is variable); names
+  /// the view that fails.
   static absl::StatusOr<ViewSet> Create(const std::vector<LoaderOptions::View>& views, Layout layout);
 };
 
@@ -88,15 +93,26 @@ struct EncodedFile {
   const std::string* path = nullptr;
 };
 
+/// Where a variable-size view's output goes: a buffer of `bytes` for an output of height x
+/// width in `dtype`, and the id its record names; a failure fails the sample (a sample larger
+/// than the memory budget: ResourceExhausted).
+struct OutputBuffer {
+  uint64_t id = 0;
+  uint8_t* data = nullptr;
+};
+using OutputSink =
+    std::function<absl::StatusOr<OutputBuffer>(int height, int width, DType dtype, size_t bytes)>;
+
 /// Decodes each file the views render once (full resolution, so every view of it sees the same
 /// pixels; a file rendered both as an image and as a label image is decoded once each way) and
 /// renders each view into the row at `dst` (a luma view from its image's luma, computed once;
 /// a view that is its file's only RGB rendering through ImageDecoder::DecodeInto: region of
 /// interest, scaled JPEG decode).
+/// A variable view renders into the buffer `sink` gives (required then) and writes its record.
 /// `files` holds at least views.files entries. `decodes` (if not null) counts the decodes.
 /// A failure in file k > 0 carries kSampleFilePayload.
 absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> files,
                          const ViewSet& views, uint64_t sample_seed, RenderState& state,
-                         uint8_t* dst, int* decodes = nullptr);
+                         uint8_t* dst, int* decodes = nullptr, const OutputSink* sink = nullptr);
 
 }  // namespace ringloader

@@ -270,10 +270,34 @@ def plan(transform: Any) -> Any:
     return found[1]
 
 
+#: Geometric steps that integer boxes follow natively (``_integer_steps``): v2's own box kernels
+#: replayed on them, step by step, with the row's recorded draws.
+_INTEGER_STEPS = {"Resize", "RandomResize", "RandomHorizontalFlip", "RandomVerticalFlip"}
+
+
+def _integer_steps(found: JointPlan) -> Any:
+    """The geometric steps of ``found`` that integer boxes replay (v2 rounds them at every step:
+    each of v2's box kernels runs in turn), or why they cannot (a string naming the step)."""
+    steps = list(found.mask.transforms) if found.mask is not None else []
+    resizes = [s for s in steps if type(s).__name__ in ("Resize", "RandomResize")]
+    for step in steps:
+        name = type(step).__name__
+        if name not in _INTEGER_STEPS:
+            return (f"{T._step_name(step)} moves them (integer boxes are native through one "
+                    "resize and the flips, each replayed with v2's kernel; float boxes through "
+                    "every step)")
+        if sum(type(s).__name__ == name for s in steps) > 1 or (
+                name in ("Resize", "RandomResize") and len(resizes) > 1):
+            return (f"{T._step_name(step)} comes twice (integer boxes are native through one "
+                    "resize and one flip per axis; float boxes through every step)")
+    return steps
+
+
 def _structure_refusal(value: Any, where: str, images: List[str],
-                       masks: List[str]) -> Optional[str]:
+                       masks: List[str], integer: Optional[str] = None) -> Optional[str]:
     """Why a leaf of a Joint's structure keeps it off the native path, or None; lists the
-    places of its image references in `images`, of its mask references in `masks`."""
+    places of its image references in `images`, of its mask references in `masks`. `integer`:
+    why the transform's integer boxes cannot follow natively (None: they can)."""
     import torch
     from torchvision import tv_tensors
 
@@ -289,9 +313,8 @@ def _structure_refusal(value: Any, where: str, images: List[str],
         images.append(where)
         return None
     if isinstance(value, tv_tensors.BoundingBoxes):
-        if not value.is_floating_point():
-            return (f"{where} holds {value.dtype} boxes (v2 rounds integer boxes at every step; "
-                    "float boxes are native)")
+        if not value.is_floating_point() and integer is not None:
+            return f"{where} holds {value.dtype} boxes and {integer}"
         if tv_tensors.is_rotated_bounding_format(value.format):
             return f"{where} holds rotated boxes ({value.format.name})"
         return None
@@ -304,13 +327,13 @@ def _structure_refusal(value: Any, where: str, images: List[str],
         return f"{where} is a {type(value).__name__}"
     if isinstance(value, (tuple, list)):
         for i, item in enumerate(value):
-            why = _structure_refusal(item, f"{where}[{i}]", images, masks)
+            why = _structure_refusal(item, f"{where}[{i}]", images, masks, integer)
             if why is not None:
                 return why
         return None
     if isinstance(value, dict):
         for key, item in value.items():
-            why = _structure_refusal(item, f"{where}[{key!r}]", images, masks)
+            why = _structure_refusal(item, f"{where}[{key!r}]", images, masks, integer)
             if why is not None:
                 return why
     return None
@@ -323,7 +346,9 @@ def refusal(joint: Any) -> Optional[str]:
         return f"its Joint transform cannot run natively: {found}"
     images: List[str] = []
     masks: List[str] = []
-    why = _structure_refusal(joint.structure, "structure", images, masks)
+    steps = _integer_steps(found)
+    why = _structure_refusal(joint.structure, "structure", images, masks,
+                             steps if isinstance(steps, str) else None)
     if why is not None:
         return f"its Joint {why}"
     if len(images) != 1:
@@ -434,7 +459,23 @@ def _move_keypoints(points: Any, g: Any) -> Any:
                            canvas_size=(int(g[7]), int(g[6])))
 
 
-def _move(value: Any, g: Any, clamps: bool, source: str) -> Any:
+def _move_integer_boxes(boxes: Any, g: Any, steps: List[Any]) -> Any:
+    """Integer boxes moved as v2 moves them, rounding at every step: v2's own kernels, in the
+    chain's order, with the row's draws (its output size; whether it flipped)."""
+    from torchvision.transforms.v2 import functional as F
+
+    for step in steps:
+        name = type(step).__name__
+        if name in ("Resize", "RandomResize"):
+            boxes = F.resize(boxes, size=[int(g[7]), int(g[6])])
+        elif name == "RandomHorizontalFlip" and g[8]:
+            boxes = F.horizontal_flip(boxes)
+        elif name == "RandomVerticalFlip" and g[9]:
+            boxes = F.vertical_flip(boxes)
+    return boxes
+
+
+def _move(value: Any, g: Any, clamps: bool, source: str, steps: Any = None) -> Any:
     from torchvision import tv_tensors
 
     if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
@@ -444,9 +485,11 @@ def _move(value: Any, g: Any, clamps: bool, source: str) -> Any:
                 f"but its {type(value).__name__} say canvas_size={tuple(value.canvas_size)} "
                 "(height, width): boxes and keypoints must be in the image's pixels")
         if isinstance(value, tv_tensors.BoundingBoxes):
+            if not value.is_floating_point():  # refusal() let only replayable steps through
+                return _move_integer_boxes(value, g, steps)
             return _move_boxes(value, g, clamps)
         return _move_keypoints(value, g)
-    return rebuild(value, lambda v: _move(v, g, clamps, source))
+    return rebuild(value, lambda v: _move(v, g, clamps, source, steps))
 
 
 def resolve(leaf: JointLeaf, geometry: Any) -> Any:
@@ -456,7 +499,8 @@ def resolve(leaf: JointLeaf, geometry: Any) -> Any:
     structure = leaf.structure
     for step in leaf.plan.before:
         structure = step(structure)
-    structure = _move(structure, geometry, leaf.plan.clamps, leaf.source)
+    structure = _move(structure, geometry, leaf.plan.clamps, leaf.source,
+                      _integer_steps(leaf.plan))
     for step in leaf.plan.after:
         structure = step(structure)
     return structure

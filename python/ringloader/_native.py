@@ -795,7 +795,7 @@ class _NativeIter:
             if loader._batcher is not None:
                 native = loader._native
                 return loader._batcher.batch(images, labels, loader._collate, native.views,
-                                             native.geometry)
+                                             native.geometry, native)
             if loader._channels_last:
                 images = images.permute(0, 3, 1, 2)  # NCHW shape, channels-last strides, no copy
             if loader.batch_transform is not None:

@@ -603,7 +603,9 @@ class UserSource(NativeDataset):
         splits = [self._split] + list(self._view_splits)
         in_joints = self._refused_joint_views()
         for k, (transform, split) in enumerate(zip(self.view_transforms, splits)):
-            if (split.tail is None and _C.fixed_size(split.steps)) or k in in_joints:
+            # An output size that depends on the image is native too: a tensor per sample
+            # (``variable_views``).
+            if split.tail is None or k in in_joints:
                 continue
             origin = self.view_origins.get(k)
             if origin is not None:
@@ -686,12 +688,23 @@ class UserSource(NativeDataset):
 
     @property
     def per_sample(self) -> bool:
-        return super().per_sample or any(
-            s.tail is not None or not _C.fixed_size(s.steps) for s in self._view_splits)
+        """True when some view runs Python steps. A view whose output size depends on the image
+        is rendered natively all the same, each sample into a buffer of its own
+        (``variable_views``), and reaches the batch as a list of tensors."""
+        return any(s.tail is not None for s in [self._split] + list(self._view_splits))
+
+    @property
+    def variable_views(self) -> List[int]:
+        """The views whose output size depends on the image (native, a tensor per sample; the
+        others are rows of the batch's slot)."""
+        splits = [self._split] + list(self._view_splits)
+        return [k for k, s in enumerate(splits) if s.tail is None and not _C.fixed_size(s.steps)]
 
     def native_options(self):
         options = super().native_options()
-        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB" and not self.joint_views:
+        variable = self.variable_views
+        if len(self.view_transforms) == 1 and self.view_modes[0] == "RGB" and not self.joint_views \
+                and not variable:
             return options
         # Several views, or a gray or label one (rendered replicated, one channel kept), each
         # of its sample's files: views.h.
@@ -703,6 +716,8 @@ class UserSource(NativeDataset):
             view["luma"] = mode == "L"
             view["mask"] = mode == "mask"
             view["file"] = file
+        for k in variable:
+            views[k]["variable"] = True
         for k in self.joint_views:
             views[k]["geometry"] = True
         for k in self.joint_masks:
@@ -817,15 +832,21 @@ class Batcher:
             out.append(self._folders[member].structures[i - int(self._starts[member])])
         return out
 
-    def _split(self, images: Any, views: Optional[list]) -> List[Any]:
-        """The batch tensor of each view: zero-copy, strided views of the slot's rows. ``views``:
+    def _split(self, images: Any, views: Optional[list], native: Any = None) -> List[Any]:
+        """The batch tensor of each view: zero-copy, strided views of the slot's rows; for a
+        view whose size depends on the image, the list of its samples' tensors, each the
+        buffer it was rendered in (taken from the batch by the records in its rows). ``views``:
         (byte offset in a row, shape of one sample, dtype) of each, None for one image."""
         if views is None:
             out = [images]
         else:
             torch = self._torch
             out = []
-            for offset, shape, dtype, channels in views:
+            variable = (native.variable_views if native is not None else None) or [False] * len(views)
+            for (offset, shape, dtype, channels), sized in zip(views, variable):
+                if sized:
+                    out.append(self._outputs(images, offset, channels, native))
+                    continue
                 dt = getattr(torch, dtype)
                 nbytes = int(np.prod(shape)) * torch.empty((), dtype=dt).element_size()
                 view = images[:, offset:offset + nbytes].view(dt).view(images.shape[0], *shape)
@@ -833,10 +854,25 @@ class Batcher:
                     view = view[..., :1] if self._nhwc else view[:, :1]
                 out.append(view)
         if self._channels_last:
-            out = [t.permute(0, 3, 1, 2) for t in out]
+            out = [[t.permute(2, 0, 1) for t in v] if isinstance(v, list) else v.permute(0, 3, 1, 2)
+                   for v in out]
         for k in self._masks:  # a Joint's mask: [B, H, W], as v2 keeps a mask decoded as stored
-            out[k] = out[k][..., 0] if self._nhwc and not self._channels_last else out[k][:, 0]
+            if isinstance(out[k], list):
+                out[k] = [t[..., 0] if self._nhwc and not self._channels_last else t[0]
+                          for t in out[k]]
+            else:
+                out[k] = out[k][..., 0] if self._nhwc and not self._channels_last else out[k][:, 0]
         return out
+
+    def _outputs(self, images: Any, offset: int, channels: int, native: Any) -> List[Any]:
+        """A variable-size view's tensors, one a row: the records (int64 id, height, width,
+        bytes) at ``offset`` in the rows name the outputs, taken from the batch."""
+        torch = self._torch
+        records = images[:, offset:offset + 32].view(torch.int64).cpu().numpy()
+        tensors = [torch.from_dlpack(t) for t in native.take_outputs(records[:, 0].copy())]
+        if channels == 1:  # a gray view, rendered replicated: keep one channel
+            tensors = [t[..., :1] if self._nhwc else t[:1] for t in tensors]
+        return tensors
 
     def _records(self, images: Any, geometry: Optional[list]) -> Dict[int, Any]:
         """Each recording view's geometry records of the batch: float64 [B, GEOMETRY_FIELDS]."""
@@ -849,21 +885,31 @@ class Batcher:
         return out
 
     def batch(self, images: Any, labels: Any, collate_fn: Optional[Callable],
-              views: Optional[list], geometry: Optional[list] = None) -> Any:
+              views: Optional[list], geometry: Optional[list] = None, native: Any = None) -> Any:
         flat = labels.tolist()
         structures = self._structures(flat)
         if self._joints:
             records = self._records(images, geometry)
             structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
-        views = self._split(images, views)
+        views = self._split(images, views, native)
         del images
         try:
             if collate_fn is not None:
-                # torch's contract: the list of samples; each image a view of its slot row.
-                rows = list(zip(*[v.unbind(0) for v in views]))
+                # torch's contract: the list of samples; each image a view of its slot row (or,
+                # sized by its image, its own tensor).
+                rows = list(zip(*[v if isinstance(v, list) else v.unbind(0) for v in views]))
                 return collate_fn([_fill(s, row) for s, row in zip(structures, rows)])
             fn_map = dict(self._map)
-            fn_map[_Leaf] = lambda batch, *, collate_fn_map=None: views[batch[0].k]
+
+            def leaf(batch: Any, *, collate_fn_map: Any = None) -> Any:
+                view = views[batch[0].k]
+                dtype = getattr(batch[0], "dtype", None)  # a Joint's masks: ToDtype's for them
+                if isinstance(view, list):  # sized by each image: stacked as torch's collate does
+                    view = view if dtype is None else [v.to(dtype) for v in view]
+                    return self._collate(view, collate_fn_map=self._map)
+                return view if dtype is None else view.to(dtype)
+
+            fn_map[_Leaf] = leaf
             return self._collate(structures, collate_fn_map=fn_map)
         except Exception as exc:
             told = self._explain(exc, flat, structures, collate_fn is not None)

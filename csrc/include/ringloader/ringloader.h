@@ -110,6 +110,10 @@ class Loader {
   /// Where each view is in a row (LoaderOptions::views), in order; empty for one rendering a
   /// sample.
   std::vector<ViewLayout> views() const;
+  /// The variable-size output whose record (LoaderOptions::View::variable) holds `id`, taken
+  /// from its batch: call while the batch is held (its outputs are freed with its slot unless
+  /// taken). NotFound when it was taken already or its batch is gone.
+  absl::StatusOr<SampleOutput> TakeSampleOutput(uint64_t id) const;
   LoaderStats Stats() const;
 
   /// Decodes and transforms one sample on the calling thread (no batching), into `dst` of

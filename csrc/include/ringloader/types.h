@@ -226,6 +226,12 @@ struct LoaderOptions {
     /// where Pillow's NEAREST (which the image's view follows) picks from pixel centres. Only
     /// with `mask`.
     bool tensor_nearest = false;
+    /// The chain's output size may depend on the image (a Resize(200), no resize at all): each
+    /// sample's rendering goes to a buffer of its own, charged to max_memory while it is held,
+    /// and the row holds its record (kOutputRecordFields int64: id, height, width, bytes; id 0:
+    /// none), which Loader::TakeSampleOutput(id) turns into the output. A fixed-size chain
+    /// renders into the row as without it.
+    bool variable = false;
   };
   /// Several renderings of each sample (multi-crop): when not empty, each sample's image is
   /// decoded once and rendered by every view's chain (in `layout`), with its own draws, into
@@ -265,6 +271,24 @@ struct ViewLayout {
   bool mask = false;  ///< a label image: the 3 channels are equal
   /// LoaderOptions::View::geometry: the record's byte offset in a row, else -1.
   int64_t geometry_offset = -1;
+  /// LoaderOptions::View::variable with a chain whose size depends on the image: the row holds
+  /// the output's record at `offset`, not its pixels.
+  bool variable = false;
+};
+
+/// Fields (int64) of a variable-size view's record in a row: the output's id, its height, width
+/// and bytes (LoaderOptions::View::variable).
+inline constexpr int kOutputRecordFields = 4;
+
+/// One variable-size output taken from its batch (Loader::TakeSampleOutput): 3 channels of
+/// `dtype` in the loader's layout, kept alive (and charged to max_memory) by `hold`.
+struct SampleOutput {
+  std::shared_ptr<void> hold;
+  uint8_t* data = nullptr;
+  size_t bytes = 0;
+  int height = 0;
+  int width = 0;
+  DType dtype = DType::kUint8;
 };
 
 class Batch {
