@@ -1,6 +1,7 @@
 #include "pipeline/views.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -14,8 +15,17 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
                                         Layout layout) {
   ViewSet set;
   for (size_t v = 0; v < views.size(); ++v) {
+    std::vector<TransformStep> steps = views[v].transform;
+    int fill = 0;
+    if (views[v].mask && views[v].share_geometry) {
+      // A Joint's mask: its padding fuses into the shared geometry (alone, a label view pads
+      // with its fill in the image stage).
+      const std::string why = TakeMaskFill(&steps, &fill);
+      if (!why.empty()) return absl::InvalidArgumentError(absl::StrCat("view ", v, ": ", why));
+    }
+    set.mask_fill.push_back(fill);
     absl::StatusOr<TransformPipeline> pipeline =
-        TransformPipeline::Create(views[v].transform, views[v].dtype, layout, views[v].variable);
+        TransformPipeline::Create(std::move(steps), views[v].dtype, layout, views[v].variable);
     if (!pipeline.ok()) {
       return absl::Status(pipeline.status().code(),
                           absl::StrCat("view ", v, ": ", pipeline.status().message()));
@@ -82,6 +92,55 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
     set.sole.push_back(plain && std::count_if(views.begin(), views.end(), renders_file) == 1);
   }
   return set;
+}
+
+std::string TakeMaskFill(std::vector<TransformStep>* steps, int* fill) {
+  using Kind = TransformStep::Kind;
+  *fill = 0;
+  std::string zero_pads;  // a step that pads with 0: CenterCrop (larger than the image), a Pad
+  for (TransformStep& s : *steps) {
+    const bool pads = s.kind == Kind::kPad || s.kind == Kind::kCenterCrop ||
+                      (s.kind == Kind::kRandomCrop &&
+                       (s.pad_if_needed || s.pad[0] || s.pad[1] || s.pad[2] || s.pad[3]));
+    if (!pads || s.pad_mode != PadMode::kConstant) continue;
+    const float f = s.fill[0];
+    if (s.kind == Kind::kCenterCrop || (f == 0.f && s.fill[1] == 0.f && s.fill[2] == 0.f)) {
+      if (zero_pads.empty()) zero_pads = KindInfo(s.kind).name;
+      continue;
+    }
+    if (s.fill[1] != f || s.fill[2] != f || !(f >= 0.f && f <= 255.f) || f != std::floor(f)) {
+      return absl::StrCat("a label image pads with one integer level in 0..255, not (",
+                          s.fill[0], ", ", s.fill[1], ", ", s.fill[2], ")");
+    }
+    if (*fill > 0 && *fill != static_cast<int>(f)) {
+      return absl::StrCat("a label image pads with one fill, not ", *fill, " and ", f);
+    }
+    *fill = static_cast<int>(f);
+    std::fill(s.fill, s.fill + 3, 0.f);  // fused as zero padding, then set (DecodeViews)
+  }
+  if (*fill > 0 && !zero_pads.empty()) {
+    return absl::StrCat("a label image that pads with ", *fill, " cannot also pad with 0 (",
+                        zero_pads, ")");
+  }
+  return "";
+}
+
+void FillMaskPadding(uint8_t* view, int height, int width, Layout layout, uint8_t fill) {
+  const size_t n = static_cast<size_t>(height) * static_cast<size_t>(width);
+  if (layout == Layout::kCHW) {
+    uint8_t* c0 = view;
+    uint8_t* c1 = view + n;
+    uint8_t* c2 = view + 2 * n;
+    for (size_t i = 0; i < n; ++i) {
+      if (c2[i] == 0) c0[i] = fill;
+      c1[i] = c2[i] = c0[i];
+    }
+  } else {
+    for (size_t i = 0; i < 3 * n; i += 3) {
+      if (view[i + 2] == 0) view[i] = fill;
+      view[i + 1] = view[i + 2] = view[i];
+    }
+  }
 }
 
 absl::Status NameFile(const absl::Status& cause, const std::string& path) {
@@ -209,6 +268,15 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
   // Per file: its image (RGB or, for label views, as stored) and its luma, made on first use.
   const size_t n = static_cast<size_t>(views.files);
   std::vector<RgbImage> rgb(n), labels(n), gray(n);
+  // A file some label view pads with a fill other than 0 (ViewSet::mask_fill).
+  auto marks_padding = [&](size_t f) {
+    for (size_t w = 0; w < views.pipelines.size(); ++w) {
+      if (views.mask[w] && static_cast<size_t>(views.file[w]) == f && views.mask_fill[w] > 0) {
+        return true;
+      }
+    }
+    return false;
+  };
   auto in_file = [&](size_t f, const absl::Status& status) {
     if (f == 0 || files[f].path == nullptr) return status;
     return NameFile(status, *files[f].path);
@@ -250,6 +318,11 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
       if (!image.ok()) return in_file(f, image.status());
       decoded = *std::move(image);
       if (decodes != nullptr) ++*decodes;
+      if (views.mask[v] && marks_padding(f)) {
+        // Channel 2 marks the label image's own pixels (255): after the render, the pixels
+        // where it reads 0 are padding, set to the view's fill (FillMaskPadding).
+        for (size_t i = 2; i < decoded.pixels.size(); i += 3) decoded.pixels[i] = 255;
+      }
     }
     if (views.luma[v] && gray[f].pixels.empty()) ReplicateLuma(decoded, &gray[f]);
     const RgbImage& image = views.luma[v] ? gray[f] : decoded;
@@ -273,6 +346,12 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
                      image.width, image.height, pipeline, geometry, rng, state, out);
     if (!status.ok()) {
       return in_file(f, absl::Status(status.code(), absl::StrCat("view ", v, ": ", status.message())));
+    }
+    if (views.mask[v] && marks_padding(f)) {
+      int out_h = 0, out_w = 0;
+      pipeline.OutputSize(geometry, &out_h, &out_w);
+      FillMaskPadding(out, out_h, out_w, pipeline.layout(),
+                      static_cast<uint8_t>(views.mask_fill[v]));
     }
   }
   return absl::OkStatus();

@@ -53,6 +53,9 @@ struct ViewSet {
   int files = 1;                ///< files a sample needs: 1 + the largest `file`
   std::vector<bool> share_geometry;  ///< of each view (LoaderOptions::View::share_geometry)
   std::vector<bool> tensor_nearest;  ///< of each view (LoaderOptions::View::tensor_nearest)
+  /// Of each view: the level a label view sharing view 0's geometry pads with (TakeMaskFill),
+  /// 0 for the others.
+  std::vector<int> mask_fill;
   /// Of each view: its size depends on the image (LoaderOptions::View::variable): the row holds
   /// the record of its output, rendered into a buffer of its own (OutputSink).
   std::vector<bool> variable;
@@ -65,6 +68,20 @@ struct ViewSet {
   /// the view that fails.
   static absl::StatusOr<ViewSet> Create(const std::vector<LoaderOptions::View>& views, Layout layout);
 };
+
+/// A label view's padding fill: v2 pads a Mask with the fill its transform gives masks (255,
+/// "ignore", in torchvision's segmentation reference), which the fused geometry cannot (it pads
+/// with zeros). Takes that fill out of `steps`' Pad/RandomCrop steps into `fill` (0 when none
+/// pads with another level), so they fuse as zero padding; DecodeViews renders the label image
+/// with a marker channel and sets the padded pixels to `fill` (FillMaskPadding). Returns why
+/// the chain's padding cannot be one fill (a fill that is not one integer level, two fills, or
+/// another step that pads with 0 beside it), or "".
+std::string TakeMaskFill(std::vector<TransformStep>* steps, int* fill);
+
+/// Sets the pixels of a rendered label view (height x width, 3 channels in `layout`) whose
+/// channel 2 is 0 (padding: the label image was rendered with channel 2 at 255) to `fill`, and
+/// replicates channel 0 into the others.
+void FillMaskPadding(uint8_t* view, int height, int width, Layout layout, uint8_t fill);
 
 /// Why `view`'s geometric steps would not draw as `first`'s do (another kind, size, scale,
 /// ratio, probability or padding at some step), or "" when they draw alike.

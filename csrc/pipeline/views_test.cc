@@ -377,6 +377,120 @@ TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
   EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
 }
 
+// An 8-bit BMP of `labels` (width x height, row-major) with a gray palette: a label image.
+std::vector<uint8_t> GrayBmp(int width, int height, const std::vector<uint8_t>& labels) {
+  const int stride = (width + 3) / 4 * 4;
+  const uint32_t data_at = 14 + 40 + 1024;
+  const uint32_t size = data_at + static_cast<uint32_t>(stride * height);
+  std::vector<uint8_t> out(size, 0);
+  auto put32 = [&](size_t at, uint32_t v) {
+    for (int b = 0; b < 4; ++b) out[at + b] = static_cast<uint8_t>(v >> (8 * b));
+  };
+  out[0] = 'B', out[1] = 'M';
+  put32(2, size);
+  put32(10, data_at);
+  put32(14, 40);
+  put32(18, static_cast<uint32_t>(width));
+  put32(22, static_cast<uint32_t>(height));
+  out[26] = 1, out[28] = 8;  // one plane, 8 bits a pixel, no compression
+  put32(46, 256);
+  for (uint32_t i = 0; i < 256; ++i) put32(54 + 4 * i, i * 0x010101u);
+  for (int y = 0; y < height; ++y) {  // bottom-up rows
+    std::memcpy(&out[data_at + static_cast<size_t>(stride) * (height - 1 - y)],
+                &labels[static_cast<size_t>(y) * width], static_cast<size_t>(width));
+  }
+  return out;
+}
+
+TEST(ViewsTest, AJointMaskPadsWithItsOwnFillOnTheImagesRandomResizeAndCrop) {
+  // v2's RandomResize(10, 70), a flip and RandomCrop(48, pad_if_needed=True) with fill 0 for
+  // the image and 255 for the mask (torchvision's segmentation reference): the label view
+  // shares the image's draws, and its padding is 255 exactly where the image's is 0.
+  const int w = 60, h = 40;
+  std::vector<uint8_t> labels(static_cast<size_t>(w) * h);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) labels[static_cast<size_t>(y) * w + x] = 1 + (x + 3 * y) % 200;
+  }
+  const std::vector<uint8_t> bmp = GrayBmp(w, h, labels);
+  TransformStep resize = transforms::Resize(10);
+  resize.size_max = 70;
+  TransformStep crop = transforms::RandomCrop(48);
+  crop.pad_if_needed = true;
+  std::vector<LoaderOptions::View> options(2);
+  options[0].transform = {resize, transforms::RandomHorizontalFlip(), crop};
+  crop.fill[0] = crop.fill[1] = crop.fill[2] = 255.f;
+  for (const TransformStep& step : {resize, transforms::RandomHorizontalFlip(), crop}) {
+    options[1].transform.push_back(transforms::WithInterpolation(step, Interpolation::kNearest));
+  }
+  options[1].mask = options[1].share_geometry = options[1].tensor_nearest = true;
+  for (LoaderOptions::View& v : options) {
+    v.dtype = DType::kUint8;
+    v.geometry = true;
+  }
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kCHW);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->mask_fill, (std::vector<int>{0, 255}));
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+  auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+  std::vector<int> sides;
+  int padded = 0;
+  const size_t n = 48 * 48;
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    ASSERT_TRUE(DecodeViews(*decoder, OneFile(bmp), *set, seed, state, row).ok());
+    const double* g0 = reinterpret_cast<const double*>(row + set->geometry_offsets[0]);
+    const double* g1 = reinterpret_cast<const double*>(row + set->geometry_offsets[1]);
+    for (int f = 0; f < kGeometryFields; ++f) EXPECT_EQ(g0[f], g1[f]) << "field " << f;
+    // The drawn short side (the source's height): 48 output pixels span (bottom - top) rows.
+    const int side = static_cast<int>(std::lround(48.0 * h / (g0[kGeoBottom] - g0[kGeoTop])));
+    EXPECT_GE(side, 10);
+    EXPECT_LT(side, 70);
+    sides.push_back(side);
+    const uint8_t* image = row + set->offsets[0];
+    const uint8_t* mask = row + set->offsets[1];
+    bool any_pad = false;
+    for (size_t i = 0; i < n; ++i) {
+      const bool pad = image[i] == 0 && image[n + i] == 0 && image[2 * n + i] == 0;
+      any_pad |= pad;
+      if (pad) {
+        ASSERT_EQ(mask[i], 255) << "seed " << seed << " pixel " << i;
+      } else {
+        ASSERT_GE(mask[i], 1) << "seed " << seed << " pixel " << i;
+        ASSERT_LE(mask[i], 200) << "seed " << seed << " pixel " << i;
+      }
+      ASSERT_EQ(mask[n + i], mask[i]);  // replicated again (the marker channel is gone)
+      ASSERT_EQ(mask[2 * n + i], mask[i]);
+    }
+    padded += any_pad;
+  }
+  std::sort(sides.begin(), sides.end());
+  EXPECT_GT(std::unique(sides.begin(), sides.end()) - sides.begin(), 10);
+  EXPECT_GT(padded, 5);  // short sides below 48 pad
+  EXPECT_LT(padded, 35);
+}
+
+TEST(ViewsTest, AJointMaskPadsWithOneIntegerFillOnly) {
+  const auto why = [](std::vector<TransformStep> steps) {
+    int fill = -1;
+    const std::string error = TakeMaskFill(&steps, &fill);
+    return error.empty() ? "fill " + std::to_string(fill) : error;
+  };
+  TransformStep crop = transforms::RandomCrop(32, 0, 4);
+  EXPECT_EQ(why({crop}), "fill 0");
+  crop.fill[0] = crop.fill[1] = crop.fill[2] = 255.f;
+  EXPECT_EQ(why({crop}), "fill 255");
+  EXPECT_EQ(why({transforms::CenterCrop(40), crop}),
+            "a label image that pads with 255 cannot also pad with 0 (CenterCrop)");
+  TransformStep other = crop;
+  other.fill[0] = other.fill[1] = other.fill[2] = 7.f;
+  EXPECT_EQ(why({crop, other}), "a label image pads with one fill, not 255 and 7");
+  other.fill[1] = 3.f;
+  EXPECT_EQ(why({other}), "a label image pads with one integer level in 0..255, not (7, 3, 7)");
+}
+
 TEST(ViewsTest, TensorNearestIsForLabelImagesOnly) {
   std::vector<LoaderOptions::View> options(2);
   for (LoaderOptions::View& view : options) {

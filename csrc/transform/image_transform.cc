@@ -486,6 +486,7 @@ absl::Status ReadAll(StepParamReader& r, TransformStep* s, Readers... readers) {
 
 absl::Status ParseResize(StepParamReader& r, TransformStep* s) {
   r.Int("max_size", &s->max_size);
+  r.Int("size_max", &s->size_max);
   return ReadAll(r, s, ReadSize, ReadInterpolation);
 }
 
@@ -609,6 +610,9 @@ std::string WithFilter(std::string d, const TransformStep& s) {
 }
 
 std::string DescribeResize(const TransformStep& s) {
+  if (s.size_max > 0) {
+    return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), s);
+  }
   if (s.size_w > 0) return WithFilter(absl::StrCat("Resize(", s.size_h, "x", s.size_w), s);
   if (s.max_size > 0) {
     return WithFilter(absl::StrCat("Resize(", s.size_h, ", max_size=", s.max_size), s);
@@ -672,7 +676,7 @@ const std::vector<StepKindInfo>& StepKinds() {
   using S = StepStage;
   static const auto* kinds = new std::vector<StepKindInfo>{
       {Kind::kResize, "resize", "Resize", S::kGeometry, true,
-       "size_h size_w max_size interpolation",
+       "size_h size_w max_size size_max interpolation",
        ParseResize, DescribeResize, nullptr},
       {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false,
        "size_h size_w",
@@ -880,7 +884,19 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
                                         " must be strictly greater than the requested size ",
                                         s.size_h));
         }
-        if (s.size_w > 0) {
+        if (s.size_max != 0) {
+          if (s.size_w > 0 || s.max_size > 0) {
+            return StepError(i, s.kind, "a random size (RandomResize) takes a single int size "
+                                        "and no max_size");
+          }
+          if (s.size_max <= s.size_h) {
+            return StepError(i, s.kind,
+                             absl::StrCat("RandomResize: max_size = ", s.size_max,
+                                          " must be greater than min_size = ", s.size_h,
+                                          " (the size is drawn from [min_size, max_size))"));
+          }
+          size.reset();  // drawn per sample: the output size depends on the draw
+        } else if (s.size_w > 0) {
           size = Size2{s.size_h, s.size_w};
         } else if (size) {
           size = ResizedOutputSize(size->h, size->w, s);
@@ -1002,7 +1018,15 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
     const TransformStep& s = steps_[i];
     switch (s.kind) {
       case Kind::kResize: {
-        const Size2 n = ResizedOutputSize(v.h, v.w, s);
+        Size2 n;
+        if (s.size_max > 0) {
+          // v2's RandomResize: one short side per sample, drawn like torch.randint(min, max).
+          TransformStep drawn = s;
+          drawn.size_h = static_cast<int>(rng.RandInt(s.size_h, s.size_max));
+          n = ResizedOutputSize(v.h, v.w, drawn);
+        } else {
+          n = ResizedOutputSize(v.h, v.w, s);
+        }
         if (n.h == v.h && n.w == v.w) break;  // torchvision returns the image untouched
         key_dx *= static_cast<double>(std::max<int64_t>(n.w, 1)) / static_cast<double>(v.w);
         key_dy *= static_cast<double>(std::max<int64_t>(n.h, 1)) / static_cast<double>(v.h);

@@ -602,6 +602,43 @@ TEST(TransformPipelinePlan, ResizeMaxSize) {
   EXPECT_DOUBLE_EQ(g.y1, 55 * 200.0 / 60);
 }
 
+TEST(TransformPipelinePlan, RandomResizeDrawsTheShortSidePerSample) {
+  // v2's RandomResize(10, 20): the short side drawn from [10, 20) per sample, then Resize(drawn).
+  TransformStep random = Resize(10);
+  random.size_max = 20;
+  const TransformPipeline p = MustCreate({random, CenterCrop(8, 8)});
+  std::vector<int64_t> sides;
+  for (uint64_t seed = 0; seed < 60; ++seed) {
+    SampleRng rng(seed);
+    const SampleGeometry g = p.Plan(30, 60, rng);
+    // 8 output columns span 8 * 30 / side source columns.
+    const int64_t side = std::llround(8.0 * 30.0 / (g.x1 - g.x0));
+    EXPECT_GE(side, 10);
+    EXPECT_LT(side, 20);
+    EXPECT_NEAR(g.y1 - g.y0, 8.0 * 60.0 / (2 * side), 1e-9);  // long side int(side * 60 / 30)
+    SampleRng again(seed);
+    EXPECT_EQ(p.Plan(30, 60, again).x0, g.x0);  // keyed: the same seed, the same draw
+    sides.push_back(side);
+  }
+  std::sort(sides.begin(), sides.end());
+  EXPECT_EQ(std::unique(sides.begin(), sides.end()) - sides.begin(), 10);  // every size drawn
+
+  const auto error = [](TransformStep s) {
+    absl::StatusOr<TransformPipeline> made =
+        TransformPipeline::Create({s, CenterCrop(8, 8)}, DType::kUint8, Layout::kCHW);
+    return made.ok() ? std::string() : std::string(made.status().message());
+  };
+  TransformStep empty = random;
+  empty.size_max = 10;
+  EXPECT_NE(error(empty).find("must be greater than min_size = 10"), std::string::npos);
+  TransformStep capped = random;
+  capped.max_size = 40;
+  EXPECT_NE(error(capped).find("takes a single int size and no max_size"), std::string::npos);
+  // Without a crop after it the output size depends on the draw.
+  EXPECT_FALSE(TransformPipeline::Create({random}, DType::kUint8, Layout::kCHW).ok());
+  EXPECT_TRUE(TransformPipeline::Create({random}, DType::kUint8, Layout::kCHW, true).ok());
+}
+
 TEST(TransformPipelinePlan, CenterCropLargerThanImagePadsWithZeros) {
   // torchvision pads (crop - size) // 2 on the leading side, the rest on the trailing side.
   const TransformPipeline p = MustCreate({CenterCrop(100, 105)});

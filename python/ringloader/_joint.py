@@ -50,8 +50,8 @@ __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
 #: v2 classes whose effect on pixels is a crop, resize, pad or flip: fused into the native
 #: geometry, so boxes and keypoints follow the recorded rectangle.
-_GEOMETRIC = {"Resize", "CenterCrop", "RandomResizedCrop", "RandomHorizontalFlip",
-              "RandomVerticalFlip", "RandomCrop", "Pad"}
+_GEOMETRIC = {"Resize", "RandomResize", "CenterCrop", "RandomResizedCrop",
+              "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
 #: Of those, the ones after which v2 clamps boxes to the new canvas.
 _CLAMPING = {"CenterCrop", "RandomResizedCrop", "RandomCrop", "Pad"}
 #: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
@@ -78,6 +78,9 @@ class JointPlan(NamedTuple):
     # leaf is one then (after ToPureTensor): v2 takes the sample's first plain tensor for the
     # image, so natively the image must be that one (``refusal``).
     plain_step: Optional[Tuple[str, bool]] = None
+    # The dtype v2's ToDtype gives a Mask (``{..., tv_tensors.Mask: torch.int64}``, as
+    # torchvision's segmentation reference asks), or None: the mask keeps its stored uint8.
+    mask_dtype: Any = None
 
 
 _NO_DTYPE = object()
@@ -105,17 +108,58 @@ _PLANS: Dict[int, Tuple[Any, Any]] = {}
 _PLANS_KEPT = 256
 
 
-def _zero_fill(step: Any) -> bool:
-    """A v2 Pad/RandomCrop fuses into the native geometry only with a zero constant fill."""
+def _fill_for(step: Any, kind: str) -> Any:
+    """The fill v2's Pad/RandomCrop gives a leaf of ``kind`` ("pil", "image", "plain" or "mask"):
+    as v2's ``_get_fill``, the entry of the leaf's exact type in a per-type dict, else its
+    "others" (None, zero, without either)."""
+    fill = getattr(step, "fill", 0)
+    if not isinstance(fill, dict):
+        return fill
+    import torch
+    from PIL import Image
+    from torchvision import tv_tensors
+
+    key = {"pil": Image.Image, "image": tv_tensors.Image, "plain": torch.Tensor,
+           "mask": tv_tensors.Mask}[kind]
+    return fill[key] if key in fill else fill.get("others")
+
+
+def _zero(value: Any) -> bool:
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return all(v is None or float(v) == 0.0 for v in values)
+
+
+def _zero_fill(step: Any, kind: str) -> bool:
+    """A v2 Pad/RandomCrop fuses into the native geometry of the image (of ``kind``) only with a
+    zero constant fill for it (a Mask's own fill is its view's: ``_mask_fill``)."""
     if getattr(step, "padding_mode", "constant") != "constant":
         return False
-    fill = getattr(step, "fill", 0)
-    values = fill.values() if isinstance(fill, dict) else [fill]
-    for value in values:
-        for v in (value if isinstance(value, (list, tuple)) else [value]):
-            if v is not None and float(v) != 0.0:
-                return False
-    return True
+    return _zero(_fill_for(step, kind))
+
+
+def _mask_fill(step: Any) -> Optional[int]:
+    """The level v2 pads a ``tv_tensors.Mask`` with at a constant Pad/RandomCrop, or None when it
+    is not one integer level in 0..255 (the label view pads with one: ``views.h`` TakeMaskFill)."""
+    value = _fill_for(step, "mask")
+    if isinstance(value, (list, tuple)):
+        if len(set(float(v) for v in value)) != 1:
+            return None
+        value = value[0]
+    value = 0.0 if value is None else float(value)
+    return int(value) if value.is_integer() and 0 <= value <= 255 else None
+
+
+def _with_fill(step: Any, fill: Any) -> Any:
+    """A copy of the v2 Pad/RandomCrop ``step`` padding every leaf with ``fill``: the one its
+    leaf gets from a per-type dict (the image's chain, the mask's view)."""
+    if not isinstance(getattr(step, "fill", 0), dict):
+        return step
+    from torchvision.transforms.v2._utils import _setup_fill_arg
+
+    step = copy.copy(step)
+    step.fill = fill
+    step._fill = _setup_fill_arg(fill)
+    return step
 
 
 def _pads(step: Any) -> bool:
@@ -134,20 +178,22 @@ def _nearest(step: Any) -> Any:
     return step
 
 
-def _changes_masks(step: Any) -> bool:
-    """True when v2's ``step`` (a value step) changes a ``tv_tensors.Mask``'s values or dtype."""
+def _mask_dtype(step: Any) -> Any:
+    """What v2's ``step`` (a value step) does to a ``tv_tensors.Mask``: None (nothing), the dtype
+    a ``ToDtype`` converts it to (its values unchanged: v2 scales only images and videos), or
+    ``_NO_DTYPE`` where natively the mask cannot follow (``ConvertImageDtype``, or a dict with
+    neither a Mask entry nor "others": v2 raises)."""
     from torchvision import tv_tensors
 
     name = type(step).__name__
     if name == "ConvertImageDtype":
-        return True
+        return _NO_DTYPE
     if name == "ToDtype" and isinstance(step.dtype, dict):
         dtypes = step.dtype
         if tv_tensors.Mask in dtypes:
-            return dtypes[tv_tensors.Mask] is not None
-        # v2 raises for a Mask with neither its own key nor "others".
-        return dtypes.get("others") is not None or "others" not in dtypes
-    return False
+            return dtypes[tv_tensors.Mask]
+        return dtypes["others"] if "others" in dtypes else _NO_DTYPE
+    return None
 
 
 def _plan(transform: Any) -> Any:
@@ -159,7 +205,14 @@ def _plan(transform: Any) -> Any:
         qualname = getattr(step, "__qualname__", None)
         what = (f"the Python function {getattr(step, '__module__', '?')}.{qualname}"
                 if qualname is not None and not isinstance(step, type) else T._step_name(step))
-        return f"its transform holds {what}, which is not a torchvision v2 transform"
+        hint = ""
+        if type(step).__name__ == "PadIfSmaller":
+            # torchvision's segmentation reference (v2_extras.py): user code, not recognised.
+            hint = (" (torchvision's segmentation reference pads with it; "
+                    "v2.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "
+                    "'others': 0}) in place of it and the RandomCrop after it pads natively, "
+                    "on both sides rather than right and bottom)")
+        return f"its transform holds {what}, which is not a torchvision v2 transform{hint}"
     from torchvision.transforms import v2
 
     image: List[Any] = []
@@ -171,6 +224,7 @@ def _plan(transform: Any) -> Any:
     clamps = False
     mask: List[Any] = []
     mask_refusal: Optional[str] = None
+    mask_dtype: Any = None
     kind = "pil"  # what v2 holds for the image: "pil", "image" (tv_tensors.Image) or "plain"
     unwrapped = False  # after ToPureTensor: every leaf a plain tensor
     plain_step: Optional[Tuple[str, bool]] = None
@@ -209,20 +263,40 @@ def _plan(transform: Any) -> Any:
             if first_value is not None:
                 return (f"{where} follows {T._step_name(first_value)}: natively it would move "
                         "the pixels after the resample, where boxes cannot follow it")
-            if name in ("Pad", "RandomCrop") and not _zero_fill(step):
-                return f"{where} pads with a fill other than zero or a mode other than constant"
+            if name in ("Pad", "RandomCrop") and not _zero_fill(step, kind):
+                return (f"{where} pads the image with a fill other than zero or a mode other "
+                        "than constant")
+            if name in ("Pad", "RandomCrop") and mask_refusal is None and _pads(step):
+                if _mask_fill(step) is None:
+                    mask_refusal = (f"{where} pads a tv_tensors.Mask with {_fill_for(step, 'mask')!r} "
+                                    "(natively a mask pads with one integer level in 0..255)")
+                elif _mask_fill(step) and any(type(p).__name__ == "CenterCrop"
+                                              or (type(p).__name__ in ("Pad", "RandomCrop")
+                                                  and _pads(p) and not _mask_fill(p))
+                                              for p in parts if p is not step):
+                    mask_refusal = (f"{where} pads a tv_tensors.Mask with {_mask_fill(step)} and "
+                                    "another step pads it with 0 (natively a mask pads with one "
+                                    "level)")
+            if name in ("Pad", "RandomCrop"):
+                mask.append(_nearest(_with_fill(step, _mask_fill(step) or 0)))
+                step = _with_fill(step, 0)
             if name in ("Pad", "RandomCrop") and _pads(step) and cropped:
                 return (f"{where} pads after a crop (v2 clamps boxes to each canvas in turn, "
                         "which one rectangle does not say)")
             geometric_seen = True
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
             clamps |= name in _CLAMPING
-            mask.append(_nearest(step))
+            if name not in ("Pad", "RandomCrop"):
+                mask.append(_nearest(step))
         elif name in _VALUES:
-            if mask_refusal is None and _changes_masks(step):
-                mask_refusal = (f"{where} converts a tv_tensors.Mask too, or has no dtype for it "
-                                "(natively a mask keeps its stored dtype: give masks None, as "
-                                "ToDtype({tv_tensors.Image: ..., 'others': None}) does)")
+            to_mask = _mask_dtype(step)
+            if mask_refusal is None and to_mask is _NO_DTYPE:
+                mask_refusal = (f"{where} converts a tv_tensors.Mask as an image, or has no dtype "
+                                "for it (v2 raises): give masks a dtype or None, as "
+                                "ToDtype({tv_tensors.Image: ..., tv_tensors.Mask: torch.int64, "
+                                "'others': None}) does")
+            elif to_mask is not None:
+                mask_dtype = to_mask
             if kind == "pil" and name in _TENSOR_ONLY:
                 if name == "Normalize":
                     return (f"{where} comes before the chain's tensor conversion (v2 refuses a "
@@ -256,7 +330,7 @@ def _plan(transform: Any) -> Any:
     # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
     return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
                      v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",
-                     plain_step)
+                     plain_step, mask_dtype)
 
 
 def plan(transform: Any) -> Any:

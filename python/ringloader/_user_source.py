@@ -89,14 +89,15 @@ class _JointMask(_Leaf):
     """A mask of a native Joint: a ``tv_tensors.Mask`` [H, W] in the sample, as v2 returns a
     mask decoded as stored (a plain tensor after ToPureTensor)."""
 
-    __slots__ = ("pure",)
+    __slots__ = ("pure", "dtype")
 
-    def __init__(self, k: int, pure: bool):
+    def __init__(self, k: int, pure: bool, dtype: Any = None):
         super().__init__(k)
         self.pure = pure
+        self.dtype = dtype  # a ToDtype's for masks (JointPlan.mask_dtype), or None
 
     def __reduce__(self) -> Any:
-        return (_JointMask, (self.k, self.pure))
+        return (_JointMask, (self.k, self.pure, self.dtype))
 
 
 _LEAVES = [_Leaf(k) for k in range(64)]
@@ -155,7 +156,7 @@ def _native_joint(joint: Joint, refs: List[ImageReference]) -> "_joint.JointLeaf
         if isinstance(value, ImageReference):  # a mask (refusal() lets no other through)
             k = listed(value, plan.mask)
             masks.append((k, value.describe()))
-            return _JointMask(k, plan.pure)
+            return _JointMask(k, plan.pure, plan.mask_dtype)
         return rebuild(value, walk)
 
     structure = walk(joint.structure)
@@ -222,6 +223,8 @@ def _fill(structure: Any, images: Sequence[Any]) -> Any:
         from torchvision import tv_tensors
 
         mask = images[structure.k]
+        if structure.dtype is not None:
+            mask = mask.to(structure.dtype)
         return mask if structure.pure else mask.as_subclass(tv_tensors.Mask)
     if isinstance(structure, _JointImage):
         from torchvision import tv_tensors

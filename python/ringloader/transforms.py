@@ -483,6 +483,18 @@ def _resize(t: Any, where: str) -> List[Dict[str, Any]]:
     return [step]
 
 
+@_converts("RandomResize")
+def _random_resize(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomResize: the shorter side drawn per sample from [min_size, max_size) (the
+    sample's keyed draws), then resized as ``Resize(drawn)``."""
+    interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+    if int(t.max_size) <= int(t.min_size):
+        raise TypeError(f"{where}: max_size must be greater than min_size (torch.randint draws "
+                        "from [min_size, max_size))")
+    return [{"kind": "resize", "size_h": int(t.min_size), "size_w": 0,
+             "size_max": int(t.max_size), "interpolation": interp}]
+
+
 @_converts("RandomResizedCrop")
 @_converts("RandomResizedCropAndInterpolation", modules=_TIMM)
 def _random_resized_crop(t: Any, where: str) -> List[Dict[str, Any]]:

@@ -85,6 +85,9 @@ struct TransformStep {
   int size_h = 0;
   int size_w = 0;
   int max_size = 0;  ///< Resize: torchvision's max_size (0 = none).
+  /// Resize: v2's RandomResize when > 0: the shorter side is drawn per sample from
+  /// [size_h, size_max) (torch.randint's range), then resized as Resize(drawn) would.
+  int size_max = 0;
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double p = 0.5;
