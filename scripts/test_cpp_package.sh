@@ -77,6 +77,10 @@ for header in "$PREFIX"/include/ringloader/*.h; do
     esac
   done < <(sed -n 's/^#include "\([^"]*\)".*/\1/p' "$header")
 done
+# No locks in the API: a class that waits keeps its mutex and condition variables in its .cc.
+if grep -nE 'std::(mutex|condition_variable)|#include <(mutex|condition_variable)>' "$PREFIX"/include/ringloader/*.h; then
+  echo "test_cpp_package: an installed header exposes a lock (above): keep it behind the class's .cc" >&2; exit 1
+fi
 echo "   $(ls "$PREFIX/include/ringloader" | tr '\n' ' ')"
 
 DATA=${RINGLOADER_CACHE:-$HOME/.cache/ringloader}/sample-v1

@@ -1,21 +1,86 @@
 #include "ringloader/deferred_rows.h"
 
 #include <algorithm>
-#include <climits>
 #include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <mutex>
 
 #include "absl/strings/str_cat.h"
 
 namespace ringloader {
 
-absl::Status DeferredRows::CheckGroup(int64_t group) const {
+// The implementation: DeferredRows forwards each call to its State, which keeps the locks out
+// of the installed header.
+class DeferredRows::State {
+ public:
+  explicit State(int64_t num_groups) : groups_(static_cast<size_t>(num_groups)) {}
+
+  int64_t num_groups() const { return static_cast<int64_t>(groups_.size()); }
+  absl::Status Attach(int64_t group, std::shared_ptr<const Group> rows, int64_t uses);
+  bool Held(int64_t group) const;
+  bool WaitForRoom(int64_t group, int64_t incoming, int64_t budget, absl::Duration timeout);
+  void Clear();
+  void Close();
+  absl::Status WaitFor(int64_t group, const std::atomic<bool>* cancel);
+  absl::StatusOr<Row> Get(int64_t group, int64_t row) const;
+  void Done(int64_t group, const Row& row);
+  Counts counts() const;
+
+ private:
+  struct Entry {
+    std::shared_ptr<const Group> rows;  // null: not attached
+    int64_t uses = 0;
+    int64_t bytes = 0;           // of rows->bytes, as counted in bytes_held
+    uint64_t attach_id = 0;
+    std::vector<int32_t> row_uses;  // decodes left per row (empty: not counted per row)
+    int64_t live_bytes = 0;      // bytes of rows with decodes left (when counted per row)
+  };
+  absl::Status CheckGroup(int64_t group) const;
+  void FreeLocked(Entry& entry);
+  // Moves the rows with decodes left into a block of their own (Group::row_uses).
+  void CompactLocked(Entry& entry);
+
+  mutable std::mutex mu_;
+  std::condition_variable attached_cv_;  // readers: a group arrived (or Close)
+  std::condition_variable room_cv_;      // feeder: bytes freed, a reader started waiting, Close
+  std::vector<Entry> groups_;
+  std::vector<int64_t> waiting_;  // readers waiting, per group being waited for (few)
+  uint64_t next_attach_id_ = 1;
+  bool closed_ = false;
+  Counts counts_;
+};
+
+DeferredRows::DeferredRows(int64_t num_groups) : state_(std::make_unique<State>(num_groups)) {}
+DeferredRows::~DeferredRows() = default;
+
+int64_t DeferredRows::num_groups() const { return state_->num_groups(); }
+absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> rows, int64_t uses) {
+  return state_->Attach(group, std::move(rows), uses);
+}
+bool DeferredRows::Held(int64_t group) const { return state_->Held(group); }
+bool DeferredRows::WaitForRoom(int64_t group, int64_t incoming, int64_t budget, absl::Duration timeout) {
+  return state_->WaitForRoom(group, incoming, budget, timeout);
+}
+void DeferredRows::Clear() { state_->Clear(); }
+void DeferredRows::Close() { state_->Close(); }
+absl::Status DeferredRows::WaitFor(int64_t group, const std::atomic<bool>* cancel) {
+  return state_->WaitFor(group, cancel);
+}
+absl::StatusOr<DeferredRows::Row> DeferredRows::Get(int64_t group, int64_t row) const {
+  return state_->Get(group, row);
+}
+void DeferredRows::Done(int64_t group, const Row& row) { state_->Done(group, row); }
+DeferredRows::Counts DeferredRows::counts() const { return state_->counts(); }
+
+absl::Status DeferredRows::State::CheckGroup(int64_t group) const {
   if (group < 0 || group >= num_groups()) {
     return absl::InvalidArgumentError(absl::StrCat("row group ", group, " is outside [0, ", num_groups(), ")"));
   }
   return absl::OkStatus();
 }
 
-absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> rows, int64_t uses) {
+absl::Status DeferredRows::State::Attach(int64_t group, std::shared_ptr<const Group> rows, int64_t uses) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return s;
   if (uses < 1) return absl::InvalidArgumentError(absl::StrCat("row group ", group, ": uses ", uses, " < 1"));
   if (rows == nullptr || rows->starts.size() != rows->lengths.size()) {
@@ -87,12 +152,12 @@ absl::Status DeferredRows::Attach(int64_t group, std::shared_ptr<const Group> ro
   return absl::OkStatus();
 }
 
-bool DeferredRows::Held(int64_t group) const {
+bool DeferredRows::State::Held(int64_t group) const {
   std::lock_guard<std::mutex> lock(mu_);
   return CheckGroup(group).ok() && groups_[static_cast<size_t>(group)].rows != nullptr;
 }
 
-bool DeferredRows::WaitForRoom(int64_t group, int64_t incoming, int64_t budget, absl::Duration timeout) {
+bool DeferredRows::State::WaitForRoom(int64_t group, int64_t incoming, int64_t budget, absl::Duration timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto fits = [&] {
     return closed_ || counts_.bytes_held == 0 || counts_.bytes_held + incoming <= budget ||
@@ -103,7 +168,7 @@ bool DeferredRows::WaitForRoom(int64_t group, int64_t incoming, int64_t budget, 
   return ok && !closed_;
 }
 
-void DeferredRows::FreeLocked(Entry& entry) {
+void DeferredRows::State::FreeLocked(Entry& entry) {
   if (entry.rows == nullptr) return;
   counts_.groups_held -= 1;
   counts_.bytes_held -= entry.bytes;
@@ -111,7 +176,7 @@ void DeferredRows::FreeLocked(Entry& entry) {
   room_cv_.notify_all();
 }
 
-void DeferredRows::Clear() {
+void DeferredRows::State::Clear() {
   std::lock_guard<std::mutex> lock(mu_);
   for (Entry& entry : groups_) {
     FreeLocked(entry);
@@ -119,14 +184,14 @@ void DeferredRows::Clear() {
   }
 }
 
-void DeferredRows::Close() {
+void DeferredRows::State::Close() {
   std::lock_guard<std::mutex> lock(mu_);
   closed_ = true;
   attached_cv_.notify_all();
   room_cv_.notify_all();
 }
 
-absl::Status DeferredRows::WaitFor(int64_t group, const std::atomic<bool>* cancel) {
+absl::Status DeferredRows::State::WaitFor(int64_t group, const std::atomic<bool>* cancel) {
   if (absl::Status s = CheckGroup(group); !s.ok()) return s;
   std::unique_lock<std::mutex> lock(mu_);
   Entry& entry = groups_[static_cast<size_t>(group)];
@@ -146,7 +211,7 @@ absl::Status DeferredRows::WaitFor(int64_t group, const std::atomic<bool>* cance
   return absl::OkStatus();
 }
 
-absl::StatusOr<DeferredRows::Row> DeferredRows::Get(int64_t group, int64_t row) const {
+absl::StatusOr<DeferredRows::Row> DeferredRows::State::Get(int64_t group, int64_t row) const {
   if (absl::Status s = CheckGroup(group); !s.ok()) return s;
   std::lock_guard<std::mutex> lock(mu_);
   const Entry& entry = groups_[static_cast<size_t>(group)];
@@ -170,7 +235,7 @@ absl::StatusOr<DeferredRows::Row> DeferredRows::Get(int64_t group, int64_t row) 
   return out;
 }
 
-void DeferredRows::Done(int64_t group, const Row& row) {
+void DeferredRows::State::Done(int64_t group, const Row& row) {
   if (!CheckGroup(group).ok()) return;
   std::lock_guard<std::mutex> lock(mu_);
   Entry& entry = groups_[static_cast<size_t>(group)];
@@ -182,7 +247,7 @@ void DeferredRows::Done(int64_t group, const Row& row) {
   if (entry.live_bytes * 2 < entry.bytes) CompactLocked(entry);
 }
 
-void DeferredRows::CompactLocked(Entry& entry) {
+void DeferredRows::State::CompactLocked(Entry& entry) {
   const Group& old = *entry.rows;
   auto moved = std::make_shared<Group>();
   const size_t n = old.starts.size();
@@ -207,7 +272,7 @@ void DeferredRows::CompactLocked(Entry& entry) {
   room_cv_.notify_all();
 }
 
-DeferredRows::Counts DeferredRows::counts() const {
+DeferredRows::Counts DeferredRows::State::counts() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counts_;
 }

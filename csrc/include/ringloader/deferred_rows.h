@@ -11,10 +11,8 @@
 /// a group it needs now (that group may go over the budget).
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,9 +58,12 @@ class DeferredRows {
     int64_t compactions = 0;      ///< groups whose rows left to decode moved to a smaller block
   };
 
-  explicit DeferredRows(int64_t num_groups) : groups_(static_cast<size_t>(num_groups)) {}
+  explicit DeferredRows(int64_t num_groups);
+  ~DeferredRows();
+  DeferredRows(const DeferredRows&) = delete;
+  DeferredRows& operator=(const DeferredRows&) = delete;
 
-  int64_t num_groups() const { return static_cast<int64_t>(groups_.size()); }
+  int64_t num_groups() const;
 
   // ---- feeder side ----
 
@@ -94,27 +95,8 @@ class DeferredRows {
   Counts counts() const;
 
  private:
-  struct Entry {
-    std::shared_ptr<const Group> rows;  // null: not attached
-    int64_t uses = 0;
-    int64_t bytes = 0;           // of rows->bytes, as counted in bytes_held
-    uint64_t attach_id = 0;
-    std::vector<int32_t> row_uses;  // decodes left per row (empty: not counted per row)
-    int64_t live_bytes = 0;      // bytes of rows with decodes left (when counted per row)
-  };
-  absl::Status CheckGroup(int64_t group) const;
-  void FreeLocked(Entry& entry);
-  // Moves the rows with decodes left into a block of their own (Group::row_uses).
-  void CompactLocked(Entry& entry);
-
-  mutable std::mutex mu_;
-  std::condition_variable attached_cv_;  // readers: a group arrived (or Close)
-  std::condition_variable room_cv_;      // feeder: bytes freed, a reader started waiting, Close
-  std::vector<Entry> groups_;
-  std::vector<int64_t> waiting_;  // readers waiting, per group being waited for (few)
-  uint64_t next_attach_id_ = 1;
-  bool closed_ = false;
-  Counts counts_;
+  class State;  // the groups held, their uses, the locks and waits (deferred_rows.cc)
+  std::unique_ptr<State> state_;
 };
 
 }  // namespace ringloader
