@@ -17,8 +17,12 @@ A ``mode="mask"`` reference in the structure is rendered by its own view of its 
 (:attr:`JointPlan.mask`): the same geometric steps with torch's nearest interpolation (v2
 resizes a Mask as a tensor: ``View::tensor_nearest``), replaying the image view's geometric draws
 (``View::share_geometry``), and none of the colour or output steps,
-which v2 does not apply to a ``tv_tensors.Mask``. A step that would change a Mask (a ``ToDtype``
-whose dtype for masks is not None, ``ConvertImageDtype``) keeps such a Joint on torch's path.
+which v2 does not apply to a ``tv_tensors.Mask``. Padding gives the mask the fill a per-type dict
+gives masks (``{tv_tensors.Mask: 255, "others": 0}``, as torchvision's segmentation reference
+pads; ``views.h`` TakeMaskFill) and the image its own (zero, fused), and a ``ToDtype`` dtype for
+masks (int64 there) converts the native mask (:attr:`JointPlan.mask_dtype`). A step that would
+change a Mask otherwise (``ConvertImageDtype``, a ``ToDtype`` dict without an entry for it) or a
+fill the label view cannot give keeps such a Joint on torch's path.
 
 One semantics on every path (``references.runnable``): a Joint's image references are decoded to the
 PIL images the user's own code would have opened, its masks to ``tv_tensors.Mask``, and v2 runs
@@ -49,7 +53,8 @@ from .references import _CONVERSIONS, _TENSOR_ONLY, rebuild, runnable
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
 #: v2 classes whose effect on pixels is a crop, resize, pad or flip: fused into the native
-#: geometry, so boxes and keypoints follow the recorded rectangle.
+#: geometry, so boxes and keypoints follow the recorded rectangle (RandomResize: its size drawn
+#: per sample, natively from the loader's per-sample seed).
 _GEOMETRIC = {"Resize", "RandomResize", "CenterCrop", "RandomResizedCrop",
               "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
 #: Of those, the ones after which v2 clamps boxes to the new canvas.
