@@ -18,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/small_file.h"
+#include "common/status_util.h"
 #include "memory/slot_allocator.h"
 
 #ifdef RINGLOADER_WITH_NUMA
@@ -158,7 +159,18 @@ int NumaTopology::NodeOfPciDevice(absl::string_view bus_id) const {
   return node;
 }
 
-absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, const NumaOption& option,
+std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count) {
+  if (count <= 1 || cpus.empty()) return cpus;
+  const size_t n = cpus.size(), parts = static_cast<size_t>(count), i = static_cast<size_t>(index);
+  if (n < parts) return {cpus[i % n]};
+  return std::vector<int>(cpus.begin() + static_cast<std::ptrdiff_t>(i * n / parts),
+                          cpus.begin() + static_cast<std::ptrdiff_t>((i + 1) * n / parts));
+}
+
+namespace {
+
+// ChooseNumaPlacement before the ranks' shares: the node and its allowed CPUs.
+absl::StatusOr<NumaPlacement> ChooseNodePlacement(const NumaTopology& topology, const NumaOption& option,
                                                   const std::vector<int>& allowed_cpus, int current_cpu,
                                                   absl::string_view gpu_bus_id) {
   NumaPlacement placement;
@@ -221,6 +233,30 @@ absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, 
     absl::StrAppend(&placement.note, "; its CPUs are outside the allowed CPUs ", FormatCpuList(allowed_cpus),
                     ", so threads are not pinned");
   }
+  return placement;
+}
+
+}  // namespace
+
+absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, const NumaOption& option,
+                                                  const std::vector<int>& allowed_cpus, int current_cpu,
+                                                  absl::string_view gpu_bus_id) {
+  const int count = option.share_count;
+  if (count > 1 && (option.share_index < 0 || option.share_index >= count)) {
+    return absl::InvalidArgumentError(absl::StrCat("numa share ", option.share_index, " of ", count,
+                                                   ": the share (the rank on this machine) must be in [0, ",
+                                                   count, ")"));
+  }
+  const std::string own_gpu = gpu_bus_id.empty() ? option.gpu_bus_id : std::string(gpu_bus_id);
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement,
+                      ChooseNodePlacement(topology, option, allowed_cpus, current_cpu, own_gpu));
+  if (count <= 1) return placement;
+  const bool placed = !placement.cpus.empty();
+  const std::vector<int> from = placed ? placement.cpus : allowed_cpus;  // a copy: cpus is replaced
+  placement.cpus = ShareOfCpus(from, option.share_index, count);
+  absl::StrAppend(&placement.note, placed ? "" : " by node", "; threads on CPUs ", FormatCpuList(placement.cpus), ", share ",
+                  option.share_index, " of ", count, " of ", placed ? "the node's" : "the allowed", " CPUs ",
+                  FormatCpuList(from), " (ranks on disjoint CPUs)");
   return placement;
 }
 

@@ -75,12 +75,21 @@ struct NumaPlacement {
 /// The decision, as a pure function of its inputs so tests can drive every branch.
 /// `allowed_cpus`: the process's CPUs (sched_getaffinity); threads are never placed outside it.
 /// `current_cpu`: the CPU the constructing thread runs on (-1 unknown), used by kAuto without a
-/// device. `gpu_bus_id`: the staging GPU's PCI bus id ("" = no device).
+/// device. `gpu_bus_id`: the staging GPU's PCI bus id ("" = no device: then `option.gpu_bus_id`,
+/// the process's own GPU, when set). With `option.share_count` > 1 the threads get that share
+/// (ShareOfCpus) of the placed CPUs, or of `allowed_cpus` when nothing else placed them (numa off
+/// or unknown: memory stays unbound then); a share_index outside [0, share_count) is
+/// InvalidArgument.
 /// An explicit node that does not exist, or whose CPUs are all outside `allowed_cpus`, is
 /// InvalidArgument naming the nodes that exist.
 absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, const NumaOption& option,
                                                   const std::vector<int>& allowed_cpus, int current_cpu,
                                                   absl::string_view gpu_bus_id);
+
+/// Part `index` of `count` equal, contiguous parts of sorted `cpus` (the i-th rank's share of a
+/// node's CPUs): parts differ in size by at most one; with fewer CPUs than parts, part i is the
+/// single CPU i mod |cpus|. count <= 1: all of `cpus`.
+std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count);
 
 /// CPUs the calling thread may run on (sched_getaffinity).
 std::vector<int> AllowedCpus();

@@ -184,6 +184,40 @@ TEST(PlacementTest, AutoFollowsTheGpuThenTheCallerAndOffPlacesNothing) {
   EXPECT_EQ(ChooseNumaPlacement(empty, Auto(), Range(0, 3), 0, "").value().node, -1);
 }
 
+TEST(ShareTest, RanksGetDisjointContiguousPartsThatCoverTheCpus) {
+  // 16 CPUs among 3 ranks: 5, 5, 6, in order, none shared, none left out.
+  EXPECT_EQ(ShareOfCpus(Range(0, 15), 0, 3), Range(0, 4));
+  EXPECT_EQ(ShareOfCpus(Range(0, 15), 1, 3), Range(5, 9));
+  EXPECT_EQ(ShareOfCpus(Range(0, 15), 2, 3), Range(10, 15));
+  EXPECT_EQ(ShareOfCpus({0, 1}, 1, 2), (std::vector<int>{1}));
+  EXPECT_EQ(ShareOfCpus({4, 5, 12, 13}, 1, 2), (std::vector<int>{12, 13}));  // a node's sparse list
+  // Fewer CPUs than ranks: one CPU each, round the CPUs.
+  EXPECT_EQ(ShareOfCpus({0, 1}, 2, 3), (std::vector<int>{0}));
+  EXPECT_EQ(ShareOfCpus({0, 1}, 0, 1), (std::vector<int>{0, 1}));
+}
+
+TEST(ShareTest, RanksShareTheirGpusNodeOrTheAllowedCpusAndMemoryFollowsOnlyANode) {
+  NumaTopology topology = NumaTopology::Read(FakeTwoNodeSysfs()).value();
+  // The process's own GPU (no staging device): rank 1 of the 2 ranks whose GPUs sit on node 1.
+  NumaOption o = Auto();
+  o.gpu_bus_id = "0000:3b:00.0";
+  o.share_index = 1;
+  o.share_count = 2;
+  NumaPlacement gpu = ChooseNumaPlacement(topology, o, Range(0, 15), 0, "").value();
+  EXPECT_EQ(gpu.node, 1);
+  EXPECT_EQ(FormatCpuList(gpu.cpus), "12-15");
+  EXPECT_TRUE(absl::StrContains(gpu.note, "share 1 of 2 of the node's CPUs 4-7,12-15")) << gpu.note;
+  // numa off: no node, threads still take their share of the allowed CPUs.
+  NumaOption off;
+  off.share_index = 0;
+  off.share_count = 2;
+  NumaPlacement split = ChooseNumaPlacement(topology, off, Range(0, 1), 0, "").value();
+  EXPECT_EQ(split.node, -1);
+  EXPECT_EQ(split.cpus, (std::vector<int>{0}));
+  off.share_index = 2;
+  EXPECT_TRUE(absl::IsInvalidArgument(ChooseNumaPlacement(topology, off, Range(0, 1), 0, "").status()));
+}
+
 TEST(PinningTest, PinsTheCallingThreadAndReadsItBack) {
   const std::vector<int> allowed = AllowedCpus();
   ASSERT_FALSE(allowed.empty());

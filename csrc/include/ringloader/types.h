@@ -126,6 +126,15 @@ struct NumaOption {
   Mode mode = Mode::kOff;
   int node = -1;                    ///< kNode only.
   std::string sysfs_root = "/sys";  ///< Where the topology is read (tests use a fake tree).
+  /// kAuto without a staging device: the PCI bus id of this process's GPU (a rank that copies
+  /// batches to its GPU itself), placed as a staging device's would be. "": none.
+  std::string gpu_bus_id;
+  /// Ranks sharing the machine: this process's threads take part `share_index` of
+  /// `share_count` equal, contiguous parts of the CPUs they would be placed on (the node's
+  /// allowed CPUs, or all allowed CPUs when not placed), so the ranks' threads run on disjoint
+  /// CPUs. share_count <= 1: no division.
+  int share_index = 0;
+  int share_count = 1;
 };
 
 /// Everything that shapes a Loader. Validated by Loader::Create.
