@@ -32,12 +32,13 @@ Map of the package (public modules first, then private ones):
 * ``_checkpoint``: ``state_dict``/``load_state_dict``: the epoch record and its resumption.
 * ``_order``: samplers' epoch orders as a few integers (replay, resharding, WebDataset order).
 * ``_distributed``: rank/world-size layout and the default sampler of a sharded run.
-* ``_node``: the ranks sharing this machine (torchrun, SLURM, MPI variables) and each one's share of its CPUs and memory.
+* ``_node``: the ranks sharing this machine (torchrun, SLURM, MPI variables), each one's share of its CPUs and memory, its GPU's NUMA node and its disjoint CPUs.
 * ``_staging``: device staging on the generic path (side CUDA stream).
 * ``_mixing``: CutMix/MixUp applied in place to a batch in its slot.
 * ``_atomic``: files written whole or not at all (pack outputs, index caches).
 * ``_sizes``: byte sizes written as text (``"2GB"``).
-* ``_cli``: the ``ringloader`` command (``compare``, ``bench``, ``tune``, ``pack``) and its alias console scripts.
+* ``_cli``: the ``ringloader`` command (``compare``, ``bench``, ``tune``, ``pack``, ``doctor``) and its alias console scripts.
+* ``doctor``: ``ringloader doctor``: the node inspected as a training job runs on it, each finding with its fix.
 * ``__main__``: ``python -m ringloader``, the same command.
 * ``_version``: the version, written by the build.
 """

@@ -10,7 +10,9 @@ them and ``ringloader <command> --help`` gives each one's options:
   Python functions, so the launcher replaces itself with the binary (same arguments, exit
   status and signals);
 - ``tune``: ``bench --tune``, short trials of threads and prefetch on your data;
-- ``pack``: pack an image folder or file list into WebDataset shards (:mod:`ringloader.pack`).
+- ``pack``: pack an image folder or file list into WebDataset shards (:mod:`ringloader.pack`);
+- ``doctor``: inspect the node as a training job would run on it, each finding with its fix
+  (:mod:`ringloader.doctor`).
 
 The console scripts from before stay as aliases: ``ringloader-compare`` (= ``ringloader
 compare``, also ``python -m ringloader.bench``), ``ringloader-bench`` (= ``ringloader bench``)
@@ -74,6 +76,12 @@ def _pack(name: str, args: Sequence[str]) -> int:
     return main(list(args), prog=name)
 
 
+def _doctor(name: str, args: Sequence[str]) -> int:
+    from .doctor import main
+
+    return main(list(args), prog=name, bench_exe=str(_native_exe()))
+
+
 #: command -> (one line for ``ringloader --help``, runner taking (prog, arguments)).
 COMMANDS: dict[str, tuple[str, Callable[[str, Sequence[str]], int]]] = {
     "compare": ("torch's DataLoader against ringloader, side by side: table, verdicts, JSON record",
@@ -83,6 +91,8 @@ COMMANDS: dict[str, tuple[str, Callable[[str, Sequence[str]], int]]] = {
     "tune": ("short trials of threads and prefetch on your data; the DataLoader(...) line to paste",
              _tune),
     "pack": ("pack an ImageFolder or a '<path> <label>' list into WebDataset tar shards", _pack),
+    "doctor": ("this node as a training job sees it (CPUs, NUMA, GPUs, storage, threads), with fixes",
+               _doctor),
 }
 
 ALIASES = (("ringloader-compare", "ringloader compare (also python -m ringloader.bench)"),

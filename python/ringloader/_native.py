@@ -296,12 +296,14 @@ class NativeBackend(Backend):
         ranks = _node.local_ranks()
         self._ranks = ranks if ranks is not None and ranks.size > 1 else None
         self._node_memory: Optional[str] = None  # how the default max_memory was divided
+        # Near its GPU (numa="auto") and, with several ranks, on CPUs of its own (_node).
+        placement = _node.rank_placement(ranks, _check_numa(args.numa), _check_device(args.device), divide=auto)
         if auto:
             # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers;
             # a rank's share of the node is chosen here and passed as numbers.
             self._auto_threads = _auto_threads({"numa": _check_numa(args.numa),
                                                 "device": _check_device(args.device),
-                                                "reader_threads": args.reader_threads or 0})
+                                                "reader_threads": args.reader_threads or 0, **placement})
             workers = self._auto_threads["decode_threads"]
         else:
             workers = max(1, args.num_workers)
@@ -328,6 +330,7 @@ class NativeBackend(Backend):
             on_error=args.on_error,
             device=_check_device(args.device),
             numa=_check_numa(args.numa),
+            **placement,
             **steps_options,
         )
         if args.max_image_pixels is not None:
@@ -458,7 +461,10 @@ class NativeBackend(Backend):
                 if node["pinned"] else f"{node['share']} of {node['usable']} usable CPUs")
         memory = (f"max_memory 1/{r.size} of the default" if self._node_memory is not None
                   else "max_memory given, not divided")
-        return f"rank {r.rank} of {r.size} on this machine ({r.source}): {cpus}, {memory}"
+        share = self._options.get("numa_share_count")
+        pinned = (f", threads on CPUs {self._native.stats()['numa_cpus']} (share {self._options['numa_share_index']} "
+                  f"of {share}, disjoint from the other ranks')" if share else "")
+        return f"rank {r.rank} of {r.size} on this machine ({r.source}): {cpus}{pinned}, {memory}"
 
     def describe(self) -> str:
         """Where the pipeline runs: threads, CPUs, NUMA node, slot memory, device, I/O."""

@@ -134,3 +134,136 @@ def default_memory(options: dict) -> tuple:
 
     probe = {k: options[k] for k in ("meminfo_path", "cgroup_root", "proc_self_cgroup") if k in options}
     return _C.default_memory_budget(probe)
+
+
+# Each rank near its GPU: the rank's GPU, its PCI address and NUMA node. `ringloader doctor`
+# and the loader's placement both use these (one mapping); `root` prefixes every path read
+# ("" = the real /proc and /sys) so tests point it at recorded trees.
+
+#: PCI vendor id of NVIDIA, and the classes of a GPU (VGA controller, 3D controller).
+_NVIDIA = "0x10de"
+_GPU_CLASSES = ("0x0300", "0x0302")
+
+
+def _read(path: str) -> Optional[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def gpu_bus_ids(root: str = "") -> tuple:
+    """(the machine's NVIDIA GPUs as canonical PCI bus ids in bus order, where they were found):
+    the driver's ``/proc/driver/nvidia/gpus/<bus id>`` when a driver is loaded, else the PCI
+    devices of NVIDIA's vendor id with a display class in ``/sys/bus/pci/devices`` (a GPU the
+    driver does not drive)."""
+    from . import _C
+
+    driver = f"{root}/proc/driver/nvidia/gpus"
+    if os.path.isdir(driver):
+        ids = sorted(_C.pci_numa_node(f"{root}/sys", name)[0] for name in os.listdir(driver))
+        return ids, "/proc/driver/nvidia/gpus"
+    pci = f"{root}/sys/bus/pci/devices"
+    found = []
+    for name in sorted(os.listdir(pci)) if os.path.isdir(pci) else []:
+        vendor = (_read(f"{pci}/{name}/vendor") or "").strip().lower()
+        klass = (_read(f"{pci}/{name}/class") or "").strip().lower()
+        if vendor == _NVIDIA and klass[:6] in _GPU_CLASSES:
+            found.append(_C.pci_numa_node(f"{root}/sys", name)[0])
+    return found, "/sys/bus/pci/devices (vendor 0x10de, no driver loaded)"
+
+
+def visible(bus_ids: list, env: Optional[Mapping[str, str]] = None) -> list:
+    """The GPUs CUDA numbers 0, 1, ... under ``CUDA_VISIBLE_DEVICES`` (numeric indices into the
+    bus order; UUIDs and MIG names cannot be mapped without the driver, so they keep all)."""
+    env = os.environ if env is None else env
+    text = env.get("CUDA_VISIBLE_DEVICES")
+    if text is None:
+        return list(bus_ids)
+    parts = [p.strip() for p in text.split(",")]
+    if parts[0] in ("", "-1"):
+        return []
+    if not all(p.isdigit() for p in parts):
+        return list(bus_ids)
+    return [bus_ids[int(p)] for p in parts if int(p) < len(bus_ids)]
+
+
+@dataclass(frozen=True)
+class RankGpu:
+    """GPU ``index`` (CUDA's numbering) of this rank at PCI ``bus_id`` on NUMA ``node`` (-1:
+    unknown), chosen by ``source``."""
+    index: int
+    bus_id: str
+    node: int
+    source: str
+
+
+def _torch_bus_ids() -> Optional[list]:
+    """Bus ids of torch's CUDA devices in its order, or None without CUDA (torch not imported
+    or no device)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    ids = []
+    for i in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(i)
+        ids.append(f"{p.pci_domain_id:04x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0")
+    return ids
+
+
+def rank_gpus(ranks: Optional[LocalRanks], root: str = "", env: Optional[Mapping[str, str]] = None) -> list:
+    """Every local rank's GPU (``RankGpu``, rank r on GPU r mod the GPUs visible, as torchrun's
+    ``cuda:LOCAL_RANK`` convention has it; one process: the current CUDA device, else GPU 0):
+    from torch's device properties when CUDA is available, else from the driver's or the PCI
+    tree. [] without a GPU."""
+    from . import _C
+
+    ids = _torch_bus_ids() if not root else None
+    source = "torch.cuda device properties"
+    if ids is None:
+        ids, where = gpu_bus_ids(root)
+        ids, source = visible(ids, env), where
+    if not ids:
+        return []
+    if ranks is None:
+        import sys
+
+        torch = sys.modules.get("torch")
+        current = torch.cuda.current_device() if source.startswith("torch") else 0
+        owners = [(current, "the current CUDA device")]
+    else:
+        owners = [(r % len(ids), f"{ranks.source.split('/')[0]}={r}") for r in range(ranks.size)]
+    out = []
+    for index, why in owners:
+        bus, node = _C.pci_numa_node(f"{root}/sys", ids[index])
+        out.append(RankGpu(index, bus, node, f"{why} -> GPU {index} ({source})"))
+    return out
+
+
+def rank_placement(ranks: Optional[LocalRanks], numa, device: Optional[str], divide: bool = True,
+                   root: str = "", env: Optional[Mapping[str, str]] = None) -> dict:
+    """The native loader options that place this rank (csrc/numa/topology.h): with
+    ``numa="auto"`` and no staging device, ``numa_gpu_bus_id`` (its GPU, whose node takes its
+    threads and slots); with several ranks whose affinity masks overlap (not pinned per rank),
+    ``numa_share_index``/``numa_share_count``: its part of the CPUs it is placed on, so the
+    ranks' threads run on disjoint CPUs (with ``numa="auto"``, parts among the ranks whose GPUs
+    share its node; only when ``divide``: threads sized by num_workers="auto"). {} for one
+    process without a GPU: nothing changes."""
+    options: dict = {}
+    several = ranks is not None and ranks.size > 1
+    gpus = rank_gpus(ranks, root, env) if numa == "auto" else []
+    mine = gpus[ranks.rank] if several and gpus else (gpus[0] if gpus and not several else None)
+    staging = isinstance(device, str) and device.startswith("cuda")
+    if mine is not None and not staging:
+        options["numa_gpu_bus_id"] = mine.bus_id
+    if divide and several and not pinned_per_rank(mask_cpus(), machine_cpus(), ranks.size):
+        index, count = ranks.rank, ranks.size
+        if mine is not None and mine.node >= 0:  # a staging device is taken to be cuda:LOCAL_RANK
+            peers = [r for r, g in enumerate(gpus) if g.node == mine.node]
+            index, count = peers.index(ranks.rank), len(peers)
+        if count > 1:
+            options["numa_share_index"], options["numa_share_count"] = index, count
+    return options

@@ -150,12 +150,16 @@ def _auto_threads(options: dict, env: Optional[dict] = None) -> dict:
     ranks = _node.local_ranks(env)
     options = {k: v for k, v in options.items() if v is not None or k == "numa"}
     options.update(_training_options())
+    # A rank's disjoint CPU share (_node.rank_placement): the native rule sizes the threads
+    # from the share; the CPUs it was taken from are counted without it.
+    shared = {k: options.pop(k) for k in ("numa_share_index", "numa_share_count") if k in options}
     plan = dict(_C.choose_auto_threads(options))
     plan["node"] = None
     if ranks is None or ranks.size <= 1:
         return plan
     usable = plan["usable_cpus"]
-    share = _node.cpu_share(usable, ranks, _node.mask_cpus(), _node.machine_cpus())
+    share = (_C.choose_auto_threads({**options, **shared})["usable_cpus"] if shared else
+             _node.cpu_share(usable, ranks, _node.mask_cpus(), _node.machine_cpus()))
     mine = _node.plan_threads(share, options.get("training_threads", -1),
                               options.get("training_threads_source", ""), options.get("reader_threads") or 0)
     # The native note: "decode D, readers R: <the CPU budget>, N reserved for the training loop (...)".

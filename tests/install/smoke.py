@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -137,6 +138,14 @@ def main() -> None:
         usage = run(str(bindir / "ringloader-compare"), "--help")
         assert usage.startswith("usage: ringloader-compare"), usage
         print("ringloader-bench --help/--version, ringloader-compare --help: named correctly")
+        # ringloader doctor finds the wheel's native benchmark for its trial.
+        doctor = subprocess.run([str(bindir / "ringloader"), "doctor", "--json", f"--data={data}", "--trial-seconds=1"],
+                                capture_output=True, text=True)
+        assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+        record = json.loads(doctor.stdout)
+        trial = next(f for f in record["findings"] if f["check"] == "trial")
+        assert "images/s over 1 s" in trial["finding"], trial
+        print("ringloader doctor --json --data:", trial["finding"][:80])
     finally:
         shutil.rmtree(work)
     print("clean-root smoke test: OK")

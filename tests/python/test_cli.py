@@ -56,10 +56,10 @@ def test_ringloader_help_lists_each_subcommand_on_one_line(tmp_path):
 
 def test_a_missing_or_unknown_command_is_named(tmp_path):
     none = run([script("ringloader")], tmp_path)
-    assert none.returncode == 2 and "name a command (compare, bench, tune, pack)" in none.stderr
+    assert none.returncode == 2 and "name a command (compare, bench, tune, pack, doctor)" in none.stderr
     bad = run([script("ringloader"), "benchmark"], tmp_path)
     assert bad.returncode == 2
-    assert "unknown command 'benchmark': choose from compare, bench, tune, pack" in bad.stderr
+    assert "unknown command 'benchmark': choose from compare, bench, tune, pack, doctor" in bad.stderr
 
 
 def test_each_subcommand_has_help(tmp_path):

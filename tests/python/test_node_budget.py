@@ -182,7 +182,12 @@ def test_a_rank_divides_threads_and_default_memory_and_describe_says_how(monkeyp
     text = loader.describe()
     share, usable = plan["node"]["share"], plan["node"]["usable"]
     assert (f"  node:    rank 1 of 2 on this machine (LOCAL_RANK/LOCAL_WORLD_SIZE): {share} of {usable} usable "
-            f"CPUs, max_memory 1/2 of the default") in text, text
+            f"CPUs") in text, text
+    assert "max_memory 1/2 of the default" in text, text
+    if not plan["node"]["pinned"]:  # its threads on CPUs no other rank's use
+        mine = _C.share_of_cpus(",".join(map(str, sorted(os.sched_getaffinity(0)))), 1, 2)
+        assert s["numa_cpus"] == mine
+        assert f"threads on CPUs {mine} (share 1 of 2, disjoint from the other ranks')" in text, text
     assert f"  chosen:  {plan['note']}" in text, text
     assert "1/2 of " in text and "for rank 1 of 2 on this machine (LOCAL_RANK/LOCAL_WORLD_SIZE))" in text, text
     if usable == 2 and _whole_machine():
@@ -232,11 +237,23 @@ from ringloader import transforms as T
 dist.init_process_group("gloo")
 ds = rl.ImageFolder(sys.argv[1], transform=T.Compose([T.Resize(32), T.CenterCrop(32)]))
 loader = rl.DataLoader(ds, batch_size=2, num_workers="auto", shuffle=True, seed=3)
-epochs = []
+epochs, threads = [], {}
 for epoch in range(2):
     loader.set_epoch(epoch)
-    epochs.append([int(i) for _, labels in loader for i in labels])
-out = {"rank": dist.get_rank(), "decode": loader.stats()["decode_threads"], "epochs": epochs,
+    labels = []
+    for _, batch in loader:
+        labels += [int(i) for i in batch]
+        for tid in os.listdir("/proc/self/task"):  # the decode threads while they run
+            try:
+                if open(f"/proc/self/task/{tid}/comm").read().strip() != "rl-decode":
+                    continue
+                stat = open(f"/proc/self/task/{tid}/stat").read().rsplit(")", 1)[1].split()
+                t = threads.setdefault(tid, {"allowed": sorted(os.sched_getaffinity(int(tid))), "ran_on": []})
+                t["ran_on"].append(int(stat[36]))  # the CPU the kernel last ran it on (stat field 39)
+            except OSError:
+                pass
+    epochs.append(labels)
+out = {"rank": dist.get_rank(), "decode": loader.stats()["decode_threads"], "epochs": epochs, "threads": threads,
        "node": [l for l in loader.describe().splitlines() if l.startswith("  node:")]}
 with open(os.path.join(sys.argv[2], f"rank{dist.get_rank()}.json"), "w") as f:
     json.dump(out, f)
@@ -261,7 +278,11 @@ def test_two_ranks_under_torchrun_share_the_machine(tmp_path, unique_tree):
     for r in ranks:
         assert r["decode"] == 1, r
         assert r["node"] == [f"  node:    rank {r['rank']} of 2 on this machine (LOCAL_RANK/LOCAL_WORLD_SIZE): "
-                             f"1 of {usable} usable CPUs, max_memory 1/2 of the default"], r
+                             f"1 of {usable} usable CPUs, threads on CPUs {r['rank']} (share {r['rank']} of 2, "
+                             "disjoint from the other ranks'), max_memory 1/2 of the default"], r
+        # Disjoint CPUs: rank i's decode thread may run on CPU i alone, and the kernel ran it there.
+        assert r["threads"] and {tuple(t["allowed"]) for t in r["threads"].values()} == {(r["rank"],)}, r
+        assert {c for t in r["threads"].values() for c in t["ran_on"]} == {r["rank"]}, r
     for epoch in (0, 1):
         seen = ranks[0]["epochs"][epoch] + ranks[1]["epochs"][epoch]
         assert sorted(seen) == list(range(24)), (epoch, seen)  # every sample once across the ranks
