@@ -256,3 +256,95 @@ def _mix_flipped(x: Any, lam: float) -> None:
         saved = top.clone()
         top.mul_(lam).add_(bottom.flip(0).mul_(1.0 - lam))
         bottom.mul_(lam).add_(saved.flip(0).mul_(1.0 - lam))
+
+
+# ---- a collate_fn that only mixes after torch's default_collate --------------------------------
+
+# The shapes of ``collate_fn`` torchvision's classification reference and scripts like it write:
+# ``lambda batch: mixup_cutmix(*default_collate(batch))`` (or the same nested ``def``), the
+# mixing object and default_collate each a closure variable or a module global. Compiled here by
+# the running interpreter, so their instructions compare with the user's function.
+_COLLATE_SHAPES = """
+def free_global():
+    mix = None
+    return lambda batch: mix(*default_collate(batch))
+def free_free():
+    mix = default_collate = None
+    return lambda batch: mix(*default_collate(batch))
+def global_global():
+    return lambda batch: mix(*default_collate(batch))
+def global_free():
+    default_collate = None
+    return lambda batch: mix(*default_collate(batch))
+"""
+_LOADS = {"LOAD_DEREF", "LOAD_GLOBAL", "LOAD_FAST", "LOAD_CLOSURE", "LOAD_NAME"}
+_IGNORED = {"RESUME", "COPY_FREE_VARS", "CACHE", "NOP", "EXTENDED_ARG", "MAKE_CELL"}
+_shapes: Optional[List[List[str]]] = None
+
+
+def _instructions(code: Any) -> List[Any]:
+    import dis
+
+    return [i for i in dis.get_instructions(code) if i.opname not in _IGNORED]
+
+
+def _collate_shapes() -> List[List[str]]:
+    global _shapes
+    if _shapes is None:
+        scope: dict = {}
+        exec(compile(_COLLATE_SHAPES, "<ringloader collate shapes>", "exec"), scope)  # noqa: S102
+        _shapes = [[i.opname for i in _instructions(scope[name]().__code__)]
+                   for name in ("free_global", "free_free", "global_global", "global_free")]
+    return _shapes
+
+
+def after_default_collate(collate_fn: Any) -> Optional[Any]:
+    """The mixing object (what ``batch_transform`` takes) that ``collate_fn`` only applies to
+    torch's ``default_collate`` of the samples, or None.
+
+    Recognised: a plain function of one argument whose body is ``return M(*D(batch))``, D torch's
+    ``default_collate`` and M a closure variable or module global holding torchvision's
+    ``v2.CutMix``/``v2.MixUp``/``v2.RandomChoice`` of them or timm's ``Mixup`` (torchvision's
+    classification reference: ``lambda batch: mixup_cutmix(*default_collate(batch))``). Calling
+    such a function is mixing the default batch, which the native batch stage does in the slot.
+    """
+    import types
+
+    if not isinstance(collate_fn, types.FunctionType) or collate_fn.__defaults__ or collate_fn.__kwdefaults__:
+        return None
+    code = collate_fn.__code__
+    if code.co_argcount != 1 or code.co_kwonlyargcount or code.co_posonlyargcount or code.co_flags & 0x0C:
+        return None
+    instructions = _instructions(code)
+    if [i.opname for i in instructions] not in _collate_shapes():
+        return None
+    loads = [i for i in instructions if i.opname in _LOADS]
+    if len(loads) != 3 or loads[2].opname != "LOAD_FAST" or loads[2].argval != code.co_varnames[0]:
+        return None
+
+    def value(load: Any) -> Any:
+        if load.opname == "LOAD_DEREF":
+            cell = (collate_fn.__closure__ or ())[code.co_freevars.index(load.argval)]
+            return cell.cell_contents
+        import builtins
+
+        return collate_fn.__globals__.get(load.argval, getattr(builtins, load.argval, None))
+
+    try:
+        mix, collate = value(loads[0]), value(loads[1])
+    except (ValueError, IndexError):  # an empty cell
+        return None
+    import torch.utils.data as tud
+
+    if collate is not tud.default_collate:
+        return None
+    if _torchvision_kinds_quiet(mix) is None and not _is_timm_mixup(mix):
+        return None
+    return mix
+
+
+def _torchvision_kinds_quiet(obj: Any) -> Optional[List[Tuple[float, Any]]]:
+    try:
+        return _torchvision_kinds(obj)
+    except TypeError:
+        return None

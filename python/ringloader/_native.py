@@ -98,6 +98,25 @@ class _KeyedView:
         return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
 
 
+def _mixed_after_default_collate(collate_fn: Any, batcher: Any, dtype: str,
+                                 batch_size: Optional[int]) -> Optional[tuple]:
+    """(batch_transform, its describe() text) for a ``collate_fn`` that only applies CutMix/MixUp
+    to torch's ``default_collate`` of the samples (torchvision's classification reference:
+    ``lambda batch: mixup_cutmix(*default_collate(batch))``), which the native batch stage runs
+    in the slot; None otherwise, and then the collate_fn runs as given."""
+    if collate_fn is None or batcher is not None:
+        return None
+    mix = _mixing.after_default_collate(collate_fn)
+    if mix is None:
+        return None
+    try:
+        note = _mixing.check(mix, dtype, batch_size)
+    except (TypeError, ValueError):  # e.g. MixUp on a uint8 loader: torch's path decides
+        return None
+    name = getattr(collate_fn, "__qualname__", type(collate_fn).__name__)
+    return mix, f"{note} (collate_fn {name} is default_collate followed by it)"
+
+
 def _is_default_collate(collate_fn: Any) -> bool:
     """True when ``collate_fn`` is torch's ``default_collate`` (the function object, whatever
     name it was imported under)."""
@@ -290,6 +309,10 @@ class NativeBackend(Backend):
         self.batch_transform = args.batch_transform
         self._mix_note = None if args.batch_transform is None else _mixing.check(
             args.batch_transform, steps_options["dtype"], batch_size)
+        mixes = _mixed_after_default_collate(args.collate_fn, self._batcher, steps_options.get("dtype"), batch_size)
+        if mixes is not None:  # collate_fn only mixes default_collate's batch: the batch stage does
+            self.batch_transform, self._mix_note = mixes
+            self._default_collate, self._collate = True, None
         auto = args.num_workers == "auto"
         self._auto_threads = None
         # Several ranks on this machine (torchrun, SLURM, MPI): each takes its share (_node).

@@ -36,10 +36,10 @@ def tree(tmp_path_factory) -> Path:
     return root
 
 
-def _native_loader(dataset, batch_size: int):
+def _native_loader(dataset, batch_size: int, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a fallback would warn
-        return rl.DataLoader(dataset, batch_size=batch_size, fast_decode=False)
+        return rl.DataLoader(dataset, batch_size=batch_size, fast_decode=False, **kwargs)
 
 
 def _torchvision_stack(root: Path, transform) -> torch.Tensor:
@@ -251,3 +251,54 @@ def test_augmix_settings_without_a_native_equivalent_fall_back_with_the_reason()
         split = rl.transforms.split(v1.Compose([aug, v1.PILToTensor()]))
         assert split.tail is not None and split.tail_names[0].endswith(".AugMix"), split
         assert why in split.reason, split.reason
+
+
+# ---- MixUp/CutMix in the reference's collate_fn ---------------------------------------------
+
+from torch.utils.data import default_collate  # noqa: E402
+
+
+def _reference_collate(mixup_cutmix):
+    """train.py: ``collate_fn = lambda batch: mixup_cutmix(*default_collate(batch))``."""
+    return lambda batch: mixup_cutmix(*default_collate(batch))  # noqa: E731
+
+
+def _nested_def_collate(mixup_cutmix):
+    def collate_fn(batch):
+        return mixup_cutmix(*default_collate(batch))
+    return collate_fn
+
+
+@pytest.mark.parametrize("make", [_reference_collate, _nested_def_collate], ids=["lambda", "def"])
+def test_mixup_cutmix_collate_closure_runs_as_the_native_batch_stage(tree: Path, make):
+    mixup_cutmix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=2), v2.CutMix(alpha=1.0, num_classes=2)])
+    preset = ResNet50_Weights.IMAGENET1K_V2.transforms()
+
+    def first_batches(**kwargs):
+        torch.manual_seed(9)
+        loader = _native_loader(rl.ImageFolder(str(tree), transform=preset), batch_size=2, **kwargs)
+        return loader, [b for b in loader]
+
+    loader, got = first_batches(collate_fn=make(mixup_cutmix))
+    assert "(collate_fn " in loader.describe() and "default_collate followed by it" in loader.describe()
+    _, expected = first_batches(batch_transform=mixup_cutmix)
+    assert len(got) == len(expected) == 2
+    for (images, labels), (want_images, want_labels) in zip(got, expected):
+        assert labels.dtype == torch.float32 and labels.shape == (2, 2)
+        assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+def test_a_collate_fn_that_does_more_runs_as_given(tree: Path):
+    mixup = v2.MixUp(alpha=0.2, num_classes=2)
+    calls = []
+
+    def collate_fn(batch):
+        calls.append(len(batch))
+        return mixup(*default_collate(batch))
+
+    loader = _native_loader(rl.ImageFolder(str(tree), transform=ResNet50_Weights.IMAGENET1K_V2.transforms()),
+                            batch_size=2, collate_fn=collate_fn)
+    assert "default_collate followed by it" not in loader.describe()
+    for images, labels in loader:
+        assert labels.shape == (2, 2)
+    assert calls == [2, 2]
