@@ -309,6 +309,7 @@ void ImageDecoder::set_max_image_pixels(uint64_t max_pixels) {
 
 void ImageDecoder::set_fast_paths(bool enabled) { jpeg_.set_fast_paths(enabled); }
 void ImageDecoder::set_dct_scaling(bool enabled) { jpeg_.set_dct_scaling(enabled); }
+void ImageDecoder::set_fast_decode(FastDecode level) { jpeg_.set_fast_decode(level); }
 void ImageDecoder::set_strict(bool enabled) { jpeg_.set_strict(enabled); }
 void ImageDecoder::set_exif_transpose(bool enabled) { exif_transpose_ = enabled; }
 namespace {

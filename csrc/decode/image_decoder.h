@@ -52,6 +52,8 @@ class ImageDecoder {
   void set_fast_paths(bool enabled);
   /// JPEG: allow DCT-scaled decoding (see JpegDecoder::set_dct_scaling).
   void set_dct_scaling(bool enabled);
+  /// JPEG: the fast_decode level (see JpegDecoder::set_fast_decode; replaces set_dct_scaling's).
+  void set_fast_decode(FastDecode level);
   /// JPEG: refuse data libjpeg only warns about (see JpegDecoder::set_strict; default true).
   void set_strict(bool enabled);
   /// Apply the EXIF orientation (JPEG APP1, PNG eXIf, WebP EXIF, a TIFF's own tag) as Pillow's

@@ -3,10 +3,9 @@
 ///
 /// One `JpegDecoder` per thread: it owns its libjpeg state and grow-only scratch buffers, and a
 /// whole image is decoded on the calling thread (libjpeg-turbo 2.1.5 keeps its SIMD flag in
-/// thread-local state). The decoder picks the smallest DCT scale (M/8, M in {1, 2, 4, 8}: the
-/// scales libjpeg-turbo has SIMD IDCTs for) that keeps the decoded region at least as large as
-/// the output, and decodes only the rows and iMCU columns that the sample's source rectangle
-/// (plus resampling support) touches.
+/// thread-local state). With a `FastDecode` level the decoder picks a reduced DCT scale per
+/// sample (ChooseDctScale); it always decodes only the rows and iMCU columns that the sample's
+/// source rectangle (plus resampling support) touches.
 
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "memory/decode_budget.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
@@ -44,6 +44,31 @@ struct DecodeStats {
   int warnings = 0;        ///< libjpeg warnings: corrupt data it decoded past.
 };
 
+/// How far a decode may depart from Pillow's pixels for speed (`DataLoader(fast_decode=...)`).
+enum class FastDecode {
+  kOff,      ///< full-scale ISLOW decode: exactly Pillow's pixels (region of interest still on)
+  kScale,    ///< reduced DCT scale whose output still covers the crop at the target size
+  kFastest,  ///< kScale's rule with 3/4 coverage (the resampler may enlarge up to 4/3) and the
+             ///< fast integer IDCT (JDCT_IFAST)
+};
+
+/// The level named `name`: "off", "scale" or "fastest" (the Python binding maps False to "off"
+/// and True to "scale"). InvalidArgument naming the argument and the accepted values.
+absl::StatusOr<FastDecode> ParseFastDecode(absl::string_view name);
+/// The canonical name of a level: "off", "scale", "fastest".
+const char* FastDecodeName(FastDecode level);
+
+/// The DCT scale M (decode at M/8) for a sample of geometry `g` at `level`: the smallest M whose
+/// decoded source rectangle is at least as large as the output in both dimensions (kFastest: at
+/// least 3/4 of it), among M in {1, 2, 4, 8}; 8 at kOff, for a nearest filter, or when no
+/// smaller scale covers. libjpeg-turbo 2.1 decodes at any M/8 (M = 1..16), but only 1/8, 2/8,
+/// 4/8 and 8/8 have SIMD IDCTs; 3/8, 5/8, 6/8 and 7/8 run C IDCTs (and a 4:2:0 file's chroma at
+/// twice that size: 10x10, 12x12, 14x14), which cost more than the next SIMD scale up (measured
+/// on a 500x375 4:2:0 q90 photo, whole image, one core: M=1..8 took 0.63, 0.81, 0.89, 0.90,
+/// 1.12, 1.23, 1.41, 1.09 ms), so they are never the faster choice. M > 8 would enlarge in the
+/// IDCT, which the resampler does more cheaply.
+int ChooseDctScale(const SampleGeometry& g, FastDecode level);
+
 /// Decodes JPEG byte buffers. Not thread-safe: one per thread.
 class JpegDecoder {
  public:
@@ -57,10 +82,12 @@ class JpegDecoder {
   /// Use DCT scaling and region-of-interest decoding (default true). Off: always full decode.
   void set_fast_paths(bool enabled) { fast_paths_ = enabled; }
   /// With fast paths: may decode at a reduced DCT scale (1/8..1/2) when the output is that much
-  /// smaller (default true). Off: region-of-interest decoding at full scale only, which gives
-  /// exactly the pixels of a full decode (what Pillow decodes), and still skips the rows and
-  /// columns the sample does not read.
-  void set_dct_scaling(bool enabled) { dct_scaling_ = enabled; }
+  /// smaller (default true: FastDecode::kScale). Off: region-of-interest decoding at full scale
+  /// only, which gives exactly the pixels of a full decode (what Pillow decodes), and still
+  /// skips the rows and columns the sample does not read.
+  void set_dct_scaling(bool enabled) { level_ = enabled ? FastDecode::kScale : FastDecode::kOff; }
+  /// The same choice as a level (ChooseDctScale; kFastest also uses the fast integer IDCT).
+  void set_fast_decode(FastDecode level) { level_ = level; }
   /// Refuse data libjpeg only warns about (default true): "Corrupt JPEG data: N extraneous bytes
   /// before marker", "premature end of data segment", bad Huffman or arithmetic codes, a wrong
   /// restart marker, an inconsistent progression: libjpeg decodes past them into wrong pixels.
@@ -106,7 +133,7 @@ class JpegDecoder {
   std::unique_ptr<State> state_;
   uint64_t max_pixels_ = kDefaultMaxImagePixels;
   bool fast_paths_ = true;
-  bool dct_scaling_ = true;
+  FastDecode level_ = FastDecode::kScale;
   bool strict_ = true;
   DecodeBudget* budget_ = nullptr;
 };

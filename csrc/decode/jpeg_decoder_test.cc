@@ -957,5 +957,105 @@ TEST(JpegDecoderRoi, FullScaleRegionDecodeEqualsFullDecode) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// fast_decode levels: the DCT scale rule and what each level decodes.
+
+SampleGeometry Crop(double w, double h, int out_w, int out_h) {
+  SampleGeometry g;
+  g.x0 = 10;
+  g.x1 = 10 + w;
+  g.y0 = 5;
+  g.y1 = 5 + h;
+  g.out_w = out_w;
+  g.out_h = out_h;
+  return g;
+}
+
+TEST(JpegDecoderScale, ChoosesTheSmallestSimdScaleThatCoversTheCrop) {
+  // "scale": the decoded crop (crop * M/8) is at least the output in both dimensions, and the
+  // next smaller SIMD scale would not be.
+  EXPECT_EQ(ChooseDctScale(Crop(448, 448, 224, 224), FastDecode::kScale), 4);
+  EXPECT_EQ(ChooseDctScale(Crop(447, 900, 224, 224), FastDecode::kScale), 8);
+  EXPECT_EQ(ChooseDctScale(Crop(1792, 1792, 224, 224), FastDecode::kScale), 1);
+  EXPECT_EQ(ChooseDctScale(Crop(1791, 1792, 224, 224), FastDecode::kScale), 2);
+  // "fastest": 3/4 of the output suffices (the resampler enlarges by up to 4/3).
+  EXPECT_EQ(ChooseDctScale(Crop(336, 336, 224, 224), FastDecode::kFastest), 4);
+  EXPECT_EQ(ChooseDctScale(Crop(335, 336, 224, 224), FastDecode::kFastest), 8);
+  EXPECT_EQ(ChooseDctScale(Crop(1344, 1344, 224, 224), FastDecode::kFastest), 1);
+  // A flipped crop (x0 > x1) counts by its size.
+  SampleGeometry flipped = Crop(448, 448, 224, 224);
+  std::swap(flipped.x0, flipped.x1);
+  EXPECT_EQ(ChooseDctScale(flipped, FastDecode::kScale), 4);
+  // Off, and a nearest filter (which picks source pixels), never scale.
+  EXPECT_EQ(ChooseDctScale(Crop(4000, 4000, 224, 224), FastDecode::kOff), 8);
+  SampleGeometry nearest = Crop(4000, 4000, 224, 224);
+  nearest.filter = Interpolation::kNearest;
+  EXPECT_EQ(ChooseDctScale(nearest, FastDecode::kFastest), 8);
+  // Exhaustively: the choice covers the output (at the level's fraction) and is minimal.
+  for (FastDecode level : {FastDecode::kScale, FastDecode::kFastest}) {
+    const double cover = level == FastDecode::kFastest ? 0.75 : 1.0;
+    for (int w = 20; w <= 3000; w += 7) {
+      for (int out : {64, 224, 256}) {
+        const SampleGeometry g = Crop(w, w * 0.75, out, out * 3 / 4);
+        const int m = ChooseDctScale(g, level);
+        ASSERT_TRUE(m == 1 || m == 2 || m == 4 || m == 8) << m;
+        if (m < 8) {
+          EXPECT_GE(w * m / 8.0, cover * out - 1e-9) << w << " -> " << out;
+        }
+        if (m > 1) {
+          EXPECT_LT(w * (m / 2) / 8.0, cover * out) << w << " -> " << out << " chose " << m;
+        }
+      }
+    }
+  }
+}
+
+TEST(JpegDecoderScale, LevelsByName) {
+  EXPECT_EQ(*ParseFastDecode("off"), FastDecode::kOff);
+  EXPECT_EQ(*ParseFastDecode("scale"), FastDecode::kScale);
+  EXPECT_EQ(*ParseFastDecode("fastest"), FastDecode::kFastest);
+  for (FastDecode level : {FastDecode::kOff, FastDecode::kScale, FastDecode::kFastest}) {
+    EXPECT_EQ(*ParseFastDecode(FastDecodeName(level)), level);
+  }
+  const absl::StatusOr<FastDecode> bad = ParseFastDecode("fast");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("fast_decode"), absl::string_view::npos);
+  EXPECT_NE(bad.status().message().find("'fast'"), absl::string_view::npos);
+}
+
+TEST(JpegDecoderScale, FastestScalesAnOrdinaryPhotoThatScaleDecodesWhole) {
+  // 500x375 with Resize(224) + CenterCrop(224): the crop is 375x375 source pixels. At 4/8
+  // that is 187 pixels: below 224 ("scale" keeps 8/8) but at least 3/4 of it ("fastest" decodes
+  // at 4/8 and enlarges).
+  const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(500, 375, 2, 2));
+  const TransformPipeline p = *TransformPipeline::Create(
+      {Step(Kind::kResize, 224), Step(Kind::kCenterCrop, 224)}, DType::kUint8, Layout::kHWC);
+  JpegDecoder ref, scale, fastest;
+  ref.set_fast_paths(false);
+  scale.set_fast_decode(FastDecode::kScale);
+  fastest.set_fast_decode(FastDecode::kFastest);
+  std::vector<uint8_t> r(p.SampleBytes()), a(p.SampleBytes()), b(p.SampleBytes());
+  SampleRng r0(1), r1(1), r2(1);
+  DecodeStats sa, sb;
+  ASSERT_TRUE(ref.DecodeInto(jpeg.data(), jpeg.size(), p, r0, r.data()).ok());
+  ASSERT_TRUE(scale.DecodeInto(jpeg.data(), jpeg.size(), p, r1, a.data(), &sa).ok());
+  ASSERT_TRUE(fastest.DecodeInto(jpeg.data(), jpeg.size(), p, r2, b.data(), &sb).ok());
+  EXPECT_EQ(sa.scale_num, 8);
+  EXPECT_EQ(a, r);  // 8/8 with the accurate IDCT: exactly the reference
+  EXPECT_EQ(sb.scale_num, 4);
+  EXPECT_LT(sb.decoded_width, 250);
+  const Diff d = Compare(b, r);
+  // Half-scale decode enlarged by 224/187: a softer image, a few levels off on average.
+  EXPECT_LT(d.mean, 12.0);
+  EXPECT_GT(d.max, 0);
+  // The same decoder at "off" is exact again: the IDCT choice does not stick to the next image.
+  fastest.set_fast_decode(FastDecode::kOff);
+  SampleRng r3(1);
+  ASSERT_TRUE(fastest.DecodeInto(jpeg.data(), jpeg.size(), p, r3, b.data(), &sb).ok());
+  EXPECT_EQ(sb.scale_num, 8);
+  EXPECT_EQ(b, r);
+}
+
 }  // namespace
 }  // namespace ringloader

@@ -90,7 +90,10 @@ absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBu
 std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
   auto decoder = std::make_unique<ImageDecoder>();
   decoder->set_max_image_pixels(options.max_image_pixels);
-  decoder->set_dct_scaling(options.fast_decode);  // region-of-interest decoding is always exact
+  // Region-of-interest decoding is always exact.
+  decoder->set_fast_decode(!options.fast_decode          ? FastDecode::kOff
+                           : options.fast_decode_fastest ? FastDecode::kFastest
+                                                         : FastDecode::kScale);
   decoder->set_strict(options.strict_decode);
   decoder->set_exif_transpose(options.exif_transpose);
   return decoder;

@@ -347,7 +347,7 @@ class NativeBackend(Backend):
             max_slots=_check_int("max_slots", args.max_slots, 0),
             io=args.io,
             layout=args.layout,
-            fast_decode=bool(args.fast_decode),
+            fast_decode=args.fast_decode,  # False or a level's name (_check_fast_decode)
             strict_decode=bool(args.strict_decode),
             pin_memory=self.pin_memory,
             on_error=args.on_error,

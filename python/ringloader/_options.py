@@ -178,6 +178,14 @@ def _auto_threads(options: dict, env: Optional[dict] = None) -> dict:
     return mine
 
 
+def _check_fast_decode(fast_decode: Any) -> Any:
+    """False for the exact default, else the level's name ("scale" for True, or "fastest").
+    The names and their meaning are the native parser's (``_C.fast_decode_level``): ValueError
+    naming ``fast_decode`` for anything else."""
+    level = _C.fast_decode_level(fast_decode)
+    return False if level == "off" else level
+
+
 def _check_dtype(dtype: Any) -> Optional[str]:
     """The native dtype name for a string or a torch dtype, or None for the default."""
     if dtype is None:

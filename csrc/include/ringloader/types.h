@@ -191,6 +191,10 @@ struct LoaderOptions {
   double stall_seconds = 60;
   bool fast_decode = true;       ///< Allow DCT-scaled decoding (not pixel-exact vs Pillow);
                                  ///< region-of-interest decoding is exact and always on.
+  /// With fast_decode: the "fastest" level (a DCT scale covering 3/4 of the output, which the
+  /// resampler enlarges, and the fast integer IDCT) instead of "scale" (a DCT scale covering
+  /// the whole output, the accurate IDCT).
+  bool fast_decode_fastest = false;
   /// Refuse JPEG data libjpeg only warns about (extraneous bytes before a marker, premature end
   /// of a data segment, bad Huffman codes...: it decodes past them into wrong pixels) as
   /// DataLoss. False accepts them, as Pillow and torchvision do.
