@@ -577,9 +577,30 @@ def resolve(leaf: JointLeaf, geometry: Any) -> Any:
     steps applied."""
     structure = leaf.structure
     for step in leaf.plan.before:
-        structure = step(structure)
+        structure = _run(step, structure)
     structure = _move(structure, geometry, leaf.plan.clamps, leaf.source,
                       _integer_steps(leaf.plan))
     for step in leaf.plan.after:
-        structure = step(structure)
+        structure = _run(step, structure)
     return structure
+
+
+#: Box-only v2 steps that transform each leaf of their types alone, without parameters: run as
+#: v2's own ``transform`` on each such leaf, without v2's per-call flattening and checks (a few
+#: hundred microseconds a row in the iterating thread, most of a detection batch's cost there).
+_PER_LEAF = {"ConvertBoundingBoxFormat", "ToPureTensor"}
+
+
+def _run(step: Any, structure: Any) -> Any:
+    """v2's ``step`` applied to a row's structure."""
+    kernel = getattr(step, "transform", None)
+    if type(step).__name__ not in _PER_LEAF or not callable(kernel):
+        return step(structure)
+    types = step._transformed_types
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, types):
+            return kernel(value, {})
+        return rebuild(value, walk)
+
+    return walk(structure)

@@ -15,6 +15,7 @@ Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
     python -m ringloader.bench --dataset dino       # DINO's whole augmentation, 2x224 + 10x96
     python -m ringloader.bench --dataset segmentation  # the same, an image and its mask a sample
     python -m ringloader.bench --dataset detection  # the same with boxes: rl.Joint vs PIL + v2
+    python -m ringloader.bench --dataset detection-hflip  # torchvision's detection hflip preset
     python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (copy, copy=False) vs rl.ImageFolder
@@ -1564,10 +1565,26 @@ def format_joint_segmentation_report(cfg: Config, machine: dict[str, Any], data:
     ])
 
 
-def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
+def detection_hflip_preset() -> Any:
+    """torchvision's detection train preset ``hflip`` (``references/detection/presets.py``,
+    use_v2=True, the PIL backend): each image keeps its own size."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    return v2.Compose([
+        v2.RandomHorizontalFlip(0.5), v2.ToImage(), v2.ToDtype(torch.float, scale=True),
+        v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
+
+
+def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
+                            kind: str = "detection") -> dict[str, Any]:
     """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
     ringloader's (rl.Joint: the image native, boxes moved by the recorded geometry), the
-    detection collate_fn, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
+    detection collate_fn, ``cfg.num_workers`` workers each, alternating rounds (medians).
+    ``detection-hflip``: torchvision's hflip preset (:func:`detection_hflip_preset`), each
+    image at its own size (natively a tensor a sample, charged to max_memory)."""
     from PIL import Image
     from torchvision import tv_tensors
     from torchvision.transforms import v2
@@ -1579,7 +1596,7 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str
     for path, _ in rows:
         with Image.open(path) as im:
             sizes.append(im.size)
-    transform = v2.Compose([
+    transform = detection_hflip_preset() if kind == "detection-hflip" else v2.Compose([
         v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
         v2.SanitizeBoundingBoxes(),
         v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
@@ -1590,19 +1607,21 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None]) -> dict[str
     def collate(batch: list) -> tuple:
         return tuple(zip(*batch))
 
-    return _eager_vs_lazy(cfg, eager, lazy, "detection", "the Joint Dataset", log,
-                          collate_fn=collate)
+    return _eager_vs_lazy(cfg, eager, lazy, kind, "the Joint Dataset", log, collate_fn=collate)
 
 
 def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
                             report: dict[str, Any]) -> str:
     res = report["results"]
     torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    steps = ("torchvision's hflip train preset (flip, ToImage, ToDtype, ConvertBoundingBoxFormat, "
+             "SanitizeBoundingBoxes, ToPureTensor; each image its own size)"
+             if report["kind"] == "detection-hflip" else
+             f"v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + Normalize")
     return "\n".join([
-        f"ringloader detection benchmark: a detection Dataset over {data['images']} images, 3 "
-        f"boxes each, v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + "
-        f"Normalize, batch {cfg.batch_size}, {cfg.num_workers} workers each, median of "
-        f"{cfg.rounds} rounds",
+        f"ringloader {report['kind']} benchmark: a detection Dataset over {data['images']} "
+        f"images, 3 boxes each, {steps}, batch {cfg.batch_size}, {cfg.num_workers} workers "
+        f"each, median of {cfg.rounds} rounds",
         f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
         f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
         f"  __getitem__ for every index when the DataLoader is built: "
@@ -1795,7 +1814,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
                                           "multicrop", "dino", "hf", "parquet", "segmentation",
-                                          "segmentation-joint", "detection"),
+                                          "segmentation-joint", "detection", "detection-hflip"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -1811,6 +1830,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "segmentation-joint: the same under one random rl.Joint (crop, flip), "
                          "vs PIL + v2 under torch; "
                          "detection: boxes with each image, rl.Joint vs PIL + v2 under torch; "
+                         "detection-hflip: the same under torchvision's detection hflip preset "
+                         "(each image its own size); "
                          "dino: a user Dataset of DINO's whole augmentation, 2 x 224 + 10 x 96 "
                          "views, ImageFile references vs PIL under torch")
     p.add_argument("--shards-dir", type=Path, default=None,
@@ -1913,9 +1934,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
 
     machine = machine_info(cfg)
     if args.dataset in ("custom", "multicrop", "dino", "hf", "parquet", "segmentation",
-                        "segmentation-joint", "detection"):
-        if args.dataset == "detection":
-            report = run_detection_benchmark(cfg, log)
+                        "segmentation-joint", "detection", "detection-hflip"):
+        if args.dataset in ("detection", "detection-hflip"):
+            report = run_detection_benchmark(cfg, log, args.dataset)
             print(format_detection_report(cfg, machine, data, report))
         elif args.dataset == "segmentation-joint":
             report = run_joint_segmentation_benchmark(cfg, log)
