@@ -17,6 +17,7 @@ Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
     python -m ringloader.bench --dataset detection  # the same with boxes: rl.Joint vs PIL + v2
     python -m ringloader.bench --dataset detection-hflip  # torchvision's detection hflip preset
     python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
+    python -m ringloader.bench --dataset segmentation-reference  # torchvision's train preset
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (copy, copy=False) vs rl.ImageFolder
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader bench --tune
@@ -1548,6 +1549,71 @@ def run_joint_segmentation_benchmark(cfg: Config, log: Callable[[str], None]) ->
     return report
 
 
+#: torchvision's segmentation reference (VOC/COCO): base_size and crop_size of its train preset.
+SEG_BASE, SEG_CROP = 520, 480
+
+
+def segmentation_reference_preset(base_size: int = SEG_BASE, crop_size: int = SEG_CROP) -> Any:
+    """torchvision's segmentation train preset (``references/segmentation/presets.py``,
+    use_v2=True, the PIL backend) with its padding as ``v2.RandomCrop(pad_if_needed=True)``
+    with fill 0 for the image and 255 for the mask (the reference's own PadIfSmaller is user
+    code, which runs on torch's path)."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    return v2.Compose([
+        v2.RandomResize(min_size=int(0.5 * base_size), max_size=int(2.0 * base_size)),
+        v2.RandomHorizontalFlip(0.5),
+        v2.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "others": 0}),
+        v2.PILToTensor(),
+        v2.ToDtype({torch.Tensor: torch.float32, tv_tensors.Mask: torch.int64, "others": None},
+                   scale=True),
+        v2.Normalize(mean=IMAGENET_MEAN, std=IMAGENET_STD), v2.ToPureTensor()])
+
+
+def run_segmentation_reference_benchmark(cfg: Config,
+                                         log: Callable[[str], None]) -> dict[str, Any]:
+    """``segmentation-reference``: torchvision's segmentation train preset
+    (:func:`segmentation_reference_preset`) on each image and its palette-PNG mask, torch's
+    DataLoader (PIL + v2 in Python) against ringloader's (rl.Joint), default collate,
+    ``cfg.num_workers`` workers each, alternating rounds (medians)."""
+    import tempfile
+
+    rl = _import_ringloader()
+    rows = list(rl.ImageFolder(str(cfg.root)).samples)
+    work = Path(tempfile.mkdtemp(prefix="ringloader-bench-masks-"))
+    try:
+        log(f"writing a label image for each of the {len(rows)} images under {work} ...")
+        masks = _write_masks(rows, work)
+        transform = segmentation_reference_preset()
+        eager = JointSegmentationRows(rows, masks, transform, lazy=False)
+        lazy = JointSegmentationRows(rows, masks, transform, lazy=True)
+        report = _eager_vs_lazy(cfg, eager, lazy, "segmentation-reference", "the Joint Dataset",
+                                log)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return report
+
+
+def format_segmentation_reference_report(cfg: Config, machine: dict[str, Any],
+                                         data: dict[str, Any], report: dict[str, Any]) -> str:
+    res = report["results"]
+    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    return "\n".join([
+        f"ringloader segmentation-reference benchmark: torchvision's segmentation train preset "
+        f"(RandomResize({SEG_BASE // 2}, {SEG_BASE * 2}), flip, RandomCrop({SEG_CROP}) padding "
+        f"the mask with 255, PILToTensor, ToDtype, Normalize) over {data['images']} images and "
+        f"their palette-PNG masks, batch {cfg.batch_size}, {cfg.num_workers} workers each, "
+        f"median of {cfg.rounds} rounds",
+        f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
+        f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
+        f"  __getitem__ for every index when the DataLoader is built: "
+        f"{report['build_seconds']:.2f} s",
+        f"  machine: {machine.get('cpu', '?')}",
+    ])
+
+
 def format_joint_segmentation_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
                                      report: dict[str, Any]) -> str:
     res = report["results"]
@@ -1814,7 +1880,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="--dataset remote: latency before each response in ms (default 20)")
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
                                           "multicrop", "dino", "hf", "parquet", "segmentation",
-                                          "segmentation-joint", "detection", "detection-hflip"),
+                                          "segmentation-joint", "segmentation-reference",
+                                          "detection", "detection-hflip"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -1828,7 +1895,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "images in Parquet row groups, rl.Parquet shuffled (copy, and copy=False) vs rl.ImageFolder; "
                          "segmentation: a user Dataset of an image and its mask a sample; "
                          "segmentation-joint: the same under one random rl.Joint (crop, flip), "
-                         "vs PIL + v2 under torch; "
+                         "vs PIL + v2 under torch; segmentation-reference: torchvision's "
+                         "segmentation train preset through rl.Joint vs PIL + v2 under torch; "
                          "detection: boxes with each image, rl.Joint vs PIL + v2 under torch; "
                          "detection-hflip: the same under torchvision's detection hflip preset "
                          "(each image its own size); "
@@ -1934,13 +2002,17 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
 
     machine = machine_info(cfg)
     if args.dataset in ("custom", "multicrop", "dino", "hf", "parquet", "segmentation",
-                        "segmentation-joint", "detection", "detection-hflip"):
+                        "segmentation-joint", "segmentation-reference", "detection",
+                        "detection-hflip"):
         if args.dataset in ("detection", "detection-hflip"):
             report = run_detection_benchmark(cfg, log, args.dataset)
             print(format_detection_report(cfg, machine, data, report))
         elif args.dataset == "segmentation-joint":
             report = run_joint_segmentation_benchmark(cfg, log)
             print(format_joint_segmentation_report(cfg, machine, data, report))
+        elif args.dataset == "segmentation-reference":
+            report = run_segmentation_reference_benchmark(cfg, log)
+            print(format_segmentation_reference_report(cfg, machine, data, report))
         elif args.dataset in ("hf", "parquet"):
             report = run_arrow_benchmark(cfg, args.dataset, log)
             print(format_arrow_report(cfg, data, report))
