@@ -12,6 +12,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -162,6 +163,27 @@ int NumaTopology::NodeOfPciDevice(absl::string_view bus_id) const {
 std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count) {
   if (count <= 1 || cpus.empty()) return cpus;
   const size_t n = cpus.size(), parts = static_cast<size_t>(count), i = static_cast<size_t>(index);
+  // Runs of consecutive ids ([begin, end) positions). Linux numbers a core's SMT siblings a
+  // fixed distance apart ("0-19,40-59"): part i of every run keeps a rank's cores whole.
+  std::vector<std::pair<size_t, size_t>> runs;
+  for (size_t b = 0; b < n;) {
+    size_t e = b + 1;
+    while (e < n && cpus[e] == cpus[e - 1] + 1) ++e;
+    runs.emplace_back(b, e);
+    b = e;
+  }
+  const bool each_run = runs.size() > 1 && std::all_of(runs.begin(), runs.end(), [&](const auto& r) {
+    return r.second - r.first >= parts;
+  });
+  if (each_run) {
+    std::vector<int> out;
+    for (const auto& [b, e] : runs) {
+      const size_t len = e - b;
+      out.insert(out.end(), cpus.begin() + static_cast<std::ptrdiff_t>(b + i * len / parts),
+                 cpus.begin() + static_cast<std::ptrdiff_t>(b + (i + 1) * len / parts));
+    }
+    return out;
+  }
   if (n < parts) return {cpus[i % n]};
   return std::vector<int>(cpus.begin() + static_cast<std::ptrdiff_t>(i * n / parts),
                           cpus.begin() + static_cast<std::ptrdiff_t>((i + 1) * n / parts));

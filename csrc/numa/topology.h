@@ -86,9 +86,12 @@ absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, 
                                                   const std::vector<int>& allowed_cpus, int current_cpu,
                                                   absl::string_view gpu_bus_id);
 
-/// Part `index` of `count` equal, contiguous parts of sorted `cpus` (the i-th rank's share of a
-/// node's CPUs): parts differ in size by at most one; with fewer CPUs than parts, part i is the
-/// single CPU i mod |cpus|. count <= 1: all of `cpus`.
+/// Part `index` of `count` equal parts of sorted `cpus` (the i-th rank's share of a node's
+/// CPUs). When the list is several runs of consecutive ids, each with at least `count` CPUs
+/// ("20-39,60-79": cores, then their SMT siblings), the part is the i-th slice of every run, so
+/// a rank's cores come with their siblings; otherwise the i-th contiguous slice of the list.
+/// Parts differ in size by at most one per run; with fewer CPUs than parts, part i is the single
+/// CPU i mod |cpus|. count <= 1: all of `cpus`.
 std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count);
 
 /// CPUs the calling thread may run on (sched_getaffinity).

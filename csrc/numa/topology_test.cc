@@ -190,7 +190,11 @@ TEST(ShareTest, RanksGetDisjointContiguousPartsThatCoverTheCpus) {
   EXPECT_EQ(ShareOfCpus(Range(0, 15), 1, 3), Range(5, 9));
   EXPECT_EQ(ShareOfCpus(Range(0, 15), 2, 3), Range(10, 15));
   EXPECT_EQ(ShareOfCpus({0, 1}, 1, 2), (std::vector<int>{1}));
-  EXPECT_EQ(ShareOfCpus({4, 5, 12, 13}, 1, 2), (std::vector<int>{12, 13}));  // a node's sparse list
+  // A node's cores and their SMT siblings: each rank takes whole cores (a slice of each run).
+  EXPECT_EQ(ShareOfCpus({4, 5, 12, 13}, 1, 2), (std::vector<int>{5, 13}));
+  EXPECT_EQ(FormatCpuList(ShareOfCpus(ParseCpuList("20-39,60-79").value(), 1, 4)), "25-29,65-69");
+  // A run shorter than the parts (a cpuset "0-3,5"): contiguous slices of the whole list.
+  EXPECT_EQ(ShareOfCpus({0, 1, 2, 3, 5}, 1, 2), (std::vector<int>{2, 3, 5}));
   // Fewer CPUs than ranks: one CPU each, round the CPUs.
   EXPECT_EQ(ShareOfCpus({0, 1}, 2, 3), (std::vector<int>{0}));
   EXPECT_EQ(ShareOfCpus({0, 1}, 0, 1), (std::vector<int>{0, 1}));
@@ -205,7 +209,7 @@ TEST(ShareTest, RanksShareTheirGpusNodeOrTheAllowedCpusAndMemoryFollowsOnlyANode
   o.share_count = 2;
   NumaPlacement gpu = ChooseNumaPlacement(topology, o, Range(0, 15), 0, "").value();
   EXPECT_EQ(gpu.node, 1);
-  EXPECT_EQ(FormatCpuList(gpu.cpus), "12-15");
+  EXPECT_EQ(FormatCpuList(gpu.cpus), "6-7,14-15");
   EXPECT_TRUE(absl::StrContains(gpu.note, "share 1 of 2 of the node's CPUs 4-7,12-15")) << gpu.note;
   // numa off: no node, threads still take their share of the allowed CPUs.
   NumaOption off;

@@ -32,7 +32,8 @@ def test_two_socket_server_rank_five_goes_to_gpu_five_on_node_one_and_shares_it_
     # Ranks 4-7 sit on node 1: rank 5 is the second of four there.
     assert options == {"numa_gpu_bus_id": "0000:86:00.0", "numa_share_index": 1, "numa_share_count": 4}
     shares = [_C.share_of_cpus("20-39,60-79", i, 4) for i in range(4)]
-    assert shares == ["20-29", "30-39", "60-69", "70-79"]  # disjoint, all of the node
+    # Disjoint, all of the node, each rank's cores with their SMT siblings (n and n + 40).
+    assert shares == ["20-24,60-64", "25-29,65-69", "30-34,70-74", "35-39,75-79"]
     # The native placement on that tree: node 1, the share of its CPUs (here within all 80).
     s = _C.choose_auto_threads({"numa": "auto", "numa_sysfs_root": f"{root}/sys", **options})
     assert s["usable_cpus"] <= 10
