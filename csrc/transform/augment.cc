@@ -556,18 +556,23 @@ const uint8_t* PackedCopy(const RgbView& img, std::vector<uint8_t>& buf) {
 
 /// F_t.affine / F_t.rotate on a uint8 tensor without fill: _gen_affine_grid (float32 theta
 /// over half-pixel centres, bmm) and grid_sample(align_corners=False, zeros padding), rounded
-/// half to even.
-void TensorAffine(RgbView img, const double m[6], bool nearest, AugmentScratch& scratch) {
+/// half to even. Built twice (target_clones): with the FMA instruction where the CPU has it,
+/// else with libm's fmaf; both round each std::fma once, so the results are the same.
+__attribute__((target_clones("fma", "default"))) void TensorAffine(RgbView img, const double m[6],
+                                                                   bool nearest,
+                                                                   AugmentScratch& scratch) {
   const int w = img.width, h = img.height;
   const uint8_t* src = PackedCopy(img, scratch.source);
+  const size_t row = static_cast<size_t>(w) * 3;
   const float half_w = static_cast<float>(0.5 * w), half_h = static_cast<float>(0.5 * h);
   const float r0x = static_cast<float>(m[0]) / half_w, r1x = static_cast<float>(m[1]) / half_w,
               r2x = static_cast<float>(m[2]) / half_w;
   const float r0y = static_cast<float>(m[3]) / half_h, r1y = static_cast<float>(m[4]) / half_h,
               r2y = static_cast<float>(m[5]) / half_h;
   const float scale_x = static_cast<float>(w) / 2, scale_y = static_cast<float>(h) / 2;
-  const auto at = [&](int x, int y, int c) -> float {
-    return x >= 0 && x < w && y >= 0 && y < h ? src[(static_cast<size_t>(y) * w + x) * 3 + c] : 0.f;
+  static constexpr uint8_t kZero[3] = {0, 0, 0};
+  const auto pixel = [&](int x, int y) -> const uint8_t* {
+    return x >= 0 && x < w && y >= 0 && y < h ? src + y * row + static_cast<size_t>(x) * 3 : kZero;
   };
   for (int y = 0; y < h; ++y) {
     const float gy_base = static_cast<float>(y + (-h * 0.5 + 0.5));
@@ -583,20 +588,24 @@ void TensorAffine(RgbView img, const double m[6], bool nearest, AugmentScratch& 
         continue;
       }
       if (nearest) {
-        const int xi = static_cast<int>(std::nearbyint(ix)), yi = static_cast<int>(std::nearbyint(iy));
-        for (int c = 0; c < 3; ++c) out[c] = static_cast<uint8_t>(at(xi, yi, c));
+        const uint8_t* p = pixel(static_cast<int>(std::nearbyint(ix)), static_cast<int>(std::nearbyint(iy)));
+        out[0] = p[0];
+        out[1] = p[1];
+        out[2] = p[2];
         continue;
       }
       const float fx = std::floor(ix), fy = std::floor(iy);
       const float we = ix - fx, ee = 1.f - we, n = iy - fy, s = 1.f - n;
       const float nw = s * ee, ne = s * we, sw = n * ee, se = n * we;
       const int x0 = static_cast<int>(fx), y0 = static_cast<int>(fy);
-      for (int c = 0; c < 3; ++c) {
-        float v = at(x0, y0, c) * nw;
-        v = std::fma(at(x0 + 1, y0, c), ne, v);
-        v = std::fma(at(x0, y0 + 1, c), sw, v);
-        v = std::fma(at(x0 + 1, y0 + 1, c), se, v);
-        out[c] = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.f, 255.f));
+      const uint8_t *a = pixel(x0, y0), *b = pixel(x0 + 1, y0), *c = pixel(x0, y0 + 1),
+                    *d = pixel(x0 + 1, y0 + 1);
+      for (int k = 0; k < 3; ++k) {
+        float v = static_cast<float>(a[k]) * nw;
+        v = std::fma(static_cast<float>(b[k]), ne, v);
+        v = std::fma(static_cast<float>(c[k]), sw, v);
+        v = std::fma(static_cast<float>(d[k]), se, v);
+        out[k] = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.f, 255.f));
       }
     }
   }
@@ -624,6 +633,15 @@ void ForEachPixel(RgbView img, Fn fn) {
   }
 }
 
+/// Maps every level through `lut` (an op whose result depends on the level alone).
+void ApplyLut(RgbView img, const uint8_t lut[256]) {
+  ForEachPixel(img, [&](uint8_t* p, int, int) {
+    p[0] = lut[p[0]];
+    p[1] = lut[p[1]];
+    p[2] = lut[p[2]];
+  });
+}
+
 /// adjust_brightness / adjust_saturation / adjust_contrast on the tensor.
 void TensorEnhance(MixOp op, bool v2, double factor, RgbView img) {
   const float ratio = static_cast<float>(factor), one_minus = static_cast<float>(1.0 - factor);
@@ -634,25 +652,28 @@ void TensorEnhance(MixOp op, bool v2, double factor, RgbView img) {
     });
     const float mean = static_cast<float>(sum) /
                        static_cast<float>(static_cast<double>(img.width) * img.height);
-    ForEachPixel(img, [&](uint8_t* p, int, int) {
-      for (int c = 0; c < 3; ++c) p[c] = Blend(v2, ratio, one_minus, p[c], mean);
-    });
-    return;
+    uint8_t lut[256];
+    for (int v = 0; v < 256; ++v) lut[v] = Blend(v2, ratio, one_minus, static_cast<float>(v), mean);
+    return ApplyLut(img, lut);
   }
-  ForEachPixel(img, [&](uint8_t* p, int, int) {
-    const float other = op == MixOp::kColor ? static_cast<uint8_t>(TensorGray(v2, p)) : 0.f;
+  if (op == MixOp::kBrightness) {
+    uint8_t lut[256];
+    for (int v = 0; v < 256; ++v) lut[v] = Blend(v2, ratio, one_minus, static_cast<float>(v), 0.f);
+    return ApplyLut(img, lut);
+  }
+  ForEachPixel(img, [&](uint8_t* p, int, int) {  // kColor: blend with the pixel's gray level
+    const float other = static_cast<uint8_t>(TensorGray(v2, p));
     for (int c = 0; c < 3; ++c) p[c] = Blend(v2, ratio, one_minus, p[c], other);
   });
 }
 
 /// adjust_sharpness on the tensor: the 3x3 smoothing kernel (1s around 5, over 13) by conv2d,
-/// rounded (its exact value is never a half, so float32 summation order cannot matter), the
+/// rounded (its exact value is never a half, so float32 summation cannot change the level), the
 /// border kept; v1 blends the whole image, v2 x + (1 - factor) * (blur - x) inside.
 void TensorSharpness(bool v2, double factor, RgbView img, AugmentScratch& scratch) {
   const int w = img.width, h = img.height;
   if (w <= 2 || h <= 2) return;
   const uint8_t* src = PackedCopy(img, scratch.source);
-  const double k1 = static_cast<float>(1.0 / 13.0), k5 = static_cast<float>(5.0 / 13.0);
   const float ratio = static_cast<float>(factor), one_minus = static_cast<float>(1.0 - factor);
   const size_t row = static_cast<size_t>(w) * 3;
   ForEachPixel(img, [&](uint8_t* p, int x, int y) {
@@ -664,7 +685,9 @@ void TensorSharpness(bool v2, double factor, RgbView img, AugmentScratch& scratc
         const uint8_t* q = src + (y - 1) * row + (x - 1) * 3 + c;
         const int ring = q[0] + q[3] + q[6] + q[row] + q[row + 6] + q[2 * row] + q[2 * row + 3] +
                          q[2 * row + 6];
-        blur = static_cast<float>(std::nearbyint(ring * k1 + q[row + 3] * k5));
+        // round((ring + 5 * centre) / 13): the exact quotient is never a half (2n = 13 (2k + 1)
+        // has no solution), and the float32 kernel's error (< 1e-3) cannot cross one.
+        blur = static_cast<float>((2 * (ring + 5 * q[row + 3]) + 13) / 26);
       }
       if (v2) {
         if (inside) {
@@ -698,11 +721,15 @@ void TensorAutoContrast(bool v2, RgbView img) {
                     : (1.f / (hi[c] - lo[c])) * 255.f;
     }
   }
-  ForEachPixel(img, [&](uint8_t* p, int, int) {
-    for (int c = 0; c < 3; ++c) {
-      const float d = p[c] - lo[c];
-      p[c] = static_cast<uint8_t>(std::clamp(v2 ? d / scale[c] : d * scale[c], 0.f, 255.f));
+  uint8_t lut[3][256];
+  for (int c = 0; c < 3; ++c) {
+    for (int v = 0; v < 256; ++v) {
+      const float d = static_cast<float>(v) - lo[c];
+      lut[c][v] = static_cast<uint8_t>(std::clamp(v2 ? d / scale[c] : d * scale[c], 0.f, 255.f));
     }
+  }
+  ForEachPixel(img, [&](uint8_t* p, int, int) {
+    for (int c = 0; c < 3; ++c) p[c] = lut[c][p[c]];
   });
 }
 
@@ -734,12 +761,11 @@ void ApplyMixOp(MixOp op, double magnitude, bool v2, bool nearest, RgbView img,
     case MixOp::kPosterize: return Posterize(img, static_cast<int>(magnitude));
     case MixOp::kSolarize: {
       const float threshold = static_cast<float>(magnitude);  // compared in float32
-      ForEachPixel(img, [&](uint8_t* p, int, int) {
-        for (int c = 0; c < 3; ++c) {
-          if (static_cast<float>(p[c]) >= threshold) p[c] = static_cast<uint8_t>(255 - p[c]);
-        }
-      });
-      return;
+      uint8_t lut[256];
+      for (int v = 0; v < 256; ++v) {
+        lut[v] = static_cast<uint8_t>(static_cast<float>(v) >= threshold ? 255 - v : v);
+      }
+      return ApplyLut(img, lut);
     }
     case MixOp::kAutoContrast: return TensorAutoContrast(v2, img);
     case MixOp::kEqualize: return Equalize(img);
