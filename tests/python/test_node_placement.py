@@ -74,3 +74,19 @@ def test_sub_numa_clustering_each_rank_alone_on_its_gpus_node(tmp_path):
     assert _node.rank_placement(ranks(3, 8), None, None, root=root, env={}) == \
         {"numa_share_index": 3, "numa_share_count": 8}
     assert _node.rank_placement(ranks(3, 8), None, None, divide=False, root=root, env={}) == {}
+
+
+def test_the_loader_places_itself_by_the_ranks_own_gpu(monkeypatch, image_tree):
+    import ringloader as rl
+    from ringloader import transforms as T
+
+    for size, rank in _node.LAUNCHERS:
+        monkeypatch.delenv(size, raising=False)
+        monkeypatch.delenv(rank, raising=False)
+    # This machine has no GPU: give the process one whose node sysfs does not know.
+    monkeypatch.setattr(_node, "rank_gpus", lambda ranks, root="", env=None: [
+        _node.RankGpu(0, "0000:3b:00.0", -1, "the current CUDA device -> GPU 0 (faked)")])
+    ds = rl.ImageFolder(str(image_tree), transform=T.Compose([T.Resize(32), T.CenterCrop(32)]))
+    placed = rl.DataLoader(ds, batch_size=4, numa="auto").describe()
+    assert "numa=auto: the node of GPU 0000:3b:00.0 is unknown" in placed, placed
+    assert "GPU 0000:3b:00.0" not in rl.DataLoader(ds, batch_size=4).describe()  # numa=None: not asked
