@@ -180,10 +180,13 @@ class DataLoader:
     Placement and device staging:
 
     * ``numa``: ``None`` (default: threads and memory are left where the OS puts them),
-      ``"auto"`` (the node of ``device``'s GPU; without a device, the node of the CPU the
+      ``"auto"`` (the node of ``device``'s GPU; without a device, of the process's own GPU:
+      ``LOCAL_RANK``'s or the current CUDA device; without a GPU, the node of the CPU the
       constructing thread runs on) or a node number (``ValueError`` if it does not exist).
       Reader and decode threads are pinned to that node's CPUs (never outside the process's
-      affinity mask) and slot memory is allocated on it. ``loader.describe()`` says what was done.
+      affinity mask) and slot memory is allocated on it. With several ranks on the machine and
+      ``num_workers="auto"``, each rank's threads also get CPUs of their own (docs/distributed.md).
+      ``loader.describe()`` says what was done.
     * ``device``: ``None``/``"cpu"`` (batches in host slots) or ``"cuda"``/``"cuda:N"``: as
       soon as a batch is decoded, a native stage thread copies it on the loader's own CUDA stream
       into a ring of device buffers, so it is on the GPU before the training step asks for it;
