@@ -88,6 +88,10 @@ def test_bad_values_are_refused_naming_the_argument(photos: Path, value):
 def test_level_names_come_from_the_native_parser():
     assert [rl._C.fast_decode_level(v) for v in (False, True, "off", "scale", "fastest")] == [
         "off", "scale", "off", "scale", "fastest"]
+    # What the DataLoader passes on: False for the exact default, else the level's name.
+    from ringloader._options import _check_fast_decode
+    assert [_check_fast_decode(v) for v in (False, True, np.bool_(True), "off", "fastest")] == [
+        False, "scale", "scale", False, "fastest"]
 
 
 class _Files(torch.utils.data.Dataset):
