@@ -398,6 +398,14 @@ class NativeBackend(Backend):
                 raise
             raise ValueError(f"{e} (max_memory here is the default divided among the ranks on this machine: "
                              f"{self._node_memory}; pass max_memory= explicitly to give this rank more)") from None
+        if any(self._native.variable_views or ()) and args.on_error == "skip" and self.drop_last \
+                and batch_size is not None:
+            self._native.stop()
+            raise ValueError(
+                "on_error='skip' with drop_last=True refills each batch with rows of the next, but "
+                "this Dataset's outputs have sizes that depend on the image (a tensor a sample, "
+                "freed with its batch): pass drop_last=False (a batch is then short by its skipped "
+                "samples) or on_error='replace'")
         if auto:
             self.num_workers = self._native.stats()["decode_threads"]
         self._generation = 0

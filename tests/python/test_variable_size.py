@@ -258,3 +258,11 @@ def test_an_output_larger_than_max_memory_is_a_clear_error(tmp_path):
     ds = Coco(hflip_train("pil"), [(small, (120, 90))] * 24)
     loader = _native(ds, batch_size=2, collate_fn=_collate, max_memory=1 << 20)
     assert sum(len(images) for images, _ in loader) == 24
+
+
+def test_skip_with_drop_last_is_refused_naming_what_to_pass(photos):
+    # Refilling a batch from the next one's rows would outlive the outputs of the batch it
+    # came from: a clear error instead of a batch that cannot be built.
+    with pytest.raises(ValueError, match=r"drop_last=False .* or on_error='replace'"):
+        rl.DataLoader(Coco(hflip_train("pil"), photos), batch_size=4, collate_fn=_collate,
+                      on_error="skip", drop_last=True)
