@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <set>
 #include <string>
 #include <utility>
@@ -301,6 +302,69 @@ TEST(RecipeTables, TimmOpNames) {
   EXPECT_EQ(TimmOpFromName("AutoContrast"), 0);
   EXPECT_EQ(TimmOpFromName("TranslateYRel"), static_cast<int>(TimmOp::kTranslateYRel));
   EXPECT_EQ(TimmOpFromName("Cutout"), -1);
+}
+
+// AugMix's draws follow torchvision's distributions: Beta(alpha, alpha) for the original's
+// weight (mean 1/2 at alpha 1), Dirichlet(alpha) chain weights (mean 1/width) summing to 1,
+// depths uniform in 1..3 when chain_depth <= 0, ops uniform over the 13 (9 without all_ops),
+// bins below severity, a sign only on the signed ops; the same seed gives the same draws.
+TEST(AugMixDraws, FollowTorchvisionsDistributions) {
+  TransformStep s;
+  s.kind = Kind::kAugMix;
+  s.augmix_severity = 3;
+  constexpr int kRuns = 4000;
+  double m0_sum = 0, m0_sq = 0, w_sum = 0;
+  int depth_count[4] = {0, 0, 0, 0};
+  std::vector<int> op_count(13, 0);
+  for (int run = 0; run < kRuns; ++run) {
+    SampleRng rng(1000 + run);
+    AugMixDraws d;
+    DrawAugMix(s, rng, &d);
+    ASSERT_EQ(d.weights.size(), 3u);
+    ASSERT_EQ(d.chains.size(), 3u);
+    EXPECT_NEAR(d.m0 + d.m1, 1.0, 1e-6);
+    EXPECT_NEAR(d.weights[0] + d.weights[1] + d.weights[2], 1.0, 1e-6);
+    m0_sum += d.m0;
+    m0_sq += d.m0 * d.m0;
+    w_sum += d.weights[0];
+    for (const auto& chain : d.chains) {
+      ASSERT_GE(chain.size(), 1u);
+      ASSERT_LE(chain.size(), 3u);
+      ++depth_count[chain.size()];
+      for (const AugMixDraws::Op& op : chain) {
+        ASSERT_GE(op.index, 0);
+        ASSERT_LT(op.index, 13);
+        ++op_count[op.index];
+        EXPECT_LT(op.bin, 3);
+        if (op.index == 5 || op.index == 6 || op.index == 7 || op.index == 8) EXPECT_FALSE(op.negate);
+      }
+    }
+    SampleRng again(1000 + run);
+    AugMixDraws e;
+    DrawAugMix(s, again, &e);
+    EXPECT_EQ(e.m0, d.m0);
+    EXPECT_EQ(e.weights, d.weights);
+  }
+  EXPECT_NEAR(m0_sum / kRuns, 0.5, 0.02);                         // Beta(1, 1) mean
+  EXPECT_NEAR(m0_sq / kRuns - 0.25, 1.0 / 12.0, 0.01);           // and variance (uniform)
+  EXPECT_NEAR(w_sum / kRuns, 1.0 / 3.0, 0.02);                   // Dirichlet(1, 1, 1) mean
+  for (int depth = 1; depth <= 3; ++depth) EXPECT_NEAR(depth_count[depth], kRuns, kRuns * 0.1);
+  const double per_op = std::accumulate(op_count.begin(), op_count.end(), 0.0) / 13;
+  for (int count : op_count) EXPECT_NEAR(count, per_op, per_op * 0.15);
+
+  s.augmix_all_ops = false;
+  s.augmix_depth = 2;
+  s.augmix_alpha = 0.3;  // Gamma draws below 1 take the boost path
+  for (int run = 0; run < 200; ++run) {
+    SampleRng rng(run);
+    AugMixDraws d;
+    DrawAugMix(s, rng, &d);
+    EXPECT_TRUE(std::isfinite(d.m0) && d.m0 >= 0 && d.m0 <= 1);
+    for (const auto& chain : d.chains) {
+      ASSERT_EQ(chain.size(), 2u);
+      for (const AugMixDraws::Op& op : chain) EXPECT_LT(op.index, 9);
+    }
+  }
 }
 
 }  // namespace
