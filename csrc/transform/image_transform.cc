@@ -487,6 +487,7 @@ absl::Status ReadAll(StepParamReader& r, TransformStep* s, Readers... readers) {
 absl::Status ParseResize(StepParamReader& r, TransformStep* s) {
   r.Int("max_size", &s->max_size);
   r.Int("size_max", &s->size_max);
+  r.Ints("size_choices", &s->size_choices);
   return ReadAll(r, s, ReadSize, ReadInterpolation);
 }
 
@@ -610,6 +611,11 @@ std::string WithFilter(std::string d, const TransformStep& s) {
 }
 
 std::string DescribeResize(const TransformStep& s) {
+  if (!s.size_choices.empty()) {
+    std::string d = absl::StrCat("RandomShortestSize(", absl::StrJoin(s.size_choices, "|"));
+    if (s.max_size > 0) absl::StrAppend(&d, ", max_size=", s.max_size);
+    return WithFilter(d, s);
+  }
   if (s.size_max > 0) {
     return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), s);
   }
@@ -676,7 +682,7 @@ const std::vector<StepKindInfo>& StepKinds() {
   using S = StepStage;
   static const auto* kinds = new std::vector<StepKindInfo>{
       {Kind::kResize, "resize", "Resize", S::kGeometry, true,
-       "size_h size_w max_size size_max interpolation",
+       "size_h size_w max_size size_max size_choices interpolation",
        ParseResize, DescribeResize, nullptr},
       {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false,
        "size_h size_w",
@@ -878,13 +884,22 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         if (s.max_size > 0 && s.size_w > 0) {
           return StepError(i, s.kind, "max_size is only allowed with a single int size");
         }
-        if (s.max_size > 0 && s.max_size <= s.size_h) {
+        if (s.max_size > 0 && s.size_choices.empty() && s.max_size <= s.size_h) {
           return StepError(i, s.kind,
                            absl::StrCat("max_size = ", s.max_size,
                                         " must be strictly greater than the requested size ",
                                         s.size_h));
         }
-        if (s.size_max != 0) {
+        if (!s.size_choices.empty()) {
+          if (s.size_w > 0 || s.size_max != 0) {
+            return StepError(i, s.kind, "a size drawn from choices (RandomShortestSize) takes no "
+                                        "fixed size and no RandomResize range");
+          }
+          for (int c : s.size_choices) {
+            if (c <= 0) return StepError(i, s.kind, "RandomShortestSize: min_size must be > 0");
+          }
+          size.reset();  // drawn per sample: the output size depends on the draw and the image
+        } else if (s.size_max != 0) {
           if (s.size_w > 0 || s.max_size > 0) {
             return StepError(i, s.kind, "a random size (RandomResize) takes a single int size "
                                         "and no max_size");
@@ -1019,7 +1034,17 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
     switch (s.kind) {
       case Kind::kResize: {
         Size2 n;
-        if (s.size_max > 0) {
+        if (!s.size_choices.empty()) {
+          // v2's RandomShortestSize: one shorter side per sample, drawn from the choices like
+          // torch.randint(len(choices)); r = min(side / short, max_size / long); int(side * r).
+          const int pick = s.size_choices[static_cast<size_t>(
+              rng.RandInt(0, static_cast<int64_t>(s.size_choices.size())))];
+          double r = static_cast<double>(pick) / static_cast<double>(std::min(v.h, v.w));
+          if (s.max_size > 0) {
+            r = std::min(r, static_cast<double>(s.max_size) / static_cast<double>(std::max(v.h, v.w)));
+          }
+          n = Size2{Trunc(static_cast<double>(v.h) * r), Trunc(static_cast<double>(v.w) * r)};
+        } else if (s.size_max > 0) {
           // v2's RandomResize: one short side per sample, drawn like torch.randint(min, max).
           TransformStep drawn = s;
           drawn.size_h = static_cast<int>(rng.RandInt(s.size_h, s.size_max));

@@ -55,7 +55,7 @@ __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 #: v2 classes whose effect on pixels is a crop, resize, pad or flip: fused into the native
 #: geometry, so boxes and keypoints follow the recorded rectangle (RandomResize: its size drawn
 #: per sample, natively from the loader's per-sample seed).
-_GEOMETRIC = {"Resize", "RandomResize", "CenterCrop", "RandomResizedCrop",
+_GEOMETRIC = {"Resize", "RandomResize", "RandomShortestSize", "CenterCrop", "RandomResizedCrop",
               "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
 #: Of those, the ones after which v2 clamps boxes to the new canvas.
 _CLAMPING = {"CenterCrop", "RandomResizedCrop", "RandomCrop", "Pad"}
@@ -351,14 +351,16 @@ def plan(transform: Any) -> Any:
 
 #: Geometric steps that integer boxes follow natively (``_integer_steps``): v2's own box kernels
 #: replayed on them, step by step, with the row's recorded draws.
-_INTEGER_STEPS = {"Resize", "RandomResize", "RandomHorizontalFlip", "RandomVerticalFlip"}
+_INTEGER_STEPS = {"Resize", "RandomResize", "RandomShortestSize", "RandomHorizontalFlip",
+                  "RandomVerticalFlip"}
+_RESIZES = ("Resize", "RandomResize", "RandomShortestSize")
 
 
 def _integer_steps(found: JointPlan) -> Any:
     """The geometric steps of ``found`` that integer boxes replay (v2 rounds them at every step:
     each of v2's box kernels runs in turn), or why they cannot (a string naming the step)."""
     steps = list(found.mask.transforms) if found.mask is not None else []
-    resizes = [s for s in steps if type(s).__name__ in ("Resize", "RandomResize")]
+    resizes = [s for s in steps if type(s).__name__ in _RESIZES]
     for step in steps:
         name = type(step).__name__
         if name not in _INTEGER_STEPS:
@@ -366,7 +368,7 @@ def _integer_steps(found: JointPlan) -> Any:
                     "resize and the flips, each replayed with v2's kernel; float boxes through "
                     "every step)")
         if sum(type(s).__name__ == name for s in steps) > 1 or (
-                name in ("Resize", "RandomResize") and len(resizes) > 1):
+                name in _RESIZES and len(resizes) > 1):
             return (f"{T._step_name(step)} comes twice (integer boxes are native through one "
                     "resize and one flip per axis; float boxes through every step)")
     return steps
@@ -545,7 +547,7 @@ def _move_integer_boxes(boxes: Any, g: Any, steps: List[Any]) -> Any:
 
     for step in steps:
         name = type(step).__name__
-        if name in ("Resize", "RandomResize"):
+        if name in _RESIZES:
             boxes = F.resize(boxes, size=[int(g[7]), int(g[6])])
         elif name == "RandomHorizontalFlip" and g[8]:
             boxes = F.horizontal_flip(boxes)

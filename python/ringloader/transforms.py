@@ -495,6 +495,19 @@ def _random_resize(t: Any, where: str) -> List[Dict[str, Any]]:
              "size_max": int(t.max_size), "interpolation": interp}]
 
 
+@_converts("RandomShortestSize")
+def _random_shortest_size(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomShortestSize: the shorter side drawn per sample from ``min_size`` (the
+    sample's keyed draws), the longer side capped at ``max_size``."""
+    interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+    choices = [int(c) for c in t.min_size]
+    if not choices or min(choices) <= 0:
+        raise TypeError(f"{where}: min_size must hold sizes > 0")
+    return [{"kind": "resize", "size_h": min(choices), "size_w": 0,
+             "size_choices": choices, "max_size": int(t.max_size or 0),
+             "interpolation": interp}]
+
+
 @_converts("RandomResizedCrop")
 @_converts("RandomResizedCropAndInterpolation", modules=_TIMM)
 def _random_resized_crop(t: Any, where: str) -> List[Dict[str, Any]]:

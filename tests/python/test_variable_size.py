@@ -266,3 +266,42 @@ def test_skip_with_drop_last_is_refused_naming_what_to_pass(photos):
     with pytest.raises(ValueError, match=r"drop_last=False .* or on_error='replace'"):
         rl.DataLoader(Coco(hflip_train("pil"), photos), batch_size=4, collate_fn=_collate,
                       on_error="skip", drop_last=True)
+
+
+def multiscale_train(min_size, max_size):
+    """The steps of torchvision's DetectionPresetTrain(data_augmentation="multiscale",
+    use_v2=True, backend "pil")."""
+    return v2.Compose([
+        v2.RandomShortestSize(min_size=min_size, max_size=max_size), v2.RandomHorizontalFlip(0.5),
+        v2.ToImage(), v2.ToDtype(torch.float, scale=True),
+        v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+def test_multiscale_preset_matches_v2_for_each_drawn_size(photos, dtype):
+    # One size to draw from: v2's draw is fixed, the image and boxes equal v2's (the flip drawn
+    # natively: each sample equals v2 with or without it). max_size caps the long side.
+    choices = (40, 48, 56)
+    drawn = set()
+    ds = Coco(multiscale_train(choices, 90), photos, dtype)
+    loader = _native(ds, batch_size=3, collate_fn=_collate)
+    for _ in range(3):
+        for images, targets in loader:
+            for image, target in zip(images, targets):
+                i = target["image_id"]
+                found = False
+                for size in choices:
+                    for p in (0.0, 1.0):
+                        t = multiscale_train(size, 90)
+                        t.transforms[1].p = p
+                        want_image, want = _v2(t, Coco(t, photos, dtype), i)
+                        if want_image.shape == image.shape and torch.equal(image, want_image):
+                            _assert_target(target, want, dtype)
+                            drawn.add(size)
+                            found = True
+                            break
+                    if found:
+                        break
+                assert found, f"sample {i}: no draw of v2's gives these pixels"
+    assert len(drawn) > 1  # the shorter side is drawn per sample

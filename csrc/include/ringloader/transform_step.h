@@ -4,6 +4,7 @@
 /// and the output's element type and layout. Loader::Create validates a chain.
 
 #include <cstdint>
+#include <vector>
 
 namespace ringloader {
 
@@ -88,6 +89,10 @@ struct TransformStep {
   /// Resize: v2's RandomResize when > 0: the shorter side is drawn per sample from
   /// [size_h, size_max) (torch.randint's range), then resized as Resize(drawn) would.
   int size_max = 0;
+  /// Resize: v2's RandomShortestSize when not empty: the shorter side is drawn per sample from
+  /// these (torch.randint over the list), the scale capped by `max_size` on the longer side,
+  /// each side truncated (torchvision's rule: int(side * r)).
+  std::vector<int> size_choices;
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double p = 0.5;
