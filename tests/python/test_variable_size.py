@@ -305,3 +305,42 @@ def test_multiscale_preset_matches_v2_for_each_drawn_size(photos, dtype):
                         break
                 assert found, f"sample {i}: no draw of v2's gives these pixels"
     assert len(drawn) > 1  # the shorter side is drawn per sample
+
+
+def test_a_mask_follows_its_image_at_the_image_s_own_size(photos, tmp_path):
+    t = v2.Compose([v2.Resize(30), v2.RandomHorizontalFlip(1.0), v2.ToImage()])
+    masks = []
+    for i, (_, (w, h)) in enumerate(photos[:4]):
+        labels = np.random.default_rng(i).integers(0, 5, (h, w), dtype=np.uint8)
+        Image.fromarray(labels).save(tmp_path / f"mask{i}.png")
+        masks.append(tmp_path / f"mask{i}.png")
+
+    class Segmentation(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(masks)
+
+        def __getitem__(self, i):
+            return rl.Joint(t, (rl.ImageFile(photos[i][0]), rl.ImageFile(masks[i], mode="mask")))
+
+    images, labels = next(iter(_native(Segmentation(), batch_size=4, collate_fn=_collate)))
+    for i, (image, mask) in enumerate(zip(images, labels)):
+        with Image.open(photos[i][0]) as im, Image.open(masks[i]) as m:
+            want_image, want_mask = t(im.convert("RGB"),
+                                      tv_tensors.Mask(torch.from_numpy(np.array(m))))
+        assert isinstance(mask, tv_tensors.Mask) and mask.shape == image.shape[1:]
+        assert torch.equal(image, want_image) and torch.equal(mask, want_mask)
+
+
+def test_a_plain_reference_without_a_resize_keeps_each_image_s_size(photos):
+    class Plain(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(photos)
+
+        def __getitem__(self, i):
+            return rl.ImageFile(photos[i][0], v2.PILToTensor()), i
+
+    for images, indices in _native(Plain(), batch_size=3, collate_fn=_collate):
+        for image, i in zip(images, indices):
+            with Image.open(photos[i][0]) as im:
+                want = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)
+            assert torch.equal(image, want)
