@@ -159,7 +159,9 @@ def _timeouts_named(batches: Iterator[Any], timeout: float) -> Iterator[Any]:
         except StopIteration:
             return
         except RuntimeError as e:
-            if "timed out" not in str(e) or isinstance(e, LoaderTimeoutError):
+            # torch's own message for its worker timeout; a Dataset's own error that merely
+            # says "timed out" comes as "Caught ... in DataLoader worker process" and stays.
+            if not str(e).startswith("DataLoader timed out after") or isinstance(e, LoaderTimeoutError):
                 raise
             raise LoaderTimeoutError(
                 f"no batch within timeout={timeout:g} s from torch's worker processes (this "

@@ -182,8 +182,10 @@ def _check_fast_decode(fast_decode: Any) -> Any:
     """False for the exact default, else the level's name ("scale" for True, or "fastest").
     The names and their meaning are the native parser's (``_C.fast_decode_level``): ValueError
     naming ``fast_decode`` for anything else."""
-    if isinstance(fast_decode, np.bool_):
-        fast_decode = bool(fast_decode)  # a flag read from a config array
+    if fast_decode is None or isinstance(fast_decode, np.bool_):
+        # None (a config's unset value) is off, as bool(None) was before the levels; a numpy
+        # bool is a flag read from a config array.
+        fast_decode = bool(fast_decode)
     level = _C.fast_decode_level(fast_decode)
     return False if level == "off" else level
 

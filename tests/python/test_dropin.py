@@ -449,6 +449,21 @@ def test_timeout_raises_the_same_error_on_torchs_path():
     assert list(rl.DataLoader(_SlowItems(), batch_size=2, num_workers=1, timeout=30))[1].tolist() == [2, 3]
 
 
+class _StoreTimesOut(torch.utils.data.Dataset):
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        raise RuntimeError("connection to the feature store timed out")
+
+
+def test_a_datasets_own_timed_out_error_is_not_a_loader_timeout():
+    loader = rl.DataLoader(_StoreTimesOut(), batch_size=2, num_workers=1, timeout=30)
+    with pytest.raises(RuntimeError, match="feature store timed out") as caught:
+        next(iter(loader))
+    assert not isinstance(caught.value, rl.LoaderTimeoutError)
+
+
 def test_keyboard_interrupt_during_next_and_recovery(slow_tree: Path):
     loader = rl.DataLoader(rl.ImageFolder(slow_tree, transform=T.Compose([T.Resize(64), T.CenterCrop(64)])),
                            batch_size=6, fast_decode=False)
