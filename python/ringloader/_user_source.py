@@ -31,7 +31,7 @@ from . import _C
 from . import _joint
 from . import transforms as T
 from .datasets import FileList, NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
-from .references import ImageFile, ImageReference, Joint, materialize, rebuild
+from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize, rebuild
 
 __all__ = ["FallbackWarning", "TorchvisionFolder", "UserSource", "source_for", "torchvision_folder"]
 
@@ -606,9 +606,7 @@ class UserSource(NativeDataset):
         splits = [self._split] + list(self._view_splits)
         in_joints = self._refused_joint_views()
         for k, (transform, split) in enumerate(zip(self.view_transforms, splits)):
-            # An output size that depends on the image is native too: a tensor per sample
-            # (``variable_views``).
-            if split.tail is None or k in in_joints:
+            if k in in_joints:
                 continue
             origin = self.view_origins.get(k)
             if origin is not None:
@@ -616,6 +614,14 @@ class UserSource(NativeDataset):
             else:
                 where = ("the references' transform" if len(self.view_transforms) == 1
                          else f"the transform of reference {k}")
+            if split.tail is None:
+                # An output size that depends on the image is native too when it is a tensor:
+                # a tensor per sample (``variable_views``); a PIL image stays one, as in torch.
+                if not _C.fixed_size(split.steps) and self._pil_view(k):
+                    out.append(f"{where} gives each sample a PIL image of its own size, as "
+                               "torch's path does (end it with PILToTensor() or ToImage() to run "
+                               "natively: a tensor per sample)")
+                continue
             out += chain_reasons(transform, where, origin)
         return out
 
@@ -691,17 +697,29 @@ class UserSource(NativeDataset):
 
     @property
     def per_sample(self) -> bool:
-        """True when some view runs Python steps. A view whose output size depends on the image
-        is rendered natively all the same, each sample into a buffer of its own
-        (``variable_views``), and reaches the batch as a list of tensors."""
-        return any(s.tail is not None for s in [self._split] + list(self._view_splits))
+        """True when some view runs Python steps, or gives a PIL image of its own size. A view
+        whose output size depends on the image is rendered natively all the same when it is a
+        tensor, each sample into a buffer of its own (``variable_views``), and reaches the batch
+        as a list of tensors."""
+        splits = [self._split] + list(self._view_splits)
+        return any(s.tail is not None or (not _C.fixed_size(s.steps) and self._pil_view(k))
+                   for k, s in enumerate(splits))
+
+    def _pil_view(self, k: int) -> bool:
+        """View ``k`` is a PIL image where the user's code runs it (``materialize``, torch's
+        workers): a plain reference whose transform converts to no tensor. A Joint's image is a
+        tensor on every path (``references.runnable`` ends such a chain with ``ToImage()``)."""
+        if k in self.joint_views or k in self.joint_masks:
+            return False
+        return not any(type(step).__name__ in _CONVERSIONS for step in T._flatten(self.view_transforms[k]))
 
     @property
     def variable_views(self) -> List[int]:
-        """The views whose output size depends on the image (native, a tensor per sample; the
-        others are rows of the batch's slot)."""
+        """The views whose output size depends on the image and that are tensors (native, a
+        tensor per sample; the others are rows of the batch's slot)."""
         splits = [self._split] + list(self._view_splits)
-        return [k for k, s in enumerate(splits) if s.tail is None and not _C.fixed_size(s.steps)]
+        return [k for k, s in enumerate(splits)
+                if s.tail is None and not _C.fixed_size(s.steps) and not self._pil_view(k)]
 
     def native_options(self):
         options = super().native_options()

@@ -344,3 +344,24 @@ def test_a_plain_reference_without_a_resize_keeps_each_image_s_size(photos):
             with Image.open(photos[i][0]) as im:
                 want = torch.from_numpy(np.array(im.convert("RGB"))).permute(2, 0, 1)
             assert torch.equal(image, want)
+
+
+@pytest.mark.parametrize("transform", [None, v2.Resize(20)], ids=["none", "resize"])
+def test_a_plain_reference_that_stays_a_pil_image_is_one_as_in_torch(photos, transform):
+    # Without a tensor conversion the user's own code holds PIL images (rl.materialize, torch's
+    # workers): the loader gives them PIL images too, on torch's path with a warning naming the
+    # fix, never a tensor that the same Dataset would not give elsewhere.
+    class Plain(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(photos)
+
+        def __getitem__(self, i):
+            return rl.ImageFile(photos[i][0], transform), i
+
+    with pytest.warns(rl.FallbackWarning, match=r"PIL image of its own size.*PILToTensor\(\) or ToImage\(\)"):
+        loader = rl.DataLoader(Plain(), batch_size=3, collate_fn=_collate)
+    images, indices = next(iter(loader))
+    for image, i in zip(images, indices):
+        want = rl.materialize(Plain()[i])[0]
+        assert isinstance(image, Image.Image) and image.size == want.size
+        assert np.array_equal(np.asarray(image), np.asarray(want))
