@@ -67,7 +67,8 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::Acquire(uint64_t bytes, absl::
 }
 
 absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, absl::string_view what,
-                                                                const std::atomic<bool>* cancel) {
+                                                                const std::atomic<bool>* cancel,
+                                                                const std::function<bool()>& due) {
   if (static_cast<int>(getpid()) != owner_pid_) return Grant();
   std::unique_lock<std::mutex> lock(mu_);
   bool waited = false;
@@ -84,6 +85,10 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, 
     }
     if (queue_.empty() && slots_waiting_ == 0 &&
         counts_.decode_bytes + counts_.output_bytes + bytes <= room) {
+      break;
+    }
+    if (due && due()) {  // the batch the consumer takes next: nothing else would free room
+      ++counts_.outputs_over_budget;
       break;
     }
     if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {

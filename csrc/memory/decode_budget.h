@@ -25,6 +25,7 @@
 /// held at the fork; its loader is a new one).
 
 #include <cstdint>
+#include <functional>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -85,8 +86,13 @@ class DecodeBudget {
   /// the outputs' small records), nor do decodes (their grants would then wait on the consumer):
   /// outputs + decodes in force stay within what the slots leave, but a decode may take its grant
   /// while the consumer's outputs fill the budget, so the bound there is total + that decode.
+  /// An output for which `due` says true (the batch the consumer takes next) never waits: the
+  /// outputs of later batches, decoded ahead, may hold the room it needs and are freed only after
+  /// it is delivered, so waiting there would wait forever. The budget then bounds what is decoded
+  /// ahead; beyond it go the batch due and what the consumer keeps (as torch's would).
   absl::StatusOr<Grant> AcquireOutput(uint64_t bytes, absl::string_view what,
-                                      const std::atomic<bool>* cancel);
+                                      const std::atomic<bool>* cancel,
+                                      const std::function<bool()>& due = nullptr);
 
   /// The slot pool's allocations (waits while grants in force leave no room) and frees
   /// (MakeBudgetedAllocator).
@@ -106,6 +112,7 @@ class DecodeBudget {
     int64_t refused = 0;          ///< needs that could not fit
     int64_t slot_waits = 0;       ///< slot allocations that waited for large decodes to end
     uint64_t output_bytes = 0;    ///< held by variable-size outputs now (AcquireOutput)
+    uint64_t outputs_over_budget = 0;  ///< outputs of the batch due let in beyond the budget
     int64_t output_waits = 0;     ///< outputs that waited for room
   };
   Counts counts() const;

@@ -208,6 +208,7 @@ Epoch::Epoch(EpochContext context, int64_t epoch_number, uint64_t epoch_seed, st
   for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(ctx.options->batch_size), 0);
   dispatched = first_batch;
   taken = first_batch;
+  due_batch.store(taken, std::memory_order_release);
   if (queued) ahead_limit = std::max({1, ctx.prefetch_cap, ctx.pool->base_slots()});
 }
 
@@ -385,6 +386,7 @@ absl::StatusOr<Epoch::Taken> Epoch::Take(int64_t b, Clock::time_point start, dou
     idle_seen = false;  // a slot is about to free up: a new idle spell starts from here
   }
   taken = b + 1;
+  due_batch.store(taken, std::memory_order_release);
   Taken out;
   {
     std::lock_guard<std::mutex> lock(task.error_mu);
@@ -730,12 +732,12 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
                                           std::memory_order_relaxed);
 }
 
-OutputSink Epoch::SinkFor(int slot) {
+OutputSink Epoch::SinkFor(int slot, int64_t batch) {
   if (ctx.views == nullptr ||
       std::none_of(ctx.views->variable.begin(), ctx.views->variable.end(), [](bool v) { return v; })) {
     return OutputSink();
   }
-  return [this, slot](int h, int w, DType dtype, size_t bytes) -> absl::StatusOr<OutputBuffer> {
+  return [this, slot, batch](int h, int w, DType dtype, size_t bytes) -> absl::StatusOr<OutputBuffer> {
     // Destroyed in reverse order: the pixels, the grant, then the budget the grant returns to
     // (the consumer may hold the output after the loader is gone).
     struct Held {
@@ -749,7 +751,7 @@ OutputSink Epoch::SinkFor(int slot) {
       RL_ASSIGN_OR_RETURN(held->grant,
                           held->budget->AcquireOutput(
                               bytes, absl::StrCat("its output (", w, " x ", h, " ", DTypeName(dtype), ")"),
-                              &cancel));
+                              &cancel, [this, batch] { return batch <= due_batch.load(std::memory_order_acquire); }));
     }
     held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
     if (held->data == nullptr) {
@@ -809,7 +811,7 @@ void Epoch::Decode() {
         const std::vector<EncodedFile> files = FilesOf(
             sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
-        const OutputSink sink = SinkFor(task.slot);
+        const OutputSink sink = SinkFor(task.slot, item->request.batch);
         status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
                            ctx.counters, &sink);
       }
@@ -941,7 +943,7 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
     if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
     if (status.ok()) {
       const std::vector<EncodedFile> files = FilesOf(candidate, bytes.data(), bytes.size(), more);
-      const OutputSink sink = SinkFor(Task(request.batch).slot);
+      const OutputSink sink = SinkFor(Task(request.batch).slot, request.batch);
       status = DecodeRow(decoder, render, *ctx.pipeline, ctx.views, files, sample_seed, dst, ctx.counters,
                          &sink);
     }

@@ -374,7 +374,9 @@ class Epoch {
   // `bytes` and `more` are the worker's own buffers for a substitute's files.
   // Where the variable-size views of a row of `slot` render (an empty sink without any): a
   // buffer charged to max_memory (DecodeBudget::AcquireOutput), registered with the slot.
-  OutputSink SinkFor(int slot);
+  // Batch `batch`'s outputs never wait for room once it is the batch the consumer takes next
+  // (`due_batch`): later batches' outputs may hold the room until it is delivered.
+  OutputSink SinkFor(int slot, int64_t batch);
 
   absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
                        std::vector<ByteBuffer>& more, const ReadRequest& request, uint8_t* dst,
@@ -431,6 +433,7 @@ class Epoch {
   int64_t next_batch;  // consumer's cursor (consumer thread only)
   int64_t taken;       // first batch not yet taken out of the window (by its one taker: the
                        // consumer, or the stage thread on the device path)
+  std::atomic<int64_t> due_batch{0};  // `taken`, for the decoders (SinkFor)
   std::vector<BatchTask> window;
   PrefetchGovernor governor;  // auto_prefetch (consumer thread only)
   std::atomic<bool> cancel{false};

@@ -98,6 +98,31 @@ TEST(SlotPoolTest, OutputsWaitForRoomOrAreRefusedWhenTheyCanNeverFit) {
   cancelled.join();
 }
 
+TEST(SlotPoolTest, TheOutputOfTheBatchDueNeverWaitsForLaterBatches) {
+  // Later batches' outputs, decoded ahead, hold the whole budget and are freed only after the
+  // batch due is delivered: its outputs must not wait for them (they would wait forever).
+  DecodeBudget budget(10000);
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<DecodeBudget::Grant> ahead = budget.AcquireOutput(9000, "its output", &cancel);
+  ASSERT_TRUE(ahead.ok());
+  std::atomic<int64_t> due_batch{3};
+  absl::StatusOr<DecodeBudget::Grant> due =
+      budget.AcquireOutput(5000, "its output", &cancel, [&] { return 3 <= due_batch.load(); });
+  ASSERT_TRUE(due.ok()) << due.status();
+  EXPECT_EQ(budget.counts().output_bytes, 14000u);
+  EXPECT_EQ(budget.counts().outputs_over_budget, 1u);
+  // A batch further on waits, until it is the one due.
+  std::atomic<bool> got{false};
+  std::thread later([&] {
+    got = budget.AcquireOutput(5000, "its output", &cancel, [&] { return 4 <= due_batch.load(); }).ok();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(got.load()) << "a batch not yet due waits for room";
+  due_batch = 4;
+  later.join();
+  EXPECT_TRUE(got.load());
+}
+
 TEST(SlotPoolTest, HeldSlotsAllowBoundedGrowthThenExhaust) {
   auto pool = std::make_shared<SlotPool>(MakeHostAllocator(), 64, 2, 3);
   std::atomic<bool> cancel{false};

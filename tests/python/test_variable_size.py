@@ -365,3 +365,38 @@ def test_a_plain_reference_that_stays_a_pil_image_is_one_as_in_torch(photos, tra
         want = rl.materialize(Plain()[i])[0]
         assert isinstance(image, Image.Image) and image.size == want.size
         assert np.array_equal(np.asarray(image), np.asarray(want))
+
+
+def test_a_small_max_memory_never_stalls_the_batch_due(tmp_path):
+    # Float outputs of about 1 MB each, a budget of a few batches: samples of batches decoded
+    # ahead hold the room while the batch the consumer waits for needs some. That batch is let
+    # in (nothing else would free room), so the epoch ends, whether the consumer drops its
+    # batches or keeps them all. Run in a child process so that a stall fails within the limit.
+    import subprocess
+    import sys
+    import textwrap
+
+    for i in range(24):
+        (tmp_path / f"{i}.jpg").write_bytes(jpeg_bytes(300 + i, 280, quality=88, seed=i))
+    script = textwrap.dedent(f"""
+        import torch
+        from pathlib import Path
+        from torchvision.transforms import v2
+        import ringloader as rl
+        paths = sorted(Path({str(tmp_path)!r}).glob("*.jpg"))
+        t = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.ToDtype(torch.float, scale=True),
+                        v2.ToPureTensor()])
+        class DS(torch.utils.data.Dataset):
+            def __len__(self):
+                return len(paths)
+            def __getitem__(self, i):
+                return rl.Joint(t, (rl.ImageFile(paths[i]), {{"image_id": i}}))
+        dropped = rl.DataLoader(DS(), batch_size=4, collate_fn=len, max_memory="9MB", num_workers=2)
+        print(sum(dropped))
+        kept = rl.DataLoader(DS(), batch_size=4, collate_fn=lambda b: tuple(zip(*b)), max_memory="12MB",
+                             num_workers=2)
+        print(len(list(kept)))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["24", "6"]
