@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The manylinux_2_28 wheels, built and tested where they will run (scripts/test_wheel_clean_root.sh
+# does each test; this only strings them together and times them):
+#   1. the cp311 manylinux_2_28_x86_64 wheel (scripts/build_wheels.sh --glibc 2.28);
+#   2. it in a Debian 11 root (glibc 2.31, the oldest root that can be made here) with the pinned
+#      torch, writing the pixels of a seeded epoch over a fixed set of files;
+#   3. it in the same kind of root with the oldest torch we claim ($OLD_TORCH);
+#   4. the cp311 manylinux_2_28_aarch64 wheel (--arch aarch64, cross-built);
+#   5. it in an arm64 Debian 12 root under qemu-user-static: ldd, a native epoch, the native CLI
+#      and the pixels of the same seeded epoch, which must equal step 2's byte for byte.
+# Usage: bash scripts/wheels/test_wheels.sh [--no-aarch64] [--no-old-torch]
+# Environment: RINGLOADER_OLD_TORCH (default torch==2.8.0, the oldest torch we claim: more than
+# a year older than the pin in requirements-dev.txt).
+# First run: the dependencies for each architecture (scripts/wheels/deps.sh) and the roots are
+# built and cached; later runs rebuild only what changed. Not part of scripts/test.sh (too slow
+# for it on a clean clone: see the timings in docs/getting-started.md).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OLD_TORCH=${RINGLOADER_OLD_TORCH:-torch==2.8.0}
+AARCH64=1
+OLD=1
+for arg in "$@"; do
+  case $arg in
+    --no-aarch64) AARCH64="";;
+    --no-old-torch) OLD="";;
+    *) echo "test_wheels: unknown argument $arg (--no-aarch64, --no-old-torch)" >&2; exit 2;;
+  esac
+done
+py311=""
+for candidate in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.11.*/bin/python3 python3.11; do
+  if command -v "$candidate" >/dev/null 2>&1; then py311=$candidate; break; fi
+done
+[ -n "$py311" ] || { echo "test_wheels: needs a CPython 3.11 (the roots' python) to build the wheels with" >&2; exit 1; }
+timings=()
+timed() {
+  local t0=$SECONDS
+  echo "== test_wheels: $1"
+  shift
+  "$@"
+  timings+=("$((SECONDS - t0)) s  ${*:0:5}")
+}
+newest() { ls -t dist/ringloader-*-cp311-cp311-"$1".whl | head -n 1; }
+
+timed "build: cp311 manylinux_2_28_x86_64" bash scripts/build_wheels.sh --no-sdist --glibc 2.28 "$py311"
+x86=$(newest manylinux_2_28_x86_64)
+timed "test: $x86 on Debian 11 with the pinned torch" \
+  bash scripts/test_wheel_clean_root.sh --suite bullseye --pixels build/pixels-x86_64.bin "$x86"
+if [ -n "$OLD" ]; then
+  timed "test: $x86 on Debian 11 with $OLD_TORCH" \
+    bash scripts/test_wheel_clean_root.sh --suite bullseye --torch "$OLD_TORCH" "$x86"
+fi
+if [ -n "$AARCH64" ]; then
+  timed "build: cp311 manylinux_2_28_aarch64" bash scripts/build_wheels.sh --no-sdist --arch aarch64 "$py311"
+  arm=$(newest manylinux_2_28_aarch64)
+  timed "test: $arm on arm64 Debian 12 under qemu" \
+    bash scripts/test_wheel_clean_root.sh --arch aarch64 --pixels build/pixels-aarch64.bin "$arm"
+  if ! cmp build/pixels-x86_64.bin build/pixels-aarch64.bin; then
+    echo "test_wheels: the aarch64 wheel's pixels differ from the x86_64 wheel's (same files, same seed)" >&2
+    exit 1
+  fi
+  echo "== test_wheels: aarch64 pixels == x86_64 pixels ($(stat -c %s build/pixels-x86_64.bin) bytes)"
+fi
+echo "== test_wheels: OK"
+printf '   %s\n' "${timings[@]}"
