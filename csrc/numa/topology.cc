@@ -160,6 +160,41 @@ int NumaTopology::NodeOfPciDevice(absl::string_view bus_id) const {
   return node;
 }
 
+std::vector<int> NumaTopology::CoreOf(int cpu) const {
+  std::string text;
+  if (!ReadSmallFile(absl::StrCat(root_, "/devices/system/cpu/cpu", cpu, "/topology/thread_siblings_list"), &text)) {
+    return {};
+  }
+  absl::StatusOr<std::vector<int>> core = ParseCpuList(text);
+  if (!core.ok() || std::find(core->begin(), core->end(), cpu) == core->end()) return {};
+  return *core;
+}
+
+std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count,
+                             const std::function<std::vector<int>(int)>& core_of) {
+  if (count <= 1 || cpus.empty() || !core_of) return ShareOfCpus(cpus, index, count);
+  // Each CPU's core, named by its lowest CPU; cores in the order their first CPU appears.
+  std::vector<int> core_ids;
+  std::vector<std::pair<int, int>> cpu_core;  // (cpu, core id)
+  for (int cpu : cpus) {
+    const std::vector<int> core = core_of(cpu);
+    if (core.empty()) return ShareOfCpus(cpus, index, count);
+    const int id = *std::min_element(core.begin(), core.end());
+    if (std::find(core_ids.begin(), core_ids.end(), id) == core_ids.end()) core_ids.push_back(id);
+    cpu_core.emplace_back(cpu, id);
+  }
+  const size_t cores = core_ids.size(), parts = static_cast<size_t>(count), i = static_cast<size_t>(index);
+  if (cores < parts) return ShareOfCpus(cpus, index, count);
+  const std::vector<int> mine(core_ids.begin() + static_cast<std::ptrdiff_t>(i * cores / parts),
+                              core_ids.begin() + static_cast<std::ptrdiff_t>((i + 1) * cores / parts));
+  std::vector<int> out;
+  for (const auto& [cpu, id] : cpu_core) {
+    if (std::find(mine.begin(), mine.end(), id) != mine.end()) out.push_back(cpu);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count) {
   if (count <= 1 || cpus.empty()) return cpus;
   const size_t n = cpus.size(), parts = static_cast<size_t>(count), i = static_cast<size_t>(index);
@@ -275,7 +310,7 @@ absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, 
   if (count <= 1) return placement;
   const bool placed = !placement.cpus.empty();
   const std::vector<int> from = placed ? placement.cpus : allowed_cpus;  // a copy: cpus is replaced
-  placement.cpus = ShareOfCpus(from, option.share_index, count);
+  placement.cpus = ShareOfCpus(from, option.share_index, count, [&](int cpu) { return topology.CoreOf(cpu); });
   absl::StrAppend(&placement.note, placed ? "" : " by node", "; threads on CPUs ", FormatCpuList(placement.cpus), ", share ",
                   option.share_index, " of ", count, " of ", placed ? "the node's" : "the allowed", " CPUs ",
                   FormatCpuList(from), " (ranks on disjoint CPUs)");

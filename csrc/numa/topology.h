@@ -10,6 +10,7 @@
 /// binding uses libnuma when the build found it (RINGLOADER_WITH_NUMA).
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,9 @@ class NumaTopology {
   /// Node of a PCI device (a GPU) from `<root>/bus/pci/devices/<bus id>/numa_node`; -1 when
   /// the file is missing or says -1 (firmware did not tell).
   int NodeOfPciDevice(absl::string_view bus_id) const;
+  /// The CPUs of `cpu`'s core (itself and its SMT siblings) from
+  /// `<root>/devices/system/cpu/cpu<N>/topology/thread_siblings_list`; empty when not told.
+  std::vector<int> CoreOf(int cpu) const;
   const std::string& sysfs_root() const { return root_; }
 
  private:
@@ -93,6 +97,13 @@ absl::StatusOr<NumaPlacement> ChooseNumaPlacement(const NumaTopology& topology, 
 /// Parts differ in size by at most one per run; with fewer CPUs than parts, part i is the single
 /// CPU i mod |cpus|. count <= 1: all of `cpus`.
 std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count);
+/// The same share by whole cores when `core_of` tells every CPU's core (NumaTopology::CoreOf):
+/// the cores in `cpus`, ordered by their first CPU, are divided into `count` contiguous parts and
+/// part `index` keeps its cores' CPUs that are in `cpus` (a rank never splits a core with
+/// another, whatever the numbering of siblings). When a CPU's core is not told, or there are
+/// fewer cores than parts, the rule above.
+std::vector<int> ShareOfCpus(const std::vector<int>& cpus, int index, int count,
+                             const std::function<std::vector<int>(int)>& core_of);
 
 /// CPUs the calling thread may run on (sched_getaffinity).
 std::vector<int> AllowedCpus();

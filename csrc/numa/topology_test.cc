@@ -200,6 +200,36 @@ TEST(ShareTest, RanksGetDisjointContiguousPartsThatCoverTheCpus) {
   EXPECT_EQ(ShareOfCpus({0, 1}, 0, 1), (std::vector<int>{0, 1}));
 }
 
+TEST(ShareTest, RanksKeepWholeCoresByTheSiblingsSysfsTells) {
+  // One socket, 8 cores, SMT siblings numbered i and i + 8 (one run "0-15"): the holes in the
+  // list say nothing there, the siblings list does. Each of 2 ranks gets 4 whole cores.
+  const std::string root = MakeTempDir();
+  WriteText(root + "/devices/system/node/node0/cpulist", "0-15\n");
+  for (int cpu = 0; cpu < 16; ++cpu) {
+    WriteText(absl::StrCat(root, "/devices/system/cpu/cpu", cpu, "/topology/thread_siblings_list"),
+              absl::StrCat(cpu % 8, ",", cpu % 8 + 8, "\n"));
+  }
+  NumaTopology topology = NumaTopology::Read(root).value();
+  EXPECT_EQ(topology.CoreOf(9), (std::vector<int>{1, 9}));
+  EXPECT_TRUE(topology.CoreOf(99).empty());
+  const auto core_of = [&](int cpu) { return topology.CoreOf(cpu); };
+  EXPECT_EQ(FormatCpuList(ShareOfCpus(Range(0, 15), 0, 2, core_of)), "0-3,8-11");
+  EXPECT_EQ(FormatCpuList(ShareOfCpus(Range(0, 15), 1, 2, core_of)), "4-7,12-15");
+  // A mask with both siblings of cores 0 and 1 only: cores are shared out (4 each), and each
+  // sibling goes with its core.
+  EXPECT_EQ(FormatCpuList(ShareOfCpus(ParseCpuList("0-9").value(), 0, 2, core_of)), "0-3,8-9");
+  EXPECT_EQ(FormatCpuList(ShareOfCpus(ParseCpuList("0-9").value(), 1, 2, core_of)), "4-7");
+  // Without siblings told, the rule by runs of ids.
+  NumaTopology bare = NumaTopology::Read(FakeTwoNodeSysfs()).value();
+  EXPECT_EQ(ShareOfCpus(Range(0, 15), 1, 2, [&](int cpu) { return bare.CoreOf(cpu); }), Range(8, 15));
+  // And the placement a rank gets uses them.
+  NumaOption option;
+  option.mode = NumaOption::Mode::kOff;
+  option.share_index = 1;
+  option.share_count = 2;
+  EXPECT_EQ(FormatCpuList(ChooseNumaPlacement(topology, option, Range(0, 15), 0, "").value().cpus), "4-7,12-15");
+}
+
 TEST(ShareTest, RanksShareTheirGpusNodeOrTheAllowedCpusAndMemoryFollowsOnlyANode) {
   NumaTopology topology = NumaTopology::Read(FakeTwoNodeSysfs()).value();
   // The process's own GPU (no staging device): rank 1 of the 2 ranks whose GPUs sit on node 1.
