@@ -19,7 +19,7 @@
 # Usage: bash scripts/build_wheels.sh [--arch x86_64|aarch64] [--glibc 2.28] [--no-sdist] [python ...]
 #   pythons: default every pyenv CPython 3.10-3.13 (~/.pyenv/versions/3.1[0-3].*), else python3.
 #   An aarch64 wheel is cross-built with the x86_64 interpreter of the same version (its
-#   headers; the extension's name and the wheel's tag are set for aarch64).
+#   headers; scripts/wheels/retag.py then names the extension and tags the wheel for aarch64).
 # Environment: JOBS (default 2) parallel compile jobs. Incremental: each wheel keeps its CMake
 # build in build/<wheel tag> (Zig builds: build/zig-<arch>-<glibc>/<wheel tag>); ccache is used
 # for the default toolchain when installed (the core is the same for every Python, so it is
@@ -94,17 +94,21 @@ for py in "${pythons[@]}"; do
   if [ -n "$GLIBC" ]; then
     wheel_args+=(--config-settings "build-dir=build/zig-$ARCH-$GLIBC/{wheel_tag}")
   fi
-  if [ "$ARCH" != "$(uname -m)" ]; then
-    # Cross build: the extension's name is that of $ARCH; the wheel's tag is set after.
-    soabi=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("SOABI"))')
-    wheel_args+=(--config-settings "cmake.define.Python_SOABI=${soabi/$(uname -m)/$ARCH}")
-  fi
   rm -rf "${RAW:?}/$tag"
   "$py" -m pip wheel -q --no-deps --wheel-dir "$RAW/$tag" "${wheel_args[@]}" .
   if [ "$ARCH" != "$(uname -m)" ]; then
+    # Cross build: pip named the wheel, and CMake the extension, for the build machine.
     "$TOOLS/bin/python" scripts/wheels/retag.py "$RAW/$tag"/ringloader-*.whl "linux_$ARCH" >/dev/null
   fi
-  rm -f dist/ringloader-*-"$tag"-"$tag"-*"$ARCH".whl
+  # The previous wheel of this toolchain only: a --glibc wheel and the default one live side by side.
+  for old in dist/ringloader-*-"$tag"-"$tag"-*"$ARCH".whl; do
+    if [ -n "$GLIBC" ]; then
+      [[ $old == *"-manylinux_${GLIBC/./_}_$ARCH.whl" ]] || continue
+    else
+      [[ $old != *-manylinux_2_28_"$ARCH".whl ]] || continue
+    fi
+    rm -f "$old"
+  done
   "$TOOLS/bin/python" scripts/wheels/auditwheel_cross.py "$ARCH" repair "${repair_args[@]}" -w dist "$RAW/$tag"/ringloader-*.whl
   built=$(ls -t dist/ringloader-*-"$tag"-"$tag"-*"$ARCH".whl | head -n 1)
   "$TOOLS/bin/python" scripts/wheels/check_symbols.py "$built"

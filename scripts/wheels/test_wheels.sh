@@ -2,9 +2,10 @@
 # The manylinux_2_28 wheels, built and tested where they will run (scripts/test_wheel_clean_root.sh
 # does each test; this only strings them together and times them):
 #   1. the cp311 manylinux_2_28_x86_64 wheel (scripts/build_wheels.sh --glibc 2.28);
-#   2. it in a Debian 11 root (glibc 2.31, the oldest root that can be made here) with the pinned
-#      torch, writing the pixels of a seeded epoch over a fixed set of files;
-#   3. it in the same kind of root with the oldest torch we claim ($OLD_TORCH);
+#   2. it in a Debian 11 root (glibc 2.31, the oldest root that can be made here) with the torch
+#      the local index offers, writing the pixels of a seeded epoch over a fixed set of files;
+#   3. it in the same kind of root with the pinned torch (requirements-dev.txt) and with the
+#      oldest torch we claim ($OLD_TORCH), both from PyPI;
 #   4. the cp311 manylinux_2_28_aarch64 wheel (--arch aarch64, cross-built);
 #   5. it in an arm64 Debian 12 root under qemu-user-static: ldd, a native epoch, the native CLI
 #      and the pixels of the same seeded epoch, which must equal step 2's byte for byte.
@@ -45,6 +46,9 @@ timed "build: cp311 manylinux_2_28_x86_64" bash scripts/build_wheels.sh --no-sdi
 x86=$(newest manylinux_2_28_x86_64)
 timed "test: $x86 on Debian 11 with the pinned torch" \
   bash scripts/test_wheel_clean_root.sh --suite bullseye --pixels build/pixels-x86_64.bin "$x86"
+pin=$(grep -E '^torch==' requirements-dev.txt)
+timed "test: $x86 on Debian 11 with the pin, $pin" \
+  bash scripts/test_wheel_clean_root.sh --suite bullseye --torch "$pin" "$x86"
 if [ -n "$OLD" ]; then
   timed "test: $x86 on Debian 11 with $OLD_TORCH" \
     bash scripts/test_wheel_clean_root.sh --suite bullseye --torch "$OLD_TORCH" "$x86"
