@@ -228,7 +228,7 @@ class GenericBackend(Backend):
             ("max_image_pixels", args.max_image_pixels is not None),
             ("on_error", args.on_error != "raise"),
             ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
-            ("numa", args.numa is not None), ("stall_seconds", args.stall_seconds != 60),
+            ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
         if native_only:
             raise ValueError(

@@ -320,11 +320,11 @@ class NativeBackend(Backend):
         self._ranks = ranks if ranks is not None and ranks.size > 1 else None
         self._node_memory: Optional[str] = None  # how the default max_memory was divided
         # Near its GPU (numa="auto") and, with several ranks, on CPUs of its own (_node).
-        placement = _node.rank_placement(ranks, _check_numa(args.numa), _check_device(args.device), divide=auto)
+        placement = _node.rank_placement(ranks, _check_numa(args.numa, _check_device(args.device)), _check_device(args.device), divide=auto)
         if auto:
             # Chosen natively (common/cpu_budget.h): here only to size prefetch_factor * workers;
             # a rank's share of the node is chosen here and passed as numbers.
-            self._auto_threads = _auto_threads({"numa": _check_numa(args.numa),
+            self._auto_threads = _auto_threads({"numa": _check_numa(args.numa, _check_device(args.device)),
                                                 "device": _check_device(args.device),
                                                 "reader_threads": args.reader_threads or 0, **placement})
             workers = self._auto_threads["decode_threads"]
@@ -352,7 +352,7 @@ class NativeBackend(Backend):
             pin_memory=self.pin_memory,
             on_error=args.on_error,
             device=_check_device(args.device),
-            numa=_check_numa(args.numa),
+            numa=_check_numa(args.numa, _check_device(args.device)),
             **placement,
             **steps_options,
         )

@@ -224,11 +224,19 @@ def _check_layout(layout: Any, memory_format: Any) -> Tuple[str, bool]:
     return layout, False
 
 
-def _check_numa(numa: Any) -> Any:
-    if numa is None or numa == "auto":
+def _check_numa(numa: Any, device: str = "cpu") -> Any:
+    """The placement the native loader gets: ``"auto"``, a node number, or None (not placed).
+    ``None`` (the default) is ``"auto"`` when batches go to a GPU (``device``, as
+    ``_check_device`` gives it), where a rank's threads and slots belong near that GPU; ``"off"``
+    leaves them where the OS puts them in any case."""
+    if numa is None:
+        return "auto" if device.startswith("cuda") else None
+    if numa == "off":
+        return None
+    if numa == "auto":
         return numa
     if isinstance(numa, bool) or not isinstance(numa, (int, np.integer)) or numa < 0:
-        raise ValueError(f"numa must be None, 'auto' or a node number >= 0, got {numa!r}")
+        raise ValueError(f"numa must be None, 'auto', 'off' or a node number >= 0, got {numa!r}")
     return int(numa)
 
 

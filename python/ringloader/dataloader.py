@@ -179,8 +179,8 @@ class DataLoader:
 
     Placement and device staging:
 
-    * ``numa``: ``None`` (default: threads and memory are left where the OS puts them),
-      ``"auto"`` (the node of ``device``'s GPU; without a device, of the process's own GPU:
+    * ``numa``: ``None`` (default: ``"auto"`` when ``device`` is a GPU, else threads and memory
+      are left where the OS puts them), ``"off"`` (left there in any case), ``"auto"`` (the node of ``device``'s GPU; without a device, of the process's own GPU:
       ``LOCAL_RANK``'s or the current CUDA device; without a GPU, the node of the CPU the
       constructing thread runs on) or a node number (``ValueError`` if it does not exist).
       Reader and decode threads are pinned to that node's CPUs (never outside the process's

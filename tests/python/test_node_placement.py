@@ -90,3 +90,16 @@ def test_the_loader_places_itself_by_the_ranks_own_gpu(monkeypatch, image_tree):
     placed = rl.DataLoader(ds, batch_size=4, numa="auto").describe()
     assert "numa=auto: the node of GPU 0000:3b:00.0 is unknown" in placed, placed
     assert "GPU 0000:3b:00.0" not in rl.DataLoader(ds, batch_size=4).describe()  # numa=None: not asked
+
+
+def test_numa_is_auto_by_default_when_batches_go_to_a_gpu():
+    # "auto" is the default with a GPU device (a rank's threads and slots near its GPU); "off"
+    # opts out; without a device nothing changes.
+    from ringloader._options import _check_numa
+
+    assert _check_numa(None, "cuda:3") == "auto" and _check_numa(None, "cuda") == "auto"
+    assert _check_numa(None, "cpu") is None and _check_numa(None) is None
+    assert _check_numa("off", "cuda:0") is None and _check_numa("off") is None
+    assert _check_numa("auto", "cpu") == "auto" and _check_numa(1, "cuda:0") == 1
+    with pytest.raises(ValueError, match="numa must be None, 'auto', 'off' or a node number"):
+        _check_numa("on", "cpu")
