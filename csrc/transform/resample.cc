@@ -7,6 +7,7 @@
 #include <cstring>
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -290,10 +291,24 @@ struct Kernels {
   bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
+#ifdef RL_HAVE_AVX2_KERNELS
+/// AVX2 from CPUID and XGETBV themselves: __builtin_cpu_supports needs the compiler runtime's
+/// CPU model filled in at start-up, which Zig's (the manylinux_2_28 wheels' toolchain) leaves
+/// empty, and its answer was then always "no".
+bool CpuHasAvx2() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX)) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0x6) != 0x6) return false;  // the OS saves the XMM and YMM registers
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
+}
+#endif
+
 Kernels BestKernels() {
   Kernels k;
 #ifdef RL_HAVE_AVX2_KERNELS
-  if (__builtin_cpu_supports("avx2")) {
+  if (CpuHasAvx2()) {
     k.horizontal = HorizontalAvx2;
     k.vertical = VerticalAvx2;
     k.store_planar32 = StorePlanar32Avx2;
