@@ -68,7 +68,6 @@ fi
 export PATH="$TOOLS/bin:$PATH"   # auditwheel runs patchelf from PATH
 mkdir -p dist
 RAW=$ROOT/build/wheels-raw/$ARCH${GLIBC:+-$GLIBC}   # pip's wheels, before auditwheel: one folder per toolchain
-rm -rf "$RAW"
 step() { echo "== build_wheels: $*"; }
 
 if [ -n "$SDIST" ]; then

@@ -34,11 +34,11 @@ done
 [ -n "$py311" ] || { echo "test_wheels: needs a CPython 3.11 (the roots' python) to build the wheels with" >&2; exit 1; }
 timings=()
 timed() {
-  local t0=$SECONDS
-  echo "== test_wheels: $1"
+  local t0=$SECONDS label=$1
+  echo "== test_wheels: $label"
   shift
   "$@"
-  timings+=("$((SECONDS - t0)) s  ${*:0:5}")
+  timings+=("$((SECONDS - t0)) s  $label")
 }
 newest() { ls -t dist/ringloader-*-cp311-cp311-"$1".whl | head -n 1; }
 
