@@ -44,7 +44,7 @@ newest() { ls -t dist/ringloader-*-cp311-cp311-"$1".whl | head -n 1; }
 
 timed "build: cp311 manylinux_2_28_x86_64" bash scripts/build_wheels.sh --no-sdist --glibc 2.28 "$py311"
 x86=$(newest manylinux_2_28_x86_64)
-timed "test: $x86 on Debian 11 with the pinned torch" \
+timed "test: $x86 on Debian 11 with the local index's torch (pixels)" \
   bash scripts/test_wheel_clean_root.sh --suite bullseye --pixels build/pixels-x86_64.bin "$x86"
 pin=$(grep -E '^torch==' requirements-dev.txt)
 timed "test: $x86 on Debian 11 with the pin, $pin" \
