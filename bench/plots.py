@@ -22,8 +22,8 @@ the command that made it:
   and without it (persistent_workers=False: the pipeline drains at every epoch's end).
 
 Figures measured while other work loads the CPUs show that work, not the loaders: each picture
-is refused when the 1-minute load average before it exceeds --max-load per usable CPU (default
-0.3), unless --force is given; the stamp carries the load average either way.
+is refused when the 1-minute load average before it stays above --max-load per usable CPU
+(default 0.3) for 2 minutes, unless --force is given; the stamp carries the load average either way.
 
 The measurements reuse ringloader.bench's functions, so a figure here and a row of
 `python -m ringloader.bench` are measured the same way.
@@ -60,10 +60,15 @@ class BusyMachine(RuntimeError):
     """The machine is too loaded for figures that mean anything."""
 
 
-def check_load(usable_cpus: int, max_load: float, force: bool) -> float:
+def check_load(usable_cpus: int, max_load: float, force: bool, wait_s: float = 0.0) -> float:
     """The 1-minute load average; :class:`BusyMachine` when it exceeds ``max_load`` per usable CPU
-    and ``force`` is not set."""
+    and ``force`` is not set, after waiting up to ``wait_s`` seconds for it to fall (the previous
+    picture's own measuring keeps it up for a while)."""
     load = os.getloadavg()[0]
+    deadline = time.monotonic() + wait_s
+    while load > max_load * usable_cpus and not force and time.monotonic() < deadline:
+        time.sleep(5)
+        load = os.getloadavg()[0]
     if load > max_load * usable_cpus and not force:
         raise BusyMachine(
             f"the machine is busy: load average {load:.2f} over {usable_cpus} usable CPUs (more than "
@@ -306,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
              "timeline": "epoch_timeline.png"}
     for key in args.only or list(jobs):
         try:
-            machine["load"] = check_load(int(machine["usable_cpus"]), args.max_load, args.force)
+            machine["load"] = check_load(int(machine["usable_cpus"]), args.max_load, args.force, wait_s=120)
         except BusyMachine as e:
             print(f"plots: {names[key]} not drawn: {e}", file=sys.stderr)
             return 3
