@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision.transforms as v1
-from torch.utils.data import Dataset
 from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from torchvision.models import ResNet50_Weights, ViT_B_16_Weights
 
 import ringloader as rl
+
+from user_datasets import ImageFiles
 from imagegen import jpeg_bytes
 
 SHAPES = [(333, 500), (300, 260), (120, 360), (256, 256)]
@@ -73,24 +74,11 @@ def test_weights_preset_in_image_folder_is_native_and_exact(tree: Path, name, ma
     assert (images - expected).abs().max().item() == 0  # bound: exact
 
 
-class _Files(Dataset):
-    """A user's Dataset returning image references with the weights' preset."""
-
-    def __init__(self, paths, transform):
-        self.paths, self.transform = paths, transform
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        return rl.ImageFile(self.paths[i], transform=self.transform), i
-
-
 def test_weights_preset_on_image_file_references_is_native_and_exact(tree: Path):
     preset = ResNet50_Weights.IMAGENET1K_V2.transforms()
     ref = TorchvisionImageFolder(str(tree))
     paths = [p for p, _ in ref.samples]
-    loader = _native_loader(_Files(paths, preset), batch_size=len(paths))
+    loader = _native_loader(ImageFiles(paths, preset), batch_size=len(paths))
     assert loader.native
     assert "why:" not in loader.describe(), loader.describe()
     images, index = next(iter(loader))

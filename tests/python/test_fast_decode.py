@@ -20,6 +20,8 @@ from PIL import Image
 
 import ringloader as rl
 
+from user_datasets import ImageFiles
+
 from imagegen import jpeg_bytes
 
 # An ordinary photo (ImageNet-sized) and a large one.
@@ -95,20 +97,7 @@ def test_level_names_come_from_the_native_parser():
         False, "scale", "scale", False, "fastest", False]
 
 
-class _Files(torch.utils.data.Dataset):
-    """A user's Dataset returning rl.ImageFile references."""
-
-    def __init__(self, paths, transform):
-        self.paths, self.transform = paths, transform
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        return rl.ImageFile(self.paths[i], transform=self.transform), i
-
-
-class _Bytes(_Files):
+class _Bytes(ImageFiles):
     """The same images held in memory (rl.ImageBytes)."""
 
     def __getitem__(self, i):
@@ -121,7 +110,7 @@ def test_every_native_jpeg_source_takes_the_level(photos: Path, level):
     paths = [p for p, _ in folder.samples]
     expected = batch(folder, fast_decode=level)
     assert not torch.equal(expected, reference(folder))
-    for ds in (_Files(paths, tvt.Compose(EVAL)), _Bytes(paths, tvt.Compose(EVAL))):
+    for ds in (ImageFiles(paths, tvt.Compose(EVAL)), _Bytes(paths, tvt.Compose(EVAL))):
         loader = rl.DataLoader(ds, batch_size=len(paths), fast_decode=level)
         assert loader.native, type(ds).__name__
         images, _ = next(iter(loader))
