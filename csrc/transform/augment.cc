@@ -554,11 +554,25 @@ const uint8_t* PackedCopy(const RgbView& img, std::vector<uint8_t>& buf) {
   return buf.data();
 }
 
+// Built twice (target_clones) where that is safe: the clones' ifunc resolver runs while the
+// dynamic loader relocates, before ThreadSanitizer's runtime is up, and crashes a TSan build at
+// start-up; there one plain build (libm's fmaf) serves.
+#if defined(__SANITIZE_THREAD__)
+#define RL_FMA_CLONES
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RL_FMA_CLONES
+#endif
+#endif
+#ifndef RL_FMA_CLONES
+#define RL_FMA_CLONES __attribute__((target_clones("fma", "default")))
+#endif
+
 /// F_t.affine / F_t.rotate on a uint8 tensor without fill: _gen_affine_grid (float32 theta
 /// over half-pixel centres, bmm) and grid_sample(align_corners=False, zeros padding), rounded
-/// half to even. Built twice (target_clones): with the FMA instruction where the CPU has it,
+/// half to even. Built twice (RL_FMA_CLONES): with the FMA instruction where the CPU has it,
 /// else with libm's fmaf; both round each std::fma once, so the results are the same.
-__attribute__((target_clones("fma", "default"))) void TensorAffine(RgbView img, const double m[6],
+RL_FMA_CLONES void TensorAffine(RgbView img, const double m[6],
                                                                    bool nearest,
                                                                    AugmentScratch& scratch) {
   const int w = img.width, h = img.height;
