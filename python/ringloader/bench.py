@@ -1525,28 +1525,34 @@ def run_joint_segmentation_benchmark(cfg: Config, log: Callable[[str], None]) ->
     (RandomResizedCrop + flip + ToDtype + Normalize), torch's DataLoader (PIL + v2 in Python)
     against ringloader's (rl.Joint: both rendered natively, the mask with the image's draws),
     default collate, ``cfg.num_workers`` workers each, alternating rounds (medians)."""
-    import tempfile
-
     from torchvision import tv_tensors
     from torchvision.transforms import v2
 
     torch, _ = _import_torch()
+    transform = v2.Compose([
+        v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
+        v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
+        v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+    return _run_masks_under_joint(cfg, log, transform, "segmentation-joint")
+
+
+def _run_masks_under_joint(cfg: Config, log: Callable[[str], None], transform: Any,
+                           name: str) -> dict[str, Any]:
+    """Each image of ``cfg.root`` and a palette-PNG mask written for it (in a temporary folder,
+    removed after) under the Joint ``transform``: torch's DataLoader against ringloader's."""
+    import tempfile
+
     rl = _import_ringloader()
     rows = list(rl.ImageFolder(str(cfg.root)).samples)
     work = Path(tempfile.mkdtemp(prefix="ringloader-bench-masks-"))
     try:
         log(f"writing a label image for each of the {len(rows)} images under {work} ...")
         masks = _write_masks(rows, work)
-        transform = v2.Compose([
-            v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
-            v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
-            v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
         eager = JointSegmentationRows(rows, masks, transform, lazy=False)
         lazy = JointSegmentationRows(rows, masks, transform, lazy=True)
-        report = _eager_vs_lazy(cfg, eager, lazy, "segmentation-joint", "the Joint Dataset", log)
+        return _eager_vs_lazy(cfg, eager, lazy, name, "the Joint Dataset", log)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return report
 
 
 #: torchvision's segmentation reference (VOC/COCO): base_size and crop_size of its train preset.
@@ -1578,51 +1584,35 @@ def run_segmentation_reference_benchmark(cfg: Config,
     (:func:`segmentation_reference_preset`) on each image and its palette-PNG mask, torch's
     DataLoader (PIL + v2 in Python) against ringloader's (rl.Joint), default collate,
     ``cfg.num_workers`` workers each, alternating rounds (medians)."""
-    import tempfile
-
-    rl = _import_ringloader()
-    rows = list(rl.ImageFolder(str(cfg.root)).samples)
-    work = Path(tempfile.mkdtemp(prefix="ringloader-bench-masks-"))
-    try:
-        log(f"writing a label image for each of the {len(rows)} images under {work} ...")
-        masks = _write_masks(rows, work)
-        transform = segmentation_reference_preset()
-        eager = JointSegmentationRows(rows, masks, transform, lazy=False)
-        lazy = JointSegmentationRows(rows, masks, transform, lazy=True)
-        report = _eager_vs_lazy(cfg, eager, lazy, "segmentation-reference", "the Joint Dataset",
-                                log)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    return report
+    return _run_masks_under_joint(cfg, log, segmentation_reference_preset(),
+                                  "segmentation-reference")
 
 
 def format_segmentation_reference_report(cfg: Config, machine: dict[str, Any],
                                          data: dict[str, Any], report: dict[str, Any]) -> str:
-    res = report["results"]
-    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
-    return "\n".join([
+    return _joint_report(
         f"ringloader segmentation-reference benchmark: torchvision's segmentation train preset "
         f"(RandomResize({SEG_BASE // 2}, {SEG_BASE * 2}), flip, RandomCrop({SEG_CROP}) padding "
         f"the mask with 255, PILToTensor, ToDtype, Normalize) over {data['images']} images and "
         f"their palette-PNG masks, batch {cfg.batch_size}, {cfg.num_workers} workers each, "
-        f"median of {cfg.rounds} rounds",
-        f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
-        f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
-        f"  __getitem__ for every index when the DataLoader is built: "
-        f"{report['build_seconds']:.2f} s",
-        f"  machine: {machine.get('cpu', '?')}",
-    ])
+        f"median of {cfg.rounds} rounds", machine, report)
 
 
 def format_joint_segmentation_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
                                      report: dict[str, Any]) -> str:
-    res = report["results"]
-    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
-    return "\n".join([
+    return _joint_report(
         f"ringloader segmentation-joint benchmark: a segmentation Dataset over {data['images']} "
         f"images, each with its palette-PNG mask, v2 RandomResizedCrop({CROP}) + flip on both, "
         f"ToDtype + Normalize on the image, batch {cfg.batch_size}, {cfg.num_workers} workers "
-        f"each, median of {cfg.rounds} rounds",
+        f"each, median of {cfg.rounds} rounds", machine, report)
+
+
+def _joint_report(title: str, machine: dict[str, Any], report: dict[str, Any]) -> str:
+    """A Joint benchmark's report under ``title``: both rates, the ratio, the build time."""
+    res = report["results"]
+    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
+    return "\n".join([
+        title,
         f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
         f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
         f"  __getitem__ for every index when the DataLoader is built: "
@@ -1678,22 +1668,14 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
 
 def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str, Any],
                             report: dict[str, Any]) -> str:
-    res = report["results"]
-    torch_s, rl_s = res["torch"]["median_samples_per_s"], res["ringloader"]["median_samples_per_s"]
     steps = ("torchvision's hflip train preset (flip, ToImage, ToDtype, ConvertBoundingBoxFormat, "
              "SanitizeBoundingBoxes, ToPureTensor; each image its own size)"
              if report["kind"] == "detection-hflip" else
              f"v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + Normalize")
-    return "\n".join([
+    return _joint_report(
         f"ringloader {report['kind']} benchmark: a detection Dataset over {data['images']} "
         f"images, 3 boxes each, {steps}, batch {cfg.batch_size}, {cfg.num_workers} workers "
-        f"each, median of {cfg.rounds} rounds",
-        f"  torch DataLoader + PIL + v2 : {torch_s:8.0f} samples/s",
-        f"  ringloader + rl.Joint       : {rl_s:8.0f} samples/s ({rl_s / torch_s:.2f}x)",
-        f"  __getitem__ for every index when the DataLoader is built: "
-        f"{report['build_seconds']:.2f} s",
-        f"  machine: {machine.get('cpu', '?')}",
-    ])
+        f"each, median of {cfg.rounds} rounds", machine, report)
 
 
 # --------------------------------------------------------------------------
