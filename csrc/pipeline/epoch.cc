@@ -208,7 +208,6 @@ Epoch::Epoch(EpochContext context, int64_t epoch_number, uint64_t epoch_seed, st
   for (BatchTask& task : window) task.skip.assign(static_cast<size_t>(ctx.options->batch_size), 0);
   dispatched = first_batch;
   taken = first_batch;
-  due_batch.store(taken, std::memory_order_release);
   if (queued) ahead_limit = std::max({1, ctx.prefetch_cap, ctx.pool->base_slots()});
 }
 
@@ -386,7 +385,6 @@ absl::StatusOr<Epoch::Taken> Epoch::Take(int64_t b, Clock::time_point start, dou
     idle_seen = false;  // a slot is about to free up: a new idle spell starts from here
   }
   taken = b + 1;
-  due_batch.store(taken, std::memory_order_release);
   Taken out;
   {
     std::lock_guard<std::mutex> lock(task.error_mu);
@@ -751,7 +749,7 @@ OutputSink Epoch::SinkFor(int slot, int64_t batch) {
       RL_ASSIGN_OR_RETURN(held->grant,
                           held->budget->AcquireOutput(
                               bytes, absl::StrCat("its output (", w, " x ", h, " ", DTypeName(dtype), ")"),
-                              &cancel, [this, batch] { return batch <= due_batch.load(std::memory_order_acquire); }));
+                              &cancel, [this, batch] { return batch <= taken.load(std::memory_order_acquire); }));
     }
     held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
     if (held->data == nullptr) {

@@ -375,7 +375,7 @@ class Epoch {
   // Where the variable-size views of a row of `slot` render (an empty sink without any): a
   // buffer charged to max_memory (DecodeBudget::AcquireOutput), registered with the slot.
   // Batch `batch`'s outputs never wait for room once it is the batch the consumer takes next
-  // (`due_batch`): later batches' outputs may hold the room until it is delivered.
+  // (`taken`): later batches' outputs may hold the room until it is delivered.
   OutputSink SinkFor(int slot, int64_t batch);
 
   absl::Status Replace(ImageDecoder& decoder, RenderState& render, ByteBuffer& bytes,
@@ -431,9 +431,9 @@ class Epoch {
   const std::vector<int64_t> offsets;
   const int64_t num_batches;
   int64_t next_batch;  // consumer's cursor (consumer thread only)
-  int64_t taken;       // first batch not yet taken out of the window (by its one taker: the
-                       // consumer, or the stage thread on the device path)
-  std::atomic<int64_t> due_batch{0};  // `taken`, for the decoders (SinkFor)
+  // First batch not yet taken out of the window: written by its one taker (the consumer, or the
+  // stage thread on the device path), read by the decoders (SinkFor) and describe().
+  std::atomic<int64_t> taken{0};
   std::vector<BatchTask> window;
   PrefetchGovernor governor;  // auto_prefetch (consumer thread only)
   std::atomic<bool> cancel{false};
