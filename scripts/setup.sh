@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev libabsl-dev
               libspng-dev libdeflate-dev libwebp-dev libtiff-dev   # PNG, WebP, TIFF decoders
               libcurl4-openssl-dev   # http(s):// and s3:// shards
+              libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # video clips (headers;
+              ffmpeg                 # FFmpeg itself is loaded at run time); ffmpeg: the tests' videos
               nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev
               clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
