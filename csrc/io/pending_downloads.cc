@@ -117,9 +117,13 @@ bool RefetchIfEvicted(const std::string& path) {
   if (r.count.load(std::memory_order_acquire) == 0) return false;
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.entries.find(path);
-  if (it == r.entries.end() || it->second.pid != getpid() || !it->second.landed) return false;
+  if (it == r.entries.end() || it->second.pid != getpid()) return false;
+  // Another reader of the shard found it gone first and asked for it (it is downloading), or
+  // it has landed again since this reader's open failed: either way, this reader tries again
+  // (it waits for that download, then opens it).
+  if (!it->second.landed) return true;
   struct stat st;
-  if (stat(path.c_str(), &st) == 0) return false;  // there: not what failed the open
+  if (stat(path.c_str(), &st) == 0) return true;
   it->second.landed = it->second.opened = false;
   r.changed.notify_all();
   return true;

@@ -56,7 +56,9 @@ void NoteShardOpened(const std::string& path);
 
 /// For a shard a bounded fetch of this process landed and that is gone from the cache (evicted
 /// after its readers closed it): registers it as downloading again, to be fetched before the
-/// others, and returns true (the reader then waits for it). False for any other path.
+/// others, and returns true (the reader then waits for it). Also true when another reader of the
+/// same shard asked first (the download is under way) or it has landed again since: the reader
+/// tries again. False for a path this process does not fetch (the open's error stands).
 bool RefetchIfEvicted(const std::string& path);
 
 /// For fetches of another kind than BackgroundFetch (range reads, io/range_reads.h), which use

@@ -189,6 +189,39 @@ TEST(PendingDownloadsTest, ABoundedFetchWaitsForRoomServesAWaitingReaderFirstAnd
   EXPECT_EQ(bytes, want.substr(10, 100));
 }
 
+TEST(PendingDownloadsTest, TwoReadersThatFoundOneShardEvictedBothTryAgainAndGetItsBytes) {
+  // Two readers of one shard both find it gone (both opens failed before either asked for it
+  // again): the first registers the refetch, the second must wait for that one, not fail; and
+  // a reader that asks once it has landed again opens it again. (Before: the second reader's
+  // RefetchIfEvicted said no, and its samples failed with ENOENT on the cached path.)
+  const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
+  std::vector<std::string> urls, entries;
+  for (int i = 0; i < 2; ++i) {
+    urls.push_back(Source(src, absl::StrCat("t", i, ".tar"), 5000, 30 + i));
+    entries.push_back(ShardCache(dir, 0, {}).EntryPath(urls.back()));
+  }
+  BackgroundFetch fetch(urls, std::vector<ExpectedCopy>(2, ExpectedCopy{5000, std::nullopt}), dir, 6000,
+                        FileOptions());
+  std::string bytes;
+  for (const std::string& entry : entries) ASSERT_TRUE(ReadRange(entry, nullptr, &bytes).ok());
+  for (const auto& r : fetch.Wait()) ASSERT_TRUE(r.ok()) << r.status();
+  const auto start = Clock::now();  // the idle fetch trims the folder: the first shard goes
+  while (access(entries[0].c_str(), F_OK) == 0 && Clock::now() - start < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_NE(access(entries[0].c_str(), F_OK), 0);
+  EXPECT_TRUE(RefetchIfEvicted(entries[0]));  // reader A
+  EXPECT_TRUE(RefetchIfEvicted(entries[0]));  // reader B: A's refetch is under way
+  ASSERT_TRUE(WaitForPendingDownload(entries[0], nullptr).ok());
+  EXPECT_EQ(access(entries[0].c_str(), F_OK), 0);
+  EXPECT_TRUE(RefetchIfEvicted(entries[0]));  // reader C, late: it is there again, open it again
+  ASSERT_TRUE(ReadRange(entries[0], nullptr, &bytes).ok());
+  std::ifstream in(src + "/t0.tar", std::ios::binary);
+  std::string want(std::istreambuf_iterator<char>(in), {});
+  EXPECT_EQ(bytes, want.substr(10, 100));
+  EXPECT_FALSE(RefetchIfEvicted(src + "/t1.tar"));  // not an entry of a fetch: the error stands
+}
+
 TEST(PendingDownloadsTest, AReaderHoldingACachedShardKeepsItFromEviction) {
   const std::string src = testing::MakeTempDir(), dir = testing::MakeTempDir();
   const std::string a = Source(src, "a.tar", 5000, 20), b = Source(src, "b.tar", 5000, 21);
