@@ -91,7 +91,7 @@ def _sample_data() -> ModuleType:
         name = "_ringloader_sample_data"
         if name in sys.modules:
             return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("sample_data.py"))
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent.parent / "sample_data.py")
         if spec is None or spec.loader is None:
             raise
         module = importlib.util.module_from_spec(spec)
@@ -374,7 +374,7 @@ def judge(before: dict[str, Any], after: dict[str, Any], seconds: float,
         numbers: ``seconds``, ``consumer_wait_fraction``, ``decode_busy``, ``read_busy``
         (shares), ``decode_threads``, ``reader_threads``, ``errors``, ``batches``.
     """
-    from . import _C  # only ringloader's native path has stats to judge
+    from .. import _C  # only ringloader's native path has stats to judge
 
     d = {k: float(after.get(k) or 0) - float(before.get(k) or 0) for k in _STAGE_COUNTERS}
     decode_threads = int(after.get("decode_threads") or 0)
@@ -502,7 +502,7 @@ def machine_info(cfg: Config) -> dict[str, Any]:
 
 
 def dataset_info(root: Path) -> dict[str, Any]:
-    from .datasets import IMG_EXTENSIONS  # the native folder scan's list, as ImageFolder keeps
+    from ..datasets import IMG_EXTENSIONS  # the native folder scan's list, as ImageFolder keeps
 
     n, total, classes = 0, 0, 0
     for cls in sorted(os.scandir(root), key=lambda e: e.name):
@@ -1904,7 +1904,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
 
 def tune_command(args: argparse.Namespace) -> list[str]:
     """The native CLI's --tune command line for these arguments."""
-    exe = Path(__file__).resolve().parent / "bin" / "ringloader-bench"
+    exe = Path(__file__).resolve().parent.parent / "bin" / "ringloader-bench"
     if not os.access(exe, os.X_OK):
         raise BenchError(f"--tune needs the native CLI, and {exe} is missing: this ringloader was built "
                          "without it (RINGLOADER_BUILD_BENCH=OFF)")
