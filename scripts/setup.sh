@@ -13,6 +13,8 @@ APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev 
               nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev
               clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
+# The test command (scripts/test.sh) compiles the core several times: ccache serves repeats.
+[ "${RINGLOADER_CCACHE:-0}" = 1 ] && APT_PACKAGES+=(ccache)
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -37,6 +39,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 
+if [ "${RINGLOADER_CCACHE:-0}" = 1 ] && command -v ccache >/dev/null; then
+  export CMAKE_C_COMPILER_LAUNCHER=ccache CMAKE_CXX_COMPILER_LAUNCHER=ccache
+fi
 # Incremental: build/py keeps the CMake build between runs.
 echo "setup: building ringloader"
 .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
