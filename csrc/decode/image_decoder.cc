@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
 #include "decode/image_formats.h"
+#include "decode/signature.h"
 #include "transform/render.h"
 #include "transform/resample.h"
 
@@ -35,20 +36,10 @@ absl::Status CheckPixelLimit(const char* format, int width, int height, uint64_t
 namespace {
 
 using decode_internal::Decoded;
+using decode_internal::DescribeBytes;
 using decode_internal::ImageSize;
-
-bool StartsWith(const uint8_t* d, size_t n, const char* sig, size_t len) {
-  return n >= len && std::memcmp(d, sig, len) == 0;
-}
-
-bool IsPrintableText(const uint8_t* d, size_t n) {
-  const size_t m = std::min<size_t>(n, 64);
-  for (size_t i = 0; i < m; ++i) {
-    const uint8_t c = d[i];
-    if (!(c == '\t' || c == '\n' || c == '\r' || (c >= 0x20 && c < 0x7f))) return false;
-  }
-  return true;
-}
+using decode_internal::Signature;
+using decode_internal::SignatureOf;
 
 /// Netpbm magic numbers Pillow's PpmImagePlugin knows (P1-P6, PFM, its "Py" extensions), read
 /// as it reads them: up to 6 bytes, ended by whitespace.
@@ -69,31 +60,25 @@ bool IsNetpbmMagic(const uint8_t* d, size_t n) {
 absl::StatusOr<ImageFormat> Sniff(const uint8_t* d, size_t n) {
   if (n == 0 || d == nullptr) return absl::InvalidArgumentError("not an image: empty file");
   if (d[0] == 0xFF) return ImageFormat::kJpeg;
-  if (StartsWith(d, n, "\x89PNG\r\n\x1a\n", 8)) return ImageFormat::kPng;
-  if (StartsWith(d, n, "RIFF", 4) && n >= 12 && std::memcmp(d + 8, "WEBP", 4) == 0) {
-    return ImageFormat::kWebp;
-  }
-  if (StartsWith(d, n, "BM", 2)) return ImageFormat::kBmp;
-  if (StartsWith(d, n, "II*\0", 4) || StartsWith(d, n, "MM\0*", 4)) return ImageFormat::kTiff;
-  if (IsNetpbmMagic(d, n)) return ImageFormat::kPnm;
-  if (StartsWith(d, n, "GIF87a", 6) || StartsWith(d, n, "GIF89a", 6)) return ImageFormat::kGif;
+  if (IsNetpbmMagic(d, n)) return ImageFormat::kPnm;  // "P...": no other signature starts so
   const char* unsupported = nullptr;
-  if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
-    unsupported = "ISO media (HEIF/AVIF/MP4 'ftyp')";
-  } else if (StartsWith(d, n, "\0\0\0\x0cjP  ", 8) || StartsWith(d, n, "\xff\x4f\xff\x51", 4)) {
-    unsupported = "JPEG 2000";
+  switch (SignatureOf(d, n)) {
+    case Signature::kPng: return ImageFormat::kPng;
+    case Signature::kWebp: return ImageFormat::kWebp;
+    case Signature::kBmp: return ImageFormat::kBmp;
+    case Signature::kTiff: return ImageFormat::kTiff;
+    case Signature::kGif: return ImageFormat::kGif;
+    case Signature::kIsoMedia: unsupported = "ISO media (HEIF/AVIF/MP4 'ftyp')"; break;
+    case Signature::kJpeg2000: unsupported = "JPEG 2000"; break;
+    case Signature::kRiff: return absl::InvalidArgumentError("not an image: RIFF container that is not WebP");
+    case Signature::kJpeg:  // FF: handled above
+    case Signature::kNone: break;
   }
   if (unsupported != nullptr) {
     return absl::UnimplementedError(
         absl::StrCat("unsupported image format: ", unsupported, " is not decoded natively"));
   }
-  if (StartsWith(d, n, "RIFF", 4)) {
-    return absl::InvalidArgumentError("not an image: RIFF container that is not WebP");
-  }
-  if (IsPrintableText(d, n)) return absl::InvalidArgumentError("not an image: text data");
-  std::string what = "not an image: unknown data starting with";
-  for (size_t i = 0; i < std::min<size_t>(n, 4); ++i) absl::StrAppendFormat(&what, " %02x", d[i]);
-  return absl::InvalidArgumentError(what);
+  return absl::InvalidArgumentError(absl::StrCat("not an image: ", DescribeBytes(d, n)));
 }
 
 uint32_t Be32(const uint8_t* p) {

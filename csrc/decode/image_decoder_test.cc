@@ -1101,5 +1101,40 @@ TEST(ImageDecoderLabels, TiffPaletteIndicesAndGrayValues) {
   EXPECT_NE(refused.message().find("3 x 8-bit samples"), std::string::npos) << refused;
 }
 
+TEST(ImageDecoderSniff, BothDecodersNameBytesThatAreNoImageTheSameWay) {
+  // One signature table (decode/signature.h) serves the format sniffing and the JPEG decoder's
+  // "not a JPEG" error: the same bytes get the same words from both.
+  ImageDecoder images;
+  JpegDecoder jpeg;
+  auto bytes = [](const std::string& s) { return Bytes(s.begin(), s.end()); };
+  struct Case {
+    Bytes data;
+    std::string words;
+  };
+  const std::vector<Case> cases = {
+      {bytes("<!DOCTYPE html><html>403 Forbidden</html>"), "text data"},
+      {bytes(std::string("\x00\x01\x02\x03\x04", 5)), "unknown data starting with 00 01 02 03"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.words);
+    absl::StatusOr<ImageInfo> info = images.ReadInfo(c.data.data(), c.data.size());
+    ASSERT_FALSE(info.ok());
+    EXPECT_EQ(info.status().message(), "not an image: " + c.words);
+    absl::StatusOr<JpegInfo> header = jpeg.ReadInfo(c.data.data(), c.data.size());
+    ASSERT_FALSE(header.ok());
+    EXPECT_EQ(header.status().message(), "not a JPEG: " + c.words);
+  }
+  const Bytes png = bytes(std::string("\x89PNG\r\n\x1a\n\0\0\0\rIHDR", 16));
+  EXPECT_EQ(jpeg.ReadInfo(png.data(), png.size()).status().message(), "not a JPEG: PNG signature");
+  const Bytes riff = bytes(std::string("RIFF\x10\0\0\0AVI LIST", 16));
+  EXPECT_EQ(images.ReadInfo(riff.data(), riff.size()).status().message(),
+            "not an image: RIFF container that is not WebP");
+  EXPECT_EQ(jpeg.ReadInfo(riff.data(), riff.size()).status().message(), "not a JPEG: RIFF container signature");
+  const Bytes mp4 = bytes(std::string("\0\0\0\x18" "ftypisom\0\0\0\0", 16));
+  EXPECT_TRUE(absl::IsUnimplemented(images.ReadInfo(mp4.data(), mp4.size()).status()));
+  EXPECT_EQ(jpeg.ReadInfo(mp4.data(), mp4.size()).status().message(),
+            "not a JPEG: ISO media (HEIF/AVIF/MP4 'ftyp') signature");
+}
+
 }  // namespace
 }  // namespace ringloader

@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
 #include "decode/clean_scans.h"
+#include "decode/signature.h"
 #include "transform/render.h"
 #include "transform/resample.h"
 
@@ -112,15 +113,6 @@ bool Guarded(ErrorManager& err, Fn&& fn) {
   return true;
 }
 
-bool IsPrintableText(const uint8_t* d, size_t n) {
-  const size_t m = std::min<size_t>(n, 64);
-  for (size_t i = 0; i < m; ++i) {
-    const uint8_t c = d[i];
-    if (!(c == '\t' || c == '\n' || c == '\r' || (c >= 0x20 && c < 0x7f))) return false;
-  }
-  return true;
-}
-
 /// InvalidArgument naming what the bytes look like when they are not a JPEG.
 absl::Status CheckSignature(const uint8_t* d, size_t n) {
   if (n == 0 || d == nullptr) return absl::InvalidArgumentError("not a JPEG: empty file");
@@ -132,33 +124,7 @@ absl::Status CheckSignature(const uint8_t* d, size_t n) {
     return absl::OkStatus();
   }
   if (n == 1 && d[0] == 0xFF) return absl::DataLossError("truncated JPEG: 1 byte");
-  auto starts = [&](const char* sig, size_t len) {
-    return n >= len && std::memcmp(d, sig, len) == 0;
-  };
-  std::string what;
-  if (starts("\x89PNG\r\n\x1a\n", 8)) {
-    what = "PNG signature";
-  } else if (starts("GIF87a", 6) || starts("GIF89a", 6)) {
-    what = "GIF signature";
-  } else if (starts("RIFF", 4) && n >= 12 && std::memcmp(d + 8, "WEBP", 4) == 0) {
-    what = "WebP (RIFF/WEBP) signature";
-  } else if (starts("RIFF", 4)) {
-    what = "RIFF container signature";
-  } else if (starts("II*\0", 4) || starts("MM\0*", 4)) {
-    what = "TIFF signature";
-  } else if (starts("BM", 2)) {
-    what = "BMP signature";
-  } else if (n >= 12 && std::memcmp(d + 4, "ftyp", 4) == 0) {
-    what = "ISO media (HEIF/AVIF/MP4 'ftyp') signature";
-  } else if (starts("\0\0\0\x0cjP  ", 8) || starts("\xff\x4f\xff\x51", 4)) {
-    what = "JPEG 2000 signature";
-  } else if (IsPrintableText(d, n)) {
-    what = "text data";
-  } else {
-    what = "unknown data starting with";
-    for (size_t i = 0; i < std::min<size_t>(n, 4); ++i) absl::StrAppendFormat(&what, " %02x", d[i]);
-  }
-  return absl::InvalidArgumentError(absl::StrCat("not a JPEG: ", what));
+  return absl::InvalidArgumentError(absl::StrCat("not a JPEG: ", decode_internal::DescribeBytes(d, n)));
 }
 
 /// ROI decoding stops reading early, so truncation must be caught before decoding starts.
