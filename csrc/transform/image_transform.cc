@@ -1029,6 +1029,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   v.Start(src_w, src_h);
   SampleGeometry g;
   double key_dx = 0, key_dy = 0;  // SampleGeometry::key_dx in the current image's pixels
+  bool mirrored_x = false, mirrored_y = false;  // an odd number of flips so far
   for (size_t i = 0; i < image_begin_ && i < steps_.size(); ++i) {
     const TransformStep& s = steps_[i];
     switch (s.kind) {
@@ -1059,6 +1060,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         v.w = std::max<int64_t>(n.w, 1);
         v.h = std::max<int64_t>(n.h, 1);
         g.filter = s.interpolation;
+        g.reflect_x = mirrored_x, g.reflect_y = mirrored_y;
         break;
       }
       case Kind::kCenterCrop: {
@@ -1083,18 +1085,21 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         v.w = s.size_w;
         v.h = s.size_h;
         g.filter = s.interpolation;
+        g.reflect_x = mirrored_x, g.reflect_y = mirrored_y;
         break;
       }
       case Kind::kRandomHorizontalFlip:
         if (rng.Uniform() < s.p) {
           std::swap(v.x0, v.x1);
           key_dx = -1.0 - key_dx;
+          mirrored_x = !mirrored_x;
         }
         break;
       case Kind::kRandomVerticalFlip:
         if (rng.Uniform() < s.p) {
           std::swap(v.y0, v.y1);
           key_dy = -1.0 - key_dy;
+          mirrored_y = !mirrored_y;
         }
         break;
       case Kind::kPad:

@@ -126,6 +126,11 @@ struct SampleGeometry {
   /// With a nearest `filter`: pick source pixels as torch's interpolate(mode="nearest") does on
   /// a tensor (v2 on a tv_tensors.Mask) instead of Pillow's NEAREST. Set by the caller.
   bool tensor_nearest = false;
+  /// The image the last resize reads is mirrored along x (y): a flip comes before that resize
+  /// (an odd number of them). torchvision resizes the flipped image, and a resize's taps are
+  /// not symmetric (NEAREST picks the pixel right of a centre on a pixel edge, torch's nearest
+  /// floors), so the resample takes them on the mirrored image (AxisMapping::reflect).
+  bool reflect_x = false, reflect_y = false;
   /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
   /// RandomCrop larger than the image without pad_if_needed): a static message.
   const char* error = nullptr;

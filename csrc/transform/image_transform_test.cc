@@ -832,6 +832,53 @@ TEST(TransformPipelinePlan, TensorNearestPicksTorchsSourcePixels) {
   EXPECT_GT(differ, 0);  // the case is one where the two rules part
 }
 
+// A flip before the resize: torchvision resizes the flipped image. With nearest (Pillow's
+// centre rule or torch's floor) that is not the mirror of the resized image, so the output must
+// equal the resize of a mirrored copy of the source, pixel for pixel.
+TEST(TransformPipelinePlan, FlipBeforeResizeResizesTheMirroredImage) {
+  constexpr int kW = 64, kH = 48;
+  const RgbImage img = testing::MakeTexture(kW, kH, 5);
+  std::vector<uint8_t> mirrored(img.pixels.size());
+  for (int y = 0; y < kH; ++y) {
+    for (int x = 0; x < kW; ++x) {
+      for (int c = 0; c < 3; ++c) {
+        mirrored[((kH - 1 - y) * kW + (kW - 1 - x)) * 3 + c] = img.pixels[(y * kW + x) * 3 + c];
+      }
+    }
+  }
+  const auto render = [&](const TransformPipeline& p, const uint8_t* src, bool tensor_nearest) {
+    SampleRng rng(3);
+    SampleGeometry g = p.Plan(kW, kH, rng);
+    g.tensor_nearest = tensor_nearest;
+    std::vector<uint8_t> out(static_cast<size_t>(g.out_w) * g.out_h * 3);
+    Resampler rs;
+    AxisMapping ax, ay;
+    OutputFormat hwc;
+    hwc.layout = Layout::kHWC;
+    GeometryToAxes(g, 1.0, kW, kH, &ax, &ay);
+    rs.Resample(src, kW * 3, 3, kW, kH, ax, ay, hwc, out.data());
+    return out;
+  };
+  TransformStep vflip = Flip(1.0);
+  vflip.kind = TransformStep::Kind::kRandomVerticalFlip;
+  for (const Interpolation filter : {Interpolation::kNearest, Interpolation::kBilinear}) {
+    for (const bool tensor_nearest : {false, true}) {
+      if (tensor_nearest && filter != Interpolation::kNearest) continue;
+      TransformStep resize = ResizeHW(29, 37);
+      resize.interpolation = filter;
+      const TransformPipeline first = MustCreate({Flip(1.0), vflip, resize, CenterCrop(24, 30)});
+      const TransformPipeline plain = MustCreate({resize, CenterCrop(24, 30)});
+      const TransformPipeline after = MustCreate({resize, CenterCrop(24, 30), Flip(1.0), vflip});
+      const std::vector<uint8_t> got = render(first, img.pixels.data(), tensor_nearest);
+      EXPECT_EQ(got, render(plain, mirrored.data(), tensor_nearest))
+          << static_cast<int>(filter) << tensor_nearest;
+      if (filter == Interpolation::kNearest) {  // the case is one where the two orders part
+        EXPECT_NE(got, render(after, img.pixels.data(), tensor_nearest));
+      }
+    }
+  }
+}
+
 TEST(TransformPipelinePlan, DeterministicPerSeed) {
   const TransformPipeline p = MustCreate({Rrc(224), Flip(0.5)});
   int differing = 0;

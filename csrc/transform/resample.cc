@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "transform/resample_kernels.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
@@ -77,7 +79,8 @@ void PairWeights(const int32_t* weights, const int32_t* bounds, int first, int t
 
 // The two kernels below carry almost all resampling time. Each has a portable scalar version
 // and an AVX2 version (SSE4.1/AVX2 intrinsics in a target("avx2") function), picked once at
-// startup from the CPU's feature bits, so the same binary runs everywhere.
+// startup from the CPU's feature bits, so the same binary runs everywhere. On AArch64 the NEON
+// versions (resample_neon.cc) always run: NEON is part of that architecture's baseline.
 
 /// Horizontal pass of one row: `src` is RGBX (4 bytes per pixel) whose first pixel is source
 /// column `origin`; writes out_w RGB levels to `dst`.
@@ -316,6 +319,13 @@ Kernels BestKernels() {
     k.pair_weights = true;
   }
 #endif
+#if defined(__aarch64__)
+  k.horizontal = [](const uint8_t* src, int origin, const HorizontalTaps& h, uint8_t* dst) {
+    resample_internal::HorizontalNeon(src, origin, h.bounds, h.weights, h.taps, h.out_w, dst);
+  };
+  k.vertical = resample_internal::VerticalNeon;
+  k.store_planar8 = resample_internal::StorePlanar8Neon;
+#endif
   return k;
 }
 
@@ -453,6 +463,8 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   y->out_size = g.out_h;
   x->filter = y->filter = g.filter;
   x->tensor_nearest = y->tensor_nearest = g.tensor_nearest;
+  x->reflect = g.reflect_x;
+  y->reflect = g.reflect_y;
 }
 
 int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int keep_lo,
@@ -475,7 +487,30 @@ int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int k
   return ww == 0.0 ? 0 : t1 - t0;
 }
 
-void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
+namespace {
+
+/// `m` in the coordinates of the source mirrored about its centre (c -> src_size - c): the
+/// pixel grid maps onto itself, pixel j onto src_size - 1 - j.
+AxisMapping Reflected(const AxisMapping& m, int src_size) {
+  const double s = src_size;
+  AxisMapping r = m;
+  r.begin = s - m.begin;
+  r.end = s - m.end;
+  r.clip_lo = s - m.clip_hi;
+  r.clip_hi = s - m.clip_lo;
+  r.read_lo = s - m.read_hi;
+  r.read_hi = s - m.read_lo;
+  r.show_lo = s - m.show_hi;
+  r.show_hi = s - m.show_lo;
+  r.reflect = false;
+  return r;
+}
+
+}  // namespace
+
+void AxisCoeffs::Compute(const AxisMapping& given, int src_size) {
+  // A resize of the mirrored source: its taps on the mirrored source, mirrored back below.
+  const AxisMapping m = given.reflect ? Reflected(given, src_size) : given;
   const int out = std::max(m.out_size, 0);
   const bool mirrored = m.end < m.begin;
   const double lo = mirrored ? m.end : m.begin;
@@ -599,6 +634,10 @@ void AxisCoeffs::Compute(const AxisMapping& m, int src_size) {
           n = Taps(m.filter, center, xmin, n, xmin, xmin + n, inv_filterscale, k);
         }
       }
+    }
+    if (given.reflect && n > 0) {
+      std::reverse(k, k + n);  // taps [xmin, xmin + n) of the mirrored source
+      xmin = src_size - (xmin + n);
     }
     bounds_[2 * xx] = xmin;
     bounds_[2 * xx + 1] = n;
