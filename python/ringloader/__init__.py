@@ -14,6 +14,8 @@ Map of the package (public modules first, then private ones):
 * ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``Joint``, ``materialize``.
 * ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
 * ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
+* ``clips``: video clip sampling as ``torchcodec.samplers`` samples (``random_indices``...), explicit frames, keyed draws, ``VideoMeta``.
+* ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
 * ``bench``: the throughput comparison with torch's DataLoader (``python -m ringloader.bench``).
@@ -51,6 +53,8 @@ from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, Joint, materialize
 from ._user_source import FallbackWarning
 from .webdataset import StaleIndexError, WebDataset
+from . import clips
+from .video_folder import VideoFolder
 from ._version import __version__  # written by the build from pyproject.toml's version
 
 __all__ = [
@@ -71,7 +75,9 @@ __all__ = [
     "SampleError",
     "StaleIndexError",
     "SlotsExhaustedError",
+    "clips",
     "transforms",
+    "VideoFolder",
     "WebDataset",
     "__version__",
 ]

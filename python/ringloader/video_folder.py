@@ -28,15 +28,18 @@ class VideoFolder(_TorchDataset):
     ``extensions`` (case-insensitive) or when ``is_valid_file(path)`` says so.
 
     ``dataset[i]`` is ``(ringloader.video.VideoFile(path, clip=clip, transform=transform),
-    target)``: a reference to the video, decoded where it is used (see the manual's Video page for
-    what decodes it today), and its class index after ``target_transform``.
+    target)``: a reference to the video, whose ``decode()`` returns the clip's frames, and the
+    class index after ``target_transform``. The reference is not decoded inside
+    ``rl.DataLoader``'s native pool yet: call ``decode()`` in your Dataset (the manual's Video
+    page shows how).
 
     Args:
         root: the folder holding one sub-folder per class.
         transform: the transform each ``VideoFile`` carries.
-        clip: which frames each ``VideoFile`` decodes: a :mod:`ringloader.clips` sampler (e.g.
-            ``clips.random_indices(num_frames_per_clip=16, num_indices_between_frames=4)``) or a
-            list of frame indices; ``None``: ``VideoFile``'s default.
+        clip: which frames each ``VideoFile`` decodes, handed to it as given: a
+            :mod:`ringloader.clips` sampler (e.g. ``clips.random_indices(num_frames_per_clip=16,
+            num_indices_between_frames=4)``), a list of frame indices or a list of such lists;
+            ``None``: every frame.
         extensions: file name endings to keep (default :data:`VIDEO_EXTENSIONS`).
         target_transform: a callable applied to each class index.
         is_valid_file: ``fn(path) -> bool`` choosing the files instead of ``extensions``.
@@ -83,7 +86,9 @@ class VideoFolder(_TorchDataset):
         self.root = root
         self.transform = transform
         self.target_transform = target_transform
-        self.clip = None if clip is None else _clips.as_sampler(clip)
+        if clip is not None:
+            _clips.as_sampler(clip)  # a bad clip fails here, where it is written
+        self.clip = clip
         self.extensions = extensions
         classes, class_to_idx = self.find_classes(root)
         if is_valid_file is None:

@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 import ringloader as rl
 from ringloader import clips
@@ -101,7 +104,7 @@ def test_items_are_video_references(tmp_path: Path):
     sampler = clips.random_indices(num_clips=2, num_frames_per_clip=8)
     ds = rl.VideoFolder(root, clip=sampler, target_transform=lambda t: t * 10)
     assert ds.clip is sampler
-    assert rl.VideoFolder(root, clip=[[0, 2, 4]]).clip == clips.indices([[0, 2, 4]])
+    assert rl.VideoFolder(root, clip=[0, 2, 4]).clip == [0, 2, 4]  # as given: VideoFile reads it
     with pytest.raises(TypeError, match="clip must be a ringloader.clips sampler"):
         rl.VideoFolder(root, clip="first")
     plain = rl.VideoFolder(root, clip=sampler)
@@ -117,3 +120,28 @@ def test_items_are_video_references(tmp_path: Path):
     video, target = ds[len(ds) - 1]
     assert isinstance(video, VideoFile) and target == 40
     assert video.path == ds.samples[-1][0]
+
+
+def test_a_folder_video_decodes_the_clip_torchcodec_samples(tmp_path: Path):
+    # The contract between the folder, the clip samplers and VideoFile, on a real video.
+    video_module = pytest.importorskip("ringloader.video")
+    torchcodec = pytest.importorskip("torchcodec.samplers")
+    if shutil.which("ffmpeg") is None or not video_module.video_available()[0]:
+        pytest.skip("needs the ffmpeg command line tool and FFmpeg's libraries")
+    from torchcodec.decoders import VideoDecoder
+
+    path = tmp_path / "videos" / "waving" / "a.mp4"
+    path.parent.mkdir(parents=True)
+    subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-t", "1", "-i",
+                    "testsrc=size=64x48:rate=25", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                    str(path)], check=True, timeout=60)
+    sampler = clips.random_indices(num_clips=2, num_frames_per_clip=4, num_indices_between_frames=2)
+    video, target = rl.VideoFolder(tmp_path / "videos", clip=sampler)[0]
+    torch.manual_seed(11)
+    frames = video.decode()
+    torch.manual_seed(11)
+    expected = torchcodec.clips_at_random_indices(VideoDecoder(str(path)), num_clips=2,
+                                                  num_frames_per_clip=4,
+                                                  num_indices_between_frames=2)
+    assert target == 0 and frames.shape == (2, 4, 3, 48, 64)
+    assert torch.equal(frames, expected.data)
