@@ -311,3 +311,20 @@ def test_video_meta_checks_its_fields():
         clips.VideoMeta(-1, 1.0, 0.0, 2.0)
     with pytest.raises(TypeError, match="VideoMeta num_frames must be an int"):
         clips.VideoMeta(2.0, 1.0, 0.0, 2.0)
+
+
+def test_the_native_decoder_agrees_on_metadata_and_on_the_frame_played_at(videos: dict):
+    # The native decoder's VideoMeta is the one torchcodec's metadata gives, so the samplers pick
+    # the same frames from it; and its own played-at rule (C++, used by decode_played_at) names
+    # the frames frames_played_at names, so the two cannot drift apart unseen.
+    video_module = pytest.importorskip("ringloader.video")
+    if not video_module.video_available()[0]:
+        pytest.skip("FFmpeg's libraries are not loadable here")
+    picker = random.Random(5)
+    for video in videos.values():
+        assert video_module.VideoFile(video.path).metadata.clip_meta() == video.meta
+        native = _C.VideoDecoder(video.path, _C.VIDEO_MAX_FRAME_PIXELS, _C.VIDEO_MAX_CLIP_BYTES)
+        begin, end = video.meta.begin_stream_seconds, video.meta.end_stream_seconds
+        times = [picker.uniform(begin, end) for _ in range(100)] + video.pts
+        times = [t for t in times if t < end]
+        assert list(native.indices_played_at(times)) == clips.frames_played_at(video.meta, times)
