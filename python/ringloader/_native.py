@@ -142,7 +142,7 @@ def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
         if f.per_sample and not found:
             found.append("its transform runs per sample (Python transform steps, or an output "
                          "size that depends on the image)")
-        reasons += [r if r is getattr(f, "refused", None) else f"runs per sample: {r}"
+        reasons += [r if r is f.refused else f"runs per sample: {r}"
                     for r in found if r not in reasons]
     if not reasons:
         first = folders[0].native_options()
@@ -173,7 +173,7 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
     if not streamed:
         return
     source = streamed[0]
-    if getattr(source, "stream_kind", None) is None:
+    if source.stream_kind is None:
         what, itself, instead = "a WebDataset with pipe: shards", "the WebDataset", "local shards"
     else:
         what, itself, instead = (f"{source._name()} with {source.stream_kind}", "the dataset",
@@ -182,10 +182,10 @@ def _check_streams(dataset: Any, view: Any, sampler: Any, batch_sampler: Any) ->
         raise ValueError(
             f"{what}: its transform runs per sample (Python steps, or an output size that "
             "depends on the image" + ("; it has none: its samples are PIL images"
-                                      if getattr(source, "transform", 0) is None else "") + "), "
+                                      if source.transform is None else "") + "), "
             "which needs random access to samples: use a transform that "
             f"runs natively to a fixed size, or {instead}")
-    if dataset is not source and dataset is not getattr(source, "dataset", None):
+    if dataset is not source and dataset is not source.dataset:
         raise ValueError(
             f"{type(dataset).__name__} over {what}: it is read front to back, so only "
             f"{itself} itself, in its own order, can be loaded. Use {instead} for "
@@ -384,7 +384,7 @@ class NativeBackend(Backend):
         for f in self._folders:
             # A remote source whose shards exceed its cache (the next epoch's first shards would
             # be evicted by this one's) reads no epoch ahead.
-            self._overlap_off = self._overlap_off or getattr(f, "read_ahead_off", None)
+            self._overlap_off = self._overlap_off or f.read_ahead_off
         self._queued: Optional[tuple] = None  # (epoch, seed) of the epoch queued natively
         self._ahead: Optional[_Ahead] = None  # its prediction, reused by the next iter()
         # Read-ahead epochs dropped because their files changed before adoption, and the last why.
@@ -441,7 +441,7 @@ class NativeBackend(Backend):
         self._pid = os.getpid()
         # The folders' compact sample tables, end to end: the native loader is built from the
         # path arena (no str per sample); native sample i is read from self._paths[i].
-        table = _SampleTable.concat([f._table for f in self._folders])
+        table = _SampleTable.concat([f.sample_table for f in self._folders])
         self._paths = _PathsView(table, "paths")
         paths = table.arena()
         targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
@@ -556,8 +556,7 @@ class NativeBackend(Backend):
         if downloads:
             lines.append(f"  remote:  {downloads}")
         lines.append(f"  scans:   {_scan_memo_line(s)}")
-        budget = [f._feed.budget for f in self._folders if getattr(f, "streamed", False)
-                  and getattr(f, "_feed", None) is not None]
+        budget = [f.feed_budget for f in self._folders if f.feed_budget is not None]
         if budget:
             lines.append(
                 f"  row groups: {s['row_groups_read']} read ({_format_bytes(s['row_group_bytes_read'])}) "
@@ -619,9 +618,7 @@ class NativeBackend(Backend):
         if native is None:
             return
         for f in getattr(self, "_folders", []):
-            stop_feed = getattr(f, "stop_feed", None)
-            if stop_feed is not None:
-                stop_feed(native)  # its thread holds the native loader while it waits for room
+            f.stop_feed(native)  # a feeding thread holds the native loader while it waits for room
         native.stop()
 
     def __del__(self):
@@ -633,7 +630,7 @@ def _remote_links(loader: NativeBackend) -> list:
     """Each remote host's link estimate (WebDataset.link_estimates), once per host."""
     out: dict = {}
     for f in loader._folders:
-        for link in getattr(f, "link_estimates", lambda: [])():
+        for link in f.link_estimates():
             out.setdefault(link["host"], link)
     return list(out.values())
 
@@ -646,9 +643,9 @@ def _name_sample(error: str, folders: Sequence[Any]) -> str:
         flat = int(match.group(1))
         for f in folders:
             if flat < len(f):
-                describe = getattr(f, "describe_sample", None)
-                if describe is not None:
-                    return f"{describe(flat)}: {error[match.end():]}"
+                named = f.describe_sample(flat)
+                if named is not None:
+                    return f"{named}: {error[match.end():]}"
                 break
             flat -= len(f)
     return _user_source.name_rows(error, folders)
@@ -660,18 +657,14 @@ def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:
     end = 0
     for f in loader._folders:
         start, end = end, end + len(f)
-        feed = getattr(f, "begin_feed", None)
-        begin = getattr(f, "begin_reads", None)
-        if feed is None and begin is None:
+        if not f.reads_by_plan:
             continue  # a folder: no pass over the plan for it
         mine = None if flat is None else flat[(flat >= start) & (flat < end)] - start
-        if feed is not None:
-            # on_error="replace" draws substitutes from the failing row's group: keep it whole.
-            feed(loader._native, mine, loader._options["on_error"] != "replace")
-        if begin is not None:
-            if begin(mine) and loader._overlap_off is None:
-                loader._overlap_off = ("remote shards were read by HTTP range requests (a "
-                                       "range copy holds one epoch's members only)")
+        # on_error="replace" draws substitutes from the failing row's group: keep it whole.
+        f.begin_feed(loader._native, mine, loader._options["on_error"] != "replace")
+        if f.begin_reads(mine) and loader._overlap_off is None:
+            loader._overlap_off = ("remote shards were read by HTTP range requests (a "
+                                   "range copy holds one epoch's members only)")
 
 
 class _NativeIter:

@@ -30,6 +30,36 @@ overrides the ones that differ from the defaults below.
   sample ``index`` (``None``: not tied to one sample, e.g. a stream that ended early): ``exc``
   itself (the default) or a clearer one, for instance naming the shard member.
 * ``describe()``: one line for people: what the source is, where, how many samples.
+
+What only some sources need, declared here with the default the others get (the backends read
+these members directly, never by ``getattr``: tests/python/test_structure.py checks that):
+
+* ``stream_kind``: for a streamed source that is not a ``pipe:`` WebDataset, what streams it
+  (named in the errors about orders it cannot serve); ``None`` by default.
+* ``dataset``: the user's Dataset this source reads natively (``UserSource``), so that the
+  loader accepts it in place of the source; ``None`` by default.
+* ``read_ahead_off``: why the next epoch must not be read ahead (the epoch's reads evict or
+  consume what it would need), or ``None`` (the default).
+* ``reads_by_plan``: True when the source wants each epoch's plan before the epoch reads
+  (``begin_feed``, ``begin_reads``); False by default, so a folder is not handed a plan.
+* ``begin_feed(native, samples, per_row)``: the samples (the source's own indices, in the order
+  the epoch reads them; ``None`` for an epoch read ahead) for a source that feeds its bytes to
+  the native loader itself (row groups read on demand). Default: nothing.
+* ``begin_reads(samples)``: the same for a source whose bytes are fetched for the epoch (remote
+  shards); returns True when the epoch's copies serve that epoch only (range reads), so the
+  next one is not read ahead. Default: nothing, False.
+* ``feed_budget``: the bytes a feeding source may hold ahead of the readers, for
+  ``describe()``; ``None`` (the default) for the others.
+* ``stop_feed(native)``: stops the feeding thread before the native loader stops. Default:
+  nothing.
+* ``link_estimates()``: per remote host, the link estimate the source's reads use (for
+  ``stats()``); ``[]`` by default.
+* ``describe_sample(index)``: how errors name sample ``index`` (a shard's URL and member
+  rather than a cache path), or ``None`` (the default: the native message stands).
+* ``serves_torch_dataset``: True for a source standing in for a torchvision Dataset it was
+  given (its warning is the loader's to give); False by default.
+* ``refused``: why the native path cannot serve the source (a user's Dataset whose samples it
+  cannot read natively), said as it is in the fallback warning; ``None`` by default.
 """
 
 from __future__ import annotations
@@ -44,6 +74,16 @@ class Source:
 
     #: Samples per shard, or None when samples are independent files.
     shard_sizes: Optional[List[int]] = None
+    #: What streams a streamed source other than a pipe: WebDataset, or None.
+    stream_kind: Optional[str] = None
+    #: The user's Dataset this source reads natively, or None.
+    dataset: Any = None
+    #: The source wants each epoch's plan (begin_feed, begin_reads).
+    reads_by_plan: bool = False
+    #: A source standing in for a torchvision Dataset it was given.
+    serves_torch_dataset: bool = False
+    #: Why the native path cannot serve this source, or None.
+    refused: Optional[str] = None
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -67,6 +107,29 @@ class Source:
         return None
 
     def check_unchanged(self) -> None:
+        return None
+
+    @property
+    def read_ahead_off(self) -> Optional[str]:
+        return None
+
+    def begin_feed(self, native: Any, samples: Optional[Any], per_row: bool = True) -> None:
+        return None
+
+    def begin_reads(self, samples: Optional[Any]) -> bool:
+        return False
+
+    @property
+    def feed_budget(self) -> Optional[int]:
+        return None
+
+    def stop_feed(self, native: Any) -> None:
+        return None
+
+    def link_estimates(self) -> List[Dict[str, Any]]:
+        return []
+
+    def describe_sample(self, index: int) -> Optional[str]:
         return None
 
     def explain_error(self, exc: BaseException, index: Optional[int]) -> BaseException:

@@ -667,11 +667,12 @@ class UserSource(NativeDataset):
 
     @property
     def streamed(self) -> bool:
-        """Rows whose bytes come a row group at a time (``Columns.feed``) are read in the
-        source's own order only."""
+        """Rows whose bytes come a row group at a time (``Columns.feed``): own order only."""
         return getattr(self, "_feed", None) is not None
 
     stream_kind = "row groups read on demand (Parquet copy=False)"
+    reads_by_plan = True  # begin_feed: the row groups the epoch reads, in its order
+    feed_budget = property(lambda self: self._feed.budget if self.streamed else None)
 
     @property
     def read_ahead_off(self) -> Optional[str]:
@@ -680,9 +681,8 @@ class UserSource(NativeDataset):
         return "row groups are read as the epoch needs them, so the next epoch is not read ahead"
 
     def begin_feed(self, native: Any, order: Optional[np.ndarray], per_row: bool = True) -> None:
-        """The rows the epoch reads, in order (``_native._begin_reads``): their row groups are
-        read as it gets to them (``per_row``: a group's decoded rows may be freed before its
-        last)."""
+        """The rows the epoch reads, in order: their row groups are read as it gets to them
+        (``per_row``: a group's decoded rows may be freed before its last)."""
         if self.streamed and order is not None:
             self._feed.begin(native, order, per_row)
 

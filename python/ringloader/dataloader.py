@@ -328,7 +328,7 @@ class DataLoader:
             rank=rank, world_size=world_size, seed=seed, device=device, numa=numa,
             max_memory=max_memory, stall_seconds=stall_seconds, batch_transform=batch_transform,
             max_skipped_fraction=max_skipped_fraction)
-        if view is not None and any(getattr(f, "serves_torch_dataset", False) for f in view[0]) \
+        if view is not None and any(f.serves_torch_dataset for f in view[0]) \
                 and _torch_only(args) is not None:
             view = None  # torch's path, as the argument asks (GenericBackend says so)
         if view is not None and _servable(view[0]) is None:

@@ -795,9 +795,8 @@ class WebDataset(NativeDataset):
 
     @property
     def read_ahead_off(self) -> Optional[str]:
-        """Why the DataLoader must not read the next epoch ahead, or None: the remote shards
-        are larger than ``cache_limit``, so the current epoch evicts the next one's first shards
-        as it goes."""
+        """Why the next epoch must not be read ahead, or None: the remote shards exceed
+        ``cache_limit``, so the current epoch evicts the next one's first shards as it goes."""
         limit = 0 if self._fetcher is None else self._fetcher.cache_limit
         total = sum(c[0] for c in self._remote_copies if c is not None)
         if limit and total > limit:
@@ -834,6 +833,7 @@ class WebDataset(NativeDataset):
         self._reads_due = True
         self.check_shards([s for s, c in enumerate(self._remote_copies) if c is None])
 
+    reads_by_plan = True  # begin_reads: the members the epoch wants of remote shards
     def begin_reads(self, wanted: Optional[np.ndarray]) -> bool:
         """An epoch's start, once its plan is drawn: ``wanted`` holds the dataset's sample
         indices the epoch reads in this process, in the plan's order (None: unknown, read every
