@@ -2,6 +2,7 @@
 
     nice -n 15 .venv/bin/python bench/imagenet_scale_memory.py            # 1,281,167 files
     nice -n 15 .venv/bin/python bench/imagenet_scale_memory.py --files 50000 --classes 100
+    nice -n 15 .venv/bin/python bench/imagenet_scale_memory.py --first-batch   # and its timing
 
 Creates an ImageNet-shaped tree (``train/nXXXXXXXX/nXXXXXXXX_N.JPEG``, 1,000 classes, empty
 files: the scan lists directories and never opens a file) in a temporary folder, after checking
@@ -16,6 +17,11 @@ Each process imports its libraries first, then resets its peak (``/proc/self/cle
 reads VmRSS; after building the two objects it reads VmRSS again and the peak since the reset
 (VmHWM). Printed: the growth and the peak's growth, in MB and in bytes per sample. No batch is
 read (the files are empty). The tree is removed afterwards (``--keep`` keeps it).
+
+``--first-batch``: the files are hard links to one small JPEG per class instead (the same
+directory entries and inodes as empty files), and each process then also reads its first batch,
+after the memory is measured: printed is the time from the start of building the dataset to the
+first batch in hand (scan, loader, worker start, 256 decodes).
 """
 
 from __future__ import annotations
@@ -59,24 +65,38 @@ else:
     loader = torch.utils.data.DataLoader(ds, batch_size=256, num_workers=2)
 build = time.perf_counter() - t0
 gc.collect()
-print(json.dumps({"samples": len(ds), "rss0": rss0, "rss": status("VmRSS"),
-                  "hwm": status("VmHWM"), "peak_reset": peak_reset, "build_s": build}))
+out = {"samples": len(ds), "rss0": rss0, "rss": status("VmRSS"), "hwm": status("VmHWM"),
+       "peak_reset": peak_reset, "build_s": build}
+if len(sys.argv) > 3:
+    images, labels = next(iter(loader))
+    out["first_batch_s"] = time.perf_counter() - t0
+    assert images.shape[0] == 256
+print(json.dumps(out))
 """
 
 
-def make_tree(root: Path, files: int, classes: int) -> None:
+def make_tree(root: Path, files: int, classes: int, jpeg: bool = False) -> None:
     per, extra = divmod(files, classes)
     for c in range(classes):
         wnid = f"n{1440764 + c * 997:08d}"
         d = root / wnid
         d.mkdir(parents=True)
+        source = None
+        if jpeg:  # one image per class, linked (a file takes at most 65,000 links)
+            from PIL import Image
+            source = root.parent / f"{wnid}.JPEG"
+            Image.new("RGB", (320, 240), (c % 256, 80, 160)).save(source, quality=90)
         for i in range(per + (1 if c < extra else 0)):
-            os.close(os.open(d / f"{wnid}_{10026 + i * 7}.JPEG", os.O_CREAT | os.O_WRONLY, 0o644))
+            name = d / f"{wnid}_{10026 + i * 7}.JPEG"
+            if source is not None:
+                os.link(source, name)
+            else:
+                os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644))
 
 
-def measure(kind: str, root: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", MEASURE, kind, str(root)], capture_output=True,
-                         text=True, check=True)
+def measure(kind: str, root: Path, first_batch: bool = False) -> dict:
+    out = subprocess.run([sys.executable, "-c", MEASURE, kind, str(root)] + (["batch"] if first_batch else []),
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -87,6 +107,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dir", default=None, help="where to make the tree (default: the temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the tree")
     ap.add_argument("--skip-torch", action="store_true", help="measure ringloader only")
+    ap.add_argument("--first-batch", action="store_true",
+                    help="link a small JPEG per class instead of empty files, and time the first batch")
     args = ap.parse_args(argv)
     parent = Path(args.dir or tempfile.gettempdir())
     st = os.statvfs(parent)
@@ -102,20 +124,23 @@ def main(argv=None) -> int:
     try:
         root = tmp / "train"
         t0 = time.perf_counter()
-        make_tree(root, args.files, args.classes)
-        print(f"# tree: {args.files} empty files in {args.classes} classes under {root} "
+        make_tree(root, args.files, args.classes, args.first_batch)
+        what = "links to a 320x240 JPEG a class" if args.first_batch else "empty files"
+        print(f"# tree: {args.files} {what} in {args.classes} classes under {root} "
               f"({time.perf_counter() - t0:.0f} s to create)")
         kinds = ["ringloader"] + ([] if args.skip_torch else ["torch"])
-        print("| loader | samples | build s | RSS growth | B/sample | peak growth | peak B/sample |")
-        print("|---|---|---|---|---|---|---|")
+        batch_head = " first batch s |" if args.first_batch else ""
+        print(f"| loader | samples | build s | RSS growth | B/sample | peak growth | peak B/sample |{batch_head}")
+        print("|---|---|---|---|---|---|---|" + ("---|" if args.first_batch else ""))
         for kind in kinds:
-            m = measure(kind, root)
+            m = measure(kind, root, args.first_batch)
             n = m["samples"]
             grow, peak = m["rss"] - m["rss0"], m["hwm"] - m["rss0"]
             peak_text = (f"{peak / 1e6:.1f} MB | {peak / n:.0f}" if m["peak_reset"]
                          else "- | - (no /proc/self/clear_refs)")
+            batch_text = f" {m['first_batch_s']:.1f} |" if args.first_batch else ""
             print(f"| {kind} | {n} | {m['build_s']:.1f} | {grow / 1e6:.1f} MB | {grow / n:.0f} | "
-                  f"{peak_text} |")
+                  f"{peak_text} |{batch_text}")
     finally:
         if args.keep:
             print(f"# kept {tmp}")

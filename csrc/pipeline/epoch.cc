@@ -270,8 +270,9 @@ void Epoch::StartPipeline() {
     // keep those they pass on the way to another. (A loader with pipe: samples never queues an
     // epoch, so one epoch at a time owns the streams.)
     std::map<std::string, std::vector<StreamCache::Range>> wanted;
+    Sample scratch;
     for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
-      const Sample& s = (*ctx.samples)[static_cast<size_t>(indices[i])];
+      const Sample& s = ctx.samples->Get(static_cast<size_t>(indices[i]), &scratch);
       if (s.source == SourceKind::kPipe && s.error.empty()) {
         wanted[s.path].push_back({s.offset, s.length, s.tar_member, s.stream_end});
       }
@@ -555,7 +556,7 @@ void Epoch::Dispatch() {
     for (int r = 0; r < size; ++r) {
       const int64_t index = indices[static_cast<size_t>(Offset(b) + r)];
       row_indices[r] = index;
-      labels[r] = (*ctx.samples)[static_cast<size_t>(index)].label;
+      labels[r] = ctx.samples->label(static_cast<size_t>(index));
     }
     std::fill(task.skip.begin(), task.skip.end(), 0);
     task.skipped.store(0, std::memory_order_relaxed);
@@ -597,6 +598,7 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
   std::vector<ReadRequest> by_buffer(buffers.size());
   std::vector<FetchedFile> done;
   std::optional<ReadRequest> pending;  // taken from the queue, waiting for a buffer
+  Sample scratch;  // the sample being read, when the loader's samples are columns
   bool input_done = false;
   uint64_t bytes_reported = 0;
   while (!cancel.load(std::memory_order_acquire)) {
@@ -617,7 +619,7 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
         if (!pending) break;
       }
       const ReadRequest request = *pending;
-      const Sample& sample = (*ctx.samples)[static_cast<size_t>(request.index)];
+      const Sample& sample = ctx.samples->Get(static_cast<size_t>(request.index), &scratch);
       // A several-file sample reads its other files with a buffer of its own, even when file 0
       // is in memory (unless every file is).
       const bool reads_more =
@@ -773,6 +775,7 @@ void Epoch::Decode() {
   const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(o);
   decoder->set_memory_budget(ctx.decode_budget);
   RenderState render;  // the views' (DecodeRow); one pipeline renders in the decoder
+  Sample scratch;      // the sample being decoded, when the loader's samples are columns
   ByteBuffer substitute_bytes;
   std::vector<ByteBuffer> substitute_more;
   while (std::optional<DecodeItem> item = decode_queue.Pop()) {
@@ -785,7 +788,7 @@ void Epoch::Decode() {
     absl::StatusOr<DeferredRows::Row> row = absl::CancelledError();
     if (status.ok()) {
       const auto start = Clock::now();
-      const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
+      const Sample& sample = ctx.samples->Get(static_cast<size_t>(item->request.index), &scratch);
       const bool in_memory = sample.source == SourceKind::kMemory;
       const uint8_t* data = in_memory ? sample.memory : nullptr;
       size_t size = in_memory ? static_cast<size_t>(sample.length) : 0;
@@ -818,7 +821,7 @@ void Epoch::Decode() {
     // capacity == buffer count: never full. Known-bad samples hold no buffer (-1).
     if (item->buffer >= 0) (void)free_buffers.TryPush(item->buffer);
     if (!status.ok()) {
-      const std::string& path = (*ctx.samples)[static_cast<size_t>(item->request.index)].path;
+      const std::string& path = ctx.samples->Get(static_cast<size_t>(item->request.index), &scratch).path;
       status = AnnotateSampleError(status, item->request.index, path);
       counters->RecordError(status);
       if (o.on_error == ErrorPolicy::kSkip) {
@@ -833,7 +836,7 @@ void Epoch::Decode() {
       }
     }
     if (row.ok()) {
-      const Sample& sample = (*ctx.samples)[static_cast<size_t>(item->request.index)];
+      const Sample& sample = ctx.samples->Get(static_cast<size_t>(item->request.index), &scratch);
       ctx.deferred->Done(sample.group, *row);
     }
     if (status.ok()) {
@@ -907,7 +910,8 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
   // A deferred row's substitutes come from its own group, held while it is being decoded (the
   // dataset's other groups may be nowhere in memory).
   int64_t first = 0, count = n;
-  const Sample& failed = (*ctx.samples)[static_cast<size_t>(request.index)];
+  Sample failed_scratch, scratch;  // the failed sample's, a substitute's
+  const Sample& failed = ctx.samples->Get(static_cast<size_t>(request.index), &failed_scratch);
   if (failed.source == SourceKind::kDeferred) {
     // The failing row itself, never row 0: a row whose decodes are done may have been released.
     absl::StatusOr<DeferredRows::Row> own = ctx.deferred->Get(failed.group, static_cast<int64_t>(failed.offset));
@@ -922,20 +926,19 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
     const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
     const int64_t substitute = first + static_cast<int64_t>(draw % static_cast<uint64_t>(count));
     if (substitute == request.index) continue;
-    if (failed.source == SourceKind::kDeferred) {
-      const Sample& s = (*ctx.samples)[static_cast<size_t>(substitute)];
-      if (s.source != SourceKind::kDeferred || s.group != failed.group) continue;
+    const Sample& candidate = ctx.samples->Get(static_cast<size_t>(substitute), &scratch);
+    if (failed.source == SourceKind::kDeferred &&
+        (candidate.source != SourceKind::kDeferred || candidate.group != failed.group)) {
+      continue;
     }
-    NoteAheadFiles((*ctx.samples)[static_cast<size_t>(substitute)]);  // before its bytes are read
-    absl::Status status = ReadSampleBytes((*ctx.samples)[static_cast<size_t>(substitute)],
-                                          ctx.options->max_file_bytes, &bytes, ctx.streams,
+    NoteAheadFiles(candidate);  // before its bytes are read
+    absl::Status status = ReadSampleBytes(candidate, ctx.options->max_file_bytes, &bytes, ctx.streams,
                                           &cancel, ctx.deferred);
     if (IsStaleIndex(status)) {
       // The substitute's shard has a stale index: no substitute of it may stand in, nor may the epoch go on.
       Fail(status);
       return status;
     }
-    const Sample& candidate = (*ctx.samples)[static_cast<size_t>(substitute)];
     // A row of the group whose decodes in this plan are done may be gone: not a failure of it.
     if (candidate.source == SourceKind::kDeferred && absl::IsFailedPrecondition(status)) continue;
     if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
@@ -946,13 +949,12 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
                          &sink);
     }
     if (!status.ok()) {
-      counters->RecordError(AnnotateSampleError(
-          status, substitute, (*ctx.samples)[static_cast<size_t>(substitute)].path));
+      counters->RecordError(AnnotateSampleError(status, substitute, candidate.path));
       continue;
     }
     const SlotLayout layout = LayoutOf(ctx.row_bytes, ctx.options->batch_size);
     uint8_t* base = ctx.pool->data(Task(request.batch).slot);
-    layout.labels(base)[request.row] = (*ctx.samples)[static_cast<size_t>(substitute)].label;
+    layout.labels(base)[request.row] = candidate.label;
     layout.indices(base)[request.row] = substitute;
     counters->replaced.fetch_add(1, std::memory_order_relaxed);
     return absl::OkStatus();

@@ -40,6 +40,7 @@
 #include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "pipeline/bounded_queue.h"
+#include "pipeline/sample_store.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/views.h"
 #include "ringloader/deferred_rows.h"
@@ -200,7 +201,7 @@ class Epoch;
 // What an epoch needs from its loader. The loader owns everything pointed to, and outlives its
 // epochs (it cancels and joins them before it changes or frees any of it).
 struct EpochContext {
-  const std::vector<Sample>* samples = nullptr;
+  const SampleStore* samples = nullptr;
   const LoaderOptions* options = nullptr;
   const TransformPipeline* pipeline = nullptr;  // with views: view 0's (it describes the loader)
   const ViewSet* views = nullptr;               // null: one rendering a sample (pipeline)

@@ -30,6 +30,7 @@
 #include "memory/decode_budget.h"
 #include "numa/topology.h"
 #include "pipeline/epoch.h"
+#include "pipeline/sample_store.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/views.h"
 #include "ringloader/ringloader.h"
@@ -76,9 +77,11 @@ std::vector<int64_t> Batch::image_shape() const {
 // Everything behind the public Loader (which forwards to it).
 class Loader::Impl {
  public:
-  Impl(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
+  Impl(SampleStore samples, LoaderOptions options, TransformPipeline pipeline,
        std::shared_ptr<const ViewSet> views, NumaPlacement placement,
        std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
+  // Loader::Create once the samples themselves are checked: views, pipeline, placement, slots.
+  static absl::StatusOr<std::unique_ptr<Impl>> Make(SampleStore samples, LoaderOptions options);
   ~Impl() {
     if (deferred_) deferred_->Close();  // a feeder waiting for room returns
     Stop();
@@ -109,8 +112,6 @@ class Loader::Impl {
                             const OutputAllocator& allocate) const;
 
  private:
-  friend absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample>, LoaderOptions);
-
   // What an epoch started now sees of this loader (streams_ is replaced in a fork()ed child).
   EpochContext Context();
   // FailedPrecondition when the output size is not fixed (variable_size).
@@ -135,7 +136,7 @@ class Loader::Impl {
   // Pins and names a pipeline thread and records where it ended up (LoaderStats).
   void EnterPipelineThread(const char* name) const;
 
-  std::vector<Sample> samples_;
+  SampleStore samples_;
   LoaderOptions options_;
   TransformPipeline pipeline_;
   std::shared_ptr<const ViewSet> views_;  // null: one rendering a sample
@@ -265,7 +266,31 @@ absl::Status CheckDeferredGroups(const std::vector<Sample>& samples) {
   return absl::OkStatus();
 }
 
+// SampleColumns: each path's end at or after the previous one's, within the arena.
+absl::Status CheckColumns(const SampleColumns& c) {
+  if (c.size > 0 && (c.ends == nullptr || c.labels == nullptr || (c.paths == nullptr && c.paths_size > 0))) {
+    return absl::InvalidArgumentError("sample columns: ends and labels are required (null given)");
+  }
+  int64_t start = 0;
+  for (size_t i = 0; i < c.size; ++i) {
+    if (c.ends[i] < start || static_cast<uint64_t>(c.ends[i]) > c.paths_size) {
+      return absl::InvalidArgumentError(absl::StrCat("path arena: end ", c.ends[i], " of path ", i,
+                                                     " is outside [", start, ", ", c.paths_size, "]"));
+    }
+    start = c.ends[i];
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::CreateFromColumns(SampleColumns samples,
+                                                                  LoaderOptions options) {
+  RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size));
+  RL_RETURN_IF_ERROR(CheckColumns(samples));
+  RL_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(SampleStore(std::move(samples)), std::move(options)));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
@@ -280,6 +305,11 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
   }
   RL_RETURN_IF_ERROR(CheckDeferredGroups(samples));
+  RL_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(SampleStore(std::move(samples)), std::move(options)));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore store, LoaderOptions options) {
   std::shared_ptr<const ViewSet> views;
   if (!options.views.empty()) {
     if (!options.transform.empty() || options.variable_size) {
@@ -296,6 +326,13 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     views = std::make_shared<const ViewSet>(std::move(set));
   }
   const size_t files = views ? static_cast<size_t>(views->files) : 1;
+  if (store.by_columns() && files > 1) {
+    Sample scratch;
+    return absl::InvalidArgumentError(absl::StrCat("sample 0 (", store.Get(0, &scratch).path,
+                                                   ") has 1 file(s); the views render ", files,
+                                                   " (LoaderOptions::View::file)"));
+  }
+  const std::vector<Sample>& samples = store.samples();
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
     if (s.more_files.empty() && files == 1) continue;
@@ -371,7 +408,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
     request.budget_note = budget_note;
   }
   RL_ASSIGN_OR_RETURN(const SlotPlan plan, PlanSlots(request));
-  auto impl = std::make_unique<Impl>(std::move(samples), std::move(options), std::move(pipeline),
+  auto impl = std::make_unique<Impl>(std::move(store), std::move(options), std::move(pipeline),
                                      std::move(views), std::move(placement), std::move(stager), plan);
   impl->threads_note_ = std::move(threads_note);
   impl->memory_budget_note_ = std::move(budget_note);
@@ -381,10 +418,10 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> sampl
                       MakeReader(impl->options_.io, impl->options_.io_depth, &note));
   impl->io_backend_ = std::string_view(probe->name()) == "io_uring" ? IoBackend::kUring : IoBackend::kPread;
   impl->io_note_ = std::move(note);
-  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+  return impl;
 }
 
-Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, TransformPipeline pipeline,
+Loader::Impl::Impl(SampleStore samples, LoaderOptions options, TransformPipeline pipeline,
                    std::shared_ptr<const ViewSet> views, NumaPlacement placement,
                    std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
     : samples_(std::move(samples)),
@@ -395,7 +432,7 @@ Loader::Impl::Impl(std::vector<Sample> samples, LoaderOptions options, Transform
       stager_(std::move(stager)),
       counters_(std::make_unique<LoaderCounters>()) {
   int64_t groups = 0;
-  for (const Sample& s : samples_) {
+  for (const Sample& s : samples_.samples()) {
     has_pipes_ = has_pipes_ || s.source == SourceKind::kPipe;
     if (s.source == SourceKind::kDeferred) groups = std::max<int64_t>(groups, s.group + 1);
   }
@@ -755,7 +792,8 @@ absl::Status Loader::Impl::DecodeSample(int64_t index, uint64_t seed, int64_t ep
     return absl::OutOfRangeError(absl::StrCat("index ", index, " outside the dataset of ",
                                               dataset_size(), " samples"));
   }
-  const Sample& sample = samples_[static_cast<size_t>(index)];
+  Sample scratch;
+  const Sample& sample = samples_.Get(static_cast<size_t>(index), &scratch);
   const std::string& path = sample.path;
   ByteBuffer buffer;
   absl::Status status =

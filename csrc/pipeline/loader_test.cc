@@ -199,6 +199,105 @@ TEST(LoaderTest, ReplacePolicyKeepsBatchSizeDeterministically) {
   }
 }
 
+// Whole-file samples as SampleColumns (a path arena, ends and labels), kept by the caller.
+struct Columns {
+  std::string paths;
+  std::vector<int64_t> ends, labels;
+  SampleColumns view() const {
+    SampleColumns c;
+    c.paths = paths.data();
+    c.paths_size = paths.size();
+    c.ends = ends.data();
+    c.labels = labels.data();
+    c.size = ends.size();
+    return c;
+  }
+};
+
+Columns ColumnsOf(const std::vector<Sample>& samples) {
+  Columns c;
+  for (const Sample& s : samples) {
+    c.paths += s.path;
+    c.ends.push_back(static_cast<int64_t>(c.paths.size()));
+    c.labels.push_back(s.label);
+  }
+  return c;
+}
+
+TEST(LoaderTest, ColumnsDeliverWhatTheirSamplesDeliver) {
+  const std::string dir = MakeTempDir();
+  auto samples = MakeDataset(13, dir);
+  for (size_t i = 0; i < samples.size(); ++i) samples[i].label = 100 + 7 * static_cast<int64_t>(i);
+  WriteFile(samples[4].path, {'b', 'a', 'd'});
+  const Columns columns = ColumnsOf(samples);
+  LoaderOptions o = TrainOptions();
+  o.batch_size = 3;
+  o.shuffle = true;
+  o.seed = 5;
+  for (ErrorPolicy policy : {ErrorPolicy::kReplace, ErrorPolicy::kSkip, ErrorPolicy::kRaise}) {
+    o.on_error = policy;
+    auto from_samples = Loader::Create(samples, o);
+    auto from_columns = Loader::CreateFromColumns(columns.view(), o);
+    ASSERT_TRUE(from_samples.ok() && from_columns.ok()) << from_columns.status();
+    EXPECT_EQ((*from_columns)->dataset_size(), 13);
+    for (int64_t epoch : {0, 1}) {
+      std::vector<std::string> got[2];
+      for (int k = 0; k < 2; ++k) {
+        Loader& loader = k == 0 ? **from_samples : **from_columns;
+        ASSERT_TRUE(loader.StartEpoch(epoch).ok());
+        while (true) {
+          absl::StatusOr<Batch> batch = loader.Next();
+          if (absl::IsOutOfRange(batch.status())) break;
+          if (!batch.ok()) {
+            // The bad file's error names it, from the arena as from its Sample.
+            got[k].push_back(std::string(batch.status().message()));
+            continue;
+          }
+          const auto* p = static_cast<const uint8_t*>(batch->images());
+          std::string rows(p, p + batch->size() * batch->sample_bytes());
+          for (int r = 0; r < batch->size(); ++r) {
+            absl::StrAppend(&rows, " ", batch->indices()[r], ":", batch->labels()[r]);
+          }
+          got[k].push_back(rows);
+        }
+      }
+      EXPECT_EQ(got[0], got[1]) << "policy " << static_cast<int>(policy) << " epoch " << epoch;
+    }
+    EXPECT_EQ((*from_columns)->Stats().errors, (*from_samples)->Stats().errors);
+    EXPECT_EQ((*from_columns)->Stats().replaced, (*from_samples)->Stats().replaced);
+  }
+  // One sample on the calling thread, and its failure naming the path.
+  std::vector<uint8_t> a(samples.size() * 64 * 64 * 3 * 4), b(a.size());
+  auto from_samples = Loader::Create(samples, o);
+  auto from_columns = Loader::CreateFromColumns(columns.view(), o);
+  ASSERT_TRUE(from_samples.ok() && from_columns.ok());
+  ASSERT_TRUE((*from_samples)->DecodeSample(7, 3, 1, a.data()).ok());
+  ASSERT_TRUE((*from_columns)->DecodeSample(7, 3, 1, b.data()).ok());
+  EXPECT_EQ(a, b);
+  const absl::Status bad = (*from_columns)->DecodeSample(4, 3, 1, b.data());
+  EXPECT_NE(bad.message().find(samples[4].path), std::string::npos) << bad;
+  EXPECT_EQ(bad.message(), (*from_samples)->DecodeSample(4, 3, 1, a.data()).message());
+}
+
+TEST(LoaderTest, ColumnsWhosePathEndsRunBackOrPastTheArenaAreRefused) {
+  Columns c;
+  c.paths = "a.jpgbb.jpg";
+  c.ends = {5, 11};
+  c.labels = {0, 1};
+  LoaderOptions o = TrainOptions();
+  c.ends = {5, 12};
+  auto past = Loader::CreateFromColumns(c.view(), o);
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().message(), "path arena: end 12 of path 1 is outside [5, 11]");
+  c.ends = {5, 4};
+  EXPECT_FALSE(Loader::CreateFromColumns(c.view(), o).ok());
+  c.ends = {-1, 11};
+  EXPECT_FALSE(Loader::CreateFromColumns(c.view(), o).ok());
+  SampleColumns none = c.view();
+  none.size = 0;
+  EXPECT_NE(Loader::CreateFromColumns(none, o).status().message().find("empty"), std::string::npos);
+}
+
 // The dataset's files concatenated into one "shard" with junk between them; samples become byte
 // ranges of it.
 std::vector<Sample> PackIntoShard(const std::vector<Sample>& files, const std::string& shard_path) {

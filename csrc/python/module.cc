@@ -548,6 +548,18 @@ class PyLoader {
   PyLoader(py::object paths, py::array_t<int64_t, py::array::c_style | py::array::forcecast> labels,
            py::dict options, py::object offsets, py::object lengths, py::object errors, py::object pipes,
            py::object tar_members, py::object memory, py::object more_files, py::object stream_ends) {
+    const bool whole_files = offsets.is_none() && lengths.is_none() && errors.is_none() && pipes.is_none() &&
+                             tar_members.is_none() && memory.is_none() && more_files.is_none() &&
+                             stream_ends.is_none();
+    if (whole_files && py::isinstance<py::tuple>(paths) && py::len(paths) == 2) {
+      // Whole files from a path arena: the loader reads the arena and labels in place.
+      SampleColumns columns = ColumnsFrom(py::reinterpret_borrow<py::tuple>(paths), labels);
+      absl::StatusOr<std::unique_ptr<Loader>> loader =
+          Loader::CreateFromColumns(std::move(columns), ParseOptions(options));
+      ThrowIfError(loader.status());
+      loader_ = std::move(*loader);
+      return;
+    }
     std::vector<Sample> samples = SamplesFrom(paths);
     if (labels.ndim() != 1 || static_cast<size_t>(labels.size()) != samples.size()) {
       throw py::value_error("paths and labels differ in length");
@@ -992,6 +1004,31 @@ class PyLoader {
     std::vector<Sample> samples(list.size());
     for (size_t i = 0; i < list.size(); ++i) samples[i].path = std::move(list[i]);
     return samples;
+  }
+
+  // A path arena (as SamplesFrom takes it) and its labels as SampleColumns, without a Sample or a
+  // copy: their buffers are exported (memory_) while the loader exists, so an ImageNet-sized
+  // folder's paths are held once, by the dataset and the loader together.
+  SampleColumns ColumnsFrom(const py::tuple& pair,
+                            const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& labels) {
+    auto blob = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(pair[0]);
+    auto ends = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(pair[1]);
+    if (!blob || !ends || blob.ndim() != 1 || ends.ndim() != 1) {
+      PyErr_Clear();
+      throw py::type_error("paths as an arena must be (uint8 array of path bytes, int64 array of path ends)");
+    }
+    if (labels.ndim() != 1 || labels.size() != ends.size()) throw py::value_error("paths and labels differ in length");
+    auto hold = [this](const py::array& array) {
+      memory_.push_back(std::make_unique<py::buffer_info>(array.request()));
+      return memory_.back()->ptr;
+    };
+    SampleColumns columns;
+    columns.paths = static_cast<const char*>(hold(blob));
+    columns.paths_size = static_cast<size_t>(blob.size());
+    columns.ends = static_cast<const int64_t*>(hold(ends));
+    columns.labels = static_cast<const int64_t*>(hold(labels));
+    columns.size = static_cast<size_t>(ends.size());
+    return columns;
   }
 
   // `memory` as columns, for tables of many rows held in a few large buffers (an Arrow column's

@@ -116,20 +116,33 @@ def test_file_list_and_surrogate_paths_round_trip(tmp_path: Path, image_tree: Pa
 MEMORY_CHILD = textwrap.dedent("""
     import gc, json, os, sys
     import ringloader as rl
+    from ringloader import transforms as T
     def rss():
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    gc.collect(); before = rss()
-    ds = rl.ImageFolder(sys.argv[1])
+    def peak():
+        with open("/proc/self/status") as f:
+            return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmHWM:"))
     gc.collect()
-    print(json.dumps({"n": len(ds), "grown": rss() - before,
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak (VmHWM) restarts from here
+    before = rss()
+    ds = rl.ImageFolder(sys.argv[1], transform=T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()]))
+    gc.collect()
+    grown = rss() - before
+    loader = rl.DataLoader(ds, batch_size=256, num_workers=2)
+    gc.collect()
+    print(json.dumps({"n": len(ds), "grown": grown, "loader": rss() - before - grown,
+                      "peak": peak() - before, "native": loader.native,
                       "path_bytes": int(ds._table.ends[-1])}))
 """)
 
 
 def test_a_sample_costs_its_path_and_a_few_bytes(tmp_path: Path, image_tree: Path):
     """50k hard links in 50 classes: the dataset grows the process by its path bytes plus
-    little (a list of (str, int) tuples would be ~250 bytes a sample more)."""
+    little (a list of (str, int) tuples would be ~250 bytes a sample more), and a DataLoader
+    over it by a few bytes a sample (it reads the dataset's paths where they are, not a copy
+    of each), the scan's peak included."""
     sources = sorted(image_tree.rglob("*.jpg"))  # several: a file takes at most 65,000 links
     root = tmp_path / "links"
     for c in range(50):
@@ -145,6 +158,9 @@ def test_a_sample_costs_its_path_and_a_few_bytes(tmp_path: Path, image_tree: Pat
     path_len = got["path_bytes"] / got["n"]
     assert per_sample <= path_len + 40, (per_sample, path_len)
     assert per_sample <= 200
+    assert got["native"]
+    assert got["loader"] / got["n"] <= 32, got  # its labels (8 bytes a sample), and little else
+    assert got["peak"] / got["n"] <= path_len + 64, (got, path_len)
 
 
 @pytest.mark.parametrize("drop_last", [False, True])

@@ -27,6 +27,20 @@
 
 namespace ringloader {
 
+/// Samples that are whole files read from their paths (every other Sample field at its
+/// default), as columns the caller keeps: sample i's path is `paths[ends[i-1], ends[i])` (the
+/// first starts at 0) and its label `labels[i]`, for i < size. The loader reads the columns in
+/// place and never copies them, so they must stay allocated and unchanged while it exists;
+/// `owner`, when set, is held that long (and released with the loader).
+struct SampleColumns {
+  const char* paths = nullptr;
+  size_t paths_size = 0;
+  const int64_t* ends = nullptr;
+  const int64_t* labels = nullptr;
+  size_t size = 0;
+  std::shared_ptr<const void> owner;
+};
+
 /// Reads, decodes and batches samples on native threads. Methods are for one consumer thread;
 /// Stats() may be called from any thread.
 class Loader {
@@ -34,6 +48,11 @@ class Loader {
   /// Validates options (InvalidArgument naming the option) and probes the I/O backend.
   static absl::StatusOr<std::unique_ptr<Loader>> Create(std::vector<Sample> samples,
                                                         LoaderOptions options);
+  /// Create for samples that are whole files, given as columns read in place (SampleColumns):
+  /// no Sample is made per sample, so a dataset of millions of files costs the loader no memory
+  /// a sample. InvalidArgument when the path ends run backwards or past the arena.
+  static absl::StatusOr<std::unique_ptr<Loader>> CreateFromColumns(SampleColumns samples,
+                                                                   LoaderOptions options);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
