@@ -12,7 +12,8 @@ APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev 
               ffmpeg                 # FFmpeg itself is loaded at run time); ffmpeg: the tests' videos
               nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev
-              clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
+              clang libclang-rt-14-dev   # clang + its runtimes: the libFuzzer target
+              g++-aarch64-linux-gnu qemu-user-static)   # the NEON kernels' test (test_neon.sh)
 # The test command (scripts/test.sh) compiles the core several times: ccache serves repeats.
 [ "${RINGLOADER_CCACHE:-0}" = 1 ] && APT_PACKAGES+=(ccache)
 missing=()

@@ -19,6 +19,8 @@ if command -v ccache >/dev/null; then
 fi
 echo "== C++ tests (at $((SECONDS - T0)) s)"
 ctest --test-dir build/py --output-on-failure -j2 --timeout 600
+echo "== NEON resampler kernels vs the scalar ones: cross-compiled for aarch64, run under qemu (at $((SECONDS - T0)) s)"
+bash scripts/test_neon.sh
 echo "== C++ package, LibTorch adaptor and example (at $((SECONDS - T0)) s)"
 RINGLOADER_REQUIRE_TORCH=1 bash scripts/test_cpp_package.sh
 echo "== The wheel on a clean Debian root (skipped with the reason where that cannot be made) (at $((SECONDS - T0)) s)"
