@@ -18,7 +18,7 @@ Map of the package (public modules first, then private ones):
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
-* ``bench``: the throughput comparison with torch's DataLoader (``python -m ringloader.bench``).
+* ``bench``: the throughput comparisons with torch's DataLoader and the peers (``python -m ringloader.bench``), a package of one module per comparison, mapped in its own docstring.
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...).

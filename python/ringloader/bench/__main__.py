@@ -1,7 +1,7 @@
-"""``python -m ringloader.bench``: the comparison's command line (:func:`ringloader.bench.main`)."""
+"""``python -m ringloader.bench``: the comparison's command line (:func:`.cli.main`)."""
 
 import sys
 
-from . import main
+from .cli import main
 
 sys.exit(main())
