@@ -64,11 +64,40 @@ bool ZeroConstantFill(const TransformStep& s) {
          s.fill[2] == 0.f;
 }
 
+bool Resizes(Kind kind);
+
+/// Whether a Pad/RandomCrop step may add padding (RandomCrop without padding never does).
+bool CanPad(const TransformStep& s) {
+  return s.pad_if_needed || s.pad[0] != 0 || s.pad[1] != 0 || s.pad[2] != 0 || s.pad[3] != 0;
+}
+
+/// Whether the constant, non-zero fill of steps[i] (a Pad/RandomCrop) fuses: its padding must be
+/// the only padding of the output, so that the render can paint every pixel outside the shown
+/// image with it (SampleGeometry::has_fill): no resize after it (which would blend it), no
+/// other step that pads with another fill or mode, and no CenterCrop (which pads with zeros).
+bool FusesFill(const std::vector<TransformStep>& steps, size_t i) {
+  const TransformStep& s = steps[i];
+  for (size_t j = 0; j < steps.size(); ++j) {
+    const TransformStep& t = steps[j];
+    if ((j > i && Resizes(t.kind)) || t.kind == Kind::kCenterCrop) return false;
+    if (j != i && KindInfo(t.kind).stage == StepStage::kCropPad && CanPad(t) &&
+        (t.pad_mode != PadMode::kConstant || t.fill[0] != s.fill[0] || t.fill[1] != s.fill[1] ||
+         t.fill[2] != s.fill[2])) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /// Steps the geometric stage absorbs: the geometric ones, and padding/cropping with a zero
-/// constant fill (the resampler writes zeros outside the source).
-bool IsFusable(const TransformStep& s) {
+/// constant fill (the resampler writes zeros outside the source) or with another constant fill
+/// that FusesFill.
+bool IsFusable(const std::vector<TransformStep>& steps, size_t i) {
+  const TransformStep& s = steps[i];
   const StepStage stage = KindInfo(s.kind).stage;
-  return stage == StepStage::kGeometry || (stage == StepStage::kCropPad && ZeroConstantFill(s));
+  return stage == StepStage::kGeometry ||
+         (stage == StepStage::kCropPad && s.pad_mode == PadMode::kConstant &&
+          (ZeroConstantFill(s) || FusesFill(steps, i)));
 }
 
 bool IsOutputStep(Kind kind) { return KindInfo(kind).stage == StepStage::kOutput; }
@@ -130,7 +159,7 @@ class StageWalk {
       }
     } else if (stage_ == Stage::kOutput) {
       return Rule::kAfterTensor;
-    } else if (stage_ == Stage::kGeometry && !IsFusable(s)) {
+    } else if (stage_ == Stage::kGeometry && !IsFusable(steps, i)) {
       stage_ = Stage::kImage;
       image_begin_ = i;
     } else if (stage_ == Stage::kGeometry && resized_at_ && Resizes(s.kind)) {
@@ -488,6 +517,11 @@ absl::Status ParseResize(StepParamReader& r, TransformStep* s) {
   r.Int("max_size", &s->max_size);
   r.Int("size_max", &s->size_max);
   r.Ints("size_choices", &s->size_choices);
+  double pair[2];
+  if (r.Pair("scale_jitter", pair)) {
+    s->scale_jitter = true;
+    std::tie(s->scale_min, s->scale_max) = std::pair(pair[0], pair[1]);
+  }
   return ReadAll(r, s, ReadSize, ReadInterpolation);
 }
 
@@ -611,6 +645,10 @@ std::string WithFilter(std::string d, const TransformStep& s) {
 }
 
 std::string DescribeResize(const TransformStep& s) {
+  if (s.scale_jitter) {
+    return WithFilter(absl::StrCat("ScaleJitter(", s.size_h, "x", s.size_w, ", scale ",
+                                   s.scale_min, "..", s.scale_max), s);
+  }
   if (!s.size_choices.empty()) {
     std::string d = absl::StrCat("RandomShortestSize(", absl::StrJoin(s.size_choices, "|"));
     if (s.max_size > 0) absl::StrAppend(&d, ", max_size=", s.max_size);
@@ -682,7 +720,7 @@ const std::vector<StepKindInfo>& StepKinds() {
   using S = StepStage;
   static const auto* kinds = new std::vector<StepKindInfo>{
       {Kind::kResize, "resize", "Resize", S::kGeometry, true,
-       "size_h size_w max_size size_max size_choices interpolation",
+       "size_h size_w max_size size_max size_choices scale_jitter interpolation",
        ParseResize, DescribeResize, nullptr},
       {Kind::kCenterCrop, "center_crop", "CenterCrop", S::kGeometry, false,
        "size_h size_w",
@@ -890,7 +928,18 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
                                         " must be strictly greater than the requested size ",
                                         s.size_h));
         }
-        if (!s.size_choices.empty()) {
+        if (s.scale_jitter) {
+          if (s.size_w <= 0 || s.max_size > 0 || s.size_max != 0 || !s.size_choices.empty()) {
+            return StepError(i, s.kind, "ScaleJitter takes a target size (height, width) and "
+                                        "no max_size, RandomResize range or size choices");
+          }
+          if (!(std::isfinite(s.scale_min) && std::isfinite(s.scale_max) && s.scale_min > 0 &&
+                s.scale_min <= s.scale_max)) {
+            return StepError(i, s.kind, "ScaleJitter: scale_range must be (lo, hi) with "
+                                        "0 < lo <= hi");
+          }
+          size.reset();  // drawn per sample: the output size depends on the draw and the image
+        } else if (!s.size_choices.empty()) {
           if (s.size_w > 0 || s.size_max != 0) {
             return StepError(i, s.kind, "a size drawn from choices (RandomShortestSize) takes no "
                                         "fixed size and no RandomResize range");
@@ -1022,6 +1071,15 @@ void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) 
   v.Crop(-top, -left, v.h + top + bottom, v.w + left + right);
 }
 
+/// A fused Pad/RandomCrop with a non-zero fill (FusesFill): its levels, painted by the render.
+void TakeFill(const TransformStep& s, SampleGeometry* g) {
+  if (ZeroConstantFill(s)) return;
+  g->has_fill = true;
+  for (int c = 0; c < 3; ++c) {
+    g->fill[c] = static_cast<uint8_t>(std::clamp(std::lround(s.fill[c]), 0L, 255L));
+  }
+}
+
 }  // namespace
 
 SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) const {
@@ -1035,7 +1093,20 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
     switch (s.kind) {
       case Kind::kResize: {
         Size2 n;
-        if (!s.size_choices.empty()) {
+        if (s.scale_jitter) {
+          // v2's ScaleJitter: scale = lo + rand * (hi - lo) with torch.rand's float32 (24 bits),
+          // r = min(target_w / height, target_h / width) * scale, int(side * r), all in float32
+          // as torch computes a Python number times a float32 tensor.
+          const float u = static_cast<float>(rng.Next() >> 40) * 0x1.0p-24f;
+          const float span = static_cast<float>(s.scale_max - s.scale_min);
+          const float product = u * span;
+          const float scale = static_cast<float>(s.scale_min) + product;
+          const double m = std::min(static_cast<double>(s.size_w) / static_cast<double>(v.h),
+                                    static_cast<double>(s.size_h) / static_cast<double>(v.w));
+          const float r = static_cast<float>(m) * scale;
+          n = Size2{static_cast<int64_t>(static_cast<float>(v.h) * r),
+                    static_cast<int64_t>(static_cast<float>(v.w) * r)};
+        } else if (!s.size_choices.empty()) {
           // v2's RandomShortestSize: one shorter side per sample, drawn from the choices like
           // torch.randint(len(choices)); r = min(side / short, max_size / long); int(side * r).
           const int pick = s.size_choices[static_cast<size_t>(
@@ -1104,8 +1175,10 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         break;
       case Kind::kPad:
         PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
+        TakeFill(s, &g);
         break;
       case Kind::kRandomCrop: {
+        TakeFill(s, &g);
         // torchvision RandomCrop.forward: padding, then pad_if_needed on each axis (both sides
         // by the missing amount), then get_params.
         PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);

@@ -131,6 +131,10 @@ struct SampleGeometry {
   /// not symmetric (NEAREST picks the pixel right of a centre on a pixel edge, torch's nearest
   /// floors), so the resample takes them on the mirrored image (AxisMapping::reflect).
   bool reflect_x = false, reflect_y = false;
+  /// The padding of a fused Pad/RandomCrop with a constant non-zero fill (its only padding):
+  /// the render sets every output pixel whose centre lies outside the shown window to `fill`.
+  bool has_fill = false;
+  uint8_t fill[3] = {0, 0, 0};
   /// Set when the chain cannot be applied to this image (torchvision raises for it too, e.g. a
   /// RandomCrop larger than the image without pad_if_needed): a static message.
   const char* error = nullptr;
@@ -143,7 +147,8 @@ class TransformPipeline {
  public:
   /// Validates `steps` and fixes dtype and layout. A chain has three stages, in this order:
   ///  1. geometric steps fused into one resample (Resize, CenterCrop, RandomResizedCrop, the
-  ///     flips, and RandomCrop/Pad with zero constant fill);
+  ///     flips, and RandomCrop/Pad with zero constant fill, or with another constant fill when
+  ///     it is the output's only padding and no resize follows it: painted after the resample);
   ///  2. image steps on the 8-bit image (colour, policies, rotation/affine, blur, and
   ///     RandomCrop/Pad with other fills or modes); flips and CenterCrop after the first of
   ///     them move the 8-bit image's pixels, a resize there is refused; a RandomApply guards

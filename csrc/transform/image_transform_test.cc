@@ -879,6 +879,53 @@ TEST(TransformPipelinePlan, FlipBeforeResizeResizesTheMirroredImage) {
   }
 }
 
+// A RandomCrop padding with a constant non-zero fill (the lsj preset's) fuses into the geometry
+// when it is the output's one padding and no resize follows it; the render paints its padding,
+// which is exactly where the same chain with a zero fill writes zeros.
+TEST(TransformPipelinePlan, ANonZeroFillFusesAsTheOutputsOnlyPadding) {
+  TransformStep crop;
+  crop.kind = Kind::kRandomCrop;
+  crop.size_h = 90;
+  crop.size_w = 120;
+  crop.pad_if_needed = true;
+  TransformStep filled = crop;
+  const float mean[3] = {123.f, 117.f, 104.f};
+  std::copy(mean, mean + 3, filled.fill);
+  TransformStep pad;
+  pad.kind = Kind::kPad;
+  std::fill(pad.pad, pad.pad + 4, 4);
+
+  const TransformPipeline fused = MustCreate({ResizeHW(70, 100), filled, Flip(0.5)});
+  EXPECT_FALSE(fused.has_image_steps());
+  EXPECT_EQ(MustCreate({pad, filled}).image_begin(), 1u);  // beside a zero padding
+  EXPECT_EQ(MustCreate({filled, CenterCrop(80, 80)}).image_begin(), 0u);
+  EXPECT_NE(StageOrderError({filled, ResizeHW(70, 100)}), "");  // a resize would blend it
+
+  const TransformPipeline zero = MustCreate({ResizeHW(70, 100), crop, Flip(0.5)});
+  const RgbImage img = testing::MakeTexture(157, 121, 4);
+  int painted = 0;
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    std::vector<uint8_t> a(90 * 120 * 3), b(90 * 120 * 3);
+    for (auto [p, out] : {std::pair{&fused, &a}, std::pair{&zero, &b}}) {
+      SampleRng rng(seed);
+      const SampleGeometry g = p->Plan(157, 121, rng);
+      EXPECT_EQ(g.has_fill, p == &fused);
+      RenderState state;
+      ASSERT_TRUE(RenderSample(img.pixels.data(), 157 * 3, 3, 157, 121, *p, g, rng, state,
+                               out->data()).ok());
+    }
+    for (size_t i = 0; i < a.size(); i += 3) {  // HWC
+      if (std::equal(a.begin() + i, a.begin() + i + 3, b.begin() + i)) continue;
+      ++painted;
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(b[i + c], 0);
+        ASSERT_EQ(a[i + c], static_cast<uint8_t>(mean[c]));
+      }
+    }
+  }
+  EXPECT_GT(painted, 8 * (90 * 120 - 70 * 100) / 2);  // the padding (a zero pixel may match)
+}
+
 TEST(TransformPipelinePlan, DeterministicPerSeed) {
   const TransformPipeline p = MustCreate({Rrc(224), Flip(0.5)});
   int differing = 0;

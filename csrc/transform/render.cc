@@ -1,12 +1,44 @@
 #include "transform/render.h"
 
+#include <algorithm>
+#include <vector>
+
 namespace ringloader {
+
+namespace {
+
+/// Which output indices along one axis lie outside the shown window [show_lo, show_hi) of
+/// source coordinates (padding), the output spanning [c0, c1) (c0 > c1: mirrored).
+void PaddedIndices(double c0, double c1, int out, double show_lo, double show_hi,
+                   std::vector<uint8_t>* padded) {
+  padded->assign(static_cast<size_t>(std::max(out, 0)), 0);
+  for (int i = 0; i < out; ++i) {
+    const double centre = c0 + (i + 0.5) * (c1 - c0) / out;
+    (*padded)[i] = !(centre >= show_lo && centre < show_hi);
+  }
+}
+
+/// Sets the padding of a fused Pad/RandomCrop with a non-zero fill (SampleGeometry::has_fill)
+/// to that fill, in the 8-bit HWC image the geometric stage wrote.
+void PaintFill(const SampleGeometry& g, RgbView* img) {
+  std::vector<uint8_t> pad_x, pad_y;
+  PaddedIndices(g.x0, g.x1, img->width, g.show_x0, g.show_x1, &pad_x);
+  PaddedIndices(g.y0, g.y1, img->height, g.show_y0, g.show_y1, &pad_y);
+  for (int y = 0; y < img->height; ++y) {
+    uint8_t* row = img->data + static_cast<size_t>(y) * img->stride;
+    for (int x = 0; x < img->width; ++x) {
+      if (pad_y[y] || pad_x[x]) std::copy(g.fill, g.fill + 3, row + static_cast<size_t>(x) * 3);
+    }
+  }
+}
+
+}  // namespace
 
 absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometry& geometry,
                           SampleRng& rng, RenderState& state, void* dst) {
   if (geometry.error != nullptr) return absl::InvalidArgumentError(geometry.error);
   const OutputFormat fmt = OutputFormat::FromPipeline(pipeline);
-  if (!pipeline.has_image_steps() && !pipeline.has_erasing()) {
+  if (!pipeline.has_image_steps() && !pipeline.has_erasing() && !geometry.has_fill) {
     state.resampler.Finish(fmt, dst);  // the common case: resampled straight into the output
     return absl::OkStatus();
   }
@@ -22,6 +54,7 @@ absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometr
   if (state.image.size() < bytes) state.image.resize(bytes);
   img.data = state.image.data();
   state.resampler.Finish(levels, img.data);
+  if (geometry.has_fill) PaintFill(geometry, &img);
   absl::Status status = ApplyImageSteps(pipeline, rng, state.augment, &img);
   if (!status.ok()) return status;
   state.resampler.WriteImage(img.data, img.stride, img.width, img.height, fmt, dst);

@@ -47,7 +47,7 @@ import copy
 
 import numpy as np
 
-from . import transforms as T
+from . import _detection, transforms as T  # noqa: F401 (_detection: converters it registers)
 from .references import _CONVERSIONS, _TENSOR_ONLY, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
@@ -55,8 +55,8 @@ __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 #: v2 classes whose effect on pixels is a crop, resize, pad or flip: fused into the native
 #: geometry, so boxes and keypoints follow the recorded rectangle (RandomResize: its size drawn
 #: per sample, natively from the loader's per-sample seed).
-_GEOMETRIC = {"Resize", "RandomResize", "RandomShortestSize", "CenterCrop", "RandomResizedCrop",
-              "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
+_GEOMETRIC = {"Resize", "RandomResize", "RandomShortestSize", "ScaleJitter", "CenterCrop",
+              "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
 #: Of those, the ones after which v2 clamps boxes to the new canvas.
 _CLAMPING = {"CenterCrop", "RandomResizedCrop", "RandomCrop", "Pad"}
 #: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
@@ -127,19 +127,6 @@ def _fill_for(step: Any, kind: str) -> Any:
     key = {"pil": Image.Image, "image": tv_tensors.Image, "plain": torch.Tensor,
            "mask": tv_tensors.Mask}[kind]
     return fill[key] if key in fill else fill.get("others")
-
-
-def _zero(value: Any) -> bool:
-    values = value if isinstance(value, (list, tuple)) else [value]
-    return all(v is None or float(v) == 0.0 for v in values)
-
-
-def _zero_fill(step: Any, kind: str) -> bool:
-    """A v2 Pad/RandomCrop fuses into the native geometry of the image (of ``kind``) only with a
-    zero constant fill for it (a Mask's own fill is its view's: ``_mask_fill``)."""
-    if getattr(step, "padding_mode", "constant") != "constant":
-        return False
-    return _zero(_fill_for(step, kind))
 
 
 def _mask_fill(step: Any) -> Optional[int]:
@@ -268,9 +255,10 @@ def _plan(transform: Any) -> Any:
             if first_value is not None:
                 return (f"{where} follows {T._step_name(first_value)}: natively it would move "
                         "the pixels after the resample, where boxes cannot follow it")
-            if name in ("Pad", "RandomCrop") and not _zero_fill(step, kind):
-                return (f"{where} pads the image with a fill other than zero or a mode other "
-                        "than constant")
+            why = name in ("Pad", "RandomCrop") and _detection.image_fill_refusal(
+                step, parts, lambda p: _fill_for(p, kind), _pads)
+            if why:  # the image's fill fuses as its one padding (a Mask's is its view's)
+                return f"{where} {why}"
             if name in ("Pad", "RandomCrop") and mask_refusal is None and _pads(step):
                 if _mask_fill(step) is None:
                     mask_refusal = (f"{where} pads a tv_tensors.Mask with {_fill_for(step, 'mask')!r} "
@@ -284,7 +272,7 @@ def _plan(transform: Any) -> Any:
                                     "level)")
             if name in ("Pad", "RandomCrop"):
                 mask.append(_nearest(_with_fill(step, _mask_fill(step) or 0)))
-                step = _with_fill(step, 0)
+                step = _with_fill(step, _fill_for(step, kind) or 0)
             if name in ("Pad", "RandomCrop") and _pads(step) and cropped:
                 return (f"{where} pads after a crop (v2 clamps boxes to each canvas in turn, "
                         "which one rectangle does not say)")
@@ -351,9 +339,9 @@ def plan(transform: Any) -> Any:
 
 #: Geometric steps that integer boxes follow natively (``_integer_steps``): v2's own box kernels
 #: replayed on them, step by step, with the row's recorded draws.
-_INTEGER_STEPS = {"Resize", "RandomResize", "RandomShortestSize", "RandomHorizontalFlip",
-                  "RandomVerticalFlip"}
-_RESIZES = ("Resize", "RandomResize", "RandomShortestSize")
+_INTEGER_STEPS = {"Resize", "RandomResize", "RandomShortestSize", "ScaleJitter",
+                  "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
+_RESIZES = ("Resize", "RandomResize", "RandomShortestSize", "ScaleJitter")
 
 
 def _integer_steps(found: JointPlan) -> Any:
@@ -361,12 +349,13 @@ def _integer_steps(found: JointPlan) -> Any:
     each of v2's box kernels runs in turn), or why they cannot (a string naming the step)."""
     steps = list(found.mask.transforms) if found.mask is not None else []
     resizes = [s for s in steps if type(s).__name__ in _RESIZES]
-    for step in steps:
+    for n, step in enumerate(steps):
         name = type(step).__name__
-        if name not in _INTEGER_STEPS:
+        if name not in _INTEGER_STEPS or (name in ("RandomCrop", "Pad") and any(
+                type(s).__name__ in _RESIZES for s in steps[n:])):
             return (f"{T._step_name(step)} moves them (integer boxes are native through one "
-                    "resize and the flips, each replayed with v2's kernel; float boxes through "
-                    "every step)")
+                    "resize, one crop or pad after it and the flips, each replayed with v2's "
+                    "kernel; float boxes through every step)")
         if sum(type(s).__name__ == name for s in steps) > 1 or (
                 name in _RESIZES and len(resizes) > 1):
             return (f"{T._step_name(step)} comes twice (integer boxes are native through one "
@@ -545,14 +534,16 @@ def _move_integer_boxes(boxes: Any, g: Any, steps: List[Any]) -> Any:
     chain's order, with the row's draws (its output size; whether it flipped)."""
     from torchvision.transforms.v2 import functional as F
 
+    flipped = [False, False]  # flipped so far
     for step in steps:
         name = type(step).__name__
         if name in _RESIZES:
-            boxes = F.resize(boxes, size=[int(g[7]), int(g[6])])
-        elif name == "RandomHorizontalFlip" and g[8]:
-            boxes = F.horizontal_flip(boxes)
-        elif name == "RandomVerticalFlip" and g[9]:
-            boxes = F.vertical_flip(boxes)
+            boxes = F.resize(boxes, size=_detection.resized_size(g))
+        elif name in ("RandomCrop", "Pad"):
+            boxes = _detection.crop_integer_boxes(boxes, g, flipped)
+        elif name in ("RandomHorizontalFlip", "RandomVerticalFlip") and g[8 + (name[6] == "V")]:
+            flipped[name[6] == "V"] = True
+            boxes = (F.vertical_flip if name[6] == "V" else F.horizontal_flip)(boxes)
     return boxes
 
 

@@ -157,7 +157,7 @@ def test_img_extensions_are_the_native_scans_and_torchvisions():
 def test_an_unknown_step_key_is_refused_naming_the_key_and_the_step():
     with pytest.raises(TypeError, match=r"transform step 'resize' \(Resize\) has no parameter 'sizeh'; "
                                         r"its parameters: size_h size_w max_size size_max size_choices "
-                                        r"interpolation"):
+                                        r"scale_jitter interpolation"):
         _C.check_transform([{"kind": "resize", "size_h": 8, "sizeh": 8}])
     # A key of another kind is refused too (CenterCrop has no p), and the loader parses its
     # options' steps the same way.

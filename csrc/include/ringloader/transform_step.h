@@ -93,6 +93,10 @@ struct TransformStep {
   /// these (torch.randint over the list), the scale capped by `max_size` on the longer side,
   /// each side truncated (torchvision's rule: int(side * r)).
   std::vector<int> size_choices;
+  /// Resize: v2's ScaleJitter when set: size_h x size_w is the target size, and each sample is
+  /// resized by min(size_w / height, size_h / width) * scale (v2's formula, in float32 as torch
+  /// computes it), scale drawn uniformly from [scale_min, scale_max); each side truncated.
+  bool scale_jitter = false;
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double p = 0.5;

@@ -1,0 +1,92 @@
+"""Native equivalents of the steps of torchvision's detection references that the classification
+converters in :mod:`ringloader.transforms` do not cover.
+
+Importing this module registers their converters (``transforms._converts``); ``_joint`` imports
+it, so they are known wherever a Dataset's transform is converted.
+
+* ``ScaleJitter`` (the ``lsj`` preset's first step): a resize whose size is drawn per sample
+  (``scale`` uniform in ``scale_range``, then v2's formula in float32, each side truncated), so
+  its output size depends on the image: natively a per-sample buffer, like ``RandomResize``.
+* A ``Pad``/``RandomCrop`` padding the image with a constant fill other than zero (the ``lsj``
+  preset's ``RandomCrop(size, pad_if_needed=True, fill=mean)``): fused into the native geometry
+  when it is the output's one padding and no resize follows it (the render paints the padded
+  pixels; ``TransformPipeline::Create``), so boxes follow it (:func:`image_fill_refusal`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from . import transforms as T
+
+__all__: List[str] = []
+
+
+@T._converts("ScaleJitter")
+def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's ScaleJitter: the output size drawn per sample (the sample's keyed draws) as v2 draws
+    it, then resized as ``Resize((height, width))``."""
+    interp = T._interpolation(getattr(t, "interpolation", "bilinear"), where)
+    height, width = T._pair(t.target_size, where)
+    lo, hi = (float(v) for v in t.scale_range)
+    if not 0 < lo <= hi:
+        raise TypeError(f"{where}: scale_range must be (lo, hi) with 0 < lo <= hi, got "
+                        f"{tuple(t.scale_range)}")
+    return [{"kind": "resize", "size_h": height, "size_w": width, "scale_jitter": [lo, hi],
+             "interpolation": interp}]
+
+
+def _levels(fill: Any) -> Tuple[float, float, float]:
+    """A Pad/RandomCrop fill as three levels (None: zero; one value for every channel)."""
+    values = list(fill) if isinstance(fill, (list, tuple)) else [fill]
+    values = [0.0 if v is None else float(v) for v in values]
+    return tuple(values * 3 if len(values) == 1 else values)  # type: ignore[return-value]
+
+
+def image_fill_refusal(step: Any, parts: List[Any], fill_of: Callable[[Any], Any],
+                       pads: Callable[[Any], bool]) -> Optional[str]:
+    """Why the v2 Pad/RandomCrop ``step`` of a Joint's chain ``parts`` cannot pad the image
+    natively with its fill (``fill_of(step)``: the image's entry of a per-type fill), or None.
+    A zero fill fuses always; another constant fill where it is the image's one padding, which
+    the render paints: no CenterCrop (it pads with zeros) and no other step padding with another
+    fill (a resize after it keeps the chain's tail in Python, which the split names)."""
+    if getattr(step, "padding_mode", "constant") != "constant":
+        return ("pads the image with padding_mode "
+                f"{getattr(step, 'padding_mode', None)!r} (natively: constant)")
+    fill = _levels(fill_of(step))
+    if len(fill) != 3:
+        return f"pads the image with {fill_of(step)!r} (natively one level or three)"
+    if fill == (0.0, 0.0, 0.0):
+        return None
+    for other in parts:
+        name = type(other).__name__
+        if name == "CenterCrop" or (other is not step and name in ("Pad", "RandomCrop")
+                                    and pads(other) and _levels(fill_of(other)) != fill):
+            return (f"pads the image with {fill_of(step)!r} beside {T._step_name(other)}, which "
+                    "pads it otherwise (natively a fill other than zero is the image's one "
+                    "padding)")
+    return None
+
+
+def resized_size(g: Any) -> List[int]:
+    """[height, width] of the image after the chain's one resize, from a row's geometry record
+    (``_C.GEOMETRY_FIELDS``: the source size, the source rectangle shown and the output size),
+    for a chain whose crops and pads all follow that resize (``_joint._integer_steps``)."""
+    return [round(g[1] * g[7] / (g[5] - g[3])), round(g[0] * g[6] / (g[4] - g[2]))]
+
+
+def crop_integer_boxes(boxes: Any, g: Any, flipped: Tuple[bool, bool]) -> Any:
+    """Integer boxes through the chain's crop/pad after its resize, as v2 moves them: translated
+    by the shown rectangle's offset in the resized image (negative where it pads; mirrored on an
+    axis the boxes were flipped on before it) and clamped to the output (v2's clamps to the
+    padded canvas, then to the crop, nest into this one)."""
+    from torchvision.transforms.v2 import functional as F
+
+    height, width = resized_size(g)
+    top = round(g[3] * g[7] / (g[5] - g[3]))
+    left = round(g[2] * g[6] / (g[4] - g[2]))
+    if flipped[0]:
+        left = width - (left + int(g[6]))
+    if flipped[1]:
+        top = height - (top + int(g[7]))
+    return F.crop(boxes, top=top, left=left, height=int(g[7]), width=int(g[6]))

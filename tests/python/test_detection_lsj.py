@@ -1,0 +1,255 @@
+"""torchvision's ``lsj`` detection preset natively: ``ScaleJitter`` draws each sample's output
+size as v2 draws it (scale uniform in ``scale_range``, then v2's formula in float32), so the
+size depends on the image: a per-sample buffer, a list in the batch. Parity bounds: max |diff| 0
+on pixels against v2 on the PIL photo the user's own code opens; float boxes within 1e-4 px
+(natively moved in float64, by v2 in float32), integer boxes exactly (v2's kernel replayed)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
+
+import ringloader as rl
+from imagegen import jpeg_bytes
+
+# Landscape, portrait, square and odd-sized photos (subsampled JPEG, as cameras write them).
+SIZES = [(211, 150), (150, 203), (170, 170), (257, 131)]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lsj")
+    out = []
+    for i, (w, h) in enumerate(SIZES):
+        photo = root / f"photo{i}.jpg"
+        photo.write_bytes(jpeg_bytes(w, h, quality=88, seed=90 + i))
+        out.append((photo, (w, h)))
+    return out
+
+
+def _opened(path):
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+class Detections(torch.utils.data.Dataset):
+    """``Joint(t, (image, {"boxes", "labels", "index"}))`` with COCO-style boxes: one inside,
+    one partly out of the frame, one degenerate (zero width)."""
+
+    def __init__(self, t, photos, dtype=torch.float32):
+        self.t, self.photos, self.dtype = t, photos, dtype
+
+    def __len__(self):
+        return len(self.photos)
+
+    def target(self, i):
+        w, h = self.photos[i][1]
+        boxes = tv_tensors.BoundingBoxes(
+            torch.tensor([[10, 13, w - 31, h - 21], [-6, 4, 40, 33], [50, 20, 50, 60]],
+                         dtype=self.dtype), format="XYXY", canvas_size=(h, w))
+        return {"boxes": boxes, "labels": torch.tensor([1, 2, 3]), "index": i}
+
+    def __getitem__(self, i):
+        return rl.Joint(self.t, (rl.ImageFile(self.photos[i][0]), self.target(i)))
+
+
+def _native_rows(dataset):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # natively, with no warning
+        loader = rl.DataLoader(dataset, batch_size=3, collate_fn=list)
+    assert loader.native
+    rows = [row for batch in loader for row in batch]
+    assert len(rows) == len(dataset)
+    return rows
+
+
+def _diff(a, b):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return float((a.double() - b.double()).abs().max())
+
+
+@pytest.mark.parametrize("scale", [0.37, 1.0, 1.93])
+def test_fixed_draw_equals_v2_classification_path(photos, scale):
+    """scale_range=(s, s) fixes the draw: the native size and pixels are v2's (max |diff| 0)."""
+    t = v2.Compose([v2.ScaleJitter((300, 400), scale_range=(scale, scale)), v2.PILToTensor()])
+
+    class Photos(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(photos)
+
+        def __getitem__(self, i):
+            return rl.ImageFile(photos[i][0], transform=t), i
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(Photos(), batch_size=2, collate_fn=list)
+    assert loader.native
+    rows = [row for batch in loader for row in batch]
+    assert len(rows) == len(photos)
+    for image, i in rows:
+        assert _diff(image, t(_opened(photos[i][0]))) == 0, (scale, i)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("scale", [0.61, 1.47])
+def test_fixed_draw_equals_v2_in_a_joint(photos, scale, dtype):
+    """Image max |diff| 0; float boxes within 1e-4 px, integer boxes exact (v2 rounds them)."""
+    t = v2.Compose([v2.ScaleJitter((256, 320), scale_range=(scale, scale)),
+                    v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
+                    v2.ToDtype(torch.float32, scale=True)])
+    dataset = Detections(t, photos, dtype)
+    for image, target in _native_rows(dataset):
+        i = target["index"]
+        want_image, want = t(_opened(photos[i][0]), dataset.target(i))
+        assert _diff(image, want_image) == 0, (scale, i)
+        assert target["boxes"].canvas_size == want["boxes"].canvas_size
+        assert target["boxes"].dtype == dtype
+        if dtype.is_floating_point:
+            torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        else:
+            assert torch.equal(target["boxes"], want["boxes"])
+        assert torch.equal(target["labels"], want["labels"])
+
+
+def test_random_draws_are_v2s_resize_of_the_drawn_size(photos):
+    """The default scale_range (0.1, 2.0): each sample's size lies in v2's range and its pixels
+    and boxes are v2's resize to that size (max |diff| 0, boxes within 1e-4 px)."""
+    target_size = (1024, 1024)
+    t = v2.Compose([v2.ScaleJitter(target_size), v2.PILToTensor(),
+                    v2.SanitizeBoundingBoxes()])
+    dataset = Detections(t, photos)
+    sizes = set()
+    for image, target in _native_rows(dataset):
+        i = target["index"]
+        w, h = photos[i][1]
+        out_h, out_w = image.shape[-2:]
+        sizes.add((out_h, out_w))
+        base = min(target_size[1] / h, target_size[0] / w)
+        assert int(h * base * 0.1) <= out_h <= int(h * base * 2.0) + 1
+        assert abs(out_w / w - out_h / h) <= 1.0 / min(h, w) * 2  # one scale for both sides
+        source = _opened(photos[i][0])
+        assert _diff(image, F.pil_to_tensor(F.resize(source, [out_h, out_w]))) == 0
+        boxes = F.resize(dataset.target(i)["boxes"], [out_h, out_w])
+        keep = v2.SanitizeBoundingBoxes()({"boxes": boxes, "labels": torch.tensor([1, 2, 3])})
+        # (within 1e-4 px, or float32's rounding of coordinates past 1000 px)
+        torch.testing.assert_close(target["boxes"], keep["boxes"], atol=1e-4, rtol=1e-6)
+        assert torch.equal(target["labels"], keep["labels"])  # the degenerate box removed
+    assert len(sizes) == len(photos)
+
+
+def test_the_draw_is_uniform_over_the_scale_range(photos):
+    """Over many epochs, one photo's drawn scale (its output height over v2's base) covers
+    (0.1, 2.0) with the mean of a uniform draw."""
+    photo, (w, h) = photos[2]
+    t = v2.Compose([v2.ScaleJitter((64, 64)), v2.PILToTensor()])
+
+    class One(torch.utils.data.Dataset):
+        def __len__(self):
+            return 200
+
+        def __getitem__(self, i):
+            return rl.ImageFile(photo, transform=t), i
+
+    loader = rl.DataLoader(One(), batch_size=50, collate_fn=list)
+    assert loader.native
+    scales = np.array([image.shape[-1] / (w * min(64 / h, 64 / w))
+                       for batch in loader for image, _ in batch])
+    assert scales.min() < 0.3 and scales.max() > 1.8
+    assert abs(scales.mean() - 1.05) < 0.12  # uniform on (0.1, 2.0): mean 1.05, sd/sqrt(200) 0.04
+
+
+MEAN = (123.0, 117.0, 104.0)
+
+
+def _lsj(scale_range, target=(256, 320)):
+    """torchvision's lsj preset in v2 classes (its FixedSizeCrop is reference code, not v2: the
+    v2 ports crop with RandomCrop(pad_if_needed=True) and the mean as fill), a fixed flip."""
+    return [v2.ScaleJitter(target, scale_range=scale_range),
+            v2.RandomCrop(target, pad_if_needed=True, fill=MEAN),
+            v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True),
+            v2.ConvertBoundingBoxFormat("XYXY"), v2.SanitizeBoundingBoxes()]
+
+
+class Centred(Detections):
+    """Detections with a small box at the image's centre first: no crop of the chain cuts it,
+    so where it lands tells the native crop's draw."""
+
+    def target(self, i):
+        target = super().target(i)
+        w, h = self.photos[i][1]
+        centre = torch.tensor([[w / 2 - 3, h / 2 - 2, w / 2 + 3, h / 2 + 2]], dtype=self.dtype)
+        boxes = tv_tensors.wrap(torch.cat([centre, target["boxes"]]), like=target["boxes"])
+        return {"boxes": boxes, "labels": torch.tensor([9, 1, 2, 3]), "index": i}
+
+
+def _v2_with_crop(steps, top, left):
+    """``steps`` with its RandomCrop's draw fixed to (top, left) (v2's own make_params
+    otherwise: the padding pad_if_needed adds)."""
+    crop = steps[1]
+    draw = crop.make_params
+
+    def fixed(flat_inputs):
+        params = draw(flat_inputs)
+        params.update(top=top, left=left)
+        return params
+
+    crop.make_params = fixed
+    return v2.Compose(steps)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
+@pytest.mark.parametrize("scale", [0.5, 1.0])
+def test_lsj_preset_equals_v2_for_the_drawn_crop(photos, scale, dtype):
+    """The lsj preset natively (ScaleJitter's draw fixed by scale_range=(s, s), the crop's draw
+    the loader's own): the centre box tells the crop's offset; v2 with that offset gives the
+    same image (max |diff| 0: the fill painted where RandomCrop padded), boxes within 1e-4 px
+    (integer boxes exactly: v2 rounds them at the resize) and labels (SanitizeBoundingBoxes
+    dropping the degenerate box)."""
+    t = v2.Compose(_lsj((scale, scale)))
+    dataset = Centred(t, photos, dtype)
+    for image, target in _native_rows(dataset):
+        i = target["index"]
+        source, want_target = _opened(photos[i][0]), dataset.target(i)
+        at_zero = _v2_with_crop(_lsj((scale, scale)), 0, 0)(source, want_target)[1]["boxes"]
+        left = round(float(target["boxes"][0, 0] - at_zero[0, 0]))
+        top = round(float(at_zero[0, 1] - target["boxes"][0, 1]))
+        assert left >= 0 and top >= 0, (left, top)
+        want_image, want = _v2_with_crop(_lsj((scale, scale)), top, left)(source, want_target)
+        assert _diff(image, want_image) == 0, (scale, i, top, left)
+        assert target["boxes"].dtype == dtype
+        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        assert torch.equal(target["labels"], want["labels"])
+        assert 3 not in target["labels"].tolist()  # the zero-width box is gone
+
+
+def test_lsj_random_draws_keep_image_and_boxes_aligned(photos):
+    """The default scale_range: every sample is the fixed 256 x 320 canvas, and the centre box
+    sits where v2 puts it for the drawn size and crop."""
+    dataset = Centred(v2.Compose(_lsj((0.1, 2.0))), photos)
+    for image, target in _native_rows(dataset):
+        assert image.shape == (3, 256, 320)
+        box = target["boxes"][0]
+        assert target["labels"][0] == 9 and float(box[2] - box[0]) > 0
+        inside = image[:, int(box[1]):int(box[3]) + 1, int(box[0]):int(box[2]) + 1]
+        fill = torch.tensor(MEAN).div(255).view(3, 1, 1)
+        assert not torch.allclose(inside, fill.expand_as(inside))  # photo, not padding
+
+
+def test_a_fill_beside_other_padding_is_named(photos):
+    """A RandomCrop filling with the mean after a Pad with zeros: two fills, not native; the
+    warning names the step and why, and torch's path runs it."""
+    t = v2.Compose([v2.Pad(4), v2.RandomCrop((200, 200), pad_if_needed=True, fill=MEAN),
+                    v2.PILToTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, photos), batch_size=2, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "RandomCrop" in str(w.message)]
+    assert told and "Pad" in told[0] and "one padding" in told[0], [str(w.message) for w in caught]
