@@ -21,6 +21,23 @@ from . import transforms as T
 
 __all__: List[str] = []
 
+#: What to write instead of the steps of torchvision's references that are the references' own
+#: code (not v2 classes, so not recognised), by class name: the end of a fallback warning.
+REFERENCE_HINTS = {
+    # The segmentation reference (v2_extras.py).
+    "PadIfSmaller": (" (torchvision's segmentation reference pads with it; "
+                     "v2.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "
+                     "'others': 0}) in place of it and the RandomCrop after it pads natively, "
+                     "on both sides rather than right and bottom)"),
+    # The detection reference's lsj preset (transforms.py): it takes (image, target), so inside
+    # a Joint it would see the whole structure as its image and move no box.
+    "FixedSizeCrop": (" (torchvision's detection reference crops with it in its lsj preset, "
+                      "taking (image, target) rather than a v2 structure; "
+                      "v2.RandomCrop(size, pad_if_needed=True, fill=mean) in place of it crops "
+                      "and pads natively, its boxes following, padding on both sides rather "
+                      "than right and bottom)"),
+}
+
 
 @T._converts("ScaleJitter")
 def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:

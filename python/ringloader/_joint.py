@@ -197,13 +197,7 @@ def _plan(transform: Any) -> Any:
         qualname = getattr(step, "__qualname__", None)
         what = (f"the Python function {getattr(step, '__module__', '?')}.{qualname}"
                 if qualname is not None and not isinstance(step, type) else T._step_name(step))
-        hint = ""
-        if type(step).__name__ == "PadIfSmaller":
-            # torchvision's segmentation reference (v2_extras.py): user code, not recognised.
-            hint = (" (torchvision's segmentation reference pads with it; "
-                    "v2.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "
-                    "'others': 0}) in place of it and the RandomCrop after it pads natively, "
-                    "on both sides rather than right and bottom)")
+        hint = _detection.REFERENCE_HINTS.get(type(step).__name__, "")
         return f"its transform holds {what}, which is not a torchvision v2 transform{hint}"
     from torchvision.transforms import v2
 

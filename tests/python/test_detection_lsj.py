@@ -253,3 +253,22 @@ def test_a_fill_beside_other_padding_is_named(photos):
     assert not loader.native
     told = [str(w.message) for w in caught if "RandomCrop" in str(w.message)]
     assert told and "Pad" in told[0] and "one padding" in told[0], [str(w.message) for w in caught]
+
+
+class FixedSizeCrop(torch.nn.Module):
+    """A stand-in for the detection reference's own FixedSizeCrop (its transforms.py, not a v2
+    class): called with (image, target), here with the Joint's whole structure."""
+
+    def forward(self, image, target=None):
+        return image if target is None else (image, target)
+
+
+def test_the_references_fixed_size_crop_is_named_with_the_v2_crop_to_use(photos):
+    t = v2.Compose([v2.ScaleJitter((256, 320)), FixedSizeCrop(), v2.PILToTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, photos), batch_size=2, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "FixedSizeCrop" in str(w.message)]
+    assert told and "RandomCrop(size, pad_if_needed=True, fill=mean)" in told[0], \
+        [str(w.message) for w in caught]
