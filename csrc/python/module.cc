@@ -41,6 +41,7 @@
 #include "pipeline/views.h"
 #include "numa/topology.h"
 #include "python/dlpack.h"
+#include "python/bind_video.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
 #include "ringloader/ringloader.h"
@@ -1263,6 +1264,7 @@ using PyBackgroundFetch = PyBackground<BackgroundFetch>;
 PYBIND11_MODULE(_C, m) {
   using namespace ringloader;
   m.doc() = "ringloader native core (private; use the ringloader package)";
+  BindVideo(m);  // video_available, VideoDecoder (bind_video.cc)
 
   g_sample_error = PyErr_NewExceptionWithDoc(
       "ringloader._C.SampleError",

@@ -15,6 +15,7 @@ Map of the package (public modules first, then private ones):
 * ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
 * ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
 * ``clips``: video clip sampling as ``torchcodec.samplers`` samples (``random_indices``...), explicit frames, keyed draws, ``VideoMeta``.
+* ``video``: ``VideoFile``/``VideoBytes`` video references decoded frame-exactly by the system's FFmpeg (loaded at run time), ``VideoMetadata``.
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
@@ -54,6 +55,7 @@ from .references import ImageBytes, ImageFile, Joint, materialize
 from ._user_source import FallbackWarning
 from .webdataset import StaleIndexError, WebDataset
 from . import clips
+from .video import VideoBytes, VideoFile
 from .video_folder import VideoFolder
 from ._version import __version__  # written by the build from pyproject.toml's version
 
@@ -77,6 +79,8 @@ __all__ = [
     "SlotsExhaustedError",
     "clips",
     "transforms",
+    "VideoBytes",
+    "VideoFile",
     "VideoFolder",
     "WebDataset",
     "__version__",
