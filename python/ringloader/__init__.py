@@ -23,7 +23,12 @@ Map of the package (public modules first, then private ones):
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...).
-* ``_user_source``: a user's Dataset of image references as a native source, its batches rebuilt in its structure.
+* ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it).
+* ``_structures``: a user's samples' structures, their references replaced by placeholder leaves that a batch fills.
+* ``_columns``: per-sample columns: a columnar source's table (``Columns``), the native loader's ``memory``/``more_files``.
+* ``_batcher``: ``Batcher``, a user's batch rebuilt in its samples' structure from a native batch.
+* ``_fallback``: ``FallbackWarning`` and why a dataset runs on torch's path, naming the step or reference.
+* ``_torchvision_folder``: a torchvision ``ImageFolder``/``DatasetFolder`` served natively (``TorchvisionFolder``).
 * ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.
 * ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
 * ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
@@ -52,7 +57,7 @@ from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
 from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, Joint, materialize
-from ._user_source import FallbackWarning
+from ._fallback import FallbackWarning
 from .webdataset import StaleIndexError, WebDataset
 from . import clips
 from .video import VideoBytes, VideoFile

@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from . import _user_source
+from . import _fallback, _structures, _torchvision_folder, _user_source
 from ._C import LoaderTimeoutError
 from ._backend import Backend
 from ._distributed import _shard_sampler
@@ -41,7 +41,7 @@ def _warn_wrapper(dataset: Any, reason: str) -> None:
         f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
         "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
         "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
-        "transform stay native.", _user_source.FallbackWarning, stacklevel=4)
+        "transform stay native.", _fallback.FallbackWarning, stacklevel=4)
 
 
 def _warn_torchvision_folder(dataset: Any, reason: str, converts: bool) -> None:
@@ -55,7 +55,7 @@ def _warn_torchvision_folder(dataset: Any, reason: str, converts: bool) -> None:
     warnings.warn(
         f"ringloader.DataLoader: {name}({str(getattr(dataset, 'root', ''))!r}) runs on torch's "
         f"generic path because {reason}: each sample is decoded with Pillow in worker processes, "
-        f"at torch's speed. {advice}", _user_source.FallbackWarning, stacklevel=4)
+        f"at torch's speed. {advice}", _fallback.FallbackWarning, stacklevel=4)
 
 
 # Dataset classes already told that returning rl.ImageFile would make them native.
@@ -78,7 +78,7 @@ def _hint_image_file(dataset: Any, opened: str) -> None:
         "in its place (the rest of the sample unchanged) and the files are decoded and "
         "transformed natively (the manual's \"Your own Dataset\" page). Silence this hint with "
         "warnings.filterwarnings('ignore', category=ringloader.FallbackWarning).",
-        _user_source.FallbackWarning, stacklevel=4)
+        _fallback.FallbackWarning, stacklevel=4)
 
 
 class _Tagged:
@@ -130,17 +130,17 @@ class _NamingCollate:
         try:
             return (self.collate_fn or tud.default_collate)(batch)
         except Exception as exc:
-            odd = _user_source.odd_one(batch)
+            odd = _structures.odd_one(batch)
             if odd is None:
                 what = self.samples.name(flat[0])[0]
-                shape = _user_source._shape(batch[0])
+                shape = _structures._shape(batch[0])
                 exc.add_note(f"while collating "
                              f"{', '.join(self.samples.name(i)[1] for i in flat[:8])}"
                              f"{', ...' if len(flat) > 8 else ''} of {what}, each {shape}"
-                             + (f"; {_user_source.PIL_HINT}" if "PIL." in shape else ""))
+                             + (f"; {_structures.PIL_HINT}" if "PIL." in shape else ""))
                 raise
             what, odd_name = self.samples.name(flat[odd[0]])
-            told = _user_source.collate_hint(exc, what, odd_name, batch[odd[0]],
+            told = _structures.collate_hint(exc, what, odd_name, batch[odd[0]],
                                              self.samples.name(flat[odd[1]])[1], batch[odd[1]],
                                              self.collate_fn is not None)
             try:
@@ -289,7 +289,7 @@ class GenericBackend(Backend):
         self._reasons = [] if view is None else _fallback_reasons(view[0])
         folder_why, converts = None, False
         if view is None:
-            folder, folder_why = _user_source.torchvision_folder(dataset)
+            folder, folder_why = _torchvision_folder.torchvision_folder(dataset)
             if folder is not None:  # it converts, but an argument asks for torch's workers
                 folder_why, converts = _torch_only(args), True
         opened = _user_source.opened_images(dataset) if view is None else None
@@ -299,7 +299,7 @@ class GenericBackend(Backend):
         elif not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
             _warn_wrapper(dataset, _generic_reason(dataset, view))
         elif view is not None and _user_source.flat_targets(view[0]) is not None:
-            _user_source.warn_refused(dataset, self._reasons, stacklevel=4)
+            _fallback.warn_refused(dataset, self._reasons, stacklevel=4)
         elif opened is not None:
             _hint_image_file(dataset, opened)
         if not self._reasons:

@@ -14,7 +14,8 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from . import _C, _mixing, _node, _order, _source, _user_source
+from . import _C, _batcher, _columns, _fallback, _mixing, _node, _order, _source
+from . import _torchvision_folder, _user_source
 from ._backend import Backend
 from ._checkpoint import _restore_generators, _resumed_batches
 from ._distributed import _shard_sampler, _sync_epoch
@@ -57,7 +58,7 @@ def _native_view(dataset: Any):
             folders += member_folders
             base += size
         return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
-    folder, why = _user_source.torchvision_folder(dataset)
+    folder, why = _torchvision_folder.torchvision_folder(dataset)
     if folder is not None:
         return [folder], None
     if why is not None:
@@ -67,7 +68,7 @@ def _native_view(dataset: Any):
 
 
 def _torch_only(args: Any) -> Optional[str]:
-    """Why a loader over a torchvision folder (``_user_source.TorchvisionFolder``) keeps torch's
+    """Why a loader over a torchvision folder (``_torchvision_folder``) keeps torch's
     path though the folder converts: an argument that only torch's worker processes honour, which
     the native path refuses for ringloader's own datasets. None when there is none."""
     if args.worker_init_fn is not None:
@@ -130,7 +131,7 @@ def _is_default_collate(collate_fn: Any) -> bool:
 def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
     """Every reason the native pipeline cannot batch these folders together, the one to act on
     first ([] when it can): a user source's refusal, then each transform step or leaf that
-    makes a source run per sample, by class and position (``_user_source.chain_reasons``)."""
+    makes a source run per sample, by class and position (``_fallback.chain_reasons``)."""
     reasons: List[str] = []
     users = [f for f in folders if isinstance(f, _user_source.UserSource)]
     if users and len(users) != len(folders):
@@ -138,7 +139,7 @@ def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
     for f in folders:
         found = f.fallback_reasons() if isinstance(f, _user_source.UserSource) else []
         if not isinstance(f, _user_source.UserSource) and f.per_sample:
-            found = _user_source.chain_reasons(f.transform, "the transform")
+            found = _fallback.chain_reasons(f.transform, "the transform")
         if f.per_sample and not found:
             found.append("its transform runs per sample (Python transform steps, or an output "
                          "size that depends on the image)")
@@ -281,7 +282,7 @@ class NativeBackend(Backend):
         self._folders, self._index_map = view
         # A user's Dataset of image references: batches rebuilt in its own structure.
         self._batcher = (
-            _user_source.Batcher(self._folders, self._channels_last, args.layout == "NHWC")
+            _batcher.Batcher(self._folders, self._channels_last, args.layout == "NHWC")
             if _user_source.flat_targets(self._folders) is not None else None)
         if self._batcher is not None and args.dtype is not None and \
                 any(len(f.view_transforms) > 1 for f in self._folders):
@@ -449,10 +450,10 @@ class NativeBackend(Backend):
         if flat is not None:
             targets = flat  # each row's label is its sample's flat index (see _user_source)
         ranges = [f.byte_ranges() for f in self._folders]
-        memory = _user_source.memory_column(self._folders)  # ImageBytes references' bytes
+        memory = _columns.memory_column(self._folders)  # ImageBytes references' bytes
         # Which samples are held in memory: they read no file, so the read-ahead check stats none.
-        self._in_memory = _user_source.in_memory(memory)
-        more_files = _user_source.more_files_column(self._folders)  # an image's mask, ...
+        self._in_memory = _columns.in_memory(memory)
+        more_files = _columns.more_files_column(self._folders)  # an image's mask, ...
         self._more_files = more_files  # read ahead too: the read-ahead check stats their paths
         if not any(ranges):
             return _C.Loader(paths, targets, self._options, memory=memory, more_files=more_files)
@@ -566,7 +567,7 @@ class NativeBackend(Backend):
                 f"times, {s['row_group_wait_seconds']:.2f} s")
         if s["errors"]:
             lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
-                         f"replaced); last: {_user_source.name_rows(s['last_error'], self._folders)}")
+                         f"replaced); last: {_columns.name_rows(s['last_error'], self._folders)}")
         if s["stalled"]:
             lines.append(f"  stalled: {s['pipeline_state']}")
         return "\n".join(lines)
@@ -607,9 +608,9 @@ class NativeBackend(Backend):
         s = self._native.stats()
         s["native"] = True
         # A sample held in a column has no path: its errors name its row as the source does.
-        s["recent_errors"] = [_user_source.name_rows(e, self._folders) for e in s["recent_errors"]]
+        s["recent_errors"] = [_columns.name_rows(e, self._folders) for e in s["recent_errors"]]
         if s.get("last_error"):
-            s["last_error"] = _user_source.name_rows(s["last_error"], self._folders)
+            s["last_error"] = _columns.name_rows(s["last_error"], self._folders)
         s["remote_links"] = _remote_links(self)
         return s
 
@@ -648,7 +649,7 @@ def _name_sample(error: str, folders: Sequence[Any]) -> str:
                     return f"{named}: {error[match.end():]}"
                 break
             flat -= len(f)
-    return _user_source.name_rows(error, folders)
+    return _columns.name_rows(error, folders)
 
 
 def _begin_reads(loader: NativeBackend, flat: Optional[np.ndarray]) -> None:

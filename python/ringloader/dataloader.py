@@ -24,7 +24,7 @@ Two paths:
 
 A ``torchvision.datasets.ImageFolder``/``DatasetFolder`` with torchvision's Pillow loader and a
 transform that runs natively to a fixed size is served natively from its ``samples``,
-``transform`` and ``target_transform`` (``_user_source.TorchvisionFolder``). A dataset left on
+``transform`` and ``target_transform`` (``_torchvision_folder``). A dataset left on
 torch's path gets one :class:`ringloader.FallbackWarning` per loader naming the first step or
 leaf that forces it (class and position) and what to change, or a one-time hint when its
 ``__getitem__`` opens images with Pillow; ``describe()`` lists every reason.

@@ -316,10 +316,10 @@ class _ArrowImages(tud.Dataset):
         return (image, *self._values(i % len(self), row))
 
     def _native_columns(self) -> Any:
-        """The whole table for the native loader (``_user_source.Columns``): each sample's bytes
+        """The whole table for the native loader (``_columns.Columns``): each sample's bytes
         as (buffer, start, length) arrays, the arena of the paths of rows stored as paths, and
         the rest of a sample built when its batch is."""
-        from ._user_source import Columns
+        from ._columns import Columns
 
         images, rows = self._images, self._rows
         which, starts, lengths = images.which, images.starts, images.lengths
@@ -335,7 +335,7 @@ class _ArrowImages(tud.Dataset):
     def _structures(self, positions: Sequence[int]) -> List[Tuple[Any, ...]]:
         """The samples at ``positions``, their image as ``_leaf(0)``: the batch's structures,
         column by column (a batch's rows in a few numpy and Arrow calls)."""
-        from ._user_source import _leaf
+        from ._structures import _leaf
 
         at = np.asarray(positions, dtype=np.int64)
         parts: List[Sequence[Any]] = [[_leaf(0)] * len(at)]
