@@ -52,13 +52,14 @@ def videos(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("videos")
     for name, args in VIDEOS.items():
         _ffmpeg("-f", "lavfi", "-i", SOURCE, *args.split(), str(root / name))
-    # A display matrix turning the picture a quarter (FFmpeg 5.1's mov muxer writes the tag).
-    _ffmpeg("-i", str(root / "h264_bframes.mp4"), "-c", "copy", "-metadata:s:v:0", "rotate=90",
-            str(root / "rotated_90.mp4"))
+    # Display matrices turning the picture (FFmpeg 5.1's mov muxer writes them from the tag).
+    for degrees in (90, 180, 270):
+        _ffmpeg("-i", str(root / "h264_bframes.mp4"), "-c", "copy", "-metadata:s:v:0",
+                f"rotate={degrees}", str(root / f"rotated_{degrees}.mp4"))
     return root
 
 
-ALL = sorted(VIDEOS) + ["rotated_90.mp4"]
+ALL = sorted(VIDEOS) + ["rotated_90.mp4", "rotated_180.mp4", "rotated_270.mp4"]
 
 
 def _torchcodec(path: Path):
@@ -100,8 +101,9 @@ def test_rotation_is_applied_as_torchcodec(videos: Path):
     meta = rl.VideoFile(videos / "rotated_90.mp4").metadata
     assert (meta.rotation, meta.width, meta.height) == (90.0, 96, 160)
     upright = rl.VideoFile(videos / "h264_bframes.mp4").decode([5])
-    turned = rl.VideoFile(videos / "rotated_90.mp4").decode([5])
-    assert torch.equal(turned, torch.rot90(upright, 1, dims=(2, 3)))
+    for degrees, quarter_turns in ((90, 1), (180, 2), (270, 3)):
+        turned = rl.VideoFile(videos / f"rotated_{degrees}.mp4").decode([5])
+        assert torch.equal(turned, torch.rot90(upright, quarter_turns, dims=(2, 3))), degrees
 
 
 def test_bytes_equal_path(videos: Path):
