@@ -13,7 +13,7 @@ Map of the package (public modules first, then private ones):
 * ``datasets``: ``ImageFolder``, ``DatasetFolder``, ``FileList`` (``NativeDataset``), sample tables.
 * ``references``: ``ImageFile``/``ImageBytes`` image references a user's Dataset returns, ``Joint``, ``materialize``.
 * ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
-* ``webdataset``: ``WebDataset`` (tar shards, local or ``pipe:``), its index, ``WebDatasetSampler``.
+* ``webdataset``: ``WebDataset`` (tar shards, local, ``pipe:`` or remote) and its order, ``WebDatasetSampler``.
 * ``clips``: video clip sampling as ``torchcodec.samplers`` samples (``random_indices``...), explicit frames, keyed draws, ``VideoMeta``.
 * ``video``: ``VideoFile``/``VideoBytes`` video references decoded frame-exactly by the system's FFmpeg (loaded at run time), ``VideoMetadata``.
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
@@ -22,7 +22,7 @@ Map of the package (public modules first, then private ones):
 * ``bench``: the throughput comparisons with torch's DataLoader and the peers (``python -m ringloader.bench``), a package of one module per comparison, mapped in its own docstring.
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
-* ``_source``: the Source protocol every sample source implements (length, table, shards...).
+* ``_source``: the Source protocol every sample source implements (length, table, shards...), ``StaleIndexError``.
 * ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it).
 * ``_structures``: a user's samples' structures, their references replaced by placeholder leaves that a batch fills.
 * ``_columns``: per-sample columns: a columnar source's table (``Columns``), the native loader's ``memory``/``more_files``.
@@ -30,6 +30,8 @@ Map of the package (public modules first, then private ones):
 * ``_fallback``: ``FallbackWarning`` and why a dataset runs on torch's path, naming the step or reference.
 * ``_torchvision_folder``: a torchvision ``ImageFolder``/``DatasetFolder`` served natively (``TorchvisionFolder``).
 * ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.
+* ``_shard_index``: a WebDataset's shard URLs expanded, tar member keys, shard indexes (scan, sidecar, index cache).
+* ``_remote_shards``: ``RemoteShards``, a WebDataset's remote shards: kept indexes, epoch downloads, range reads, ETags.
 * ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
 * ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
 * ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.
@@ -58,7 +60,8 @@ from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, Nati
 from .hf import HFDataset, Parquet
 from .references import ImageBytes, ImageFile, Joint, materialize
 from ._fallback import FallbackWarning
-from .webdataset import StaleIndexError, WebDataset
+from ._source import StaleIndexError
+from .webdataset import WebDataset
 from . import clips
 from .video import VideoBytes, VideoFile
 from .video_folder import VideoFolder

@@ -23,7 +23,7 @@ from ._options import (_auto_threads, _check_device, _check_int, _check_numa, _f
                        _training_options)
 from ._planning import _AUGMENT_EPOCH, _Ahead, _changed_files, _file_states, _plan_ahead
 from .datasets import NativeDataset, SampleKey, _PathsView, _SampleTable
-from .webdataset import StaleIndexError
+from ._source import StaleIndexError
 
 _log = logging.getLogger("ringloader")
 _reported_io_notes: set = set()

@@ -66,7 +66,15 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-__all__ = ["Source", "explain_error"]
+from . import _C
+
+__all__ = ["Source", "StaleIndexError", "explain_error"]
+
+#: A source's index no longer matches its files (``path`` names the one that changed since it
+#: was indexed): what ``check_unchanged()`` raises, and a stream or a download mid-epoch. A
+#: ``RuntimeError``; never a :class:`ringloader.SampleError`, so ``on_error`` does not skip or
+#: replace it.
+StaleIndexError = _C.StaleIndexError
 
 
 class Source:

@@ -554,7 +554,7 @@ def _parquet_files(files_or_glob: Any) -> List[str]:
     (brace patterns such as ``part-{0000..0063}.parquet`` expanded; no glob: an object store
     is not listed)."""
     from ._remote import remote_scheme
-    from .webdataset import _expand_braces
+    from ._shard_index import _expand_braces
 
     if isinstance(files_or_glob, (str, os.PathLike)):
         pattern = os.fspath(files_or_glob)
@@ -734,7 +734,7 @@ class _RowGroups:
     def check(self, f: int) -> None:
         """Raises StaleIndexError when file ``f`` is not the one the dataset was built from: its
         labels, columns and row groups, read then, would be served with another file's images."""
-        from .webdataset import StaleIndexError
+        from ._source import StaleIndexError
 
         now = file_identity(self.paths[f])
         if now != self.stamps[f]:

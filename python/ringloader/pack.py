@@ -57,7 +57,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Tuple
 from . import _sizes
 from ._atomic import create_exclusive, write_json
 from .datasets import FileList, ImageFolder, NativeDataset
-from .webdataset import IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX
+from ._shard_index import IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX
 
 __all__ = ["pack", "parse_size", "main"]
 

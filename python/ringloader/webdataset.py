@@ -10,44 +10,33 @@ field of its ``.json`` member.
 Each shard is indexed once: where every image member's bytes start and how long they are.
 Samples are then byte ranges of shards, read and decoded by the native pipeline like files of an
 ImageFolder, so random access, transforms, ``on_error`` and the DataLoader work unchanged.
+
+This module holds the dataset and its order (:class:`WebDatasetSampler`); the URLs and the
+indexes are ``_shard_index``'s, the remote shards' downloads and range reads
+``_remote_shards``'s (a :class:`_remote_shards.RemoteShards` the dataset owns).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import glob
-import hashlib
-import json
 import os
-import re
-import sys
-import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _C, _order, _remote, _schemes, _source
-from ._atomic import write_json
+from . import _C, _order, _remote
+from ._remote_shards import STALE_COPY, RemoteShards
+from ._shard_index import (  # noqa: F401 - the names this module has always exported
+    IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX, LABEL_KEYS, _cache_path, _expand, _expand_braces,
+    cache_index_as, classes_file, default_index_cache, expand_urls, index_shards, split_name,
+    with_damage)
+from ._source import StaleIndexError
 from .datasets import NativeDataset
 
 __all__ = ["WebDataset", "WebDatasetSampler", "expand_urls", "DEFAULT_SHUFFLE_BUFFER",
-           "INDEX_SUFFIX", "StaleIndexError"]
-
-#: A shard's index no longer matches the shard (``path`` names it): it changed since it was
-#: indexed. A ``RuntimeError``; never a :class:`ringloader.SampleError`, so ``on_error`` does not
-#: skip or replace it.
-StaleIndexError = _C.StaleIndexError
+           "INDEX_SUFFIX"]
 
 #: Default size of the per-rank shuffle buffer (samples).
 DEFAULT_SHUFFLE_BUFFER = 2000
-#: Suffix of the index sidecar that ``ringloader.pack`` writes next to each shard.
-INDEX_SUFFIX = ".idx.json"
-#: What the native downloader says of a shard whose copy is not the object that was indexed.
-STALE_COPY = "changed since the dataset was built"
-INDEX_FORMAT = "ringloader-webdataset-index"
-PIPE_PREFIX = _schemes.PIPE.prefix
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp")
-LABEL_KEYS = ("cls", "txt", "json")
 #: Shards indexed at once at construction (a ``pipe:`` shard without a cached index is one
 #: streaming read of its command: these overlap; the native scan runs without the GIL).
 INDEX_THREADS = 8
@@ -55,290 +44,6 @@ INDEX_THREADS = 8
 PROGRESS_AFTER_S = 1.0
 #: ``RINGLOADER_PROGRESS=0`` silences the default progress output, ``=1`` shows it at once.
 PROGRESS_ENV = "RINGLOADER_PROGRESS"
-
-_BRACE = re.compile(r"\{([^{}]*)\}")
-_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
-
-
-# ---- URLs -----------------------------------------------------------------------------------
-
-def _expand_braces(pattern: str) -> List[str]:
-    """``{000..146}`` (zero padding kept, as the wider end) and ``{a,b}``, left to right, every
-    group of a pattern expanded (innermost first when nested)."""
-    match = _BRACE.search(pattern)
-    if match is None:
-        return [pattern]
-    body = match.group(1)
-    numeric = _RANGE.match(body)
-    if numeric:
-        first, last = numeric.group(1), numeric.group(2)
-        lo, hi = int(first), int(last)
-        padded = (len(first) > 1 and first.lstrip("-").startswith("0")) or \
-            (len(last) > 1 and last.lstrip("-").startswith("0"))
-        width = max(len(first), len(last)) if padded else 0
-        step = 1 if hi >= lo else -1
-        choices = [str(i).zfill(width) for i in range(lo, hi + step, step)]
-    else:
-        choices = body.split(",")
-    head, tail = pattern[:match.start()], pattern[match.end():]
-    out: List[str] = []
-    for choice in choices:
-        out.extend(_expand_braces(head + choice + tail))
-    return out
-
-
-def _expand(urls: Any) -> List[Tuple[str, bool]]:
-    """``(url, is_pipe)`` of every shard: ``is_pipe`` only for a ``pipe:COMMAND`` the caller
-    wrote (braces expanded in it), never for a name found on disk (see :func:`expand_urls`)."""
-    if isinstance(urls, (str, os.PathLike)):
-        urls = [urls]
-    try:
-        items = list(urls)
-    except TypeError:
-        raise TypeError(f"WebDataset urls must be a str or a list of str, got "
-                        f"{type(urls).__name__}") from None
-    out: List[Tuple[str, bool]] = []
-    for item in items:
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(f"WebDataset urls must be strings, got {type(item).__name__} {item!r}")
-        # A path object names files whatever its text: it is never taken for a command.
-        written = isinstance(item, str)
-        for url in _expand_braces(os.fspath(item)):
-            if written or not _schemes.is_command(url):
-                scheme, url = _schemes.classify(url, "WebDataset url")
-            else:
-                scheme = _schemes.FILE  # a path object names a file whatever its text
-            if scheme.streamed:
-                out.append((url, True))
-                continue
-            if scheme.remote:
-                out.append((url, False))  # fetched into the shard cache (see WebDataset)
-                continue
-            if any(c in url for c in "*?["):
-                matched = sorted(glob.glob(url))
-                if not matched:
-                    raise FileNotFoundError(f"WebDataset: the pattern {url!r} matches no file")
-                out.extend((_schemes.local(m), False) for m in matched)
-            else:
-                out.append((_schemes.local(url), False))
-    if not out:
-        raise ValueError("WebDataset: no shard urls given")
-    return out
-
-
-def expand_urls(urls: Any) -> List[str]:
-    """Shard URLs from a string or a list of strings: brace patterns expanded
-    (``train-{000000..000146}.tar``, ``{a,b}``), ``file://`` stripped, globs (``*``, ``?``,
-    ``[``) matched for local paths (sorted), ``pipe:COMMAND`` kept as is (braces expanded).
-    Raises ``ValueError`` for an empty result and ``FileNotFoundError`` for a glob that matches
-    nothing.
-
-    Only a ``pipe:COMMAND`` written in ``urls`` is a command. Whatever is found on disk (a glob's
-    matches, a path after ``file://``, an ``os.PathLike``) is a file: a relative one whose name
-    starts with ``pipe:`` comes back as ``./pipe:...``, so a file named
-    ``pipe:touch x; cat a.tar; true .tar`` is read, never run. The result's strings that start
-    with ``pipe:`` are therefore exactly the commands written by the caller."""
-    return [url for url, _ in _expand(urls)]
-
-
-# ---- shard indexes --------------------------------------------------------------------------
-
-def split_name(name: str) -> Optional[Tuple[str, str]]:
-    """(key, lower-case extension) of a tar member as the shards are grouped (the native rule:
-    the key is the path up to the first ``.`` of the last component; ``__info__``-style
-    top-level entries are no sample). None for a name that is no sample's member."""
-    return _C.split_member_name(name)
-
-
-def _scan(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
-          label_field: str) -> Dict[str, Any]:
-    """The native scan of a local shard (headers only) or, with ``pipe``, of the stdout of the
-    ``pipe:`` URL's command (read once)."""
-    return dict(_C.scan_webdataset_shard(url, image_exts=list(image_exts), label_key=label_key,
-                                         json_field=label_field, pipe=pipe))
-
-
-def _index_to_json(url: str, scan: Dict[str, Any]) -> Dict[str, Any]:
-    return {
-        "format": INDEX_FORMAT, "version": 1, "shard": url, "bytes": int(scan["bytes"]),
-        "error": scan.get("error", ""),
-        "samples": [[k, m, int(o), int(n), int(lab), e] for k, m, o, n, lab, e in zip(
-            scan["keys"], scan["members"], scan["offsets"], scan["lengths"], scan["labels"],
-            scan["errors"])],
-    }
-
-
-def _index_from_json(data: Dict[str, Any], where: str) -> Dict[str, Any]:
-    if data.get("format") != INDEX_FORMAT or data.get("version") != 1:
-        raise ValueError(f"{where} is not a ringloader WebDataset index (version 1)")
-    rows = data["samples"]
-    return {
-        "keys": [r[0] for r in rows], "members": [r[1] for r in rows],
-        "offsets": np.asarray([r[2] for r in rows], dtype=np.int64),
-        "lengths": np.asarray([r[3] for r in rows], dtype=np.int64),
-        "labels": np.asarray([r[4] for r in rows], dtype=np.int64),
-        "errors": [r[5] if len(r) > 5 else "" for r in rows],
-        "bytes": int(data["bytes"]), "error": data.get("error", ""),
-        "mtime_ns": data.get("mtime_ns"),
-    }
-
-
-def _load_index(path: str, size: Optional[int] = None,
-                mtime_ns: Optional[int] = None) -> Optional[Dict[str, Any]]:
-    """The index stored at ``path`` (a pack sidecar or a cached ``pipe:`` index), or None when it
-    is missing, unreadable, not an index of this format, or (with ``size`` / ``mtime_ns``) made
-    for a shard of another byte size or modification time (a sidecar without one included): the
-    caller then indexes the shard itself."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        if not isinstance(data, dict) or (size is not None and data.get("bytes") != size) or \
-                (mtime_ns is not None and data.get("mtime_ns") != mtime_ns):
-            return None
-        return _index_from_json(data, path)
-    except (OSError, ValueError, KeyError, IndexError, TypeError):
-        return None
-
-
-#: Members whose tar headers a sidecar's check reads (first, last and evenly between).
-SPOT_CHECKS = 8
-
-
-def _headers_match(shard: str, index: Dict[str, Any]) -> bool:
-    """True when, for up to :data:`SPOT_CHECKS` of the index's members, the 512 bytes before the
-    member's data in ``shard`` are a valid tar header (the native parser, checksum verified) of a
-    regular file of the member's length and (for names that fit the header) name. A cheap check
-    that a sidecar belongs to this shard, beyond its size and mtime (copies keep both)."""
-    rows = [i for i, e in enumerate(index["errors"]) if not e and int(index["lengths"][i]) > 0]
-    if not rows:
-        return True
-    step = max(1, (len(rows) - 1) / max(1, SPOT_CHECKS - 1))
-    picks = sorted({rows[min(len(rows) - 1, round(k * step))] for k in range(SPOT_CHECKS)})
-    try:
-        fd = os.open(shard, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return False
-    try:
-        for i in picks:
-            offset, length = int(index["offsets"][i]), int(index["lengths"][i])
-            if offset < 512:
-                return False
-            block = os.pread(fd, 512, offset - 512)
-            if len(block) != 512:
-                return False
-            try:
-                name, size, regular = _C.parse_tar_header(block)
-            except ValueError:
-                return False
-            member = index["members"][i].encode("utf-8", "surrogateescape")
-            if not regular or size != length or (len(member) <= 100 and name != member):
-                return False
-    finally:
-        os.close(fd)
-    return True
-
-
-def default_index_cache() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ringloader", "webdataset")
-
-
-def _cache_path(url: str, image_exts: Sequence[str], label_key: str, label_field: str,
-                index_cache: str) -> str:
-    options = {"image_exts": list(image_exts), "label_key": label_key, "label_field": label_field}
-    digest = hashlib.sha256(json.dumps([url, options]).encode()).hexdigest()[:32]
-    return os.path.join(index_cache, digest + ".json")
-
-
-def _write_cache(cache_path: str, url: str, scan: Dict[str, Any],
-                 remote_copy: Optional[Tuple[int, str]] = None) -> None:
-    """``remote_copy``: a remote shard's (size, ETag) of the object the index was made from."""
-    os.makedirs(os.path.dirname(cache_path), exist_ok=True)
-    data = _index_to_json(url, scan)
-    if remote_copy is not None:
-        data["remote_copy"] = [int(remote_copy[0]), str(remote_copy[1])]
-    write_json(cache_path, data)
-
-
-def cache_index_as(url: str, local_shard: str, index_cache: str, *,
-                   image_exts: Sequence[str] = IMAGE_EXTS, label_key: str = "cls",
-                   label_field: str = "label") -> None:
-    """Store the index of ``local_shard`` as the cached index of the ``pipe:`` URL ``url``
-    (which must stream the same bytes), so a first use does not read the stream to index it."""
-    scan = _index_shard(local_shard, False, image_exts, label_key, label_field, None)
-    _write_cache(_cache_path(url, image_exts, label_key, label_field, index_cache), url, scan)
-
-
-def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str,
-                 label_field: str, index_cache: Optional[str]) -> Dict[str, Any]:
-    """The index of one shard: a local shard's ``.idx.json`` sidecar when it matches the shard
-    (its recorded byte size and mtime, and a spot check of member headers; made with the same
-    label options: pack writes ``.cls``), else a native header scan; a ``pipe:`` shard's
-    (``pipe`` True) cached index, else one streaming read, then cached. An index holds byte
-    ranges and labels only: the shard it names is never read from it.
-
-    The result also says where it came from: ``index_file`` (the sidecar or cache file it was
-    read from or written to, else None) and, for a local shard, ``stat`` (its size and mtime_ns
-    before it was indexed, which :meth:`WebDataset.check_shards` compares with)."""
-    if pipe:
-        cache_path = None
-        if index_cache is not None:
-            cache_path = _cache_path(url, image_exts, label_key, label_field, index_cache)
-            cached = _load_index(cache_path)
-            if cached is not None:
-                return dict(cached, index_file=cache_path, stat=None)
-        scan = _scan(url, True, image_exts, label_key, label_field)
-        if scan.get("error") and not len(scan["keys"]):
-            # Nothing came out of the command: a wrong URL or command, not a damaged shard.
-            raise RuntimeError(f"WebDataset shard {url}: no sample could be read ({scan['error']})")
-        written = cache_path is not None and not scan.get("error")
-        if written:
-            _write_cache(cache_path, url, scan)
-        return dict(scan, index_file=cache_path if written else None, stat=None)
-    if not os.path.isfile(url):
-        raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
-    st = os.stat(url)
-    stat = (st.st_size, st.st_mtime_ns)
-    sidecar = url + INDEX_SUFFIX
-    index = _load_index(sidecar, st.st_size, st.st_mtime_ns) if label_key == "cls" else None
-    if index is not None:
-        exts = [e.lower() for e in image_exts]
-        if all((parts := split_name(m)) is not None and parts[1].lower() in exts
-               for m in index["members"]) and _headers_match(url, index):
-            return dict(index, index_file=sidecar, stat=stat)
-    # No sidecar, or one that is not this shard's as it is now (rewritten or replaced since,
-    # another shard's, or from before sidecars recorded mtimes): the headers say.
-    return dict(_scan(url, False, image_exts, label_key, label_field), index_file=None, stat=stat)
-
-
-class _IndexProgress:
-    """Progress of indexing at construction on ``stream``: nothing for the first ``after``
-    seconds (most datasets index in less), then a line rewritten in place on a terminal, else a
-    line per second at most and one when done."""
-
-    def __init__(self, total: int, streamed: int, after: Optional[float], stream: Any = None):
-        self.total, self.streamed, self.after = total, streamed, after
-        self.stream = stream if stream is not None else sys.stderr
-        self.tty = hasattr(self.stream, "isatty") and self.stream.isatty()
-        self.start = time.monotonic()
-        self.shown = False
-        self.last_line = -1.0
-
-    def update(self, done: int) -> None:
-        if self.after is None:
-            return
-        now = time.monotonic()
-        elapsed = now - self.start
-        if elapsed < self.after:
-            return
-        final = done == self.total
-        if not self.tty and not final and self.shown and now - self.last_line < 1.0:
-            return
-        line = (f"ringloader.WebDataset: indexed {done}/{self.total} shards "
-                f"({self.streamed} streamed from pipe:), {elapsed:.1f} s")
-        self.stream.write(("\r" + line + ("\n" if final else "")) if self.tty else line + "\n")
-        self.stream.flush()
-        self.shown, self.last_line = True, now
 
 
 def _progress_delay(progress: Optional[bool]) -> Optional[float]:
@@ -487,24 +192,9 @@ class WebDataset(NativeDataset):
         self.urls = [url for url, _ in expanded]
         #: Per shard: the file its samples are read from (a remote shard's cached copy).
         self.shard_paths = list(self.urls)
-        # remote_copies (the property).
-        self._remote_copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(self.urls)
-        self._fetcher: Optional[_remote.RemoteFetcher] = None
-        #: Per remote shard that could not be fetched at the last epoch's start: the error.
-        self._fetch_errors: Dict[int, str] = {}
-        #: The downloads the last epoch's start left running (see check_shards), or None.
-        self._background: Optional[Any] = None
-        #: The shards they download, in their order (emptied once their results are taken in).
-        self._background_shards: List[int] = []
-        #: Cache entries whose reads go to a sparse copy of the members fetched by range this
-        #: epoch (begin_reads): {entry: copy}.
-        self._redirects: Dict[str, str] = {}
-        #: The range reads the last epoch's start left running (a _C.BackgroundRanges), or None.
-        self._ranges: Optional[Any] = None
-        #: One remote URL per server, for link_estimates (made when first asked).
-        self._link_urls: Optional[List[str]] = None
-        #: check_unchanged left the remote shards to begin_reads (which knows the epoch's plan).
-        self._reads_due = False
+        #: The remote shards (http(s)://, s3://) and their transfers, or None without any (a
+        #: pickled copy leaves the transfers out: RemoteShards.__getstate__).
+        self._remote: Optional[RemoteShards] = None
         unfetched: Dict[int, str] = {}
         remote = [s for s, (url, pipe) in enumerate(expanded)
                   if not pipe and _remote.remote_scheme(url) is not None]
@@ -515,20 +205,11 @@ class WebDataset(NativeDataset):
         #: earlier run kept under index_cache: not downloaded now, but at the first epoch's start.
         known: Dict[int, Dict[str, Any]] = {}
         if remote:
-            self._fetcher = _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options)
-            for s in remote:
-                index = self._known_remote_index(self.urls[s])
-                if index is not None:
-                    known[s] = index
-            if label_key == "cls":
-                known.update(self._remote_sidecars([s for s in remote if s not in known]))
-            for s, index in known.items():
-                self._remote_copies[s] = index["remote_copy"]
-                self.shard_paths[s] = _C.shard_cache_entry_path(self._fetcher.cache_dir,
-                                                                self.urls[s])
-            unfetched = self._fetch_remote([s for s in remote if s not in known],
-                                           construction=True)
-            self._raise_unknown(unfetched)
+            self._remote = RemoteShards(
+                self.urls, self.shard_paths,
+                _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options),
+                (self.image_exts, label_key, label_field, self.index_cache))
+            known, unfetched = self._remote.start(remote)
             fetched = set(remote) - set(unfetched) - set(known)
             expanded = [(self.shard_paths[s], pipe) if s in fetched else (url, pipe)
                         for s, (url, pipe) in enumerate(expanded)]
@@ -557,52 +238,32 @@ class WebDataset(NativeDataset):
         for s in range(len(expanded)):
             if s in unfetched:
                 url, pipe = self.urls[s], False
-                index = self._unfetched_index(url, unfetched[s])
+                index = self._remote.unfetched_index(s, unfetched[s])  # type: ignore[union-attr]
             elif s in known:
                 url, pipe, index = self.urls[s], False, known[s]
             else:
                 url, pipe, index = next(indexed)
-                again = self._fetcher.refetch_if_cut(self.urls[s]) if index.get("error") and \
-                    self._remote_copies[s] is not None else None  # type: ignore[union-attr]
+                again = self._remote.refetch_if_cut(s) if index.get("error") and \
+                    self._is_remote(s) else None  # type: ignore[union-attr]
                 if again is not None:  # a cut copy in the cache: indexed again, whole
-                    self._remote_copies[s] = (int(again["size"]), str(again["etag"]))
-                    url, pipe, index = self._index_all([(again["path"], pipe)], None)[0]
-            if self._remote_copies[s] is not None:
+                    url, pipe, index = self._index_all([(again, pipe)], None)[0]
+            if self._is_remote(s):
                 url = self.urls[s]
-                if self.index_cache is not None and s not in known:
-                    # Kept so that a later run builds the dataset without downloading the shard,
-                    # and one that cannot fetch it still knows its samples (the dataset's length
-                    # and order stay those of this run).
-                    _write_cache(self._remote_index_path(url), url, index,
-                                 remote_copy=self._remote_copies[s])
+                if s not in known:
+                    self._remote.keep_index(s, index)  # type: ignore[union-attr]
                 index = dict(index, stat=None, index_file=None)
             self.index_files.append(index.get("index_file"))
             self.shard_stats.append(index.get("stat"))
             self.stream_bytes.append(int(index.get("bytes", 0)) if pipe and not index.get("error")
                                      else 0)
-            count = len(index["keys"])
-            if index.get("error") and count and index["errors"][-1]:
-                # The shard ends inside its last sample (the scan drops the cut member): say so.
-                index = dict(index, errors=list(index["errors"]))
-                index["errors"][-1] += f"; the shard is damaged: {index['error']}"
-            elif index.get("error"):
-                # The shard ends after a whole sample: one failing sample stands for what was
-                # lost, so that on_error sees it.
-                index = dict(index)
-                index["keys"] = list(index["keys"]) + ["(truncated)"]
-                index["members"] = list(index["members"]) + ["(shard end)"]
-                index["offsets"] = np.append(index["offsets"], 0)
-                index["lengths"] = np.append(index["lengths"], 0)
-                index["labels"] = np.append(index["labels"], 0)
-                index["errors"] = list(index["errors"]) + [f"shard {url}: {index['error']}"]
-                count += 1
+            index = with_damage(index, url)
             keys += list(index["keys"])
             members += list(index["members"])
             offsets.append(np.asarray(index["offsets"], dtype=np.int64))
             lengths.append(np.asarray(index["lengths"], dtype=np.int64))
             labels.append(np.asarray(index["labels"], dtype=np.int64))
             errors += [str(e) for e in index["errors"]]
-            sizes.append(count)
+            sizes.append(len(index["keys"]))
         if sum(sizes) == 0:
             raise ValueError(f"WebDataset: the shards hold no samples ({self.urls[0]!r}"
                              f"{' ...' if len(self.urls) > 1 else ''})")
@@ -616,159 +277,39 @@ class WebDataset(NativeDataset):
         paths = [self.shard_paths[s] for s in shard_of]
         label_list = np.concatenate(labels).tolist()
         if classes is None:
-            classes = self._classes_file() or [str(i) for i in range(max(label_list) + 1)]
+            classes = classes_file(self.urls[0], self.url_pipes[0]) or \
+                [str(i) for i in range(max(label_list) + 1)]
         super().__init__(None, paths, label_list, list(classes), transform, target_transform,
                          strict, exif_transpose)
 
     def _index_all(self, expanded: Sequence[Tuple[str, bool]],
                    progress_after: Optional[float]) -> List[Tuple[str, bool, Dict[str, Any]]]:
-        """``(url, pipe, index)`` of every shard, in order, indexed ``INDEX_THREADS`` at a time.
-        At a failure the shards not yet started are dropped, those running finish, and the
-        first failure in shard order is raised (the one indexing one by one would raise)."""
-        index = lambda url, pipe: _index_shard(  # noqa: E731
-            url, pipe, self.image_exts, self.label_key, self.label_field, self.index_cache)
-        if len(expanded) <= 1:
-            return [(url, pipe, index(url, pipe)) for url, pipe in expanded]
-        streamed = sum(
-            1 for url, pipe in expanded if pipe and (self.index_cache is None or not os.path.isfile(
-                _cache_path(url, self.image_exts, self.label_key, self.label_field,
-                            self.index_cache))))
-        shown = _IndexProgress(len(expanded), streamed, progress_after)
-        pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=min(INDEX_THREADS, len(expanded)), thread_name_prefix="wds-index")
-        try:
-            futures = [pool.submit(index, url, pipe) for url, pipe in expanded]
-            pending = set(futures)
-            while pending:
-                done, pending = concurrent.futures.wait(
-                    pending, timeout=0.25, return_when=concurrent.futures.FIRST_COMPLETED)
-                if any(f.exception() is not None for f in done):
-                    break
-                shown.update(len(futures) - len(pending))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        for future in futures:
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()
-        return [(url, pipe, f.result()) for (url, pipe), f in zip(expanded, futures)]
+        """``(url, pipe, index)`` of every shard, in order, indexed ``INDEX_THREADS`` at a time
+        (see ``_shard_index.index_shards``)."""
+        return index_shards(expanded, self.image_exts, self.label_key, self.label_field,
+                            self.index_cache, INDEX_THREADS, progress_after)
 
-    def _remote_index_path(self, url: str) -> str:
-        assert self.index_cache is not None
-        return _cache_path(url, self.image_exts, self.label_key, self.label_field,
-                           self.index_cache)
+    def _is_remote(self, s: int) -> bool:
+        """Shard ``s`` is a remote one read from the cache (not one that could not be fetched
+        at construction: its samples fail when read)."""
+        return self._remote is not None and self._remote.copies[s] is not None
 
-    def _known_remote_index(self, url: str) -> Optional[Dict[str, Any]]:
-        """The index an earlier run kept for the remote shard ``url``, with ``remote_copy``, the
-        (size, ETag) of the object it was made from; None when there is none, it was made
-        before sizes were kept, or the shard was damaged (then it is downloaded and indexed
-        now)."""
-        if self.index_cache is None:
-            return None
-        path = self._remote_index_path(url)
-        index = _load_index(path)
-        if index is None or index.get("error"):
-            return None
-        try:
-            with open(path, encoding="utf-8") as f:
-                size, etag = json.load(f)["remote_copy"]
-            copy = (int(size), str(etag))
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        return dict(index, remote_copy=copy)
+    # The remote machinery's state, as tools and tests look at it (None without remote shards).
+    @property
+    def _fetcher(self) -> Optional[_remote.RemoteFetcher]:
+        return None if self._remote is None else self._remote.fetcher
 
-    def _remote_sidecars(self, shards: Sequence[int]) -> Dict[int, Dict[str, Any]]:
-        """The indexes of the remote ``shards`` from the pack sidecars next to them on the server
-        (``URL.idx.json``, small), for those that have one: the shard itself is then downloaded
-        at the first epoch's start. A sidecar names the shard's size but not its ETag (None:
-        taken from that download)."""
-        if not shards:
-            return {}
-        assert self._fetcher is not None
-        results = self._fetcher.fetch([self.urls[s] + INDEX_SUFFIX for s in shards])
-        out: Dict[int, Dict[str, Any]] = {}
-        for s, r in zip(shards, results):
-            # No sidecar (404, or 403 from S3 without list rights) or none readable: the shard
-            # is downloaded and indexed now, as without sidecars.
-            index = None if "error" in r else _load_index(r["path"])
-            if index is not None and not index.get("error"):
-                out[s] = dict(index, remote_copy=(int(index["bytes"]), None))
-        return out
+    @property
+    def _background(self) -> Optional[Any]:
+        return None if self._remote is None else self._remote.background
 
-    def _kept_index(self, url: str) -> Optional[Dict[str, Any]]:
-        """The index an earlier run kept under ``index_cache`` for the remote shard ``url``
-        (whatever it says of the shard's damage), or None."""
-        return None if self.index_cache is None else _load_index(self._remote_index_path(url))
+    @property
+    def _ranges(self) -> Optional[Any]:
+        return None if self._remote is None else self._remote.ranges
 
-    def _raise_unknown(self, unfetched: Dict[int, str]) -> None:
-        """Construction cannot learn the samples of a remote shard that could not be fetched
-        (after the retries) and whose index no earlier run kept: the dataset's length and order
-        would be wrong. Raises ``ConnectionError`` naming those shards and why."""
-        unknown = [s for s in sorted(unfetched) if self._kept_index(self.urls[s]) is None]
-        if not unknown:
-            return
-        named = "; ".join(f"{self.urls[s]}: {unfetched[s]}" for s in unknown[:3])
-        more = f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""
-        raise ConnectionError(
-            f"WebDataset: {len(unknown)} of {len(self.urls)} shards could not be downloaded, so "
-            f"their samples cannot be known ({named}{more}). Check that the server is up and "
-            "the URLs are right, then build the WebDataset again (remote_options max_attempts "
-            "and backoff_max_s make the downloads retry longer). An index kept under "
-            "index_cache by a run that could read the shards lets a dataset be built while "
-            "they are out of reach.")
-
-    def _unfetched_index(self, url: str, error: str) -> Dict[str, Any]:
-        """The index of a remote shard that could not be fetched, kept by an earlier run
-        (``index_cache``; :meth:`_raise_unknown` raised without one): every sample failing with
-        ``error``."""
-        why = f"shard {url}: {error}"
-        known = self._kept_index(url)
-        assert known is not None
-        return dict(known, errors=[why] * len(known["keys"]), error="", index_file=None)
-
-    def _fetch_remote(self, shards: Sequence[int], construction: bool) -> Dict[int, str]:
-        """Brings the remote ``shards`` into the cache (downloading those not there) and points
-        ``shard_paths`` at the copies. Returns {shard: error} for those that could not be fetched
-        after the retries; a 404, 403 or bad URL raises. After construction, a copy that is not
-        the one indexed (another size or ETag: the object changed) raises StaleIndexError."""
-        assert self._fetcher is not None
-        results = self._fetcher.fetch([self.urls[s] for s in shards])
-        failed: Dict[int, str] = {}
-        for s, r in zip(shards, results):
-            if "error" in r:
-                _remote.raise_if_fatal(r)
-                failed[s] = r["error"]
-                continue
-            copy = (int(r["size"]), str(r["etag"]))
-            was = self._remote_copies[s]
-            if was is not None and was[1] is None and was[0] == copy[0]:
-                was = self._remote_copies[s] = copy  # indexed from a sidecar: its ETag is this one
-            if construction:
-                self._remote_copies[s] = copy
-            elif was is not None and copy != was:
-                error = StaleIndexError(
-                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
-                    f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "
-                    f"{copy[1] or 'none'}): its index is out of date. Build the WebDataset again "
-                    f"(it re-indexes the shard).")
-                error.path = self.urls[s]
-                raise error
-            self.shard_paths[s] = r["path"]
-        return failed
-
-    def _classes_file(self) -> Optional[List[str]]:
-        """``classes.json`` next to the first local shard (``ringloader.pack`` writes it)."""
-        first = self.urls[0]
-        if self.url_pipes[0]:
-            return None
-        path = os.path.join(os.path.dirname(first), "classes.json")
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            return None
-        if isinstance(data, list) and all(isinstance(c, str) for c in data):
-            return data
-        return None
+    @property
+    def _redirects(self) -> Dict[str, str]:
+        return {} if self._remote is None else self._remote.redirects
 
     def _name(self) -> str:
         return f"ringloader.WebDataset({self.urls[0]!r}{', ...' if len(self.urls) > 1 else ''})"
@@ -793,45 +334,30 @@ class WebDataset(NativeDataset):
         return WebDatasetSampler.default_for(self, num_replicas, rank, shuffle, seed, drop_last,
                                              generator)
 
+
     @property
     def read_ahead_off(self) -> Optional[str]:
         """Why the next epoch must not be read ahead, or None: the remote shards exceed
         ``cache_limit``, so the current epoch evicts the next one's first shards as it goes."""
-        limit = 0 if self._fetcher is None else self._fetcher.cache_limit
-        total = sum(c[0] for c in self._remote_copies if c is not None)
-        if limit and total > limit:
-            return (f"the remote shards ({total} bytes) exceed the WebDataset's cache_limit "
-                    f"({limit} bytes): each epoch downloads again what the last one evicted")
-        return None
+        return None if self._remote is None else self._remote.read_ahead_off()
 
     @property
     def remote_copies(self) -> List[Optional[Tuple[int, Optional[str]]]]:
         """Per remote shard: (size, ETag) of the copy it was indexed from (ETag None: from a pack
         sidecar, not known before the download, learnt once it is); None for the others."""
-        self._take_in_downloads()
-        return self._remote_copies
-
-    def _take_in_downloads(self) -> None:
-        """The ETags of shards indexed from pack sidecars, learnt from the epoch-start downloads
-        once all of them have landed (or failed)."""
-        background, shards = self._background, self._background_shards
-        if background is None or not shards or background.finished() < len(shards):
-            return
-        self._background_shards = []
-        for s, r in zip(shards, background.wait()):
-            was = self._remote_copies[s]
-            if "error" not in r and was is not None and was[1] is None and \
-                    was[0] == int(r["size"]):
-                self._remote_copies[s] = (was[0], str(r["etag"]))
+        if self._remote is None:
+            return [None] * len(self.urls)
+        self._remote.take_in_downloads()
+        return self._remote.copies
 
     def check_unchanged(self) -> None:
-        if self._fetcher is None:
+        if self._remote is None:
             self.check_shards(background=True)
             return
         # The remote shards wait for begin_reads: whether each is downloaded or read by range,
         # and in which order, depends on what the epoch's plan wants of it.
-        self._reads_due = True
-        self.check_shards([s for s, c in enumerate(self._remote_copies) if c is None])
+        self._remote.reads_due = True
+        self.check_shards([s for s, c in enumerate(self._remote.copies) if c is None])
 
     reads_by_plan = True  # begin_reads: the members the epoch wants of remote shards
     def begin_reads(self, wanted: Optional[np.ndarray]) -> bool:
@@ -844,110 +370,23 @@ class WebDataset(NativeDataset):
         the shards in the order the plan first reads them; a reader coming to a shard still in
         flight waits for it. Returns True when a shard is read from such a copy (the DataLoader
         then reads no epoch ahead: the copy holds only this epoch's members)."""
-        if not self._reads_due:
+        if self._remote is None:
             return False
-        self._reads_due = False
-        self._close_ranges()
-        self._lift_redirects()
-        fetcher = self._fetcher
-        assert fetcher is not None
-        remote = [s for s, c in enumerate(self._remote_copies) if c is not None]
-        ranged: Dict[int, np.ndarray] = {}
-        order = remote
-        if wanted is not None:
-            wanted = np.asarray(wanted, dtype=np.int64)
-            wanted = wanted[(wanted >= 0) & (wanted < len(self.offsets))]
-            shard_of = np.searchsorted(self.shard_starts, wanted, side="right") - 1
-            # The shards in the order the plan first reads them, then those it reads none of.
-            first = np.unique(shard_of, return_index=True)
-            read = [int(s) for s in first[0][np.argsort(first[1], kind="stable")]]
-            order = [s for s in read if self._remote_copies[s] is not None]
-            first_read = set(order)
-            order += [s for s in remote if s not in first_read]
-            wanted = np.unique(wanted)
-            shard_of = np.searchsorted(self.shard_starts, wanted, side="right") - 1  # sorted
-            for s in remote if fetcher.range_reads else []:
-                size = self._remote_copies[s][0]  # type: ignore[index]
-                if os.path.exists(self.shard_paths[s]):
-                    continue
-                mine = wanted[np.searchsorted(shard_of, s):np.searchsorted(shard_of, s, "right")]
-                if fetcher.by_range(self.urls[s], size, self.offsets[mine], self.lengths[mine]):
-                    ranged[s] = mine
-        copies = []
-        for s in order:
-            if s not in ranged:
-                continue
-            self._fetch_errors.pop(s, None)
-            samples = ranged[s][self.lengths[ranged[s]] > 0]
-            if len(samples):
-                size, etag = self._remote_copies[s]  # type: ignore[misc]
-                copy = f"{self.shard_paths[s]}.ranges-{os.getpid()}"
-                copies.append((self.urls[s], copy, size, etag, self.offsets[samples],
-                               self.lengths[samples], self.shard_paths[s]))
-                # Reads of the entry go to the copy, once its ranges landed (they wait for them).
-                _C.redirect_shard(self.shard_paths[s], copy)
-                self._redirects[self.shard_paths[s]] = copy
-        if copies:
-            self._ranges = fetcher.start_ranges(copies)
-        self.check_shards([s for s in order if s not in ranged], background=True)
-        return bool(self._redirects)
-
-    def _close_ranges(self) -> None:
-        """Stops the range reads an epoch's start left running and waits for their transfers."""
-        ranges, self._ranges = getattr(self, "_ranges", None), None
-        if ranges is not None:
-            ranges.close()
+        return self._remote.begin_reads(wanted, self.offsets, self.lengths, self.shard_starts)
 
     def link_estimates(self) -> List[Dict[str, Any]]:
         """Per host of the remote shards: this process's estimate of the link (``host``,
         ``latency_s`` to a response's first byte, ``bytes_per_s`` one transfer moves,
         ``latency_samples`` and ``rate_samples`` measured: 0 means the prior of 50 ms and
         100 MB/s). ``range_reads_below="auto"`` decides from these."""
-        if self._fetcher is None:
-            return []
-        if self._link_urls is None:
-            # One URL per server (or bucket): loader.stats() asks at every call.
-            by_server: Dict[str, str] = {}
-            for s, copy in enumerate(self._remote_copies):
-                if copy is not None:
-                    by_server.setdefault(self.urls[s].split("/")[2], self.urls[s])
-            self._link_urls = list(by_server.values())
-        seen: Dict[str, Dict[str, Any]] = {}
-        for url in self._link_urls:
-            link = self._fetcher.link_estimate(url)
-            seen.setdefault(link["host"], link)
-        return list(seen.values())
-
-    def _lift_redirects(self, entries: Optional[Sequence[str]] = None) -> None:
-        """Reads of these entries (default all) go to the cache again; their copies removed."""
-        for entry in list(self._redirects) if entries is None else entries:
-            copy = self._redirects.pop(entry, None)
-            if copy is None:
-                continue
-            _C.redirect_shard(entry, "")
-            try:
-                os.unlink(copy)
-            except OSError:
-                pass
+        return [] if self._remote is None else self._remote.link_estimates()
 
     def close_downloads(self) -> None:
         """Stops the downloads an epoch's start left running (their shards' samples then fail
         as not downloaded) and waits for their transfers to close."""
-        background, self._background = self._background, None
-        self._background_shards = []
-        if background is not None:
-            background.close()
-        self._close_ranges()
-        if getattr(self, "_redirects", None):
-            self._lift_redirects()
-
-    def __getstate__(self) -> Dict[str, Any]:
-        # The downloads are this process's (native threads): a copy starts its own if it needs.
-        state = super().__getstate__()
-        state["_background"], state["_background_shards"] = None, []
-        state["_redirects"] = {}  # this process's sparse copies (a copy fetches its own)
-        state["_ranges"] = None
-        return state
+        remote = getattr(self, "_remote", None)  # None too when __init__ failed before it
+        if remote is not None:
+            remote.close()
 
     def __del__(self) -> None:
         try:
@@ -960,19 +399,12 @@ class WebDataset(NativeDataset):
         says what to do (:meth:`stale_index_error`)."""
         if index is None:
             return self.stale_index_error(exc) if isinstance(exc, StaleIndexError) else exc
-        fetch_error = self._fetch_errors.get(self.shard_of(index))
-        if STALE_COPY in str(exc):
+        fetch_error = None if self._remote is None else \
+            self._remote.fetch_errors.get(self.shard_of(index))
+        if STALE_COPY in str(exc) and self._remote is not None:
             # A shard downloaded (or read by range) while the epoch ran is not the object that
             # was indexed.
-            url = self.urls[self.shard_of(index)]
-            # A new WebDataset would read a kept index again: it must go first.
-            kept = self.index_cache is not None and os.path.exists(self._remote_index_path(url))
-            todo = f"Delete its kept index {self._remote_index_path(url)} and build the " \
-                "WebDataset again" if kept else \
-                "Build the WebDataset again (it re-indexes the shard)"
-            error = StaleIndexError(f"{exc}: its index is out of date. {todo}.")
-            error.path = url
-            return error
+            return self._remote.stale_copy_error(exc, self.shard_of(index))
         if self.members[index] in str(exc) and fetch_error is None:
             return exc
         why = f"; the shard could not be downloaded: {fetch_error}" if fetch_error else ""
@@ -1039,42 +471,8 @@ class WebDataset(NativeDataset):
         read of a shard waiting for it to land, and a copy that is not the one indexed fails
         its samples with a :class:`StaleIndexError`."""
         wanted = range(len(self.urls)) if shards is None else shards
-        if self._redirects:
-            # Read whole from now on: a copy holds only the members an epoch fetched by range.
-            self._lift_redirects([self.shard_paths[s] for s in wanted])
-        missing = []
-        for s in wanted:
-            if self._remote_copies[s] is None:
-                continue
-            # Not in the cache, or not checked by this process yet (size, checksum): through the
-            # cache, which fetches or checks it. Marks it used for the eviction order.
-            if not _C.shard_cache_entry_ready(self.shard_paths[s], self._remote_copies[s][0]):
-                missing.append(s)
-        if background and self.read_ahead_off is not None:
-            # The shards exceed the cache: the epoch's downloads take every shard in (those in
-            # the cache at once), so that one evicted while the epoch runs is fetched again, and
-            # the folder is trimmed back to the limit as the readers move on.
-            missing = [s for s in wanted if self._remote_copies[s] is not None]
-        if missing:
-            # Into the cache: not downloaded yet (the dataset was built from kept indexes), or
-            # evicted since. One that cannot be fetched now fails its samples when they are read
-            # (on_error), and their errors say why (explain_error).
-            for s in missing:
-                self._fetch_errors.pop(s, None)
-            if background:
-                assert self._fetcher is not None
-                self._take_in_downloads()
-                # The new downloads take over the shards first, then the old ones close: a
-                # reader of the epoch read ahead never finds a shard it waits for unregistered.
-                before = self._background
-                self._background = self._fetcher.start(
-                    [self.urls[s] for s in missing],
-                    [self._remote_copies[s] for s in missing])  # type: ignore[misc]
-                self._background_shards = list(missing)
-                if before is not None:
-                    before.close()
-            else:
-                self._fetch_errors.update(self._fetch_remote(missing, construction=False))
+        if self._remote is not None:
+            self._remote.check(wanted, background)
         for s in wanted:
             was = self.shard_stats[s]
             if was is None:
