@@ -29,6 +29,8 @@ VIDEOS = {
     "h264_open_gop.mkv": "-c:v libx264 -preset veryfast -bf 3 -x264-params open-gop=1:keyint=12 "
                          "-pix_fmt yuv420p",
     "hevc.mp4": "-c:v libx265 -preset ultrafast -x265-params log-level=error:keyint=12 -pix_fmt yuv420p",
+    "hevc_10bit.mkv": "-c:v libx265 -preset ultrafast -x265-params log-level=error:keyint=12 "
+                      "-pix_fmt yuv420p10le",
     "vp9.webm": "-c:v libvpx-vp9 -deadline realtime -cpu-used 8 -g 12",
     "av1.mp4": "-c:v libsvtav1 -preset 12 -g 12",
     # MPEG-4 Part 2 without B-frames: with them (packed bitstream in AVI) torchcodec and this
