@@ -21,6 +21,18 @@ from . import transforms as T
 
 __all__: List[str] = []
 
+#: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets keep a Joint on torch's
+#: path, by class name (the warning names the step and its position before this).
+NOT_NATIVE = {
+    "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
+                      "IoU with each candidate), which the native draws do not see; the ssd and "
+                      "ssdlite presets run on torch's path"),
+    "RandomZoomOut": ("pads by a random share of the image with its fill (an output size drawn "
+                      "per sample), which is not native yet"),
+    "RandomPhotometricDistort": ("permutes channels and orders its colour steps at random "
+                                 "before the geometric steps, which is not native yet"),
+}
+
 #: What to write instead of the steps of torchvision's references that are the references' own
 #: code (not v2 classes, so not recognised), by class name: the end of a fallback warning.
 REFERENCE_HINTS = {

@@ -300,8 +300,8 @@ def _plan(transform: Any) -> Any:
                 if isinstance(step.dtype, dict):
                     step = v2.ToDtype(dtype, scale=step.scale)
         else:
-            return (f"{where} is not a crop, resize, pad, flip or colour step (boxes follow "
-                    "those natively)")
+            return f"{where} " + _detection.NOT_NATIVE.get(name, "is not a crop, resize, pad, " +
+                                                           "flip or colour step (boxes follow those natively)")
         if kind == "plain":
             plain_step = plain_step or (where, unwrapped)
         if name in _VALUES:

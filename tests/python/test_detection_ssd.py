@@ -1,0 +1,70 @@
+"""torchvision's ``ssd`` and ``ssdlite`` detection presets (v2 classes, as the reference builds
+them with use_v2=True) are not native: RandomIoUCrop draws its crop against the boxes. The
+loader says so once, naming the first such step, its position and why, and torch's path runs
+the preset."""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+
+import pytest
+import torch
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+import ringloader as rl
+from imagegen import jpeg_bytes
+
+MEAN = (123.0, 117.0, 104.0)
+PRESETS = {
+    "ssd": (lambda: [v2.RandomPhotometricDistort(),
+                     v2.RandomZoomOut(fill=defaultdict(lambda: MEAN, {tv_tensors.Mask: 0})),
+                     v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
+            "v2.RandomPhotometricDistort at position 0", "permutes channels"),
+    "ssdlite": (lambda: [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
+                "v2.RandomIoUCrop at position 0", "rejection loop"),
+}
+
+
+class Detections(torch.utils.data.Dataset):
+    def __init__(self, t, paths):
+        self.t, self.paths = t, paths
+
+    def __len__(self):
+        return len(self.paths)
+
+    def target(self):
+        boxes = tv_tensors.BoundingBoxes([[10.0, 12.0, 150.0, 120.0], [30.0, 40.0, 90.0, 130.0]],
+                                         format="XYXY", canvas_size=(150, 211))
+        return {"boxes": boxes, "labels": torch.tensor([1, 2])}
+
+    def __getitem__(self, i):
+        return rl.Joint(self.t, (rl.ImageFile(self.paths[i]), self.target()))
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_the_preset_falls_back_naming_its_step(tmp_path, name):
+    steps, where, why = PRESETS[name]
+    paths = []
+    for i in range(2):
+        paths.append(tmp_path / f"photo{i}.jpg")
+        paths[-1].write_bytes(jpeg_bytes(211, 150, quality=88, seed=120 + i))
+    t = v2.Compose(steps() + [v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
+                              v2.ConvertBoundingBoxFormat("XYXY"), v2.SanitizeBoundingBoxes(),
+                              v2.ToPureTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, paths), batch_size=2, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    assert len(told) == 1 and where in told[0] and why in told[0], told
+    # Torch's path runs v2 itself: each row a float image, its boxes inside it.
+    rows = [row for batch in loader for row in batch]
+    assert len(rows) == len(paths)
+    for image, target in rows:
+        assert image.dtype == torch.float32 and 0 <= float(image.min()) <= float(image.max()) <= 1
+        height, width = image.shape[-2:]
+        boxes = target["boxes"]
+        assert type(boxes) is torch.Tensor and len(boxes) == len(target["labels"])
+        assert bool((boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all())
