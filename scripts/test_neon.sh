@@ -3,8 +3,12 @@
 # its scalar kernels on AArch64 without an arm64 machine: csrc/transform/resample_simd_check.cc
 # is cross-compiled, statically linked (so no arm64 root is needed), with resample.cc and
 # resample_neon.cc, and run under qemu-user (natively on an aarch64 host).
-# Usage: bash scripts/test_neon.sh [--bench]   (--bench: also SIMD vs scalar timings; under
-#        qemu these say little about real Arm cores)
+# Usage: bash scripts/test_neon.sh [--bench | --count [filter]]
+#   --bench: also SIMD vs scalar timings (under qemu these say little about real Arm cores:
+#            qemu runs many NEON instructions through helper calls);
+#   --count: instead of the check, the AArch64 instructions one 500x375 -> 224x224 resample
+#            executes with each kernel set, counted from qemu's execution trace (filter: Pillow's
+#            number, default 3 = bicubic); a rough proxy for speed on Arm cores.
 # Compiler: aarch64-linux-gnu-g++ (Debian's g++-aarch64-linux-gnu, installed by setup.sh), else
 # Zig (`zig` on PATH, or the one scripts/wheels/deps.sh installs in build/wheel-zig) for
 # aarch64-linux-musl. Skips (exit 0, with the reason) when no compiler or no qemu is found.
@@ -55,5 +59,24 @@ if [ ! -x "$bin" ] || [ "$(cat "$bin.recipe" 2>/dev/null)" != "$recipe" ] ||
   "${compiler[@]}" "${FLAGS[@]}" "${SOURCES[@]}" -o "$bin.tmp"
   mv "$bin.tmp" "$bin"
   echo "$recipe" > "$bin.recipe"
+fi
+if [ "${1:-}" = --count ]; then
+  [ -n "${qemu:-}" ] || skip "--count needs qemu (the instruction trace)"
+  # Guest instructions executed: each translation block's size (in_asm) times its executions
+  # (exec, unchained so that every execution is logged), minus the set-up alone (`none`).
+  count() {
+    "$qemu" -d in_asm,exec,nochain -D /dev/stderr "$bin" --once "$1" "${2:-3}" 2>&1 >/dev/null |
+      awk '/^IN:/ { cur = "" }
+           /^0x[0-9a-f]+:/ { pc = $1; sub(/:$/, "", pc); sub(/^0x0*/, "", pc)
+                             if (cur == "") { cur = pc; size[cur] = 0 } size[cur]++ }
+           /^Trace/ { split($4, f, "/"); pc = f[2]; sub(/^0*/, "", pc); total += size[pc] }
+           END { printf "%.0f\n", total }'
+  }
+  base=$(count none "${2:-}")
+  scalar=$(( $(count scalar "${2:-}") - base ))
+  simd=$(( $(count simd "${2:-}") - base ))
+  echo "instructions for one 500x375 -> 224x224 resample (filter ${2:-3}): scalar $scalar, NEON $simd" \
+       "($(awk -v a="$scalar" -v b="$simd" 'BEGIN { printf "%.2f", a / b }')x fewer)"
+  exit 0
 fi
 "${run[@]}" "$bin" "$@"
