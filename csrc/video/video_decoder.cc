@@ -138,6 +138,9 @@ struct VideoDecoder::Impl {
   std::string graph_key;
   std::vector<uint8_t> rgb;  // one frame, HWC
   std::vector<int64_t> wanted_pts;  // the pts of the frames the current call returns, sorted
+  // The pts of packets sent as skippable (AVDISCARD_NONREF) since the codec was last flushed: a
+  // later call that wants one of them must seek, as the codec never returns that frame now.
+  std::vector<int64_t> discarded_pts;
 
   VideoDecodeStats stats;
 
@@ -366,6 +369,7 @@ absl::Status VideoDecoder::Impl::MaybeSeek(int64_t frame_index) {
                    absl::StrCat("seeking to the keyframe before frame ", frame_index, " failed"), status);
   }
   ff.avcodec_flush_buffers(codec);
+  discarded_pts.clear();
   ++stats.seeks;
   return absl::OkStatus();
 }
@@ -406,6 +410,7 @@ absl::Status VideoDecoder::Impl::DecodeUntilCursor(int64_t frame_index) {
     if (options.skip_unwanted_frames) {
       bool wanted = std::binary_search(wanted_pts.begin(), wanted_pts.end(), PtsOrDts(*packet));
       codec->skip_frame = wanted ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+      if (!wanted) discarded_pts.push_back(PtsOrDts(*packet));
     }
     status = ff.avcodec_send_packet(codec, packet);
     ff.av_packet_unref(packet);
@@ -658,6 +663,15 @@ absl::StatusOr<DecodedFrames> VideoDecoder::DecodeFrames(absl::Span<const int64_
   d.wanted_pts.clear();
   for (int64_t index : wanted) d.wanted_pts.push_back(d.frames[index].pts);
   std::sort(d.wanted_pts.begin(), d.wanted_pts.end());
+  // A frame this call wants may have been skipped by an earlier call (sent past the frames it
+  // kept, then dropped by the codec): decoding on would return the next frame in its place.
+  std::sort(d.discarded_pts.begin(), d.discarded_pts.end());
+  if (std::any_of(d.wanted_pts.begin(), d.wanted_pts.end(), [&](int64_t pts) {
+        return std::binary_search(d.discarded_pts.begin(), d.discarded_pts.end(), pts);
+      })) {
+    d.last_index = std::numeric_limits<int64_t>::min();  // the first frame seeks
+    d.last_pts = std::numeric_limits<int64_t>::min();
+  }
   std::vector<size_t> order(wanted.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return wanted[a] < wanted[b]; });

@@ -126,6 +126,30 @@ TEST(VideoDecoderTest, SkippingUnwantedFramesKeepsThePixels) {
   EXPECT_LT((*skipping)->stats().frames_decoded, (*full)->stats().frames_decoded);
 }
 
+// One decoder asked for frame k, then for frame k + 1 in a second call: the first call skipped
+// the non-reference frames it did not want, some of them past frame k (sent to reach its
+// output), so the second call must not take the next frame the codec gives for frame k + 1.
+TEST(VideoDecoderTest, ASecondCallGetsFramesTheFirstCallSkipped) {
+  VideoDecoderOptions every_frame;
+  every_frame.skip_unwanted_frames = false;
+  auto full = VideoDecoder::OpenFile(Videos::H264(), every_frame);
+  ASSERT_TRUE(full.ok()) << full.status();
+  std::vector<int64_t> every(30);
+  for (int i = 0; i < 30; ++i) every[i] = i;
+  auto reference = (*full)->DecodeFrames(every);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  for (int64_t k = 0; k + 1 < 30; ++k) {
+    auto decoder = VideoDecoder::OpenFile(Videos::H264());
+    ASSERT_TRUE(decoder.ok());
+    for (int64_t index : {k, k + 1}) {
+      auto frames = (*decoder)->DecodeFrames({index});
+      ASSERT_TRUE(frames.ok()) << frames.status();
+      EXPECT_EQ(frames->pts_seconds[0], (*decoder)->metadata().pts_seconds[index]) << "frame " << index << " after " << k;
+      EXPECT_EQ(Frame(*frames, 0), Frame(*reference, index)) << "frame " << index << " after " << k;
+    }
+  }
+}
+
 TEST(VideoDecoderTest, BytesInMemoryEqualTheFile) {
   std::string path = Videos::H264();
   auto bytes = std::make_shared<std::string>(ReadAll(path));
