@@ -879,6 +879,36 @@ TEST(TransformPipelinePlan, FlipBeforeResizeResizesTheMirroredImage) {
   }
 }
 
+// v2's ScaleJitter: r = min(target_w / height, target_h / width) * scale in float32, each side
+// int(side * r); the scale drawn in [lo, hi) per sample, so the size depends on the image.
+TEST(TransformPipelinePlan, ScaleJitterSizesAsV2) {
+  TransformStep jitter = ResizeHW(256, 320);
+  jitter.scale_jitter = true;
+  jitter.scale_min = jitter.scale_max = 0.61;
+  const TransformPipeline fixed = TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC,
+                                                            /*allow_variable_size=*/true).value();
+  EXPECT_FALSE(fixed.fixed_size());
+  SampleRng rng(1);
+  const SampleGeometry g = fixed.Plan(211, 150, rng);
+  const float r = static_cast<float>(std::min(320.0 / 150.0, 256.0 / 211.0)) * 0.61f;
+  EXPECT_EQ(g.out_w, static_cast<int>(211.f * r));
+  EXPECT_EQ(g.out_h, static_cast<int>(150.f * r));
+  jitter.scale_min = 0.1;
+  jitter.scale_max = 2.0;
+  const TransformPipeline drawn = TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC,
+                                                            true).value();
+  int lo = 1 << 30, hi = 0;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SampleRng s(seed);
+    const int w = drawn.Plan(211, 150, s).out_w;
+    lo = std::min(lo, w), hi = std::max(hi, w);
+  }
+  EXPECT_LT(lo, 211 * 256 / 211 * 0.3);  // scales near 0.1 and near 2.0 are drawn
+  EXPECT_GT(hi, 211 * 256 / 211 * 1.8);
+  jitter.scale_min = 0.0;  // v2 would resize to nothing
+  EXPECT_FALSE(TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC, true).ok());
+}
+
 // A RandomCrop padding with a constant non-zero fill (the lsj preset's) fuses into the geometry
 // when it is the output's one padding and no resize follows it; the render paints its padding,
 // which is exactly where the same chain with a zero fill writes zeros.

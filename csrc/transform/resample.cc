@@ -463,8 +463,11 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   y->out_size = g.out_h;
   x->filter = y->filter = g.filter;
   x->tensor_nearest = y->tensor_nearest = g.tensor_nearest;
-  x->reflect = g.reflect_x;
-  y->reflect = g.reflect_y;
+  // Mirrored about the decoded image's edge: exact at full scale only (a DCT-scaled image's last
+  // pixel may cover part of one, where its mirror would shift the image; the output's mirror
+  // stays the approximation there, as the scaled decode is one).
+  x->reflect = g.reflect_x && factor == 1.0;
+  y->reflect = g.reflect_y && factor == 1.0;
 }
 
 int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int keep_lo,

@@ -57,9 +57,10 @@ struct AxisMapping {
   /// With kNearest: torch's interpolate(mode="nearest") on a tensor (SampleGeometry::
   /// tensor_nearest): source index floor(i * (in / out)) in float, not Pillow's centre rule.
   bool tensor_nearest = false;
-  /// The resize reads the source mirrored (SampleGeometry::reflect_x): taps are computed on
-  /// the mirrored source (every coordinate above c becoming src_size - c) and mirrored back,
-  /// which is the resize of the flipped image exactly, not its mirror.
+  /// The resize reads the source mirrored (SampleGeometry::reflect_x; GeometryToAxes sets it
+  /// at full decode scale): taps are computed on the mirrored source (every coordinate c
+  /// becoming src_size - c) and mirrored back, which is the resize of the flipped image exactly,
+  /// not its mirror.
   bool reflect = false;
 };
 
