@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -104,6 +105,9 @@ struct FrameInfo {
 absl::Status VideoAvailable() { return LoadFfmpeg(); }
 
 struct VideoDecoder::Impl {
+  // Held by each decode and stats(): one decoder's calls from several threads take turns (the
+  // demuxer, codec, converters and cursor below are one state).
+  mutable std::mutex mutex;
   std::string name;
   VideoDecoderOptions options;
   std::unique_ptr<ByteSource> source;
@@ -632,10 +636,14 @@ absl::StatusOr<std::unique_ptr<VideoDecoder>> VideoDecoder::OpenMemory(const uin
 
 const VideoMetadata& VideoDecoder::metadata() const { return impl_->meta; }
 const std::string& VideoDecoder::name() const { return impl_->name; }
-VideoDecodeStats VideoDecoder::stats() const { return impl_->stats; }
+VideoDecodeStats VideoDecoder::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  return impl_->stats;
+}
 
 absl::StatusOr<DecodedFrames> VideoDecoder::DecodeFrames(absl::Span<const int64_t> indices) {
   Impl& d = *impl_;
+  std::lock_guard<std::mutex> lock(d.mutex);
   const int64_t n = d.meta.num_frames;
   std::vector<int64_t> wanted(indices.begin(), indices.end());
   for (int64_t& index : wanted) {

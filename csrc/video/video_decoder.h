@@ -10,7 +10,8 @@
 /// the same FFmpeg, so the pixels are equal). Output: uint8 [T, 3, H, W].
 ///
 /// One decoder per thread: a decoder holds its demuxer, codec and converters; nothing is shared
-/// between decoders but the loaded FFmpeg table.
+/// between decoders but the loaded FFmpeg table. Calls on one decoder from several threads are
+/// safe but take turns.
 
 #include <cstddef>
 #include <cstdint>

@@ -253,6 +253,35 @@ TEST(VideoDecoderTest, DecodersOnSeveralThreadsAgree) {
   for (int t = 1; t < 4; ++t) EXPECT_EQ(results[t], results[0]);
 }
 
+// One decoder called from several threads at once (the binding releases the GIL while it
+// decodes): the calls take turns, each gets its own frames.
+TEST(VideoDecoderTest, OneDecoderCalledFromSeveralThreadsTakesTurns) {
+  auto full = VideoDecoder::OpenFile(Videos::H264());
+  ASSERT_TRUE(full.ok()) << full.status();
+  std::vector<int64_t> every(30);
+  for (int i = 0; i < 30; ++i) every[i] = i;
+  auto reference = (*full)->DecodeFrames(every);
+  ASSERT_TRUE(reference.ok()) << reference.status();
+  auto shared = VideoDecoder::OpenFile(Videos::H264());
+  ASSERT_TRUE(shared.ok());
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 25; ++round) {
+        const std::vector<int64_t> wanted{(t * 7 + round * 3) % 30, (t * 11 + round * 5 + 13) % 30};
+        auto frames = (*shared)->DecodeFrames(wanted);
+        if (!frames.ok() || Frame(*frames, 0) != Frame(*reference, wanted[0]) ||
+            Frame(*frames, 1) != Frame(*reference, wanted[1])) {
+          ++wrong[t];
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
 }  // namespace
 }  // namespace ringloader::video
 
