@@ -31,6 +31,8 @@ CHAINS = {
                            v2.Resize((301, 233), interpolation=NEAREST)],
     "crop-flip-resize": [v2.CenterCrop((120, 140)), v2.RandomHorizontalFlip(p=1.0),
                          v2.Resize((77, 61), interpolation=NEAREST)],
+    "pad-flip-resize": [v2.Pad((7, 3, 2, 5)), v2.RandomHorizontalFlip(p=1.0),
+                        v2.RandomVerticalFlip(p=1.0), v2.Resize((91, 83), interpolation=NEAREST)],
     "flip-resize-flip": [v2.RandomHorizontalFlip(p=1.0), v2.Resize(97, interpolation=NEAREST),
                          v2.RandomHorizontalFlip(p=1.0)],
     "resize-then-flip": [v2.Resize(97, interpolation=NEAREST), v2.RandomHorizontalFlip(p=1.0)],
