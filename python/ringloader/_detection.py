@@ -21,8 +21,8 @@ from . import transforms as T
 
 __all__: List[str] = []
 
-#: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets keep a Joint on torch's
-#: path, by class name (the warning names the step and its position before this).
+#: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets, rotation and affine
+#: keep a Joint on torch's path, by class name (the warning names the step and its position).
 NOT_NATIVE = {
     "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
                       "IoU with each candidate), which the native draws do not see; the ssd and "
@@ -31,6 +31,12 @@ NOT_NATIVE = {
                       "per sample), which is not native yet"),
     "RandomPhotometricDistort": ("permutes channels and orders its colour steps at random "
                                  "before the geometric steps, which is not native yet"),
+    # Natively these run on the 8-bit image after the resample, with an angle (and shear,
+    # translation) the row's geometry record does not hold, so boxes could not follow them.
+    "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "
+                       "follow natively yet (v2 takes the rotated corners' hull)"),
+    "RandomAffine": ("moves the image by a drawn affine map, which boxes and keypoints cannot "
+                     "follow natively yet (v2 takes the moved corners' hull)"),
 }
 
 #: What to write instead of the steps of torchvision's references that are the references' own

@@ -68,3 +68,17 @@ def test_the_preset_falls_back_naming_its_step(tmp_path, name):
         boxes = target["boxes"]
         assert type(boxes) is torch.Tensor and len(boxes) == len(target["labels"])
         assert bool((boxes[:, 2] <= width).all() and (boxes[:, 3] <= height).all())
+
+
+@pytest.mark.parametrize("step, why", [(v2.RandomRotation(10), "rotated corners"),
+                                       (v2.RandomAffine(5, translate=(0.1, 0.1)), "affine map")])
+def test_rotation_and_affine_are_named_with_why(tmp_path, step, why):
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(jpeg_bytes(211, 150, quality=88, seed=130))
+    t = v2.Compose([v2.Resize(100), step, v2.PILToTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, [path]), batch_size=1, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    assert told and f"v2.{type(step).__name__} at position 1" in told[0] and why in told[0], told
