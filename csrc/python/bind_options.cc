@@ -214,47 +214,69 @@ FastDecode FastDecodeArg(const py::handle& v) {
   return *level;
 }
 
+namespace {
+
+// Every option that is a plain value, declared once: its key in the dict the package builds and
+// the LoaderOptions field it sets (the options with a parse of their own follow in ParseOptions).
+template <auto Field>
+void TakeField(py::dict& d, const char* key, LoaderOptions& o) {
+  Take(d, key, &(o.*Field));
+}
+template <auto Field>
+void TakeNuma(py::dict& d, const char* key, LoaderOptions& o) {
+  Take(d, key, &(o.numa.*Field));
+}
+struct PlainOption {
+  const char* key;
+  void (*take)(py::dict&, const char*, LoaderOptions&);
+};
+constexpr PlainOption kPlainOptions[] = {
+    {"batch_size", &TakeField<&LoaderOptions::batch_size>},
+    {"num_workers", &TakeField<&LoaderOptions::num_workers>},
+    {"reader_threads", &TakeField<&LoaderOptions::reader_threads>},
+    {"io_depth", &TakeField<&LoaderOptions::io_depth>},
+    {"prefetch_batches", &TakeField<&LoaderOptions::prefetch_batches>},
+    {"max_slots", &TakeField<&LoaderOptions::max_slots>},
+    {"auto_threads", &TakeField<&LoaderOptions::auto_threads>},
+    {"training_threads", &TakeField<&LoaderOptions::training_threads>},
+    {"training_threads_source", &TakeField<&LoaderOptions::training_threads_source>},
+    {"cgroup_root", &TakeField<&LoaderOptions::cgroup_root>},  // tests fake the cgroup tree
+    {"proc_self_cgroup", &TakeField<&LoaderOptions::proc_self_cgroup>},  // ... and /proc/self/cgroup
+    {"auto_prefetch", &TakeField<&LoaderOptions::auto_prefetch>},
+    {"max_memory", &TakeField<&LoaderOptions::max_memory>},
+    {"meminfo_path", &TakeField<&LoaderOptions::meminfo_path>},  // tests fake /proc/meminfo
+    {"drop_last", &TakeField<&LoaderOptions::drop_last>},
+    {"shuffle", &TakeField<&LoaderOptions::shuffle>},
+    {"seed", &TakeField<&LoaderOptions::seed>},
+    {"variable_size", &TakeField<&LoaderOptions::variable_size>},
+    {"rank", &TakeField<&LoaderOptions::rank>},
+    {"world_size", &TakeField<&LoaderOptions::world_size>},
+    {"max_image_pixels", &TakeField<&LoaderOptions::max_image_pixels>},
+    {"max_file_bytes", &TakeField<&LoaderOptions::max_file_bytes>},
+    {"stall_seconds", &TakeField<&LoaderOptions::stall_seconds>},
+    {"strict_decode", &TakeField<&LoaderOptions::strict_decode>},
+    {"exif_transpose", &TakeField<&LoaderOptions::exif_transpose>},
+    {"pin_memory", &TakeField<&LoaderOptions::pin_memory>},
+    {"device", &TakeField<&LoaderOptions::device>},
+    {"numa_sysfs_root", &TakeNuma<&NumaOption::sysfs_root>},  // tests fake the topology
+    {"numa_gpu_bus_id", &TakeNuma<&NumaOption::gpu_bus_id>},  // the rank's own GPU (_node.rank_gpu)
+    {"numa_share_index", &TakeNuma<&NumaOption::share_index>},  // the rank's disjoint CPU share
+    {"numa_share_count", &TakeNuma<&NumaOption::share_count>},
+};
+
+}  // namespace
+
 LoaderOptions ParseOptions(py::dict d) {
   // A real copy (py::dict(d) would alias a dict argument): keys are removed as they are read.
   d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
   LoaderOptions o;
-  Take(d, "batch_size", &o.batch_size);
-  Take(d, "num_workers", &o.num_workers);
-  Take(d, "reader_threads", &o.reader_threads);
-  Take(d, "io_depth", &o.io_depth);
-  Take(d, "prefetch_batches", &o.prefetch_batches);
-  Take(d, "max_slots", &o.max_slots);
-  Take(d, "auto_threads", &o.auto_threads);
-  Take(d, "training_threads", &o.training_threads);
-  Take(d, "training_threads_source", &o.training_threads_source);
-  Take(d, "cgroup_root", &o.cgroup_root);            // tests fake the cgroup tree
-  Take(d, "proc_self_cgroup", &o.proc_self_cgroup);  // ... and /proc/self/cgroup
-  Take(d, "auto_prefetch", &o.auto_prefetch);
-  Take(d, "max_memory", &o.max_memory);
-  Take(d, "meminfo_path", &o.meminfo_path);  // tests fake /proc/meminfo
-  Take(d, "drop_last", &o.drop_last);
-  Take(d, "shuffle", &o.shuffle);
-  Take(d, "seed", &o.seed);
-  Take(d, "variable_size", &o.variable_size);
-  Take(d, "rank", &o.rank);
-  Take(d, "world_size", &o.world_size);
-  Take(d, "max_image_pixels", &o.max_image_pixels);
-  Take(d, "max_file_bytes", &o.max_file_bytes);
-  Take(d, "stall_seconds", &o.stall_seconds);
+  for (const PlainOption& option : kPlainOptions) option.take(d, option.key, o);
   if (d.contains("fast_decode")) {
     const FastDecode level = FastDecodeArg(d["fast_decode"]);
     o.fast_decode = level != FastDecode::kOff;
     o.fast_decode_fastest = level == FastDecode::kFastest;
     PyDict_DelItemString(d.ptr(), "fast_decode");
   }
-  Take(d, "strict_decode", &o.strict_decode);
-  Take(d, "exif_transpose", &o.exif_transpose);
-  Take(d, "pin_memory", &o.pin_memory);
-  Take(d, "device", &o.device);
-  Take(d, "numa_sysfs_root", &o.numa.sysfs_root);  // tests fake the topology
-  Take(d, "numa_gpu_bus_id", &o.numa.gpu_bus_id);    // the rank's own GPU (_node.rank_gpu)
-  Take(d, "numa_share_index", &o.numa.share_index);  // the rank's disjoint CPU share
-  Take(d, "numa_share_count", &o.numa.share_count);
   if (d.contains("numa")) {
     py::object numa = d["numa"];
     if (numa.is_none()) {
