@@ -1071,12 +1071,14 @@ void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) 
   v.Crop(-top, -left, v.h + top + bottom, v.w + left + right);
 }
 
-/// A fused Pad/RandomCrop with a non-zero fill (FusesFill): its levels, painted by the render.
+/// A fused Pad/RandomCrop with a non-zero fill (FusesFill): its levels, painted by the render,
+/// made ints as torchvision makes them (int(x): 123.675 pads with 123), clamped to 0..255.
 void TakeFill(const TransformStep& s, SampleGeometry* g) {
   if (ZeroConstantFill(s)) return;
   g->has_fill = true;
   for (int c = 0; c < 3; ++c) {
-    g->fill[c] = static_cast<uint8_t>(std::clamp(std::lround(s.fill[c]), 0L, 255L));
+    const double t = std::trunc(static_cast<double>(s.fill[c]));
+    g->fill[c] = static_cast<uint8_t>(!(t >= 0.0) ? 0.0 : t > 255.0 ? 255.0 : t);
   }
 }
 

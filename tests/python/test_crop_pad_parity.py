@@ -117,3 +117,13 @@ def test_a_second_resize_goes_to_the_python_tail_and_is_exact(tree: Path):
     ref = TorchvisionImageFolder(str(tree), transform=t)
     for i in range(len(ref)):
         assert torch.equal(ds[i][0], ref[i][0]), ref.samples[i][0]
+
+
+@pytest.mark.parametrize("steps", [
+    [v1.Pad(3, fill=(123.675, 116.28, 103.53))],
+    [v1.Resize(40), v1.Pad(2, fill=(0.6, 255.9, 254.5)), v1.Pad(1, fill=100.5)],
+], ids=["fused-fill", "image-stage-fills"])
+def test_a_fractional_fill_is_truncated_as_torchvision_does(tree: Path, steps):
+    # torchvision makes a fill an int (Pillow's path: int(x); a uint8 tensor's: the cast), so
+    # 123.675 pads with 123, not 124.
+    assert not _mismatches(tree, v1.Compose(steps + [v1.PILToTensor()]))
