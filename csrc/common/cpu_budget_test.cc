@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
 #include "testing/simulated_device.h"
+#include "common/host_files.h"
 
 namespace ringloader {
 namespace {
@@ -282,13 +283,16 @@ TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
   EXPECT_EQ(DefaultMemoryBudget(AvailableMemory{uint64_t{64} << 30, "MemAvailable"}), uint64_t{2} << 30);
 }
 
-LoaderOptions AutoOptions(const FakeCgroup& cgroup) {
+LoaderOptions AutoOptions(const FakeCgroup& cgroup, std::string meminfo = "/proc/meminfo") {
   LoaderOptions o;
   o.batch_size = 4;
   o.auto_threads = true;
   o.reader_threads = 0;
-  o.cgroup_root = cgroup.root;
-  o.proc_self_cgroup = cgroup.proc_file;
+  auto files = std::make_shared<internal::HostFiles>();
+  files->cgroup_root = cgroup.root;
+  files->proc_self_cgroup = cgroup.proc_file;
+  files->meminfo_path = std::move(meminfo);
+  o.host_files = std::move(files);
   o.training_threads = 1;
   o.training_threads_source = "torch.get_num_threads()";
   TransformStep crop;
@@ -371,8 +375,7 @@ TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
   FakeCgroup f = V2("/ctr");
   WriteText(f.root + "/ctr/memory.max", "4000000\n");  // 4 MB: a 1 MB budget
   std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
-  LoaderOptions o = AutoOptions(f);
-  o.meminfo_path = f.root + "/no-meminfo";
+  LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
   o.prefetch_batches = 2;
   absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
   ASSERT_TRUE(loader.ok()) << loader.status();
@@ -390,8 +393,7 @@ TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
     // A quarter of 16000 bytes holds 1 slot; 2 fit in half of it: the default rises to them.
     FakeCgroup f = V2("/ctr");
     WriteText(f.root + "/ctr/memory.max", "16000\n");
-    LoaderOptions o = AutoOptions(f);
-    o.meminfo_path = f.root + "/no-meminfo";
+    LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
     o.prefetch_batches = 4;
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
     ASSERT_TRUE(loader.ok()) << loader.status();
@@ -411,8 +413,7 @@ TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
     // 10000 bytes: 2 slots are more than half of it. Refused, naming the budget and the need.
     FakeCgroup f = V2("/ctr");
     WriteText(f.root + "/ctr/memory.max", "10000\n");
-    LoaderOptions o = AutoOptions(f);
-    o.meminfo_path = f.root + "/no-meminfo";
+    LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
     ASSERT_TRUE(absl::IsInvalidArgument(loader.status())) << loader.status();
     const absl::string_view message = loader.status().message();

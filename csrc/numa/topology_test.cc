@@ -20,6 +20,7 @@
 #include "cuda/device_stager.h"
 #include "ringloader/ringloader.h"
 #include "testing/jpeg_fixtures.h"
+#include "common/host_files.h"
 
 namespace ringloader {
 namespace {
@@ -45,12 +46,18 @@ std::vector<int> Range(int first, int last) {
   return v;
 }
 
-NumaOption Node(int node, std::string root = "/sys") {
+NumaOption Node(int node) {
   NumaOption o;
   o.mode = NumaOption::Mode::kNode;
   o.node = node;
-  o.sysfs_root = std::move(root);
   return o;
+}
+
+/// A loader's machine files with the topology read under `root` (a fake sysfs tree).
+std::shared_ptr<const internal::HostFiles> SysfsAt(const std::string& root) {
+  auto files = std::make_shared<internal::HostFiles>();
+  files->sysfs_root = root;
+  return files;
 }
 
 NumaOption Auto() {
@@ -384,7 +391,8 @@ TEST(LoaderNumaTest, WorkersArePinnedToTheFakeNodesCpusReadBackFromProc) {
   WriteText(root + "/devices/system/node/node0/cpulist", absl::StrCat(last, "\n"));
   WriteText(root + "/devices/system/node/node1/cpulist", FormatCpuList(others) + "\n");
   LoaderOptions o = SmallOptions();
-  o.numa = Node(0, root);
+  o.numa = Node(0);
+  o.host_files = SysfsAt(root);
   auto loader = Loader::Create(SmallDataset(12), o).value();
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   {
@@ -406,7 +414,7 @@ TEST(LoaderNumaTest, WorkersArePinnedToTheFakeNodesCpusReadBackFromProc) {
   while (loader->Next().ok()) ++batches;
   EXPECT_EQ(batches, 3);
 
-  o.numa = Node(1, root);
+  o.numa = Node(1);
   auto other = Loader::Create(SmallDataset(4), o).value();
   EXPECT_EQ(other->Stats().numa_cpus, FormatCpuList(others));
 }

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_budget.h"
+#include "common/host_files.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
@@ -202,7 +203,8 @@ absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const 
     budget.numa_node = placement.node;
     budget.node_cpus = static_cast<int>(placement.cpus.size());
   }
-  RL_ASSIGN_OR_RETURN(budget.quota, ReadCpuQuota(options.cgroup_root, options.proc_self_cgroup));
+  const internal::HostFiles& host = internal::HostFilesOf(options);
+  RL_ASSIGN_OR_RETURN(budget.quota, ReadCpuQuota(host.cgroup_root, host.proc_self_cgroup));
   TrainingThreads training{options.training_threads, options.training_threads_source};
   if (training.count < 1) training = TrainingThreadsFromEnvironment();
   const ThreadPlan plan = PlanThreads(budget, training, std::max(0, options.reader_threads));
@@ -216,7 +218,7 @@ absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const 
 }
 
 absl::StatusOr<NumaPlacement> PlaceThreads(const LoaderOptions& options, int ordinal) {
-  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(options.numa.sysfs_root));
+  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(internal::HostFilesOf(options).sysfs_root));
   return ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
                              ordinal >= 0 && !options.device_runtime ? CudaPciBusId(ordinal) : std::string());
 }
@@ -401,8 +403,8 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
     request.budget_given = true;
     budget_note = "set (max_memory)";
   } else {
-    const AvailableMemory available =
-        ReadAvailableMemory(options.meminfo_path, options.cgroup_root, options.proc_self_cgroup);
+    const internal::HostFiles& host = internal::HostFilesOf(options);
+    const AvailableMemory available = ReadAvailableMemory(host.meminfo_path, host.cgroup_root, host.proc_self_cgroup);
     request.available = available.bytes;
     request.budget = DefaultMemoryBudget(available, &budget_note);
     request.budget_note = budget_note;

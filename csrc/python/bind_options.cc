@@ -45,6 +45,7 @@
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
+#include "common/host_files.h"
 
 namespace py = pybind11;
 
@@ -240,11 +241,8 @@ constexpr PlainOption kPlainOptions[] = {
     {"auto_threads", &TakeField<&LoaderOptions::auto_threads>},
     {"training_threads", &TakeField<&LoaderOptions::training_threads>},
     {"training_threads_source", &TakeField<&LoaderOptions::training_threads_source>},
-    {"cgroup_root", &TakeField<&LoaderOptions::cgroup_root>},  // tests fake the cgroup tree
-    {"proc_self_cgroup", &TakeField<&LoaderOptions::proc_self_cgroup>},  // ... and /proc/self/cgroup
     {"auto_prefetch", &TakeField<&LoaderOptions::auto_prefetch>},
     {"max_memory", &TakeField<&LoaderOptions::max_memory>},
-    {"meminfo_path", &TakeField<&LoaderOptions::meminfo_path>},  // tests fake /proc/meminfo
     {"drop_last", &TakeField<&LoaderOptions::drop_last>},
     {"shuffle", &TakeField<&LoaderOptions::shuffle>},
     {"seed", &TakeField<&LoaderOptions::seed>},
@@ -258,7 +256,6 @@ constexpr PlainOption kPlainOptions[] = {
     {"exif_transpose", &TakeField<&LoaderOptions::exif_transpose>},
     {"pin_memory", &TakeField<&LoaderOptions::pin_memory>},
     {"device", &TakeField<&LoaderOptions::device>},
-    {"numa_sysfs_root", &TakeNuma<&NumaOption::sysfs_root>},  // tests fake the topology
     {"numa_gpu_bus_id", &TakeNuma<&NumaOption::gpu_bus_id>},  // the rank's own GPU (_node.rank_gpu)
     {"numa_share_index", &TakeNuma<&NumaOption::share_index>},  // the rank's disjoint CPU share
     {"numa_share_count", &TakeNuma<&NumaOption::share_count>},
@@ -271,6 +268,19 @@ LoaderOptions ParseOptions(py::dict d) {
   d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
   LoaderOptions o;
   for (const PlainOption& option : kPlainOptions) option.take(d, option.key, o);
+  {
+    // Tests point the machine's files at fake trees (common/host_files.h).
+    internal::HostFiles files;
+    bool faked = false;
+    for (auto [key, field] : {std::pair{"numa_sysfs_root", &internal::HostFiles::sysfs_root},
+                              std::pair{"cgroup_root", &internal::HostFiles::cgroup_root},
+                              std::pair{"proc_self_cgroup", &internal::HostFiles::proc_self_cgroup},
+                              std::pair{"meminfo_path", &internal::HostFiles::meminfo_path}}) {
+      if (d.contains(key)) faked = true;
+      Take(d, key, &(files.*field));
+    }
+    if (faked) o.host_files = std::make_shared<const internal::HostFiles>(std::move(files));
+  }
   if (d.contains("fast_decode")) {
     const FastDecode level = FastDecodeArg(d["fast_decode"]);
     o.fast_decode = level != FastDecode::kOff;

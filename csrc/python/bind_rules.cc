@@ -45,6 +45,7 @@
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
+#include "common/host_files.h"
 
 namespace py = pybind11;
 
@@ -130,8 +131,9 @@ void BindRules(py::module_& m) {
         // The slot-memory budget a loader with these options gets when max_memory is not given.
         const LoaderOptions o = ParseOptions(options);
         std::string note;
+        const internal::HostFiles& host = internal::HostFilesOf(o);
         const uint64_t bytes = DefaultMemoryBudget(
-            ReadAvailableMemory(o.meminfo_path, o.cgroup_root, o.proc_self_cgroup), &note);
+            ReadAvailableMemory(host.meminfo_path, host.cgroup_root, host.proc_self_cgroup), &note);
         return py::make_tuple(bytes, note);
       },
       py::arg("options"),

@@ -16,6 +16,10 @@
 
 namespace ringloader {
 
+namespace internal {
+struct HostFiles;  // common/host_files.h (not installed): where tests point the machine files
+}  // namespace internal
+
 // Seams the loader can be given (slot memory, a device runtime) and what batches hand out to
 // keep their memory alive. Their definitions are the library's own; users pass them on.
 class SlotAllocator;
@@ -125,7 +129,6 @@ struct NumaOption {
   };
   Mode mode = Mode::kOff;
   int node = -1;                    ///< kNode only.
-  std::string sysfs_root = "/sys";  ///< Where the topology is read (tests use a fake tree).
   /// kAuto without a staging device: the PCI bus id of this process's GPU (a rank that copies
   /// batches to its GPU itself), placed as a staging device's would be. "": none.
   std::string gpu_bus_id;
@@ -158,8 +161,6 @@ struct LoaderOptions {
   /// known, then OMP_NUM_THREADS is read from the environment. Only used by auto_threads.
   int training_threads = -1;
   std::string training_threads_source = "training_threads";  ///< Named in the threads note.
-  std::string cgroup_root = "/sys/fs/cgroup";       ///< Where the CPU quota is read (tests fake ...
-  std::string proc_self_cgroup = "/proc/self/cgroup";  ///< ... both).
   /// Adaptive prefetch: start at prefetch_batches and grow by one batch each time the consumer
   /// has to wait in Next() after the pipeline stood idle with every slot complete (see
   /// PrefetchGovernor), up to half the slots max_memory allows (at most 64): the other half is
@@ -177,7 +178,9 @@ struct LoaderOptions {
   /// the largest file it read; a second set while the next epoch is read ahead) and device
   /// buffers.
   size_t max_memory = 0;
-  std::string meminfo_path = "/proc/meminfo";  ///< Where MemAvailable is read (tests fake it).
+  /// Where the machine is read (/sys, the cgroup tree, /proc); null: the real files. Internal:
+  /// only tests set it (common/host_files.h, not installed).
+  std::shared_ptr<const internal::HostFiles> host_files;
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
   bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
   uint64_t seed = 0;             ///< Shuffle and augmentation seed.
