@@ -115,13 +115,10 @@ constexpr SubPolicy kSvhnPolicy[] = {
 
 uint8_t ToLevel(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0L, 255L)); }
 
+/// A step's fill (Pad, RandomCrop, rotation, affine, the policies' ops) as torchvision hands it
+/// to Pillow: made an int (_parse_fill's int(x); a uint8 tensor's cast truncates too), so 123.675
+/// fills with 123; clamped to 0..255.
 void FillLevels(const TransformStep& s, uint8_t out[3]) {
-  for (int c = 0; c < 3; ++c) out[c] = ToLevel(s.fill[c]);
-}
-
-/// A Pad/RandomCrop fill as torchvision pads with it: made an int (Pillow's path: int(x); a
-/// uint8 tensor's: the cast), so 123.675 pads with 123; clamped to 0..255.
-void PadFillLevels(const TransformStep& s, uint8_t out[3]) {
   for (int c = 0; c < 3; ++c) {
     const double t = std::trunc(static_cast<double>(s.fill[c]));
     out[c] = static_cast<uint8_t>(!(t >= 0.0) ? 0.0 : t > 255.0 ? 255.0 : t);
@@ -334,7 +331,7 @@ void RandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratc
 absl::Status PadInto(RgbView* img, int left, int top, int right, int bottom,
                      const TransformStep& s, AugmentScratch& scratch) {
   uint8_t fill[3];
-  PadFillLevels(s, fill);
+  FillLevels(s, fill);
   RgbView dst;
   dst.width = img->width + left + right;
   dst.height = img->height + top + bottom;

@@ -84,6 +84,9 @@ EXACT_CASES = [
     ("rotation nearest", v1.Compose([*BASE, v1.RandomRotation((33, 33)), P]), 0),
     ("rotation bilinear fill centre", v1.Compose([*BASE, v1.RandomRotation((-20, -20), interpolation=BILINEAR,
                                                                              fill=(9, 99, 199), center=(10, 20)), P]), 0),
+    # A fractional fill is made an int as torchvision's _parse_fill makes it (123.675 -> 123).
+    ("rotation fractional fill", v1.Compose([*BASE, v1.RandomRotation((33, 33), fill=(123.675, 116.28, 103.53)), P]),
+     0),
     ("affine", v1.Compose([*BASE, v1.RandomAffine((10, 10), scale=(1.2, 1.2), shear=(5, 5, -7, -7)), P]), 0),
     ("affine bilinear", v1.Compose([*BASE, v1.RandomAffine((-15, -15), scale=(0.8, 0.8), shear=(12, 12),
                                                            interpolation=BILINEAR, fill=50), P]), 0),
