@@ -16,7 +16,8 @@ from . import _joint
 from . import transforms as T
 from .references import ImageReference, Joint
 
-__all__ = ["FallbackWarning", "chain_reasons", "step_label", "warn_refused"]
+__all__ = ["FallbackWarning", "VIDEO_REASON", "chain_reasons", "step_label", "warn_refused",
+           "warn_video"]
 
 
 class FallbackWarning(UserWarning):
@@ -61,6 +62,23 @@ def warn_refused(dataset: Any, reasons: Sequence[str], stacklevel: int = 3) -> N
         f"{reasons[0]}, so it runs on torch's generic path: each sample is materialised with "
         "Pillow and transformed in worker processes (ringloader.materialize), at torch's "
         f"speed.{more}", FallbackWarning, stacklevel=stacklevel)
+
+
+#: Why a Dataset whose samples hold video references runs on torch's path (``describe()``).
+VIDEO_REASON = ("its samples hold video references (ringloader.VideoFile/VideoBytes): video clips "
+                "are decoded by ringloader's native decoder in worker processes, not yet in the "
+                "native pool")
+
+
+def warn_video(dataset: Any, stacklevel: int = 3) -> None:
+    """The one warning of a loader over a Dataset whose samples hold video references."""
+    warnings.warn(
+        f"ringloader.DataLoader: {_describe(dataset)} returns video references "
+        "(ringloader.VideoFile/VideoBytes), so it runs on torch's generic path: video clips are "
+        "decoded by ringloader's native FFmpeg decoder in worker processes "
+        "(ringloader.materialize), not yet in the native pool, each clip drawn from "
+        "clips.generator_for(seed, epoch, index, position) of its sample and any transform "
+        "applied in Python.", FallbackWarning, stacklevel=stacklevel)
 
 
 def step_label(step: Any) -> str:

@@ -21,7 +21,9 @@ from ._native import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
 from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._staging import _device_prefetch, _generic_device
-from .datasets import NativeDataset
+from .clips import generator_for
+from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
+from .references import materialize
 
 
 def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
@@ -79,6 +81,29 @@ def _hint_image_file(dataset: Any, opened: str) -> None:
         "transformed natively (the manual's \"Your own Dataset\" page). Silence this hint with "
         "warnings.filterwarnings('ignore', category=ringloader.FallbackWarning).",
         _fallback.FallbackWarning, stacklevel=4)
+
+
+class _VideoSamples:
+    """A Dataset whose samples hold video references, for the generic path: sample ``key.index``
+    materialised in the worker, its clip samplers drawing from ``clips.generator_for`` of the
+    key's (seed, epoch, index, position) and its other draws (transforms) from the key's tail
+    seed, as image references' are: the same clips for any ``num_workers`` and on resume."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: SampleKey) -> Any:
+        clip_draws = generator_for(key.seed, key.epoch, key.index, key.position)
+        try:
+            return _run_seeded(lambda i: materialize(self.dataset[i], clip_draws), key.index,
+                               tail_seed(key))
+        except Exception as exc:  # the decoder's error names the file; this, the sample
+            exc.add_note(f"while decoding the video references of sample {key.index} of "
+                         f"{_fallback._describe(self.dataset)} (ringloader.materialize)")
+            raise
 
 
 class _Tagged:
@@ -230,10 +255,12 @@ class GenericBackend(Backend):
             ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
             ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
+        video = view is None and _user_source.holds_video(dataset)
         if native_only:
             raise ValueError(
                 f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
-                f"runs on torch's generic path ({_generic_reason(dataset, view)}), "
+                f"runs on torch's generic path ("
+                f"{_fallback.VIDEO_REASON if video else _generic_reason(dataset, view)}), "
                 "where samples come from __getitem__ as with torch (a bad sample raises there): "
                 "leave them at their defaults, or convert dtype/layout in the transform or "
                 "collate_fn (which can also call CutMix/MixUp on the collated batch)")
@@ -274,10 +301,12 @@ class GenericBackend(Backend):
             # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
             # sample's augmentation seed.
             self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
-                                            keyed=view is not None)
+                                            keyed=view is not None or video)
             for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                 kwargs.pop(name)
             source = dataset if view is None or isinstance(dataset, NativeDataset) else _KeyedView(*view)
+            if video:  # each sample's clips drawn from its key
+                source = _VideoSamples(dataset)
             if isinstance(source, _KeyedView) and _user_source.flat_targets(view[0]) is not None:
                 # A Dataset of image references: a batch torch's collate refuses names the sample.
                 source = _NamedSamples(source)
@@ -293,7 +322,10 @@ class GenericBackend(Backend):
             if folder is not None:  # it converts, but an argument asks for torch's workers
                 folder_why, converts = _torch_only(args), True
         opened = _user_source.opened_images(dataset) if view is None else None
-        if folder_why is not None:
+        if video:
+            self._reasons = [_fallback.VIDEO_REASON]
+            _fallback.warn_video(dataset, stacklevel=4)
+        elif folder_why is not None:
             self._reasons = [f"{type(dataset).__name__}: {folder_why}"]
             _warn_torchvision_folder(dataset, folder_why, converts)
         elif not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):

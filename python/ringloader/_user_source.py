@@ -27,15 +27,17 @@ import numpy as np
 
 from . import _C
 from . import _joint
+from . import video
 from . import transforms as T
 from ._columns import Columns, in_memory
 from ._fallback import _describe, _joint_refusal_at, _refusal, chain_reasons
 from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint_views, _Leaf,
                           _shape, _strip, _Structures)
+from .clips import generator_for
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
 
-__all__ = ["UserSource", "flat_targets", "opened_images", "source_for"]
+__all__ = ["UserSource", "flat_targets", "holds_video", "opened_images", "source_for"]
 
 
 class _SavedRng:
@@ -80,6 +82,7 @@ def source_for(dataset: Any) -> Optional["UserSource"]:
             if opened is None and _holds_pil(first):
                 opened = "a PIL image"
             _probes.seen = (id(dataset), opened)
+            _probes.video = (id(dataset), video.holds_video(first))
             return None
         return UserSource(dataset, first)
 
@@ -97,6 +100,25 @@ def opened_images(dataset: Any) -> Optional[str]:
     seen = getattr(_probes, "seen", None)
     _probes.seen = None
     return seen[1] if seen is not None and seen[0] == id(dataset) else None
+
+
+def holds_video(dataset: Any) -> bool:
+    """True when ``dataset``'s samples hold video references (``ringloader.VideoFile``): its
+    ``dataset[0]`` did, when ``source_for`` last probed ``dataset`` on this thread, or it is
+    (or wraps, through ``.dataset``/``.datasets``) a ``ringloader.VideoFolder``."""
+    seen = getattr(_probes, "video", None)
+    _probes.video = None
+    if seen is not None and seen[0] == id(dataset):
+        return seen[1]
+    from .video_folder import VideoFolder
+
+    def wraps(d: Any, depth: int) -> bool:
+        if isinstance(d, VideoFolder):
+            return True
+        inner = [getattr(d, "dataset", None)] + list(getattr(d, "datasets", None) or [])
+        return depth < 8 and any(i is not None and wraps(i, depth + 1) for i in inner)
+
+    return wraps(dataset, 0)
 
 
 def _first_sample(dataset: Any) -> tuple:
@@ -214,6 +236,10 @@ class UserSource(NativeDataset):
                     refused = (f"sample {i} holds a ringloader.Joint with masks after another "
                                "image reference (natively a Joint's masks replay the draws of "
                                "the sample's first image reference: put that Joint first)")
+            if refused is None and video.holds_video(structures[-1]):
+                refused = (f"sample {i} holds video references (ringloader.VideoFile) next to its "
+                           "image references: video clips are decoded by ringloader's native "
+                           "decoder in worker processes, not yet in the native pool")
             if refused is None:
                 refused = _refusal(refs, model, i)
             if file_of is None:
@@ -417,7 +443,9 @@ class UserSource(NativeDataset):
         """The user's sample, materialised (the generic path's SampleKey: its transforms draw
         from the key's seed, so the sample is the same for any worker count and on resume)."""
         if isinstance(key, SampleKey):
-            return _run_seeded(lambda i: materialize(self.dataset[i]), key.index, tail_seed(key))
+            clip_draws = generator_for(key.seed, key.epoch, key.index, key.position)
+            return _run_seeded(lambda i: materialize(self.dataset[i], clip_draws), key.index,
+                               tail_seed(key))
         return materialize(self.dataset[operator.index(key)])
 
     def __getstate__(self) -> Dict[str, Any]:

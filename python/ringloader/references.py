@@ -12,6 +12,8 @@ import io
 import os
 from typing import Any, Dict, Tuple
 
+from .video import _VideoReference
+
 
 def rebuild(value: Any, walk: Any) -> Any:
     """``value`` rebuilt with ``walk`` applied to each item when it is a container the sample
@@ -386,11 +388,14 @@ def _runnable(transform: Any) -> Any:
     return v2.Compose(parts[:at] + [v2.ToImage()] + parts[at:])
 
 
-def materialize(sample: Any) -> Any:
+def materialize(sample: Any, generator: Any = None) -> Any:
     """``sample`` with every :class:`ImageFile`/:class:`ImageBytes` in it decoded with Pillow and
     transformed (tuples, lists, namedtuples and dicts are walked at any depth; other values are
     returned as they are). Several references to one image in a sample decode it once; each
-    still applies its own transform, in the order they appear.
+    still applies its own transform, in the order they appear. A video reference
+    (:class:`ringloader.VideoFile`/:class:`ringloader.VideoBytes`) is decoded by its ``decode()``:
+    its clip, its clip sampler drawing from ``generator`` (a ``torch.Generator``; None: torch's
+    global one), then its transform; several draw from it in the order they appear.
 
     Examples:
         >>> import ringloader as rl
@@ -413,6 +418,8 @@ def materialize(sample: Any) -> Any:
             if image is None:
                 image = decoded[key] = value._decode()
             return _apply(value, image)
+        if isinstance(value, _VideoReference):
+            return value.decode(generator=generator)
         return rebuild(value, walk)
 
     return walk(sample)

@@ -15,6 +15,9 @@ rotated videos), so the frames equal ``torchcodec.decoders.VideoDecoder(...).get
 .data`` on the same FFmpeg. A stream's rotation (display matrix) is applied as torchcodec applies
 it. Frames are ``uint8`` ``[T, 3, H, W]``.
 
+A Dataset whose samples hold these references runs under ``ringloader.DataLoader`` on torch's
+path: each reference is decoded in the worker processes (``ringloader.materialize``), its clip
+sampler drawing from ``clips.generator_for`` of the sample's (seed, epoch, index, position).
 What is not here yet: decoding inside the loader's native pool, and native video transforms.
 ``transform`` is applied in Python to the decoded tensor (``[T, C, H, W]`` or ``[N, T, C, H, W]``).
 
@@ -35,7 +38,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _C
 
-__all__ = ["VideoBytes", "VideoFile", "VideoMetadata", "video_available"]
+__all__ = ["VideoBytes", "VideoFile", "VideoMetadata", "holds_video", "video_available"]
 
 #: Default largest frame (width * height) a video may have: a decompression-bomb guard.
 MAX_FRAME_PIXELS: int = int(_C.VIDEO_MAX_FRAME_PIXELS)
@@ -212,6 +215,25 @@ class _VideoReference:
         frames, _, _ = self._decoder().get_frames_played_at([float(t) for t in seconds])
         out = torch.from_numpy(frames)
         return self.transform(out) if self.transform is not None else out
+
+
+def holds_video(sample: Any, depth: int = 0) -> bool:
+    """True when ``sample`` is or holds (in tuples, lists, namedtuples, dicts) a video reference.
+
+    Examples:
+        >>> from ringloader.video import VideoFile, holds_video
+        >>> holds_video({"clip": [VideoFile("a.mp4")], "label": 3}), holds_video((1, "a.mp4"))
+        (True, False)
+    """
+    if isinstance(sample, _VideoReference):
+        return True
+    if depth > 8:
+        return False
+    if isinstance(sample, (tuple, list)):
+        return any(holds_video(v, depth + 1) for v in sample)
+    if isinstance(sample, dict):
+        return any(holds_video(v, depth + 1) for v in sample.values())
+    return False
 
 
 class VideoFile(_VideoReference):

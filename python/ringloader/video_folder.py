@@ -29,9 +29,9 @@ class VideoFolder(_TorchDataset):
 
     ``dataset[i]`` is ``(ringloader.video.VideoFile(path, clip=clip, transform=transform),
     target)``: a reference to the video, whose ``decode()`` returns the clip's frames, and the
-    class index after ``target_transform``. The reference is not decoded inside
-    ``rl.DataLoader``'s native pool yet: call ``decode()`` in your Dataset (the manual's Video
-    page shows how).
+    class index after ``target_transform``. ``rl.DataLoader(VideoFolder(...))`` decodes each
+    reference in torch's worker processes, its clip drawn from ``clips.generator_for`` of the
+    sample's key (a ``FallbackWarning`` says so); not inside the loader's native pool yet.
 
     Args:
         root: the folder holding one sub-folder per class.
