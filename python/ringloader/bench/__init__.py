@@ -20,6 +20,7 @@ Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
     python -m ringloader.bench --dataset segmentation-reference  # torchvision's train preset
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
     python -m ringloader.bench --dataset parquet    # rl.Parquet (copy, copy=False) vs rl.ImageFolder
+    python -m ringloader.bench --dataset video      # Kinetics-style clips: rl.VideoFolder vs torchcodec
     python -m ringloader.bench --tune --root /data/imagenet/train --step-ms 40   # ringloader bench --tune
 
 For every transform pipeline (``train``: RandomResizedCrop(224) +
@@ -58,6 +59,7 @@ package):
 * ``joint``: ``rl.Joint`` samples (``detection``, ``detection-hflip``, ``segmentation-joint``, ``segmentation-reference``).
 * ``hf_parquet``: ``--dataset hf`` and ``parquet``: ``rl.HFDataset`` and ``rl.Parquet``.
 * ``scale``: ``--dataset scale``: an ImageNet-sized folder of hard links, in fresh processes.
+* ``video``: ``--dataset video``: Kinetics-style clips, ``rl.VideoFolder`` against torchcodec's decoder and sampler.
 * ``cli``: the arguments, the checks of a run's settings, ``--tune``, and :func:`main`.
 * ``__main__``: ``python -m ringloader.bench``.
 """

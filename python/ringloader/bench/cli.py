@@ -24,6 +24,7 @@ from .pipelines import RECIPES
 from .remote import format_remote_report, run_remote_benchmark
 from .scale import SCALE_CLASSES, SCALE_IMAGES, format_scale_report, run_scale_benchmark
 from .shards import format_shards_report, run_shards_benchmark
+from .video import format_video_report, run_video_benchmark
 
 
 def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
@@ -75,7 +76,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
                                           "multicrop", "dino", "hf", "parquet", "segmentation",
                                           "segmentation-joint", "segmentation-reference",
-                                          "detection", "detection-hflip"),
+                                          "detection", "detection-hflip", "video"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -95,7 +96,10 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "detection-hflip: the same under torchvision's detection hflip preset "
                          "(each image its own size); "
                          "dino: a user Dataset of DINO's whole augmentation, 2 x 224 + 10 x 96 "
-                         "views, ImageFile references vs PIL under torch")
+                         "views, ImageFile references vs PIL under torch; video: Kinetics-style "
+                         "clips (16 frames, stride 4, RandomResizedCrop 224, flip, normalize) of "
+                         "360p H.264 videos ffmpeg makes in a temporary folder, rl.VideoFolder vs "
+                         "torchcodec's decoder and sampler under torch (batches of 8)")
     p.add_argument("--shards-dir", type=Path, default=None,
                    help="--dataset shards: where the packed shards are kept (default: a temporary "
                         "folder; an existing folder of shard-*.tar is reused)")
@@ -206,6 +210,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "python -m ringloader.be
             print(format_scale_report(args, results))
             if args.json:
                 _write_record(args.json, {"scale": results})
+            return 0
+        if args.dataset == "video":
+            report = run_video_benchmark(args, log)
+            print(format_video_report(report))
+            if args.json:
+                _write_record(args.json, {"machine": machine_info(_config(args, 1 << 30)),
+                                          "video": report})
             return 0
         if args.root is None:
             log("preparing the sample dataset (generated once, then cached) ...")
