@@ -68,7 +68,8 @@ bool Resizes(Kind kind);
 
 /// Whether a Pad/RandomCrop step may add padding (RandomCrop without padding never does).
 bool CanPad(const TransformStep& s) {
-  return s.pad_if_needed || s.pad[0] != 0 || s.pad[1] != 0 || s.pad[2] != 0 || s.pad[3] != 0;
+  return s.pad_if_needed || s.zoom_out || s.pad[0] != 0 || s.pad[1] != 0 || s.pad[2] != 0 ||
+         s.pad[3] != 0;
 }
 
 /// Whether the constant, non-zero fill of steps[i] (a Pad/RandomCrop) fuses: its padding must be
@@ -105,6 +106,7 @@ bool Resizes(Kind kind) { return KindInfo(kind).resizes; }
 
 /// Why `s` starts the image stage: what keeps it out of the fused resample.
 std::string ImageStageReason(const TransformStep& s) {
+  if (s.zoom_out) return "RandomZoomOut fuses only as the output's one padding";
   if (KindInfo(s.kind).stage == StepStage::kCropPad) {
     static constexpr const char* kModes[] = {"constant", "edge", "reflect", "symmetric"};
     if (s.pad_mode != PadMode::kConstant) {
@@ -134,6 +136,7 @@ class StageWalk {
     kSecondResize,       ///< a resize after the fused geometry's resize (see resized_at)
     kGuardedStep,        ///< a RandomApply guards a step that is not a size-keeping image step
     kGuardPastEnd,       ///< a RandomApply guards more steps than follow it (or its own guard)
+    kZoomOutUnfused,     ///< a RandomZoomOut that cannot fuse (it has no 8-bit image form)
   };
 
   /// Advances over steps[i] (after steps[0..i)); returns the rule it breaks.
@@ -171,6 +174,11 @@ class StageWalk {
       // resample of it.
       rule = Rule::kResizeAfterImage;
     }
+    // RandomZoomOut has no 8-bit image form: where it cannot fuse, the chain is refused there
+    // (and the steps after it see the image stage begun, as after any step that cannot fuse).
+    if (s.zoom_out && stage_ != Stage::kGeometry && rule == Rule::kNone) {
+      rule = Rule::kZoomOutUnfused;
+    }
     if (Resizes(s.kind) && rule == Rule::kNone) resized_at_ = i;
     return rule;
   }
@@ -197,6 +205,10 @@ class StageWalk {
   std::optional<size_t> resized_at_;
   bool seen_to_tensor_ = false;
 };
+
+constexpr const char* kZoomOutError =
+    "RandomZoomOut is native as the output's one padding, before any colour step and with no "
+    "resize after it";
 
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
   return absl::InvalidArgumentError(
@@ -461,6 +473,25 @@ absl::Status ReadChannels(StepParamReader& r, const char* key, float out[3],
   if (values.size() != 3) return absl::InvalidArgumentError(error);
   std::copy(values.begin(), values.end(), out);
   return absl::OkStatus();
+}
+
+absl::Status ReadPadding(StepParamReader& r, TransformStep* s);
+absl::Status ReadFill(StepParamReader& r, TransformStep* s);
+
+/// Pad, or v2's RandomZoomOut ("zoom_out": its side_range, with "p").
+absl::Status ParsePad(StepParamReader& r, TransformStep* s) {
+  double pair[2];
+  if (r.Pair("zoom_out", pair)) {
+    s->zoom_out = true;
+    std::tie(s->scale_min, s->scale_max) = std::pair(pair[0], pair[1]);
+  }
+  r.Double("p", &s->p);
+  return ReadPadding(r, s);
+}
+
+std::string DescribePad(const TransformStep& s) {
+  if (!s.zoom_out) return "Pad";
+  return absl::StrCat("RandomZoomOut(", s.scale_min, "..", s.scale_max, ", p=", s.p, ")");
 }
 
 absl::Status ReadFill(StepParamReader& r, TransformStep* s) {
@@ -744,8 +775,8 @@ const std::vector<StepKindInfo>& StepKinds() {
        "size_h size_w pad pad_if_needed fill pad_mode",
        ParseRandomCrop, DescribeRandomCrop, ApplyRandomCrop},
       {Kind::kPad, "pad", "Pad", S::kCropPad, false,
-       "pad fill pad_mode",
-       ReadPadding, nullptr, ApplyPad},
+       "pad fill pad_mode zoom_out p",
+       ParsePad, DescribePad, ApplyPad},
       {Kind::kColorJitter, "color_jitter", "ColorJitter", S::kImage, false,
        "ranges",
        ReadRanges, nullptr, ApplyColorJitter},
@@ -853,6 +884,8 @@ std::string StageOrderError(const std::vector<TransformStep>& steps, size_t firs
         return GuardedStepError(steps[i]);
       case Rule::kGuardPastEnd:
         return GuardPastEndError(steps, i);
+      case Rule::kZoomOutUnfused:
+        return kZoomOutError;
       case Rule::kNone:
         break;
     }
@@ -909,6 +942,8 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         return StepError(i, s.kind, GuardedStepError(s));
       case Rule::kGuardPastEnd:
         return StepError(i, s.kind, GuardPastEndError(steps, i));
+      case Rule::kZoomOutUnfused:
+        return StepError(i, s.kind, kZoomOutError);
     }
     if (before == StageWalk::Stage::kGeometry && walk.stage() == StageWalk::Stage::kImage) {
       p.image_begin_ = i;
@@ -987,7 +1022,14 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
         size = Size2{s.size_h, s.size_w};
         break;
       case Kind::kPad:
-        if (size) {
+        if (s.zoom_out) {
+          if (!(s.scale_min >= 1.0 && s.scale_min <= s.scale_max && std::isfinite(s.scale_max))) {
+            return StepError(i, s.kind, "RandomZoomOut: side_range must be (lo, hi) with "
+                                        "1 <= lo <= hi");
+          }
+          if (!(s.p >= 0.0 && s.p <= 1.0)) return StepError(i, s.kind, "p must be in [0, 1]");
+          size.reset();  // drawn per sample: the output size depends on the draw and the image
+        } else if (size) {
           size = Size2{size->h + s.pad[1] + s.pad[3], size->w + s.pad[0] + s.pad[2]};
           if (size->h <= 0 || size->w <= 0) {
             return StepError(i, s.kind, "negative padding removes the whole image");
@@ -1071,6 +1113,9 @@ void PadView(View& v, int64_t left, int64_t top, int64_t right, int64_t bottom) 
   v.Crop(-top, -left, v.h + top + bottom, v.w + left + right);
 }
 
+/// torch.rand's float32 draw: 24 random bits in [0, 1).
+float Rand24(SampleRng& rng) { return static_cast<float>(rng.Next() >> 40) * 0x1.0p-24f; }
+
 /// A fused Pad/RandomCrop with a non-zero fill (FusesFill): its levels, painted by the render,
 /// made ints as torchvision makes them (int(x): 123.675 pads with 123), clamped to 0..255.
 void TakeFill(const TransformStep& s, SampleGeometry* g) {
@@ -1099,7 +1144,7 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
           // v2's ScaleJitter: scale = lo + rand * (hi - lo) with torch.rand's float32 (24 bits),
           // r = min(target_w / height, target_h / width) * scale, int(side * r), all in float32
           // as torch computes a Python number times a float32 tensor.
-          const float u = static_cast<float>(rng.Next() >> 40) * 0x1.0p-24f;
+          const float u = Rand24(rng);
           const float span = static_cast<float>(s.scale_max - s.scale_min);
           const float product = u * span;
           const float scale = static_cast<float>(s.scale_min) + product;
@@ -1176,7 +1221,21 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
         }
         break;
       case Kind::kPad:
-        PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
+        if (s.zoom_out) {
+          // v2's RandomZoomOut: skipped when torch.rand(1) >= p; else ratio = lo + rand * (hi -
+          // lo), canvas int(side * ratio), offsets int((canvas - side) * rand), in float32.
+          if (Rand24(rng) >= static_cast<float>(s.p)) break;
+          const float ratio = static_cast<float>(s.scale_min) +
+                              Rand24(rng) * static_cast<float>(s.scale_max - s.scale_min);
+          const int64_t cw = static_cast<int64_t>(static_cast<float>(v.w) * ratio);
+          const int64_t ch = static_cast<int64_t>(static_cast<float>(v.h) * ratio);
+          const float rx = Rand24(rng), ry = Rand24(rng);
+          const int64_t left = static_cast<int64_t>(static_cast<float>(cw - v.w) * rx);
+          const int64_t top = static_cast<int64_t>(static_cast<float>(ch - v.h) * ry);
+          PadView(v, left, top, cw - (left + v.w), ch - (top + v.h));
+        } else {
+          PadView(v, s.pad[0], s.pad[1], s.pad[2], s.pad[3]);
+        }
         TakeFill(s, &g);
         break;
       case Kind::kRandomCrop: {

@@ -21,14 +21,20 @@ from . import transforms as T
 
 __all__: List[str] = []
 
+#: The v2 classes that pad (and RandomCrop crops): natively fused into the geometry.
+PADS = ("Pad", "RandomCrop", "RandomZoomOut")
+
+
+def zooms(step: Any) -> bool:
+    """Whether ``step`` is v2's RandomZoomOut (it pads with a probability, by a drawn share)."""
+    return type(step).__name__ == "RandomZoomOut"
+
 #: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets, rotation and affine
 #: keep a Joint on torch's path, by class name (the warning names the step and its position).
 NOT_NATIVE = {
     "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
                       "IoU with each candidate), which the native draws do not see; the ssd and "
                       "ssdlite presets run on torch's path"),
-    "RandomZoomOut": ("pads by a random share of the image with its fill (an output size drawn "
-                      "per sample), which is not native yet"),
     "RandomPhotometricDistort": ("permutes channels and orders its colour steps at random "
                                  "before the geometric steps, which is not native yet"),
     # Natively these run on the 8-bit image after the resample, with an angle (and shear,
@@ -69,6 +75,16 @@ def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
                         f"{tuple(t.scale_range)}")
     return [{"kind": "resize", "size_h": height, "size_w": width, "scale_jitter": [lo, hi],
              "interpolation": interp}]
+
+
+@T._converts("RandomZoomOut")
+def _zoom_out(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomZoomOut: with probability p, the image at a drawn offset in a canvas of its
+    size times a drawn ratio, padded with the fill (the draws the sample's keyed ones, made as
+    v2 makes them); natively where that is the output's one padding (TransformPipeline)."""
+    lo, hi = (float(v) for v in t.side_range)
+    return [{"kind": "pad", "pad": [0, 0, 0, 0], "fill": T._fill(t.fill, where),
+             "pad_mode": "constant", "zoom_out": [lo, hi], "p": float(t.p)}]
 
 
 def _levels(fill: Any) -> Tuple[float, float, float]:

@@ -56,9 +56,9 @@ __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 #: geometry, so boxes and keypoints follow the recorded rectangle (RandomResize: its size drawn
 #: per sample, natively from the loader's per-sample seed).
 _GEOMETRIC = {"Resize", "RandomResize", "RandomShortestSize", "ScaleJitter", "CenterCrop",
-              "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
+              "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", *_detection.PADS}
 #: Of those, the ones after which v2 clamps boxes to the new canvas.
-_CLAMPING = {"CenterCrop", "RandomResizedCrop", "RandomCrop", "Pad"}
+_CLAMPING = {"CenterCrop", "RandomResizedCrop", *_detection.PADS}
 #: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
 _VALUES = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomPosterize",
            "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
@@ -156,7 +156,7 @@ def _with_fill(step: Any, fill: Any) -> Any:
 
 def _pads(step: Any) -> bool:
     padding = getattr(step, "padding", None)
-    return bool(padding) or bool(getattr(step, "pad_if_needed", False))
+    return bool(padding) or bool(getattr(step, "pad_if_needed", False)) or _detection.zooms(step)
 
 
 def _nearest(step: Any) -> Any:
@@ -249,31 +249,31 @@ def _plan(transform: Any) -> Any:
             if first_value is not None:
                 return (f"{where} follows {T._step_name(first_value)}: natively it would move "
                         "the pixels after the resample, where boxes cannot follow it")
-            why = name in ("Pad", "RandomCrop") and _detection.image_fill_refusal(
+            why = name in _detection.PADS and _detection.image_fill_refusal(
                 step, parts, lambda p: _fill_for(p, kind), _pads)
             if why:  # the image's fill fuses as its one padding (a Mask's is its view's)
                 return f"{where} {why}"
-            if name in ("Pad", "RandomCrop") and mask_refusal is None and _pads(step):
+            if name in _detection.PADS and mask_refusal is None and _pads(step):
                 if _mask_fill(step) is None:
                     mask_refusal = (f"{where} pads a tv_tensors.Mask with {_fill_for(step, 'mask')!r} "
                                     "(natively a mask pads with one integer level in 0..255)")
                 elif _mask_fill(step) and any(type(p).__name__ == "CenterCrop"
-                                              or (type(p).__name__ in ("Pad", "RandomCrop")
+                                              or (type(p).__name__ in _detection.PADS
                                                   and _pads(p) and not _mask_fill(p))
                                               for p in parts if p is not step):
                     mask_refusal = (f"{where} pads a tv_tensors.Mask with {_mask_fill(step)} and "
                                     "another step pads it with 0 (natively a mask pads with one "
                                     "level)")
-            if name in ("Pad", "RandomCrop"):
+            if name in _detection.PADS:
                 mask.append(_nearest(_with_fill(step, _mask_fill(step) or 0)))
                 step = _with_fill(step, _fill_for(step, kind) or 0)
-            if name in ("Pad", "RandomCrop") and _pads(step) and cropped:
+            if name in _detection.PADS and _pads(step) and cropped:
                 return (f"{where} pads after a crop (v2 clamps boxes to each canvas in turn, "
                         "which one rectangle does not say)")
             geometric_seen = True
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
             clamps |= name in _CLAMPING
-            if name not in ("Pad", "RandomCrop"):
+            if name not in _detection.PADS:
                 mask.append(_nearest(step))
         elif name in _VALUES:
             to_mask = _mask_dtype(step)

@@ -82,3 +82,70 @@ def test_rotation_and_affine_are_named_with_why(tmp_path, step, why):
     assert not loader.native
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
     assert told and f"v2.{type(step).__name__} at position 1" in told[0] and why in told[0], told
+
+
+def _opened(path):
+    from PIL import Image
+
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+class Centred(Detections):
+    """A small box at the photo's centre first: where it lands tells the zoom-out's offset."""
+
+    def target(self):
+        target = super().target()
+        boxes = torch.cat([torch.tensor([[100.0, 70.0, 110.0, 80.0]]), target["boxes"]])
+        return {"boxes": tv_tensors.wrap(boxes, like=target["boxes"]),
+                "labels": torch.tensor([9, 1, 2])}
+
+
+@pytest.mark.parametrize("side", [1.0, 1.7, 3.2])
+def test_random_zoom_out_equals_v2_for_the_drawn_offset(tmp_path, side):
+    """RandomZoomOut natively (the ssd preset's second step; p=1 and side_range=(s, s) fix the
+    canvas, the offset is the loader's draw, told by the centre box): v2 with that offset gives
+    the same image (max |diff| 0, the fill painted around it) and boxes (within 1e-4 px)."""
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"photo{i}.jpg")
+        paths[-1].write_bytes(jpeg_bytes(211, 150, quality=88, seed=140 + i))
+
+    def chain(padding=None):
+        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(side, side), p=1.0)
+        if padding is not None:
+            zoom.make_params = lambda flat_inputs: {"padding": padding}
+        return v2.Compose([zoom, v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
+                           v2.SanitizeBoundingBoxes()])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(Centred(chain(), paths), batch_size=2, collate_fn=list)
+    assert loader.native
+    rows = [row for batch in loader for row in batch]
+    canvas_w, canvas_h = int(211 * torch.tensor(side)), int(150 * torch.tensor(side))
+    for path, (image, target) in zip(paths, rows):
+        assert image.shape == (3, canvas_h, canvas_w)
+        box = target["boxes"][0]  # flipped: x0 = canvas_w - (110 + left)
+        left, top = round(canvas_w - 110 - float(box[0])), round(float(box[1]) - 70)
+        assert 0 <= left <= canvas_w - 211 and 0 <= top <= canvas_h - 150
+        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
+        want_image, want = chain(padding)(_opened(path), Centred(None, paths).target())
+        assert torch.equal(image, want_image), (side, padding)
+        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        assert torch.equal(target["labels"], want["labels"])
+
+
+def test_a_resize_after_random_zoom_out_is_named(tmp_path):
+    """A resize after RandomZoomOut would blend its fill: torch's path, the warning naming both."""
+    path = tmp_path / "photo.jpg"
+    path.write_bytes(jpeg_bytes(211, 150, quality=88, seed=150))
+    t = v2.Compose([v2.RandomZoomOut(fill=MEAN), v2.Resize((120, 120)), v2.PILToTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, [path]), batch_size=1, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    assert told and "Resize" in told[0] and "RandomZoomOut" in told[0], told
+    image, target = next(iter(loader))[0]
+    assert image.shape == (3, 120, 120)

@@ -97,6 +97,10 @@ struct TransformStep {
   /// resized by min(size_w / height, size_h / width) * scale (v2's formula, in float32 as torch
   /// computes it), scale drawn uniformly from [scale_min, scale_max); each side truncated.
   bool scale_jitter = false;
+  /// Pad: v2's RandomZoomOut when set: with probability p, a canvas of the image's size times
+  /// a ratio drawn from [scale_min, scale_max) (side_range), the image at a drawn offset in it,
+  /// the rest `fill` (v2's draws, in float32 as torch computes them).
+  bool zoom_out = false;
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double p = 0.5;
