@@ -909,6 +909,41 @@ TEST(TransformPipelinePlan, ScaleJitterSizesAsV2) {
   EXPECT_FALSE(TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC, true).ok());
 }
 
+// v2's RandomZoomOut: with probability p, the image at offsets int((canvas - side) * rand) in a
+// canvas of int(side * ratio); its fill painted like a fused pad's; unfusable before a resize.
+TEST(TransformPipelinePlan, RandomZoomOutPadsByADrawnShare) {
+  TransformStep zoom;
+  zoom.kind = Kind::kPad;
+  zoom.zoom_out = true;
+  zoom.scale_min = zoom.scale_max = 2.5;
+  zoom.p = 1.0;
+  std::fill(zoom.fill, zoom.fill + 3, 9.f);
+  const TransformPipeline always =
+      TransformPipeline::Create({zoom}, DType::kUint8, Layout::kHWC, true).value();
+  zoom.p = 0.0;
+  const TransformPipeline never =
+      TransformPipeline::Create({zoom}, DType::kUint8, Layout::kHWC, true).value();
+  std::set<double> lefts;
+  for (uint64_t seed = 0; seed < 50; ++seed) {
+    SampleRng a(seed), b(seed);
+    const SampleGeometry g = always.Plan(211, 150, a);
+    EXPECT_EQ(g.out_w, static_cast<int>(211.f * 2.5f));
+    EXPECT_EQ(g.out_h, static_cast<int>(150.f * 2.5f));
+    EXPECT_TRUE(g.has_fill);
+    EXPECT_LE(g.x0, 0.0);
+    EXPECT_GE(g.x0, 211.0 - g.out_w);
+    lefts.insert(g.x0);
+    const SampleGeometry n = never.Plan(211, 150, b);
+    EXPECT_EQ(n.out_w, 211);
+    EXPECT_EQ(n.out_h, 150);
+  }
+  EXPECT_GT(lefts.size(), 20u);  // the offset is drawn
+  zoom.p = 1.0;
+  EXPECT_NE(StageOrderError({zoom, ResizeHW(70, 100)}), "");  // a resize would blend its fill
+  zoom.scale_min = 0.5;  // v2 refuses a side_range below 1
+  EXPECT_FALSE(TransformPipeline::Create({zoom}, DType::kUint8, Layout::kHWC, true).ok());
+}
+
 // A RandomCrop padding with a constant non-zero fill (the lsj preset's) fuses into the geometry
 // when it is the output's one padding and no resize follows it; the render paints its padding,
 // which is exactly where the same chain with a zero fill writes zeros.
