@@ -12,8 +12,10 @@ APT_PACKAGES=(g++ pkg-config liburing-dev libturbojpeg0-dev libjpeg62-turbo-dev 
               ffmpeg                 # FFmpeg itself is loaded at run time); ffmpeg: the tests' videos
               nginx-light openssl    # the remote-shard tests' HTTP(S) server
               libnuma-dev libgtest-dev libgmock-dev
-              clang libclang-rt-14-dev   # clang + its runtimes: the libFuzzer target
-              g++-aarch64-linux-gnu qemu-user-static)   # the NEON kernels' test (test_neon.sh)
+              clang libclang-rt-14-dev)   # clang + its runtimes: the libFuzzer target
+# The NEON kernels' test (test_neon.sh): cross-compiled and run under qemu on an x86_64 host
+# (an aarch64 host runs it natively with its own g++).
+[ "$(uname -m)" = x86_64 ] && APT_PACKAGES+=(g++-aarch64-linux-gnu qemu-user-static)
 # The test command (scripts/test.sh) compiles the core several times: ccache serves repeats.
 [ "${RINGLOADER_CCACHE:-0}" = 1 ] && APT_PACKAGES+=(ccache)
 missing=()

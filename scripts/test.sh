@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # checkout's files by absolute path, the same from every build folder (the folder itself is left
 # out of the hash: CCACHE_NOHASHDIR).
 export RINGLOADER_CCACHE=1
-export CCACHE_NOHASHDIR=1 CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ringloader-ccache}"
+export CCACHE_NOHASHDIR=1 CCACHE_DIR="${CCACHE_DIR:-${HOME:-/tmp}/.cache/ringloader-ccache}"
 T0=$SECONDS
 # Each stage's time since the start, so that the log shows where the half hour goes.
 trap 'echo "== test.sh: $((SECONDS - T0)) s in all"; command -v ccache >/dev/null && ccache -s | head -8 || true' EXIT
