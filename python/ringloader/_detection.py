@@ -11,6 +11,8 @@ it, so they are known wherever a Dataset's transform is converted.
   preset's ``RandomCrop(size, pad_if_needed=True, fill=mean)``): fused into the native geometry
   when it is the output's one padding and no resize follows it (the render paints the padded
   pixels; ``TransformPipeline::Create``), so boxes follow it (:func:`image_fill_refusal`).
+* ``RandomZoomOut`` (the ``ssd`` preset's second step): such a pad, its canvas ratio, offset and
+  ``p`` drawn per sample as v2 draws them.
 """
 
 from __future__ import annotations
@@ -29,14 +31,18 @@ def zooms(step: Any) -> bool:
     """Whether ``step`` is v2's RandomZoomOut (it pads with a probability, by a drawn share)."""
     return type(step).__name__ == "RandomZoomOut"
 
+
 #: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets, rotation and affine
 #: keep a Joint on torch's path, by class name (the warning names the step and its position).
 NOT_NATIVE = {
     "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
                       "IoU with each candidate), which the native draws do not see; the ssd and "
                       "ssdlite presets run on torch's path"),
+    # Its contrast takes the whole image's mean, and the zoom-out's fill after it keeps its
+    # level: it cannot move after the geometry, where native colour steps run.
     "RandomPhotometricDistort": ("permutes channels and orders its colour steps at random "
-                                 "before the geometric steps, which is not native yet"),
+                                 "before the geometric steps (its contrast from the whole "
+                                 "image's mean), which is not native yet"),
     # Natively these run on the 8-bit image after the resample, with an angle (and shear,
     # translation) the row's geometry record does not hold, so boxes could not follow them.
     "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "
