@@ -237,3 +237,23 @@ def test_images_and_videos_in_one_sample(root: Path, tmp_path: Path):
     assert ours[0][0].shape == (2, 3, 8, 8) and ours[0][1].shape == (2, 1, 4, 3, 24, 32)
     serial = [b for b in loader(Mixed(), batch_size=2, generator=torch.Generator().manual_seed(1))]
     assert all(torch.equal(a[1], b[1]) for a, b in zip(ours, serial))
+
+
+def test_bench_video_mode_reports_both_loaders_and_cleans_up(monkeypatch, capsys, tmp_path: Path):
+    """``ringloader compare --dataset video``: the report's shape (not its timings), on 2 tiny
+    clips, and its temporary folder of videos removed."""
+    pytest.importorskip("torchcodec")
+    from ringloader.bench import cli, video as bench_video
+
+    monkeypatch.setattr(bench_video, "VIDEOS", 2)
+    monkeypatch.setattr(bench_video, "SIZE", "64x36")
+    monkeypatch.setattr(bench_video, "SECONDS", 3)  # 90 frames: a 16-frame clip 4 apart fits
+    monkeypatch.setattr(bench_video, "BATCH", 2)
+    monkeypatch.setattr(bench_video, "TIMED_BATCHES", 1)
+    monkeypatch.setattr(bench_video.tempfile, "tempdir", str(tmp_path))
+    assert cli.main(["--dataset", "video", "--rounds", "1", "--num-workers", "0", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "16 frames, stride 4, RandomResizedCrop(224)" in out
+    assert "torchcodec VideoDecoder + clips_at_random_indices" in out and "clips/s" in out
+    assert "ratio ringloader / torchcodec:" in out and "load average" in out
+    assert list(tmp_path.iterdir()) == []  # the clips are removed
