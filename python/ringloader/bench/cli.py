@@ -76,7 +76,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
     p.add_argument("--dataset", choices=("folder", "shards", "scale", "remote", "custom",
                                           "multicrop", "dino", "hf", "parquet", "segmentation",
                                           "segmentation-joint", "segmentation-reference",
-                                          "detection", "detection-hflip", "video"),
+                                          "detection", "detection-hflip", "detection-lsj",
+                                          "video"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -94,7 +95,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "segmentation train preset through rl.Joint vs PIL + v2 under torch; "
                          "detection: boxes with each image, rl.Joint vs PIL + v2 under torch; "
                          "detection-hflip: the same under torchvision's detection hflip preset "
-                         "(each image its own size); "
+                         "(each image its own size); detection-lsj: under its lsj preset; "
                          "dino: a user Dataset of DINO's whole augmentation, 2 x 224 + 10 x 96 "
                          "views, ImageFile references vs PIL under torch; video: Kinetics-style "
                          "clips (16 frames, stride 4, RandomResizedCrop 224, flip, normalize) of "
@@ -172,13 +173,14 @@ def _write_record(path: Path, payload: dict) -> None:
 
 #: The ``--dataset`` kinds of one user Dataset (or Arrow data) against torch's DataLoader.
 DATASET_KINDS = ("custom", "multicrop", "dino", "hf", "parquet", "segmentation",
-                 "segmentation-joint", "segmentation-reference", "detection", "detection-hflip")
+                 "segmentation-joint", "segmentation-reference", "detection", "detection-hflip",
+                 "detection-lsj")
 
 
 def _run_dataset_kind(args: argparse.Namespace, cfg: Config, machine: dict, data: dict,
                       log: Callable[[str], None]) -> dict:
     """Runs one of :data:`DATASET_KINDS`, prints its report and returns it."""
-    if args.dataset in ("detection", "detection-hflip"):
+    if args.dataset in ("detection", "detection-hflip", "detection-lsj"):
         report = run_detection_benchmark(cfg, log, args.dataset)
         print(format_detection_report(cfg, machine, data, report))
     elif args.dataset == "segmentation-joint":

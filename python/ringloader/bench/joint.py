@@ -1,5 +1,5 @@
 """Joint samples (``rl.Joint``): an image with its boxes (``--dataset detection``,
-``detection-hflip``) or with its mask under one random geometry (``segmentation-joint``,
+``detection-hflip``, ``detection-lsj``) or with its mask under one random geometry (``segmentation-joint``,
 ``segmentation-reference``), v2 in Python under torch's DataLoader against ringloader's."""
 
 from __future__ import annotations
@@ -184,6 +184,22 @@ def detection_hflip_preset() -> Any:
         v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
 
 
+def detection_lsj_preset() -> Any:
+    """torchvision's detection train preset ``lsj`` in v2 classes, the PIL backend: ScaleJitter
+    to 1024 x 1024, the reference's own FixedSizeCrop written as v2's RandomCrop with
+    pad_if_needed and the mean as fill (every sample the fixed 1024 x 1024 canvas), the flip."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    return v2.Compose([
+        v2.ScaleJitter((1024, 1024)),
+        v2.RandomCrop((1024, 1024), pad_if_needed=True, fill=(123.0, 117.0, 104.0)),
+        v2.RandomHorizontalFlip(0.5), v2.PILToTensor(), v2.ToDtype(torch.float, scale=True),
+        v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
+
+
 def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
                             kind: str = "detection") -> dict[str, Any]:
     """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
@@ -202,7 +218,8 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
     for path, _ in rows:
         with Image.open(path) as im:
             sizes.append(im.size)
-    transform = detection_hflip_preset() if kind == "detection-hflip" else v2.Compose([
+    presets = {"detection-hflip": detection_hflip_preset, "detection-lsj": detection_lsj_preset}
+    transform = presets[kind]() if kind in presets else v2.Compose([
         v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
         v2.SanitizeBoundingBoxes(),
         v2.ToDtype({tv_tensors.Image: torch.float32, "others": None}, scale=True),
@@ -221,6 +238,9 @@ def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str
     steps = ("torchvision's hflip train preset (flip, ToImage, ToDtype, ConvertBoundingBoxFormat, "
              "SanitizeBoundingBoxes, ToPureTensor; each image its own size)"
              if report["kind"] == "detection-hflip" else
+             "torchvision's lsj train preset (ScaleJitter 1024, RandomCrop 1024 padded with the "
+             "mean, flip, PILToTensor, ToDtype, ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
+             "ToPureTensor)" if report["kind"] == "detection-lsj" else
              f"v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + Normalize")
     return _joint_report(
         f"ringloader {report['kind']} benchmark: a detection Dataset over {data['images']} "
