@@ -30,6 +30,7 @@ Map of the package (public modules first, then private ones):
 * ``_fallback``: ``FallbackWarning`` and why a dataset runs on torch's path, naming the step or reference.
 * ``_torchvision_folder``: a torchvision ``ImageFolder``/``DatasetFolder`` served natively (``TorchvisionFolder``).
 * ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.
+* ``_detection``: converters of the steps of torchvision's detection references (``ScaleJitter``, ``RandomZoomOut``), and why the others are not native.
 * ``_shard_index``: a WebDataset's shard URLs expanded, tar member keys, shard indexes (scan, sidecar, index cache).
 * ``_remote_shards``: ``RemoteShards``, a WebDataset's remote shards: kept indexes, epoch downloads, range reads, ETags.
 * ``_remote``: http(s) and s3 shards fetched natively into the node-local shard cache.
