@@ -229,6 +229,20 @@ def test_lsj_preset_equals_v2_for_the_drawn_crop(photos, scale, dtype):
         assert 3 not in target["labels"].tolist()  # the zero-width box is gone
 
 
+def test_a_fractional_fill_pads_with_its_int_part_as_v2(photos):
+    """ImageNet's mean in levels (fractional) in a Joint: Pillow pads with its int part, and so
+    does the fused pad (max |diff| 0)."""
+    fill = (123.675, 116.28, 103.53)
+    t = v2.Compose([v2.ScaleJitter((300, 300), scale_range=(0.5, 0.5)),
+                    v2.Pad((7, 5, 3, 9), fill=fill), v2.PILToTensor()])
+    dataset = Detections(t, photos)
+    for image, target in _native_rows(dataset):
+        i = target["index"]
+        want_image, _ = t(_opened(photos[i][0]), dataset.target(i))
+        assert _diff(image, want_image) == 0
+        assert image[:, 0, 0].tolist() == [123, 116, 103]
+
+
 def test_lsj_random_draws_keep_image_and_boxes_aligned(photos):
     """The default scale_range: every sample is the fixed 256 x 320 canvas, and the centre box
     sits where v2 puts it for the drawn size and crop."""
