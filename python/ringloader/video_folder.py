@@ -52,9 +52,9 @@ class VideoFolder(_TorchDataset):
             neither.
 
     Examples:
-        >>> import os, tempfile
+        >>> import os
         >>> import ringloader as rl
-        >>> root = tempfile.mkdtemp()
+        >>> root = os.path.abspath("videos")
         >>> for name in ("archery/a.mp4", "archery/b.MKV", "bowling/c.avi", "bowling/notes.txt"):
         ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
         ...     open(os.path.join(root, name), "wb").close()
