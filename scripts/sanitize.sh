@@ -2,6 +2,7 @@
 # Sanitizer runs, idempotent and incremental (build dirs are kept between runs):
 #   asan  CMake preset "asan" (ASan+UBSan) in build/asan: build, then the GoogleTest suite
 #   tsan  CMake preset "tsan" (ThreadSanitizer) in build/tsan: build, then the suite 3 times
+#         (the tests whose code starts no thread are left out: RINGLOADER_THREADED_TESTS_ONLY)
 #   py    the Python extension built with ASan+UBSan (build/asan-py, installed with
 #         pip --target into $ASAN_SITE, never into .venv) running tests/stress/loader_stress.py
 #
