@@ -24,6 +24,9 @@ Map of the package (public modules first, then private ones):
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
 * ``_source``: the Source protocol every sample source implements (length, table, shards...), ``StaleIndexError``.
 * ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it).
+* ``_arrow_columns``: Arrow columns as arrays for ``hf``: the image column's buffers, offsets and lengths, passed-through values, column checks.
+* ``_parquet_files``: ``Parquet``'s files: globs and URLs found, remote files downloaded, the memory-mapped Arrow copy.
+* ``_row_groups``: ``Parquet(copy=False)``'s row groups, read as an epoch needs them and fed to the native loader.
 * ``_structures``: a user's samples' structures, their references replaced by placeholder leaves that a batch fills.
 * ``_columns``: per-sample columns: a columnar source's table (``Columns``), the native loader's ``memory``/``more_files``.
 * ``_batcher``: ``Batcher``, a user's batch rebuilt in its samples' structure from a native batch.

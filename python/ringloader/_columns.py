@@ -27,9 +27,9 @@ class Columns:
     ``structures(positions)`` those samples with their reference
     replaced by ``_leaf(0)`` (built when their batch is) and ``name(i)`` what sample i is, for
     its errors. ``feed`` (None: every row's bytes are there) hands the native loader the row
-    groups of rows whose ``which`` is -2 while an epoch runs (``hf._Feed``: ``begin(native,
-    order, per_row)``, ``stop(native)``, ``budget``); the source is then read group by group, in its own
-    order (``streamed``)."""
+    groups of rows whose ``which`` is -2 while an epoch runs (``_row_groups._Feed``:
+    ``begin(native, order, per_row)``, ``stop(native)``, ``budget``); the source is then read
+    group by group, in its own order (``streamed``)."""
 
     __slots__ = ("model", "memory", "paths", "structures", "name", "feed")
 
