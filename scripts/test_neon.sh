@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The resampler's NEON kernels (csrc/transform/resample_neon.cc), checked bit for bit against
-# its scalar kernels on AArch64 without an arm64 machine: csrc/transform/resample_simd_check.cc
-# is cross-compiled, statically linked (so no arm64 root is needed), with resample.cc and
-# resample_neon.cc, and run under qemu-user (natively on an aarch64 host).
+# The NEON code, checked bit for bit against the scalar code on AArch64 without an arm64 machine;
+# each check is cross-compiled, statically linked (so no arm64 root is needed), and run under
+# qemu-user (natively on an aarch64 host):
+#   - the resampler's NEON kernels (csrc/transform/resample_neon.cc) against its scalar kernels:
+#     csrc/transform/resample_simd_check.cc with resample.cc and resample_neon.cc;
+#   - the PNG unfilter's NEON form against its byte-by-byte reference:
+#     csrc/decode/png_unfilter_check.cc with png_unfilter.cc (asked to find NEON there, so a
+#     build that lost it fails). Not in --bench or --count mode.
 # Usage: bash scripts/test_neon.sh [--bench | --count [filter]]
 #   --bench: also SIMD vs scalar timings (under qemu these say little about real Arm cores:
 #            qemu runs many NEON instructions through helper calls);
@@ -12,15 +16,13 @@
 # Compiler: aarch64-linux-gnu-g++ (Debian's g++-aarch64-linux-gnu, installed by setup.sh), else
 # Zig (`zig` on PATH, or the one scripts/wheels/deps.sh installs in build/wheel-zig) for
 # aarch64-linux-musl. Skips (exit 0, with the reason) when no compiler or no qemu is found.
-# The binary is rebuilt in build/neon only when a source changed.
+# Each binary is rebuilt in build/neon only when a source or header it uses changed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 skip() { echo "test_neon: SKIPPED: $*"; exit 0; }
 OUT=build/neon
 mkdir -p "$OUT"
 
-SOURCES=(csrc/transform/resample.cc csrc/transform/resample_neon.cc
-         csrc/transform/resample_simd_check.cc)
 # Abseil's headers (resample.h reaches absl/status/statusor.h; nothing of Abseil is linked) are
 # the same for every architecture: the host's, alone on the include path.
 absl=""
@@ -50,16 +52,28 @@ else
   run=("$qemu")
 fi
 
-bin=$OUT/resample_simd_check
 recipe="${compiler[*]} ${FLAGS[*]}"
-if [ ! -x "$bin" ] || [ "$(cat "$bin.recipe" 2>/dev/null)" != "$recipe" ] ||
-   [ -n "$(find "${SOURCES[@]}" csrc/transform/resample.h csrc/transform/resample_kernels.h \
-            csrc/transform/image_transform.h -newer "$bin" 2>/dev/null)" ]; then
-  echo "test_neon: compiling for aarch64 with ${compiler[0]##*/}"
-  "${compiler[@]}" "${FLAGS[@]}" "${SOURCES[@]}" -o "$bin.tmp"
-  mv "$bin.tmp" "$bin"
-  echo "$recipe" > "$bin.recipe"
-fi
+# build NAME SOURCE... -- HEADER...: $OUT/NAME from the sources, unless it is newer than all of
+# them and the headers and was made with the same compiler and flags.
+build() {
+  local name=$1 sources=() headers=()
+  shift
+  while (($#)) && [ "$1" != -- ]; do sources+=("$1"); shift; done
+  (($#)) && shift
+  headers=("$@")
+  local bin=$OUT/$name
+  if [ ! -x "$bin" ] || [ "$(cat "$bin.recipe" 2>/dev/null)" != "$recipe" ] ||
+     [ -n "$(find "${sources[@]}" "${headers[@]}" -newer "$bin" 2>/dev/null)" ]; then
+    echo "test_neon: compiling $name for aarch64 with ${compiler[0]##*/}"
+    "${compiler[@]}" "${FLAGS[@]}" "${sources[@]}" -o "$bin.tmp"
+    mv "$bin.tmp" "$bin"
+    echo "$recipe" > "$bin.recipe"
+  fi
+}
+build resample_simd_check csrc/transform/resample.cc csrc/transform/resample_neon.cc \
+  csrc/transform/resample_simd_check.cc -- csrc/transform/resample.h \
+  csrc/transform/resample_kernels.h csrc/transform/image_transform.h
+bin=$OUT/resample_simd_check
 if [ "${1:-}" = --count ]; then
   [ -n "${qemu:-}" ] || skip "--count needs qemu (the instruction trace)"
   # Guest instructions executed: each translation block's size (in_asm) times its executions
@@ -80,3 +94,8 @@ if [ "${1:-}" = --count ]; then
   exit 0
 fi
 "${run[@]}" "$bin" "$@"
+if [ -z "${1:-}" ]; then
+  build png_unfilter_check csrc/decode/png_unfilter.cc csrc/decode/png_unfilter_check.cc -- \
+    csrc/decode/png_unfilter.h
+  "${run[@]}" "$OUT/png_unfilter_check" --expect NEON
+fi

@@ -5,6 +5,10 @@
 
 #if defined(__SSE2__)
 #include <emmintrin.h>
+#define RINGLOADER_UNFILTER_SIMD "SSE2"
+#elif defined(__ARM_NEON)
+#include <arm_neon.h>
+#define RINGLOADER_UNFILTER_SIMD "NEON"
 #endif
 
 namespace ringloader::decode_internal {
@@ -22,14 +26,15 @@ void UpRow(const uint8_t* prev, uint8_t* row, size_t len) {
   for (size_t i = 0; i < len; ++i) row[i] = static_cast<uint8_t>(row[i] + prev[i]);
 }
 
-#if defined(__SSE2__)
+#if defined(RINGLOADER_UNFILTER_SIMD)
 
-/// One pixel of `kBpp` bytes in the low lanes of a register; the loads and stores touch exactly
-/// the pixel's bytes, so the row can be unfiltered in place with nothing read past its end. The
-/// bytes go through a general register, never through memory: a 4-byte reload of bytes just
-/// stored in two pieces would stall on store forwarding, on the Sub/Average/Paeth chain.
+/// One pixel of `kBpp` bytes in the low bytes of a word (the others zero), for the low lanes of
+/// a SIMD register; the loads and stores touch exactly the pixel's bytes, so the row can be
+/// unfiltered in place with nothing read past its end. The bytes go through a general register,
+/// never through memory: a 4-byte reload of bytes just stored in two pieces would stall on store
+/// forwarding, on the Sub/Average/Paeth chain.
 template <int kBpp>
-inline __m128i LoadPixel(const uint8_t* p) {
+inline uint32_t LoadPixelBits(const uint8_t* p) {
   uint32_t v;
   if constexpr (kBpp == 4) {
     std::memcpy(&v, p, 4);
@@ -38,12 +43,11 @@ inline __m128i LoadPixel(const uint8_t* p) {
     std::memcpy(&low, p, 2);
     v = low | uint32_t{p[2]} << 16;
   }
-  return _mm_cvtsi32_si128(static_cast<int>(v));
+  return v;
 }
 
 template <int kBpp>
-inline void StorePixel(uint8_t* p, __m128i v) {
-  const uint32_t x = static_cast<uint32_t>(_mm_cvtsi128_si32(v));
+inline void StorePixelBits(uint8_t* p, uint32_t x) {
   if constexpr (kBpp == 4) {
     std::memcpy(p, &x, 4);
   } else {
@@ -51,6 +55,20 @@ inline void StorePixel(uint8_t* p, __m128i v) {
     std::memcpy(p, &low, 2);
     p[2] = static_cast<uint8_t>(x >> 16);
   }
+}
+
+#endif  // RINGLOADER_UNFILTER_SIMD
+
+#if defined(__SSE2__)
+
+template <int kBpp>
+inline __m128i LoadPixel(const uint8_t* p) {
+  return _mm_cvtsi32_si128(static_cast<int>(LoadPixelBits<kBpp>(p)));
+}
+
+template <int kBpp>
+inline void StorePixel(uint8_t* p, __m128i v) {
+  StorePixelBits<kBpp>(p, static_cast<uint32_t>(_mm_cvtsi128_si32(v)));
 }
 
 template <int kBpp>
@@ -103,6 +121,64 @@ void PaethPixels(const uint8_t* prev, uint8_t* row, size_t len) {
   }
 }
 
+#elif defined(__ARM_NEON)
+
+// The same three chains in NEON's 64-bit registers (NEON is baseline on AArch64: no runtime
+// check). The lanes above the pixel's bytes stay zero and are never stored.
+
+template <int kBpp>
+inline uint8x8_t LoadPixel(const uint8_t* p) {
+  return vcreate_u8(LoadPixelBits<kBpp>(p));
+}
+
+template <int kBpp>
+inline void StorePixel(uint8_t* p, uint8x8_t v) {
+  StorePixelBits<kBpp>(p, vget_lane_u32(vreinterpret_u32_u8(v), 0));
+}
+
+template <int kBpp>
+void SubPixels(uint8_t* row, size_t len) {
+  uint8x8_t left = vdup_n_u8(0);
+  for (size_t i = 0; i < len; i += kBpp) {
+    left = vadd_u8(LoadPixel<kBpp>(row + i), left);
+    StorePixel<kBpp>(row + i, left);
+  }
+}
+
+/// floor((left + up) / 2) per byte is exactly vhadd_u8 (a halving add that truncates).
+template <int kBpp>
+void AveragePixels(const uint8_t* prev, uint8_t* row, size_t len) {
+  uint8x8_t left = vdup_n_u8(0);
+  for (size_t i = 0; i < len; i += kBpp) {
+    left = vadd_u8(LoadPixel<kBpp>(row + i), vhadd_u8(left, LoadPixel<kBpp>(prev + i)));
+    StorePixel<kBpp>(row + i, left);
+  }
+}
+
+/// The Paeth predictor with the same identities as the SSE2 form: |p - a| = |b - c| and
+/// |p - b| = |a - c| (absolute differences widened to 16 bits), |p - c| = |(b - c) + (a - c)|
+/// on signed 16-bit lanes; ties go to a, then b. The 16-bit masks narrow to byte masks.
+template <int kBpp>
+void PaethPixels(const uint8_t* prev, uint8_t* row, size_t len) {
+  uint8x8_t a = vdup_n_u8(0), c = vdup_n_u8(0);  // left and upper-left
+  for (size_t i = 0; i < len; i += kBpp) {
+    const uint8x8_t b = LoadPixel<kBpp>(prev + i);
+    const uint16x8_t pa = vabdl_u8(b, c), pb = vabdl_u8(a, c);
+    const int16x8_t b_minus_c = vreinterpretq_s16_u16(vsubl_u8(b, c));
+    const int16x8_t a_minus_c = vreinterpretq_s16_u16(vsubl_u8(a, c));
+    const uint16x8_t pc = vreinterpretq_u16_s16(vabsq_s16(vaddq_s16(b_minus_c, a_minus_c)));
+    const uint8x8_t b_or_c = vbsl_u8(vmovn_u16(vcleq_u16(pb, pc)), b, c);
+    const uint8x8_t pred = vbsl_u8(vmovn_u16(vcleq_u16(pa, vminq_u16(pb, pc))), a, b_or_c);
+    a = vadd_u8(LoadPixel<kBpp>(row + i), pred);
+    StorePixel<kBpp>(row + i, a);
+    c = b;
+  }
+}
+
+#endif  // __SSE2__ / __ARM_NEON
+
+#if defined(RINGLOADER_UNFILTER_SIMD)
+
 template <int kBpp>
 void UnfilterPixels(int filter, const uint8_t* prev, uint8_t* row, size_t len) {
   switch (filter) {
@@ -123,9 +199,17 @@ void UnfilterPixels(int filter, const uint8_t* prev, uint8_t* row, size_t len) {
   }
 }
 
-#endif  // __SSE2__
+#endif  // RINGLOADER_UNFILTER_SIMD
 
 }  // namespace
+
+const char* UnfilterRowSimd() {
+#if defined(RINGLOADER_UNFILTER_SIMD)
+  return RINGLOADER_UNFILTER_SIMD;
+#else
+  return "scalar";
+#endif
+}
 
 bool UnfilterRowReference(int filter, int bpp, const uint8_t* prev, uint8_t* row, size_t len) {
   if (filter < kNone || filter > kPaeth) return false;
@@ -153,7 +237,7 @@ bool UnfilterRow(int filter, int bpp, const uint8_t* prev, uint8_t* row, size_t 
     UpRow(prev, row, len);
     return true;
   }
-#if defined(__SSE2__)
+#if defined(RINGLOADER_UNFILTER_SIMD)
   if (bpp == 3) {
     UnfilterPixels<3>(filter, prev, row, len);
     return true;
