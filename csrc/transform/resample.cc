@@ -8,32 +8,13 @@
 
 #include "transform/resample_kernels.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
-
 namespace ringloader {
 namespace {
 
-constexpr int32_t kHalf = 1 << (kResamplePrecisionBits - 1);
-
-/// Pillow's clip8: fixed-point sum (with the rounding half already added) to a level 0..255.
-inline uint8_t Clip8(int32_t v) {
-  return static_cast<uint8_t>(std::clamp(v >> kResamplePrecisionBits, 0, 255));
-}
-
-/// The horizontal taps of one resample in the forms the kernels read.
-struct HorizontalTaps {
-  const int32_t* bounds;        ///< (first source column, count) per output pixel
-  const int32_t* weights;       ///< `taps` int32 weights per output pixel
-  const int16_t* pair_weights;  ///< PairWeights' layout (the SIMD kernel)
-  const uint32_t* offsets;      ///< per output pixel (an even count): byte offset of its first
-                                ///< tap from source column `first` in an RGBX row
-  int first;
-  int taps;
-  int out_w;
-};
+using resample_internal::Clip8;
+using resample_internal::HorizontalTaps;
+using resample_internal::kHalf;
+using resample_internal::VerticalScalar;
 
 /// Pillow's 22-bit weights do not fit the 16-bit multipliers of pmaddwd, so each weight w is
 /// split into w = hi * 2^15 + lo with lo in [0, 2^15) and hi = w >> 15 (a few bits, signed),
@@ -78,9 +59,10 @@ void PairWeights(const int32_t* weights, const int32_t* bounds, int first, int t
 }
 
 // The two kernels below carry almost all resampling time. Each has a portable scalar version
-// and an AVX2 version (SSE4.1/AVX2 intrinsics in a target("avx2") function), picked once at
-// startup from the CPU's feature bits, so the same binary runs everywhere. On AArch64 the NEON
-// versions (resample_neon.cc) always run: NEON is part of that architecture's baseline.
+// and an AVX2 version (resample_x86.cc: SSE4.1/AVX2 intrinsics in target("avx2") functions),
+// picked once at startup from the CPU's feature bits, so the same binary runs everywhere. On
+// AArch64 the NEON versions (resample_neon.cc) always run: NEON is part of that
+// architecture's baseline.
 
 /// Horizontal pass of one row: `src` is RGBX (4 bytes per pixel) whose first pixel is source
 /// column `origin`; writes out_w RGB levels to `dst`.
@@ -102,181 +84,6 @@ void HorizontalScalar(const uint8_t* src, int origin, const HorizontalTaps& h, u
   }
 }
 
-/// Vertical pass of one output row over `width` contiguous bytes: n rows of `rows` (stride
-/// `stride`) weighted by `k`.
-void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k, int width,
-                    uint8_t* out) {
-  for (int i = 0; i < width; ++i) {
-    int32_t acc = kHalf;
-    for (int t = 0; t < n; ++t) acc += rows[static_cast<size_t>(t) * stride + i] * k[t];
-    out[i] = Clip8(acc);
-  }
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-#define RL_HAVE_AVX2_KERNELS 1
-
-/// One row of levels (out_w RGB) into three uint8 planes as they are (WriteRow's CHW layout
-/// through an identity lookup table; plane c's row starts at row + c * plane), 16 pixels (48
-/// bytes, three 16-byte loads) at a time: each plane's 16 bytes are three byte shuffles, one
-/// per load, OR-ed together.
-__attribute__((target("avx2"))) void StorePlanar8Avx2(const uint8_t* levels, int out_w,
-                                                      uint8_t* row, size_t plane) {
-  // kPick[c][k]: for channel c and load k, the byte of the load that lands at each position
-  // of the plane's 16 bytes (-1: another load's byte).
-  static constexpr auto kPick = [] {
-    std::array<std::array<std::array<int8_t, 16>, 3>, 3> pick{};
-    for (int c = 0; c < 3; ++c) {
-      for (int i = 0; i < 16; ++i) {
-        const int byte = 3 * i + c;  // byte of the 48 that holds pixel i's channel c
-        for (int k = 0; k < 3; ++k) {
-          pick[c][k][i] = static_cast<int8_t>(byte / 16 == k ? byte % 16 : -1);
-        }
-      }
-    }
-    return pick;
-  }();
-  __m128i mask[3][3];
-  for (int c = 0; c < 3; ++c) {
-    for (int k = 0; k < 3; ++k) {
-      mask[c][k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kPick[c][k].data()));
-    }
-  }
-  int x = 0;
-  for (; x + 16 <= out_w; x += 16) {
-    const uint8_t* p = levels + 3 * x;
-    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
-    const __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32));
-    for (int c = 0; c < 3; ++c) {
-      const __m128i v = _mm_or_si128(
-          _mm_or_si128(_mm_shuffle_epi8(a, mask[c][0]), _mm_shuffle_epi8(b, mask[c][1])),
-          _mm_shuffle_epi8(d, mask[c][2]));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(row + c * plane + x), v);
-    }
-  }
-  for (int c = 0; c < 3; ++c) {
-    for (int i = x; i < out_w; ++i) row[c * plane + i] = levels[3 * i + c];
-  }
-}
-
-/// One row of levels (out_w RGB) into three planes of 32-bit elements through the per-channel
-/// lookup table (WriteRow's CHW layout; plane c's row starts at row + c * plane), 8 lookups per
-/// gather. The loads stay inside the row's 3 * out_w bytes (the rows of WriteImage have no
-/// padding); the rest of the row is stored one element at a time.
-__attribute__((target("avx2"))) void StorePlanar32Avx2(const uint8_t* levels, int out_w,
-                                                       const uint32_t (*lut)[256],
-                                                       uint32_t* row, size_t plane) {
-  // Channel c of pixels 0..7, from 16 bytes at 3x + c (pixels 0..5) and 16 at 3x + c + 8
-  // (pixels 6 and 7 at offsets 10 and 13).
-  const __m128i first = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const __m128i second =
-      _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-  const size_t bytes = static_cast<size_t>(out_w) * 3;
-  for (int c = 0; c < 3; ++c) {
-    uint32_t* out = row + c * plane;
-    const auto* l = reinterpret_cast<const int*>(lut[c]);
-    int x = 0;
-    for (; static_cast<size_t>(3 * x + c + 24) <= bytes; x += 8) {
-      const uint8_t* p = levels + 3 * x + c;
-      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
-      const __m256i index =
-          _mm256_cvtepu8_epi32(_mm_or_si128(_mm_shuffle_epi8(a, first), _mm_shuffle_epi8(b, second)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x), _mm256_i32gather_epi32(l, index, 4));
-    }
-    for (; x < out_w; ++x) out[x] = static_cast<uint32_t>(l[levels[3 * x + c]]);
-  }
-}
-
-/// Two output pixels per 256-bit vector (one per 128-bit lane), two taps per pmaddwd: the
-/// lane holds a pixel's (R_t, R_t+1, G_t, G_t+1, ...) as 16-bit values, multiplied by
-/// PairWeights' lo and hi halves. `src` is RGBX whose first pixel is source column `origin`.
-/// Each output stores 4 bytes; the 4th is overwritten by the next pixel or lands in the row's
-/// padding.
-__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int origin,
-                                                    const HorizontalTaps& h, uint8_t* dst) {
-  const __m256i half = _mm256_set1_epi32(kHalf);
-  // Bytes R G B X of taps t and t+1 -> R_t R_t+1 G_t G_t+1 ..., for each of the two pixels.
-  const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  const int full_pairs = h.taps / 2;
-  const bool odd_taps = h.taps % 2 != 0;
-  const uint8_t* base = src + static_cast<ptrdiff_t>(h.first - origin) * 4;
-  const int16_t* w = h.pair_weights;
-  for (int x = 0; x < h.out_w; x += 2) {
-    const uint8_t* p0 = base + h.offsets[x];
-    const uint8_t* p1 = base + h.offsets[x + 1];
-    __m256i lo = _mm256_setzero_si256();
-    __m256i hi = _mm256_setzero_si256();
-    for (int s = 0; s < full_pairs; ++s, w += 32, p0 += 8, p1 += 8) {
-      __m128i two = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0));
-      two = _mm_castpd_si128(
-          _mm_loadh_pd(_mm_castsi128_pd(two), reinterpret_cast<const double*>(p1)));
-      const __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(two, interleave));
-      lo = _mm256_add_epi32(
-          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
-      hi = _mm256_add_epi32(
-          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
-    }
-    if (odd_taps) {  // the last tap: 4 bytes per pixel, never past the window
-      int32_t a, b;
-      std::memcpy(&a, p0, sizeof(a));
-      std::memcpy(&b, p1, sizeof(b));
-      const __m256i px =
-          _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_setr_epi32(a, 0, b, 0), interleave));
-      lo = _mm256_add_epi32(
-          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
-      hi = _mm256_add_epi32(
-          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
-      w += 32;
-    }
-    __m256i acc = _mm256_add_epi32(_mm256_add_epi32(lo, half), _mm256_slli_epi32(hi, 15));
-    acc = _mm256_srai_epi32(acc, kResamplePrecisionBits);
-    // Saturating packs clamp to 0..255 exactly like clip8; each lane's low 4 bytes are its
-    // pixel's RGBX.
-    const __m256i words = _mm256_packs_epi32(acc, acc);
-    const __m256i bytes = _mm256_packus_epi16(words, words);
-    const int32_t first = _mm256_cvtsi256_si32(bytes);
-    std::memcpy(dst + 3 * x, &first, sizeof(first));
-    if (x + 1 < h.out_w) {
-      const int32_t second = _mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1));
-      std::memcpy(dst + 3 * x + 3, &second, sizeof(second));
-    }
-  }
-}
-
-/// 32 bytes per step, four 8-lane accumulators in registers.
-__attribute__((target("avx2"))) void VerticalAvx2(const uint8_t* rows, size_t stride, int n,
-                                                  const int32_t* k, int width, uint8_t* out) {
-  const __m256i half = _mm256_set1_epi32(kHalf);
-  int i = 0;
-  for (; i + 32 <= width; i += 32) {
-    __m256i a0 = half, a1 = half, a2 = half, a3 = half;
-    const uint8_t* p = rows + i;
-    for (int t = 0; t < n; ++t, p += stride) {
-      const __m256i w = _mm256_set1_epi32(k[t]);
-      const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-      const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
-      a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(lo), w));
-      a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8)), w));
-      a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(hi), w));
-      a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8)), w));
-    }
-    a0 = _mm256_srai_epi32(a0, kResamplePrecisionBits);
-    a1 = _mm256_srai_epi32(a1, kResamplePrecisionBits);
-    a2 = _mm256_srai_epi32(a2, kResamplePrecisionBits);
-    a3 = _mm256_srai_epi32(a3, kResamplePrecisionBits);
-    // packs/packus work within 128-bit lanes; the permute restores pixel order.
-    const __m256i s01 = _mm256_packs_epi32(a0, a1);
-    const __m256i s23 = _mm256_packs_epi32(a2, a3);
-    const __m256i bytes = _mm256_permute4x64_epi64(_mm256_packus_epi16(s01, s23), 0xD8);
-    const __m256i ordered = _mm256_shuffle_epi32(bytes, 0xD8);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), ordered);
-  }
-  VerticalScalar(rows + i, stride, n, k, width - i, out + i);
-}
-
-#endif
 
 using HorizontalFn = void (*)(const uint8_t* src, int origin, const HorizontalTaps& taps,
                               uint8_t* dst);
@@ -294,28 +101,14 @@ struct Kernels {
   bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
-#ifdef RL_HAVE_AVX2_KERNELS
-/// AVX2 from CPUID and XGETBV themselves: __builtin_cpu_supports needs the compiler runtime's
-/// CPU model filled in at start-up, which Zig's (the manylinux_2_28 wheels' toolchain) leaves
-/// empty, and its answer was then always "no".
-bool CpuHasAvx2() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & bit_OSXSAVE) || !(c & bit_AVX)) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  if ((lo & 0x6) != 0x6) return false;  // the OS saves the XMM and YMM registers
-  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
-}
-#endif
-
 Kernels BestKernels() {
   Kernels k;
 #ifdef RL_HAVE_AVX2_KERNELS
-  if (CpuHasAvx2()) {
-    k.horizontal = HorizontalAvx2;
-    k.vertical = VerticalAvx2;
-    k.store_planar32 = StorePlanar32Avx2;
-    k.store_planar8 = StorePlanar8Avx2;
+  if (resample_internal::CpuHasAvx2()) {
+    k.horizontal = resample_internal::HorizontalAvx2;
+    k.vertical = resample_internal::VerticalAvx2;
+    k.store_planar32 = resample_internal::StorePlanar32Avx2;
+    k.store_planar8 = resample_internal::StorePlanar8Avx2;
     k.pair_weights = true;
   }
 #endif
@@ -417,6 +210,19 @@ bool SameFormat(const OutputFormat& a, const OutputFormat& b) {
 }
 
 }  // namespace
+
+namespace resample_internal {
+
+void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k, int width,
+                    uint8_t* out) {
+  for (int i = 0; i < width; ++i) {
+    int32_t acc = kHalf;
+    for (int t = 0; t < n; ++t) acc += rows[static_cast<size_t>(t) * stride + i] * k[t];
+    out[i] = Clip8(acc);
+  }
+}
+
+}  // namespace resample_internal
 
 OutputFormat OutputFormat::FromPipeline(const TransformPipeline& pipeline) {
   OutputFormat f;

@@ -5,10 +5,62 @@
 /// 22-bit fixed-point sums (rounding half added first, arithmetic shift, clip to 0..255), so
 /// the levels are bit-identical to the scalar path for every filter and tap count.
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
+#include "transform/resample.h"
+
 namespace ringloader::resample_internal {
+
+/// Pillow's rounding half, added to every fixed-point sum before the shift.
+inline constexpr int32_t kHalf = 1 << (kResamplePrecisionBits - 1);
+
+/// Pillow's clip8: fixed-point sum (with the rounding half already added) to a level 0..255.
+inline uint8_t Clip8(int32_t v) {
+  return static_cast<uint8_t>(std::clamp(v >> kResamplePrecisionBits, 0, 255));
+}
+
+/// The horizontal taps of one resample in the forms the kernels read.
+struct HorizontalTaps {
+  const int32_t* bounds;        ///< (first source column, count) per output pixel
+  const int32_t* weights;       ///< `taps` int32 weights per output pixel
+  const int16_t* pair_weights;  ///< PairWeights' layout (the SIMD kernel)
+  const uint32_t* offsets;      ///< per output pixel (an even count): byte offset of its first
+                                ///< tap from source column `first` in an RGBX row
+  int first;
+  int taps;
+  int out_w;
+};
+
+/// Vertical pass of one output row over `width` contiguous bytes: n rows of `rows` (stride
+/// `stride`) weighted by `k` (resample.cc; the SIMD kernels finish their rows' tails with it).
+void VerticalScalar(const uint8_t* rows, size_t stride, int n, const int32_t* k, int width,
+                    uint8_t* out);
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RL_HAVE_AVX2_KERNELS 1
+/// resample_x86.cc. Callable only where CpuHasAvx2() is true.
+
+/// AVX2 usable: the CPU has it and the OS saves the YMM registers.
+bool CpuHasAvx2();
+
+/// HorizontalScalar's job, two output pixels per 256-bit vector; reads `h.pair_weights` and
+/// `h.offsets` (PairWeights' layout).
+void HorizontalAvx2(const uint8_t* src, int origin, const HorizontalTaps& h, uint8_t* dst);
+
+/// VerticalScalar's job, 32 bytes per step.
+void VerticalAvx2(const uint8_t* rows, size_t stride, int n, const int32_t* k, int width,
+                  uint8_t* out);
+
+/// One row of levels (out_w RGB) into three planes of 32-bit elements through the per-channel
+/// lookup table (plane c's row starts at row + c * plane).
+void StorePlanar32Avx2(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
+                       uint32_t* row, size_t plane);
+
+/// One row of levels (out_w RGB) into three uint8 planes as they are.
+void StorePlanar8Avx2(const uint8_t* levels, int out_w, uint8_t* row, size_t plane);
+#endif
 
 #if defined(__aarch64__)
 /// NEON is part of the AArch64 baseline: these need no runtime check.

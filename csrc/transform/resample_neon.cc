@@ -18,8 +18,6 @@
 namespace ringloader::resample_internal {
 namespace {
 
-constexpr int32_t kHalf = 1 << (kResamplePrecisionBits - 1);
-
 /// Levels 0..255 of a fixed-point sum (the rounding half already added) in each lane; the
 /// low 4 bytes of the result are lanes 0..3.
 inline uint8x8_t Levels(int32x4_t acc) {
