@@ -6,7 +6,12 @@
 #     csrc/transform/resample_simd_check.cc with resample.cc and resample_neon.cc;
 #   - the PNG unfilter's NEON form against its byte-by-byte reference:
 #     csrc/decode/png_unfilter_check.cc with png_unfilter.cc (asked to find NEON there, so a
-#     build that lost it fails). Not in --bench or --count mode.
+#     build that lost it fails). Not in --bench or --count mode;
+#   - every other source under csrc/ with architecture-specific code (found by its macros and
+#     intrinsics headers, so a new one needs no listing here: the x86 kernels, empty on AArch64)
+#     compiles for AArch64 (-fsyntax-only). Not covered: the rest of csrc/, plain C++ with no
+#     such code, which builds alike on both with the same compiler; the Zig builds of the
+#     wheels (scripts/wheels/test_wheels.sh) build all of it.
 # Usage: bash scripts/test_neon.sh [--bench | --count [filter]]
 #   --bench: also SIMD vs scalar timings (under qemu these say little about real Arm cores:
 #            qemu runs many NEON instructions through helper calls);
@@ -53,6 +58,7 @@ else
 fi
 
 recipe="${compiler[*]} ${FLAGS[*]}"
+LINKED=""   # the sources built into a check binary (and run) so far
 # build NAME SOURCE... -- HEADER...: $OUT/NAME from the sources, unless it is newer than all of
 # them and the headers and was made with the same compiler and flags.
 build() {
@@ -62,6 +68,7 @@ build() {
   (($#)) && shift
   headers=("$@")
   local bin=$OUT/$name
+  LINKED+=" ${sources[*]}"
   if [ ! -x "$bin" ] || [ "$(cat "$bin.recipe" 2>/dev/null)" != "$recipe" ] ||
      [ -n "$(find "${sources[@]}" "${headers[@]}" -newer "$bin" 2>/dev/null)" ]; then
     echo "test_neon: compiling $name for aarch64 with ${compiler[0]##*/}"
@@ -98,4 +105,19 @@ if [ -z "${1:-}" ]; then
   build png_unfilter_check csrc/decode/png_unfilter.cc csrc/decode/png_unfilter_check.cc -- \
     csrc/decode/png_unfilter.h
   "${run[@]}" "$OUT/png_unfilter_check" --expect NEON
+  arch_specific=()
+  while read -r f; do
+    case " $LINKED " in *" $f "*) ;; *) arch_specific+=("$f");; esac
+  done < <(grep -rlE '__x86_64__|__SSE|__AVX|__ARM_NEON|__aarch64__|[a-z]+intrin\.h|arm_neon\.h|__builtin_ia32' \
+             csrc --include='*.cc' | grep -v '_test\.cc$' | LC_ALL=C sort)
+  ok=$OUT/arch_specific.ok
+  if ((${#arch_specific[@]})) &&
+     { [ "$(cat "$ok" 2>/dev/null)" != "$recipe ${arch_specific[*]}" ] ||
+       [ -n "$(find "${arch_specific[@]}" -newer "$ok" 2>/dev/null)" ]; }; then
+    for f in "${arch_specific[@]}"; do
+      "${compiler[@]}" "${FLAGS[@]}" -fsyntax-only "$f"
+    done
+    echo "$recipe ${arch_specific[*]}" > "$ok"
+  fi
+  echo "test_neon: compiles for aarch64: ${arch_specific[*]:-(none besides the checks)}"
 fi
