@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <optional>
 #include <utility>
 
@@ -15,16 +14,11 @@
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
 #include "cuda/device_stager.h"
-#include "io/pending_downloads.h"
-#include "io/stream_cache.h"
 #include "pipeline/views.h"
 #include "transform/render.h"
 
 namespace ringloader {
 namespace {
-
-// A deferred row handed over without image bytes (a null image cell).
-constexpr char kNoRowBytes[] = "the row has no image bytes (null)";
 
 // Guards the creation and destruction of reader threads' I/O rings (see Epoch::Read). Process-
 // wide, since the rings of different loaders share one address space. fork() takes it first
@@ -38,9 +32,6 @@ std::mutex& RingLifetimeMutex() {
   }();
   return *mu;
 }
-
-// A file of a several-file sample that readers read (not one held in memory).
-bool ReadFromDisk(const Sample::File& file) { return file.memory == nullptr && file.length != 0; }
 
 }  // namespace
 
@@ -57,36 +48,6 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
   return status;
 }
 
-absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
-                             StreamCache* streams, const std::atomic<bool>* cancel,
-                             const DeferredRows* deferred) {
-  if (!sample.error.empty()) return absl::DataLossError(sample.error);
-  if (sample.source == SourceKind::kDeferred) {
-    if (deferred == nullptr) return absl::FailedPreconditionError("a deferred row without its groups");
-    RL_ASSIGN_OR_RETURN(const DeferredRows::Row row,
-                        deferred->Get(sample.group, static_cast<int64_t>(sample.offset)));
-    if (row.length < 0) return absl::DataLossError(kNoRowBytes);
-    buffer->Resize(static_cast<size_t>(row.length));
-    if (row.length > 0) std::memcpy(buffer->data(), row.data, static_cast<size_t>(row.length));
-    return absl::OkStatus();
-  }
-  if (sample.source == SourceKind::kMemory) {
-    buffer->Resize(static_cast<size_t>(sample.length));
-    if (sample.length > 0) std::memcpy(buffer->data(), sample.memory, static_cast<size_t>(sample.length));
-    return absl::OkStatus();
-  }
-  // Substitutes and single samples come out of the epoch's order: they must not move its streams.
-  if (sample.source == SourceKind::kPipe) {
-    return streams->FetchAside(sample.path, sample.offset, sample.length, buffer, cancel, sample.tar_member);
-  }
-  FileFetcher fetcher(MakePreadReader(1), max_file_bytes);
-  fetcher.Start(sample.path, buffer, 0, sample.offset, sample.length);
-  RL_RETURN_IF_ERROR(fetcher.Flush());
-  std::vector<FetchedFile> done;
-  while (done.empty()) RL_RETURN_IF_ERROR(fetcher.Poll(&done, /*wait=*/true));
-  return done.front().status;
-}
-
 std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
   auto decoder = std::make_unique<ImageDecoder>();
   decoder->set_max_image_pixels(options.max_image_pixels);
@@ -97,35 +58,6 @@ std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options) {
   decoder->set_strict(options.strict_decode);
   decoder->set_exif_transpose(options.exif_transpose);
   return decoder;
-}
-
-absl::Status ReadMoreFiles(const Sample& sample, size_t max_file_bytes, std::vector<ByteBuffer>* more,
-                           const std::atomic<bool>* cancel) {
-  if (more->size() < sample.more_files.size()) more->resize(sample.more_files.size());
-  for (size_t k = 0; k < sample.more_files.size(); ++k) {
-    const Sample::File& file = sample.more_files[k];
-    if (!ReadFromDisk(file)) continue;
-    Sample whole(file.path, 0);
-    absl::Status status = ReadSampleBytes(whole, max_file_bytes, &(*more)[k], nullptr, cancel);
-    if (!status.ok()) return NameFile(status, file.path);
-  }
-  return absl::OkStatus();
-}
-
-std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size_t size,
-                                 const std::vector<ByteBuffer>& more) {
-  std::vector<EncodedFile> files;
-  files.reserve(1 + sample.more_files.size());
-  files.push_back(EncodedFile{data, size, &sample.path});
-  for (size_t k = 0; k < sample.more_files.size(); ++k) {
-    const Sample::File& file = sample.more_files[k];
-    if (ReadFromDisk(file)) {
-      files.push_back(EncodedFile{more[k].data(), more[k].size(), &file.path});
-    } else {
-      files.push_back(EncodedFile{file.memory, static_cast<size_t>(file.length), &file.path});
-    }
-  }
-  return files;
 }
 
 absl::Status DecodeRow(ImageDecoder& decoder, RenderState& state, const TransformPipeline& pipeline,
@@ -233,9 +165,8 @@ Epoch::FileIdentity Epoch::IdentityOf(const std::string& path) {
 void Epoch::NoteAheadFiles(const Sample& sample) {
   std::lock_guard<std::mutex> lock(ready_mu);
   if (ahead_limit == INT64_MAX) return;  // not queued, or adopted: read as the files are now
-  if (sample.source == SourceKind::kFile && sample.error.empty()) {
-    ahead_files.emplace_back(sample.path, IdentityOf(sample.path));
-  }
+  const std::string* file = sample.error.empty() ? ctx.readers->For(sample).LocalFile(sample) : nullptr;
+  if (file != nullptr) ahead_files.emplace_back(*file, IdentityOf(*file));
   for (const Sample::File& file : sample.more_files) {
     if (ReadFromDisk(file)) ahead_files.emplace_back(file.path, IdentityOf(file.path));
   }
@@ -265,20 +196,11 @@ bool Epoch::MayDispatch(int64_t b) {
 void Epoch::StartPipeline() {
   if (pipeline_started) return;
   pipeline_started = true;
-  if (ctx.has_pipes) {
-    // The members of pipe: streams this epoch will request (from where it starts), so readers
-    // keep those they pass on the way to another. (A loader with pipe: samples never queues an
-    // epoch, so one epoch at a time owns the streams.)
-    std::map<std::string, std::vector<StreamCache::Range>> wanted;
-    Sample scratch;
-    for (size_t i = static_cast<size_t>(Offset(next_batch)); i < indices.size(); ++i) {
-      const Sample& s = ctx.samples->Get(static_cast<size_t>(indices[i]), &scratch);
-      if (s.source == SourceKind::kPipe && s.error.empty()) {
-        wanted[s.path].push_back({s.offset, s.length, s.tar_member, s.stream_end});
-      }
-    }
-    ctx.streams->StartEpoch(wanted);
-  }
+  // What this epoch will read, from where it starts (a `pipe:` stream keeps the members it
+  // passes on the way to another; a loader whose readers allow no read-ahead never queues an
+  // epoch, so one epoch at a time owns such streams).
+  ctx.readers->BeginEpoch(*ctx.samples,
+                          absl::MakeConstSpan(indices).subspan(static_cast<size_t>(Offset(next_batch))));
   readers_left.store(ctx.options->reader_threads, std::memory_order_relaxed);
   last_progress_ns.store(NowNanos(), std::memory_order_relaxed);
   // Pinning happens first thing in each thread, before it touches a slot or a buffer, so
@@ -291,10 +213,9 @@ void Epoch::StartPipeline() {
     readers.emplace_back([this] {
       ctx.enter_thread("rl-read");
       Read();
-      // The last reader out ends the epoch's pipe: commands (nothing more will be read).
-      if (readers_left.fetch_sub(1, std::memory_order_acq_rel) == 1 && ctx.has_pipes) {
-        ctx.streams->Reset();
-      }
+      // The last reader out ends the epoch's reads (a `pipe:` stream's command: nothing more
+      // will be read).
+      if (readers_left.fetch_sub(1, std::memory_order_acq_rel) == 1) ctx.readers->EndEpoch();
     });
   }
   for (int i = 0; i < ctx.options->num_workers; ++i) {
@@ -330,7 +251,7 @@ void Epoch::Cancel() {
   readers.clear();
   workers.clear();
   if (stage_thread.joinable()) stage_thread.join();  // its waits are sliced and see `cancel`
-  if (ctx.has_pipes) ctx.streams->Reset();  // kill and reap the epoch's commands
+  ctx.readers->EndEpoch();  // e.g. kill and reap the epoch's `pipe:` commands
   // Slots of batches that were dispatched but never taken go back to the free list. (Staged
   // device batches that were never delivered release their buffers with `staged`.)
   for (int64_t b = taken; b < dispatched; ++b) {
@@ -601,6 +522,7 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
   Sample scratch;  // the sample being read, when the loader's samples are columns
   bool input_done = false;
   uint64_t bytes_reported = 0;
+  const ReadContext read_context{&fetcher, &cancel, &gauges.readers_streaming};
   while (!cancel.load(std::memory_order_acquire)) {
     const auto busy_start = Clock::now();
     int64_t idle_ns = 0;
@@ -624,34 +546,32 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
       // is in memory (unless every file is).
       const bool reads_more =
           std::any_of(sample.more_files.begin(), sample.more_files.end(), ReadFromDisk);
-      if (sample.source == SourceKind::kDeferred && sample.error.empty()) {
-        // A row handed over with its group: wait here until the group is (this reader's reads
-        // in flight are handed on first), then the decoder takes it where it lies.
-        if (!ctx.deferred->Held(sample.group)) {
-          if (!may_block) break;
-          const auto wait_start = Clock::now();
-          GaugeScope waiting(gauges.readers_streaming);
-          absl::Status held = ctx.deferred->WaitFor(sample.group, &cancel);
-          idle_ns += NanosSince(wait_start);
-          if (!held.ok()) return;  // cancelled
-        }
+      if (!sample.error.empty()) {
+        // Known bad (e.g. a shard member without an image): nothing to read, no buffer.
+        pending.reset();
+        GaugeScope handing(gauges.readers_handing_on);
+        if (!decode_queue.Push(DecodeItem{request, -1, absl::DataLossError(sample.error)})) return;
+        continue;
+      }
+      const SampleReader& reader = ctx.readers->For(sample);
+      if (!reader.Ready(sample)) {
+        // A deferred row's group not handed over yet, a remote shard still downloading: this
+        // reader's reads in flight are handed on before it waits (for a shard, its open in
+        // FileFetcher::Start waits).
+        if (!may_block) break;
+        const auto wait_start = Clock::now();
+        absl::Status ready = reader.WaitReady(sample, read_context);
+        idle_ns += NanosSince(wait_start);
+        if (!ready.ok()) return;  // cancelled
+      }
+      if (reader.InPlace() && !reads_more) {
+        // In memory, or a row handed over with its group: nothing to read, no buffer (the
+        // decoder takes the bytes where they lie).
         pending.reset();
         GaugeScope handing(gauges.readers_handing_on);
         if (!decode_queue.Push(DecodeItem{request, -1, absl::OkStatus()})) return;
         continue;
       }
-      if (!sample.error.empty() || (sample.source == SourceKind::kMemory && !reads_more)) {
-        // Known bad (e.g. a shard member without an image), or in memory: nothing to read, no
-        // buffer (the decoder reads a memory sample where it is).
-        pending.reset();
-        GaugeScope handing(gauges.readers_handing_on);
-        absl::Status status = sample.error.empty() ? absl::OkStatus() : absl::DataLossError(sample.error);
-        if (!decode_queue.Push(DecodeItem{request, -1, std::move(status)})) return;
-        continue;
-      }
-      // A remote shard still downloading: this reader's reads in flight are handed on before
-      // its open waits for the shard (FileFetcher::Start).
-      if (!may_block && IsPendingDownload(sample.path)) break;
       std::optional<int> buffer;
       if (may_block) {
         const auto buffer_wait = Clock::now();
@@ -668,7 +588,7 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
         // Read here, whole and synchronously (label images and pairs are small next to the
         // reads in flight), into the files paired with this buffer; file 0 goes on as usual.
         std::vector<ByteBuffer>& more = more_bytes[static_cast<size_t>(*buffer)];
-        absl::Status status = ReadMoreFiles(sample, ctx.options->max_file_bytes, &more, &cancel);
+        absl::Status status = ReadMoreFiles(*ctx.readers, sample, &more, &cancel);
         if (absl::IsCancelled(status) && cancel.load(std::memory_order_acquire)) return;
         for (size_t k = 0; k < sample.more_files.size() && k < more.size(); ++k) {
           if (ReadFromDisk(sample.more_files[k])) {
@@ -676,31 +596,24 @@ void Epoch::ReadWith(FileFetcher& fetcher) {
                                                std::memory_order_relaxed);
           }
         }
-        if (!status.ok() || sample.source == SourceKind::kMemory) {
+        if (!status.ok() || reader.InPlace()) {
           GaugeScope handing(gauges.readers_handing_on);
           if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(status)})) return;
           continue;
         }
       }
-      if (sample.source == SourceKind::kPipe) {
-        // A member of a pipe: stream, read here (the stream is sequential, not positional).
-        ByteBuffer& bytes = buffers[static_cast<size_t>(*buffer)];
-        absl::Status fetched = [&] {
-          GaugeScope streaming(gauges.readers_streaming);
-          return ctx.streams->Fetch(sample.path, sample.offset, sample.length, &bytes, &cancel,
-                                         sample.tar_member);
-        }();
-        if (absl::IsCancelled(fetched) && cancel.load(std::memory_order_acquire)) return;
-        // A shard's index that no longer matches it: its byte ranges and labels are wrong, so
-        // the epoch ends here rather than any ErrorPolicy delivering or replacing rows of it.
-        if (IsStaleIndex(fetched)) return Fail(std::move(fetched));
-        GaugeScope handing(gauges.readers_handing_on);
-        if (!decode_queue.Push(DecodeItem{request, *buffer, std::move(fetched)})) return;
-        continue;
-      }
+      // Started on the fetcher (files: many reads in flight), or read here (a `pipe:` stream's
+      // member: the stream is sequential, not positional).
       by_buffer[static_cast<size_t>(*buffer)] = request;
-      fetcher.Start(sample.path, &buffers[static_cast<size_t>(*buffer)],
-                    static_cast<uint64_t>(*buffer), sample.offset, sample.length);
+      std::optional<absl::Status> now = reader.Read(sample, &buffers[static_cast<size_t>(*buffer)],
+                                                    static_cast<uint64_t>(*buffer), read_context);
+      if (!now) continue;
+      if (absl::IsCancelled(*now) && cancel.load(std::memory_order_acquire)) return;
+      // A shard's index that no longer matches it: its byte ranges and labels are wrong, so the
+      // epoch ends here rather than any ErrorPolicy delivering or replacing rows of it.
+      if (IsStaleIndex(*now)) return Fail(*std::move(now));
+      GaugeScope handing(gauges.readers_handing_on);
+      if (!decode_queue.Push(DecodeItem{request, *buffer, *std::move(now)})) return;
     }
     if (absl::Status flushed = fetcher.Flush(); !flushed.ok()) return Fail(flushed);
     if (fetcher.outstanding() == 0 && input_done) break;
@@ -783,34 +696,18 @@ void Epoch::Decode() {
     GaugeScope busy(gauges.decoders_busy);
     BatchTask& task = Task(item->request.batch);
     absl::Status status = std::move(item->status);
-    // A deferred row is held (its group's bytes stay) until it is decoded or replaced, then
-    // counted done.
-    absl::StatusOr<DeferredRows::Row> row = absl::CancelledError();
+    // The bytes decoded, from the sample's reader: what it holds (a deferred row: its group's
+    // bytes) stays held until the row is decoded or replaced, then is released.
+    SampleBytes bytes;
     if (status.ok()) {
       const auto start = Clock::now();
       const Sample& sample = ctx.samples->Get(static_cast<size_t>(item->request.index), &scratch);
-      const bool in_memory = sample.source == SourceKind::kMemory;
-      const uint8_t* data = in_memory ? sample.memory : nullptr;
-      size_t size = in_memory ? static_cast<size_t>(sample.length) : 0;
-      if (!in_memory && item->buffer >= 0) {
-        data = buffers[static_cast<size_t>(item->buffer)].data();
-        size = buffers[static_cast<size_t>(item->buffer)].size();
-      }
-      if (sample.source == SourceKind::kDeferred) {
-        row = ctx.deferred->Get(sample.group, static_cast<int64_t>(sample.offset));
-        if (!row.ok()) {
-          status = row.status();
-        } else if (row->length < 0) {
-          status = absl::DataLossError(kNoRowBytes);
-        } else {
-          data = row->data;
-          size = static_cast<size_t>(row->length);
-        }
-      }
+      status = ctx.readers->For(sample).Bytes(
+          sample, item->buffer >= 0 ? &buffers[static_cast<size_t>(item->buffer)] : nullptr, &bytes);
       if (status.ok()) {
         static const std::vector<ByteBuffer> kNoMore;
         const std::vector<EncodedFile> files = FilesOf(
-            sample, data, size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
+            sample, bytes.data, bytes.size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
         const OutputSink sink = SinkFor(task.slot, item->request.batch);
         status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,
@@ -835,9 +732,9 @@ void Epoch::Decode() {
                          std::move(status));
       }
     }
-    if (row.ok()) {
+    if (bytes.hold != nullptr) {
       const Sample& sample = ctx.samples->Get(static_cast<size_t>(item->request.index), &scratch);
-      ctx.deferred->Done(sample.group, *row);
+      ctx.readers->For(sample).Release(sample, bytes);
     }
     if (status.ok()) {
       counters->samples.fetch_add(1, std::memory_order_relaxed);
@@ -907,41 +804,30 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
   // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
   // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
   const uint64_t walk_from = Mix64(sample_seed + 16);
-  // A deferred row's substitutes come from its own group, held while it is being decoded (the
-  // dataset's other groups may be nowhere in memory).
-  int64_t first = 0, count = n;
+  // The failed sample's reader says where substitutes may come from (a deferred row: its own
+  // group, held while it is being decoded; the dataset's other groups may be nowhere in memory).
   Sample failed_scratch, scratch;  // the failed sample's, a substitute's
   const Sample& failed = ctx.samples->Get(static_cast<size_t>(request.index), &failed_scratch);
-  if (failed.source == SourceKind::kDeferred) {
-    // The failing row itself, never row 0: a row whose decodes are done may have been released.
-    absl::StatusOr<DeferredRows::Row> own = ctx.deferred->Get(failed.group, static_cast<int64_t>(failed.offset));
-    if (!own.ok()) return cause;
-    first = request.index - static_cast<int64_t>(failed.offset);
-    // The group's rows as handed over, but never past the dataset (a feeder may hand over more
-    // rows than the group has samples; the group check below skips those past its run).
-    count = std::min<int64_t>(static_cast<int64_t>(own->group->starts.size()), n - first);
-  }
+  const SampleReader& failed_reader = ctx.readers->For(failed);
+  const absl::StatusOr<SampleRun> run = failed_reader.SubstitutesFor(failed, request.index, n);
+  if (!run.ok()) return cause;
+  const int64_t first = run->first, count = run->count;
   const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(count, kReplaceWalk));
   for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
     const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
     const int64_t substitute = first + static_cast<int64_t>(draw % static_cast<uint64_t>(count));
     if (substitute == request.index) continue;
     const Sample& candidate = ctx.samples->Get(static_cast<size_t>(substitute), &scratch);
-    if (failed.source == SourceKind::kDeferred &&
-        (candidate.source != SourceKind::kDeferred || candidate.group != failed.group)) {
-      continue;
-    }
+    if (!failed_reader.MayStandIn(failed, candidate)) continue;
     NoteAheadFiles(candidate);  // before its bytes are read
-    absl::Status status = ReadSampleBytes(candidate, ctx.options->max_file_bytes, &bytes, ctx.streams,
-                                          &cancel, ctx.deferred);
+    absl::Status status = ctx.readers->ReadAside(candidate, &bytes, &cancel);
     if (IsStaleIndex(status)) {
       // The substitute's shard has a stale index: no substitute of it may stand in, nor may the epoch go on.
       Fail(status);
       return status;
     }
-    // A row of the group whose decodes in this plan are done may be gone: not a failure of it.
-    if (candidate.source == SourceKind::kDeferred && absl::IsFailedPrecondition(status)) continue;
-    if (status.ok()) status = ReadMoreFiles(candidate, ctx.options->max_file_bytes, &more, &cancel);
+    if (ctx.readers->For(candidate).Gone(status)) continue;  // e.g. a released row: not a failure of it
+    if (status.ok()) status = ReadMoreFiles(*ctx.readers, candidate, &more, &cancel);
     if (status.ok()) {
       const std::vector<EncodedFile> files = FilesOf(candidate, bytes.data(), bytes.size(), more);
       const OutputSink sink = SinkFor(Task(request.batch).slot, request.batch);

@@ -17,7 +17,9 @@
 //
 // An epoch sees its loader only through EpochContext: what the loader owns and lends it for the
 // epoch's life (samples, options, slots, streams, counters) and the two calls back into it
-// (thread placement, and the hand-off to a queued epoch once everything is dispatched).
+// (thread placement, and the hand-off to a queued epoch once everything is dispatched). How a
+// sample's bytes are got is its SampleReader's business (pipeline/readers/sample_reader.h):
+// the epoch asks it, and never looks at the sample's kind.
 
 #include <unistd.h>
 
@@ -40,10 +42,10 @@
 #include "decode/image_decoder.h"
 #include "io/reader.h"
 #include "pipeline/bounded_queue.h"
+#include "pipeline/readers/sample_reader.h"
 #include "pipeline/sample_store.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/views.h"
-#include "ringloader/deferred_rows.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
@@ -52,7 +54,6 @@ namespace ringloader {
 
 class DeviceLease;
 class DeviceStager;
-class StreamCache;
 struct LoaderCounters;
 struct RenderState;
 
@@ -101,28 +102,9 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 inline constexpr int64_t kReplaceWalk = 256;
 
-// Reads one sample's bytes synchronously (substitutes, single-sample decode): its byte range,
-// or the whole file, or its member of a `pipe:` stream, or its deferred row when its group is
-// held now (FailedPrecondition when not: nothing waits for it); a known-bad sample fails with
-// its error.
-absl::Status ReadSampleBytes(const Sample& sample, size_t max_file_bytes, ByteBuffer* buffer,
-                             StreamCache* streams, const std::atomic<bool>* cancel,
-                             const DeferredRows* deferred = nullptr);
-
 // The decoder a decode worker (or a single-sample decode) uses, set up from the loader's
 // options: the one place LoaderOptions reach the decoder, so every path decodes alike.
 std::unique_ptr<ImageDecoder> MakeDecoder(const LoaderOptions& options);
-
-// Reads the files of a several-file sample after its own (Sample::more_files) into `more`, one
-// buffer each (grow-only; files held in memory are not copied and leave theirs empty). A
-// failure names its file (NameFile).
-absl::Status ReadMoreFiles(const Sample& sample, size_t max_file_bytes, std::vector<ByteBuffer>* more,
-                           const std::atomic<bool>* cancel);
-
-// A sample's files for DecodeRow: file 0's bytes (`data`, `size`), then each of
-// Sample::more_files, from memory or from `more` (ReadMoreFiles).
-std::vector<EncodedFile> FilesOf(const Sample& sample, const uint8_t* data, size_t size,
-                                 const std::vector<ByteBuffer>& more);
 
 // Decodes one sample's files into its row at `dst` with the draws of `sample_seed`: every view
 // of `views` (pipeline/views.h), each file decoded once, or, without views, file 0 with
@@ -209,9 +191,7 @@ struct EpochContext {
   IoBackend io_backend = IoBackend::kPread;  // resolved by the loader's probe
   SlotPool* pool = nullptr;
   DeviceStager* stager = nullptr;     // null: host path (Next takes from the window)
-  StreamCache* streams = nullptr;     // the loader's `pipe:` streams
-  DeferredRows* deferred = nullptr;   // the loader's kDeferred groups (null: none)
-  bool has_pipes = false;             // some sample is a member of a `pipe:` stream
+  SampleReaders* readers = nullptr;   // how each kind of sample's bytes are got
   int prefetch_cap = 0;               // depth auto_prefetch may grow to
   LoaderCounters* counters = nullptr;  // the loader's (an epoch's own are Epoch::own_counters)
   DecodeBudget* decode_budget = nullptr;  // max_memory's ledger: decoders charge large images to it

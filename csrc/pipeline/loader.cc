@@ -23,14 +23,13 @@
 #include "cuda/device_stager.h"
 #include "decode/clean_scans.h"
 #include "decode/image_decoder.h"
-#include "io/child_process.h"
 #include "ringloader/deferred_rows.h"
 #include "io/range_reads.h"
 #include "io/reader.h"
-#include "io/stream_cache.h"
 #include "memory/decode_budget.h"
 #include "numa/topology.h"
 #include "pipeline/epoch.h"
+#include "pipeline/readers/sample_reader.h"
 #include "pipeline/sample_store.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/views.h"
@@ -80,11 +79,11 @@ class Loader::Impl {
  public:
   Impl(SampleStore samples, LoaderOptions options, TransformPipeline pipeline,
        std::shared_ptr<const ViewSet> views, NumaPlacement placement,
-       std::shared_ptr<DeviceStager> stager, const SlotPlan& plan);
+       std::shared_ptr<DeviceStager> stager, const SlotPlan& plan, std::unique_ptr<SampleReaders> readers);
   // Loader::Create once the samples themselves are checked: views, pipeline, placement, slots.
   static absl::StatusOr<std::unique_ptr<Impl>> Make(SampleStore samples, LoaderOptions options);
   ~Impl() {
-    if (deferred_) deferred_->Close();  // a feeder waiting for room returns
+    if (DeferredRows* rows = readers_->deferred_rows()) rows->Close();  // a feeder waiting for room returns
     Stop();
   }
 
@@ -106,14 +105,15 @@ class Loader::Impl {
   const TransformPipeline& pipeline() const { return pipeline_; }
   const ViewSet* views() const { return views_.get(); }
   SlotPool* pool() const { return pool_.get(); }
-  DeferredRows* deferred_rows() const { return deferred_.get(); }
+  DeferredRows* deferred_rows() const { return readers_->deferred_rows(); }
   size_t row_bytes() const { return views_ ? views_->row_bytes : pipeline_.SampleBytes(); }
   LoaderStats Stats() const;
   absl::Status DecodeSample(int64_t index, uint64_t seed, int64_t epoch, int64_t key,
                             const OutputAllocator& allocate) const;
 
  private:
-  // What an epoch started now sees of this loader (streams_ is replaced in a fork()ed child).
+  // What an epoch started now sees of this loader (its readers let go of the parent's streams
+  // in a fork()ed child).
   EpochContext Context();
   // FailedPrecondition when the output size is not fixed (variable_size).
   absl::Status CheckBatchable() const;
@@ -158,9 +158,8 @@ class Loader::Impl {
   // File bytes between reader and decoder, reused across epochs: two sets, so the epoch in
   // progress and the queued one never share a buffer.
   std::vector<ByteBuffer> buffers_[2];
-  bool has_pipes_ = false;           // some sample is a member of a `pipe:` stream
-  std::unique_ptr<StreamCache> streams_;  // those streams' commands (one per pipe path)
-  std::unique_ptr<DeferredRows> deferred_;  // kDeferred samples' groups (null: none)
+  // One reader per kind of sample the loader has (and the kDeferred groups).
+  std::unique_ptr<SampleReaders> readers_;
   std::unique_ptr<LoaderCounters> counters_;
   std::unique_ptr<Epoch> epoch_;   // written by the consumer thread only, under handoff_mu_
   // The hand-off between the epoch in progress and the queued one: queued_, and each epoch's
@@ -180,9 +179,7 @@ EpochContext Loader::Impl::Context() {
   ctx.io_backend = io_backend_;
   ctx.pool = pool_.get();
   ctx.stager = stager_.get();
-  ctx.streams = streams_.get();
-  ctx.deferred = deferred_.get();
-  ctx.has_pipes = has_pipes_;
+  ctx.readers = readers_.get();
   ctx.prefetch_cap = prefetch_cap_;
   ctx.counters = counters_.get();
   ctx.decode_budget = decode_budget_.get();
@@ -233,41 +230,6 @@ absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
 
 namespace {
 
-// kDeferred samples: each group's rows are consecutive samples, row 0 first, and a group has one
-// run of them (Epoch::Replace finds a group's rows from one of them); several-file samples are
-// not deferred.
-absl::Status CheckDeferredGroups(const std::vector<Sample>& samples) {
-  std::vector<int64_t> first;  // per group: the sample index of its row 0 (-1: none seen)
-  for (size_t i = 0; i < samples.size(); ++i) {
-    const Sample& s = samples[i];
-    if (s.source != SourceKind::kDeferred) continue;
-    const int64_t row = static_cast<int64_t>(s.offset);
-    if (s.group < 0 || row < 0 || row > static_cast<int64_t>(i) || !s.more_files.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sample ", i, " (", s.path, ") is deferred with group ", s.group, " row ", row,
-          s.more_files.empty() ? "" : " and several files", ": expected a group >= 0, a row >= 0 and one file"));
-    }
-    // Row r > 0 follows row r - 1 of its group: no other sample lies inside a group's run.
-    const Sample* before = i > 0 ? &samples[i - 1] : nullptr;
-    const bool follows = row == 0 || (before->source == SourceKind::kDeferred && before->group == s.group &&
-                                      static_cast<int64_t>(before->offset) == row - 1);
-    if (!follows) {
-      return absl::InvalidArgumentError(absl::StrCat("sample ", i, " (", s.path, ") is row ", row, " of group ",
-                                                     s.group, " but sample ", i - 1, " is not its row ", row - 1,
-                                                     ": a group's rows must be consecutive samples"));
-    }
-    if (static_cast<size_t>(s.group) >= first.size()) first.resize(static_cast<size_t>(s.group) + 1, -1);
-    int64_t& base = first[static_cast<size_t>(s.group)];
-    if (base == -1) base = static_cast<int64_t>(i) - row;
-    if (base != static_cast<int64_t>(i) - row) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sample ", i, " (", s.path, ") is row ", row, " of group ", s.group, ", whose row 0 is sample ",
-          base, ": a group's rows must be consecutive samples"));
-    }
-  }
-  return absl::OkStatus();
-}
-
 // SampleColumns: each path's end at or after the previous one's, within the arena.
 absl::Status CheckColumns(const SampleColumns& c) {
   if (c.size > 0 && (c.ends == nullptr || c.labels == nullptr || (c.paths == nullptr && c.paths_size > 0))) {
@@ -297,16 +259,7 @@ absl::StatusOr<std::unique_ptr<Loader>> Loader::CreateFromColumns(SampleColumns 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
-  for (size_t i = 0; i < samples.size(); ++i) {
-    if (samples[i].source == SourceKind::kMemory &&
-        (samples[i].length < 0 || (samples[i].memory == nullptr && samples[i].length > 0))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("sample ", i, " (", samples[i].path, ") is in memory without its bytes"));
-    }
-    if (samples[i].source != SourceKind::kPipe) continue;
-    RL_RETURN_IF_ERROR(CheckPipePath(samples[i].path, absl::StrCat("sample ", i)));
-  }
-  RL_RETURN_IF_ERROR(CheckDeferredGroups(samples));
+  RL_RETURN_IF_ERROR(SampleReaders::Check(samples));
   RL_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(SampleStore(std::move(samples)), std::move(options)));
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
 }
@@ -334,6 +287,8 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
                                                    ") has 1 file(s); the views render ", files,
                                                    " (LoaderOptions::View::file)"));
   }
+  // How each kind of sample's bytes are got, chosen here once (pipeline/readers/sample_reader.h).
+  std::unique_ptr<SampleReaders> readers = SampleReaders::Create(store, options.max_file_bytes);
   const std::vector<Sample>& samples = store.samples();
   for (size_t i = 0; i < samples.size(); ++i) {
     const Sample& s = samples[i];
@@ -343,11 +298,7 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
           "sample ", i, " (", s.path, ") has ", 1 + s.more_files.size(), " file(s); the views render ",
           files, " (LoaderOptions::View::file)"));
     }
-    if (s.source == SourceKind::kPipe) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "sample ", i, " (", s.path, ") is a member of a pipe: stream and has several files; a "
-          "several-file sample reads files or memory"));
-    }
+    RL_RETURN_IF_ERROR(readers->For(s).CheckMoreFiles(s, i));
     for (const Sample::File& f : s.more_files) {
       if (f.length < -1 || (f.memory == nullptr && f.length > 0) ||
           (f.memory != nullptr && f.length < 0)) {
@@ -411,7 +362,8 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
   }
   RL_ASSIGN_OR_RETURN(const SlotPlan plan, PlanSlots(request));
   auto impl = std::make_unique<Impl>(std::move(store), std::move(options), std::move(pipeline),
-                                     std::move(views), std::move(placement), std::move(stager), plan);
+                                     std::move(views), std::move(placement), std::move(stager), plan,
+                                     std::move(readers));
   impl->threads_note_ = std::move(threads_note);
   impl->memory_budget_note_ = std::move(budget_note);
   // Probe the I/O backend once, here, so a refusal is reported at construction, not per epoch.
@@ -425,21 +377,16 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
 
 Loader::Impl::Impl(SampleStore samples, LoaderOptions options, TransformPipeline pipeline,
                    std::shared_ptr<const ViewSet> views, NumaPlacement placement,
-                   std::shared_ptr<DeviceStager> stager, const SlotPlan& plan)
+                   std::shared_ptr<DeviceStager> stager, const SlotPlan& plan,
+                   std::unique_ptr<SampleReaders> readers)
     : samples_(std::move(samples)),
       options_(std::move(options)),
       pipeline_(std::move(pipeline)),
       views_(std::move(views)),
       placement_(std::make_unique<NumaPlacement>(std::move(placement))),
       stager_(std::move(stager)),
+      readers_(std::move(readers)),
       counters_(std::make_unique<LoaderCounters>()) {
-  int64_t groups = 0;
-  for (const Sample& s : samples_.samples()) {
-    has_pipes_ = has_pipes_ || s.source == SourceKind::kPipe;
-    if (s.source == SourceKind::kDeferred) groups = std::max<int64_t>(groups, s.group + 1);
-  }
-  if (groups > 0) deferred_ = std::make_unique<DeferredRows>(groups);
-  streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
   const int node = placement_->node;
   // Device staging copies from the slots, so it wants them page-locked (asynchronous DMA).
   if (!options_.allocator && (options_.pin_memory || stager_)) {
@@ -490,11 +437,9 @@ void Loader::Impl::Stop() {
     (void)epoch_.release();
     (void)queued_.release();
     (void)new std::shared_ptr<SlotPool>(pool_);
-    // The pipe: commands are the parent's children: killing them from here would break its
-    // epoch, and their mutexes may have been held at the fork. The child gets its own cache, so
-    // the loader stays usable here (StartEpoch, Stats, DecodeSample).
-    (void)streams_.release();
-    streams_ = std::make_unique<StreamCache>(options_.max_file_bytes);
+    // What the readers hold of the parent's (a pipe: stream's commands) stays the parent's; the
+    // loader stays usable here (StartEpoch, Stats, DecodeSample).
+    readers_->AfterFork();
     // A parent thread may have held handoff_mu_ at the fork (it does while starting an epoch's
     // threads or reading Stats); in the child nobody ever will release it: make it anew.
     new (&handoff_mu_) std::mutex();
@@ -646,7 +591,7 @@ absl::Status Loader::Impl::StartEpoch(int64_t epoch, uint64_t seed, std::vector<
 absl::Status Loader::Impl::QueueEpoch(int64_t epoch) {
   RL_RETURN_IF_ERROR(CheckBatchable());
   // See the header: pipe: streams are not read ahead, nor anything under a tight budget.
-  if (has_pipes_ || !read_ahead_) return absl::OkStatus();
+  if (!readers_->AllowsReadAhead() || !read_ahead_) return absl::OkStatus();
   EpochOrder order = MakeEpochOrder(BuiltinSampler(), epoch);
   QueueChecked(epoch, options_.seed, std::move(order.indices), std::move(order.offsets));
   return absl::OkStatus();
@@ -657,7 +602,7 @@ absl::Status Loader::Impl::QueueEpoch(int64_t epoch, uint64_t seed, std::vector<
   RL_RETURN_IF_ERROR(CheckBatchable());
   RL_RETURN_IF_ERROR(CheckOrder(indices, offsets));
   // See the header: pipe: streams are not read ahead, nor anything under a tight budget.
-  if (has_pipes_ || !read_ahead_) return absl::OkStatus();
+  if (!readers_->AllowsReadAhead() || !read_ahead_) return absl::OkStatus();
   QueueChecked(epoch, seed, std::move(indices), std::move(offsets));
   return absl::OkStatus();
 }
@@ -705,22 +650,11 @@ LoaderStats Loader::Impl::Stats() const {
   s.decodes = counters_->decodes.load(std::memory_order_relaxed);
   s.views_rendered = counters_->views_rendered.load(std::memory_order_relaxed);
   s.samples_ahead = queued_ ? queued_->counters->samples.load(std::memory_order_relaxed) : 0;
-  s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed) + streams_->bytes_read();
-  s.stream_restarts = streams_->restarts();
+  s.bytes_read = counters_->bytes_read.load(std::memory_order_relaxed);
   const RangeFetchResult ranges = RangeReadTotals();
   s.range_requests = ranges.requests;
   s.range_bytes = ranges.bytes;
-  if (deferred_) {
-    const DeferredRows::Counts rows = deferred_->counts();
-    s.row_groups_read = rows.groups_attached;
-    s.row_group_bytes_read = rows.bytes_attached;
-    s.row_group_bytes_held = rows.bytes_held;
-    s.row_group_bytes_peak = rows.peak_bytes_held;
-    s.row_group_waits = rows.reader_waits;
-    s.row_group_wait_seconds = rows.reader_wait_seconds;
-    s.row_groups_over_budget = rows.over_budget;
-    s.row_group_compactions = rows.compactions;
-  }
+  readers_->AddStats(&s);  // a pipe: stream's bytes and restarts, deferred row groups
   s.read_seconds = counters_->read_ns.load(std::memory_order_relaxed) * 1e-9;
   s.decode_seconds = counters_->decode_ns.load(std::memory_order_relaxed) * 1e-9;
   s.wait_seconds = counters_->wait_ns.load(std::memory_order_relaxed) * 1e-9;
@@ -746,7 +680,7 @@ LoaderStats Loader::Impl::Stats() const {
   s.max_memory = static_cast<int64_t>(memory_budget_);
   s.memory_budget_note = memory_budget_note_;
   s.slots_note = slots_note_;
-  s.read_ahead = read_ahead_ && !has_pipes_;
+  s.read_ahead = read_ahead_ && readers_->AllowsReadAhead();
   s.read_buffers = static_cast<int>(buffers_[0].size());
   s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
   s.producer_waits = pool_->producer_waits();
@@ -798,8 +732,7 @@ absl::Status Loader::Impl::DecodeSample(int64_t index, uint64_t seed, int64_t ep
   const Sample& sample = samples_.Get(static_cast<size_t>(index), &scratch);
   const std::string& path = sample.path;
   ByteBuffer buffer;
-  absl::Status status =
-      ReadSampleBytes(sample, options_.max_file_bytes, &buffer, streams_.get(), nullptr, deferred_.get());
+  absl::Status status = readers_->ReadAside(sample, &buffer, nullptr);
   if (status.ok()) {
     const std::unique_ptr<ImageDecoder> decoder = MakeDecoder(options_);
     decoder->set_memory_budget(decode_budget_.get());
