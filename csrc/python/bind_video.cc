@@ -13,6 +13,7 @@
 
 #include "video/video_decoder.h"  // no FFmpeg header: the options' defaults build without it
 #ifdef RINGLOADER_WITH_VIDEO
+#include "video/clip_batch.h"
 #include "video/ffmpeg_library.h"
 #endif
 
@@ -59,6 +60,85 @@ VideoDecoderOptions Options(uint64_t max_frame_pixels, uint64_t max_clip_bytes, 
   options.max_clip_bytes = max_clip_bytes;
   options.threads = threads;
   return options;
+}
+
+// The exception Raise would raise for `status`, as an object (a batch's errors are per clip).
+py::object ErrorObject(const absl::Status& status) {
+  try {
+    Raise(status);
+  } catch (py::error_already_set& error) {
+    return error.value();
+  } catch (const py::builtin_exception& error) {
+    error.set_error();
+    py::error_already_set raised;
+    return raised.value();
+  } catch (const std::exception& error) {
+    return py::module_::import("builtins").attr("RuntimeError")(std::string(error.what()));
+  }
+  return py::none();
+}
+
+video::VideoChain ChainFrom(const py::list& steps, const py::object& levels) {
+  using Kind = video::VideoStep::Kind;
+  video::VideoChain chain;
+  for (const py::handle& item : steps) {
+    py::dict d = py::reinterpret_borrow<py::dict>(item);
+    video::VideoStep s;
+    const std::string kind = d["kind"].cast<std::string>();
+    if (kind == "resize") s.kind = Kind::kResize;
+    else if (kind == "center_crop") s.kind = Kind::kCenterCrop;
+    else if (kind == "random_crop") s.kind = Kind::kRandomCrop;
+    else if (kind == "random_resized_crop") s.kind = Kind::kRandomResizedCrop;
+    else if (kind == "horizontal_flip") s.kind = Kind::kHorizontalFlip;
+    else throw py::value_error("video chain: unknown step kind '" + kind + "'");
+    if (d.contains("height")) s.height = d["height"].cast<int>();
+    if (d.contains("width")) s.width = d["width"].cast<int>();
+    if (d.contains("max_size")) s.max_size = d["max_size"].cast<int>();
+    if (d.contains("scale")) {
+      auto r = d["scale"].cast<std::pair<double, double>>();
+      s.scale_min = r.first, s.scale_max = r.second;
+    }
+    if (d.contains("ratio")) {
+      auto r = d["ratio"].cast<std::pair<double, double>>();
+      s.ratio_min = r.first, s.ratio_max = r.second;
+    }
+    if (d.contains("p")) s.p = d["p"].cast<double>();
+    chain.steps.push_back(s);
+  }
+  if (!levels.is_none()) {
+    chain.levels = levels.cast<std::vector<float>>();
+    if (chain.levels.size() != 3 * 256) throw py::value_error("video chain: levels must hold 3 x 256 values");
+  }
+  return chain;
+}
+
+std::vector<video::ClipJob> JobsFrom(const std::vector<std::string>& paths, const py::list& memory) {
+  std::vector<video::ClipJob> jobs(paths.size());
+  for (size_t i = 0; i < paths.size(); ++i) {
+    jobs[i].path = paths[i];
+    if (i < memory.size() && !memory[i].is_none()) {
+      py::buffer_info info = py::reinterpret_borrow<py::buffer>(memory[i]).request();
+      jobs[i].data = static_cast<const uint8_t*>(info.ptr);
+      jobs[i].size = static_cast<size_t>(info.size * info.itemsize);
+    }
+  }
+  return jobs;
+}
+
+py::dict MetadataDict(const video::VideoMetadata& meta) {
+  py::dict out;
+  out["num_frames"] = meta.num_frames;
+  out["average_fps"] = meta.average_fps;
+  out["width"] = meta.width;
+  out["height"] = meta.height;
+  out["duration_seconds"] = meta.duration_seconds;
+  out["begin_stream_seconds"] = meta.begin_stream_seconds;
+  out["end_stream_seconds"] = meta.end_stream_seconds;
+  out["codec"] = meta.codec;
+  out["rotation"] = meta.rotation;
+  out["pts_seconds"] = meta.pts_seconds;
+  out["key_frame_indices"] = meta.key_frame_indices;
+  return out;
 }
 
 // (frames uint8 [T, 3, H, W] owning the decoded buffer, pts seconds, duration seconds)
@@ -120,23 +200,7 @@ void BindVideo(py::module_& m) {
           py::arg("data"), py::arg("name"), py::arg("max_frame_pixels"), py::arg("max_clip_bytes"),
           py::arg("threads") = 1, py::arg("skip_unwanted_frames") = true)
       .def_property_readonly("name", &VideoDecoder::name)
-      .def_property_readonly("metadata",
-                             [](const VideoDecoder& d) {
-                               const video::VideoMetadata& meta = d.metadata();
-                               py::dict out;
-                               out["num_frames"] = meta.num_frames;
-                               out["average_fps"] = meta.average_fps;
-                               out["width"] = meta.width;
-                               out["height"] = meta.height;
-                               out["duration_seconds"] = meta.duration_seconds;
-                               out["begin_stream_seconds"] = meta.begin_stream_seconds;
-                               out["end_stream_seconds"] = meta.end_stream_seconds;
-                               out["codec"] = meta.codec;
-                               out["rotation"] = meta.rotation;
-                               out["pts_seconds"] = meta.pts_seconds;
-                               out["key_frame_indices"] = meta.key_frame_indices;
-                               return out;
-                             })
+      .def_property_readonly("metadata", [](const VideoDecoder& d) { return MetadataDict(d.metadata()); })
       .def("stats",
            [](const VideoDecoder& d) {
              video::VideoDecodeStats s = d.stats();
@@ -169,6 +233,86 @@ void BindVideo(py::module_& m) {
       .def("indices_played_at",
            [](const VideoDecoder& d, std::vector<double> seconds) { return Check(d.IndicesPlayedAt(seconds)); },
            py::arg("seconds"));
+
+  m.def("video_chain_output_size",
+        [](const py::list& steps, int width, int height) {
+          int w = 0, h = 0;
+          absl::Status status = ChainFrom(steps, py::none()).OutputSize(width, height, &w, &h);
+          if (!status.ok()) Raise(status);
+          return py::make_tuple(h, w);
+        },
+        py::arg("steps"), py::arg("width"), py::arg("height"),
+        "(height, width) of frames of width x height after a native video chain.");
+
+  m.def("video_chain_plan",
+        [](const py::list& steps, int width, int height, uint64_t seed) {
+          absl::StatusOr<std::vector<video::PlannedOp>> ops =
+              video::PlanClip(ChainFrom(steps, py::none()), width, height, seed);
+          if (!ops.ok()) Raise(ops.status());
+          py::list out;
+          for (const video::PlannedOp& op : *ops) {
+            const char* kind = op.kind == video::PlannedOp::Kind::kCrop     ? "crop"
+                               : op.kind == video::PlannedOp::Kind::kResize ? "resize"
+                                                                            : "flip";
+            out.append(py::make_tuple(kind, op.top, op.left, op.height, op.width));
+          }
+          return out;
+        },
+        py::arg("steps"), py::arg("width"), py::arg("height"), py::arg("seed"),
+        "The operations (kind, top, left, height, width) a clip gets with the draws of `seed`.");
+
+  py::class_<video::ClipPool>(m, "ClipPool",
+                              "Native threads that decode a batch's clips, each thread with its own decoders, "
+                              "into the rows of one batch buffer (ringloader.video_batches).")
+      .def(py::init([](int threads, uint64_t max_frame_pixels, uint64_t max_clip_bytes) {
+             return std::make_unique<video::ClipPool>(threads, Options(max_frame_pixels, max_clip_bytes, 1, true));
+           }),
+           py::arg("threads"), py::arg("max_frame_pixels"), py::arg("max_clip_bytes"))
+      .def_property_readonly("threads", &video::ClipPool::threads)
+      .def("probe",
+           [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory) {
+             std::vector<video::ClipJob> jobs = JobsFrom(paths, memory);
+             std::vector<absl::StatusOr<video::VideoMetadata>> metas;
+             {
+               py::gil_scoped_release release;
+               metas = pool.Probe(jobs);
+             }
+             py::list out;
+             for (auto& meta : metas) out.append(meta.ok() ? py::object(MetadataDict(*meta)) : ErrorObject(meta.status()));
+             return out;
+           },
+           py::arg("paths"), py::arg("memory"),
+           "Each video's metadata dict, or the exception its opening raised.")
+      .def("decode",
+           [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory,
+              std::vector<std::vector<int64_t>> indices, const std::vector<uint64_t>& seeds, const py::list& steps,
+              const py::object& levels, py::buffer out, int out_h, int out_w) {
+             std::vector<video::ClipJob> jobs = JobsFrom(paths, memory);
+             if (indices.size() != jobs.size() || seeds.size() != jobs.size()) {
+               throw py::value_error("ClipPool.decode: paths, indices and seeds differ in length");
+             }
+             for (size_t i = 0; i < jobs.size(); ++i) jobs[i].indices = std::move(indices[i]), jobs[i].seed = seeds[i];
+             video::VideoChain chain = ChainFrom(steps, levels);
+             py::buffer_info info = out.request(true);
+             const size_t total = static_cast<size_t>(info.size * info.itemsize);
+             const size_t row = jobs.empty() ? 0 : total / jobs.size();
+             if (row * jobs.size() != total) throw py::value_error("ClipPool.decode: the buffer is not one row per clip");
+             std::vector<video::ClipOutcome> outcomes;
+             {
+               py::gil_scoped_release release;
+               outcomes = pool.Decode(jobs, chain, out_h, out_w, static_cast<uint8_t*>(info.ptr), row);
+             }
+             py::list result;
+             for (const auto& o : outcomes) {
+               result.append(py::make_tuple(o.status.ok() ? py::none() : ErrorObject(o.status), o.frames_decoded,
+                                            o.frames_kept));
+             }
+             return result;
+           },
+           py::arg("paths"), py::arg("memory"), py::arg("indices"), py::arg("seeds"), py::arg("steps"),
+           py::arg("levels"), py::arg("out"), py::arg("out_h"), py::arg("out_w"),
+           "Decodes clip j into row j of `out` (GIL released); per clip (error or None, frames decoded, "
+           "frames kept).");
 #else
   m.def("video_available", [] {
     return py::make_tuple(false, std::string(

@@ -17,6 +17,7 @@ Map of the package (public modules first, then private ones):
 * ``clips``: video clip sampling as ``torchcodec.samplers`` samples (``random_indices``...), explicit frames, keyed draws, ``VideoMeta``.
 * ``video``: ``VideoFile``/``VideoBytes`` video references decoded frame-exactly by the system's FFmpeg (loaded at run time), ``VideoMetadata``.
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
+* ``video_batches``: video clips batched natively (``_C.ClipPool``: native decode threads, v2's video transforms with one draw per clip), ``native_chain``.
 * ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
 * ``bench``: the throughput comparisons with torch's DataLoader and the peers (``python -m ringloader.bench``), a package of one module per comparison, mapped in its own docstring.
