@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "transform/image_ops.h"
 #include "transform/image_transform.h"
+#include "transform/photometric.h"
 #include "transform/random.h"
 
 namespace ringloader {
@@ -55,6 +56,9 @@ struct AugmentScratch {
   std::vector<uint8_t> chain;    ///< AugMix: the chain being augmented
   std::vector<uint8_t> source;   ///< AugMix: the source of a geometric op or the blur
   std::vector<float> mix;        ///< AugMix: the float32 mixture
+  /// The output pixels [x0, x1) x [y0, y1) that show the source, the rest padding; set by the
+  /// render for each sample (RandomPhotometricDistort before a padding distorts only these).
+  int shown[4] = {0, 0, 1 << 30, 1 << 30};
 };
 
 /// The random draws of one AugMix call, in torchvision's order: the Beta weight pair (m0 for

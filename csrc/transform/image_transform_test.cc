@@ -273,7 +273,7 @@ TEST(StepKinds, ParseFillsTheFieldsAndDescribeShowsThem) {
   EXPECT_FALSE(j.has_range[TransformStep::kContrast]);
   EXPECT_TRUE(j.has_range[TransformStep::kSaturation]);
   EXPECT_EQ(j.range[TransformStep::kSaturation][1], 1.1);
-  EXPECT_EQ(KindInfo(Kind::kColorJitter).describe, nullptr);  // shown by its name
+  EXPECT_EQ(KindInfo(Kind::kColorJitter).describe(j), "ColorJitter");  // photometric: its own
 
   FakeParams fill;
   fill.numbers = {{"fill", {1, 2}}};

@@ -32,6 +32,22 @@ void PaintFill(const SampleGeometry& g, RgbView* img) {
   }
 }
 
+/// The output pixels showing the source, [x0, x1) x [y0, y1) into shown[4] (AugmentScratch):
+/// the padding lies outside (the shown window is one interval per axis).
+void ShownRect(const SampleGeometry& g, int width, int height, int shown[4]) {
+  std::vector<uint8_t> pad_x, pad_y;
+  PaddedIndices(g.x0, g.x1, width, g.show_x0, g.show_x1, &pad_x);
+  PaddedIndices(g.y0, g.y1, height, g.show_y0, g.show_y1, &pad_y);
+  const auto span = [](const std::vector<uint8_t>& padded, int* lo, int* hi) {
+    const auto first = std::find(padded.begin(), padded.end(), 0);
+    *lo = static_cast<int>(first - padded.begin());
+    *hi = static_cast<int>(padded.rend() - std::find(padded.rbegin(), padded.rend(), 0));
+    *hi = std::max(*hi, *lo);
+  };
+  span(pad_x, &shown[0], &shown[2]);
+  span(pad_y, &shown[1], &shown[3]);
+}
+
 }  // namespace
 
 absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometry& geometry,
@@ -55,6 +71,7 @@ absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometr
   img.data = state.image.data();
   state.resampler.Finish(levels, img.data);
   if (geometry.has_fill) PaintFill(geometry, &img);
+  ShownRect(geometry, img.width, img.height, state.augment.shown);
   absl::Status status = ApplyImageSteps(pipeline, rng, state.augment, &img);
   if (!status.ok()) return status;
   state.resampler.WriteImage(img.data, img.stride, img.width, img.height, fmt, dst);

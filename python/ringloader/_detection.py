@@ -13,11 +13,18 @@ it, so they are known wherever a Dataset's transform is converted.
   pixels; ``TransformPipeline::Create``), so boxes follow it (:func:`image_fill_refusal`).
 * ``RandomZoomOut`` (the ``ssd`` preset's second step): such a pad, its canvas ratio, offset and
   ``p`` drawn per sample as v2 draws them.
+* ``RandomPhotometricDistort`` (the ``ssd`` preset's first step): natively a colour step on the
+  8-bit image (``transform/photometric.h``), its draws made per sample as v2 makes them. Before
+  padding and flips only (the ``ssd`` preset's zoom-out), a Joint runs it after them on the
+  pixels that show the source (:func:`distort_after_padding`): each adjustment is per pixel
+  and the contrast's mean is the whole source's, so the result is v2's, the fill undistorted.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import copy
 
 from . import transforms as T
 
@@ -32,17 +39,52 @@ def zooms(step: Any) -> bool:
     return type(step).__name__ == "RandomZoomOut"
 
 
+#: v2 colour classes of the detection references (beside those of ``_joint._VALUES``).
+COLOURS = ("RandomPhotometricDistort",)
+#: The steps a RandomPhotometricDistort may precede and still run natively after them.
+_MOVES = ("Pad", "RandomZoomOut", "RandomHorizontalFlip", "RandomVerticalFlip")
+
+
+def distort_after_padding(parts: List[Any]) -> List[Any]:
+    """A Joint's flattened chain with each RandomPhotometricDistort that only constant padding
+    and flips follow up to the next step of another kind moved after them, marked so that it
+    distorts only the output pixels showing the source (v2 distorts the image, then pads it
+    with the fill; adjustments per pixel and the contrast's mean of the whole image commute
+    with those moves). Any other distort stays where it is (the plan names a geometric step
+    after it)."""
+    out = list(parts)
+    for i in range(len(out) - 1, -1, -1):
+        if type(out[i]).__name__ != "RandomPhotometricDistort":
+            continue
+        j = i + 1
+        while j < len(out) and type(out[j]).__name__ in _MOVES and \
+                getattr(out[j], "padding_mode", "constant") == "constant":
+            j += 1
+        if j > i + 1:
+            moved = copy.copy(out[i])
+            moved._before_padding = True
+            out[i:j] = out[i + 1:j] + [moved]
+    return out
+
+
+@T._converts("RandomPhotometricDistort")
+def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomPhotometricDistort: ColorJitter's kind with v2's draws (each adjustment with
+    probability p, contrast first or after hue, a channel permutation with p); 2: only on the
+    pixels showing the source (moved after the padding by :func:`distort_after_padding`)."""
+    ranges = [T._range(r) for r in (t.brightness, t.contrast, t.saturation, t.hue)]
+    if any(r is None for r in ranges):
+        raise TypeError(f"{where}: brightness, contrast, saturation and hue must be (lo, hi)")
+    return [{"kind": "color_jitter", "ranges": ranges, "p": float(t.p),
+             "photometric": 2 if getattr(t, "_before_padding", False) else 1}]
+
+
 #: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets, rotation and affine
 #: keep a Joint on torch's path, by class name (the warning names the step and its position).
 NOT_NATIVE = {
     "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
                       "IoU with each candidate), which the native draws do not see; the ssd and "
                       "ssdlite presets run on torch's path"),
-    # Its contrast takes the whole image's mean, and the zoom-out's fill after it keeps its
-    # level: it cannot move after the geometry, where native colour steps run.
-    "RandomPhotometricDistort": ("permutes channels and orders its colour steps at random "
-                                 "before the geometric steps (its contrast from the whole "
-                                 "image's mean), which is not native yet"),
     # Natively these run on the 8-bit image after the resample, with an angle (and shear,
     # translation) the row's geometry record does not hold, so boxes could not follow them.
     "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "

@@ -62,7 +62,7 @@ _CLAMPING = {"CenterCrop", "RandomResizedCrop", *_detection.PADS}
 #: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
 _VALUES = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomPosterize",
            "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
-           "RandomInvert", "ToDtype", "ConvertImageDtype", "Normalize"}
+           "RandomInvert", "ToDtype", "ConvertImageDtype", "Normalize", *_detection.COLOURS}
 #: v2 classes that touch boxes or keypoints only: run in Python on the row's structure.
 _BOXES_ONLY = {"SanitizeBoundingBoxes", "ClampBoundingBoxes", "ConvertBoundingBoxFormat",
                "ClampKeyPoints"}
@@ -190,7 +190,7 @@ def _mask_dtype(step: Any) -> Any:
 
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
-    parts = T._flatten(runnable(transform))
+    parts = _detection.distort_after_padding(T._flatten(runnable(transform)))
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
         step = odd[0]

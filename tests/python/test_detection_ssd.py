@@ -1,7 +1,8 @@
 """torchvision's ``ssd`` and ``ssdlite`` detection presets (v2 classes, as the reference builds
 them with use_v2=True) are not native: RandomIoUCrop draws its crop against the boxes. The
 loader says so once, naming the first such step, its position and why, and torch's path runs
-the preset."""
+the preset. Their RandomPhotometricDistort and RandomZoomOut are native: for the draws the
+loader made, the pixels equal v2's on the PIL photo (max |diff| 0), boxes within 1e-4 px."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 import torch
 from torchvision import tv_tensors
 from torchvision.transforms import v2
+from torchvision.transforms.v2 import functional as F
 
 import ringloader as rl
 from imagegen import jpeg_bytes
@@ -21,7 +23,7 @@ PRESETS = {
     "ssd": (lambda: [v2.RandomPhotometricDistort(),
                      v2.RandomZoomOut(fill=defaultdict(lambda: MEAN, {tv_tensors.Mask: 0})),
                      v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
-            "v2.RandomPhotometricDistort at position 0", "permutes channels"),
+            "v2.RandomIoUCrop at position 2", "rejection loop"),
     "ssdlite": (lambda: [v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)],
                 "v2.RandomIoUCrop at position 0", "rejection loop"),
 }
@@ -149,3 +151,134 @@ def test_a_resize_after_random_zoom_out_is_named(tmp_path):
     assert told and "Resize" in told[0] and "RandomZoomOut" in told[0], told
     image, target = next(iter(loader))[0]
     assert image.shape == (3, 120, 120)
+
+
+BRIGHTNESS, CONTRAST, SATURATION, HUE = 1.1, 0.7, 1.3, 0.03
+
+
+def _distort(p=1.0):
+    return v2.RandomPhotometricDistort(brightness=(BRIGHTNESS, BRIGHTNESS),
+                                       contrast=(CONTRAST, CONTRAST),
+                                       saturation=(SATURATION, SATURATION), hue=(HUE, HUE), p=p)
+
+
+def _candidates():
+    """Every draw v2's RandomPhotometricDistort can make with p=1 and fixed factors: the
+    contrast before or after the others, and each channel permutation."""
+    import itertools
+
+    for before in (True, False):
+        for perm in itertools.permutations(range(3)):
+            yield {"brightness_factor": BRIGHTNESS, "contrast_factor": CONTRAST,
+                   "saturation_factor": SATURATION, "hue_factor": HUE,
+                   "contrast_before": before, "channel_permutation": torch.tensor(perm)}
+
+
+def _equal_for_some_draw(image, run):
+    """Whether ``run(params)`` (v2 with those fixed draws) gives ``image`` exactly, for one of
+    the draws v2 can make; the draws that match."""
+    return [params for params in _candidates() if torch.equal(run(params), image)]
+
+
+def _photos(tmp_path, n, seed):
+    paths = []
+    for i in range(n):
+        paths.append(tmp_path / f"photo{i}.jpg")
+        paths[-1].write_bytes(jpeg_bytes(211, 150, quality=88, seed=seed + i))
+    return paths
+
+
+def test_photometric_distort_equals_v2_for_the_drawn_parameters(tmp_path):
+    """RandomPhotometricDistort natively, first in the chain as in the ssd preset: with p=1 and
+    fixed factors, each row equals v2 on the PIL photo for one of v2's draws (contrast before
+    or after, the channel permutation): max |diff| 0; with p=0 it is the photo itself."""
+    paths = _photos(tmp_path, 4, 160)
+    for p in (1.0, 0.0):
+        t = v2.Compose([_distort(p), v2.RandomHorizontalFlip(1.0), v2.PILToTensor(),
+                        v2.SanitizeBoundingBoxes()])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader = rl.DataLoader(Detections(t, paths), batch_size=2, collate_fn=list)
+        assert loader.native
+        rows = [row for batch in loader for row in batch]
+        for path, (image, target) in zip(paths, rows):
+            photo = _opened(path)
+            if p == 0.0:
+                assert torch.equal(image, F.pil_to_tensor(F.horizontal_flip(photo)))
+                continue
+
+            def run(params):
+                distort = _distort()
+                distort.make_params = lambda flat_inputs: params
+                return v2.Compose([distort, v2.RandomHorizontalFlip(1.0), v2.PILToTensor()])(photo)
+
+            matches = _equal_for_some_draw(image, run)
+            assert matches, path
+            assert torch.equal(target["boxes"], F.horizontal_flip(
+                Detections(None, paths).target()["boxes"]))
+
+
+def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path):
+    """The ssd preset's first two steps and its flip natively (the distort runs after the
+    zoom-out, on the pixels that show the photo): for the loader's drawn offset and one of the
+    distort's draws, v2 gives the same image (max |diff| 0: the fill is MEAN, undistorted, and
+    the contrast takes the photo's mean) and boxes (within 1e-4 px)."""
+    paths = _photos(tmp_path, 3, 170)
+
+    def chain(padding=None, params=None):
+        distort = _distort()
+        if params is not None:
+            distort.make_params = lambda flat_inputs: params
+        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
+        if padding is not None:
+            zoom.make_params = lambda flat_inputs: {"padding": padding}
+        return v2.Compose([distort, zoom, v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
+                           v2.SanitizeBoundingBoxes()])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(Centred(chain(), paths), batch_size=3, collate_fn=list)
+    assert loader.native
+    (rows,) = list(loader)
+    canvas_w, canvas_h = int(211 * torch.tensor(1.6)), int(150 * torch.tensor(1.6))
+    for path, (image, target) in zip(paths, rows):
+        box = target["boxes"][0]
+        left, top = round(canvas_w - 110 - float(box[0])), round(float(box[1]) - 70)
+        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
+        photo, want_target = _opened(path), Centred(None, paths).target()
+        matches = _equal_for_some_draw(image, lambda params: chain(padding, params)(
+            photo, want_target)[0])
+        assert matches, (path, padding)
+        _, want = chain(padding, matches[0])(photo, want_target)
+        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        assert image[:, 0, 0].tolist() == [int(m) for m in MEAN]  # a fill pixel
+
+
+def test_photometric_distort_draws_are_keyed_per_sample_and_epoch(tmp_path):
+    """Random draws (v2's defaults, p=0.5): a seeded loader gives the same rows every run,
+    another epoch other draws."""
+    paths = _photos(tmp_path, 3, 180)
+    t = v2.Compose([v2.RandomPhotometricDistort(), v2.PILToTensor()])
+
+    def epochs(seed):
+        loader = rl.DataLoader(Detections(t, paths), batch_size=3, collate_fn=list,
+                               generator=torch.Generator().manual_seed(seed))
+        assert loader.native
+        return [[row[0] for row in batch] for _ in range(2) for batch in loader]
+
+    first, again = epochs(7), epochs(7)
+    assert all(torch.equal(a, b) for x, y in zip(first, again) for a, b in zip(x, y))
+    assert any(not torch.equal(a, b) for a, b in zip(first[0], first[1]))
+
+
+def test_photometric_distort_after_a_tensor_conversion_is_named(tmp_path):
+    """After PILToTensor v2 runs the distort with torch's tensor kernels (not Pillow's): torch's
+    path, the warning naming the step."""
+    paths = _photos(tmp_path, 1, 190)
+    t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    assert told and "RandomPhotometricDistort" in told[0], told

@@ -63,7 +63,7 @@ struct TransformStep {
     kRandomVerticalFlip,    ///< p
     kRandomCrop,            ///< size_h x size_w, pad[4] (l,t,r,b), pad_if_needed, fill, pad_mode
     kPad,                   ///< pad[4] (l,t,r,b), fill, pad_mode
-    kColorJitter,           ///< range[kBrightness..kHue] (lo, hi) factors, hue shift
+    kColorJitter,           ///< range[kBrightness..kHue] (lo, hi) factors, hue shift; photometric
     kGrayscale,             ///< p (1 for Grayscale): L of the image replicated to 3 channels
     kRandomRotation,        ///< range[kDegrees], interpolation, fill, center
     kRandomAffine,          ///< degrees, translate, scale, shear ranges; interpolation, fill
@@ -101,6 +101,10 @@ struct TransformStep {
   /// a ratio drawn from [scale_min, scale_max) (side_range), the image at a drawn offset in it,
   /// the rest `fill` (v2's draws, in float32 as torch computes them).
   bool zoom_out = false;
+  /// ColorJitter: v2's RandomPhotometricDistort when > 0 (each adjustment with probability p,
+  /// the contrast before or after the others, a channel permutation; transform/photometric.h):
+  /// 1 on the whole image, 2 on the output pixels showing the source (it came before padding).
+  int photometric = 0;
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   double p = 0.5;
