@@ -1,3 +1,8 @@
+// DownloadAll: libcurl's multi interface, the retries, resumes and version pins, and the
+// transfers in flight. The URLs requests go to and their signing parts are in
+// io/remote_addressing.cc, the per-host connection budget in io/connection_budget.cc, the link
+// estimates in io/link_estimates.cc.
+
 #include "io/remote.h"
 
 #include <curl/curl.h>
@@ -27,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_util.h"
+#include "io/remote_internal.h"
 #include "io/sigv4.h"
 
 namespace ringloader {
@@ -35,143 +41,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kErrorBodyBytes = 512;
-
-// The link estimates' smoothing: each response moves the estimate this far towards what it
-// measured (the first replaces the prior), so a few responses outweigh an old one.
-constexpr double kLinkSmoothing = 0.25;
-// A body shorter than this is not timed for throughput: its time is mostly latency and timer
-// resolution.
-constexpr int64_t kTimedBodyBytes = 64 * 1024;
-
-struct Links {
-  std::mutex mu;
-  std::map<std::string, LinkEstimate> by_host ABSL_GUARDED_BY(mu);
-  std::string last ABSL_GUARDED_BY(mu);
-};
-
-Links& TheLinks() {
-  static auto* links = new Links;  // never destroyed: download threads may run at exit
-  return *links;
-}
-
-// The transfers in flight to each host, across every DownloadAll of the process: whole-shard
-// downloads (a BackgroundFetch runs one DownloadAll per worker thread), range reads and the
-// downloads that index a dataset all draw on one budget per host, so that together they hold no
-// more connections than `max_connections` (per process and host, not per dataset: the link and
-// the server's limits are the host's, and two datasets of one process reading one host share them).
-//
-// The budget is handed out first come, first served: each DownloadAll draws a ticket when it
-// starts, and while a call with an earlier ticket waits for a host's budget, later calls start
-// nothing there. So the shards an epoch wants first (a BackgroundFetch worker takes them in
-// the epoch's order) get the connections first, and a shard's pieces (shard_cache.h:
-// DownloadPieces) are not spread over the shards after it.
-//
-// A caller that hands shards out in order to several threads (BackgroundFetch) draws each
-// shard's ticket where it hands the shard out (DrawDownloadTicket), so that tickets follow its
-// order, not the order in which the threads get to DownloadAll. Until that DownloadAll has made
-// its first pass over its transfers, the ticket is "unstarted", and later tickets take no
-// connection: otherwise a thread that got there first would start the next shard's first piece
-// beside the first shard's. An unstarted ticket holds later ones back for kUnstartedGrace at
-// most (its thread may be waiting for a lock another download of the same object holds).
-constexpr auto kUnstartedGrace = std::chrono::milliseconds(500);
-
-struct Connections {
-  std::mutex mu;
-  std::condition_variable freed;
-  std::map<std::string, int> open ABSL_GUARDED_BY(mu);
-  std::map<std::string, std::set<int64_t>> waiting ABSL_GUARDED_BY(mu);  // tickets, per host
-  std::map<int64_t, std::chrono::steady_clock::time_point> unstarted ABSL_GUARDED_BY(mu);
-  int64_t next_ticket ABSL_GUARDED_BY(mu) = 0;
-};
-
-Connections& TheConnections() {
-  static auto* connections = new Connections;  // never destroyed: download threads may run at exit
-  return *connections;
-}
-
-int64_t NextTicket() {
-  Connections& c = TheConnections();
-  std::lock_guard<std::mutex> lock(c.mu);
-  return c.next_ticket++;
-}
-
-// True when a ticket before `ticket` was drawn within kUnstartedGrace and has not made its first
-// pass yet (see DrawDownloadTicket).
-bool EarlierUnstarted(Connections& c, int64_t ticket) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c.mu) {
-  const auto now = std::chrono::steady_clock::now();
-  for (const auto& [earlier, drawn] : c.unstarted) {
-    if (earlier >= ticket) return false;
-    if (now - drawn < kUnstartedGrace) return true;
-  }
-  return false;
-}
-
-// Takes one of `host`'s transfers when fewer than `limit` are in flight (the caller's own
-// `max_connections`: a caller with a lower setting waits while others hold more) and no call
-// with an earlier ticket waits for one; else `ticket` waits (until StopWaiting).
-bool TakeConnection(const std::string& host, int limit, int64_t ticket) {
-  Connections& c = TheConnections();
-  std::lock_guard<std::mutex> lock(c.mu);
-  int& open = c.open[host];
-  std::set<int64_t>& waiting = c.waiting[host];
-  if (open < limit && (waiting.empty() || *waiting.begin() >= ticket) && !EarlierUnstarted(c, ticket)) {
-    ++open;
-    return true;
-  }
-  waiting.insert(ticket);
-  return false;
-}
-
-// `ticket` no longer waits for `host`'s budget (it started what it could, or it ended).
-void StopWaiting(const std::string& host, int64_t ticket) {
-  Connections& c = TheConnections();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.waiting.find(host);
-    if (it == c.waiting.end() || it->second.erase(ticket) == 0) return;
-    if (it->second.empty()) c.waiting.erase(it);
-  }
-  c.freed.notify_all();
-}
-
-void ReturnConnection(const std::string& host) {
-  Connections& c = TheConnections();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    auto it = c.open.find(host);
-    if (it != c.open.end() && --it->second <= 0) c.open.erase(it);
-  }
-  c.freed.notify_all();
-}
-
-}  // namespace
-
-int64_t DrawDownloadTicket() {
-  Connections& c = TheConnections();
-  std::lock_guard<std::mutex> lock(c.mu);
-  const int64_t ticket = c.next_ticket++;
-  c.unstarted.emplace(ticket, std::chrono::steady_clock::now());
-  return ticket;
-}
-
-void ReleaseDownloadTicket(int64_t ticket) {
-  Connections& c = TheConnections();
-  {
-    std::lock_guard<std::mutex> lock(c.mu);
-    if (c.unstarted.erase(ticket) == 0) return;
-  }
-  c.freed.notify_all();
-}
-
-namespace {
-
-// Waits up to `timeout` for any host's transfer to end (a DownloadAll with nothing in flight
-// whose next transfer waits for the budget).
-void WaitForFreedConnection(std::chrono::milliseconds timeout) {
-  Connections& c = TheConnections();
-  std::unique_lock<std::mutex> lock(c.mu);
-  c.freed.wait_for(lock, timeout);
-}
 
 void InitCurlOnce() {
   // curl_global_init is not thread-safe before 7.84; a function-local static runs it once.
@@ -504,44 +373,6 @@ int OnProgress(void* user, curl_off_t, curl_off_t dlnow, curl_off_t, curl_off_t)
   return 0;
 }
 
-/// Whether an S3 bucket name may be a host name label (virtual-hosted addressing): 3 to 63
-/// lower-case letters, digits and '-', starting and ending with a letter or digit. A name with
-/// '.' is not: it would not match the endpoint's wildcard certificate.
-bool DnsCompatibleBucket(absl::string_view bucket) {
-  if (bucket.size() < 3 || bucket.size() > 63) return false;
-  for (char c : bucket) {
-    if (!(absl::ascii_islower(c) || absl::ascii_isdigit(c) || c == '-')) return false;
-  }
-  return bucket.front() != '-' && bucket.back() != '-';
-}
-
-/// The Host header libcurl sends for an http(s) URL: its authority, without a default port.
-std::string HostHeaderOf(absl::string_view http_url) {
-  absl::string_view rest = http_url;
-  const bool https = absl::ConsumePrefix(&rest, "https://");
-  if (!https) absl::ConsumePrefix(&rest, "http://");
-  absl::string_view host = rest.substr(0, rest.find_first_of("/?"));
-  absl::ConsumeSuffix(&host, https ? ":443" : ":80");
-  return std::string(host);
-}
-
-/// The path (as sent) and the canonical query string of an http(s) URL, for SigV4.
-void PathAndQueryOf(absl::string_view http_url, std::string* path, std::string* query) {
-  const size_t scheme = http_url.find("://");
-  const size_t slash = http_url.find('/', scheme == absl::string_view::npos ? 0 : scheme + 3);
-  absl::string_view rest = slash == absl::string_view::npos ? "/" : http_url.substr(slash);
-  const size_t mark = rest.find('?');
-  *path = std::string(rest.substr(0, mark));
-  query->clear();
-  if (mark == absl::string_view::npos) return;
-  std::vector<std::string> params;
-  for (absl::string_view p : absl::StrSplit(rest.substr(mark + 1), '&', absl::SkipEmpty())) {
-    params.push_back(absl::StrContains(p, '=') ? std::string(p) : absl::StrCat(p, "="));
-  }
-  std::sort(params.begin(), params.end());
-  *query = absl::StrJoin(params, "&");
-}
-
 bool RetryableCurl(CURLcode code) {
   switch (code) {
     case CURLE_OPERATION_TIMEDOUT:
@@ -587,85 +418,6 @@ std::string BodyNote(const std::string& body) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::string> HttpUrlOf(const std::string& url, const RemoteOptions& options) {
-  absl::string_view rest = url;
-  if (!absl::ConsumePrefix(&rest, "s3://")) {
-    // Fetched as written when its scheme is one libcurl may use here (http, https; file in tests).
-    const size_t colon = url.find("://");
-    if (colon != std::string::npos) {
-      for (absl::string_view p : absl::StrSplit(options.protocols, ',')) {
-        if (p == absl::string_view(url).substr(0, colon)) return url;
-      }
-    }
-    return absl::InvalidArgumentError(
-        absl::StrCat("remote url ", url, ": only http://, https:// and s3:// are fetched"));
-  }
-  const size_t slash = rest.find('/');
-  if (slash == 0 || slash == absl::string_view::npos || slash + 1 == rest.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("remote url ", url, ": an s3 url is s3://BUCKET/KEY"));
-  }
-  std::string endpoint = options.s3.endpoint;
-  const bool aws = endpoint.empty();
-  if (aws) endpoint = absl::StrCat("https://s3.", options.s3.region, ".amazonaws.com");
-  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
-  const std::string& style = options.s3.addressing_style;
-  if (style != "path" && style != "virtual" && style != "auto") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "remote url ", url, ": s3 addressing style '", style, "' is none of path, virtual, auto"));
-  }
-  const absl::string_view bucket = rest.substr(0, slash);
-  // Keys are sent as written: shard names are plain ASCII; a key that needs percent-encoding
-  // must be written encoded.
-  if (style == "virtual" || (style == "auto" && aws && DnsCompatibleBucket(bucket))) {
-    const size_t host_at = endpoint.find("://");
-    if (host_at == std::string::npos) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("s3 endpoint ", endpoint, ": expected SCHEME://HOST[:PORT]"));
-    }
-    return absl::StrCat(endpoint.substr(0, host_at + 3), bucket, ".", endpoint.substr(host_at + 3),
-                        rest.substr(slash));
-  }
-  return absl::StrCat(endpoint, "/", rest);
-}
-
-std::string HostOf(absl::string_view http_url) {
-  const size_t scheme = http_url.find("://");
-  if (scheme == absl::string_view::npos) return std::string(http_url);
-  const size_t path = http_url.find('/', scheme + 3);
-  return std::string(http_url.substr(0, path));
-}
-
-void NoteLinkSample(const std::string& host, double first_byte_s, int64_t body_bytes, double body_s) {
-  Links& links = TheLinks();
-  std::lock_guard<std::mutex> lock(links.mu);
-  LinkEstimate& e = links.by_host[host];
-  e.host = host;
-  links.last = host;
-  auto smooth = [](double was, double now, int64_t* samples) {
-    const double out = *samples == 0 ? now : was + kLinkSmoothing * (now - was);
-    ++*samples;
-    return out;
-  };
-  if (first_byte_s >= 0) e.latency_s = smooth(e.latency_s, first_byte_s, &e.latency_samples);
-  if (body_bytes >= kTimedBodyBytes && body_s > 0) {
-    e.bytes_per_s = smooth(e.bytes_per_s, static_cast<double>(body_bytes) / body_s, &e.rate_samples);
-  }
-}
-
-LinkEstimate MeasuredLink(const std::string& url, const RemoteOptions& options) {
-  absl::StatusOr<std::string> http = HttpUrlOf(url, options);
-  if (!http.ok()) return LinkEstimate{};
-  const std::string host = HostOf(*http);
-  Links& links = TheLinks();
-  std::lock_guard<std::mutex> lock(links.mu);
-  auto it = links.by_host.find(host);
-  if (it != links.by_host.end()) return it->second;
-  LinkEstimate prior;
-  prior.host = host;
-  return prior;
-}
 
 std::vector<TransferInFlight> TransfersInFlight() {
   const Clock::time_point now = Clock::now();
@@ -731,13 +483,6 @@ std::string DescribeTransfersInFlight(int max_urls) {
                                   absl::StrJoin(parts, "; "));
   if (all.size() > parts.size()) absl::StrAppend(&line, "; and ", all.size() - parts.size(), " more");
   return line;
-}
-
-LinkEstimate LastMeasuredLink() {
-  Links& links = TheLinks();
-  std::lock_guard<std::mutex> lock(links.mu);
-  auto it = links.by_host.find(links.last);
-  return it == links.by_host.end() ? LinkEstimate{} : it->second;
 }
 
 double BackoffSeconds(int retry, const RemoteOptions& options, double unit) {
