@@ -29,6 +29,7 @@ Map of the package (public modules first, then private ones):
 * ``_folder_scan``: torchvision's folder scan (``find_classes``, the files of each class folder).
 * ``_sample_keys``: ``SampleKey``, a sample and its augmentation seed on the generic path, and the seeds drawn from it.
 * ``_synthetic_images``: the pixels of one synthetic photograph-like image and their JPEG encoding, for ``sample_data``.
+* ``_pack_sources``: what ``pack`` reads: its sources' samples, each file opened within the source tree, checked as an image and re-encoded when needed.
 * ``_arrow_columns``: Arrow columns as arrays for ``hf``: the image column's buffers, offsets and lengths, passed-through values, column checks.
 * ``_parquet_files``: ``Parquet``'s files: globs and URLs found, remote files downloaded, the memory-mapped Arrow copy.
 * ``_row_groups``: ``Parquet(copy=False)``'s row groups, read as an epoch needs them and fed to the native loader.

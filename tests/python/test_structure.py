@@ -162,8 +162,7 @@ def test_each_package_docstring_maps_its_modules():
 MODULE_LINES, FUNCTION_LINES = 600, 150
 #: The modules and functions over those limits when the limits came, each with its size then.
 #: These lists may only shrink: none may grow, and one that gets under the limit leaves its list.
-LONG_MODULES = {"_native": 923,
-                "pack": 607, "transforms": 995}
+LONG_MODULES = {"_native": 923, "transforms": 995}
 LONG_FUNCTIONS = {"_native:NativeBackend.__init__": 191}
 
 
