@@ -16,7 +16,7 @@
 // batch for Next(), so a batch is on its way to the GPU before the training step asks for it.
 //
 // An epoch sees its loader only through EpochContext: what the loader owns and lends it for the
-// epoch's life (samples, options, slots, streams, counters) and the two calls back into it
+// epoch's life (samples, options, slots, sample readers, counters) and the two calls back into it
 // (thread placement, and the hand-off to a queued epoch once everything is dispatched). How a
 // sample's bytes are got is its SampleReader's business (pipeline/readers/sample_reader.h):
 // the epoch asks it, and never looks at the sample's kind.
