@@ -18,7 +18,9 @@ Map of the package (public modules first, then private ones):
 * ``video``: ``VideoFile``/``VideoBytes`` video references decoded frame-exactly by the system's FFmpeg (loaded at run time), ``VideoMetadata``.
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``.
 * ``video_batches``: video clips batched natively (``_C.ClipPool``: native decode threads, v2's video transforms with one draw per clip), ``native_chain``.
-* ``transforms``: native transforms and the registry converting torchvision/timm classes to steps.
+* ``transforms``: native transforms (``Compose``, ``Resize``, ...), ``to_steps`` and ``split`` (a chain into its native steps and its Python tail).
+* ``_steps``: the ``Transform`` protocol, the registry of converters of torchvision's and timm's classes, the parameter readers they share, ``to_steps``.
+* ``_tv_converters``: the converters of torchvision's (v1, v2) and timm's classes, registered on import.
 * ``pack``: packs a folder or a file list into WebDataset shards (``python -m ringloader.pack``).
 * ``bench``: the throughput comparisons with torch's DataLoader and the peers (``python -m ringloader.bench``), a package of one module per comparison, mapped in its own docstring.
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
@@ -64,6 +66,7 @@ Map of the package (public modules first, then private ones):
 """
 from . import _C
 from . import transforms
+from . import _tv_converters  # noqa: F401 (registers the converters of torchvision's and timm's classes)
 from ._C import LoaderTimeoutError, SampleError, SlotsExhaustedError
 from .dataloader import DataLoader
 from .datasets import IMG_EXTENSIONS, DatasetFolder, FileList, ImageFolder, NativeDataset
