@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -417,6 +418,218 @@ std::string BodyNote(const std::string& body) {
   return absl::StrCat(": ", absl::StripAsciiWhitespace(text));
 }
 
+// A job's request, as messages name it.
+std::string RequestName(const Transfer& t) {
+  return t.job->length >= 0
+             ? absl::StrCat("GET ", t.job->url, " bytes ", t.job->offset, "-", t.job->offset + t.job->length - 1)
+             : absl::StrCat("GET ", t.job->url);
+}
+
+// The outcome of an attempt that ended with `code`: OK when the object (or its range) landed
+// whole; else the failure, with `*retry_out` when another attempt may get it.
+absl::Status AttemptOutcome(Transfer& t, CURLcode code, bool* retry_out) {
+  const long status = t.status;
+  absl::Status failure;
+  bool& retry = *retry_out;
+  retry = false;
+  const std::string where = RequestName(t);
+  if (code == CURLE_OK && (status == 0 || (status >= 200 && status < 300))) {
+    if (!t.body_started) {
+      // An empty body: OnBody never ran for this response.
+      if (status != 206 && status != 0) {
+        if (t.written > 0 && ftruncate(t.fd, 0) == 0) t.written = 0;
+        t.total = t.content_length;
+        if (!t.response_etag.empty()) t.etag = t.response_etag;
+      }
+    }
+    if (t.total >= 0 && t.written != t.total) {
+      failure = absl::DataLossError(absl::StrCat(where, ": got ", t.written, " of ", t.total,
+                                                 " bytes"));
+      retry = true;
+    } else {
+      return absl::OkStatus();
+    }
+  } else if (code == CURLE_OK || code == CURLE_HTTP_RETURNED_ERROR) {
+    const std::string what = absl::StrCat(where, ": HTTP ", CodeText(status),
+                                          BodyNote(t.error_body));
+    if (status == 412 && t.precondition_sent) {
+      // If-Match / If-Unmodified-Since refused: the object is not the version pinned.
+      t.stale = true;
+      const std::string pinned = !t.job->etag.empty() ? t.job->etag
+                                 : t.pin != nullptr ? t.pin->etag : std::string();
+      failure = absl::FailedPreconditionError(absl::StrCat(
+          where, ": HTTP 412 Precondition Failed: the object changed: ",
+          !pinned.empty() && !WeakETag(pinned)
+              ? absl::StrCat("it is not ETag ", pinned, " any more")
+              : absl::StrCat("modified after ", t.pin != nullptr ? t.pin->last_modified : "")));
+    } else if (status == 401 || status == 403) {
+      failure = absl::PermissionDeniedError(what);
+    } else if (status == 404) {
+      failure = absl::NotFoundError(what);
+    } else if (status == 429 || status >= 500) {
+      failure = absl::UnavailableError(what);
+      retry = true;
+    } else if (status == 416 && t.written > 0) {
+      // The part on disk does not fit the object any more: start over.
+      t.written = 0;
+      failure = absl::DataLossError(what);
+      retry = true;
+    } else {
+      failure = absl::InvalidArgumentError(what);
+    }
+  } else {
+    const std::string detail = t.write_error.empty()
+                                   ? (t.curl_error[0] ? std::string(t.curl_error)
+                                                       : std::string(curl_easy_strerror(code)))
+                                   : t.write_error;
+    const std::string what = absl::StrCat(where, ": ", detail);
+    // A resumed part that did not fit is fetched again from byte 0, a transfer under the
+    // minimum rate is resumed; a failed write to the cache's disk (full, read-only) is not
+    // retried.
+    retry = !t.stale && (RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t.resume_mismatch) ||
+                          (code == CURLE_ABORTED_BY_CALLBACK && t.too_slow));
+    failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
+  }
+  return failure;
+}
+
+// An attempt's request headers (the caller frees them): the Range of a job's range or of a
+// resumed download (`*range_out`, empty without one) with the version it is pinned to, and an
+// s3:// request's SigV4 signature.
+curl_slist* RequestHeaders(Transfer& t, const RemoteOptions& options, std::string* range_out) {
+  curl_slist* headers = nullptr;
+  std::string& range = *range_out;
+  range.clear();
+  if (t.job->length >= 0) {
+    // A range: the part of it not written yet (a retry resumes after what landed), of the
+    // version the call's ranges of this URL are pinned to.
+    const int64_t first = t.job->offset + t.written;
+    range = absl::StrCat(first, "-", t.job->offset + t.job->length - 1);
+    std::string etag = t.job->etag;
+    if (etag.empty() && t.pin != nullptr) etag = t.pin->etag;
+    if (!etag.empty() && !WeakETag(etag)) {
+      headers = curl_slist_append(headers, absl::StrCat("If-Match: ", etag).c_str());
+      t.precondition_sent = true;
+    } else if (etag.empty() && t.pin != nullptr && !t.pin->last_modified.empty()) {
+      headers = curl_slist_append(
+          headers, absl::StrCat("If-Unmodified-Since: ", t.pin->last_modified).c_str());
+      t.precondition_sent = true;
+    }
+  } else if (t.written > 0) {
+    // Resume: the rest of the object, unless it changed (then the whole new one). Without an
+    // ETag, its Last-Modified tells the version.
+    range = absl::StrCat(t.written, "-");
+    const std::string& validator = !t.etag.empty() ? t.etag : t.last_modified;
+    if (!validator.empty()) {
+      headers = curl_slist_append(headers, absl::StrCat("If-Range: ", validator).c_str());
+    }
+  }
+  // Without credentials an s3:// request goes unsigned: a public bucket allows it.
+  if (absl::StartsWith(t.job->url, "s3://") && !options.s3.access_key.empty()) {
+    sigv4::Request request;
+    request.host = HostHeaderOf(t.http_url);
+    PathAndQueryOf(t.http_url, &request.path, &request.query);
+    // libcurl sends CURLOPT_RANGE as "Range: bytes=RANGE".
+    if (!range.empty()) request.headers.emplace_back("range", absl::StrCat("bytes=", range));
+    request.amz_date = sigv4::AmzDate(std::time(nullptr));
+    sigv4::Credentials credentials{options.s3.access_key, options.s3.secret_key,
+                                   options.s3.session_token, options.s3.region, "s3"};
+    for (const std::string& header : sigv4::SignGet(request, credentials).headers) {
+      headers = curl_slist_append(headers, header.c_str());
+    }
+  }
+  return headers;
+}
+
+// After a failed attempt: nullopt when another one is scheduled (at `t->ready_at`, after the
+// backoff), else the job's final error (its deadline passed, or no attempt left or worth making).
+std::optional<absl::Status> AfterFailure(Transfer* t, absl::Status failure, bool retry, const RemoteOptions& options,
+                                         std::mt19937_64& rng) {
+  const std::string where = RequestName(*t);
+  if (t->deadline_passed || (retry && Clock::now() >= t->deadline)) {
+    failure = absl::DeadlineExceededError(absl::StrFormat(
+        "%s: not landed within download_deadline_s=%g (%d of %s bytes after %d attempts; "
+        "last: %s)",
+        where, options.download_deadline_s, t->written,
+        t->total >= 0 ? absl::StrCat(t->total) : std::string("?"), t->result->attempts,
+        t->deadline_passed ? std::string("stopped at the deadline") : std::string(failure.message())));
+    return failure;
+  }
+  if (retry && t->result->attempts < options.max_attempts) {
+    const double unit = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const double delay = BackoffSeconds(t->result->attempts, options, unit);
+    t->ready_at = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(delay * 1e6));
+    return std::nullopt;
+  }
+  if (retry) {
+    failure = absl::Status(failure.code(), absl::StrCat(failure.message(), " (gave up after ",
+                                                        t->result->attempts, " attempts)"));
+  }
+  return failure;
+}
+
+// Feeds a successful response's time to first byte and body rate into its host's link estimate.
+void NoteLinkOf(const Transfer& t) {
+  curl_off_t first_byte_us = 0, total_us = 0, body = 0;
+  curl_easy_getinfo(t.easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
+  curl_easy_getinfo(t.easy, CURLINFO_TOTAL_TIME_T, &total_us);
+  curl_easy_getinfo(t.easy, CURLINFO_SIZE_DOWNLOAD_T, &body);
+  NoteLinkSample(HostOf(t.http_url), static_cast<double>(first_byte_us) * 1e-6, static_cast<int64_t>(body),
+                 static_cast<double>(total_us - first_byte_us) * 1e-6);
+}
+
+// A new attempt of `t`: its easy handle (`t->easy`) set up with the options, the callbacks and
+// the request headers, and its per-attempt state reset; the caller adds it to its multi handle.
+void BeginAttempt(Transfer* t, const RemoteOptions& options) {
+  CURL* e = curl_easy_init();
+  t->easy = e;
+  t->status = 0;
+  t->body_started = false;
+  t->error_body.clear();
+  t->write_error.clear();
+  t->resume_mismatch = false;
+  t->precondition_sent = false;
+  t->too_slow = false;
+  t->curl_error[0] = '\0';
+  const Clock::time_point now = Clock::now();
+  if (t->result->attempts == 0 && options.download_deadline_s > 0) {
+    t->deadline = now + std::chrono::microseconds(
+                            static_cast<int64_t>(options.download_deadline_s * 1e6));
+  }
+  t->min_rate = options.min_rate_bytes_per_s;
+  t->min_rate_window_s = options.min_rate_window_s;
+  t->window_start = now;
+  t->window_bytes = 0;
+  curl_easy_setopt(e, CURLOPT_URL, t->http_url.c_str());
+  curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+  curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->curl_error);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+  curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody);
+  curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+  curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+  curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
+  curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, options.protocols.c_str());
+  curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, options.protocols.c_str());
+  curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, options.connect_timeout_s);
+  curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, options.stall_timeout_s);
+  curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, OnProgress);
+  curl_easy_setopt(e, CURLOPT_XFERINFODATA, t);
+  curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, nullptr);  // the bytes as stored, never re-encoded
+  if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
+  std::string range;  // the Range header's value, when one is sent
+  curl_slist* headers = RequestHeaders(*t, options, &range);
+  if (!range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
+  t->headers = headers;
+  if (headers != nullptr) curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
+  t->result->attempts += 1;
+  t->noted_at = now;
+  NoteInFlight(t, now);
+}
+
 }  // namespace
 
 std::vector<TransferInFlight> TransfersInFlight() {
@@ -500,7 +713,6 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
   std::vector<std::unique_ptr<Transfer>> transfers;
   std::map<std::string, Pin> pins;  // per URL, for its ranges (std::map: the pointers stay valid)
   std::mt19937_64 rng(std::random_device{}());
-  std::uniform_real_distribution<double> unit(0.0, 1.0);
 
   for (size_t i = 0; i < jobs.size(); ++i) {
     auto t = std::make_unique<Transfer>();
@@ -544,92 +756,8 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
   };
 
   auto start = [&](Transfer* t) {
-    CURL* e = curl_easy_init();
-    t->easy = e;
-    t->status = 0;
-    t->body_started = false;
-    t->error_body.clear();
-    t->write_error.clear();
-    t->resume_mismatch = false;
-    t->precondition_sent = false;
-    t->too_slow = false;
-    t->curl_error[0] = '\0';
-    const Clock::time_point now = Clock::now();
-    if (t->result->attempts == 0 && options.download_deadline_s > 0) {
-      t->deadline = now + std::chrono::microseconds(
-                              static_cast<int64_t>(options.download_deadline_s * 1e6));
-    }
-    t->min_rate = options.min_rate_bytes_per_s;
-    t->min_rate_window_s = options.min_rate_window_s;
-    t->window_start = now;
-    t->window_bytes = 0;
-    curl_easy_setopt(e, CURLOPT_URL, t->http_url.c_str());
-    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->curl_error);
-    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, OnHeader);
-    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
-    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, OnBody);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
-    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(e, CURLOPT_MAXREDIRS, 5L);
-    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, options.protocols.c_str());
-    curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, options.protocols.c_str());
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, options.connect_timeout_s);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, options.stall_timeout_s);
-    curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, OnProgress);
-    curl_easy_setopt(e, CURLOPT_XFERINFODATA, t);
-    curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
-    curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, nullptr);  // the bytes as stored, never re-encoded
-    if (!options.ca_file.empty()) curl_easy_setopt(e, CURLOPT_CAINFO, options.ca_file.c_str());
-    curl_slist* headers = nullptr;
-    std::string range;  // the Range header's value, when one is sent
-    if (t->job->length >= 0) {
-      // A range: the part of it not written yet (a retry resumes after what landed), of the
-      // version the call's ranges of this URL are pinned to.
-      const int64_t first = t->job->offset + t->written;
-      range = absl::StrCat(first, "-", t->job->offset + t->job->length - 1);
-      std::string etag = t->job->etag;
-      if (etag.empty() && t->pin != nullptr) etag = t->pin->etag;
-      if (!etag.empty() && !WeakETag(etag)) {
-        headers = curl_slist_append(headers, absl::StrCat("If-Match: ", etag).c_str());
-        t->precondition_sent = true;
-      } else if (etag.empty() && t->pin != nullptr && !t->pin->last_modified.empty()) {
-        headers = curl_slist_append(
-            headers, absl::StrCat("If-Unmodified-Since: ", t->pin->last_modified).c_str());
-        t->precondition_sent = true;
-      }
-    } else if (t->written > 0) {
-      // Resume: the rest of the object, unless it changed (then the whole new one). Without an
-      // ETag, its Last-Modified tells the version.
-      range = absl::StrCat(t->written, "-");
-      const std::string& validator = !t->etag.empty() ? t->etag : t->last_modified;
-      if (!validator.empty()) {
-        headers = curl_slist_append(headers, absl::StrCat("If-Range: ", validator).c_str());
-      }
-    }
-    if (!range.empty()) curl_easy_setopt(e, CURLOPT_RANGE, range.c_str());
-    // Without credentials an s3:// request goes unsigned: a public bucket allows it.
-    if (absl::StartsWith(t->job->url, "s3://") && !options.s3.access_key.empty()) {
-      sigv4::Request request;
-      request.host = HostHeaderOf(t->http_url);
-      PathAndQueryOf(t->http_url, &request.path, &request.query);
-      // libcurl sends CURLOPT_RANGE as "Range: bytes=RANGE".
-      if (!range.empty()) request.headers.emplace_back("range", absl::StrCat("bytes=", range));
-      request.amz_date = sigv4::AmzDate(std::time(nullptr));
-      sigv4::Credentials credentials{options.s3.access_key, options.s3.secret_key,
-                                     options.s3.session_token, options.s3.region, "s3"};
-      for (const std::string& header : sigv4::SignGet(request, credentials).headers) {
-        headers = curl_slist_append(headers, header.c_str());
-      }
-    }
-    t->headers = headers;
-    if (headers != nullptr) curl_easy_setopt(e, CURLOPT_HTTPHEADER, headers);
-    t->result->attempts += 1;
-    t->noted_at = now;
-    NoteInFlight(t, now);
-    curl_multi_add_handle(multi, e);
+    BeginAttempt(t, options);
+    curl_multi_add_handle(multi, t->easy);
     ++active;
   };
 
@@ -645,92 +773,11 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
 
   // The outcome of one attempt: finished (OK or a final error) or scheduled for a retry.
   auto settle = [&](Transfer* t, CURLcode code) {
-    const long status = t->status;
-    absl::Status failure;
     bool retry = false;
-    const std::string where =
-        t->job->length >= 0
-            ? absl::StrCat("GET ", t->job->url, " bytes ", t->job->offset, "-",
-                           t->job->offset + t->job->length - 1)
-            : absl::StrCat("GET ", t->job->url);
-    if (code == CURLE_OK && (status == 0 || (status >= 200 && status < 300))) {
-      if (!t->body_started) {
-        // An empty body: OnBody never ran for this response.
-        if (status != 206 && status != 0) {
-          if (t->written > 0 && ftruncate(t->fd, 0) == 0) t->written = 0;
-          t->total = t->content_length;
-          if (!t->response_etag.empty()) t->etag = t->response_etag;
-        }
-      }
-      if (t->total >= 0 && t->written != t->total) {
-        failure = absl::DataLossError(absl::StrCat(where, ": got ", t->written, " of ", t->total,
-                                                   " bytes"));
-        retry = true;
-      } else {
-        finish(t, absl::OkStatus());
-        return;
-      }
-    } else if (code == CURLE_OK || code == CURLE_HTTP_RETURNED_ERROR) {
-      const std::string what = absl::StrCat(where, ": HTTP ", CodeText(status),
-                                            BodyNote(t->error_body));
-      if (status == 412 && t->precondition_sent) {
-        // If-Match / If-Unmodified-Since refused: the object is not the version pinned.
-        t->stale = true;
-        const std::string pinned = !t->job->etag.empty() ? t->job->etag
-                                   : t->pin != nullptr ? t->pin->etag : std::string();
-        failure = absl::FailedPreconditionError(absl::StrCat(
-            where, ": HTTP 412 Precondition Failed: the object changed: ",
-            !pinned.empty() && !WeakETag(pinned)
-                ? absl::StrCat("it is not ETag ", pinned, " any more")
-                : absl::StrCat("modified after ", t->pin != nullptr ? t->pin->last_modified : "")));
-      } else if (status == 401 || status == 403) {
-        failure = absl::PermissionDeniedError(what);
-      } else if (status == 404) {
-        failure = absl::NotFoundError(what);
-      } else if (status == 429 || status >= 500) {
-        failure = absl::UnavailableError(what);
-        retry = true;
-      } else if (status == 416 && t->written > 0) {
-        // The part on disk does not fit the object any more: start over.
-        t->written = 0;
-        failure = absl::DataLossError(what);
-        retry = true;
-      } else {
-        failure = absl::InvalidArgumentError(what);
-      }
-    } else {
-      const std::string detail = t->write_error.empty()
-                                     ? (t->curl_error[0] ? std::string(t->curl_error)
-                                                         : std::string(curl_easy_strerror(code)))
-                                     : t->write_error;
-      const std::string what = absl::StrCat(where, ": ", detail);
-      // A resumed part that did not fit is fetched again from byte 0, a transfer under the
-      // minimum rate is resumed; a failed write to the cache's disk (full, read-only) is not
-      // retried.
-      retry = !t->stale && (RetryableCurl(code) || (code == CURLE_WRITE_ERROR && t->resume_mismatch) ||
-                            (code == CURLE_ABORTED_BY_CALLBACK && t->too_slow));
-      failure = retry ? absl::UnavailableError(what) : absl::FailedPreconditionError(what);
-    }
-    if (t->deadline_passed || (retry && Clock::now() >= t->deadline)) {
-      failure = absl::DeadlineExceededError(absl::StrFormat(
-          "%s: not landed within download_deadline_s=%g (%d of %s bytes after %d attempts; "
-          "last: %s)",
-          where, options.download_deadline_s, t->written,
-          t->total >= 0 ? absl::StrCat(t->total) : std::string("?"), t->result->attempts,
-          t->deadline_passed ? std::string("stopped at the deadline") : std::string(failure.message())));
-      finish(t, failure);
-      return;
-    }
-    if (retry && t->result->attempts < options.max_attempts) {
-      const double delay = BackoffSeconds(t->result->attempts, options, unit(rng));
-      t->ready_at = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(delay * 1e6));
-      return;
-    }
-    if (retry) {
-      failure = absl::Status(failure.code(), absl::StrCat(failure.message(), " (gave up after ",
-                                                          t->result->attempts, " attempts)"));
-    }
-    finish(t, failure);
+    absl::Status failure = AttemptOutcome(*t, code, &retry);
+    if (failure.ok()) return finish(t, absl::OkStatus());
+    std::optional<absl::Status> final_error = AfterFailure(t, std::move(failure), retry, options, rng);
+    if (final_error) finish(t, *std::move(final_error));
   };
 
   while (true) {
@@ -785,14 +832,7 @@ std::vector<DownloadResult> DownloadAll(const std::vector<DownloadJob>& jobs,
       Transfer* t = nullptr;
       curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, reinterpret_cast<char**>(&t));
       const CURLcode code = msg->data.result;
-      if (code == CURLE_OK && t->status >= 200 && t->status < 300) {
-        curl_off_t first_byte_us = 0, total_us = 0, body = 0;
-        curl_easy_getinfo(t->easy, CURLINFO_STARTTRANSFER_TIME_T, &first_byte_us);
-        curl_easy_getinfo(t->easy, CURLINFO_TOTAL_TIME_T, &total_us);
-        curl_easy_getinfo(t->easy, CURLINFO_SIZE_DOWNLOAD_T, &body);
-        NoteLinkSample(HostOf(t->http_url), static_cast<double>(first_byte_us) * 1e-6, static_cast<int64_t>(body),
-                       static_cast<double>(total_us - first_byte_us) * 1e-6);
-      }
+      if (code == CURLE_OK && t->status >= 200 && t->status < 300) NoteLinkOf(*t);
       release(t);
       settle(t, code);
     }

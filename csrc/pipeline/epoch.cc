@@ -706,8 +706,9 @@ void Epoch::Decode() {
           sample, item->buffer >= 0 ? &buffers[static_cast<size_t>(item->buffer)] : nullptr, &bytes);
       if (status.ok()) {
         static const std::vector<ByteBuffer> kNoMore;
-        const std::vector<EncodedFile> files = FilesOf(
-            sample, bytes.data, bytes.size, item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
+        const std::vector<EncodedFile> files =
+            FilesOf(sample, bytes.data, bytes.size,
+                    item->buffer >= 0 ? more_bytes[static_cast<size_t>(item->buffer)] : kNoMore);
         uint8_t* dst = ctx.pool->data(task.slot) + sample_bytes * item->request.row;
         const OutputSink sink = SinkFor(task.slot, item->request.batch);
         status = DecodeRow(*decoder, render, *ctx.pipeline, ctx.views, files, RowSeed(item->request), dst,

@@ -25,7 +25,9 @@ using testing::Pattern;
 using testing::TarBuilder;
 using testing::WriteFile;
 
-std::string AsString(const uint8_t* data, size_t size) { return std::string(reinterpret_cast<const char*>(data), size); }
+std::string AsString(const uint8_t* data, size_t size) {
+  return std::string(reinterpret_cast<const char*>(data), size);
+}
 std::string AsString(const ByteBuffer& b) { return AsString(b.data(), b.size()); }
 
 // What an epoch's reader thread does with `sample`: Read (on a pread fetcher when it starts an
