@@ -239,6 +239,18 @@ void BindRules(py::module_& m) {
       py::arg("steps"),
       "True when the chain's output size does not depend on the input image (samples can be "
       "batched). Invalid chains raise ValueError.");
+  m.def(
+      "fuses",
+      [](py::list steps, size_t i) {
+        absl::StatusOr<TransformPipeline> p =
+            TransformPipeline::Create(ParseSteps(steps), DType::kUint8, Layout::kCHW, true);
+        return p.ok() && i < p->image_begin();
+      },
+      py::arg("steps"), py::arg("i"),
+      "Whether steps[i] fuses into the chain's one resample (TransformPipeline::Create: a pad "
+      "with a zero fill, or another constant fill that is the output's one padding with no "
+      "resize after it, painted by the render), so boxes follow it; False for a chain Create "
+      "refuses. Bad step dicts raise.");
   m.def("row_key", &RowKey, py::arg("index"), py::arg("position"),
         "The seed key of dataset index `index` at `position` of an epoch's order.");
   m.def("sample_seed", &SampleSeed, py::arg("seed"), py::arg("epoch"), py::arg("key"),

@@ -135,36 +135,45 @@ def _zoom_out(t: Any, where: str) -> List[Dict[str, Any]]:
              "pad_mode": "constant", "zoom_out": [lo, hi], "p": float(t.p)}]
 
 
-def _levels(fill: Any) -> Tuple[float, float, float]:
-    """A Pad/RandomCrop fill as three levels (None: zero; one value for every channel)."""
-    values = list(fill) if isinstance(fill, (list, tuple)) else [fill]
-    values = [0.0 if v is None else float(v) for v in values]
-    return tuple(values * 3 if len(values) == 1 else values)  # type: ignore[return-value]
+def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any], Any],
+                       with_fill: Callable[[Any, Any], Any]) -> Optional[str]:
+    """Why the v2 Pad/RandomCrop/RandomZoomOut ``step`` among a Joint chain's ``geometric``
+    steps cannot pad the image natively with its fill (``fill_of(step)``: the image's entry of
+    a per-type fill; ``with_fill(p, fill)``: ``p`` padding every leaf with it), or None. The
+    native rule decides (``_C.fuses``, ``TransformPipeline::Create``: a zero fill fuses always,
+    another constant fill where it is the image's one padding and no resize follows it), asked
+    of the geometric steps and, to name the step in its way, of ``step`` beside each of them."""
+    from . import _C
 
+    try:
+        steps = [T.to_steps(with_fill(p, fill_of(p) or 0) if type(p).__name__ in PADS else p)
+                 for p in geometric]
+    except (TypeError, ValueError):
+        return None  # a step without a native form: the chain's split names it
 
-def image_fill_refusal(step: Any, parts: List[Any], fill_of: Callable[[Any], Any],
-                       pads: Callable[[Any], bool]) -> Optional[str]:
-    """Why the v2 Pad/RandomCrop ``step`` of a Joint's chain ``parts`` cannot pad the image
-    natively with its fill (``fill_of(step)``: the image's entry of a per-type fill), or None.
-    A zero fill fuses always; another constant fill where it is the image's one padding, which
-    the render paints: no CenterCrop (it pads with zeros) and no other step padding with another
-    fill (a resize after it keeps the chain's tail in Python, which the split names)."""
-    if getattr(step, "padding_mode", "constant") != "constant":
-        return ("pads the image with padding_mode "
-                f"{getattr(step, 'padding_mode', None)!r} (natively: constant)")
-    fill = _levels(fill_of(step))
-    if len(fill) != 3:
-        return f"pads the image with {fill_of(step)!r} (natively one level or three)"
-    if fill == (0.0, 0.0, 0.0):
+    def fuses(beside: List[Any]) -> bool:
+        flat: List[Any] = []
+        at = 0
+        for p, native in zip(geometric, steps):
+            if p is step:
+                at = len(flat)
+            if p is step or any(p is b for b in beside):
+                flat += native
+        return bool(_C.fuses(flat, at))
+
+    fill = fill_of(step)
+    if not fuses([]):
+        return (f"pads the image with {fill!r} and padding_mode "
+                f"{getattr(step, 'padding_mode', 'constant')!r} (natively a constant fill, one "
+                "level or three)")
+    if fuses(geometric):
         return None
-    for other in parts:
-        name = type(other).__name__
-        if name == "CenterCrop" or (other is not step and name in ("Pad", "RandomCrop")
-                                    and pads(other) and _levels(fill_of(other)) != fill):
-            return (f"pads the image with {fill_of(step)!r} beside {T._step_name(other)}, which "
-                    "pads it otherwise (natively a fill other than zero is the image's one "
-                    "padding)")
-    return None
+    for other in geometric:
+        if other is not step and not fuses([other]):
+            return (f"pads the image with {fill!r} beside {T._step_name(other)}, which pads it "
+                    "otherwise or resizes it after (natively a fill other than zero is the "
+                    "image's one padding, after the one resample)")
+    return f"pads the image with {fill!r}, which is not its one padding natively"
 
 
 def resized_size(g: Any) -> List[int]:

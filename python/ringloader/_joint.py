@@ -10,8 +10,7 @@ source pixels, the output size and the flips it drew (``pipeline/views.h``); :fu
 each ``BoundingBoxes``/``KeyPoints`` leaf of the row's structure by that geometry as v2's kernels
 would (one affine map per axis: v2's crops, resizes, pads and flips compose into it), clamps
 where v2 clamps, and runs the box-only steps. A transform with a step that moves pixels in
-another way (RandomIoUCrop, rotation, affine, zoom-out...) is not planned: the Dataset stays on
-torch's path, with a warning naming the step.
+another way (RandomIoUCrop, rotation, affine) is not planned: torch's path, the step named.
 
 A ``mode="mask"`` reference in the structure is rendered by its own view of its file
 (:attr:`JointPlan.mask`): the same geometric steps with torch's nearest interpolation (v2
@@ -155,8 +154,8 @@ def _with_fill(step: Any, fill: Any) -> Any:
 
 
 def _pads(step: Any) -> bool:
-    padding = getattr(step, "padding", None)
-    return bool(padding) or bool(getattr(step, "pad_if_needed", False)) or _detection.zooms(step)
+    return bool(getattr(step, "padding", None) or getattr(step, "pad_if_needed", False)
+                or _detection.zooms(step))
 
 
 def _nearest(step: Any) -> Any:
@@ -250,7 +249,8 @@ def _plan(transform: Any) -> Any:
                 return (f"{where} follows {T._step_name(first_value)}: natively it would move "
                         "the pixels after the resample, where boxes cannot follow it")
             why = name in _detection.PADS and _detection.image_fill_refusal(
-                step, parts, lambda p: _fill_for(p, kind), _pads)
+                step, [p for p in parts if type(p).__name__ in _GEOMETRIC],
+                lambda p: _fill_for(p, kind), _with_fill)
             if why:  # the image's fill fuses as its one padding (a Mask's is its view's)
                 return f"{where} {why}"
             if name in _detection.PADS and mask_refusal is None and _pads(step):

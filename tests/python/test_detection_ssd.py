@@ -282,3 +282,19 @@ def test_photometric_distort_after_a_tensor_conversion_is_named(tmp_path):
     assert not loader.native
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
     assert told and "RandomPhotometricDistort" in told[0], told
+
+
+def test_a_fill_beside_a_zoom_out_is_named_by_the_native_rule(tmp_path):
+    """Whether a pad's fill fuses is the native rule's (``_C.fuses``): a Pad filling with the
+    mean before a RandomZoomOut filling with zeros pads the image twice, with two fills, so
+    torch's path runs it, and the warning names the Pad (the step whose fill cannot be the one
+    padding) beside the zoom-out."""
+    paths = _photos(tmp_path, 1, 200)
+    t = v2.Compose([v2.Pad(4, fill=MEAN), v2.RandomZoomOut(fill=0, p=1.0), v2.PILToTensor()])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
+    assert not loader.native
+    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    assert told and "v2.Pad pads the image with (123.0, 117.0, 104.0) beside v2.RandomZoomOut " \
+        "at position 1" in told[0] and "one padding" in told[0], told
