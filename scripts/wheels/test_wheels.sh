@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The manylinux_2_28 wheels, built and tested where they will run (scripts/test_wheel_clean_root.sh
 # does each test; this only strings them together and times them):
+#   0. the Debian 11 root made or checked first: where no root can be made (not root, no
+#      mmdebstrap) the chain stops there, skipped, before building anything;
 #   1. the cp311 manylinux_2_28_x86_64 wheel (scripts/build_wheels.sh --glibc 2.28);
 #   2. it in a Debian 11 root (glibc 2.31, the oldest root that can be made here) with the torch
 #      the local index offers, writing the pixels of a seeded epoch over a fixed set of files;
@@ -58,6 +60,7 @@ timed() {
 rm -f build/pixels-x86_64.bin build/pixels-aarch64.bin
 newest() { ls -t dist/ringloader-*-cp311-cp311-"$1".whl | head -n 1; }
 
+timed "root: Debian 11 (glibc 2.31)" bash scripts/test_wheel_clean_root.sh --suite bullseye --prepare-only
 timed "build: cp311 manylinux_2_28_x86_64" bash scripts/build_wheels.sh --no-sdist --glibc 2.28 "$py311"
 x86=$(newest manylinux_2_28_x86_64)
 timed "test: $x86 on Debian 11 with the local index's torch (pixels)" \
