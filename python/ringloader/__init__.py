@@ -48,6 +48,9 @@ Map of the package (public modules first, then private ones):
 * ``_schemes``: the table of URL schemes (``file``, ``pipe:``, ``http(s)``, ``s3``) every path is classified by.
 * ``_backend``: the backend protocol behind ``DataLoader`` and its shared checkpoint surface.
 * ``_native``: the native backend (``_C.Loader``) and its epoch iterator.
+* ``_native_sources``: which datasets the native backend serves (its view of their sources) and why others run on torch's path.
+* ``_native_epoch``: one epoch of the native backend: its plan drawn, adopted or resumed, the next queued, batches delivered.
+* ``_native_report``: the native backend's ``describe()`` lines and its remote links' estimates.
 * ``_generic``: the generic backend (torch's DataLoader over any Dataset).
 * ``_options``: argument checks and what ``num_workers="auto"`` chooses.
 * ``_planning``: epoch plans, the next epoch predicted and read ahead, the generic batch plan.

@@ -54,7 +54,7 @@ def _describe(dataset: Any) -> str:
 
 def warn_refused(dataset: Any, reasons: Sequence[str], stacklevel: int = 3) -> None:
     """The one warning of a loader over a Dataset of image references that runs on torch's
-    path: the first of ``reasons`` (``_native._fallback_reasons``), and how many more
+    path: the first of ``reasons`` (``_native_sources._fallback_reasons``), and how many more
     ``describe()`` lists."""
     more = (f" loader.describe() lists all {len(reasons)} reasons." if len(reasons) > 1 else "")
     warnings.warn(

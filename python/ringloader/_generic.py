@@ -17,7 +17,7 @@ from . import _fallback, _structures, _torchvision_folder, _user_source
 from ._C import LoaderTimeoutError
 from ._backend import Backend
 from ._distributed import _shard_sampler
-from ._native import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
+from ._native_sources import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
 from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._staging import _device_prefetch, _generic_device

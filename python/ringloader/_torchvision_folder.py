@@ -22,7 +22,7 @@ class TorchvisionFolder(FileList):
     _warns_on_python_steps = False  # no strict=; the DataLoader's warning names the step
 
     #: A torch dataset served natively: arguments only torch's worker processes honour
-    #: (``_native._torch_only``) keep the loader on torch's path instead of being refused.
+    #: (``_native_sources._torch_only``) keep the loader on torch's path instead of being refused.
     serves_torch_dataset = True
 
     def __init__(self, folder: Any):

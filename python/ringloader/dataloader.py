@@ -44,7 +44,8 @@ from typing import Any, Callable, Iterator, Optional, Tuple, Union
 
 from ._backend import Backend
 from ._generic import GenericBackend
-from ._native import NativeBackend, _check_streams, _native_view, _servable, _torch_only
+from ._native import NativeBackend, _check_streams
+from ._native_sources import _native_view, _servable, _torch_only
 from ._options import (MAX_SKIPPED_FRACTION, _check_dtype, _check_fast_decode, _check_int,
                        _check_layout, _check_prefetch, _check_skipped_fraction, _check_workers,
                        _parse_memory)

@@ -17,7 +17,7 @@ from . import _C
 from . import transforms as T
 from ._folder_scan import _make_dataset, find_classes
 from ._sample_keys import _MASK64, SampleKey, _run_seeded, tail_seed
-from ._sample_table import _PathsView, _SampleTable, _SamplesView, _TargetsView  # noqa: F401
+from ._sample_table import _SampleTable, _SamplesView, _TargetsView
 from ._source import Source
 
 try:

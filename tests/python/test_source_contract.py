@@ -18,8 +18,9 @@ from ringloader import _source
 from ringloader.datasets import NativeDataset
 
 PACKAGE = Path(rl.__file__).parent
-LOADER = ("dataloader", "_backend", "_native", "_generic", "_planning", "_checkpoint",
-          "_distributed", "_staging", "_options")
+LOADER = ("dataloader", "_backend", "_native", "_native_sources", "_native_epoch",
+          "_native_report", "_generic", "_planning", "_checkpoint", "_distributed", "_staging",
+          "_options")
 # An expression the loader iterates to get its sources.
 SOURCES_EXPR = re.compile(r"(_folders|\bfolders\b|view\[0\]|\bstreamed\b|\bsources\b)")
 

@@ -31,8 +31,9 @@ SOURCES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 MODULES = sorted(name for name in SOURCES if name)
 PACKAGES = sorted({""} | {module_name(p) for p in PACKAGE.rglob("__init__.py")})
 # The modules of the DataLoader and its backends: what must work for any source.
-LOADER = ("dataloader", "_backend", "_native", "_generic", "_planning", "_checkpoint",
-          "_distributed", "_staging", "_options")
+LOADER = ("dataloader", "_backend", "_native", "_native_sources", "_native_epoch",
+          "_native_report", "_generic", "_planning", "_checkpoint", "_distributed", "_staging",
+          "_options")
 
 
 def parse(name: str) -> ast.Module:
@@ -162,8 +163,8 @@ def test_each_package_docstring_maps_its_modules():
 MODULE_LINES, FUNCTION_LINES = 600, 150
 #: The modules and functions over those limits when the limits came, each with its size then.
 #: These lists may only shrink: none may grow, and one that gets under the limit leaves its list.
-LONG_MODULES = {"_native": 923}
-LONG_FUNCTIONS = {"_native:NativeBackend.__init__": 191}
+LONG_MODULES = {}
+LONG_FUNCTIONS: dict = {}
 
 
 def function_lines(name: str) -> dict:
