@@ -146,9 +146,9 @@ py::dict LinkEstimateDict(const LinkEstimate& link) {
 /// An epoch's downloads on a native thread (io/pending_downloads.h).
 using PyBackgroundFetch = PyBackground<BackgroundFetch>;
 
-}  // namespace
-
-void BindRemote(py::module_& m) {
+/// Whole shards downloaded into the cache: fetch_shards, its background form and cancel, and
+/// the downloads in flight.
+void BindShardDownloads(py::module_& m) {
   py::class_<FetchCancel>(m, "FetchCancel", "Stops the fetch_shards call it is given to, from another thread.")
       .def(py::init<>())
       .def("set", [](FetchCancel& c) { c.flag->store(true); });
@@ -190,6 +190,18 @@ void BindRemote(py::module_& m) {
       .def("finished", [](const PyBackgroundFetch& f) { return f.fetch ? f.fetch->finished() : 0; },
            "Urls landed or failed so far.")
       .def("close", &PyBackgroundFetch::Close, "Cancels the downloads still running and joins the thread.");
+  m.def("downloads_in_flight", [] { return DescribeTransfersInFlight(); },
+        "One line naming the process's slowest downloads not landed yet (URL, bytes so far of "
+        "the expected, rate now, seconds since the first request), '' when none.");
+  m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
+        py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
+        "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "
+        "then least recently used entries evicted to cache_limit bytes (0: none): one dict per url, "
+        "{path, size, etag, downloaded, attempts} or {error, code}.");
+}
+
+/// The shard cache's entries: where one lives, whether it is ready, revalidation, redirects.
+void BindShardCache(py::module_& m) {
   m.def(
       "shard_cache_entry_path",
       [](const std::string& cache_dir, const std::string& url) {
@@ -217,6 +229,13 @@ void BindRemote(py::module_& m) {
   m.def("shard_cache_entry_ready", &CacheEntryReady, py::arg("entry"), py::arg("size"),
         "True when the cache entry is there, of size bytes (-1: any), and verified by this process "
         "and unchanged since (else it goes through the cache again, which checks it); marks it used.");
+  m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
+        "Reads of the cache entry open copy instead ('' lifts the redirect).");
+}
+
+/// Members read by byte range into sparse copies, the choice between ranges and a whole
+/// download, and the per-host link estimate that choice uses.
+void BindRangeReads(py::module_& m) {
   py::class_<PyBackgroundRanges>(m, "BackgroundRanges",
                                  "Byte ranges of remote shards fetched into sparse copies on a native thread while "
                                  "the epoch reads; the loader's reads of each copy's cache entry wait for its "
@@ -317,16 +336,14 @@ void BindRemote(py::module_& m) {
       py::arg("url"), py::arg("settings") = py::dict(),
       "This process's estimate of the link to url's host: {host, latency_s, bytes_per_s, latency_samples, "
       "rate_samples} (samples 0: the prior).");
-  m.def("downloads_in_flight", [] { return DescribeTransfersInFlight(); },
-        "One line naming the process's slowest downloads not landed yet (URL, bytes so far of "
-        "the expected, rate now, seconds since the first request), '' when none.");
-  m.def("redirect_shard", &RedirectShard, py::arg("entry"), py::arg("copy"),
-        "Reads of the cache entry open copy instead ('' lifts the redirect).");
-  m.def("fetch_shards", &FetchShards, py::arg("urls"), py::arg("cache_dir"), py::arg("cache_limit") = 0,
-        py::arg("settings") = py::dict(), py::arg("cancel") = py::none(),
-        "Remote shards (http(s)://, s3://) as complete files in the cache folder, downloaded when missing, "
-        "then least recently used entries evicted to cache_limit bytes (0: none): one dict per url, "
-        "{path, size, etag, downloaded, attempts} or {error, code}.");
+}
+
+}  // namespace
+
+void BindRemote(py::module_& m) {
+  BindShardDownloads(m);
+  BindShardCache(m);
+  BindRangeReads(m);
 }
 
 }  // namespace ringloader
