@@ -15,7 +15,8 @@ import numpy as np
 from . import _order
 from ._checkpoint import _generators, _restore_generators, _resumed_batches
 from ._distributed import _sync_epoch
-from .datasets import SampleKey
+from ._sample_keys import SampleKey
+from ._source import file_identity
 
 
 # The epoch number the DataLoader gives the per-sample augmentation seeds (native SampleSeed and
@@ -126,13 +127,6 @@ def _file_states(loader: Any, flat: np.ndarray) -> dict:
             files.update((f, None) for f in more[i] or () if isinstance(f, str))
     folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
     return {path: _file_state(path) for path in list(folders) + list(files)}
-
-
-def file_identity(path: str) -> tuple:
-    """(device, inode, size, mtime, ctime) of ``path``: what says a file is still the one read
-    (OSError when it cannot be stat'ed)."""
-    st = os.stat(path)
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _file_state(path: str) -> Optional[tuple]:

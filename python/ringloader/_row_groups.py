@@ -10,7 +10,7 @@ from typing import Any, Callable, List, Optional, Tuple
 import numpy as np
 
 from ._arrow_columns import _ImageColumn, _image_column
-from ._planning import file_identity
+from ._source import file_identity
 
 
 class _RowGroupOf:

@@ -64,11 +64,12 @@ these members directly, never by ``getattr``: tests/python/test_structure.py che
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List, Optional
 
 from . import _C
 
-__all__ = ["Source", "StaleIndexError", "explain_error"]
+__all__ = ["Source", "StaleIndexError", "explain_error", "file_identity"]
 
 #: A source's index no longer matches its files (``path`` names the one that changed since it
 #: was indexed): what ``check_unchanged()`` raises, and a stream or a download mid-epoch. A
@@ -162,3 +163,11 @@ def explain_error(exc: BaseException, sources: List[Source]) -> BaseException:
             return source.explain_error(exc, flat)
         flat -= len(source)
     return exc
+
+
+def file_identity(path: str) -> tuple:
+    """(device, inode, size, mtime, ctime) of ``path``: what says a file is still the one read
+    (OSError when it cannot be stat'ed). Sources stamp their files with it (``check_unchanged``),
+    the loader the files of an epoch read ahead."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)

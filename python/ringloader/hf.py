@@ -25,7 +25,7 @@ from ._arrow_columns import (  # noqa: F401 - _ArrowImage, _Named: pickles name 
     _EMPTY, _ArrowImage, _check_columns, _chained, _image_column, _ImageColumn, _label_column,
     _Named, _RowOf, _Values)
 from ._parquet_files import _arrow_copy, _download, _parquet_files, default_parquet_cache
-from ._planning import file_identity
+from ._source import file_identity
 from ._row_groups import _column_bytes, _Feed, _RowGroupOf, _RowGroups, _UnreadGroups
 from .references import ImageBytes
 

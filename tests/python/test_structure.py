@@ -142,6 +142,57 @@ def test_the_cycle_finder_finds_one():
     assert find_cycle({"a": {"b"}, "b": set()}) == []
 
 
+#: The package's layers, lowest first: a module imports only from its own layer and those below.
+#: Foundation: files, sizes, URL schemes, node and options, orders and checkpoints, ranks, the
+#: Source protocol, the shard index and remote downloads. Transforms: native steps and the
+#: converters of torchvision's and timm's classes, clip sampling. Sources: the datasets and the
+#: references a user's Dataset returns, and their reading. Loader: the DataLoader, its backends
+#: and epoch planning. Tools: the command, the benchmarks, pack, doctor, the sample data.
+#: A new module gets its layer here (the test below names any that has none).
+LAYERS = {
+    "foundation": {"_atomic", "_sizes", "_schemes", "_version", "_node", "_options", "_order",
+                   "_source", "_sample_keys", "_checkpoint", "_distributed", "_remote",
+                   "_shard_index"},
+    "transforms": {"_steps", "transforms", "_tv_converters", "_detection", "clips"},
+    "sources": {"datasets", "_sample_table", "_folder_scan", "references", "video", "video_folder",
+                "_joint", "_structures", "_fallback", "_columns", "_batcher", "_user_source",
+                "_torchvision_folder", "webdataset", "_remote_shards", "hf", "_arrow_columns",
+                "_parquet_files", "_row_groups"},
+    "loader": {"dataloader", "_backend", "_planning", "_native", "_native_epoch", "_native_report",
+               "_native_sources", "_generic", "video_batches", "_mixing", "_staging"},
+    "tools": {"_cli", "__main__", "doctor", "pack", "_pack_sources", "sample_data",
+              "_synthetic_images", "bench"},
+}
+
+
+def layer_of(module: str) -> int:
+    """The index in LAYERS of ``module``'s layer (a subpackage's modules are its layer's)."""
+    top = module.split(".")[0]
+    for i, members in enumerate(LAYERS.values()):
+        if top in members:
+            return i
+    raise KeyError(module)
+
+
+def upward_imports(graph: dict) -> list:
+    """Every (importer, imported) pair whose imported module lies in a higher layer."""
+    return sorted((m, n) for m in graph for n in graph[m] if layer_of(n) > layer_of(m))
+
+
+def test_every_module_has_a_layer_and_imports_only_downward():
+    unplaced = [m for m in MODULES if m.split(".")[0] not in set().union(*LAYERS.values())]
+    assert unplaced == [], f"give these modules their layer in LAYERS: {unplaced}"
+    gone = set().union(*LAYERS.values()) - {m.split(".")[0] for m in MODULES}
+    assert gone == set(), f"LAYERS names modules that no longer exist: {gone}"
+    graph = {m: package_imports(m) for m in MODULES}
+    assert upward_imports(graph) == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    assert upward_imports({"_order": {"dataloader"}, "dataloader": {"_order"}}) == [("_order", "dataloader")]
+    assert upward_imports({"bench.harness": {"datasets"}}) == []
+
+
 def mapped_modules(package: str) -> list:
     """The names the ``* ``name``: ...`` lines of ``package``'s docstring map."""
     doc = ast.get_docstring(parse(package)) if package else rl.__doc__
