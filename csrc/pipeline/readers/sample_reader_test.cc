@@ -197,5 +197,15 @@ TEST(SampleReadersTest, MakesTheReaderOfEachKindPresent) {
   EXPECT_TRUE(absl::IsInvalidArgument(SampleReaders::Check({file, memory})));
 }
 
+TEST(SampleReadersTest, RefusesAKindWithoutAReader) {
+  // SourceKind is a public uint8_t enum: a value past the last kind has no reader to hand out
+  // (For would index past the table), so Loader::Create refuses it, naming the sample.
+  Sample unknown("/data/a.jpg", 0);
+  unknown.source = static_cast<SourceKind>(7);
+  const absl::Status status = SampleReaders::Check({Sample("/data/b.jpg", 1), unknown});
+  EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+  EXPECT_NE(status.message().find("sample 1 (/data/a.jpg)"), std::string::npos) << status;
+}
+
 }  // namespace
 }  // namespace ringloader

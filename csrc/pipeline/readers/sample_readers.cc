@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_util.h"
 #include "pipeline/readers/sample_reader.h"
 
@@ -20,6 +21,12 @@ absl::Status SampleReader::Bytes(const Sample& sample, const ByteBuffer* read, S
 
 absl::Status SampleReaders::Check(const std::vector<Sample>& samples) {
   for (size_t i = 0; i < samples.size(); ++i) {
+    // A value past the last kind has no reader (For indexes the table by kind).
+    if (samples[i].source > SourceKind::kDeferred) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "sample ", i, " (", samples[i].path, ") has source ", static_cast<int>(samples[i].source),
+          ", which is no SourceKind: kFile, kPipe, kMemory or kDeferred"));
+    }
     RL_RETURN_IF_ERROR(CheckMemorySample(samples[i], i));
     RL_RETURN_IF_ERROR(CheckPipeSample(samples[i], i));
   }
