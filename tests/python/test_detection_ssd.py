@@ -218,18 +218,19 @@ def test_photometric_distort_equals_v2_for_the_drawn_parameters(tmp_path):
                 Detections(None, paths).target()["boxes"]))
 
 
-def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path):
+@pytest.mark.parametrize("fill", [MEAN, 0])
+def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path, fill):
     """The ssd preset's first two steps and its flip natively (the distort runs after the
     zoom-out, on the pixels that show the photo): for the loader's drawn offset and one of the
-    distort's draws, v2 gives the same image (max |diff| 0: the fill is MEAN, undistorted, and
-    the contrast takes the photo's mean) and boxes (within 1e-4 px)."""
+    distort's draws, v2 gives the same image (max |diff| 0: the fill, the mean or zeros, left
+    undistorted, and the contrast takes the photo's mean) and boxes (within 1e-4 px)."""
     paths = _photos(tmp_path, 3, 170)
 
     def chain(padding=None, params=None):
         distort = _distort()
         if params is not None:
             distort.make_params = lambda flat_inputs: params
-        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
+        zoom = v2.RandomZoomOut(fill=fill, side_range=(1.6, 1.6), p=1.0)
         if padding is not None:
             zoom.make_params = lambda flat_inputs: {"padding": padding}
         return v2.Compose([distort, zoom, v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
@@ -251,7 +252,7 @@ def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path):
         assert matches, (path, padding)
         _, want = chain(padding, matches[0])(photo, want_target)
         torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
-        assert image[:, 0, 0].tolist() == [int(m) for m in MEAN]  # a fill pixel
+        assert image[:, 0, 0].tolist() == [int(m) for m in (MEAN if fill else (0, 0, 0))]
 
 
 def test_photometric_distort_draws_are_keyed_per_sample_and_epoch(tmp_path):
@@ -298,3 +299,33 @@ def test_a_fill_beside_a_zoom_out_is_named_by_the_native_rule(tmp_path):
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
     assert told and "v2.Pad pads the image with (123.0, 117.0, 104.0) beside v2.RandomZoomOut " \
         "at position 1" in told[0] and "one padding" in told[0], told
+
+
+def test_a_distort_after_the_zoom_out_distorts_the_fill_too(tmp_path):
+    """After the padding (its place among the colour steps) the distort runs on the whole
+    canvas, as v2 runs it on the padded image: the fill is distorted with the photo, the
+    contrast's mean taken over both (max |diff| 0 for one of v2's draws)."""
+    paths = _photos(tmp_path, 2, 210)
+
+    def chain(padding=None, params=None):
+        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.5, 1.5), p=1.0)
+        if padding is not None:
+            zoom.make_params = lambda flat_inputs: {"padding": padding}
+        distort = _distort()
+        if params is not None:
+            distort.make_params = lambda flat_inputs: params
+        return v2.Compose([zoom, distort, v2.PILToTensor()])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(Centred(chain(), paths), batch_size=2, collate_fn=list)
+    assert loader.native
+    canvas_w, canvas_h = int(211 * torch.tensor(1.5)), int(150 * torch.tensor(1.5))
+    for path, (image, target) in zip(paths, next(iter(loader))):
+        box = target["boxes"][0]
+        left, top = round(float(box[0]) - 100), round(float(box[1]) - 70)
+        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
+        photo, want_target = _opened(path), Centred(None, paths).target()
+        assert _equal_for_some_draw(image, lambda params: chain(padding, params)(
+            photo, want_target)[0]), (path, padding)
+        assert image[:, 0, 0].tolist() != [int(m) for m in MEAN]  # the fill distorted too
