@@ -5,6 +5,8 @@
 #include <cstring>
 #include <utility>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "transform/image_transform.h"  // RandomResizedCropParams: the images' draw
 #include "transform/random.h"
@@ -150,24 +152,31 @@ struct ClipPool::Worker {
 ClipPool::ClipPool(int threads, VideoDecoderOptions options, int open_per_thread)
     : options_(options), open_per_thread_(std::max(open_per_thread, 1)) {
   threads = std::max(threads, 1);
+  owner_pid_ = getpid();
   for (int i = 0; i < threads; ++i) workers_.push_back(std::make_unique<Worker>());
   for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { Loop(workers_[i].get()); });
 }
 
 ClipPool::~ClipPool() {
+  if (getpid() != owner_pid_) {  // a forked child: none of this is ours to stop or free
+    for (std::thread& t : threads_) new std::thread(std::move(t));  // NOLINT: leaked on purpose
+    for (auto& worker : workers_) worker.release();
+    sync_.release();
+    return;
+  }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<std::mutex> lock(sync_->mu);
     stop_ = true;
   }
-  wake_.notify_all();
+  sync_->wake.notify_all();
   for (std::thread& t : threads_) t.join();
 }
 
 void ClipPool::Loop(Worker* worker) {
   uint64_t seen = 0;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(sync_->mu);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || (generation_ != seen && next_ < count_); });
+    sync_->wake.wait(lock, [&] { return stop_ || (generation_ != seen && next_ < count_); });
     if (stop_) return;
     const size_t job = next_++;
     if (next_ >= count_) seen = generation_;
@@ -175,18 +184,18 @@ void ClipPool::Loop(Worker* worker) {
     lock.unlock();
     (*task)(*worker, job);
     lock.lock();
-    if (++finished_ == count_) done_.notify_all();
+    if (++finished_ == count_) sync_->done.notify_all();
   }
 }
 
 void ClipPool::Run(size_t count, const std::function<void(Worker&, size_t)>& fn) {
   if (count == 0) return;
-  std::unique_lock<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(sync_->mu);
   task_ = &fn;
   count_ = count, next_ = 0, finished_ = 0;
   ++generation_;
-  wake_.notify_all();
-  done_.wait(lock, [&] { return finished_ == count_; });
+  sync_->wake.notify_all();
+  sync_->done.wait(lock, [&] { return finished_ == count_; });
   task_ = nullptr;
 }
 

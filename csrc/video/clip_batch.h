@@ -79,6 +79,8 @@ struct ClipOutcome {
 class ClipPool {
  public:
   /// `threads` decode threads (at least 1), each keeping up to `open_per_thread` decoders open.
+  /// A pool destroyed in a forked child (which has none of its threads) releases nothing: its
+  /// threads, decoders and locks are the parent's.
   ClipPool(int threads, VideoDecoderOptions options, int open_per_thread = 4);
   ~ClipPool();
   ClipPool(const ClipPool&) = delete;
@@ -105,8 +107,14 @@ class ClipPool {
   int open_per_thread_;
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> threads_;
-  std::mutex mu_;
-  std::condition_variable wake_, done_;
+  // Held apart so that a forked child (which has none of the threads) can leave them alone:
+  // its copy of a condition variable may still count the parent's waiters.
+  struct Sync {
+    std::mutex mu;
+    std::condition_variable wake, done;
+  };
+  std::unique_ptr<Sync> sync_ = std::make_unique<Sync>();
+  int owner_pid_ = 0;
   const std::function<void(Worker&, size_t)>* task_ = nullptr;
   size_t count_ = 0, next_ = 0, finished_ = 0;
   uint64_t generation_ = 0;

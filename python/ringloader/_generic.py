@@ -13,7 +13,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from . import _fallback, _structures, _torchvision_folder, _user_source
+from . import _fallback, _structures, _torchvision_folder, _user_source, video_batches
 from ._C import LoaderTimeoutError
 from ._backend import Backend
 from ._distributed import _shard_sampler
@@ -243,6 +243,11 @@ class GenericBackend(Backend):
         super().__init__(dataset, args)
         # The DataLoader's arguments (those both paths share already checked by the facade).
         self._channels_last = args.channels_last
+        video = view is None and _user_source.holds_video(dataset)
+        # A video dataset whose clips batch natively (video_batches): native decode threads.
+        threads = _auto_threads({"numa": None})["decode_threads"] if args.num_workers == "auto" \
+            else args.num_workers
+        self._video = video_batches.for_loader(dataset, args, threads) if video else None
         native_only = [name for name, given in (
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
             ("memory_format", self._channels_last), ("io", args.io != "auto"),
@@ -251,11 +256,10 @@ class GenericBackend(Backend):
             ("max_slots", args.max_slots != 0), ("fast_decode", bool(args.fast_decode)),
             ("strict_decode", not args.strict_decode),
             ("max_image_pixels", args.max_image_pixels is not None),
-            ("on_error", args.on_error != "raise"),
+            ("on_error", args.on_error != "raise" and self._video is None),
             ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
             ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
-        video = view is None and _user_source.holds_video(dataset)
         if native_only:
             raise ValueError(
                 f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
@@ -312,6 +316,10 @@ class GenericBackend(Backend):
                 source = _NamedSamples(source)
                 kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
             torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
+            if self._video is not None:  # the same planned batches, decoded natively
+                torch_loader = video_batches.NativeVideoLoader(
+                    self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
+                    args.generator)
         self._generic = torch_loader
         # Why torch's path: every reason for describe(), the first in one warning per loader
         # (once the arguments are known good: an error comes without it).
@@ -322,7 +330,9 @@ class GenericBackend(Backend):
             if folder is not None:  # it converts, but an argument asks for torch's workers
                 folder_why, converts = _torch_only(args), True
         opened = _user_source.opened_images(dataset) if view is None else None
-        if video:
+        if self._video is not None:
+            self._reasons = [video_batches.NATIVE_REASON]
+        elif video:
             self._reasons = [_fallback.VIDEO_REASON]
             _fallback.warn_video(dataset, stacklevel=4)
         elif folder_why is not None:
@@ -354,7 +364,7 @@ class GenericBackend(Backend):
         return batches if self._planned is None else _count_delivered(self, batches)
 
     def stats(self) -> dict:
-        return {"native": False}
+        return {"native": False, **({"video": self._video.stats()} if self._video is not None else {})}
 
     def describe(self) -> str:
         return "\n".join(["ringloader.DataLoader (generic path: torch.utils.data.DataLoader does "

@@ -209,8 +209,10 @@ class VideoClipBatches:
                 "skipped": self.skipped}
 
     def _fail(self, error: BaseException, key: Any, path: str) -> None:
-        error.add_note(f"while decoding the clip of sample {key.index} ({path}) natively "
-                       "(ringloader.video_batches)")
+        from ._fallback import _describe
+
+        error.add_note(f"while decoding the clip of sample {key.index} of {_describe(self.dataset)} "
+                       f"({path}) natively (ringloader.video_batches)")
         raise error
 
     def __getitem__(self, keys: Sequence[Any]) -> Any:
@@ -288,3 +290,99 @@ def native_video_source(dataset: Any, threads: int, on_error: str = "raise") -> 
         return VideoClipBatches(dataset, threads, on_error), ""
     except (ValueError, TypeError, ImportError) as error:
         return None, str(error)
+
+
+class _Prefetched:
+    """The batches of ``batches`` (lists of keys) from ``source``, made ``depth`` ahead on a
+    thread of their own (the decode runs without the GIL, so the training step goes on)."""
+
+    def __init__(self, source: VideoClipBatches, batches: Any, depth: int, timeout: float):
+        import queue
+
+        self._queue: Any = queue.Queue(maxsize=max(depth, 1))
+        self._stop = threading.Event()
+        self._timeout = timeout
+        self._thread = threading.Thread(target=self._run, args=(source, batches), daemon=True,
+                                        name="ringloader-video-batches")
+        self._thread.start()
+
+    def _run(self, source: VideoClipBatches, batches: Any) -> None:
+        try:
+            for keys in batches:
+                batch = source[list(keys)]
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put((True, batch), timeout=0.1)
+                        break
+                    except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
+                        continue
+                if self._stop.is_set():
+                    return
+            self._queue.put((False, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer
+            self._queue.put((False, error))
+
+    def __iter__(self) -> "_Prefetched":
+        return self
+
+    def __next__(self) -> Any:
+        import queue
+
+        from ._C import LoaderTimeoutError
+
+        try:
+            ok, item = self._queue.get(timeout=self._timeout if self._timeout > 0 else None)
+        except queue.Empty:
+            raise LoaderTimeoutError(f"no video batch within timeout={self._timeout:g} s from the "
+                                     "native clip decoder") from None
+        if ok:
+            return item
+        self._stop.set()
+        if item is None:
+            raise StopIteration
+        raise item
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __del__(self) -> None:
+        self._stop.set()
+
+
+class NativeVideoLoader:
+    """What the DataLoader's generic path iterates for a video dataset whose clips batch
+    natively: ``source``'s batches over ``batches`` (the loader's planned batches of keys),
+    prefetched ``prefetch`` deep (0: made when asked). Each ``iter()`` first draws the base
+    seed torch's DataLoader iterator draws from ``generator``, so the planned order and the RNG
+    consumption are torch's."""
+
+    def __init__(self, source: VideoClipBatches, batches: Any, prefetch: int, timeout: float,
+                 generator: Any = None):
+        self.source, self.batches, self.prefetch, self.timeout = source, batches, prefetch, timeout
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Any:
+        import torch
+
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        if self.prefetch <= 0:
+            return (self.source[list(keys)] for keys in self.batches)
+        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout)
+
+
+#: Why a video dataset's clips are batched natively (``describe()``).
+NATIVE_REASON = ("its samples are (VideoFile, target) with a native video transform: clips are "
+                 "decoded and transformed in native threads (ringloader.video_batches), batches "
+                 "collated there")
+
+
+def for_loader(dataset: Any, args: Any, num_workers: int) -> Optional[VideoClipBatches]:
+    """The DataLoader's hook: a native source for ``dataset`` when its clips batch natively
+    (no ``collate_fn``; ``num_workers`` native threads), else None (torch's worker processes)."""
+    if args.collate_fn is not None or args.batch_size is None:
+        return None
+    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error)
+    return source

@@ -187,14 +187,35 @@ def test_bad_videos_name_the_file(root: Path, tmp_path: Path):
             assert str(path) in text
             if workers == 0:
                 assert "sample 0 of" in text
-    # on_error policies skip or replace only natively batched samples: refused, saying why.
+    # on_error="skip" drops them from natively batched clips; a clip whose transform runs in
+    # Python (worker processes) refuses on_error, saying why.
+    skipped = loader(Bad(missing), batch_size=2, on_error="skip")
+    clip, labels = next(iter(skipped))
+    assert clip.shape[0] == 0 and labels.numel() == 0 and skipped.stats()["video"]["skipped"] == 2
+
+    class Python(Bad):
+        def __getitem__(self, i):
+            return rl.VideoFile(self.path, clip=SAMPLER, transform=lambda c: c), i
+
     with pytest.raises(ValueError, match="on_error only apply to natively batched datasets.*"
                        "video references.*worker processes"):
-        loader(Bad(missing), batch_size=2, on_error="skip")
+        loader(Python(missing), batch_size=2, on_error="skip")
+
+
+def test_native_clip_batches_need_no_warning(root: Path):
+    folder = rl.VideoFolder(root, clip=SAMPLER)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dl = rl.DataLoader(folder, batch_size=2, num_workers=2)
+    assert "native threads" in dl.describe()
+    assert [tuple(c.shape) for c, _ in dl] == [(2, 1, 4, 3, 24, 32)] * 3
+    stats = dl.stats()["video"]
+    assert stats["frames_kept"] == 6 * 4 and stats["frames_decoded_per_kept"] >= 1
 
 
 def test_one_fallback_warning_says_where_clips_are_decoded(root: Path):
-    folder = rl.VideoFolder(root, clip=SAMPLER)
+    # A transform written in Python keeps the clips in torch's worker processes.
+    folder = rl.VideoFolder(root, clip=SAMPLER, transform=lambda clip: clip)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dl = rl.DataLoader(folder, batch_size=2)
