@@ -294,6 +294,114 @@ std::vector<std::pair<int64_t, int64_t>> DownloadPieces(int64_t size, int max_co
   return out;
 }
 
+namespace {
+
+/// A download that succeeded with another size than the shard was indexed with (want < 0:
+/// not indexed).
+bool OtherSize(const DownloadResult& r, int64_t want) {
+  return r.status.ok() && want >= 0 && r.size != want;
+}
+
+/// Downloads `jobs` (the shards whose indexed sizes are `sizes`, -1 where unknown) into their
+/// part files: in pieces first where the size is known, whole where pieces cannot serve, and
+/// once more a download of another size than indexed. One result per job. `ticket` (the
+/// caller's place in the connection budget's queue, -1: none) serves the first requests and is
+/// spent (-1) once the pieces went out.
+std::vector<DownloadResult> DownloadShards(const std::vector<DownloadJob>& jobs,
+                                           const std::vector<int64_t>& sizes,
+                                           const RemoteOptions& options,
+                                           const std::atomic<bool>* cancel, int64_t& ticket) {
+  std::vector<DownloadResult> results(jobs.size());
+  // A shard of known size comes in pieces first (see DownloadPieces); one whose pieces
+  // did not all land with one ETag (a server without ranges, another object) is fetched
+  // whole below. A failure that a whole download would meet as well (the server refuses,
+  // or kept failing through the retries) is the shard's.
+  std::vector<DownloadJob> piece_jobs;
+  std::vector<size_t> piece_of;  // the job each piece belongs to
+  std::vector<bool> in_pieces(jobs.size(), false);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    const int64_t size = sizes[j];
+    const auto pieces = DownloadPieces(size, options.max_connections);
+    if (pieces.empty()) continue;
+    const int fd = open(jobs[j].path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) continue;  // the whole download reports the error
+    close(fd);
+    in_pieces[j] = true;
+    for (const auto& [offset, length] : pieces) {
+      DownloadJob job = jobs[j];
+      job.offset = offset;
+      job.length = length;
+      job.object_size = size;
+      piece_jobs.push_back(std::move(job));
+      piece_of.push_back(j);
+    }
+  }
+  if (!piece_jobs.empty()) {
+    const std::vector<DownloadResult> got = DownloadAll(piece_jobs, options, cancel, nullptr, ticket);
+    ticket = -1;  // the whole downloads below, if any, come after these
+    std::vector<bool> first(jobs.size(), true);
+    for (size_t k = 0; k < got.size(); ++k) {
+      DownloadResult& r = results[piece_of[k]];
+      r.attempts += got[k].attempts;
+      if (first[piece_of[k]]) {
+        first[piece_of[k]] = false;
+        r.etag = got[k].etag;
+      } else if (r.status.ok() && got[k].etag != r.etag) {
+        r.status = absl::DataLossError(absl::StrCat("GET ", piece_jobs[k].url, ": pieces of two ETags, ",
+                                                    r.etag, " and ", got[k].etag));
+      }
+      if (r.status.ok() && !got[k].status.ok()) r.status = got[k].status;
+      r.size += got[k].size;
+    }
+  }
+  std::vector<DownloadJob> whole_jobs;
+  std::vector<size_t> whole_of;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (in_pieces[j] && results[j].status.ok()) continue;
+    const absl::StatusCode code = results[j].status.code();
+    if (in_pieces[j] && code != absl::StatusCode::kFailedPrecondition &&
+        code != absl::StatusCode::kDataLoss && code != absl::StatusCode::kInvalidArgument) {
+      continue;
+    }
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
+      results[j].status = absl::CancelledError(absl::StrCat("GET ", jobs[j].url, ": cancelled"));
+      continue;
+    }
+    whole_jobs.push_back(jobs[j]);
+    whole_of.push_back(j);
+  }
+  if (!whole_jobs.empty()) {
+    const std::vector<DownloadResult> got = DownloadAll(whole_jobs, options, cancel, nullptr, ticket);
+    for (size_t k = 0; k < got.size(); ++k) {
+      const int earlier = results[whole_of[k]].attempts;
+      results[whole_of[k]] = got[k];
+      results[whole_of[k]].attempts += earlier;
+    }
+  }
+  // A download of another size than the shard was indexed with is not kept: a server that
+  // cut the body short and said so (its Content-Length) would leave the cut copy in the
+  // cache for every later run. It is fetched whole once more; a second copy of that other
+  // size means the object changed (the index is stale).
+  std::vector<DownloadJob> again_jobs;
+  std::vector<size_t> again_of;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    if (!OtherSize(results[j], sizes[j]) || (cancel != nullptr && cancel->load(std::memory_order_relaxed))) continue;
+    again_jobs.push_back(jobs[j]);
+    again_of.push_back(j);
+  }
+  if (!again_jobs.empty()) {
+    const std::vector<DownloadResult> got = DownloadAll(again_jobs, options, cancel, nullptr, -1);
+    for (size_t k = 0; k < got.size(); ++k) {
+      const int earlier = results[again_of[k]].attempts;
+      results[again_of[k]] = got[k];
+      results[again_of[k]].attempts += earlier;
+    }
+  }
+  return results;
+}
+
+}  // namespace
+
 std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<std::string>& urls,
                                                             const std::atomic<bool>* cancel,
                                                             const std::function<std::set<std::string>()>& also_keep,
@@ -362,125 +470,38 @@ std::vector<absl::StatusOr<CachedShard>> ShardCache::Ensure(const std::vector<st
       job.path = entry + kPartSuffix;
       jobs.push_back(std::move(job));
     }
-    std::vector<DownloadResult> results(jobs.size());
-    if (!jobs.empty()) {
-      // A shard of known size comes in pieces first (see DownloadPieces); one whose pieces
-      // did not all land with one ETag (a server without ranges, another object) is fetched
-      // whole below. A failure that a whole download would meet as well (the server refuses,
-      // or kept failing through the retries) is the shard's.
-      std::vector<DownloadJob> piece_jobs;
-      std::vector<size_t> piece_of;  // the job each piece belongs to
-      std::vector<bool> in_pieces(jobs.size(), false);
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        const int64_t size = sizes.empty() ? -1 : sizes[fetch[j]];
-        const auto pieces = DownloadPieces(size, options_.max_connections);
-        if (pieces.empty()) continue;
-        const int fd = open(jobs[j].path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) continue;  // the whole download reports the error
-        close(fd);
-        in_pieces[j] = true;
-        for (const auto& [offset, length] : pieces) {
-          DownloadJob job = jobs[j];
-          job.offset = offset;
-          job.length = length;
-          job.object_size = size;
-          piece_jobs.push_back(std::move(job));
-          piece_of.push_back(j);
-        }
+    std::vector<int64_t> job_sizes;
+    for (size_t i : fetch) job_sizes.push_back(sizes.empty() ? -1 : sizes[i]);
+    std::vector<DownloadResult> results =
+        jobs.empty() ? std::vector<DownloadResult>{}
+                     : DownloadShards(jobs, job_sizes, options_, cancel, ticket);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const size_t i = fetch[j];
+      const std::string entry = EntryPath(urls[i]);
+      DownloadResult& r = results[j];
+      if (OtherSize(r, job_sizes[j])) {
+        r.status = absl::FailedPreconditionError(absl::StrCat(
+            urls[i], " changed since the dataset was built (", sizes[i], " bytes indexed, ", r.size,
+            " bytes downloaded, twice): the download is not kept in the cache"));
       }
-      if (!piece_jobs.empty()) {
-        const std::vector<DownloadResult> got = DownloadAll(piece_jobs, options_, cancel, nullptr, ticket);
-        ticket = -1;  // the whole downloads below, if any, come after these
-        std::vector<bool> first(jobs.size(), true);
-        for (size_t k = 0; k < got.size(); ++k) {
-          DownloadResult& r = results[piece_of[k]];
-          r.attempts += got[k].attempts;
-          if (first[piece_of[k]]) {
-            first[piece_of[k]] = false;
-            r.etag = got[k].etag;
-          } else if (r.status.ok() && got[k].etag != r.etag) {
-            r.status = absl::DataLossError(absl::StrCat("GET ", piece_jobs[k].url, ": pieces of two ETags, ",
-                                                        r.etag, " and ", got[k].etag));
-          }
-          if (r.status.ok() && !got[k].status.ok()) r.status = got[k].status;
-          r.size += got[k].size;
-        }
+      // The checksum every later process verifies the entry against (see CheckEntry).
+      absl::StatusOr<uint32_t> crc = r.status.ok() ? FileCrc32(jobs[j].path) : r.status;
+      if (!crc.ok()) {
+        unlink(jobs[j].path.c_str());
+        out[i] = crc.status();
+        continue;
       }
-      std::vector<DownloadJob> whole_jobs;
-      std::vector<size_t> whole_of;
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        if (in_pieces[j] && results[j].status.ok()) continue;
-        const absl::StatusCode code = results[j].status.code();
-        if (in_pieces[j] && code != absl::StatusCode::kFailedPrecondition &&
-            code != absl::StatusCode::kDataLoss && code != absl::StatusCode::kInvalidArgument) {
-          continue;
-        }
-        if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) {
-          results[j].status = absl::CancelledError(absl::StrCat("GET ", jobs[j].url, ": cancelled"));
-          continue;
-        }
-        whole_jobs.push_back(jobs[j]);
-        whole_of.push_back(j);
+      absl::Status status = WriteFileAtomically(entry + kMetaSuffix, MetaText(urls[i], r.size, r.etag, *crc));
+      if (status.ok() && rename(jobs[j].path.c_str(), entry.c_str()) != 0) {
+        status = ErrnoStatus(errno, "rename", jobs[j].path);
       }
-      if (!whole_jobs.empty()) {
-        const std::vector<DownloadResult> got = DownloadAll(whole_jobs, options_, cancel, nullptr, ticket);
-        for (size_t k = 0; k < got.size(); ++k) {
-          const int earlier = results[whole_of[k]].attempts;
-          results[whole_of[k]] = got[k];
-          results[whole_of[k]].attempts += earlier;
-        }
+      if (!status.ok()) {
+        out[i] = status;
+        continue;
       }
-      // A download of another size than the shard was indexed with is not kept: a server that
-      // cut the body short and said so (its Content-Length) would leave the cut copy in the
-      // cache for every later run. It is fetched whole once more; a second copy of that other
-      // size means the object changed (the index is stale).
-      auto other_size = [&](size_t j) {
-        const int64_t want = sizes.empty() ? -1 : sizes[fetch[j]];
-        return results[j].status.ok() && want >= 0 && results[j].size != want;
-      };
-      std::vector<DownloadJob> again_jobs;
-      std::vector<size_t> again_of;
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        if (!other_size(j) || (cancel != nullptr && cancel->load(std::memory_order_relaxed))) continue;
-        again_jobs.push_back(jobs[j]);
-        again_of.push_back(j);
-      }
-      if (!again_jobs.empty()) {
-        const std::vector<DownloadResult> got = DownloadAll(again_jobs, options_, cancel, nullptr, -1);
-        for (size_t k = 0; k < got.size(); ++k) {
-          const int earlier = results[again_of[k]].attempts;
-          results[again_of[k]] = got[k];
-          results[again_of[k]].attempts += earlier;
-        }
-      }
-      for (size_t j = 0; j < jobs.size(); ++j) {
-        const size_t i = fetch[j];
-        const std::string entry = EntryPath(urls[i]);
-        DownloadResult& r = results[j];
-        if (r.status.ok() && other_size(j)) {
-          r.status = absl::FailedPreconditionError(absl::StrCat(
-              urls[i], " changed since the dataset was built (", sizes[i], " bytes indexed, ", r.size,
-              " bytes downloaded, twice): the download is not kept in the cache"));
-        }
-        // The checksum every later process verifies the entry against (see CheckEntry).
-        absl::StatusOr<uint32_t> crc = r.status.ok() ? FileCrc32(jobs[j].path) : r.status;
-        if (!crc.ok()) {
-          unlink(jobs[j].path.c_str());
-          out[i] = crc.status();
-          continue;
-        }
-        absl::Status status = WriteFileAtomically(entry + kMetaSuffix, MetaText(urls[i], r.size, r.etag, *crc));
-        if (status.ok() && rename(jobs[j].path.c_str(), entry.c_str()) != 0) {
-          status = ErrnoStatus(errno, "rename", jobs[j].path);
-        }
-        if (!status.ok()) {
-          out[i] = status;
-          continue;
-        }
-        NoteVerified(entry);
-        downloaded_any = true;
-        out[i] = CachedShard{entry, r.size, r.etag, true, r.attempts};
-      }
+      NoteVerified(entry);
+      downloaded_any = true;
+      out[i] = CachedShard{entry, r.size, r.etag, true, r.attempts};
     }
     locks.clear();  // released before waiting for others' locks
     pending = std::move(busy);
