@@ -43,6 +43,9 @@ def zooms(step: Any) -> bool:
 COLOURS = ("RandomPhotometricDistort",)
 #: The steps a RandomPhotometricDistort may precede and still run natively after them.
 _MOVES = ("Pad", "RandomZoomOut", "RandomHorizontalFlip", "RandomVerticalFlip")
+#: Steps that may pad the image (CenterCrop with zeros, when it is smaller): v2 distorts their
+#: padding with the photo when they come before the distort.
+_PADDING = ("Pad", "RandomZoomOut", "RandomCrop", "CenterCrop")
 
 
 def distort_after_padding(parts: List[Any]) -> List[Any]:
@@ -50,19 +53,22 @@ def distort_after_padding(parts: List[Any]) -> List[Any]:
     and flips follow up to the next step of another kind moved after them, marked so that it
     distorts only the output pixels showing the source (v2 distorts the image, then pads it
     with the fill; adjustments per pixel and the contrast's mean of the whole image commute
-    with those moves). Any other distort stays where it is (the plan names a geometric step
-    after it)."""
+    with those moves). After a step that may pad, whose padding v2 distorts too, a distort
+    moves after flips only and stays on the whole image. Any other distort stays where it is
+    (the plan names a geometric step after it)."""
     out = list(parts)
     for i in range(len(out) - 1, -1, -1):
         if type(out[i]).__name__ != "RandomPhotometricDistort":
             continue
+        padded = any(type(p).__name__ in _PADDING for p in out[:i])
         j = i + 1
         while j < len(out) and type(out[j]).__name__ in _MOVES and \
+                not (padded and type(out[j]).__name__ in _PADDING) and \
                 getattr(out[j], "padding_mode", "constant") == "constant":
             j += 1
         if j > i + 1:
             moved = copy.copy(out[i])
-            moved._before_padding = True
+            moved._before_padding = not padded
             out[i:j] = out[i + 1:j] + [moved]
     return out
 

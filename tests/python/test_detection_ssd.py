@@ -329,3 +329,33 @@ def test_a_distort_after_the_zoom_out_distorts_the_fill_too(tmp_path):
         assert _equal_for_some_draw(image, lambda params: chain(padding, params)(
             photo, want_target)[0]), (path, padding)
         assert image[:, 0, 0].tolist() != [int(m) for m in MEAN]  # the fill distorted too
+
+
+def test_a_distort_between_the_zoom_out_and_a_flip_distorts_the_fill_too(tmp_path):
+    """A flip after the distort does not change what v2 distorts: the whole padded canvas, the
+    fill with the photo (the distort may run after the flip, but on the whole image, not only
+    on the pixels showing the photo as when it comes before the padding)."""
+    paths = _photos(tmp_path, 2, 230)
+
+    def chain(padding=None, params=None):
+        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.5, 1.5), p=1.0)
+        if padding is not None:
+            zoom.make_params = lambda flat_inputs: {"padding": padding}
+        distort = _distort()
+        if params is not None:
+            distort.make_params = lambda flat_inputs: params
+        return v2.Compose([zoom, distort, v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor()])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(Centred(chain(), paths), batch_size=2, collate_fn=list)
+    assert loader.native
+    canvas_w, canvas_h = int(211 * torch.tensor(1.5)), int(150 * torch.tensor(1.5))
+    for path, (image, target) in zip(paths, next(iter(loader))):
+        box = target["boxes"][0]
+        left, top = round(canvas_w - 110 - float(box[0])), round(float(box[1]) - 70)
+        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
+        photo, want_target = _opened(path), Centred(None, paths).target()
+        assert image[:, 0, 0].tolist() != [int(m) for m in MEAN]  # the fill distorted too
+        assert _equal_for_some_draw(image, lambda params: chain(padding, params)(
+            photo, want_target)[0]), (path, padding)
