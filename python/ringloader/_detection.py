@@ -45,7 +45,7 @@ COLOURS = ("RandomPhotometricDistort",)
 _MOVES = ("Pad", "RandomZoomOut", "RandomHorizontalFlip", "RandomVerticalFlip")
 #: Steps that may pad the image (CenterCrop with zeros, when it is smaller): v2 distorts their
 #: padding with the photo when they come before the distort.
-_PADDING = ("Pad", "RandomZoomOut", "RandomCrop", "CenterCrop")
+_PADDING = (*PADS, "CenterCrop")
 
 
 def distort_after_padding(parts: List[Any]) -> List[Any]:
