@@ -455,22 +455,30 @@ void AxisCoeffs::Compute(const AxisMapping& given, int src_size) {
       last = std::max(last, xmin + n);
     }
   }
-  if (mirrored) {
-    // Coefficients of the unmirrored box in reverse order: an exact mirror of the output.
-    for (int a = 0, b = out - 1; a < b; ++a, --b) {
-      std::swap(bounds_[2 * a], bounds_[2 * b]);
-      std::swap(bounds_[2 * a + 1], bounds_[2 * b + 1]);
-      std::swap_ranges(weights_.begin() + static_cast<ptrdiff_t>(a) * ksize,
-                       weights_.begin() + static_cast<ptrdiff_t>(a + 1) * ksize,
-                       weights_.begin() + static_cast<ptrdiff_t>(b) * ksize);
-    }
-  }
+  // Coefficients of the unmirrored box in reverse order: an exact mirror of the output.
+  if (mirrored) ReverseOutputs();
   if (last > first) {
     first_ = first;
     end_ = last;
   } else {
     first_ = end_ = 0;
   }
+  EqualizeTaps();
+}
+
+void AxisCoeffs::ReverseOutputs() {
+  const int out = out_size_, ksize = ksize_;
+  for (int a = 0, b = out - 1; a < b; ++a, --b) {
+    std::swap(bounds_[2 * a], bounds_[2 * b]);
+    std::swap(bounds_[2 * a + 1], bounds_[2 * b + 1]);
+    std::swap_ranges(weights_.begin() + static_cast<ptrdiff_t>(a) * ksize,
+                     weights_.begin() + static_cast<ptrdiff_t>(a + 1) * ksize,
+                     weights_.begin() + static_cast<ptrdiff_t>(b) * ksize);
+  }
+}
+
+void AxisCoeffs::EqualizeTaps() {
+  const int out = out_size_, ksize = ksize_;
   // Give every output the same number of taps (the largest), zero-padded and shifted to stay
   // inside [first_, end_): the kernels' inner loops then have a fixed trip count, which removes
   // a branch misprediction per output pixel. Zero weights do not change any sum.

@@ -102,6 +102,12 @@ class AxisCoeffs {
   int Taps(Interpolation filter, double center, int xmin, int n, int keep_lo, int keep_hi,
            double inv_filterscale, int32_t* k);
 
+  // Compute's last steps: the outputs in reverse order (a mirrored box), then every output
+  // given the same number of taps (the largest), zero-padded and shifted to stay inside
+  // [first_, end_): the kernels' inner loops get a fixed trip count.
+  void ReverseOutputs();
+  void EqualizeTaps();
+
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
   double resize_in_ = 0, resize_out_ = 0;
   std::vector<int32_t> bounds_;
