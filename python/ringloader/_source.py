@@ -32,7 +32,7 @@ overrides the ones that differ from the defaults below.
 * ``describe()``: one line for people: what the source is, where, how many samples.
 
 What only some sources need, declared here with the default the others get (the backends read
-these members directly, never by ``getattr``: tests/python/test_structure.py checks that):
+these members directly, never by ``getattr``: tests/python/test_source_contract.py checks that):
 
 * ``stream_kind``: for a streamed source that is not a ``pipe:`` WebDataset, what streams it
   (named in the errors about orders it cannot serve); ``None`` by default.
