@@ -144,8 +144,8 @@ class SampleReaders {
 
   SampleReader& For(const Sample& sample) const { return *by_kind_[static_cast<size_t>(sample.source)]; }
 
-  // The sample's bytes outside the epoch's order (ReadSampleBytes): a known-bad sample fails
-  // with its error.
+  // The sample's bytes outside the epoch's order (its reader's ReadAside); a known-bad sample
+  // fails with its error.
   absl::Status ReadAside(const Sample& sample, ByteBuffer* buffer, const std::atomic<bool>* cancel) const;
   // Whole files (several-file samples), read with the file reader.
   const SampleReader& files() const { return *by_kind_[static_cast<size_t>(SourceKind::kFile)]; }
