@@ -139,15 +139,20 @@ def sources(tmp_path: Path) -> list:
             return rl.ImageFile(files[i], transform=v2.Compose([v2.Resize((8, 8)), v2.PILToTensor()])), i % 2
 
     user = rl.DataLoader(Refs(), batch_size=2)._backend._folders[0]
+    import torchvision
+
+    from ringloader._torchvision_folder import TorchvisionFolder
+
+    theirs = TorchvisionFolder(torchvision.datasets.ImageFolder(str(root)))
     return [rl.ImageFolder(root), rl.FileList(files, [0, 0, 0, 1, 1, 1]),
-            rl.DatasetFolder(root, extensions=(".jpg",)), rl.WebDataset(shards), user]
+            rl.DatasetFolder(root, extensions=(".jpg",)), rl.WebDataset(shards), user, theirs]
 
 
 def test_every_source_class_answers_every_declared_member(sources):
     """One conformance run over each source class: the members the loader reads, with the
     types it expects."""
     assert {type(s).__name__ for s in sources} == {"ImageFolder", "FileList", "DatasetFolder",
-                                                    "WebDataset", "UserSource"}
+                                                    "WebDataset", "UserSource", "TorchvisionFolder"}
     for source in sources:
         name = type(source).__name__
         assert isinstance(source, _source.Source), name
@@ -162,13 +167,14 @@ def test_every_source_class_answers_every_declared_member(sources):
         assert source.begin_feed(None, None) is None, name
         assert source.stop_feed(None) is None, name
         assert source.describe_sample(0) is None or name == "WebDataset", name
-        assert source.refused is None and source.serves_torch_dataset is False, name
+        assert source.refused is None, name
+        assert source.serves_torch_dataset is (name == "TorchvisionFolder"), name
         assert source.dataset is None or name == "UserSource", name
         assert isinstance(source.byte_ranges(), dict), name
         assert f"{len(source)} samples" in source.describe(), name
         source.check_unchanged()
     web, user = sources[3], sources[4]
     assert web.reads_by_plan and user.reads_by_plan
-    assert not any(s.reads_by_plan for s in sources[:3])
+    assert not any(s.reads_by_plan for s in sources[:3] + sources[5:])
     assert web.describe_sample(0) == f"shard {web.urls[0]}, member {web.members[0]}"
     assert user.dataset is not None and len(user.dataset) == 6
