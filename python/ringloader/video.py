@@ -15,11 +15,13 @@ rotated videos), so the frames equal ``torchcodec.decoders.VideoDecoder(...).get
 .data`` on the same FFmpeg. A stream's rotation (display matrix) is applied as torchcodec applies
 it. Frames are ``uint8`` ``[T, 3, H, W]``.
 
-A Dataset whose samples hold these references runs under ``ringloader.DataLoader`` on torch's
-path: each reference is decoded in the worker processes (``ringloader.materialize``), its clip
-sampler drawing from ``clips.generator_for`` of the sample's (seed, epoch, index, position).
-What is not here yet: decoding inside the loader's native pool, and native video transforms.
-``transform`` is applied in Python to the decoded tensor (``[T, C, H, W]`` or ``[N, T, C, H, W]``).
+Under ``ringloader.DataLoader``, ``(VideoFile, target)`` samples whose ``transform`` is one of
+v2's video steps that run natively (``ringloader.video_batches.native_chain``) are decoded and
+transformed in native threads into one batch tensor (``ringloader.video_batches``); other
+samples holding these references are decoded in torch's worker processes
+(``ringloader.materialize``). Either way the clip sampler draws from ``clips.generator_for`` of
+the sample's (seed, epoch, index, position). ``decode()`` itself applies ``transform`` in Python
+to the decoded tensor (``[T, C, H, W]`` or ``[N, T, C, H, W]``).
 
 Examples:
     >>> import subprocess
@@ -252,8 +254,8 @@ class VideoFile(_VideoReference):
         clip: the frames ``decode()`` returns by default: a list of frame indices (one clip), a
             list of such lists (several clips of one length), a :mod:`ringloader.clips` sampler
             (``clips.random_indices(...)`` etc., drawn per call), or ``None``: every frame.
-        transform: a callable applied to the decoded tensor, in Python (no native video
-            transforms yet).
+        transform: a callable applied to the decoded tensor (by ``decode()``, in Python; under
+            ``rl.DataLoader`` natively when ``video_batches.native_chain`` accepts it).
         max_frame_pixels: the largest ``width * height`` accepted (default
             ``ringloader.video.MAX_FRAME_PIXELS``).
         max_clip_bytes: the largest output of one ``decode`` (default ``MAX_CLIP_BYTES``, 2 GiB).

@@ -29,9 +29,11 @@ class VideoFolder(_TorchDataset):
 
     ``dataset[i]`` is ``(ringloader.video.VideoFile(path, clip=clip, transform=transform),
     target)``: a reference to the video, whose ``decode()`` returns the clip's frames, and the
-    class index after ``target_transform``. ``rl.DataLoader(VideoFolder(...))`` decodes each
-    reference in torch's worker processes, its clip drawn from ``clips.generator_for`` of the
-    sample's key (a ``FallbackWarning`` says so); not inside the loader's native pool yet.
+    class index after ``target_transform``. ``rl.DataLoader(VideoFolder(...))`` batches the clips
+    in native threads (``ringloader.video_batches``) when ``transform`` is None or v2's video
+    steps that run natively, else decodes each reference in torch's worker processes (a
+    ``FallbackWarning`` says so); either way its clip is drawn from ``clips.generator_for`` of
+    the sample's key.
 
     Args:
         root: the folder holding one sub-folder per class.

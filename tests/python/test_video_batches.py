@@ -194,7 +194,9 @@ def test_corrupt_frame_names_the_frame(tmp_path: Path):
         pytest.skip("FFmpeg concealed the damage in this build (no error to name)")
 
 
-def test_frame_size_limit_is_a_clear_error(root: Path):
+@pytest.mark.parametrize("limit", [{"max_frame_pixels": 1000}, {"max_clip_bytes": 1000}])
+def test_frame_and_clip_memory_limits_are_clear_errors(root: Path, limit):
+    """Decompression-bomb guards: a frame over max_frame_pixels, a clip over max_clip_bytes."""
     class Small(torch.utils.data.Dataset):
         def __init__(self):
             self.folder = rl.VideoFolder(root)
@@ -204,8 +206,10 @@ def test_frame_size_limit_is_a_clear_error(root: Path):
 
         def __getitem__(self, i):
             path, target = self.folder.samples[i]
-            return rl.VideoFile(path, clip=[0, 1], max_frame_pixels=1000), target
+            return rl.VideoFile(path, clip=[0, 1], **limit), target
 
     with pytest.raises(ValueError, match="0.mp4") as info:
         vb.VideoClipBatches(Small(), threads=1)[keys([0])]
     assert "1000" in str(info.value)
+    batch, targets = vb.VideoClipBatches(Small(), threads=1, on_error="skip")[keys([0, 1])]
+    assert batch.shape[0] == 0 and targets.numel() == 0

@@ -277,4 +277,5 @@ def test_bench_video_mode_reports_both_loaders_and_cleans_up(monkeypatch, capsys
     assert "16 frames, stride 4, RandomResizedCrop(224)" in out
     assert "torchcodec VideoDecoder + clips_at_random_indices" in out and "clips/s" in out
     assert "ratio ringloader / torchcodec:" in out and "load average" in out
+    assert "v2 transform (native clip batches)" in out and "frames decoded per frame kept" in out
     assert list(tmp_path.iterdir()) == []  # the clips are removed

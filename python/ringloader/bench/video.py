@@ -7,11 +7,15 @@ random from a short 360p H.264 clip that the ffmpeg CLI makes in a temporary fol
 afterwards), then torchvision v2 on the decoded ``[T, C, H, W]`` clip as a ``tv_tensors.Video``:
 RandomResizedCrop(224), RandomHorizontalFlip, ToDtype(float32, scale=True), Normalize. Batches
 of 8 clips, shuffled; each measurement builds a fresh loader, discards one batch (worker start,
-first opens) and times the next ones; the two loaders alternate (A B B A ...) for ``--rounds``
+first opens) and times the next ones; the loaders alternate (A B C C B A ...) for ``--rounds``
 rounds and the median clips/s of each is reported, with the load average of the machine.
 
-ringloader decodes video references in torch's worker processes today (its FallbackWarning
-says so), with its own FFmpeg decoder; the native pool does not decode video yet.
+ringloader runs twice: with the transform as a Python callable (``KineticsTransform``), which
+keeps the clips in torch's worker processes (decoded there by ringloader's FFmpeg decoder: the
+path before native clip batches), and with the v2 ``Compose`` itself, which ``rl.DataLoader``
+batches natively (``ringloader.video_batches``: ``num_workers`` native decode threads, the
+transform native with one draw per clip). The native loader's ``stats()`` gives the frames
+decoded per frame kept.
 """
 
 from __future__ import annotations
@@ -55,13 +59,7 @@ class KineticsTransform:
     one clip."""
 
     def __init__(self) -> None:
-        import torch
-        from torchvision.transforms import v2
-
-        self.steps = v2.Compose([v2.RandomResizedCrop(CROP, antialias=True),
-                                 v2.RandomHorizontalFlip(),
-                                 v2.ToDtype(torch.float32, scale=True),
-                                 v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
+        self.steps = kinetics_v2()
 
     def __call__(self, clip: Any) -> Any:
         from torchvision import tv_tensors
@@ -69,6 +67,15 @@ class KineticsTransform:
         if clip.dim() == 5:
             clip = clip[0]
         return self.steps(tv_tensors.Video(clip)).as_subclass(type(clip))
+
+
+def kinetics_v2() -> Any:
+    """The v2 chain itself (what ``rl.DataLoader`` runs natively on a clip)."""
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
 
 
 class TorchcodecClips:
@@ -90,18 +97,22 @@ class TorchcodecClips:
         return self.transform(frames[0]), label
 
 
-def _measure(make: Callable[[], Any], batches: int) -> float:
-    """Clips per second of ``batches`` batches after one untimed batch, from a fresh loader."""
+def _measure(make: Callable[[], Any], batches: int, work: list) -> float:
+    """Clips per second of ``batches`` batches after one untimed batch, from a fresh loader;
+    a native video loader's frames decoded per frame kept are appended to ``work``."""
     loader = make()
     it = iter(loader)
     clip, _ = next(it)
-    if tuple(clip.shape[1:]) != (FRAMES, 3, CROP, CROP):
+    if tuple(clip.shape[-4:]) != (FRAMES, 3, CROP, CROP) or clip[0].numel() != FRAMES * 3 * CROP * CROP:
         raise BenchError(f"unexpected clip batch shape {tuple(clip.shape)}")
     count, start = 0, time.perf_counter()
     for _ in range(batches):
         clip, _ = next(it)
         count += clip.shape[0]
     seconds = time.perf_counter() - start
+    video = loader.stats().get("video") if hasattr(loader, "stats") else None
+    if video:
+        work.append(video["frames_decoded_per_kept"])
     del it, loader
     return count / seconds
 
@@ -131,9 +142,11 @@ def run_video_benchmark(args: Any, log: Callable[[str], None]) -> dict:
         sampler = rl.clips.random_indices(num_clips=1, num_frames_per_clip=FRAMES,
                                           num_indices_between_frames=STRIDE)
         folder = rl.VideoFolder(root, clip=sampler, transform=transform)
+        native = rl.VideoFolder(root, clip=sampler, transform=kinetics_v2())
         total = BATCH * (TIMED_BATCHES + 1)
         order = [i % len(folder) for i in range(total)]
         ours = torch.utils.data.Subset(folder, order)
+        ours_native = torch.utils.data.Subset(native, order)
         theirs = TorchcodecClips([folder.samples[i] for i in order], transform)
         common = dict(batch_size=BATCH, shuffle=True, num_workers=workers, drop_last=True)
 
@@ -142,16 +155,22 @@ def run_video_benchmark(args: Any, log: Callable[[str], None]) -> dict:
                 warnings.simplefilter("ignore", rl.FallbackWarning)
                 return rl.DataLoader(ours, **common)
 
+        def make_native() -> Any:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", rl.FallbackWarning)  # it must batch natively
+                return rl.DataLoader(ours_native, **common)
+
         def make_torch() -> Any:
             return torch.utils.data.DataLoader(theirs, **common)
 
-        makers = {"torchcodec": make_torch, "ringloader": make_ringloader}
+        makers = {"torchcodec": make_torch, "ringloader": make_ringloader, "native": make_native}
         rates: dict = {name: [] for name in makers}
+        work: list = []
         loads = [_load()]
         for r in range(rounds):
             names = list(makers) if r % 2 == 0 else list(reversed(makers))
             for name in names:
-                rate = _measure(makers[name], TIMED_BATCHES)
+                rate = _measure(makers[name], TIMED_BATCHES, work)
                 rates[name].append(rate)
                 log(f"round {r + 1}/{rounds} {name}: {rate:.1f} clips/s")
         loads.append(_load())
@@ -160,7 +179,9 @@ def run_video_benchmark(args: Any, log: Callable[[str], None]) -> dict:
     medians = {name: statistics.median(v) for name, v in rates.items()}
     return {"workers": workers, "rounds": rounds, "batch_size": BATCH,
             "timed_clips": BATCH * TIMED_BATCHES, "rates": rates, "median": medians,
-            "ratio": medians["ringloader"] / medians["torchcodec"], "load": loads,
+            "ratio": medians["ringloader"] / medians["torchcodec"],
+            "native_ratio": medians["native"] / medians["torchcodec"], "load": loads,
+            "decoded_per_kept": statistics.median(work) if work else 0.0,
             "videos": f"{VIDEOS} x {SECONDS} s {SIZE} {RATE} fps H.264 (libx264 fast, GOP {GOP})"}
 
 
@@ -174,9 +195,13 @@ def format_video_report(report: dict) -> str:
         f"median of {report['rounds']} alternating rounds",
         f"  torchcodec VideoDecoder + clips_at_random_indices, torch DataLoader: "
         f"{m['torchcodec']:8.1f} clips/s",
-        f"  ringloader VideoFolder + rl.DataLoader (decoded in worker processes): "
+        f"  ringloader VideoFolder + rl.DataLoader, Python transform (worker processes): "
         f"{m['ringloader']:8.1f} clips/s",
-        f"  ratio ringloader / torchcodec: {report['ratio']:.2f}x",
+        f"  ringloader VideoFolder + rl.DataLoader, v2 transform (native clip batches): "
+        f"{m['native']:8.1f} clips/s",
+        f"  ratio ringloader / torchcodec: {report['ratio']:.2f}x (worker processes), "
+        f"{report['native_ratio']:.2f}x (native)",
+        f"  native decode work: {report['decoded_per_kept']:.2f} frames decoded per frame kept",
         f"  {report['load'][0]} (start), {report['load'][-1]} (end)",
     ]
     return "\n".join(lines)
