@@ -190,6 +190,7 @@ void ClipPool::Loop(Worker* worker) {
 
 void ClipPool::Run(size_t count, const std::function<void(Worker&, size_t)>& fn) {
   if (count == 0) return;
+  std::lock_guard<std::mutex> turn(sync_->run);
   std::unique_lock<std::mutex> lock(sync_->mu);
   task_ = &fn;
   count_ = count, next_ = 0, finished_ = 0;

@@ -112,6 +112,7 @@ class ClipPool {
   struct Sync {
     std::mutex mu;
     std::condition_variable wake, done;
+    std::mutex run;  // one batch at a time: callers on several threads (the GIL released) take turns
   };
   std::unique_ptr<Sync> sync_ = std::make_unique<Sync>();
   int owner_pid_ = 0;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -131,6 +132,31 @@ def test_same_batch_for_any_thread_count_and_new_draws_per_epoch(root: Path):
     assert not torch.equal(one, other)
 
 
+def test_one_source_batched_from_two_threads_at_once(root: Path):
+    """Two iterators of one loader each batch on their prefetch thread from the same source:
+    their calls take turns on its pool, so each batch holds its own keys' clips."""
+    transform = v2.Compose([v2.RandomResizedCrop(24), v2.RandomHorizontalFlip()])
+    folder = rl.VideoFolder(root, clip=SAMPLER, transform=transform)
+    expected = {s: vb.VideoClipBatches(folder, threads=1)[keys(range(6), seed=s)][0] for s in range(4)}
+    source = vb.VideoClipBatches(folder, threads=2)
+    equal, errors = [], []
+
+    def batches(seed):
+        try:
+            for _ in range(5):
+                equal.append(torch.equal(source[keys(range(6), seed=seed)][0], expected[seed]))
+        except Exception as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=batches, args=(s,), daemon=True) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert equal == [True] * 20
+
+
 def test_stats_count_frames_decoded_per_frame_kept(root: Path):
     folder = rl.VideoFolder(root, clip=SAMPLER, transform=v2.CenterCrop(32))
     source = vb.VideoClipBatches(folder, threads=2)
@@ -213,3 +239,4 @@ def test_frame_and_clip_memory_limits_are_clear_errors(root: Path, limit):
     assert "1000" in str(info.value)
     batch, targets = vb.VideoClipBatches(Small(), threads=1, on_error="skip")[keys([0, 1])]
     assert batch.shape[0] == 0 and targets.numel() == 0
+
