@@ -241,7 +241,13 @@ class VideoClipBatches:
                 frames, flat = _rows(clip, ref.path)
                 lead = () if flat else (len(frames),)
             flat_frames = [i for r in frames for i in r]
-            size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
+            try:  # a crop larger than this video's frames: the clip's error, as a decode's is
+                size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
+            except ValueError as why:
+                if self.on_error == "raise":
+                    self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
+                self.skipped += 1
+                continue
             this = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
             if shape is None:
                 shape = this

@@ -203,6 +203,18 @@ def test_damaged_video_skipped(damaged: Path):
     assert source.stats()["skipped"] == 1
 
 
+def test_a_video_smaller_than_the_crop_names_the_file_and_is_skipped(tmp_path: Path):
+    make(tmp_path / "v" / "a" / "big.mp4", size="96x72", frames=3, gop=3)
+    make(tmp_path / "v" / "a" / "small.mp4", size="32x24", frames=3, gop=3)
+    folder = rl.VideoFolder(tmp_path / "v", clip=[[0, 1]], transform=v2.CenterCrop(40))
+    with pytest.raises(ValueError, match="small.mp4") as info:
+        vb.VideoClipBatches(folder, threads=1)[keys([0, 1])]
+    assert "sample 1" in " ".join(info.value.__notes__)
+    source = vb.VideoClipBatches(folder, threads=1, on_error="skip")
+    batch, targets = source[keys([0, 1])]
+    assert batch.shape[0] == 1 and targets.tolist() == [0] and source.stats()["skipped"] == 1
+
+
 def test_corrupt_frame_names_the_frame(tmp_path: Path):
     path = make(tmp_path / "c" / "x" / "v.mp4", frames=30, gop=30)
     data = bytearray(path.read_bytes())
