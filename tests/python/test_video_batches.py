@@ -252,3 +252,30 @@ def test_frame_and_clip_memory_limits_are_clear_errors(root: Path, limit):
     batch, targets = vb.VideoClipBatches(Small(), threads=1, on_error="skip")[keys([0, 1])]
     assert batch.shape[0] == 0 and targets.numel() == 0
 
+
+def test_a_forked_child_drops_its_copy_of_a_pool(root: Path):
+    """A process forked beside a running pool (torch's workers) has none of its threads: its copy
+    must go without joining them or waiting on the parent's locks."""
+    import os
+    import time
+
+    pool = _C.ClipPool(2, rv.MAX_FRAME_PIXELS, rv.MAX_CLIP_BYTES)
+    pool.probe([str(p) for p in sorted(root.rglob("*.mp4"))], [])  # threads busy once, decoders open
+    pid = os.fork()
+    if pid == 0:  # the child: drop its copy (the destructor runs here), then exit at once
+        code = 1
+        try:
+            del pool
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    pytest.fail("the forked child hung dropping its copy of the pool")
