@@ -312,21 +312,24 @@ class _Prefetched:
                                         name="ringloader-video-batches")
         self._thread.start()
 
+    def _put(self, item: Any) -> bool:
+        """Queues ``item``; False when the consumer left (``close()``) before there was room."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
+                continue
+        return False
+
     def _run(self, source: VideoClipBatches, batches: Any) -> None:
         try:
             for keys in batches:
-                batch = source[list(keys)]
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put((True, batch), timeout=0.1)
-                        break
-                    except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
-                        continue
-                if self._stop.is_set():
+                if not self._put((True, source[list(keys)])):
                     return
-            self._queue.put((False, None))
+            self._put((False, None))
         except BaseException as error:  # noqa: BLE001 - handed to the consumer
-            self._queue.put((False, error))
+            self._put((False, error))
 
     def __iter__(self) -> "_Prefetched":
         return self

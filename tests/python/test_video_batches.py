@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,20 @@ def test_one_source_batched_from_two_threads_at_once(root: Path):
         t.join(timeout=20)
     assert not any(t.is_alive() for t in threads) and errors == []
     assert equal == [True] * 20
+
+
+def test_prefetch_thread_ends_when_its_iterator_is_left(root: Path):
+    """A loop left after the last batch was made (the queue full): the prefetch thread goes
+    instead of waiting forever to queue the end, holding its batches."""
+    folder = rl.VideoFolder(root, clip=[[0, 1]], transform=v2.CenterCrop(32))
+    it = vb._Prefetched(vb.VideoClipBatches(folder, threads=1), [keys([0]), keys([1])], depth=1, timeout=10)
+    next(it)
+    deadline = time.monotonic() + 10
+    while it._queue.qsize() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the second batch is queued: the end waits for room
+    it.close()
+    it._thread.join(timeout=5)
+    assert not it._thread.is_alive()
 
 
 def test_stats_count_frames_decoded_per_frame_kept(root: Path):
