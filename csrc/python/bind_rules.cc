@@ -52,11 +52,8 @@ namespace py = pybind11;
 namespace ringloader {
 namespace {
 
-
-
-}  // namespace
-
-void BindRules(py::module_& m) {
+// Test hooks: single native image kernels on arrays, for the parity tests against Pillow/torch.
+void BindImageOpHooks(py::module_& m) {
   m.def(
       "_apply_image_op",
       [](const std::string& name, py::array_t<uint8_t, py::array::c_style | py::array::forcecast> img,
@@ -103,7 +100,10 @@ void BindRules(py::module_& m) {
       py::arg("m1"), py::arg("weights"), py::arg("chains"),
       "Test hook: AugMix with fixed draws (chains of (op index, bin, negated)) on an HxWx3 "
       "uint8 array (parity tests).");
+}
 
+// The threads and the memory a loader with given options gets, without making one.
+void BindThreadPlans(py::module_& m) {
   m.def(
       "choose_auto_threads",
       [](py::dict options) {
@@ -124,7 +124,6 @@ void BindRules(py::module_& m) {
       },
       py::arg("options"),
       "The threads num_workers='auto' chooses for these loader options, and why (no loader).");
-  // Rules the Python package asks for instead of keeping copies that could drift.
   m.def(
       "default_memory_budget",
       [](py::dict options) {
@@ -138,8 +137,31 @@ void BindRules(py::module_& m) {
       },
       py::arg("options"),
       "(bytes, note): csrc/common/cpu_budget.h's DefaultMemoryBudget for these loader options.");
-  // The node as `ringloader doctor` and a rank's placement see it (numa/topology.h,
-  // common/cpu_budget.h, io/reader.h); every path is a parameter so tests fake the trees.
+  m.def(
+      "plan_threads",
+      [](int usable, int training, const std::string& training_source, int fixed_readers) {
+        // The thread rule for a share of CPUs (a rank's, on a machine several ranks share).
+        CpuBudget budget;
+        budget.affinity_cpus = std::max(1, usable);
+        const ThreadPlan plan =
+            PlanThreads(budget, TrainingThreads{training, training_source}, fixed_readers);
+        py::dict d;
+        d["decode_threads"] = plan.decode;
+        d["reader_threads"] = plan.readers;
+        d["usable_cpus"] = plan.usable;
+        d["reserved_cpus"] = plan.reserved;
+        d["reason"] = plan.reason;
+        return d;
+      },
+      py::arg("usable"), py::arg("training"), py::arg("training_source"),
+      py::arg("fixed_readers") = 0,
+      "csrc/common/cpu_budget.h's PlanThreads for `usable` CPUs (training: the training loop's "
+      "threads, -1 when not set explicitly).");
+}
+
+// The node as `ringloader doctor` and a rank's placement see it (numa/topology.h,
+// common/cpu_budget.h, io/reader.h); every path is a parameter so tests fake the trees.
+void BindHostProbes(py::module_& m) {
   m.def(
       "numa_nodes",
       [](const std::string& sysfs_root) {
@@ -199,26 +221,11 @@ void BindRules(py::module_& m) {
       },
       "Why io_uring_setup is refused here (seccomp, kernel), or '' when it works: the probe the "
       "readers' io='auto' fallback to pread makes.");
-  m.def(
-      "plan_threads",
-      [](int usable, int training, const std::string& training_source, int fixed_readers) {
-        // The thread rule for a share of CPUs (a rank's, on a machine several ranks share).
-        CpuBudget budget;
-        budget.affinity_cpus = std::max(1, usable);
-        const ThreadPlan plan =
-            PlanThreads(budget, TrainingThreads{training, training_source}, fixed_readers);
-        py::dict d;
-        d["decode_threads"] = plan.decode;
-        d["reader_threads"] = plan.readers;
-        d["usable_cpus"] = plan.usable;
-        d["reserved_cpus"] = plan.reserved;
-        d["reason"] = plan.reason;
-        return d;
-      },
-      py::arg("usable"), py::arg("training"), py::arg("training_source"),
-      py::arg("fixed_readers") = 0,
-      "csrc/common/cpu_budget.h's PlanThreads for `usable` CPUs (training: the training loop's "
-      "threads, -1 when not set explicitly).");
+}
+
+// The transform chain's rules (the stage order, a batchable size, what fuses) and the decode
+// level fast_decode names.
+void BindChainRules(py::module_& m) {
   m.def(
       "check_transform",
       [](py::list steps, size_t first) -> py::object {
@@ -251,17 +258,25 @@ void BindRules(py::module_& m) {
       "with a zero fill, or another constant fill that is the output's one padding with no "
       "resize after it, painted by the render), so boxes follow it; False for a chain Create "
       "refuses. Bad step dicts raise.");
+  m.def(
+      "fast_decode_level", [](const py::handle& value) { return FastDecodeName(FastDecodeArg(value)); },
+      py::arg("value"),
+      "The fast_decode level `value` names: 'off' (False), 'scale' (True) or 'fastest'; "
+      "ValueError for anything else.");
+}
+
+// The seeds of the per-sample augmentation draws.
+void BindSeeds(py::module_& m) {
   m.def("row_key", &RowKey, py::arg("index"), py::arg("position"),
         "The seed key of dataset index `index` at `position` of an epoch's order.");
   m.def("sample_seed", &SampleSeed, py::arg("seed"), py::arg("epoch"), py::arg("key"),
         "The augmentation seed of the sample with key `key` (row_key) in `epoch` of a loader "
         "seeded with `seed`.");
   m.def("mix64", &Mix64, py::arg("x"), "splitmix64's finaliser, which every native seed goes through.");
-  m.def(
-      "fast_decode_level", [](const py::handle& value) { return FastDecodeName(FastDecodeArg(value)); },
-      py::arg("value"),
-      "The fast_decode level `value` names: 'off' (False), 'scale' (True) or 'fastest'; "
-      "ValueError for anything else.");
+}
+
+// The loader's verdict over a measured window.
+void BindVerdict(py::module_& m) {
   m.def(
       "judge_loader",
       [](double seconds, double read_busy, double decode_busy, int reader_threads, int decode_threads,
@@ -297,6 +312,17 @@ void BindRules(py::module_& m) {
       "Which stage limited the loader over a window of `seconds` (pipeline/verdict.h, the "
       "native benchmark's rule): a dict of bottleneck, label, evidence and the shares compared "
       "(read_busy, decode_busy per thread; consumer_wait_fraction).");
+}
+
+}  // namespace
+
+void BindRules(py::module_& m) {
+  BindImageOpHooks(m);
+  BindThreadPlans(m);
+  BindHostProbes(m);
+  BindChainRules(m);
+  BindSeeds(m);
+  BindVerdict(m);
 }
 
 }  // namespace ringloader
