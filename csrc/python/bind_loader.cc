@@ -139,139 +139,17 @@ class PyLoader {
       throw py::value_error("paths and labels differ in length");
     }
     for (size_t i = 0; i < samples.size(); ++i) samples[i].label = labels.data()[i];
-    // Byte ranges (members of shards) and known errors, each of len(paths) when given.
-    auto column = [&](const py::object& values, const char* name) {
-      auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
-      if (!array) {
-        PyErr_Clear();
-        throw py::type_error(absl::StrCat(name, " must be a sequence of integers (int64)"));
-      }
-      if (array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
-        throw py::value_error(absl::StrCat(name, " has ", array.size(), " entries; expected one per path (",
-                                           samples.size(), ")"));
-      }
-      return ToVector(array);
-    };
-    if (!offsets.is_none()) {
-      std::vector<int64_t> v = column(offsets, "offsets");
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] < 0) throw py::value_error(absl::StrCat("offsets[", i, "] is negative: ", v[i]));
-        samples[i].offset = static_cast<uint64_t>(v[i]);
-      }
-    }
-    if (!lengths.is_none()) {
-      std::vector<int64_t> v = column(lengths, "lengths");
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] < -1) throw py::value_error(absl::StrCat("lengths[", i, "] must be >= 0 or -1 (whole file), got ", v[i]));
-        samples[i].length = v[i];
-      }
-    }
-    if (!pipes.is_none()) {
-      // bool per sample: True only for members of a pipe: stream whose command the user wrote. A
-      // path is never run because of its spelling.
-      auto array = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(pipes);
-      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
-        PyErr_Clear();
-        throw py::value_error(absl::StrCat("pipes must be a sequence of bool with one entry per path (",
-                                           samples.size(), ")"));
-      }
-      for (size_t i = 0; i < samples.size(); ++i) {
-        if (array.data()[i]) samples[i].source = SourceKind::kPipe;
-      }
-    }
-    if (!tar_members.is_none()) {
-      // bool per sample: True for a member's data in a tar shard (its header is checked where a
-      // stream passes it; see Sample::tar_member).
-      auto array = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(tar_members);
-      if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != samples.size()) {
-        PyErr_Clear();
-        throw py::value_error(absl::StrCat("tar_members must be a sequence of bool with one entry per path (",
-                                           samples.size(), ")"));
-      }
-      for (size_t i = 0; i < samples.size(); ++i) samples[i].tar_member = array.data()[i];
-    }
-    if (!stream_ends.is_none()) {
-      // int per sample: 0, or a pipe: stream's length when indexed (see Sample::stream_end).
-      std::vector<int64_t> v = column(stream_ends, "stream_ends");
-      for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] < 0) throw py::value_error(absl::StrCat("stream_ends[", i, "] is negative: ", v[i]));
-        samples[i].stream_end = static_cast<uint64_t>(v[i]);
-      }
-    }
-    if (!errors.is_none()) {
-      // str per sample: '' (or None) = ok, anything else is why the sample is bad.
-      if (!py::isinstance<py::sequence>(errors) || py::isinstance<py::str>(errors)) {
-        throw py::type_error("errors must be a list of str ('' = ok), one per path");
-      }
-      py::sequence v = errors;
-      if (static_cast<size_t>(py::len(v)) != samples.size()) {
-        throw py::value_error(absl::StrCat("errors has ", py::len(v), " entries; expected one per path (",
-                                           samples.size(), ")"));
-      }
-      for (size_t i = 0; i < samples.size(); ++i) {
-        py::object item = v[i];
-        if (item.is_none()) continue;
-        if (!py::isinstance<py::str>(item)) {
-          throw py::type_error(absl::StrCat("errors[", i, "] must be a str ('' = ok) or None"));
-        }
-        samples[i].error = item.cast<std::string>();
-      }
-    }
+    // Each column, when given, has one entry per path; they are taken in this order.
+    TakeByteRanges(offsets, lengths, &samples);
+    TakeSourceFlags(pipes, tar_members, &samples);
+    TakeStreamEnds(stream_ends, &samples);
+    TakeErrors(errors, &samples);
     if (py::isinstance<py::tuple>(memory)) {
       TakeMemoryColumns(py::reinterpret_borrow<py::tuple>(memory), &samples);
     } else if (!memory.is_none()) {
-      // A bytes-like object (or None: read `path`) per sample: encoded images held in memory.
-      // Each is held, buffer exported, for the loader's lifetime, so its bytes stay where they are.
-      py::sequence v = memory;
-      if (static_cast<size_t>(py::len(v)) != samples.size()) {
-        throw py::value_error(absl::StrCat("memory has ", py::len(v), " entries; expected one per path (",
-                                           samples.size(), ")"));
-      }
-      for (size_t i = 0; i < samples.size(); ++i) {
-        py::object item = v[i];
-        if (item.is_none()) continue;
-        if (!PyObject_CheckBuffer(item.ptr())) {
-          throw py::type_error(absl::StrCat("memory[", i, "] must be bytes-like or None"));
-        }
-        auto view = std::make_unique<py::buffer_info>(py::buffer(item).request());
-        samples[i].source = SourceKind::kMemory;
-        samples[i].memory = static_cast<const uint8_t*>(view->ptr);
-        samples[i].length = view->size * view->itemsize;
-        memory_.push_back(std::move(view));
-      }
+      TakeMemory(memory, &samples);
     }
-    if (!more_files.is_none()) {
-      // Per sample, a list of its files after its own (Sample::more_files): a str (a path) or a
-      // (description, bytes-like) pair held in memory, exported like `memory` above.
-      py::sequence v = more_files;
-      if (static_cast<size_t>(py::len(v)) != samples.size()) {
-        throw py::value_error(absl::StrCat("more_files has ", py::len(v),
-                                           " entries; expected one per path (", samples.size(), ")"));
-      }
-      for (size_t i = 0; i < samples.size(); ++i) {
-        py::object item = v[i];
-        if (item.is_none()) continue;
-        for (py::handle f : item) {
-          Sample::File file;
-          if (py::isinstance<py::str>(f)) {
-            file.path = f.cast<std::string>();
-          } else {
-            if (!py::isinstance<py::tuple>(f) || py::len(f) != 2 ||
-                !PyObject_CheckBuffer(py::reinterpret_borrow<py::tuple>(f)[1].ptr())) {
-              throw py::type_error(absl::StrCat("more_files[", i, "] entries must be a path (str) or "
-                                                "a (description, bytes-like) pair"));
-            }
-            py::tuple pair = py::reinterpret_borrow<py::tuple>(f);
-            file.path = py::str(pair[0]);
-            auto view = std::make_unique<py::buffer_info>(py::buffer(pair[1]).request());
-            file.memory = static_cast<const uint8_t*>(view->ptr);
-            file.length = view->size * view->itemsize;
-            memory_.push_back(std::move(view));
-          }
-          samples[i].more_files.push_back(std::move(file));
-        }
-      }
-    }
+    if (!more_files.is_none()) TakeMoreFiles(more_files, &samples);
     LoaderOptions parsed = ParseOptions(options);
     absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(std::move(samples), std::move(parsed));
     ThrowIfError(loader.status());
@@ -603,6 +481,153 @@ class PyLoader {
     columns.labels = static_cast<const int64_t*>(hold(labels));
     columns.size = static_cast<size_t>(ends.size());
     return columns;
+  }
+
+  // An int64 column of the constructor: one entry per path.
+  static std::vector<int64_t> IntColumn(const py::object& values, const char* name, size_t n) {
+    auto array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(values);
+    if (!array) {
+      PyErr_Clear();
+      throw py::type_error(absl::StrCat(name, " must be a sequence of integers (int64)"));
+    }
+    if (array.ndim() != 1 || static_cast<size_t>(array.size()) != n) {
+      throw py::value_error(absl::StrCat(name, " has ", array.size(), " entries; expected one per path (",
+                                         n, ")"));
+    }
+    return ToVector(array);
+  }
+
+  // A bool column of the constructor: one entry per path.
+  static py::array_t<bool, py::array::c_style | py::array::forcecast> BoolColumn(const py::object& values,
+                                                                                const char* name, size_t n) {
+    auto array = py::array_t<bool, py::array::c_style | py::array::forcecast>::ensure(values);
+    if (!array || array.ndim() != 1 || static_cast<size_t>(array.size()) != n) {
+      PyErr_Clear();
+      throw py::value_error(absl::StrCat(name, " must be a sequence of bool with one entry per path (", n, ")"));
+    }
+    return array;
+  }
+
+  // Byte ranges (members of shards): each sample's offset and length (-1: to the file's end).
+  static void TakeByteRanges(const py::object& offsets, const py::object& lengths, std::vector<Sample>* samples) {
+    if (!offsets.is_none()) {
+      std::vector<int64_t> v = IntColumn(offsets, "offsets", samples->size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < 0) throw py::value_error(absl::StrCat("offsets[", i, "] is negative: ", v[i]));
+        (*samples)[i].offset = static_cast<uint64_t>(v[i]);
+      }
+    }
+    if (!lengths.is_none()) {
+      std::vector<int64_t> v = IntColumn(lengths, "lengths", samples->size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i] < -1) throw py::value_error(absl::StrCat("lengths[", i, "] must be >= 0 or -1 (whole file), got ", v[i]));
+        (*samples)[i].length = v[i];
+      }
+    }
+  }
+
+  static void TakeSourceFlags(const py::object& pipes, const py::object& tar_members, std::vector<Sample>* samples) {
+    if (!pipes.is_none()) {
+      // bool per sample: True only for members of a pipe: stream whose command the user wrote. A
+      // path is never run because of its spelling.
+      auto array = BoolColumn(pipes, "pipes", samples->size());
+      for (size_t i = 0; i < samples->size(); ++i) {
+        if (array.data()[i]) (*samples)[i].source = SourceKind::kPipe;
+      }
+    }
+    if (!tar_members.is_none()) {
+      // bool per sample: True for a member's data in a tar shard (its header is checked where a
+      // stream passes it; see Sample::tar_member).
+      auto array = BoolColumn(tar_members, "tar_members", samples->size());
+      for (size_t i = 0; i < samples->size(); ++i) (*samples)[i].tar_member = array.data()[i];
+    }
+  }
+
+  static void TakeStreamEnds(const py::object& stream_ends, std::vector<Sample>* samples) {
+    if (stream_ends.is_none()) return;
+    // int per sample: 0, or a pipe: stream's length when indexed (see Sample::stream_end).
+    std::vector<int64_t> v = IntColumn(stream_ends, "stream_ends", samples->size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (v[i] < 0) throw py::value_error(absl::StrCat("stream_ends[", i, "] is negative: ", v[i]));
+      (*samples)[i].stream_end = static_cast<uint64_t>(v[i]);
+    }
+  }
+
+  static void TakeErrors(const py::object& errors, std::vector<Sample>* samples) {
+    if (errors.is_none()) return;
+    // str per sample: '' (or None) = ok, anything else is why the sample is bad.
+    if (!py::isinstance<py::sequence>(errors) || py::isinstance<py::str>(errors)) {
+      throw py::type_error("errors must be a list of str ('' = ok), one per path");
+    }
+    py::sequence v = errors;
+    if (static_cast<size_t>(py::len(v)) != samples->size()) {
+      throw py::value_error(absl::StrCat("errors has ", py::len(v), " entries; expected one per path (",
+                                         samples->size(), ")"));
+    }
+    for (size_t i = 0; i < samples->size(); ++i) {
+      py::object item = v[i];
+      if (item.is_none()) continue;
+      if (!py::isinstance<py::str>(item)) {
+        throw py::type_error(absl::StrCat("errors[", i, "] must be a str ('' = ok) or None"));
+      }
+      (*samples)[i].error = item.cast<std::string>();
+    }
+  }
+
+  // A bytes-like object (or None: read `path`) per sample: encoded images held in memory.
+  // Each is held, buffer exported, for the loader's lifetime, so its bytes stay where they are.
+  void TakeMemory(const py::object& memory, std::vector<Sample>* samples) {
+    py::sequence v = memory;
+    if (static_cast<size_t>(py::len(v)) != samples->size()) {
+      throw py::value_error(absl::StrCat("memory has ", py::len(v), " entries; expected one per path (",
+                                         samples->size(), ")"));
+    }
+    for (size_t i = 0; i < samples->size(); ++i) {
+      py::object item = v[i];
+      if (item.is_none()) continue;
+      if (!PyObject_CheckBuffer(item.ptr())) {
+        throw py::type_error(absl::StrCat("memory[", i, "] must be bytes-like or None"));
+      }
+      auto view = std::make_unique<py::buffer_info>(py::buffer(item).request());
+      Sample& sample = (*samples)[i];
+      sample.source = SourceKind::kMemory;
+      sample.memory = static_cast<const uint8_t*>(view->ptr);
+      sample.length = view->size * view->itemsize;
+      memory_.push_back(std::move(view));
+    }
+  }
+
+  // Per sample, a list of its files after its own (Sample::more_files): a str (a path) or a
+  // (description, bytes-like) pair held in memory, exported like `memory` above.
+  void TakeMoreFiles(const py::object& more_files, std::vector<Sample>* samples) {
+    py::sequence v = more_files;
+    if (static_cast<size_t>(py::len(v)) != samples->size()) {
+      throw py::value_error(absl::StrCat("more_files has ", py::len(v),
+                                         " entries; expected one per path (", samples->size(), ")"));
+    }
+    for (size_t i = 0; i < samples->size(); ++i) {
+      py::object item = v[i];
+      if (item.is_none()) continue;
+      for (py::handle f : item) {
+        Sample::File file;
+        if (py::isinstance<py::str>(f)) {
+          file.path = f.cast<std::string>();
+        } else {
+          if (!py::isinstance<py::tuple>(f) || py::len(f) != 2 ||
+              !PyObject_CheckBuffer(py::reinterpret_borrow<py::tuple>(f)[1].ptr())) {
+            throw py::type_error(absl::StrCat("more_files[", i, "] entries must be a path (str) or "
+                                              "a (description, bytes-like) pair"));
+          }
+          py::tuple pair = py::reinterpret_borrow<py::tuple>(f);
+          file.path = py::str(pair[0]);
+          auto view = std::make_unique<py::buffer_info>(py::buffer(pair[1]).request());
+          file.memory = static_cast<const uint8_t*>(view->ptr);
+          file.length = view->size * view->itemsize;
+          memory_.push_back(std::move(view));
+        }
+        (*samples)[i].more_files.push_back(std::move(file));
+      }
+    }
   }
 
   // `memory` as columns, for tables of many rows held in a few large buffers (an Arrow column's
