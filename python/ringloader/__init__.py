@@ -25,8 +25,8 @@ Map of the package (public modules first, then private ones):
 * ``bench``: the throughput comparisons with torch's DataLoader and the peers (``python -m ringloader.bench``), a package of one module per comparison, mapped in its own docstring.
 * ``sample_data``: the synthetic ImageNet-like sample set the benchmark and examples use.
 * ``_C``: the native extension (readers, decoders, transforms, the batch ring).
-* ``_source``: the Source protocol every sample source implements (length, table, shards...), ``StaleIndexError``.
-* ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it).
+* ``_source``: the Source protocol every sample source implements (length, table, shards, columns...), ``StaleIndexError``, the native loader's per-sample columns over all sources.
+* ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it); ``find_source``, the source standing for a Dataset the loader is given.
 * ``_sample_table``: ``_SampleTable``, a native dataset's paths and labels in one arena, and its list-like views (``samples``, ``targets``).
 * ``_folder_scan``: torchvision's folder scan (``find_classes``, the files of each class folder).
 * ``_sample_keys``: ``SampleKey``, a sample and its augmentation seed on the generic path, and the seeds drawn from it.
@@ -36,7 +36,7 @@ Map of the package (public modules first, then private ones):
 * ``_parquet_files``: ``Parquet``'s files: globs and URLs found, remote files downloaded, the memory-mapped Arrow copy.
 * ``_row_groups``: ``Parquet(copy=False)``'s row groups, read as an epoch needs them and fed to the native loader.
 * ``_structures``: a user's samples' structures, their references replaced by placeholder leaves that a batch fills.
-* ``_columns``: per-sample columns: a columnar source's table (``Columns``), the native loader's ``memory``/``more_files``.
+* ``_columns``: a columnar source's table (``Columns``), handed over whole.
 * ``_batcher``: ``Batcher``, a user's batch rebuilt in its samples' structure from a native batch.
 * ``_fallback``: ``FallbackWarning`` and why a dataset runs on torch's path, naming the step or reference.
 * ``_torchvision_folder``: a torchvision ``ImageFolder``/``DatasetFolder`` served natively (``TorchvisionFolder``).

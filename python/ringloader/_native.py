@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from . import _C, _batcher, _columns, _mixing, _native_report, _node, _order, _user_source
+from . import _C, _mixing, _native_report, _node, _order, _source
 from ._backend import Backend
 from ._distributed import _shard_sampler
 from ._native_epoch import _NativeIter
@@ -148,9 +148,9 @@ class NativeBackend(Backend):
 
         self._folders, self._index_map = view
         # A user's Dataset of image references: batches rebuilt in its own structure.
-        self._batcher = (
-            _batcher.Batcher(self._folders, self._channels_last, args.layout == "NHWC")
-            if _user_source.flat_targets(self._folders) is not None else None)
+        structured = [f for f in self._folders if f.structured]
+        self._batcher = (structured[0].batcher(self._folders, self._channels_last,
+                                               args.layout == "NHWC") if structured else None)
         if self._batcher is not None and args.dtype is not None and \
                 any(len(f.view_transforms) > 1 for f in self._folders):
             raise ValueError("dtype= sets one output dtype; samples with several views take each view's "
@@ -324,14 +324,14 @@ class NativeBackend(Backend):
         self._paths = _PathsView(table, "paths")
         paths = table.arena()
         targets = np.concatenate([np.asarray(f.native_targets(), dtype=np.int64) for f in self._folders])
-        flat = _user_source.flat_targets(self._folders)
+        flat = _source.flat_targets(self._folders)
         if flat is not None:
-            targets = flat  # each row's label is its sample's flat index (see _user_source)
+            targets = flat  # each row's label is its sample's flat index (Source.structured)
         ranges = [f.byte_ranges() for f in self._folders]
-        memory = _columns.memory_column(self._folders)  # ImageBytes references' bytes
+        memory = _source.memory_column(self._folders)  # ImageBytes references' bytes
         # Which samples are held in memory: they read no file, so the read-ahead check stats none.
-        self._in_memory = _columns.in_memory(memory)
-        more_files = _columns.more_files_column(self._folders)  # an image's mask, ...
+        self._in_memory = _source.in_memory(memory)
+        more_files = _source.more_files_column(self._folders)  # an image's mask, ...
         self._more_files = more_files  # read ahead too: the read-ahead check stats their paths
         if not any(ranges):
             return _C.Loader(paths, targets, self._options, memory=memory, more_files=more_files)
@@ -401,9 +401,9 @@ class NativeBackend(Backend):
         s = self._native.stats()
         s["native"] = True
         # A sample held in a column has no path: its errors name its row as the source does.
-        s["recent_errors"] = [_columns.name_rows(e, self._folders) for e in s["recent_errors"]]
+        s["recent_errors"] = [_source.name_rows(e, self._folders) for e in s["recent_errors"]]
         if s.get("last_error"):
-            s["last_error"] = _columns.name_rows(s["last_error"], self._folders)
+            s["last_error"] = _source.name_rows(s["last_error"], self._folders)
         s["remote_links"] = _remote_links(self)
         return s
 

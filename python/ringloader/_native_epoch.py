@@ -12,7 +12,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from . import _C, _columns, _mixing, _order, _source
+from . import _C, _mixing, _order, _source
 from ._checkpoint import _restore_generators, _resumed_batches
 from ._distributed import _sync_epoch
 from ._planning import _AUGMENT_EPOCH, _changed_files, _file_states, _plan_ahead
@@ -32,7 +32,7 @@ def _name_sample(error: str, folders: Sequence[Any]) -> str:
                     return f"{named}: {error[match.end():]}"
                 break
             flat -= len(f)
-    return _columns.name_rows(error, folders)
+    return _source.name_rows(error, folders)
 
 
 def _begin_reads(loader: Any, flat: Optional[np.ndarray]) -> None:

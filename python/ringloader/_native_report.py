@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import _C, _columns
+from . import _C, _source
 from ._options import _format_bytes
 
 
@@ -122,7 +122,7 @@ def describe(backend: Any) -> str:
             f"times, {s['row_group_wait_seconds']:.2f} s")
     if s["errors"]:
         lines.append(f"  errors:  {s['errors']} samples failed ({s['skipped']} skipped, {s['replaced']} "
-                     f"replaced); last: {_columns.name_rows(s['last_error'], backend._folders)}")
+                     f"replaced); last: {_source.name_rows(s['last_error'], backend._folders)}")
     if s["stalled"]:
         lines.append(f"  stalled: {s['pipeline_state']}")
     return "\n".join(lines)

@@ -1,8 +1,10 @@
 """Which datasets the native backend serves: its view of a dataset's sources (a ringloader
-dataset, a Subset/ConcatDataset chain of them, a torchvision folder, a user's Dataset of image
-references: ``_native_view``), every reason those sources fall back to torch's path, the
-arguments that keep a convertible torchvision folder there, and the generic path's view of a
-native chain (``_KeyedView``)."""
+dataset, a Subset/ConcatDataset chain of them, or the source the sources layer finds for
+another Dataset, ``_user_source.find_source``: a torchvision folder, a user's Dataset of image
+references: ``_native_view``), every reason those sources fall back to torch's path (each
+source's ``fallback_reasons()``), the arguments that keep a convertible torchvision folder
+there, and the generic path's view of a native chain (``_KeyedView``). Everything else is asked
+of the sources through the protocol (``_source``)."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any, List, Optional, Sequence
 
 import numpy as np
 
-from . import _fallback, _torchvision_folder, _user_source
-from .datasets import NativeDataset, SampleKey
+from ._sample_keys import SampleKey
+from ._source import Source
+from ._user_source import find_source  # the one place a loader module knows source classes
 
 
 def _native_view(dataset: Any):
@@ -21,7 +24,7 @@ def _native_view(dataset: Any):
     ``dataset`` is sample ``index_map[i]`` of them (no map: the identity). None otherwise."""
     import torch.utils.data as tud
 
-    if isinstance(dataset, NativeDataset):
+    if isinstance(dataset, Source):
         return [dataset], None
     if type(dataset) is tud.Subset:
         inner = _native_view(dataset.dataset)
@@ -43,12 +46,9 @@ def _native_view(dataset: Any):
             folders += member_folders
             base += size
         return folders, np.concatenate(maps) if maps else np.zeros(0, dtype=np.int64)
-    folder, why = _torchvision_folder.torchvision_folder(dataset)
-    if folder is not None:
-        return [folder], None
-    if why is not None:
-        return None  # torch's path, with a warning naming the reason (_generic)
-    source = _user_source.source_for(dataset)  # a user's Dataset of image references
+    # A torchvision folder, or a user's Dataset of image references; None: torch's path (with a
+    # warning naming the reason, _generic).
+    source = find_source(dataset)
     return None if source is None else ([source], None)
 
 
@@ -70,7 +70,7 @@ class _KeyedView:
     path: position ``key.index`` of the chain is made by the ImageFolder it resolves to, with the
     key's seed. Subset and ConcatDataset only map indices, so the samples are the chain's own."""
 
-    def __init__(self, folders: Sequence[NativeDataset], index_map: Optional[np.ndarray]):
+    def __init__(self, folders: Sequence[Source], index_map: Optional[np.ndarray]):
         self.folders = list(folders)
         self.index_map = index_map
         self.starts = np.cumsum([0] + [len(f) for f in self.folders])
@@ -84,18 +84,17 @@ class _KeyedView:
         return self.folders[member][key._replace(index=flat - int(self.starts[member]))]
 
 
-def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
+def _fallback_reasons(folders: Sequence[Source]) -> List[str]:
     """Every reason the native pipeline cannot batch these folders together, the one to act on
     first ([] when it can): a user source's refusal, then each transform step or leaf that
-    makes a source run per sample, by class and position (``_fallback.chain_reasons``)."""
+    makes a source run per sample, by class and position (each source's
+    ``fallback_reasons()``)."""
     reasons: List[str] = []
-    users = [f for f in folders if isinstance(f, _user_source.UserSource)]
+    users = [f for f in folders if f.structured]
     if users and len(users) != len(folders):
         reasons.append("mixes a Dataset of image references with ringloader datasets")
     for f in folders:
-        found = f.fallback_reasons() if isinstance(f, _user_source.UserSource) else []
-        if not isinstance(f, _user_source.UserSource) and f.per_sample:
-            found = _fallback.chain_reasons(f.transform, "the transform")
+        found = f.fallback_reasons()
         if f.per_sample and not found:
             found.append("its transform runs per sample (Python transform steps, or an output "
                          "size that depends on the image)")
@@ -108,7 +107,7 @@ def _fallback_reasons(folders: Sequence[NativeDataset]) -> List[str]:
     return reasons
 
 
-def _servable(folders: Sequence[NativeDataset]) -> Optional[str]:
+def _servable(folders: Sequence[Source]) -> Optional[str]:
     """Why the native pipeline cannot batch these folders together (the first reason), or None
     when it can."""
     reasons = _fallback_reasons(folders)

@@ -60,16 +60,41 @@ these members directly, never by ``getattr``: tests/python/test_source_contract.
   given (its warning is the loader's to give); False by default.
 * ``refused``: why the native path cannot serve the source (a user's Dataset whose samples it
   cannot read natively), said as it is in the fallback warning; ``None`` by default.
+* ``fallback_reasons()``: every reason the native pipeline cannot batch the source, the one to
+  act on first (``refused``, then each transform step that keeps it per sample); ``[]`` by
+  default (``NativeDataset`` gives its transform's, ``UserSource`` each view's).
+* ``view_transforms``: the transform of each view a sample gives; by default one, the source's
+  ``transform``.
+
+The columns a source contributes to the native loader, end to end over all its sources (the
+functions below combine them, so the loader asks the sources rather than knowing which have
+them):
+
+* ``memory``: each sample's bytes held in memory (``ImageBytes``) or ``None`` (a file), or
+  whole columns ``(buffers, which, starts, lengths)`` (a columnar source, ``_columns.Columns``);
+  ``None`` (the default) when every sample is a file.
+* ``more_files``: each sample's files after its first (an image's mask), or ``None`` (the
+  default) when every sample has one file.
+* ``structured``: True when the samples are the user's own structures (a Dataset of image
+  references): then every row's native label is its flat index (``flat_targets``) and
+  ``batcher(sources, channels_last, nhwc)`` gives what rebuilds the user's batch from a native
+  one. False and ``None`` by default: batches are (images, labels).
+* ``name_row(index)``: what a sample without a path is (a columnar row: the Parquet file, row
+  group and row), for the native errors that name it ``sample N ()``; ``None`` by default.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from . import _C
 
-__all__ = ["Source", "StaleIndexError", "explain_error", "file_identity"]
+__all__ = ["Source", "StaleIndexError", "explain_error", "file_identity", "flat_targets",
+           "in_memory", "memory_column", "more_files_column", "name_rows"]
 
 #: A source's index no longer matches its files (``path`` names the one that changed since it
 #: was indexed): what ``check_unchanged()`` raises, and a stream or a download mid-epoch. A
@@ -93,6 +118,12 @@ class Source:
     serves_torch_dataset: bool = False
     #: Why the native path cannot serve this source, or None.
     refused: Optional[str] = None
+    #: Each sample's in-memory bytes (or None: a file), whole columns, or None: all files.
+    memory: Any = None
+    #: Each sample's files after its first, or None: one file a sample.
+    more_files: Optional[list] = None
+    #: The samples are the user's structures, rebuilt by ``batcher()`` from flat-index labels.
+    structured: bool = False
 
     def __len__(self) -> int:
         raise NotImplementedError
@@ -147,6 +178,26 @@ class Source:
     def describe(self) -> str:
         raise NotImplementedError
 
+    def fallback_reasons(self) -> List[str]:
+        return []
+
+    @property
+    def view_transforms(self) -> List[Any]:
+        views = self.__dict__.get("_view_transforms")
+        return [getattr(self, "transform", None)] if views is None else views
+
+    @view_transforms.setter
+    def view_transforms(self, views: List[Any]) -> None:
+        self.__dict__["_view_transforms"] = views
+
+    def batcher(self, sources: Sequence["Source"], channels_last: bool, nhwc: bool) -> Any:
+        """What builds the user's batch from a native batch of ``sources`` (this one among
+        them, ``structured``), or None: batches are (images, labels)."""
+        return None
+
+    def name_row(self, index: int) -> Optional[str]:
+        return None
+
 
 def explain_error(exc: BaseException, sources: List[Source]) -> BaseException:
     """``exc`` from a loader over ``sources`` (their samples end to end), as the source of the
@@ -171,3 +222,89 @@ def file_identity(path: str) -> tuple:
     the loader the files of an epoch read ahead."""
     st = os.stat(path)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def flat_targets(sources: Sequence[Source]) -> Optional[np.ndarray]:
+    """The native labels when a ``structured`` source is among ``sources``: each sample's flat
+    index, by which its row finds its structure again; None when none is."""
+    if not any(s.structured for s in sources):
+        return None
+    return np.arange(sum(len(s) for s in sources), dtype=np.int64)
+
+
+def _column(sources: Sequence[Source], column: List[Optional[list]]) -> Optional[list]:
+    """Each sample's entry of a per-sample column over all sources (None for a source without
+    it); None when no source has one."""
+    if all(c is None for c in column):
+        return None
+    out: list = []
+    for source, c in zip(sources, column):
+        out += c if c is not None else [None] * len(source)
+    return out
+
+
+def name_rows(text: str, sources: Sequence[Source]) -> str:
+    """``text`` (a native error message) with a sample that has no path, ``sample N ()``,
+    named as its source names it (``name_row``)."""
+    match = re.search(r"sample (\d+) \(\)", text)
+    if match is None:
+        return text
+    flat = int(match.group(1))
+    for source in sources:
+        if flat < len(source):
+            name = source.name_row(flat)
+            if name is None:
+                return text
+            return text.replace(match.group(0), f"sample {match.group(1)} ({name})", 1)
+        flat -= len(source)
+    return text
+
+
+def in_memory(memory: Any) -> Optional[np.ndarray]:
+    """Of a ``memory_column``: a bool per sample, True where its bytes are in memory (it reads
+    no file); None when no sample is."""
+    if memory is None:
+        return None
+    if isinstance(memory, tuple):
+        return np.asarray(memory[1]) != -1  # a buffer, or deferred (-2): no file
+    return np.fromiter((m is not None for m in memory), dtype=bool, count=len(memory))
+
+
+def memory_column(sources: Sequence[Source]) -> Any:
+    """The native loader's ``memory`` argument: each sample's in-memory bytes or None (a file),
+    over all sources (``memory``); None when no sample is in memory. With a columnar source
+    among them, columns for all: ``(buffers, which, starts, lengths)``."""
+    columns = [s.memory for s in sources]
+    if not any(isinstance(c, tuple) for c in columns):
+        return _column(sources, columns)
+    # A columnar source among them: every source's rows as columns, end to end (a listed
+    # source's bytes each their own buffer).
+    buffers: List[Any] = []
+    which, starts, lengths = [], [], []
+    for source, c in zip(sources, columns):
+        if isinstance(c, tuple):
+            w = np.asarray(c[1], dtype=np.int64)
+            which.append(np.where(w >= 0, w + len(buffers), w))  # -1 a path, -2 deferred
+            starts.append(np.asarray(c[2], dtype=np.int64))
+            lengths.append(np.asarray(c[3], dtype=np.int64))
+            buffers += list(c[0])
+            continue
+        rows = c if c is not None else [None] * len(source)
+        w = np.full(len(rows), -1, dtype=np.int64)
+        size = np.zeros(len(rows), dtype=np.int64)
+        for i, m in enumerate(rows):
+            if m is not None:
+                w[i] = len(buffers)
+                size[i] = memoryview(m).nbytes
+                buffers.append(m)
+        which.append(w)
+        starts.append(np.zeros(len(rows), dtype=np.int64))
+        lengths.append(size)
+    return (buffers, np.concatenate(which), np.concatenate(starts), np.concatenate(lengths))
+
+
+def more_files_column(sources: Sequence[Source]) -> Optional[list]:
+    """The native loader's ``more_files`` argument: each sample's files after its first (a path,
+    or a (description, bytes) pair), over all sources (``more_files``); None when every sample
+    has one file."""
+    return _column(sources, [s.more_files for s in sources])

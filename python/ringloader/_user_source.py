@@ -10,9 +10,10 @@ of a batch (a replacement's included) finds its own structure again, and the bat
 by torch's own ``collate`` with each placeholder position standing for the native image tensor.
 
 The parts it is built from have their own modules: the samples' structures and placeholder
-leaves (``_structures``), a columnar source's table and the native loader's per-sample columns
-(``_columns``), the batch rebuilt from a native one (``_batcher``), why a Dataset stays on
-torch's path (``_fallback``); a torchvision ``ImageFolder`` is served by ``_torchvision_folder``.
+leaves (``_structures``), a columnar source's table (``_columns``), the batch rebuilt from a
+native one (``_batcher``), why a Dataset stays on torch's path (``_fallback``); a torchvision
+``ImageFolder`` is served by ``_torchvision_folder``. :func:`find_source` finds which of them
+stands for a Dataset the loader was given.
 """
 
 from __future__ import annotations
@@ -29,15 +30,32 @@ from . import _C
 from . import _joint
 from . import video
 from . import transforms as T
-from ._columns import Columns, in_memory
+from ._batcher import Batcher
+from ._columns import Columns
 from ._fallback import _describe, _joint_refusal_at, _refusal, chain_reasons
 from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint_views, _Leaf,
                           _shape, _strip, _Structures)
 from .clips import generator_for
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
+from ._source import Source, flat_targets, in_memory
+from ._torchvision_folder import torchvision_folder
 
-__all__ = ["UserSource", "flat_targets", "holds_video", "opened_images", "source_for"]
+__all__ = ["UserSource", "find_source", "flat_targets", "holds_video", "opened_images",
+           "source_for"]
+
+
+def find_source(dataset: Any) -> Optional[Source]:
+    """The source the native loader reads for ``dataset``, a Dataset that is no ringloader
+    source: a torchvision folder whose samples and transforms convert
+    (``_torchvision_folder``), else a :class:`UserSource` when its samples hold image
+    references; None when it stays on torch's path (a torchvision folder that does not convert,
+    whose reason ``_generic`` gives, or a Dataset of decoded values). The one place that knows
+    the source classes a Dataset may stand for: the loader asks here."""
+    folder, why = torchvision_folder(dataset)
+    if folder is not None or why is not None:
+        return folder
+    return source_for(dataset)
 
 
 class _SavedRng:
@@ -354,6 +372,17 @@ class UserSource(NativeDataset):
         """Rows whose bytes come a row group at a time (``Columns.feed``): own order only."""
         return getattr(self, "_feed", None) is not None
 
+    structured = True  # each row's label is its flat index; batches rebuilt in its structure
+
+    def batcher(self, sources: Sequence[Source], channels_last: bool, nhwc: bool) -> Any:
+        """The batch rebuilt in the samples' structure from a native one (``_batcher``)."""
+        return Batcher(sources, channels_last, nhwc)
+
+    def name_row(self, index: int) -> Optional[str]:
+        """A columnar row without a path, as its errors name it (the Parquet file, row group
+        and row); None for a listed sample."""
+        return None if self._row_name is None else self._row_name(index)
+
     stream_kind = "row groups read on demand (Parquet copy=False)"
     reads_by_plan = True  # begin_feed: the row groups the epoch reads, in its order
     feed_budget = property(lambda self: self._feed.budget if self.streamed else None)
@@ -436,7 +465,7 @@ class UserSource(NativeDataset):
         return _describe(self.dataset)
 
     def native_targets(self) -> np.ndarray:
-        # Local indices; the DataLoader offsets them into flat indices (see ``flat_targets``).
+        # Local indices; the DataLoader offsets them into flat indices (``_source.flat_targets``).
         return np.arange(len(self), dtype=np.int64)
 
     def __getitem__(self, key: Any) -> Any:
@@ -481,10 +510,3 @@ class UserSource(NativeDataset):
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
-
-
-def flat_targets(folders: Sequence[NativeDataset]) -> Optional[np.ndarray]:
-    """The native labels of user sources: each sample's flat index (None for other folders)."""
-    if not any(isinstance(f, UserSource) for f in folders):
-        return None
-    return np.arange(sum(len(f) for f in folders), dtype=np.int64)

@@ -15,6 +15,7 @@ import numpy as np
 
 from . import _C
 from . import transforms as T
+from ._fallback import chain_reasons
 from ._folder_scan import _make_dataset, find_classes
 from ._sample_keys import _MASK64, SampleKey, _run_seeded, tail_seed
 from ._sample_table import _SampleTable, _SamplesView, _TargetsView
@@ -224,6 +225,11 @@ class NativeDataset(Source, _TorchDataset):
         """True when samples are made one at a time (Python steps, or an output size that
         depends on the image) rather than batched by the native pipeline."""
         return self._split.tail is not None or not _C.fixed_size(self._split.steps)
+
+    def fallback_reasons(self) -> List[str]:
+        """Why the native pipeline cannot batch these samples (``ringloader._source``): each
+        transform step or leaf that makes them run per sample; [] when they are batched."""
+        return chain_reasons(self.transform, "the transform") if self.per_sample else []
 
     def __len__(self) -> int:
         return len(self._table)

@@ -1,7 +1,8 @@
 """The Source protocol is the whole contract between the loader and its sources: every member the
 backends use on a source is declared in ``_source.Source`` (or ``NativeDataset``, which adds the
 transform) with a default, the backends read them directly (never by ``getattr``, which would
-hide a member the protocol does not declare), and every source class answers each of them."""
+hide a member the protocol does not declare), import no module of the sources layer (they ask
+the sources, through the protocol), and every source class answers each of them."""
 
 from __future__ import annotations
 
@@ -17,10 +18,9 @@ import ringloader as rl
 from ringloader import _source
 from ringloader.datasets import NativeDataset
 
+from test_structure import LAYERS, LOADER, package_imports
+
 PACKAGE = Path(rl.__file__).parent
-LOADER = ("dataloader", "_backend", "_native", "_native_sources", "_native_epoch",
-          "_native_report", "_generic", "_planning", "_checkpoint", "_distributed", "_staging",
-          "_options")
 # An expression the loader iterates to get its sources.
 SOURCES_EXPR = re.compile(r"(_folders|\bfolders\b|view\[0\]|\bstreamed\b|\bsources\b)")
 
@@ -37,9 +37,6 @@ def _constructor_attributes(cls: type) -> set:
 
 
 DECLARED = set(dir(_source.Source)) | set(dir(NativeDataset)) | _constructor_attributes(NativeDataset)
-# Members the loader still uses that only UserSource has (behind an isinstance check, or once
-# every source is one): this list may only shrink.
-UNDECLARED_KNOWN = {"fallback_reasons", "view_transforms"}
 
 
 def _tree(name: str) -> ast.Module:
@@ -85,8 +82,35 @@ def test_the_loader_uses_only_declared_members_of_a_source():
         for member, where in members_used_on_sources(name).items():
             used.setdefault(member, []).extend(where)
     undeclared = {m: w for m, w in used.items() if m not in DECLARED}
-    assert set(undeclared) <= UNDECLARED_KNOWN, undeclared
-    assert UNDECLARED_KNOWN <= set(used), "declared since: shrink UNDECLARED_KNOWN"
+    assert undeclared == {}, f"declare these members in _source.Source, with a default: {undeclared}"
+    # ... among them the ones only some sources give
+    assert {"fallback_reasons", "view_transforms", "structured"} <= set(used)
+
+
+# Finding the source that stands for a Dataset which is no ringloader source (a torchvision
+# folder, a user's Dataset of image references) is the sources layer's: the loader calls that one
+# function (``_user_source.find_source``), the only source module a loader module may import.
+FINDER = ("_native_sources", "_user_source")
+# torch's path (``_generic``) still materialises a user's samples and gives the fallback warnings
+# through the source modules themselves: this set may only shrink.
+GENERIC_KNOWN = {"_fallback", "_structures", "_torchvision_folder", "_user_source", "datasets",
+                 "references"}
+
+
+def source_modules_imported(name: str) -> set:
+    """The modules of the sources layer (test_structure.LAYERS) that module ``name`` imports."""
+    return {m for m in package_imports(name) if m.split(".")[0] in LAYERS["sources"]}
+
+
+def test_the_loader_imports_no_source_module():
+    allowed = {FINDER[0]: {FINDER[1]}, "_generic": GENERIC_KNOWN}
+    found = {name: source_modules_imported(name) for name in LOADER}
+    over = {name: sorted(m - allowed.get(name, set())) for name, m in found.items()
+            if m - allowed.get(name, set())}
+    assert over == {}, (f"loader modules import source modules: {over}; declare what they ask in "
+                        "_source.Source and ask the sources")
+    assert found[FINDER[0]] == {FINDER[1]}  # the check sees imports: the finder's is there
+    assert found["_generic"] == GENERIC_KNOWN, "imports no longer made: shrink GENERIC_KNOWN"
 
 
 def _source_names(name: str) -> set:
@@ -170,6 +194,14 @@ def test_every_source_class_answers_every_declared_member(sources):
         assert source.refused is None, name
         assert source.serves_torch_dataset is (name == "TorchvisionFolder"), name
         assert source.dataset is None or name == "UserSource", name
+        assert source.structured is (name == "UserSource"), name
+        assert (source.batcher(sources, False, False) is None) is (name != "UserSource"), name
+        assert source.memory is None and source.more_files is None, name  # files, one a sample
+        assert source.name_row(0) is None, name  # every sample has a path
+        reasons = source.fallback_reasons()  # no transform: a PIL image a sample, per sample
+        assert all(isinstance(r, str) for r in reasons) and bool(reasons) is source.per_sample, name
+        assert len(source.view_transforms) == 1, name
+        assert name == "UserSource" or source.view_transforms == [source.transform], name
         assert isinstance(source.byte_ranges(), dict), name
         assert f"{len(source)} samples" in source.describe(), name
         source.check_unchanged()
@@ -178,3 +210,5 @@ def test_every_source_class_answers_every_declared_member(sources):
     assert not any(s.reads_by_plan for s in sources[:3] + sources[5:])
     assert web.describe_sample(0) == f"shard {web.urls[0]}, member {web.members[0]}"
     assert user.dataset is not None and len(user.dataset) == 6
+    assert user.fallback_reasons() == [] and sources[0].per_sample  # a Resize and a tensor: batched
+    assert "the transform is None" in sources[0].fallback_reasons()[0]

@@ -144,17 +144,18 @@ def test_the_cycle_finder_finds_one():
 
 #: The package's layers, lowest first: a module imports only from its own layer and those below.
 #: Foundation: files, sizes, URL schemes, node and options, orders and checkpoints, ranks, the
-#: Source protocol, the shard index and remote downloads. Transforms: native steps and the
-#: converters of torchvision's and timm's classes, clip sampling. Sources: the datasets and the
-#: references a user's Dataset returns, and their reading. Loader: the DataLoader, its backends
-#: and epoch planning. Tools: the command, the benchmarks, pack, doctor, the sample data.
+#: Source protocol and the sample table it hands the loader, the shard index and remote
+#: downloads. Transforms: native steps and the converters of torchvision's and timm's classes,
+#: clip sampling. Sources: the datasets and the references a user's Dataset returns, and their
+#: reading. Loader: the DataLoader, its backends and epoch planning. Tools: the command, the
+#: benchmarks, pack, doctor, the sample data.
 #: A new module gets its layer here (the test below names any that has none).
 LAYERS = {
     "foundation": {"_atomic", "_sizes", "_schemes", "_version", "_node", "_options", "_order",
-                   "_source", "_sample_keys", "_checkpoint", "_distributed", "_remote",
-                   "_shard_index"},
+                   "_source", "_sample_keys", "_sample_table", "_checkpoint", "_distributed",
+                   "_remote", "_shard_index"},
     "transforms": {"_steps", "transforms", "_tv_converters", "_detection", "clips"},
-    "sources": {"datasets", "_sample_table", "_folder_scan", "references", "video", "video_folder",
+    "sources": {"datasets", "_folder_scan", "references", "video", "video_folder",
                 "_joint", "_structures", "_fallback", "_columns", "_batcher", "_user_source",
                 "_torchvision_folder", "webdataset", "_remote_shards", "hf", "_arrow_columns",
                 "_parquet_files", "_row_groups"},
