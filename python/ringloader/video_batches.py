@@ -308,28 +308,32 @@ class _Prefetched:
         self._queue: Any = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._timeout = timeout
-        self._thread = threading.Thread(target=self._run, args=(source, batches), daemon=True,
-                                        name="ringloader-video-batches")
+        # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
+        # runs __del__, which stops the thread.
+        self._thread = threading.Thread(target=_Prefetched._run, args=(source, batches, self._queue, self._stop),
+                                        daemon=True, name="ringloader-video-batches")
         self._thread.start()
 
-    def _put(self, item: Any) -> bool:
+    @staticmethod
+    def _put(queue: Any, stop: threading.Event, item: Any) -> bool:
         """Queues ``item``; False when the consumer left (``close()``) before there was room."""
-        while not self._stop.is_set():
+        while not stop.is_set():
             try:
-                self._queue.put(item, timeout=0.1)
+                queue.put(item, timeout=0.1)
                 return True
             except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
                 continue
         return False
 
-    def _run(self, source: VideoClipBatches, batches: Any) -> None:
+    @staticmethod
+    def _run(source: VideoClipBatches, batches: Any, queue: Any, stop: threading.Event) -> None:
         try:
             for keys in batches:
-                if not self._put((True, source[list(keys)])):
+                if not _Prefetched._put(queue, stop, (True, source[list(keys)])):
                     return
-            self._put((False, None))
+            _Prefetched._put(queue, stop, (False, None))
         except BaseException as error:  # noqa: BLE001 - handed to the consumer
-            self._put((False, error))
+            _Prefetched._put(queue, stop, (False, error))
 
     def __iter__(self) -> "_Prefetched":
         return self

@@ -6,6 +6,7 @@ the file and the frame, the frame-size limit, and the decode work in stats()."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 import subprocess
 import threading
@@ -158,18 +159,24 @@ def test_one_source_batched_from_two_threads_at_once(root: Path):
     assert equal == [True] * 20
 
 
-def test_prefetch_thread_ends_when_its_iterator_is_left(root: Path):
-    """A loop left after the last batch was made (the queue full): the prefetch thread goes
-    instead of waiting forever to queue the end, holding its batches."""
+@pytest.mark.parametrize("batches", [2, 6])
+def test_prefetch_thread_ends_when_its_iterator_is_left(root: Path, batches: int):
+    """A loop left (break) with batches queued, after the last one was made (2) or before (6):
+    once the iterator is dropped its prefetch thread goes instead of waiting forever for room
+    in the queue, holding its batches and the source."""
     folder = rl.VideoFolder(root, clip=[[0, 1]], transform=v2.CenterCrop(32))
-    it = vb._Prefetched(vb.VideoClipBatches(folder, threads=1), [keys([0]), keys([1])], depth=1, timeout=10)
+    loader = vb.NativeVideoLoader(vb.VideoClipBatches(folder, threads=1), [keys([i % 6]) for i in range(batches)],
+                                  prefetch=1, timeout=10)
+    it = iter(loader)
     next(it)
+    thread, queued = it._thread, it._queue
     deadline = time.monotonic() + 10
-    while it._queue.qsize() == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)  # the second batch is queued: the end waits for room
-    it.close()
-    it._thread.join(timeout=5)
-    assert not it._thread.is_alive()
+    while queued.qsize() == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # the next batch is queued: the thread waits for room
+    del it
+    gc.collect()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
 
 
 def test_stats_count_frames_decoded_per_frame_kept(root: Path):
