@@ -165,6 +165,7 @@ class VideoClipBatches:
             raise ValueError(f"not a native video transform: {why}")
         self.steps, self.levels = chain
         self.transform = first.transform
+        self._chains: Dict[int, Any] = {}  # id -> (transform, its chain): other objects, same chain
         self.max_frame_pixels, self.max_clip_bytes = first.max_frame_pixels, first.max_clip_bytes
         self._pool: Any = None
         self._pid = 0
@@ -215,10 +216,33 @@ class VideoClipBatches:
                        f"({path}) natively (ringloader.video_batches)")
         raise error
 
+    def _check_alike(self, sample: Any, key: Any) -> None:
+        """Every sample must be a (VideoFile, target) with the first's chain and limits: one
+        batch runs one chain on one pool."""
+        ref, why = _reference(sample)
+        if ref is None:
+            raise TypeError(f"sample {key.index}: {why} (sample 0 is), so its clips cannot be "
+                            "batched natively with the others")
+        if ref.transform is not self.transform:
+            known = self._chains.get(id(ref.transform))
+            if known is None or known[0] is not ref.transform:
+                known = (ref.transform, native_chain(ref.transform)[0])
+                self._chains[id(ref.transform)] = known
+            if known[1] != (self.steps, self.levels):
+                raise ValueError(f"sample {key.index} ({ref.path}): its transform {ref.transform!r} "
+                                 f"is not sample 0's ({self.transform!r}); native clip batches run "
+                                 "one transform for all samples: give every VideoFile the same one")
+        if (ref.max_frame_pixels, ref.max_clip_bytes) != (self.max_frame_pixels, self.max_clip_bytes):
+            raise ValueError(f"sample {key.index} ({ref.path}): its max_frame_pixels/max_clip_bytes "
+                             "differ from sample 0's; native clip batches apply one limit to all "
+                             "samples: give every VideoFile the same")
+
     def __getitem__(self, keys: Sequence[Any]) -> Any:
         import torch
 
         samples = [self.dataset[k.index] for k in keys]
+        for key, sample in zip(keys, samples):
+            self._check_alike(sample, key)
         refs = [s[0] for s in samples]
         metas = self._metadata(refs)
         rows, good, shape = [], [], None

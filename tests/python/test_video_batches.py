@@ -301,3 +301,26 @@ def test_a_forked_child_drops_its_copy_of_a_pool(root: Path):
     os.kill(pid, 9)
     os.waitpid(pid, 0)
     pytest.fail("the forked child hung dropping its copy of the pool")
+
+
+def test_samples_with_another_transform_are_refused_by_name(root: Path):
+    """One batch runs one chain: an equal chain in another object is fine, another chain is
+    refused naming the sample (never the first sample's transform applied to it silently)."""
+    folder = rl.VideoFolder(root)
+
+    class PerSample(torch.utils.data.Dataset):
+        def __init__(self, size_of):
+            self.size_of = size_of
+
+        def __len__(self):
+            return len(folder)
+
+        def __getitem__(self, i):
+            path, target = folder.samples[i]
+            return rl.VideoFile(path, clip=[0, 1], transform=v2.CenterCrop(self.size_of(i))), target
+
+    batch, _ = vb.VideoClipBatches(PerSample(lambda i: 16), threads=1)[keys(range(4))]
+    assert batch.shape == (4, 2, 3, 16, 16)
+    with pytest.raises(ValueError, match="sample 3 ") as info:
+        vb.VideoClipBatches(PerSample(lambda i: 16 + (i == 3)), threads=1)[keys(range(4))]
+    assert folder.samples[3][0] in str(info.value) and "not sample 0's" in str(info.value)
