@@ -197,10 +197,14 @@ class VideoClipBatches:
         from .video import _metadata
 
         missing = sorted({r.path for r in refs if r.path not in self._meta})
+        failed: Dict[str, BaseException] = {}  # not kept: each raise gets an error of its own
         if missing:
             for path, meta in zip(missing, self._pool_here().probe(missing, [])):
-                self._meta[path] = meta if isinstance(meta, BaseException) else _metadata(meta)
-        return [self._meta[r.path] for r in refs]
+                if isinstance(meta, BaseException):
+                    failed[path] = meta
+                else:
+                    self._meta[path] = _metadata(meta)
+        return [failed[r.path] if r.path in failed else self._meta[r.path] for r in refs]
 
     def stats(self) -> Dict[str, Any]:
         """Decode work so far: clips, frames decoded and kept, decoded per kept, clips skipped."""

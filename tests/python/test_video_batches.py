@@ -217,6 +217,17 @@ def test_damaged_video_raises_naming_file_and_sample(damaged: Path):
     assert "1.mp4" in text and "sample 1" in text
 
 
+def test_damaged_video_raised_again_names_only_that_sample(damaged: Path):
+    """Each epoch that meets the bad file raises an error with the one note of its own sample,
+    not the notes (and tracebacks) of every earlier raise piled on one cached error."""
+    folder = rl.VideoFolder(damaged, clip=SAMPLER, transform=v2.CenterCrop(32))
+    source = vb.VideoClipBatches(folder, threads=1)
+    for epoch in range(2):
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            source[keys([1], epoch=epoch)]
+        assert len(info.value.__notes__) == 1 and "sample 1" in info.value.__notes__[0]
+
+
 def test_damaged_video_skipped(damaged: Path):
     folder = rl.VideoFolder(damaged, clip=SAMPLER, transform=v2.CenterCrop(32))
     source = vb.VideoClipBatches(folder, threads=2, on_error="skip")
