@@ -261,7 +261,13 @@ class VideoClipBatches:
                 frames, lead = [list(range(meta.num_frames))], ()
             elif hasattr(clip, "frame_indices"):
                 draws = _clips.generator_for(key.seed, key.epoch, key.index, key.position)
-                frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
+                try:  # a clip this video is too short for (policy='error'): the clip's error
+                    frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
+                except ValueError as why:
+                    if self.on_error == "raise":
+                        self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
+                    self.skipped += 1
+                    continue
                 lead = (len(frames),)
             else:
                 from .video import _rows

@@ -248,6 +248,21 @@ def test_a_video_smaller_than_the_crop_names_the_file_and_is_skipped(tmp_path: P
     assert batch.shape[0] == 1 and targets.tolist() == [0] and source.stats()["skipped"] == 1
 
 
+def test_a_video_too_short_for_its_clip_names_the_file_and_is_skipped(tmp_path: Path):
+    """policy='error': a clip past the end of one video is that clip's error, as in a decode."""
+    make(tmp_path / "v" / "a" / "long.mp4", frames=30)
+    make(tmp_path / "v" / "a" / "short.mp4", frames=5)
+    sampler = clips.random_indices(num_clips=1, num_frames_per_clip=8, num_indices_between_frames=2,
+                                   policy="error")
+    folder = rl.VideoFolder(tmp_path / "v", clip=sampler, transform=v2.CenterCrop(32))
+    with pytest.raises(ValueError, match="short.mp4") as info:
+        vb.VideoClipBatches(folder, threads=1)[keys([0, 1])]
+    assert "sample 1" in " ".join(info.value.__notes__)
+    source = vb.VideoClipBatches(folder, threads=1, on_error="skip")
+    batch, targets = source[keys([0, 1])]
+    assert batch.shape[0] == 1 and targets.tolist() == [0] and source.stats()["skipped"] == 1
+
+
 def test_corrupt_frame_names_the_frame(tmp_path: Path):
     path = make(tmp_path / "c" / "x" / "v.mp4", frames=30, gop=30)
     data = bytearray(path.read_bytes())
