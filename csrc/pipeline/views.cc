@@ -149,7 +149,12 @@ absl::Status NameFile(const absl::Status& cause, const std::string& path) {
   return status;
 }
 
-void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint8_t* dst) {
+uint64_t RowDrawSeed(uint64_t sample_seed) {
+  return Mix64(sample_seed ^ Mix64(0x696f7563726f70ull)) >> 11;  // 53 bits
+}
+
+void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint64_t sample_seed,
+                   uint8_t* dst) {
   double out[kGeometryFields];
   out[kGeoSrcW] = src_w;
   out[kGeoSrcH] = src_h;
@@ -163,6 +168,7 @@ void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint8_t* dst) 
   out[kGeoVFlip] = g.y0 > g.y1 ? 1.0 : 0.0;
   out[kGeoKeyDx] = g.key_dx;
   out[kGeoKeyDy] = g.key_dy;
+  out[kGeoDrawSeed] = static_cast<double>(RowDrawSeed(sample_seed));
   std::memcpy(dst, out, sizeof(out));
 }
 
@@ -295,7 +301,8 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
         SampleRng plan_rng(ViewSeed(sample_seed, v));
         const SampleGeometry planned = views.pipelines[v].Plan(info->width, info->height, plan_rng);
         if (views.geometry_offsets[v] >= 0) {
-          WriteGeometry(planned, info->width, info->height, dst + views.geometry_offsets[v]);
+          WriteGeometry(planned, info->width, info->height, sample_seed,
+                        dst + views.geometry_offsets[v]);
         }
         if (views.variable[v]) {
           if (planned.error != nullptr) return in_file(f, absl::InvalidArgumentError(planned.error));
@@ -332,7 +339,8 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
     geometry.tensor_nearest = views.tensor_nearest[v];
     if (views.geometry_offsets[v] >= 0) {
-      WriteGeometry(geometry, image.width, image.height, dst + views.geometry_offsets[v]);
+      WriteGeometry(geometry, image.width, image.height, sample_seed,
+                    dst + views.geometry_offsets[v]);
     }
     uint8_t* out = dst + views.offsets[v];
     if (views.variable[v]) {

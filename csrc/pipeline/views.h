@@ -28,14 +28,22 @@ inline constexpr size_t kViewAlign = 64;
 /// left < right) that lands on the output; it reaches outside the source where the chain pads.
 /// A source point (x, y) lands at left_out + (x - left) * out_w / (right - left) (mirrored
 /// when hflip), as pixels and boxes do; v2 moves keypoints by key_dx/key_dy more (SampleGeometry).
+/// kGeoDrawSeed: the seed of the draws made in Python for the sample (a Joint's RandomIoUCrop,
+/// which draws against its boxes), an integer below 2^53 from the sample's seed (RowDrawSeed):
+/// keyed per sample like every native draw, the same in every view of the row.
 enum GeometryField : int {
   kGeoSrcW, kGeoSrcH, kGeoLeft, kGeoTop, kGeoRight, kGeoBottom, kGeoOutW, kGeoOutH,
-  kGeoHFlip, kGeoVFlip, kGeoKeyDx, kGeoKeyDy,
+  kGeoHFlip, kGeoVFlip, kGeoKeyDx, kGeoKeyDy, kGeoDrawSeed,
   kGeometryFields,
 };
 
-/// Writes the record of `geometry` (planned on a src_w x src_h image) at `out` (any alignment).
-void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, uint8_t* out);
+/// The kGeoDrawSeed of a sample whose seed is `sample_seed`: exact in a float64.
+uint64_t RowDrawSeed(uint64_t sample_seed);
+
+/// Writes the record of `geometry` (planned on a src_w x src_h image, for the sample whose
+/// seed is `sample_seed`) at `out` (any alignment).
+void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, uint64_t sample_seed,
+                   uint8_t* out);
 
 /// Why `pipeline`'s image stage moves pixels (a flip, crop, pad, rotation or policy there),
 /// so that its geometry cannot be recorded, or "" when it only changes values.

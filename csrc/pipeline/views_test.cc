@@ -328,6 +328,10 @@ TEST(ViewsTest, GeometryRecordSaysWhereTheRenderedPixelsCameFrom) {
         EXPECT_EQ(g[kGeoKeyDy], 0);
       }
       if (v == 2) EXPECT_EQ(g[kGeoRight] - g[kGeoLeft], 80);
+      // The seed of the row's Python draws: the sample's, the same in every view, exact.
+      EXPECT_EQ(g[kGeoDrawSeed], static_cast<double>(RowDrawSeed(seed)));
+      EXPECT_LT(RowDrawSeed(seed), uint64_t{1} << 53);
+      if (seed > 0) EXPECT_NE(RowDrawSeed(seed), RowDrawSeed(seed - 1));
       flips += static_cast<int>(g[kGeoHFlip] + g[kGeoVFlip]);
       // Map the rectangle through the record; output pixels whose centre lies a filter width
       // inside it are red, those a filter width outside it are black.

@@ -10,9 +10,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from . import _C
+from . import _C, _detection
 from ._structures import _fill, _Leaf, _resolve_joints, _Structures, collate_hint, odd_one
 from .datasets import NativeDataset
+from .references import rebuild
 
 
 class Batcher:
@@ -107,6 +108,9 @@ class Batcher:
             records = self._records(images, geometry)
             structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
         views = self._split(images, views, native)
+        if self._joints:  # a RandomIoUCrop's crops, drawn by _resolve_joints: slices of the views
+            views, structures = _detection.take_crops(views, structures, self._nhwc and not
+                                                      self._channels_last, rebuild)
         del images
         try:
             if collate_fn is not None:

@@ -13,6 +13,13 @@ it, so they are known wherever a Dataset's transform is converted.
   pixels; ``TransformPipeline::Create``), so boxes follow it (:func:`image_fill_refusal`).
 * ``RandomZoomOut`` (the ``ssd`` preset's second step): such a pad, its canvas ratio, offset and
   ``p`` drawn per sample as v2 draws them.
+* ``RandomIoUCrop`` (the ``ssd`` and ``ssdlite`` presets): it draws its crop against the
+  boxes, so the native chain renders the canvas without it (the steps before it and the flips
+  after it: flip(crop(c)) is a crop of flip(c)) and :func:`iou_crop`, run on the row's boxes,
+  draws the crop with v2's own ``make_params`` (its rejection loop) under torch's generator
+  seeded from the row's draw seed (``views.h`` kGeoDrawSeed: keyed per sample, as every native
+  draw, not torch's global stream), moves boxes with v2's kernels and takes the crop of the
+  rendered image as a slice (:func:`take_crops`).
 * ``RandomPhotometricDistort`` (the ``ssd`` preset's first step): natively a colour step on the
   8-bit image (``transform/photometric.h``), its draws made per sample as v2 makes them. Before
   padding and flips only (the ``ssd`` preset's zoom-out), a Joint runs it after them on the
@@ -25,6 +32,8 @@ from __future__ import annotations
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import copy
+
+import numpy as np
 
 from . import transforms as T
 
@@ -85,12 +94,9 @@ def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
              "photometric": 2 if getattr(t, "_before_padding", False) else 1}]
 
 
-#: Why the steps of torchvision's ``ssd``/``ssdlite`` detection presets, rotation and affine
-#: keep a Joint on torch's path, by class name (the warning names the step and its position).
+#: Why rotation and affine keep a Joint on torch's path, by class name (the warning names the
+#: step and its position).
 NOT_NATIVE = {
-    "RandomIoUCrop": ("draws its crop against the sample's boxes (a rejection loop over their "
-                      "IoU with each candidate), which the native draws do not see; the ssd and "
-                      "ssdlite presets run on torch's path"),
     # Natively these run on the 8-bit image after the resample, with an angle (and shear,
     # translation) the row's geometry record does not hold, so boxes could not follow them.
     "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "
@@ -204,3 +210,147 @@ def crop_integer_boxes(boxes: Any, g: Any, flipped: Tuple[bool, bool]) -> Any:
     if flipped[1]:
         top = height - (top + int(g[7]))
     return F.crop(boxes, top=top, left=left, height=int(g[7]), width=int(g[6]))
+
+
+def to_xyxy(b: Any, fmt: str) -> Any:
+    """Boxes ``b`` (numpy, [..., 4]) of format ``fmt`` as XYXY."""
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., :2] + b[..., 2:]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
+    return b
+
+
+def from_xyxy(b: Any, fmt: str) -> Any:
+    """XYXY boxes ``b`` (numpy) in format ``fmt``."""
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., 2:] - b[..., :2]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1)
+    return b
+
+
+#: The geometry record's field with the seed of the row's draws made in Python (``views.h``
+#: kGeoDrawSeed, the record's last).
+_DRAW_SEED = 12
+#: v2 classes flipping the image: after a RandomIoUCrop they move the slice taken.
+_FLIPS = ("RandomHorizontalFlip", "RandomVerticalFlip")
+#: Steps that may follow a RandomIoUCrop natively besides flips: they change each pixel alone
+#: (or the type), so they commute with the crop (the slice of the rendered image).
+_PER_PIXEL = ("ToImage", "PILToTensor", "ToTensor", "ToPureTensor", "ToDtype",
+              "ConvertImageDtype", "Normalize", "SanitizeBoundingBoxes", "ClampBoundingBoxes",
+              "ConvertBoundingBoxFormat", "ClampKeyPoints")
+
+
+def split_iou_crop(parts: List[Any], geometric: Any) -> Tuple[List[Any], Any, Optional[str]]:
+    """A Joint's flattened chain without its RandomIoUCrop, that step (None without one), and
+    why it cannot run natively (a string naming the step) or None. ``geometric``: the class names of
+    the steps fused into the native geometry. Natively the crop is a slice of the rendered
+    canvas, so only flips and per-pixel steps may follow it, and no flip may precede it (the
+    boxes it draws against are the canvas's before the flips)."""
+    at = [i for i, p in enumerate(parts) if type(p).__name__ == "RandomIoUCrop"]
+    if not at:
+        return parts, None, None
+    step = parts[at[0]]
+    if len(at) > 1:
+        return parts, step, (f"{T._step_name(parts[at[1]])} crops a second time (natively one "
+                             "RandomIoUCrop)")
+    for p in parts[:at[0]]:
+        if type(p).__name__ in _FLIPS:
+            return parts, step, (f"{T._step_name(step)} follows {T._step_name(p)} "
+                                 "(natively the crop is drawn on the canvas before any flip)")
+    for p in parts[at[0] + 1:]:
+        name = type(p).__name__
+        if name not in _FLIPS and (name in geometric or name not in _PER_PIXEL):
+            return parts, step, (f"{T._step_name(p)} follows {T._step_name(step)} (natively "
+                                 "the crop is a slice of the rendered image: only flips and "
+                                 "per-pixel steps may follow it)")
+    return parts[:at[0]] + parts[at[0] + 1:], step, None
+
+
+def unflipped(g: Any) -> Any:
+    """A row's geometry record without its flips: the canvas a RandomIoUCrop crops."""
+    g = np.array(g, dtype=np.float64)
+    g[8] = g[9] = 0.0
+    return g
+
+
+class Crop:
+    """An image or mask leaf of a row (``_structures._Leaf``) with the crop a RandomIoUCrop drew:
+    (top, left, height, width) on the unflipped canvas, and the flips after it."""
+
+    __slots__ = ("leaf", "top", "left", "height", "width")
+
+    def __init__(self, leaf: Any, top: int, left: int, height: int, width: int):
+        self.leaf, self.top, self.left, self.height, self.width = leaf, top, left, height, width
+
+    def take(self, t: Any, hwc: bool) -> Any:
+        """The crop of ``t``, the rendered (flipped) canvas ([C, H, W]; [H, W, C] when ``hwc``;
+        a mask [H, W]): a slice, the pixels v2's crop keeps."""
+        if t.dim() == 2 or hwc:
+            return t[self.top:self.top + self.height, self.left:self.left + self.width]
+        return t[..., self.top:self.top + self.height, self.left:self.left + self.width]
+
+
+def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
+    """A row's structure, its boxes and keypoints on the canvas before ``step`` (v2's
+    RandomIoUCrop), after the crop and the flips that follow it as v2 moves them: the crop
+    drawn by v2's ``make_params`` with torch's generator seeded from the row's draw seed
+    (restored after), the leaves moved by v2's ``transform`` (boxes whose centre falls outside
+    zeroed, for SanitizeBoundingBoxes to drop), then flipped with v2's kernels where the record
+    says the row flipped; each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
+    the walk over sample structures (``references.rebuild``)."""
+    import torch
+    from torchvision import tv_tensors
+    from torch.utils._pytree import tree_flatten
+    from torchvision.transforms.v2 import functional as F
+
+    # What v2 hands make_params beside the image (whose size the boxes' canvas is): the boxes
+    # and keypoints; the plain tensors (labels) v2 passes by when the sample has an image.
+    found = [v for v in tree_flatten(structure)[0]
+             if isinstance(v, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints))]
+    saved = torch.default_generator.get_state()
+    try:
+        torch.default_generator.manual_seed(int(g[_DRAW_SEED]))
+        params = step.make_params(found)
+    finally:
+        torch.default_generator.set_state(saved)
+    width, height = int(g[6]), int(g[7])
+    if params:
+        top, left, height, width = (params[k] for k in ("top", "left", "height", "width"))
+        # The rendered canvas is flipped: the crop's mirror image there.
+        left = int(g[6]) - left - width if g[8] else left
+        top = int(g[7]) - top - height if g[9] else top
+
+    def move(value: Any) -> Any:
+        if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
+            value = step.transform(value, params)
+            if g[8]:
+                value = F.horizontal_flip(value)
+            if g[9]:
+                value = F.vertical_flip(value)
+            return value
+        if hasattr(value, "k") and not isinstance(value, torch.Tensor):  # an image or mask leaf
+            return Crop(value, top, left, height, width) if params else value
+        return rebuild(value, move)
+
+    return move(structure)
+
+
+def take_crops(views: List[Any], structures: List[Any], hwc: bool,
+               rebuild: Callable[[Any, Any], Any]) -> Tuple[List[Any], List[Any]]:
+    """A batch's views and rows' structures with each :class:`Crop` (:func:`iou_crop`) taken:
+    the view's tensor of that row replaced by its crop (a view that was one batch tensor
+    becomes the list of its rows) and the Crop by its leaf."""
+    views = list(views)
+
+    def walk(value: Any, row: int) -> Any:
+        if isinstance(value, Crop):
+            k = value.leaf.k
+            if not isinstance(views[k], list):
+                views[k] = list(views[k].unbind(0))
+            views[k][row] = value.take(views[k][row], hwc)
+            return value.leaf
+        return rebuild(value, lambda v: walk(v, row))
+
+    return views, [walk(s, row) for row, s in enumerate(structures)]

@@ -9,8 +9,8 @@ geometric step and after the last. The native loader records, per row, the crop 
 source pixels, the output size and the flips it drew (``pipeline/views.h``); :func:`resolve` moves
 each ``BoundingBoxes``/``KeyPoints`` leaf of the row's structure by that geometry as v2's kernels
 would (one affine map per axis: v2's crops, resizes, pads and flips compose into it), clamps
-where v2 clamps, and runs the box-only steps. A transform with a step that moves pixels in
-another way (RandomIoUCrop, rotation, affine) is not planned: torch's path, the step named.
+where v2 clamps, and runs the box-only steps (a RandomIoUCrop: drawn and taken in Python,
+``_detection.iou_crop``). A step that moves pixels otherwise (rotation, affine) is not planned.
 
 A ``mode="mask"`` reference in the structure is rendered by its own view of its file
 (:attr:`JointPlan.mask`): the same geometric steps with torch's nearest interpolation (v2
@@ -85,6 +85,7 @@ class JointPlan(NamedTuple):
     # The dtype v2's ToDtype gives a Mask (``{..., tv_tensors.Mask: torch.int64}``, as
     # torchvision's segmentation reference asks), or None: the mask keeps its stored uint8.
     mask_dtype: Any = None
+    iou: Any = None  # v2's RandomIoUCrop: drawn against the boxes (``_detection.iou_crop``)
 
 
 _NO_DTYPE = object()
@@ -189,7 +190,10 @@ def _mask_dtype(step: Any) -> Any:
 
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
-    parts = _detection.distort_after_padding(T._flatten(runnable(transform)))
+    parts, iou, why = _detection.split_iou_crop(T._flatten(runnable(transform)), _GEOMETRIC)
+    if why:
+        return why
+    parts = _detection.distort_after_padding(parts)
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
         step = odd[0]
@@ -317,7 +321,7 @@ def _plan(transform: Any) -> Any:
     # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
     return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
                      v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",
-                     plain_step, mask_dtype)
+                     plain_step, mask_dtype, iou)
 
 
 def plan(transform: Any) -> Any:
@@ -475,22 +479,6 @@ def _affine(g: Any, axis: int) -> Tuple[float, float]:
     return scale, -lo * scale
 
 
-def _to_xyxy(b: Any, fmt: str) -> Any:
-    if fmt == "XYWH":
-        return np.concatenate([b[..., :2], b[..., :2] + b[..., 2:]], -1)
-    if fmt == "CXCYWH":
-        return np.concatenate([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
-    return b
-
-
-def _from_xyxy(b: Any, fmt: str) -> Any:
-    if fmt == "XYWH":
-        return np.concatenate([b[..., :2], b[..., 2:] - b[..., :2]], -1)
-    if fmt == "CXCYWH":
-        return np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1)
-    return b
-
-
 # Numpy rather than torch for these few numbers a row: torch's per-op overhead (and its thread
 # pool, contending with the native workers) made the batch's boxes cost more than its pixels.
 def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
@@ -498,7 +486,8 @@ def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
     from torchvision import tv_tensors
 
     fmt = boxes.format.name
-    xyxy = _to_xyxy(boxes.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64), fmt)
+    xyxy = _detection.to_xyxy(
+        boxes.as_subclass(torch.Tensor).detach().cpu().numpy().astype(np.float64), fmt)
     (ax, bx), (ay, by) = _affine(g, 0), _affine(g, 1)
     x = xyxy[..., 0::2] * ax + bx  # a mirrored axis swaps the two edges
     y = xyxy[..., 1::2] * ay + by
@@ -508,7 +497,7 @@ def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
     moved = np.stack([x0, y0, x1, y1], -1)
     if clamps and boxes.clamping_mode is not None:
         np.clip(moved, 0, [out_w, out_h, out_w, out_h], out=moved)
-    moved = torch.from_numpy(_from_xyxy(moved, fmt)).to(boxes.dtype)
+    moved = torch.from_numpy(_detection.from_xyxy(moved, fmt)).to(boxes.dtype)
     return tv_tensors.wrap(moved, like=boxes, canvas_size=(out_h, out_w))
 
 
@@ -565,8 +554,11 @@ def resolve(leaf: JointLeaf, geometry: Any) -> Any:
     structure = leaf.structure
     for step in leaf.plan.before:
         structure = _run(step, structure)
-    structure = _move(structure, geometry, leaf.plan.clamps, leaf.source,
-                      _integer_steps(leaf.plan))
+    iou = leaf.plan.iou  # drawn on the canvas before the flips that follow it
+    structure = _move(structure, geometry if iou is None else _detection.unflipped(geometry),
+                      leaf.plan.clamps, leaf.source, _integer_steps(leaf.plan))
+    if iou is not None:
+        structure = _detection.iou_crop(iou, structure, geometry, rebuild)
     for step in leaf.plan.after:
         structure = _run(step, structure)
     return structure
