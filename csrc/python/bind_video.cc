@@ -112,14 +112,24 @@ video::VideoChain ChainFrom(const py::list& steps, const py::object& levels) {
   return chain;
 }
 
-std::vector<video::ClipJob> JobsFrom(const std::vector<std::string>& paths, const py::list& memory) {
-  std::vector<video::ClipJob> jobs(paths.size());
+// A batch's clips, and a view of each `memory` entry the jobs point into. The views hold the
+// objects' buffer exports until the caller drops them, after the GIL-free decode has returned: an
+// exported bytearray refuses to resize (BufferError), so its bytes stay where the jobs read them.
+struct Jobs {
+  std::vector<video::ClipJob> clips;
+  std::vector<py::buffer_info> views;
+};
+
+Jobs JobsFrom(const std::vector<std::string>& paths, const py::list& memory) {
+  Jobs jobs;
+  jobs.clips.resize(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
-    jobs[i].path = paths[i];
+    jobs.clips[i].path = paths[i];
     if (i < memory.size() && !memory[i].is_none()) {
-      py::buffer_info info = py::reinterpret_borrow<py::buffer>(memory[i]).request();
-      jobs[i].data = static_cast<const uint8_t*>(info.ptr);
-      jobs[i].size = static_cast<size_t>(info.size * info.itemsize);
+      jobs.views.push_back(py::reinterpret_borrow<py::buffer>(memory[i]).request());
+      const py::buffer_info& info = jobs.views.back();
+      jobs.clips[i].data = static_cast<const uint8_t*>(info.ptr);
+      jobs.clips[i].size = static_cast<size_t>(info.size * info.itemsize);
     }
   }
   return jobs;
@@ -271,11 +281,11 @@ void BindVideo(py::module_& m) {
       .def_property_readonly("threads", &video::ClipPool::threads)
       .def("probe",
            [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory) {
-             std::vector<video::ClipJob> jobs = JobsFrom(paths, memory);
+             Jobs jobs = JobsFrom(paths, memory);  // its views outlive the probe
              std::vector<absl::StatusOr<video::VideoMetadata>> metas;
              {
                py::gil_scoped_release release;
-               metas = pool.Probe(jobs);
+               metas = pool.Probe(jobs.clips);
              }
              py::list out;
              for (auto& meta : metas) out.append(meta.ok() ? py::object(MetadataDict(*meta)) : ErrorObject(meta.status()));
@@ -287,7 +297,8 @@ void BindVideo(py::module_& m) {
            [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory,
               std::vector<std::vector<int64_t>> indices, const std::vector<uint64_t>& seeds, const py::list& steps,
               const py::object& levels, py::buffer out, int out_h, int out_w) {
-             std::vector<video::ClipJob> jobs = JobsFrom(paths, memory);
+             Jobs held = JobsFrom(paths, memory);  // its views outlive the decode
+             std::vector<video::ClipJob>& jobs = held.clips;
              if (indices.size() != jobs.size() || seeds.size() != jobs.size()) {
                throw py::value_error("ClipPool.decode: paths, indices and seeds differ in length");
              }

@@ -350,3 +350,53 @@ def test_samples_with_another_transform_are_refused_by_name(root: Path):
     with pytest.raises(ValueError, match="sample 3 ") as info:
         vb.VideoClipBatches(PerSample(lambda i: 16 + (i == 3)), threads=1)[keys(range(4))]
     assert folder.samples[3][0] in str(info.value) and "not sample 0's" in str(info.value)
+
+
+def test_memory_videos_stay_exported_until_their_decode_returns(tmp_path: Path):
+    """Clips from memory (bytes handed to ClipPool.decode) are read by native threads after the
+    GIL is dropped: the binding holds each object's buffer until the decode returns, so a
+    bytearray cannot be resized (and its bytes freed) under a running decode. The decode is held
+    open on a FIFO as its second clip (its open blocks until a writer comes), so the resize is
+    tried while the first clip's job still points into the bytearray."""
+    import os
+
+    import numpy as np
+
+    data = bytearray(make(tmp_path / "clip.mp4").read_bytes())
+    fifo = tmp_path / "held.mp4"
+    os.mkfifo(fifo)
+    pool = _C.ClipPool(1, rv.MAX_FRAME_PIXELS, rv.MAX_CLIP_BYTES)  # one thread: the clips in order
+    out = np.zeros((2, 4, 3, 72, 96), dtype=np.uint8)
+    results, errors = [], []
+
+    def decode():
+        try:
+            results.extend(pool.decode(["memory.mp4", str(fifo)], [data, None], [[0, 3, 6, 9]] * 2, [1, 2],
+                                       [], None, out, 72, 96))
+        except Exception as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    thread = threading.Thread(target=decode, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while True:  # the FIFO opens for writing once the decode opens it for reading
+        try:
+            writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            break
+        except OSError:
+            assert time.monotonic() < deadline and thread.is_alive(), "the decode never opened the FIFO"
+            time.sleep(0.01)
+    try:
+        with pytest.raises(BufferError):
+            data.extend(b"\0" * (1 << 20))
+    finally:
+        os.close(writer)
+        thread.join(timeout=15)
+    assert not thread.is_alive() and errors == []
+    (first, _, kept), (second, _, _) = results
+    assert first is None and kept == 4
+    assert isinstance(second, ValueError) and str(fifo) in str(second) and "not a regular file" in str(second)
+    expected, _, _ = _C.VideoDecoder.from_bytes(bytes(data), "clip.mp4", rv.MAX_FRAME_PIXELS,
+                                                rv.MAX_CLIP_BYTES).get_frames_at([0, 3, 6, 9])
+    assert np.array_equal(out[0], expected)
+    data.extend(b"\0")  # released once the decode returned
