@@ -206,12 +206,21 @@ class VideoClipBatches:
                     self._meta[path] = _metadata(meta)
         return [failed[r.path] if r.path in failed else self._meta[r.path] for r in refs]
 
+    def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0) -> None:
+        """Adds to the counters of stats() under the lock: two iterators of one loader batch from
+        this source on their own threads at once, and a bare ``+=`` from each can lose counts."""
+        with self._lock:
+            self.clips += clips
+            self.frames_decoded += frames_decoded
+            self.frames_kept += frames_kept
+            self.skipped += skipped
+
     def stats(self) -> Dict[str, Any]:
         """Decode work so far: clips, frames decoded and kept, decoded per kept, clips skipped."""
-        kept = self.frames_kept
-        return {"clips": self.clips, "frames_decoded": self.frames_decoded, "frames_kept": kept,
-                "frames_decoded_per_kept": self.frames_decoded / kept if kept else 0.0,
-                "skipped": self.skipped}
+        with self._lock:  # one moment's counts, not a mix of two batches'
+            clips, decoded, kept, skipped = self.clips, self.frames_decoded, self.frames_kept, self.skipped
+        return {"clips": clips, "frames_decoded": decoded, "frames_kept": kept,
+                "frames_decoded_per_kept": decoded / kept if kept else 0.0, "skipped": skipped}
 
     def _fail(self, error: BaseException, key: Any, path: str) -> None:
         from ._fallback import _describe
@@ -254,7 +263,7 @@ class VideoClipBatches:
             if isinstance(meta, BaseException):
                 if self.on_error == "raise":
                     self._fail(meta, key, ref.path)
-                self.skipped += 1
+                self._count(skipped=1)
                 continue
             clip = ref.clip
             if clip is None:
@@ -266,7 +275,7 @@ class VideoClipBatches:
                 except ValueError as why:
                     if self.on_error == "raise":
                         self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
-                    self.skipped += 1
+                    self._count(skipped=1)
                     continue
                 lead = (len(frames),)
             else:
@@ -280,7 +289,7 @@ class VideoClipBatches:
             except ValueError as why:
                 if self.on_error == "raise":
                     self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
-                self.skipped += 1
+                self._count(skipped=1)
                 continue
             this = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
             if shape is None:
@@ -290,7 +299,7 @@ class VideoClipBatches:
                                    f"{list(shape)}: clips of one batch must have one shape")
                 if self.on_error == "raise":
                     self._fail(error, key, ref.path)
-                self.skipped += 1
+                self._count(skipped=1)
                 continue
             seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
             rows.append((ref.path, flat_frames, seed))
@@ -306,14 +315,13 @@ class VideoClipBatches:
             results = []
         keep = []
         for j, (error, decoded, kept) in enumerate(results):
-            self.frames_decoded += decoded
-            self.frames_kept += kept
+            self._count(frames_decoded=decoded, frames_kept=kept)
             if error is not None:
                 if self.on_error == "raise":
                     self._fail(error, keys[good[j]], rows[j][0])
-                self.skipped += 1
+                self._count(skipped=1)
                 continue
-            self.clips += 1
+            self._count(clips=1)
             keep.append(j)
         if len(keep) != len(rows):
             out = out[keep]

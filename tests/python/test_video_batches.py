@@ -400,3 +400,43 @@ def test_memory_videos_stay_exported_until_their_decode_returns(tmp_path: Path):
                                                 rv.MAX_CLIP_BYTES).get_frames_at([0, 3, 6, 9])
     assert np.array_equal(out[0], expected)
     data.extend(b"\0")  # released once the decode returned
+
+
+def test_stats_add_up_when_two_threads_batch_from_one_source(tmp_path: Path):
+    """Two iterators batch from one source on their own threads: every skipped clip of both is
+    counted (the counters are updated under the source's lock, not by bare `+=` from each thread,
+    which loses counts when a thread runs between another's read and write: rare under the GIL,
+    where this check seldom sees it, likely on a free-threaded interpreter)."""
+    import sys
+
+    missing = str(tmp_path / "gone.mp4")  # every clip fails to open: skipped, no decode to wait for
+
+    class Gone(torch.utils.data.Dataset):
+        def __len__(self):
+            return 200
+
+        def __getitem__(self, i):
+            return rl.VideoFile(missing, clip=[0]), 0
+
+    source = vb.VideoClipBatches(Gone(), threads=1, on_error="skip")
+    batches, errors = 20, []
+
+    def run(seed):
+        try:
+            for _ in range(batches):
+                assert source[keys(range(200), seed=seed)][0].shape[0] == 0
+        except Exception as error:  # noqa: BLE001 - asserted below
+            errors.append(error)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    try:
+        threads = [threading.Thread(target=run, args=(s,), daemon=True) for s in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(t.is_alive() for t in threads) and errors == []
+    assert source.stats()["skipped"] == 2 * batches * 200
