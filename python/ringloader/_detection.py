@@ -16,8 +16,8 @@ it, so they are known wherever a Dataset's transform is converted.
 * ``RandomIoUCrop`` (the ``ssd`` and ``ssdlite`` presets): it draws its crop against the
   boxes, so the native chain renders the canvas without it (the steps before it and the flips
   after it: flip(crop(c)) is a crop of flip(c)) and :func:`iou_crop`, run on the row's boxes,
-  draws the crop with v2's own ``make_params`` (its rejection loop) under torch's generator
-  seeded from the row's draw seed (``views.h`` kGeoDrawSeed: keyed per sample, as every native
+  draws the crop as v2's ``make_params`` draws it (its rejection loop, :func:`iou_crop_params`)
+  from torch's generator seeded from the row's draw seed (``views.h`` kGeoDrawSeed: keyed per sample, as every native
   draw, not torch's global stream), moves boxes with v2's kernels and takes the crop of the
   rendered image as a slice (:func:`take_crops`).
 * ``RandomPhotometricDistort`` (the ``ssd`` preset's first step): natively a colour step on the
@@ -292,13 +292,93 @@ class Crop:
         return t[..., self.top:self.top + self.height, self.left:self.left + self.width]
 
 
+#: Box dtypes whose arithmetic :func:`_iou_loop` follows as torch does it (numpy, same dtype).
+_LOOP_DTYPES = ("float32", "float64", "int64", "int32")
+
+
+def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
+    """v2's RandomIoUCrop ``step``'s parameters for the leaves ``flat`` (its boxes and
+    keypoints), drawn from ``seed``: what ``step.make_params(flat)`` returns with torch's
+    global generator seeded from ``seed``. v2's loop costs a few hundred torch operations a
+    sample in the iterating thread; :func:`_iou_loop` makes the same draws from a generator
+    seeded alike and does the arithmetic in numpy in the boxes' dtype as torch does it, so the
+    parameters are the same (``test_detection_ssd.py`` checks them against v2's for many
+    draws); other box dtypes, or a subclass of the step, run v2's own make_params."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import RandomIoUCrop
+
+    boxes = [v for v in flat if isinstance(v, tv_tensors.BoundingBoxes)]
+    v2s = getattr(step.make_params, "__func__", None) is RandomIoUCrop.make_params
+    if not v2s or len(boxes) != 1 or str(boxes[0].dtype).split(".")[-1] not in _LOOP_DTYPES:
+        # A make_params of the user's own, several boxes leaves (v2 raises) or another dtype.
+        saved = torch.default_generator.get_state()
+        try:
+            torch.default_generator.manual_seed(seed)
+            return step.make_params(flat)
+        finally:
+            torch.default_generator.set_state(saved)
+    return _iou_loop(step, boxes[0], seed)
+
+
+def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    orig_h, orig_w = boxes.canvas_size
+    xyxy_t = F.convert_bounding_box_format(boxes.as_subclass(torch.Tensor), boxes.format,
+                                           tv_tensors.BoundingBoxFormat.XYXY)
+    xyxy = xyxy_t.numpy()
+    dt = xyxy.dtype
+    f32 = np.float32
+    # Box centres as torch computes 0.5 * (a + b): in the boxes' float dtype, else float32.
+    fdt = dt if dt.kind == "f" else np.dtype(f32)
+    cx = fdt.type(0.5) * (xyxy[:, 0] + xyxy[:, 2]).astype(fdt)
+    cy = fdt.type(0.5) * (xyxy[:, 1] + xyxy[:, 3]).astype(fdt)
+    area = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+    lo, span = f32(step.min_scale), f32(step.max_scale - step.min_scale)
+    while True:
+        idx = int(torch.randint(low=0, high=len(step.options), size=(1,), generator=gen))
+        min_overlap = step.options[idx]
+        if min_overlap >= 1.0:
+            return {}
+        for _ in range(step.trials):
+            r = lo + span * torch.rand(2, generator=gen).numpy()
+            new_w, new_h = int(f32(orig_w) * r[0]), int(f32(orig_h) * r[1])
+            if not (step.min_aspect_ratio <= new_w / new_h <= step.max_aspect_ratio):
+                continue
+            r = torch.rand(2, generator=gen).numpy()
+            left, top = int(f32(orig_w - new_w) * r[0]), int(f32(orig_h - new_h) * r[1])
+            right, bottom = left + new_w, top + new_h
+            if left == right or top == bottom:
+                continue
+            within = (cx > left) & (cx < right) & (cy > top) & (cy < bottom)
+            if not within.any():
+                continue
+            # v2's box_iou of those boxes with the crop, in the boxes' dtype (a true division
+            # in float32 for integer boxes).
+            b, c = xyxy[within], dt.type
+            w = np.maximum(np.minimum(b[:, 2], c(right)) - np.maximum(b[:, 0], c(left)), c(0))
+            h = np.maximum(np.minimum(b[:, 3], c(bottom)) - np.maximum(b[:, 1], c(top)), c(0))
+            inter = w * h
+            union = area[within] + c(new_w) * c(new_h) - inter
+            with np.errstate(divide="ignore", invalid="ignore"):
+                iou = inter / union if dt is fdt else inter.astype(fdt) / union.astype(fdt)
+            if iou.max() < fdt.type(min_overlap):
+                continue
+            return dict(top=top, left=left, height=new_h, width=new_w,
+                        is_within_crop_area=torch.from_numpy(within))
+
+
 def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
     """A row's structure, its boxes and keypoints on the canvas before ``step`` (v2's
     RandomIoUCrop), after the crop and the flips that follow it as v2 moves them: the crop
-    drawn by v2's ``make_params`` with torch's generator seeded from the row's draw seed
-    (restored after), the leaves moved by v2's ``transform`` (boxes whose centre falls outside
-    zeroed, for SanitizeBoundingBoxes to drop), then flipped with v2's kernels where the record
-    says the row flipped; each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
+    drawn as v2's ``make_params`` draws it from torch's generator seeded from the row's draw
+    seed (:func:`iou_crop_params`), the leaves moved by v2's ``transform`` (boxes whose centre
+    falls outside zeroed, for SanitizeBoundingBoxes to drop), then flipped with v2's kernels
+    where the record says the row flipped; each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
     the walk over sample structures (``references.rebuild``)."""
     import torch
     from torchvision import tv_tensors
@@ -309,12 +389,7 @@ def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], An
     # and keypoints; the plain tensors (labels) v2 passes by when the sample has an image.
     found = [v for v in tree_flatten(structure)[0]
              if isinstance(v, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints))]
-    saved = torch.default_generator.get_state()
-    try:
-        torch.default_generator.manual_seed(int(g[_DRAW_SEED]))
-        params = step.make_params(found)
-    finally:
-        torch.default_generator.set_state(saved)
+    params = iou_crop_params(step, found, int(g[_DRAW_SEED]))
     width, height = int(g[6]), int(g[7])
     if params:
         top, left, height, width = (params[k] for k in ("top", "left", "height", "width"))

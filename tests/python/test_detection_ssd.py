@@ -571,3 +571,40 @@ def test_a_mask_is_cropped_with_its_image(tmp_path):
         assert torch.equal(row["mask"], mask_canvas[top:top + height, left:left + width])
         shapes.add((height, width))
     assert len(shapes) > 1
+
+
+@pytest.mark.parametrize("dtype, fmt", [(torch.float32, "XYXY"), (torch.float32, "XYWH"),
+                                        (torch.float64, "CXCYWH"), (torch.int64, "XYXY")])
+def test_the_crop_draw_is_v2s_make_params_for_the_same_seed(dtype, fmt):
+    """The loader draws RandomIoUCrop's parameters with numpy in the boxes' dtype rather than
+    with v2's torch operations (a few hundred a sample): for 150 seeds and random boxes
+    (degenerate, out-of-frame and tiny ones among them) and two settings of the step, the
+    parameters equal v2's make_params run with torch's global generator seeded alike."""
+    from ringloader import _detection
+
+    gen = torch.Generator().manual_seed(11)
+    steps = [v2.RandomIoUCrop(), v2.RandomIoUCrop(min_scale=0.1, max_scale=0.9, trials=8,
+                                                  sampler_options=[0.2, 0.5, 0.95, 2.0])]
+    saved = torch.random.get_rng_state()
+    try:
+        for seed in range(150):
+            h, w = (int(v) for v in torch.randint(20, 900, (2,), generator=gen))
+            n = int(torch.randint(1, 6, (1,), generator=gen))
+            xy = torch.rand(n, 2, generator=gen) * torch.tensor([w, h]) * 1.1 - 5
+            wh = torch.rand(n, 2, generator=gen) * torch.tensor([w, h]) * 0.6
+            wh[0] *= seed % 3  # a degenerate box every third draw
+            boxes = F.convert_bounding_box_format(
+                tv_tensors.BoundingBoxes(torch.cat([xy, xy + wh], 1).to(dtype), format="XYXY",
+                                         canvas_size=(h, w)), new_format=fmt)
+            step = steps[seed % 2]
+            ours = _detection.iou_crop_params(step, [boxes], seed * 7919)
+            torch.manual_seed(seed * 7919)
+            want = step.make_params([boxes])
+            assert ours.keys() == want.keys(), seed
+            for key in want:
+                if key == "is_within_crop_area":
+                    assert torch.equal(ours[key], want[key]), seed
+                else:
+                    assert ours[key] == want[key], (seed, key)
+    finally:
+        torch.random.set_rng_state(saved)
