@@ -1,5 +1,6 @@
-// The binding of csrc/video/ (python/ringloader/video.py wraps it): `_C.video_available()` and,
-// when the build found FFmpeg's headers, `_C.VideoDecoder`.
+// The binding of csrc/video/ (python/ringloader/video.py and video_batches.py wrap it):
+// `_C.video_available()` and, when the build found FFmpeg's headers, `_C.VideoDecoder`, the native
+// video chain's planning functions and `_C.ClipPool`, each bound by a function of its own.
 #include "python/bind_video.h"
 
 #include <pybind11/numpy.h>
@@ -159,20 +160,9 @@ py::tuple ToPython(DecodedFrames frames) {
   py::array_t<uint8_t> array(shape, data->data(), owner);
   return py::make_tuple(array, frames.pts_seconds, frames.duration_seconds);
 }
-#endif
 
-}  // namespace
-
-void BindVideo(py::module_& m) {
-  m.attr("VIDEO_MAX_FRAME_PIXELS") = video::VideoDecoderOptions{}.max_frame_pixels;
-  m.attr("VIDEO_MAX_CLIP_BYTES") = video::VideoDecoderOptions{}.max_clip_bytes;
-#ifdef RINGLOADER_WITH_VIDEO
-  m.def("video_available", [] {
-    absl::Status status = video::VideoAvailable();
-    return py::make_tuple(status.ok(), std::string(status.message()));
-  }, "(True, '') when FFmpeg's libraries load, else (False, what to install).");
-  m.attr("FFMPEG_LIBRARIES") = video::FfmpegLibraryNames();
-
+// _C.VideoDecoder: one video opened, its metadata and frame-exact decodes (ringloader.video).
+void BindVideoDecoder(py::module_& m) {
   py::class_<VideoDecoder>(m, "VideoDecoder",
                            "One video (a file or bytes) opened by the system's FFmpeg: its frame table "
                            "and frame-exact decoding of frame indices (see ringloader.video).")
@@ -243,7 +233,10 @@ void BindVideo(py::module_& m) {
       .def("indices_played_at",
            [](const VideoDecoder& d, std::vector<double> seconds) { return Check(d.IndicesPlayedAt(seconds)); },
            py::arg("seconds"));
+}
 
+// The native video chain as Python plans it: output sizes and one clip's drawn operations.
+void BindVideoChain(py::module_& m) {
   m.def("video_chain_output_size",
         [](const py::list& steps, int width, int height) {
           int w = 0, h = 0;
@@ -270,7 +263,10 @@ void BindVideo(py::module_& m) {
         },
         py::arg("steps"), py::arg("width"), py::arg("height"), py::arg("seed"),
         "The operations (kind, top, left, height, width) a clip gets with the draws of `seed`.");
+}
 
+// _C.ClipPool: a batch's clips probed and decoded on native threads (ringloader.video_batches).
+void BindClipPool(py::module_& m) {
   py::class_<video::ClipPool>(m, "ClipPool",
                               "Native threads that decode a batch's clips, each thread with its own decoders, "
                               "into the rows of one batch buffer (ringloader.video_batches).")
@@ -324,6 +320,24 @@ void BindVideo(py::module_& m) {
            py::arg("levels"), py::arg("out"), py::arg("out_h"), py::arg("out_w"),
            "Decodes clip j into row j of `out` (GIL released); per clip (error or None, frames decoded, "
            "frames kept).");
+}
+#endif
+
+}  // namespace
+
+void BindVideo(py::module_& m) {
+  m.attr("VIDEO_MAX_FRAME_PIXELS") = video::VideoDecoderOptions{}.max_frame_pixels;
+  m.attr("VIDEO_MAX_CLIP_BYTES") = video::VideoDecoderOptions{}.max_clip_bytes;
+#ifdef RINGLOADER_WITH_VIDEO
+  m.def("video_available", [] {
+    absl::Status status = video::VideoAvailable();
+    return py::make_tuple(status.ok(), std::string(status.message()));
+  }, "(True, '') when FFmpeg's libraries load, else (False, what to install).");
+  m.attr("FFMPEG_LIBRARIES") = video::FfmpegLibraryNames();
+
+  BindVideoDecoder(m);
+  BindVideoChain(m);
+  BindClipPool(m);
 #else
   m.def("video_available", [] {
     return py::make_tuple(false, std::string(
