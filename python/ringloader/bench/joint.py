@@ -1,5 +1,5 @@
 """Joint samples (``rl.Joint``): an image with its boxes (``--dataset detection``,
-``detection-hflip``, ``detection-lsj``) or with its mask under one random geometry (``segmentation-joint``,
+``detection-hflip``, ``detection-lsj``, ``detection-ssd``) or with its mask under one random geometry (``segmentation-joint``,
 ``segmentation-reference``), v2 in Python under torch's DataLoader against ringloader's."""
 
 from __future__ import annotations
@@ -200,6 +200,26 @@ def detection_lsj_preset() -> Any:
         v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
 
 
+def detection_ssd_preset() -> Any:
+    """torchvision's detection train preset ``ssd`` (``references/detection/presets.py``,
+    use_v2=True, the PIL backend): RandomPhotometricDistort, RandomZoomOut filled with the mean
+    (0 for masks), RandomIoUCrop, the flip, then the backend's conversion and the box steps."""
+    from collections import defaultdict
+
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    mean = (123.0, 117.0, 104.0)
+    return v2.Compose([
+        v2.RandomPhotometricDistort(),
+        v2.RandomZoomOut(fill=defaultdict(lambda: mean, {tv_tensors.Mask: 0})),
+        v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5), v2.PILToTensor(),
+        v2.ToDtype(torch.float, scale=True),
+        v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
+        v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
+
+
 def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
                             kind: str = "detection") -> dict[str, Any]:
     """The same detection Dataset class under torch's DataLoader (PIL + v2 in Python) and
@@ -218,7 +238,8 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
     for path, _ in rows:
         with Image.open(path) as im:
             sizes.append(im.size)
-    presets = {"detection-hflip": detection_hflip_preset, "detection-lsj": detection_lsj_preset}
+    presets = {"detection-hflip": detection_hflip_preset, "detection-lsj": detection_lsj_preset,
+               "detection-ssd": detection_ssd_preset}
     transform = presets[kind]() if kind in presets else v2.Compose([
         v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
         v2.SanitizeBoundingBoxes(),
@@ -241,6 +262,9 @@ def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str
              "torchvision's lsj train preset (ScaleJitter 1024, RandomCrop 1024 padded with the "
              "mean, flip, PILToTensor, ToDtype, ConvertBoundingBoxFormat, SanitizeBoundingBoxes, "
              "ToPureTensor)" if report["kind"] == "detection-lsj" else
+             "torchvision's ssd train preset (RandomPhotometricDistort, RandomZoomOut filled with "
+             "the mean, RandomIoUCrop, flip, PILToTensor, ToDtype, ConvertBoundingBoxFormat, "
+             "SanitizeBoundingBoxes, ToPureTensor)" if report["kind"] == "detection-ssd" else
              f"v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + Normalize")
     return _joint_report(
         f"ringloader {report['kind']} benchmark: a detection Dataset over {data['images']} "
