@@ -143,8 +143,8 @@ class Batcher:
         """(what the Dataset of flat sample ``flat`` is, the sample as its errors name it)."""
         member = int(np.searchsorted(self._starts, flat, side="right")) - 1
         folder, i = self._folders[member], flat - int(self._starts[member])
-        name = getattr(folder, "_row_name", None)
-        return folder._name(), f"sample {i}" + (f" ({name(i)})" if name is not None else "")
+        name = folder.name_row(i)  # a columnar row without a path, as its source names it
+        return folder._name(), f"sample {i}" + (f" ({name})" if name is not None else "")
 
     def _explain(self, exc: BaseException, flat: List[int], structures: List[Any],
                  custom: bool) -> BaseException:

@@ -20,15 +20,17 @@ from ._distributed import _shard_sampler
 from ._native_sources import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
 from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
+from ._sample_keys import SampleKey, _run_seeded, tail_seed
+from ._source import Source
 from ._staging import _device_prefetch, _generic_device
 from .clips import generator_for
-from .datasets import NativeDataset, SampleKey, _run_seeded, tail_seed
 from .references import materialize
 
 
 def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
-    """True when a ringloader ImageFolder is inside ``dataset`` (``.dataset``/``.datasets``)."""
-    if isinstance(dataset, NativeDataset):
+    """True when a ringloader ImageFolder (any ringloader source: a ``NativeDataset``) is inside
+    ``dataset`` (``.dataset``/``.datasets``)."""
+    if isinstance(dataset, Source):
         return True
     if depth > 8:
         return False
@@ -136,8 +138,8 @@ class _NamedSamples:
         view = self.view
         member = int(np.searchsorted(view.starts, flat, side="right")) - 1
         folder, i = view.folders[member], flat - int(view.starts[member])
-        row = getattr(folder, "_row_name", None)
-        return folder._name(), f"sample {i}" + (f" ({row(i)})" if row is not None else "")
+        row = folder.name_row(i)  # a columnar row without a path, as its source names it
+        return folder._name(), f"sample {i}" + (f" ({row})" if row is not None else "")
 
 
 class _NamingCollate:
@@ -308,7 +310,7 @@ class GenericBackend(Backend):
                                             keyed=view is not None or video)
             for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                 kwargs.pop(name)
-            source = dataset if view is None or isinstance(dataset, NativeDataset) else _KeyedView(*view)
+            source = dataset if view is None or isinstance(dataset, Source) else _KeyedView(*view)
             if video:  # each sample's clips drawn from its key
                 source = _VideoSamples(dataset)
             if isinstance(source, _KeyedView) and _user_source.flat_targets(view[0]) is not None:
@@ -338,7 +340,7 @@ class GenericBackend(Backend):
         elif folder_why is not None:
             self._reasons = [f"{type(dataset).__name__}: {folder_why}"]
             _warn_torchvision_folder(dataset, folder_why, converts)
-        elif not isinstance(dataset, NativeDataset) and _wraps_image_folder(dataset):
+        elif not isinstance(dataset, Source) and _wraps_image_folder(dataset):
             _warn_wrapper(dataset, _generic_reason(dataset, view))
         elif view is not None and _user_source.flat_targets(view[0]) is not None:
             _fallback.warn_refused(dataset, self._reasons, stacklevel=4)
