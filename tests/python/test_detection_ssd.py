@@ -608,3 +608,33 @@ def test_the_crop_draw_is_v2s_make_params_for_the_same_seed(dtype, fmt):
                     assert ours[key] == want[key], (seed, key)
     finally:
         torch.random.set_rng_state(saved)
+
+
+def test_a_resumed_epoch_draws_the_same_crops(tmp_path):
+    """The crop's draw is keyed by the sample's seed: an epoch stopped after one batch and
+    resumed from ``state_dict()`` in a new loader (shuffled) gives the rest of the epoch's rows
+    exactly as the uninterrupted epoch did, images and boxes."""
+    paths = _photos(tmp_path, 6, 290)
+    t = v2.Compose(PRESETS["ssd"]() + [v2.PILToTensor(), v2.SanitizeBoundingBoxes()])
+
+    def loader():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            made = rl.DataLoader(Detections(t, paths), batch_size=2, shuffle=True, collate_fn=list,
+                                 generator=torch.Generator().manual_seed(21))
+        assert made.native
+        return made
+
+    whole = [row for batch in loader() for row in batch]
+    first = loader()
+    it = iter(first)
+    next(it)
+    state = first.state_dict()
+    del it
+    resumed = loader()
+    resumed.load_state_dict(state)
+    rest = [row for batch in resumed for row in batch]
+    assert len(rest) == len(whole) - 2
+    for (a, ta), (b, tb) in zip(whole[2:], rest):
+        assert torch.equal(a, b) and torch.equal(ta["boxes"], tb["boxes"])
+        assert torch.equal(ta["labels"], tb["labels"])
