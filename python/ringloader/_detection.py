@@ -1,7 +1,7 @@
 """Native equivalents of the steps of torchvision's detection references that the classification
 converters in :mod:`ringloader.transforms` do not cover.
 
-Importing this module registers their converters (``transforms._converts``); ``_joint`` imports
+Importing this module registers their converters (``_steps._converts``); ``_joint`` imports
 it, so they are known wherever a Dataset's transform is converted.
 
 * ``ScaleJitter`` (the ``lsj`` preset's first step): a resize whose size is drawn per sample
@@ -35,7 +35,7 @@ import copy
 
 import numpy as np
 
-from . import transforms as T
+from ._steps import _converts, _fill, _interpolation, _pair, _range, _step_name, to_steps
 
 __all__: List[str] = []
 
@@ -82,12 +82,12 @@ def distort_after_padding(parts: List[Any]) -> List[Any]:
     return out
 
 
-@T._converts("RandomPhotometricDistort")
+@_converts("RandomPhotometricDistort")
 def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
     """v2's RandomPhotometricDistort: ColorJitter's kind with v2's draws (each adjustment with
     probability p, contrast first or after hue, a channel permutation with p); 2: only on the
     pixels showing the source (moved after the padding by :func:`distort_after_padding`)."""
-    ranges = [T._range(r) for r in (t.brightness, t.contrast, t.saturation, t.hue)]
+    ranges = [_range(r) for r in (t.brightness, t.contrast, t.saturation, t.hue)]
     if any(r is None for r in ranges):
         raise TypeError(f"{where}: brightness, contrast, saturation and hue must be (lo, hi)")
     return [{"kind": "color_jitter", "ranges": ranges, "p": float(t.p),
@@ -123,12 +123,12 @@ REFERENCE_HINTS = {
 }
 
 
-@T._converts("ScaleJitter")
+@_converts("ScaleJitter")
 def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
     """v2's ScaleJitter: the output size drawn per sample (the sample's keyed draws) as v2 draws
     it, then resized as ``Resize((height, width))``."""
-    interp = T._interpolation(getattr(t, "interpolation", "bilinear"), where)
-    height, width = T._pair(t.target_size, where)
+    interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+    height, width = _pair(t.target_size, where)
     lo, hi = (float(v) for v in t.scale_range)
     if not 0 < lo <= hi:
         raise TypeError(f"{where}: scale_range must be (lo, hi) with 0 < lo <= hi, got "
@@ -137,13 +137,13 @@ def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
              "interpolation": interp}]
 
 
-@T._converts("RandomZoomOut")
+@_converts("RandomZoomOut")
 def _zoom_out(t: Any, where: str) -> List[Dict[str, Any]]:
     """v2's RandomZoomOut: with probability p, the image at a drawn offset in a canvas of its
     size times a drawn ratio, padded with the fill (the draws the sample's keyed ones, made as
     v2 makes them); natively where that is the output's one padding (TransformPipeline)."""
     lo, hi = (float(v) for v in t.side_range)
-    return [{"kind": "pad", "pad": [0, 0, 0, 0], "fill": T._fill(t.fill, where),
+    return [{"kind": "pad", "pad": [0, 0, 0, 0], "fill": _fill(t.fill, where),
              "pad_mode": "constant", "zoom_out": [lo, hi], "p": float(t.p)}]
 
 
@@ -158,7 +158,7 @@ def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any],
     from . import _C
 
     try:
-        steps = [T.to_steps(with_fill(p, fill_of(p) or 0) if type(p).__name__ in PADS else p)
+        steps = [to_steps(with_fill(p, fill_of(p) or 0) if type(p).__name__ in PADS else p)
                  for p in geometric]
     except (TypeError, ValueError):
         return None  # a step without a native form: the chain's split names it
@@ -182,7 +182,7 @@ def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any],
         return None
     for other in geometric:
         if other is not step and not fuses([other]):
-            return (f"pads the image with {fill!r} beside {T._step_name(other)}, which pads it "
+            return (f"pads the image with {fill!r} beside {_step_name(other)}, which pads it "
                     "otherwise or resizes it after (natively a fill other than zero is the "
                     "image's one padding, after the one resample)")
     return f"pads the image with {fill!r}, which is not its one padding natively"
@@ -253,16 +253,16 @@ def split_iou_crop(parts: List[Any], geometric: Any) -> Tuple[List[Any], Any, Op
         return parts, None, None
     step = parts[at[0]]
     if len(at) > 1:
-        return parts, step, (f"{T._step_name(parts[at[1]])} crops a second time (natively one "
+        return parts, step, (f"{_step_name(parts[at[1]])} crops a second time (natively one "
                              "RandomIoUCrop)")
     for p in parts[:at[0]]:
         if type(p).__name__ in _FLIPS:
-            return parts, step, (f"{T._step_name(step)} follows {T._step_name(p)} "
+            return parts, step, (f"{_step_name(step)} follows {_step_name(p)} "
                                  "(natively the crop is drawn on the canvas before any flip)")
     for p in parts[at[0] + 1:]:
         name = type(p).__name__
         if name not in _FLIPS and (name in geometric or name not in _PER_PIXEL):
-            return parts, step, (f"{T._step_name(p)} follows {T._step_name(step)} (natively "
+            return parts, step, (f"{_step_name(p)} follows {_step_name(step)} (natively "
                                  "the crop is a slice of the rendered image: only flips and "
                                  "per-pixel steps may follow it)")
     return parts[:at[0]] + parts[at[0] + 1:], step, None

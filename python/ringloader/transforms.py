@@ -15,8 +15,6 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 # converters of torchvision's and timm's classes register from _tv_converters and _detection.
 from ._steps import (Size, Transform, _Refused, _pair, _stage_error, _step_name, _unwrap_preset,
                      from_torchvision, has_to_tensor, to_steps)
-# Read as T._x by modules written before the registry moved (_detection's converters).
-from ._steps import _converts, _fill, _interpolation, _range  # noqa: F401
 
 __all__ = [
     "Compose",
