@@ -21,7 +21,7 @@ from ._native_sources import _KeyedView, _fallback_reasons, _generic_reason, _to
 from ._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
 from ._sample_keys import SampleKey, _run_seeded, tail_seed
-from ._source import Source
+from ._source import Source, flat_targets
 from ._staging import _device_prefetch, _generic_device
 from .clips import generator_for
 from .references import materialize
@@ -313,7 +313,7 @@ class GenericBackend(Backend):
             source = dataset if view is None or isinstance(dataset, Source) else _KeyedView(*view)
             if video:  # each sample's clips drawn from its key
                 source = _VideoSamples(dataset)
-            if isinstance(source, _KeyedView) and _user_source.flat_targets(view[0]) is not None:
+            if isinstance(source, _KeyedView) and flat_targets(view[0]) is not None:
                 # A Dataset of image references: a batch torch's collate refuses names the sample.
                 source = _NamedSamples(source)
                 kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
@@ -342,7 +342,7 @@ class GenericBackend(Backend):
             _warn_torchvision_folder(dataset, folder_why, converts)
         elif not isinstance(dataset, Source) and _wraps_image_folder(dataset):
             _warn_wrapper(dataset, _generic_reason(dataset, view))
-        elif view is not None and _user_source.flat_targets(view[0]) is not None:
+        elif view is not None and flat_targets(view[0]) is not None:
             _fallback.warn_refused(dataset, self._reasons, stacklevel=4)
         elif opened is not None:
             _hint_image_file(dataset, opened)

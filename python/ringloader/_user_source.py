@@ -38,10 +38,10 @@ from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint
 from .clips import generator_for
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
-from ._source import Source, flat_targets, in_memory
+from ._source import Source, in_memory
 from ._torchvision_folder import torchvision_folder
 
-__all__ = ["UserSource", "find_source", "flat_targets", "holds_video", "opened_images",
+__all__ = ["UserSource", "find_source", "holds_video", "opened_images",
            "source_for"]
 
 
