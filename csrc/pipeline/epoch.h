@@ -248,7 +248,7 @@ class Epoch {
   // the pipeline may grow to (EpochContext::prefetch_cap), until StartEpoch adopts it: however
   // many slots are free (the consumer may have held more while the epoch before it ran), the
   // work done before adoption stays within the rows the caller checks for files changed since
-  // it queued the epoch (python/ringloader/_planning.py: _file_states). Adopted() lifts it.
+  // it queued the epoch (python/ringloader/loader/_planning.py: _file_states). Adopted() lifts it.
   void Adopted();
 
   // The device path's stage thread (nothing on the host path).

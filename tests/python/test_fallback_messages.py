@@ -18,7 +18,7 @@ from torchvision import transforms as v1
 from torchvision.transforms import v2
 
 import ringloader as rl
-from ringloader import _generic
+from ringloader.loader import _generic
 
 
 class Jitter:

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import _C, clips
-from ringloader import video as rv
+from ringloader import _C
+from ringloader.transforms import clips
+from ringloader.sources import video as rv
 from typing import NamedTuple
 
 pytestmark = [

@@ -1,0 +1,374 @@
+"""The generic backend: any ``torch.utils.data.Dataset``. torch's ``DataLoader`` reads,
+calls ``__getitem__`` and collates, with the same arguments, so results match torch's;
+ringloader adds sharding (``_distributed``), device staging (``_staging``) and checkpoints
+(``_planning._PlannedBatches``, ``_checkpoint``). See ``ringloader.dataloader`` for the
+behaviour and ``_backend`` for the protocol.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Iterator
+
+import numpy as np
+
+from ..sources import _fallback, _structures, _torchvision_folder, _user_source
+from . import video_batches
+from .._C import LoaderTimeoutError
+from ._backend import Backend
+from ..core._distributed import _shard_sampler
+from ._native_sources import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
+from ..core._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
+from ._planning import _PlannedBatches, _count_delivered
+from ..core._sample_keys import SampleKey, _run_seeded, tail_seed
+from ..core._source import Source, flat_targets
+from ._staging import _device_prefetch, _generic_device
+from ..transforms.clips import generator_for
+from ..sources.references import materialize
+
+
+def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
+    """True when a ringloader ImageFolder (any ringloader source: a ``NativeDataset``) is inside
+    ``dataset`` (``.dataset``/``.datasets``)."""
+    if isinstance(dataset, Source):
+        return True
+    if depth > 8:
+        return False
+    inner = [getattr(dataset, "dataset", None)] + list(getattr(dataset, "datasets", None) or [])
+    return any(d is not None and _wraps_image_folder(d, depth + 1) for d in inner)
+
+
+def _warn_wrapper(dataset: Any, reason: str) -> None:
+    """One warning per loader (Python's default filter then shows it once per call site)."""
+    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
+    warnings.warn(
+        f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
+        "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
+        "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
+        "transform stay native.", _fallback.FallbackWarning, stacklevel=4)
+
+
+def _warn_torchvision_folder(dataset: Any, reason: str, converts: bool) -> None:
+    """A torchvision ImageFolder/DatasetFolder the native path does not serve: it does not
+    convert (``reason``), or it does (``converts``) but an argument asks for torch's workers."""
+    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
+    advice = ("Without it the folder is served natively (its samples and transform are read "
+              "from it)." if converts else
+              "Use ringloader.ImageFolder (or DatasetFolder) with the same root and transform: "
+              "its files are decoded natively, and its native transform steps run natively.")
+    warnings.warn(
+        f"ringloader.DataLoader: {name}({str(getattr(dataset, 'root', ''))!r}) runs on torch's "
+        f"generic path because {reason}: each sample is decoded with Pillow in worker processes, "
+        f"at torch's speed. {advice}", _fallback.FallbackWarning, stacklevel=4)
+
+
+# Dataset classes already told that returning rl.ImageFile would make them native.
+_hinted: set = set()
+
+
+def _hint_image_file(dataset: Any, opened: str) -> None:
+    """Once per Dataset class and process: a Dataset that decodes its images itself."""
+    name = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
+    if name in _hinted:
+        return
+    _hinted.add(name)
+    what = {"a PIL image": opened, "<bytes>": "an image from bytes"}.get(
+        opened, f"the image {opened!r}")
+    reference = "ImageBytes(data, transform)" if opened == "<bytes>" else \
+        "ImageFile(path, transform)"
+    warnings.warn(
+        f"ringloader.DataLoader: {name}.__getitem__ opens {what} with Pillow itself, so it runs "
+        f"on torch's generic path at torch's speed. Return ringloader.{reference} "
+        "in its place (the rest of the sample unchanged) and the files are decoded and "
+        "transformed natively (the manual's \"Your own Dataset\" page). Silence this hint with "
+        "warnings.filterwarnings('ignore', category=ringloader.FallbackWarning).",
+        _fallback.FallbackWarning, stacklevel=4)
+
+
+class _VideoSamples:
+    """A Dataset whose samples hold video references, for the generic path: sample ``key.index``
+    materialised in the worker, its clip samplers drawing from ``clips.generator_for`` of the
+    key's (seed, epoch, index, position) and its other draws (transforms) from the key's tail
+    seed, as image references' are: the same clips for any ``num_workers`` and on resume."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, key: SampleKey) -> Any:
+        clip_draws = generator_for(key.seed, key.epoch, key.index, key.position)
+        try:
+            return _run_seeded(lambda i: materialize(self.dataset[i], clip_draws), key.index,
+                               tail_seed(key))
+        except Exception as exc:  # the decoder's error names the file; this, the sample
+            exc.add_note(f"while decoding the video references of sample {key.index} of "
+                         f"{_fallback._describe(self.dataset)} (ringloader.materialize)")
+            raise
+
+
+class _Tagged:
+    """A sample with the flat index it was made for (``_NamedSamples``)."""
+
+    __slots__ = ("index", "sample")
+
+    def __init__(self, index: int, sample: Any):
+        self.index, self.sample = index, sample
+
+
+class _NamedSamples:
+    """The generic path's view of a Dataset of image references (``_KeyedView``) whose samples
+    carry their index to ``_NamingCollate``, so that a batch torch's collate refuses can name
+    the sample that is unlike the others, as the native path does."""
+
+    def __init__(self, view: _KeyedView):
+        self.view = view
+
+    def __len__(self) -> int:
+        return len(self.view)
+
+    def __getitem__(self, key: Any) -> _Tagged:
+        view = self.view
+        flat = key.index if view.index_map is None else int(view.index_map[key.index])
+        return _Tagged(flat, view[key])
+
+    def name(self, flat: int) -> tuple:
+        """(what the Dataset of flat sample ``flat`` is, the sample as its errors name it)."""
+        view = self.view
+        member = int(np.searchsorted(view.starts, flat, side="right")) - 1
+        folder, i = view.folders[member], flat - int(view.starts[member])
+        row = folder.name_row(i)  # a columnar row without a path, as its source names it
+        return folder._name(), f"sample {i}" + (f" ({row})" if row is not None else "")
+
+
+class _NamingCollate:
+    """``collate_fn`` (None: torch's ``default_collate``) over ``_NamedSamples``' samples; a
+    batch it refuses is explained by the sample unlike the others, with its index."""
+
+    def __init__(self, collate_fn: Any, samples: _NamedSamples):
+        self.collate_fn, self.samples = collate_fn, samples
+
+    def __call__(self, batch: list) -> Any:
+        import torch.utils.data as tud
+
+        flat = [t.index for t in batch]
+        batch = [t.sample for t in batch]
+        try:
+            return (self.collate_fn or tud.default_collate)(batch)
+        except Exception as exc:
+            odd = _structures.odd_one(batch)
+            if odd is None:
+                what = self.samples.name(flat[0])[0]
+                shape = _structures._shape(batch[0])
+                exc.add_note(f"while collating "
+                             f"{', '.join(self.samples.name(i)[1] for i in flat[:8])}"
+                             f"{', ...' if len(flat) > 8 else ''} of {what}, each {shape}"
+                             + (f"; {_structures.PIL_HINT}" if "PIL." in shape else ""))
+                raise
+            what, odd_name = self.samples.name(flat[odd[0]])
+            told = _structures.collate_hint(exc, what, odd_name, batch[odd[0]],
+                                             self.samples.name(flat[odd[1]])[1], batch[odd[1]],
+                                             self.collate_fn is not None)
+            try:
+                raise told from exc
+            finally:
+                del told
+
+
+def _timeouts_named(batches: Iterator[Any], timeout: float) -> Iterator[Any]:
+    """``batches``, with torch's ``RuntimeError`` for a worker that sent no batch within
+    ``timeout`` raised as :class:`ringloader.LoaderTimeoutError` (a ``RuntimeError`` too), as the
+    native path raises it: one exception to catch whichever path runs the dataset."""
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except RuntimeError as e:
+            # torch's own message for its worker timeout; a Dataset's own error that merely
+            # says "timed out" comes as "Caught ... in DataLoader worker process" and stays.
+            if not str(e).startswith("DataLoader timed out after") or isinstance(e, LoaderTimeoutError):
+                raise
+            raise LoaderTimeoutError(
+                f"no batch within timeout={timeout:g} s from torch's worker processes (this "
+                f"dataset runs on torch's generic path: describe() says why): {e}") from e
+        yield batch
+
+
+def _start_generic(torch_loader: Any) -> Iterator[Any]:
+    """``iter(torch_loader)``, where torch forks its worker processes, without losing a Ctrl-C.
+
+    A SIGINT that arrives while ``os.fork()`` runs is handled at the first Python line of the
+    interpreter's fork callbacks (``logging`` registers some), and CPython reports an exception
+    raised there as "Exception ignored" and drops it: the KeyboardInterrupt vanishes and the
+    training loop carries on as if Ctrl-C had never been pressed. Here such an interrupt is kept
+    and raised once the iterator is made (whose workers then shut down as on any Ctrl-C). It
+    cannot be signalled again from the report: the handler would run, and be dropped, there."""
+    import sys
+    import threading
+
+    pid, thread = os.getpid(), threading.get_ident()
+    previous = sys.unraisablehook
+    dropped: list = []
+    starting = True
+
+    def hook(unraisable: Any) -> None:
+        # Fork callbacks run on the forking thread; a forked child keeps the default report, and
+        # so does everything once the start is over (another thread may have chained onto this).
+        if (starting and unraisable.exc_type is not None
+                and issubclass(unraisable.exc_type, KeyboardInterrupt)
+                and os.getpid() == pid and threading.get_ident() == thread):
+            dropped.append(unraisable.exc_value)
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+    try:
+        batches = iter(torch_loader)
+    finally:
+        starting = False
+        if sys.unraisablehook is hook:  # unless something replaced it meanwhile
+            sys.unraisablehook = previous
+    if dropped:
+        del batches  # shuts its workers down
+        raise dropped[0].with_traceback(None)
+    return batches
+
+
+class GenericBackend(Backend):
+    """torch's DataLoader over ``dataset`` (through an epoch plan when it has batches)."""
+
+    def __init__(self, dataset: Any, view: Any, args: Any):
+        import torch.utils.data as tud
+
+        super().__init__(dataset, args)
+        # The DataLoader's arguments (those both paths share already checked by the facade).
+        self._channels_last = args.channels_last
+        video = view is None and _user_source.holds_video(dataset)
+        # A video dataset whose clips batch natively (video_batches): native decode threads.
+        threads = _auto_threads({"numa": None})["decode_threads"] if args.num_workers == "auto" \
+            else args.num_workers
+        self._video = video_batches.for_loader(dataset, args, threads) if video else None
+        native_only = [name for name, given in (
+            ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
+            ("memory_format", self._channels_last), ("io", args.io != "auto"),
+            ("reader_threads", args.reader_threads not in (None, 1)),
+            ("io_depth", args.io_depth != 32), ("max_memory", args.max_memory is not None),
+            ("max_slots", args.max_slots != 0), ("fast_decode", bool(args.fast_decode)),
+            ("strict_decode", not args.strict_decode),
+            ("max_image_pixels", args.max_image_pixels is not None),
+            ("on_error", args.on_error != "raise" and self._video is None),
+            ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
+            ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
+            ("batch_transform", args.batch_transform is not None)) if given]
+        if native_only:
+            raise ValueError(
+                f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
+                f"runs on torch's generic path ("
+                f"{_fallback.VIDEO_REASON if video else _generic_reason(dataset, view)}), "
+                "where samples come from __getitem__ as with torch (a bad sample raises there): "
+                "leave them at their defaults, or convert dtype/layout in the transform or "
+                "collate_fn (which can also call CutMix/MixUp on the collated batch)")
+        # Sharding and device staging apply to the generic path too.
+        sampler, shuffle = args.sampler, args.shuffle
+        shard = _shard_sampler(dataset, sampler, args.batch_sampler, args.rank, args.world_size,
+                               shuffle, args.seed, args.drop_last, args.generator)
+        if shard is not None:
+            sampler, shuffle = shard, None
+        self._device = _generic_device(_check_device(args.device))
+        num_workers = args.num_workers
+        if num_workers == "auto":
+            # torch's worker processes, as many as the native path would run decode threads.
+            num_workers = _auto_threads({"numa": None})["decode_threads"]
+            self.num_workers = num_workers
+        # "auto": torch's default (2 per worker); no adaptive depth here.
+        prefetch_factor = None if args.prefetch_factor == "auto" else args.prefetch_factor
+        kwargs = dict(
+            batch_size=args.batch_size, shuffle=shuffle, sampler=sampler,
+            batch_sampler=args.batch_sampler, num_workers=num_workers, collate_fn=args.collate_fn,
+            pin_memory=args.pin_memory, drop_last=args.drop_last, timeout=args.timeout,
+            worker_init_fn=args.worker_init_fn,
+            multiprocessing_context=args.multiprocessing_context, generator=args.generator,
+            prefetch_factor=prefetch_factor, persistent_workers=bool(args.persistent_workers),
+            pin_memory_device=args.pin_memory_device,
+        )
+        if not args.in_order:
+            kwargs["in_order"] = False
+        torch_loader = tud.DataLoader(dataset, **kwargs)  # torch validates the arguments
+        self.batch_size = torch_loader.batch_size
+        self.drop_last = torch_loader.drop_last
+        self.sampler = torch_loader.sampler
+        self.batch_sampler = torch_loader.batch_sampler
+        self._planned = None
+        if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
+            # torch's loader again, drawing its batches from an epoch plan: the same order and
+            # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
+            # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
+            # sample's augmentation seed.
+            self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
+                                            keyed=view is not None or video)
+            for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
+                kwargs.pop(name)
+            source = dataset if view is None or isinstance(dataset, Source) else _KeyedView(*view)
+            if video:  # each sample's clips drawn from its key
+                source = _VideoSamples(dataset)
+            if isinstance(source, _KeyedView) and flat_targets(view[0]) is not None:
+                # A Dataset of image references: a batch torch's collate refuses names the sample.
+                source = _NamedSamples(source)
+                kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
+            torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
+            if self._video is not None:  # the same planned batches, decoded natively
+                torch_loader = video_batches.NativeVideoLoader(
+                    self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
+                    args.generator)
+        self._generic = torch_loader
+        # Why torch's path: every reason for describe(), the first in one warning per loader
+        # (once the arguments are known good: an error comes without it).
+        self._reasons = [] if view is None else _fallback_reasons(view[0])
+        folder_why, converts = None, False
+        if view is None:
+            folder, folder_why = _torchvision_folder.torchvision_folder(dataset)
+            if folder is not None:  # it converts, but an argument asks for torch's workers
+                folder_why, converts = _torch_only(args), True
+        opened = _user_source.opened_images(dataset) if view is None else None
+        if self._video is not None:
+            self._reasons = [video_batches.NATIVE_REASON]
+        elif video:
+            self._reasons = [_fallback.VIDEO_REASON]
+            _fallback.warn_video(dataset, stacklevel=4)
+        elif folder_why is not None:
+            self._reasons = [f"{type(dataset).__name__}: {folder_why}"]
+            _warn_torchvision_folder(dataset, folder_why, converts)
+        elif not isinstance(dataset, Source) and _wraps_image_folder(dataset):
+            _warn_wrapper(dataset, _generic_reason(dataset, view))
+        elif view is not None and flat_targets(view[0]) is not None:
+            _fallback.warn_refused(dataset, self._reasons, stacklevel=4)
+        elif opened is not None:
+            _hint_image_file(dataset, opened)
+        if not self._reasons:
+            self._reasons = [_generic_reason(dataset, view)]
+
+
+    @property
+    def resumable(self) -> bool:
+        return self._planned is not None
+
+    def __len__(self) -> int:
+        return len(self._generic)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = _start_generic(self._generic)
+        if self._generic.timeout > 0:
+            batches = _timeouts_named(batches, self._generic.timeout)
+        if self._device is not None:
+            batches = _device_prefetch(batches, self._device)
+        return batches if self._planned is None else _count_delivered(self, batches)
+
+    def stats(self) -> dict:
+        return {"native": False, **({"video": self._video.stats()} if self._video is not None else {})}
+
+    def describe(self) -> str:
+        return "\n".join(["ringloader.DataLoader (generic path: torch.utils.data.DataLoader does "
+                          "the work)"] + [f"  why:     {r}" for r in self._reasons])
