@@ -313,9 +313,9 @@ def test_generic_datasets_are_not_probed_into_other_draws(rows, monkeypatch):
     """Looking for references calls dataset[0] once; torch's RNG is left as it was, so a
     Dataset of decoded values still batches exactly as torch's loader. It opens its images with
     Pillow itself: the one warning is the hint that returning rl.ImageFile would make it native."""
-    from ringloader.loader import _generic
+    from ringloader.sources import _torch_path
 
-    monkeypatch.setattr(_generic, "_hinted", set())  # the hint is once per Dataset class
+    monkeypatch.setattr(_torch_path, "_hinted", set())  # the hint is once per Dataset class
     ds = CsvDataset(rows, RANDOM, lazy=False, shape="tuple")
     torch.manual_seed(2)
     with pytest.warns(rl.FallbackWarning, match=r"CsvDataset\.__getitem__ opens the image .*"

@@ -88,13 +88,11 @@ def test_the_loader_uses_only_declared_members_of_a_source():
 
 
 # Finding the source that stands for a Dataset which is no ringloader source (a torchvision
-# folder, a user's Dataset of image references) is the sources layer's: the loader calls that one
-# function (``_user_source.find_source``), the only source module a loader module may import.
+# folder, a user's Dataset of image references), and what torch's path needs of a Dataset it
+# runs (``TorchPath``), is the sources layer's: the loader calls those functions of
+# ``_user_source`` (``find_source``, ``torch_path_of``) from one module, the only source module
+# a loader module may import.
 FINDER = ("loader._native_sources", "sources._user_source")
-# torch's path (``_generic``) still materialises a user's samples and gives the fallback warnings
-# through the source modules themselves: this set may only shrink.
-GENERIC_KNOWN = {"sources._fallback", "sources._structures", "sources._torchvision_folder",
-                 "sources._user_source", "sources.references"}
 
 
 def source_modules_imported(name: str) -> set:
@@ -104,14 +102,13 @@ def source_modules_imported(name: str) -> set:
 
 
 def test_the_loader_imports_no_source_module():
-    allowed = {FINDER[0]: {FINDER[1]}, "loader._generic": GENERIC_KNOWN}
+    allowed = {FINDER[0]: {FINDER[1]}}
     found = {name: source_modules_imported(name) for name in LOADER}
     over = {name: sorted(m - allowed.get(name, set())) for name, m in found.items()
             if m - allowed.get(name, set())}
     assert over == {}, (f"loader modules import source modules: {over}; declare what they ask in "
                         "_source.Source and ask the sources")
     assert found[FINDER[0]] == {FINDER[1]}  # the check sees imports: the finder's is there
-    assert found["loader._generic"] == GENERIC_KNOWN, "imports no longer made: shrink GENERIC_KNOWN"
 
 
 def _source_names(name: str) -> set:

@@ -8,173 +8,17 @@ behaviour and ``_backend`` for the protocol.
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Iterator
 
-import numpy as np
-
-from ..sources import _fallback, _structures, _torchvision_folder, _user_source
 from . import video_batches
 from .._C import LoaderTimeoutError
 from ._backend import Backend
 from ..core._distributed import _shard_sampler
-from ._native_sources import _KeyedView, _fallback_reasons, _generic_reason, _torch_only
+from ._native_sources import _KeyedView, torch_path
 from ..core._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
 from ._planning import _PlannedBatches, _count_delivered
-from ..core._sample_keys import SampleKey, _run_seeded, tail_seed
-from ..core._source import Source, flat_targets
+from ..core._source import Source
 from ._staging import _device_prefetch, _generic_device
-from ..transforms.clips import generator_for
-from ..sources.references import materialize
-
-
-def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
-    """True when a ringloader ImageFolder (any ringloader source: a ``NativeDataset``) is inside
-    ``dataset`` (``.dataset``/``.datasets``)."""
-    if isinstance(dataset, Source):
-        return True
-    if depth > 8:
-        return False
-    inner = [getattr(dataset, "dataset", None)] + list(getattr(dataset, "datasets", None) or [])
-    return any(d is not None and _wraps_image_folder(d, depth + 1) for d in inner)
-
-
-def _warn_wrapper(dataset: Any, reason: str) -> None:
-    """One warning per loader (Python's default filter then shows it once per call site)."""
-    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
-    warnings.warn(
-        f"ringloader.DataLoader: {name} wraps a ringloader.ImageFolder but {reason}, so it runs on "
-        "torch's generic path (per-sample __getitem__ in worker processes, about 4x slower than "
-        "the native path). Subset, random_split and ConcatDataset of ImageFolders with one "
-        "transform stay native.", _fallback.FallbackWarning, stacklevel=4)
-
-
-def _warn_torchvision_folder(dataset: Any, reason: str, converts: bool) -> None:
-    """A torchvision ImageFolder/DatasetFolder the native path does not serve: it does not
-    convert (``reason``), or it does (``converts``) but an argument asks for torch's workers."""
-    name = f"{type(dataset).__module__}.{type(dataset).__name__}"
-    advice = ("Without it the folder is served natively (its samples and transform are read "
-              "from it)." if converts else
-              "Use ringloader.ImageFolder (or DatasetFolder) with the same root and transform: "
-              "its files are decoded natively, and its native transform steps run natively.")
-    warnings.warn(
-        f"ringloader.DataLoader: {name}({str(getattr(dataset, 'root', ''))!r}) runs on torch's "
-        f"generic path because {reason}: each sample is decoded with Pillow in worker processes, "
-        f"at torch's speed. {advice}", _fallback.FallbackWarning, stacklevel=4)
-
-
-# Dataset classes already told that returning rl.ImageFile would make them native.
-_hinted: set = set()
-
-
-def _hint_image_file(dataset: Any, opened: str) -> None:
-    """Once per Dataset class and process: a Dataset that decodes its images itself."""
-    name = f"{type(dataset).__module__}.{type(dataset).__qualname__}"
-    if name in _hinted:
-        return
-    _hinted.add(name)
-    what = {"a PIL image": opened, "<bytes>": "an image from bytes"}.get(
-        opened, f"the image {opened!r}")
-    reference = "ImageBytes(data, transform)" if opened == "<bytes>" else \
-        "ImageFile(path, transform)"
-    warnings.warn(
-        f"ringloader.DataLoader: {name}.__getitem__ opens {what} with Pillow itself, so it runs "
-        f"on torch's generic path at torch's speed. Return ringloader.{reference} "
-        "in its place (the rest of the sample unchanged) and the files are decoded and "
-        "transformed natively (the manual's \"Your own Dataset\" page). Silence this hint with "
-        "warnings.filterwarnings('ignore', category=ringloader.FallbackWarning).",
-        _fallback.FallbackWarning, stacklevel=4)
-
-
-class _VideoSamples:
-    """A Dataset whose samples hold video references, for the generic path: sample ``key.index``
-    materialised in the worker, its clip samplers drawing from ``clips.generator_for`` of the
-    key's (seed, epoch, index, position) and its other draws (transforms) from the key's tail
-    seed, as image references' are: the same clips for any ``num_workers`` and on resume."""
-
-    def __init__(self, dataset: Any):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, key: SampleKey) -> Any:
-        clip_draws = generator_for(key.seed, key.epoch, key.index, key.position)
-        try:
-            return _run_seeded(lambda i: materialize(self.dataset[i], clip_draws), key.index,
-                               tail_seed(key))
-        except Exception as exc:  # the decoder's error names the file; this, the sample
-            exc.add_note(f"while decoding the video references of sample {key.index} of "
-                         f"{_fallback._describe(self.dataset)} (ringloader.materialize)")
-            raise
-
-
-class _Tagged:
-    """A sample with the flat index it was made for (``_NamedSamples``)."""
-
-    __slots__ = ("index", "sample")
-
-    def __init__(self, index: int, sample: Any):
-        self.index, self.sample = index, sample
-
-
-class _NamedSamples:
-    """The generic path's view of a Dataset of image references (``_KeyedView``) whose samples
-    carry their index to ``_NamingCollate``, so that a batch torch's collate refuses can name
-    the sample that is unlike the others, as the native path does."""
-
-    def __init__(self, view: _KeyedView):
-        self.view = view
-
-    def __len__(self) -> int:
-        return len(self.view)
-
-    def __getitem__(self, key: Any) -> _Tagged:
-        view = self.view
-        flat = key.index if view.index_map is None else int(view.index_map[key.index])
-        return _Tagged(flat, view[key])
-
-    def name(self, flat: int) -> tuple:
-        """(what the Dataset of flat sample ``flat`` is, the sample as its errors name it)."""
-        view = self.view
-        member = int(np.searchsorted(view.starts, flat, side="right")) - 1
-        folder, i = view.folders[member], flat - int(view.starts[member])
-        row = folder.name_row(i)  # a columnar row without a path, as its source names it
-        return folder._name(), f"sample {i}" + (f" ({row})" if row is not None else "")
-
-
-class _NamingCollate:
-    """``collate_fn`` (None: torch's ``default_collate``) over ``_NamedSamples``' samples; a
-    batch it refuses is explained by the sample unlike the others, with its index."""
-
-    def __init__(self, collate_fn: Any, samples: _NamedSamples):
-        self.collate_fn, self.samples = collate_fn, samples
-
-    def __call__(self, batch: list) -> Any:
-        import torch.utils.data as tud
-
-        flat = [t.index for t in batch]
-        batch = [t.sample for t in batch]
-        try:
-            return (self.collate_fn or tud.default_collate)(batch)
-        except Exception as exc:
-            odd = _structures.odd_one(batch)
-            if odd is None:
-                what = self.samples.name(flat[0])[0]
-                shape = _structures._shape(batch[0])
-                exc.add_note(f"while collating "
-                             f"{', '.join(self.samples.name(i)[1] for i in flat[:8])}"
-                             f"{', ...' if len(flat) > 8 else ''} of {what}, each {shape}"
-                             + (f"; {_structures.PIL_HINT}" if "PIL." in shape else ""))
-                raise
-            what, odd_name = self.samples.name(flat[odd[0]])
-            told = _structures.collate_hint(exc, what, odd_name, batch[odd[0]],
-                                             self.samples.name(flat[odd[1]])[1], batch[odd[1]],
-                                             self.collate_fn is not None)
-            try:
-                raise told from exc
-            finally:
-                del told
 
 
 def _timeouts_named(batches: Iterator[Any], timeout: float) -> Iterator[Any]:
@@ -246,7 +90,8 @@ class GenericBackend(Backend):
         super().__init__(dataset, args)
         # The DataLoader's arguments (those both paths share already checked by the facade).
         self._channels_last = args.channels_last
-        video = view is None and _user_source.holds_video(dataset)
+        path = torch_path(dataset, view, args)  # why torch's path, its warning, its samples
+        video = path.video
         # A video dataset whose clips batch natively (video_batches): native decode threads.
         threads = _auto_threads({"numa": None})["decode_threads"] if args.num_workers == "auto" \
             else args.num_workers
@@ -267,7 +112,7 @@ class GenericBackend(Backend):
             raise ValueError(
                 f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
                 f"runs on torch's generic path ("
-                f"{_fallback.VIDEO_REASON if video else _generic_reason(dataset, view)}), "
+                f"{path.why}), "
                 "where samples come from __getitem__ as with torch (a bad sample raises there): "
                 "leave them at their defaults, or convert dtype/layout in the transform or "
                 "collate_fn (which can also call CutMix/MixUp on the collated batch)")
@@ -312,12 +157,9 @@ class GenericBackend(Backend):
             for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                 kwargs.pop(name)
             source = dataset if view is None or isinstance(dataset, Source) else _KeyedView(*view)
-            if video:  # each sample's clips drawn from its key
-                source = _VideoSamples(dataset)
-            if isinstance(source, _KeyedView) and flat_targets(view[0]) is not None:
-                # A Dataset of image references: a batch torch's collate refuses names the sample.
-                source = _NamedSamples(source)
-                kwargs["collate_fn"] = _NamingCollate(args.collate_fn, source)
+            # Video references: each sample's clips drawn from its key; image references: a
+            # batch torch's collate refuses names the sample.
+            source, kwargs["collate_fn"] = path.samples(source, args.collate_fn)
             torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             if self._video is not None:  # the same planned batches, decoded natively
                 torch_loader = video_batches.NativeVideoLoader(
@@ -326,30 +168,7 @@ class GenericBackend(Backend):
         self._generic = torch_loader
         # Why torch's path: every reason for describe(), the first in one warning per loader
         # (once the arguments are known good: an error comes without it).
-        self._reasons = [] if view is None else _fallback_reasons(view[0])
-        folder_why, converts = None, False
-        if view is None:
-            folder, folder_why = _torchvision_folder.torchvision_folder(dataset)
-            if folder is not None:  # it converts, but an argument asks for torch's workers
-                folder_why, converts = _torch_only(args), True
-        opened = _user_source.opened_images(dataset) if view is None else None
-        if self._video is not None:
-            self._reasons = [video_batches.NATIVE_REASON]
-        elif video:
-            self._reasons = [_fallback.VIDEO_REASON]
-            _fallback.warn_video(dataset, stacklevel=4)
-        elif folder_why is not None:
-            self._reasons = [f"{type(dataset).__name__}: {folder_why}"]
-            _warn_torchvision_folder(dataset, folder_why, converts)
-        elif not isinstance(dataset, Source) and _wraps_image_folder(dataset):
-            _warn_wrapper(dataset, _generic_reason(dataset, view))
-        elif view is not None and flat_targets(view[0]) is not None:
-            _fallback.warn_refused(dataset, self._reasons, stacklevel=4)
-        elif opened is not None:
-            _hint_image_file(dataset, opened)
-        if not self._reasons:
-            self._reasons = [_generic_reason(dataset, view)]
-
+        self._reasons = path.warn(video_batches.NATIVE_REASON if self._video is not None else None)
 
     @property
     def resumable(self) -> bool:

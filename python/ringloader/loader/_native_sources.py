@@ -14,7 +14,7 @@ import numpy as np
 
 from ..core._sample_keys import SampleKey
 from ..core._source import Source
-from ..sources._user_source import find_source  # the one place a loader module knows source classes
+from ..sources._user_source import find_source, torch_path_of  # the one place a loader module knows source classes
 
 
 def _native_view(dataset: Any):
@@ -119,3 +119,11 @@ def _generic_reason(dataset: Any, view: Any) -> str:
         return (f"{type(dataset).__module__}.{type(dataset).__name__} is not a ringloader "
                 "ImageFolder, DatasetFolder or FileList")
     return "the dataset " + _servable(view[0])
+
+
+def torch_path(dataset: Any, view: Any, args: Any) -> Any:
+    """The generic backend's view of ``dataset`` on torch's path (``sources._torch_path``):
+    why it runs there, its warning, its samples; given this module's verdicts on it."""
+    return torch_path_of(dataset, view, generic_reason=_generic_reason(dataset, view),
+                         fallback_reasons=[] if view is None else _fallback_reasons(view[0]),
+                         torch_only=_torch_only(args))

@@ -16,6 +16,7 @@ Source (core._source) read natively or on torch's path. It imports from ``core``
 * ``_structures``: a user's samples' structures, their references replaced by placeholder leaves that a batch fills.
 * ``_columns``: a columnar source's table (``Columns``), handed over whole.
 * ``_batcher``: ``Batcher``, a user's batch rebuilt in its samples' structure from a native batch.
+* ``_torch_path``: ``TorchPath``, a Dataset on torch's generic path as the generic backend asks it: why, its one warning or hint, its samples keyed or named.
 * ``_fallback``: ``FallbackWarning`` and why a dataset runs on torch's path, naming the step or reference.
 * ``_torchvision_folder``: a torchvision ``ImageFolder``/``DatasetFolder`` served natively (``TorchvisionFolder``).
 * ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.

@@ -40,6 +40,7 @@ from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_
 from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
 from ..core._source import Source, in_memory
 from ._torchvision_folder import torchvision_folder
+from ._torch_path import TorchPath
 
 __all__ = ["UserSource", "find_source", "holds_video", "opened_images",
            "source_for"]
@@ -510,3 +511,12 @@ class UserSource(NativeDataset):
 
     def __repr__(self) -> str:
         return f"ringloader.UserSource({_describe(self.dataset)}, samples={len(self)})"
+
+
+def torch_path_of(dataset: Any, view: Any, generic_reason: str, fallback_reasons: List[str],
+                  torch_only: Optional[str]) -> TorchPath:
+    """The :class:`~ringloader.sources._torch_path.TorchPath` of a Dataset the native path does
+    not serve (``view``: its native view, or None), for the generic backend."""
+    video = view is None and holds_video(dataset)
+    opened = opened_images(dataset) if view is None else None
+    return TorchPath(dataset, view, generic_reason, fallback_reasons, torch_only, video, opened)
