@@ -52,6 +52,7 @@ Map of the package (public modules first, then private ones):
 * ``_native_epoch``: one epoch of the native backend: its plan drawn, adopted or resumed, the next queued, batches delivered.
 * ``_native_report``: the native backend's ``describe()`` lines and its remote links' estimates.
 * ``_generic``: the generic backend (torch's DataLoader over any Dataset).
+* ``_video_loader``: what the generic backend iterates for natively batched clips: their batches made ahead or when asked, within ``max_memory`` (``ClipSlots``).
 * ``_options``: argument checks and what ``num_workers="auto"`` chooses.
 * ``_planning``: epoch plans, the next epoch predicted and read ahead, the generic batch plan.
 * ``_checkpoint``: ``state_dict``/``load_state_dict``: the epoch record and its resumption.

@@ -160,7 +160,7 @@ LAYERS = {
                 "_torchvision_folder", "webdataset", "_remote_shards", "hf", "_arrow_columns",
                 "_parquet_files", "_row_groups"},
     "loader": {"dataloader", "_backend", "_planning", "_native", "_native_epoch", "_native_report",
-               "_native_sources", "_generic", "video_batches", "_mixing", "_staging"},
+               "_native_sources", "_generic", "video_batches", "_video_loader", "_mixing", "_staging"},
     "tools": {"_cli", "__main__", "doctor", "pack", "_pack_sources", "sample_data",
               "_synthetic_images", "bench"},
 }
