@@ -98,7 +98,7 @@ class ClipSlots:
     def track(self, buffer: Any, nbytes: int) -> None:
         """Releases ``nbytes`` when ``buffer`` (the array every tensor of the batch is a view of)
         is freed."""
-        weakref.finalize(buffer, self._release, nbytes)
+        weakref.finalize(buffer, self._release, nbytes).atexit = False  # nothing to release at exit
 
     def _release(self, nbytes: int) -> None:
         with self._cv:
