@@ -8,6 +8,7 @@ behaviour and ``_backend`` for the protocol.
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Iterator
 
 from . import video_batches
@@ -16,7 +17,7 @@ from ._backend import Backend
 from ..core._distributed import _shard_sampler
 from ._native_sources import _KeyedView, torch_path
 from ..core._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
-from ._planning import _PlannedBatches, _count_delivered
+from ._planning import _CountDelivered, _PlannedBatches
 from ..core._source import Source
 from ._staging import _device_prefetch, _generic_device
 
@@ -100,7 +101,8 @@ class GenericBackend(Backend):
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
             ("memory_format", self._channels_last), ("io", args.io != "auto"),
             ("reader_threads", args.reader_threads not in (None, 1)),
-            ("io_depth", args.io_depth != 32), ("max_memory", args.max_memory is not None),
+            ("io_depth", args.io_depth != 32),
+            ("max_memory", args.max_memory is not None and self._video is None),
             ("max_slots", args.max_slots != 0), ("fast_decode", bool(args.fast_decode)),
             ("strict_decode", not args.strict_decode),
             ("max_image_pixels", args.max_image_pixels is not None),
@@ -164,7 +166,11 @@ class GenericBackend(Backend):
             if self._video is not None:  # the same planned batches, decoded natively
                 torch_loader = video_batches.NativeVideoLoader(
                     self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
-                    args.generator)
+                    args.generator, self.batch_size or 1, args.max_memory)
+                if prefetch_factor is not None and 0 < torch_loader.prefetch < prefetch_factor:
+                    warnings.warn(f"prefetch_factor={prefetch_factor} does not fit the memory budget of the "
+                                  f"clip batches: {torch_loader.slots.describe()}; pass max_memory= to "
+                                  "allow more", stacklevel=4)
         self._generic = torch_loader
         # Why torch's path: every reason for describe(), the first in one warning per loader
         # (once the arguments are known good: an error comes without it).
@@ -179,15 +185,21 @@ class GenericBackend(Backend):
 
     def __iter__(self) -> Iterator[Any]:
         batches = _start_generic(self._generic)
-        if self._generic.timeout > 0:
+        # Native clip batches name their own timeout (and their SlotsExhaustedError, which a
+        # generator around them would turn into the end of the epoch, says to call again).
+        if self._generic.timeout > 0 and not isinstance(self._generic, video_batches.NativeVideoLoader):
             batches = _timeouts_named(batches, self._generic.timeout)
         if self._device is not None:
             batches = _device_prefetch(batches, self._device)
-        return batches if self._planned is None else _count_delivered(self, batches)
+        return batches if self._planned is None else _CountDelivered(self, batches)
 
     def stats(self) -> dict:
+        if isinstance(self._generic, video_batches.NativeVideoLoader):
+            return {"native": False, "video": self._generic.stats()}
         return {"native": False, **({"video": self._video.stats()} if self._video is not None else {})}
 
     def describe(self) -> str:
+        memory = ([f"  {self._generic.describe()}"] if isinstance(self._generic, video_batches.NativeVideoLoader)
+                  else [])
         return "\n".join(["ringloader.DataLoader (generic path: torch.utils.data.DataLoader does "
-                          "the work)"] + [f"  why:     {r}" for r in self._reasons])
+                          "the work)"] + [f"  why:     {r}" for r in self._reasons] + memory)

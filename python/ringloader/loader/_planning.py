@@ -223,14 +223,31 @@ class _PlannedBatches:
             position += len(batch)
 
 
-def _count_delivered(loader: Any, batches: Iterator[Any]) -> Iterator[Any]:
+class _CountDelivered:
     """Counts the batches the caller received (after torch's prefetching and any device
-    staging, which run ahead), for the generic path's state_dict."""
-    progress = None
-    for batch in batches:
-        if progress is None:
-            progress = loader._current  # made by _PlannedBatches when torch first drew from it
-        progress.delivered += 1
-        yield batch
-    if loader._current is not None:
-        loader._current.done = True
+    staging, which run ahead), for the generic path's state_dict. An iterator, not a generator:
+    an error from ``next()`` that says to call again (``SlotsExhaustedError`` of clip batches)
+    leaves it going on."""
+
+    def __init__(self, loader: Any, batches: Iterator[Any]):
+        self._loader, self._batches = loader, batches
+        self._progress: Any = None
+        self._finished = False
+
+    def __iter__(self) -> "_CountDelivered":
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            raise StopIteration
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._finished = True
+            if self._loader._current is not None:
+                self._loader._current.done = True
+            raise
+        if self._progress is None:
+            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
+        self._progress.delivered += 1
+        return batch

@@ -7,9 +7,11 @@ tensor, after torchvision v2's video transforms run natively with one draw per c
 antialiased resizes: torch's uint8 kernel, so the levels equal v2's on the decoded
 ``tv_tensors.Video`` for the same draws), then per-level steps (``ToDtype``, ``Normalize``,
 ``ConvertImageDtype``), whose value for each of the 256 levels of each channel is computed once
-by torchvision itself. The geometric draws come from the sample's augmentation seed (the key
-every image augmentation has) and the clip sampler's from ``clips.generator_for`` of the same
-key, so a batch is the same for any thread count and on resume.
+by torchvision itself, and ``UniformTemporalSubsample`` anywhere among them (which frames of each
+clip are kept, as torchvision picks them, chosen before decoding). The geometric draws come from
+the sample's augmentation seed (the key every image augmentation has) and the clip sampler's
+from ``clips.generator_for`` of the same key, so a batch is the same for any thread count and on
+resume.
 
 :class:`VideoClipBatches` serves a Dataset whose samples are ``(VideoFile, target)`` (an
 ``rl.VideoFolder``, or a Dataset of such pairs) by whole batches of keys; ``stats()`` counts the
@@ -18,10 +20,13 @@ decode work (frames decoded per frame kept).
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import _C
+# What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
+from ._video_loader import NativeVideoLoader, _Prefetched  # noqa: F401
 from ..transforms import clips as _clips
 
 __all__ = ["native_chain", "VideoClipBatches", "native_video_source"]
@@ -108,6 +113,11 @@ def native_chain(transform: Any) -> Tuple[Optional[Tuple[List[Dict[str, Any]], O
         if type(t).__name__ in _PER_LEVEL and type(t).__module__.startswith("torchvision.transforms.v2"):
             tail.append(t)
             continue
+        if type(t).__name__ == "UniformTemporalSubsample" and type(t).__module__.startswith("torchvision.transforms.v2"):
+            # Which frames of each clip are kept (no draws; per frame steps commute with it):
+            # chosen before decoding, so the frames left out are never converted.
+            steps.append({"kind": "temporal_subsample", "num_samples": int(t.num_samples)})
+            continue
         if tail:
             return None, f"{type(t).__name__} follows {type(tail[-1]).__name__}: not native on video"
         step, why = _geometric(t)
@@ -132,6 +142,25 @@ def native_chain(transform: Any) -> Tuple[Optional[Tuple[List[Dict[str, Any]], O
     return (steps, out.reshape(-1).tolist()), ""
 
 
+@functools.lru_cache(maxsize=256)
+def _temporal_positions(frames: int, num_samples: int) -> Tuple[int, ...]:
+    """The positions v2's ``UniformTemporalSubsample(num_samples)`` keeps of a clip of
+    ``frames`` frames, as torchvision itself picks them (run on a video of the positions)."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    positions = tv_tensors.Video(torch.arange(frames).view(frames, 1, 1, 1))
+    return tuple(F.uniform_temporal_subsample(positions, num_samples).reshape(-1).tolist())
+
+
+def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
+    """Each clip's frame indices after the chain's ``UniformTemporalSubsample`` steps."""
+    for n in counts:
+        rows = [[r[i] for i in _temporal_positions(len(r), n)] for r in rows]
+    return rows
+
+
 def _reference(sample: Any) -> Tuple[Any, Optional[str]]:
     from ..sources.video import VideoFile
 
@@ -150,12 +179,16 @@ class VideoClipBatches:
             carry the same native ``transform`` (see :func:`native_chain`).
         threads: native decode threads.
         on_error: ``"raise"`` (the error names the file and the frame, with a note naming the
-            sample) or ``"skip"`` (the batch goes on without the clip).
+            sample), ``"skip"`` (the batch goes on without the clip) or ``"replace"`` (the row
+            gets the clip of a substitute sample, tried in the order an image's are: drawn from
+            the row's seed, ``_C.replace_candidates``, with the row's own clip and transform
+            draws; the batch keeps its size; the clip's error stands when none decodes).
     """
 
     def __init__(self, dataset: Any, threads: int, on_error: str = "raise"):
-        if on_error not in ("raise", "skip"):
-            raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise' or 'skip'")
+        if on_error not in ("raise", "skip", "replace"):
+            raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise', 'skip' or "
+                             "'replace'")
         self.dataset, self.threads, self.on_error = dataset, max(int(threads), 1), on_error
         first, why = _reference(dataset[0]) if len(dataset) else (None, "the dataset is empty")
         if first is None:
@@ -163,7 +196,10 @@ class VideoClipBatches:
         chain, why = native_chain(first.transform)
         if chain is None:
             raise ValueError(f"not a native video transform: {why}")
-        self.steps, self.levels = chain
+        self.chain = chain
+        self.steps = [s for s in chain[0] if s["kind"] != "temporal_subsample"]  # the native chain's
+        self.temporal = [s["num_samples"] for s in chain[0] if s["kind"] == "temporal_subsample"]
+        self.levels = chain[1]
         self.transform = first.transform
         self._chains: Dict[int, Any] = {}  # id -> (transform, its chain): other objects, same chain
         self.max_frame_pixels, self.max_clip_bytes = first.max_frame_pixels, first.max_clip_bytes
@@ -171,7 +207,7 @@ class VideoClipBatches:
         self._pid = 0
         self._meta: Dict[str, Any] = {}
         self._lock = threading.Lock()
-        self.frames_decoded = self.frames_kept = self.clips = self.skipped = 0
+        self.frames_decoded = self.frames_kept = self.clips = self.skipped = self.replaced = 0
 
     def __getstate__(self) -> Dict[str, Any]:  # to a worker process: no threads, no cache
         state = dict(self.__dict__)
@@ -194,19 +230,33 @@ class VideoClipBatches:
         return self._pool
 
     def _metadata(self, refs: Sequence[Any]) -> List[Any]:
+        """Each reference's VideoMetadata, kept per path with the file's identity (device, inode,
+        size, mtime, ctime: ``_source.file_identity``) when it was probed: a file replaced or
+        rewritten since (between epochs, say) is probed again, so its clips are drawn from its
+        frames as they are now (the pool reopens such a file too)."""
+        from ..core._source import file_identity
         from ..sources.video import _metadata
 
-        missing = sorted({r.path for r in refs if r.path not in self._meta})
+        now: Dict[str, Any] = {}
+        for path in {r.path for r in refs}:
+            try:
+                now[path] = file_identity(path)
+            except OSError:
+                now[path] = None  # gone or unreadable: the probe's error names it
+        missing = sorted(p for p, stamp in now.items()
+                         if stamp is None or self._meta.get(p, (None, None))[0] != stamp)
         failed: Dict[str, BaseException] = {}  # not kept: each raise gets an error of its own
         if missing:
             for path, meta in zip(missing, self._pool_here().probe(missing, [])):
                 if isinstance(meta, BaseException):
                     failed[path] = meta
+                    self._meta.pop(path, None)
                 else:
-                    self._meta[path] = _metadata(meta)
-        return [failed[r.path] if r.path in failed else self._meta[r.path] for r in refs]
+                    self._meta[path] = (now[path], _metadata(meta))
+        return [failed[r.path] if r.path in failed else self._meta[r.path][1] for r in refs]
 
-    def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0) -> None:
+    def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0,
+               replaced: int = 0) -> None:
         """Adds to the counters of stats() under the lock: two iterators of one loader batch from
         this source on their own threads at once, and a bare ``+=`` from each can lose counts."""
         with self._lock:
@@ -214,13 +264,17 @@ class VideoClipBatches:
             self.frames_decoded += frames_decoded
             self.frames_kept += frames_kept
             self.skipped += skipped
+            self.replaced += replaced
 
     def stats(self) -> Dict[str, Any]:
-        """Decode work so far: clips, frames decoded and kept, decoded per kept, clips skipped."""
+        """Decode work so far: clips, frames decoded and kept, decoded per kept, clips skipped
+        and replaced."""
         with self._lock:  # one moment's counts, not a mix of two batches'
             clips, decoded, kept, skipped = self.clips, self.frames_decoded, self.frames_kept, self.skipped
+            replaced = self.replaced
         return {"clips": clips, "frames_decoded": decoded, "frames_kept": kept,
-                "frames_decoded_per_kept": decoded / kept if kept else 0.0, "skipped": skipped}
+                "frames_decoded_per_kept": decoded / kept if kept else 0.0, "skipped": skipped,
+                "replaced": replaced}
 
     def _fail(self, error: BaseException, key: Any, path: str) -> None:
         from ..sources._fallback import _describe
@@ -241,7 +295,7 @@ class VideoClipBatches:
             if known is None or known[0] is not ref.transform:
                 known = (ref.transform, native_chain(ref.transform)[0])
                 self._chains[id(ref.transform)] = known
-            if known[1] != (self.steps, self.levels):
+            if known[1] != self.chain:
                 raise ValueError(f"sample {key.index} ({ref.path}): its transform {ref.transform!r} "
                                  f"is not sample 0's ({self.transform!r}); native clip batches run "
                                  "one transform for all samples: give every VideoFile the same one")
@@ -250,84 +304,167 @@ class VideoClipBatches:
                              "differ from sample 0's; native clip batches apply one limit to all "
                              "samples: give every VideoFile the same")
 
+    def _plan(self, key: Any, ref: Any, meta: Any) -> Tuple[List[int], int, Tuple[int, ...]]:
+        """The clip of ``key``: its frames (flat), the seed of its transform's draws and its
+        shape; ValueError naming the file when the clip cannot be made (too short for a clip with
+        policy='error', a crop larger than the frames)."""
+        if isinstance(meta, BaseException):
+            raise meta
+        clip = ref.clip
+        if clip is None:
+            frames, lead = [list(range(meta.num_frames))], ()
+        elif hasattr(clip, "frame_indices"):
+            draws = _clips.generator_for(key.seed, key.epoch, key.index, key.position)
+            try:  # a clip this video is too short for (policy='error'): the clip's error
+                frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
+            except ValueError as why:
+                raise ValueError(f"{ref.path}: {why}") from None
+            lead = (len(frames),)
+        else:
+            from ..sources.video import _rows
+
+            frames, flat = _rows(clip, ref.path)
+            lead = () if flat else (len(frames),)
+        frames = _subsample(frames, self.temporal)
+        try:  # a crop larger than this video's frames: the clip's error, as a decode's is
+            size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
+        except ValueError as why:
+            raise ValueError(f"{ref.path}: {why}") from None
+        shape = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
+        seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
+        return [i for r in frames for i in r], seed, shape
+
+    def clip_bytes(self, key: Any) -> int:
+        """The bytes of the clip ``key`` makes (its shape times the output's element size); what
+        the loader sizes its clip batch slots by (``_video_loader.ClipSlots``). Errors as :meth:`_plan`."""
+        ref, why = _reference(self.dataset[key.index])
+        if ref is None:
+            raise ValueError(f"sample {key.index}: {why}")
+        _, _, shape = self._plan(key, ref, self._metadata([ref])[0])
+        count = 1
+        for n in shape:
+            count *= int(n)
+        return count * (1 if self.levels is None else 4)
+
     def __getitem__(self, keys: Sequence[Any]) -> Any:
+        return self.batch(keys)
+
+    def _allocate(self, rows: int, shape: Tuple[int, ...], slots: Any, stop: Any) -> Any:
+        """The batch tensor, on a buffer of its own charged to ``slots`` (None: uncounted)
+        until its last view is freed; None when ``stop`` was set while waiting for room."""
+        import numpy as np
         import torch
+
+        dtype = torch.uint8 if self.levels is None else torch.float32
+        count = rows
+        for n in shape:
+            count *= int(n)
+        nbytes = count * (1 if self.levels is None else 4)
+        if slots is not None and not slots.acquire(nbytes, stop):
+            return None
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        if slots is not None:
+            slots.track(buffer, nbytes)
+        return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
+
+    def _decode(self, rows: List[Tuple[str, List[int], int]], out: Any, shape: Tuple[int, ...]) -> List[Any]:
+        """Decodes ``rows`` (path, frames, seed) into the rows of ``out``: each clip's (error or
+        None), counted in stats()."""
+        import torch
+
+        if not rows:
+            return []
+        results = self._pool_here().decode([r[0] for r in rows], [], [r[1] for r in rows],
+                                           [r[2] for r in rows], self.steps, self.levels,
+                                           out.view(torch.uint8).reshape(-1).numpy(),
+                                           int(shape[-2]), int(shape[-1]))
+        errors = []
+        for error, decoded, kept in results:
+            self._count(frames_decoded=decoded, frames_kept=kept, clips=int(error is None))
+            errors.append(error)
+        return errors
+
+    def _substitutes(self, key: Any, shape: Optional[Tuple[int, ...]]) -> Any:
+        """on_error="replace": the samples that may stand in for the failed clip of ``key``, in
+        the order the native loader tries an image's (``_C.replace_candidates`` of the row's
+        seed: 16 draws, then a walk), each as (index, plan, shape, target) with the row's own
+        draws; only those whose clip can be made in ``shape`` (None: any)."""
+        seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
+        for index in _C.replace_candidates(seed, len(self.dataset)):
+            if index == key.index:
+                continue
+            try:
+                sample = self.dataset[index]
+                self._check_alike(sample, key._replace(index=index) if hasattr(key, "_replace") else key)
+                ref = sample[0]
+                frames, row_seed, this = self._plan(key, ref, self._metadata([ref])[0])
+            except (ValueError, TypeError, IndexError, OSError, RuntimeError):
+                continue
+            if shape is None or this == shape:
+                yield index, (ref.path, frames, row_seed), this, sample[1]
+
+    def _replace(self, out: Any, b: int, key: Any, error: BaseException, shape: Tuple[int, ...], path: str) -> Any:
+        """Decodes a substitute's clip into row ``b`` of ``out``; its target. Without one that
+        decodes, the clip's own error is raised (with its note), as for an image."""
+        for index, plan, _, target in self._substitutes(key, shape):
+            if self._decode([plan], out[b : b + 1], shape)[0] is None:
+                self._count(replaced=1)
+                return target
+        self._fail(error, key, path)
+
+    def batch(self, keys: Sequence[Any], slots: Any = None, stop: Any = None) -> Any:
+        """``(clips, targets)`` of ``keys`` (see the class); the clips' buffer charged to
+        ``slots`` (a ``_video_loader.ClipSlots``) when given; None when ``stop`` was set while
+        waiting for room in them."""
+        import torch
+        from torch.utils.data import default_collate
 
         samples = [self.dataset[k.index] for k in keys]
         for key, sample in zip(keys, samples):
             self._check_alike(sample, key)
         refs = [s[0] for s in samples]
-        metas = self._metadata(refs)
-        rows, good, shape = [], [], None
-        for b, (key, ref, meta) in enumerate(zip(keys, refs, metas)):
-            if isinstance(meta, BaseException):
-                if self.on_error == "raise":
-                    self._fail(meta, key, ref.path)
-                self._count(skipped=1)
-                continue
-            clip = ref.clip
-            if clip is None:
-                frames, lead = [list(range(meta.num_frames))], ()
-            elif hasattr(clip, "frame_indices"):
-                draws = _clips.generator_for(key.seed, key.epoch, key.index, key.position)
-                try:  # a clip this video is too short for (policy='error'): the clip's error
-                    frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
-                except ValueError as why:
-                    if self.on_error == "raise":
-                        self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
-                    self._count(skipped=1)
-                    continue
-                lead = (len(frames),)
-            else:
-                from ..sources.video import _rows
-
-                frames, flat = _rows(clip, ref.path)
-                lead = () if flat else (len(frames),)
-            flat_frames = [i for r in frames for i in r]
-            try:  # a crop larger than this video's frames: the clip's error, as a decode's is
-                size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
-            except ValueError as why:
-                if self.on_error == "raise":
-                    self._fail(ValueError(f"{ref.path}: {why}"), key, ref.path)
-                self._count(skipped=1)
-                continue
-            this = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
-            if shape is None:
-                shape = this
-            elif this != shape:
-                error = ValueError(f"{ref.path}: its clip is {list(this)}, the batch's first "
-                                   f"{list(shape)}: clips of one batch must have one shape")
+        plans: List[Any] = []
+        shape: Optional[Tuple[int, ...]] = None
+        for key, ref, meta in zip(keys, refs, self._metadata(refs)):
+            try:
+                frames, seed, this = self._plan(key, ref, meta)
+                if shape is not None and this != shape:
+                    raise ValueError(f"{ref.path}: its clip is {list(this)}, the batch's first "
+                                     f"{list(shape)}: clips of one batch must have one shape")
+                shape = this if shape is None else shape
+                plans.append((ref.path, frames, seed))
+            except (ValueError, IndexError, OSError, RuntimeError) as error:
                 if self.on_error == "raise":
                     self._fail(error, key, ref.path)
-                self._count(skipped=1)
-                continue
-            seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
-            rows.append((ref.path, flat_frames, seed))
-            good.append(b)
-        dtype = torch.uint8 if self.levels is None else torch.float32
-        out = torch.empty((len(rows),) + (shape or (0, 3, 0, 0)), dtype=dtype)
-        if rows:
-            results = self._pool_here().decode([r[0] for r in rows], [], [r[1] for r in rows],
-                                               [r[2] for r in rows], self.steps, self.levels,
-                                               out.view(torch.uint8).reshape(-1).numpy(),
-                                               int(shape[-2]), int(shape[-1]))
-        else:
-            results = []
-        keep = []
-        for j, (error, decoded, kept) in enumerate(results):
-            self._count(frames_decoded=decoded, frames_kept=kept)
+                plans.append(error)
+        replace = self.on_error == "replace"
+        if replace and shape is None and keys:  # every clip failed: a substitute's sets the shape
+            shape = next((this for _, _, this, _ in self._substitutes(keys[0], None)), None)
+        good = [b for b, p in enumerate(plans) if not isinstance(p, BaseException)]
+        shape = shape or (0, 3, 0, 0)
+        out = self._allocate(len(keys) if replace else len(good), shape, slots, stop)
+        if out is None:
+            return None
+        errors = self._decode([plans[b] for b in good], out[: len(good)], shape)  # one row each
+        for b, error in zip(good, errors):
             if error is not None:
                 if self.on_error == "raise":
-                    self._fail(error, keys[good[j]], rows[j][0])
-                self._count(skipped=1)
-                continue
-            self._count(clips=1)
-            keep.append(j)
-        if len(keep) != len(rows):
-            out = out[keep]
-        targets = [samples[good[j]][1] for j in keep]
-        from torch.utils.data import default_collate
-
+                    self._fail(error, keys[b], plans[b][0])
+                plans[b] = error
+        targets = [s[1] for s in samples]
+        if replace:  # each clip to its key's row (rows only move down: last first), then substitutes
+            for j in reversed(range(len(good))):
+                if good[j] != j:
+                    out[good[j]] = out[j]
+            for b, plan in enumerate(plans):
+                if isinstance(plan, BaseException):
+                    targets[b] = self._replace(out, b, keys[b], plan, shape, refs[b].path)
+        else:
+            kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
+            self._count(skipped=len(keys) - len(kept))
+            if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
+                out[: len(kept)] = out[kept]
+            out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
         return out, default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
 
 
@@ -338,94 +475,6 @@ def native_video_source(dataset: Any, threads: int, on_error: str = "raise") -> 
         return VideoClipBatches(dataset, threads, on_error), ""
     except (ValueError, TypeError, ImportError) as error:
         return None, str(error)
-
-
-class _Prefetched:
-    """The batches of ``batches`` (lists of keys) from ``source``, made ``depth`` ahead on a
-    thread of their own (the decode runs without the GIL, so the training step goes on)."""
-
-    def __init__(self, source: VideoClipBatches, batches: Any, depth: int, timeout: float):
-        import queue
-
-        self._queue: Any = queue.Queue(maxsize=max(depth, 1))
-        self._stop = threading.Event()
-        self._timeout = timeout
-        # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
-        # runs __del__, which stops the thread.
-        self._thread = threading.Thread(target=_Prefetched._run, args=(source, batches, self._queue, self._stop),
-                                        daemon=True, name="ringloader-video-batches")
-        self._thread.start()
-
-    @staticmethod
-    def _put(queue: Any, stop: threading.Event, item: Any) -> bool:
-        """Queues ``item``; False when the consumer left (``close()``) before there was room."""
-        while not stop.is_set():
-            try:
-                queue.put(item, timeout=0.1)
-                return True
-            except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
-                continue
-        return False
-
-    @staticmethod
-    def _run(source: VideoClipBatches, batches: Any, queue: Any, stop: threading.Event) -> None:
-        try:
-            for keys in batches:
-                if not _Prefetched._put(queue, stop, (True, source[list(keys)])):
-                    return
-            _Prefetched._put(queue, stop, (False, None))
-        except BaseException as error:  # noqa: BLE001 - handed to the consumer
-            _Prefetched._put(queue, stop, (False, error))
-
-    def __iter__(self) -> "_Prefetched":
-        return self
-
-    def __next__(self) -> Any:
-        import queue
-
-        from .._C import LoaderTimeoutError
-
-        try:
-            ok, item = self._queue.get(timeout=self._timeout if self._timeout > 0 else None)
-        except queue.Empty:
-            raise LoaderTimeoutError(f"no video batch within timeout={self._timeout:g} s from the "
-                                     "native clip decoder") from None
-        if ok:
-            return item
-        self._stop.set()
-        if item is None:
-            raise StopIteration
-        raise item
-
-    def close(self) -> None:
-        self._stop.set()
-
-    def __del__(self) -> None:
-        self._stop.set()
-
-
-class NativeVideoLoader:
-    """What the DataLoader's generic path iterates for a video dataset whose clips batch
-    natively: ``source``'s batches over ``batches`` (the loader's planned batches of keys),
-    prefetched ``prefetch`` deep (0: made when asked). Each ``iter()`` first draws the base
-    seed torch's DataLoader iterator draws from ``generator``, so the planned order and the RNG
-    consumption are torch's."""
-
-    def __init__(self, source: VideoClipBatches, batches: Any, prefetch: int, timeout: float,
-                 generator: Any = None):
-        self.source, self.batches, self.prefetch, self.timeout = source, batches, prefetch, timeout
-        self.generator = generator
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self) -> Any:
-        import torch
-
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        if self.prefetch <= 0:
-            return (self.source[list(keys)] for keys in self.batches)
-        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout)
 
 
 #: Why a video dataset's clips are batched natively (``describe()``).
