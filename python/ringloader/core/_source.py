@@ -79,6 +79,9 @@ them):
   references): then every row's native label is its flat index (``flat_targets``) and
   ``batcher(sources, channels_last, nhwc)`` gives what rebuilds the user's batch from a native
   one. False and ``None`` by default: batches are (images, labels).
+* ``joint_views`` / ``joint_masks``: the view positions of a ``Joint``'s images and of its
+  masks in each sample (a structured source's), whose batch rows carry geometry records and
+  masks; ``[]`` by default.
 * ``name_row(index)``: what a sample without a path is (a columnar row: the Parquet file, row
   group and row), for the native errors that name it ``sample N ()``; ``None`` by default.
 """
@@ -124,6 +127,9 @@ class Source:
     more_files: Optional[list] = None
     #: The samples are the user's structures, rebuilt by ``batcher()`` from flat-index labels.
     structured: bool = False
+    #: The view positions of a Joint's images and of its masks in each sample.
+    joint_views: Sequence[int] = ()
+    joint_masks: Sequence[int] = ()
 
     def __len__(self) -> int:
         raise NotImplementedError

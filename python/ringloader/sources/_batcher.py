@@ -34,8 +34,8 @@ class Batcher:
         self._starts = np.cumsum([0] + [len(f) for f in self._folders])
         self._collate = collate
         self._map = dict(default_collate_fn_map)
-        self._joints = any(getattr(f, "joint_views", None) for f in self._folders)
-        self._masks = sorted({k for f in self._folders for k in getattr(f, "joint_masks", [])})
+        self._joints = any(f.joint_views for f in self._folders)
+        self._masks = sorted({k for f in self._folders for k in f.joint_masks})
 
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
