@@ -197,3 +197,67 @@ def test_on_error_replace_gives_a_bad_clip_row_a_substitute(truncated: Path):
                             allow_empty=True)
     with pytest.raises((ValueError, RuntimeError), match="1.mp4"):
         next(iter(loader(lonely, batch_size=1, on_error="replace")))
+
+
+class Slow(Repeated):
+    """Repeated, whose next ``__getitem__`` takes ``delay`` seconds (a clip slow to make)."""
+
+    delay = 0.0
+
+    def __getitem__(self, i):
+        import time
+
+        delay, self.delay = self.delay, 0.0
+        time.sleep(delay)
+        return super().__getitem__(i)
+
+
+def _producers_gone() -> None:
+    import threading
+
+    for thread in threading.enumerate():
+        if thread.name == "ringloader-video-batches":
+            thread.join(5)
+
+
+def test_a_loop_left_while_the_decoder_waited_for_room_does_not_exhaust_the_next_epoch(videos):
+    """A loop left (break) while the decoder waited for a kept batch's bytes, its last batch
+    still bound: the next epoch's first next(), slower than the consumer's poll, is a batch,
+    not SlotsExhaustedError (the wait of the stopped decoder is over)."""
+    import time
+
+    import torchvision.transforms.v2 as v2
+
+    ds = Slow(videos, 12, clip=CLIP, transform=v2.CenterCrop(48))
+    dl = loader(ds, batch_size=2, num_workers=1, max_memory=3 * SLOT)
+    it = iter(dl)
+    kept = next(it)
+    deadline = time.monotonic() + 10
+    while dl.stats()["video"]["memory"]["held_bytes"] < 3 * (SLOT - 32) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the queue filled: the decoder waits for the kept batch's bytes
+    time.sleep(0.3)
+    del it  # the loop left, `kept` still bound (as a for loop's variable is)
+    _producers_gone()
+    ds.delay = 1.5  # the next epoch's first batch takes longer than the consumer's poll
+    clip, _ = next(iter(dl))
+    assert clip.shape == (2, 1, 8, 3, 48, 48) and kept[0].shape == clip.shape
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_next_after_a_bad_clip_raised_goes_on_as_torch(tmp_path: Path, videos, workers: int):
+    """on_error="raise": the bad clip's batch raises, naming the file, and the next next()
+    gives the following batch, as torch's DataLoader does after a sample's error (made when
+    asked or ahead on a thread alike), never a wait without end."""
+    paths = [videos[0], str(tmp_path / "missing.mp4"), videos[1]]
+    ds = Repeated(paths, 6, clip=CLIP)
+    dl = loader(ds, batch_size=1, num_workers=workers, **({"timeout": 10} if workers else {}))
+    it, got = iter(dl), []
+    for _ in range(6):
+        try:
+            got.append(next(it)[1].item())
+        except FileNotFoundError as error:
+            assert "missing.mp4" in str(error)
+            got.append(None)
+    assert got == [0, None, 0, 1, None, 1]
+    with pytest.raises(StopIteration):
+        next(it)

@@ -55,7 +55,7 @@ class ClipSlots:
         self.capacity = self.max_slots * self.slot_bytes
         self._cv = threading.Condition()
         self.held = self.peak = 0
-        self.waiting = False  # a producer waits for bytes to be freed
+        self.waiting = 0  # producers waiting for bytes to be freed now
 
     def _refuse(self, nbytes: int) -> None:
         what = (f"max_memory={self.budget} bytes" if self.given
@@ -73,24 +73,28 @@ class ClipSlots:
         the slots."""
         if nbytes > self.capacity:
             self._refuse(nbytes)
-        collected = False
+        collected = waited = False
         with self._cv:
-            while self.held + nbytes > self.capacity:
-                if stop is None:
-                    if not collected:  # batches dropped in a reference cycle: free them first
-                        self._cv.release()
-                        try:
-                            gc.collect()
-                        finally:
-                            self._cv.acquire()
-                        collected = True
-                        continue
-                    raise _C.SlotsExhaustedError(self.exhausted())
-                if stop.is_set():
-                    return False
-                self.waiting = True
-                self._cv.wait(0.1)
-            self.waiting = False
+            try:
+                while self.held + nbytes > self.capacity:
+                    if stop is None:
+                        if not collected:  # batches dropped in a reference cycle: free them first
+                            self._cv.release()
+                            try:
+                                gc.collect()
+                            finally:
+                                self._cv.acquire()
+                            collected = True
+                            continue
+                        raise _C.SlotsExhaustedError(self.exhausted())
+                    if stop.is_set():
+                        return False
+                    if not waited:
+                        self.waiting, waited = self.waiting + 1, True
+                    self._cv.wait(0.1)
+            finally:  # a producer stopped while it waited waits no more (a later loop's next() asks)
+                if waited:
+                    self.waiting -= 1
             self.held += nbytes
             self.peak = max(self.peak, self.held)
         return True
@@ -109,7 +113,7 @@ class ClipSlots:
         """Whether a producer waits for room (with nothing queued, the batches the training loop
         keeps hold every byte)."""
         with self._cv:
-            return self.waiting
+            return self.waiting > 0
 
     def exhausted(self) -> str:
         return (f"all {self.max_slots} clip batch slots ({format_bytes(self.capacity)} of "
@@ -163,7 +167,14 @@ class _Prefetched:
     def _run(source: Any, batches: Any, queue: Any, stop: threading.Event, slots: Any) -> None:
         try:
             for keys in batches:
-                batch = source.batch(list(keys), slots, stop)
+                try:
+                    batch = source.batch(list(keys), slots, stop)
+                except Exception as error:  # noqa: BLE001 - this batch's: raised by its next(), the
+                    # epoch goes on with the next batch, as torch's DataLoader and batches made
+                    # when asked do after a sample's error
+                    if not _Prefetched._put(queue, stop, (None, error)):
+                        return
+                    continue
                 if batch is None or not _Prefetched._put(queue, stop, (True, batch)):
                     return
                 del batch  # the consumer's now: its bytes are freed with its last tensor
@@ -201,6 +212,8 @@ class _Prefetched:
         ok, item = self._get()
         if ok:
             return item
+        if ok is None:  # one batch's error: the next call gets the next batch
+            raise item
         self._stop.set()
         if item is None:
             raise StopIteration
