@@ -261,3 +261,64 @@ def test_next_after_a_bad_clip_raised_goes_on_as_torch(tmp_path: Path, videos, w
     assert got == [0, None, 0, 1, None, 1]
     with pytest.raises(StopIteration):
         next(it)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_checkpoint_after_going_on_past_a_bad_batch_resumes_after_the_last_batch_received(
+        tmp_path: Path, videos, workers: int):
+    """A caller that goes on past a bad clip's error (as torch allows) and checkpoints: the
+    resumed epoch starts after the last batch it received, never repeating one; the failed
+    batch's position counts as passed."""
+    paths = [videos[0], str(tmp_path / "missing.mp4"), videos[1], videos[2]]
+    ds = Repeated(paths, 4, clip=CLIP)
+    extra = {"timeout": 10} if workers else {}
+    dl = loader(ds, batch_size=1, num_workers=workers, **extra)
+    it = iter(dl)
+    assert next(it)[1].tolist() == [0]
+    with pytest.raises(FileNotFoundError):
+        next(it)
+    assert dl.state_dict()["delivered"] == 1  # a checkpoint at the error resumes at its batch
+    assert next(it)[1].tolist() == [0]  # sample 2
+    state = dl.state_dict()
+    assert state["delivered"] == 3 and not state["complete"]
+    resumed = loader(ds, batch_size=1, num_workers=workers, **extra)
+    resumed.load_state_dict(state)
+    assert [y.tolist() for _, y in resumed] == [[1]]  # sample 3 only
+
+
+class Failing(torch.utils.data.Dataset):
+    """Six numbers, sample ``bad`` raising (torch's generic path)."""
+
+    bad = 1
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if i == self.bad:
+            raise KeyError(f"sample {i} is bad")
+        return i
+
+
+def test_an_error_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_complete():
+    """torch's generic path with a timeout (its batches pass a wrapper that renames torch's
+    timeout error): after a sample's error the epoch is not recorded complete, and a checkpoint
+    resumes after the batches received (at the failed one, tried again, when the epoch ended at
+    the error)."""
+    dl = rl.DataLoader(Failing(), batch_size=1, num_workers=1, timeout=10)
+    it = iter(dl)
+    assert next(it).tolist() == [0]
+    with pytest.raises(KeyError):
+        next(it)
+    try:
+        got = [next(it).tolist()]  # torch goes on past a sample's error
+    except StopIteration:
+        got = []
+    state = dl.state_dict()
+    start = 3 if got else 1
+    assert not state["complete"] and state["delivered"] == start
+    mended = Failing()
+    mended.bad = -1
+    resumed = rl.DataLoader(mended, batch_size=1)
+    resumed.load_state_dict(state)
+    assert [b.tolist() for b in resumed] == [[i] for i in range(start, 6)]

@@ -226,20 +226,38 @@ class _PlannedBatches:
 class _CountDelivered:
     """Counts the batches the caller received (after torch's prefetching and any device
     staging, which run ahead), for the generic path's state_dict. An iterator, not a generator:
-    an error from ``next()`` that says to call again (``SlotsExhaustedError`` of clip batches)
-    leaves it going on."""
+    an error from ``next()`` that says to call again (``SlotsExhaustedError`` of clip batches,
+    ``LoaderTimeoutError``) leaves it going on with the same batch. After another error (a
+    sample's), torch's iterator goes on with the next batch: the failed one counts as passed once
+    the caller asks for more (a checkpoint taken at the error resumes at that batch, one taken
+    later does not repeat the batches received since). A generator in between (the timeout or
+    device wrappers) ends at an error: so does the epoch here, not recorded complete."""
 
     def __init__(self, loader: Any, batches: Iterator[Any]):
         self._loader, self._batches = loader, batches
         self._progress: Any = None
         self._finished = False
+        self._failed = False  # the last next() raised a sample's error: its batch was passed
 
     def __iter__(self) -> "_CountDelivered":
         return self
 
+    def _count(self) -> None:
+        if self._progress is None:
+            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
+        if self._progress is not None:
+            self._progress.delivered += 1
+
     def __next__(self) -> Any:
+        import types
+
+        from .._C import LoaderTimeoutError, SlotsExhaustedError
+
         if self._finished:
             raise StopIteration
+        if self._failed:  # the caller goes on past the failed batch
+            self._failed = False
+            self._count()
         try:
             batch = next(self._batches)
         except StopIteration:
@@ -247,7 +265,13 @@ class _CountDelivered:
             if self._loader._current is not None:
                 self._loader._current.done = True
             raise
-        if self._progress is None:
-            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
-        self._progress.delivered += 1
+        except (SlotsExhaustedError, LoaderTimeoutError):
+            raise  # the same batch comes at the next call
+        except Exception:
+            if isinstance(self._batches, types.GeneratorType):
+                self._finished = True
+            else:
+                self._failed = True
+            raise
+        self._count()
         return batch
