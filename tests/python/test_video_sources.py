@@ -1,7 +1,8 @@
 """Videos that are not whole files, batched natively (_C.ClipPool): VideoBytes decoded from memory
 through the decoder's custom AVIOContext, and VideoFile over a byte range of a file (a member of
 an uncompressed tar shard, read in place). The clips equal those of the same video read from its
-own file (max |diff| 0) for the same draws; errors name the bytes' or member's name."""
+own file (max |diff| 0) for the same draws; errors name the bytes' or member's name.
+rl.VideoShards reads tar shards of video members that way; rl.WebDataset (images) says so."""
 
 from __future__ import annotations
 
@@ -132,3 +133,38 @@ def test_pool_keeps_a_keyed_memory_decoder_on_its_own_copy(videos):
     assert np.array_equal(first, second) and first.any()
     error = pool.decode(["v.mp4"], [data], *args, second, 24, 32, names=["zeros.mp4"])[0][0]
     assert isinstance(error, ValueError) and "zeros.mp4" in str(error)  # unkeyed: read in place
+
+
+def test_video_shards_batch_natively_with_the_files_pixels(videos):
+    shard = videos[0].parent / "shard.tar"
+    ds = rl.VideoShards(str(shard), clip=SAMPLER, transform=CHAIN)
+    assert ds.targets == [0, 1, 2] and [s[1] for s in ds.samples] == [p.name for p in videos]
+    ref, target = ds[1]
+    assert ref.name == f"{shard}:v1.webm" and target == 1
+    files = loader(Pairs(lambda i: rl.VideoFile(videos[i], clip=SAMPLER, transform=CHAIN)))
+    shards = loader(ds, num_workers=2)
+    assert "native threads" in shards.describe()
+    (a, ta), (b, tb) = next(iter(files)), next(iter(shards))
+    assert torch.equal(ta, tb) and (a.int() - b.int()).abs().max().item() == 0
+
+
+def test_video_shards_refuse_streams_and_name_bad_samples(videos, tmp_path):
+    with pytest.raises(ValueError, match="pipe:cat x.tar.*not a local shard"):
+        rl.VideoShards("pipe:cat x.tar")
+    with tarfile.open(tmp_path / "nolabel.tar", "w") as tar:
+        tar.add(videos[0], arcname="a.mp4")
+        tar.add(videos[1], arcname="b.webm")
+        tar.add(videos[1].with_suffix(".cls"), arcname="b.cls")
+    ds = rl.VideoShards(str(tmp_path / "nolabel.tar"))
+    with pytest.raises(ValueError, match=r"nolabel.tar: sample 'a' has no .cls member"):
+        ds[0]
+    assert ds[1][1] == 1
+
+
+def test_webdataset_names_video_members_and_what_reads_them(videos):
+    shard = videos[0].parent / "shard.tar"
+    ds = rl.WebDataset(str(shard), index_cache=None)
+    with pytest.raises(Exception, match=r"member 'v0.mp4' is a video.*rl.VideoShards"):
+        ds[0]
+    with pytest.raises(ValueError, match="'mp4' is a video extension.*rl.VideoShards"):
+        rl.WebDataset(str(shard), image_exts=["mp4"], index_cache=None)
