@@ -325,7 +325,7 @@ def test_an_error_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_com
 
 
 class Sleepy(Failing):
-    """Failing, whose sample ``slow`` takes 3 s (torch's worker misses a 1 s timeout)."""
+    """Failing, whose sample ``slow`` takes 3 s (torch's worker misses a 2 s timeout)."""
 
     bad, slow = -1, 1
 
@@ -341,7 +341,7 @@ def test_a_timeout_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_co
     """torch's timeout, renamed LoaderTimeoutError by the wrapper generator: the iteration ends
     there (the generator is over), but the epoch is not recorded complete: a checkpoint resumes
     at the batch that timed out."""
-    dl = rl.DataLoader(Sleepy(), batch_size=1, num_workers=1, timeout=1)
+    dl = rl.DataLoader(Sleepy(), batch_size=1, num_workers=1, timeout=2)
     it = iter(dl)
     assert next(it).tolist() == [0]
     with pytest.raises(rl.LoaderTimeoutError):
