@@ -351,3 +351,32 @@ def test_a_timeout_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_co
     state = dl.state_dict()
     assert not state["complete"] and state["delivered"] == 1
     del it
+
+
+def test_interpreter_exit_while_clip_batches_are_made_ahead(videos):
+    """A script that takes a batch and exits (or leaves its loop and ends) while the decode
+    thread is making the next batches exits cleanly: the thread is stopped and waited for at
+    exit, before the interpreter stops threads in the middle of a native call (which aborted
+    the process: 'terminate called without an active exception', exit code 134)."""
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(f"""
+        import ringloader as rl
+        from ringloader.transforms import clips
+
+        class Pairs:
+            def __len__(self):
+                return 12
+
+            def __getitem__(self, i):
+                return rl.VideoFile({videos!r}[i % 3], clip=clips.random_indices(num_frames_per_clip=8)), 0
+
+        loader = rl.DataLoader(Pairs(), batch_size=2, num_workers=1)
+        x, y = next(iter(loader))  # the iterator is dropped, the thread is still at work
+        it = iter(loader)
+        print("ok")
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+    assert "terminate called" not in proc.stderr

@@ -15,6 +15,7 @@ batches the loop keeps raises ``SlotsExhaustedError`` (nothing is lost: free som
 
 from __future__ import annotations
 
+import atexit
 import gc
 import threading
 import weakref
@@ -133,11 +134,31 @@ class ClipSlots:
                 f"{self.budget_note}{cut})")
 
 
+_LIVE: Dict[threading.Thread, threading.Event] = {}  # the threads making batches ahead, their stop flags
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_at_exit() -> None:
+    """Stops the threads still making batches ahead and waits for them (each ends at its batch
+    in progress), while the interpreter still runs them: once it finalizes, a daemon thread
+    coming back from a native call with the GIL released is stopped there, and the process
+    aborts ('terminate called without an active exception')."""
+    with _LIVE_LOCK:
+        live = list(_LIVE.items())
+    for _, stop in live:
+        stop.set()
+    for thread, _ in live:
+        thread.join(60)
+
+
+atexit.register(_stop_at_exit)
+
+
 class _Prefetched:
     """The batches of ``batches`` (lists of keys) from ``source``, made ``depth`` ahead on a
     thread of their own (the decode runs without the GIL, so the training step goes on), their
     bytes charged to ``slots`` (``_video_loader.ClipSlots``: the producer waits while they are
-    full)."""
+    full). The thread is stopped and waited for at interpreter exit (``_stop_at_exit``)."""
 
     def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None):
         import queue
@@ -150,6 +171,8 @@ class _Prefetched:
         self._thread = threading.Thread(target=_Prefetched._run,
                                         args=(source, batches, self._queue, self._stop, slots),
                                         daemon=True, name="ringloader-video-batches")
+        with _LIVE_LOCK:
+            _LIVE[self._thread] = self._stop
         self._thread.start()
 
     @staticmethod
@@ -181,6 +204,9 @@ class _Prefetched:
             _Prefetched._put(queue, stop, (False, None))
         except BaseException as error:  # noqa: BLE001 - handed to the consumer
             _Prefetched._put(queue, stop, (False, error))
+        finally:
+            with _LIVE_LOCK:
+                _LIVE.pop(threading.current_thread(), None)
 
     def __iter__(self) -> "_Prefetched":
         return self
