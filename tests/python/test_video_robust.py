@@ -380,3 +380,20 @@ def test_interpreter_exit_while_clip_batches_are_made_ahead(videos):
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
     assert "terminate called" not in proc.stderr
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_an_earlier_iterator_ending_does_not_complete_a_later_epoch(workers: int):
+    """torch lets two iterators of one loader run: the first one's end completes its own epoch,
+    not the one a later iter() began (whose checkpoint still resumes after its one batch)."""
+    mended = Failing()
+    mended.bad = -1
+    dl = rl.DataLoader(mended, batch_size=1, num_workers=workers)
+    first = iter(dl)
+    next(first)
+    second = iter(dl)
+    assert next(second).tolist() == [0]
+    assert len(list(first)) == 5
+    state = dl.state_dict()
+    assert not state["complete"] and state["delivered"] == 1
+    assert len(list(second)) == 5 and dl.state_dict()["complete"]

@@ -263,8 +263,11 @@ class _CountDelivered:
             batch = next(self._batches)
         except StopIteration:
             self._finished = True
-            if self._loader._current is not None:
-                self._loader._current.done = True
+            # Its own epoch's (a later iter() may have begun another since); none delivered:
+            # the one begun last, this iterator's.
+            progress = self._progress if self._progress is not None else self._loader._current
+            if progress is not None:
+                progress.done = True
             raise
         except Exception as error:
             if isinstance(self._batches, types.GeneratorType):
