@@ -1,7 +1,7 @@
 """Natively batched clips under rl.DataLoader when files change and memory is bounded: a video
 replaced between epochs is sampled and decoded as it is now (not with the frame table kept from
 an earlier epoch), ``max_memory`` bounds the bytes of the clip batches alive at once (the
-prefetch depth cut to fit, a budget below one batch refused naming max_memory and the size
+prefetch depth cut to fit, a budget below two batches refused naming max_memory and the size
 needed), and ``on_error="replace"`` puts a substitute clip, drawn deterministically, in a bad
 video's row."""
 
