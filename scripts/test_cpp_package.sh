@@ -81,6 +81,11 @@ done
 if grep -nE 'std::(mutex|condition_variable)|#include <(mutex|condition_variable)>' "$PREFIX"/include/ringloader/*.h; then
   echo "test_cpp_package: an installed header exposes a lock (above): keep it behind the class's .cc" >&2; exit 1
 fi
+# No test hooks in the API: nothing installed names the library's internal namespace (where
+# tests point the loader at fake machine files: pipeline/loader_factory.h).
+if grep -nE '\binternal::|namespace internal\b' "$PREFIX"/include/ringloader/*.h; then
+  echo "test_cpp_package: an installed header names ringloader::internal (above): keep it in csrc/, not the API" >&2; exit 1
+fi
 echo "   $(ls "$PREFIX/include/ringloader" | tr '\n' ' ')"
 
 DATA=${RINGLOADER_CACHE:-$HOME/.cache/ringloader}/sample-v1

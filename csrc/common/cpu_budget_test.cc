@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "testing/jpeg_fixtures.h"
 #include "testing/simulated_device.h"
-#include "common/host_files.h"
+#include "pipeline/loader_factory.h"
 
 namespace ringloader {
 namespace {
@@ -283,16 +283,20 @@ TEST(AvailableMemoryTest, V1UnlimitedIsNoLimitAndUnknownGivesTwoGiB) {
   EXPECT_EQ(DefaultMemoryBudget(AvailableMemory{uint64_t{64} << 30, "MemAvailable"}), uint64_t{2} << 30);
 }
 
-LoaderOptions AutoOptions(const FakeCgroup& cgroup, std::string meminfo = "/proc/meminfo") {
+// The machine files of a loader in `cgroup` (and `meminfo`), handed to LoaderFactory.
+internal::HostFiles MachineIn(const FakeCgroup& cgroup, std::string meminfo = "/proc/meminfo") {
+  internal::HostFiles files;
+  files.cgroup_root = cgroup.root;
+  files.proc_self_cgroup = cgroup.proc_file;
+  files.meminfo_path = std::move(meminfo);
+  return files;
+}
+
+LoaderOptions AutoOptions() {
   LoaderOptions o;
   o.batch_size = 4;
   o.auto_threads = true;
   o.reader_threads = 0;
-  auto files = std::make_shared<internal::HostFiles>();
-  files->cgroup_root = cgroup.root;
-  files->proc_self_cgroup = cgroup.proc_file;
-  files->meminfo_path = std::move(meminfo);
-  o.host_files = std::move(files);
   o.training_threads = 1;
   o.training_threads_source = "torch.get_num_threads()";
   TransformStep crop;
@@ -307,7 +311,7 @@ TEST(LoaderAutoTest, QuotaSizesTheThreadsAndStatsSayWhy) {
   FakeCgroup f = V2("/ctr");
   WriteText(f.root + "/ctr/cpu.max", "100000 100000\n");  // 1 CPU
   std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
-  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, AutoOptions(f));
+  absl::StatusOr<std::unique_ptr<Loader>> loader = LoaderFactory::Create(samples, AutoOptions(), MachineIn(f));
   ASSERT_TRUE(loader.ok()) << loader.status();
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.decode_threads, 1);
@@ -326,12 +330,13 @@ TEST(LoaderAutoTest, QuotaSizesTheThreadsAndStatsSayWhy) {
 TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
   FakeCgroup f = V2("/ctr");
   std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
-  LoaderOptions o = AutoOptions(f);
+  const internal::HostFiles machine = MachineIn(f);
+  LoaderOptions o = AutoOptions();
   o.auto_prefetch = true;
   o.prefetch_batches = 2;
   const size_t slot = 4 * 3 * 16 * 16 + 2 * 4 * 8;
   o.max_memory = 7 * slot + slot / 2;  // 7 slots and a half: 7
-  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  absl::StatusOr<std::unique_ptr<Loader>> loader = LoaderFactory::Create(samples, o, machine);
   ASSERT_TRUE(loader.ok()) << loader.status();
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.slot_bytes, static_cast<int64_t>(slot));
@@ -342,19 +347,19 @@ TEST(LoaderAutoTest, MaxMemoryBoundsSlotsAndTheAdaptiveDepth) {
     // With a device the pipeline never deepens (the ring keeps its size), and says so.
     LoaderOptions staged = o;
     staged.device_runtime = std::make_shared<SimulatedDevice>();
-    absl::StatusOr<std::unique_ptr<Loader>> on_device = Loader::Create(samples, staged);
+    absl::StatusOr<std::unique_ptr<Loader>> on_device = LoaderFactory::Create(samples, staged, machine);
     ASSERT_TRUE(on_device.ok()) << on_device.status();
     EXPECT_EQ((*on_device)->Stats().prefetch_max, 2);
   }
   o.max_memory = slot + 1;       // not even 2 slots
-  loader = Loader::Create(samples, o);
+  loader = LoaderFactory::Create(samples, o, machine);
   ASSERT_FALSE(loader.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(loader.status()));
   EXPECT_TRUE(absl::StrContains(loader.status().message(), "max_memory=")) << loader.status();
   o.auto_prefetch = false;  // a fixed depth that does not fit is cut to slots - 1, and says so
   o.prefetch_batches = 4;
   o.max_memory = 4 * slot;
-  loader = Loader::Create(samples, o);
+  loader = LoaderFactory::Create(samples, o, machine);
   ASSERT_TRUE(loader.ok()) << loader.status();
   s = (*loader)->Stats();
   EXPECT_EQ(s.max_slots, 4);
@@ -375,9 +380,10 @@ TEST(LoaderAutoTest, DefaultMemoryBudgetFollowsASmallCgroup) {
   FakeCgroup f = V2("/ctr");
   WriteText(f.root + "/ctr/memory.max", "4000000\n");  // 4 MB: a 1 MB budget
   std::vector<Sample> samples = testing::WriteJpegDataset(MakeTempDir(), 8);
-  LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
+  LoaderOptions o = AutoOptions();
   o.prefetch_batches = 2;
-  absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+  absl::StatusOr<std::unique_ptr<Loader>> loader =
+      LoaderFactory::Create(samples, o, MachineIn(f, f.root + "/no-meminfo"));
   ASSERT_TRUE(loader.ok()) << loader.status();
   LoaderStats s = (*loader)->Stats();
   EXPECT_EQ(s.max_memory, 1000000);
@@ -393,9 +399,10 @@ TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
     // A quarter of 16000 bytes holds 1 slot; 2 fit in half of it: the default rises to them.
     FakeCgroup f = V2("/ctr");
     WriteText(f.root + "/ctr/memory.max", "16000\n");
-    LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
+    LoaderOptions o = AutoOptions();
     o.prefetch_batches = 4;
-    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        LoaderFactory::Create(samples, o, MachineIn(f, f.root + "/no-meminfo"));
     ASSERT_TRUE(loader.ok()) << loader.status();
     LoaderStats s = (*loader)->Stats();
     EXPECT_EQ(s.max_memory, static_cast<int64_t>(2 * slot));
@@ -413,8 +420,9 @@ TEST(LoaderAutoTest, ATinyCgroupCutsTheDepthOrRefusesAtCreate) {
     // 10000 bytes: 2 slots are more than half of it. Refused, naming the budget and the need.
     FakeCgroup f = V2("/ctr");
     WriteText(f.root + "/ctr/memory.max", "10000\n");
-    LoaderOptions o = AutoOptions(f, f.root + "/no-meminfo");
-    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(samples, o);
+    LoaderOptions o = AutoOptions();
+    absl::StatusOr<std::unique_ptr<Loader>> loader =
+        LoaderFactory::Create(samples, o, MachineIn(f, f.root + "/no-meminfo"));
     ASSERT_TRUE(absl::IsInvalidArgument(loader.status())) << loader.status();
     const absl::string_view message = loader.status().message();
     EXPECT_TRUE(absl::StartsWith(message, "the memory budget (2.4 KiB: the default, a quarter of 9.8 KiB available "

@@ -20,7 +20,7 @@
 #include "cuda/device_stager.h"
 #include "ringloader/ringloader.h"
 #include "testing/jpeg_fixtures.h"
-#include "common/host_files.h"
+#include "pipeline/loader_factory.h"
 
 namespace ringloader {
 namespace {
@@ -54,9 +54,9 @@ NumaOption Node(int node) {
 }
 
 /// A loader's machine files with the topology read under `root` (a fake sysfs tree).
-std::shared_ptr<const internal::HostFiles> SysfsAt(const std::string& root) {
-  auto files = std::make_shared<internal::HostFiles>();
-  files->sysfs_root = root;
+internal::HostFiles SysfsAt(const std::string& root) {
+  internal::HostFiles files;
+  files.sysfs_root = root;
   return files;
 }
 
@@ -392,8 +392,8 @@ TEST(LoaderNumaTest, WorkersArePinnedToTheFakeNodesCpusReadBackFromProc) {
   WriteText(root + "/devices/system/node/node1/cpulist", FormatCpuList(others) + "\n");
   LoaderOptions o = SmallOptions();
   o.numa = Node(0);
-  o.host_files = SysfsAt(root);
-  auto loader = Loader::Create(SmallDataset(12), o).value();
+  const internal::HostFiles machine = SysfsAt(root);
+  auto loader = LoaderFactory::Create(SmallDataset(12), o, machine).value();
   ASSERT_TRUE(loader->StartEpoch(0).ok());
   {
     absl::StatusOr<Batch> batch = loader->Next();
@@ -415,7 +415,7 @@ TEST(LoaderNumaTest, WorkersArePinnedToTheFakeNodesCpusReadBackFromProc) {
   EXPECT_EQ(batches, 3);
 
   o.numa = Node(1);
-  auto other = Loader::Create(SmallDataset(4), o).value();
+  auto other = LoaderFactory::Create(SmallDataset(4), o, machine).value();
   EXPECT_EQ(other->Stats().numa_cpus, FormatCpuList(others));
 }
 

@@ -16,7 +16,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_budget.h"
-#include "common/host_files.h"
 #include "common/status_util.h"
 #include "cuda/cuda_runtime.h"
 #include "cuda/device_runtime.h"
@@ -29,6 +28,7 @@
 #include "memory/decode_budget.h"
 #include "numa/topology.h"
 #include "pipeline/epoch.h"
+#include "pipeline/loader_factory.h"
 #include "pipeline/readers/sample_reader.h"
 #include "pipeline/sample_store.h"
 #include "pipeline/slot_pool.h"
@@ -80,8 +80,10 @@ class Loader::Impl {
   Impl(SampleStore samples, LoaderOptions options, TransformPipeline pipeline,
        std::shared_ptr<const ViewSet> views, NumaPlacement placement,
        std::shared_ptr<DeviceStager> stager, const SlotPlan& plan, std::unique_ptr<SampleReaders> readers);
-  // Loader::Create once the samples themselves are checked: views, pipeline, placement, slots.
-  static absl::StatusOr<std::unique_ptr<Impl>> Make(SampleStore samples, LoaderOptions options);
+  // LoaderFactory::Create once the samples themselves are checked: views, pipeline, placement,
+  // slots, with the machine (NUMA topology, CPU quota, available memory) read from `host`.
+  static absl::StatusOr<std::unique_ptr<Impl>> Make(SampleStore samples, LoaderOptions options,
+                                                    const internal::HostFiles& host);
   ~Impl() {
     if (DeferredRows* rows = readers_->deferred_rows()) rows->Close();  // a feeder waiting for room returns
     Stop();
@@ -193,14 +195,14 @@ EpochContext Loader::Impl::Context() {
 namespace {
 
 // The CPU budget of a loader placed by `placement` (common/cpu_budget.h), and its threads.
-absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const NumaPlacement& placement) {
+absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const NumaPlacement& placement,
+                                            const internal::HostFiles& host) {
   CpuBudget budget;
   budget.affinity_cpus = static_cast<int>(AllowedCpus().size());
   if (!placement.cpus.empty()) {
     budget.numa_node = placement.node;
     budget.node_cpus = static_cast<int>(placement.cpus.size());
   }
-  const internal::HostFiles& host = internal::HostFilesOf(options);
   RL_ASSIGN_OR_RETURN(budget.quota, ReadCpuQuota(host.cgroup_root, host.proc_self_cgroup));
   TrainingThreads training{options.training_threads, options.training_threads_source};
   if (training.count < 1) training = TrainingThreadsFromEnvironment();
@@ -214,18 +216,23 @@ absl::StatusOr<AutoThreads> PlanAutoThreads(const LoaderOptions& options, const 
   return out;
 }
 
-absl::StatusOr<NumaPlacement> PlaceThreads(const LoaderOptions& options, int ordinal) {
-  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(internal::HostFilesOf(options).sysfs_root));
+absl::StatusOr<NumaPlacement> PlaceThreads(const LoaderOptions& options, int ordinal,
+                                           const internal::HostFiles& host) {
+  RL_ASSIGN_OR_RETURN(NumaTopology topology, NumaTopology::Read(host.sysfs_root));
   return ChooseNumaPlacement(topology, options.numa, AllowedCpus(), CurrentCpu(),
                              ordinal >= 0 && !options.device_runtime ? CudaPciBusId(ordinal) : std::string());
 }
 
 }  // namespace
 
-absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
+absl::StatusOr<AutoThreads> internal::ChooseAutoThreads(const LoaderOptions& options, const HostFiles& host) {
   RL_ASSIGN_OR_RETURN(const int ordinal, ParseDevice(options.device));
-  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal));
-  return PlanAutoThreads(options, placement);
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal, host));
+  return PlanAutoThreads(options, placement, host);
+}
+
+absl::StatusOr<AutoThreads> ChooseAutoThreads(const LoaderOptions& options) {
+  return internal::ChooseAutoThreads(options, internal::HostFiles());
 }
 
 namespace {
@@ -248,23 +255,37 @@ absl::Status CheckColumns(const SampleColumns& c) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Loader>> Loader::CreateFromColumns(SampleColumns samples,
-                                                                  LoaderOptions options) {
+absl::StatusOr<std::unique_ptr<Loader>> LoaderFactory::CreateFromColumns(SampleColumns samples,
+                                                                         LoaderOptions options,
+                                                                         const internal::HostFiles& host) {
   RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size));
   RL_RETURN_IF_ERROR(CheckColumns(samples));
-  RL_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(SampleStore(std::move(samples)), std::move(options)));
+  RL_ASSIGN_OR_RETURN(std::unique_ptr<Loader::Impl> impl,
+                      Loader::Impl::Make(SampleStore(std::move(samples)), std::move(options), host));
   return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Loader>> LoaderFactory::Create(std::vector<Sample> samples, LoaderOptions options,
+                                                              const internal::HostFiles& host) {
+  RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
+  RL_RETURN_IF_ERROR(SampleReaders::Check(samples));
+  RL_ASSIGN_OR_RETURN(std::unique_ptr<Loader::Impl> impl,
+                      Loader::Impl::Make(SampleStore(std::move(samples)), std::move(options), host));
+  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Loader>> Loader::CreateFromColumns(SampleColumns samples,
+                                                                  LoaderOptions options) {
+  return LoaderFactory::CreateFromColumns(std::move(samples), std::move(options), internal::HostFiles());
 }
 
 absl::StatusOr<std::unique_ptr<Loader>> Loader::Create(std::vector<Sample> samples,
                                                        LoaderOptions options) {
-  RL_RETURN_IF_ERROR(ValidateOptions(options, samples.size()));
-  RL_RETURN_IF_ERROR(SampleReaders::Check(samples));
-  RL_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(SampleStore(std::move(samples)), std::move(options)));
-  return std::unique_ptr<Loader>(new Loader(std::move(impl)));
+  return LoaderFactory::Create(std::move(samples), std::move(options), internal::HostFiles());
 }
 
-absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore store, LoaderOptions options) {
+absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore store, LoaderOptions options,
+                                                                 const internal::HostFiles& host) {
   std::shared_ptr<const ViewSet> views;
   if (!options.views.empty()) {
     if (!options.transform.empty() || options.variable_size) {
@@ -327,11 +348,11 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
     // The ring bounds device memory: prefetch_batches staged ahead plus the consumer's batch.
     RL_ASSIGN_OR_RETURN(stager, MakeDeviceStager(std::move(runtime), slot_bytes, options.prefetch_batches + 1));
   }
-  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal));
+  RL_ASSIGN_OR_RETURN(NumaPlacement placement, PlaceThreads(options, ordinal, host));
   // Threads: chosen from the CPU budget (auto_threads), after placement, whose CPUs bound it.
   std::string threads_note;
   if (options.auto_threads) {
-    RL_ASSIGN_OR_RETURN(const AutoThreads plan, PlanAutoThreads(options, placement));
+    RL_ASSIGN_OR_RETURN(const AutoThreads plan, PlanAutoThreads(options, placement, host));
     options.num_workers = plan.decode_threads;
     options.reader_threads = plan.reader_threads;
     threads_note = plan.note;
@@ -354,7 +375,6 @@ absl::StatusOr<std::unique_ptr<Loader::Impl>> Loader::Impl::Make(SampleStore sto
     request.budget_given = true;
     budget_note = "set (max_memory)";
   } else {
-    const internal::HostFiles& host = internal::HostFilesOf(options);
     const AvailableMemory available = ReadAvailableMemory(host.meminfo_path, host.cgroup_root, host.proc_self_cgroup);
     request.available = available.bytes;
     request.budget = DefaultMemoryBudget(available, &budget_note);

@@ -32,6 +32,7 @@
 #include "io/reader.h"
 #include "io/range_reads.h"
 #include "io/shard_cache.h"
+#include "pipeline/loader_factory.h"
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/verdict.h"
@@ -128,8 +129,10 @@ class PyLoader {
     if (whole_files && py::isinstance<py::tuple>(paths) && py::len(paths) == 2) {
       // Whole files from a path arena: the loader reads the arena and labels in place.
       SampleColumns columns = ColumnsFrom(py::reinterpret_borrow<py::tuple>(paths), labels);
+      internal::HostFiles host;
+      LoaderOptions parsed = ParseOptions(options, &host);
       absl::StatusOr<std::unique_ptr<Loader>> loader =
-          Loader::CreateFromColumns(std::move(columns), ParseOptions(options));
+          LoaderFactory::CreateFromColumns(std::move(columns), std::move(parsed), host);
       ThrowIfError(loader.status());
       loader_ = std::move(*loader);
       return;
@@ -150,8 +153,9 @@ class PyLoader {
       TakeMemory(memory, &samples);
     }
     if (!more_files.is_none()) TakeMoreFiles(more_files, &samples);
-    LoaderOptions parsed = ParseOptions(options);
-    absl::StatusOr<std::unique_ptr<Loader>> loader = Loader::Create(std::move(samples), std::move(parsed));
+    internal::HostFiles host;
+    LoaderOptions parsed = ParseOptions(options, &host);
+    absl::StatusOr<std::unique_ptr<Loader>> loader = LoaderFactory::Create(std::move(samples), std::move(parsed), host);
     ThrowIfError(loader.status());
     loader_ = std::move(*loader);
   }

@@ -45,7 +45,6 @@
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
-#include "common/host_files.h"
 
 namespace py = pybind11;
 
@@ -263,23 +262,19 @@ constexpr PlainOption kPlainOptions[] = {
 
 }  // namespace
 
-LoaderOptions ParseOptions(py::dict d) {
+LoaderOptions ParseOptions(py::dict d, internal::HostFiles* host) {
   // A real copy (py::dict(d) would alias a dict argument): keys are removed as they are read.
   d = py::reinterpret_steal<py::dict>(PyDict_Copy(d.ptr()));
   LoaderOptions o;
   for (const PlainOption& option : kPlainOptions) option.take(d, option.key, o);
-  {
-    // Tests point the machine's files at fake trees (common/host_files.h).
-    internal::HostFiles files;
-    bool faked = false;
-    for (auto [key, field] : {std::pair{"numa_sysfs_root", &internal::HostFiles::sysfs_root},
-                              std::pair{"cgroup_root", &internal::HostFiles::cgroup_root},
-                              std::pair{"proc_self_cgroup", &internal::HostFiles::proc_self_cgroup},
-                              std::pair{"meminfo_path", &internal::HostFiles::meminfo_path}}) {
-      if (d.contains(key)) faked = true;
-      Take(d, key, &(files.*field));
-    }
-    if (faked) o.host_files = std::make_shared<const internal::HostFiles>(std::move(files));
+  // Tests point the machine's files at fake trees (common/host_files.h); a key not given keeps
+  // the real file.
+  *host = internal::HostFiles();
+  for (auto [key, field] : {std::pair{"numa_sysfs_root", &internal::HostFiles::sysfs_root},
+                            std::pair{"cgroup_root", &internal::HostFiles::cgroup_root},
+                            std::pair{"proc_self_cgroup", &internal::HostFiles::proc_self_cgroup},
+                            std::pair{"meminfo_path", &internal::HostFiles::meminfo_path}}) {
+    Take(d, key, &(host->*field));
   }
   if (d.contains("fast_decode")) {
     const FastDecode level = FastDecodeArg(d["fast_decode"]);

@@ -46,7 +46,7 @@
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
-#include "common/host_files.h"
+#include "pipeline/loader_factory.h"
 
 namespace py = pybind11;
 
@@ -108,11 +108,12 @@ void BindThreadPlans(py::module_& m) {
   m.def(
       "choose_auto_threads",
       [](py::dict options) {
-        LoaderOptions o = ParseOptions(options);
+        internal::HostFiles host;
+        LoaderOptions o = ParseOptions(options, &host);
         absl::StatusOr<AutoThreads> plan;
         {
           py::gil_scoped_release release;
-          plan = ChooseAutoThreads(o);
+          plan = internal::ChooseAutoThreads(o, host);
         }
         ThrowIfError(plan.status());
         py::dict d;
@@ -129,9 +130,9 @@ void BindThreadPlans(py::module_& m) {
       "default_memory_budget",
       [](py::dict options) {
         // The slot-memory budget a loader with these options gets when max_memory is not given.
-        const LoaderOptions o = ParseOptions(options);
+        internal::HostFiles host;
+        ParseOptions(options, &host);  // checks every key as a loader would
         std::string note;
-        const internal::HostFiles& host = internal::HostFilesOf(o);
         const uint64_t bytes = DefaultMemoryBudget(
             ReadAvailableMemory(host.meminfo_path, host.cgroup_root, host.proc_self_cgroup), &note);
         return py::make_tuple(bytes, note);

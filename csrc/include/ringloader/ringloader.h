@@ -150,6 +150,7 @@ class Loader {
 
  private:
   class Impl;  // everything else: slots, placement, epochs (pipeline/loader.cc)
+  friend struct LoaderFactory;  // the library's own factory (pipeline/loader_factory.h)
   explicit Loader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -16,10 +16,6 @@
 
 namespace ringloader {
 
-namespace internal {
-struct HostFiles;  // common/host_files.h (not installed): where tests point the machine files
-}  // namespace internal
-
 // Seams the loader can be given (slot memory, a device runtime) and what batches hand out to
 // keep their memory alive. Their definitions are the library's own; users pass them on.
 class SlotAllocator;
@@ -178,9 +174,6 @@ struct LoaderOptions {
   /// the largest file it read; a second set while the next epoch is read ahead) and device
   /// buffers.
   size_t max_memory = 0;
-  /// Where the machine is read (/sys, the cgroup tree, /proc); null: the real files. Internal:
-  /// only tests set it (common/host_files.h, not installed).
-  std::shared_ptr<const internal::HostFiles> host_files;
   bool drop_last = false;        ///< Built-in sampler: drop a short last batch.
   bool shuffle = false;          ///< Built-in sampler: shuffle each epoch by (seed, epoch).
   uint64_t seed = 0;             ///< Shuffle and augmentation seed.
