@@ -586,13 +586,6 @@ bool CacheEntryReady(const std::string& entry, int64_t size) {
   return true;
 }
 
-absl::StatusOr<int64_t> ShardCache::CachedBytes() const {
-  RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
-  int64_t total = 0;
-  for (const Entry& e : entries) total += e.size;
-  return total;
-}
-
 absl::StatusOr<int64_t> ShardCache::Evict(const std::set<std::string>& keep, int64_t target_bytes) {
   RL_ASSIGN_OR_RETURN(std::vector<Entry> entries, CompleteEntries(dir_));
   int64_t total = 0;

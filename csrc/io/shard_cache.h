@@ -128,9 +128,6 @@ class ShardCache {
 
   int64_t limit_bytes() const { return limit_bytes_; }
 
-  /// Bytes of the complete entries in the folder.
-  absl::StatusOr<int64_t> CachedBytes() const;
-
  private:
   const std::string dir_;
   const int64_t limit_bytes_;
