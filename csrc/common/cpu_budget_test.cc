@@ -295,8 +295,7 @@ LoaderOptions AutoOptions(const FakeCgroup& cgroup, std::string meminfo = "/proc
   o.host_files = std::move(files);
   o.training_threads = 1;
   o.training_threads_source = "torch.get_num_threads()";
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kCenterCrop;
+  CenterCropParams crop;
   crop.size_h = crop.size_w = 16;
   o.transform = {crop};
   o.dtype = DType::kUint8;

@@ -76,11 +76,10 @@ void BindImageOpHooks(py::module_& m) {
          const std::vector<std::vector<std::array<int, 3>>>& chains) {
         if (img.ndim() != 3 || img.shape(2) != 3) throw py::value_error("image must be HxWx3 uint8");
         const int h = static_cast<int>(img.shape(0)), w = static_cast<int>(img.shape(1));
-        TransformStep s;
-        s.kind = TransformStep::Kind::kAugMix;
+        AugMixParams s;
         s.v2_magnitudes = v2;
         s.interpolation = static_cast<Interpolation>(interpolation);
-        s.augmix_all_ops = all_ops;
+        s.all_ops = all_ops;
         AugMixDraws draws;
         draws.m0 = m0;
         draws.m1 = m1;
