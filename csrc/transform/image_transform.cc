@@ -58,10 +58,6 @@ namespace {
 
 using Kind = TransformStep::Kind;
 
-bool ValidRange(const Range& r, double lo, double hi) {
-  return std::isfinite(r.lo) && std::isfinite(r.hi) && r.lo <= r.hi && r.lo >= lo && r.hi <= hi;
-}
-
 bool ValidProbability(double p) { return p >= 0.0 && p <= 1.0; }
 
 /// Whether the step resamples with Pillow's Image.transform / Image.rotate, which take the
@@ -95,63 +91,9 @@ std::optional<Interpolation> FilterOf(const TransformStep& s) {
       s.params);
 }
 
-std::string CheckPadding(const TransformStep& s) {
-  const bool crop = s.kind() == Kind::kRandomCrop;
-  const PaddingParams& padding =
-      crop ? static_cast<const PaddingParams&>(s.get<RandomCropParams>()) : s.get<PadParams>();
-  if (crop && s.get<RandomCropParams>().size_w == 0) return "size must be > 0";
-  for (int v : padding.pad) {
-    if (v < 0 && crop) return "padding must be >= 0";
-    if (v < 0 && padding.pad_mode != PadMode::kConstant) {
-      return "negative padding is only supported with padding_mode='constant'";
-    }
-  }
-  return "";
-}
-
-std::string CheckColorJitter(const ColorJitterParams& s) {
-  for (const std::optional<Range>* factor : {&s.brightness, &s.contrast, &s.saturation}) {
-    if (*factor && !ValidRange(**factor, 0.0, 1e9)) {
-      return "brightness, contrast and saturation ranges must satisfy 0 <= min <= max";
-    }
-  }
-  if (s.hue && !ValidRange(*s.hue, -0.5, 0.5)) {
-    return "hue range must lie in [-0.5, 0.5] with min <= max";
-  }
-  return "";
-}
-
-std::string CheckRandomErasing(const RandomErasingParams& s) {
-  if (!ValidProbability(s.p)) return "p must be in [0, 1]";
-  if (!ValidRange(s.scale, 0.0, 1.0)) return "scale must satisfy 0 <= min <= max <= 1";
-  if (!(s.ratio.lo > 0 && s.ratio.lo <= s.ratio.hi)) return "ratio must satisfy 0 < min <= max";
-  if (s.erase_count < 1) return "max_count must be >= 1";
-  return "";
-}
-
-std::string CheckRandomAffine(const RandomAffineParams& s) {
-  if (!ValidRange(s.degrees, -1e6, 1e6)) return "degrees must be finite with min <= max";
-  if (const std::optional<Range>& t = s.translate;
-      t && !(t->lo >= 0 && t->lo <= 1 && t->hi >= 0 && t->hi <= 1)) {
-    return "translate values must be in [0, 1]";
-  }
-  if (s.scale && !(ValidRange(*s.scale, 0.0, 1e6) && s.scale->lo > 0)) {
-    return "scale must satisfy 0 < min <= max";
-  }
-  return "";
-}
-
-std::string CheckAugMix(const AugMixParams& s) {
-  if (s.interpolation != Interpolation::kNearest && s.interpolation != Interpolation::kBilinear) {
-    return "interpolation must be nearest or bilinear (AugMix runs torch's grid_sample)";
-  }
-  if (s.severity < 1 || s.severity > 10) return "severity must be in [1, 10]";
-  if (s.width < 1 || s.width > 64) return "mixture_width must be in [1, 64]";
-  if (s.depth > 64) return "chain_depth must be <= 64";
-  return s.alpha > 0 && std::isfinite(s.alpha) ? "" : "alpha must be > 0";
-}
-
-/// Per-kind parameter checks of the steps added for the full recipe set ("" when valid).
+/// The checks of a step's values beyond what its parse can see: the filters of the steps that
+/// resample with Pillow's Image.transform, then the kind's own (its row's `check`); "" when
+/// valid.
 std::string CheckImageStep(const TransformStep& s) {
   if (const std::optional<Interpolation> filter = FilterOf(s);
       UsesTransformFilter(s) && *filter != Interpolation::kNearest &&
@@ -160,66 +102,8 @@ std::string CheckImageStep(const TransformStep& s) {
                         " is not a filter of Pillow's Image.transform/rotate; use nearest, "
                         "bilinear or bicubic");
   }
-  switch (s.kind()) {
-    case Kind::kRandomCrop:
-    case Kind::kPad:
-      return CheckPadding(s);
-    case Kind::kColorJitter:
-      return CheckColorJitter(s.get<ColorJitterParams>());
-    case Kind::kGrayscale:
-      return ValidProbability(s.get<GrayscaleParams>().p) ? "" : "p must be in [0, 1]";
-    case Kind::kRandomVerticalFlip:
-      return ValidProbability(s.get<VerticalFlipParams>().p) ? "" : "p must be in [0, 1]";
-    case Kind::kAugOp:
-      return ValidProbability(s.get<AugOpParams>().p) ? "" : "p must be in [0, 1]";
-    case Kind::kRandomErasing:
-      return CheckRandomErasing(s.get<RandomErasingParams>());
-    case Kind::kRandomRotation:
-      if (!ValidRange(s.get<RandomRotationParams>().degrees, -1e6, 1e6)) {
-        return "degrees must be finite with min <= max";
-      }
-      return "";
-    case Kind::kRandomAffine:
-      return CheckRandomAffine(s.get<RandomAffineParams>());
-    case Kind::kGaussianBlur: {
-      const GaussianBlurParams& b = s.get<GaussianBlurParams>();
-      if (b.size_w <= 0 || b.size_h <= 0 || b.size_w % 2 == 0 || b.size_h % 2 == 0) {
-        return "kernel size must be odd and positive";
-      }
-      if (!(b.sigma.lo > 0 && b.sigma.lo <= b.sigma.hi)) {
-        return "sigma must satisfy 0 < min <= max";
-      }
-      return "";
-    }
-    case Kind::kRandAugment: {
-      const RandAugmentParams& r = s.get<RandAugmentParams>();
-      if (r.num_bins < 2) return "num_magnitude_bins must be >= 2";
-      if (r.num_ops < 0 || r.magnitude < 0 || r.magnitude >= r.num_bins) {
-        return "num_ops must be >= 0 and magnitude in [0, num_magnitude_bins)";
-      }
-      return "";
-    }
-    case Kind::kTrivialAugmentWide:
-      if (s.get<TrivialAugmentWideParams>().num_bins < 2) return "num_magnitude_bins must be >= 2";
-      return "";
-    case Kind::kAutoAugment: {
-      const int policy = s.get<AutoAugmentParams>().policy;
-      return policy >= 0 && policy <= 2 ? "" : "policy must be IMAGENET, CIFAR10 or SVHN";
-    }
-    case Kind::kTimmRandAugment: {
-      const TimmRandAugmentParams& t = s.get<TimmRandAugmentParams>();
-      return t.num_ops >= 0 && t.magnitude >= 0 ? "" : "num_ops and magnitude must be >= 0";
-    }
-    case Kind::kRandomApply: {
-      const RandomApplyParams& a = s.get<RandomApplyParams>();
-      if (!ValidProbability(a.p)) return "p must be in [0, 1]";
-      return a.apply_steps >= 0 ? "" : "the number of guarded steps must be >= 0";
-    }
-    case Kind::kAugMix:
-      return CheckAugMix(s.get<AugMixParams>());
-    default:
-      return "";
-  }
+  const auto check = KindInfo(s.kind()).check;
+  return check != nullptr ? check(s) : "";
 }
 
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {

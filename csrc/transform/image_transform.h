@@ -66,8 +66,8 @@ absl::Status ReadRanges(StepParamReader& params, std::span<std::optional<Range>*
 
 /// One row per step kind: its parameter struct's kind, the names it goes by, the stage-order
 /// facts about it, and its per-kind parts. The binding parses the kind by `key` and its
-/// parameters with `parse`, Create orders the chain by `stage` and `resizes`, errors name it by
-/// `name` and Describe shows it with `describe`. The rows are made (step_kinds.cc) from
+/// parameters with `parse`, Create checks them with `check` and orders the chain by `stage`
+/// and `resizes`, errors name it by `name` and Describe shows it with `describe`. The rows are made (step_kinds.cc) from
 /// functions that take the kind's own parameter struct (ResizeParams...), so a new kind is its
 /// struct in transform_step.h, one row, and its functions.
 struct StepKindInfo {
@@ -85,6 +85,10 @@ struct StepKindInfo {
   absl::Status (*parse)(StepParamReader& params, TransformStep* step);
   /// The step in TransformPipeline::Describe ("Resize(256)"); `name` when null.
   std::string (*describe)(const TransformStep& step);
+  /// Create's checks of the kind's values ("p must be in [0, 1]"), "" when they are valid;
+  /// null for the kinds whose checks follow the output size (the geometric and crop steps'
+  /// sizes, in Create's walk) or that have none.
+  std::string (*check)(const TransformStep& step);
   /// Runs one step of the kind on the 8-bit image (augment.h), drawing its random parameters
   /// from `rng`; null for the kinds that never run there (the resizes and the output steps)
   /// and for RandomApply, which ApplyImageSteps runs itself (it decides whether the steps it

@@ -1,12 +1,13 @@
 // StepKinds(): one row per transform step kind (its parameter struct, binding key, torchvision
-// name, stage, parameter keys) and the kinds' parse and describe functions, which the rows
-// point to. The image-stage functions of the rows are defined in augment.cc (and augmix.cc,
+// name, stage, parameter keys) and the kinds' parse, describe and check functions, which the
+// rows point to. The image-stage functions of the rows are defined in augment.cc (and augmix.cc,
 // photometric.cc).
 
 #include "transform/image_transform.h"
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <iterator>
 #include <initializer_list>
 #include <optional>
@@ -368,14 +369,122 @@ std::string DescribeTimmRandAugment(const TimmRandAugmentParams& s) {
                          s.magnitude_std, s.timm_op_count);
 }
 
+// ---- Create's value checks of each kind ("" when valid) -----------------------------------
+
+bool ValidRange(const Range& r, double lo, double hi) {
+  return std::isfinite(r.lo) && std::isfinite(r.hi) && r.lo <= r.hi && r.lo >= lo && r.hi <= hi;
+}
+
+template <typename P>
+std::string CheckProbability(const P& s) {
+  return s.p >= 0.0 && s.p <= 1.0 ? "" : "p must be in [0, 1]";
+}
+
+std::string CheckPadding(const PaddingParams& s, bool crop) {
+  for (int v : s.pad) {
+    if (v < 0 && crop) return "padding must be >= 0";
+    if (v < 0 && s.pad_mode != PadMode::kConstant) {
+      return "negative padding is only supported with padding_mode='constant'";
+    }
+  }
+  return "";
+}
+
+std::string CheckRandomCrop(const RandomCropParams& s) {
+  if (s.size_w == 0) return "size must be > 0";
+  return CheckPadding(s, /*crop=*/true);
+}
+
+std::string CheckPad(const PadParams& s) { return CheckPadding(s, /*crop=*/false); }
+
+std::string CheckColorJitter(const ColorJitterParams& s) {
+  for (const std::optional<Range>* factor : {&s.brightness, &s.contrast, &s.saturation}) {
+    if (*factor && !ValidRange(**factor, 0.0, 1e9)) {
+      return "brightness, contrast and saturation ranges must satisfy 0 <= min <= max";
+    }
+  }
+  if (s.hue && !ValidRange(*s.hue, -0.5, 0.5)) {
+    return "hue range must lie in [-0.5, 0.5] with min <= max";
+  }
+  return "";
+}
+
+std::string CheckRandomErasing(const RandomErasingParams& s) {
+  if (std::string bad = CheckProbability(s); !bad.empty()) return bad;
+  if (!ValidRange(s.scale, 0.0, 1.0)) return "scale must satisfy 0 <= min <= max <= 1";
+  if (!(s.ratio.lo > 0 && s.ratio.lo <= s.ratio.hi)) return "ratio must satisfy 0 < min <= max";
+  if (s.erase_count < 1) return "max_count must be >= 1";
+  return "";
+}
+
+std::string CheckRotation(const RandomRotationParams& s) {
+  return ValidRange(s.degrees, -1e6, 1e6) ? "" : "degrees must be finite with min <= max";
+}
+
+std::string CheckRandomAffine(const RandomAffineParams& s) {
+  if (!ValidRange(s.degrees, -1e6, 1e6)) return "degrees must be finite with min <= max";
+  if (const std::optional<Range>& t = s.translate;
+      t && !(t->lo >= 0 && t->lo <= 1 && t->hi >= 0 && t->hi <= 1)) {
+    return "translate values must be in [0, 1]";
+  }
+  if (s.scale && !(ValidRange(*s.scale, 0.0, 1e6) && s.scale->lo > 0)) {
+    return "scale must satisfy 0 < min <= max";
+  }
+  return "";
+}
+
+std::string CheckGaussianBlur(const GaussianBlurParams& s) {
+  if (s.size_w <= 0 || s.size_h <= 0 || s.size_w % 2 == 0 || s.size_h % 2 == 0) {
+    return "kernel size must be odd and positive";
+  }
+  if (!(s.sigma.lo > 0 && s.sigma.lo <= s.sigma.hi)) return "sigma must satisfy 0 < min <= max";
+  return "";
+}
+
+std::string CheckRandAugment(const RandAugmentParams& s) {
+  if (s.num_bins < 2) return "num_magnitude_bins must be >= 2";
+  if (s.num_ops < 0 || s.magnitude < 0 || s.magnitude >= s.num_bins) {
+    return "num_ops must be >= 0 and magnitude in [0, num_magnitude_bins)";
+  }
+  return "";
+}
+
+std::string CheckTrivialAugmentWide(const TrivialAugmentWideParams& s) {
+  return s.num_bins >= 2 ? "" : "num_magnitude_bins must be >= 2";
+}
+
+std::string CheckAutoAugment(const AutoAugmentParams& s) {
+  return s.policy >= 0 && s.policy <= 2 ? "" : "policy must be IMAGENET, CIFAR10 or SVHN";
+}
+
+std::string CheckTimmRandAugment(const TimmRandAugmentParams& s) {
+  return s.num_ops >= 0 && s.magnitude >= 0 ? "" : "num_ops and magnitude must be >= 0";
+}
+
+std::string CheckRandomApply(const RandomApplyParams& s) {
+  if (std::string bad = CheckProbability(s); !bad.empty()) return bad;
+  return s.apply_steps >= 0 ? "" : "the number of guarded steps must be >= 0";
+}
+
+std::string CheckAugMix(const AugMixParams& s) {
+  if (s.interpolation != Interpolation::kNearest && s.interpolation != Interpolation::kBilinear) {
+    return "interpolation must be nearest or bilinear (AugMix runs torch's grid_sample)";
+  }
+  if (s.severity < 1 || s.severity > 10) return "severity must be in [1, 10]";
+  if (s.width < 1 || s.width > 64) return "mixture_width must be in [1, 64]";
+  if (s.depth > 64) return "chain_depth must be <= 64";
+  return s.alpha > 0 && std::isfinite(s.alpha) ? "" : "alpha must be > 0";
+}
+
 /// A kind's row from its parameter struct P and its functions, each of which takes P: the
-/// row's parse/describe/apply_image get the step's P out of the variant and call them.
+/// row's parse/describe/apply_image/check get the step's P out of the variant and call them.
 template <typename P, absl::Status (*kParse)(StepParamReader&, P*),
-          std::string (*kDescribe)(const P&) = nullptr, ImageStepFn<P>* kApply = nullptr>
+          std::string (*kDescribe)(const P&) = nullptr, ImageStepFn<P>* kApply = nullptr,
+          std::string (*kCheck)(const P&) = nullptr>
 StepKindInfo Row(const char* key, const char* name, StepStage stage, bool resizes,
                  std::vector<std::string_view> params) {
   StepKindInfo info{P::kKind, key, name, stage, resizes, std::move(params),
-                    nullptr,  nullptr, nullptr};
+                    nullptr,  nullptr, nullptr, nullptr};
   info.parse = [](StepParamReader& r, TransformStep* s) { return kParse(r, &s->get<P>()); };
   if constexpr (kDescribe != nullptr) {
     info.describe = [](const TransformStep& s) { return kDescribe(s.get<P>()); };
@@ -383,6 +492,9 @@ StepKindInfo Row(const char* key, const char* name, StepStage stage, bool resize
   if constexpr (kApply != nullptr) {
     info.apply_image = [](const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
                           RgbView* img) { return kApply(s.get<P>(), rng, scratch, img); };
+  }
+  if constexpr (kCheck != nullptr) {
+    info.check = [](const TransformStep& s) { return kCheck(s.get<P>()); };
   }
   return info;
 }
@@ -419,49 +531,54 @@ const std::vector<StepKindInfo>& StepKinds() {
                                          {"by_reciprocal"}),
       Row<NormalizeParams, ParseNormalize, DescribeNormalize>("normalize", "Normalize",
                                                              S::kOutput, false, {"mean", "std"}),
-      Row<VerticalFlipParams, ReadProbability, DescribeVerticalFlip, ApplyVerticalFlip>(
+      Row<VerticalFlipParams, ReadProbability, DescribeVerticalFlip, ApplyVerticalFlip,
+          CheckProbability>(
           "random_vertical_flip", "RandomVerticalFlip", S::kGeometry, false, {"p"}),
-      Row<RandomCropParams, ParseRandomCrop, DescribeRandomCrop, ApplyRandomCrop>(
+      Row<RandomCropParams, ParseRandomCrop, DescribeRandomCrop, ApplyRandomCrop,
+          CheckRandomCrop>(
           "random_crop", "RandomCrop", S::kCropPad, false,
           {"size_h", "size_w", "pad", "pad_if_needed", "fill", "pad_mode"}),
-      Row<PadParams, ParsePad, DescribePad, ApplyPad>(
+      Row<PadParams, ParsePad, DescribePad, ApplyPad, CheckPad>(
           "pad", "Pad", S::kCropPad, false, {"pad", "fill", "pad_mode", "zoom_out", "p"}),
-      Row<ColorJitterParams, ParseColorJitter, DescribeColorJitter, ApplyColorJitterStep>(
+      Row<ColorJitterParams, ParseColorJitter, DescribeColorJitter, ApplyColorJitterStep,
+          CheckColorJitter>(
           "color_jitter", "ColorJitter", S::kImage, false, {"ranges", "photometric", "p"}),
-      Row<GrayscaleParams, ReadProbability, nullptr, ApplyGrayscale>(
+      Row<GrayscaleParams, ReadProbability, nullptr, ApplyGrayscale, CheckProbability>(
           "grayscale", "Grayscale", S::kImage, false, {"p"}),
-      Row<RandomRotationParams, ParseRotation, nullptr, ApplyRandomRotation>(
+      Row<RandomRotationParams, ParseRotation, nullptr, ApplyRandomRotation, CheckRotation>(
           "random_rotation", "RandomRotation", S::kImage, false,
           {"ranges", "interpolation", "fill", "center"}),
-      Row<RandomAffineParams, ParseAffine, nullptr, ApplyRandomAffine>(
+      Row<RandomAffineParams, ParseAffine, nullptr, ApplyRandomAffine, CheckRandomAffine>(
           "random_affine", "RandomAffine", S::kImage, false,
           {"ranges", "interpolation", "fill", "center"}),
-      Row<GaussianBlurParams, ParseBlur, nullptr, ApplyGaussianBlur>(
+      Row<GaussianBlurParams, ParseBlur, nullptr, ApplyGaussianBlur, CheckGaussianBlur>(
           "gaussian_blur", "GaussianBlur", S::kImage, false, {"size_h", "size_w", "ranges"}),
-      Row<AugOpParams, ParseAugOp, DescribeAugOp, ApplyAugOpStep>(
+      Row<AugOpParams, ParseAugOp, DescribeAugOp, ApplyAugOpStep, CheckProbability>(
           "aug_op", "AugOp", S::kImage, false, {"op", "magnitude", "p", "interpolation", "fill"}),
-      Row<RandAugmentParams, ParseRandAugment, DescribeRandAugment, ApplyRandAugment>(
+      Row<RandAugmentParams, ParseRandAugment, DescribeRandAugment, ApplyRandAugment,
+          CheckRandAugment>(
           "rand_augment", "RandAugment", S::kImage, false,
           {"num_ops", "magnitude", "num_bins", "interpolation", "fill", "v2_magnitudes"}),
-      Row<TrivialAugmentWideParams, ParseTrivialAugmentWide, nullptr, ApplyTrivialAugmentWide>(
+      Row<TrivialAugmentWideParams, ParseTrivialAugmentWide, nullptr, ApplyTrivialAugmentWide,
+          CheckTrivialAugmentWide>(
           "trivial_augment_wide", "TrivialAugmentWide", S::kImage, false,
           {"num_bins", "interpolation", "fill", "v2_magnitudes"}),
-      Row<AutoAugmentParams, ParseAutoAugment, nullptr, ApplyAutoAugment>(
+      Row<AutoAugmentParams, ParseAutoAugment, nullptr, ApplyAutoAugment, CheckAutoAugment>(
           "auto_augment", "AutoAugment", S::kImage, false,
           {"policy", "interpolation", "fill", "v2_magnitudes"}),
       Row<TimmRandAugmentParams, ParseTimmRandAugment, DescribeTimmRandAugment,
-          ApplyTimmRandAugment>(
+          ApplyTimmRandAugment, CheckTimmRandAugment>(
           "timm_rand_augment", "timm's RandAugment", S::kImage, false,
           {"timm_ops", "num_ops", "p", "magnitude", "magnitude_std", "magnitude_max",
            "translate_pct", "translate_const", "fill", "interpolation", "random_interpolation"}),
-      Row<RandomErasingParams, ParseRandomErasing>(
+      Row<RandomErasingParams, ParseRandomErasing, nullptr, nullptr, CheckRandomErasing>(
           "random_erasing", "RandomErasing", S::kOutput, false,
           {"p", "ranges", "fill", "erase_mode", "timm_erasing", "erase_count"}),
       // No image function of its own: ApplyImageSteps draws for it and skips the steps it
       // guards when the draw says so.
-      Row<RandomApplyParams, ParseRandomApply, DescribeRandomApply>(
+      Row<RandomApplyParams, ParseRandomApply, DescribeRandomApply, nullptr, CheckRandomApply>(
           "random_apply", "RandomApply", S::kImage, false, {"p", "num_steps"}),
-      Row<AugMixParams, ParseAugMix, nullptr, ApplyAugMix>(
+      Row<AugMixParams, ParseAugMix, nullptr, ApplyAugMix, CheckAugMix>(
           "augmix", "AugMix", S::kImage, false,
           {"severity", "mixture_width", "chain_depth", "alpha", "all_ops", "interpolation",
            "v2_magnitudes"}),
