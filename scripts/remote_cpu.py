@@ -29,7 +29,7 @@ from pathlib import Path
 import ringloader as rl
 from ringloader import bench, pack
 from ringloader import transforms as T
-from ringloader import webdataset as wdsmod
+from ringloader.sources import webdataset as wdsmod
 
 TICK = os.sysconf("SC_CLK_TCK")
 

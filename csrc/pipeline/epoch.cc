@@ -802,9 +802,6 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
                             absl::Status cause) {
   const int64_t n = static_cast<int64_t>(ctx.samples->size());
   const uint64_t sample_seed = RowSeed(request);
-  // 16 random draws, then a walk onward from the last draw: a dataset with many bad files still
-  // finds its good ones, and the bound keeps an all-bad dataset from costing O(N) per sample.
-  const uint64_t walk_from = Mix64(sample_seed + 16);
   // The failed sample's reader says where substitutes may come from (a deferred row: its own
   // group, held while it is being decoded; the dataset's other groups may be nowhere in memory).
   Sample failed_scratch, scratch;  // the failed sample's, a substitute's
@@ -813,10 +810,9 @@ absl::Status Epoch::Replace(ImageDecoder& decoder, RenderState& render, ByteBuff
   const absl::StatusOr<SampleRun> run = failed_reader.SubstitutesFor(failed, request.index, n);
   if (!run.ok()) return cause;
   const int64_t first = run->first, count = run->count;
-  const uint64_t attempts = 16 + static_cast<uint64_t>(std::min<int64_t>(count, kReplaceWalk));
+  const uint64_t attempts = ReplaceAttempts(count);  // random draws, then a walk (epoch.h)
   for (uint64_t attempt = 0; attempt < attempts; ++attempt) {
-    const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : walk_from + (attempt - 16);
-    const int64_t substitute = first + static_cast<int64_t>(draw % static_cast<uint64_t>(count));
+    const int64_t substitute = first + ReplaceCandidate(sample_seed, attempt, count);
     if (substitute == request.index) continue;
     const Sample& candidate = ctx.samples->Get(static_cast<size_t>(substitute), &scratch);
     if (!failed_reader.MayStandIn(failed, candidate)) continue;

@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -101,6 +102,18 @@ absl::Status AnnotateSampleError(const absl::Status& cause, int64_t index, const
 
 // ErrorPolicy::kReplace walks at most this many samples after its random draws failed.
 inline constexpr int64_t kReplaceWalk = 256;
+
+// ErrorPolicy::kReplace's substitutes for a failed row whose seed is `sample_seed`, among `count`
+// candidates: attempts 0..15 are random draws, the rest a walk onward from the last draw (a
+// dataset with many bad files still finds its good ones; the bound keeps an all-bad one from
+// costing O(N) per sample). ReplaceCandidate is the offset of attempt `attempt` in the run.
+inline uint64_t ReplaceAttempts(int64_t count) {
+  return 16 + static_cast<uint64_t>(std::min<int64_t>(count, kReplaceWalk));
+}
+inline int64_t ReplaceCandidate(uint64_t sample_seed, uint64_t attempt, int64_t count) {
+  const uint64_t draw = attempt < 16 ? Mix64(sample_seed + attempt + 1) : Mix64(sample_seed + 16) + (attempt - 16);
+  return static_cast<int64_t>(draw % static_cast<uint64_t>(count));
+}
 
 // The decoder a decode worker (or a single-sample decode) uses, set up from the loader's
 // options: the one place LoaderOptions reach the decoder, so every path decodes alike.
@@ -248,7 +261,7 @@ class Epoch {
   // the pipeline may grow to (EpochContext::prefetch_cap), until StartEpoch adopts it: however
   // many slots are free (the consumer may have held more while the epoch before it ran), the
   // work done before adoption stays within the rows the caller checks for files changed since
-  // it queued the epoch (python/ringloader/_planning.py: _file_states). Adopted() lifts it.
+  // it queued the epoch (python/ringloader/loader/_planning.py: _file_states). Adopted() lifts it.
   void Adopted();
 
   // The device path's stage thread (nothing on the host path).

@@ -33,6 +33,7 @@
 #include "io/reader.h"
 #include "io/range_reads.h"
 #include "io/shard_cache.h"
+#include "pipeline/epoch.h"  // ReplaceCandidate
 #include "pipeline/loader_stats_fields.h"
 #include "pipeline/slot_pool.h"
 #include "pipeline/verdict.h"
@@ -136,6 +137,48 @@ void BindThreadPlans(py::module_& m) {
       },
       py::arg("options"),
       "(bytes, note): csrc/common/cpu_budget.h's DefaultMemoryBudget for these loader options.");
+  m.def(
+      "plan_slots",
+      [](uint64_t slot_bytes, int batch_size, uint64_t budget, bool budget_given, const std::string& budget_note,
+         uint64_t available, int prefetch_batches, bool auto_prefetch) {
+        // The slot rule for a loader whose batches are not native slots (clip batches).
+        SlotRequest request;
+        request.slot_bytes = static_cast<size_t>(slot_bytes);
+        request.batch_size = batch_size;
+        request.budget = budget;
+        request.budget_given = budget_given;
+        request.budget_note = budget_note;
+        request.available = available;
+        request.prefetch_batches = prefetch_batches;
+        request.auto_prefetch = auto_prefetch;
+        absl::StatusOr<SlotPlan> plan = PlanSlots(request);
+        ThrowIfError(plan.status());
+        py::dict d;
+        d["budget"] = plan->budget;
+        d["max_slots"] = plan->max_slots;
+        d["depth"] = plan->depth;
+        d["prefetch_cap"] = plan->prefetch_cap;
+        d["note"] = plan->note;
+        return d;
+      },
+      py::arg("slot_bytes"), py::arg("batch_size"), py::arg("budget"), py::arg("budget_given"),
+      py::arg("budget_note"), py::arg("available"), py::arg("prefetch_batches"), py::arg("auto_prefetch"),
+      "csrc/pipeline/slot_pool.h's PlanSlots: {budget, max_slots, depth, prefetch_cap, note}; ValueError "
+      "naming max_memory and the bytes needed when fewer than 2 slots fit.");
+  m.def(
+      "replace_candidates",
+      [](uint64_t sample_seed, int64_t count) {
+        // on_error="replace"'s substitutes for a failed row, in the order the native loader tries them.
+        std::vector<int64_t> out;
+        if (count <= 0) return out;
+        const uint64_t attempts = ReplaceAttempts(count);
+        out.reserve(attempts);
+        for (uint64_t a = 0; a < attempts; ++a) out.push_back(ReplaceCandidate(sample_seed, a, count));
+        return out;
+      },
+      py::arg("sample_seed"), py::arg("count"),
+      "The samples (0..count-1) on_error='replace' tries, in order, for a failed row of this sample seed "
+      "(csrc/pipeline/epoch.h's ReplaceCandidate; the failed sample itself is to be passed over).");
   m.def(
       "plan_threads",
       [](int usable, int training, const std::string& training_source, int fixed_readers) {

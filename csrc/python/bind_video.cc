@@ -1,4 +1,4 @@
-// The binding of csrc/video/ (python/ringloader/video.py and video_batches.py wrap it):
+// The binding of csrc/video/ (python/ringloader/sources/video.py and video_batches.py wrap it):
 // `_C.video_available()` and, when the build found FFmpeg's headers, `_C.VideoDecoder`, the native
 // video chain's planning functions and `_C.ClipPool`, each bound by a function of its own.
 #include "python/bind_video.h"

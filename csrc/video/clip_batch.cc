@@ -5,6 +5,7 @@
 #include <cstring>
 #include <utility>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -119,8 +120,42 @@ absl::Status VideoChain::OutputSize(int src_w, int src_h, int* out_w, int* out_h
   return absl::OkStatus();
 }
 
+namespace {
+
+// What says a file is still the one a decoder opened: a file replaced (another inode), rewritten
+// or touched (size, times) between batches is opened again, never read with the old frame table.
+struct FileStamp {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  int64_t size = 0, mtime_ns = 0, ctime_ns = 0;
+  bool operator==(const FileStamp& o) const {
+    return exists == o.exists && dev == o.dev && ino == o.ino && size == o.size && mtime_ns == o.mtime_ns &&
+           ctime_ns == o.ctime_ns;
+  }
+};
+
+FileStamp StampOf(const std::string& path) {
+  struct stat st{};
+  FileStamp stamp;
+  if (::stat(path.c_str(), &st) != 0) return stamp;
+  stamp.exists = true;
+  stamp.dev = st.st_dev, stamp.ino = st.st_ino, stamp.size = static_cast<int64_t>(st.st_size);
+  stamp.mtime_ns = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  stamp.ctime_ns = int64_t{st.st_ctim.tv_sec} * 1000000000 + st.st_ctim.tv_nsec;
+  return stamp;
+}
+
+struct OpenVideo {
+  std::string path;
+  FileStamp stamp;  // the file as it was when opened (taken just before the open)
+  std::unique_ptr<VideoDecoder> decoder;
+};
+
+}  // namespace
+
 struct ClipPool::Worker {
-  std::vector<std::pair<std::string, std::unique_ptr<VideoDecoder>>> open;  // most recent first
+  std::vector<OpenVideo> open;  // most recent first
   TensorResizeScratch resize;
   std::vector<uint8_t> buffers[2];
   std::vector<uint8_t> mirrored;
@@ -135,17 +170,21 @@ struct ClipPool::Worker {
       *unowned = std::move(*decoder);
       return unowned->get();
     }
+    const FileStamp stamp = StampOf(job.path);
     for (size_t i = 0; i < open.size(); ++i) {
-      if (open[i].first == job.path) {
-        std::rotate(open.begin(), open.begin() + static_cast<ptrdiff_t>(i), open.begin() + static_cast<ptrdiff_t>(i) + 1);
-        return open.front().second.get();
+      if (open[i].path != job.path) continue;
+      if (!(open[i].stamp == stamp)) {  // replaced or changed since it was opened: open it again
+        open.erase(open.begin() + static_cast<ptrdiff_t>(i));
+        break;
       }
+      std::rotate(open.begin(), open.begin() + static_cast<ptrdiff_t>(i), open.begin() + static_cast<ptrdiff_t>(i) + 1);
+      return open.front().decoder.get();
     }
     absl::StatusOr<std::unique_ptr<VideoDecoder>> decoder = VideoDecoder::OpenFile(job.path, options);
     if (!decoder.ok()) return decoder.status();
     if (static_cast<int>(open.size()) >= keep) open.pop_back();
-    open.insert(open.begin(), {job.path, std::move(*decoder)});
-    return open.front().second.get();
+    open.insert(open.begin(), OpenVideo{job.path, stamp, std::move(*decoder)});
+    return open.front().decoder.get();
   }
 };
 

@@ -1,7 +1,8 @@
 #pragma once
 /// Batches of video clips decoded in native threads: `ClipPool` runs a batch's clips on its
 /// threads, each thread with its own VideoDecoder per open file (a few kept open, most recently
-/// used first), and writes each clip's frames, after the clip's video chain, straight into its
+/// used first; one whose file was replaced or changed since, by inode, size or times, is opened
+/// again), and writes each clip's frames, after the clip's video chain, straight into its
 /// row of the caller's batch buffer. No Python, no GIL: the binding releases it for the call.
 ///
 /// A video chain is torchvision v2's geometric video transforms (Resize, CenterCrop,

@@ -1,4 +1,5 @@
 #include "video/video_decoder.h"
+#include "video/clip_batch.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -280,6 +281,34 @@ TEST(VideoDecoderTest, OneDecoderCalledFromSeveralThreadsTakesTurns) {
   }
   for (std::thread& t : threads) t.join();
   EXPECT_EQ(wrong, std::vector<int>(4, 0));
+}
+
+// A pool keeps each thread's decoders open per path; a file renamed over or rewritten in place
+// since it was opened is opened again, so its frame table is the file's as it is now.
+TEST(ClipPoolTest, AFileReplacedSinceItWasOpenedIsOpenedAgain) {
+  const std::string shorter = Videos::Make(
+      "short.mp4", "-f lavfi -i testsrc2=size=64x48:rate=15:duration=1 -c:v libx264 -preset ultrafast -pix_fmt yuv420p");
+  const std::string longer = Videos::H264();  // 30 frames
+  const std::string path = Videos::dir + "/replaced.mp4", fresh = Videos::dir + "/fresh.mp4";
+  fs::copy_file(shorter, path, fs::copy_options::overwrite_existing);
+  ClipPool pool(1, VideoDecoderOptions{});
+  ClipJob job;
+  job.path = path;
+  auto frames_now = [&] {
+    std::vector<absl::StatusOr<VideoMetadata>> meta = pool.Probe({job});
+    EXPECT_TRUE(meta[0].ok()) << meta[0].status();
+    return meta[0].ok() ? meta[0]->num_frames : -1;
+  };
+  EXPECT_EQ(frames_now(), 15);
+  EXPECT_EQ(frames_now(), 15);  // unchanged: the open decoder serves
+  fs::copy_file(longer, fresh, fs::copy_options::overwrite_existing);
+  fs::rename(fresh, path);  // another inode under the same name
+  EXPECT_EQ(frames_now(), 30);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);  // the same inode, new bytes
+    out << ReadAll(shorter);
+  }
+  EXPECT_EQ(frames_now(), 15);
 }
 
 }  // namespace

@@ -12,8 +12,8 @@ import stat
 import zlib
 from typing import List, NamedTuple, Optional, Tuple
 
-from ._shard_index import IMAGE_EXTS
-from .datasets import FileList, ImageFolder, NativeDataset
+from .core._shard_index import IMAGE_EXTS
+from .sources.datasets import FileList, ImageFolder, NativeDataset
 
 
 _KEPT_EXTS = tuple("." + ext for ext in IMAGE_EXTS)  # what a WebDataset reads as images

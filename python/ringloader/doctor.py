@@ -26,7 +26,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional, Sequence
 
-from . import _node
+from .core import _node
 
 #: File systems whose reads go over a network (or a user-space daemon).
 NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
@@ -46,7 +46,7 @@ class Finding:
 
 
 def _size(n: float) -> str:
-    from . import _options
+    from .core import _options
 
     return _options._format_bytes(int(n))
 

@@ -56,10 +56,10 @@ import tarfile
 import time
 from typing import Any, List, Optional, Sequence, Tuple
 
-from . import _sizes
-from ._atomic import create_exclusive, write_json
+from .core import _sizes
+from .core._atomic import create_exclusive, write_json
 from ._pack_sources import _image_bytes, _read_source, _Skip, _source_tree, _sources
-from ._shard_index import INDEX_FORMAT, INDEX_SUFFIX
+from .core._shard_index import INDEX_FORMAT, INDEX_SUFFIX
 
 __all__ = ["pack", "parse_size", "main"]
 

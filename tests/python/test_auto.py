@@ -16,7 +16,7 @@ import torch
 import ringloader as rl
 from ringloader import _C
 from ringloader import transforms as T
-from ringloader.dataloader import _format_bytes, _parse_memory, _torch_default_threads
+from ringloader.loader.dataloader import _format_bytes, _parse_memory, _torch_default_threads
 
 SMALL = T.Compose([T.Resize(32), T.CenterCrop(32)])  # uint8 [3,32,32]: 3 KiB a sample
 

@@ -17,7 +17,8 @@ from typing import Any, NamedTuple
 import pytest
 import torch
 
-from ringloader import _C, clips
+from ringloader import _C
+from ringloader.transforms import clips
 
 samplers = pytest.importorskip("torchcodec.samplers")
 from torchcodec.decoders import VideoDecoder  # noqa: E402

@@ -580,7 +580,7 @@ def test_the_crop_draw_is_v2s_make_params_for_the_same_seed(dtype, fmt):
     with v2's torch operations (a few hundred a sample): for 150 seeds and random boxes
     (degenerate, out-of-frame and tiny ones among them) and two settings of the step, the
     parameters equal v2's make_params run with torch's global generator seeded alike."""
-    from ringloader import _detection
+    from ringloader.transforms import _detection
 
     gen = torch.Generator().manual_seed(11)
     steps = [v2.RandomIoUCrop(), v2.RandomIoUCrop(min_scale=0.1, max_scale=0.9, trials=8,

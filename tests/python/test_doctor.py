@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ringloader import _C, _node, doctor
+from ringloader import _C, doctor
+from ringloader.core import _node
 
 import node_trees as trees
 

@@ -192,7 +192,7 @@ def test_generic_path_loaders_are_unaffected():
 def test_a_prediction_that_holds_is_the_next_plan(tree: Path, monkeypatch):
     # Each epoch is planned once: the prediction made at iter() k is iter() k+1's plan (with the
     # RNGs advanced as drawing it would), so reading ahead costs no second plan per epoch.
-    from ringloader import _order
+    from ringloader.core import _order
 
     calls = []
     real = _order.plan_epoch

@@ -18,7 +18,7 @@ from torchvision import transforms as v1
 from torchvision.transforms import v2
 
 import ringloader as rl
-from ringloader import _generic
+from ringloader.sources import _torch_path
 
 
 class Jitter:
@@ -169,7 +169,7 @@ class FromBytes(OpensItself):
 
 
 def test_a_dataset_that_opens_pil_images_gets_a_one_time_hint(image_tree: Path, monkeypatch):
-    monkeypatch.setattr(_generic, "_hinted", set(), raising=False)
+    monkeypatch.setattr(_torch_path, "_hinted", set())
     files = jpegs(image_tree)
     t = v1.Compose([v1.Resize((16, 16)), v1.PILToTensor()])
     loader, caught = built(OpensItself(files, t))
@@ -187,13 +187,13 @@ def test_a_dataset_that_opens_pil_images_gets_a_one_time_hint(image_tree: Path, 
     assert "FromBytes.__getitem__ opens an image from bytes" in text
     assert "Return ringloader.ImageBytes(data, transform)" in text
     # Silenced as the hint says.
-    monkeypatch.setattr(_generic, "_hinted", set(), raising=False)
+    monkeypatch.setattr(_torch_path, "_hinted", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=rl.FallbackWarning)
         rl.DataLoader(OpensItself(files, t), batch_size=4)
     # A Dataset of tensors is not hinted at.
-    monkeypatch.setattr(_generic, "_hinted", set(), raising=False)
+    monkeypatch.setattr(_torch_path, "_hinted", set())
     assert built(tud.TensorDataset(torch.zeros(8, 3)))[1] == []
 
 

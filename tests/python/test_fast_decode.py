@@ -91,7 +91,7 @@ def test_level_names_come_from_the_native_parser():
     assert [rl._C.fast_decode_level(v) for v in (False, True, "off", "scale", "fastest")] == [
         "off", "scale", "off", "scale", "fastest"]
     # What the DataLoader passes on: False for the exact default, else the level's name.
-    from ringloader._options import _check_fast_decode
+    from ringloader.core._options import _check_fast_decode
     # None (a config's unset value) stays off, as bool(None) was before the levels.
     assert [_check_fast_decode(v) for v in (False, True, np.bool_(True), "off", "fastest", None)] == [
         False, "scale", "scale", False, "fastest", False]

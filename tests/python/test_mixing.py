@@ -13,7 +13,7 @@ from torch.utils.data import default_collate
 from torchvision.transforms import v2
 
 import ringloader as rl
-from ringloader import _mixing
+from ringloader.loader import _mixing
 
 CLASSES = 4  # image_tree has 4 classes
 

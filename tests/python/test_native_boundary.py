@@ -9,7 +9,7 @@ import pytest
 
 import ringloader as rl
 from ringloader import _C
-from ringloader.datasets import SampleKey, tail_seed
+from ringloader.sources.datasets import SampleKey, tail_seed
 
 R = {"kind": "resize", "size_h": 64}
 RR = {"kind": "resize", "size_h": 33, "size_w": 40}

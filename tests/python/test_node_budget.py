@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 import ringloader as rl
-from ringloader import _C, _node
+from ringloader import _C
+from ringloader.core import _node
 from ringloader import transforms as T
-from ringloader._options import _auto_threads
+from ringloader.core._options import _auto_threads
 
 import remote_servers as srv
 

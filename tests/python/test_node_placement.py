@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ringloader import _C, _node
+from ringloader import _C
+from ringloader.core import _node
 
 import node_trees as trees
 
@@ -95,7 +96,7 @@ def test_the_loader_places_itself_by_the_ranks_own_gpu(monkeypatch, image_tree):
 def test_numa_is_auto_by_default_when_batches_go_to_a_gpu():
     # "auto" is the default with a GPU device (a rank's threads and slots near its GPU); "off"
     # opts out; without a device nothing changes.
-    from ringloader._options import _check_numa
+    from ringloader.core._options import _check_numa
 
     assert _check_numa(None, "cuda:3") == "auto" and _check_numa(None, "cuda") == "auto"
     assert _check_numa(None, "cpu") is None and _check_numa(None) is None

@@ -302,7 +302,7 @@ def test_references_pickle(rows):
     bytes_ref = rl.ImageBytes(memoryview(data), FIXED)
     assert torch.equal(pickle.loads(pickle.dumps(bytes_ref)).materialize(), ref.materialize())
     # The native table of a Dataset of ImageBytes pickles too (a spawned worker's copy).
-    from ringloader._user_source import source_for
+    from ringloader.sources._user_source import source_for
 
     source = source_for(InMemory(rows[:3], bytes))
     copy = pickle.loads(pickle.dumps(source))
@@ -313,9 +313,9 @@ def test_generic_datasets_are_not_probed_into_other_draws(rows, monkeypatch):
     """Looking for references calls dataset[0] once; torch's RNG is left as it was, so a
     Dataset of decoded values still batches exactly as torch's loader. It opens its images with
     Pillow itself: the one warning is the hint that returning rl.ImageFile would make it native."""
-    from ringloader import _generic
+    from ringloader.sources import _torch_path
 
-    monkeypatch.setattr(_generic, "_hinted", set())  # the hint is once per Dataset class
+    monkeypatch.setattr(_torch_path, "_hinted", set())  # the hint is once per Dataset class
     ds = CsvDataset(rows, RANDOM, lazy=False, shape="tuple")
     torch.manual_seed(2)
     with pytest.warns(rl.FallbackWarning, match=r"CsvDataset\.__getitem__ opens the image .*"
@@ -532,7 +532,8 @@ def test_manual_page_block_runs(tmp_path, line, code, skip):
 
 
 def test_a_dataset_of_references_is_a_source(rows):
-    from ringloader import _source, _user_source
+    from ringloader.core import _source
+    from ringloader.sources import _user_source
 
     source = _user_source.source_for(CsvDataset(rows, v1.Compose([v1.Resize((24, 24)), v1.ToTensor()]),
                                                 lazy=True))

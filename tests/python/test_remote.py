@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import ringloader as rl
-from ringloader import _remote
+from ringloader.core import _remote
 from ringloader import transforms as T
-from ringloader.webdataset import expand_urls
+from ringloader.sources.webdataset import expand_urls
 
 import remote_servers as srv
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ringloader import _C, _remote
+from ringloader import _C
+from ringloader.core import _remote
 
 import remote_servers as srv
 

@@ -19,7 +19,7 @@ import torch.utils.data as tud
 import torchvision
 
 import ringloader as rl
-from ringloader import _order
+from ringloader.core import _order
 from ringloader import transforms as T
 
 EVAL = T.Compose([T.Resize(16), T.CenterCrop(16), T.ToTensor()])

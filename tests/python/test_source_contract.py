@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import _source
-from ringloader.datasets import NativeDataset
+from ringloader.core import _source
+from ringloader.sources.datasets import NativeDataset
 
-from test_structure import LAYERS, LOADER, package_imports
+from test_structure import LOADER, SOURCES, package_imports
 
 PACKAGE = Path(rl.__file__).parent
 # An expression the loader iterates to get its sources.
@@ -40,7 +40,7 @@ DECLARED = set(dir(_source.Source)) | set(dir(NativeDataset)) | _constructor_att
 
 
 def _tree(name: str) -> ast.Module:
-    return ast.parse((PACKAGE / f"{name}.py").read_text(), filename=f"{name}.py")
+    return ast.parse(SOURCES[name].read_text(), filename=f"{name}.py")
 
 
 def members_used_on_sources(name: str) -> dict:
@@ -73,7 +73,7 @@ def test_the_finder_sees_members_read_on_sources():
             found.update({a.attr: 1 for a in ast.walk(node) if isinstance(a, ast.Attribute)
                           and isinstance(a.value, ast.Name) and a.value.id == node.target.id})
     assert set(found) == {"begin_reads"}
-    assert "streamed" in members_used_on_sources("_native")
+    assert "streamed" in members_used_on_sources("loader._native")
 
 
 def test_the_loader_uses_only_declared_members_of_a_source():
@@ -88,28 +88,27 @@ def test_the_loader_uses_only_declared_members_of_a_source():
 
 
 # Finding the source that stands for a Dataset which is no ringloader source (a torchvision
-# folder, a user's Dataset of image references) is the sources layer's: the loader calls that one
-# function (``_user_source.find_source``), the only source module a loader module may import.
-FINDER = ("_native_sources", "_user_source")
-# torch's path (``_generic``) still materialises a user's samples and gives the fallback warnings
-# through the source modules themselves: this set may only shrink.
-GENERIC_KNOWN = {"_fallback", "_structures", "_torchvision_folder", "_user_source", "references"}
+# folder, a user's Dataset of image references), and what torch's path needs of a Dataset it
+# runs (``TorchPath``), is the sources layer's: the loader calls those functions of
+# ``_user_source`` (``find_source``, ``torch_path_of``) from one module, the only source module
+# a loader module may import.
+FINDER = ("loader._native_sources", "sources._user_source")
 
 
 def source_modules_imported(name: str) -> set:
-    """The modules of the sources layer (test_structure.LAYERS) that module ``name`` imports."""
-    return {m for m in package_imports(name) if m.split(".")[0] in LAYERS["sources"]}
+    """The modules of the sources layer (its folder, test_structure.LAYERS) that module ``name``
+    imports."""
+    return {m for m in package_imports(name) if m.startswith("sources.")}
 
 
 def test_the_loader_imports_no_source_module():
-    allowed = {FINDER[0]: {FINDER[1]}, "_generic": GENERIC_KNOWN}
+    allowed = {FINDER[0]: {FINDER[1]}}
     found = {name: source_modules_imported(name) for name in LOADER}
     over = {name: sorted(m - allowed.get(name, set())) for name, m in found.items()
             if m - allowed.get(name, set())}
     assert over == {}, (f"loader modules import source modules: {over}; declare what they ask in "
                         "_source.Source and ask the sources")
     assert found[FINDER[0]] == {FINDER[1]}  # the check sees imports: the finder's is there
-    assert found["_generic"] == GENERIC_KNOWN, "imports no longer made: shrink GENERIC_KNOWN"
 
 
 def _source_names(name: str) -> set:
@@ -129,7 +128,8 @@ def test_the_loader_never_probes_a_source_member_by_getattr():
     read directly, and one the protocol does not declare (a source's private attribute) is not
     the loader's to probe."""
     members = {m for m in DECLARED if not m.startswith("__")}
-    for name in LOADER:
+    # the loader's modules, and the Batcher it rebuilds a structured source's batches with
+    for name in LOADER + ("sources._batcher",):
         holders = _source_names(name)
         for node in ast.walk(_tree(name)):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
@@ -171,7 +171,7 @@ def sources(tmp_path: Path) -> list:
     user = rl.DataLoader(Refs(), batch_size=2)._backend._folders[0]
     import torchvision
 
-    from ringloader._torchvision_folder import TorchvisionFolder
+    from ringloader.sources._torchvision_folder import TorchvisionFolder
 
     theirs = TorchvisionFolder(torchvision.datasets.ImageFolder(str(root)))
     return [rl.ImageFolder(root), rl.FileList(files, [0, 0, 0, 1, 1, 1]),

@@ -15,7 +15,9 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import _order, _schemes, _source, _steps, transforms as T
+from ringloader.core import _order, _schemes, _source
+from ringloader.transforms import _steps
+from ringloader import transforms as T
 
 PACKAGE = Path(rl.__file__).parent
 
@@ -31,9 +33,9 @@ SOURCES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 MODULES = sorted(name for name in SOURCES if name)
 PACKAGES = sorted({""} | {module_name(p) for p in PACKAGE.rglob("__init__.py")})
 # The modules of the DataLoader and its backends: what must work for any source.
-LOADER = ("dataloader", "_backend", "_native", "_native_sources", "_native_epoch",
-          "_native_report", "_generic", "_planning", "_checkpoint", "_distributed", "_staging",
-          "_options")
+LOADER = ("loader.dataloader", "loader._backend", "loader._native", "loader._native_sources",
+          "loader._native_epoch", "loader._native_report", "loader._generic", "loader._planning",
+          "core._checkpoint", "core._distributed", "loader._staging", "core._options")
 
 
 def parse(name: str) -> ast.Module:
@@ -116,9 +118,9 @@ def find_cycle(graph: dict) -> list:
 
 def test_no_import_cycle_in_the_package():
     graph = {m: package_imports(m) for m in MODULES}
-    assert graph["webdataset"] >= {"_order"}  # the graph does see imports
+    assert graph["sources.webdataset"] >= {"core._order"}  # the graph does see imports
     # ... and a subpackage's, up to the package's own modules
-    assert "datasets" in set().union(*(graph[m] for m in MODULES if m.split(".")[0] == "bench"))
+    assert "sources.datasets" in set().union(*(graph[m] for m in MODULES if m.split(".")[0] == "bench"))
     assert find_cycle(graph) == []
 
 
@@ -128,13 +130,14 @@ def test_imports_resolve_from_the_modules_own_package():
 
     # In bench/__init__.py and bench/__main__.py alike "." is the bench package, ".." the top.
     for name in ("bench", "bench.__main__"):
-        assert imports(name, "from ..datasets import IMG_EXTENSIONS") == {"datasets"}
+        assert imports(name, "from ..sources.datasets import IMG_EXTENSIONS") == {"sources.datasets"}
         assert imports(name, "from . import __main__") == {"bench.__main__"}
         assert imports(name, "from .. import _C, pack") == {"pack"}  # _C is no Python module
-    assert imports("dataloader", "from .datasets import ImageFolder") == {"datasets"}
-    assert imports("dataloader", "from . import _C, transforms") == {"transforms"}
-    assert imports("dataloader", "from ringloader.bench import main") == {"bench"}
-    assert imports("dataloader", "from torch import nn") == set()
+    assert imports("loader.dataloader", "from ..sources.datasets import ImageFolder") == {"sources.datasets"}
+    assert imports("loader.dataloader", "from .. import _C, transforms") == {"transforms"}
+    assert imports("loader.dataloader", "from ._native import NativeBackend") == {"loader._native"}
+    assert imports("loader.dataloader", "from ringloader.bench import main") == {"bench"}
+    assert imports("loader.dataloader", "from torch import nn") == set()
 
 
 def test_the_cycle_finder_finds_one():
@@ -143,36 +146,25 @@ def test_the_cycle_finder_finds_one():
 
 
 #: The package's layers, lowest first: a module imports only from its own layer and those below.
-#: Foundation: files, sizes, URL schemes, node and options, orders and checkpoints, ranks, the
+#: Each layer is a folder of the package (its docstring maps its modules): foundation in
+#: ``core`` (files, sizes, URL schemes, node and options, orders and checkpoints, ranks, the
 #: Source protocol and the sample table it hands the loader, the shard index and remote
-#: downloads. Transforms: native steps and the converters of torchvision's and timm's classes,
-#: clip sampling. Sources: the datasets and the references a user's Dataset returns, and their
-#: reading. Loader: the DataLoader, its backends and epoch planning. Tools: the command, the
-#: benchmarks, pack, doctor, the sample data.
-#: A new module gets its layer here (the test below names any that has none).
-LAYERS = {
-    "foundation": {"_atomic", "_sizes", "_schemes", "_version", "_node", "_options", "_order",
-                   "_source", "_sample_keys", "_sample_table", "_checkpoint", "_distributed",
-                   "_remote", "_shard_index"},
-    "transforms": {"_steps", "transforms", "_tv_converters", "_detection", "clips"},
-    "sources": {"datasets", "_folder_scan", "references", "video", "video_folder",
-                "_joint", "_structures", "_fallback", "_columns", "_batcher", "_user_source",
-                "_torchvision_folder", "webdataset", "_remote_shards", "hf", "_arrow_columns",
-                "_parquet_files", "_row_groups"},
-    "loader": {"dataloader", "_backend", "_planning", "_native", "_native_epoch", "_native_report",
-               "_native_sources", "_generic", "video_batches", "_mixing", "_staging"},
-    "tools": {"_cli", "__main__", "doctor", "pack", "_pack_sources", "sample_data",
-              "_synthetic_images", "bench"},
-}
+#: downloads), then ``transforms`` (native steps, the converters of torchvision's and timm's
+#: classes, clip sampling), ``sources`` (the datasets and the references a user's Dataset
+#: returns, and their reading), ``loader`` (the DataLoader, its backends, epoch planning). The
+#: modules at the top, and ``bench``, are the tools (the command, the benchmarks, pack, doctor,
+#: the sample data) and the package itself, above every folder.
+LAYERS = ("core", "transforms", "sources", "loader")
+#: What the top level holds besides the folders: the tools, the public paths, the version.
+TOP = {"__main__", "_cli", "_pack_sources", "_public_paths", "_synthetic_images", "_version",
+       "bench", "doctor", "pack", "sample_data"}
 
 
 def layer_of(module: str) -> int:
-    """The index in LAYERS of ``module``'s layer (a subpackage's modules are its layer's)."""
+    """The index of ``module``'s layer: its folder's place in LAYERS; a module outside the
+    folders is a tool, above them all."""
     top = module.split(".")[0]
-    for i, members in enumerate(LAYERS.values()):
-        if top in members:
-            return i
-    raise KeyError(module)
+    return LAYERS.index(top) if top in LAYERS else len(LAYERS)
 
 
 def upward_imports(graph: dict) -> list:
@@ -180,18 +172,22 @@ def upward_imports(graph: dict) -> list:
     return sorted((m, n) for m in graph for n in graph[m] if layer_of(n) > layer_of(m))
 
 
-def test_every_module_has_a_layer_and_imports_only_downward():
-    unplaced = [m for m in MODULES if m.split(".")[0] not in set().union(*LAYERS.values())]
-    assert unplaced == [], f"give these modules their layer in LAYERS: {unplaced}"
-    gone = set().union(*LAYERS.values()) - {m.split(".")[0] for m in MODULES}
-    assert gone == set(), f"LAYERS names modules that no longer exist: {gone}"
+def test_the_layers_are_the_folders_and_imports_only_go_downward():
+    assert set(LAYERS) <= set(PACKAGES)
+    counts = {layer: sum(m.startswith(layer + ".") for m in MODULES) for layer in LAYERS}
+    assert all(n >= 4 for n in counts.values()), counts
+    top = {m for m in MODULES if "." not in m} - set(LAYERS)
+    assert top - TOP == set(), f"the top level is for tools: put these in a layer folder: {top - TOP}"
     graph = {m: package_imports(m) for m in MODULES}
     assert upward_imports(graph) == []
 
 
 def test_the_layer_check_sees_an_upward_import():
-    assert upward_imports({"_order": {"dataloader"}, "dataloader": {"_order"}}) == [("_order", "dataloader")]
-    assert upward_imports({"bench.harness": {"datasets"}}) == []
+    assert upward_imports({"core._order": {"loader.dataloader"}, "loader.dataloader": {"core._order"}}) == \
+        [("core._order", "loader.dataloader")]
+    assert upward_imports({"bench.harness": {"sources.datasets"}}) == []
+    assert upward_imports({"transforms": {"sources.datasets"}}) == [("transforms", "sources.datasets")]
+
 
 
 def mapped_modules(package: str) -> list:
@@ -265,7 +261,7 @@ def test_no_function_grows_past_its_size_limit():
     sizes = {}
     for m in MODULES:
         sizes.update(function_lines(m))
-    assert sizes["dataloader:DataLoader.__init__"] > 10
+    assert sizes["loader.dataloader:DataLoader.__init__"] > 10
     assert check_ratchet(sizes, FUNCTION_LINES, LONG_FUNCTIONS) == []
 
 
@@ -282,7 +278,7 @@ def string_calls(name: str, method: str) -> list:
 def test_url_schemes_are_classified_in_one_place():
     prefixes = [s.prefix for s in _schemes.SCHEMES]
     for name in MODULES:
-        if name == "_schemes" or name.split(".")[0] == "bench":
+        if name == "core._schemes" or name.split(".")[0] == "bench":
             continue  # bench writes pipe: and http:// URLs, it does not read them
         tested = string_calls(name, "startswith") + string_calls(name, "match")
         assert not [t for t in tested if any(p in t for p in prefixes) or "://" in t], name
@@ -381,9 +377,9 @@ def test_transform_converters_are_keyed_by_class():
 def test_the_facade_delegates_to_one_backend(tree: Path):
     import gc
 
-    from ringloader._backend import Backend
-    from ringloader._generic import GenericBackend
-    from ringloader._native import NativeBackend
+    from ringloader.loader._backend import Backend
+    from ringloader.loader._generic import GenericBackend
+    from ringloader.loader._native import NativeBackend
 
     fixed = T.Compose([T.Resize(8), T.CenterCrop(8)])
     native = rl.DataLoader(rl.ImageFolder(tree, transform=fixed), batch_size=2)
@@ -401,3 +397,28 @@ def test_the_facade_delegates_to_one_backend(tree: Path):
     gc.collect()
     images, labels = next(batches)
     assert images.shape == (4, 3, 8, 8) and labels.tolist() == [0, 0, 0, 1]
+
+
+def test_the_public_modules_keep_their_short_paths():
+    """``ringloader.webdataset`` and the other public modules folded into the layer folders import
+    by their short paths as before: the same module objects, in a fresh interpreter too (where
+    the short path is the first thing imported)."""
+    import importlib
+    import subprocess
+    import sys
+
+    from ringloader import _public_paths
+
+    assert {"webdataset", "datasets", "dataloader", "video", "clips"} <= set(_public_paths.PUBLIC_PATHS)
+    for short, place in _public_paths.PUBLIC_PATHS.items():
+        module = importlib.import_module(f"ringloader.{place}")
+        assert importlib.import_module(f"ringloader.{short}") is module
+        assert getattr(rl, short) is module
+    # messages and pickles name the short path of a public class
+    assert rl.Parquet.__module__ == "ringloader.hf" and rl.WebDataset.__module__ == "ringloader.webdataset"
+    import pickle
+    assert pickle.loads(pickle.dumps(rl.VideoFolder)) is rl.VideoFolder
+    code = ("from ringloader.webdataset import WebDataset; import ringloader.dataloader as d; "
+            "import ringloader; assert WebDataset is ringloader.WebDataset; "
+            "assert d.DataLoader is ringloader.DataLoader")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -318,7 +318,7 @@ def test_bad_dtype_and_layout_name_the_argument(ids_tree: Path, kwargs, match):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the message is for machines without a GPU")
 def test_pin_memory_without_gpu_is_one_plain_line(ids_tree: Path, monkeypatch):
-    import ringloader.dataloader as dl
+    import ringloader.loader.dataloader as dl
 
     monkeypatch.setattr(dl, "_warned_pinning", False)
     with pytest.warns(UserWarning) as record:

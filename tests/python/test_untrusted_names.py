@@ -15,7 +15,7 @@ import pytest
 import ringloader as rl
 from ringloader import _C
 from ringloader import transforms as T
-from ringloader.webdataset import _cache_path, cache_index_as, expand_urls, IMAGE_EXTS
+from ringloader.sources.webdataset import _cache_path, cache_index_as, expand_urls, IMAGE_EXTS
 
 from imagegen import jpeg_bytes
 

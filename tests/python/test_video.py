@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import video as rv
+from ringloader.sources import video as rv
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
@@ -117,7 +117,7 @@ def test_bytes_equal_path(videos: Path):
 
 
 def test_clips_and_samplers_give_clip_shapes(videos: Path):
-    from ringloader import clips
+    from ringloader.transforms import clips
 
     path = videos / "h264_bframes.mp4"
     frames = rl.VideoFile(path).decode()

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import _C, clips
-from ringloader import video as rv
+from ringloader import _C
+from ringloader.transforms import clips
+from ringloader.sources import video as rv
 from typing import NamedTuple
 
 pytestmark = [
@@ -440,3 +441,29 @@ def test_stats_add_up_when_two_threads_batch_from_one_source(tmp_path: Path):
         sys.setswitchinterval(interval)
     assert not any(t.is_alive() for t in threads) and errors == []
     assert source.stats()["skipped"] == 2 * batches * 200
+
+
+@pytest.mark.parametrize("count", [3, 8, 11])
+def test_uniform_temporal_subsample_equals_v2_on_the_decoded_clip(root: Path, count: int):
+    """v2's UniformTemporalSubsample runs natively as frame selection: the kept frames are
+    chosen before decoding (fewer kept, none converted in vain), equal to v2's on the decoded
+    clip (max |diff| 0), fewer, as many or more samples than the clip's 8 frames, anywhere in
+    the chain."""
+    sampler = clips.random_indices(num_clips=2, num_frames_per_clip=8, num_indices_between_frames=2)
+    transform = v2.Compose([v2.RandomResizedCrop(24), v2.UniformTemporalSubsample(count),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    chain, why = vb.native_chain(transform)
+    assert why == "" and [s["kind"] for s in chain[0]] == ["random_resized_crop", "temporal_subsample"]
+    folder = rl.VideoFolder(root, clip=sampler, transform=transform)
+    source = vb.VideoClipBatches(folder, threads=2)
+    for key in keys(range(3)):
+        batch, _ = source[[key]]
+        ref = folder[key.index][0]
+        frames = rv.VideoFile(ref.path).decode(
+            sampler, generator=clips.generator_for(key.seed, key.epoch, key.index, key.position))
+        seed = _C.sample_seed(key.seed, key.epoch, _C.row_key(key.index, key.position))
+        plan = _C.video_chain_plan(source.steps, ref.metadata.width, ref.metadata.height, seed)
+        expected = v2.Compose(transform.transforms[1:])(apply_plan(frames, plan))  # v2 after the crop
+        assert batch.shape == (1, 2, count, 3, 24, 24)
+        assert (batch[0] - expected.as_subclass(torch.Tensor)).abs().max().item() == 0
+    assert source.stats()["frames_kept"] == 3 * 2 * count

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import clips
-from ringloader.video_folder import VIDEO_EXTENSIONS
+from ringloader.transforms import clips
+from ringloader.sources.video_folder import VIDEO_EXTENSIONS
 
 FILES = [
     "punch/v_Punch_g01_c01.avi", "punch/v_Punch_g01_c02.AVI", "punch/notes.txt",
@@ -111,7 +111,7 @@ def test_items_are_video_references(tmp_path: Path):
     copy = pickle.loads(pickle.dumps(plain))  # for worker processes
     assert copy.samples == plain.samples and copy.clip == sampler
     try:
-        from ringloader.video import VideoFile
+        from ringloader.sources.video import VideoFile
     except ImportError:
         with pytest.raises(ImportError, match=r"VideoFolder\[0\] \(.*Bowling/1.mp4\) needs "
                                               r"ringloader.video.VideoFile"):

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader import clips
-from ringloader import video as rv
+from ringloader.transforms import clips
+from ringloader.sources import video as rv
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import ringloader as rl
-from ringloader import _order
+from ringloader.core import _order
 from ringloader import transforms as T
-from ringloader.webdataset import WebDatasetSampler, expand_urls, split_name
+from ringloader.sources.webdataset import WebDatasetSampler, expand_urls, split_name
 
 wds = pytest.importorskip("webdataset")
 
@@ -660,7 +660,7 @@ def test_pipe_command_failing_at_load_time_is_a_sample_error(unique_tree, tmp_pa
 @pytest.mark.timeout(60)
 def test_pipe_shards_index_concurrently_like_one_at_a_time(image_tree, tmp_path, capsys,
                                                            monkeypatch):
-    from ringloader import webdataset as wd
+    from ringloader.sources import webdataset as wd
 
     monkeypatch.delenv(wd.PROGRESS_ENV, raising=False)
     shards = expand_urls(_write_wds(image_tree, tmp_path / "s", per_shard=3))  # 8 shards

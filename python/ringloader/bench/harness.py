@@ -312,7 +312,7 @@ def machine_info(cfg: Config) -> dict[str, Any]:
 
 
 def dataset_info(root: Path) -> dict[str, Any]:
-    from ..datasets import IMG_EXTENSIONS  # the native folder scan's list, as ImageFolder keeps
+    from ..sources.datasets import IMG_EXTENSIONS  # the native folder scan's list, as ImageFolder keeps
 
     n, total, classes = 0, 0, 0
     for cls in sorted(os.scandir(root), key=lambda e: e.name):

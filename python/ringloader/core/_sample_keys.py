@@ -1,0 +1,60 @@
+"""What the generic path asks a native dataset for, a sample and the seed of its augmentations
+(``SampleKey``), the seed of a sample's Python tail drawn from it as the native pipeline draws
+its own (``tail_seed``), and a function run with the global RNGs seeded from it."""
+
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from .. import _C
+
+_MASK64 = (1 << 64) - 1
+
+
+class SampleKey(NamedTuple):
+    """What ``ringloader.DataLoader``'s generic path asks an :class:`ImageFolder` for: a sample and
+    the seed of its augmentations, (base seed, epoch, index and position of the sample in the
+    epoch). The DataLoader always gives epoch 0, as to its native path: its base seed, drawn
+    anew at each ``iter()``, is what tells epochs apart."""
+
+    index: int
+    seed: int
+    epoch: int
+    position: int
+
+    def row_key(self) -> int:
+        """The key of this sample's per-sample seed, as the native pipeline's RowKey: the index
+        when the sample sits at its own position, else the index with (position ^ index) in the
+        high 32 bits."""
+        return _C.row_key(self.index, self.position)
+
+
+def tail_seed(key: SampleKey) -> int:
+    """The seed of the Python tail of ``key``'s sample: the native pipeline's per-sample seed,
+    SampleSeed(seed, epoch, row key), mixed once more so the two draw independently."""
+    seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, key.row_key())
+    return _C.mix64((seed + 1) & _MASK64)
+
+
+def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
+    """``fn(value)`` with torch's, Python's and numpy's global RNGs seeded from ``seed``. In the
+    main process the caller's RNG states are restored afterwards (a worker process owns its own)."""
+    import torch
+    import torch.utils.data as tud
+
+    in_main = tud.get_worker_info() is None
+    if in_main:
+        saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+    try:
+        torch.default_generator.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed & 0xFFFFFFFF)
+        return fn(value)
+    finally:
+        if in_main:
+            torch.default_generator.set_state(saved[0])
+            random.setstate(saved[1])
+            np.random.set_state(saved[2])

@@ -1,0 +1,277 @@
+"""Epoch planning: each epoch's order drawn once, as torch would draw it, and the next epoch's
+predicted ahead so the native pipeline can read it while this one is delivered (``_Ahead``);
+the generic path's batch sampler that plans through torch's loader (``_PlannedBatches``).
+
+The functions take the loader's backend (its samplers, generator and epoch bookkeeping).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from ..core import _order
+from ..core._checkpoint import _generators, _restore_generators, _resumed_batches
+from ..core._distributed import _sync_epoch
+from ..core._sample_keys import SampleKey
+from ..core._source import file_identity
+
+
+# The epoch number the DataLoader gives the per-sample augmentation seeds (native SampleSeed and
+# the hybrid path's SampleKey): always 0, so a sample's augmentations follow from the base seed
+# drawn at iter() (and its index and position) alone, as torch's worker seeds follow from its
+# base seed: torch.manual_seed(s) before iter() repeats the epoch's augmentations too. Epochs
+# still differ, each iter() drawing a new base seed.
+_AUGMENT_EPOCH = 0
+
+
+def _attributes(obj: Any) -> dict:
+    """A shallow snapshot of ``obj``'s attributes: numbers and strings by value, anything else
+    by identity (a sampler's dataset, weights or generator)."""
+    return {k: v if isinstance(v, (bool, int, float, str, type(None))) else id(v)
+            for k, v in vars(obj).items()}
+
+
+class _Ahead:
+    """The epoch the next ``iter()`` is predicted to plan: its base seed and batches, computed
+    with every RNG involved set back afterwards (torch's global one, the loader's and the
+    sampler's generators), and the RNG states before and after those draws.
+
+    A guess, never a draw. At the next ``iter()``, if every input of the plan is still what it
+    was (the RNG states, the sampler's and batch sampler's attributes, a DistributedSampler's
+    epoch as predicted), drawing again would give the very same seed and batches and leave the
+    RNGs in the recorded after-states: the plan is used and the RNGs are set to those states,
+    so order and RNG consumption are exactly torch's without planning twice. Otherwise it is
+    dropped and the epoch planned as usual (and the native loader cancels the queued work).
+    """
+
+    def __init__(self, loader: Any):
+        import torch
+
+        self.kind = _order._sampler_kind(loader.batch_sampler.sampler)
+        sampler = loader.batch_sampler.sampler
+        self.generators = _generators(loader)
+        saved_epoch = getattr(sampler, "epoch", None)
+        if self.kind == "webdataset":
+            sampler.epoch = loader._epoch  # what _sync_epoch will set at the next iter()
+        if self.kind == "distributed":
+            # The next epoch is one more than this one while set_epoch advances it, else the same.
+            last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
+            sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
+        self.rng_before = torch.get_rng_state()
+        self.before = [g.get_state() for g in self.generators]
+        self.attributes = (_attributes(loader.batch_sampler), _attributes(sampler))
+        self.dataset_len = len(loader.dataset)
+        try:
+            self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+            plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
+            self.rng_after = torch.get_rng_state()
+            self.after = [g.get_state() for g in self.generators]
+        finally:
+            torch.set_rng_state(self.rng_before)
+            for g, state in zip(self.generators, self.before):
+                g.set_state(state)
+            if self.kind in ("distributed", "webdataset"):
+                sampler.epoch = saved_epoch
+        self.batches, self.sampler_state = plan.batches, plan.sampler_state
+        self.files: Optional[dict] = None  # set by the caller before the epoch is queued
+        self.flat, self.offsets = _order.to_arrays(plan.batches)
+        if loader._index_map is not None:
+            self.flat = loader._index_map[self.flat]
+
+    def miss(self, loader: Any) -> Optional[str]:
+        """None when the prediction holds now; else "rng" (torch's RNG was drawn from in
+        between) or "inputs" (set_epoch, a changed sampler...)."""
+        import torch
+
+        sampler = loader.batch_sampler.sampler
+        if (_attributes(loader.batch_sampler), _attributes(sampler)) != self.attributes:
+            return "inputs"
+        if len(loader.dataset) != self.dataset_len:  # samples reassigned
+            return "inputs"
+        if not torch.equal(torch.get_rng_state(), self.rng_before):
+            return "rng"
+        if any(not torch.equal(g.get_state(), state) for g, state in zip(self.generators, self.before)):
+            return "rng"
+        return None
+
+    def draw(self) -> None:
+        """Leaves the RNGs as drawing the plan would have."""
+        import torch
+
+        torch.set_rng_state(self.rng_after)
+        for g, state in zip(self.generators, self.after):
+            g.set_state(state)
+
+
+def _file_states(loader: Any, flat: np.ndarray) -> dict:
+    """{path: (device, inode, size, mtime, ctime) or None if it cannot be stat'ed} of the files
+    an epoch read ahead in the order ``flat`` may read before it is adopted (each sample's file
+    and its other files: a mask...), and of their directories. Before adoption a queued epoch
+    dispatches at most the depth its pipeline may grow to, ``max(prefetch_batches,
+    prefetch_max)`` batches, however many slots are free (csrc/pipeline/epoch.h:
+    ``Epoch::Adopted``), so only that many leading rows can be read ahead; the rest of the epoch
+    is read after adoption, as the files are then."""
+    s = loader._native.stats()
+    rows = max(s["prefetch_batches"], s["prefetch_max"]) * loader._options["batch_size"]
+    ahead = flat[:rows]
+    in_memory = getattr(loader, "_in_memory", None)
+    if in_memory is not None:
+        ahead = ahead[~in_memory[ahead]]  # a sample held in memory reads no file
+    files = dict.fromkeys(loader._paths[i] for i in ahead.tolist())
+    more = getattr(loader, "_more_files", None)
+    if more is not None:
+        for i in flat[:rows].tolist():  # a sample in memory may have its mask in a file
+            files.update((f, None) for f in more[i] or () if isinstance(f, str))
+    folders = dict.fromkeys(os.path.dirname(p) or "." for p in files)
+    return {path: _file_state(path) for path in list(folders) + list(files)}
+
+
+def _file_state(path: str) -> Optional[tuple]:
+    """``file_identity(path)``, or None when it cannot be stat'ed."""
+    try:
+        return file_identity(path)
+    except OSError:
+        return None
+
+
+def _changed_files(before: Optional[dict]) -> str:
+    """What changed since ``before`` (``_file_states``) was taken, or "" when nothing did."""
+    for path, was in (before or {}).items():
+        now = _file_state(path)
+        if now == was:
+            continue
+        if now is None or was is None:
+            return f"{path} {'disappeared' if now is None else 'appeared'}"
+        if now[:2] != was[:2]:
+            return f"{path} was replaced (another inode)"
+        what = "size" if now[2] != was[2] else "modification time" if now[3] != was[3] else \
+            "status change time"
+        return f"{path} changed ({what})"
+    return ""
+
+
+def _plan_ahead(loader: Any) -> Optional["_Ahead"]:
+    """The next epoch's prediction, or None where the next order cannot be computed without
+    side effects (a sampler other than torch's, which might keep its own state)."""
+    import torch.utils.data as tud
+
+    if type(loader.batch_sampler) is not tud.BatchSampler:
+        return None
+    if _order._sampler_kind(loader.batch_sampler.sampler) == "opaque":
+        return None
+    return _Ahead(loader)
+
+
+def _peek_seed(generator: Any) -> int:
+    """A seed from torch's RNG (``generator``'s, else the global one) without advancing it: the
+    generic path's augmentation seed, taken where torch's own RNG use is already done, so the
+    RNG stream the caller sees is exactly torch's."""
+    import torch
+
+    source = generator if generator is not None else torch.default_generator
+    state = source.get_state()
+    seed = int(torch.empty((), dtype=torch.int64).random_(generator=generator).item())
+    source.set_state(state)
+    return seed
+
+
+class _PlannedBatches:
+    """The generic path's batch sampler: torch's own batch sampler, evaluated as an epoch plan.
+
+    torch's loader iterates it in the main process when it first needs indices, after drawing its
+    base seed, the moment torch's own sampler would draw: so order and RNG consumption are
+    torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
+
+    With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
+    augmentations are seeded by (base seed, index, position in the epoch), whichever worker
+    process makes it, and a resumed epoch keeps the positions (so its samples equal an
+    uninterrupted run's). The base seed is peeked from torch's RNG after torch's own draws
+    (``_peek_seed``) and saved in ``state_dict``.
+    """
+
+    def __init__(self, loader: Any, batch_sampler: Any, dataset_len: int, keyed: bool):
+        self._loader, self._inner, self._n, self._keyed = loader, batch_sampler, dataset_len, keyed
+
+    def __len__(self) -> int:
+        return len(self._inner)
+
+    def __iter__(self):
+        loader = self._loader
+        resume = loader.take_resume()
+        if resume is None:
+            _sync_epoch(loader)
+            plan = _order.plan_epoch(self._inner, self._n)
+            batches, sampler_state, skip = plan.batches, plan.sampler_state, 0
+            seed = _peek_seed(loader.generator) if self._keyed else None
+        else:
+            batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
+            _restore_generators(loader, resume.get("generators"))
+            seed = resume.get("base_seed") if self._keyed else None
+            if self._keyed and seed is None:
+                raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
+                                 "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
+        loader.begin_epoch(seed, sampler_state, skip)
+        if not self._keyed:
+            yield from batches[skip:]
+            return
+        position = sum(len(b) for b in batches[:skip])
+        for batch in batches[skip:]:
+            yield [SampleKey(int(i), seed, _AUGMENT_EPOCH, position + k) for k, i in enumerate(batch)]
+            position += len(batch)
+
+
+class _CountDelivered:
+    """Counts the batches the caller received (after torch's prefetching and any device
+    staging, which run ahead), for the generic path's state_dict. An iterator, not a generator:
+    an error from ``next()`` that says to call again (``SlotsExhaustedError`` of clip batches,
+    ``LoaderTimeoutError``) leaves it going on with the same batch. After another error (a
+    sample's), torch's iterator goes on with the next batch: the failed one counts as passed once
+    the caller asks for more (a checkpoint taken at the error resumes at that batch, one taken
+    later does not repeat the batches received since). A generator in between (the timeout or
+    device wrappers) ends at an error: so does the epoch here, not recorded complete."""
+
+    def __init__(self, loader: Any, batches: Iterator[Any]):
+        self._loader, self._batches = loader, batches
+        self._progress: Any = None
+        self._finished = False
+        self._failed = False  # the last next() raised a sample's error: its batch was passed
+
+    def __iter__(self) -> "_CountDelivered":
+        return self
+
+    def _count(self) -> None:
+        if self._progress is None:
+            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
+        if self._progress is not None:
+            self._progress.delivered += 1
+
+    def __next__(self) -> Any:
+        import types
+
+        from .._C import LoaderTimeoutError, SlotsExhaustedError
+
+        if self._finished:
+            raise StopIteration
+        if self._failed:  # the caller goes on past the failed batch
+            self._failed = False
+            self._count()
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._finished = True
+            if self._loader._current is not None:
+                self._loader._current.done = True
+            raise
+        except (SlotsExhaustedError, LoaderTimeoutError):
+            raise  # the same batch comes at the next call
+        except Exception:
+            if isinstance(self._batches, types.GeneratorType):
+                self._finished = True
+            else:
+                self._failed = True
+            raise
+        self._count()
+        return batch

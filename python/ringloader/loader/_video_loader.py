@@ -1,0 +1,301 @@
+"""What the DataLoader iterates for natively batched clips (``ringloader.video_batches``): the
+batches of its planned keys, made ahead on a thread or when asked, and their memory bound,
+``max_memory`` (or the default budget images get) held as bytes of clip batches alive at once.
+
+A clip batch is ``B x [N x] T x 3 x H x W`` elements, often hundreds of MB, so the batches a
+loader makes ahead (its depth) and the ones the training loop keeps are counted against the
+budget as the image loader counts its slots: the slots and depth come from the native slot rule
+(``_C.plan_slots``, csrc/pipeline/slot_pool.h's PlanSlots: slots = budget / batch bytes, the
+depth cut to the slots less the one the training loop holds, fewer than 2 slots refused naming
+max_memory and the bytes needed). Each batch's buffer is charged when it is allocated and
+released when its last tensor (or view) is freed, so the bytes alive never pass the slots'
+bytes; a producer that would pass them waits, and a ``next()`` that finds every byte held by
+batches the loop keeps raises ``SlotsExhaustedError`` (nothing is lost: free some, call again).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from typing import Any, Dict, List, Optional
+
+from .. import _C
+from .._C import SlotsExhaustedError
+from ..core._options import _format_bytes as format_bytes
+
+__all__ = ["ClipSlots", "NativeVideoLoader"]
+
+
+class ClipSlots:
+    """Slots of ``slot_bytes`` (one clip batch) within ``max_memory`` (None: the default
+    budget), ``prefetch`` batches deep at most.
+
+    Examples:
+        >>> from ringloader._video_loader import ClipSlots
+        >>> slots = ClipSlots(1000, batch_size=4, prefetch=8, max_memory=3500)
+        >>> slots.max_slots, slots.depth
+        (3, 2)
+        >>> slots.note
+        "prefetch 8 -> 2 batches (the budget holds 3 slots of 1000 B; one is the training loop's)"
+    """
+
+    def __init__(self, slot_bytes: int, batch_size: int, prefetch: int, max_memory: Optional[int]):
+        from ..core._node import default_memory
+
+        given = max_memory is not None
+        budget, budget_note = (int(max_memory), "set (max_memory)") if given else default_memory({})
+        available = 0 if given else int(_C.available_memory()[0])
+        plan = _C.plan_slots(max(int(slot_bytes), 1), max(int(batch_size), 1), int(budget), given,
+                             budget_note, available, max(int(prefetch), 1), False)
+        self.slot_bytes, self.given, self.budget_note = max(int(slot_bytes), 1), given, budget_note
+        self.budget, self.max_slots, self.depth = int(plan["budget"]), int(plan["max_slots"]), int(plan["depth"])
+        # The epoch read-ahead the rule turns off is the image loader's; clip batches have none.
+        self.note = "; ".join(c for c in str(plan["note"]).split("; ") if c and not c.startswith("epoch read-ahead"))
+        self.capacity = self.max_slots * self.slot_bytes
+        self._cv = threading.Condition()
+        self.held = self.peak = 0
+        self.waiting = 0  # producers waiting for bytes to be freed now
+
+    def _refuse(self, nbytes: int) -> None:
+        what = (f"max_memory={self.budget} bytes" if self.given
+                else f"the memory budget ({format_bytes(self.budget)}: {self.budget_note})")
+        raise ValueError(f"{what} holds {self.max_slots} clip batch slots of {self.slot_bytes} bytes, "
+                         f"and this clip batch is {nbytes} bytes ({format_bytes(nbytes)}): larger than "
+                         f"the slots' {self.capacity} bytes. Raise max_memory to at least "
+                         f"{2 * nbytes} bytes (2 batches: one being filled, one the training loop "
+                         "holds), or lower batch_size, the frames per clip or the output size")
+
+    def acquire(self, nbytes: int, stop: Optional[threading.Event]) -> bool:
+        """Charges a batch of ``nbytes``; waits while the bytes alive leave no room (False when
+        ``stop`` is set meanwhile). Without ``stop`` (batches made when asked, on the caller's
+        thread) there is no one to wait for: ``SlotsExhaustedError`` when the batches kept fill
+        the slots."""
+        if nbytes > self.capacity:
+            self._refuse(nbytes)
+        collected = waited = False
+        with self._cv:
+            try:
+                while self.held + nbytes > self.capacity:
+                    if stop is None:
+                        if not collected:  # batches dropped in a reference cycle: free them first
+                            self._cv.release()
+                            try:
+                                gc.collect()
+                            finally:
+                                self._cv.acquire()
+                            collected = True
+                            continue
+                        raise _C.SlotsExhaustedError(self.exhausted())
+                    if stop.is_set():
+                        return False
+                    if not waited:
+                        self.waiting, waited = self.waiting + 1, True
+                    self._cv.wait(0.1)
+            finally:  # a producer stopped while it waited waits no more (a later loop's next() asks)
+                if waited:
+                    self.waiting -= 1
+            self.held += nbytes
+            self.peak = max(self.peak, self.held)
+        return True
+
+    def track(self, buffer: Any, nbytes: int) -> None:
+        """Releases ``nbytes`` when ``buffer`` (the array every tensor of the batch is a view of)
+        is freed."""
+        weakref.finalize(buffer, self._release, nbytes).atexit = False  # nothing to release at exit
+
+    def _release(self, nbytes: int) -> None:
+        with self._cv:
+            self.held -= nbytes
+            self._cv.notify_all()
+
+    def exhausted_now(self) -> bool:
+        """Whether a producer waits for room (with nothing queued, the batches the training loop
+        keeps hold every byte)."""
+        with self._cv:
+            return self.waiting > 0
+
+    def exhausted(self) -> str:
+        return (f"all {self.max_slots} clip batch slots ({format_bytes(self.capacity)} of "
+                f"{'max_memory' if self.given else 'the memory budget'}) are held by batches the "
+                "training loop keeps; release earlier batches (drop their tensors) or raise "
+                "max_memory. The next batch is not lost: call again")
+
+    def stats(self) -> Dict[str, Any]:
+        with self._cv:
+            return {"budget": self.budget, "slot_bytes": self.slot_bytes, "max_slots": self.max_slots,
+                    "depth": self.depth, "held_bytes": self.held, "peak_bytes": self.peak}
+
+    def describe(self) -> str:
+        cut = f"; {self.note}" if self.note else ""
+        return (f"{self.max_slots} clip batch slots of {format_bytes(self.slot_bytes)}, prefetch "
+                f"{self.depth} (max_memory {format_bytes(self.budget)}: "
+                f"{self.budget_note}{cut})")
+
+
+class _Prefetched:
+    """The batches of ``batches`` (lists of keys) from ``source``, made ``depth`` ahead on a
+    thread of their own (the decode runs without the GIL, so the training step goes on), their
+    bytes charged to ``slots`` (``_video_loader.ClipSlots``: the producer waits while they are
+    full)."""
+
+    def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None):
+        import queue
+
+        self._queue: Any = queue.Queue(maxsize=max(depth, 1))
+        self._stop = threading.Event()
+        self._timeout, self._slots = timeout, slots
+        # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
+        # runs __del__, which stops the thread.
+        self._thread = threading.Thread(target=_Prefetched._run,
+                                        args=(source, batches, self._queue, self._stop, slots),
+                                        daemon=True, name="ringloader-video-batches")
+        self._thread.start()
+
+    @staticmethod
+    def _put(queue: Any, stop: threading.Event, item: Any) -> bool:
+        """Queues ``item``; False when the consumer left (``close()``) before there was room."""
+        while not stop.is_set():
+            try:
+                queue.put(item, timeout=0.1)
+                return True
+            except Exception:  # noqa: BLE001 - queue.Full: look at the stop flag again
+                continue
+        return False
+
+    @staticmethod
+    def _run(source: Any, batches: Any, queue: Any, stop: threading.Event, slots: Any) -> None:
+        try:
+            for keys in batches:
+                try:
+                    batch = source.batch(list(keys), slots, stop)
+                except Exception as error:  # noqa: BLE001 - this batch's: raised by its next(), the
+                    # epoch goes on with the next batch, as torch's DataLoader and batches made
+                    # when asked do after a sample's error
+                    if not _Prefetched._put(queue, stop, (None, error)):
+                        return
+                    continue
+                if batch is None or not _Prefetched._put(queue, stop, (True, batch)):
+                    return
+                del batch  # the consumer's now: its bytes are freed with its last tensor
+            _Prefetched._put(queue, stop, (False, None))
+        except BaseException as error:  # noqa: BLE001 - handed to the consumer
+            _Prefetched._put(queue, stop, (False, error))
+
+    def __iter__(self) -> "_Prefetched":
+        return self
+
+    def _get(self) -> Any:
+        """The next item; SlotsExhaustedError when the producer waits for bytes that only
+        batches this loop keeps hold (nothing queued: it would wait forever)."""
+        import queue
+        import time
+
+        from .._C import LoaderTimeoutError
+
+        deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
+        while True:
+            try:
+                return self._queue.get(timeout=0.1)
+            except queue.Empty:
+                pass
+            if self._slots is not None and self._queue.empty() and self._slots.exhausted_now():
+                gc.collect()  # batches dropped in a reference cycle are freed first
+                time.sleep(0.2)
+                if self._queue.empty() and self._slots.exhausted_now():
+                    raise SlotsExhaustedError(self._slots.exhausted())
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LoaderTimeoutError(f"no video batch within timeout={self._timeout:g} s from the "
+                                         "native clip decoder") from None
+
+    def __next__(self) -> Any:
+        ok, item = self._get()
+        if ok:
+            return item
+        if ok is None:  # one batch's error: the next call gets the next batch
+            raise item
+        self._stop.set()
+        if item is None:
+            raise StopIteration
+        raise item
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def __del__(self) -> None:
+        self._stop.set()
+
+
+class _WhenAsked:
+    """The batches of ``batches`` from ``source`` made when asked, on the caller's thread; a
+    batch refused for want of room (``SlotsExhaustedError``) is made by the next call."""
+
+    def __init__(self, source: Any, batches: Any, slots: Any):
+        self._source, self._batches, self._slots = source, iter(batches), slots
+        self._keys: Optional[List[Any]] = None
+
+    def __iter__(self) -> "_WhenAsked":
+        return self
+
+    def __next__(self) -> Any:
+        if self._keys is None:
+            self._keys = list(next(self._batches))
+        try:
+            batch = self._source.batch(self._keys, self._slots)
+        except SlotsExhaustedError:
+            raise  # nothing lost: the same keys at the next call
+        except BaseException:
+            self._keys = None  # another error: iterating again goes on with the next batch
+            raise
+        self._keys = None
+        return batch
+
+
+class NativeVideoLoader:
+    """What the DataLoader's generic path iterates for a video dataset whose clips batch
+    natively: ``source``'s batches over ``batches`` (the loader's planned batches of keys),
+    prefetched ``prefetch`` deep (0: made when asked). Each ``iter()`` first draws the base
+    seed torch's DataLoader iterator draws from ``generator``, so the planned order and the RNG
+    consumption are torch's.
+
+    The bytes of the clip batches alive at once are bounded by ``max_memory`` (None: the
+    default budget of images' slots) as ``_video_loader.ClipSlots`` says, slots sized by the
+    first sample's clip times ``batch_size``: the depth is cut to fit (``slots.note`` says how),
+    a budget below two batches raises ValueError naming max_memory and the bytes needed."""
+
+    def __init__(self, source: Any, batches: Any, prefetch: int, timeout: float,
+                 generator: Any = None, batch_size: int = 1, max_memory: Optional[int] = None):
+        from ..core._sample_keys import SampleKey
+
+        self.source, self.batches, self.timeout = source, batches, timeout
+        self.generator = generator
+        self.slots: Any = None
+        for index in range(min(len(source), 16)):  # the first clip that can be made sizes the slots
+            try:
+                clip = source.clip_bytes(SampleKey(index, 0, 0, 0))
+            except (ValueError, IndexError, OSError, RuntimeError):
+                continue
+            rows = max(int(batch_size), 1)  # a slot: the clips, and the targets as images' labels and indices
+            self.slots = ClipSlots(clip * rows + 16 * rows, rows, max(prefetch, 1), max_memory)
+            break
+        self.prefetch = min(prefetch, self.slots.depth) if self.slots is not None and prefetch > 0 else prefetch
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Any:
+        import torch
+
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        if self.prefetch <= 0:
+            return _WhenAsked(self.source, self.batches, self.slots)
+        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots)
+
+    def describe(self) -> str:
+        """How the clip batches' memory is bounded (a line of ``describe()``)."""
+        if self.slots is None:
+            return "memory:  not bounded (no clip of the first samples could be sized)"
+        return f"memory:  {self.slots.describe()}"
+
+    def stats(self) -> Dict[str, Any]:
+        return {**self.source.stats(), **({"memory": self.slots.stats()} if self.slots is not None else {})}

@@ -1,0 +1,492 @@
+"""Video clips batched natively: a batch's clips decoded by ``_C.ClipPool`` (native threads, each
+with its own FFmpeg decoder per open file, the GIL released) straight into the rows of one batch
+tensor, after torchvision v2's video transforms run natively with one draw per clip.
+
+:func:`native_chain` says whether a transform runs natively: v2's ``RandomResizedCrop``,
+``Resize``, ``CenterCrop``, ``RandomCrop`` (no padding) and ``RandomHorizontalFlip`` (bilinear,
+antialiased resizes: torch's uint8 kernel, so the levels equal v2's on the decoded
+``tv_tensors.Video`` for the same draws), then per-level steps (``ToDtype``, ``Normalize``,
+``ConvertImageDtype``), whose value for each of the 256 levels of each channel is computed once
+by torchvision itself, and ``UniformTemporalSubsample`` anywhere among them (which frames of each
+clip are kept, as torchvision picks them, chosen before decoding). The geometric draws come from
+the sample's augmentation seed (the key every image augmentation has) and the clip sampler's
+from ``clips.generator_for`` of the same key, so a batch is the same for any thread count and on
+resume.
+
+:class:`VideoClipBatches` serves a Dataset whose samples are ``(VideoFile, target)`` (an
+``rl.VideoFolder``, or a Dataset of such pairs) by whole batches of keys; ``stats()`` counts the
+decode work (frames decoded per frame kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .. import _C
+# What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
+from ._video_loader import NativeVideoLoader, _Prefetched  # noqa: F401
+from ..transforms import clips as _clips
+
+__all__ = ["native_chain", "VideoClipBatches", "native_video_source"]
+
+_MASK64 = (1 << 64) - 1
+
+
+def _flatten(transform: Any) -> List[Any]:
+    if transform is None:
+        return []
+    inner = getattr(transform, "transforms", None)
+    if type(transform).__name__ == "Compose" and isinstance(inner, (list, tuple)):
+        return [t for part in inner for t in _flatten(part)]
+    return [transform]
+
+
+def _size(size: Any) -> Tuple[int, int]:
+    if isinstance(size, int):
+        return size, size
+    size = list(size)
+    return (int(size[0]), int(size[0])) if len(size) == 1 else (int(size[0]), int(size[1]))
+
+
+def _bilinear_aa(t: Any) -> Optional[str]:
+    from torchvision.transforms import InterpolationMode
+
+    mode = getattr(t, "interpolation", InterpolationMode.BILINEAR)
+    if InterpolationMode(mode) != InterpolationMode.BILINEAR:
+        return f"{type(t).__name__}: only bilinear interpolation runs natively on video"
+    if getattr(t, "antialias", True) is not True:
+        return f"{type(t).__name__}: only antialias=True runs natively on video"
+    return None
+
+
+def _geometric(t: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    name = type(t).__name__
+    if not type(t).__module__.startswith("torchvision.transforms.v2"):
+        return None, f"{name} is not a torchvision v2 transform"
+    if name == "RandomResizedCrop":
+        h, w = _size(t.size)
+        return {"kind": "random_resized_crop", "height": h, "width": w, "scale": tuple(t.scale),
+                "ratio": tuple(t.ratio)}, _bilinear_aa(t)
+    if name == "Resize":
+        if t.size is None:
+            return None, "Resize(size=None) does not run natively on video"
+        size = [t.size] if isinstance(t.size, int) else list(t.size)
+        step = {"kind": "resize", "height": int(size[0]), "width": int(size[1]) if len(size) == 2 else 0,
+                "max_size": int(t.max_size or 0)}
+        return step, _bilinear_aa(t)
+    if name == "CenterCrop":
+        h, w = _size(t.size)
+        return {"kind": "center_crop", "height": h, "width": w}, None
+    if name == "RandomCrop":
+        if t.padding is not None or t.pad_if_needed:
+            return None, "RandomCrop with padding does not run natively on video"
+        h, w = _size(t.size)
+        return {"kind": "random_crop", "height": h, "width": w}, None
+    if name == "RandomHorizontalFlip":
+        return {"kind": "horizontal_flip", "p": float(t.p)}, None
+    return None, f"{name} has no native video equivalent"
+
+
+_PER_LEVEL = {"ToDtype", "Normalize", "ConvertImageDtype", "ToPureTensor"}
+
+
+def native_chain(transform: Any) -> Tuple[Optional[Tuple[List[Dict[str, Any]], Optional[List[float]]]], str]:
+    """``((steps, levels), "")`` when ``transform`` runs natively on a clip (``levels``: None for
+    a uint8 output, else the 3 x 256 float32 values of the levels), else ``(None, why not)``.
+
+    Examples:
+        >>> import torch
+        >>> from torchvision.transforms import v2
+        >>> from ringloader.video_batches import native_chain
+        >>> chain, why = native_chain(v2.Compose([v2.RandomResizedCrop(8), v2.RandomHorizontalFlip(),
+        ...                                       v2.ToDtype(torch.float32, scale=True)]))
+        >>> [s["kind"] for s in chain[0]], len(chain[1]), why
+        (['random_resized_crop', 'horizontal_flip'], 768, '')
+        >>> native_chain(v2.ColorJitter(0.4))[1]
+        'ColorJitter has no native video equivalent'
+    """
+    steps: List[Dict[str, Any]] = []
+    tail: List[Any] = []
+    for t in _flatten(transform):
+        if type(t).__name__ in _PER_LEVEL and type(t).__module__.startswith("torchvision.transforms.v2"):
+            tail.append(t)
+            continue
+        if type(t).__name__ == "UniformTemporalSubsample" and type(t).__module__.startswith("torchvision.transforms.v2"):
+            # Which frames of each clip are kept (no draws; per frame steps commute with it):
+            # chosen before decoding, so the frames left out are never converted.
+            steps.append({"kind": "temporal_subsample", "num_samples": int(t.num_samples)})
+            continue
+        if tail:
+            return None, f"{type(t).__name__} follows {type(tail[-1]).__name__}: not native on video"
+        step, why = _geometric(t)
+        if step is None or why is not None:
+            return None, str(why)
+        steps.append(step)
+    if not tail:
+        return (steps, None), ""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms import v2
+
+    levels = torch.arange(256, dtype=torch.uint8).view(1, 1, 1, 256).expand(1, 3, 1, 256).contiguous()
+    try:
+        out = v2.Compose(tail)(tv_tensors.Video(levels))
+    except Exception as error:  # noqa: BLE001 - v2's own refusal is the reason
+        return None, f"{type(tail[0]).__name__}...: {error}"
+    if out.dtype == torch.uint8 and torch.equal(out.as_subclass(torch.Tensor), levels):
+        return (steps, None), ""
+    if out.dtype != torch.float32 or tuple(out.shape) != (1, 3, 1, 256):
+        return None, f"the transform's output dtype {out.dtype} is not native on video (uint8 or float32)"
+    return (steps, out.reshape(-1).tolist()), ""
+
+
+@functools.lru_cache(maxsize=256)
+def _temporal_positions(frames: int, num_samples: int) -> Tuple[int, ...]:
+    """The positions v2's ``UniformTemporalSubsample(num_samples)`` keeps of a clip of
+    ``frames`` frames, as torchvision itself picks them (run on a video of the positions)."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    positions = tv_tensors.Video(torch.arange(frames).view(frames, 1, 1, 1))
+    return tuple(F.uniform_temporal_subsample(positions, num_samples).reshape(-1).tolist())
+
+
+def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
+    """Each clip's frame indices after the chain's ``UniformTemporalSubsample`` steps."""
+    for n in counts:
+        rows = [[r[i] for i in _temporal_positions(len(r), n)] for r in rows]
+    return rows
+
+
+def _reference(sample: Any) -> Tuple[Any, Optional[str]]:
+    from ..sources.video import VideoFile
+
+    if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], VideoFile):
+        return sample[0], None
+    return None, "its samples are not (VideoFile, target) pairs"
+
+
+class VideoClipBatches:
+    """A map-style source of whole batches: ``source[keys]`` (a list of ``SampleKey``) decodes
+    the keys' clips natively into one ``[B, ..., T, 3, H, W]`` tensor and returns
+    ``(clips, targets)``.
+
+    Args:
+        dataset: ``rl.VideoFolder`` or a Dataset of ``(VideoFile, target)``; every reference must
+            carry the same native ``transform`` (see :func:`native_chain`).
+        threads: native decode threads.
+        on_error: ``"raise"`` (the error names the file and the frame, with a note naming the
+            sample), ``"skip"`` (the batch goes on without the clip) or ``"replace"`` (the row
+            gets the clip of a substitute sample, tried in the order an image's are: drawn from
+            the row's seed, ``_C.replace_candidates``, with the row's own clip and transform
+            draws; the batch keeps its size; the clip's error stands when none decodes).
+    """
+
+    def __init__(self, dataset: Any, threads: int, on_error: str = "raise"):
+        if on_error not in ("raise", "skip", "replace"):
+            raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise', 'skip' or "
+                             "'replace'")
+        self.dataset, self.threads, self.on_error = dataset, max(int(threads), 1), on_error
+        first, why = _reference(dataset[0]) if len(dataset) else (None, "the dataset is empty")
+        if first is None:
+            raise ValueError(f"not a native video dataset: {why}")
+        chain, why = native_chain(first.transform)
+        if chain is None:
+            raise ValueError(f"not a native video transform: {why}")
+        self.chain = chain
+        self.steps = [s for s in chain[0] if s["kind"] != "temporal_subsample"]  # the native chain's
+        self.temporal = [s["num_samples"] for s in chain[0] if s["kind"] == "temporal_subsample"]
+        self.levels = chain[1]
+        self.transform = first.transform
+        self._chains: Dict[int, Any] = {}  # id -> (transform, its chain): other objects, same chain
+        self.max_frame_pixels, self.max_clip_bytes = first.max_frame_pixels, first.max_clip_bytes
+        self._pool: Any = None
+        self._pid = 0
+        self._meta: Dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self.frames_decoded = self.frames_kept = self.clips = self.skipped = self.replaced = 0
+
+    def __getstate__(self) -> Dict[str, Any]:  # to a worker process: no threads, no cache
+        state = dict(self.__dict__)
+        state.update(_pool=None, _pid=0, _meta={}, _lock=None)
+        return state
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def _pool_here(self) -> Any:
+        import os
+
+        if self._pool is None or self._pid != os.getpid():  # a forked child starts its own threads
+            self._pool = _C.ClipPool(self.threads, self.max_frame_pixels, self.max_clip_bytes)
+            self._pid = os.getpid()
+        return self._pool
+
+    def _metadata(self, refs: Sequence[Any]) -> List[Any]:
+        """Each reference's VideoMetadata, kept per path with the file's identity (device, inode,
+        size, mtime, ctime: ``_source.file_identity``) when it was probed: a file replaced or
+        rewritten since (between epochs, say) is probed again, so its clips are drawn from its
+        frames as they are now (the pool reopens such a file too)."""
+        from ..core._source import file_identity
+        from ..sources.video import _metadata
+
+        now: Dict[str, Any] = {}
+        for path in {r.path for r in refs}:
+            try:
+                now[path] = file_identity(path)
+            except OSError:
+                now[path] = None  # gone or unreadable: the probe's error names it
+        missing = sorted(p for p, stamp in now.items()
+                         if stamp is None or self._meta.get(p, (None, None))[0] != stamp)
+        failed: Dict[str, BaseException] = {}  # not kept: each raise gets an error of its own
+        if missing:
+            for path, meta in zip(missing, self._pool_here().probe(missing, [])):
+                if isinstance(meta, BaseException):
+                    failed[path] = meta
+                    self._meta.pop(path, None)
+                else:
+                    self._meta[path] = (now[path], _metadata(meta))
+        return [failed[r.path] if r.path in failed else self._meta[r.path][1] for r in refs]
+
+    def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0,
+               replaced: int = 0) -> None:
+        """Adds to the counters of stats() under the lock: two iterators of one loader batch from
+        this source on their own threads at once, and a bare ``+=`` from each can lose counts."""
+        with self._lock:
+            self.clips += clips
+            self.frames_decoded += frames_decoded
+            self.frames_kept += frames_kept
+            self.skipped += skipped
+            self.replaced += replaced
+
+    def stats(self) -> Dict[str, Any]:
+        """Decode work so far: clips, frames decoded and kept, decoded per kept, clips skipped
+        and replaced."""
+        with self._lock:  # one moment's counts, not a mix of two batches'
+            clips, decoded, kept, skipped = self.clips, self.frames_decoded, self.frames_kept, self.skipped
+            replaced = self.replaced
+        return {"clips": clips, "frames_decoded": decoded, "frames_kept": kept,
+                "frames_decoded_per_kept": decoded / kept if kept else 0.0, "skipped": skipped,
+                "replaced": replaced}
+
+    def _fail(self, error: BaseException, key: Any, path: str) -> None:
+        from ..sources._fallback import _describe
+
+        error.add_note(f"while decoding the clip of sample {key.index} of {_describe(self.dataset)} "
+                       f"({path}) natively (ringloader.video_batches)")
+        raise error
+
+    def _check_alike(self, sample: Any, key: Any) -> None:
+        """Every sample must be a (VideoFile, target) with the first's chain and limits: one
+        batch runs one chain on one pool."""
+        ref, why = _reference(sample)
+        if ref is None:
+            raise TypeError(f"sample {key.index}: {why} (sample 0 is), so its clips cannot be "
+                            "batched natively with the others")
+        if ref.transform is not self.transform:
+            known = self._chains.get(id(ref.transform))
+            if known is None or known[0] is not ref.transform:
+                known = (ref.transform, native_chain(ref.transform)[0])
+                self._chains[id(ref.transform)] = known
+            if known[1] != self.chain:
+                raise ValueError(f"sample {key.index} ({ref.path}): its transform {ref.transform!r} "
+                                 f"is not sample 0's ({self.transform!r}); native clip batches run "
+                                 "one transform for all samples: give every VideoFile the same one")
+        if (ref.max_frame_pixels, ref.max_clip_bytes) != (self.max_frame_pixels, self.max_clip_bytes):
+            raise ValueError(f"sample {key.index} ({ref.path}): its max_frame_pixels/max_clip_bytes "
+                             "differ from sample 0's; native clip batches apply one limit to all "
+                             "samples: give every VideoFile the same")
+
+    def _plan(self, key: Any, ref: Any, meta: Any) -> Tuple[List[int], int, Tuple[int, ...]]:
+        """The clip of ``key``: its frames (flat), the seed of its transform's draws and its
+        shape; ValueError naming the file when the clip cannot be made (too short for a clip with
+        policy='error', a crop larger than the frames)."""
+        if isinstance(meta, BaseException):
+            raise meta
+        clip = ref.clip
+        if clip is None:
+            frames, lead = [list(range(meta.num_frames))], ()
+        elif hasattr(clip, "frame_indices"):
+            draws = _clips.generator_for(key.seed, key.epoch, key.index, key.position)
+            try:  # a clip this video is too short for (policy='error'): the clip's error
+                frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
+            except ValueError as why:
+                raise ValueError(f"{ref.path}: {why}") from None
+            lead = (len(frames),)
+        else:
+            from ..sources.video import _rows
+
+            frames, flat = _rows(clip, ref.path)
+            lead = () if flat else (len(frames),)
+        frames = _subsample(frames, self.temporal)
+        try:  # a crop larger than this video's frames: the clip's error, as a decode's is
+            size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
+        except ValueError as why:
+            raise ValueError(f"{ref.path}: {why}") from None
+        shape = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
+        seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
+        return [i for r in frames for i in r], seed, shape
+
+    def clip_bytes(self, key: Any) -> int:
+        """The bytes of the clip ``key`` makes (its shape times the output's element size); what
+        the loader sizes its clip batch slots by (``_video_loader.ClipSlots``). Errors as :meth:`_plan`."""
+        ref, why = _reference(self.dataset[key.index])
+        if ref is None:
+            raise ValueError(f"sample {key.index}: {why}")
+        _, _, shape = self._plan(key, ref, self._metadata([ref])[0])
+        count = 1
+        for n in shape:
+            count *= int(n)
+        return count * (1 if self.levels is None else 4)
+
+    def __getitem__(self, keys: Sequence[Any]) -> Any:
+        return self.batch(keys)
+
+    def _allocate(self, rows: int, shape: Tuple[int, ...], slots: Any, stop: Any) -> Any:
+        """The batch tensor, on a buffer of its own charged to ``slots`` (None: uncounted)
+        until its last view is freed; None when ``stop`` was set while waiting for room."""
+        import numpy as np
+        import torch
+
+        dtype = torch.uint8 if self.levels is None else torch.float32
+        count = rows
+        for n in shape:
+            count *= int(n)
+        nbytes = count * (1 if self.levels is None else 4)
+        if slots is not None and not slots.acquire(nbytes, stop):
+            return None
+        buffer = np.empty(nbytes, dtype=np.uint8)
+        if slots is not None:
+            slots.track(buffer, nbytes)
+        return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
+
+    def _decode(self, rows: List[Tuple[str, List[int], int]], out: Any, shape: Tuple[int, ...]) -> List[Any]:
+        """Decodes ``rows`` (path, frames, seed) into the rows of ``out``: each clip's (error or
+        None), counted in stats()."""
+        import torch
+
+        if not rows:
+            return []
+        results = self._pool_here().decode([r[0] for r in rows], [], [r[1] for r in rows],
+                                           [r[2] for r in rows], self.steps, self.levels,
+                                           out.view(torch.uint8).reshape(-1).numpy(),
+                                           int(shape[-2]), int(shape[-1]))
+        errors = []
+        for error, decoded, kept in results:
+            self._count(frames_decoded=decoded, frames_kept=kept, clips=int(error is None))
+            errors.append(error)
+        return errors
+
+    def _substitutes(self, key: Any, shape: Optional[Tuple[int, ...]]) -> Any:
+        """on_error="replace": the samples that may stand in for the failed clip of ``key``, in
+        the order the native loader tries an image's (``_C.replace_candidates`` of the row's
+        seed: 16 draws, then a walk), each as (index, plan, shape, target) with the row's own
+        draws; only those whose clip can be made in ``shape`` (None: any)."""
+        seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
+        for index in _C.replace_candidates(seed, len(self.dataset)):
+            if index == key.index:
+                continue
+            try:
+                sample = self.dataset[index]
+                self._check_alike(sample, key._replace(index=index) if hasattr(key, "_replace") else key)
+                ref = sample[0]
+                frames, row_seed, this = self._plan(key, ref, self._metadata([ref])[0])
+            except (ValueError, TypeError, IndexError, OSError, RuntimeError):
+                continue
+            if shape is None or this == shape:
+                yield index, (ref.path, frames, row_seed), this, sample[1]
+
+    def _replace(self, out: Any, b: int, key: Any, error: BaseException, shape: Tuple[int, ...], path: str) -> Any:
+        """Decodes a substitute's clip into row ``b`` of ``out``; its target. Without one that
+        decodes, the clip's own error is raised (with its note), as for an image."""
+        for index, plan, _, target in self._substitutes(key, shape):
+            if self._decode([plan], out[b : b + 1], shape)[0] is None:
+                self._count(replaced=1)
+                return target
+        self._fail(error, key, path)
+
+    def batch(self, keys: Sequence[Any], slots: Any = None, stop: Any = None) -> Any:
+        """``(clips, targets)`` of ``keys`` (see the class); the clips' buffer charged to
+        ``slots`` (a ``_video_loader.ClipSlots``) when given; None when ``stop`` was set while
+        waiting for room in them."""
+        import torch
+        from torch.utils.data import default_collate
+
+        samples = [self.dataset[k.index] for k in keys]
+        for key, sample in zip(keys, samples):
+            self._check_alike(sample, key)
+        refs = [s[0] for s in samples]
+        plans: List[Any] = []
+        shape: Optional[Tuple[int, ...]] = None
+        for key, ref, meta in zip(keys, refs, self._metadata(refs)):
+            try:
+                frames, seed, this = self._plan(key, ref, meta)
+                if shape is not None and this != shape:
+                    raise ValueError(f"{ref.path}: its clip is {list(this)}, the batch's first "
+                                     f"{list(shape)}: clips of one batch must have one shape")
+                shape = this if shape is None else shape
+                plans.append((ref.path, frames, seed))
+            except (ValueError, IndexError, OSError, RuntimeError) as error:
+                if self.on_error == "raise":
+                    self._fail(error, key, ref.path)
+                plans.append(error)
+        replace = self.on_error == "replace"
+        if replace and shape is None and keys:  # every clip failed: a substitute's sets the shape
+            shape = next((this for _, _, this, _ in self._substitutes(keys[0], None)), None)
+        good = [b for b, p in enumerate(plans) if not isinstance(p, BaseException)]
+        shape = shape or (0, 3, 0, 0)
+        out = self._allocate(len(keys) if replace else len(good), shape, slots, stop)
+        if out is None:
+            return None
+        errors = self._decode([plans[b] for b in good], out[: len(good)], shape)  # one row each
+        for b, error in zip(good, errors):
+            if error is not None:
+                if self.on_error == "raise":
+                    self._fail(error, keys[b], plans[b][0])
+                plans[b] = error
+        targets = [s[1] for s in samples]
+        if replace:  # each clip to its key's row (rows only move down: last first), then substitutes
+            for j in reversed(range(len(good))):
+                if good[j] != j:
+                    out[good[j]] = out[j]
+            for b, plan in enumerate(plans):
+                if isinstance(plan, BaseException):
+                    targets[b] = self._replace(out, b, keys[b], plan, shape, refs[b].path)
+        else:
+            kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
+            self._count(skipped=len(keys) - len(kept))
+            if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
+                out[: len(kept)] = out[kept]
+            out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
+        return out, default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
+
+
+def native_video_source(dataset: Any, threads: int, on_error: str = "raise") -> Tuple[Optional[VideoClipBatches], str]:
+    """``(VideoClipBatches, "")`` when ``dataset``'s clips can be batched natively, else
+    ``(None, why not)``: the hook the DataLoader's video path asks."""
+    try:
+        return VideoClipBatches(dataset, threads, on_error), ""
+    except (ValueError, TypeError, ImportError) as error:
+        return None, str(error)
+
+
+#: Why a video dataset's clips are batched natively (``describe()``).
+NATIVE_REASON = ("its samples are (VideoFile, target) with a native video transform: clips are "
+                 "decoded and transformed in native threads (ringloader.video_batches), batches "
+                 "collated there")
+
+
+def for_loader(dataset: Any, args: Any, num_workers: int) -> Optional[VideoClipBatches]:
+    """The DataLoader's hook: a native source for ``dataset`` when its clips batch natively
+    (no ``collate_fn``; ``num_workers`` native threads), else None (torch's worker processes)."""
+    if args.collate_fn is not None or args.batch_size is None:
+        return None
+    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error)
+    return source

@@ -1,0 +1,203 @@
+"""Why a dataset runs on torch's path instead of natively, said in one place: the warning
+(:class:`FallbackWarning`; :func:`warn_refused` for a Dataset of image references that stays
+there) and its reasons, each naming the step or reference that forces it and what to change: a
+transform's steps by class and position (:func:`chain_reasons`, :func:`step_label`), a
+``Joint`` that is not native (``_joint_refusal_at``), a sample's references unlike sample 0's
+(``_refusal``).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, List, Optional, Sequence
+
+from .. import _C
+from . import _joint
+from .. import transforms as T
+from .references import ImageReference, Joint
+
+__all__ = ["FallbackWarning", "VIDEO_REASON", "chain_reasons", "step_label", "warn_refused",
+           "warn_video"]
+
+
+class FallbackWarning(UserWarning):
+    """``ringloader.DataLoader`` runs a dataset on torch's path instead of natively: the warning
+    names the first step or leaf that forces it and what to change (``loader.describe()`` lists
+    every reason), or hints that a Dataset opening images itself could return
+    :class:`ringloader.ImageFile` instead. Silence it with
+    ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``.
+
+    Examples:
+        >>> import warnings
+        >>> import torch
+        >>> from PIL import Image
+        >>> import ringloader as rl
+        >>> from ringloader.sample_data import make_sample_dataset
+        >>> root = make_sample_dataset("photos", num_images=8, num_classes=2)
+        >>> class Opened(torch.utils.data.Dataset):  # opens images itself: runs on torch's path
+        ...     def __len__(self):
+        ...         return 2
+        ...     def __getitem__(self, i):
+        ...         return Image.open(root / "class_00" / f"img_0000{2 * i}.jpg").convert("RGB"), i
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     loader = rl.DataLoader(Opened(), batch_size=2, collate_fn=lambda batch: batch)
+        ...     _ = next(iter(loader))
+        >>> any(issubclass(w.category, rl.FallbackWarning) for w in caught)
+        True
+    """
+
+
+def _describe(dataset: Any) -> str:
+    return f"{type(dataset).__module__}.{type(dataset).__name__}"
+
+
+def warn_refused(dataset: Any, reasons: Sequence[str], stacklevel: int = 3) -> None:
+    """The one warning of a loader over a Dataset of image references that runs on torch's
+    path: the first of ``reasons`` (``_native_sources._fallback_reasons``), and how many more
+    ``describe()`` lists."""
+    more = (f" loader.describe() lists all {len(reasons)} reasons." if len(reasons) > 1 else "")
+    warnings.warn(
+        f"ringloader.DataLoader: {_describe(dataset)} returns image references but "
+        f"{reasons[0]}, so it runs on torch's generic path: each sample is materialised with "
+        "Pillow and transformed in worker processes (ringloader.materialize), at torch's "
+        f"speed.{more}", FallbackWarning, stacklevel=stacklevel)
+
+
+#: Why a Dataset whose samples hold video references runs on torch's path (``describe()``).
+VIDEO_REASON = ("its samples hold video references (ringloader.VideoFile/VideoBytes): video clips "
+                "are decoded by ringloader's native decoder in worker processes, not yet in the "
+                "native pool")
+
+
+def warn_video(dataset: Any, stacklevel: int = 3) -> None:
+    """The one warning of a loader over a Dataset whose samples hold video references."""
+    warnings.warn(
+        f"ringloader.DataLoader: {_describe(dataset)} returns video references "
+        "(ringloader.VideoFile/VideoBytes), so it runs on torch's generic path: video clips are "
+        "decoded by ringloader's native FFmpeg decoder in worker processes "
+        "(ringloader.materialize), not yet in the native pool, each clip drawn from "
+        "clips.generator_for(seed, epoch, index, position) of its sample and any transform "
+        "applied in Python.", FallbackWarning, stacklevel=stacklevel)
+
+
+def step_label(step: Any) -> str:
+    """A transform step as fallback reasons name it: ``v2.Resize(200)``,
+    ``transforms.RandomApply``, ``mymodule.Jitter``."""
+    kind = type(step)
+    module = kind.__module__
+    if module.startswith("torchvision.transforms.v2"):
+        name = f"v2.{kind.__name__}"
+    elif module.startswith("torchvision.transforms"):
+        name = f"transforms.{kind.__name__}"
+    elif module.startswith("ringloader.transforms"):
+        name = f"ringloader.transforms.{kind.__name__}"
+    else:
+        name = f"{module}.{kind.__qualname__}"
+    if kind.__name__ == "Resize":
+        size = getattr(step, "size", None)
+        if isinstance(size, (list, tuple)):
+            size = size[0] if len(size) == 1 else tuple(size)
+        max_size = getattr(step, "max_size", None)
+        name += f"({size}" + (f", max_size={max_size}" if max_size is not None else "") + ")"
+    return name
+
+
+def _refusal_text(step: Any, reason: str) -> str:
+    """``reason`` (``transforms.split``'s, which names the step by its full class name) without
+    the step's name."""
+    full = T._step_name(step)
+    for head in (f"transform {full} ", f"{full}: "):
+        if reason.startswith(head):
+            return reason[len(head):]
+    return reason
+
+
+def chain_reasons(chain: Any, where: str, origin: Any = None) -> List[str]:
+    """Why the transform ``chain`` keeps its dataset off the native batches, naming each step
+    by class and position ([] when it runs natively to a fixed size): the first step that runs
+    in Python and every later one with no native equivalent, or the step whose output size
+    depends on the image. ``where`` names the transform; positions count in ``origin`` (the
+    transform the user wrote, of which ``chain`` holds steps: a Joint's), by default ``chain``."""
+    parts = T._flatten(chain)
+    origin_parts = T._flatten(origin) if origin is not None else parts
+
+    def at(j: int) -> str:
+        step = parts[j]
+        position = next((o for o, p in enumerate(origin_parts) if p is step), j)
+        return f"{step_label(step)} at position {position} of {where}"
+
+    if not parts:
+        return [f"{where} is None: each sample is a PIL image of its own size (give it a "
+                "transform that ends in a crop or Resize((height, width)) and a tensor "
+                "conversion to batch natively)"]
+    split = T.split(chain)
+    if split.tail is not None:
+        i = len(parts) - len(split.tail.transforms)
+        why = _refusal_text(parts[i], split.reason)
+        advice = "" if "move it" in why else (
+            ": replace it with a step that runs natively (the manual's transforms page lists "
+            "them) or leave it out")
+        out = [f"{at(i)} runs in Python ({why}){advice}"]
+        for j in range(i + 1, len(parts)):
+            try:
+                T.to_steps(parts[j])
+            except Exception:
+                out.append(f"{at(j)} has no native equivalent either")
+        return out
+    if _C.fixed_size(split.steps):
+        return []
+    for j in reversed(range(len(parts))):
+        try:
+            steps = T.to_steps(parts[j])
+        except Exception:
+            continue
+        if any(s["kind"] == "resize" and not s.get("size_w") for s in steps):
+            return [f"{at(j)}: an output size that depends on the image (give it a (height, "
+                    f"width) size, or end {where} with a crop, to batch natively)"]
+    return [f"{where} leaves each image its own size (no crop or Resize((height, width))): an "
+            "output size that depends on the image (end it with one to batch natively)"]
+
+
+def _joint_refusal_at(joint: Joint) -> str:
+    """``_joint.refusal(joint)`` with the step it names given its position in the Joint's
+    transform (the first step whose prefix of the transform is refused, or the last step of that
+    class before it: a step refused for what follows it)."""
+    why = _joint.refusal(joint)
+    parts = T._flatten(joint.transform)
+    named = [j for j, p in enumerate(parts) if T._step_name(p) in why]
+    if not named:
+        return why  # a leaf of the structure: the reason names its place
+    j = named[0]
+    if len(named) > 1:
+        from torchvision.transforms import v2
+
+        first = next((k for k in range(len(parts))
+                      if isinstance(_joint.plan(v2.Compose(parts[:k + 1])), str)), None)
+        if first is not None:
+            j = max((k for k in named if k <= first), default=named[0])
+    full, label = T._step_name(parts[j]), step_label(parts[j])
+    why = why.replace(full, f"{label} at position {j}", 1).replace(full, label)
+    for part in parts:  # other steps it names, as the warning names steps
+        why = why.replace(T._step_name(part), step_label(part))
+    return why
+
+
+def _same_native_chain(a: Any, b: Any) -> bool:
+    """True when two transform objects are the same native chain (a Dataset that builds its
+    Compose in ``__getitem__``); chains with Python steps are only the same object."""
+    split_a, split_b = T.split(a), T.split(b)
+    return split_a.tail is None and split_b.tail is None and split_a.steps == split_b.steps
+
+
+def _refusal(refs: List[ImageReference], model: List[ImageReference], i: int) -> Optional[str]:
+    """Why sample i's references keep the Dataset off the native path, or None."""
+    for k, (ref, first) in enumerate(zip(refs, model)):
+        if ref.mode != first.mode:
+            return (f"reference {k} of sample {i} has mode {ref.mode!r}, reference {k} of sample 0 "
+                    f"{first.mode!r} (each position has one mode)")
+        if ref.transform is not first.transform and not _same_native_chain(ref.transform,
+                                                                           first.transform):
+            return (f"reference {k} of sample {i} has another transform than reference {k} of "
+                    "sample 0 (the native path applies one transform to each position)")
+    return None

@@ -1,0 +1,342 @@
+"""Video references: ``VideoFile`` and ``VideoBytes``, a video's frames decoded by the native
+decoder (``_C.VideoDecoder``) over the system's FFmpeg, as torchcodec's ``VideoDecoder`` decodes
+them.
+
+FFmpeg is not part of ringloader: its libraries (``libavformat``, ``libavcodec``, ``libavutil``,
+``libswscale``, ``libavfilter`` of the major versions ringloader was built against) are loaded at
+run time, the first time a video is opened; without them a video raises ``RuntimeError`` naming
+what to install, and images are unaffected.
+
+The decoder scans a video's packets once into a frame table (torchcodec's ``seek_mode="exact"``:
+frame ``i`` is the ``i``-th frame in presentation order), seeks to the keyframe at or before a
+wanted frame, decodes forward and converts only the frames kept to RGB, with torchcodec 0.17's
+conversion (swscale, or FFmpeg's filter graph for widths that are not a multiple of 32 and for
+rotated videos), so the frames equal ``torchcodec.decoders.VideoDecoder(...).get_frames_at(...)
+.data`` on the same FFmpeg. A stream's rotation (display matrix) is applied as torchcodec applies
+it. Frames are ``uint8`` ``[T, 3, H, W]``.
+
+Under ``ringloader.DataLoader``, ``(VideoFile, target)`` samples whose ``transform`` is one of
+v2's video steps that run natively (``ringloader.video_batches.native_chain``) are decoded and
+transformed in native threads into one batch tensor (``ringloader.video_batches``); other
+samples holding these references are decoded in torch's worker processes
+(``ringloader.materialize``). Either way the clip sampler draws from ``clips.generator_for`` of
+the sample's (seed, epoch, index, position). ``decode()`` itself applies ``transform`` in Python
+to the decoded tensor (``[T, C, H, W]`` or ``[N, T, C, H, W]``).
+
+Examples:
+    >>> import subprocess
+    >>> _ = subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+    ...                     "testsrc2=size=64x48:rate=10:duration=1", "-pix_fmt", "yuv420p",
+    ...                     "clip.mp4"], check=True)
+    >>> from ringloader.video import VideoFile
+    >>> VideoFile("clip.mp4").decode([0, 5, 9]).shape
+    torch.Size([3, 3, 48, 64])
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+
+from .. import _C
+
+__all__ = ["VideoBytes", "VideoFile", "VideoMetadata", "holds_video", "video_available"]
+
+#: Default largest frame (width * height) a video may have: a decompression-bomb guard.
+MAX_FRAME_PIXELS: int = int(_C.VIDEO_MAX_FRAME_PIXELS)
+#: Default largest decoded output of one ``decode`` call, in bytes.
+MAX_CLIP_BYTES: int = int(_C.VIDEO_MAX_CLIP_BYTES)
+
+
+def video_available() -> Tuple[bool, str]:
+    """``(True, "")`` when videos can be decoded here, else ``(False, what to install)``.
+
+    Examples:
+        >>> from ringloader.video import video_available
+        >>> ok, why = video_available()
+        >>> isinstance(ok, bool) and (ok or "install" in why)
+        True
+    """
+    ok, why = _C.video_available()
+    return bool(ok), str(why)
+
+
+def _require_video() -> None:
+    ok, why = video_available()
+    if not ok:
+        raise RuntimeError(f"ringloader cannot decode videos here: {why}")
+
+
+@dataclass(frozen=True)
+class VideoMetadata:
+    """A video stream as the decoder's frame table describes it.
+
+    Attributes:
+        num_frames: frames in the stream (packets scanned, as torchcodec's exact mode counts).
+        average_fps: ``num_frames / duration_seconds`` (the header's rate when that is 0).
+        width, height: the size of the frames returned (after the stream's rotation).
+        duration_seconds: ``end_stream_seconds - begin_stream_seconds``.
+        begin_stream_seconds: the first frame's presentation time.
+        end_stream_seconds: the end of the last frame (its pts plus its duration).
+        codec: FFmpeg's codec name (``"h264"``, ``"hevc"``, ``"vp9"``, ``"av1"``...).
+        rotation: the display matrix's rotation in degrees (0: none).
+        pts_seconds: every frame's presentation time, sorted (frame ``i`` at ``pts_seconds[i]``).
+        key_frame_indices: the keyframes' frame indices.
+
+    Examples:
+        >>> from ringloader.video import VideoMetadata
+        >>> meta = VideoMetadata(2, 2.0, 64, 48, 1.0, 0.0, 1.0, "h264", 0.0, (0.0, 0.5), (0,))
+        >>> meta.clip_meta().num_frames
+        2
+    """
+
+    num_frames: int
+    average_fps: float
+    width: int
+    height: int
+    duration_seconds: float
+    begin_stream_seconds: float
+    end_stream_seconds: float
+    codec: str
+    rotation: float
+    pts_seconds: Tuple[float, ...]
+    key_frame_indices: Tuple[int, ...]
+
+    def clip_meta(self) -> Any:
+        """This video as :class:`ringloader.clips.VideoMeta`, what clip samplers take."""
+        from ..transforms import clips  # lazily: clip sampling is only needed when a sampler is used
+
+        return clips.VideoMeta(num_frames=self.num_frames, average_fps=self.average_fps,
+                               begin_stream_seconds=self.begin_stream_seconds,
+                               end_stream_seconds=self.end_stream_seconds,
+                               pts_seconds=list(self.pts_seconds))
+
+
+def _metadata(native: dict) -> VideoMetadata:
+    return VideoMetadata(num_frames=int(native["num_frames"]),
+                         average_fps=float(native["average_fps"]),
+                         width=int(native["width"]), height=int(native["height"]),
+                         duration_seconds=float(native["duration_seconds"]),
+                         begin_stream_seconds=float(native["begin_stream_seconds"]),
+                         end_stream_seconds=float(native["end_stream_seconds"]),
+                         codec=str(native["codec"]), rotation=float(native["rotation"]),
+                         pts_seconds=tuple(native["pts_seconds"]),
+                         key_frame_indices=tuple(native["key_frame_indices"]))
+
+
+Clip = Union[None, Sequence[int], Sequence[Sequence[int]], Any]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__len__"))
+
+
+def _rows(indices: Any, what: str) -> Tuple[List[List[int]], bool]:
+    """Explicit indices as rows of clips, and whether they were one flat clip."""
+    values = list(indices)
+    if all(_is_int(v) for v in values):
+        return [[int(v) for v in values]], True
+    rows = []
+    for row in values:
+        if isinstance(row, (str, bytes)) or not hasattr(row, "__iter__"):
+            raise TypeError(f"{what}: frame indices must be ints or lists of ints, got {row!r}")
+        rows.append([int(v) for v in row])
+    return rows, False
+
+
+class _VideoReference:
+    """What VideoFile and VideoBytes share: the clip, the transform, the limits, decoding."""
+
+    def __init__(self, clip: Clip, transform: Optional[Callable], max_frame_pixels: Optional[int],
+                 max_clip_bytes: Optional[int]) -> None:
+        if clip is not None and not hasattr(clip, "frame_indices"):
+            _rows(clip, self._name())  # checked now: a bad list fails where it is written
+        self.clip = clip
+        self.transform = transform
+        self.max_frame_pixels = MAX_FRAME_PIXELS if max_frame_pixels is None else int(max_frame_pixels)
+        self.max_clip_bytes = MAX_CLIP_BYTES if max_clip_bytes is None else int(max_clip_bytes)
+        self._meta: Optional[VideoMetadata] = None
+
+    def _name(self) -> str:
+        raise NotImplementedError
+
+    def _open(self) -> Any:
+        raise NotImplementedError
+
+    def _decoder(self) -> Any:
+        _require_video()
+        decoder = self._open()
+        if self._meta is None:
+            self._meta = _metadata(decoder.metadata)
+        return decoder
+
+    @property
+    def metadata(self) -> VideoMetadata:
+        """The video's :class:`VideoMetadata` (the file is opened and scanned once, then kept)."""
+        if self._meta is None:
+            self._decoder()
+        assert self._meta is not None
+        return self._meta
+
+    def decode(self, indices: Clip = None, generator: Any = None) -> Any:
+        """The frames of ``indices`` (else of the reference's ``clip``; else every frame) as a
+        ``uint8`` tensor: ``[T, 3, H, W]`` for a flat list of frame indices, ``[N, T, 3, H, W]``
+        for a list of clips or a :mod:`ringloader.clips` sampler (drawing from ``generator``, a
+        ``torch.Generator``; ``None``: torch's global generator). Negative indices count from
+        the end. Then ``transform``, when given, is applied to that tensor (in Python)."""
+        import torch
+
+        decoder = self._decoder()
+        meta = self._meta
+        assert meta is not None
+        clip = self.clip if indices is None else indices
+        if clip is None:
+            rows, flat = [list(range(meta.num_frames))], True
+        elif hasattr(clip, "frame_indices"):
+            rows, flat = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), generator)], False
+        else:
+            rows, flat = _rows(clip, self._name())
+        lengths = {len(r) for r in rows}
+        if len(lengths) > 1:
+            raise ValueError(f"{self._name()}: clips of different lengths {sorted(lengths)} cannot "
+                             "be stacked into one tensor")
+        wanted = [i for r in rows for i in r]
+        frames, _, _ = decoder.get_frames_at(wanted)
+        out = torch.from_numpy(frames)
+        if not flat:
+            out = out.reshape(len(rows), lengths.pop() if lengths else 0, *out.shape[1:])
+        return self.transform(out) if self.transform is not None else out
+
+    def decode_played_at(self, seconds: Sequence[float]) -> Any:
+        """The frames played at these times (each the frame whose ``pts <= t <`` the next
+        frame's pts, as torchcodec's ``get_frames_played_at``): ``uint8`` ``[T, 3, H, W]``; a
+        time outside ``[begin_stream_seconds, end_stream_seconds)`` raises ``IndexError``
+        naming the range. ``transform`` is applied as in :meth:`decode`."""
+        import torch
+
+        frames, _, _ = self._decoder().get_frames_played_at([float(t) for t in seconds])
+        out = torch.from_numpy(frames)
+        return self.transform(out) if self.transform is not None else out
+
+
+def holds_video(sample: Any, depth: int = 0) -> bool:
+    """True when ``sample`` is or holds (in tuples, lists, namedtuples, dicts) a video reference.
+
+    Examples:
+        >>> from ringloader.video import VideoFile, holds_video
+        >>> holds_video({"clip": [VideoFile("a.mp4")], "label": 3}), holds_video((1, "a.mp4"))
+        (True, False)
+    """
+    if isinstance(sample, _VideoReference):
+        return True
+    if depth > 8:
+        return False
+    if isinstance(sample, (tuple, list)):
+        return any(holds_video(v, depth + 1) for v in sample)
+    if isinstance(sample, dict):
+        return any(holds_video(v, depth + 1) for v in sample.values())
+    return False
+
+
+class VideoFile(_VideoReference):
+    """A video file and the frames to decode from it: ``decode()`` returns them as a ``uint8``
+    tensor (``[T, 3, H, W]``, or ``[N, T, 3, H, W]`` for several clips).
+
+    The file is read by ringloader itself (``pread``), never through FFmpeg's URL protocols, so
+    any name is a file name. Errors name the file: ``FileNotFoundError``; ``ValueError`` for a
+    file that is not a video FFmpeg reads, a codec without a decoder, a frame over
+    ``max_frame_pixels`` or a clip over ``max_clip_bytes``; ``IndexError`` for a frame index or
+    time out of range; ``RuntimeError`` for damaged data (naming the frame) or missing FFmpeg
+    libraries (naming what to install).
+
+    Args:
+        path: the video file.
+        clip: the frames ``decode()`` returns by default: a list of frame indices (one clip), a
+            list of such lists (several clips of one length), a :mod:`ringloader.clips` sampler
+            (``clips.random_indices(...)`` etc., drawn per call), or ``None``: every frame.
+        transform: a callable applied to the decoded tensor (by ``decode()``, in Python; under
+            ``rl.DataLoader`` natively when ``video_batches.native_chain`` accepts it).
+        max_frame_pixels: the largest ``width * height`` accepted (default
+            ``ringloader.video.MAX_FRAME_PIXELS``).
+        max_clip_bytes: the largest output of one ``decode`` (default ``MAX_CLIP_BYTES``, 2 GiB).
+
+    Examples:
+        >>> import subprocess
+        >>> _ = subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+        ...                     "testsrc2=size=64x48:rate=10:duration=1", "-pix_fmt", "yuv420p",
+        ...                     "clip.mp4"], check=True)
+        >>> import ringloader as rl
+        >>> from ringloader import clips
+        >>> video = rl.VideoFile("clip.mp4")
+        >>> video.metadata.num_frames, video.metadata.width, video.metadata.height
+        (10, 64, 48)
+        >>> video.decode([9, 0, 5]).shape
+        torch.Size([3, 3, 48, 64])
+        >>> sampler = clips.regular_indices(num_clips=2, num_frames_per_clip=4)
+        >>> rl.VideoFile("clip.mp4", clip=sampler).decode().shape
+        torch.Size([2, 4, 3, 48, 64])
+    """
+
+    def __init__(self, path: Any, clip: Clip = None, transform: Optional[Callable] = None,
+                 max_frame_pixels: Optional[int] = None, max_clip_bytes: Optional[int] = None) -> None:
+        import os
+
+        self.path = os.fspath(path)
+        super().__init__(clip, transform, max_frame_pixels, max_clip_bytes)
+
+    def _name(self) -> str:
+        return self.path
+
+    def _open(self) -> Any:
+        return _C.VideoDecoder(self.path, self.max_frame_pixels, self.max_clip_bytes)
+
+    def __repr__(self) -> str:
+        return f"VideoFile({self.path!r}, clip={self.clip!r})"
+
+
+class VideoBytes(_VideoReference):
+    """A video held in memory (``bytes``, ``bytearray``, ``memoryview``; e.g. a shard member),
+    decoded as :class:`VideoFile` decodes a file; errors name ``name``.
+
+    Args:
+        data: the encoded video, whole (the container's bytes, copied once when decoded).
+        name: what errors call it (default ``"<video bytes>"``); with an extension it also helps
+            FFmpeg recognize the container.
+        clip: the frames ``decode()`` returns by default, as for :class:`VideoFile`.
+        transform: a callable applied to the decoded tensor, in Python.
+        max_frame_pixels: the largest ``width * height`` accepted.
+        max_clip_bytes: the largest output of one ``decode``.
+
+    Examples:
+        >>> import subprocess
+        >>> _ = subprocess.run(["ffmpeg", "-y", "-loglevel", "error", "-f", "lavfi", "-i",
+        ...                     "testsrc2=size=64x48:rate=10:duration=1", "-pix_fmt", "yuv420p",
+        ...                     "clip.mp4"], check=True)
+        >>> import ringloader as rl
+        >>> with open("clip.mp4", "rb") as f:
+        ...     video = rl.VideoBytes(f.read(), name="clip.mp4")
+        >>> video.decode([2, 3]).shape
+        torch.Size([2, 3, 48, 64])
+        >>> bool((video.decode([2]) == rl.VideoFile("clip.mp4").decode([2])).all())
+        True
+    """
+
+    def __init__(self, data: Any, clip: Clip = None, transform: Optional[Callable] = None,
+                 name: str = "<video bytes>", max_frame_pixels: Optional[int] = None,
+                 max_clip_bytes: Optional[int] = None) -> None:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"VideoBytes({name}): data must be bytes, bytearray or memoryview, got "
+                            f"{type(data).__name__}")
+        self.data = data
+        self.name = str(name)
+        super().__init__(clip, transform, max_frame_pixels, max_clip_bytes)
+
+    def _name(self) -> str:
+        return self.name
+
+    def _open(self) -> Any:
+        view = memoryview(self.data).cast("B")
+        return _C.VideoDecoder.from_bytes(view, self.name, self.max_frame_pixels, self.max_clip_bytes)
+
+    def __repr__(self) -> str:
+        return f"VideoBytes(<{len(self.data)} bytes>, name={self.name!r}, clip={self.clip!r})"

@@ -1,0 +1,128 @@
+"""``VideoFolder``: class folders of video files (the layout of torchvision's Kinetics and UCF101
+folders), each sample a ``ringloader.video.VideoFile`` reference and its class index."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from ..transforms import clips as _clips
+from .datasets import _make_dataset, find_classes
+
+try:
+    from torch.utils.data import Dataset as _TorchDataset
+except ImportError:  # torch is only needed to iterate
+    _TorchDataset = object  # type: ignore[assignment,misc]
+
+__all__ = ["VIDEO_EXTENSIONS", "VideoFolder"]
+
+#: The file name endings :class:`VideoFolder` keeps by default (compared lower-cased).
+VIDEO_EXTENSIONS: Tuple[str, ...] = (".avi", ".m4v", ".mkv", ".mov", ".mp4", ".webm")
+
+
+class VideoFolder(_TorchDataset):
+    """Class folders of video files: ``root/<class>/**/<video>``, the layout of torchvision's
+    Kinetics and UCF101 folders. Classes, their indices and the sample order are exactly
+    torchvision's ``DatasetFolder``'s on the same tree: sorted class folders, each walked in
+    sorted order following symbolic links, a file kept when its name ends with one of
+    ``extensions`` (case-insensitive) or when ``is_valid_file(path)`` says so.
+
+    ``dataset[i]`` is ``(ringloader.video.VideoFile(path, clip=clip, transform=transform),
+    target)``: a reference to the video, whose ``decode()`` returns the clip's frames, and the
+    class index after ``target_transform``. ``rl.DataLoader(VideoFolder(...))`` batches the clips
+    in native threads (``ringloader.video_batches``) when ``transform`` is None or v2's video
+    steps that run natively, else decodes each reference in torch's worker processes (a
+    ``FallbackWarning`` says so); either way its clip is drawn from ``clips.generator_for`` of
+    the sample's key.
+
+    Args:
+        root: the folder holding one sub-folder per class.
+        transform: the transform each ``VideoFile`` carries.
+        clip: which frames each ``VideoFile`` decodes, handed to it as given: a
+            :mod:`ringloader.clips` sampler (e.g. ``clips.random_indices(num_frames_per_clip=16,
+            num_indices_between_frames=4)``), a list of frame indices or a list of such lists;
+            ``None``: every frame.
+        extensions: file name endings to keep (default :data:`VIDEO_EXTENSIONS`).
+        target_transform: a callable applied to each class index.
+        is_valid_file: ``fn(path) -> bool`` choosing the files instead of ``extensions``.
+        allow_empty: keep going when a class folder holds no video (torchvision's flag).
+
+    Raises:
+        FileNotFoundError: ``root`` is not a directory, holds no class folder, or (without
+            ``allow_empty``) a class folder holds no video; the message names the folder.
+        ValueError: both ``is_valid_file`` and ``extensions`` other than the default given, or
+            neither.
+
+    Examples:
+        >>> import os
+        >>> import ringloader as rl
+        >>> root = os.path.abspath("videos")
+        >>> for name in ("archery/a.mp4", "archery/b.MKV", "bowling/c.avi", "bowling/notes.txt"):
+        ...     os.makedirs(os.path.dirname(os.path.join(root, name)), exist_ok=True)
+        ...     open(os.path.join(root, name), "wb").close()
+        >>> ds = rl.VideoFolder(root, clip=rl.clips.random_indices(num_frames_per_clip=8))
+        >>> ds.classes, len(ds), ds.targets
+        (['archery', 'bowling'], 3, [0, 0, 1])
+        >>> [os.path.relpath(path, root) for path, _ in ds.samples]
+        ['archery/a.mp4', 'archery/b.MKV', 'bowling/c.avi']
+    """
+
+    def __init__(
+        self,
+        root: Union[str, "os.PathLike[str]"],
+        transform: Any = None,
+        clip: Any = None,
+        extensions: Optional[Tuple[str, ...]] = VIDEO_EXTENSIONS,
+        target_transform: Optional[Callable[[int], Any]] = None,
+        is_valid_file: Optional[Callable[[str], bool]] = None,
+        allow_empty: bool = False,
+    ):
+        if is_valid_file is not None and extensions is VIDEO_EXTENSIONS:
+            extensions = None  # the default gives way to the caller's choice
+        if (extensions is None) == (is_valid_file is None):
+            raise ValueError("VideoFolder: pass extensions or is_valid_file, not both (and not "
+                             "neither)")
+        root = os.path.expanduser(os.fspath(root))
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"VideoFolder root {root!r} is not a directory")
+        self.root = root
+        self.transform = transform
+        self.target_transform = target_transform
+        if clip is not None:
+            _clips.as_sampler(clip)  # a bad clip fails here, where it is written
+        self.clip = clip
+        self.extensions = extensions
+        classes, class_to_idx = self.find_classes(root)
+        if is_valid_file is None:
+            suffixes = extensions if isinstance(extensions, str) else tuple(extensions)
+            is_valid_file = lambda path: path.lower().endswith(suffixes)  # noqa: E731
+        paths, labels = _make_dataset(root, class_to_idx, is_valid_file, allow_empty, extensions)
+        self.classes: List[str] = classes
+        self.class_to_idx: Dict[str, int] = class_to_idx
+        self.samples: List[Tuple[str, int]] = list(zip(paths, labels))
+        self.targets: List[int] = labels
+
+    def find_classes(self, directory: str) -> Tuple[List[str], Dict[str, int]]:
+        """The class folders of ``directory``, sorted, and their indices (torchvision's); a
+        subclass may override it, as with torchvision."""
+        return find_classes(directory)
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Tuple[Any, Any]:
+        path, target = self.samples[index]
+        try:
+            from .video import VideoFile
+        except ImportError as error:
+            raise ImportError(
+                f"VideoFolder[{index}] ({path}) needs ringloader.video.VideoFile, which this "
+                f"build of ringloader lacks ({error}); the folder's samples, classes and targets "
+                "work without it") from error
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return VideoFile(path, clip=self.clip, transform=self.transform), target
+
+    def __repr__(self) -> str:
+        return (f"VideoFolder({self.root!r}: {len(self)} videos, {len(self.classes)} classes, "
+                f"clip={self.clip!r})")

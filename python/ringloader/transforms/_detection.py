@@ -1,0 +1,431 @@
+"""Native equivalents of the steps of torchvision's detection references that the classification
+converters in :mod:`ringloader.transforms` do not cover.
+
+Importing this module registers their converters (``_steps._converts``); ``_joint`` imports
+it, so they are known wherever a Dataset's transform is converted.
+
+* ``ScaleJitter`` (the ``lsj`` preset's first step): a resize whose size is drawn per sample
+  (``scale`` uniform in ``scale_range``, then v2's formula in float32, each side truncated), so
+  its output size depends on the image: natively a per-sample buffer, like ``RandomResize``.
+* A ``Pad``/``RandomCrop`` padding the image with a constant fill other than zero (the ``lsj``
+  preset's ``RandomCrop(size, pad_if_needed=True, fill=mean)``): fused into the native geometry
+  when it is the output's one padding and no resize follows it (the render paints the padded
+  pixels; ``TransformPipeline::Create``), so boxes follow it (:func:`image_fill_refusal`).
+* ``RandomZoomOut`` (the ``ssd`` preset's second step): such a pad, its canvas ratio, offset and
+  ``p`` drawn per sample as v2 draws them.
+* ``RandomIoUCrop`` (the ``ssd`` and ``ssdlite`` presets): it draws its crop against the
+  boxes, so the native chain renders the canvas without it (the steps before it and the flips
+  after it: flip(crop(c)) is a crop of flip(c)) and :func:`iou_crop`, run on the row's boxes,
+  draws the crop as v2's ``make_params`` draws it (its rejection loop, :func:`iou_crop_params`)
+  from torch's generator seeded from the row's draw seed (``views.h`` kGeoDrawSeed: keyed per sample, as every native
+  draw, not torch's global stream), moves boxes with v2's kernels and takes the crop of the
+  rendered image as a slice (:func:`take_crops`).
+* ``RandomPhotometricDistort`` (the ``ssd`` preset's first step): natively a colour step on the
+  8-bit image (``transform/photometric.h``), its draws made per sample as v2 makes them. Before
+  padding and flips only (the ``ssd`` preset's zoom-out), a Joint runs it after them on the
+  pixels that show the source (:func:`distort_after_padding`): each adjustment is per pixel
+  and the contrast's mean is the whole source's, so the result is v2's, the fill undistorted.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import copy
+
+import numpy as np
+
+from ._steps import _converts, _fill, _interpolation, _pair, _range, _step_name, to_steps
+
+__all__: List[str] = []
+
+#: The v2 classes that pad (and RandomCrop crops): natively fused into the geometry.
+PADS = ("Pad", "RandomCrop", "RandomZoomOut")
+
+
+def zooms(step: Any) -> bool:
+    """Whether ``step`` is v2's RandomZoomOut (it pads with a probability, by a drawn share)."""
+    return type(step).__name__ == "RandomZoomOut"
+
+
+#: v2 colour classes of the detection references (beside those of ``_joint._VALUES``).
+COLOURS = ("RandomPhotometricDistort",)
+#: The steps a RandomPhotometricDistort may precede and still run natively after them.
+_MOVES = ("Pad", "RandomZoomOut", "RandomHorizontalFlip", "RandomVerticalFlip")
+#: Steps that may pad the image (CenterCrop with zeros, when it is smaller): v2 distorts their
+#: padding with the photo when they come before the distort.
+_PADDING = (*PADS, "CenterCrop")
+
+
+def distort_after_padding(parts: List[Any]) -> List[Any]:
+    """A Joint's flattened chain with each RandomPhotometricDistort that only constant padding
+    and flips follow up to the next step of another kind moved after them, marked so that it
+    distorts only the output pixels showing the source (v2 distorts the image, then pads it
+    with the fill; adjustments per pixel and the contrast's mean of the whole image commute
+    with those moves). After a step that may pad, whose padding v2 distorts too, a distort
+    moves after flips only and stays on the whole image. Any other distort stays where it is
+    (the plan names a geometric step after it)."""
+    out = list(parts)
+    for i in range(len(out) - 1, -1, -1):
+        if type(out[i]).__name__ != "RandomPhotometricDistort":
+            continue
+        padded = any(type(p).__name__ in _PADDING for p in out[:i])
+        j = i + 1
+        while j < len(out) and type(out[j]).__name__ in _MOVES and \
+                not (padded and type(out[j]).__name__ in _PADDING) and \
+                getattr(out[j], "padding_mode", "constant") == "constant":
+            j += 1
+        if j > i + 1:
+            moved = copy.copy(out[i])
+            moved._before_padding = not padded
+            out[i:j] = out[i + 1:j] + [moved]
+    return out
+
+
+@_converts("RandomPhotometricDistort")
+def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomPhotometricDistort: ColorJitter's kind with v2's draws (each adjustment with
+    probability p, contrast first or after hue, a channel permutation with p); 2: only on the
+    pixels showing the source (moved after the padding by :func:`distort_after_padding`)."""
+    ranges = [_range(r) for r in (t.brightness, t.contrast, t.saturation, t.hue)]
+    if any(r is None for r in ranges):
+        raise TypeError(f"{where}: brightness, contrast, saturation and hue must be (lo, hi)")
+    return [{"kind": "color_jitter", "ranges": ranges, "p": float(t.p),
+             "photometric": 2 if getattr(t, "_before_padding", False) else 1}]
+
+
+#: Why rotation and affine keep a Joint on torch's path, by class name (the warning names the
+#: step and its position).
+NOT_NATIVE = {
+    # Natively these run on the 8-bit image after the resample, with an angle (and shear,
+    # translation) the row's geometry record does not hold, so boxes could not follow them.
+    "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "
+                       "follow natively yet (v2 takes the rotated corners' hull)"),
+    "RandomAffine": ("moves the image by a drawn affine map, which boxes and keypoints cannot "
+                     "follow natively yet (v2 takes the moved corners' hull)"),
+}
+
+#: What to write instead of the steps of torchvision's references that are the references' own
+#: code (not v2 classes, so not recognised), by class name: the end of a fallback warning.
+REFERENCE_HINTS = {
+    # The segmentation reference (v2_extras.py).
+    "PadIfSmaller": (" (torchvision's segmentation reference pads with it; "
+                     "v2.RandomCrop(crop_size, pad_if_needed=True, fill={tv_tensors.Mask: 255, "
+                     "'others': 0}) in place of it and the RandomCrop after it pads natively, "
+                     "on both sides rather than right and bottom)"),
+    # The detection reference's lsj preset (transforms.py): it takes (image, target), so inside
+    # a Joint it would see the whole structure as its image and move no box.
+    "FixedSizeCrop": (" (torchvision's detection reference crops with it in its lsj preset, "
+                      "taking (image, target) rather than a v2 structure; "
+                      "v2.RandomCrop(size, pad_if_needed=True, fill=mean) in place of it crops "
+                      "and pads natively, its boxes following, padding on both sides rather "
+                      "than right and bottom)"),
+}
+
+
+@_converts("ScaleJitter")
+def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's ScaleJitter: the output size drawn per sample (the sample's keyed draws) as v2 draws
+    it, then resized as ``Resize((height, width))``."""
+    interp = _interpolation(getattr(t, "interpolation", "bilinear"), where)
+    height, width = _pair(t.target_size, where)
+    lo, hi = (float(v) for v in t.scale_range)
+    if not 0 < lo <= hi:
+        raise TypeError(f"{where}: scale_range must be (lo, hi) with 0 < lo <= hi, got "
+                        f"{tuple(t.scale_range)}")
+    return [{"kind": "resize", "size_h": height, "size_w": width, "scale_jitter": [lo, hi],
+             "interpolation": interp}]
+
+
+@_converts("RandomZoomOut")
+def _zoom_out(t: Any, where: str) -> List[Dict[str, Any]]:
+    """v2's RandomZoomOut: with probability p, the image at a drawn offset in a canvas of its
+    size times a drawn ratio, padded with the fill (the draws the sample's keyed ones, made as
+    v2 makes them); natively where that is the output's one padding (TransformPipeline)."""
+    lo, hi = (float(v) for v in t.side_range)
+    return [{"kind": "pad", "pad": [0, 0, 0, 0], "fill": _fill(t.fill, where),
+             "pad_mode": "constant", "zoom_out": [lo, hi], "p": float(t.p)}]
+
+
+def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any], Any],
+                       with_fill: Callable[[Any, Any], Any]) -> Optional[str]:
+    """Why the v2 Pad/RandomCrop/RandomZoomOut ``step`` among a Joint chain's ``geometric``
+    steps cannot pad the image natively with its fill (``fill_of(step)``: the image's entry of
+    a per-type fill; ``with_fill(p, fill)``: ``p`` padding every leaf with it), or None. The
+    native rule decides (``_C.fuses``, ``TransformPipeline::Create``: a zero fill fuses always,
+    another constant fill where it is the image's one padding and no resize follows it), asked
+    of the geometric steps and, to name the step in its way, of ``step`` beside each of them."""
+    from .. import _C
+
+    try:
+        steps = [to_steps(with_fill(p, fill_of(p) or 0) if type(p).__name__ in PADS else p)
+                 for p in geometric]
+    except (TypeError, ValueError):
+        return None  # a step without a native form: the chain's split names it
+
+    def fuses(beside: List[Any]) -> bool:
+        flat: List[Any] = []
+        at = 0
+        for p, native in zip(geometric, steps):
+            if p is step:
+                at = len(flat)
+            if p is step or any(p is b for b in beside):
+                flat += native
+        return bool(_C.fuses(flat, at))
+
+    fill = fill_of(step)
+    if not fuses([]):
+        return (f"pads the image with {fill!r} and padding_mode "
+                f"{getattr(step, 'padding_mode', 'constant')!r} (natively a constant fill, one "
+                "level or three)")
+    if fuses(geometric):
+        return None
+    for other in geometric:
+        if other is not step and not fuses([other]):
+            return (f"pads the image with {fill!r} beside {_step_name(other)}, which pads it "
+                    "otherwise or resizes it after (natively a fill other than zero is the "
+                    "image's one padding, after the one resample)")
+    return f"pads the image with {fill!r}, which is not its one padding natively"
+
+
+def resized_size(g: Any) -> List[int]:
+    """[height, width] of the image after the chain's one resize, from a row's geometry record
+    (``_C.GEOMETRY_FIELDS``: the source size, the source rectangle shown and the output size),
+    for a chain whose crops and pads all follow that resize (``_joint._integer_steps``)."""
+    return [round(g[1] * g[7] / (g[5] - g[3])), round(g[0] * g[6] / (g[4] - g[2]))]
+
+
+def crop_integer_boxes(boxes: Any, g: Any, flipped: Tuple[bool, bool]) -> Any:
+    """Integer boxes through the chain's crop/pad after its resize, as v2 moves them: translated
+    by the shown rectangle's offset in the resized image (negative where it pads; mirrored on an
+    axis the boxes were flipped on before it) and clamped to the output (v2's clamps to the
+    padded canvas, then to the crop, nest into this one)."""
+    from torchvision.transforms.v2 import functional as F
+
+    height, width = resized_size(g)
+    top = round(g[3] * g[7] / (g[5] - g[3]))
+    left = round(g[2] * g[6] / (g[4] - g[2]))
+    if flipped[0]:
+        left = width - (left + int(g[6]))
+    if flipped[1]:
+        top = height - (top + int(g[7]))
+    return F.crop(boxes, top=top, left=left, height=int(g[7]), width=int(g[6]))
+
+
+def to_xyxy(b: Any, fmt: str) -> Any:
+    """Boxes ``b`` (numpy, [..., 4]) of format ``fmt`` as XYXY."""
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., :2] + b[..., 2:]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([b[..., :2] - b[..., 2:] / 2, b[..., :2] + b[..., 2:] / 2], -1)
+    return b
+
+
+def from_xyxy(b: Any, fmt: str) -> Any:
+    """XYXY boxes ``b`` (numpy) in format ``fmt``."""
+    if fmt == "XYWH":
+        return np.concatenate([b[..., :2], b[..., 2:] - b[..., :2]], -1)
+    if fmt == "CXCYWH":
+        return np.concatenate([(b[..., :2] + b[..., 2:]) / 2, b[..., 2:] - b[..., :2]], -1)
+    return b
+
+
+#: The geometry record's field with the seed of the row's draws made in Python (``views.h``
+#: kGeoDrawSeed, the record's last).
+_DRAW_SEED = 12
+#: v2 classes flipping the image: after a RandomIoUCrop they move the slice taken.
+_FLIPS = ("RandomHorizontalFlip", "RandomVerticalFlip")
+#: Steps that may follow a RandomIoUCrop natively besides flips: they change each pixel alone
+#: (or the type), so they commute with the crop (the slice of the rendered image).
+_PER_PIXEL = ("ToImage", "PILToTensor", "ToTensor", "ToPureTensor", "ToDtype",
+              "ConvertImageDtype", "Normalize", "SanitizeBoundingBoxes", "ClampBoundingBoxes",
+              "ConvertBoundingBoxFormat", "ClampKeyPoints")
+
+
+def split_iou_crop(parts: List[Any], geometric: Any) -> Tuple[List[Any], Any, Optional[str]]:
+    """A Joint's flattened chain without its RandomIoUCrop, that step (None without one), and
+    why it cannot run natively (a string naming the step) or None. ``geometric``: the class names of
+    the steps fused into the native geometry. Natively the crop is a slice of the rendered
+    canvas, so only flips and per-pixel steps may follow it, and no flip may precede it (the
+    boxes it draws against are the canvas's before the flips)."""
+    at = [i for i, p in enumerate(parts) if type(p).__name__ == "RandomIoUCrop"]
+    if not at:
+        return parts, None, None
+    step = parts[at[0]]
+    if len(at) > 1:
+        return parts, step, (f"{_step_name(parts[at[1]])} crops a second time (natively one "
+                             "RandomIoUCrop)")
+    for p in parts[:at[0]]:
+        if type(p).__name__ in _FLIPS:
+            return parts, step, (f"{_step_name(step)} follows {_step_name(p)} "
+                                 "(natively the crop is drawn on the canvas before any flip)")
+    for p in parts[at[0] + 1:]:
+        name = type(p).__name__
+        if name not in _FLIPS and (name in geometric or name not in _PER_PIXEL):
+            return parts, step, (f"{_step_name(p)} follows {_step_name(step)} (natively "
+                                 "the crop is a slice of the rendered image: only flips and "
+                                 "per-pixel steps may follow it)")
+    return parts[:at[0]] + parts[at[0] + 1:], step, None
+
+
+def unflipped(g: Any) -> Any:
+    """A row's geometry record without its flips: the canvas a RandomIoUCrop crops."""
+    g = np.array(g, dtype=np.float64)
+    g[8] = g[9] = 0.0
+    return g
+
+
+class Crop:
+    """An image or mask leaf of a row (``_structures._Leaf``) with the crop a RandomIoUCrop drew:
+    (top, left, height, width) on the unflipped canvas, and the flips after it."""
+
+    __slots__ = ("leaf", "top", "left", "height", "width")
+
+    def __init__(self, leaf: Any, top: int, left: int, height: int, width: int):
+        self.leaf, self.top, self.left, self.height, self.width = leaf, top, left, height, width
+
+    def take(self, t: Any, hwc: bool) -> Any:
+        """The crop of ``t``, the rendered (flipped) canvas ([C, H, W]; [H, W, C] when ``hwc``;
+        a mask [H, W]): a slice, the pixels v2's crop keeps."""
+        if t.dim() == 2 or hwc:
+            return t[self.top:self.top + self.height, self.left:self.left + self.width]
+        return t[..., self.top:self.top + self.height, self.left:self.left + self.width]
+
+
+#: Box dtypes whose arithmetic :func:`_iou_loop` follows as torch does it (numpy, same dtype).
+_LOOP_DTYPES = ("float32", "float64", "int64", "int32")
+
+
+def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
+    """v2's RandomIoUCrop ``step``'s parameters for the leaves ``flat`` (its boxes and
+    keypoints), drawn from ``seed``: what ``step.make_params(flat)`` returns with torch's
+    global generator seeded from ``seed``. v2's loop costs a few hundred torch operations a
+    sample in the iterating thread; :func:`_iou_loop` makes the same draws from a generator
+    seeded alike and does the arithmetic in numpy in the boxes' dtype as torch does it, so the
+    parameters are the same (``test_detection_ssd.py`` checks them against v2's for many
+    draws); other box dtypes, or a subclass of the step, run v2's own make_params."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import RandomIoUCrop
+
+    boxes = [v for v in flat if isinstance(v, tv_tensors.BoundingBoxes)]
+    v2s = getattr(step.make_params, "__func__", None) is RandomIoUCrop.make_params
+    if not v2s or len(boxes) != 1 or str(boxes[0].dtype).split(".")[-1] not in _LOOP_DTYPES:
+        # A make_params of the user's own, several boxes leaves (v2 raises) or another dtype.
+        saved = torch.default_generator.get_state()
+        try:
+            torch.default_generator.manual_seed(seed)
+            return step.make_params(flat)
+        finally:
+            torch.default_generator.set_state(saved)
+    return _iou_loop(step, boxes[0], seed)
+
+
+def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    orig_h, orig_w = boxes.canvas_size
+    xyxy_t = F.convert_bounding_box_format(boxes.as_subclass(torch.Tensor), boxes.format,
+                                           tv_tensors.BoundingBoxFormat.XYXY)
+    xyxy = xyxy_t.numpy()
+    dt = xyxy.dtype
+    f32 = np.float32
+    # Box centres as torch computes 0.5 * (a + b): in the boxes' float dtype, else float32.
+    fdt = dt if dt.kind == "f" else np.dtype(f32)
+    cx = fdt.type(0.5) * (xyxy[:, 0] + xyxy[:, 2]).astype(fdt)
+    cy = fdt.type(0.5) * (xyxy[:, 1] + xyxy[:, 3]).astype(fdt)
+    area = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
+    lo, span = f32(step.min_scale), f32(step.max_scale - step.min_scale)
+    while True:
+        idx = int(torch.randint(low=0, high=len(step.options), size=(1,), generator=gen))
+        min_overlap = step.options[idx]
+        if min_overlap >= 1.0:
+            return {}
+        for _ in range(step.trials):
+            r = lo + span * torch.rand(2, generator=gen).numpy()
+            new_w, new_h = int(f32(orig_w) * r[0]), int(f32(orig_h) * r[1])
+            if not (step.min_aspect_ratio <= new_w / new_h <= step.max_aspect_ratio):
+                continue
+            r = torch.rand(2, generator=gen).numpy()
+            left, top = int(f32(orig_w - new_w) * r[0]), int(f32(orig_h - new_h) * r[1])
+            right, bottom = left + new_w, top + new_h
+            if left == right or top == bottom:
+                continue
+            within = (cx > left) & (cx < right) & (cy > top) & (cy < bottom)
+            if not within.any():
+                continue
+            # v2's box_iou of those boxes with the crop, in the boxes' dtype (a true division
+            # in float32 for integer boxes).
+            b, c = xyxy[within], dt.type
+            w = np.maximum(np.minimum(b[:, 2], c(right)) - np.maximum(b[:, 0], c(left)), c(0))
+            h = np.maximum(np.minimum(b[:, 3], c(bottom)) - np.maximum(b[:, 1], c(top)), c(0))
+            inter = w * h
+            union = area[within] + c(new_w) * c(new_h) - inter
+            with np.errstate(divide="ignore", invalid="ignore"):
+                iou = inter / union if dt is fdt else inter.astype(fdt) / union.astype(fdt)
+            if iou.max() < fdt.type(min_overlap):
+                continue
+            return dict(top=top, left=left, height=new_h, width=new_w,
+                        is_within_crop_area=torch.from_numpy(within))
+
+
+def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
+    """A row's structure, its boxes and keypoints on the canvas before ``step`` (v2's
+    RandomIoUCrop), after the crop and the flips that follow it as v2 moves them: the crop
+    drawn as v2's ``make_params`` draws it from torch's generator seeded from the row's draw
+    seed (:func:`iou_crop_params`), the leaves moved by v2's ``transform`` (boxes whose centre
+    falls outside zeroed, for SanitizeBoundingBoxes to drop), then flipped with v2's kernels
+    where the record says the row flipped; each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
+    the walk over sample structures (``references.rebuild``)."""
+    import torch
+    from torchvision import tv_tensors
+    from torch.utils._pytree import tree_flatten
+    from torchvision.transforms.v2 import functional as F
+
+    # What v2 hands make_params beside the image (whose size the boxes' canvas is): the boxes
+    # and keypoints; the plain tensors (labels) v2 passes by when the sample has an image.
+    found = [v for v in tree_flatten(structure)[0]
+             if isinstance(v, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints))]
+    params = iou_crop_params(step, found, int(g[_DRAW_SEED]))
+    width, height = int(g[6]), int(g[7])
+    if params:
+        top, left, height, width = (params[k] for k in ("top", "left", "height", "width"))
+        # The rendered canvas is flipped: the crop's mirror image there.
+        left = int(g[6]) - left - width if g[8] else left
+        top = int(g[7]) - top - height if g[9] else top
+
+    def move(value: Any) -> Any:
+        if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
+            value = step.transform(value, params)
+            if g[8]:
+                value = F.horizontal_flip(value)
+            if g[9]:
+                value = F.vertical_flip(value)
+            return value
+        if hasattr(value, "k") and not isinstance(value, torch.Tensor):  # an image or mask leaf
+            return Crop(value, top, left, height, width) if params else value
+        return rebuild(value, move)
+
+    return move(structure)
+
+
+def take_crops(views: List[Any], structures: List[Any], hwc: bool,
+               rebuild: Callable[[Any, Any], Any]) -> Tuple[List[Any], List[Any]]:
+    """A batch's views and rows' structures with each :class:`Crop` (:func:`iou_crop`) taken:
+    the view's tensor of that row replaced by its crop (a view that was one batch tensor
+    becomes the list of its rows) and the Crop by its leaf."""
+    views = list(views)
+
+    def walk(value: Any, row: int) -> Any:
+        if isinstance(value, Crop):
+            k = value.leaf.k
+            if not isinstance(views[k], list):
+                views[k] = list(views[k].unbind(0))
+            views[k][row] = value.take(views[k][row], hwc)
+            return value.leaf
+        return rebuild(value, lambda v: walk(v, row))
+
+    return views, [walk(s, row) for row, s in enumerate(structures)]
