@@ -250,7 +250,12 @@ struct Group {
   std::string label_error;
   int64_t label = -1;
   std::string duplicate;          // an extension seen twice
+  std::string video;              // its first video member (.mp4/.mkv/.webm/.avi/.mov), if any
 };
+
+bool IsVideoExt(const std::string& ext) {
+  return ext == "mp4" || ext == "mkv" || ext == "webm" || ext == "avi" || ext == "mov";
+}
 
 }  // namespace
 
@@ -303,6 +308,11 @@ absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const Web
       return absl::InvalidArgumentError(absl::StrCat("image_exts: bad extension '", ext, "' (write 'jpg', not '.jpg')"));
     }
     image_exts.push_back(absl::AsciiStrToLower(ext));
+    if (!options.video_members && IsVideoExt(image_exts.back())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "image_exts: '", ext, "' is a video extension: rl.WebDataset decodes images; read shards of videos "
+          "with rl.VideoShards (their clips batch natively), or rl.VideoFile over the extracted files"));
+    }
   }
   const std::string label_key = absl::AsciiStrToLower(options.label_key);
   if (label_key == "json" && options.json_field.empty()) return absl::InvalidArgumentError("json_field must not be empty");
@@ -337,7 +347,14 @@ absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const Web
       break;
     }
     s.label = group.label;
-    if (s.member.empty()) {
+    if (s.member.empty() && options.video_members) {
+      s.error = absl::StrCat(url, ": sample '", group.key, "' has no video member (", exts_text, ")");
+    } else if (s.member.empty() && !group.video.empty()) {
+      s.error = absl::StrCat(url, ": sample '", group.key, "' has no image member (", exts_text, "); its member '",
+                             group.video, "' is a video, which rl.WebDataset does not read: read shards of "
+                             "videos with rl.VideoShards (their clips batch natively), or rl.VideoFile over "
+                             "the extracted files");
+    } else if (s.member.empty()) {
       s.error = absl::StrCat(url, ": sample '", group.key, "' has no image member (", exts_text, ")");
     } else if (!group.duplicate.empty()) {
       s.error = absl::StrCat(url, ": sample '", group.key, "' has more than one '.", group.duplicate, "' member");
@@ -376,6 +393,7 @@ absl::StatusOr<ShardIndex> ScanWebDatasetShard(const std::string& url, const Web
       group.images.assign(image_exts.size(), TarMember());
     }
     const auto image = std::find(image_exts.begin(), image_exts.end(), ext);
+    if (image == image_exts.end() && group.video.empty() && IsVideoExt(ext)) group.video = member.name;
     if (image != image_exts.end()) {
       TarMember& slot = group.images[static_cast<size_t>(image - image_exts.begin())];
       if (!slot.name.empty()) {

@@ -26,6 +26,9 @@ struct WebDatasetOptions {
   /// Empty: no labels (every label is -1).
   std::string label_key = "cls";
   std::string json_field = "label";
+  /// True: `image_exts` are video extensions and a sample's member is its video (the index of
+  /// rl.VideoShards); false: a video extension in `image_exts` is refused.
+  bool video_members = false;
 };
 
 /// Label members larger than this are refused (as a bad label).

@@ -147,6 +147,48 @@ TEST(WebDatasetTest, GroupsConsecutiveMembersAndPicksImageAndLabel) {
   EXPECT_EQ(index->samples[0].error, url + ": sample 'd/a' has no image member (.png/.jpeg)");
 }
 
+// Video members are not images: a sample of one says what reads it, and so does image_exts
+// naming a video extension.
+TEST(WebDatasetTest, VideoMembersSayWhatReadsThem) {
+  const std::string dir = MakeTempDir();
+  TarBuilder tar;
+  tar.AddFile("clip0.mp4", std::string(500, 'v'));
+  tar.AddFile("clip0.cls", "0");
+  tar.AddFile("clip1.jpg", "J");
+  tar.AddFile("clip1.webm", "W");
+  tar.AddFile("clip1.cls", "1");
+  tar.End();
+  tar.Write(dir + "/videos.tar");
+  const std::string url = dir + "/videos.tar";
+  auto index = ScanWebDatasetShard(url, WebDatasetOptions());
+  ASSERT_TRUE(index.ok()) << index.status();
+  ASSERT_EQ(index->samples.size(), 2u);
+  EXPECT_NE(index->samples[0].error.find("sample 'clip0' has no image member (.jpg/.jpeg/.png/.webp); its member "
+                                         "'clip0.mp4' is a video"),
+            std::string::npos)
+      << index->samples[0].error;
+  EXPECT_NE(index->samples[0].error.find("read shards of videos with rl.VideoShards"), std::string::npos);
+  EXPECT_EQ(index->samples[1].error, "");  // an image beside a video: the image is the sample's
+  EXPECT_EQ(index->samples[1].member, "clip1.jpg");
+  WebDatasetOptions videos;
+  videos.image_exts = {"MKV"};
+  auto refused = ScanWebDatasetShard(url, videos);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("image_exts: 'MKV' is a video extension"), std::string::npos)
+      << refused.status();
+  videos.video_members = true;  // rl.VideoShards' index: the video is the sample's member
+  index = ScanWebDatasetShard(url, videos);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->samples[0].error, url + ": sample 'clip0' has no video member (.mkv)");
+  videos.image_exts = {"mp4", "webm"};
+  index = ScanWebDatasetShard(url, videos);
+  ASSERT_TRUE(index.ok()) << index.status();
+  EXPECT_EQ(index->samples[0].member, "clip0.mp4");
+  EXPECT_EQ(index->samples[0].length, 500);
+  EXPECT_EQ(index->samples[1].member, "clip1.webm");
+  EXPECT_EQ(index->samples[1].label, 1);
+}
+
 TEST(WebDatasetTest, TruncatedShardKeepsTheSamplesBeforeTheCut) {
   const std::string dir = MakeTempDir();
   TarBuilder tar;

@@ -93,8 +93,9 @@ py::tuple FileList(const std::string& list_path) {
 }
 
 py::dict ScanShard(const std::string& url, std::vector<std::string> image_exts, const std::string& label_key,
-                  const std::string& json_field, bool pipe) {
+                  const std::string& json_field, bool pipe, bool video_members) {
   WebDatasetOptions options;
+  options.video_members = video_members;
   options.image_exts = std::move(image_exts);
   options.label_key = label_key;
   options.json_field = json_field;
@@ -170,9 +171,9 @@ void BindScans(py::module_& m) {
       "that is no sample's (no extension, hidden, or a top-level __info__-style entry).");
   m.def("scan_webdataset_shard", &ScanShard, py::arg("url"),
         py::arg("image_exts") = std::vector<std::string>{"jpg", "jpeg", "png", "webp"}, py::arg("label_key") = "cls",
-        py::arg("json_field") = "label", py::arg("pipe") = false,
+        py::arg("json_field") = "label", py::arg("pipe") = false, py::arg("video_members") = false,
         "Index of a WebDataset tar shard: a local path, or with pipe=True a pipe:COMMAND URL whose "
-        "command is run: dict of keys, members, offsets, lengths, labels, errors ('' = ok), bytes, error "
+        "command is run (video_members: image_exts are video extensions, rl.VideoShards' index): dict of keys, members, offsets, lengths, labels, errors ('' = ok), bytes, error "
         "('' = scanned to its end).");
 }
 

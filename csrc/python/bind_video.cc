@@ -121,11 +121,20 @@ struct Jobs {
   std::vector<py::buffer_info> views;
 };
 
-Jobs JobsFrom(const std::vector<std::string>& paths, const py::list& memory) {
+// `names` (errors' names), `ranges` ((offset, length) of the file, or None) and `keys` (memory
+// jobs' keys: their decoders are kept on a copy) apply to the jobs they reach; empty: none.
+Jobs JobsFrom(const std::vector<std::string>& paths, const py::list& memory, const py::list& names,
+              const py::list& ranges, const py::list& keys) {
   Jobs jobs;
   jobs.clips.resize(paths.size());
   for (size_t i = 0; i < paths.size(); ++i) {
     jobs.clips[i].path = paths[i];
+    if (i < names.size() && !names[i].is_none()) jobs.clips[i].name = names[i].cast<std::string>();
+    if (i < keys.size() && !keys[i].is_none()) jobs.clips[i].key = keys[i].cast<std::string>();
+    if (i < ranges.size() && !ranges[i].is_none()) {
+      auto range = ranges[i].cast<std::pair<int64_t, int64_t>>();
+      jobs.clips[i].range = video::ByteRange{range.first, range.second};
+    }
     if (i < memory.size() && !memory[i].is_none()) {
       jobs.views.push_back(py::reinterpret_borrow<py::buffer>(memory[i]).request());
       const py::buffer_info& info = jobs.views.back();
@@ -167,17 +176,21 @@ void BindVideoDecoder(py::module_& m) {
                            "One video (a file or bytes) opened by the system's FFmpeg: its frame table "
                            "and frame-exact decoding of frame indices (see ringloader.video).")
       .def(py::init([](const std::string& path, uint64_t max_frame_pixels, uint64_t max_clip_bytes, int threads,
-                       bool skip_unwanted_frames) {
+                       bool skip_unwanted_frames, int64_t offset, int64_t length, const std::string& name) {
              absl::StatusOr<std::unique_ptr<VideoDecoder>> decoder;
              {
                py::gil_scoped_release release;
                decoder = VideoDecoder::OpenFile(
-                   path, Options(max_frame_pixels, max_clip_bytes, threads, skip_unwanted_frames));
+                   path, Options(max_frame_pixels, max_clip_bytes, threads, skip_unwanted_frames),
+                   video::ByteRange{offset, length}, name);
              }
              return Check(std::move(decoder));
            }),
            py::arg("path"), py::arg("max_frame_pixels"), py::arg("max_clip_bytes"), py::arg("threads") = 1,
-           py::arg("skip_unwanted_frames") = true)
+           py::arg("skip_unwanted_frames") = true, py::arg("offset") = 0, py::arg("length") = -1,
+           py::arg("name") = "",
+           "The file at `path`, or its `length` bytes from `offset` (a tar member); errors name `name`, "
+           "else the path.")
       .def_static(
           "from_bytes",
           [](py::buffer data, const std::string& name, uint64_t max_frame_pixels, uint64_t max_clip_bytes,
@@ -276,8 +289,9 @@ void BindClipPool(py::module_& m) {
            py::arg("threads"), py::arg("max_frame_pixels"), py::arg("max_clip_bytes"))
       .def_property_readonly("threads", &video::ClipPool::threads)
       .def("probe",
-           [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory) {
-             Jobs jobs = JobsFrom(paths, memory);  // its views outlive the probe
+           [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory,
+              const py::list& names, const py::list& ranges, const py::list& keys) {
+             Jobs jobs = JobsFrom(paths, memory, names, ranges, keys);  // its views outlive the probe
              std::vector<absl::StatusOr<video::VideoMetadata>> metas;
              {
                py::gil_scoped_release release;
@@ -287,13 +301,17 @@ void BindClipPool(py::module_& m) {
              for (auto& meta : metas) out.append(meta.ok() ? py::object(MetadataDict(*meta)) : ErrorObject(meta.status()));
              return out;
            },
-           py::arg("paths"), py::arg("memory"),
-           "Each video's metadata dict, or the exception its opening raised.")
+           py::arg("paths"), py::arg("memory"), py::arg("names") = py::list(), py::arg("ranges") = py::list(),
+           py::arg("keys") = py::list(),
+           "Each video's metadata dict, or the exception its opening raised. A job reads paths[i], "
+           "or memory[i] when not None (kept open under keys[i] when given), or the (offset, length) "
+           "ranges[i] of paths[i]; its errors name names[i] when given.")
       .def("decode",
            [](video::ClipPool& pool, const std::vector<std::string>& paths, const py::list& memory,
               std::vector<std::vector<int64_t>> indices, const std::vector<uint64_t>& seeds, const py::list& steps,
-              const py::object& levels, py::buffer out, int out_h, int out_w) {
-             Jobs held = JobsFrom(paths, memory);  // its views outlive the decode
+              const py::object& levels, py::buffer out, int out_h, int out_w, const py::list& names,
+              const py::list& ranges, const py::list& keys) {
+             Jobs held = JobsFrom(paths, memory, names, ranges, keys);  // its views outlive the decode
              std::vector<video::ClipJob>& jobs = held.clips;
              if (indices.size() != jobs.size() || seeds.size() != jobs.size()) {
                throw py::value_error("ClipPool.decode: paths, indices and seeds differ in length");
@@ -317,8 +335,9 @@ void BindClipPool(py::module_& m) {
              return result;
            },
            py::arg("paths"), py::arg("memory"), py::arg("indices"), py::arg("seeds"), py::arg("steps"),
-           py::arg("levels"), py::arg("out"), py::arg("out_h"), py::arg("out_w"),
-           "Decodes clip j into row j of `out` (GIL released); per clip (error or None, frames decoded, "
+           py::arg("levels"), py::arg("out"), py::arg("out_h"), py::arg("out_w"), py::arg("names") = py::list(),
+           py::arg("ranges") = py::list(), py::arg("keys") = py::list(),
+           "Jobs as probe's. Decodes clip j into row j of `out` (GIL released); per clip (error or None, frames decoded, "
            "frames kept).");
 }
 #endif

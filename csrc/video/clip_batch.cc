@@ -147,7 +147,7 @@ FileStamp StampOf(const std::string& path) {
 }
 
 struct OpenVideo {
-  std::string path;
+  std::string path;  // what finds it again: a file's path and range, or "memory:" and the bytes' key
   FileStamp stamp;  // the file as it was when opened (taken just before the open)
   std::unique_ptr<VideoDecoder> decoder;
 };
@@ -161,18 +161,30 @@ struct ClipPool::Worker {
   std::vector<uint8_t> mirrored;
   std::vector<Op> ops;
 
+  VideoDecoder* Keep(std::string key, FileStamp stamp, std::unique_ptr<VideoDecoder> decoder, int keep) {
+    if (static_cast<int>(open.size()) >= keep) open.pop_back();
+    open.insert(open.begin(), OpenVideo{std::move(key), stamp, std::move(decoder)});
+    return open.front().decoder.get();
+  }
+
   absl::StatusOr<VideoDecoder*> Decoder(const ClipJob& job, const VideoDecoderOptions& options, int keep,
                                         std::unique_ptr<VideoDecoder>* unowned) {
-    if (job.data != nullptr) {  // bytes the caller holds for this call only: never kept
+    const std::string& name = JobName(job);
+    if (job.data != nullptr && job.key.empty()) {  // bytes the caller holds for this call only: never kept
       absl::StatusOr<std::unique_ptr<VideoDecoder>> decoder =
-          VideoDecoder::OpenMemory(job.data, job.size, nullptr, job.path, options);
+          VideoDecoder::OpenMemory(job.data, job.size, nullptr, name, options);
       if (!decoder.ok()) return decoder.status();
       *unowned = std::move(*decoder);
       return unowned->get();
     }
-    const FileStamp stamp = StampOf(job.path);
+    // A file (or a range of it) is known by its path and range, and checked against its stamp;
+    // bytes in memory by the caller's key (a digest of them: the same key, the same bytes).
+    const bool memory = job.data != nullptr;
+    const std::string key = memory ? absl::StrCat("memory:", job.key)
+                                   : absl::StrCat(job.path, "@", job.range.offset, "+", job.range.length);
+    const FileStamp stamp = memory ? FileStamp{} : StampOf(job.path);
     for (size_t i = 0; i < open.size(); ++i) {
-      if (open[i].path != job.path) continue;
+      if (open[i].path != key) continue;
       if (!(open[i].stamp == stamp)) {  // replaced or changed since it was opened: open it again
         open.erase(open.begin() + static_cast<ptrdiff_t>(i));
         break;
@@ -180,11 +192,16 @@ struct ClipPool::Worker {
       std::rotate(open.begin(), open.begin() + static_cast<ptrdiff_t>(i), open.begin() + static_cast<ptrdiff_t>(i) + 1);
       return open.front().decoder.get();
     }
-    absl::StatusOr<std::unique_ptr<VideoDecoder>> decoder = VideoDecoder::OpenFile(job.path, options);
+    absl::StatusOr<std::unique_ptr<VideoDecoder>> decoder;
+    if (memory) {  // kept beyond this call: on a copy of the bytes the decoder owns
+      auto copy = std::make_shared<const std::string>(reinterpret_cast<const char*>(job.data), job.size);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(copy->data());
+      decoder = VideoDecoder::OpenMemory(bytes, copy->size(), copy, name, options);
+    } else {
+      decoder = VideoDecoder::OpenFile(job.path, options, job.range, name);
+    }
     if (!decoder.ok()) return decoder.status();
-    if (static_cast<int>(open.size()) >= keep) open.pop_back();
-    open.insert(open.begin(), OpenVideo{job.path, stamp, std::move(*decoder)});
-    return open.front().decoder.get();
+    return Keep(key, stamp, std::move(*decoder), keep);
   }
 };
 
@@ -278,13 +295,13 @@ std::vector<ClipOutcome> ClipPool::Decode(const std::vector<ClipJob>& jobs, cons
     }
     SampleRng rng(job.seed);
     if (absl::Status status = PlanClip(chain, frames->width, frames->height, &rng, &worker.ops); !status.ok()) {
-      outcome.status = absl::InvalidArgumentError(absl::StrCat(job.path, ": ", status.message()));
+      outcome.status = absl::InvalidArgumentError(absl::StrCat(JobName(job), ": ", status.message()));
       return;
     }
     const size_t elem = to_float ? sizeof(float) : 1;
     if (static_cast<size_t>(frames->frames) * frame_elems * elem != row_bytes) {
       outcome.status = absl::InvalidArgumentError(absl::StrCat(
-          job.path, ": its clip (", frames->frames, " frames) does not fill its batch row; clips of one batch "
+          JobName(job), ": its clip (", frames->frames, " frames) does not fill its batch row; clips of one batch "
           "must have the same number of frames"));
       return;
     }
@@ -322,7 +339,7 @@ std::vector<ClipOutcome> ClipPool::Decode(const std::vector<ClipJob>& jobs, cons
       }
       if (v.w != out_w || v.h != out_h) {
         outcome.status = absl::InvalidArgumentError(absl::StrCat(
-            job.path, ": its frames are ", v.h, " x ", v.w, " after the transform, the batch's are ", out_h, " x ",
+            JobName(job), ": its frames are ", v.h, " x ", v.w, " after the transform, the batch's are ", out_h, " x ",
             out_w, "; clips of one batch must have one size (end the transform in a crop or a Resize to (h, w))"));
         return;
       }

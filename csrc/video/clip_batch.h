@@ -60,12 +60,19 @@ struct PlannedOp {
 /// (what ClipPool::Decode applies to each of its frames): one draw per clip.
 absl::StatusOr<std::vector<PlannedOp>> PlanClip(const VideoChain& chain, int src_w, int src_h, uint64_t seed);
 
-/// One clip to decode: a file (or bytes in memory when `data` is set), its frame indices
-/// (`clips` clips of equal length, one after the other) and the seed of its draws.
+/// One clip to decode: a file (its `range` of bytes: a tar shard's member), or bytes in memory
+/// when `data` is set, its frame indices (`clips` clips of equal length, one after the other)
+/// and the seed of its draws. Errors name `name`, else `path`.
 struct ClipJob {
   std::string path;
+  std::string name;
+  ByteRange range;
   const uint8_t* data = nullptr;
   size_t size = 0;
+  /// Bytes in memory with a key (the caller's digest of them): the thread's decoder keeps a copy
+  /// of the bytes open under it, as a file's is kept, and finds it again for the same key.
+  /// Without one the bytes are read in place for this call only.
+  std::string key;
   std::vector<int64_t> indices;
   uint64_t seed = 0;
 };
@@ -76,6 +83,9 @@ struct ClipOutcome {
   int64_t frames_decoded = 0;
   int64_t frames_kept = 0;
 };
+
+/// What errors call a job: its name, else its path.
+inline const std::string& JobName(const ClipJob& job) { return job.name.empty() ? job.path : job.name; }
 
 class ClipPool {
  public:

@@ -41,9 +41,11 @@ int64_t FrameDuration(const AVFrame& frame) {
 #endif
 }
 
-// The bytes behind the AVIOContext: a file read with pread, or a buffer in memory.
+// The bytes behind the AVIOContext: a file (or `size` bytes of it from `base`) read with pread,
+// or a buffer in memory.
 struct ByteSource {
   int fd = -1;
+  int64_t base = 0;
   const uint8_t* data = nullptr;
   std::shared_ptr<const void> owner;
   int64_t size = 0;
@@ -60,7 +62,7 @@ int ReadBytes(void* opaque, uint8_t* buffer, int capacity) {
   if (source->fd >= 0) {
     ssize_t got;
     do {
-      got = pread(source->fd, buffer, want, source->pos);
+      got = pread(source->fd, buffer, want, source->base + source->pos);
     } while (got < 0 && errno == EINTR);
     if (got < 0) return AVERROR(errno);
     if (got == 0) return AVERROR_EOF;
@@ -591,24 +593,36 @@ VideoDecoder::VideoDecoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) 
 VideoDecoder::~VideoDecoder() = default;
 
 absl::StatusOr<std::unique_ptr<VideoDecoder>> VideoDecoder::OpenFile(const std::string& path,
-                                                                     const VideoDecoderOptions& options) {
+                                                                     const VideoDecoderOptions& options,
+                                                                     const ByteRange& range, const std::string& name) {
+  const std::string& label = name.empty() ? path : name;
   if (absl::Status s = LoadFfmpeg(); !s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(path, ": ", s.message()));
+    return absl::FailedPreconditionError(absl::StrCat(label, ": ", s.message()));
   }
   auto source = std::make_unique<ByteSource>();
   source->fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (source->fd < 0) {
     int err = errno;
-    std::string what = absl::StrCat(path, ": cannot open: ", std::strerror(err));
+    std::string what = absl::StrCat(label, ": cannot open", label == path ? "" : " " + path, ": ", std::strerror(err));
     return err == ENOENT ? absl::NotFoundError(what) : absl::PermissionDeniedError(what);
   }
   struct stat st{};
   if (fstat(source->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(label, ": not a regular file"));
   }
   source->size = st.st_size;
+  if (range.offset != 0 || range.length >= 0) {
+    const int64_t length = range.length >= 0 ? range.length : st.st_size - range.offset;
+    if (range.offset < 0 || length < 0 || range.offset + length > st.st_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          label, ": bytes ", range.offset, "..", range.offset + length, " of ", path, " are past its end (",
+          st.st_size, " bytes): the file changed since it was indexed?"));
+    }
+    source->base = range.offset;
+    source->size = length;
+  }
   auto impl = std::make_unique<Impl>();
-  impl->name = path;
+  impl->name = label;
   impl->options = options;
   impl->source = std::move(source);
   if (absl::Status s = impl->Open(); !s.ok()) return s;

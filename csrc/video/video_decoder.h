@@ -74,12 +74,21 @@ struct VideoDecodeStats {
   int64_t seeks = 0;
 };
 
+/// A part of a file: `length` bytes from `offset` (length < 0: to the end of the file).
+struct ByteRange {
+  int64_t offset = 0;
+  int64_t length = -1;
+};
+
 class VideoDecoder {
  public:
   /// Opens a file (read with pread by ringloader, never through FFmpeg's URL protocols, so a
-  /// name such as "http:x" or "pipe:0" is a file name).
+  /// name such as "http:x" or "pipe:0" is a file name), or the `range` of its bytes (a member of
+  /// a tar shard: the video is those bytes alone). Errors give `name`, else the path.
   static absl::StatusOr<std::unique_ptr<VideoDecoder>> OpenFile(const std::string& path,
-                                                                const VideoDecoderOptions& options = {});
+                                                                const VideoDecoderOptions& options = {},
+                                                                const ByteRange& range = {},
+                                                                const std::string& name = "");
   /// Opens bytes in memory; `owner` keeps them alive while the decoder lives; `name` is the name
   /// errors give (a path, a shard member).
   static absl::StatusOr<std::unique_ptr<VideoDecoder>> OpenMemory(const uint8_t* data, size_t size,

@@ -167,6 +167,34 @@ TEST(VideoDecoderTest, BytesInMemoryEqualTheFile) {
   EXPECT_EQ(a->data, b->data);
 }
 
+// A video stored inside a larger file (a tar member) is read as its byte range alone: garbage
+// before and after it is never seen, and a range past the file's end is refused by name.
+TEST(VideoDecoderTest, AByteRangeOfAFileEqualsTheWholeFile) {
+  std::string path = Videos::H264();
+  const std::string video = ReadAll(path);
+  const std::string padded = Videos::dir + "/padded.bin";
+  {
+    std::ofstream out(padded, std::ios::binary);
+    out << std::string(1000, 'x') << video << std::string(700, 'y');
+  }
+  const ByteRange range{1000, static_cast<int64_t>(video.size())};
+  auto member = VideoDecoder::OpenFile(padded, {}, range, "shard.tar:h264.mp4");
+  ASSERT_TRUE(member.ok()) << member.status();
+  EXPECT_EQ((*member)->name(), "shard.tar:h264.mp4");
+  auto file = VideoDecoder::OpenFile(path);
+  ASSERT_TRUE(file.ok());
+  EXPECT_EQ((*member)->metadata().pts_seconds, (*file)->metadata().pts_seconds);
+  std::vector<int64_t> wanted{29, 3, 17};
+  auto a = (*member)->DecodeFrames(wanted);
+  auto b = (*file)->DecodeFrames(wanted);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->data, b->data);
+  auto past = VideoDecoder::OpenFile(padded, {}, ByteRange{1000, static_cast<int64_t>(video.size()) + 701}, "late.mp4");
+  ASSERT_FALSE(past.ok());
+  EXPECT_EQ(past.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(past.status().message().find("late.mp4: bytes 1000.."), std::string::npos) << past.status();
+}
+
 TEST(VideoDecoderTest, FramesPlayedAtFollowTheHalfOpenRule) {
   auto decoder = VideoDecoder::OpenFile(Videos::H264());
   ASSERT_TRUE(decoder.ok());

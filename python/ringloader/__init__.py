@@ -42,7 +42,7 @@ from .core._source import StaleIndexError
 from .sources.webdataset import WebDataset
 from .transforms import clips
 from .sources.video import VideoBytes, VideoFile
-from .sources.video_folder import VideoFolder
+from .sources.video_folder import VideoFolder, VideoShards
 from ._version import __version__  # written by the build from pyproject.toml's version
 from . import _public_paths
 
@@ -71,6 +71,7 @@ __all__ = [
     "VideoBytes",
     "VideoFile",
     "VideoFolder",
+    "VideoShards",
     "WebDataset",
     "__version__",
 ]

@@ -322,3 +322,32 @@ def test_an_error_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_com
     resumed = rl.DataLoader(mended, batch_size=1)
     resumed.load_state_dict(state)
     assert [b.tolist() for b in resumed] == [[i] for i in range(start, 6)]
+
+
+class Sleepy(Failing):
+    """Failing, whose sample ``slow`` takes 3 s (torch's worker misses a 2 s timeout)."""
+
+    bad, slow = -1, 1
+
+    def __getitem__(self, i):
+        import time
+
+        if i == self.slow:
+            time.sleep(3)
+        return super().__getitem__(i)
+
+
+def test_a_timeout_through_a_wrapped_generic_iterator_does_not_mark_the_epoch_complete():
+    """torch's timeout, renamed LoaderTimeoutError by the wrapper generator: the iteration ends
+    there (the generator is over), but the epoch is not recorded complete: a checkpoint resumes
+    at the batch that timed out."""
+    dl = rl.DataLoader(Sleepy(), batch_size=1, num_workers=1, timeout=2)
+    it = iter(dl)
+    assert next(it).tolist() == [0]
+    with pytest.raises(rl.LoaderTimeoutError):
+        next(it)
+    with pytest.raises(StopIteration):
+        next(it)
+    state = dl.state_dict()
+    assert not state["complete"] and state["delivered"] == 1
+    del it

@@ -231,7 +231,8 @@ class _CountDelivered:
     sample's), torch's iterator goes on with the next batch: the failed one counts as passed once
     the caller asks for more (a checkpoint taken at the error resumes at that batch, one taken
     later does not repeat the batches received since). A generator in between (the timeout or
-    device wrappers) ends at an error: so does the epoch here, not recorded complete."""
+    device wrappers) ends at any error: so does the iteration here, the epoch not recorded
+    complete."""
 
     def __init__(self, loader: Any, batches: Iterator[Any]):
         self._loader, self._batches = loader, batches
@@ -265,13 +266,11 @@ class _CountDelivered:
             if self._loader._current is not None:
                 self._loader._current.done = True
             raise
-        except (SlotsExhaustedError, LoaderTimeoutError):
-            raise  # the same batch comes at the next call
-        except Exception:
+        except Exception as error:
             if isinstance(self._batches, types.GeneratorType):
-                self._finished = True
-            else:
-                self._failed = True
+                self._finished = True  # over at its error, whatever it was
+            elif not isinstance(error, (SlotsExhaustedError, LoaderTimeoutError)):
+                self._failed = True  # else the same batch comes at the next call
             raise
         self._count()
         return batch

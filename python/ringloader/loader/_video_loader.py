@@ -32,7 +32,7 @@ class ClipSlots:
     budget), ``prefetch`` batches deep at most.
 
     Examples:
-        >>> from ringloader._video_loader import ClipSlots
+        >>> from ringloader.loader._video_loader import ClipSlots
         >>> slots = ClipSlots(1000, batch_size=4, prefetch=8, max_memory=3500)
         >>> slots.max_slots, slots.depth
         (3, 2)

@@ -14,7 +14,10 @@ from ``clips.generator_for`` of the same key, so a batch is the same for any thr
 resume.
 
 :class:`VideoClipBatches` serves a Dataset whose samples are ``(VideoFile, target)`` (an
-``rl.VideoFolder``, or a Dataset of such pairs) by whole batches of keys; ``stats()`` counts the
+``rl.VideoFolder``, or a Dataset of such pairs; a ``VideoFile`` may be a byte range of a file, a
+tar shard's member) or ``(VideoBytes, target)`` (decoded from memory through a custom
+``AVIOContext``; each native thread keeps a decoder open on a copy of the bytes, found again by
+their digest) by whole batches of keys; ``stats()`` counts the
 decode work (frames decoded per frame kept).
 """
 
@@ -162,11 +165,21 @@ def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
 
 
 def _reference(sample: Any) -> Tuple[Any, Optional[str]]:
-    from ..sources.video import VideoFile
+    from ..sources.video import VideoBytes, VideoFile
 
-    if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], VideoFile):
+    if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], (VideoFile, VideoBytes)):
         return sample[0], None
-    return None, "its samples are not (VideoFile, target) pairs"
+    return None, "its samples are not (VideoFile or VideoBytes, target) pairs"
+
+
+def _where(ref: Any) -> str:
+    """What errors call a reference: its file (or name)."""
+    return ref._name()
+
+
+def _ident(job: Tuple[Any, ...]) -> Tuple[Any, ...]:
+    """What a job's metadata is kept under: its file and byte range, or its bytes' key."""
+    return ("file", job[0], job[3]) if job[1] is None else ("memory", job[4])
 
 
 class VideoClipBatches:
@@ -175,7 +188,8 @@ class VideoClipBatches:
     ``(clips, targets)``.
 
     Args:
-        dataset: ``rl.VideoFolder`` or a Dataset of ``(VideoFile, target)``; every reference must
+        dataset: ``rl.VideoFolder`` or a Dataset of ``(VideoFile, target)`` or ``(VideoBytes,
+            target)`` (decoded from memory, or a file's byte range); every reference must
             carry the same native ``transform`` (see :func:`native_chain`).
         threads: native decode threads.
         on_error: ``"raise"`` (the error names the file and the frame, with a note naming the
@@ -230,30 +244,38 @@ class VideoClipBatches:
         return self._pool
 
     def _metadata(self, refs: Sequence[Any]) -> List[Any]:
-        """Each reference's VideoMetadata, kept per path with the file's identity (device, inode,
-        size, mtime, ctime: ``_source.file_identity``) when it was probed: a file replaced or
-        rewritten since (between epochs, say) is probed again, so its clips are drawn from its
-        frames as they are now (the pool reopens such a file too)."""
+        """Each reference's VideoMetadata, kept per file (and byte range) with the file's
+        identity (device, inode, size, mtime, ctime: ``_source.file_identity``) when it was
+        probed: a file replaced or rewritten since (between epochs, say) is probed again, so its
+        clips are drawn from its frames as they are now (the pool reopens such a file too).
+        Bytes in memory are kept under their key (a digest of them)."""
         from ..core._source import file_identity
         from ..sources.video import _metadata
 
-        now: Dict[str, Any] = {}
-        for path in {r.path for r in refs}:
+        listed = [r._job() for r in refs]
+        idents = [_ident(j) for j in listed]
+        jobs = dict(zip(idents, listed))
+        now: Dict[Any, Any] = {}
+        for ident, job in jobs.items():
             try:
-                now[path] = file_identity(path)
+                now[ident] = file_identity(job[0]) if job[1] is None else "memory"
             except OSError:
-                now[path] = None  # gone or unreadable: the probe's error names it
-        missing = sorted(p for p, stamp in now.items()
-                         if stamp is None or self._meta.get(p, (None, None))[0] != stamp)
-        failed: Dict[str, BaseException] = {}  # not kept: each raise gets an error of its own
+                now[ident] = None  # gone or unreadable: the probe's error names it
+        missing = sorted((i for i, stamp in now.items()
+                          if stamp is None or self._meta.get(i, (None, None))[0] != stamp), key=repr)
+        failed: Dict[Any, BaseException] = {}  # not kept: each raise gets an error of its own
         if missing:
-            for path, meta in zip(missing, self._pool_here().probe(missing, [])):
+            for ident, meta in zip(missing, self._probe([jobs[i] for i in missing])):
                 if isinstance(meta, BaseException):
-                    failed[path] = meta
-                    self._meta.pop(path, None)
+                    failed[ident] = meta
+                    self._meta.pop(ident, None)
                 else:
-                    self._meta[path] = (now[path], _metadata(meta))
-        return [failed[r.path] if r.path in failed else self._meta[r.path][1] for r in refs]
+                    self._meta[ident] = (now[ident], _metadata(meta))
+        return [failed[i] if i in failed else self._meta[i][1] for i in idents]
+
+    def _probe(self, jobs: Sequence[Tuple[Any, ...]]) -> List[Any]:
+        return self._pool_here().probe([j[0] for j in jobs], [j[1] for j in jobs], names=[j[2] for j in jobs],
+                                       ranges=[j[3] for j in jobs], keys=[j[4] for j in jobs])
 
     def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0,
                replaced: int = 0) -> None:
@@ -296,11 +318,11 @@ class VideoClipBatches:
                 known = (ref.transform, native_chain(ref.transform)[0])
                 self._chains[id(ref.transform)] = known
             if known[1] != self.chain:
-                raise ValueError(f"sample {key.index} ({ref.path}): its transform {ref.transform!r} "
+                raise ValueError(f"sample {key.index} ({_where(ref)}): its transform {ref.transform!r} "
                                  f"is not sample 0's ({self.transform!r}); native clip batches run "
                                  "one transform for all samples: give every VideoFile the same one")
         if (ref.max_frame_pixels, ref.max_clip_bytes) != (self.max_frame_pixels, self.max_clip_bytes):
-            raise ValueError(f"sample {key.index} ({ref.path}): its max_frame_pixels/max_clip_bytes "
+            raise ValueError(f"sample {key.index} ({_where(ref)}): its max_frame_pixels/max_clip_bytes "
                              "differ from sample 0's; native clip batches apply one limit to all "
                              "samples: give every VideoFile the same")
 
@@ -318,21 +340,26 @@ class VideoClipBatches:
             try:  # a clip this video is too short for (policy='error'): the clip's error
                 frames = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), draws)]
             except ValueError as why:
-                raise ValueError(f"{ref.path}: {why}") from None
+                raise ValueError(f"{_where(ref)}: {why}") from None
             lead = (len(frames),)
         else:
             from ..sources.video import _rows
 
-            frames, flat = _rows(clip, ref.path)
+            frames, flat = _rows(clip, _where(ref))
             lead = () if flat else (len(frames),)
         frames = _subsample(frames, self.temporal)
         try:  # a crop larger than this video's frames: the clip's error, as a decode's is
             size = _C.video_chain_output_size(self.steps, meta.width, meta.height)
         except ValueError as why:
-            raise ValueError(f"{ref.path}: {why}") from None
+            raise ValueError(f"{_where(ref)}: {why}") from None
         shape = lead + (len(frames[0]) if frames else 0, 3) + tuple(size)
         seed = _C.sample_seed(key.seed & _MASK64, key.epoch & _MASK64, _C.row_key(key.index, key.position))
         return [i for r in frames for i in r], seed, shape
+
+    @staticmethod
+    def _row(ref: Any, frames: List[int], seed: int) -> Tuple[Any, ...]:
+        """A clip's decode job: (path, bytes, name, byte range, key, frames, seed)."""
+        return ref._job() + (frames, seed)
 
     def clip_bytes(self, key: Any) -> int:
         """The bytes of the clip ``key`` makes (its shape times the output's element size); what
@@ -367,17 +394,18 @@ class VideoClipBatches:
             slots.track(buffer, nbytes)
         return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
 
-    def _decode(self, rows: List[Tuple[str, List[int], int]], out: Any, shape: Tuple[int, ...]) -> List[Any]:
-        """Decodes ``rows`` (path, frames, seed) into the rows of ``out``: each clip's (error or
+    def _decode(self, rows: List[Tuple[Any, ...]], out: Any, shape: Tuple[int, ...]) -> List[Any]:
+        """Decodes ``rows`` (``_row``'s jobs) into the rows of ``out``: each clip's (error or
         None), counted in stats()."""
         import torch
 
         if not rows:
             return []
-        results = self._pool_here().decode([r[0] for r in rows], [], [r[1] for r in rows],
-                                           [r[2] for r in rows], self.steps, self.levels,
+        results = self._pool_here().decode([r[0] for r in rows], [r[1] for r in rows], [r[5] for r in rows],
+                                           [r[6] for r in rows], self.steps, self.levels,
                                            out.view(torch.uint8).reshape(-1).numpy(),
-                                           int(shape[-2]), int(shape[-1]))
+                                           int(shape[-2]), int(shape[-1]), names=[r[2] for r in rows],
+                                           ranges=[r[3] for r in rows], keys=[r[4] for r in rows])
         errors = []
         for error, decoded, kept in results:
             self._count(frames_decoded=decoded, frames_kept=kept, clips=int(error is None))
@@ -401,7 +429,7 @@ class VideoClipBatches:
             except (ValueError, TypeError, IndexError, OSError, RuntimeError):
                 continue
             if shape is None or this == shape:
-                yield index, (ref.path, frames, row_seed), this, sample[1]
+                yield index, self._row(ref, frames, row_seed), this, sample[1]
 
     def _replace(self, out: Any, b: int, key: Any, error: BaseException, shape: Tuple[int, ...], path: str) -> Any:
         """Decodes a substitute's clip into row ``b`` of ``out``; its target. Without one that
@@ -429,13 +457,13 @@ class VideoClipBatches:
             try:
                 frames, seed, this = self._plan(key, ref, meta)
                 if shape is not None and this != shape:
-                    raise ValueError(f"{ref.path}: its clip is {list(this)}, the batch's first "
+                    raise ValueError(f"{_where(ref)}: its clip is {list(this)}, the batch's first "
                                      f"{list(shape)}: clips of one batch must have one shape")
                 shape = this if shape is None else shape
-                plans.append((ref.path, frames, seed))
+                plans.append(self._row(ref, frames, seed))
             except (ValueError, IndexError, OSError, RuntimeError) as error:
                 if self.on_error == "raise":
-                    self._fail(error, key, ref.path)
+                    self._fail(error, key, _where(ref))
                 plans.append(error)
         replace = self.on_error == "replace"
         if replace and shape is None and keys:  # every clip failed: a substitute's sets the shape
@@ -449,7 +477,7 @@ class VideoClipBatches:
         for b, error in zip(good, errors):
             if error is not None:
                 if self.on_error == "raise":
-                    self._fail(error, keys[b], plans[b][0])
+                    self._fail(error, keys[b], plans[b][2])
                 plans[b] = error
         targets = [s[1] for s in samples]
         if replace:  # each clip to its key's row (rows only move down: last first), then substitutes
@@ -458,7 +486,7 @@ class VideoClipBatches:
                     out[good[j]] = out[j]
             for b, plan in enumerate(plans):
                 if isinstance(plan, BaseException):
-                    targets[b] = self._replace(out, b, keys[b], plan, shape, refs[b].path)
+                    targets[b] = self._replace(out, b, keys[b], plan, shape, _where(refs[b]))
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
             self._count(skipped=len(keys) - len(kept))
@@ -478,8 +506,8 @@ def native_video_source(dataset: Any, threads: int, on_error: str = "raise") -> 
 
 
 #: Why a video dataset's clips are batched natively (``describe()``).
-NATIVE_REASON = ("its samples are (VideoFile, target) with a native video transform: clips are "
-                 "decoded and transformed in native threads (ringloader.video_batches), batches "
+NATIVE_REASON = ("its samples are (VideoFile or VideoBytes, target) with a native video transform: "
+                 "clips are decoded and transformed in native threads (ringloader.video_batches), batches "
                  "collated there")
 
 

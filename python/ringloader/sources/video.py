@@ -163,6 +163,11 @@ class _VideoReference:
     def _open(self) -> Any:
         raise NotImplementedError
 
+    def _job(self) -> Tuple[str, Any, str, Optional[Tuple[int, int]], Optional[str]]:
+        """How the native clip pool (``_C.ClipPool``) reads this video: ``(path, bytes or None,
+        name, (offset, length) or None, key of the bytes or None)``."""
+        raise NotImplementedError
+
     def _decoder(self) -> Any:
         _require_video()
         decoder = self._open()
@@ -259,6 +264,9 @@ class VideoFile(_VideoReference):
         max_frame_pixels: the largest ``width * height`` accepted (default
             ``ringloader.video.MAX_FRAME_PIXELS``).
         max_clip_bytes: the largest output of one ``decode`` (default ``MAX_CLIP_BYTES``, 2 GiB).
+        byte_range: ``(offset, length)``: the video is these bytes of ``path`` alone (a member of
+            an uncompressed tar shard, read in place); None: the whole file.
+        name: what errors call it (default ``path``), e.g. ``"shard-000.tar:clip7.mp4"``.
 
     Examples:
         >>> import subprocess
@@ -278,20 +286,32 @@ class VideoFile(_VideoReference):
     """
 
     def __init__(self, path: Any, clip: Clip = None, transform: Optional[Callable] = None,
-                 max_frame_pixels: Optional[int] = None, max_clip_bytes: Optional[int] = None) -> None:
+                 max_frame_pixels: Optional[int] = None, max_clip_bytes: Optional[int] = None,
+                 byte_range: Optional[Tuple[int, int]] = None, name: Optional[str] = None) -> None:
         import os
 
         self.path = os.fspath(path)
+        self.byte_range = None if byte_range is None else (int(byte_range[0]), int(byte_range[1]))
+        if self.byte_range is not None and (self.byte_range[0] < 0 or self.byte_range[1] < 0):
+            raise ValueError(f"VideoFile({self.path}): byte_range={byte_range!r} must be (offset, "
+                             "length) with both >= 0")
+        self.name = self.path if name is None else str(name)
         super().__init__(clip, transform, max_frame_pixels, max_clip_bytes)
 
     def _name(self) -> str:
-        return self.path
+        return self.name
 
     def _open(self) -> Any:
-        return _C.VideoDecoder(self.path, self.max_frame_pixels, self.max_clip_bytes)
+        offset, length = self.byte_range or (0, -1)
+        return _C.VideoDecoder(self.path, self.max_frame_pixels, self.max_clip_bytes, offset=offset,
+                               length=length, name=self.name)
+
+    def _job(self) -> Tuple[str, Any, str, Optional[Tuple[int, int]], Optional[str]]:
+        return self.path, None, self.name, self.byte_range, None
 
     def __repr__(self) -> str:
-        return f"VideoFile({self.path!r}, clip={self.clip!r})"
+        where = "" if self.byte_range is None else f", byte_range={self.byte_range!r}"
+        return f"VideoFile({self.path!r}{where}, clip={self.clip!r})"
 
 
 class VideoBytes(_VideoReference):
@@ -337,6 +357,19 @@ class VideoBytes(_VideoReference):
     def _open(self) -> Any:
         view = memoryview(self.data).cast("B")
         return _C.VideoDecoder.from_bytes(view, self.name, self.max_frame_pixels, self.max_clip_bytes)
+
+    def _job(self) -> Tuple[str, Any, str, Optional[Tuple[int, int]], Optional[str]]:
+        """The bytes' key is a digest of them (kept for immutable ``bytes``): the same bytes,
+        the same key, so a native thread keeps one decoder open on them across batches."""
+        import hashlib
+
+        key = self.__dict__.get("_key")
+        if key is None:
+            view = memoryview(self.data).cast("B")
+            key = f"{len(view)}:{hashlib.blake2b(view, digest_size=16).hexdigest()}"
+            if isinstance(self.data, bytes):
+                self.__dict__["_key"] = key
+        return "", self.data, self.name, None, key
 
     def __repr__(self) -> str:
         return f"VideoBytes(<{len(self.data)} bytes>, name={self.name!r}, clip={self.clip!r})"

@@ -1,5 +1,7 @@
 """``VideoFolder``: class folders of video files (the layout of torchvision's Kinetics and UCF101
-folders), each sample a ``ringloader.video.VideoFile`` reference and its class index."""
+folders), each sample a ``ringloader.video.VideoFile`` reference and its class index; and
+``VideoShards``: tar shards of video members, each sample a ``VideoFile`` over its member's bytes
+in the shard."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ try:
 except ImportError:  # torch is only needed to iterate
     _TorchDataset = object  # type: ignore[assignment,misc]
 
-__all__ = ["VIDEO_EXTENSIONS", "VideoFolder"]
+__all__ = ["VIDEO_EXTENSIONS", "VIDEO_MEMBER_EXTS", "VideoFolder", "VideoShards"]
 
 #: The file name endings :class:`VideoFolder` keeps by default (compared lower-cased).
 VIDEO_EXTENSIONS: Tuple[str, ...] = (".avi", ".m4v", ".mkv", ".mov", ".mp4", ".webm")
@@ -126,3 +128,97 @@ class VideoFolder(_TorchDataset):
     def __repr__(self) -> str:
         return (f"VideoFolder({self.root!r}: {len(self)} videos, {len(self.classes)} classes, "
                 f"clip={self.clip!r})")
+
+
+#: The member extensions :class:`VideoShards` reads by default, in order of preference.
+VIDEO_MEMBER_EXTS: Tuple[str, ...] = ("mp4", "mkv", "webm", "avi", "mov")
+
+
+class VideoShards(_TorchDataset):
+    """WebDataset tar shards whose samples are videos: members grouped by key as
+    ``rl.WebDataset`` groups them (``clip0.mp4`` + ``clip0.cls``), the video being the member
+    with the first of ``video_exts`` present, the label its ``label_key`` member (``"cls"`` or
+    ``"txt"``: an integer; ``"json"``: the ``label_field`` field; ``""``: none, labels -1).
+
+    ``dataset[i]`` is ``(ringloader.video.VideoFile(shard, byte_range=(offset, length),
+    name="shard:member", clip=clip, transform=transform), target)``: the member's bytes read in
+    place from the uncompressed tar (never extracted), so ``rl.DataLoader`` batches the clips in
+    native threads as for a :class:`VideoFolder`, the pixels those of the member's file.
+
+    Shards are local tar files (paths, globs, brace patterns as ``rl.WebDataset`` takes them),
+    indexed natively at construction from their tar headers; ``pipe:`` and remote shards are
+    refused (download them first). A shard rewritten since must be indexed again (build the
+    dataset anew). A sample without a video member or label, and the cut end of a truncated
+    shard, raise ``ValueError`` naming the shard and member when read.
+
+    Args:
+        urls: a shard path, glob or brace pattern, or a list of them.
+        transform: the transform each ``VideoFile`` carries (see :class:`VideoFolder`).
+        clip: which frames each ``VideoFile`` decodes (see :class:`VideoFolder`).
+        label_key: the label member's extension (as ``rl.WebDataset``'s).
+        label_field: the label's field of a ``.json`` label member.
+        video_exts: member extensions that are videos, in order of preference.
+        target_transform: a callable applied to each label.
+        classes: the class names (default: ``classes.json`` beside the first shard, else the
+            labels' numbers).
+
+    Examples:
+        >>> import io, tarfile
+        >>> import ringloader as rl
+        >>> with tarfile.open("videos.tar", "w") as tar:
+        ...     for name, data in (("a.mp4", b"..."), ("a.cls", b"1")):
+        ...         info = tarfile.TarInfo(name)
+        ...         info.size = len(data)
+        ...         tar.addfile(info, io.BytesIO(data))
+        >>> ds = rl.VideoShards("videos.tar")
+        >>> len(ds), ds.targets, ds.samples[0][1]
+        (1, [1], 'a.mp4')
+    """
+
+    def __init__(self, urls: Any, transform: Any = None, clip: Any = None, *, label_key: str = "cls",
+                 label_field: str = "label", video_exts: Tuple[str, ...] = VIDEO_MEMBER_EXTS,
+                 target_transform: Optional[Callable[[int], Any]] = None, classes: Optional[List[str]] = None):
+        from .. import _C
+        from ..core import _remote
+        from ..core._shard_index import _expand, classes_file, with_damage
+
+        if clip is not None:
+            _clips.as_sampler(clip)
+        exts = [str(e).lower().lstrip(".") for e in ([video_exts] if isinstance(video_exts, str) else video_exts)]
+        self.transform, self.clip, self.target_transform = transform, clip, target_transform
+        #: Per sample: (shard path, member, offset, length, label, error: "" when readable).
+        self.samples: List[Tuple[str, str, int, int, int, str]] = []
+        self.urls = [url for url, _ in _expand(urls)]
+        for url, pipe in _expand(urls):
+            if pipe or _remote.remote_scheme(url) is not None:
+                raise ValueError(f"VideoShards: {url!r} is not a local shard: members are read in place as "
+                                 "byte ranges of local tar files (pipe: and remote shards are not supported); "
+                                 "download the shards and pass their paths")
+            if not os.path.isfile(url):
+                raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
+            index = with_damage(dict(_C.scan_webdataset_shard(url, image_exts=exts, label_key=label_key,
+                                                              json_field=label_field, video_members=True)), url)
+            self.samples += [(url, str(m), int(o), int(n), int(label), str(e)) for m, o, n, label, e in zip(
+                index["members"], index["offsets"], index["lengths"], index["labels"], index["errors"])]
+        if not self.samples:
+            raise ValueError(f"VideoShards: the shards hold no samples ({self.urls[0] if self.urls else urls!r})")
+        self.targets: List[int] = [s[4] for s in self.samples]
+        self.classes: List[str] = list(classes) if classes is not None else (
+            classes_file(self.urls[0], False) or [str(i) for i in range(max(self.targets) + 1)])
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> Tuple[Any, Any]:
+        from .video import VideoFile
+
+        shard, member, offset, length, target, error = self.samples[index]
+        if error:
+            raise ValueError(f"VideoShards[{index}]: {error}")
+        if self.target_transform is not None:
+            target = self.target_transform(target)
+        return VideoFile(shard, clip=self.clip, transform=self.transform, byte_range=(offset, length),
+                         name=f"{shard}:{member}"), target
+
+    def __repr__(self) -> str:
+        return f"VideoShards({len(self.urls)} shards: {len(self)} videos, clip={self.clip!r})"
