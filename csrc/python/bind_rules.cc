@@ -18,6 +18,7 @@
 #include <optional>
 #include <tuple>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,7 @@
 #include "python/bind_video.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
+#include "transform/image_transform.h"  // StepKinds
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
@@ -300,6 +302,19 @@ void BindChainRules(py::module_& m) {
       "with a zero fill, or another constant fill that is the output's one padding with no "
       "resize after it, painted by the render), so boxes follow it; False for a chain Create "
       "refuses. Bad step dicts raise.");
+  m.def(
+      "step_kinds",
+      [] {
+        py::list kinds;
+        for (const StepKindInfo& info : StepKinds()) {
+          py::list params;
+          for (std::string_view key : info.params) params.append(py::str(key.data(), key.size()));
+          kinds.append(py::make_tuple(info.key, info.name, params));
+        }
+        return kinds;
+      },
+      "[(kind, torchvision's class, [parameter keys])]: every native step kind as its one "
+      "declaration (transform/step_kinds.cc) states it; the keys a step dict of that kind may hold.");
   m.def(
       "fast_decode_level", [](const py::handle& value) { return FastDecodeName(FastDecodeArg(value)); },
       py::arg("value"),
