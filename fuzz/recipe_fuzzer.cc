@@ -17,11 +17,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <array>
 #include <memory>
+#include <optional>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "fuzz_common.h"
+#include "transform/augment.h"
 #include "transform/image_transform.h"
 #include "transform/random.h"
 #include "transform/render.h"
@@ -44,45 +48,99 @@ constexpr Kind kKinds[] = {
     Kind::kAutoAugment,     Kind::kTimmRandAugment,    Kind::kToTensor,
     Kind::kNormalize,       Kind::kRandomErasing};
 
+Range FuzzRange(FuzzedDataProvider& in, double scale = 1.0) {
+  const double lo = in.ConsumeFloatingPointInRange(-2.0, 2.0);
+  return Range{lo * scale, (lo + in.ConsumeFloatingPointInRange(0.0, 2.0)) * scale};
+}
+
+std::optional<Range> FuzzOptionalRange(FuzzedDataProvider& in) {
+  if (!in.ConsumeBool()) return std::nullopt;
+  return FuzzRange(in);
+}
+
+/// Fuzzes the parameters of the sizes, probability, filter and padding a kind has.
+template <typename P>
+void FuzzCommon(FuzzedDataProvider& in, P& k) {
+  if constexpr (requires { k.size_h; }) {
+    k.size_h = in.ConsumeIntegralInRange(-2, 90);
+    k.size_w = in.ConsumeIntegralInRange(-2, 90);
+  }
+  if constexpr (requires { k.max_size; }) {
+    if (in.ConsumeBool()) k.max_size = in.ConsumeIntegralInRange(0, 120);
+  }
+  if constexpr (requires { k.p; }) k.p = in.ConsumeFloatingPointInRange(-0.1, 1.1);
+  if constexpr (requires { k.scale_min; }) {
+    k.scale_min = in.ConsumeFloatingPointInRange(0.0, 1.0);
+    k.scale_max = in.ConsumeFloatingPointInRange(0.0, 1.2);
+  }
+  if constexpr (requires { k.interpolation; }) {
+    k.interpolation = static_cast<Interpolation>(in.ConsumeIntegralInRange(0, 5));
+  }
+  if constexpr (requires { k.pad_mode; }) {
+    k.pad_mode = static_cast<PadMode>(in.ConsumeIntegralInRange(0, 3));
+    for (int& v : k.pad) v = in.ConsumeIntegralInRange(-3, 12);
+  }
+  if constexpr (requires { k.pad_if_needed; }) k.pad_if_needed = in.ConsumeBool();
+  if constexpr (requires { k.fill; }) {
+    for (float& v : k.fill) v = in.ConsumeBool() ? 0.f : in.ConsumeFloatingPointInRange(-10.f, 300.f);
+  }
+}
+
+/// Fuzzes the ranges and the policy parameters a kind has.
+template <typename P>
+void FuzzOwn(FuzzedDataProvider& in, P& k) {
+  if constexpr (requires { k.brightness; }) {
+    k.brightness = FuzzOptionalRange(in);
+    k.contrast = FuzzOptionalRange(in);
+    k.saturation = FuzzOptionalRange(in);
+    k.hue = FuzzOptionalRange(in);
+  }
+  if constexpr (requires { k.degrees; }) {
+    k.degrees = FuzzRange(in, 180.0);
+    if (in.ConsumeBool()) {
+      k.center = std::array<double, 2>{in.ConsumeFloatingPointInRange(-20.0, 100.0),
+                                       in.ConsumeFloatingPointInRange(-20.0, 100.0)};
+    }
+  }
+  if constexpr (requires { k.translate; }) {
+    k.translate = FuzzOptionalRange(in);
+    k.scale = FuzzOptionalRange(in);
+    k.shear_x = FuzzOptionalRange(in);
+    k.shear_y = FuzzOptionalRange(in);
+  }
+  if constexpr (requires { k.sigma; }) k.sigma = FuzzRange(in);
+  if constexpr (requires { k.aug_op; }) {
+    k.aug_op = static_cast<AugOp>(in.ConsumeIntegralInRange(0, static_cast<int>(AugOp::kSolarizeAdd)));
+  }
+  if constexpr (requires { k.magnitude; }) k.magnitude = in.ConsumeFloatingPointInRange(-2.0, 40.0);
+  if constexpr (requires { k.num_ops; }) k.num_ops = in.ConsumeIntegralInRange(-1, 4);
+  if constexpr (requires { k.num_bins; }) k.num_bins = in.ConsumeIntegralInRange(0, 40);
+  if constexpr (requires { k.policy; }) k.policy = in.ConsumeIntegralInRange(-1, 3);
+  if constexpr (requires { k.timm_ops; }) {
+    k.timm_op_count = in.ConsumeIntegralInRange(0, 24);
+    for (int i = 0; i < k.timm_op_count; ++i) {
+      k.timm_ops[i] = in.ConsumeIntegralInRange(0, static_cast<int>(TimmOp::kCount) - 1);
+    }
+    k.magnitude_std = in.ConsumeFloatingPointInRange(0.0, 3.0);
+    k.random_interpolation = in.ConsumeBool();
+  }
+  if constexpr (requires { k.erase_mode; }) {
+    k.scale = FuzzRange(in);
+    k.ratio = FuzzRange(in);
+    k.erase_mode = in.ConsumeIntegralInRange(0, 2);
+    k.timm_erasing = in.ConsumeBool();
+    k.erase_count = in.ConsumeIntegralInRange(0, 4);
+  }
+}
+
 TransformStep FuzzStep(FuzzedDataProvider& in) {
-  TransformStep s;
-  s.kind = in.PickValueInArray(kKinds);
-  s.size_h = in.ConsumeIntegralInRange(-2, 90);
-  s.size_w = in.ConsumeIntegralInRange(-2, 90);
-  if (in.ConsumeBool()) s.max_size = in.ConsumeIntegralInRange(0, 120);
-  s.p = in.ConsumeFloatingPointInRange(-0.1, 1.1);
-  s.scale_min = in.ConsumeFloatingPointInRange(0.0, 1.0);
-  s.scale_max = in.ConsumeFloatingPointInRange(0.0, 1.2);
-  s.interpolation = static_cast<Interpolation>(in.ConsumeIntegralInRange(0, 5));
-  s.pad_mode = static_cast<PadMode>(in.ConsumeIntegralInRange(0, 3));
-  for (int& v : s.pad) v = in.ConsumeIntegralInRange(-3, 12);
-  s.pad_if_needed = in.ConsumeBool();
-  for (float& v : s.fill) v = in.ConsumeBool() ? 0.f : in.ConsumeFloatingPointInRange(-10.f, 300.f);
-  for (int i = 0; i < TransformStep::kRangeSlots; ++i) {
-    s.has_range[i] = in.ConsumeBool();
-    s.range[i][0] = in.ConsumeFloatingPointInRange(-2.0, 2.0);
-    s.range[i][1] = s.range[i][0] + in.ConsumeFloatingPointInRange(0.0, 2.0);
-  }
-  if (s.kind == Kind::kRandomRotation || s.kind == Kind::kRandomAffine) {
-    s.range[TransformStep::kDegrees][0] *= 180, s.range[TransformStep::kDegrees][1] *= 180;
-  }
-  s.has_center = in.ConsumeBool();
-  s.center[0] = in.ConsumeFloatingPointInRange(-20.0, 100.0);
-  s.center[1] = in.ConsumeFloatingPointInRange(-20.0, 100.0);
-  s.aug_op = static_cast<AugOp>(in.ConsumeIntegralInRange(0, static_cast<int>(AugOp::kSolarizeAdd)));
-  s.magnitude = in.ConsumeFloatingPointInRange(-2.0, 40.0);
-  s.num_ops = in.ConsumeIntegralInRange(-1, 4);
-  s.num_bins = in.ConsumeIntegralInRange(0, 40);
-  s.policy = in.ConsumeIntegralInRange(-1, 3);
-  s.timm_op_count = in.ConsumeIntegralInRange(0, 24);
-  for (int i = 0; i < s.timm_op_count; ++i) {
-    s.timm_ops[i] = in.ConsumeIntegralInRange(0, static_cast<int>(TimmOp::kCount) - 1);
-  }
-  s.magnitude_std = in.ConsumeFloatingPointInRange(0.0, 3.0);
-  s.random_interpolation = in.ConsumeBool();
-  s.erase_mode = in.ConsumeIntegralInRange(0, 2);
-  s.timm_erasing = in.ConsumeBool();
-  s.erase_count = in.ConsumeIntegralInRange(0, 4);
+  TransformStep s(in.PickValueInArray(kKinds));
+  std::visit(
+      [&in](auto& k) {
+        FuzzCommon(in, k);
+        FuzzOwn(in, k);
+      },
+      s.params);
   return s;
 }
 

@@ -299,8 +299,7 @@ LoaderOptions AutoOptions() {
   o.reader_threads = 0;
   o.training_threads = 1;
   o.training_threads_source = "torch.get_num_threads()";
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kCenterCrop;
+  CenterCropParams crop;
   crop.size_h = crop.size_w = 16;
   o.transform = {crop};
   o.dtype = DType::kUint8;

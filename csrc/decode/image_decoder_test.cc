@@ -921,11 +921,9 @@ TEST(ImageDecoder, PixelLimitBeforeDecodingEveryFormat) {
 
 TEST(ImageDecoder, DecodeIntoRendersTheSamePixelsWhateverTheFormat) {
   const RgbImage t = Texture(83, 61);
-  TransformStep resize;
-  resize.kind = Kind::kResize;
+  ResizeParams resize;
   resize.size_h = 40;
-  TransformStep crop;
-  crop.kind = Kind::kCenterCrop;
+  CenterCropParams crop;
   crop.size_h = crop.size_w = 32;
   const TransformPipeline p = *TransformPipeline::Create({resize, crop}, DType::kUint8,
                                                          Layout::kHWC);
@@ -1049,8 +1047,7 @@ TEST(ImageDecoderExif, OrientationTurnsTheImageUprightOnlyWhenAsked) {
                               {0, 0}, {w, 0}, {w, h}, {0, h}};
     EXPECT_EQ(at(upright, corner[orientation][0], corner[orientation][1]), at(stored, 0, 0));
     // A transform plans on the upright size.
-    TransformStep crop;
-    crop.kind = TransformStep::Kind::kCenterCrop;
+    CenterCropParams crop;
     crop.size_h = upright.height;
     crop.size_w = upright.width;
     const TransformPipeline p = *TransformPipeline::Create({crop}, DType::kUint8, Layout::kHWC);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 // jpeglib.h needs size_t and FILE declared first.
@@ -75,10 +76,15 @@ JpegFlavor Flavor(int w, int h, int hs, int vs) {
 }
 
 TransformStep Step(Kind kind, int size = 0) {
-  TransformStep s;
-  s.kind = kind;
-  s.size_h = size;
-  s.size_w = kind == Kind::kResize ? 0 : size;
+  TransformStep s(kind);
+  std::visit(
+      [&](auto& params) {
+        if constexpr (requires { params.size_h; }) {
+          params.size_h = size;
+          params.size_w = kind == Kind::kResize ? 0 : size;
+        }
+      },
+      s.params);
   return s;
 }
 
@@ -89,7 +95,7 @@ TransformPipeline ResizeCrop(DType dtype = DType::kUint8, Layout layout = Layout
 
 TransformPipeline RandomCropFlip() {
   TransformStep flip = Step(Kind::kRandomHorizontalFlip);
-  flip.p = 0.5;
+  flip.get<HorizontalFlipParams>().p = 0.5;
   return *TransformPipeline::Create({Step(Kind::kRandomResizedCrop, 224), flip}, DType::kUint8,
                                     Layout::kHWC);
 }
@@ -321,8 +327,8 @@ TEST(JpegDecoderInto, UsesScaledAndCroppedDecode) {
 
   // A small random crop of a big image: strong scaling and a narrow ROI.
   TransformStep rrc = Step(Kind::kRandomResizedCrop, 64);
-  rrc.scale_min = 0.05;
-  rrc.scale_max = 0.06;
+  rrc.get<RandomResizedCropParams>().scale_min = 0.05;
+  rrc.get<RandomResizedCropParams>().scale_max = 0.06;
   const TransformPipeline small =
       *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kHWC);
   std::vector<uint8_t> o(64 * 64 * 3);
@@ -344,8 +350,8 @@ TEST(JpegDecoderInto, RegionOfInterestAtFullScaleIsExact) {
   // When no DCT scaling applies, cropping and skipping must not change a single pixel: the
   // fast path equals the reference path bit for bit.
   TransformStep rrc = Step(Kind::kRandomResizedCrop, 200);
-  rrc.scale_min = 0.3;
-  rrc.scale_max = 0.5;
+  rrc.get<RandomResizedCropParams>().scale_min = 0.3;
+  rrc.get<RandomResizedCropParams>().scale_max = 0.5;
   const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kHWC);
   JpegDecoder fast, ref;
   ref.set_fast_paths(false);
@@ -391,8 +397,8 @@ TEST(JpegDecoderInto, SameSeedSameBytesAndFloatOutput) {
   const std::vector<uint8_t> jpeg = EncodeJpeg(Flavor(500, 375, 2, 2));
   TransformStep norm = Step(Kind::kNormalize);
   const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
-  std::copy(mean, mean + 3, norm.mean);
-  std::copy(stdv, stdv + 3, norm.std);
+  std::copy(mean, mean + 3, norm.get<NormalizeParams>().mean);
+  std::copy(stdv, stdv + 3, norm.get<NormalizeParams>().std);
   TransformStep flip = Step(Kind::kRandomHorizontalFlip);
   const TransformPipeline f32 = *TransformPipeline::Create(
       {Step(Kind::kRandomResizedCrop, 224), flip, Step(Kind::kToTensor), norm}, DType::kFloat32,

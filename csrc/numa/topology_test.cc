@@ -305,14 +305,11 @@ LoaderOptions SmallOptions() {
   o.reader_threads = 1;
   o.prefetch_batches = 2;
   o.io_depth = 4;
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
+  ResizeParams resize;
   resize.size_h = resize.size_w = 32;
-  TransformStep center;
-  center.kind = TransformStep::Kind::kCenterCrop;
+  CenterCropParams center;
   center.size_h = center.size_w = 32;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
+  ToTensorParams tensor;
   o.transform = {resize, center, tensor};
   return o;
 }

@@ -413,44 +413,46 @@ TEST(ApiTest, RangeForDeliversTheEpochAndThrowsLoaderErrorForABadSample) {
 
 TEST(ApiTest, TransformBuildersMatchTorchvisionNames) {
   const TransformStep rrc = transforms::RandomResizedCrop(224);
-  EXPECT_EQ(rrc.kind, TransformStep::Kind::kRandomResizedCrop);
-  EXPECT_EQ(rrc.size_h, 224);
-  EXPECT_EQ(rrc.size_w, 224);
-  EXPECT_DOUBLE_EQ(rrc.scale_min, 0.08);
-  EXPECT_DOUBLE_EQ(rrc.ratio_max, 4.0 / 3.0);
+  EXPECT_EQ(rrc.kind(), TransformStep::Kind::kRandomResizedCrop);
+  EXPECT_EQ(rrc.get<RandomResizedCropParams>().size_h, 224);
+  EXPECT_EQ(rrc.get<RandomResizedCropParams>().size_w, 224);
+  EXPECT_DOUBLE_EQ(rrc.get<RandomResizedCropParams>().scale_min, 0.08);
+  EXPECT_DOUBLE_EQ(rrc.get<RandomResizedCropParams>().ratio_max, 4.0 / 3.0);
   const TransformStep resize = transforms::Resize({256, 320});
-  EXPECT_EQ(resize.size_h, 256);
-  EXPECT_EQ(resize.size_w, 320);
-  EXPECT_EQ(transforms::Resize(256).size_w, 0);
+  EXPECT_EQ(resize.get<ResizeParams>().size_h, 256);
+  EXPECT_EQ(resize.get<ResizeParams>().size_w, 320);
+  EXPECT_EQ(transforms::Resize(256).get<ResizeParams>().size_w, 0);
   const std::vector<TransformStep> eval = transforms::ImageNetEval();
   ASSERT_EQ(eval.size(), 4u);
-  EXPECT_EQ(eval[0].size_h, 256);
-  EXPECT_EQ(eval[1].size_h, 224);
+  EXPECT_EQ(eval[0].get<ResizeParams>().size_h, 256);
+  EXPECT_EQ(eval[1].get<CenterCropParams>().size_h, 224);
   auto pipeline = TransformPipeline::Create(transforms::ImageNetTrain(), DType::kFloat32, Layout::kCHW);
   ASSERT_TRUE(pipeline.ok()) << pipeline.status();
   EXPECT_EQ(pipeline->out_h(), 224);
   EXPECT_TRUE(pipeline->to_unit());
 }
 
-// ColorJitter and RandomErasing put each parameter in the range slot named for it, which the
+// ColorJitter and RandomErasing put each parameter in the field named for it, which the
 // augmentation code reads by the same name.
-TEST(ApiTest, TransformBuildersFillTheNamedRangeSlots) {
-  using T = TransformStep;
-  const T jitter = transforms::ColorJitter(/*brightness=*/0.4, /*contrast=*/0,
-                                           /*saturation=*/1.5, /*hue=*/0.1);
-  EXPECT_TRUE(jitter.has_range[T::kBrightness]);
-  EXPECT_DOUBLE_EQ(jitter.range[T::kBrightness][0], 0.6);
-  EXPECT_DOUBLE_EQ(jitter.range[T::kBrightness][1], 1.4);
-  EXPECT_FALSE(jitter.has_range[T::kContrast]);
-  EXPECT_DOUBLE_EQ(jitter.range[T::kSaturation][0], 0.0);  // 1 - 1.5 clamped, as torchvision
-  EXPECT_DOUBLE_EQ(jitter.range[T::kSaturation][1], 2.5);
-  EXPECT_DOUBLE_EQ(jitter.range[T::kHue][0], -0.1);
-  EXPECT_DOUBLE_EQ(jitter.range[T::kHue][1], 0.1);
-  const T erase = transforms::RandomErasing();
-  EXPECT_DOUBLE_EQ(erase.range[T::kEraseScale][0], 0.02);
-  EXPECT_DOUBLE_EQ(erase.range[T::kEraseScale][1], 0.33);
-  EXPECT_DOUBLE_EQ(erase.range[T::kEraseRatio][0], 0.3);
-  EXPECT_DOUBLE_EQ(erase.range[T::kEraseRatio][1], 3.3);
+TEST(ApiTest, TransformBuildersFillTheNamedParameters) {
+  const ColorJitterParams jitter =
+      transforms::ColorJitter(/*brightness=*/0.4, /*contrast=*/0, /*saturation=*/1.5, /*hue=*/0.1)
+          .get<ColorJitterParams>();
+  ASSERT_TRUE(jitter.brightness.has_value());
+  EXPECT_DOUBLE_EQ(jitter.brightness->lo, 0.6);
+  EXPECT_DOUBLE_EQ(jitter.brightness->hi, 1.4);
+  EXPECT_FALSE(jitter.contrast.has_value());
+  ASSERT_TRUE(jitter.saturation.has_value());
+  EXPECT_DOUBLE_EQ(jitter.saturation->lo, 0.0);  // 1 - 1.5 clamped, as torchvision
+  EXPECT_DOUBLE_EQ(jitter.saturation->hi, 2.5);
+  ASSERT_TRUE(jitter.hue.has_value());
+  EXPECT_DOUBLE_EQ(jitter.hue->lo, -0.1);
+  EXPECT_DOUBLE_EQ(jitter.hue->hi, 0.1);
+  const TransformStep erase = transforms::RandomErasing();
+  EXPECT_DOUBLE_EQ(erase.get<RandomErasingParams>().scale.lo, 0.02);
+  EXPECT_DOUBLE_EQ(erase.get<RandomErasingParams>().scale.hi, 0.33);
+  EXPECT_DOUBLE_EQ(erase.get<RandomErasingParams>().ratio.lo, 0.3);
+  EXPECT_DOUBLE_EQ(erase.get<RandomErasingParams>().ratio.hi, 3.3);
   EXPECT_TRUE(TransformPipeline::Create({transforms::ToTensor(), erase}, DType::kFloat32,
                                         Layout::kCHW, /*allow_variable_size=*/true)
                   .ok());

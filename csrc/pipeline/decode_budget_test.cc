@@ -94,11 +94,9 @@ Bytes Bmp(int w, int h) {
 }
 
 TransformPipeline Train(int size) {
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kRandomResizedCrop;
+  RandomResizedCropParams crop;
   crop.size_h = crop.size_w = size;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
+  ToTensorParams tensor;
   return *TransformPipeline::Create({crop, tensor}, DType::kFloat32, Layout::kCHW, false);
 }
 
@@ -308,11 +306,9 @@ TEST(DecodeBudget, LoaderFailsTheSampleThatDoesNotFitItsBudget) {
   o.num_workers = 2;
   o.prefetch_batches = 1;
   o.shuffle = false;
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
+  ResizeParams resize;
   resize.size_h = resize.size_w = 32;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
+  ToTensorParams tensor;
   o.transform = {resize, tensor};
   o.dtype = DType::kFloat32;
   o.max_memory = 24 * kMiB;  // slots are tiny: about 24 MiB left for decoding, under the need
@@ -367,11 +363,9 @@ TEST(DecodeBudget, LoaderDecodesLargeImagesInTurnOnEveryThread) {
   o.num_workers = 4;
   o.prefetch_batches = 2;
   o.on_error = ErrorPolicy::kRaise;
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kRandomResizedCrop;
+  RandomResizedCropParams crop;
   crop.size_h = crop.size_w = 32;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
+  ToTensorParams tensor;
   o.transform = {crop, tensor};
   o.dtype = DType::kFloat32;
   o.max_memory = 40 * kMiB;  // about one and a half images beside the slots

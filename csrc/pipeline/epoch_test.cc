@@ -19,8 +19,7 @@ using testing::EncodeJpeg;
 using testing::JpegFlavor;
 
 TransformPipeline Downscale(int size) {
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
+  ResizeParams resize;
   resize.size_h = size;
   resize.size_w = size;
   absl::StatusOr<TransformPipeline> p = TransformPipeline::Create({resize}, DType::kUint8, Layout::kHWC);

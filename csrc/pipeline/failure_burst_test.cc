@@ -30,8 +30,7 @@ enum class Backend { kPread, kUring, kPipe };
 
 // Resize((size, size)): the cheapest transform, so a case costs its I/O and scheduling.
 TransformStep Resize(int size) {
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
+  ResizeParams resize;
   resize.size_h = resize.size_w = size;
   return resize;
 }

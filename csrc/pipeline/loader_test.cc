@@ -28,13 +28,10 @@ LoaderOptions TrainOptions() {
   o.num_workers = 2;
   o.prefetch_batches = 3;
   o.io_depth = 4;
-  TransformStep crop;
-  crop.kind = TransformStep::Kind::kRandomResizedCrop;
+  RandomResizedCropParams crop;
   crop.size_h = crop.size_w = 64;
-  TransformStep flip;
-  flip.kind = TransformStep::Kind::kRandomHorizontalFlip;
-  TransformStep tensor;
-  tensor.kind = TransformStep::Kind::kToTensor;
+  HorizontalFlipParams flip;
+  ToTensorParams tensor;
   o.transform = {crop, flip, tensor};
   o.dtype = DType::kFloat32;
   return o;

@@ -42,8 +42,7 @@ LoaderOptions Options(const Limit& limit, ErrorPolicy policy) {
   o.batch_size = 5;
   o.num_workers = 2;
   o.on_error = policy;
-  TransformStep resize;
-  resize.kind = TransformStep::Kind::kResize;
+  ResizeParams resize;
   resize.size_h = resize.size_w = 16;
   o.transform = {resize};
   limit.apply(&o);

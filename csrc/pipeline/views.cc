@@ -46,9 +46,9 @@ absl::StatusOr<ViewSet> ViewSet::Create(const std::vector<LoaderOptions::View>& 
       } else if (pipeline->has_image_steps() || pipeline->has_erasing()) {
         size_t i = pipeline->image_begin();
         if (!pipeline->has_image_steps()) {
-          while (pipeline->steps()[i].kind != TransformStep::Kind::kRandomErasing) ++i;
+          while (pipeline->steps()[i].kind() != TransformStep::Kind::kRandomErasing) ++i;
         }
-        why = absl::StrCat("its step ", i, " (", KindInfo(pipeline->steps()[i].kind).name,
+        why = absl::StrCat("its step ", i, " (", KindInfo(pipeline->steps()[i].kind()).name,
                            ") draws on its own: a view sharing view 0's geometry applies "
                            "geometric and output steps only");
       } else {
@@ -98,14 +98,22 @@ std::string TakeMaskFill(std::vector<TransformStep>* steps, int* fill) {
   using Kind = TransformStep::Kind;
   *fill = 0;
   std::string zero_pads;  // a step that pads with 0: CenterCrop (larger than the image), a Pad
-  for (TransformStep& s : *steps) {
-    const bool pads = s.kind == Kind::kPad || s.kind == Kind::kCenterCrop ||
-                      (s.kind == Kind::kRandomCrop &&
-                       (s.pad_if_needed || s.pad[0] || s.pad[1] || s.pad[2] || s.pad[3]));
-    if (!pads || s.pad_mode != PadMode::kConstant) continue;
+  for (TransformStep& step : *steps) {
+    if (step.kind() == Kind::kCenterCrop) {
+      if (zero_pads.empty()) zero_pads = KindInfo(step.kind()).name;
+      continue;
+    }
+    PaddingParams* padding = step.get_if<PadParams>();
+    if (RandomCropParams* crop = step.get_if<RandomCropParams>();
+        crop != nullptr &&
+        (crop->pad_if_needed || crop->pad[0] || crop->pad[1] || crop->pad[2] || crop->pad[3])) {
+      padding = crop;
+    }
+    if (padding == nullptr || padding->pad_mode != PadMode::kConstant) continue;
+    PaddingParams& s = *padding;
     const float f = s.fill[0];
-    if (s.kind == Kind::kCenterCrop || (f == 0.f && s.fill[1] == 0.f && s.fill[2] == 0.f)) {
-      if (zero_pads.empty()) zero_pads = KindInfo(s.kind).name;
+    if (f == 0.f && s.fill[1] == 0.f && s.fill[2] == 0.f) {
+      if (zero_pads.empty()) zero_pads = KindInfo(step.kind()).name;
       continue;
     }
     if (s.fill[1] != f || s.fill[2] != f || !(f >= 0.f && f <= 255.f) || f != std::floor(f)) {
@@ -175,7 +183,7 @@ void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint64_t sampl
 std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
   using Kind = TransformStep::Kind;
   for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
-    switch (pipeline.steps()[i].kind) {
+    switch (pipeline.steps()[i].kind()) {
       case Kind::kColorJitter:
       case Kind::kGrayscale:
       case Kind::kGaussianBlur:
@@ -183,7 +191,7 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
       case Kind::kAugOp: {
         // The single-op steps (RandomPosterize...) only change values unless they shear,
         // translate or rotate.
-        const AugOp op = pipeline.steps()[i].aug_op;
+        const AugOp op = pipeline.steps()[i].get<AugOpParams>().aug_op;
         if (op == AugOp::kShearX || op == AugOp::kShearY || op == AugOp::kTranslateX ||
             op == AugOp::kTranslateY || op == AugOp::kRotate) {
           return absl::StrCat("step ", i, " (", KindInfo(Kind::kAugOp).name,
@@ -192,7 +200,7 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
         break;
       }
       default:
-        return absl::StrCat("step ", i, " (", KindInfo(pipeline.steps()[i].kind).name,
+        return absl::StrCat("step ", i, " (", KindInfo(pipeline.steps()[i].kind()).name,
                             ") moves pixels after the resample");
     }
   }
@@ -204,10 +212,53 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
 static size_t GeometricSteps(const TransformPipeline& pipeline) {
   size_t n = 0;
   while (n < pipeline.image_begin() &&
-         KindInfo(pipeline.steps()[n].kind).stage != StepStage::kOutput) {
+         KindInfo(pipeline.steps()[n].kind()).stage != StepStage::kOutput) {
     ++n;
   }
   return n;
+}
+
+// Whether geometric steps `a` and `b` draw the same and give the same geometry (their filters
+// and fills may differ: a mask view resamples with nearest).
+static bool SameDraws(const TransformStep& a, const TransformStep& b) {
+  if (a.kind() != b.kind()) return false;
+  const auto same_padding = [](const PaddingParams& x, const PaddingParams& y) {
+    return std::equal(x.pad, x.pad + 4, y.pad);
+  };
+  switch (a.kind()) {
+    case TransformStep::Kind::kResize: {
+      const ResizeParams &x = a.get<ResizeParams>(), &y = b.get<ResizeParams>();
+      return x.size_h == y.size_h && x.size_w == y.size_w && x.max_size == y.max_size &&
+             x.size_max == y.size_max && x.size_choices == y.size_choices &&
+             x.scale_jitter == y.scale_jitter;
+    }
+    case TransformStep::Kind::kCenterCrop: {
+      const CenterCropParams &x = a.get<CenterCropParams>(), &y = b.get<CenterCropParams>();
+      return x.size_h == y.size_h && x.size_w == y.size_w;
+    }
+    case TransformStep::Kind::kRandomResizedCrop: {
+      const RandomResizedCropParams &x = a.get<RandomResizedCropParams>(),
+                                    &y = b.get<RandomResizedCropParams>();
+      return x.size_h == y.size_h && x.size_w == y.size_w && x.scale_min == y.scale_min &&
+             x.scale_max == y.scale_max && x.ratio_min == y.ratio_min &&
+             x.ratio_max == y.ratio_max;
+    }
+    case TransformStep::Kind::kRandomHorizontalFlip:
+      return a.get<HorizontalFlipParams>().p == b.get<HorizontalFlipParams>().p;
+    case TransformStep::Kind::kRandomVerticalFlip:
+      return a.get<VerticalFlipParams>().p == b.get<VerticalFlipParams>().p;
+    case TransformStep::Kind::kRandomCrop: {
+      const RandomCropParams &x = a.get<RandomCropParams>(), &y = b.get<RandomCropParams>();
+      return x.size_h == y.size_h && x.size_w == y.size_w && same_padding(x, y) &&
+             x.pad_if_needed == y.pad_if_needed;
+    }
+    case TransformStep::Kind::kPad: {
+      const PadParams &x = a.get<PadParams>(), &y = b.get<PadParams>();
+      return same_padding(x, y) && x.zoom_out == y.zoom_out && x.p == y.p;
+    }
+    default:
+      return true;  // draws nothing that moves pixels
+  }
 }
 
 std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformPipeline& view) {
@@ -218,14 +269,9 @@ std::string GeometryDrawsDiffer(const TransformPipeline& first, const TransformP
   for (size_t i = 0; i < n; ++i) {
     const TransformStep& a = first.steps()[i];
     const TransformStep& b = view.steps()[i];
-    const bool same =
-        a.kind == b.kind && a.size_h == b.size_h && a.size_w == b.size_w &&
-        a.max_size == b.max_size && a.scale_min == b.scale_min && a.scale_max == b.scale_max &&
-        a.ratio_min == b.ratio_min && a.ratio_max == b.ratio_max && a.p == b.p &&
-        std::equal(a.pad, a.pad + 4, b.pad) && a.pad_if_needed == b.pad_if_needed;
-    if (!same) {
-      return absl::StrCat("its step ", i, " (", KindInfo(b.kind).name, ") is not view 0's (",
-                          KindInfo(a.kind).name, ") with the same parameters");
+    if (!SameDraws(a, b)) {
+      return absl::StrCat("its step ", i, " (", KindInfo(b.kind()).name, ") is not view 0's (",
+                          KindInfo(a.kind()).name, ") with the same parameters");
     }
   }
   return "";

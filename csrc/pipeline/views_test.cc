@@ -417,12 +417,12 @@ TEST(ViewsTest, AJointMaskPadsWithItsOwnFillOnTheImagesRandomResizeAndCrop) {
   }
   const std::vector<uint8_t> bmp = GrayBmp(w, h, labels);
   TransformStep resize = transforms::Resize(10);
-  resize.size_max = 70;
+  resize.get<ResizeParams>().size_max = 70;
   TransformStep crop = transforms::RandomCrop(48);
-  crop.pad_if_needed = true;
+  crop.get<RandomCropParams>().pad_if_needed = true;
   std::vector<LoaderOptions::View> options(2);
   options[0].transform = {resize, transforms::RandomHorizontalFlip(), crop};
-  crop.fill[0] = crop.fill[1] = crop.fill[2] = 255.f;
+  std::fill_n(crop.get<RandomCropParams>().fill, 3, 255.f);
   for (const TransformStep& step : {resize, transforms::RandomHorizontalFlip(), crop}) {
     options[1].transform.push_back(transforms::WithInterpolation(step, Interpolation::kNearest));
   }
@@ -484,14 +484,14 @@ TEST(ViewsTest, AJointMaskPadsWithOneIntegerFillOnly) {
   };
   TransformStep crop = transforms::RandomCrop(32, 0, 4);
   EXPECT_EQ(why({crop}), "fill 0");
-  crop.fill[0] = crop.fill[1] = crop.fill[2] = 255.f;
+  std::fill_n(crop.get<RandomCropParams>().fill, 3, 255.f);
   EXPECT_EQ(why({crop}), "fill 255");
   EXPECT_EQ(why({transforms::CenterCrop(40), crop}),
             "a label image that pads with 255 cannot also pad with 0 (CenterCrop)");
   TransformStep other = crop;
-  other.fill[0] = other.fill[1] = other.fill[2] = 7.f;
+  std::fill_n(other.get<RandomCropParams>().fill, 3, 7.f);
   EXPECT_EQ(why({crop, other}), "a label image pads with one fill, not 255 and 7");
-  other.fill[1] = 3.f;
+  other.get<RandomCropParams>().fill[1] = 3.f;
   EXPECT_EQ(why({other}), "a label image pads with one integer level in 0..255, not (7, 3, 7)");
 }
 
@@ -532,8 +532,8 @@ TEST(ViewsTest, AViewSharingViewZerosGeometryDrawsItsCropsAndFlips) {
   options[2].transform = options[1].transform;
   options[1].share_geometry = true;
   for (LoaderOptions::View& v : options) {
-    v.dtype = v.transform.back().kind == TransformStep::Kind::kToTensor ? DType::kFloat32
-                                                                          : DType::kUint8;
+    v.dtype = v.transform.back().kind() == TransformStep::Kind::kToTensor ? DType::kFloat32
+                                                                            : DType::kUint8;
     v.geometry = true;
   }
   absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);

@@ -132,19 +132,18 @@ class DictParamReader final : public StepParamReader {
 TransformStep ParseStep(py::dict step) {
   // A real copy: keys are removed as they are read, and what is left is refused.
   step = py::reinterpret_steal<py::dict>(PyDict_Copy(step.ptr()));
-  TransformStep s;
   py::object kind_value = Pop(step, "kind");
   if (!kind_value) throw py::value_error("transform step without a 'kind'");
   const std::string kind = kind_value.cast<std::string>();
   const StepKindInfo* info = KindFromKey(kind);
   if (info == nullptr) throw py::value_error(absl::StrCat("unknown transform step '", kind, "'"));
-  s.kind = info->kind;
+  TransformStep s(info->kind);
   for (const auto& item : step) {
     const std::string name = py::str(item.first).cast<std::string>();
     if (!info->Takes(name)) {
       // A key of another kind, or a misspelt one, would otherwise be dropped without a word.
       throw py::type_error(absl::StrCat("transform step '", kind, "' (", info->name, ") has no parameter '",
-                                        name, "'; its parameters: ", info->params));
+                                        name, "'; its parameters: ", info->ParamList()));
     }
   }
   DictParamReader reader(step);

@@ -18,6 +18,7 @@
 #include <optional>
 #include <tuple>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,7 @@
 #include "python/bind_video.h"
 #include "transform/augment.h"
 #include "transform/image_ops.h"
+#include "transform/image_transform.h"  // StepKinds
 #include "ringloader/ringloader.h"
 #include "python/bind_common.h"
 #include "python/bind_options.h"
@@ -77,11 +79,10 @@ void BindImageOpHooks(py::module_& m) {
          const std::vector<std::vector<std::array<int, 3>>>& chains) {
         if (img.ndim() != 3 || img.shape(2) != 3) throw py::value_error("image must be HxWx3 uint8");
         const int h = static_cast<int>(img.shape(0)), w = static_cast<int>(img.shape(1));
-        TransformStep s;
-        s.kind = TransformStep::Kind::kAugMix;
+        AugMixParams s;
         s.v2_magnitudes = v2;
         s.interpolation = static_cast<Interpolation>(interpolation);
-        s.augmix_all_ops = all_ops;
+        s.all_ops = all_ops;
         AugMixDraws draws;
         draws.m0 = m0;
         draws.m1 = m1;
@@ -302,6 +303,19 @@ void BindChainRules(py::module_& m) {
       "with a zero fill, or another constant fill that is the output's one padding with no "
       "resize after it, painted by the render), so boxes follow it; False for a chain Create "
       "refuses. Bad step dicts raise.");
+  m.def(
+      "step_kinds",
+      [] {
+        py::list kinds;
+        for (const StepKindInfo& info : StepKinds()) {
+          py::list params;
+          for (std::string_view key : info.params) params.append(py::str(key.data(), key.size()));
+          kinds.append(py::make_tuple(info.key, info.name, params));
+        }
+        return kinds;
+      },
+      "[(kind, torchvision's class, [parameter keys])]: every native step kind as its one "
+      "declaration (transform/step_kinds.cc) states it; the keys a step dict of that kind may hold.");
   m.def(
       "fast_decode_level", [](const py::handle& value) { return FastDecodeName(FastDecodeArg(value)); },
       py::arg("value"),

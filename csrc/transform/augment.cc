@@ -5,14 +5,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "transform/resample.h"
 
 namespace ringloader {
 namespace {
 
-using Kind = TransformStep::Kind;
-using T = TransformStep;
 
 // ---- torchvision's AutoAugment family (torchvision/transforms/autoaugment.py, v1) -------------
 
@@ -118,17 +117,17 @@ uint8_t ToLevel(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v)
 /// A step's fill (Pad, RandomCrop, rotation, affine, the policies' ops) as torchvision hands it
 /// to Pillow: made an int (_parse_fill's int(x); a uint8 tensor's cast truncates too), so 123.675
 /// fills with 123; clamped to 0..255.
-void FillLevels(const TransformStep& s, uint8_t out[3]) {
+void FillLevels(const float fill[3], uint8_t out[3]) {
   for (int c = 0; c < 3; ++c) {
-    const double t = std::trunc(static_cast<double>(s.fill[c]));
+    const double t = std::trunc(static_cast<double>(fill[c]));
     out[c] = static_cast<uint8_t>(!(t >= 0.0) ? 0.0 : t > 255.0 ? 255.0 : t);
   }
 }
 
 /// RandAugment.forward: num_ops uniform choices among the 14 ops, fixed magnitude bin.
-void RandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+void RandAugment(const RandAugmentParams& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
   uint8_t fill[3];
-  FillLevels(s, fill);
+  FillLevels(s.fill, fill);
   const int bin = static_cast<int>(s.magnitude);
   for (int k = 0; k < s.num_ops; ++k) {
     const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
@@ -141,10 +140,10 @@ void RandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch
 }
 
 /// TrivialAugmentWide.forward: one op, a uniform magnitude bin, a random sign.
-void TrivialAugmentWide(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+void TrivialAugmentWide(const TrivialAugmentWideParams& s, SampleRng& rng, AugmentScratch& scratch,
                         RgbView img) {
   uint8_t fill[3];
-  FillLevels(s, fill);
+  FillLevels(s.fill, fill);
   const AugOp op = kWideOps[rng.RandInt(0, std::size(kWideOps))];
   bool signed_op = false;
   const int bin = static_cast<int>(rng.RandInt(0, s.num_bins));
@@ -156,9 +155,9 @@ void TrivialAugmentWide(const TransformStep& s, SampleRng& rng, AugmentScratch& 
 
 /// AutoAugment.forward: a uniform sub-policy; each half applied when its draw <= p, negated
 /// when its sign draw is 0.
-void AutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+void AutoAugment(const AutoAugmentParams& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
   uint8_t fill[3];
-  FillLevels(s, fill);
+  FillLevels(s.fill, fill);
   const SubPolicy* table = s.policy == 1 ? kCifar10Policy
                            : s.policy == 2 ? kSvhnPolicy
                                            : kImageNetPolicy;
@@ -186,7 +185,7 @@ void AutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch
 double RandomlyNegate(SampleRng& rng, double v) { return rng.Uniform() > 0.5 ? -v : v; }
 
 /// One AugmentOp.__call__: probability, magnitude noise, level -> argument, then the op.
-void TimmOp1(const TransformStep& s, TimmOp op, SampleRng& rng, AugmentScratch& scratch,
+void TimmOp1(const TimmRandAugmentParams& s, TimmOp op, SampleRng& rng, AugmentScratch& scratch,
              RgbView img) {
   if (s.p < 1.0 && rng.Uniform() > s.p) return;
   double m = s.magnitude;
@@ -196,7 +195,7 @@ void TimmOp1(const TransformStep& s, TimmOp op, SampleRng& rng, AugmentScratch& 
   m = std::max(0.0, std::min(m, s.magnitude_max > 0 ? s.magnitude_max : 10.0));
   const double level = m / 10.0;
   uint8_t fill[3];
-  FillLevels(s, fill);
+  FillLevels(s.fill, fill);
   Interpolation interp = s.interpolation;
   if (s.random_interpolation) {
     interp = rng.RandInt(0, 2) == 0 ? Interpolation::kBilinear : Interpolation::kBicubic;
@@ -269,7 +268,7 @@ void TimmOp1(const TransformStep& s, TimmOp op, SampleRng& rng, AugmentScratch& 
 }
 
 /// timm RandAugment.__call__: num_layers uniform choices with replacement.
-void TimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+void TimmRandAugment(const TimmRandAugmentParams& s, SampleRng& rng, AugmentScratch& scratch,
                      RgbView img) {
   if (s.timm_op_count <= 0) return;
   for (int k = 0; k < s.num_ops; ++k) {
@@ -281,57 +280,56 @@ void TimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scr
 // ---- the other image steps (torchvision v1 get_params + F.*) ------------------------------
 
 /// ColorJitter.forward: a random order of the four adjustments, each factor uniform in range.
-void ColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
+void ColorJitter(const ColorJitterParams& s, SampleRng& rng, AugmentScratch& scratch,
+                 RgbView img) {
   int order[4] = {0, 1, 2, 3};
   for (int i = 3; i > 0; --i) std::swap(order[i], order[rng.RandInt(0, i + 1)]);
-  // order[] and factor[] are indexed by range slot: kBrightness..kHue are 0..3.
+  // order[] and factor[] are indexed as torchvision's fn_idx: brightness, contrast, saturation,
+  // hue.
+  const std::optional<Range>* ranges[4] = {&s.brightness, &s.contrast, &s.saturation, &s.hue};
   double factor[4] = {0, 0, 0, 0};
   for (int k = 0; k < 4; ++k) {
-    if (s.has_range[k]) factor[k] = rng.Uniform(s.range[k][0], s.range[k][1]);
+    if (*ranges[k]) factor[k] = rng.Uniform((*ranges[k])->lo, (*ranges[k])->hi);
   }
   for (int k : order) {
-    if (!s.has_range[k]) continue;
+    if (!*ranges[k]) continue;
     switch (k) {
-      case T::kBrightness: AdjustBrightness(img, factor[k]); break;
-      case T::kContrast: AdjustContrast(img, factor[k]); break;
-      case T::kSaturation: AdjustSaturation(img, factor[k]); break;
-      case T::kHue: AdjustHue(img, factor[k]); break;
+      case 0: AdjustBrightness(img, factor[k]); break;
+      case 1: AdjustContrast(img, factor[k]); break;
+      case 2: AdjustSaturation(img, factor[k]); break;
+      case 3: AdjustHue(img, factor[k]); break;
     }
   }
 }
 
 /// RandomAffine.get_params + F.affine.
-void RandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch, RgbView img) {
-  const double angle = rng.Uniform(s.range[T::kDegrees][0], s.range[T::kDegrees][1]);
+void RandomAffine(const RandomAffineParams& s, SampleRng& rng, AugmentScratch& scratch,
+                  RgbView img) {
+  const double angle = rng.Uniform(s.degrees.lo, s.degrees.hi);
   double tx = 0, ty = 0;
-  if (s.has_range[T::kTranslate]) {
-    const double max_dx = s.range[T::kTranslate][0] * img.width;
-    const double max_dy = s.range[T::kTranslate][1] * img.height;
+  if (s.translate) {
+    const double max_dx = s.translate->lo * img.width;
+    const double max_dy = s.translate->hi * img.height;
     tx = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
     ty = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
   }
-  const double* scale_range = s.range[T::kAffineScale];
-  const double scale =
-      s.has_range[T::kAffineScale] ? rng.Uniform(scale_range[0], scale_range[1]) : 1.0;
+  const double scale = s.scale ? rng.Uniform(s.scale->lo, s.scale->hi) : 1.0;
   double shear_x = 0, shear_y = 0;
-  if (s.has_range[T::kShearX]) {
-    shear_x = rng.Uniform(s.range[T::kShearX][0], s.range[T::kShearX][1]);
-  }
-  if (s.has_range[T::kShearY]) {
-    shear_y = rng.Uniform(s.range[T::kShearY][0], s.range[T::kShearY][1]);
-  }
+  if (s.shear_x) shear_x = rng.Uniform(s.shear_x->lo, s.shear_x->hi);
+  if (s.shear_y) shear_y = rng.Uniform(s.shear_y->lo, s.shear_y->hi);
   uint8_t fill[3];
-  FillLevels(s, fill);
-  Affine(img, angle, tx, ty, scale, shear_x, shear_y, s.interpolation, fill, s.has_center,
-         s.center[0], s.center[1], scratch.ops);
+  FillLevels(s.fill, fill);
+  Affine(img, angle, tx, ty, scale, shear_x, shear_y, s.interpolation, fill,
+         s.center.has_value(), s.center ? (*s.center)[0] : 0, s.center ? (*s.center)[1] : 0,
+         scratch.ops);
 }
 
 /// Pads `*img` into scratch.padded (F.pad) and points `*img` there. Negative padding crops, as
 /// torchvision's; cropping the whole image away is an error (Pillow refuses the empty crop).
 absl::Status PadInto(RgbView* img, int left, int top, int right, int bottom,
-                     const TransformStep& s, AugmentScratch& scratch) {
+                     const PaddingParams& s, AugmentScratch& scratch) {
   uint8_t fill[3];
-  FillLevels(s, fill);
+  FillLevels(s.fill, fill);
   RgbView dst;
   dst.width = img->width + left + right;
   dst.height = img->height + top + bottom;
@@ -352,7 +350,7 @@ absl::Status PadInto(RgbView* img, int left, int top, int right, int bottom,
 }
 
 /// RandomCrop.forward on the 8-bit image (non-zero fill or another padding mode).
-absl::Status RandomCropImage(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status RandomCropImage(const RandomCropParams& s, SampleRng& rng, AugmentScratch& scratch,
                              RgbView* img) {
   if (s.pad[0] || s.pad[1] || s.pad[2] || s.pad[3]) {
     absl::Status status = PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
@@ -384,11 +382,11 @@ absl::Status RandomCropImage(const TransformStep& s, SampleRng& rng, AugmentScra
 
 /// torchvision's center_crop on the 8-bit image: zero padding first where the crop is larger
 /// ((crop - size) // 2 leading), then the crop at round((size - crop) / 2), halves to even.
-absl::Status CenterCropImage(const TransformStep& s, AugmentScratch& scratch, RgbView* img) {
+absl::Status CenterCropImage(const CenterCropParams& s, AugmentScratch& scratch, RgbView* img) {
   const int ch = s.size_h, cw = s.size_w;
   if (cw > img->width || ch > img->height) {
     const int dw = std::max(cw - img->width, 0), dh = std::max(ch - img->height, 0);
-    const TransformStep zero;  // constant mode, fill 0
+    const PaddingParams zero;  // constant mode, fill 0
     absl::Status status = PadInto(img, dw / 2, dh / 2, (dw + 1) / 2, (dh + 1) / 2, zero, scratch);
     if (!status.ok()) return status;
   }
@@ -434,7 +432,7 @@ void Store(void* dst, DType dtype, Layout layout, int height, int width, int c, 
   }
 }
 
-void EraseBox(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout, int height,
+void EraseBox(const RandomErasingParams& s, SampleRng& rng, DType dtype, Layout layout, int height,
               int width, int top, int left, int h, int w, void* dst) {
   float channel_value[3];
   for (int c = 0; c < 3; ++c) {
@@ -451,15 +449,13 @@ void EraseBox(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout
 }
 
 /// torchvision RandomErasing.forward / get_params (v1).
-void TorchvisionErasing(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout,
+void TorchvisionErasing(const RandomErasingParams& s, SampleRng& rng, DType dtype, Layout layout,
                         int height, int width, void* dst) {
   if (!(rng.Uniform() < s.p)) return;
   const double area = static_cast<double>(height) * width;
-  const double* ratio = s.range[T::kEraseRatio];
-  const double log_lo = std::log(ratio[0]), log_hi = std::log(ratio[1]);
+  const double log_lo = std::log(s.ratio.lo), log_hi = std::log(s.ratio.hi);
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const double erase_area =
-        area * rng.Uniform(s.range[T::kEraseScale][0], s.range[T::kEraseScale][1]);
+    const double erase_area = area * rng.Uniform(s.scale.lo, s.scale.hi);
     const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
     const int h = static_cast<int>(std::nearbyint(std::sqrt(erase_area * aspect)));
     const int w = static_cast<int>(std::nearbyint(std::sqrt(erase_area / aspect)));
@@ -472,17 +468,15 @@ void TorchvisionErasing(const TransformStep& s, SampleRng& rng, DType dtype, Lay
 }
 
 /// timm RandomErasing._erase: count boxes (1..max_count), each area / count, 10 attempts.
-void TimmErasing(const TransformStep& s, SampleRng& rng, DType dtype, Layout layout, int height,
+void TimmErasing(const RandomErasingParams& s, SampleRng& rng, DType dtype, Layout layout, int height,
                  int width, void* dst) {
   if (rng.Uniform() > s.p) return;
   const double area = static_cast<double>(height) * width;
   const int count = s.erase_count <= 1 ? 1 : static_cast<int>(rng.RandInt(1, s.erase_count + 1));
-  const double* ratio = s.range[T::kEraseRatio];
-  const double log_lo = std::log(ratio[0]), log_hi = std::log(ratio[1]);
+  const double log_lo = std::log(s.ratio.lo), log_hi = std::log(s.ratio.hi);
   for (int k = 0; k < count; ++k) {
     for (int attempt = 0; attempt < 10; ++attempt) {
-      const double target =
-          rng.Uniform(s.range[T::kEraseScale][0], s.range[T::kEraseScale][1]) * area / count;
+      const double target = rng.Uniform(s.scale.lo, s.scale.hi) * area / count;
       const double aspect = std::exp(rng.Uniform(log_lo, log_hi));
       const int h = static_cast<int>(std::nearbyint(std::sqrt(target * aspect)));
       const int w = static_cast<int>(std::nearbyint(std::sqrt(target / aspect)));
@@ -530,90 +524,97 @@ double LinspaceF32(double start, double end, int steps, int index) {
 
 // ---- the image-stage functions of the StepKinds rows ------------------------------------------
 
-absl::Status ApplyColorJitter(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyColorJitter(const ColorJitterParams& s, SampleRng& rng, AugmentScratch& scratch,
                               RgbView* img) {
   ColorJitter(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyGrayscale(const TransformStep& s, SampleRng& rng, AugmentScratch&,
+absl::Status ApplyGrayscale(const GrayscaleParams& s, SampleRng& rng, AugmentScratch&,
                             RgbView* img) {
   if (s.p >= 1.0 || rng.Uniform() < s.p) ToGrayscale(*img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyRandomRotation(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyRandomRotation(const RandomRotationParams& s, SampleRng& rng, AugmentScratch& scratch,
                                  RgbView* img) {
   uint8_t fill[3];
-  FillLevels(s, fill);
-  const double* degrees = s.range[T::kDegrees];
-  Rotate(*img, rng.Uniform(degrees[0], degrees[1]), s.interpolation, fill, s.has_center,
-         s.center[0], s.center[1], scratch.ops);
+  FillLevels(s.fill, fill);
+  Rotate(*img, rng.Uniform(s.degrees.lo, s.degrees.hi), s.interpolation, fill,
+         s.center.has_value(), s.center ? (*s.center)[0] : 0, s.center ? (*s.center)[1] : 0,
+         scratch.ops);
   return absl::OkStatus();
 }
 
-absl::Status ApplyRandomAffine(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyRandomAffine(const RandomAffineParams& s, SampleRng& rng, AugmentScratch& scratch,
                                RgbView* img) {
   RandomAffine(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyGaussianBlur(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyGaussianBlur(const GaussianBlurParams& s, SampleRng& rng, AugmentScratch& scratch,
                                RgbView* img) {
-  const double sigma = rng.Uniform(s.range[T::kSigma][0], s.range[T::kSigma][1]);
+  const double sigma = rng.Uniform(s.sigma.lo, s.sigma.hi);
   GaussianBlur(*img, s.size_w, s.size_h, sigma, sigma, scratch.ops);
   return absl::OkStatus();
 }
 
-absl::Status ApplyAugOpStep(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyAugOpStep(const AugOpParams& s, SampleRng& rng, AugmentScratch& scratch,
                             RgbView* img) {
   if (s.p >= 1.0 || rng.Uniform() < s.p) {
     uint8_t fill[3];
-    FillLevels(s, fill);
+    FillLevels(s.fill, fill);
     ApplyAugOp(s.aug_op, s.magnitude, s.interpolation, fill, *img, scratch.ops);
   }
   return absl::OkStatus();
 }
 
-absl::Status ApplyRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyRandAugment(const RandAugmentParams& s, SampleRng& rng, AugmentScratch& scratch,
                               RgbView* img) {
   RandAugment(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyTrivialAugmentWide(const TransformStep& s, SampleRng& rng,
+absl::Status ApplyTrivialAugmentWide(const TrivialAugmentWideParams& s, SampleRng& rng,
                                      AugmentScratch& scratch, RgbView* img) {
   TrivialAugmentWide(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyAutoAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyAutoAugment(const AutoAugmentParams& s, SampleRng& rng, AugmentScratch& scratch,
                               RgbView* img) {
   AutoAugment(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyTimmRandAugment(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyTimmRandAugment(const TimmRandAugmentParams& s, SampleRng& rng, AugmentScratch& scratch,
                                   RgbView* img) {
   TimmRandAugment(s, rng, scratch, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyPad(const TransformStep& s, SampleRng&, AugmentScratch& scratch, RgbView* img) {
+absl::Status ApplyPad(const PadParams& s, SampleRng&, AugmentScratch& scratch, RgbView* img) {
   return PadInto(img, s.pad[0], s.pad[1], s.pad[2], s.pad[3], s, scratch);
 }
 
-absl::Status ApplyRandomCrop(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyRandomCrop(const RandomCropParams& s, SampleRng& rng, AugmentScratch& scratch,
                              RgbView* img) {
   return RandomCropImage(s, rng, scratch, img);
 }
 
-absl::Status ApplyFlip(const TransformStep& s, SampleRng& rng, AugmentScratch&, RgbView* img) {
-  if (rng.Uniform() < s.p) FlipImage(s.kind == Kind::kRandomHorizontalFlip, *img);
+absl::Status ApplyHorizontalFlip(const HorizontalFlipParams& s, SampleRng& rng, AugmentScratch&,
+                                 RgbView* img) {
+  if (rng.Uniform() < s.p) FlipImage(/*horizontal=*/true, *img);
   return absl::OkStatus();
 }
 
-absl::Status ApplyCenterCrop(const TransformStep& s, SampleRng&, AugmentScratch& scratch,
+absl::Status ApplyVerticalFlip(const VerticalFlipParams& s, SampleRng& rng, AugmentScratch&,
+                               RgbView* img) {
+  if (rng.Uniform() < s.p) FlipImage(/*horizontal=*/false, *img);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyCenterCrop(const CenterCropParams& s, SampleRng&, AugmentScratch& scratch,
                              RgbView* img) {
   return CenterCropImage(s, scratch, img);
 }
@@ -623,15 +624,15 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
   const std::vector<TransformStep>& steps = pipeline.steps();
   for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
     const TransformStep& s = steps[i];
-    if (s.kind == Kind::kRandomApply) {
+    if (const RandomApplyParams* guard = s.get_if<RandomApplyParams>()) {
       // torchvision's RandomApply: one uniform draw, always; the guarded steps run (and make
       // their own draws) only when it is below p. v1 applies when the draw is <= p and v2 when
       // it is < p: the two differ only when the draw equals p exactly.
       const double u = rng.Uniform();
-      if (!(s.p >= 1.0 || u < s.p)) i += static_cast<size_t>(s.apply_steps);
+      if (!(guard->p >= 1.0 || u < guard->p)) i += static_cast<size_t>(guard->apply_steps);
       continue;
     }
-    const auto apply = KindInfo(s.kind).apply_image;
+    const auto apply = KindInfo(s.kind()).apply_image;
     if (apply == nullptr) {
       return absl::InternalError("a resize or output step reached the image stage");
     }
@@ -642,8 +643,10 @@ absl::Status ApplyImageSteps(const TransformPipeline& pipeline, SampleRng& rng,
 
 void ApplyErasing(const TransformPipeline& pipeline, SampleRng& rng, int height, int width,
                   void* dst) {
-  for (const TransformStep& s : pipeline.steps()) {
-    if (s.kind != Kind::kRandomErasing) continue;
+  for (const TransformStep& step : pipeline.steps()) {
+    const RandomErasingParams* erasing = step.get_if<RandomErasingParams>();
+    if (erasing == nullptr) continue;
+    const RandomErasingParams& s = *erasing;
     if (s.timm_erasing) {
       TimmErasing(s, rng, pipeline.dtype(), pipeline.layout(), height, width, dst);
     } else {

@@ -16,7 +16,7 @@
 namespace ringloader {
 
 /// timm's RandAugment op names (timm/data/auto_augment.py NAME_TO_OP), the codes stored in
-/// TransformStep::timm_ops.
+/// TimmRandAugmentParams::timm_ops.
 enum class TimmOp : int {
   kAutoContrast = 0,
   kEqualize,
@@ -77,20 +77,35 @@ struct AugMixDraws {
 
 /// Draws one AugMix call's parameters from `rng` with torchvision's distributions (Beta and
 /// Dirichlet through Gamma(alpha) draws, uniform depths, ops, bins and signs).
-void DrawAugMix(const TransformStep& s, SampleRng& rng, AugMixDraws* draws);
+void DrawAugMix(const AugMixParams& s, SampleRng& rng, AugMixDraws* draws);
 /// Applies AugMix with fixed `draws` to `img` in place, with torchvision's tensor kernels (v1,
 /// or v2 when s.v2_magnitudes): InvalidArgument for draws that do not fit the step.
-absl::Status ApplyAugMixDraws(const TransformStep& s, const AugMixDraws& draws,
+absl::Status ApplyAugMixDraws(const AugMixParams& s, const AugMixDraws& draws,
                               AugmentScratch& scratch, RgbView img);
 
 /// The image-stage function of each kind that has one (StepKindInfo::apply_image): one step on
 /// `*img`, its random parameters drawn from `rng` in torchvision's (or timm's) order. Pad and the
 /// crops may replace the view by one over scratch.padded.
-using ImageStepFn = absl::Status(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+/// Each reads only its kind's parameters.
+template <typename Params>
+using ImageStepFn = absl::Status(const Params& s, SampleRng& rng, AugmentScratch& scratch,
                                  RgbView* img);
-ImageStepFn ApplyColorJitter, ApplyGrayscale, ApplyRandomRotation, ApplyRandomAffine,
-    ApplyGaussianBlur, ApplyAugOpStep, ApplyRandAugment, ApplyTrivialAugmentWide, ApplyAutoAugment,
-    ApplyTimmRandAugment, ApplyPad, ApplyRandomCrop, ApplyFlip, ApplyCenterCrop, ApplyAugMix;
+ImageStepFn<ColorJitterParams> ApplyColorJitter;
+ImageStepFn<GrayscaleParams> ApplyGrayscale;
+ImageStepFn<RandomRotationParams> ApplyRandomRotation;
+ImageStepFn<RandomAffineParams> ApplyRandomAffine;
+ImageStepFn<GaussianBlurParams> ApplyGaussianBlur;
+ImageStepFn<AugOpParams> ApplyAugOpStep;
+ImageStepFn<RandAugmentParams> ApplyRandAugment;
+ImageStepFn<TrivialAugmentWideParams> ApplyTrivialAugmentWide;
+ImageStepFn<AutoAugmentParams> ApplyAutoAugment;
+ImageStepFn<TimmRandAugmentParams> ApplyTimmRandAugment;
+ImageStepFn<PadParams> ApplyPad;
+ImageStepFn<RandomCropParams> ApplyRandomCrop;
+ImageStepFn<HorizontalFlipParams> ApplyHorizontalFlip;
+ImageStepFn<VerticalFlipParams> ApplyVerticalFlip;
+ImageStepFn<CenterCropParams> ApplyCenterCrop;
+ImageStepFn<AugMixParams> ApplyAugMix;
 
 /// Runs steps [pipeline.image_begin(), image_end()) on `*img` (packed RGB; the view may be
 /// replaced by one over scratch.padded when a step changes the size). A RandomApply step draws

@@ -340,31 +340,31 @@ void DirichletDraw(SampleRng& rng, double alpha, int n, float* out) {
 
 }  // namespace
 
-void DrawAugMix(const TransformStep& s, SampleRng& rng, AugMixDraws* draws) {
-  const int width = std::clamp(s.augmix_width, 1, 64);
+void DrawAugMix(const AugMixParams& s, SampleRng& rng, AugMixDraws* draws) {
+  const int width = std::clamp(s.width, 1, 64);
   float m[2];
-  DirichletDraw(rng, s.augmix_alpha, 2, m);
+  DirichletDraw(rng, s.alpha, 2, m);
   draws->m0 = m[0];
   draws->m1 = m[1];
   draws->weights.resize(width);
-  DirichletDraw(rng, s.augmix_alpha, width, draws->weights.data());
-  const int ops = s.augmix_all_ops ? kMixOpsAll : kMixOpsPartial;
+  DirichletDraw(rng, s.alpha, width, draws->weights.data());
+  const int ops = s.all_ops ? kMixOpsAll : kMixOpsPartial;
   draws->chains.resize(width);
   for (std::vector<AugMixDraws::Op>& chain : draws->chains) {
-    const int depth = s.augmix_depth > 0 ? s.augmix_depth : static_cast<int>(rng.RandInt(1, 4));
+    const int depth = s.depth > 0 ? s.depth : static_cast<int>(rng.RandInt(1, 4));
     chain.resize(depth);
     for (AugMixDraws::Op& op : chain) {
       op.index = static_cast<int>(rng.RandInt(0, ops));
       const MixOp kind = static_cast<MixOp>(op.index);
-      op.bin = MixOpHasBins(kind) ? static_cast<int>(rng.RandInt(0, s.augmix_severity)) : 0;
+      op.bin = MixOpHasBins(kind) ? static_cast<int>(rng.RandInt(0, s.severity)) : 0;
       op.negate = MixOpSigned(kind) && rng.RandInt(0, 2) == 1;
     }
   }
 }
 
-absl::Status ApplyAugMixDraws(const TransformStep& s, const AugMixDraws& draws,
+absl::Status ApplyAugMixDraws(const AugMixParams& s, const AugMixDraws& draws,
                               AugmentScratch& scratch, RgbView img) {
-  const int ops = s.augmix_all_ops ? kMixOpsAll : kMixOpsPartial;
+  const int ops = s.all_ops ? kMixOpsAll : kMixOpsPartial;
   if (draws.weights.size() != draws.chains.size()) {
     return absl::InvalidArgumentError("AugMix: one weight per chain");
   }
@@ -409,7 +409,7 @@ absl::Status ApplyAugMixDraws(const TransformStep& s, const AugMixDraws& draws,
   return absl::OkStatus();
 }
 
-absl::Status ApplyAugMix(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
+absl::Status ApplyAugMix(const AugMixParams& s, SampleRng& rng, AugmentScratch& scratch,
                          RgbView* img) {
   AugMixDraws draws;
   DrawAugMix(s, rng, &draws);

@@ -95,7 +95,7 @@ float Rand24(SampleRng& rng) { return static_cast<float>(rng.Next() >> 40) * 0x1
 
 /// A fused Pad/RandomCrop with a non-zero fill (FusesFill): its levels, painted by the render,
 /// made ints as torchvision makes them (int(x): 123.675 pads with 123), clamped to 0..255.
-void TakeFill(const TransformStep& s, SampleGeometry* g) {
+void TakeFill(const PaddingParams& s, SampleGeometry* g) {
   if (ZeroConstantFill(s)) return;
   g->has_fill = true;
   for (int c = 0; c < 3; ++c) {
@@ -106,15 +106,16 @@ void TakeFill(const TransformStep& s, SampleGeometry* g) {
 
 /// The size a Resize step gives the current image (v.w x v.h): fixed, the short side's rule, or
 /// drawn per sample (v2's ScaleJitter, RandomShortestSize, RandomResize).
-Size2 ResizedSize(const TransformStep& s, const View& v, SampleRng& rng) {
+Size2 ResizedSize(const ResizeParams& s, const View& v, SampleRng& rng) {
   if (s.scale_jitter) {
     // v2's ScaleJitter: scale = lo + rand * (hi - lo) with torch.rand's float32 (24 bits),
     // r = min(target_w / height, target_h / width) * scale, int(side * r), all in float32
     // as torch computes a Python number times a float32 tensor.
     const float u = Rand24(rng);
-    const float span = static_cast<float>(s.scale_max - s.scale_min);
+    const Range& range = *s.scale_jitter;
+    const float span = static_cast<float>(range.hi - range.lo);
     const float product = u * span;
-    const float scale = static_cast<float>(s.scale_min) + product;
+    const float scale = static_cast<float>(range.lo) + product;
     const double m = std::min(static_cast<double>(s.size_w) / static_cast<double>(v.h),
                               static_cast<double>(s.size_h) / static_cast<double>(v.w));
     const float r = static_cast<float>(m) * scale;
@@ -134,11 +135,10 @@ Size2 ResizedSize(const TransformStep& s, const View& v, SampleRng& rng) {
   }
   if (s.size_max > 0) {
     // v2's RandomResize: one short side per sample, drawn like torch.randint(min, max).
-    TransformStep drawn = s;
-    drawn.size_h = static_cast<int>(rng.RandInt(s.size_h, s.size_max));
-    return ResizedOutputSize(v.h, v.w, drawn);
+    const int drawn = static_cast<int>(rng.RandInt(s.size_h, s.size_max));
+    return ResizedOutputSize(v.h, v.w, drawn, s.size_w, s.max_size);
   }
-  return ResizedOutputSize(v.h, v.w, s);
+  return ResizedOutputSize(v.h, v.w, s.size_h, s.size_w, s.max_size);
 }
 
 /// Plan's walk over the fused geometric steps of one sample, a step at a time: the view of the
@@ -150,35 +150,35 @@ class GeometryPlanner {
 
   /// Follows step `s`, drawing its random parameters from `rng`.
   void Step(const TransformStep& s, SampleRng& rng) {
-    switch (s.kind) {
+    switch (s.kind()) {
       case Kind::kResize:
-        Resize(s, rng);
+        Resize(s.get<ResizeParams>(), rng);
         break;
       case Kind::kCenterCrop:
-        CenterCrop(s);
+        CenterCrop(s.get<CenterCropParams>());
         break;
       case Kind::kRandomResizedCrop:
-        RandomResizedCrop(s, rng);
+        RandomResizedCrop(s.get<RandomResizedCropParams>(), rng);
         break;
       case Kind::kRandomHorizontalFlip:
-        if (rng.Uniform() < s.p) {
+        if (rng.Uniform() < s.get<HorizontalFlipParams>().p) {
           std::swap(v_.x0, v_.x1);
           key_dx_ = -1.0 - key_dx_;
           mirrored_x_ = !mirrored_x_;
         }
         break;
       case Kind::kRandomVerticalFlip:
-        if (rng.Uniform() < s.p) {
+        if (rng.Uniform() < s.get<VerticalFlipParams>().p) {
           std::swap(v_.y0, v_.y1);
           key_dy_ = -1.0 - key_dy_;
           mirrored_y_ = !mirrored_y_;
         }
         break;
       case Kind::kPad:
-        Pad(s, rng);
+        Pad(s.get<PadParams>(), rng);
         break;
       case Kind::kRandomCrop:
-        RandomCrop(s, rng);
+        RandomCrop(s.get<RandomCropParams>(), rng);
         break;
       default:
         break;
@@ -205,7 +205,7 @@ class GeometryPlanner {
   }
 
  private:
-  void Resize(const TransformStep& s, SampleRng& rng) {
+  void Resize(const ResizeParams& s, SampleRng& rng) {
     const Size2 n = ResizedSize(s, v_, rng);
     if (n.h == v_.h && n.w == v_.w) return;  // torchvision returns the image untouched
     key_dx_ *= static_cast<double>(std::max<int64_t>(n.w, 1)) / static_cast<double>(v_.w);
@@ -217,7 +217,7 @@ class GeometryPlanner {
     g_.reflect_x = mirrored_x_, g_.reflect_y = mirrored_y_;
   }
 
-  void CenterCrop(const TransformStep& s) {
+  void CenterCrop(const CenterCropParams& s) {
     const int64_t ch = s.size_h, cw = s.size_w;
     // torchvision pads with zeros first when the crop is larger, then crops the padded
     // image; padding by (c - size) // 2 on the leading side gives these offsets.
@@ -228,10 +228,10 @@ class GeometryPlanner {
     v_.Crop(top, left, ch, cw);
   }
 
-  void RandomResizedCrop(const TransformStep& s, SampleRng& rng) {
+  void RandomResizedCrop(const RandomResizedCropParams& s, SampleRng& rng) {
     const CropBox box =
-        RandomResizedCropParams(static_cast<int>(v_.w), static_cast<int>(v_.h), s.scale_min,
-                                s.scale_max, s.ratio_min, s.ratio_max, rng);
+        RandomResizedCropBox(static_cast<int>(v_.w), static_cast<int>(v_.h), s.scale_min,
+                             s.scale_max, s.ratio_min, s.ratio_max, rng);
     v_.Crop(box.top, box.left, box.height, box.width);
     v_.Resize();  // PIL resizes the cropped image: taps stop at the crop
     key_dx_ *= static_cast<double>(s.size_w) / static_cast<double>(v_.w);
@@ -243,13 +243,13 @@ class GeometryPlanner {
   }
 
   /// Pad, or v2's RandomZoomOut (nothing when its draw skips it).
-  void Pad(const TransformStep& s, SampleRng& rng) {
+  void Pad(const PadParams& s, SampleRng& rng) {
     if (s.zoom_out) {
       // v2's RandomZoomOut: skipped when torch.rand(1) >= p; else ratio = lo + rand * (hi -
       // lo), canvas int(side * ratio), offsets int((canvas - side) * rand), in float32.
       if (Rand24(rng) >= static_cast<float>(s.p)) return;
-      const float ratio = static_cast<float>(s.scale_min) +
-                          Rand24(rng) * static_cast<float>(s.scale_max - s.scale_min);
+      const float ratio = static_cast<float>(s.zoom_out->lo) +
+                          Rand24(rng) * static_cast<float>(s.zoom_out->hi - s.zoom_out->lo);
       const int64_t cw = static_cast<int64_t>(static_cast<float>(v_.w) * ratio);
       const int64_t ch = static_cast<int64_t>(static_cast<float>(v_.h) * ratio);
       const float rx = Rand24(rng), ry = Rand24(rng);
@@ -262,7 +262,7 @@ class GeometryPlanner {
     TakeFill(s, &g_);
   }
 
-  void RandomCrop(const TransformStep& s, SampleRng& rng) {
+  void RandomCrop(const RandomCropParams& s, SampleRng& rng) {
     TakeFill(s, &g_);
     // torchvision RandomCrop.forward: padding, then pad_if_needed on each axis (both sides
     // by the missing amount), then get_params.
@@ -290,18 +290,18 @@ class GeometryPlanner {
 }  // namespace
 
 /// torchvision.transforms.functional._compute_resized_output_size for an image of h x w.
-Size2 ResizedOutputSize(int64_t h, int64_t w, const TransformStep& s) {
-  if (s.size_w > 0) return {s.size_h, s.size_w};
+Size2 ResizedOutputSize(int64_t h, int64_t w, int size_h, int size_w, int max_size) {
+  if (size_w > 0) return {size_h, size_w};
   const bool w_short = w <= h;
   const int64_t short_side = w_short ? w : h;
   const int64_t long_side = w_short ? h : w;
-  int64_t new_short = s.size_h;
+  int64_t new_short = size_h;
   int64_t new_long =
-      Trunc(static_cast<double>(s.size_h * long_side) / static_cast<double>(short_side));
-  if (s.max_size > 0 && new_long > s.max_size) {
-    new_short = Trunc(static_cast<double>(int64_t{s.max_size} * new_short) /
+      Trunc(static_cast<double>(size_h * long_side) / static_cast<double>(short_side));
+  if (max_size > 0 && new_long > max_size) {
+    new_short = Trunc(static_cast<double>(int64_t{max_size} * new_short) /
                       static_cast<double>(new_long));
-    new_long = s.max_size;
+    new_long = max_size;
   }
   return w_short ? Size2{new_long, new_short} : Size2{new_short, new_long};
 }
@@ -312,8 +312,8 @@ SampleGeometry TransformPipeline::Plan(int src_w, int src_h, SampleRng& rng) con
   return planner.Finish();
 }
 
-CropBox RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
-                                double ratio_min, double ratio_max, SampleRng& rng) {
+CropBox RandomResizedCropBox(int width, int height, double scale_min, double scale_max,
+                             double ratio_min, double ratio_max, SampleRng& rng) {
   width = std::max(width, 1);
   height = std::max(height, 1);
   const double area = static_cast<double>(height) * static_cast<double>(width);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,14 +58,12 @@ namespace {
 
 using Kind = TransformStep::Kind;
 
-bool ValidRange(const double r[2], double lo, double hi) {
-  return std::isfinite(r[0]) && std::isfinite(r[1]) && r[0] <= r[1] && r[0] >= lo && r[1] <= hi;
-}
+bool ValidProbability(double p) { return p >= 0.0 && p <= 1.0; }
 
 /// Whether the step resamples with Pillow's Image.transform / Image.rotate, which take the
 /// nearest, bilinear and bicubic filters only (image_ops.h).
 bool UsesTransformFilter(const TransformStep& s) {
-  switch (s.kind) {
+  switch (s.kind()) {
     case Kind::kRandomRotation:
     case Kind::kRandomAffine:
     case Kind::kRandAugment:
@@ -72,116 +71,39 @@ bool UsesTransformFilter(const TransformStep& s) {
     case Kind::kAutoAugment:
     case Kind::kTimmRandAugment:
       return true;
-    case Kind::kAugOp:
-      return s.aug_op == AugOp::kShearX || s.aug_op == AugOp::kShearY ||
-             s.aug_op == AugOp::kTranslateX || s.aug_op == AugOp::kTranslateY ||
-             s.aug_op == AugOp::kRotate;
+    case Kind::kAugOp: {
+      const AugOp op = s.get<AugOpParams>().aug_op;
+      return op == AugOp::kShearX || op == AugOp::kShearY || op == AugOp::kTranslateX ||
+             op == AugOp::kTranslateY || op == AugOp::kRotate;
+    }
     default:
       return false;
   }
 }
 
-/// Per-kind parameter checks of the steps added for the full recipe set ("" when valid).
+/// The step's filter, for the kinds that have one.
+std::optional<Interpolation> FilterOf(const TransformStep& s) {
+  return std::visit(
+      [](const auto& params) -> std::optional<Interpolation> {
+        if constexpr (requires { params.interpolation; }) return params.interpolation;
+        return std::nullopt;
+      },
+      s.params);
+}
+
+/// The checks of a step's values beyond what its parse can see: the filters of the steps that
+/// resample with Pillow's Image.transform, then the kind's own (its row's `check`); "" when
+/// valid.
 std::string CheckImageStep(const TransformStep& s) {
-  using T = TransformStep;
-  const auto prob_ok = [&] { return s.p >= 0.0 && s.p <= 1.0; };
-  if (UsesTransformFilter(s) && s.interpolation != Interpolation::kNearest &&
-      s.interpolation != Interpolation::kBilinear && s.interpolation != Interpolation::kBicubic) {
-    return absl::StrCat("interpolation ", InterpolationName(s.interpolation),
+  if (const std::optional<Interpolation> filter = FilterOf(s);
+      UsesTransformFilter(s) && *filter != Interpolation::kNearest &&
+      *filter != Interpolation::kBilinear && *filter != Interpolation::kBicubic) {
+    return absl::StrCat("interpolation ", InterpolationName(*filter),
                         " is not a filter of Pillow's Image.transform/rotate; use nearest, "
                         "bilinear or bicubic");
   }
-  switch (s.kind) {
-    case Kind::kRandomCrop:
-      if (s.size_w == 0) return "size must be > 0";
-      [[fallthrough]];
-    case Kind::kPad:
-      for (int v : s.pad) {
-        if (v < 0 && s.kind == Kind::kRandomCrop) return "padding must be >= 0";
-        if (v < 0 && s.pad_mode != PadMode::kConstant) {
-          return "negative padding is only supported with padding_mode='constant'";
-        }
-      }
-      return "";
-    case Kind::kColorJitter:
-      for (int i : {T::kBrightness, T::kContrast, T::kSaturation}) {
-        if (s.has_range[i] && !ValidRange(s.range[i], 0.0, 1e9)) {
-          return "brightness, contrast and saturation ranges must satisfy 0 <= min <= max";
-        }
-      }
-      if (s.has_range[T::kHue] && !ValidRange(s.range[T::kHue], -0.5, 0.5)) {
-        return "hue range must lie in [-0.5, 0.5] with min <= max";
-      }
-      return "";
-    case Kind::kGrayscale:
-    case Kind::kRandomVerticalFlip:
-    case Kind::kAugOp:
-    case Kind::kRandomErasing:
-      if (!prob_ok()) return "p must be in [0, 1]";
-      if (s.kind == Kind::kRandomErasing) {
-        if (!ValidRange(s.range[T::kEraseScale], 0.0, 1.0)) {
-          return "scale must satisfy 0 <= min <= max <= 1";
-        }
-        const double* ratio = s.range[T::kEraseRatio];
-        if (!(ratio[0] > 0 && ratio[0] <= ratio[1])) {
-          return "ratio must satisfy 0 < min <= max";
-        }
-        if (s.erase_count < 1) return "max_count must be >= 1";
-      }
-      return "";
-    case Kind::kRandomRotation:
-      if (!ValidRange(s.range[T::kDegrees], -1e6, 1e6)) {
-        return "degrees must be finite with min <= max";
-      }
-      return "";
-    case Kind::kRandomAffine:
-      if (!ValidRange(s.range[T::kDegrees], -1e6, 1e6)) {
-        return "degrees must be finite with min <= max";
-      }
-      if (const double* t = s.range[T::kTranslate];
-          s.has_range[T::kTranslate] && !(t[0] >= 0 && t[0] <= 1 && t[1] >= 0 && t[1] <= 1)) {
-        return "translate values must be in [0, 1]";
-      }
-      if (const double* scale = s.range[T::kAffineScale];
-          s.has_range[T::kAffineScale] && !(ValidRange(scale, 0.0, 1e6) && scale[0] > 0)) {
-        return "scale must satisfy 0 < min <= max";
-      }
-      return "";
-    case Kind::kGaussianBlur:
-      if (s.size_w <= 0 || s.size_h <= 0 || s.size_w % 2 == 0 || s.size_h % 2 == 0) {
-        return "kernel size must be odd and positive";
-      }
-      if (const double* sigma = s.range[T::kSigma]; !(sigma[0] > 0 && sigma[0] <= sigma[1])) {
-        return "sigma must satisfy 0 < min <= max";
-      }
-      return "";
-    case Kind::kRandAugment:
-    case Kind::kTrivialAugmentWide:
-      if (s.num_bins < 2) return "num_magnitude_bins must be >= 2";
-      if (s.kind == Kind::kRandAugment &&
-          (s.num_ops < 0 || s.magnitude < 0 || s.magnitude >= s.num_bins)) {
-        return "num_ops must be >= 0 and magnitude in [0, num_magnitude_bins)";
-      }
-      return "";
-    case Kind::kAutoAugment:
-      return s.policy >= 0 && s.policy <= 2 ? "" : "policy must be IMAGENET, CIFAR10 or SVHN";
-    case Kind::kTimmRandAugment:
-      return s.num_ops >= 0 && s.magnitude >= 0 ? "" : "num_ops and magnitude must be >= 0";
-    case Kind::kRandomApply:
-      if (!prob_ok()) return "p must be in [0, 1]";
-      return s.apply_steps >= 0 ? "" : "the number of guarded steps must be >= 0";
-    case Kind::kAugMix:
-      if (s.interpolation != Interpolation::kNearest &&
-          s.interpolation != Interpolation::kBilinear) {
-        return "interpolation must be nearest or bilinear (AugMix runs torch's grid_sample)";
-      }
-      if (s.augmix_severity < 1 || s.augmix_severity > 10) return "severity must be in [1, 10]";
-      if (s.augmix_width < 1 || s.augmix_width > 64) return "mixture_width must be in [1, 64]";
-      if (s.augmix_depth > 64) return "chain_depth must be <= 64";
-      return s.augmix_alpha > 0 && std::isfinite(s.augmix_alpha) ? "" : "alpha must be > 0";
-    default:
-      return "";
-  }
+  const auto check = KindInfo(s.kind()).check;
+  return check != nullptr ? check(s) : "";
 }
 
 absl::Status StepError(size_t index, Kind kind, const std::string& what) {
@@ -191,7 +113,7 @@ absl::Status StepError(size_t index, Kind kind, const std::string& what) {
 
 /// Create's checks of a Resize (a fixed size, a short side with max_size, v2's ScaleJitter,
 /// RandomShortestSize and RandomResize) and the output size after it ("" when valid).
-std::string CheckResize(const TransformStep& s, std::optional<Size2>* size) {
+std::string CheckResize(const ResizeParams& s, std::optional<Size2>* size) {
   if (s.size_h <= 0 || s.size_w < 0) return "size must be > 0";
   if (s.max_size < 0) return "max_size must be >= 0";
   if (s.max_size > 0 && s.size_w > 0) return "max_size is only allowed with a single int size";
@@ -204,8 +126,9 @@ std::string CheckResize(const TransformStep& s, std::optional<Size2>* size) {
       return "ScaleJitter takes a target size (height, width) and no max_size, RandomResize "
              "range or size choices";
     }
-    if (!(std::isfinite(s.scale_min) && std::isfinite(s.scale_max) && s.scale_min > 0 &&
-          s.scale_min <= s.scale_max)) {
+    const Range& scale = *s.scale_jitter;
+    if (!(std::isfinite(scale.lo) && std::isfinite(scale.hi) && scale.lo > 0 &&
+          scale.lo <= scale.hi)) {
       return "ScaleJitter: scale_range must be (lo, hi) with 0 < lo <= hi";
     }
     size->reset();  // drawn per sample: the output size depends on the draw and the image
@@ -231,7 +154,7 @@ std::string CheckResize(const TransformStep& s, std::optional<Size2>* size) {
   } else if (s.size_w > 0) {
     *size = Size2{s.size_h, s.size_w};
   } else if (*size) {
-    **size = ResizedOutputSize((*size)->h, (*size)->w, s);
+    **size = ResizedOutputSize((*size)->h, (*size)->w, s.size_h, s.size_w, s.max_size);
   }
   return "";
 }
@@ -239,46 +162,57 @@ std::string CheckResize(const TransformStep& s, std::optional<Size2>* size) {
 /// Create's checks of the geometric and crop/pad steps beyond CheckImageStep, and the output
 /// size after `s` (`size`: unset while it depends on the input image or a draw); an int size
 /// of CenterCrop and RandomResizedCrop becomes square here. "" when valid.
-std::string FollowSize(TransformStep& s, std::optional<Size2>* size) {
-  switch (s.kind) {
+std::string FollowSize(TransformStep& step, std::optional<Size2>* size) {
+  switch (step.kind()) {
     case Kind::kResize:
-      return CheckResize(s, size);
-    case Kind::kCenterCrop:
-    case Kind::kRandomResizedCrop:
+      return CheckResize(step.get<ResizeParams>(), size);
+    case Kind::kCenterCrop: {
+      CenterCropParams& s = step.get<CenterCropParams>();
       if (s.size_w == 0) s.size_w = s.size_h;  // torchvision: an int size means square
       if (s.size_h <= 0 || s.size_w <= 0) return "size must be > 0";
-      if (s.kind == Kind::kRandomResizedCrop) {
-        if (!(std::isfinite(s.scale_min) && std::isfinite(s.scale_max) && s.scale_min > 0 &&
-              s.scale_min <= s.scale_max)) {
-          return "scale must satisfy 0 < min <= max";
-        }
-        if (!(std::isfinite(s.ratio_min) && std::isfinite(s.ratio_max) && s.ratio_min > 0 &&
-              s.ratio_min <= s.ratio_max)) {
-          return "ratio must satisfy 0 < min <= max";
-        }
+      *size = Size2{s.size_h, s.size_w};
+      return "";
+    }
+    case Kind::kRandomResizedCrop: {
+      RandomResizedCropParams& s = step.get<RandomResizedCropParams>();
+      if (s.size_w == 0) s.size_w = s.size_h;  // torchvision: an int size means square
+      if (s.size_h <= 0 || s.size_w <= 0) return "size must be > 0";
+      if (!(std::isfinite(s.scale_min) && std::isfinite(s.scale_max) && s.scale_min > 0 &&
+            s.scale_min <= s.scale_max)) {
+        return "scale must satisfy 0 < min <= max";
+      }
+      if (!(std::isfinite(s.ratio_min) && std::isfinite(s.ratio_max) && s.ratio_min > 0 &&
+            s.ratio_min <= s.ratio_max)) {
+        return "ratio must satisfy 0 < min <= max";
       }
       *size = Size2{s.size_h, s.size_w};
       return "";
-    case Kind::kRandomCrop:
+    }
+    case Kind::kRandomCrop: {
+      const RandomCropParams& s = step.get<RandomCropParams>();
       if (s.size_h <= 0 || s.size_w <= 0) return "size must be > 0";
       *size = Size2{s.size_h, s.size_w};
       return "";
-    case Kind::kPad:
+    }
+    case Kind::kPad: {
+      const PadParams& s = step.get<PadParams>();
       if (s.zoom_out) {
-        if (!(s.scale_min >= 1.0 && s.scale_min <= s.scale_max && std::isfinite(s.scale_max))) {
+        if (!(s.zoom_out->lo >= 1.0 && s.zoom_out->lo <= s.zoom_out->hi &&
+              std::isfinite(s.zoom_out->hi))) {
           return "RandomZoomOut: side_range must be (lo, hi) with 1 <= lo <= hi";
         }
-        if (!(s.p >= 0.0 && s.p <= 1.0)) return "p must be in [0, 1]";
+        if (!ValidProbability(s.p)) return "p must be in [0, 1]";
         size->reset();  // drawn per sample: the output size depends on the draw and the image
       } else if (*size) {
         **size = Size2{(*size)->h + s.pad[1] + s.pad[3], (*size)->w + s.pad[0] + s.pad[2]};
         if ((*size)->h <= 0 || (*size)->w <= 0) return "negative padding removes the whole image";
       }
       return "";
+    }
     case Kind::kRandomHorizontalFlip:
+      return ValidProbability(step.get<HorizontalFlipParams>().p) ? "" : "p must be in [0, 1]";
     case Kind::kRandomVerticalFlip:
-      if (!(s.p >= 0.0 && s.p <= 1.0)) return "p must be in [0, 1]";
-      return "";
+      return ValidProbability(step.get<VerticalFlipParams>().p) ? "" : "p must be in [0, 1]";
     default:
       return "";  // image steps keep the size
   }
@@ -293,10 +227,11 @@ struct LevelMap {
 
 /// Follows `map` through an output step (ToTensor, Normalize), checking Normalize's values
 /// ("" when valid).
-std::string FollowLevels(const TransformStep& s, LevelMap* map) {
-  if (s.kind == Kind::kToTensor) {
+std::string FollowLevels(const TransformStep& step, LevelMap* map) {
+  if (step.kind() == Kind::kToTensor) {
     for (int c = 0; c < 3; ++c) map->scale[c] = 1.0 / 255.0;
-  } else if (s.kind == Kind::kNormalize) {
+  } else if (const NormalizeParams* normalize = step.get_if<NormalizeParams>()) {
+    const NormalizeParams& s = *normalize;
     for (int c = 0; c < 3; ++c) {
       if (!std::isfinite(s.mean[c]) || !std::isfinite(s.std[c])) {
         return "mean and std must be finite";
@@ -339,11 +274,11 @@ void ComputeLevelValues(const std::vector<TransformStep>& steps,
     for (int level = 0; level < 256; ++level) {
       volatile float x = static_cast<float>(level);
       for (const TransformStep& s : steps) {
-        if (s.kind == Kind::kToTensor) {
-          x = s.by_reciprocal ? x * static_cast<float>(1.0 / 255.0) : x / 255.0f;
-        } else if (s.kind == Kind::kNormalize) {
-          x = x - s.mean[c];
-          x = x / s.std[c];
+        if (const ToTensorParams* t = s.get_if<ToTensorParams>()) {
+          x = t->by_reciprocal ? x * static_cast<float>(1.0 / 255.0) : x / 255.0f;
+        } else if (const NormalizeParams* n = s.get_if<NormalizeParams>()) {
+          x = x - n->mean[c];
+          x = x / n->std[c];
         }
       }
       (*values)[static_cast<size_t>(c) * 256 + level] = x;
@@ -371,11 +306,13 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
   LevelMap levels;
   for (size_t i = 0; i < steps.size(); ++i) {
     TransformStep& s = steps[i];
-    if (s.kind == Kind::kRandomCrop && s.size_w == 0) s.size_w = s.size_h;
-    if (const std::string bad = CheckImageStep(s); !bad.empty()) return StepError(i, s.kind, bad);
+    if (RandomCropParams* crop = s.get_if<RandomCropParams>(); crop && crop->size_w == 0) {
+      crop->size_w = crop->size_h;
+    }
+    if (const std::string bad = CheckImageStep(s); !bad.empty()) return StepError(i, s.kind(), bad);
     const StageWalk::Stage before = walk.stage();
     if (const StageWalk::Rule rule = walk.Step(steps, i); rule != StageWalk::Rule::kNone) {
-      return StepError(i, s.kind, StageRuleError(steps, i, rule, walk));
+      return StepError(i, s.kind(), StageRuleError(steps, i, rule, walk));
     }
     if (before == StageWalk::Stage::kGeometry && walk.stage() == StageWalk::Stage::kImage) {
       p.image_begin_ = i;
@@ -383,12 +320,12 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
       p.image_end_ = i;
     }
     if (const std::string bad = FollowSize(s, &size); !bad.empty()) {
-      return StepError(i, s.kind, bad);
+      return StepError(i, s.kind(), bad);
     }
     if (const std::string bad = FollowLevels(s, &levels); !bad.empty()) {
-      return StepError(i, s.kind, bad);
+      return StepError(i, s.kind(), bad);
     }
-    if (s.kind == Kind::kRandomErasing) p.has_erasing_ = true;
+    if (s.kind() == Kind::kRandomErasing) p.has_erasing_ = true;
   }
   if (walk.stage() == StageWalk::Stage::kImage) p.image_end_ = steps.size();
   const bool seen_to_tensor = walk.seen_to_tensor();
@@ -412,12 +349,15 @@ void TransformPipeline::OutputSize(const SampleGeometry& g, int* height, int* wi
   int64_t h = g.out_h, w = g.out_w;
   for (size_t i = image_begin_; i < image_end_; ++i) {
     const TransformStep& s = steps_[i];
-    if (s.kind == Kind::kPad) {
-      h += s.pad[1] + s.pad[3];
-      w += s.pad[0] + s.pad[2];
-    } else if (s.kind == Kind::kRandomCrop || s.kind == Kind::kCenterCrop) {
-      h = s.size_h;
-      w = s.size_w;
+    if (const PadParams* pad = s.get_if<PadParams>()) {
+      h += pad->pad[1] + pad->pad[3];
+      w += pad->pad[0] + pad->pad[2];
+    } else if (const RandomCropParams* crop = s.get_if<RandomCropParams>()) {
+      h = crop->size_h;
+      w = crop->size_w;
+    } else if (const CenterCropParams* center = s.get_if<CenterCropParams>()) {
+      h = center->size_h;
+      w = center->size_w;
     }
   }
   *height = static_cast<int>(std::max<int64_t>(h, 0));
@@ -437,7 +377,7 @@ size_t TransformPipeline::SampleBytes() const {
 std::string TransformPipeline::Describe() const {
   std::vector<std::string> parts;
   for (const TransformStep& s : steps_) {
-    const StepKindInfo& info = KindInfo(s.kind);
+    const StepKindInfo& info = KindInfo(s.kind());
     parts.push_back(info.describe != nullptr ? info.describe(s) : info.name);
   }
   return absl::StrJoin(parts, " -> ");

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,25 +60,35 @@ class StepParamReader {
   virtual bool Pairs(const char* key, std::vector<std::optional<std::array<double, 2>>>* out) = 0;
 };
 
-/// One row per step kind: the names it goes by, the stage-order facts about it, and its
-/// per-kind parts. The binding parses the kind by `key` and its parameters with `parse`, Create
-/// orders the chain by `stage` and `resizes`, errors name it by `name` and Describe shows it
-/// with `describe`, so a new kind is one row here plus its functions.
+/// Reads "ranges", a list of (lo, hi) pairs or Nones, into `named` in order (a None leaves its
+/// range as it is). InvalidArgument for more ranges than `named` has.
+absl::Status ReadRanges(StepParamReader& params, std::span<std::optional<Range>* const> named);
+
+/// One row per step kind: its parameter struct's kind, the names it goes by, the stage-order
+/// facts about it, and its per-kind parts. The binding parses the kind by `key` and its
+/// parameters with `parse`, Create checks them with `check` and orders the chain by `stage`
+/// and `resizes`, errors name it by `name` and Describe shows it with `describe`. The rows are made (step_kinds.cc) from
+/// functions that take the kind's own parameter struct (ResizeParams...), so a new kind is its
+/// struct in transform_step.h, one row, and its functions.
 struct StepKindInfo {
   TransformStep::Kind kind;
   const char* key;   ///< the binding's "kind" ("random_resized_crop")
   const char* name;  ///< torchvision's class ("RandomResizedCrop"), in errors and Describe
   StepStage stage;
   bool resizes;      ///< a resample of the whole image (Resize, RandomResizedCrop)
-  /// The binding's parameter keys of this kind, space-separated ("size_h size_w scale ratio
-  /// interpolation"): any other key in a step dict is refused.
-  const char* params;
-  /// Reads the kind's parameters (exactly the keys of `params`) into the fields of `*step`,
-  /// whose kind is set and whose other fields hold their defaults. InvalidArgument for a value
-  /// the fields cannot hold ("fill needs 1 or 3 values"); the value checks are Create's.
+  /// The binding's parameter keys of this kind ("size_h", "size_w", "scale", "ratio",
+  /// "interpolation"): any other key in a step dict is refused.
+  std::vector<std::string_view> params;
+  /// Reads the kind's parameters (exactly the keys of `params`) into `*step`'s parameter
+  /// struct, which is of this kind and holds its defaults. InvalidArgument for a value the
+  /// fields cannot hold ("fill needs 1 or 3 values"); the value checks are Create's.
   absl::Status (*parse)(StepParamReader& params, TransformStep* step);
   /// The step in TransformPipeline::Describe ("Resize(256)"); `name` when null.
   std::string (*describe)(const TransformStep& step);
+  /// Create's checks of the kind's values ("p must be in [0, 1]"), "" when they are valid;
+  /// null for the kinds whose checks follow the output size (the geometric and crop steps'
+  /// sizes, in Create's walk) or that have none.
+  std::string (*check)(const TransformStep& step);
   /// Runs one step of the kind on the 8-bit image (augment.h), drawing its random parameters
   /// from `rng`; null for the kinds that never run there (the resizes and the output steps)
   /// and for RandomApply, which ApplyImageSteps runs itself (it decides whether the steps it
@@ -86,6 +97,8 @@ struct StepKindInfo {
                               RgbView* img);
   /// Whether `key` is one of `params`.
   bool Takes(std::string_view key) const;
+  /// `params` separated by spaces, as errors list them.
+  std::string ParamList() const;
 };
 /// Every kind, in TransformStep::Kind order.
 const std::vector<StepKindInfo>& StepKinds();
@@ -218,7 +231,7 @@ class TransformPipeline {
 struct CropBox {
   int top = 0, left = 0, height = 0, width = 0;
 };
-CropBox RandomResizedCropParams(int width, int height, double scale_min, double scale_max,
-                                double ratio_min, double ratio_max, SampleRng& rng);
+CropBox RandomResizedCropBox(int width, int height, double scale_min, double scale_max,
+                             double ratio_min, double ratio_max, SampleRng& rng);
 
 }  // namespace ringloader

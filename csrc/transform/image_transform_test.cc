@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
 #include "testing/jpeg_fixtures.h"
+#include "ringloader/transforms.h"
 #include "transform/augment.h"
 #include "transform/random.h"
 #include "transform/render.h"
@@ -28,29 +29,25 @@ namespace {
 using Kind = TransformStep::Kind;
 
 TransformStep Resize(int size, int max_size = 0) {
-  TransformStep s;
-  s.kind = Kind::kResize;
+  ResizeParams s;
   s.size_h = size;
   s.max_size = max_size;
   return s;
 }
 TransformStep ResizeHW(int h, int w) {
-  TransformStep s;
-  s.kind = Kind::kResize;
+  ResizeParams s;
   s.size_h = h;
   s.size_w = w;
   return s;
 }
 TransformStep CenterCrop(int h, int w) {
-  TransformStep s;
-  s.kind = Kind::kCenterCrop;
+  CenterCropParams s;
   s.size_h = h;
   s.size_w = w;
   return s;
 }
 TransformStep Rrc(int size, double scale_min = 0.08, double scale_max = 1.0) {
-  TransformStep s;
-  s.kind = Kind::kRandomResizedCrop;
+  RandomResizedCropParams s;
   s.size_h = size;
   s.size_w = size;
   s.scale_min = scale_min;
@@ -58,19 +55,13 @@ TransformStep Rrc(int size, double scale_min = 0.08, double scale_max = 1.0) {
   return s;
 }
 TransformStep Flip(double p) {
-  TransformStep s;
-  s.kind = Kind::kRandomHorizontalFlip;
+  HorizontalFlipParams s;
   s.p = p;
   return s;
 }
-TransformStep ToTensor() {
-  TransformStep s;
-  s.kind = Kind::kToTensor;
-  return s;
-}
+TransformStep ToTensor() { return ToTensorParams{}; }
 TransformStep Normalize(const float mean[3], const float std[3]) {
-  TransformStep s;
-  s.kind = Kind::kNormalize;
+  NormalizeParams s;
   for (int c = 0; c < 3; ++c) {
     s.mean[c] = mean[c];
     s.std[c] = std[c];
@@ -79,8 +70,7 @@ TransformStep Normalize(const float mean[3], const float std[3]) {
 }
 
 TransformStep Apply(double p, int steps) {
-  TransformStep s;
-  s.kind = Kind::kRandomApply;
+  RandomApplyParams s;
   s.p = p;
   s.apply_steps = steps;
   return s;
@@ -110,15 +100,15 @@ TEST(TransformPipelineCreate, RejectsInvalidChains) {
   EXPECT_EQ(CreateCode({CenterCrop(-1, 4)}), kInvalid);
   EXPECT_EQ(CreateCode({Resize(256, 200), CenterCrop(224, 224)}), kInvalid);  // max_size <= size
   TransformStep hw_with_max = ResizeHW(10, 10);
-  hw_with_max.max_size = 20;
+  hw_with_max.get<ResizeParams>().max_size = 20;
   EXPECT_EQ(CreateCode({hw_with_max}), kInvalid);
   EXPECT_EQ(CreateCode({Rrc(224, 0.5, 0.2)}), kInvalid);  // scale range reversed
   EXPECT_EQ(CreateCode({Rrc(224, 0.0, 1.0)}), kInvalid);  // scale not positive
   TransformStep bad_ratio = Rrc(224);
-  bad_ratio.ratio_min = -1;
+  bad_ratio.get<RandomResizedCropParams>().ratio_min = -1;
   EXPECT_EQ(CreateCode({bad_ratio}), kInvalid);
-  bad_ratio.ratio_min = 2.0;
-  bad_ratio.ratio_max = 1.0;
+  bad_ratio.get<RandomResizedCropParams>().ratio_min = 2.0;
+  bad_ratio.get<RandomResizedCropParams>().ratio_max = 1.0;
   EXPECT_EQ(CreateCode({bad_ratio}), kInvalid);
   EXPECT_EQ(CreateCode({CenterCrop(8, 8), Flip(1.5)}), kInvalid);
   EXPECT_EQ(CreateCode({CenterCrop(8, 8), Flip(-0.1)}), kInvalid);
@@ -224,16 +214,10 @@ TEST(StepKinds, ParseReadsExactlyTheListedParameters) {
   for (const StepKindInfo& info : StepKinds()) {
     ASSERT_NE(info.parse, nullptr) << info.key;
     FakeParams params;
-    TransformStep step;
-    step.kind = info.kind;
+    TransformStep step(info.kind);
     ASSERT_TRUE(info.parse(params, &step).ok()) << info.key;
     std::set<std::string> listed;
-    for (std::string_view rest = info.params; !rest.empty();) {
-      const size_t space = rest.find(' ');
-      listed.insert(std::string(rest.substr(0, space)));
-      if (space == std::string_view::npos) break;
-      rest.remove_prefix(space + 1);
-    }
+    for (std::string_view key : info.params) listed.insert(std::string(key));
     EXPECT_EQ(params.asked, listed) << info.key;
   }
 }
@@ -254,70 +238,63 @@ TEST(StepKinds, ParseFillsTheFieldsAndDescribeShowsThem) {
   FakeParams params;
   params.numbers = {{"size_h", {256}}, {"max_size", {300}}};
   params.names = {{"interpolation", {"bicubic"}}};
-  TransformStep s;
-  s.kind = Kind::kResize;
+  TransformStep s(Kind::kResize);
   ASSERT_TRUE(resize.parse(params, &s).ok());
-  EXPECT_EQ(s.size_h, 256);
-  EXPECT_EQ(s.size_w, 0);
-  EXPECT_EQ(s.max_size, 300);
-  EXPECT_EQ(s.interpolation, Interpolation::kBicubic);
+  EXPECT_EQ(s.get<ResizeParams>().size_h, 256);
+  EXPECT_EQ(s.get<ResizeParams>().size_w, 0);
+  EXPECT_EQ(s.get<ResizeParams>().max_size, 300);
+  EXPECT_EQ(s.get<ResizeParams>().interpolation, Interpolation::kBicubic);
   EXPECT_EQ(resize.describe(s), "Resize(256, max_size=300, bicubic)");
 
   FakeParams jitter;
   const double none = std::nan("");
   jitter.numbers = {{"ranges", {0.6, 1.4, none, none, 0.9, 1.1}}};
-  TransformStep j;
-  j.kind = Kind::kColorJitter;
+  TransformStep j(Kind::kColorJitter);
   ASSERT_TRUE(KindInfo(Kind::kColorJitter).parse(jitter, &j).ok());
-  EXPECT_TRUE(j.has_range[TransformStep::kBrightness]);
-  EXPECT_FALSE(j.has_range[TransformStep::kContrast]);
-  EXPECT_TRUE(j.has_range[TransformStep::kSaturation]);
-  EXPECT_EQ(j.range[TransformStep::kSaturation][1], 1.1);
+  EXPECT_TRUE(j.get<ColorJitterParams>().brightness.has_value());
+  EXPECT_FALSE(j.get<ColorJitterParams>().contrast.has_value());
+  EXPECT_TRUE(j.get<ColorJitterParams>().saturation.has_value());
+  EXPECT_EQ(j.get<ColorJitterParams>().saturation->hi, 1.1);
   EXPECT_EQ(KindInfo(Kind::kColorJitter).describe(j), "ColorJitter");  // photometric: its own
 
   FakeParams fill;
   fill.numbers = {{"fill", {1, 2}}};
-  TransformStep p;
-  p.kind = Kind::kPad;
+  TransformStep p(Kind::kPad);
   const absl::Status bad_fill = KindInfo(Kind::kPad).parse(fill, &p);
   EXPECT_EQ(bad_fill.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad_fill.message(), "fill needs 1 or 3 values");
 
   FakeParams filter;
   filter.names = {{"interpolation", {"cubic"}}};
-  const absl::Status bad_filter = KindInfo(Kind::kRandomResizedCrop).parse(filter, &s);
+  TransformStep rrc(Kind::kRandomResizedCrop);
+  const absl::Status bad_filter = KindInfo(Kind::kRandomResizedCrop).parse(filter, &rrc);
   EXPECT_EQ(bad_filter.message(), "unknown interpolation 'cubic'");
 
   FakeParams timm;
   timm.names = {{"timm_ops", {"Rotate", "NoSuchOp"}}};
-  TransformStep t;
-  t.kind = Kind::kTimmRandAugment;
+  TransformStep t(Kind::kTimmRandAugment);
   EXPECT_EQ(KindInfo(Kind::kTimmRandAugment).parse(timm, &t).message(),
             "unknown timm op 'NoSuchOp'");
 
   FakeParams apply;
   apply.numbers = {{"p", {0.8}}, {"num_steps", {2}}};
-  TransformStep a;
-  a.kind = Kind::kRandomApply;
+  TransformStep a(Kind::kRandomApply);
   ASSERT_TRUE(KindInfo(Kind::kRandomApply).parse(apply, &a).ok());
-  EXPECT_EQ(a.p, 0.8);
-  EXPECT_EQ(a.apply_steps, 2);
+  EXPECT_EQ(a.get<RandomApplyParams>().p, 0.8);
+  EXPECT_EQ(a.get<RandomApplyParams>().apply_steps, 2);
   EXPECT_EQ(KindInfo(Kind::kRandomApply).describe(a), "RandomApply(p=0.8, 2 steps)");
 }
 
 // StageOrderError and Create walk the same rules: where one refuses a chain for its order, so
 // does the other, at the same step.
 TEST(StageOrderError, RefusesWhatCreateRefusesForItsOrder) {
-  TransformStep jitter;
-  jitter.kind = Kind::kColorJitter;
-  TransformStep reflect;
-  reflect.kind = Kind::kPad;
+  const TransformStep jitter(Kind::kColorJitter);
+  PadParams reflect;
   reflect.pad[0] = reflect.pad[1] = reflect.pad[2] = reflect.pad[3] = 2;
   reflect.pad_mode = PadMode::kReflect;
-  TransformStep erase;
-  erase.kind = Kind::kRandomErasing;
-  erase.range[0][0] = 0.02, erase.range[0][1] = 0.33;
-  erase.range[1][0] = 0.3, erase.range[1][1] = 3.3;
+  RandomErasingParams erase;
+  erase.scale = {0.02, 0.33};
+  erase.ratio = {0.3, 3.3};
   const struct {
     std::vector<TransformStep> steps;
     const char* reason;  // "" when the order is fine
@@ -388,25 +365,22 @@ TEST(TransformPipelineCreate, PillowTransformStepsTakeOnlyItsFilters) {
   // the resize-only filters; each filter it takes is accepted.
   for (Kind kind : {Kind::kRandomRotation, Kind::kRandomAffine, Kind::kRandAugment,
                     Kind::kTrivialAugmentWide, Kind::kAutoAugment, Kind::kTimmRandAugment}) {
-    TransformStep s;
-    s.kind = kind;
-    s.num_bins = 31;
+    TransformStep s(kind);
     for (Interpolation f : {Interpolation::kLanczos, Interpolation::kBox, Interpolation::kHamming}) {
-      s.interpolation = f;
+      s = transforms::WithInterpolation(s, f);
       const absl::Status status =
           TransformPipeline::Create({CenterCrop(8, 8), s}, DType::kUint8, Layout::kHWC).status();
       EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << static_cast<int>(kind);
       EXPECT_NE(status.message().find("nearest, bilinear or bicubic"), std::string::npos) << status;
     }
     for (Interpolation f : {Interpolation::kNearest, Interpolation::kBilinear, Interpolation::kBicubic}) {
-      s.interpolation = f;
+      s = transforms::WithInterpolation(s, f);
       EXPECT_TRUE(TransformPipeline::Create({CenterCrop(8, 8), s}, DType::kUint8, Layout::kHWC).ok())
           << static_cast<int>(kind) << " " << InterpolationName(f);
     }
   }
   // A single op only resamples when it is geometric.
-  TransformStep op;
-  op.kind = Kind::kAugOp;
+  AugOpParams op;
   op.interpolation = Interpolation::kLanczos;
   op.aug_op = AugOp::kPosterize;
   EXPECT_EQ(CreateCode({CenterCrop(8, 8), op}, DType::kUint8), absl::StatusCode::kOk);
@@ -496,8 +470,7 @@ TEST(RandomApply, GuardsItsStepsWithOneDrawAtItsProbability) {
   const int w = 6, h = 4;
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
   for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 37 + 11);
-  TransformStep gray;
-  gray.kind = Kind::kGrayscale;
+  GrayscaleParams gray;
   gray.p = 0.5;
   for (double p : {0.0, 0.3, 1.0}) {
     const TransformPipeline pipeline = MustCreate({CenterCrop(h, w), Apply(p, 1), gray});
@@ -526,8 +499,7 @@ TEST(RandomApply, NestedGuardsSkipTheirWholeRange) {
   const int w = 5, h = 3;
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
   for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>(i * 13 + 5);
-  TransformStep gray;
-  gray.kind = Kind::kGrayscale;
+  GrayscaleParams gray;
   gray.p = 1.0;
   const TransformPipeline skipped =
       MustCreate({CenterCrop(h, w), Apply(0.0, 3), Apply(1.0, 1), gray, Flip(1.0), Flip(1.0)});
@@ -605,7 +577,7 @@ TEST(TransformPipelinePlan, ResizeMaxSize) {
 TEST(TransformPipelinePlan, RandomResizeDrawsTheShortSidePerSample) {
   // v2's RandomResize(10, 20): the short side drawn from [10, 20) per sample, then Resize(drawn).
   TransformStep random = Resize(10);
-  random.size_max = 20;
+  random.get<ResizeParams>().size_max = 20;
   const TransformPipeline p = MustCreate({random, CenterCrop(8, 8)});
   std::vector<int64_t> sides;
   for (uint64_t seed = 0; seed < 60; ++seed) {
@@ -629,10 +601,10 @@ TEST(TransformPipelinePlan, RandomResizeDrawsTheShortSidePerSample) {
     return made.ok() ? std::string() : std::string(made.status().message());
   };
   TransformStep empty = random;
-  empty.size_max = 10;
+  empty.get<ResizeParams>().size_max = 10;
   EXPECT_NE(error(empty).find("must be greater than min_size = 10"), std::string::npos);
   TransformStep capped = random;
-  capped.max_size = 40;
+  capped.get<ResizeParams>().max_size = 40;
   EXPECT_NE(error(capped).find("takes a single int size and no max_size"), std::string::npos);
   // Without a crop after it the output size depends on the draw.
   EXPECT_FALSE(TransformPipeline::Create({random}, DType::kUint8, Layout::kCHW).ok());
@@ -706,7 +678,7 @@ TEST(TransformPipelinePlan, ResizeAfterPaddingBlendsTheZeros) {
   // the edges include the zeros (Pillow normalises over the padded image).
   const RgbImage img = testing::MakeTexture(8, 4, 11);
   TransformStep box = ResizeHW(2, 6);
-  box.interpolation = Interpolation::kBox;
+  box.get<ResizeParams>().interpolation = Interpolation::kBox;
   const std::vector<uint8_t> out = RenderHwc(MustCreate({CenterCrop(4, 12), box}), img);
   const auto padded = [&](int y, int x, int c) -> int {
     return x >= 2 && x < 10 ? img.pixels[(y * 8 + x - 2) * 3 + c] : 0;
@@ -727,7 +699,7 @@ TEST(TransformPipelinePlan, RandomResizedCropClipsToCropBox) {
   for (uint64_t seed = 0; seed < 50; ++seed) {
     SampleRng a(seed), b(seed);
     const SampleGeometry g = p.Plan(300, 200, a);
-    const CropBox box = RandomResizedCropParams(300, 200, 0.08, 1.0, 3.0 / 4, 4.0 / 3, b);
+    const CropBox box = RandomResizedCropBox(300, 200, 0.08, 1.0, 3.0 / 4, 4.0 / 3, b);
     EXPECT_DOUBLE_EQ(g.x0, box.left);
     EXPECT_DOUBLE_EQ(g.x1, box.left + box.width);
     EXPECT_DOUBLE_EQ(g.y0, box.top);
@@ -798,7 +770,7 @@ TEST(TransformPipelinePlan, TensorNearestPicksTorchsSourcePixels) {
     }
   }
   TransformStep resize = ResizeHW(29, 37);
-  resize.interpolation = Interpolation::kNearest;
+  resize.get<ResizeParams>().interpolation = Interpolation::kNearest;
   const TransformPipeline p = MustCreate({resize, CenterCrop(24, 30)});
   SampleRng rng(1);
   SampleGeometry g = p.Plan(kW, kH, rng);
@@ -859,13 +831,13 @@ TEST(TransformPipelinePlan, FlipBeforeResizeResizesTheMirroredImage) {
     rs.Resample(src, kW * 3, 3, kW, kH, ax, ay, hwc, out.data());
     return out;
   };
-  TransformStep vflip = Flip(1.0);
-  vflip.kind = TransformStep::Kind::kRandomVerticalFlip;
+  VerticalFlipParams vflip;
+  vflip.p = 1.0;
   for (const Interpolation filter : {Interpolation::kNearest, Interpolation::kBilinear}) {
     for (const bool tensor_nearest : {false, true}) {
       if (tensor_nearest && filter != Interpolation::kNearest) continue;
       TransformStep resize = ResizeHW(29, 37);
-      resize.interpolation = filter;
+      resize.get<ResizeParams>().interpolation = filter;
       const TransformPipeline first = MustCreate({Flip(1.0), vflip, resize, CenterCrop(24, 30)});
       const TransformPipeline plain = MustCreate({resize, CenterCrop(24, 30)});
       const TransformPipeline after = MustCreate({resize, CenterCrop(24, 30), Flip(1.0), vflip});
@@ -883,8 +855,8 @@ TEST(TransformPipelinePlan, FlipBeforeResizeResizesTheMirroredImage) {
 // int(side * r); the scale drawn in [lo, hi) per sample, so the size depends on the image.
 TEST(TransformPipelinePlan, ScaleJitterSizesAsV2) {
   TransformStep jitter = ResizeHW(256, 320);
-  jitter.scale_jitter = true;
-  jitter.scale_min = jitter.scale_max = 0.61;
+  std::optional<Range>& scale = jitter.get<ResizeParams>().scale_jitter;
+  scale = Range{0.61, 0.61};
   const TransformPipeline fixed = TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC,
                                                             /*allow_variable_size=*/true).value();
   EXPECT_FALSE(fixed.fixed_size());
@@ -893,8 +865,7 @@ TEST(TransformPipelinePlan, ScaleJitterSizesAsV2) {
   const float r = static_cast<float>(std::min(320.0 / 150.0, 256.0 / 211.0)) * 0.61f;
   EXPECT_EQ(g.out_w, static_cast<int>(211.f * r));
   EXPECT_EQ(g.out_h, static_cast<int>(150.f * r));
-  jitter.scale_min = 0.1;
-  jitter.scale_max = 2.0;
+  scale = Range{0.1, 2.0};
   const TransformPipeline drawn = TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC,
                                                             true).value();
   int lo = 1 << 30, hi = 0;
@@ -905,17 +876,15 @@ TEST(TransformPipelinePlan, ScaleJitterSizesAsV2) {
   }
   EXPECT_LT(lo, 211 * 256 / 211 * 0.3);  // scales near 0.1 and near 2.0 are drawn
   EXPECT_GT(hi, 211 * 256 / 211 * 1.8);
-  jitter.scale_min = 0.0;  // v2 would resize to nothing
+  scale->lo = 0.0;  // v2 would resize to nothing
   EXPECT_FALSE(TransformPipeline::Create({jitter}, DType::kUint8, Layout::kHWC, true).ok());
 }
 
 // v2's RandomZoomOut: with probability p, the image at offsets int((canvas - side) * rand) in a
 // canvas of int(side * ratio); its fill painted like a fused pad's; unfusable before a resize.
 TEST(TransformPipelinePlan, RandomZoomOutPadsByADrawnShare) {
-  TransformStep zoom;
-  zoom.kind = Kind::kPad;
-  zoom.zoom_out = true;
-  zoom.scale_min = zoom.scale_max = 2.5;
+  PadParams zoom;
+  zoom.zoom_out = Range{2.5, 2.5};
   zoom.p = 1.0;
   std::fill(zoom.fill, zoom.fill + 3, 9.f);
   const TransformPipeline always =
@@ -940,7 +909,7 @@ TEST(TransformPipelinePlan, RandomZoomOutPadsByADrawnShare) {
   EXPECT_GT(lefts.size(), 20u);  // the offset is drawn
   zoom.p = 1.0;
   EXPECT_NE(StageOrderError({zoom, ResizeHW(70, 100)}), "");  // a resize would blend its fill
-  zoom.scale_min = 0.5;  // v2 refuses a side_range below 1
+  zoom.zoom_out->lo = 0.5;  // v2 refuses a side_range below 1
   EXPECT_FALSE(TransformPipeline::Create({zoom}, DType::kUint8, Layout::kHWC, true).ok());
 }
 
@@ -948,16 +917,14 @@ TEST(TransformPipelinePlan, RandomZoomOutPadsByADrawnShare) {
 // when it is the output's one padding and no resize follows it; the render paints its padding,
 // which is exactly where the same chain with a zero fill writes zeros.
 TEST(TransformPipelinePlan, ANonZeroFillFusesAsTheOutputsOnlyPadding) {
-  TransformStep crop;
-  crop.kind = Kind::kRandomCrop;
+  RandomCropParams crop;
   crop.size_h = 90;
   crop.size_w = 120;
   crop.pad_if_needed = true;
-  TransformStep filled = crop;
+  RandomCropParams filled = crop;
   const float mean[3] = {123.f, 117.f, 104.f};
   std::copy(mean, mean + 3, filled.fill);
-  TransformStep pad;
-  pad.kind = Kind::kPad;
+  PadParams pad;
   std::fill(pad.pad, pad.pad + 4, 4);
 
   const TransformPipeline fused = MustCreate({ResizeHW(70, 100), filled, Flip(0.5)});
@@ -1021,7 +988,7 @@ TEST(RandomResizedCropParams, AlwaysInBounds) {
     const int w = static_cast<int>(sizes.RandInt(1, i % 10 == 0 ? 20 : 3000));
     const int h = static_cast<int>(sizes.RandInt(1, i % 7 == 0 ? 20 : 3000));
     SampleRng rng(i);
-    const CropBox b = RandomResizedCropParams(w, h, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    const CropBox b = RandomResizedCropBox(w, h, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
     ASSERT_GT(b.width, 0);
     ASSERT_GT(b.height, 0);
     ASSERT_GE(b.left, 0);
@@ -1079,7 +1046,7 @@ TEST(RandomResizedCropParams, DistributionMatchesTorchvisionAlgorithm) {
   CropStats got;
   for (int d = 0; d < kDraws; ++d) {
     SampleRng rng(SampleSeed(99, 0, d));
-    const CropBox b = RandomResizedCropParams(500, 375, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    const CropBox b = RandomResizedCropBox(500, 375, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
     got.mean_area += static_cast<double>(b.width) * b.height / (500.0 * 375.0);
     got.mean_log_aspect += std::log(static_cast<double>(b.width) / b.height);
     got.fallback_rate += (b.width == 500 && b.height == 375);
@@ -1107,12 +1074,12 @@ TEST(RandomResizedCropParams, FallbackIsClampedCentreCrop) {
   for (uint64_t seed = 0; seed < 100; ++seed) {
     SampleRng rng(seed);
     // 10x1000: every attempt needs w >= sqrt(800 * 0.75) > 10, so all 10 fail.
-    const CropBox tall = RandomResizedCropParams(10, 1000, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    const CropBox tall = RandomResizedCropBox(10, 1000, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
     EXPECT_EQ(tall.width, 10);
     EXPECT_EQ(tall.height, 13);  // round(10 / 0.75) = round(13.33)
     EXPECT_EQ(tall.top, (1000 - 13) / 2);
     EXPECT_EQ(tall.left, 0);
-    const CropBox wide = RandomResizedCropParams(1000, 10, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
+    const CropBox wide = RandomResizedCropBox(1000, 10, 0.08, 1.0, 3.0 / 4, 4.0 / 3, rng);
     EXPECT_EQ(wide.height, 10);
     EXPECT_EQ(wide.width, 13);  // round(10 * 4 / 3)
     EXPECT_EQ(wide.left, (1000 - 13) / 2);
@@ -1465,7 +1432,7 @@ TEST(Resampler, DTypesAndLayoutsHoldTheSameValues) {
   rs.Resample(img.pixels.data(), 600, 3, 200, 150, ax, ay, uf, o.data());
   for (int i = 0; i < kN; ++i) ASSERT_EQ(o[i], levels[i] / 255.0f);
   // v2's ToDtype(float32, scale=True) multiplies by float(1/255), which differs in the last bit.
-  TransformStep to_dtype = ToTensor();
+  ToTensorParams to_dtype;
   to_dtype.by_reciprocal = true;
   const TransformPipeline v2_unit = MustCreate({Rrc(40), to_dtype}, DType::kFloat32);
   uf = OutputFormat::FromPipeline(v2_unit);

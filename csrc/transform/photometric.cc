@@ -12,15 +12,22 @@
 namespace ringloader {
 
 namespace {
-using T = TransformStep;
+using D = PhotometricDraws;
+
+/// The adjustments' ranges in PhotometricDraws' order.
+std::array<const std::optional<Range>*, 4> Adjustments(const ColorJitterParams& s) {
+  return {&s.brightness, &s.contrast, &s.saturation, &s.hue};
+}
 }  // namespace
 
-void DrawPhotometric(const TransformStep& s, SampleRng& rng, PhotometricDraws* draws) {
+void DrawPhotometric(const ColorJitterParams& s, SampleRng& rng, PhotometricDraws* draws) {
   // v2: {key: uniform(lo, hi) if rand < p else None for brightness, contrast, saturation, hue},
   // then contrast_before = rand < 0.5, then randperm(3) if rand < p.
-  for (int k = T::kBrightness; k <= T::kHue; ++k) {
+  const auto ranges = Adjustments(s);
+  for (int k = D::kBrightness; k <= D::kHue; ++k) {
     draws->apply[k] = rng.Uniform() < s.p;
-    if (draws->apply[k]) draws->factor[k] = rng.Uniform(s.range[k][0], s.range[k][1]);
+    // Parse made sure every range is set when photometric is.
+    if (draws->apply[k]) draws->factor[k] = rng.Uniform((*ranges[k])->lo, (*ranges[k])->hi);
   }
   draws->contrast_before = rng.Uniform() < 0.5;
   int* perm = draws->permutation;
@@ -31,11 +38,11 @@ void DrawPhotometric(const TransformStep& s, SampleRng& rng, PhotometricDraws* d
 }
 
 void ApplyPhotometric(const PhotometricDraws& d, RgbView img) {
-  if (d.apply[T::kBrightness]) AdjustBrightness(img, d.factor[T::kBrightness]);
-  if (d.apply[T::kContrast] && d.contrast_before) AdjustContrast(img, d.factor[T::kContrast]);
-  if (d.apply[T::kSaturation]) AdjustSaturation(img, d.factor[T::kSaturation]);
-  if (d.apply[T::kHue]) AdjustHue(img, d.factor[T::kHue]);
-  if (d.apply[T::kContrast] && !d.contrast_before) AdjustContrast(img, d.factor[T::kContrast]);
+  if (d.apply[D::kBrightness]) AdjustBrightness(img, d.factor[D::kBrightness]);
+  if (d.apply[D::kContrast] && d.contrast_before) AdjustContrast(img, d.factor[D::kContrast]);
+  if (d.apply[D::kSaturation]) AdjustSaturation(img, d.factor[D::kSaturation]);
+  if (d.apply[D::kHue]) AdjustHue(img, d.factor[D::kHue]);
+  if (d.apply[D::kContrast] && !d.contrast_before) AdjustContrast(img, d.factor[D::kContrast]);
   const int* perm = d.permutation;
   if (perm[0] == 0 && perm[1] == 1 && perm[2] == 2) return;
   for (int y = 0; y < img.height; ++y) {
@@ -47,17 +54,9 @@ void ApplyPhotometric(const PhotometricDraws& d, RgbView img) {
   }
 }
 
-absl::Status ParseColorJitter(StepParamReader& r, TransformStep* s) {
-  std::vector<std::optional<std::array<double, 2>>> ranges;
-  if (r.Pairs("ranges", &ranges)) {
-    if (ranges.size() > 4) return absl::InvalidArgumentError("at most 4 parameter ranges");
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      if (!ranges[i]) continue;
-      s->range[i][0] = (*ranges[i])[0];
-      s->range[i][1] = (*ranges[i])[1];
-      s->has_range[i] = true;
-    }
-  }
+absl::Status ParseColorJitter(StepParamReader& r, ColorJitterParams* s) {
+  std::optional<Range>* named[] = {&s->brightness, &s->contrast, &s->saturation, &s->hue};
+  if (absl::Status status = ReadRanges(r, named); !status.ok()) return status;
   r.Int("photometric", &s->photometric);
   r.Double("p", &s->p);
   if (s->photometric < 0 || s->photometric > 2) {
@@ -67,8 +66,8 @@ absl::Status ParseColorJitter(StepParamReader& r, TransformStep* s) {
     if (!(s->p >= 0.0 && s->p <= 1.0)) {
       return absl::InvalidArgumentError("RandomPhotometricDistort: p must be in [0, 1]");
     }
-    for (int k = T::kBrightness; k <= T::kHue; ++k) {
-      if (!s->has_range[k]) {
+    for (const std::optional<Range>* range : named) {
+      if (!*range) {
         return absl::InvalidArgumentError(
             "RandomPhotometricDistort needs the brightness, contrast, saturation and hue ranges");
       }
@@ -77,14 +76,14 @@ absl::Status ParseColorJitter(StepParamReader& r, TransformStep* s) {
   return absl::OkStatus();
 }
 
-std::string DescribeColorJitter(const TransformStep& s) {
+std::string DescribeColorJitter(const ColorJitterParams& s) {
   if (s.photometric == 0) return "ColorJitter";
   return absl::StrFormat("RandomPhotometricDistort(p=%g%s)", s.p,
                          s.photometric == 2 ? ", before the padding" : "");
 }
 
-absl::Status ApplyColorJitterStep(const TransformStep& s, SampleRng& rng, AugmentScratch& scratch,
-                                  RgbView* img) {
+absl::Status ApplyColorJitterStep(const ColorJitterParams& s, SampleRng& rng,
+                                  AugmentScratch& scratch, RgbView* img) {
   if (s.photometric == 0) return ApplyColorJitter(s, rng, scratch, img);
   PhotometricDraws draws;
   DrawPhotometric(s, rng, &draws);

@@ -10,7 +10,6 @@
 namespace ringloader {
 namespace {
 
-using T = TransformStep;
 
 std::vector<uint8_t> Texture(int w, int h) {
   std::vector<uint8_t> px(static_cast<size_t>(w) * h * 3);
@@ -18,16 +17,17 @@ std::vector<uint8_t> Texture(int w, int h) {
   return px;
 }
 
-TransformStep Distort(double p, int mode) {
-  TransformStep s;
-  s.kind = T::Kind::kColorJitter;
+// Brightness, contrast, saturation, hue: PhotometricDraws' order.
+constexpr Range kRanges[4] = {{0.875, 1.125}, {0.5, 1.5}, {0.5, 1.5}, {-0.05, 0.05}};
+
+ColorJitterParams Distort(double p, int mode) {
+  ColorJitterParams s;
   s.photometric = mode;
   s.p = p;
-  const double ranges[4][2] = {{0.875, 1.125}, {0.5, 1.5}, {0.5, 1.5}, {-0.05, 0.05}};
-  for (int k = 0; k < 4; ++k) {
-    s.range[k][0] = ranges[k][0], s.range[k][1] = ranges[k][1];
-    s.has_range[k] = true;
-  }
+  s.brightness = kRanges[0];
+  s.contrast = kRanges[1];
+  s.saturation = kRanges[2];
+  s.hue = kRanges[3];
   return s;
 }
 
@@ -45,7 +45,7 @@ TEST(PhotometricTest, PermutationTakesInputChannelsInItsOrder) {
 }
 
 TEST(PhotometricTest, DrawsFollowTheProbabilityAndCoverEveryPermutation) {
-  const TransformStep s = Distort(0.5, 1);
+  const ColorJitterParams s = Distort(0.5, 1);
   int applied[4] = {0, 0, 0, 0}, before = 0;
   std::set<std::vector<int>> perms;
   const int n = 4000;
@@ -55,7 +55,7 @@ TEST(PhotometricTest, DrawsFollowTheProbabilityAndCoverEveryPermutation) {
     DrawPhotometric(s, rng, &d);
     for (int k = 0; k < 4; ++k) {
       applied[k] += d.apply[k];
-      if (d.apply[k]) EXPECT_TRUE(d.factor[k] >= s.range[k][0] && d.factor[k] < s.range[k][1]);
+      if (d.apply[k]) EXPECT_TRUE(d.factor[k] >= kRanges[k].lo && d.factor[k] < kRanges[k].hi);
     }
     before += d.contrast_before;
     perms.insert({d.permutation[0], d.permutation[1], d.permutation[2]});

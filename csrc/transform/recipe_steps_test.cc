@@ -25,8 +25,7 @@ namespace T = ringloader::transforms;
 using Kind = TransformStep::Kind;
 
 TransformStep AugOpStep(AugOp op, double magnitude = 0, double p = 1.0) {
-  TransformStep s;
-  s.kind = Kind::kAugOp;
+  AugOpParams s;
   s.aug_op = op;
   s.magnitude = magnitude;
   s.p = p;
@@ -34,8 +33,7 @@ TransformStep AugOpStep(AugOp op, double magnitude = 0, double p = 1.0) {
 }
 
 TransformStep PadStep(int l, int t, int r, int b, PadMode mode, float fill = 0) {
-  TransformStep s;
-  s.kind = Kind::kPad;
+  PadParams s;
   s.pad[0] = l, s.pad[1] = t, s.pad[2] = r, s.pad[3] = b;
   s.pad_mode = mode;
   s.fill[0] = s.fill[1] = s.fill[2] = fill;
@@ -79,7 +77,7 @@ TEST(RecipeStages, FlipsAndCenterCropAfterAnImageStepMoveItsPixels) {
   const int w = 12, h = 10;
   const std::vector<uint8_t> px = Gradient(w, h);
   TransformStep reflect = T::RandomCrop(h, w, 3);
-  reflect.pad_mode = PadMode::kReflect;
+  reflect.get<RandomCropParams>().pad_mode = PadMode::kReflect;
   TransformStep pad_only = PadStep(3, 3, 3, 3, PadMode::kReflect);
   const TransformPipeline plain = *TransformPipeline::Create(
       {pad_only, T::CenterCrop(h, w)}, DType::kUint8, Layout::kHWC);
@@ -118,7 +116,7 @@ TEST(RecipeStages, OrderRulesNameTheStep) {
                 .find("step 1 (Resize): a resize after step 0 (ColorJitter runs on the 8-bit image)"),
             std::string::npos);
   TransformStep reflect = T::RandomCrop(8, 8, 2);
-  reflect.pad_mode = PadMode::kReflect;
+  reflect.get<RandomCropParams>().pad_mode = PadMode::kReflect;
   EXPECT_NE(CreateError({reflect, T::RandomHorizontalFlip(), T::RandomResizedCrop(8)})
                 .find("RandomCrop with padding_mode='reflect' runs on the 8-bit image"),
             std::string::npos);
@@ -127,12 +125,11 @@ TEST(RecipeStages, OrderRulesNameTheStep) {
   EXPECT_NE(CreateError({T::CenterCrop(8), T::RandomErasing()}).find("put ToTensor first"),
             std::string::npos);
   TransformStep hue = T::ColorJitter(0, 0, 0, 0.2);
-  hue.range[3][1] = 0.7;
+  hue.get<ColorJitterParams>().hue->hi = 0.7;
   EXPECT_NE(CreateError({T::CenterCrop(8), hue}).find("hue range"), std::string::npos);
-  TransformStep blur;
-  blur.kind = Kind::kGaussianBlur;
+  GaussianBlurParams blur;
   blur.size_w = 4, blur.size_h = 3;
-  blur.range[0][0] = blur.range[0][1] = 1.0;
+  blur.sigma = {1.0, 1.0};
   EXPECT_NE(CreateError({T::CenterCrop(8), blur}).find("step 1 (GaussianBlur): kernel size must be odd"),
             std::string::npos);
 }
@@ -244,7 +241,8 @@ TEST(RecipeRender, PadModesChangeTheSize) {
 
 TEST(RecipeRender, RandomErasingErasesOneBoxWithTheValue) {
   TransformStep erase = T::RandomErasing(1.0);
-  erase.fill[0] = erase.fill[1] = erase.fill[2] = -7.f;
+  float* value = erase.get<RandomErasingParams>().fill;
+  value[0] = value[1] = value[2] = -7.f;
   auto p = TransformPipeline::Create({T::CenterCrop(32), T::ToTensor(), erase}, DType::kFloat32,
                                      Layout::kCHW);
   ASSERT_TRUE(p.ok());
@@ -309,9 +307,8 @@ TEST(RecipeTables, TimmOpNames) {
 // depths uniform in 1..3 when chain_depth <= 0, ops uniform over the 13 (9 without all_ops),
 // bins below severity, a sign only on the signed ops; the same seed gives the same draws.
 TEST(AugMixDraws, FollowTorchvisionsDistributions) {
-  TransformStep s;
-  s.kind = Kind::kAugMix;
-  s.augmix_severity = 3;
+  AugMixParams s;
+  s.severity = 3;
   constexpr int kRuns = 4000;
   double m0_sum = 0, m0_sq = 0, w_sum = 0;
   int depth_count[4] = {0, 0, 0, 0};
@@ -352,9 +349,9 @@ TEST(AugMixDraws, FollowTorchvisionsDistributions) {
   const double per_op = std::accumulate(op_count.begin(), op_count.end(), 0.0) / 13;
   for (int count : op_count) EXPECT_NEAR(count, per_op, per_op * 0.15);
 
-  s.augmix_all_ops = false;
-  s.augmix_depth = 2;
-  s.augmix_alpha = 0.3;  // Gamma draws below 1 take the boost path
+  s.all_ops = false;
+  s.depth = 2;
+  s.alpha = 0.3;  // Gamma draws below 1 take the boost path
   for (int run = 0; run < 200; ++run) {
     SampleRng rng(run);
     AugMixDraws d;

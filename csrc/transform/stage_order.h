@@ -12,9 +12,13 @@
 
 namespace ringloader {
 
+/// The padding of a Pad or RandomCrop step; nullptr for the other kinds.
+const PaddingParams* PaddingOf(const TransformStep& s);
+/// Whether `s` is v2's RandomZoomOut (a Pad step with zoom_out).
+bool IsZoomOut(const TransformStep& s);
 /// Whether a Pad/RandomCrop step pads with a constant zero fill (what the resampler writes
 /// outside the source, so its padding fuses wherever it is).
-bool ZeroConstantFill(const TransformStep& s);
+bool ZeroConstantFill(const PaddingParams& s);
 
 /// The stage-order rules of a chain, one step at a time: Create and StageOrderError walk the
 /// chain with it, so the two cannot disagree on what is refused.

@@ -74,7 +74,7 @@ absl::Status PlanClip(const VideoChain& chain, int w, int h, SampleRng* rng, std
         break;
       }
       case VideoStep::Kind::kRandomResizedCrop: {
-        CropBox box = RandomResizedCropParams(w, h, s.scale_min, s.scale_max, s.ratio_min, s.ratio_max, *rng);
+        CropBox box = RandomResizedCropBox(w, h, s.scale_min, s.scale_max, s.ratio_min, s.ratio_max, *rng);
         if (box.height != h || box.width != w) ops->push_back({Op::Kind::kCrop, box.top, box.left, box.height, box.width});
         if (box.height != s.height || box.width != s.width) {
           ops->push_back({Op::Kind::kResize, 0, 0, s.height, s.width});

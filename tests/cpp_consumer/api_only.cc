@@ -22,9 +22,8 @@ int main(int argc, char** argv) {
   if (samples->size() > 24) samples->resize(24);
   RL_CHECK(samples->size() >= 8);
 
-  // A chain written with the public step type alone (ringloader/transforms.h not included).
-  ringloader::TransformStep resize;
-  resize.kind = ringloader::TransformStep::Kind::kResize;
+  // A chain written with the public step types alone (ringloader/transforms.h not included).
+  ringloader::ResizeParams resize;
   resize.size_h = 40;
   resize.size_w = 32;
   resize.interpolation = ringloader::Interpolation::kBicubic;

@@ -422,3 +422,39 @@ def test_the_public_modules_keep_their_short_paths():
             "import ringloader; assert WebDataset is ringloader.WebDataset; "
             "assert d.DataLoader is ringloader.DataLoader")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_python_builds_typed_steps_from_the_one_declaration():
+    """Converters build ``_steps.Step``s, checked against the C++ table of step kinds as they are
+    built: no step dict literal in the transforms layer, an undeclared parameter refused at once
+    naming the kind and the key, and the steps of a chain are Steps that pickle as Steps."""
+    import pickle
+
+    from ringloader import _C
+
+    literals = []
+    for name in MODULES:
+        if name.split(".")[0] != "transforms":
+            continue
+        for node in ast.walk(parse(name)):
+            if isinstance(node, ast.Dict) and node.keys and isinstance(node.keys[0], ast.Constant) \
+                    and node.keys[0].value == "kind":
+                literals.append(f"{name}:{node.lineno}")
+    assert literals == [], f"build these steps with _steps.Step: {literals}"
+    declared = {kind: params for kind, _, params in _C.step_kinds()}
+    assert {"resize", "random_resized_crop", "color_jitter", "augmix"} <= set(declared)
+    assert "size_h" in declared["resize"] and "ranges" in declared["color_jitter"]
+    with pytest.raises(TypeError, match=r"'resize' \(Resize\) has no parameter 'size'"):
+        _steps.Step("resize", size=256)
+    step = _steps.Step("resize", size_h=256, size_w=0)
+    with pytest.raises(TypeError, match="has no parameter 'p'"):
+        step.update(p=0.5)
+    with pytest.raises(ValueError, match="unknown native step kind 'resise'"):
+        _steps.Step("resise")
+    import torchvision.transforms as tv
+
+    chain = T.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ColorJitter(0.4, 0.4, 0.4),
+                                           tv.ToTensor()]))
+    assert chain and all(isinstance(s, _steps.Step) for s in chain)
+    copy = pickle.loads(pickle.dumps(chain))
+    assert copy == chain and all(isinstance(s, _steps.Step) for s in copy)

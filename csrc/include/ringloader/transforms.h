@@ -13,11 +13,24 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
+#include <type_traits>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "ringloader/ringloader.h"
 
 namespace ringloader::transforms {
+
+namespace internal {
+/// Whether a parameter struct has an `interpolation` (the kinds that resample).
+template <typename P, typename = void>
+struct HasInterpolation : std::false_type {};
+template <typename P>
+struct HasInterpolation<P, std::void_t<decltype(std::declval<P&>().interpolation)>>
+    : std::true_type {};
+}  // namespace internal
 
 /// torchvision's ImageNet statistics, as used by its reference training scripts.
 inline constexpr std::array<float, 3> kImageNetMean = {0.485f, 0.456f, 0.406f};
@@ -26,8 +39,7 @@ inline constexpr std::array<float, 3> kImageNetStd = {0.229f, 0.224f, 0.225f};
 /// Resize(size): the shorter side becomes `size` (aspect kept); `max_size` caps the longer side
 /// (0 = no cap).
 inline TransformStep Resize(int size, int max_size = 0) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kResize;
+  ResizeParams s;
   s.size_h = size;
   s.size_w = 0;
   s.max_size = max_size;
@@ -36,8 +48,7 @@ inline TransformStep Resize(int size, int max_size = 0) {
 
 /// Resize((height, width)): exactly this size. Call as Resize({height, width}).
 inline TransformStep Resize(const std::array<int, 2>& height_width) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kResize;
+  ResizeParams s;
   s.size_h = height_width[0];
   s.size_w = height_width[1];
   return s;
@@ -45,8 +56,7 @@ inline TransformStep Resize(const std::array<int, 2>& height_width) {
 
 /// CenterCrop(size) or CenterCrop((height, width)); pads with zeros when the image is smaller.
 inline TransformStep CenterCrop(int height, int width = 0) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kCenterCrop;
+  CenterCropParams s;
   s.size_h = height;
   s.size_w = width > 0 ? width : height;
   return s;
@@ -56,8 +66,7 @@ inline TransformStep CenterCrop(int height, int width = 0) {
 inline TransformStep RandomResizedCrop(int height, int width = 0, double scale_min = 0.08,
                                        double scale_max = 1.0, double ratio_min = 3.0 / 4.0,
                                        double ratio_max = 4.0 / 3.0) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandomResizedCrop;
+  RandomResizedCropParams s;
   s.size_h = height;
   s.size_w = width > 0 ? width : height;
   s.scale_min = scale_min;
@@ -69,23 +78,17 @@ inline TransformStep RandomResizedCrop(int height, int width = 0, double scale_m
 
 /// RandomHorizontalFlip(p=0.5).
 inline TransformStep RandomHorizontalFlip(double p = 0.5) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandomHorizontalFlip;
+  HorizontalFlipParams s;
   s.p = p;
   return s;
 }
 
 /// ToTensor(): float values in [0, 1].
-inline TransformStep ToTensor() {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kToTensor;
-  return s;
-}
+inline TransformStep ToTensor() { return ToTensorParams{}; }
 
 /// Normalize(mean, std) per channel; after ToTensor.
 inline TransformStep Normalize(const std::array<float, 3>& mean, const std::array<float, 3>& std) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kNormalize;
+  NormalizeParams s;
   for (int c = 0; c < 3; ++c) {
     s.mean[c] = mean[c];
     s.std[c] = std[c];
@@ -94,16 +97,22 @@ inline TransformStep Normalize(const std::array<float, 3>& mean, const std::arra
 }
 
 /// `step` (Resize, RandomResizedCrop, rotation, affine or a policy) with another filter, e.g.
-/// WithInterpolation(Resize(256), Interpolation::kBicubic).
+/// WithInterpolation(Resize(256), Interpolation::kBicubic). A step of a kind without a filter
+/// is returned as it is.
 inline TransformStep WithInterpolation(TransformStep step, Interpolation interpolation) {
-  step.interpolation = interpolation;
+  std::visit(
+      [interpolation](auto& params) {
+        if constexpr (internal::HasInterpolation<decltype(params)>::value) {
+          params.interpolation = interpolation;
+        }
+      },
+      step.params);
   return step;
 }
 
 /// RandomVerticalFlip(p=0.5).
 inline TransformStep RandomVerticalFlip(double p = 0.5) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandomVerticalFlip;
+  VerticalFlipParams s;
   s.p = p;
   return s;
 }
@@ -112,8 +121,7 @@ inline TransformStep RandomVerticalFlip(double p = 0.5) {
 /// RandomCrop(32, padding=4) in CIFAR recipes.
 inline TransformStep RandomCrop(int height, int width = 0, int padding = 0,
                                 bool pad_if_needed = false) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandomCrop;
+  RandomCropParams s;
   s.size_h = height;
   s.size_w = width > 0 ? width : height;
   for (int& p : s.pad) p = padding;
@@ -125,31 +133,28 @@ inline TransformStep RandomCrop(int height, int width = 0, int padding = 0,
 /// [-hue, hue]); 0 leaves that adjustment out, as torchvision.
 inline TransformStep ColorJitter(double brightness = 0, double contrast = 0,
                                  double saturation = 0, double hue = 0) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kColorJitter;
-  const double values[4] = {brightness, contrast, saturation, hue};  // slots kBrightness..kHue
-  for (int i = 0; i < 4; ++i) {
-    if (values[i] <= 0) continue;
-    const bool factor = i != TransformStep::kHue;
-    s.has_range[i] = true;
-    s.range[i][0] = factor ? std::max(0.0, 1.0 - values[i]) : -values[i];
-    s.range[i][1] = factor ? 1.0 + values[i] : values[i];
-  }
+  ColorJitterParams s;
+  const auto factor = [](double v) -> std::optional<Range> {
+    if (v <= 0) return std::nullopt;
+    return Range{std::max(0.0, 1.0 - v), 1.0 + v};
+  };
+  s.brightness = factor(brightness);
+  s.contrast = factor(contrast);
+  s.saturation = factor(saturation);
+  if (hue > 0) s.hue = Range{-hue, hue};
   return s;
 }
 
 /// RandomGrayscale(p=0.1); p = 1 is Grayscale(num_output_channels=3).
 inline TransformStep RandomGrayscale(double p = 0.1) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kGrayscale;
+  GrayscaleParams s;
   s.p = p;
   return s;
 }
 
 /// RandAugment(num_ops=2, magnitude=9, num_magnitude_bins=31), nearest filtering, fill 0.
 inline TransformStep RandAugment(int num_ops = 2, int magnitude = 9, int num_bins = 31) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandAugment;
+  RandAugmentParams s;
   s.num_ops = num_ops;
   s.magnitude = magnitude;
   s.num_bins = num_bins;
@@ -159,8 +164,7 @@ inline TransformStep RandAugment(int num_ops = 2, int magnitude = 9, int num_bin
 
 /// TrivialAugmentWide(num_magnitude_bins=31), nearest filtering, fill 0.
 inline TransformStep TrivialAugmentWide(int num_bins = 31) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kTrivialAugmentWide;
+  TrivialAugmentWideParams s;
   s.num_bins = num_bins;
   s.interpolation = Interpolation::kNearest;
   return s;
@@ -168,8 +172,7 @@ inline TransformStep TrivialAugmentWide(int num_bins = 31) {
 
 /// AutoAugment(policy): 0 ImageNet, 1 CIFAR10, 2 SVHN; nearest filtering, fill 0.
 inline TransformStep AutoAugment(int policy = 0) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kAutoAugment;
+  AutoAugmentParams s;
   s.policy = policy;
   s.interpolation = Interpolation::kNearest;
   return s;
@@ -178,12 +181,10 @@ inline TransformStep AutoAugment(int policy = 0) {
 /// RandomErasing(p=0.5, scale=(0.02, 0.33), ratio=(0.3, 3.3), value=0), after ToTensor;
 /// random_value: value="random" (normal draws per element).
 inline TransformStep RandomErasing(double p = 0.5, bool random_value = false) {
-  TransformStep s;
-  s.kind = TransformStep::Kind::kRandomErasing;
+  RandomErasingParams s;
   s.p = p;
-  s.range[TransformStep::kEraseScale][0] = 0.02, s.range[TransformStep::kEraseScale][1] = 0.33;
-  s.range[TransformStep::kEraseRatio][0] = 0.3, s.range[TransformStep::kEraseRatio][1] = 3.3;
-  s.has_range[TransformStep::kEraseScale] = s.has_range[TransformStep::kEraseRatio] = true;
+  s.scale = {0.02, 0.33};
+  s.ratio = {0.3, 3.3};
   s.erase_mode = random_value ? 1 : 0;
   return s;
 }

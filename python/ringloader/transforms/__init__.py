@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tu
 
 # The protocol, the converter registry and the readers every converter shares (_steps); the
 # converters of torchvision's and timm's classes register from _tv_converters and _detection.
-from ._steps import (Size, Transform, _Refused, _pair, _stage_error, _step_name, _unwrap_preset,
+from ._steps import (Size, Step, Transform, _Refused, _pair, _stage_error, _step_name, _unwrap_preset,
                      from_torchvision, has_to_tensor, to_steps)
 
 __all__ = [
@@ -87,9 +87,9 @@ class Resize(Transform):
 
     def steps(self) -> List[Dict[str, Any]]:
         if isinstance(self.size, int):
-            step = {"kind": "resize", "size_h": self.size, "size_w": 0}
+            step = Step("resize", size_h=self.size, size_w=0)
         else:
-            step = {"kind": "resize", "size_h": self.size[0], "size_w": self.size[1]}
+            step = Step("resize", size_h=self.size[0], size_w=self.size[1])
         if self.max_size:
             step["max_size"] = int(self.max_size)
         return [step]
@@ -112,7 +112,7 @@ class CenterCrop(Transform):
         self.size = _pair(size, "CenterCrop")
 
     def steps(self) -> List[Dict[str, Any]]:
-        return [{"kind": "center_crop", "size_h": self.size[0], "size_w": self.size[1]}]
+        return [Step("center_crop", size_h=self.size[0], size_w=self.size[1])]
 
     def __repr__(self) -> str:
         return f"CenterCrop(size={self.size})"
@@ -149,13 +149,8 @@ class RandomResizedCrop(Transform):
 
     def steps(self) -> List[Dict[str, Any]]:
         return [
-            {
-                "kind": "random_resized_crop",
-                "size_h": self.size[0],
-                "size_w": self.size[1],
-                "scale": self.scale,
-                "ratio": self.ratio,
-            }
+            Step("random_resized_crop", size_h=self.size[0], size_w=self.size[1], scale=self.scale,
+                 ratio=self.ratio)
         ]
 
     def __repr__(self) -> str:
@@ -173,7 +168,7 @@ class RandomHorizontalFlip(Transform):
         self.p = float(p)
 
     def steps(self) -> List[Dict[str, Any]]:
-        return [{"kind": "random_horizontal_flip", "p": self.p}]
+        return [Step("random_horizontal_flip", p=self.p)]
 
     def __repr__(self) -> str:
         return f"RandomHorizontalFlip(p={self.p})"
@@ -183,7 +178,7 @@ class ToTensor(Transform):
     """Float output in [0, 1] (without it, batches are uint8 in [0, 255]). Takes no argument."""
 
     def steps(self) -> List[Dict[str, Any]]:
-        return [{"kind": "to_tensor"}]
+        return [Step("to_tensor")]
 
     def __repr__(self) -> str:
         return "ToTensor()"
@@ -210,7 +205,7 @@ class Normalize(Transform):
             raise ValueError(f"Normalize: std evaluated to zero: {self.std}")
 
     def steps(self) -> List[Dict[str, Any]]:
-        return [{"kind": "normalize", "mean": self.mean, "std": self.std}]
+        return [Step("normalize", mean=self.mean, std=self.std)]
 
     def __repr__(self) -> str:
         return f"Normalize(mean={self.mean}, std={self.std})"

@@ -35,7 +35,7 @@ import copy
 
 import numpy as np
 
-from ._steps import _converts, _fill, _interpolation, _pair, _range, _step_name, to_steps
+from ._steps import Step, _converts, _fill, _interpolation, _pair, _range, _step_name, to_steps
 
 __all__: List[str] = []
 
@@ -90,8 +90,8 @@ def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
     ranges = [_range(r) for r in (t.brightness, t.contrast, t.saturation, t.hue)]
     if any(r is None for r in ranges):
         raise TypeError(f"{where}: brightness, contrast, saturation and hue must be (lo, hi)")
-    return [{"kind": "color_jitter", "ranges": ranges, "p": float(t.p),
-             "photometric": 2 if getattr(t, "_before_padding", False) else 1}]
+    return [Step("color_jitter", ranges=ranges, p=float(t.p),
+                 photometric=2 if getattr(t, "_before_padding", False) else 1)]
 
 
 #: Why rotation and affine keep a Joint on torch's path, by class name (the warning names the
@@ -133,8 +133,8 @@ def _scale_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
     if not 0 < lo <= hi:
         raise TypeError(f"{where}: scale_range must be (lo, hi) with 0 < lo <= hi, got "
                         f"{tuple(t.scale_range)}")
-    return [{"kind": "resize", "size_h": height, "size_w": width, "scale_jitter": [lo, hi],
-             "interpolation": interp}]
+    return [Step("resize", size_h=height, size_w=width, scale_jitter=[lo, hi],
+                 interpolation=interp)]
 
 
 @_converts("RandomZoomOut")
@@ -143,8 +143,8 @@ def _zoom_out(t: Any, where: str) -> List[Dict[str, Any]]:
     size times a drawn ratio, padded with the fill (the draws the sample's keyed ones, made as
     v2 makes them); natively where that is the output's one padding (TransformPipeline)."""
     lo, hi = (float(v) for v in t.side_range)
-    return [{"kind": "pad", "pad": [0, 0, 0, 0], "fill": _fill(t.fill, where),
-             "pad_mode": "constant", "zoom_out": [lo, hi], "p": float(t.p)}]
+    return [Step("pad", pad=[0, 0, 0, 0], fill=_fill(t.fill, where), pad_mode="constant",
+                 zoom_out=[lo, hi], p=float(t.p))]
 
 
 def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any], Any],

@@ -28,6 +28,64 @@ def _pair(size: Size, name: str) -> Tuple[int, int]:
     raise ValueError(f"{name}: size must be an int or a sequence of 1 or 2 ints, got {size!r}")
 
 
+class Step(dict):
+    """One native step: its kind (the binding's key, ``"random_resized_crop"``) and that kind's
+    parameters, checked where the step is built against the kind's one declaration, the C++
+    table every kind is parsed, described and applied from (``_C.step_kinds()``): an unknown
+    kind or a parameter the kind does not declare is an error here, naming the converter's
+    step, not at the loader's creation. A dict, as the binding takes it.
+
+        >>> Step("resize", size_h=256, size_w=0)
+        {'kind': 'resize', 'size_h': 256, 'size_w': 0}
+        >>> Step("resize", size=256)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        TypeError: native step 'resize' (Resize) has no parameter 'size'; its parameters: size_h ...
+    """
+
+    def __init__(self, kind: str, **params: Any):
+        if kind not in _kinds():
+            raise ValueError(f"unknown native step kind {kind!r}; the kinds: {', '.join(sorted(_kinds()))}")
+        super().__init__(kind=kind)
+        self.update(params)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key != "kind":
+            name, params = _kinds()[self["kind"]]
+            if key not in params:
+                raise TypeError(f"native step {self['kind']!r} ({name}) has no parameter {key!r}; "
+                                f"its parameters: {' '.join(params)}")
+        super().__setitem__(key, value)
+
+    def update(self, *args: Any, **params: Any) -> None:
+        for key, value in dict(*args, **params).items():
+            self[key] = value
+
+    def setdefault(self, key: str, value: Any = None) -> Any:
+        if key not in self:
+            self[key] = value
+        return self[key]
+
+    def __reduce__(self):
+        params = {k: v for k, v in self.items() if k != "kind"}
+        return (_rebuild_step, (self["kind"], params))
+
+
+def _rebuild_step(kind: str, params: Dict[str, Any]) -> Step:
+    return Step(kind, **params)
+
+
+_KINDS: Optional[Dict[str, Tuple[str, Tuple[str, ...]]]] = None
+
+
+def _kinds() -> Dict[str, Tuple[str, Tuple[str, ...]]]:
+    """{kind: (torchvision's class name, the kind's parameter keys)}, from the C++ table."""
+    global _KINDS
+    if _KINDS is None:
+        _KINDS = {key: (name, tuple(params)) for key, name, params in _C.step_kinds()}
+    return _KINDS
+
+
 class Transform:
     """Base class: a transform is a list of native steps."""
 

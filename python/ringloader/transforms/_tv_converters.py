@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from ._steps import (_TIMM, _Refused, _center, _converts, _fill, _interpolation, _is_v2, _pair,
+from ._steps import (_TIMM, Step, _Refused, _center, _converts, _fill, _interpolation, _is_v2, _pair,
                      _padding, _range, _step_name, _transform_filter, to_steps)
 from . import (CenterCrop, Compose, Normalize, RandomHorizontalFlip, RandomResizedCrop,
                Resize, ToTensor)
@@ -69,15 +69,13 @@ def _timm_rand_augment(t: Any, where: str) -> List[Dict[str, Any]]:
                              "with it); use nearest, bilinear, bicubic or 'random'")
         interp = "bilinear"  # no op of this policy transforms geometry: the filter is never used
     mstd = float(first.magnitude_std or 0.0)
-    return [{
-        "kind": "timm_rand_augment", "timm_ops": names, "num_ops": int(t.num_layers),
-        "p": float(first.prob), "magnitude": float(first.magnitude), "magnitude_std": mstd,
-        "magnitude_max": float(first.magnitude_max or 10.0),
-        "translate_pct": float(first.hparams.get("translate_pct", 0.45)),
-        "translate_const": float(first.hparams.get("translate_const", 250)),
-        "fill": _fill(first.kwargs.get("fillcolor", (128, 128, 128)), where),
-        "interpolation": interp, "random_interpolation": random_interp,
-    }]
+    return [Step("timm_rand_augment", timm_ops=names, num_ops=int(t.num_layers),
+                 p=float(first.prob), magnitude=float(first.magnitude), magnitude_std=mstd,
+                 magnitude_max=float(first.magnitude_max or 10.0),
+                 translate_pct=float(first.hparams.get("translate_pct", 0.45)),
+                 translate_const=float(first.hparams.get("translate_const", 250)),
+                 fill=_fill(first.kwargs.get("fillcolor", (128, 128, 128)), where),
+                 interpolation=interp, random_interpolation=random_interp)]
 
 
 def _timm_random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
@@ -91,19 +89,15 @@ def _timm_random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
     lo, hi = t.log_aspect_ratio
     if int(t.min_count) != 1:
         raise TypeError(f"{where}: min_count other than 1 has no native equivalent")
-    return [{
-        "kind": "random_erasing", "p": float(t.probability), "timm_erasing": True,
-        "ranges": [(float(t.min_area), float(t.max_area)), (math.exp(lo), math.exp(hi))],
-        "erase_mode": mode, "erase_count": int(t.max_count), "fill": [0.0, 0.0, 0.0],
-    }]
+    return [Step("random_erasing", p=float(t.probability), timm_erasing=True,
+                 ranges=[(float(t.min_area), float(t.max_area)), (math.exp(lo), math.exp(hi))],
+                 erase_mode=mode, erase_count=int(t.max_count), fill=[0.0, 0.0, 0.0])]
 
 
 def _random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
     value = t.value
-    step: Dict[str, Any] = {
-        "kind": "random_erasing", "p": float(t.p),
-        "ranges": [_range(t.scale), _range(t.ratio)],
-    }
+    step: Dict[str, Any] = Step("random_erasing", p=float(t.p),
+                                ranges=[_range(t.scale), _range(t.ratio)])
     if value is None or (isinstance(value, str) and value == "random"):
         step["erase_mode"] = 1
     else:
@@ -112,7 +106,7 @@ def _random_erasing(t: Any, where: str) -> List[Dict[str, Any]]:
 
 
 def _aug_op(name: str, magnitude: float, p: float) -> List[Dict[str, Any]]:
-    return [{"kind": "aug_op", "op": name, "magnitude": float(magnitude), "p": float(p)}]
+    return [Step("aug_op", op=name, magnitude=float(magnitude), p=float(p))]
 
 
 @_converts("Compose")
@@ -138,8 +132,8 @@ def _random_resize(t: Any, where: str) -> List[Dict[str, Any]]:
     if int(t.max_size) <= int(t.min_size):
         raise TypeError(f"{where}: max_size must be greater than min_size (torch.randint draws "
                         "from [min_size, max_size))")
-    return [{"kind": "resize", "size_h": int(t.min_size), "size_w": 0,
-             "size_max": int(t.max_size), "interpolation": interp}]
+    return [Step("resize", size_h=int(t.min_size), size_w=0, size_max=int(t.max_size),
+                 interpolation=interp)]
 
 
 @_converts("RandomShortestSize")
@@ -150,9 +144,8 @@ def _random_shortest_size(t: Any, where: str) -> List[Dict[str, Any]]:
     choices = [int(c) for c in t.min_size]
     if not choices or min(choices) <= 0:
         raise TypeError(f"{where}: min_size must hold sizes > 0")
-    return [{"kind": "resize", "size_h": min(choices), "size_w": 0,
-             "size_choices": choices, "max_size": int(t.max_size or 0),
-             "interpolation": interp}]
+    return [Step("resize", size_h=min(choices), size_w=0, size_choices=choices,
+                 max_size=int(t.max_size or 0), interpolation=interp)]
 
 
 @_converts("RandomResizedCrop")
@@ -178,7 +171,7 @@ def _horizontal_flip(t: Any, where: str) -> List[Dict[str, Any]]:
 
 @_converts("RandomVerticalFlip")
 def _vertical_flip(t: Any, where: str) -> List[Dict[str, Any]]:
-    return [{"kind": "random_vertical_flip", "p": float(t.p)}]
+    return [Step("random_vertical_flip", p=float(t.p))]
 
 
 @_converts("RandomCrop", "Pad")
@@ -190,8 +183,7 @@ def _crop_or_pad(t: Any, where: str) -> List[Dict[str, Any]]:
     pad = _padding(t.padding, where)
     if _is_v2(t) and crop and t.padding:
         pad = [pad[0], pad[2], pad[1], pad[3]]  # v2's RandomCrop keeps [left, right, top, bottom]
-    step = {"kind": "random_crop" if crop else "pad",
-            "pad": pad, "fill": _fill(t.fill, where), "pad_mode": mode}
+    step = Step("random_crop" if crop else "pad", pad=pad, fill=_fill(t.fill, where), pad_mode=mode)
     if crop:
         size = _pair(t.size, where)
         step.update(size_h=size[0], size_w=size[1], pad_if_needed=bool(t.pad_if_needed))
@@ -203,7 +195,7 @@ def _color_jitter(t: Any, where: str) -> List[Dict[str, Any]]:
     ranges = [_range(t.brightness), _range(t.contrast), _range(t.saturation), _range(t.hue)]
     if all(r is None for r in ranges):
         return []
-    return [{"kind": "color_jitter", "ranges": ranges}]
+    return [Step("color_jitter", ranges=ranges)]
 
 
 @_converts("Grayscale", "RandomGrayscale")
@@ -212,16 +204,16 @@ def _grayscale(t: Any, where: str) -> List[Dict[str, Any]]:
     if always and int(getattr(t, "num_output_channels", 1)) != 3:
         raise TypeError(f"{where}: num_output_channels=1 (a 1-channel image) has no native "
                         "equivalent; use num_output_channels=3")
-    return [{"kind": "grayscale", "p": 1.0 if always else float(t.p)}]
+    return [Step("grayscale", p=1.0 if always else float(t.p))]
 
 
 @_converts("RandomRotation")
 def _rotation(t: Any, where: str) -> List[Dict[str, Any]]:
     if t.expand:
         raise TypeError(f"{where}: expand=True (a size that depends on the angle) has no native equivalent")
-    return [{"kind": "random_rotation", "ranges": [_range(t.degrees)],
-             "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
-             "center": _center(t.center)}]
+    return [Step("random_rotation", ranges=[_range(t.degrees)],
+                 interpolation=_transform_filter(t.interpolation, where),
+                 fill=_fill(t.fill, where), center=_center(t.center))]
 
 
 @_converts("RandomAffine")
@@ -230,15 +222,15 @@ def _affine(t: Any, where: str) -> List[Dict[str, Any]]:
     ranges = [_range(t.degrees), _range(t.translate), _range(t.scale),
               None if shear is None else (shear[0], shear[1]),
               None if shear is None or len(shear) < 4 else (shear[2], shear[3])]
-    return [{"kind": "random_affine", "ranges": ranges,
-             "interpolation": _transform_filter(t.interpolation, where), "fill": _fill(t.fill, where),
-             "center": _center(t.center)}]
+    return [Step("random_affine", ranges=ranges,
+                 interpolation=_transform_filter(t.interpolation, where),
+                 fill=_fill(t.fill, where), center=_center(t.center))]
 
 
 @_converts("GaussianBlur")
 def _gaussian_blur(t: Any, where: str) -> List[Dict[str, Any]]:
     kx, ky = (int(v) for v in t.kernel_size)
-    return [{"kind": "gaussian_blur", "size_w": kx, "size_h": ky, "ranges": [_range(t.sigma)]}]
+    return [Step("gaussian_blur", size_w=kx, size_h=ky, ranges=[_range(t.sigma)])]
 
 
 @_converts("RandomApply")
@@ -257,7 +249,7 @@ def _random_apply(t: Any, where: str) -> List[Dict[str, Any]]:
             raise TypeError(f"{where} over {_step_name(sub)}: {error}") from None
     if not inner:
         return []  # nothing to apply (e.g. a ColorJitter with no factor)
-    return [{"kind": "random_apply", "p": float(t.p), "num_steps": len(inner)}] + inner
+    return [Step("random_apply", p=float(t.p), num_steps=len(inner))] + inner
 
 
 @_converts("RandomPosterize")
@@ -318,9 +310,9 @@ def _augmix(t: Any, where: str) -> List[Dict[str, Any]]:
     if interp not in ("nearest", "bilinear"):
         raise TypeError(f"{where}: interpolation {t.interpolation!r} has no native equivalent "
                         "(AugMix's tensor kernels take nearest or bilinear)")
-    return [{"kind": "augmix", "severity": int(t.severity), "mixture_width": int(t.mixture_width),
-             "chain_depth": int(t.chain_depth), "alpha": float(t.alpha), "all_ops": bool(t.all_ops),
-             "interpolation": interp, "v2_magnitudes": _is_v2(t)}]
+    return [Step("augmix", severity=int(t.severity), mixture_width=int(t.mixture_width),
+                 chain_depth=int(t.chain_depth), alpha=float(t.alpha), all_ops=bool(t.all_ops),
+                 interpolation=interp, v2_magnitudes=_is_v2(t))]
 
 
 _converts("RandAugment", modules=_TIMM)(_timm_rand_augment)
