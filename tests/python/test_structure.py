@@ -456,5 +456,8 @@ def test_python_builds_typed_steps_from_the_one_declaration():
     chain = T.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ColorJitter(0.4, 0.4, 0.4),
                                            tv.ToTensor()]))
     assert chain and all(isinstance(s, _steps.Step) for s in chain)
+    # A converter that starts from a dict without its kind escapes the literal check above.
+    policies = _steps.to_steps(tv.Compose([tv.RandAugment(), tv.TrivialAugmentWide(), tv.AutoAugment()]))
+    assert [type(s) for s in policies] == [_steps.Step] * 3, policies
     copy = pickle.loads(pickle.dumps(chain))
     assert copy == chain and all(isinstance(s, _steps.Step) for s in copy)

@@ -285,14 +285,14 @@ def _invert(t: Any, where: str) -> List[Dict[str, Any]]:
 @_converts("RandAugment", "TrivialAugmentWide", "AutoAugment")
 def _auto_augment(t: Any, where: str) -> List[Dict[str, Any]]:
     name = type(t).__name__
-    step: Dict[str, Any] = {"interpolation": _transform_filter(t.interpolation, where),
-                            "fill": _fill(t.fill, where), "v2_magnitudes": _is_v2(t)}
+    kind = {"AutoAugment": "auto_augment", "RandAugment": "rand_augment"}.get(name, "trivial_augment_wide")
+    step = Step(kind, interpolation=_transform_filter(t.interpolation, where),
+                fill=_fill(t.fill, where), v2_magnitudes=_is_v2(t))
     if name == "AutoAugment":
         policy = str(getattr(t.policy, "value", t.policy)).lower()
-        step.update(kind="auto_augment", policy=_AUTO_AUGMENT_POLICIES[policy])
+        step.update(policy=_AUTO_AUGMENT_POLICIES[policy])
     else:
-        step.update(kind="rand_augment" if name == "RandAugment" else "trivial_augment_wide",
-                    num_bins=int(t.num_magnitude_bins))
+        step.update(num_bins=int(t.num_magnitude_bins))
         if name == "RandAugment":
             step.update(num_ops=int(t.num_ops), magnitude=float(t.magnitude))
     return [step]
