@@ -449,6 +449,11 @@ def test_python_builds_typed_steps_from_the_one_declaration():
     step = _steps.Step("resize", size_h=256, size_w=0)
     with pytest.raises(TypeError, match="has no parameter 'p'"):
         step.update(p=0.5)
+    with pytest.raises(TypeError, match="has no parameter 'p'"):
+        step |= {"p": 0.5}  # dict's |= would bypass __setitem__
+    with pytest.raises(TypeError, match="kind of a native step"):
+        step["kind"] = "center_crop"  # its parameters were checked against 'resize'
+    assert step == {"kind": "resize", "size_h": 256, "size_w": 0}
     with pytest.raises(ValueError, match="unknown native step kind 'resise'"):
         _steps.Step("resise")
     import torchvision.transforms as tv

@@ -50,7 +50,11 @@ class Step(dict):
         self.update(params)
 
     def __setitem__(self, key: str, value: Any) -> None:
-        if key != "kind":
+        if key == "kind":
+            if "kind" in self and value != self["kind"]:  # the parameters were checked against it
+                raise TypeError(f"the kind of a native step is fixed when it is built: build "
+                                f"Step({value!r}, ...) instead of changing {self['kind']!r}")
+        else:
             name, params = _kinds()[self["kind"]]
             if key not in params:
                 raise TypeError(f"native step {self['kind']!r} ({name}) has no parameter {key!r}; "
@@ -60,6 +64,10 @@ class Step(dict):
     def update(self, *args: Any, **params: Any) -> None:
         for key, value in dict(*args, **params).items():
             self[key] = value
+
+    def __ior__(self, other: Any) -> "Step":
+        self.update(other)
+        return self
 
     def setdefault(self, key: str, value: Any = None) -> Any:
         if key not in self:
