@@ -381,14 +381,14 @@ struct TransformStep {
   }
 };
 
-namespace internal {
+namespace detail {
 template <size_t... I>
 constexpr bool KindsInOrder(std::index_sequence<I...>) {
   return ((static_cast<size_t>(
                std::variant_alternative_t<I, TransformStep::Params>::kKind) == I) && ...);
 }
-}  // namespace internal
-static_assert(internal::KindsInOrder(
+}  // namespace detail
+static_assert(detail::KindsInOrder(
                   std::make_index_sequence<std::variant_size_v<TransformStep::Params>>()),
               "TransformStep::Params lists the parameter structs in StepKind order");
 static_assert(std::variant_size_v<TransformStep::Params> ==

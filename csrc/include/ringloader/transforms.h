@@ -23,14 +23,14 @@
 
 namespace ringloader::transforms {
 
-namespace internal {
+namespace detail {
 /// Whether a parameter struct has an `interpolation` (the kinds that resample).
 template <typename P, typename = void>
 struct HasInterpolation : std::false_type {};
 template <typename P>
 struct HasInterpolation<P, std::void_t<decltype(std::declval<P&>().interpolation)>>
     : std::true_type {};
-}  // namespace internal
+}  // namespace detail
 
 /// torchvision's ImageNet statistics, as used by its reference training scripts.
 inline constexpr std::array<float, 3> kImageNetMean = {0.485f, 0.456f, 0.406f};
@@ -102,7 +102,7 @@ inline TransformStep Normalize(const std::array<float, 3>& mean, const std::arra
 inline TransformStep WithInterpolation(TransformStep step, Interpolation interpolation) {
   std::visit(
       [interpolation](auto& params) {
-        if constexpr (internal::HasInterpolation<decltype(params)>::value) {
+        if constexpr (detail::HasInterpolation<decltype(params)>::value) {
           params.interpolation = interpolation;
         }
       },
