@@ -466,3 +466,31 @@ def test_python_builds_typed_steps_from_the_one_declaration():
     assert [type(s) for s in policies] == [_steps.Step] * 3, policies
     copy = pickle.loads(pickle.dumps(chain))
     assert copy == chain and all(isinstance(s, _steps.Step) for s in copy)
+
+
+def test_docstrings_name_module_paths_that_exist():
+    """A ``ringloader.x.y`` named in the package's docstrings and messages is importable (a
+    module, or a name reached from one): the folders moved the private modules
+    (``ringloader._order`` is ``ringloader.core._order``), and a reader follows the name."""
+    import importlib
+    import re
+
+    def resolves(dotted: str) -> bool:
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            try:
+                for part in parts[i:]:
+                    obj = getattr(obj, part)
+            except AttributeError:
+                return False
+            return True
+        return False
+
+    named = {(name, f"{module}.py")
+             for module, path in SOURCES.items() if module
+             for name in re.findall(r"``~?(ringloader(?:\.\w+)+)``", path.read_text())}
+    assert sorted((where, name) for name, where in named if not resolves(name)) == []

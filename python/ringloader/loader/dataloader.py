@@ -377,7 +377,7 @@ class DataLoader:
         self._backend.set_epoch(epoch)
 
     def state_dict(self) -> dict:
-        """A mid-epoch checkpoint: a few integers (see ``ringloader._order`` for the sampler part).
+        """A mid-epoch checkpoint: a few integers (see ``ringloader.core._order`` for the sampler part).
 
         ``load_state_dict`` on a loader over the same dataset makes its next ``iter()`` yield exactly
         the batches this one had not yet delivered, bit-identical, then continue with later epochs.

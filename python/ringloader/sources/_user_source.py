@@ -487,7 +487,7 @@ class UserSource(NativeDataset):
         return state
 
     def describe(self) -> str:
-        """What the source is (``ringloader._source``): the user's Dataset, its samples, how many
+        """What the source is (``ringloader.core._source``): the user's Dataset, its samples, how many
         views each, and how many are held in memory (ImageBytes) rather than read from files."""
         held = in_memory(self.memory)
         return (f"{_describe(self.dataset)} (image references): {len(self)} samples, "

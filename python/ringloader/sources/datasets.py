@@ -126,7 +126,7 @@ class NativeDataset(Source, _TorchDataset):
         return f"ringloader.{type(self).__name__}({self.root!r})"
 
     def describe(self) -> str:
-        """What the source is (see ``ringloader._source``): its kind, where, its size."""
+        """What the source is (see ``ringloader.core._source``): its kind, where, its size."""
         where = "samples given as a list" if self.root is None else repr(self.root)
         return (f"ringloader.{type(self).__name__}: {len(self)} samples, {len(self.classes)} "
                 f"classes, {where}")
@@ -227,7 +227,7 @@ class NativeDataset(Source, _TorchDataset):
         return self._split.tail is not None or not _C.fixed_size(self._split.steps)
 
     def fallback_reasons(self) -> List[str]:
-        """Why the native pipeline cannot batch these samples (``ringloader._source``): each
+        """Why the native pipeline cannot batch these samples (``ringloader.core._source``): each
         transform step or leaf that makes them run per sample; [] when they are batched."""
         return chain_reasons(self.transform, "the transform") if self.per_sample else []
 

@@ -321,7 +321,7 @@ class WebDataset(NativeDataset):
         return any(self.url_pipes)
 
     def describe(self) -> str:
-        """What the source is (see ``ringloader._source``): its shards, samples and classes."""
+        """What the source is (see ``ringloader.core._source``): its shards, samples and classes."""
         kind = "pipe: streams" if all(self.url_pipes) else \
             "local shards and pipe: streams" if self.streamed else "local shards"
         return (f"ringloader.WebDataset: {len(self)} samples, {len(self.classes)} classes, "
