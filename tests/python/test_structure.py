@@ -437,9 +437,12 @@ def test_python_builds_typed_steps_from_the_one_declaration():
         if name.split(".")[0] != "transforms":
             continue
         for node in ast.walk(parse(name)):
-            if isinstance(node, ast.Dict) and node.keys and isinstance(node.keys[0], ast.Constant) \
-                    and node.keys[0].value == "kind":
-                literals.append(f"{name}:{node.lineno}")
+            # a dict with a "kind" key, or a "kind" keyword (dict(kind=...), d.update(kind=...))
+            if isinstance(node, ast.Dict) and any(isinstance(k, ast.Constant) and k.value == "kind"
+                                                  for k in node.keys) \
+                    or isinstance(node, ast.keyword) and node.arg == "kind" \
+                    and name != "transforms._steps":  # where Step itself sets its kind
+                literals.append(f"{name}:{getattr(node, 'lineno', '?')}")
     assert literals == [], f"build these steps with _steps.Step: {literals}"
     declared = {kind: params for kind, _, params in _C.step_kinds()}
     assert {"resize", "random_resized_crop", "color_jitter", "augmix"} <= set(declared)
