@@ -36,6 +36,6 @@ def register(package: str) -> None:
         sys.modules[f"{package}.{short}"] = module
         setattr(top, short, module)
         for name, value in vars(module).items():
-            if not name.startswith("_") and getattr(value, "__module__", None) == module.__name__ \
-                    and (isinstance(value, type) or callable(value)):
+            if not name.startswith("_") and callable(value) \
+                    and getattr(value, "__module__", None) == module.__name__:
                 value.__module__ = f"{package}.{short}"
