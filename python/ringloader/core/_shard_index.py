@@ -281,10 +281,9 @@ def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str
         return dict(scan, index_file=cache_path if written else None, stat=None)
     if not os.path.isfile(url):
         raise FileNotFoundError(f"WebDataset shard {url!r} does not exist")
-    st = os.stat(url)
-    stat = (st.st_size, st.st_mtime_ns)
+    stat = shard_stat(url)
     sidecar = url + INDEX_SUFFIX
-    index = _load_index(sidecar, st.st_size, st.st_mtime_ns) if label_key == "cls" else None
+    index = _load_index(sidecar, *stat) if label_key == "cls" else None
     if index is not None:
         exts = [e.lower() for e in image_exts]
         if all((parts := split_name(m)) is not None and parts[1].lower() in exts
@@ -294,6 +293,38 @@ def _index_shard(url: str, pipe: bool, image_exts: Sequence[str], label_key: str
     # another shard's, or from before sidecars recorded mtimes): the headers say.
     return dict(_scan(url, False, image_exts, label_key, label_field), index_file=None, stat=stat)
 
+
+
+def shard_stat(url: str) -> Tuple[int, int]:
+    """(size, mtime_ns) of local shard ``url``: what its index is recorded with, taken before
+    it is indexed (OSError when it cannot be stat'ed)."""
+    st = os.stat(url)
+    return (st.st_size, st.st_mtime_ns)
+
+
+def check_shard(url: str, was: Optional[Tuple[int, int]], kind: str) -> None:
+    """Raises ``StaleIndexError`` naming ``url`` when the local shard is not as it was indexed
+    (``was``: its :func:`shard_stat` then; None: not a local shard): its size or mtime differ,
+    so its recorded byte ranges would read other bytes. ``kind`` names the dataset class to
+    build again (``WebDataset``, ``VideoShards``). A shard that is gone is not stale: reading
+    its samples fails (``on_error``), as for a missing file."""
+    from ._source import StaleIndexError
+
+    if was is None:
+        return
+    try:
+        now = shard_stat(url)
+    except OSError:
+        return
+    if now == tuple(was):
+        return
+    what = f"changed size ({was[0]} -> {now[0]} bytes)" if now[0] != was[0] else \
+        "was modified (its mtime changed)"
+    error = StaleIndexError(
+        f"{kind} shard {url} {what} since the dataset was built: its index is out of "
+        f"date. Build the {kind} again (it re-indexes the shard).")
+    error.path = url
+    raise error
 
 
 def classes_file(first: str, pipe: bool) -> Optional[List[str]]:

@@ -28,8 +28,8 @@ from ..core import _order, _remote
 from ._remote_shards import STALE_COPY, RemoteShards
 from ..core._shard_index import (  # noqa: F401 - the names this module has always exported
           IMAGE_EXTS, INDEX_FORMAT, INDEX_SUFFIX, LABEL_KEYS, _cache_path, _expand, _expand_braces,
-          cache_index_as, classes_file, default_index_cache, expand_urls, index_shards, split_name,
-          with_damage)
+          cache_index_as, check_shard, classes_file, default_index_cache, expand_urls, index_shards,
+          split_name, with_damage)
 from ..core._source import StaleIndexError
 from .datasets import NativeDataset
 
@@ -475,24 +475,7 @@ class WebDataset(NativeDataset):
         if self._remote is not None:
             self._remote.check(wanted, background)
         for s in wanted:
-            was = self.shard_stats[s]
-            if was is None:
-                continue
-            url = self.urls[s]
-            try:
-                st = os.stat(url)
-            except OSError:
-                continue
-            now = (st.st_size, st.st_mtime_ns)
-            if now == was:
-                continue
-            what = f"changed size ({was[0]} -> {now[0]} bytes)" if now[0] != was[0] else \
-                "was modified (its mtime changed)"
-            error = StaleIndexError(
-                f"WebDataset shard {url} {what} since the dataset was built: its index is out of "
-                f"date. Build the WebDataset again (it re-indexes the shard).")
-            error.path = url
-            raise error
+            check_shard(self.urls[s], self.shard_stats[s], "WebDataset")
 
     def stale_index_error(self, exc: BaseException) -> BaseException:
         """A StaleIndexError from a ``pipe:`` stream of this dataset, told what to do: the cached
