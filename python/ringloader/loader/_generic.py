@@ -184,6 +184,7 @@ class GenericBackend(Backend):
         return len(self._generic)
 
     def __iter__(self) -> Iterator[Any]:
+        video_batches.check_unchanged(self.dataset)  # an rl.VideoShards shard rewritten: StaleIndexError
         batches = _start_generic(self._generic)
         # Native clip batches name their own timeout (and their SlotsExhaustedError, which a
         # generator around them would turn into the end of the epoch, says to call again).

@@ -172,6 +172,30 @@ def _reference(sample: Any) -> Tuple[Any, Optional[str]]:
     return None, "its samples are not (VideoFile or VideoBytes, target) pairs"
 
 
+#: A sample's own errors (reading it, planning or decoding its clip), under ``on_error``; a
+#: ``StaleIndexError`` (a shard rewritten since it was indexed) is the dataset's, and raises.
+_SAMPLE_ERRORS = (ValueError, IndexError, OSError, RuntimeError)
+
+
+def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
+    """The reference of the first of the first 16 samples that can be read (a bad sample,
+    ``rl.VideoShards``' sample without a video say, is that sample's error under ``on_error``,
+    not a reason to leave the native path), and why not when none is."""
+    from .._C import StaleIndexError
+
+    if not len(dataset):
+        return None, "the dataset is empty"
+    first_error: Optional[BaseException] = None
+    for index in range(min(len(dataset), 16)):
+        try:
+            return _reference(dataset[index])
+        except StaleIndexError:
+            raise
+        except _SAMPLE_ERRORS as error:
+            first_error = first_error or error
+    return None, f"none of its first samples could be read ({first_error})"
+
+
 def _where(ref: Any) -> str:
     """What errors call a reference: its file (or name)."""
     return ref._name()
@@ -197,14 +221,18 @@ class VideoClipBatches:
             gets the clip of a substitute sample, tried in the order an image's are: drawn from
             the row's seed, ``_C.replace_candidates``, with the row's own clip and transform
             draws; the batch keeps its size; the clip's error stands when none decodes).
+        pin_memory: the batches in pinned (page-locked) memory when CUDA is available
+            (``torch.cuda.is_available()``), as torch's ``pin_memory=True`` gives them: the clips
+            decoded straight into a pinned buffer, the targets pinned after collation; plain
+            memory otherwise.
     """
 
-    def __init__(self, dataset: Any, threads: int, on_error: str = "raise"):
+    def __init__(self, dataset: Any, threads: int, on_error: str = "raise", pin_memory: bool = False):
         if on_error not in ("raise", "skip", "replace"):
             raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise', 'skip' or "
                              "'replace'")
         self.dataset, self.threads, self.on_error = dataset, max(int(threads), 1), on_error
-        first, why = _reference(dataset[0]) if len(dataset) else (None, "the dataset is empty")
+        first, why = _first_reference(dataset)
         if first is None:
             raise ValueError(f"not a native video dataset: {why}")
         chain, why = native_chain(first.transform)
@@ -217,6 +245,7 @@ class VideoClipBatches:
         self.transform = first.transform
         self._chains: Dict[int, Any] = {}  # id -> (transform, its chain): other objects, same chain
         self.max_frame_pixels, self.max_clip_bytes = first.max_frame_pixels, first.max_clip_bytes
+        self.pin_memory = bool(pin_memory) and _cuda_available()
         self._pool: Any = None
         self._pid = 0
         self._meta: Dict[str, Any] = {}
@@ -389,7 +418,10 @@ class VideoClipBatches:
         nbytes = count * (1 if self.levels is None else 4)
         if slots is not None and not slots.acquire(nbytes, stop):
             return None
-        buffer = np.empty(nbytes, dtype=np.uint8)
+        # Pinned: the array is a view of a pinned tensor (which it keeps alive), so the batch
+        # is decoded into page-locked memory and its bytes are counted as a plain buffer's.
+        buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy() if self.pin_memory \
+            else np.empty(nbytes, dtype=np.uint8)
         if slots is not None:
             slots.track(buffer, nbytes)
         return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
@@ -447,23 +479,35 @@ class VideoClipBatches:
         import torch
         from torch.utils.data import default_collate
 
-        samples = [self.dataset[k.index] for k in keys]
-        for key, sample in zip(keys, samples):
-            self._check_alike(sample, key)
-        refs = [s[0] for s in samples]
+        from .._C import StaleIndexError
+
+        samples: List[Any] = []
+        for key in keys:  # a sample that cannot be read (dataset[i] raises) is its clip's error
+            try:
+                samples.append(self.dataset[key.index])
+            except StaleIndexError:
+                raise
+            except _SAMPLE_ERRORS as error:
+                samples.append(error)
+                continue
+            self._check_alike(samples[-1], key)
+        refs = [None if isinstance(s, BaseException) else s[0] for s in samples]
+        metas = iter(self._metadata([r for r in refs if r is not None]))
         plans: List[Any] = []
         shape: Optional[Tuple[int, ...]] = None
-        for key, ref, meta in zip(keys, refs, self._metadata(refs)):
+        for key, ref, sample in zip(keys, refs, samples):
             try:
-                frames, seed, this = self._plan(key, ref, meta)
+                if ref is None:
+                    raise sample
+                frames, seed, this = self._plan(key, ref, next(metas))
                 if shape is not None and this != shape:
                     raise ValueError(f"{_where(ref)}: its clip is {list(this)}, the batch's first "
                                      f"{list(shape)}: clips of one batch must have one shape")
                 shape = this if shape is None else shape
                 plans.append(self._row(ref, frames, seed))
-            except (ValueError, IndexError, OSError, RuntimeError) as error:
+            except _SAMPLE_ERRORS as error:
                 if self.on_error == "raise":
-                    self._fail(error, key, _where(ref))
+                    self._fail(error, key, _where(ref) if ref is not None else "its sample could not be read")
                 plans.append(error)
         replace = self.on_error == "replace"
         if replace and shape is None and keys:  # every clip failed: a substitute's sets the shape
@@ -479,30 +523,62 @@ class VideoClipBatches:
                 if self.on_error == "raise":
                     self._fail(error, keys[b], plans[b][2])
                 plans[b] = error
-        targets = [s[1] for s in samples]
+        targets = [None if isinstance(s, BaseException) else s[1] for s in samples]
         if replace:  # each clip to its key's row (rows only move down: last first), then substitutes
             for j in reversed(range(len(good))):
                 if good[j] != j:
                     out[good[j]] = out[j]
             for b, plan in enumerate(plans):
                 if isinstance(plan, BaseException):
-                    targets[b] = self._replace(out, b, keys[b], plan, shape, _where(refs[b]))
+                    where = _where(refs[b]) if refs[b] is not None else "its sample could not be read"
+                    targets[b] = self._replace(out, b, keys[b], plan, shape, where)
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
             self._count(skipped=len(keys) - len(kept))
             if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
                 out[: len(kept)] = out[kept]
             out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
-        return out, default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
+        targets = default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
+        if self.pin_memory:  # as torch's pin_memory=True: every tensor of the batch
+            from ._staging import _map_tensors
+
+            targets = _map_tensors(targets, lambda t: t.pin_memory())
+        return out, targets
 
 
-def native_video_source(dataset: Any, threads: int, on_error: str = "raise") -> Tuple[Optional[VideoClipBatches], str]:
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def native_video_source(dataset: Any, threads: int, on_error: str = "raise",
+                        pin_memory: bool = False) -> Tuple[Optional[VideoClipBatches], str]:
     """``(VideoClipBatches, "")`` when ``dataset``'s clips can be batched natively, else
     ``(None, why not)``: the hook the DataLoader's video path asks."""
     try:
-        return VideoClipBatches(dataset, threads, on_error), ""
+        return VideoClipBatches(dataset, threads, on_error, pin_memory), ""
     except (ValueError, TypeError, ImportError) as error:
         return None, str(error)
+
+
+def check_unchanged(dataset: Any) -> None:
+    """Raises ``rl.StaleIndexError`` when an ``rl.VideoShards`` in ``dataset`` (itself, or
+    inside a ``Subset``/``ConcatDataset``) has a shard rewritten since it was indexed: the
+    DataLoader's check at ``iter()``, for native clip batches and torch's path alike."""
+    from torch.utils.data import ConcatDataset, Subset
+
+    from ..sources.video_folder import VideoShards
+
+    todo = [dataset]
+    while todo:
+        d = todo.pop()
+        if isinstance(d, VideoShards):
+            d.check_unchanged()
+        elif isinstance(d, Subset):
+            todo.append(d.dataset)
+        elif isinstance(d, ConcatDataset):
+            todo += list(d.datasets)
 
 
 #: Why a video dataset's clips are batched natively (``describe()``).
@@ -513,8 +589,9 @@ NATIVE_REASON = ("its samples are (VideoFile or VideoBytes, target) with a nativ
 
 def for_loader(dataset: Any, args: Any, num_workers: int) -> Optional[VideoClipBatches]:
     """The DataLoader's hook: a native source for ``dataset`` when its clips batch natively
-    (no ``collate_fn``; ``num_workers`` native threads), else None (torch's worker processes)."""
+    (no ``collate_fn``; ``num_workers`` native threads; ``pin_memory`` as torch's), else None
+    (torch's worker processes)."""
     if args.collate_fn is not None or args.batch_size is None:
         return None
-    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error)
+    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error, args.pin_memory)
     return source

@@ -124,15 +124,16 @@ def opened_images(dataset: Any) -> Optional[str]:
 def holds_video(dataset: Any) -> bool:
     """True when ``dataset``'s samples hold video references (``ringloader.VideoFile``): its
     ``dataset[0]`` did, when ``source_for`` last probed ``dataset`` on this thread, or it is
-    (or wraps, through ``.dataset``/``.datasets``) a ``ringloader.VideoFolder``."""
+    (or wraps, through ``.dataset``/``.datasets``) a ``ringloader.VideoFolder`` or
+    ``ringloader.VideoShards`` (whose first sample may be a bad one)."""
     seen = getattr(_probes, "video", None)
     _probes.video = None
     if seen is not None and seen[0] == id(dataset):
         return seen[1]
-    from .video_folder import VideoFolder
+    from .video_folder import VideoFolder, VideoShards
 
     def wraps(d: Any, depth: int) -> bool:
-        if isinstance(d, VideoFolder):
+        if isinstance(d, (VideoFolder, VideoShards)):
             return True
         inner = [getattr(d, "dataset", None)] + list(getattr(d, "datasets", None) or [])
         return depth < 8 and any(i is not None and wraps(i, depth + 1) for i in inner)

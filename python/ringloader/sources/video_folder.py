@@ -147,9 +147,13 @@ class VideoShards(_TorchDataset):
 
     Shards are local tar files (paths, globs, brace patterns as ``rl.WebDataset`` takes them),
     indexed natively at construction from their tar headers; ``pipe:`` and remote shards are
-    refused (download them first). A shard rewritten since must be indexed again (build the
-    dataset anew). A sample without a video member or label, and the cut end of a truncated
-    shard, raise ``ValueError`` naming the shard and member when read.
+    refused (download them first). Each shard's size and mtime are recorded before it is
+    indexed: a shard rewritten since raises ``rl.StaleIndexError`` naming it (at ``iter()`` of
+    ``rl.DataLoader`` and when one of its samples is read; :meth:`check_unchanged`) rather than
+    read other bytes at its recorded ranges; build the dataset again to index it anew. A sample
+    without a video member or label, and the cut end of a truncated shard, raise ``ValueError``
+    naming the shard and member when read (``dataset[i]``); under ``rl.DataLoader`` that is
+    the sample's error under ``on_error``, as a bad clip's.
 
     Args:
         urls: a shard path, glob or brace pattern, or a list of them.
@@ -180,7 +184,7 @@ class VideoShards(_TorchDataset):
                  target_transform: Optional[Callable[[int], Any]] = None, classes: Optional[List[str]] = None):
         from .. import _C
         from ..core import _remote
-        from ..core._shard_index import _expand, classes_file, with_damage
+        from ..core._shard_index import _expand, classes_file, shard_stat, with_damage
 
         if clip is not None:
             _clips.as_sampler(clip)
@@ -189,6 +193,9 @@ class VideoShards(_TorchDataset):
         #: Per sample: (shard path, member, offset, length, label, error: "" when readable).
         self.samples: List[Tuple[str, str, int, int, int, str]] = []
         self.urls = [url for url, _ in _expand(urls)]
+        #: Per shard: (size, mtime_ns) before it was indexed (``_shard_index.shard_stat``), what
+        #: :meth:`check_unchanged` compares with.
+        self.shard_stats: List[Tuple[int, int]] = []
         for url, pipe in _expand(urls):
             if pipe or _remote.remote_scheme(url) is not None:
                 raise ValueError(f"VideoShards: {url!r} is not a local shard: members are read in place as "
@@ -196,6 +203,7 @@ class VideoShards(_TorchDataset):
                                  "download the shards and pass their paths")
             if not os.path.isfile(url):
                 raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
+            self.shard_stats.append(shard_stat(url))
             index = with_damage(dict(_C.scan_webdataset_shard(url, image_exts=exts, label_key=label_key,
                                                               json_field=label_field, video_members=True)), url)
             self.samples += [(url, str(m), int(o), int(n), int(label), str(e)) for m, o, n, label, e in zip(
@@ -209,10 +217,22 @@ class VideoShards(_TorchDataset):
     def __len__(self) -> int:
         return len(self.samples)
 
+    def check_unchanged(self, shards: Optional[List[str]] = None) -> None:
+        """Raises ``rl.StaleIndexError`` naming the shard when a shard (of ``shards``, default
+        all) is not as it was indexed (its size or mtime differ: ``rl.WebDataset``'s rule,
+        ``_shard_index.check_shard``): its members' recorded byte ranges would read other
+        bytes. ``rl.DataLoader`` calls it at ``iter()``, ``dataset[i]`` for the sample's shard."""
+        from ..core._shard_index import check_shard
+
+        for url, was in zip(self.urls, self.shard_stats):
+            if shards is None or url in shards:
+                check_shard(url, was, "VideoShards")
+
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
         from .video import VideoFile
 
         shard, member, offset, length, target, error = self.samples[index]
+        self.check_unchanged([shard])
         if error:
             raise ValueError(f"VideoShards[{index}]: {error}")
         if self.target_transform is not None:

@@ -1,0 +1,107 @@
+"""rl.DataLoader's own arguments over native clip batches (ringloader.video_batches): device= and
+timeout= keep on_error="skip" going past a bad clip, the clip plan made on the prefetch thread
+leaves torch's global RNG alone, and pin_memory=True pins the batches when CUDA is there."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ringloader as rl
+from ringloader.sources import video as rv
+from ringloader.transforms import clips
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
+    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
+]
+v2 = pytest.importorskip("torchvision.transforms.v2")
+
+SAMPLER = clips.random_indices(num_frames_per_clip=4, num_indices_between_frames=2)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Two classes of three 20-frame 32x24 H.264 clips; a/1.mp4 cut to its first third."""
+    top = tmp_path_factory.mktemp("options")
+    for c, label in enumerate("ab"):
+        (top / label).mkdir()
+        for k in range(3):
+            subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                            f"testsrc2=size=32x24:rate=10,trim=end_frame=20,hue=h={60 * (3 * c + k)}",
+                            "-pix_fmt", "yuv420p", "-c:v", "libx264", "-g", "5", str(top / label / f"{k}.mp4")],
+                           check=True)
+    bad = top / "a" / "1.mp4"
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) // 3])
+    return top
+
+
+def loader(dataset, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # natively batched: no FallbackWarning, no pin_memory warning
+        return rl.DataLoader(dataset, generator=torch.Generator().manual_seed(5), **kwargs)
+
+
+def delivered(dl) -> list:
+    return [(clip, target.tolist()) for clip, target in dl]
+
+
+@pytest.mark.parametrize("workers, extra", [(0, {"device": "cpu"}), (2, {"device": "cpu"}), (2, {"timeout": 30}),
+                                           (2, {"device": "cpu", "timeout": 30})],
+                         ids=["device-when-asked", "device-ahead", "timeout", "both"])
+def test_skip_goes_past_a_bad_clip_with_device_or_timeout(folder: Path, workers: int, extra: dict):
+    """timeout= needs num_workers > 0 (torch's rule)."""
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    plain = delivered(loader(ds, batch_size=2, num_workers=workers, on_error="skip"))
+    assert [t for _, t in plain] == [[0], [0, 1], [1, 1]]  # a/1.mp4 dropped from the first batch
+    got = delivered(loader(ds, batch_size=2, num_workers=workers, on_error="skip", **extra))
+    assert [t for _, t in got] == [t for _, t in plain]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, plain))
+
+
+@pytest.mark.parametrize("sampler", [SAMPLER, clips.random_timestamps(num_frames_per_clip=4)],
+                         ids=["indices", "timestamps"])
+def test_clip_plans_on_the_prefetch_thread_leave_torchs_global_rng_alone(folder: Path, sampler):
+    """The clip sampler's draws come from each sample's keyed generator and the loader's own
+    generator: a seeded torch.rand in the main thread gives the same numbers whether or not
+    a video loader iterated meanwhile (made ahead on the prefetch thread, or when asked; a bad
+    clip replaced, its substitute planned with the row's draws)."""
+    ds = rl.VideoFolder(folder, clip=sampler, transform=v2.Compose([v2.RandomResizedCrop(16),
+                                                                    v2.RandomHorizontalFlip()]))
+    torch.manual_seed(1234)
+    expected = torch.rand(8)
+    for workers in (0, 2):
+        dl = loader(ds, batch_size=2, num_workers=workers, on_error="replace")
+        torch.manual_seed(1234)
+        assert len(delivered(dl)) == 3
+        assert torch.equal(torch.rand(8), expected), f"num_workers={workers}"
+
+
+def test_pin_memory_is_accepted_and_pins_when_cuda_is_there(folder: Path):
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    plain = delivered(loader(ds, batch_size=2, num_workers=2, on_error="skip"))
+    pinned = loader(ds, batch_size=2, num_workers=2, on_error="skip", pin_memory=True)
+    got = [(clip, target) for clip, target in pinned]
+    assert [t.tolist() for _, t in got] == [t for _, t in plain]
+    assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, plain))
+    cuda = torch.cuda.is_available()
+    assert all(c.is_pinned() == cuda and t.is_pinned() == cuda for c, t in got)
+
+
+def test_pin_memory_reaches_the_clip_batches(folder: Path, monkeypatch):
+    """Without a GPU here the pinned allocation itself cannot run: what is tested is that
+    pin_memory=True reaches the native clip batches and asks for pinned memory exactly when
+    torch.cuda.is_available() says CUDA is there."""
+    from ringloader.loader import video_batches
+
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    assert not loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory or torch.cuda.is_available()
+    monkeypatch.setattr(video_batches, "_cuda_available", lambda: True)
+    assert loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory
+    assert not loader(ds, batch_size=2)._backend._video.pin_memory
