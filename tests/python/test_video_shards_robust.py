@@ -105,6 +105,15 @@ def test_a_shard_rewritten_mid_epoch_fails_the_samples_read_after(tmp_path: Path
         next(it)
 
 
+def test_a_member_kept_and_decoded_after_its_shard_changed_is_stale(tmp_path: Path, videos: list):
+    shard = write_shard(tmp_path / "kept.tar", videos)
+    ref, _ = rl.VideoShards(str(shard), clip=[0, 1])[0]
+    assert ref.decode().shape == (2, 3, 24, 32)
+    rewrite(shard, videos)
+    with pytest.raises(rl.StaleIndexError, match="VideoShards shard .*kept.tar"):
+        ref.decode()
+
+
 def test_only_the_changed_shard_of_several_is_stale_for_its_samples(tmp_path: Path, videos: list):
     first = write_shard(tmp_path / "a.tar", videos)
     second = write_shard(tmp_path / "b.tar", videos)

@@ -296,12 +296,17 @@ class VideoFile(_VideoReference):
             raise ValueError(f"VideoFile({self.path}): byte_range={byte_range!r} must be (offset, "
                              "length) with both >= 0")
         self.name = self.path if name is None else str(name)
+        #: Called before the file is opened to decode (None: nothing): ``rl.VideoShards`` sets it
+        #: to its shard's check, so a member of a shard rewritten since raises StaleIndexError.
+        self._unchanged: Optional[Callable[[], None]] = None
         super().__init__(clip, transform, max_frame_pixels, max_clip_bytes)
 
     def _name(self) -> str:
         return self.name
 
     def _open(self) -> Any:
+        if self._unchanged is not None:
+            self._unchanged()
         offset, length = self.byte_range or (0, -1)
         return _C.VideoDecoder(self.path, self.max_frame_pixels, self.max_clip_bytes, offset=offset,
                                length=length, name=self.name)

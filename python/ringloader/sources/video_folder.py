@@ -149,8 +149,9 @@ class VideoShards(_TorchDataset):
     indexed natively at construction from their tar headers; ``pipe:`` and remote shards are
     refused (download them first). Each shard's size and mtime are recorded before it is
     indexed: a shard rewritten since raises ``rl.StaleIndexError`` naming it (at ``iter()`` of
-    ``rl.DataLoader`` and when one of its samples is read; :meth:`check_unchanged`) rather than
-    read other bytes at its recorded ranges; build the dataset again to index it anew. A sample
+    ``rl.DataLoader``, when one of its samples is read and when a ``VideoFile`` it gave decodes;
+    :meth:`check_unchanged`) rather than read other bytes at its recorded ranges; build the
+    dataset again to index it anew. A sample
     without a video member or label, and the cut end of a truncated shard, raise ``ValueError``
     naming the shard and member when read (``dataset[i]``); under ``rl.DataLoader`` that is
     the sample's error under ``on_error``, as a bad clip's.
@@ -221,24 +222,37 @@ class VideoShards(_TorchDataset):
         """Raises ``rl.StaleIndexError`` naming the shard when a shard (of ``shards``, default
         all) is not as it was indexed (its size or mtime differ: ``rl.WebDataset``'s rule,
         ``_shard_index.check_shard``): its members' recorded byte ranges would read other
-        bytes. ``rl.DataLoader`` calls it at ``iter()``, ``dataset[i]`` for the sample's shard."""
+        bytes. ``rl.DataLoader`` calls it at ``iter()``, ``dataset[i]`` for the sample's shard,
+        and the ``VideoFile`` of a sample before it decodes."""
         from ..core._shard_index import check_shard
 
-        for url, was in zip(self.urls, self.shard_stats):
-            if shards is None or url in shards:
-                check_shard(url, was, "VideoShards")
+        stats = dict(zip(self.urls, self.shard_stats))
+        for url in self.urls if shards is None else shards:
+            check_shard(url, stats[url], "VideoShards")
+
+    def _stat_of(self, shard: str) -> Tuple[int, int]:
+        stats = self.__dict__.get("_stats")
+        if stats is None:
+            stats = self.__dict__["_stats"] = dict(zip(self.urls, self.shard_stats))
+        return stats[shard]
 
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
+        import functools
+
+        from ..core._shard_index import check_shard
         from .video import VideoFile
 
         shard, member, offset, length, target, error = self.samples[index]
-        self.check_unchanged([shard])
+        check_shard(shard, self._stat_of(shard), "VideoShards")
         if error:
             raise ValueError(f"VideoShards[{index}]: {error}")
         if self.target_transform is not None:
             target = self.target_transform(target)
-        return VideoFile(shard, clip=self.clip, transform=self.transform, byte_range=(offset, length),
-                         name=f"{shard}:{member}"), target
+        ref = VideoFile(shard, clip=self.clip, transform=self.transform, byte_range=(offset, length),
+                        name=f"{shard}:{member}")
+        # Decoded later (kept by the caller): checked again then.
+        ref._unchanged = functools.partial(check_shard, shard, self._stat_of(shard), "VideoShards")
+        return ref, target
 
     def __repr__(self) -> str:
         return f"VideoShards({len(self.urls)} shards: {len(self)} videos, clip={self.clip!r})"
