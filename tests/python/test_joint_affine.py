@@ -159,6 +159,40 @@ def test_integer_boxes_equal_v2_exactly(photos):
         assert _diff(image, want_image) == 0 and _diff(mask, want_mask) == 0
 
 
+def test_random_draws_equal_v2_for_the_draws_each_row_recorded(photos, monkeypatch):
+    """Random draws, an output size that depends on the image (Resize(60)): each row equals v2
+    run with the draws its geometry record holds (the flip; the affine's angle, translation,
+    scale, shears); the same seed gives the same rows."""
+    from ringloader.sources import _joint
+
+    recorded = {}
+    resolve = _joint.resolve
+
+    def spy(leaf, g):
+        out = resolve(leaf, g)
+        recorded[out[3]] = [float(v) for v in g]
+        return out
+
+    monkeypatch.setattr(_joint, "resolve", spy)
+    turn = v2.RandomAffine(20, translate=(0.1, 0.2), scale=(0.7, 1.3), shear=(-8, 8, -4, 4),
+                           interpolation=I.BILINEAR, fill=FILL)
+    t = v2.Compose([v2.Resize(60), v2.RandomHorizontalFlip(), turn, v2.PILToTensor()])
+    angles = set()
+    for seed in (0, 1, 0):
+        rows = _native(Dataset(t, photos), generator=torch.Generator().manual_seed(seed))
+        for image, mask, target, i in rows:
+            g = recorded[i]
+            params = dict(angle=g[13], translate=(int(g[14]), int(g[15])), scale=g[16],
+                          shear=(g[17], g[18]))
+            flip = v2.RandomHorizontalFlip(p=float(g[8]))
+            want_image, want_mask, want = _v2(v2.Compose([t.transforms[0], flip,
+                                                          *t.transforms[2:]]), photos, i, params)
+            assert _diff(image, want_image) == 0 and _diff(mask, want_mask) == 0
+            assert _diff(target["boxes"], want["boxes"]) <= 1e-4
+            angles.add((seed, i, round(g[13], 6)))
+    assert len({a for s, _, a in angles}) == 4  # seeds 0 and 1 draw apart; 0 twice alike
+
+
 def test_random_draws_keep_image_mask_and_boxes_aligned(tmp_path):
     """A picture of its own coordinates (red x, green y, blue 90) and a mask of the x's: under
     random draws the mask's fill (255) is where the image's is (blue 0), each mask pixel's label
