@@ -252,3 +252,17 @@ def test_expand_and_other_cases_stay_on_torchs_path_named(photos):
     assert "v2.RandomAffine" in message and "follows v2.ColorJitter" in message, message
     message = _warning(v2.Compose([v2.PILToTensor(), v2.RandomRotation(10)]), photos)
     assert "v2.RandomRotation" in message and "tensor conversion" in message, message
+    # A fill of three values for the mask's one channel (v2 raises): named; without a mask, native.
+    t = _chain(v2.RandomRotation((10.0, 10.0), fill=(10, 200, 30)))
+    message = _warning(t, photos)
+    assert "v2.RandomRotation" in message and "fills a tv_tensors.Mask" in message, message
+
+    class Boxes(Dataset):
+        def __getitem__(self, i):
+            joint = super().__getitem__(i)
+            image, _, target, i = joint.structure
+            return rl.Joint(joint.transform, (image, 0, target, i))
+
+    rows = _native(Boxes(t, photos))
+    corner = rows[0][0][:, 0, 0]  # outside the turned photo
+    assert rows[0][0].shape == (3, *OUT) and corner.tolist() == [10, 200, 30]

@@ -259,6 +259,7 @@ def _plan(transform: Any) -> Any:
             if why:
                 return why
             turn = step  # boxes, keypoints and masks: v2's own step, in Python (resolve)
+            mask_refusal = mask_refusal or _detection.turn_mask_refusal(step)
             image.append(_with_fill(step, _fill_for(step, kind) or 0))  # the image's fill
             geometric_seen = True
             continue

@@ -126,6 +126,19 @@ def turn_refusal(step: Any, kind: str, before: Any) -> Optional[str]:
     return None
 
 
+def turn_mask_refusal(step: Any) -> Optional[str]:
+    """Why v2's RandomRotation or RandomAffine ``step`` cannot turn a ``tv_tensors.Mask`` (v2
+    raises: a fill of several values for the mask's one channel), or None."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2._utils import _get_fill
+
+    fill = _get_fill(step._fill, tv_tensors.Mask)
+    if isinstance(fill, (list, tuple)) and len(fill) > 1:
+        return (f"{_step_name(step)} fills a tv_tensors.Mask with {fill!r} (v2 raises: a mask has "
+                "one channel; give masks their own, fill={tv_tensors.Mask: 0, 'others': ...})")
+    return None
+
+
 def turn_params(step: Any, g: Any) -> Dict[str, Any]:
     """The parameters v2's ``make_params`` gives ``step`` (a RandomRotation or RandomAffine),
     from a row's geometry record ``g``: the draws the native image step made."""
@@ -261,7 +274,7 @@ def from_xyxy(b: Any, fmt: str) -> Any:
 
 
 #: The geometry record's field with the seed of the row's draws made in Python (``views.h``
-#: kGeoDrawSeed, the record's last).
+#: kGeoDrawSeed; the rotation's draws follow it, :data:`_ANGLE`).
 _DRAW_SEED = 12
 #: v2 classes flipping the image: after a RandomIoUCrop they move the slice taken.
 _FLIPS = ("RandomHorizontalFlip", "RandomVerticalFlip")
