@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_util.h"
+#include "transform/augment.h"
 #include "transform/random.h"
 
 namespace ringloader {
@@ -162,7 +163,7 @@ uint64_t RowDrawSeed(uint64_t sample_seed) {
 }
 
 void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint64_t sample_seed,
-                   uint8_t* dst) {
+                   const TransformPipeline& pipeline, SampleRng rng, uint8_t* dst) {
   double out[kGeometryFields];
   out[kGeoSrcW] = src_w;
   out[kGeoSrcH] = src_h;
@@ -177,6 +178,25 @@ void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint64_t sampl
   out[kGeoKeyDx] = g.key_dx;
   out[kGeoKeyDy] = g.key_dy;
   out[kGeoDrawSeed] = static_cast<double>(RowDrawSeed(sample_seed));
+  // The first image step's draws, made as it makes them on the rendered output (nothing draws
+  // between the plan and it; UnrecordedGeometry lets no other step move pixels).
+  AffineDraw d;
+  if (pipeline.image_begin() < pipeline.image_end()) {
+    const TransformStep& first = pipeline.steps()[pipeline.image_begin()];
+    if (const auto* rotation = first.get_if<RandomRotationParams>()) {
+      d.angle = rng.Uniform(rotation->degrees.lo, rotation->degrees.hi);
+    } else if (const auto* affine = first.get_if<RandomAffineParams>()) {
+      int out_h = 0, out_w = 0;
+      pipeline.OutputSize(g, &out_h, &out_w);
+      d = DrawRandomAffine(*affine, rng, out_w, out_h);
+    }
+  }
+  out[kGeoAngle] = d.angle;
+  out[kGeoTranslateX] = d.translate_x;
+  out[kGeoTranslateY] = d.translate_y;
+  out[kGeoScale] = d.scale;
+  out[kGeoShearX] = d.shear_x;
+  out[kGeoShearY] = d.shear_y;
   std::memcpy(dst, out, sizeof(out));
 }
 
@@ -188,6 +208,14 @@ std::string UnrecordedGeometry(const TransformPipeline& pipeline) {
       case Kind::kGrayscale:
       case Kind::kGaussianBlur:
         break;
+      case Kind::kRandomRotation:
+      case Kind::kRandomAffine:
+        // The first image step: its draws are recorded (WriteGeometry); a later one draws after
+        // other steps.
+        if (i == pipeline.image_begin()) break;
+        return absl::StrCat("step ", i, " (", KindInfo(pipeline.steps()[i].kind()).name,
+                            ") moves pixels after other image steps (a rotation or affine is "
+                            "recorded as the first)");
       case Kind::kAugOp: {
         // The single-op steps (RandomPosterize...) only change values unless they shear,
         // translate or rotate.
@@ -347,8 +375,8 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
         SampleRng plan_rng(ViewSeed(sample_seed, v));
         const SampleGeometry planned = views.pipelines[v].Plan(info->width, info->height, plan_rng);
         if (views.geometry_offsets[v] >= 0) {
-          WriteGeometry(planned, info->width, info->height, sample_seed,
-                        dst + views.geometry_offsets[v]);
+          WriteGeometry(planned, info->width, info->height, sample_seed, views.pipelines[v],
+                        plan_rng, dst + views.geometry_offsets[v]);
         }
         if (views.variable[v]) {
           if (planned.error != nullptr) return in_file(f, absl::InvalidArgumentError(planned.error));
@@ -385,7 +413,7 @@ absl::Status DecodeViews(ImageDecoder& decoder, absl::Span<const EncodedFile> fi
     SampleGeometry geometry = pipeline.Plan(image.width, image.height, rng);
     geometry.tensor_nearest = views.tensor_nearest[v];
     if (views.geometry_offsets[v] >= 0) {
-      WriteGeometry(geometry, image.width, image.height, sample_seed,
+      WriteGeometry(geometry, image.width, image.height, sample_seed, pipeline, rng,
                     dst + views.geometry_offsets[v]);
     }
     uint8_t* out = dst + views.offsets[v];

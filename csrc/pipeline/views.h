@@ -17,6 +17,7 @@
 #include "decode/image_decoder.h"
 #include "ringloader/types.h"
 #include "transform/image_transform.h"
+#include "transform/random.h"
 #include "transform/render.h"
 
 namespace ringloader {
@@ -31,22 +32,29 @@ inline constexpr size_t kViewAlign = 64;
 /// kGeoDrawSeed: the seed of the draws made in Python for the sample (a Joint's RandomIoUCrop,
 /// which draws against its boxes), an integer below 2^53 from the sample's seed (RowDrawSeed):
 /// keyed per sample like every native draw, the same in every view of the row.
+/// kGeoAngle..kGeoShearY: the draws of a RandomRotation or RandomAffine that is the view's first
+/// image step (torchvision's make_params: angle in degrees, whole-pixel translation, scale,
+/// shears in degrees), which rotates the rendered output; 0, 0, 0, 1, 0, 0 without one. A
+/// Joint moves its boxes and masks by them with v2's kernels.
 enum GeometryField : int {
   kGeoSrcW, kGeoSrcH, kGeoLeft, kGeoTop, kGeoRight, kGeoBottom, kGeoOutW, kGeoOutH,
   kGeoHFlip, kGeoVFlip, kGeoKeyDx, kGeoKeyDy, kGeoDrawSeed,
+  kGeoAngle, kGeoTranslateX, kGeoTranslateY, kGeoScale, kGeoShearX, kGeoShearY,
   kGeometryFields,
 };
 
 /// The kGeoDrawSeed of a sample whose seed is `sample_seed`: exact in a float64.
 uint64_t RowDrawSeed(uint64_t sample_seed);
 
-/// Writes the record of `geometry` (planned on a src_w x src_h image, for the sample whose
-/// seed is `sample_seed`) at `out` (any alignment).
+/// Writes the record of `geometry` (planned by `pipeline` on a src_w x src_h image, for the
+/// sample whose seed is `sample_seed`) at `out` (any alignment). `rng`: a copy of the view's
+/// generator after the plan, from which its first image step, a rotation or affine, draws.
 void WriteGeometry(const SampleGeometry& geometry, int src_w, int src_h, uint64_t sample_seed,
-                   uint8_t* out);
+                   const TransformPipeline& pipeline, SampleRng rng, uint8_t* out);
 
 /// Why `pipeline`'s image stage moves pixels (a flip, crop, pad, rotation or policy there),
-/// so that its geometry cannot be recorded, or "" when it only changes values.
+/// so that its geometry cannot be recorded, or "" when it only changes values: a
+/// RandomRotation or RandomAffine as its first image step is recorded (kGeoAngle...).
 std::string UnrecordedGeometry(const TransformPipeline& pipeline);
 
 struct ViewSet {

@@ -17,6 +17,7 @@
 #include "ringloader/ringloader.h"
 #include "ringloader/transforms.h"
 #include "testing/jpeg_fixtures.h"
+#include "transform/augment.h"
 #include "transform/render.h"
 
 namespace ringloader {
@@ -379,6 +380,69 @@ TEST(ViewsTest, GeometryIsRefusedWhenTheImageStageMovesPixels) {
   EXPECT_NE(set.status().message().find("RandomHorizontalFlip"), std::string::npos);
   options[0].geometry = false;
   EXPECT_TRUE(ViewSet::Create(options, Layout::kCHW).ok());
+}
+
+TEST(ViewsTest, GeometryRecordsTheDrawsOfARotationOrAffineThatTurnsTheOutputFirst) {
+  // A Joint turns its boxes and masks by these draws (v2's kernels, in Python): they must be the
+  // ones the image step made, drawn from the generator right after the plan.
+  RandomAffineParams affine;
+  affine.degrees = {-30.0, 30.0};
+  affine.translate = Range{0.2, 0.1};
+  affine.scale = Range{0.8, 1.2};
+  affine.shear_x = Range{-5.0, 5.0};
+  RandomRotationParams rotation;
+  rotation.degrees = {-45.0, 45.0};
+  const uint8_t red[3] = {200, 30, 30};
+  const std::vector<uint8_t> ppm = RectanglePpm(90, 60, 10, 10, 40, 30, red);
+  LoaderOptions loader_options;
+  loader_options.fast_decode = false;
+  std::unique_ptr<ImageDecoder> decoder = MakeDecoder(loader_options);
+  RenderState state;
+  for (const TransformStep& turn : {TransformStep(affine), TransformStep(rotation)}) {
+    std::vector<LoaderOptions::View> options(1);
+    options[0].dtype = DType::kUint8;
+    options[0].geometry = true;
+    options[0].transform = {transforms::RandomResizedCrop(24, 32, 0.3, 1.0),
+                            transforms::RandomHorizontalFlip(), turn,
+                            transforms::ColorJitter(0.4)};
+    absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+    ASSERT_TRUE(set.ok()) << set.status();
+    std::vector<double> row_storage(set->row_bytes / sizeof(double) + 1);
+    auto* row = reinterpret_cast<uint8_t*>(row_storage.data());
+    std::vector<double> angles;
+    for (uint64_t seed = 0; seed < 6; ++seed) {
+      ASSERT_TRUE(DecodeViews(*decoder, OneFile(ppm), *set, seed, state, row).ok());
+      const double* g = reinterpret_cast<const double*>(row + set->geometry_offsets[0]);
+      SampleRng rng(ViewSeed(seed, 0));
+      set->pipelines[0].Plan(90, 60, rng);
+      AffineDraw want;
+      if (turn.kind() == TransformStep::Kind::kRandomAffine) {
+        want = DrawRandomAffine(affine, rng, 32, 24);
+        EXPECT_EQ(want.translate_x, std::nearbyint(want.translate_x));
+        EXPECT_LE(std::abs(want.translate_x), 0.2 * 32);
+        EXPECT_NE(want.scale, 1.0);
+      } else {
+        want.angle = rng.Uniform(-45.0, 45.0);
+      }
+      const double got[] = {g[kGeoAngle], g[kGeoTranslateX], g[kGeoTranslateY],
+                            g[kGeoScale], g[kGeoShearX], g[kGeoShearY]};
+      const double expected[] = {want.angle, want.translate_x, want.translate_y,
+                                 want.scale, want.shear_x, want.shear_y};
+      for (int f = 0; f < 6; ++f) EXPECT_EQ(got[f], expected[f]) << "field " << f;
+      angles.push_back(g[kGeoAngle]);
+    }
+    std::sort(angles.begin(), angles.end());
+    EXPECT_EQ(std::unique(angles.begin(), angles.end()), angles.end());  // the draws vary
+  }
+  // Only as the first image step: after a colour step it would draw after that step's draws.
+  std::vector<LoaderOptions::View> options(1);
+  options[0].dtype = DType::kUint8;
+  options[0].geometry = true;
+  options[0].transform = {transforms::CenterCrop(16), transforms::ColorJitter(0.4),
+                          TransformStep(rotation)};
+  absl::StatusOr<ViewSet> set = ViewSet::Create(options, Layout::kHWC);
+  ASSERT_FALSE(set.ok());
+  EXPECT_NE(set.status().message().find("RandomRotation"), std::string::npos) << set.status();
 }
 
 // An 8-bit BMP of `labels` (width x height, row-major) with a gray palette: a label image.

@@ -305,23 +305,12 @@ void ColorJitter(const ColorJitterParams& s, SampleRng& rng, AugmentScratch& scr
 /// RandomAffine.get_params + F.affine.
 void RandomAffine(const RandomAffineParams& s, SampleRng& rng, AugmentScratch& scratch,
                   RgbView img) {
-  const double angle = rng.Uniform(s.degrees.lo, s.degrees.hi);
-  double tx = 0, ty = 0;
-  if (s.translate) {
-    const double max_dx = s.translate->lo * img.width;
-    const double max_dy = s.translate->hi * img.height;
-    tx = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
-    ty = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
-  }
-  const double scale = s.scale ? rng.Uniform(s.scale->lo, s.scale->hi) : 1.0;
-  double shear_x = 0, shear_y = 0;
-  if (s.shear_x) shear_x = rng.Uniform(s.shear_x->lo, s.shear_x->hi);
-  if (s.shear_y) shear_y = rng.Uniform(s.shear_y->lo, s.shear_y->hi);
+  const AffineDraw d = DrawRandomAffine(s, rng, img.width, img.height);
   uint8_t fill[3];
   FillLevels(s.fill, fill);
-  Affine(img, angle, tx, ty, scale, shear_x, shear_y, s.interpolation, fill,
-         s.center.has_value(), s.center ? (*s.center)[0] : 0, s.center ? (*s.center)[1] : 0,
-         scratch.ops);
+  Affine(img, d.angle, d.translate_x, d.translate_y, d.scale, d.shear_x, d.shear_y,
+         s.interpolation, fill, s.center.has_value(), s.center ? (*s.center)[0] : 0,
+         s.center ? (*s.center)[1] : 0, scratch.ops);
 }
 
 /// Pads `*img` into scratch.padded (F.pad) and points `*img` there. Negative padding crops, as
@@ -520,6 +509,21 @@ double LinspaceF32(double start, double end, int steps, int index) {
                       ? std::fma(step, static_cast<float>(index), a)
                       : std::fma(-step, static_cast<float>(steps - index - 1), b);
   return static_cast<double>(v);
+}
+
+AffineDraw DrawRandomAffine(const RandomAffineParams& s, SampleRng& rng, int width, int height) {
+  AffineDraw d;
+  d.angle = rng.Uniform(s.degrees.lo, s.degrees.hi);
+  if (s.translate) {
+    const double max_dx = s.translate->lo * width;
+    const double max_dy = s.translate->hi * height;
+    d.translate_x = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
+    d.translate_y = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
+  }
+  d.scale = s.scale ? rng.Uniform(s.scale->lo, s.scale->hi) : 1.0;
+  if (s.shear_x) d.shear_x = rng.Uniform(s.shear_x->lo, s.shear_x->hi);
+  if (s.shear_y) d.shear_y = rng.Uniform(s.shear_y->lo, s.shear_y->hi);
+  return d;
 }
 
 // ---- the image-stage functions of the StepKinds rows ------------------------------------------

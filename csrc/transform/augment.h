@@ -94,6 +94,15 @@ ImageStepFn<ColorJitterParams> ApplyColorJitter;
 ImageStepFn<GrayscaleParams> ApplyGrayscale;
 ImageStepFn<RandomRotationParams> ApplyRandomRotation;
 ImageStepFn<RandomAffineParams> ApplyRandomAffine;
+
+/// The parameters a RandomRotation or RandomAffine step draws (torchvision's make_params, in
+/// its order): the angle in degrees, the whole-pixel translation, the scale and the shears.
+struct AffineDraw {
+  double angle = 0, translate_x = 0, translate_y = 0, scale = 1, shear_x = 0, shear_y = 0;
+};
+/// The draws of RandomAffine `s` on a width x height image, as ApplyRandomAffine makes them
+/// (the rotation's: `AffineDraw{rng.Uniform(degrees)}`). A Joint records them for its boxes.
+AffineDraw DrawRandomAffine(const RandomAffineParams& s, SampleRng& rng, int width, int height);
 ImageStepFn<GaussianBlurParams> ApplyGaussianBlur;
 ImageStepFn<AugOpParams> ApplyAugOpStep;
 ImageStepFn<RandAugmentParams> ApplyRandAugment;

@@ -248,18 +248,22 @@ def test_what_cannot_follow_the_iou_crop_natively_is_named(tmp_path, steps, name
     assert told and named in told[0] and "RandomIoUCrop" in told[0], told
 
 
-@pytest.mark.parametrize("step, why", [(v2.RandomRotation(10), "rotated corners"),
-                                       (v2.RandomAffine(5, translate=(0.1, 0.1)), "affine map")])
-def test_rotation_and_affine_are_named_with_why(tmp_path, step, why):
+@pytest.mark.parametrize("steps, why", [
+    ([v2.RandomRotation(10, expand=True)], "expand=True"),
+    ([v2.ColorJitter(0.2), v2.RandomAffine(5, translate=(0.1, 0.1))], "follows v2.ColorJitter")])
+def test_rotation_and_affine_boxes_cannot_follow_are_named_with_why(tmp_path, steps, why):
+    """Boxes follow a rotation or affine natively (test_joint_affine.py) but for these."""
     path = tmp_path / "photo.jpg"
     path.write_bytes(jpeg_bytes(211, 150, quality=88, seed=130))
-    t = v2.Compose([v2.Resize(100), step, v2.PILToTensor()])
+    t = v2.Compose([v2.Resize(100), *steps, v2.PILToTensor()])
+    step = steps[-1]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = rl.DataLoader(Detections(t, [path]), batch_size=1, collate_fn=list)
     assert not loader.native
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
-    assert told and f"v2.{type(step).__name__} at position 1" in told[0] and why in told[0], told
+    where = f"v2.{type(step).__name__} at position {len(steps)}"
+    assert told and where in told[0] and why in told[0], told
 
 
 def _opened(path):

@@ -327,7 +327,7 @@ def test_steps_boxes_cannot_follow_keep_torchs_path_naming_them(tmp_path):
     import warnings
 
     scenes = _scenes(tmp_path, 2)
-    for t, name in [(v2.Compose([v2.RandomRotation(10)]), "RandomRotation"),
+    for t, name in [(v2.Compose([v2.RandomRotation(10, expand=True)]), "expand=True"),
                     (v2.Compose([v2.RandomIoUCrop(), v2.Resize((32, 32))]), "RandomIoUCrop"),
                     (v2.Compose([v2.ColorJitter(0.3), v2.RandomHorizontalFlip()]),
                      "v2.RandomHorizontalFlip at position 1 follows v2.ColorJitter")]:
@@ -688,7 +688,7 @@ def test_mask_steps_v2_would_change_keep_torchs_path_naming_them(tmp_path):
                      v2.ToDtype({tv_tensors.Image: torch.float32}, scale=True)]), "ToDtype"),
         (v2.Compose([v2.CenterCrop(32), v2.ToImage(), v2.ConvertImageDtype(torch.float32)]),
          "ConvertImageDtype"),
-        (v2.Compose([v2.RandomRotation(10)]), "RandomRotation"),
+        (v2.Compose([v2.RandomRotation(10, expand=True)]), "RandomRotation"),
     ]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")

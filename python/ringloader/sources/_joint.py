@@ -10,7 +10,9 @@ source pixels, the output size and the flips it drew (``pipeline/views.h``); :fu
 each ``BoundingBoxes``/``KeyPoints`` leaf of the row's structure by that geometry as v2's kernels
 would (one affine map per axis: v2's crops, resizes, pads and flips compose into it), clamps
 where v2 clamps, and runs the box-only steps (a RandomIoUCrop: drawn and taken in Python,
-``_detection.iou_crop``). A step that moves pixels otherwise (rotation, affine) is not planned.
+``_detection.iou_crop``). A RandomRotation or RandomAffine after those steps turns the rendered
+image natively, its draws recorded with the geometry: boxes, keypoints and masks follow it with
+v2's own kernels (``_detection.turn``); with ``expand=True`` it is not planned.
 
 A ``mode="mask"`` reference in the structure is rendered by its own view of its file
 (:attr:`JointPlan.mask`): the same geometric steps with torch's nearest interpolation (v2
@@ -48,7 +50,7 @@ import numpy as np
 
 from ..transforms import _detection
 from .. import transforms as T  # noqa: F401 (_detection: converters it registers)
-from .references import _CONVERSIONS, _TENSOR_ONLY, rebuild, runnable
+from .references import _CONVERSIONS, _TENSOR_ONLY, first_plain, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
@@ -87,6 +89,7 @@ class JointPlan(NamedTuple):
     # torchvision's segmentation reference asks), or None: the mask keeps its stored uint8.
     mask_dtype: Any = None
     iou: Any = None  # v2's RandomIoUCrop: drawn against the boxes (``_detection.iou_crop``)
+    turn: Any = None  # v2's RandomRotation/RandomAffine after the geometry (``_detection.turn``)
 
 
 _NO_DTYPE = object()
@@ -218,11 +221,13 @@ def _plan(transform: Any) -> Any:
     kind = "pil"  # what v2 holds for the image: "pil", "image" (tv_tensors.Image) or "plain"
     unwrapped = False  # after ToPureTensor: every leaf a plain tensor
     plain_step: Optional[Tuple[str, bool]] = None
+    turn: Any = None
+    moves = (*_GEOMETRIC, *_detection.TURNS)  # the steps boxes follow
     for i, step in enumerate(parts):
         name = type(step).__name__
         where = T._step_name(step)
         if name in _BOXES_ONLY:
-            if geometric_seen and any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+            if geometric_seen and any(type(p).__name__ in moves for p in parts[i + 1:]):
                 return (f"{where} sits between geometric steps (natively it runs before or after "
                         "them)")
             (after if geometric_seen else before).append(step)
@@ -230,7 +235,7 @@ def _plan(transform: Any) -> Any:
         if name == "ToPureTensor":
             # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
             # the boxes; before a geometric step it would leave v2 no boxes to move.
-            if any(type(p).__name__ in _GEOMETRIC for p in parts[i + 1:]):
+            if any(type(p).__name__ in moves for p in parts[i + 1:]):
                 return f"{where} comes before a geometric step"
             if kind == "pil":
                 return (f"{where} comes before the chain's tensor conversion (v2 passes the PIL "
@@ -249,8 +254,18 @@ def _plan(transform: Any) -> Any:
                 image.append(step)
             # Otherwise v2 passes the tensor through (natively ToTensor would convert it).
             continue
+        if name in _detection.TURNS:
+            why = _detection.turn_refusal(step, kind, first_value or turn or iou)
+            if why:
+                return why
+            turn = step  # boxes, keypoints and masks: v2's own step, in Python (resolve)
+            mask_refusal = mask_refusal or _detection.turn_mask_refusal(step)
+            image.append(_with_fill(step, _fill_for(step, kind) or 0))  # the image's fill
+            geometric_seen = True
+            continue
         if name in _GEOMETRIC:
-            if first_value is not None:
+            if first_value is not None or turn is not None:
+                first_value = first_value or turn
                 return (f"{where} follows {T._step_name(first_value)}: natively it would move "
                         "the pixels after the resample, where boxes cannot follow it")
             why = name in _detection.PADS and _detection.image_fill_refusal(
@@ -305,8 +320,8 @@ def _plan(transform: Any) -> Any:
                 if isinstance(step.dtype, dict):
                     step = v2.ToDtype(dtype, scale=step.scale)
         else:
-            return f"{where} " + _detection.NOT_NATIVE.get(name, "is not a crop, resize, pad, " +
-                                                           "flip or colour step (boxes follow those natively)")
+            return (f"{where} is not a crop, resize, pad, flip, rotation, affine or colour step "
+                    "(boxes follow those natively)")
         if kind == "plain":
             plain_step = plain_step or (where, unwrapped)
         if name in _VALUES:
@@ -322,7 +337,7 @@ def _plan(transform: Any) -> Any:
     # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
     return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
                      v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",
-                     plain_step, mask_dtype, iou)
+                     plain_step, mask_dtype, iou, turn)
 
 
 def plan(transform: Any) -> Any:
@@ -426,32 +441,12 @@ def refusal(joint: Any) -> Optional[str]:
     if masks and found.mask_refusal is not None:
         return f"its Joint transform cannot run natively on {masks[0]}: {found.mask_refusal}"
     if found.plain_step is not None:
-        first = _first_plain(joint.structure, found.plain_step[1])
+        first = first_plain(joint.structure, found.plain_step[1])
         if first is not None:
             return (f"its Joint transform runs {found.plain_step[0]} on the image as a plain "
                     f"tensor, and v2 then transforms the sample's first plain tensor, {first}, "
                     "not the image (put the image first in the structure, or convert it with "
                     "ToImage())")
-    return None
-
-
-def _first_plain(structure: Any, unwrapped: bool) -> Optional[str]:
-    """What v2 takes for the image in ``structure`` (flattened as v2 flattens it) when the image
-    is a plain tensor and so are, ``unwrapped`` (after ToPureTensor), the masks, boxes and
-    keypoints: None when that is the image reference."""
-    import torch
-    from torch.utils._pytree import tree_flatten
-
-    from .references import ImageReference
-
-    leaves, _ = tree_flatten(structure)
-    for n, value in enumerate(leaves):
-        if isinstance(value, ImageReference) and value.mode != "mask":
-            return None
-        if (type(value) is torch.Tensor or (unwrapped and isinstance(value, torch.Tensor))
-                or (unwrapped and isinstance(value, ImageReference))):
-            what = value.describe() if isinstance(value, ImageReference) else type(value).__name__
-            return f"leaf {n} ({what})"
     return None
 
 
@@ -560,6 +555,8 @@ def resolve(leaf: JointLeaf, geometry: Any) -> Any:
                       leaf.plan.clamps, leaf.source, _integer_steps(leaf.plan))
     if iou is not None:
         structure = _detection.iou_crop(iou, structure, geometry, rebuild)
+    if leaf.plan.turn is not None:
+        structure = _detection.turn(leaf.plan.turn, structure, geometry, rebuild)
     for step in leaf.plan.after:
         structure = _run(step, structure)
     return structure

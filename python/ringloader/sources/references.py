@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import os
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .video import _VideoReference
 
@@ -423,3 +423,21 @@ def materialize(sample: Any, generator: Any = None) -> Any:
         return rebuild(value, walk)
 
     return walk(sample)
+
+
+def first_plain(structure: Any, unwrapped: bool) -> Optional[str]:
+    """What v2 takes for the image in ``structure`` (flattened as v2 flattens it) when the image
+    is a plain tensor and so are, ``unwrapped`` (after ToPureTensor), the masks, boxes and
+    keypoints: None when that is the image reference."""
+    import torch
+    from torch.utils._pytree import tree_flatten
+
+    leaves, _ = tree_flatten(structure)
+    for n, value in enumerate(leaves):
+        if isinstance(value, ImageReference) and value.mode != "mask":
+            return None
+        if (type(value) is torch.Tensor or (unwrapped and isinstance(value, torch.Tensor))
+                or (unwrapped and isinstance(value, ImageReference))):
+            what = value.describe() if isinstance(value, ImageReference) else type(value).__name__
+            return f"leaf {n} ({what})"
+    return None

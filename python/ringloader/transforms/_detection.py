@@ -94,16 +94,59 @@ def _photometric(t: Any, where: str) -> List[Dict[str, Any]]:
                  photometric=2 if getattr(t, "_before_padding", False) else 1)]
 
 
-#: Why rotation and affine keep a Joint on torch's path, by class name (the warning names the
-#: step and its position).
-NOT_NATIVE = {
-    # Natively these run on the 8-bit image after the resample, with an angle (and shear,
-    # translation) the row's geometry record does not hold, so boxes could not follow them.
-    "RandomRotation": ("rotates the image by a drawn angle, which boxes and keypoints cannot "
-                       "follow natively yet (v2 takes the rotated corners' hull)"),
-    "RandomAffine": ("moves the image by a drawn affine map, which boxes and keypoints cannot "
-                     "follow natively yet (v2 takes the moved corners' hull)"),
-}
+#: v2 classes that turn a Joint's image natively: Pillow's rotation or affine on the rendered
+#: image (its first step after the resample), its draws recorded in the row's geometry record
+#: (``views.h`` kGeoAngle, then the translation, scale and shears), which boxes, keypoints and
+#: masks follow in Python with v2's own kernels (:func:`turn`).
+TURNS = ("RandomRotation", "RandomAffine")
+#: The geometry record's kGeoAngle (``views.h``): translate x, y, scale, shear x, y follow it.
+_ANGLE = 13
+
+
+def turn_refusal(step: Any, kind: str, before: Any) -> Optional[str]:
+    """Why v2's RandomRotation or RandomAffine ``step`` cannot turn a Joint natively (a string
+    naming it), or None. ``kind``: what v2 holds for the image there ("pil", "image", "plain");
+    ``before``: a step after the resample that comes before it (a colour step, or a first
+    rotation), or None."""
+    where = _step_name(step)
+    if getattr(step, "expand", False):
+        return (f"{where} has expand=True (v2 grows the canvas to the rotated image's hull, by the "
+                "drawn angle; natively the output keeps its size): it runs on torch's path")
+    if kind != "pil":
+        return (f"{where} follows the chain's tensor conversion (v2 rotates a tensor with torch's "
+                "kernel; natively a rotation is Pillow's, on the PIL image): put it before the "
+                "conversion")
+    if type(before).__name__ == "RandomIoUCrop":
+        return (f"{where} and {_step_name(before)} in one Joint (natively the crop is drawn on "
+                "the canvas before any rotation or affine)")
+    if before is not None:
+        return (f"{where} follows {_step_name(before)} (natively one rotation or affine, the "
+                "first step after the crops, resizes, pads and flips: its draws are recorded for "
+                "the boxes, keypoints and masks)")
+    return None
+
+
+def turn_mask_refusal(step: Any) -> Optional[str]:
+    """Why v2's RandomRotation or RandomAffine ``step`` cannot turn a ``tv_tensors.Mask`` (v2
+    raises: a fill of several values for the mask's one channel), or None."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2._utils import _get_fill
+
+    fill = _get_fill(step._fill, tv_tensors.Mask)
+    if isinstance(fill, (list, tuple)) and len(fill) > 1:
+        return (f"{_step_name(step)} fills a tv_tensors.Mask with {fill!r} (v2 raises: a mask has "
+                "one channel; give masks their own, fill={tv_tensors.Mask: 0, 'others': ...})")
+    return None
+
+
+def turn_params(step: Any, g: Any) -> Dict[str, Any]:
+    """The parameters v2's ``make_params`` gives ``step`` (a RandomRotation or RandomAffine),
+    from a row's geometry record ``g``: the draws the native image step made."""
+    angle = float(g[_ANGLE])
+    if type(step).__name__ == "RandomRotation":
+        return {"angle": angle}
+    return {"angle": angle, "translate": (int(g[_ANGLE + 1]), int(g[_ANGLE + 2])),
+            "scale": float(g[_ANGLE + 3]), "shear": (float(g[_ANGLE + 4]), float(g[_ANGLE + 5]))}
 
 #: What to write instead of the steps of torchvision's references that are the references' own
 #: code (not v2 classes, so not recognised), by class name: the end of a fallback warning.
@@ -231,7 +274,7 @@ def from_xyxy(b: Any, fmt: str) -> Any:
 
 
 #: The geometry record's field with the seed of the row's draws made in Python (``views.h``
-#: kGeoDrawSeed, the record's last).
+#: kGeoDrawSeed; the rotation's draws follow it, :data:`_ANGLE`).
 _DRAW_SEED = 12
 #: v2 classes flipping the image: after a RandomIoUCrop they move the slice taken.
 _FLIPS = ("RandomHorizontalFlip", "RandomVerticalFlip")
@@ -290,6 +333,43 @@ class Crop:
         if t.dim() == 2 or hwc:
             return t[self.top:self.top + self.height, self.left:self.left + self.width]
         return t[..., self.top:self.top + self.height, self.left:self.left + self.width]
+
+
+class Turn(Crop):
+    """A mask leaf of a row with the rotation or affine its image drew (:func:`turn`): v2's step
+    on the rendered mask, as v2 turns a ``tv_tensors.Mask`` (nearest, the fill its per-type
+    fill gives masks, torch's kernel)."""
+
+    __slots__ = ("step", "params")
+
+    def __init__(self, leaf: Any, step: Any, params: Dict[str, Any]):
+        self.leaf, self.step, self.params = leaf, step, params
+
+    def take(self, t: Any, hwc: bool) -> Any:
+        import torch
+        from torchvision import tv_tensors
+
+        return self.step.transform(tv_tensors.Mask(t), self.params).as_subclass(torch.Tensor)
+
+
+def turn(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
+    """A row's structure, its boxes and keypoints moved to the rendered image before ``step``
+    (v2's RandomRotation or RandomAffine), after it: boxes and keypoints by v2's ``transform``
+    with the draws the record ``g`` holds (v2's kernels: the corners through the affine map,
+    their hull, clamped, integer boxes rounded as v2 rounds them), each mask leaf wrapped in a
+    :class:`Turn` (taken by :func:`take_crops`)."""
+    from torchvision import tv_tensors
+
+    params = turn_params(step, g)
+
+    def move(value: Any) -> Any:
+        if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
+            return step.transform(value, params)
+        if type(value).__name__ == "_JointMask":  # _structures' leaf of a mask view
+            return Turn(value, step, params)
+        return rebuild(value, move)
+
+    return move(structure)
 
 
 #: Box dtypes whose arithmetic :func:`_iou_loop` follows as torch does it (numpy, same dtype).
@@ -414,7 +494,8 @@ def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], An
 
 def take_crops(views: List[Any], structures: List[Any], hwc: bool,
                rebuild: Callable[[Any, Any], Any]) -> Tuple[List[Any], List[Any]]:
-    """A batch's views and rows' structures with each :class:`Crop` (:func:`iou_crop`) taken:
+    """A batch's views and rows' structures with each :class:`Crop` (:func:`iou_crop`; a
+    :class:`Turn`, :func:`turn`) taken:
     the view's tensor of that row replaced by its crop (a view that was one batch tensor
     becomes the list of its rows) and the Crop by its leaf."""
     views = list(views)
