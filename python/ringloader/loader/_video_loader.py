@@ -160,12 +160,13 @@ class _Prefetched:
     bytes charged to ``slots`` (``_video_loader.ClipSlots``: the producer waits while they are
     full). The thread is stopped and waited for at interpreter exit (``_stop_at_exit``)."""
 
-    def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None):
+    def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None,
+                 dropped: Any = None):
         import queue
 
         self._queue: Any = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
-        self._timeout, self._slots = timeout, slots
+        self._timeout, self._slots, self._dropped = timeout, slots, dropped
         # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
         # runs __del__, which stops the thread.
         self._thread = threading.Thread(target=_Prefetched._run,
@@ -236,6 +237,8 @@ class _Prefetched:
 
     def __next__(self) -> Any:
         ok, item = self._get()
+        while ok and _dropped(item, self._dropped):  # every clip skipped: the batch is dropped
+            ok, item = self._get()
         if ok:
             return item
         if ok is None:  # one batch's error: the next call gets the next batch
@@ -256,25 +259,38 @@ class _WhenAsked:
     """The batches of ``batches`` from ``source`` made when asked, on the caller's thread; a
     batch refused for want of room (``SlotsExhaustedError``) is made by the next call."""
 
-    def __init__(self, source: Any, batches: Any, slots: Any):
+    def __init__(self, source: Any, batches: Any, slots: Any, dropped: Any = None):
         self._source, self._batches, self._slots = source, iter(batches), slots
         self._keys: Optional[List[Any]] = None
+        self._dropped = dropped
 
     def __iter__(self) -> "_WhenAsked":
         return self
 
     def __next__(self) -> Any:
-        if self._keys is None:
-            self._keys = list(next(self._batches))
-        try:
-            batch = self._source.batch(self._keys, self._slots)
-        except SlotsExhaustedError:
-            raise  # nothing lost: the same keys at the next call
-        except BaseException:
-            self._keys = None  # another error: iterating again goes on with the next batch
-            raise
-        self._keys = None
-        return batch
+        while True:
+            if self._keys is None:
+                self._keys = list(next(self._batches))
+            try:
+                batch = self._source.batch(self._keys, self._slots)
+            except SlotsExhaustedError:
+                raise  # nothing lost: the same keys at the next call
+            except BaseException:
+                self._keys = None  # another error: iterating again goes on with the next batch
+                raise
+            self._keys = None
+            if not _dropped(batch, self._dropped):  # every clip skipped: the batch is dropped
+                return batch
+
+
+def _dropped(batch: Any, passed: Any) -> bool:
+    """Whether ``batch`` holds no clip (``on_error="skip"`` left out every one) and is dropped,
+    as the image loader drops a batch whose every sample failed: then ``passed()`` records its
+    planned batch as passed, so a checkpoint resumes after it (``NativeVideoLoader``)."""
+    if passed is None or len(batch[0]):
+        return False
+    passed()
+    return True
 
 
 class NativeVideoLoader:
@@ -313,9 +329,28 @@ class NativeVideoLoader:
         import torch
 
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        dropped = self._passed_counter() if self.source.on_error == "skip" else None
         if self.prefetch <= 0:
-            return _WhenAsked(self.source, self.batches, self.slots)
-        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots)
+            return _WhenAsked(self.source, self.batches, self.slots, dropped)
+        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots, dropped)
+
+    def _passed_counter(self) -> Any:
+        """What an iterator calls when it drops a batch whose every clip was skipped: its
+        planned batch counts as delivered in the epoch's record (``_checkpoint._Progress``, that
+        of the epoch the iterator's batches began), so ``state_dict`` resumes after it as after
+        a batch received. (Counted when the next batch is taken, before or after the training
+        loop holds the previous one: either way a resumed epoch gives the same batches, the
+        dropped one holding none.)"""
+        owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
+        progress: List[Any] = []
+
+        def passed() -> None:
+            if not progress:
+                progress.append(getattr(owner, "_current", None))
+            if progress[0] is not None:
+                progress[0].delivered += 1
+
+        return passed
 
     def describe(self) -> str:
         """How the clip batches' memory is bounded (a line of ``describe()``)."""

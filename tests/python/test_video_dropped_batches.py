@@ -1,0 +1,79 @@
+"""Native clip batches under on_error="skip" when every clip of a batch fails: the batch is
+dropped, as the image loader drops a batch whose every sample failed (docs/bad-data.md), never
+delivered as an empty (0, 0, 3, 0, 0) tensor; len(loader) stays the planned count (an upper
+bound) and a checkpoint taken after the dropped batch resumes after it."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ringloader as rl
+from ringloader.sources import video as rv
+from ringloader.transforms import clips
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
+    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
+]
+v2 = pytest.importorskip("torchvision.transforms.v2")
+
+SAMPLER = clips.random_indices(num_frames_per_clip=4, num_indices_between_frames=2)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    """Two classes of two 20-frame 32x24 H.264 clips; a/1.mp4 cut to its first third."""
+    top = tmp_path_factory.mktemp("dropped")
+    for c, label in enumerate("ab"):
+        (top / label).mkdir()
+        for k in range(2):
+            subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                            f"testsrc2=size=32x24:rate=10,trim=end_frame=20,hue=h={60 * (2 * c + k)}",
+                            "-pix_fmt", "yuv420p", "-c:v", "libx264", "-g", "5", str(top / label / f"{k}.mp4")],
+                           check=True)
+    bad = top / "a" / "1.mp4"
+    data = bad.read_bytes()
+    bad.write_bytes(data[: len(data) // 3])
+    return top
+
+
+def loader(dataset, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # natively batched: no FallbackWarning
+        return rl.DataLoader(dataset, batch_size=1, on_error="skip",
+                             generator=torch.Generator().manual_seed(5), **kwargs)
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["when-asked", "prefetched"])
+def test_a_batch_whose_every_clip_failed_is_dropped(folder: Path, workers: int):
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    dl = loader(ds, num_workers=workers)
+    assert len(dl) == 4  # the planned batches: an upper bound, as for images
+    got = [(clip, target.tolist()) for clip, target in dl]
+    assert [t for _, t in got] == [[0], [1], [1]]  # a/1.mp4's batch is not delivered at all
+    assert all(clip.shape == (1, 1, 4, 3, 16, 16) for clip, _ in got)
+    assert dl.stats()["video"]["skipped"] == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["when-asked", "prefetched"])
+def test_a_checkpoint_after_a_dropped_batch_resumes_after_it(folder: Path, workers: int):
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    whole = [(c, t.tolist()) for c, t in loader(ds, num_workers=workers)]
+    dl = loader(ds, num_workers=workers)
+    it = iter(dl)
+    first, second = next(it), next(it)  # a/0, then b/0 (a/1's batch dropped between them)
+    assert second[1].tolist() == [1]
+    state = dl.state_dict()
+    assert state["delivered"] == 3  # a/0's batch, a/1's (dropped) and b/0's
+    rest = [(c, t.tolist()) for c, t in it]
+    resumed = loader(ds, num_workers=workers)
+    resumed.load_state_dict(state)
+    again = [(c, t.tolist()) for c, t in resumed]
+    assert [t for _, t in again] == [t for _, t in rest] == [[1]]  # b/1 once: nothing repeated
+    assert torch.equal(again[0][0], whole[2][0]) and torch.equal(rest[0][0], whole[2][0])
