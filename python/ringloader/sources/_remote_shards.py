@@ -35,12 +35,14 @@ class RemoteShards:
     ``urls`` and ``paths`` are the dataset's own lists (``WebDataset.urls``, ``shard_paths``),
     shared: fetching a shard points its entry of ``paths`` at the cached copy. ``index_options``
     (``image_exts``, ``label_key``, ``label_field``, ``index_cache``) key the indexes kept
-    under ``index_cache``."""
+    under ``index_cache``. ``kind`` names the dataset class in errors (``rl.VideoShards``
+    fetches its remote shards through the same object)."""
 
     def __init__(self, urls: List[str], paths: List[str], fetcher: _remote.RemoteFetcher,
-                 index_options: Tuple[Sequence[str], str, str, Optional[str]]):
+                 index_options: Tuple[Sequence[str], str, str, Optional[str]],
+                 kind: str = "WebDataset"):
         self.urls, self.paths, self.fetcher = urls, paths, fetcher
-        self.index_options = index_options
+        self.index_options, self.kind = index_options, kind
         #: Per shard: (size, ETag) of the remote object it was indexed from (ETag None: from a
         #: pack sidecar, learnt at its download); None for a shard read otherwise.
         self.copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(urls)
@@ -169,12 +171,12 @@ class RemoteShards:
         named = "; ".join(f"{self.urls[s]}: {unfetched[s]}" for s in unknown[:3])
         more = f"; and {len(unknown) - 3} more" if len(unknown) > 3 else ""
         raise ConnectionError(
-            f"WebDataset: {len(unknown)} of {len(self.urls)} shards could not be downloaded, so "
+            f"{self.kind}: {len(unknown)} of {len(self.urls)} shards could not be downloaded, so "
             f"their samples cannot be known ({named}{more}). Check that the server is up and "
-            "the URLs are right, then build the WebDataset again (remote_options max_attempts "
-            "and backoff_max_s make the downloads retry longer). An index kept under "
-            "index_cache by a run that could read the shards lets a dataset be built while "
-            "they are out of reach.")
+            f"the URLs are right, then build the {self.kind} again (remote_options max_attempts "
+            "and backoff_max_s make the downloads retry longer)." + (
+                " An index kept under index_cache by a run that could read the shards lets a "
+                "dataset be built while they are out of reach." if self.kind == "WebDataset" else ""))
 
     def unfetched_index(self, s: int, error: str) -> Dict[str, Any]:
         """The index of remote shard ``s``, which could not be fetched, kept by an earlier run
@@ -194,7 +196,7 @@ class RemoteShards:
         failed: Dict[int, str] = {}
         for s, r in zip(shards, results):
             if "error" in r:
-                _remote.raise_if_fatal(r)
+                _remote.raise_if_fatal(r, f"{self.kind} shard")
                 failed[s] = r["error"]
                 continue
             copy = (int(r["size"]), str(r["etag"]))
@@ -205,9 +207,9 @@ class RemoteShards:
                 self.copies[s] = copy
             elif was is not None and copy != was:
                 error = StaleIndexError(
-                    f"WebDataset shard {self.urls[s]} changed since the dataset was built "
+                    f"{self.kind} shard {self.urls[s]} changed since the dataset was built "
                     f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "
-                    f"{copy[1] or 'none'}): its index is out of date. Build the WebDataset again "
+                    f"{copy[1] or 'none'}): its index is out of date. Build the {self.kind} again "
                     f"(it re-indexes the shard).")
                 error.path = self.urls[s]
                 raise error

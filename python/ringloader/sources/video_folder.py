@@ -145,16 +145,23 @@ class VideoShards(_TorchDataset):
     place from the uncompressed tar (never extracted), so ``rl.DataLoader`` batches the clips in
     native threads as for a :class:`VideoFolder`, the pixels those of the member's file.
 
-    Shards are local tar files (paths, globs, brace patterns as ``rl.WebDataset`` takes them),
-    indexed natively at construction from their tar headers; ``pipe:`` and remote shards are
-    refused (download them first). Each shard's size and mtime are recorded before it is
-    indexed: a shard rewritten since raises ``rl.StaleIndexError`` naming it (at ``iter()`` of
-    ``rl.DataLoader``, when one of its samples is read and when a ``VideoFile`` it gave decodes;
-    :meth:`check_unchanged`) rather than read other bytes at its recorded ranges; build the
-    dataset again to index it anew. A sample
-    without a video member or label, and the cut end of a truncated shard, raise ``ValueError``
-    naming the shard and member when read (``dataset[i]``); under ``rl.DataLoader`` that is
-    the sample's error under ``on_error``, as a bad clip's.
+    Shards are local tar files (paths, globs, brace patterns as ``rl.WebDataset`` takes them)
+    or remote ones (``http://``, ``https://``, ``s3://``), indexed natively at construction
+    from their tar headers. A remote shard is downloaded whole at construction into
+    ``rl.WebDataset``'s node-local cache (``cache_dir``, ``cache_limit``, ``ca_file``,
+    ``remote_options`` as it takes them: verified, written atomically, a copy cut short by the
+    server fetched again), and its members are read in place from the cached copy; errors name
+    the URL (a 403/404 raises at construction, a shard still failing after the retries
+    ``ConnectionError``). ``pipe:`` shards are refused (a stream has no byte ranges to read in
+    place). Each local shard's size and mtime are recorded before it is indexed, and each
+    remote shard's object size and ETag: a shard rewritten since (a remote one whose copy, no
+    longer the one this process verified, comes back from the server as another object) raises
+    ``rl.StaleIndexError`` naming it (at ``iter()`` of ``rl.DataLoader``, when one of its
+    samples is read and when a ``VideoFile`` it gave decodes; :meth:`check_unchanged`) rather
+    than read other bytes at its recorded ranges; build the dataset again to index it anew. A
+    sample without a video member or label, and the cut end of a truncated shard, raise
+    ``ValueError`` naming the shard and member when read (``dataset[i]``); under
+    ``rl.DataLoader`` that is the sample's error under ``on_error``, as a bad clip's.
 
     Args:
         urls: a shard path, glob or brace pattern, or a list of them.
@@ -164,8 +171,12 @@ class VideoShards(_TorchDataset):
         label_field: the label's field of a ``.json`` label member.
         video_exts: member extensions that are videos, in order of preference.
         target_transform: a callable applied to each label.
-        classes: the class names (default: ``classes.json`` beside the first shard, else the
-            labels' numbers).
+        classes: the class names (default: ``classes.json`` beside the first shard when it is
+            local, else the labels' numbers).
+        cache_dir: where remote shards are cached (``rl.WebDataset``'s, docs/remote.md).
+        cache_limit: the cache folder's limit (bytes or a size like ``"50GB"``; None: none).
+        ca_file: the CA bundle https uses.
+        remote_options: the downloader's settings, as ``rl.WebDataset`` takes them.
 
     Examples:
         >>> import io, tarfile
@@ -182,77 +193,168 @@ class VideoShards(_TorchDataset):
 
     def __init__(self, urls: Any, transform: Any = None, clip: Any = None, *, label_key: str = "cls",
                  label_field: str = "label", video_exts: Tuple[str, ...] = VIDEO_MEMBER_EXTS,
-                 target_transform: Optional[Callable[[int], Any]] = None, classes: Optional[List[str]] = None):
+                 target_transform: Optional[Callable[[int], Any]] = None, classes: Optional[List[str]] = None,
+                 cache_dir: Optional[str] = None, cache_limit: Any = None, ca_file: Optional[str] = None,
+                 remote_options: Optional[Dict[str, Any]] = None):
         from .. import _C
         from ..core import _remote
         from ..core._shard_index import _expand, classes_file, shard_stat, with_damage
+        from ._remote_shards import RemoteShards
 
         if clip is not None:
             _clips.as_sampler(clip)
         exts = [str(e).lower().lstrip(".") for e in ([video_exts] if isinstance(video_exts, str) else video_exts)]
         self.transform, self.clip, self.target_transform = transform, clip, target_transform
-        #: Per sample: (shard path, member, offset, length, label, error: "" when readable).
+        #: Per sample: (shard URL or path, member, offset, length, label, error: "" when readable).
         self.samples: List[Tuple[str, str, int, int, int, str]] = []
-        self.urls = [url for url, _ in _expand(urls)]
-        #: Per shard: (size, mtime_ns) before it was indexed (``_shard_index.shard_stat``), what
-        #: :meth:`check_unchanged` compares with.
-        self.shard_stats: List[Tuple[int, int]] = []
-        for url, pipe in _expand(urls):
-            if pipe or _remote.remote_scheme(url) is not None:
-                raise ValueError(f"VideoShards: {url!r} is not a local shard: members are read in place as "
-                                 "byte ranges of local tar files (pipe: and remote shards are not supported); "
-                                 "download the shards and pass their paths")
-            if not os.path.isfile(url):
-                raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
-            self.shard_stats.append(shard_stat(url))
-            index = with_damage(dict(_C.scan_webdataset_shard(url, image_exts=exts, label_key=label_key,
-                                                              json_field=label_field, video_members=True)), url)
-            self.samples += [(url, str(m), int(o), int(n), int(label), str(e)) for m, o, n, label, e in zip(
-                index["members"], index["offsets"], index["lengths"], index["labels"], index["errors"])]
+        expanded = _expand(urls)
+        self.urls = [url for url, _ in expanded]
+        for url, pipe in expanded:
+            if pipe:
+                raise ValueError(f"VideoShards: {url!r} is a pipe: shard: members are read in place as "
+                                 "byte ranges of tar files (local, or remote ones through the cache), "
+                                 "which a command's stream is not; write the stream to a file and pass "
+                                 "its path")
+        #: Per shard: the file its members are read from (a remote shard's copy in the cache).
+        self.shard_paths: List[str] = list(self.urls)
+        #: The remote shards (http(s)://, s3://), fetched into the cache as rl.WebDataset's are
+        #: (the same object, ``_remote_shards.RemoteShards``), or None without any.
+        self._remote: Optional[Any] = None
+        #: Remote shards found changed on the server ({shard: the StaleIndexError's message}):
+        #: stale for good, though the cache now holds the new object as a verified copy.
+        self._stale: Dict[int, str] = {}
+        remote = [s for s, url in enumerate(self.urls) if _remote.remote_scheme(url) is not None]
+        if remote:
+            self._remote = RemoteShards(self.urls, self.shard_paths,
+                                        _remote.RemoteFetcher(cache_dir, cache_limit, ca_file, remote_options),
+                                        (tuple(exts), label_key, label_field, None), kind="VideoShards")
+            # Each remote shard downloaded whole now (its index is its tar headers): a 403/404
+            # raises, one still failing after the retries raises ConnectionError naming it.
+            self._remote._raise_unknown(self._remote.fetch(remote, construction=True))
+        elif cache_dir is not None or cache_limit is not None:
+            _remote.cache_limit_bytes(cache_limit)  # a bad value is an error whatever the urls
+        #: Per shard: (size, mtime_ns) of a local shard before it was indexed
+        #: (``_shard_index.shard_stat``), what :meth:`check_unchanged` compares with; None for a
+        #: remote one (its identity is the object's size and ETag, which the cache checks).
+        self.shard_stats: List[Optional[Tuple[int, int]]] = []
+        for s, url in enumerate(self.urls):
+            path = self.shard_paths[s]
+            if self._remote is None or self._remote.copies[s] is None:
+                if not os.path.isfile(url):
+                    raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
+                self.shard_stats.append(shard_stat(url))
+            else:
+                self.shard_stats.append(None)
+            index = self._scan(_C, path, exts, label_key, label_field)
+            if index.get("error") and path != url:
+                again = self._remote.refetch_if_cut(s)  # type: ignore[union-attr]
+                if again is not None:  # a copy cut short in the cache: fetched and indexed again
+                    path = again
+                    index = self._scan(_C, path, exts, label_key, label_field)
+            index = with_damage(index, url)
+            errors = [str(e).replace(path, url) for e in index["errors"]]  # name the URL, not the copy
+            self.samples += [(url, str(m), int(o), int(n), int(label), e) for m, o, n, label, e in zip(
+                index["members"], index["offsets"], index["lengths"], index["labels"], errors)]
         if not self.samples:
             raise ValueError(f"VideoShards: the shards hold no samples ({self.urls[0] if self.urls else urls!r})")
         self.targets: List[int] = [s[4] for s in self.samples]
         self.classes: List[str] = list(classes) if classes is not None else (
             classes_file(self.urls[0], False) or [str(i) for i in range(max(self.targets) + 1)])
 
+    @staticmethod
+    def _scan(_C: Any, path: str, exts: List[str], label_key: str, label_field: str) -> Dict[str, Any]:
+        return dict(_C.scan_webdataset_shard(path, image_exts=exts, label_key=label_key,
+                                             json_field=label_field, video_members=True))
+
     def __len__(self) -> int:
         return len(self.samples)
 
     def check_unchanged(self, shards: Optional[List[str]] = None) -> None:
-        """Raises ``rl.StaleIndexError`` naming the shard when a shard (of ``shards``, default
-        all) is not as it was indexed (its size or mtime differ: ``rl.WebDataset``'s rule,
-        ``_shard_index.check_shard``): its members' recorded byte ranges would read other
-        bytes. ``rl.DataLoader`` calls it at ``iter()``, ``dataset[i]`` for the sample's shard,
-        and the ``VideoFile`` of a sample before it decodes."""
+        """Raises ``rl.StaleIndexError`` naming the shard when a shard (of ``shards``, URLs or
+        paths as given; default all) is not as it was indexed: a local one whose size or mtime
+        differ (``rl.WebDataset``'s rule, ``_shard_index.check_shard``), a remote one whose copy
+        is not in the cache as verified by this process and whose object, fetched again, has
+        another size or ETag (``rl.WebDataset``'s rule for remote shards). Its members' recorded
+        byte ranges would read other bytes. ``rl.DataLoader`` calls it at ``iter()``,
+        ``dataset[i]`` for the sample's shard, and the ``VideoFile`` of a sample before it
+        decodes. A remote shard that cannot be fetched now is left to its samples (their errors
+        name it, under ``on_error``)."""
+        for url in self.urls if shards is None else shards:
+            try:
+                self._check(url)
+            except ConnectionError:
+                continue
+
+    def _shard_of(self, shard: str) -> int:
+        index = self.__dict__.get("_shards")
+        if index is None:
+            index = self.__dict__["_shards"] = {url: s for s, url in enumerate(self.urls)}
+        return index[shard]
+
+    def _check(self, shard: str) -> None:
+        """The check of :meth:`check_unchanged` for one shard; a remote one that cannot be
+        fetched raises ``ConnectionError`` naming it."""
         from ..core._shard_index import check_shard
 
-        stats = dict(zip(self.urls, self.shard_stats))
-        for url in self.urls if shards is None else shards:
-            check_shard(url, stats[url], "VideoShards")
-
-    def _stat_of(self, shard: str) -> Tuple[int, int]:
-        stats = self.__dict__.get("_stats")
-        if stats is None:
-            stats = self.__dict__["_stats"] = dict(zip(self.urls, self.shard_stats))
-        return stats[shard]
+        s = self._shard_of(shard)
+        if self.shard_stats[s] is not None:
+            check_shard(shard, self.shard_stats[s], "VideoShards")
+        elif self._remote is not None and self._remote.copies[s] is not None:
+            _check_remote(self._remote, s, self._stale)
 
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
         import functools
 
-        from ..core._shard_index import check_shard
         from .video import VideoFile
 
         shard, member, offset, length, target, error = self.samples[index]
-        check_shard(shard, self._stat_of(shard), "VideoShards")
+        self._check(shard)
         if error:
             raise ValueError(f"VideoShards[{index}]: {error}")
         if self.target_transform is not None:
             target = self.target_transform(target)
-        ref = VideoFile(shard, clip=self.clip, transform=self.transform, byte_range=(offset, length),
-                        name=f"{shard}:{member}")
+        s = self._shard_of(shard)
+        ref = VideoFile(self.shard_paths[s], clip=self.clip, transform=self.transform,
+                        byte_range=(offset, length), name=f"{shard}:{member}")
         # Decoded later (kept by the caller): checked again then.
-        ref._unchanged = functools.partial(check_shard, shard, self._stat_of(shard), "VideoShards")
+        ref._unchanged = functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s,
+                                           self._stale)
         return ref, target
 
     def __repr__(self) -> str:
         return f"VideoShards({len(self.urls)} shards: {len(self)} videos, clip={self.clip!r})"
+
+
+def _check_remote(remote: Any, s: int, stale: Dict[int, str]) -> None:
+    """Remote shard ``s`` of ``remote`` (``_remote_shards.RemoteShards``) in the cache as it
+    was indexed: a copy this process verified is read as it is; else it goes through the cache
+    again (downloaded or checked), and an object of another size or ETag raises
+    ``StaleIndexError`` naming the URL (and again at every later check: ``stale`` keeps it, as
+    the cache keeps the new object), one that cannot be fetched ``ConnectionError``."""
+    from ..core._source import StaleIndexError
+
+    if s in stale:
+        error = StaleIndexError(stale[s])
+        error.path = remote.urls[s]
+        raise error
+    remote.fetch_errors.pop(s, None)
+    try:
+        remote.check([s], background=False)
+    except StaleIndexError as error:
+        stale[s] = str(error)
+        raise
+    error = remote.fetch_errors.get(s)
+    if error is not None:
+        raise ConnectionError(f"VideoShards shard {remote.urls[s]} could not be downloaded: {error}")
+
+
+def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int,
+                     stale: Dict[int, str]) -> None:
+    """A ``VideoFile``'s check before it decodes (``VideoShards.check_unchanged`` for its
+    shard): a local shard's stamp, a remote shard's copy."""
+    from ..core._shard_index import check_shard
+
+    if stat is not None:
+        check_shard(shard, stat, "VideoShards")
+    elif remote is not None:
+        _check_remote(remote, s, stale)
