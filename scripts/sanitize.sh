@@ -19,6 +19,12 @@ STRESS_ROUNDS=${STRESS_ROUNDS:-10}
 stages=("$@")
 ((${#stages[@]})) || stages=(asan tsan py)
 
+# One compiler name for the presets' builds and the extension's (scikit-build-core would take
+# Python's sysconfig CXX, CMake c++): ccache hashes the name, and with one name the py stage's
+# build of the core is served by the asan stage's objects (same flags, same files) when ccache
+# is on (scripts/test.sh), so it compiles only what that stage does not: the bindings and bench.
+export CC="${CC:-gcc}" CXX="${CXX:-g++}"
+
 elapsed() { echo "$((SECONDS - $1)) s"; }
 
 run_asan() {

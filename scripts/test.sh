@@ -9,6 +9,11 @@ cd "$(dirname "$0")/.."
 # out of the hash: CCACHE_NOHASHDIR).
 export RINGLOADER_CCACHE=1
 export CCACHE_NOHASHDIR=1 CCACHE_DIR="${CCACHE_DIR:-${HOME:-/tmp}/.cache/ringloader-ccache}"
+# ccache also hashes the compiler's name, and the builds would use two for one compiler: CMake's
+# default is c++ (the asan preset, the C++ package), scikit-build-core's is Python's sysconfig
+# CXX, g++ (build/py, the wheel, the ASan extension). Naming one for all lets the ASan extension
+# reuse the asan preset's objects and the C++ package build/py's (both had missed every one).
+export CC="${CC:-gcc}" CXX="${CXX:-g++}"
 T0=$SECONDS
 # Each stage's time since the start, so that the log shows where the half hour goes.
 trap 'echo "== test.sh: $((SECONDS - T0)) s in all"; command -v ccache >/dev/null && ccache -s | head -8 || true' EXIT
