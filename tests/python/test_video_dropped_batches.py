@@ -77,3 +77,19 @@ def test_a_checkpoint_after_a_dropped_batch_resumes_after_it(folder: Path, worke
     again = [(c, t.tolist()) for c, t in resumed]
     assert [t for _, t in again] == [t for _, t in rest] == [[1]]  # b/1 once: nothing repeated
     assert torch.equal(again[0][0], whole[2][0]) and torch.equal(rest[0][0], whole[2][0])
+
+
+def test_an_epoch_that_skips_more_than_max_skipped_fraction_raises(folder: Path):
+    """As the image loader: more than max_skipped_fraction of the epoch's clips skipped raises
+    RuntimeError naming the count and the clips lost (at the next batch, and again after)."""
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    it = iter(loader(ds, num_workers=0, max_skipped_fraction=0.2))
+    assert next(it)[1].tolist() == [0]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"skipped 1 of the 4 clips.*max_skipped_fraction=0\.2.*"
+                                               r"a/1\.mp4.*max_skipped_fraction=1"):
+            next(it)
+    with pytest.raises(RuntimeError, match="skipped 1 of the 4 clips"):
+        list(loader(ds, num_workers=2, max_skipped_fraction=0.2))
+    # One clip of four is not more than a quarter: the epoch goes on.
+    assert [t.tolist() for _, t in loader(ds, num_workers=2, max_skipped_fraction=0.25)] == [[0], [1], [1]]

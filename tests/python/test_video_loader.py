@@ -189,8 +189,11 @@ def test_bad_videos_name_the_file(root: Path, tmp_path: Path):
                 assert "sample 0 of" in text
     # on_error="skip" drops them from natively batched clips; a clip whose transform runs in
     # Python (worker processes) refuses on_error, saying why.
-    # (a batch whose every clip failed is dropped, as the image loader drops one)
-    skipped = loader(Bad(missing), batch_size=2, on_error="skip")
+    # (a batch whose every clip failed is dropped, as the image loader drops one; an epoch that
+    # loses more than max_skipped_fraction of its clips raises)
+    with pytest.raises(RuntimeError, match="skipped 2 of the 2 clips.*missing.mp4"):
+        list(loader(Bad(missing), batch_size=2, on_error="skip"))
+    skipped = loader(Bad(missing), batch_size=2, on_error="skip", max_skipped_fraction=1)
     assert list(skipped) == [] and skipped.stats()["video"]["skipped"] == 2
 
     class Python(Bad):

@@ -107,7 +107,7 @@ class GenericBackend(Backend):
             ("strict_decode", not args.strict_decode),
             ("max_image_pixels", args.max_image_pixels is not None),
             ("on_error", args.on_error != "raise" and self._video is None),
-            ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION),
+            ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION and self._video is None),
             ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
         if native_only:
@@ -166,7 +166,7 @@ class GenericBackend(Backend):
             if self._video is not None:  # the same planned batches, decoded natively
                 torch_loader = video_batches.NativeVideoLoader(
                     self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
-                    args.generator, self.batch_size or 1, args.max_memory)
+                    args.generator, self.batch_size or 1, args.max_memory, args.max_skipped_fraction)
                 if prefetch_factor is not None and 0 < torch_loader.prefetch < prefetch_factor:
                     warnings.warn(f"prefetch_factor={prefetch_factor} does not fit the memory budget of the "
                                   f"clip batches: {torch_loader.slots.describe()}; pass max_memory= to "

@@ -161,12 +161,13 @@ class _Prefetched:
     full). The thread is stopped and waited for at interpreter exit (``_stop_at_exit``)."""
 
     def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None,
-                 dropped: Any = None):
+                 dropped: Any = None, budget: Optional["_SkipBudget"] = None):
         import queue
 
         self._queue: Any = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._timeout, self._slots, self._dropped = timeout, slots, dropped
+        self._budget = budget
         # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
         # runs __del__, which stops the thread.
         self._thread = threading.Thread(target=_Prefetched._run,
@@ -236,8 +237,12 @@ class _Prefetched:
                                          "native clip decoder") from None
 
     def __next__(self) -> Any:
+        if self._budget is not None:
+            self._budget.check()
         ok, item = self._get()
         while ok and _dropped(item, self._dropped):  # every clip skipped: the batch is dropped
+            if self._budget is not None:
+                self._budget.check()
             ok, item = self._get()
         if ok:
             return item
@@ -259,16 +264,19 @@ class _WhenAsked:
     """The batches of ``batches`` from ``source`` made when asked, on the caller's thread; a
     batch refused for want of room (``SlotsExhaustedError``) is made by the next call."""
 
-    def __init__(self, source: Any, batches: Any, slots: Any, dropped: Any = None):
+    def __init__(self, source: Any, batches: Any, slots: Any, dropped: Any = None,
+                 budget: Optional["_SkipBudget"] = None):
         self._source, self._batches, self._slots = source, iter(batches), slots
         self._keys: Optional[List[Any]] = None
-        self._dropped = dropped
+        self._dropped, self._budget = dropped, budget
 
     def __iter__(self) -> "_WhenAsked":
         return self
 
     def __next__(self) -> Any:
         while True:
+            if self._budget is not None:
+                self._budget.check()
             if self._keys is None:
                 self._keys = list(next(self._batches))
             try:
@@ -281,6 +289,35 @@ class _WhenAsked:
             self._keys = None
             if not _dropped(batch, self._dropped):  # every clip skipped: the batch is dropped
                 return batch
+
+
+class _SkipBudget:
+    """``max_skipped_fraction`` for native clip batches, as the image loader applies it: an
+    epoch under ``on_error="skip"`` that has skipped more than ``fraction`` of the samples it
+    reads raises ``RuntimeError`` (at its next batch, and again at each later one), naming the
+    count and the last clips lost. ``planned()`` gives the samples the epoch reads (asked once
+    its plan began); the source's ``skipped`` count when the epoch began is the baseline."""
+
+    def __init__(self, source: Any, fraction: float, planned: Any):
+        self.source, self.fraction, self._planned = source, float(fraction), planned
+        self.before = int(source.stats()["skipped"])
+        self.planned: Optional[int] = None
+
+    def check(self) -> None:
+        skipped = int(self.source.stats()["skipped"]) - self.before
+        if skipped <= 0:
+            return
+        if self.planned is None:
+            self.planned = int(self._planned())
+        if skipped <= self.fraction * self.planned:
+            return
+        lost = list(dict.fromkeys(reversed(self.source.recent_skipped)))
+        raise RuntimeError(
+            f"ringloader.DataLoader: this epoch skipped {skipped} of the {self.planned} clips it "
+            f"reads (on_error='skip'), more than max_skipped_fraction={self.fraction:g} of them: "
+            f"that is lost data (videos gone, a codec missing, a server down), not a few bad "
+            f"clips. Last errors: {'; '.join(lost[:3]) or 'none recorded'}. Fix the source, or "
+            f"pass max_skipped_fraction=1 to train on what is left.")
 
 
 def _dropped(batch: Any, passed: Any) -> bool:
@@ -306,10 +343,12 @@ class NativeVideoLoader:
     a budget below two batches raises ValueError naming max_memory and the bytes needed."""
 
     def __init__(self, source: Any, batches: Any, prefetch: int, timeout: float,
-                 generator: Any = None, batch_size: int = 1, max_memory: Optional[int] = None):
+                 generator: Any = None, batch_size: int = 1, max_memory: Optional[int] = None,
+                 max_skipped_fraction: float = 0.5):
         from ..core._sample_keys import SampleKey
 
         self.source, self.batches, self.timeout = source, batches, timeout
+        self.batch_size, self.max_skipped_fraction = max(int(batch_size), 1), float(max_skipped_fraction)
         self.generator = generator
         self.slots: Any = None
         for index in range(min(len(source), 16)):  # the first clip that can be made sizes the slots
@@ -329,10 +368,28 @@ class NativeVideoLoader:
         import torch
 
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
-        dropped = self._passed_counter() if self.source.on_error == "skip" else None
+        skip = self.source.on_error == "skip"
+        dropped = self._passed_counter() if skip else None
+        budget = _SkipBudget(self.source, self.max_skipped_fraction, self._planned_samples) \
+            if skip and self.max_skipped_fraction < 1 else None
         if self.prefetch <= 0:
-            return _WhenAsked(self.source, self.batches, self.slots, dropped)
-        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots, dropped)
+            return _WhenAsked(self.source, self.batches, self.slots, dropped, budget)
+        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots, dropped,
+                           budget)
+
+    def _planned_samples(self) -> int:
+        """The samples the epoch under way reads: its planned batches' (torch's batch sampler:
+        ``drop_last`` cut, else its sampler's length) less those a resumed epoch had delivered
+        (``_checkpoint._Progress.skip``)."""
+        inner = getattr(self.batches, "_inner", self.batches)  # _planning._PlannedBatches' sampler
+        size = int(getattr(inner, "batch_size", None) or self.batch_size)
+        sampler = getattr(inner, "sampler", None)
+        total = len(inner) * size
+        if not getattr(inner, "drop_last", True) and sampler is not None and hasattr(sampler, "__len__"):
+            total = len(sampler)
+        progress = getattr(getattr(self.batches, "_loader", None), "_current", None)
+        done = int(getattr(progress, "skip", 0) or 0) * size
+        return max(total - done, 1)
 
     def _passed_counter(self) -> Any:
         """What an iterator calls when it drops a batch whose every clip was skipped: its

@@ -251,6 +251,7 @@ class VideoClipBatches:
         self._meta: Dict[str, Any] = {}
         self._lock = threading.Lock()
         self.frames_decoded = self.frames_kept = self.clips = self.skipped = self.replaced = 0
+        self.recent_skipped: List[str] = []  # the last clips skipped, newest last (max_skipped_fraction)
 
     def __getstate__(self) -> Dict[str, Any]:  # to a worker process: no threads, no cache
         state = dict(self.__dict__)
@@ -307,10 +308,11 @@ class VideoClipBatches:
                                        ranges=[j[3] for j in jobs], keys=[j[4] for j in jobs])
 
     def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0,
-               replaced: int = 0) -> None:
+               replaced: int = 0, lost: Sequence[str] = ()) -> None:
         """Adds to the counters of stats() under the lock: two iterators of one loader batch from
         this source on their own threads at once, and a bare ``+=`` from each can lose counts."""
         with self._lock:
+            self.recent_skipped = (self.recent_skipped + list(lost))[-16:]
             self.clips += clips
             self.frames_decoded += frames_decoded
             self.frames_kept += frames_kept
@@ -534,7 +536,8 @@ class VideoClipBatches:
                     targets[b] = self._replace(out, b, keys[b], plan, shape, where)
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
-            self._count(skipped=len(keys) - len(kept))
+            self._count(skipped=len(keys) - len(kept), lost=[
+                _where(r) if r is not None else f"sample {k.index}" for k, r, p in zip(keys, refs, plans) if isinstance(p, BaseException)])
             if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
                 out[: len(kept)] = out[kept]
             out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
