@@ -93,3 +93,62 @@ def test_an_epoch_that_skips_more_than_max_skipped_fraction_raises(folder: Path)
         list(loader(ds, num_workers=2, max_skipped_fraction=0.2))
     # One clip of four is not more than a quarter: the epoch goes on.
     assert [t.tolist() for _, t in loader(ds, num_workers=2, max_skipped_fraction=0.25)] == [[0], [1], [1]]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_checkpoint_taken_right_after_iter_resumes_that_epoch(folder: Path, workers: int, monkeypatch):
+    """Batches made ahead on a thread: iter() begins the epoch's plan before it returns, as
+    torch's worker processes do, so a state_dict() taken before the first next() records that
+    epoch (its order and seed) rather than, depending on how fast the thread started, a
+    finished epoch whose resumption draws another order. The plan is slowed down here to make
+    the thread late every time."""
+    import time
+
+    from ringloader.core import _order
+
+    plan = _order.plan_epoch
+
+    def late(*args, **kwargs):
+        time.sleep(0.3)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(_order, "plan_epoch", late)
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    whole = [(c, t.tolist()) for c, t in loader(ds, num_workers=workers, shuffle=True)]
+    dl = loader(ds, num_workers=workers, shuffle=True)
+    it = iter(dl)
+    state = dl.state_dict()
+    assert not state["complete"] and state["delivered"] == 0
+    rest = [(c, t.tolist()) for c, t in it]
+    resumed = loader(ds, num_workers=workers, shuffle=True)
+    resumed.load_state_dict(state)
+    again = [(c, t.tolist()) for c, t in resumed]
+    assert [t for _, t in again] == [t for _, t in rest] == [t for _, t in whole]
+    assert all(torch.equal(a, w) for (a, _), (w, _) in zip(again, whole))
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_a_checkpoint_after_any_batch_of_a_shuffled_epoch_resumes_exactly(folder: Path, workers: int):
+    """Batches of two, shuffled, a bad clip among them: a checkpoint after each batch received
+    resumes with exactly the batches not yet delivered (none repeated, none lost), their clips
+    equal to the uninterrupted epoch's."""
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    kw = dict(num_workers=workers, shuffle=True, batch_size=2)
+
+    def make(**more):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            return rl.DataLoader(ds, on_error="skip", generator=torch.Generator().manual_seed(11), **kw, **more)
+
+    whole = [(c, t.tolist()) for c, t in make()]
+    for k in range(1, len(whole) + 1):
+        dl = make()
+        it = iter(dl)
+        for _ in range(k):
+            next(it)
+        state = dl.state_dict()
+        resumed = make()
+        resumed.load_state_dict(state)
+        again = [(c, t.tolist()) for c, t in resumed]
+        assert [t for _, t in again] == [t for _, t in whole[k:]], k
+        assert all(torch.equal(a, w) for (a, _), (w, _) in zip(again, whole[k:]))

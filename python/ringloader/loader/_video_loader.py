@@ -168,6 +168,10 @@ class _Prefetched:
         self._stop = threading.Event()
         self._timeout, self._slots, self._dropped = timeout, slots, dropped
         self._budget = budget
+        # The epoch's plan begins here, on the caller's thread, as torch's worker processes
+        # begin theirs at iter(): a state_dict() before the first next() records this epoch,
+        # whenever the thread gets to run.
+        batches = _begun(batches)
         # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
         # runs __del__, which stops the thread.
         self._thread = threading.Thread(target=_Prefetched._run,
@@ -258,6 +262,27 @@ class _Prefetched:
 
     def __del__(self) -> None:
         self._stop.set()
+
+
+def _begun(batches: Any) -> Any:
+    """``batches`` (lists of keys) iterated from their first: that one drawn now, so an epoch
+    plan (``_planning._PlannedBatches``) begins its epoch on the calling thread; an error of the
+    plan is raised by the first ``next()`` of what is returned, as it would have been."""
+    import itertools
+
+    it = iter(batches)
+    try:
+        first = next(it)
+    except StopIteration:
+        return iter(())
+    except Exception as error:  # noqa: BLE001 - the plan's: raised where the batches are taken
+
+        def failed() -> Any:
+            raise error
+            yield  # pragma: no cover - a generator that raises at its first next()
+
+        return failed()
+    return itertools.chain([first], it)
 
 
 class _WhenAsked:
