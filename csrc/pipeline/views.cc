@@ -184,7 +184,7 @@ void WriteGeometry(const SampleGeometry& g, int src_w, int src_h, uint64_t sampl
   if (pipeline.image_begin() < pipeline.image_end()) {
     const TransformStep& first = pipeline.steps()[pipeline.image_begin()];
     if (const auto* rotation = first.get_if<RandomRotationParams>()) {
-      d.angle = rng.Uniform(rotation->degrees.lo, rotation->degrees.hi);
+      d.angle = DrawRandomRotation(*rotation, rng);
     } else if (const auto* affine = first.get_if<RandomAffineParams>()) {
       int out_h = 0, out_w = 0;
       pipeline.OutputSize(g, &out_h, &out_w);

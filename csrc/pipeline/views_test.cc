@@ -421,8 +421,10 @@ TEST(ViewsTest, GeometryRecordsTheDrawsOfARotationOrAffineThatTurnsTheOutputFirs
         EXPECT_EQ(want.translate_x, std::nearbyint(want.translate_x));
         EXPECT_LE(std::abs(want.translate_x), 0.2 * 32);
         EXPECT_NE(want.scale, 1.0);
+        EXPECT_EQ(want.scale, static_cast<float>(want.scale));  // torch's float32 draw
       } else {
-        want.angle = rng.Uniform(-45.0, 45.0);
+        want.angle = DrawRandomRotation(rotation, rng);
+        EXPECT_EQ(want.angle, static_cast<float>(want.angle));  // torch's float32 draw
       }
       const double got[] = {g[kGeoAngle], g[kGeoTranslateX], g[kGeoTranslateY],
                             g[kGeoScale], g[kGeoShearX], g[kGeoShearY]};

@@ -511,18 +511,28 @@ double LinspaceF32(double start, double end, int steps, int index) {
   return static_cast<double>(v);
 }
 
+// torchvision draws each with torch.empty(1).uniform_(lo, hi): a float32 value (a range pinned
+// to 0.8 gives float32(0.8), which turns some pixels differently from 0.8).
+static double UniformFloat32(SampleRng& rng, double lo, double hi) {
+  return static_cast<double>(static_cast<float>(rng.Uniform(lo, hi)));
+}
+
+double DrawRandomRotation(const RandomRotationParams& s, SampleRng& rng) {
+  return UniformFloat32(rng, s.degrees.lo, s.degrees.hi);
+}
+
 AffineDraw DrawRandomAffine(const RandomAffineParams& s, SampleRng& rng, int width, int height) {
   AffineDraw d;
-  d.angle = rng.Uniform(s.degrees.lo, s.degrees.hi);
+  d.angle = UniformFloat32(rng, s.degrees.lo, s.degrees.hi);
   if (s.translate) {
     const double max_dx = s.translate->lo * width;
     const double max_dy = s.translate->hi * height;
-    d.translate_x = static_cast<double>(std::nearbyint(rng.Uniform(-max_dx, max_dx)));
-    d.translate_y = static_cast<double>(std::nearbyint(rng.Uniform(-max_dy, max_dy)));
+    d.translate_x = std::nearbyint(UniformFloat32(rng, -max_dx, max_dx));
+    d.translate_y = std::nearbyint(UniformFloat32(rng, -max_dy, max_dy));
   }
-  d.scale = s.scale ? rng.Uniform(s.scale->lo, s.scale->hi) : 1.0;
-  if (s.shear_x) d.shear_x = rng.Uniform(s.shear_x->lo, s.shear_x->hi);
-  if (s.shear_y) d.shear_y = rng.Uniform(s.shear_y->lo, s.shear_y->hi);
+  d.scale = s.scale ? UniformFloat32(rng, s.scale->lo, s.scale->hi) : 1.0;
+  if (s.shear_x) d.shear_x = UniformFloat32(rng, s.shear_x->lo, s.shear_x->hi);
+  if (s.shear_y) d.shear_y = UniformFloat32(rng, s.shear_y->lo, s.shear_y->hi);
   return d;
 }
 
@@ -544,7 +554,7 @@ absl::Status ApplyRandomRotation(const RandomRotationParams& s, SampleRng& rng, 
                                  RgbView* img) {
   uint8_t fill[3];
   FillLevels(s.fill, fill);
-  Rotate(*img, rng.Uniform(s.degrees.lo, s.degrees.hi), s.interpolation, fill,
+  Rotate(*img, DrawRandomRotation(s, rng), s.interpolation, fill,
          s.center.has_value(), s.center ? (*s.center)[0] : 0, s.center ? (*s.center)[1] : 0,
          scratch.ops);
   return absl::OkStatus();

@@ -100,9 +100,11 @@ ImageStepFn<RandomAffineParams> ApplyRandomAffine;
 struct AffineDraw {
   double angle = 0, translate_x = 0, translate_y = 0, scale = 1, shear_x = 0, shear_y = 0;
 };
-/// The draws of RandomAffine `s` on a width x height image, as ApplyRandomAffine makes them
-/// (the rotation's: `AffineDraw{rng.Uniform(degrees)}`). A Joint records them for its boxes.
+/// The draws of RandomAffine `s` on a width x height image, as ApplyRandomAffine makes them:
+/// float32 values, as torch's uniform_ gives them. A Joint records them for its boxes.
 AffineDraw DrawRandomAffine(const RandomAffineParams& s, SampleRng& rng, int width, int height);
+/// The angle RandomRotation `s` draws, as ApplyRandomRotation draws it (a float32 value).
+double DrawRandomRotation(const RandomRotationParams& s, SampleRng& rng);
 ImageStepFn<GaussianBlurParams> ApplyGaussianBlur;
 ImageStepFn<AugOpParams> ApplyAugOpStep;
 ImageStepFn<RandAugmentParams> ApplyRandAugment;

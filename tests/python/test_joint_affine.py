@@ -129,11 +129,13 @@ def test_fixed_draws_equal_v2_on_image_mask_boxes_and_keypoints(photos, turn):
     rows = _native(Dataset(t, photos), generator=torch.Generator().manual_seed(3))
     worst = 0.0
     for image, mask, target, i in rows:
-        params = {"angle": float(turn.degrees[0])}
+        # v2's own draws: float32 values (torch.empty(1).uniform_), as the native step's.
+        f32 = lambda v: float(np.float32(v))  # noqa: E731
+        params = {"angle": f32(turn.degrees[0])}
         if type(turn).__name__ == "RandomAffine":
             dx, dy = (target["kp"][0] - torch.tensor([OUT[1] / 2, OUT[0] / 2])).tolist()
-            params.update(translate=(round(dx), round(dy)), scale=turn.scale[0] if turn.scale
-                          else 1.0, shear=(turn.shear[0], turn.shear[2] if turn.shear and
+            params.update(translate=(round(dx), round(dy)), scale=f32(turn.scale[0]) if turn.scale
+                          else 1.0, shear=(f32(turn.shear[0]), f32(turn.shear[2]) if turn.shear and
                                            len(turn.shear) == 4 else 0.0) if turn.shear
                           else (0.0, 0.0))
         want_image, want_mask, want = _v2(t, photos, i, params)
