@@ -165,6 +165,28 @@ def test_bad_video_shard_samples_are_replaced_natively(damaged: tuple):
     assert all(torch.equal(a, b) and torch.equal(ta, tb) for (a, ta), (b, tb) in zip(batches, again))
 
 
+def test_bad_video_shard_samples_are_replaced_alike_for_any_thread_count(damaged: tuple):
+    """The substitute of a bad sample is drawn from the row's key: the same clips and targets
+    whether one or two native threads decode (and whether batches are made ahead)."""
+    ds = damaged[0]
+    runs = [[(clip, target) for clip, target in loader(ds, batch_size=4, num_workers=w, on_error="replace",
+                                                       shuffle=True)] for w in (0, 1, 2)]
+    for other in runs[1:]:
+        assert len(other) == len(runs[0]) == 2
+        assert all(torch.equal(a, b) and torch.equal(ta, tb) for (a, ta), (b, tb) in zip(runs[0], other))
+
+
+def test_too_many_bad_video_shard_samples_raise_naming_shard_and_member(damaged: tuple):
+    """max_skipped_fraction's error lists the clips lost: a sample of a shard that could not be
+    read is named by its shard and member (what its own error says), not by its index alone."""
+    ds, first, second = damaged
+    with pytest.raises(RuntimeError, match=r"skipped 2 of the 7 clips") as raised:
+        list(loader(ds, batch_size=4, num_workers=0, on_error="skip", max_skipped_fraction=0.2))
+    message = str(raised.value)
+    assert f"{first}" in message and "'novideo' has no video member" in message
+    assert f"{second}" in message and "v2.mp4" in message
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_bad_video_shard_samples_raise_naming_shard_and_member_natively(damaged: tuple, workers: int):
     ds, first, second = damaged

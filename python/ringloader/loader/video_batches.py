@@ -536,8 +536,8 @@ class VideoClipBatches:
                     targets[b] = self._replace(out, b, keys[b], plan, shape, where)
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
-            self._count(skipped=len(keys) - len(kept), lost=[
-                _where(r) if r is not None else f"sample {k.index}" for k, r, p in zip(keys, refs, plans) if isinstance(p, BaseException)])
+            self._count(skipped=len(keys) - len(kept), lost=[  # a sample not read: its error names it
+                _where(r) if r is not None else f"sample {k.index} ({p})" for k, r, p in zip(keys, refs, plans) if isinstance(p, BaseException)])
             if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
                 out[: len(kept)] = out[kept]
             out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
