@@ -114,6 +114,38 @@ def test_a_member_kept_and_decoded_after_its_shard_changed_is_stale(tmp_path: Pa
         ref.decode()
 
 
+class Kept(torch.utils.data.Dataset):
+    """A user's Dataset of the (VideoFile, target) pairs a VideoShards gave, kept."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, i):
+        return self.pairs[i]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_members_kept_in_a_users_dataset_are_stale_on_native_clip_batches(
+        tmp_path: Path, videos: list, workers: int):
+    """The VideoFile references a VideoShards gave, kept in a Dataset of the user's and batched
+    natively (the pool reads their byte ranges itself, never VideoFile.decode): after the
+    shard is rewritten their batch raises StaleIndexError naming it, as decode() does, rather
+    than decode other bytes at the recorded ranges."""
+    shard = write_shard(tmp_path / "kept.tar", videos)
+    ds = rl.VideoShards(str(shard), clip=SAMPLER, transform=CHAIN)
+    users = Kept([ds[i] for i in range(len(ds))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # natively batched
+        dl = rl.DataLoader(users, batch_size=3, num_workers=workers, on_error="skip")
+    assert [t.tolist() for _, t in dl] == [[0, 1, 2]]
+    rewrite(shard, videos)
+    with pytest.raises(rl.StaleIndexError, match="VideoShards shard .*kept.tar"):
+        list(dl)
+
+
 def test_only_the_changed_shard_of_several_is_stale_for_its_samples(tmp_path: Path, videos: list):
     first = write_shard(tmp_path / "a.tar", videos)
     second = write_shard(tmp_path / "b.tar", videos)

@@ -17,8 +17,8 @@ resume.
 ``rl.VideoFolder``, or a Dataset of such pairs; a ``VideoFile`` may be a byte range of a file, a
 tar shard's member) or ``(VideoBytes, target)`` (decoded from memory through a custom
 ``AVIOContext``; each native thread keeps a decoder open on a copy of the bytes, found again by
-their digest) by whole batches of keys; ``stats()`` counts the
-decode work (frames decoded per frame kept).
+their digest) by whole batches of keys; ``stats()`` counts the decode work (frames decoded per
+frame kept).
 """
 
 from __future__ import annotations
@@ -278,10 +278,13 @@ class VideoClipBatches:
         identity (device, inode, size, mtime, ctime: ``_source.file_identity``) when it was
         probed: a file replaced or rewritten since (between epochs, say) is probed again, so its
         clips are drawn from its frames as they are now (the pool reopens such a file too).
-        Bytes in memory are kept under their key (a digest of them)."""
+        Bytes in memory are kept under their key (a digest of them). A ``rl.VideoShards`` member
+        whose shard was rewritten since raises ``StaleIndexError`` (its check, once a shard)."""
         from ..core._source import file_identity
         from ..sources.video import _metadata
 
+        for check in {r.path: r._unchanged for r in refs if getattr(r, "_unchanged", None) is not None}.values():
+            check()
         listed = [r._job() for r in refs]
         idents = [_ident(j) for j in listed]
         jobs = dict(zip(idents, listed))
@@ -481,13 +484,11 @@ class VideoClipBatches:
         import torch
         from torch.utils.data import default_collate
 
-        from .._C import StaleIndexError
-
         samples: List[Any] = []
         for key in keys:  # a sample that cannot be read (dataset[i] raises) is its clip's error
             try:
                 samples.append(self.dataset[key.index])
-            except StaleIndexError:
+            except _C.StaleIndexError:
                 raise
             except _SAMPLE_ERRORS as error:
                 samples.append(error)
@@ -544,14 +545,12 @@ class VideoClipBatches:
         targets = default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
         if self.pin_memory:  # as torch's pin_memory=True: every tensor of the batch
             from ._staging import _map_tensors
-
             targets = _map_tensors(targets, lambda t: t.pin_memory())
         return out, targets
 
 
 def _cuda_available() -> bool:
     import torch
-
     return bool(torch.cuda.is_available())
 
 
