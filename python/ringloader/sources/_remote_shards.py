@@ -10,13 +10,19 @@ on native threads while the epoch reads, or, when the epoch wants few of a shard
 those members fetched by HTTP range requests into a sparse copy the readers read instead. It
 keeps the size and ETag of the object each shard was indexed from, so that a changed object is
 a :class:`ringloader.StaleIndexError`, and the link estimates the range reads decide by.
+
+One rule for every dataset that reads remote shards through it (``rl.WebDataset``,
+``rl.VideoShards``): a cache entry is read only once this object has seen it hold the object
+that was indexed (``verified``); a shard whose object was found to be another one is stale for
+good (``stale``), though the cache then keeps the new object as a verified copy: every later
+check raises :class:`ringloader.StaleIndexError` until the dataset is built again.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -46,6 +52,12 @@ class RemoteShards:
         #: Per shard: (size, ETag) of the remote object it was indexed from (ETag None: from a
         #: pack sidecar, learnt at its download); None for a shard read otherwise.
         self.copies: List[Optional[Tuple[int, Optional[str]]]] = [None] * len(urls)
+        #: The shards whose cache entry this object saw hold the object of ``copies`` (fetched,
+        #: or a download that landed): the others go through the cache before they are read.
+        self.verified: Set[int] = set()
+        #: Per shard found changed on the server: its StaleIndexError's message, raised again
+        #: at every check (the cache holds the new object as a verified copy).
+        self.stale: Dict[int, str] = {}
         #: Per remote shard that could not be fetched at the last epoch's start: the error.
         self.fetch_errors: Dict[int, str] = {}
         #: The downloads the last epoch's start left running (see check), or None.
@@ -118,6 +130,7 @@ class RemoteShards:
         if again is None:
             return None
         self.copies[s] = (int(again["size"]), str(again["etag"]))
+        self.verified.add(s)
         return str(again["path"])
 
     def _known_index(self, url: str) -> Optional[Dict[str, Any]]:
@@ -206,13 +219,11 @@ class RemoteShards:
             if construction:
                 self.copies[s] = copy
             elif was is not None and copy != was:
-                error = StaleIndexError(
+                raise self.found_stale(s, (
                     f"{self.kind} shard {self.urls[s]} changed since the dataset was built "
                     f"({was[0]} bytes, ETag {was[1] or 'none'} -> {copy[0]} bytes, ETag "
-                    f"{copy[1] or 'none'}): its index is out of date. Build the {self.kind} again "
-                    f"(it re-indexes the shard).")
-                error.path = self.urls[s]
-                raise error
+                    f"{copy[1] or 'none'})"))
+            self.verified.add(s)
             self.paths[s] = r["path"]
         return failed
 
@@ -228,17 +239,23 @@ class RemoteShards:
         return None
 
     def take_in_downloads(self) -> None:
-        """The ETags of shards indexed from pack sidecars, learnt from the epoch-start downloads
-        once all of them have landed (or failed)."""
+        """What the epoch-start downloads found, once all of them have landed (or failed): the
+        shards they brought in as indexed (``verified``; the ETags of shards indexed from pack
+        sidecars learnt), and those whose object changed (``stale``)."""
         background, shards = self.background, self.background_shards
         if background is None or not shards or background.finished() < len(shards):
             return
         self.background_shards = []
         for s, r in zip(shards, background.wait()):
             was = self.copies[s]
-            if "error" not in r and was is not None and was[1] is None and \
-                    was[0] == int(r["size"]):
+            if "error" in r or was is None:
+                if STALE_COPY in r.get("error", ""):
+                    self.found_stale(s, r["error"])
+                continue
+            if was[1] is None and was[0] == int(r["size"]):
                 self.copies[s] = (was[0], str(r["etag"]))
+            # Landed as the object indexed (the download compared its size and ETag).
+            self.verified.add(s)
 
     def begin_reads(self, wanted: Optional[np.ndarray], offsets: np.ndarray,
                     lengths: np.ndarray, shard_starts: np.ndarray) -> bool:
@@ -295,6 +312,8 @@ class RemoteShards:
         """The remote part of ``WebDataset.check_shards`` for the shards ``wanted``: read whole
         again, and those missing from the cache fetched (with ``background``, on native threads
         while the epoch reads)."""
+        self.take_in_downloads()
+        self.raise_if_stale(wanted)
         if self.redirects:
             # Read whole from now on: a copy holds only the members an epoch fetched by range.
             self.lift_redirects([self.paths[s] for s in wanted])
@@ -302,9 +321,12 @@ class RemoteShards:
         for s in wanted:
             if self.copies[s] is None:
                 continue
-            # Not in the cache, or not checked by this process yet (size, checksum): through the
-            # cache, which fetches or checks it. Marks it used for the eviction order.
-            if not _C.shard_cache_entry_ready(self.paths[s], self.copies[s][0]):
+            # Not in the cache, or not checked by this process yet (size, checksum), or not seen
+            # by this object to hold the object indexed (a copy another dataset fetched may be
+            # a newer object of the same size): through the cache, which fetches or checks it
+            # and says its size and ETag. Marks it used for the eviction order.
+            if not _C.shard_cache_entry_ready(self.paths[s], self.copies[s][0]) or \
+                    s not in self.verified:
                 missing.append(s)
         if background and self.read_ahead_off() is not None:
             # The shards exceed the cache: the epoch's downloads take every shard in (those in
@@ -319,7 +341,6 @@ class RemoteShards:
         for s in missing:
             self.fetch_errors.pop(s, None)
         if background:
-            self.take_in_downloads()
             # The new downloads take over the shards first, then the old ones close: a
             # reader of the epoch read ahead never finds a shard it waits for unregistered.
             before = self.background
@@ -349,15 +370,38 @@ class RemoteShards:
 
     def stale_copy_error(self, exc: BaseException, s: int) -> BaseException:
         """``exc``, which says the copy of shard ``s`` downloaded (or read by range) while the
-        epoch ran is not the object that was indexed, as a StaleIndexError saying what to do."""
+        epoch ran is not the object that was indexed, as a StaleIndexError saying what to do
+        (and raised again at every later check: :meth:`found_stale`)."""
+        if s in self.stale:
+            return self._stale_error(s)
+        return self.found_stale(s, str(exc))
+
+    def found_stale(self, s: int, what: str) -> StaleIndexError:
+        """Shard ``s`` was found changed on the server (``what`` says how): stale for good, since
+        the cache may now hold the new object as a verified copy. The StaleIndexError naming
+        the URL and saying what to do, which :meth:`raise_if_stale` raises from now on."""
         url = self.urls[s]
-        # A new WebDataset would read a kept index again: it must go first.
+        # A new dataset would read a kept index again: it must go first.
         kept = self.index_options[3] is not None and os.path.exists(self.index_path(url))
         todo = f"Delete its kept index {self.index_path(url)} and build the " \
-            "WebDataset again" if kept else \
-            "Build the WebDataset again (it re-indexes the shard)"
-        error = StaleIndexError(f"{exc}: its index is out of date. {todo}.")
-        error.path = url
+            f"{self.kind} again" if kept else \
+            f"Build the {self.kind} again (it re-indexes the shard)"
+        self.stale[s] = f"{what}: its index is out of date. {todo}."
+        self.verified.discard(s)
+        return self._stale_error(s)
+
+    def raise_if_stale(self, shards: Sequence[int]) -> None:
+        """Raises the StaleIndexError of the first of ``shards`` found changed on the server
+        (:meth:`found_stale`), so that its recorded byte ranges are never read from the new
+        object the cache holds."""
+        if self.stale:
+            for s in shards:
+                if s in self.stale:
+                    raise self._stale_error(s)
+
+    def _stale_error(self, s: int) -> StaleIndexError:
+        error = StaleIndexError(self.stale[s])
+        error.path = self.urls[s]
         return error
 
     # ---- closing --------------------------------------------------------------------------

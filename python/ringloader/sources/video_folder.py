@@ -220,9 +220,6 @@ class VideoShards(_TorchDataset):
         #: The remote shards (http(s)://, s3://), fetched into the cache as rl.WebDataset's are
         #: (the same object, ``_remote_shards.RemoteShards``), or None without any.
         self._remote: Optional[Any] = None
-        #: Remote shards found changed on the server ({shard: the StaleIndexError's message}):
-        #: stale for good, though the cache now holds the new object as a verified copy.
-        self._stale: Dict[int, str] = {}
         remote = [s for s, url in enumerate(self.urls) if _remote.remote_scheme(url) is not None]
         if remote:
             self._remote = RemoteShards(self.urls, self.shard_paths,
@@ -300,7 +297,7 @@ class VideoShards(_TorchDataset):
         if self.shard_stats[s] is not None:
             check_shard(shard, self.shard_stats[s], "VideoShards")
         elif self._remote is not None and self._remote.copies[s] is not None:
-            _check_remote(self._remote, s, self._stale)
+            _check_remote(self._remote, s)
 
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
         import functools
@@ -317,39 +314,27 @@ class VideoShards(_TorchDataset):
         ref = VideoFile(self.shard_paths[s], clip=self.clip, transform=self.transform,
                         byte_range=(offset, length), name=f"{shard}:{member}")
         # Decoded later (kept by the caller): checked again then.
-        ref._unchanged = functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s,
-                                           self._stale)
+        ref._unchanged = functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s)
         return ref, target
 
     def __repr__(self) -> str:
         return f"VideoShards({len(self.urls)} shards: {len(self)} videos, clip={self.clip!r})"
 
 
-def _check_remote(remote: Any, s: int, stale: Dict[int, str]) -> None:
+def _check_remote(remote: Any, s: int) -> None:
     """Remote shard ``s`` of ``remote`` (``_remote_shards.RemoteShards``) in the cache as it
-    was indexed: a copy this process verified is read as it is; else it goes through the cache
-    again (downloaded or checked), and an object of another size or ETag raises
-    ``StaleIndexError`` naming the URL (and again at every later check: ``stale`` keeps it, as
-    the cache keeps the new object), one that cannot be fetched ``ConnectionError``."""
-    from ..core._source import StaleIndexError
-
-    if s in stale:
-        error = StaleIndexError(stale[s])
-        error.path = remote.urls[s]
-        raise error
+    was indexed: a copy it verified is read as it is; else it goes through the cache again
+    (downloaded or checked), and an object of another size or ETag raises ``StaleIndexError``
+    naming the URL (and again at every later check: ``RemoteShards.found_stale``, the rule
+    rl.WebDataset shares), one that cannot be fetched ``ConnectionError``."""
     remote.fetch_errors.pop(s, None)
-    try:
-        remote.check([s], background=False)
-    except StaleIndexError as error:
-        stale[s] = str(error)
-        raise
+    remote.check([s], background=False)
     error = remote.fetch_errors.get(s)
     if error is not None:
         raise ConnectionError(f"VideoShards shard {remote.urls[s]} could not be downloaded: {error}")
 
 
-def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int,
-                     stale: Dict[int, str]) -> None:
+def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int) -> None:
     """A ``VideoFile``'s check before it decodes (``VideoShards.check_unchanged`` for its
     shard): a local shard's stamp, a remote shard's copy."""
     from ..core._shard_index import check_shard
@@ -357,4 +342,4 @@ def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s
     if stat is not None:
         check_shard(shard, stat, "VideoShards")
     elif remote is not None:
-        _check_remote(remote, s, stale)
+        _check_remote(remote, s)

@@ -355,6 +355,11 @@ class WebDataset(NativeDataset):
         if self._remote is None:
             self.check_shards(background=True)
             return
+        # A remote shard found changed on the server stays stale until the dataset is built
+        # again (RemoteShards.found_stale), even one the last epoch skipped: the epoch does not
+        # start.
+        self._remote.take_in_downloads()
+        self._remote.raise_if_stale(range(len(self.urls)))
         # The remote shards wait for begin_reads: whether each is downloaded or read by range,
         # and in which order, depends on what the epoch's plan wants of it.
         self._remote.reads_due = True
