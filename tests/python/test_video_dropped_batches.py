@@ -152,3 +152,23 @@ def test_a_checkpoint_after_any_batch_of_a_shuffled_epoch_resumes_exactly(folder
         again = [(c, t.tolist()) for c, t in resumed]
         assert [t for _, t in again] == [t for _, t in whole[k:]], k
         assert all(torch.equal(a, w) for (a, _), (w, _) in zip(again, whole[k:]))
+
+
+@pytest.mark.parametrize("workers", [0, 2], ids=["when-asked", "prefetched"])
+def test_a_checkpoint_after_max_skipped_fraction_raised_again_loses_no_batch(folder: Path, workers: int):
+    """max_skipped_fraction's error comes before a batch is taken, and again at each later
+    next(): however often it is raised, a checkpoint then resumes at the first batch not
+    delivered (as the image loader's does), not one batch further for each raise."""
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    dl = loader(ds, num_workers=workers, max_skipped_fraction=0.2)
+    it = iter(dl)
+    assert next(it)[1].tolist() == [0]
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="max_skipped_fraction"):
+            next(it)
+    state = dl.state_dict()
+    # a/0's batch, and a/1's (dropped) when the error came after it was taken: b/0, b/1 not delivered
+    assert state["delivered"] in (1, 2)
+    resumed = loader(ds, num_workers=workers)
+    resumed.load_state_dict(state)
+    assert [t.tolist() for _, t in resumed] == [[1], [1]]

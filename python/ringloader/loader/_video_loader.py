@@ -321,14 +321,24 @@ class _SkipBudget:
     epoch under ``on_error="skip"`` that has skipped more than ``fraction`` of the samples it
     reads raises ``RuntimeError`` (at its next batch, and again at each later one), naming the
     count and the last clips lost. ``planned()`` gives the samples the epoch reads (asked once
-    its plan began); the source's ``skipped`` count when the epoch began is the baseline."""
+    its plan began); the source's ``skipped`` count when the epoch began is the baseline.
 
-    def __init__(self, source: Any, fraction: float, planned: Any):
+    The error comes before a batch is taken, but the loader's count of batches received
+    (``_planning._CountDelivered``) takes it for a batch's error and counts a batch passed at
+    the next call: ``passed(-1)`` (``NativeVideoLoader._passed_counter``) takes that back, so a
+    checkpoint after the error, however often raised, resumes at the first batch not delivered."""
+
+    def __init__(self, source: Any, fraction: float, planned: Any, passed: Any = None):
         self.source, self.fraction, self._planned = source, float(fraction), planned
         self.before = int(source.stats()["skipped"])
         self.planned: Optional[int] = None
+        self._passed, self._raised = passed, False
 
     def check(self) -> None:
+        if self._raised:  # counted passed since the last raise, which took no batch
+            self._raised = False
+            if self._passed is not None:
+                self._passed(-1)
         skipped = int(self.source.stats()["skipped"]) - self.before
         if skipped <= 0:
             return
@@ -337,6 +347,7 @@ class _SkipBudget:
         if skipped <= self.fraction * self.planned:
             return
         lost = list(dict.fromkeys(reversed(self.source.recent_skipped)))
+        self._raised = True
         raise RuntimeError(
             f"ringloader.DataLoader: this epoch skipped {skipped} of the {self.planned} clips it "
             f"reads (on_error='skip'), more than max_skipped_fraction={self.fraction:g} of them: "
@@ -395,7 +406,7 @@ class NativeVideoLoader:
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         skip = self.source.on_error == "skip"
         dropped = self._passed_counter() if skip else None
-        budget = _SkipBudget(self.source, self.max_skipped_fraction, self._planned_samples) \
+        budget = _SkipBudget(self.source, self.max_skipped_fraction, self._planned_samples, dropped) \
             if skip and self.max_skipped_fraction < 1 else None
         if self.prefetch <= 0:
             return _WhenAsked(self.source, self.batches, self.slots, dropped, budget)
@@ -422,15 +433,15 @@ class NativeVideoLoader:
         of the epoch the iterator's batches began), so ``state_dict`` resumes after it as after
         a batch received. (Counted when the next batch is taken, before or after the training
         loop holds the previous one: either way a resumed epoch gives the same batches, the
-        dropped one holding none.)"""
+        dropped one holding none.) ``passed(-1)`` takes one back (``_SkipBudget``)."""
         owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
         progress: List[Any] = []
 
-        def passed() -> None:
+        def passed(step: int = 1) -> None:
             if not progress:
                 progress.append(getattr(owner, "_current", None))
             if progress[0] is not None:
-                progress[0].delivered += 1
+                progress[0].delivered += step
 
         return passed
 
