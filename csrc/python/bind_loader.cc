@@ -686,6 +686,12 @@ class PyLoader {
 
 void BindLoader(py::module_& m) {
   m.attr("GEOMETRY_FIELDS") = py::int_(static_cast<int>(kGeometryFields));
+  // The record's field names in order (views.h GeometryField), so Python reads fields by name.
+  m.attr("GEOMETRY_LAYOUT") = py::make_tuple(
+      "src_w", "src_h", "left", "top", "right", "bottom", "out_w", "out_h", "hflip", "vflip",
+      "key_dx", "key_dy", "draw_seed", "angle", "translate_x", "translate_y", "scale", "shear_x",
+      "shear_y");
+  static_assert(kGeoShearY + 1 == kGeometryFields, "GEOMETRY_LAYOUT names every field");
   py::class_<Tensor>(m, "Tensor", "A host array exported zero-copy through DLPack.")
       .def("__dlpack__", &Tensor::Dlpack, py::kw_only(), py::arg("stream") = py::none(),
            py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),

@@ -223,7 +223,8 @@ struct LoaderOptions {
     int file = 0;
     /// Record, after the view's image in each row, the geometry its chain applied
     /// (kGeometryFields float64, pipeline/views.h): what a caller needs to move boxes and
-    /// keypoints with the pixels. The chain's image stage must not move pixels (colour only).
+    /// keypoints with the pixels. The chain's image stage must not move pixels (colour only),
+    /// except a RandomRotation or RandomAffine as its first step, whose draws are recorded.
     bool geometry = false;
     /// Draw the geometric steps exactly as view 0 does (the same crop and flips of the same
     /// image: a label image's view beside its photo's). The chain's geometric steps must be
