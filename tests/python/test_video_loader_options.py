@@ -105,3 +105,40 @@ def test_pin_memory_reaches_the_clip_batches(folder: Path, monkeypatch):
     monkeypatch.setattr(video_batches, "_cuda_available", lambda: True)
     assert loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory
     assert not loader(ds, batch_size=2)._backend._video.pin_memory
+
+
+def test_pinned_batches_are_views_of_torchs_tensor_and_release_their_bytes(folder: Path, monkeypatch):
+    """The pinned branch's batch is a view of the tensor torch allocated (so a non_blocking copy
+    records its stream on torch's allocation), equal to the plain batch, and its bytes go back
+    to max_memory when the last view goes, a slice included. Run here with the pin flag dropped
+    (no GPU to pin)."""
+    import gc
+    import weakref
+
+    from ringloader.loader import video_batches
+
+    allocated = []
+    real_empty = torch.empty
+
+    def empty(*args, pin_memory=False, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if pin_memory:
+            allocated.append(weakref.ref(t.untyped_storage()))
+        return t
+
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    plain = [clip for clip, _ in loader(ds, batch_size=2, on_error="skip")]
+    monkeypatch.setattr(video_batches, "_cuda_available", lambda: True)
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda self, *args, **kwargs: self)  # the targets
+    pinned = loader(ds, batch_size=2, on_error="skip", pin_memory=True)
+    slices = []
+    for clip, _ in pinned:
+        # torch's own storage, not another one over the same memory
+        assert any(ref() is clip.untyped_storage() for ref in allocated)
+        slices.append(clip[1:])  # a slice keeps the batch's bytes held
+    assert len(slices) == len(plain) and all(torch.equal(a[1:], b) for a, b in zip(plain, slices))
+    assert pinned.stats()["video"]["memory"]["held_bytes"] > 0
+    del clip, slices
+    gc.collect()
+    assert pinned.stats()["video"]["memory"]["held_bytes"] == 0

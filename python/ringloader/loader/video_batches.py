@@ -423,10 +423,16 @@ class VideoClipBatches:
         nbytes = count * (1 if self.levels is None else 4)
         if slots is not None and not slots.acquire(nbytes, stop):
             return None
-        # Pinned: the array is a view of a pinned tensor (which it keeps alive), so the batch
-        # is decoded into page-locked memory and its bytes are counted as a plain buffer's.
-        buffer = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True).numpy() if self.pin_memory \
-            else np.empty(nbytes, dtype=np.uint8)
+        if self.pin_memory:
+            # The batch is a view of torch's own pinned tensor, not a tensor over its numpy
+            # array: a non_blocking copy to the GPU records its stream on the allocation only
+            # through torch's storage, so the block is not reused while a copy still reads it.
+            # Its bytes are released when the storage goes (the last view of it, any slice).
+            pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            if slots is not None:
+                slots.track(pinned.untyped_storage(), nbytes)
+            return pinned.view(dtype).reshape((rows,) + tuple(shape))
+        buffer = np.empty(nbytes, dtype=np.uint8)
         if slots is not None:
             slots.track(buffer, nbytes)
         return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
