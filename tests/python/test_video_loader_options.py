@@ -142,3 +142,25 @@ def test_pinned_batches_are_views_of_torchs_tensor_and_release_their_bytes(folde
     del clip, slices
     gc.collect()
     assert pinned.stats()["video"]["memory"]["held_bytes"] == 0
+
+
+def test_a_sampler_that_fails_raises_its_own_error_with_batches_made_ahead(folder: Path):
+    """The epoch's plan begins at iter() on the caller's thread; its error is raised by the first
+    next() as the error itself (before, a NameError from the handler's deleted name)."""
+
+    class Failing(torch.utils.data.Sampler):
+        def __init__(self):
+            pass
+
+        def __len__(self):
+            return 6
+
+        def __iter__(self):
+            raise ValueError("the sampler's own error")
+            yield 0  # pragma: no cover
+
+    ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
+    dl = loader(ds, batch_size=2, num_workers=2, on_error="skip", sampler=Failing())
+    assert dl._backend._video is not None  # natively batched
+    with pytest.raises(ValueError, match="the sampler's own error"):
+        next(iter(dl))

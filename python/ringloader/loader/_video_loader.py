@@ -276,9 +276,10 @@ def _begun(batches: Any) -> Any:
     except StopIteration:
         return iter(())
     except Exception as error:  # noqa: BLE001 - the plan's: raised where the batches are taken
-
-        def failed() -> Any:
-            raise error
+        # Bound as a default: Python deletes ``error`` when the except clause ends, so a
+        # closure over it would raise NameError instead of the plan's error.
+        def failed(raised: BaseException = error) -> Any:
+            raise raised
             yield  # pragma: no cover - a generator that raises at its first next()
 
         return failed()
