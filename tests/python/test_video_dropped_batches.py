@@ -67,7 +67,7 @@ def test_a_checkpoint_after_a_dropped_batch_resumes_after_it(folder: Path, worke
     whole = [(c, t.tolist()) for c, t in loader(ds, num_workers=workers)]
     dl = loader(ds, num_workers=workers)
     it = iter(dl)
-    first, second = next(it), next(it)  # a/0, then b/0 (a/1's batch dropped between them)
+    _, second = next(it), next(it)  # a/0, then b/0 (a/1's batch dropped between them)
     assert second[1].tolist() == [1]
     state = dl.state_dict()
     assert state["delivered"] == 3  # a/0's batch, a/1's (dropped) and b/0's
