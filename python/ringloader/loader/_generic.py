@@ -7,13 +7,15 @@ behaviour and ``_backend`` for the protocol.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 from . import video_batches
 from .._C import LoaderTimeoutError
 from ._backend import Backend
+from ..core import _checkpoint
 from ..core._distributed import _shard_sampler
 from ._native_sources import _KeyedView, torch_path
 from ..core._options import MAX_SKIPPED_FRACTION, _auto_threads, _check_device
@@ -82,6 +84,20 @@ def _start_generic(torch_loader: Any) -> Iterator[Any]:
     return batches
 
 
+@contextlib.contextmanager
+def _quiet_workers(quiet: bool) -> Iterator[None]:
+    """With ``quiet``: torch's warning that the DataLoader "will create N worker processes" (N
+    above the CPUs it sees) is not shown. Native clip batches take num_workers as decode
+    threads; the DataLoader torch builds for them (its arguments checked, its batch sampler)
+    starts no process."""
+    if not quiet:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="This DataLoader will create", category=UserWarning)
+        yield
+
+
 class GenericBackend(Backend):
     """torch's DataLoader over ``dataset`` (through an epoch plan when it has batches)."""
 
@@ -143,12 +159,16 @@ class GenericBackend(Backend):
         )
         if not args.in_order:
             kwargs["in_order"] = False
-        torch_loader = tud.DataLoader(dataset, **kwargs)  # torch validates the arguments
+        # torch validates the arguments (a video dataset whose clips batch natively: without
+        # its warning of worker processes, none is made; _quiet_workers).
+        with _quiet_workers(self._video is not None):
+            torch_loader = tud.DataLoader(dataset, **kwargs)
         self.batch_size = torch_loader.batch_size
         self.drop_last = torch_loader.drop_last
         self.sampler = torch_loader.sampler
         self.batch_sampler = torch_loader.batch_sampler
         self._planned = None
+        self._pending: Optional[dict] = None  # state_dict() between iter() and the plan's start
         if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
             # torch's loader again, drawing its batches from an epoch plan: the same order and
             # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
@@ -162,7 +182,8 @@ class GenericBackend(Backend):
             # Video references: each sample's clips drawn from its key; image references: a
             # batch torch's collate refuses names the sample.
             source, kwargs["collate_fn"] = path.samples(source, args.collate_fn)
-            torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
+            with _quiet_workers(self._video is not None):
+                torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             if self._video is not None:  # the same planned batches, decoded natively
                 torch_loader = video_batches.NativeVideoLoader(
                     self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
@@ -171,6 +192,8 @@ class GenericBackend(Backend):
                     warnings.warn(f"prefetch_factor={prefetch_factor} does not fit the memory budget of the "
                                   f"clip batches: {torch_loader.slots.describe()}; pass max_memory= to "
                                   "allow more", stacklevel=4)
+        if self._video is not None and not isinstance(torch_loader, video_batches.NativeVideoLoader):
+            torch_loader.check_worker_number_rationality()  # torch's processes after all: its warning
         self._generic = torch_loader
         # Why torch's path: every reason for describe(), the first in one warning per loader
         # (once the arguments are known good: an error comes without it).
@@ -185,7 +208,15 @@ class GenericBackend(Backend):
 
     def __iter__(self) -> Iterator[Any]:
         video_batches.check_unchanged(self.dataset)  # an rl.VideoShards shard rewritten: StaleIndexError
-        batches = _start_generic(self._generic)
+        if self._planned is not None:
+            # Until the plan begins (at the first next() with no workers), a state_dict()
+            # resumes the epoch this iterator begins, from its first batch.
+            self._pending = _checkpoint.at_iter(self)
+        try:
+            batches = _start_generic(self._generic)
+        except BaseException:
+            self._pending = None
+            raise
         # Native clip batches name their own timeout (and their SlotsExhaustedError, which a
         # generator around them would turn into the end of the epoch, says to call again).
         if self._generic.timeout > 0 and not isinstance(self._generic, video_batches.NativeVideoLoader):

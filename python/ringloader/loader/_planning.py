@@ -214,6 +214,7 @@ class _PlannedBatches:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
                                  "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
         loader.begin_epoch(seed, sampler_state, skip)
+        loader._pending = None  # the epoch's own record from here (GenericBackend.__iter__)
         if not self._keyed:
             yield from batches[skip:]
             return
