@@ -6,7 +6,6 @@ bound) and a checkpoint taken after the dropped batch resumes after it."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -16,6 +15,8 @@ import torch
 import ringloader as rl
 from ringloader.sources import video as rv
 from ringloader.transforms import clips
+
+from videogen import class_folder_with_a_cut_clip
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
@@ -29,18 +30,7 @@ SAMPLER = clips.random_indices(num_frames_per_clip=4, num_indices_between_frames
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory) -> Path:
     """Two classes of two 20-frame 32x24 H.264 clips; a/1.mp4 cut to its first third."""
-    top = tmp_path_factory.mktemp("dropped")
-    for c, label in enumerate("ab"):
-        (top / label).mkdir()
-        for k in range(2):
-            subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-                            f"testsrc2=size=32x24:rate=10,trim=end_frame=20,hue=h={60 * (2 * c + k)}",
-                            "-pix_fmt", "yuv420p", "-c:v", "libx264", "-g", "5", str(top / label / f"{k}.mp4")],
-                           check=True)
-    bad = top / "a" / "1.mp4"
-    data = bad.read_bytes()
-    bad.write_bytes(data[: len(data) // 3])
-    return top
+    return class_folder_with_a_cut_clip(tmp_path_factory.mktemp("dropped"), 2)
 
 
 def loader(dataset, **kwargs):

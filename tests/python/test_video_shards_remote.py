@@ -8,7 +8,6 @@ FaultProxy on 127.0.0.1."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 
@@ -18,6 +17,8 @@ import torch
 import ringloader as rl
 from ringloader.sources import video as rv
 from ringloader.transforms import clips
+
+from videogen import make_clip
 
 from remote_servers import FaultProxy, MemoryObject, tar_bytes
 
@@ -38,9 +39,7 @@ def shard(tmp_path_factory) -> bytes:
     members = []
     for k in range(2):
         path = top / f"v{k}.mp4"
-        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-                        f"testsrc2=size=32x24:rate=10:duration=2,hue=h={90 * k}", "-pix_fmt", "yuv420p",
-                        "-c:v", "libx264", "-g", "5", str(path)], check=True)
+        make_clip(path, 90 * k)
         members += [(f"v{k}.mp4", path.read_bytes()), (f"v{k}.cls", str(k).encode())]
     return tar_bytes(members)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tarfile
 import warnings
 from pathlib import Path
@@ -19,6 +18,8 @@ import torch
 import ringloader as rl
 from ringloader.sources import video as rv
 from ringloader.transforms import clips
+
+from videogen import make_clip
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
@@ -37,9 +38,7 @@ def videos(tmp_path_factory) -> list:
     paths = []
     for k in range(3):
         path = top / f"v{k}.mp4"
-        subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
-                        f"testsrc2=size=32x24:rate=10:duration=2,hue=h={70 * k}", "-pix_fmt", "yuv420p",
-                        "-c:v", "libx264", "-g", "5", str(path)], check=True)
+        make_clip(path, 70 * k)
         (top / f"v{k}.cls").write_text(str(k))
         paths.append(path)
     return paths
