@@ -11,6 +11,7 @@ max_memory and the bytes needed). Each batch's buffer is charged when it is allo
 released when its last tensor (or view) is freed, so the bytes alive never pass the slots'
 bytes; a producer that would pass them waits, and a ``next()`` that finds every byte held by
 batches the loop keeps raises ``SlotsExhaustedError`` (nothing is lost: free some, call again).
+``check_unchanged``: the check at ``iter()`` that no ``rl.VideoShards`` shard was rewritten.
 """
 
 from __future__ import annotations
@@ -454,3 +455,22 @@ class NativeVideoLoader:
 
     def stats(self) -> Dict[str, Any]:
         return {**self.source.stats(), **({"memory": self.slots.stats()} if self.slots is not None else {})}
+
+
+def check_unchanged(dataset: Any) -> None:
+    """Raises ``rl.StaleIndexError`` when an ``rl.VideoShards`` in ``dataset`` (itself, or
+    inside a ``Subset``/``ConcatDataset``) has a shard rewritten since it was indexed: the
+    DataLoader's check at ``iter()``, for native clip batches and torch's path alike."""
+    from torch.utils.data import ConcatDataset, Subset
+
+    from ..sources.video_folder import VideoShards
+
+    todo = [dataset]
+    while todo:
+        d = todo.pop()
+        if isinstance(d, VideoShards):
+            d.check_unchanged()
+        elif isinstance(d, Subset):
+            todo.append(d.dataset)
+        elif isinstance(d, ConcatDataset):
+            todo += list(d.datasets)

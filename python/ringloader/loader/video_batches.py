@@ -24,12 +24,13 @@ frame kept).
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import _C
 # What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
-from ._video_loader import NativeVideoLoader, _Prefetched  # noqa: F401
+from ._video_loader import NativeVideoLoader, _Prefetched, check_unchanged  # noqa: F401
 from ..transforms import clips as _clips
 
 __all__ = ["native_chain", "VideoClipBatches", "native_video_source"]
@@ -402,10 +403,11 @@ class VideoClipBatches:
         if ref is None:
             raise ValueError(f"sample {key.index}: {why}")
         _, _, shape = self._plan(key, ref, self._metadata([ref])[0])
-        count = 1
-        for n in shape:
-            count *= int(n)
-        return count * (1 if self.levels is None else 4)
+        return self._nbytes(1, shape)
+
+    def _nbytes(self, rows: int, shape: Tuple[int, ...]) -> int:
+        """The bytes of ``rows`` clips of ``shape`` in the output's dtype."""
+        return rows * math.prod(int(n) for n in shape) * (1 if self.levels is None else 4)
 
     def __getitem__(self, keys: Sequence[Any]) -> Any:
         return self.batch(keys)
@@ -416,26 +418,22 @@ class VideoClipBatches:
         import numpy as np
         import torch
 
-        dtype = torch.uint8 if self.levels is None else torch.float32
-        count = rows
-        for n in shape:
-            count *= int(n)
-        nbytes = count * (1 if self.levels is None else 4)
+        nbytes = self._nbytes(rows, shape)
         if slots is not None and not slots.acquire(nbytes, stop):
             return None
+        # Pinned: a view of torch's own pinned tensor, never a tensor over its numpy array (a
+        # non_blocking copy to the GPU records its stream on the allocation only through torch's
+        # storage, so the block is not reused while a copy still reads it). The bytes are
+        # released when the buffer's owner goes: the storage, or the array (any slice keeps it).
         if self.pin_memory:
-            # The batch is a view of torch's own pinned tensor, not a tensor over its numpy
-            # array: a non_blocking copy to the GPU records its stream on the allocation only
-            # through torch's storage, so the block is not reused while a copy still reads it.
-            # Its bytes are released when the storage goes (the last view of it, any slice).
-            pinned = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-            if slots is not None:
-                slots.track(pinned.untyped_storage(), nbytes)
-            return pinned.view(dtype).reshape((rows,) + tuple(shape))
-        buffer = np.empty(nbytes, dtype=np.uint8)
+            memory = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            owner = memory.untyped_storage()
+        else:
+            owner = np.empty(nbytes, dtype=np.uint8)
+            memory = torch.from_numpy(owner)
         if slots is not None:
-            slots.track(buffer, nbytes)
-        return torch.from_numpy(buffer).view(dtype).reshape((rows,) + tuple(shape))
+            slots.track(owner, nbytes)
+        return memory.view(torch.uint8 if self.levels is None else torch.float32).reshape((rows,) + tuple(shape))
 
     def _decode(self, rows: List[Tuple[Any, ...]], out: Any, shape: Tuple[int, ...]) -> List[Any]:
         """Decodes ``rows`` (``_row``'s jobs) into the rows of ``out``: each clip's (error or
@@ -469,6 +467,8 @@ class VideoClipBatches:
                 self._check_alike(sample, key._replace(index=index) if hasattr(key, "_replace") else key)
                 ref = sample[0]
                 frames, row_seed, this = self._plan(key, ref, self._metadata([ref])[0])
+            except _C.StaleIndexError:
+                raise  # its shard rewritten: named, never passed over for another candidate
             except (ValueError, TypeError, IndexError, OSError, RuntimeError):
                 continue
             if shape is None or this == shape:
@@ -568,25 +568,6 @@ def native_video_source(dataset: Any, threads: int, on_error: str = "raise",
         return VideoClipBatches(dataset, threads, on_error, pin_memory), ""
     except (ValueError, TypeError, ImportError) as error:
         return None, str(error)
-
-
-def check_unchanged(dataset: Any) -> None:
-    """Raises ``rl.StaleIndexError`` when an ``rl.VideoShards`` in ``dataset`` (itself, or
-    inside a ``Subset``/``ConcatDataset``) has a shard rewritten since it was indexed: the
-    DataLoader's check at ``iter()``, for native clip batches and torch's path alike."""
-    from torch.utils.data import ConcatDataset, Subset
-
-    from ..sources.video_folder import VideoShards
-
-    todo = [dataset]
-    while todo:
-        d = todo.pop()
-        if isinstance(d, VideoShards):
-            d.check_unchanged()
-        elif isinstance(d, Subset):
-            todo.append(d.dataset)
-        elif isinstance(d, ConcatDataset):
-            todo += list(d.datasets)
 
 
 #: Why a video dataset's clips are batched natively (``describe()``).
