@@ -178,6 +178,7 @@ class _NativeIter:
                 finally:
                     del told
             except _C.SampleError as exc:
+                self._check_shards(failed=True)  # a rewritten shard: that, not a sample's error
                 annotated = _source.explain_error(exc, self._loader._folders)
                 try:
                     if annotated is exc:
@@ -188,6 +189,7 @@ class _NativeIter:
                     # (exception -> traceback -> frame -> exception) keeping the iterator, and
                     # the batches it references, alive until the garbage collector runs.
                     del annotated
+            self._check_shards(failed=False)
             if self._skip_limit is not None:
                 self._check_skipped()
             if item is None:
@@ -225,6 +227,23 @@ class _NativeIter:
             if loader._default_collate:
                 return [images, labels]
             return images, labels
+
+    def _check_shards(self, failed: bool) -> None:
+        """Raises ``StaleIndexError`` naming a local ``rl.WebDataset`` shard changed since it was
+        indexed, once a sample failed (``failed``, or errors counted since the last check): the
+        native reads of a local shard do not compare it mid-epoch, so the rows of a shard
+        rewritten after ``iter()``'s check fail, and on_error="replace" or "skip" would pass
+        over them (a substitute standing in), though no row of a stale index may be delivered."""
+        shards = [f for f in self._loader._folders
+                  if hasattr(f, "check_shards") and getattr(f, "_remote", None) is None]
+        if not shards or (not failed and self._loader._options["on_error"] == "raise"):
+            return
+        errors = self._loader._native.stats()["errors"]
+        if not failed and errors == getattr(self._loader, "_errors_checked", 0):
+            return
+        self._loader._errors_checked = errors
+        for f in shards:
+            f.check_shards()
 
     def _check_skipped(self) -> None:
         """Raises once this epoch has skipped more than ``max_skipped_fraction`` of the samples
