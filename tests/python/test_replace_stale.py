@@ -119,5 +119,9 @@ def test_a_stale_local_shard_met_by_a_bad_sample_raises_naming_it(tmp_path: Path
     assert b.stat().st_size == before.st_size
     _later(b, before)
     monkeypatch.setattr(type(ds), "check_unchanged", lambda self: None)  # rewritten just after it
+    dl = rl.DataLoader(ds, batch_size=1, sampler=[0, 0, 1], on_error="replace", num_workers=workers)
+    it = iter(dl)
     with pytest.raises(rl.StaleIndexError, match="b.tar"):
-        list(dl)
+        next(it)
+    with pytest.raises(rl.StaleIndexError, match="b.tar"):  # and again: the epoch never goes on
+        next(it)

@@ -241,9 +241,9 @@ class _NativeIter:
         errors = self._loader._native.stats()["errors"]
         if not failed and errors == getattr(self._loader, "_errors_checked", 0):
             return
-        self._loader._errors_checked = errors
         for f in shards:
-            f.check_shards()
+            f.check_shards()  # raises again at each later next() while the shard stays stale
+        self._loader._errors_checked = errors
 
     def _check_skipped(self) -> None:
         """Raises once this epoch has skipped more than ``max_skipped_fraction`` of the samples
