@@ -88,8 +88,41 @@ inline uint8_t BlendLevel(int degenerate, int value, float alpha) {
 // Pillow's CLIP8 for the int results of its colour conversions.
 inline uint8_t Clip8(int v) { return v <= 0 ? 0 : v >= 255 ? 255 : static_cast<uint8_t>(v); }
 
+// The operands of Pillow's rgb2hsv and hsv2rgb that depend on one or two levels, computed
+// once with the very operations the conversions perform (so the same values): a pixel then
+// costs no division. quotient[b][a] = float(a) / float(b) (b > 0); for hue level h, hsv2rgb's
+// sector i % 6 and fraction f; for saturation level s, its float s / 255.
+struct HsvTables {
+  float quotient[256][256];
+  uint8_t sector[256];
+  float fraction[256];
+  float saturation[256];
+};
+
+const HsvTables& Hsv() {
+  static const HsvTables* const tables = [] {
+    auto* t = new HsvTables;
+    for (int b = 0; b < 256; ++b) {
+      for (int a = 0; a < 256; ++a) {
+        t->quotient[b][a] = b == 0 ? 0.f : static_cast<float>(a) / static_cast<float>(b);
+      }
+    }
+    for (int level = 0; level < 256; ++level) {
+      const double h6 = static_cast<double>(static_cast<float>(level)) * 6.0 / 255.0;
+      const int i = static_cast<int>(h6);  // floor: h6 >= 0
+      t->sector[level] = static_cast<uint8_t>(i % 6);
+      t->fraction[level] = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
+      t->saturation[level] =
+          static_cast<float>(static_cast<double>(static_cast<float>(level)) / 255.0);
+    }
+    return t;
+  }();
+  return *tables;
+}
+
 // Pillow's rgb2hsv_row (Convert.c, after colorsys), with its float/double mix reproduced.
-inline void RgbToHsv(int r, int g, int b, uint8_t* h_out, uint8_t* s_out, uint8_t* v_out) {
+inline void RgbToHsv(const HsvTables& t, int r, int g, int b, uint8_t* h_out, uint8_t* s_out,
+                     uint8_t* v_out) {
   const int maxc = std::max(r, std::max(g, b));
   const int minc = std::min(r, std::min(g, b));
   *v_out = static_cast<uint8_t>(maxc);
@@ -98,11 +131,12 @@ inline void RgbToHsv(int r, int g, int b, uint8_t* h_out, uint8_t* s_out, uint8_
     *s_out = 0;
     return;
   }
-  const float cr = static_cast<float>(maxc - minc);
-  const float s = cr / static_cast<float>(maxc);
-  const float rc = static_cast<float>(maxc - r) / cr;
-  const float gc = static_cast<float>(maxc - g) / cr;
-  const float bc = static_cast<float>(maxc - b) / cr;
+  const int cr = maxc - minc;
+  const float* over_cr = t.quotient[cr];
+  const float s = t.quotient[maxc][cr];  // cr / maxc
+  const float rc = over_cr[maxc - r];    // (maxc - r) / cr, and likewise
+  const float gc = over_cr[maxc - g];
+  const float bc = over_cr[maxc - b];
   float h;
   if (r == maxc) {
     h = bc - gc;
@@ -126,22 +160,20 @@ inline int RoundNonNegative(double x) {
 }
 
 // Pillow's hsv2rgb (Convert.c), with its float/double mix and round() (half away from zero).
-inline void HsvToRgb(int h, int s, int v, uint8_t* rgb) {
+inline void HsvToRgb(const HsvTables& tables, int h, int s, int v, uint8_t* rgb) {
   if (s == 0) {
     rgb[0] = rgb[1] = rgb[2] = static_cast<uint8_t>(v);
     return;
   }
-  const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
-  const int i = static_cast<int>(h6);  // floor: h6 >= 0
-  const float f = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
-  const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
+  const float f = tables.fraction[h];
+  const float fs = tables.saturation[s];
   const double fv = static_cast<double>(static_cast<float>(v));
   // 0 <= fs <= 1 and 0 <= f < 1, so the products below are non-negative.
   const uint8_t p = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs))));
   const uint8_t q = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs * f))));
   const uint8_t t = Clip8(RoundNonNegative(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
   const uint8_t uv = static_cast<uint8_t>(v);
-  switch (i % 6) {
+  switch (tables.sector[h]) {
     case 0: rgb[0] = uv, rgb[1] = t, rgb[2] = p; break;
     case 1: rgb[0] = q, rgb[1] = uv, rgb[2] = p; break;
     case 2: rgb[0] = p, rgb[1] = uv, rgb[2] = t; break;
@@ -471,12 +503,23 @@ void AdjustSaturation(RgbView img, double factor) {
 void AdjustHue(RgbView img, double hue_factor) {
   // np.int32(hue_factor * 255).astype(np.uint8): truncation, then wrap-around.
   const uint8_t shift = static_cast<uint8_t>(static_cast<int32_t>(hue_factor * 255));
+  const HsvTables& tables = Hsv();
+  // Neighbouring pixels often repeat a colour: the last one's result is reused.
+  uint8_t last_in[3] = {0, 0, 0}, last_out[3] = {0, 0, 0};
+  bool have_last = false;
   for (int y = 0; y < img.height; ++y) {
     uint8_t* p = Row(img, y);
     for (int x = 0; x < img.width; ++x, p += 3) {
+      if (have_last && p[0] == last_in[0] && p[1] == last_in[1] && p[2] == last_in[2]) {
+        p[0] = last_out[0], p[1] = last_out[1], p[2] = last_out[2];
+        continue;
+      }
+      last_in[0] = p[0], last_in[1] = p[1], last_in[2] = p[2];
       uint8_t h, s, v;
-      RgbToHsv(p[0], p[1], p[2], &h, &s, &v);
-      HsvToRgb(static_cast<uint8_t>(h + shift), s, v, p);
+      RgbToHsv(tables, p[0], p[1], p[2], &h, &s, &v);
+      HsvToRgb(tables, static_cast<uint8_t>(h + shift), s, v, p);
+      last_out[0] = p[0], last_out[1] = p[1], last_out[2] = p[2];
+      have_last = true;
     }
   }
 }

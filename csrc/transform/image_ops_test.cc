@@ -1,5 +1,7 @@
 #include "transform/image_ops.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -356,6 +358,71 @@ TEST(ImageOpsTest, TestingDispatcherValidatesItsArguments) {
   ASSERT_TRUE(ApplyImageOpForTesting("ApplyTimmOp:Invert", Args{{"arg", {0}}, {"interpolation", {0}}, {"fill", {0}}},
                                      &img.pixels, &w, &h)
                   .ok());
+}
+
+// Pillow's rgb2hsv and hsv2rgb (Convert.c) written directly, dividing per pixel: what
+// AdjustHue, which takes the quotients from tables built once, must equal level for level.
+// (Separate IEEE operations, as Pillow evaluates them: no fused multiply-add.)
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+void ReferenceHue(uint8_t* p, uint8_t shift) {
+  const auto clip8 = [](int v) { return static_cast<uint8_t>(v <= 0 ? 0 : v >= 255 ? 255 : v); };
+  const int r = p[0], g = p[1], b = p[2];
+  const int maxc = std::max(r, std::max(g, b)), minc = std::min(r, std::min(g, b));
+  int h = 0, s = 0;
+  if (minc != maxc) {
+    const float cr = static_cast<float>(maxc - minc);
+    const float sf = cr / static_cast<float>(maxc);
+    const float rc = static_cast<float>(maxc - r) / cr, gc = static_cast<float>(maxc - g) / cr,
+                bc = static_cast<float>(maxc - b) / cr;
+    float hf = r == maxc   ? bc - gc
+               : g == maxc ? static_cast<float>(2.0 + static_cast<double>(rc) - static_cast<double>(bc))
+                           : static_cast<float>(4.0 + static_cast<double>(gc) - static_cast<double>(rc));
+    const double turns = static_cast<double>(hf) / 6.0 + 1.0;
+    hf = static_cast<float>(turns >= 1.0 ? turns - 1.0 : turns);
+    h = clip8(static_cast<int>(static_cast<double>(hf) * 255.0));
+    s = clip8(static_cast<int>(static_cast<double>(sf) * 255.0));
+  }
+  h = static_cast<uint8_t>(h + shift);
+  if (s == 0) {
+    p[0] = p[1] = p[2] = static_cast<uint8_t>(maxc);
+    return;
+  }
+  const auto round = [](double x) { return static_cast<int>(std::round(x)); };
+  const double h6 = static_cast<double>(static_cast<float>(h)) * 6.0 / 255.0;
+  const int i = static_cast<int>(h6);
+  const float f = static_cast<float>(h6 - static_cast<double>(static_cast<float>(i)));
+  const float fs = static_cast<float>(static_cast<double>(static_cast<float>(s)) / 255.0);
+  const double fv = static_cast<double>(static_cast<float>(maxc));
+  const uint8_t pp = clip8(round(fv * (1.0 - static_cast<double>(fs))));
+  const uint8_t q = clip8(round(fv * (1.0 - static_cast<double>(fs * f))));
+  const uint8_t t = clip8(round(fv * (1.0 - static_cast<double>(fs) * (1.0 - static_cast<double>(f)))));
+  const uint8_t v = static_cast<uint8_t>(maxc);
+  const uint8_t out[6][3] = {{v, t, pp}, {q, v, pp}, {pp, v, t}, {pp, q, v}, {t, pp, v}, {v, pp, q}};
+  std::copy(out[i % 6], out[i % 6] + 3, p);
+}
+
+TEST(ImageOpsTest, AdjustHueEqualsPillowsConversionsForEveryColour) {
+  // Every 24-bit colour once, then a stretch where colours repeat (the last result reused).
+  Image img(4096, 4096 + 8);
+  for (uint32_t k = 0; k < (1u << 24); ++k) {
+    uint8_t* p = img.pixels.data() + static_cast<size_t>(k) * 3;
+    p[0] = static_cast<uint8_t>(k >> 16), p[1] = static_cast<uint8_t>(k >> 8), p[2] = static_cast<uint8_t>(k);
+  }
+  for (int k = 0; k < 4096 * 8; ++k) {
+    uint8_t* p = img.at(k % 4096, 4096 + k / 4096);
+    p[0] = static_cast<uint8_t>(k / 7 * 37), p[1] = static_cast<uint8_t>(k / 5 * 11), p[2] = static_cast<uint8_t>(k / 3);
+  }
+  for (double factor : {0.37, -0.5}) {
+    Image got = img, want = img;
+    AdjustHue(got.view(), factor);
+    const uint8_t shift = static_cast<uint8_t>(static_cast<int32_t>(factor * 255));
+    for (size_t i = 0; i < want.pixels.size(); i += 3) ReferenceHue(want.pixels.data() + i, shift);
+    ASSERT_TRUE(got.pixels == want.pixels) << "hue factor " << factor;
+  }
 }
 
 }  // namespace

@@ -381,7 +381,8 @@ def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
     keypoints), drawn from ``seed``: what ``step.make_params(flat)`` returns with torch's
     global generator seeded from ``seed``. v2's loop costs a few hundred torch operations a
     sample in the iterating thread; :func:`_iou_loop` makes the same draws from a generator
-    seeded alike and does the arithmetic in numpy in the boxes' dtype as torch does it, so the
+    seeded alike (a round's trials drawn at once) and does the arithmetic in numpy in the
+    boxes' dtype as torch does it (a round's candidates checked together), so the
     parameters are the same (``test_detection_ssd.py`` checks them against v2's for many
     draws); other box dtypes, or a subclass of the step, run v2's own make_params."""
     import torch
@@ -424,32 +425,61 @@ def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
         min_overlap = step.options[idx]
         if min_overlap >= 1.0:
             return {}
+        # The trials' uniforms drawn at once (torch's CPU generator draws a tensor's values one
+        # after another, as many calls of two would): 2 a trial, 2 more for its offset.
+        state = gen.get_state()
+        u = torch.rand(4 * step.trials, generator=gen).numpy()
+        scaled = lo + span * u
+        used, found = 0, []
         for _ in range(step.trials):
-            r = lo + span * torch.rand(2, generator=gen).numpy()
-            new_w, new_h = int(f32(orig_w) * r[0]), int(f32(orig_h) * r[1])
+            new_w, new_h = int(f32(orig_w) * scaled[used]), int(f32(orig_h) * scaled[used + 1])
+            used += 2
             if not (step.min_aspect_ratio <= new_w / new_h <= step.max_aspect_ratio):
                 continue
-            r = torch.rand(2, generator=gen).numpy()
-            left, top = int(f32(orig_w - new_w) * r[0]), int(f32(orig_h - new_h) * r[1])
-            right, bottom = left + new_w, top + new_h
-            if left == right or top == bottom:
-                continue
-            within = (cx > left) & (cx < right) & (cy > top) & (cy < bottom)
-            if not within.any():
-                continue
-            # v2's box_iou of those boxes with the crop, in the boxes' dtype (a true division
-            # in float32 for integer boxes).
-            b, c = xyxy[within], dt.type
-            w = np.maximum(np.minimum(b[:, 2], c(right)) - np.maximum(b[:, 0], c(left)), c(0))
-            h = np.maximum(np.minimum(b[:, 3], c(bottom)) - np.maximum(b[:, 1], c(top)), c(0))
-            inter = w * h
-            union = area[within] + c(new_w) * c(new_h) - inter
-            with np.errstate(divide="ignore", invalid="ignore"):
-                iou = inter / union if dt is fdt else inter.astype(fdt) / union.astype(fdt)
-            if iou.max() < fdt.type(min_overlap):
-                continue
+            left, top = int(f32(orig_w - new_w) * u[used]), int(f32(orig_h - new_h) * u[used + 1])
+            used += 2
+            if new_w and new_h:  # left == right or top == bottom: rejected
+                found.append((left, top, new_w, new_h))
+        hit = _first_crop(found, xyxy, cx, cy, area, dt, fdt, min_overlap)
+        if hit is not None:
+            (left, top, new_w, new_h), within = hit
             return dict(top=top, left=left, height=new_h, width=new_w,
                         is_within_crop_area=torch.from_numpy(within))
+        gen.set_state(state)  # where v2's trials left its generator: the uniforms they used
+        torch.rand(used, generator=gen)
+
+
+def _first_crop(found: List[Tuple[int, int, int, int]], xyxy: Any, cx: Any, cy: Any, area: Any,
+                dt: Any, fdt: Any, min_overlap: float) -> Optional[Tuple[Any, Any]]:
+    """The first of the candidate crops ``found`` (left, top, width, height) that v2's
+    RandomIoUCrop keeps (a box centre inside, the best IoU at least ``min_overlap``), with the
+    mask of the boxes whose centre it holds, or None: every candidate checked at once, each
+    value as v2 computes it for that candidate (the boxes' dtype ``dt``, centres in ``fdt``)."""
+    if not found:
+        return None
+    c = np.array(found, dtype=np.int64)
+    left, top, right, bottom = c[:, 0], c[:, 1], c[:, 0] + c[:, 2], c[:, 1] + c[:, 3]
+    col = lambda v, t: v.astype(t)[:, None]  # noqa: E731 (a candidate per row)
+    within = ((cx > col(left, fdt)) & (cx < col(right, fdt)) & (cy > col(top, fdt)) &
+              (cy < col(bottom, fdt)))
+    # v2's box_iou of the boxes with each crop, in the boxes' dtype (a true division in
+    # float32 for integer boxes); the boxes a crop does not hold left out of its maximum.
+    with np.errstate(all="ignore"):
+        w = np.maximum(np.minimum(xyxy[:, 2], col(right, dt)) -
+                       np.maximum(xyxy[:, 0], col(left, dt)), dt.type(0))
+        h = np.maximum(np.minimum(xyxy[:, 3], col(bottom, dt)) -
+                       np.maximum(xyxy[:, 1], col(top, dt)), dt.type(0))
+        inter = w * h
+        union = area + col(c[:, 2], dt) * col(c[:, 3], dt) - inter
+        iou = inter / union if dt is fdt else inter.astype(fdt) / union.astype(fdt)
+        best = np.where(within, iou, -np.inf).max(axis=1)
+        # A NaN IoU among those held passes, as v2's `max() < threshold` lets it.
+        keep = within.any(axis=1) & ~(best < fdt.type(min_overlap))
+    hits = np.flatnonzero(keep)
+    if not len(hits):
+        return None
+    j = int(hits[0])
+    return found[j], within[j].copy()
 
 
 def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
