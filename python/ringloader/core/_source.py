@@ -26,6 +26,10 @@ overrides the ones that differ from the defaults below.
   subclasses ``_order.ShardOrder`` follows the loader's epoch count and is resumable.
 * ``check_unchanged()``: raises (``StaleIndexError``) when the files changed since the source
   was built in a way that makes its index wrong; called before each epoch. Default: nothing.
+* ``checks_after_error`` / ``check_after_error()``: a source whose native reads do not compare
+  its files mid-epoch (local shards) says True, and the loader calls ``check_after_error()``
+  once a sample failed, so a file rewritten after ``iter()`` raises ``StaleIndexError`` rather
+  than its rows being skipped or replaced. Default: False, nothing.
 * ``explain_error(exc, index)``: the error the loader raises for ``exc`` about the source's
   sample ``index`` (``None``: not tied to one sample, e.g. a stream that ended early): ``exc``
   itself (the default) or a clearer one, for instance naming the shard member.
@@ -153,6 +157,13 @@ class Source:
         return None
 
     def check_unchanged(self) -> None:
+        return None
+
+    @property
+    def checks_after_error(self) -> bool:
+        return False
+
+    def check_after_error(self) -> None:
         return None
 
     @property

@@ -234,15 +234,14 @@ class _NativeIter:
         native reads of a local shard do not compare it mid-epoch, so the rows of a shard
         rewritten after ``iter()``'s check fail, and on_error="replace" or "skip" would pass
         over them (a substitute standing in), though no row of a stale index may be delivered."""
-        shards = [f for f in self._loader._folders
-                  if hasattr(f, "check_shards") and getattr(f, "_remote", None) is None]
+        shards = [f for f in self._loader._folders if f.checks_after_error]
         if not shards or (not failed and self._loader._options["on_error"] == "raise"):
             return
         errors = self._loader._native.stats()["errors"]
         if not failed and errors == getattr(self._loader, "_errors_checked", 0):
             return
         for f in shards:
-            f.check_shards()  # raises again at each later next() while the shard stays stale
+            f.check_after_error()  # raises again at each later next() while the shard stays stale
         self._loader._errors_checked = errors
 
     def _check_skipped(self) -> None:

@@ -351,6 +351,15 @@ class WebDataset(NativeDataset):
         self._remote.take_in_downloads()
         return self._remote.copies
 
+    @property
+    def checks_after_error(self) -> bool:
+        """Local shards: their native reads do not compare them mid-epoch (remote ones are
+        compared as they are fetched and read)."""
+        return self._remote is None
+
+    def check_after_error(self) -> None:
+        self.check_shards()
+
     def check_unchanged(self) -> None:
         if self._remote is None:
             self.check_shards(background=True)
