@@ -187,3 +187,43 @@ def test_native_clip_batches_do_not_warn_of_worker_processes(tmp_path: Path, mon
             warnings.simplefilter("ignore", rl.FallbackWarning)
             rl.DataLoader(rl.VideoFolder(tmp_path, clip=sampler, transform=lambda c: c), num_workers=3,
                           batch_size=2)
+
+
+def test_a_checkpoint_inside_a_refilled_batch_taken_again_after_iter_keeps_its_rows(tmp_path: Path):
+    """on_error="skip" with drop_last refills batches, so a checkpoint can fall after some rows
+    of a batch: loaded, iterated and taken again before the first next(), it still records them
+    (before, its rows were 0 and the resumption delivered a sample twice and a batch more)."""
+    import warnings
+
+    for i in range(12):
+        (tmp_path / f"c{i:02d}").mkdir()
+        (tmp_path / f"c{i:02d}" / "x.jpg").write_bytes(b"bad" * 20 if i == 1 else jpeg_bytes(16, 16, seed=i))
+
+    def make() -> rl.DataLoader:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the bad file's skip warning
+            return rl.DataLoader(rl.ImageFolder(tmp_path, transform=T.Compose([T.CenterCrop(8), T.ToTensor()])),
+                                 batch_size=3, drop_last=True, on_error="skip", max_skipped_fraction=1,
+                                 num_workers=1)
+
+    dl = make()
+    assert dl.native
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    assert state["rows"] == 1  # the refilled batch's first row (sample 3) went out already
+    loaded = make()
+    loaded.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rest = [y.tolist() for _, y in iter(loaded)]
+        again = make()
+        again.load_state_dict(state)
+        it = iter(again)
+        taken = again.state_dict()
+        resumed = make()
+        resumed.load_state_dict(taken)
+        from_taken = [y.tolist() for _, y in resumed]
+    assert rest == [[4, 5, 6], [7, 8, 9]]
+    assert (taken["delivered"], taken["rows"]) == (state["delivered"], state["rows"])
+    assert from_taken == rest
