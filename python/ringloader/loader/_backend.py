@@ -10,7 +10,8 @@ The protocol is :class:`Backend`: the torch surface (``__len__``, ``__iter__``, 
 attributes torch's DataLoader exposes (``dataset``, ``batch_size``, ``sampler``...). The epoch
 bookkeeping both backends share (``_epoch``, ``_resume``, ``_current``) changes only through
 ``take_resume``/``begin_epoch`` (an epoch starting), ``set_epoch`` and ``_checkpoint``
-(``load_state_dict``); ``_planning`` and ``_distributed`` read it.
+(``load_state_dict``); ``_planning`` and ``_distributed`` read it. ``skipped_too_much``: the
+error both backends raise when an epoch skips more than ``max_skipped_fraction``.
 """
 
 from __future__ import annotations
@@ -97,3 +98,17 @@ class Backend:
 
     def load_state_dict(self, state: dict) -> None:
         _checkpoint.load_state_dict(self, state)
+
+
+def skipped_too_much(skipped: int, planned: int, fraction: float, recent: Any, what: str,
+                     causes: str) -> RuntimeError:
+    """The error of an epoch under ``on_error="skip"`` that skipped ``skipped`` of the
+    ``planned`` ``what`` (samples, clips) it reads, more than ``fraction``: lost data
+    (``causes``), not a few bad ones. ``recent``: the places of the last errors, oldest first;
+    the last three distinct are named."""
+    lost = list(dict.fromkeys(reversed(list(recent))))
+    return RuntimeError(
+        f"ringloader.DataLoader: this epoch skipped {skipped} of the {planned} {what} it reads "
+        f"(on_error='skip'), more than max_skipped_fraction={fraction:g} of them: that is lost "
+        f"data ({causes}), not a few bad {what}. Last errors: {'; '.join(lost[:3]) or 'none recorded'}. "
+        f"Fix the source, or pass max_skipped_fraction=1 to train on what is left.")

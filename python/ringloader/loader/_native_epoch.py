@@ -17,6 +17,7 @@ from . import _mixing
 from ..core import _order, _source
 from ..core._checkpoint import _restore_generators, _resumed_batches
 from ..core._distributed import _sync_epoch
+from ._backend import skipped_too_much
 from ._planning import _AUGMENT_EPOCH, _changed_files, _file_states, _plan_ahead
 from ..core._source import StaleIndexError
 
@@ -254,18 +255,9 @@ class _NativeIter:
         skipped = stats["skipped"] - self._skipped_before
         if skipped <= self._skip_limit:
             return
-        lost: list = []
-        for error in reversed(stats["recent_errors"]):
-            where = _name_sample(error, self._loader._folders)
-            if where not in lost:
-                lost.append(where)
-        raise RuntimeError(
-            f"ringloader.DataLoader: this epoch skipped {skipped} of the {self._planned} samples "
-            f"it reads (on_error='skip'), more than max_skipped_fraction="
-            f"{self._loader._max_skipped_fraction:g} of them: that is lost data (a server down, "
-            f"shards or files gone), not a few bad samples. Last errors: "
-            f"{'; '.join(lost[:3]) or 'none recorded'}. Fix the source, or pass "
-            f"max_skipped_fraction=1 to train on what is left.")
+        raise skipped_too_much(skipped, self._planned, self._loader._max_skipped_fraction,
+                               [_name_sample(e, self._loader._folders) for e in stats["recent_errors"]],
+                               "samples", "a server down, shards or files gone")
 
     def _mix(self, images: Any, labels: Any, number: int) -> Any:
         """batch_transform on the batch in its slot (``_mixing``), seeded by (base seed, batch

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional
 from .. import _C
 from .._C import SlotsExhaustedError
 from ..core._options import _format_bytes as format_bytes
+from ._backend import skipped_too_much
 
 __all__ = ["ClipSlots", "NativeVideoLoader"]
 
@@ -348,14 +349,9 @@ class _SkipBudget:
             self.planned = int(self._planned())
         if skipped <= self.fraction * self.planned:
             return
-        lost = list(dict.fromkeys(reversed(self.source.recent_skipped)))
         self._raised = True
-        raise RuntimeError(
-            f"ringloader.DataLoader: this epoch skipped {skipped} of the {self.planned} clips it "
-            f"reads (on_error='skip'), more than max_skipped_fraction={self.fraction:g} of them: "
-            f"that is lost data (videos gone, a codec missing, a server down), not a few bad "
-            f"clips. Last errors: {'; '.join(lost[:3]) or 'none recorded'}. Fix the source, or "
-            f"pass max_skipped_fraction=1 to train on what is left.")
+        raise skipped_too_much(skipped, self.planned, self.fraction, self.source.recent_skipped, "clips",
+                               "videos gone, a codec missing, a server down")
 
 
 def _dropped(batch: Any, passed: Any) -> bool:
