@@ -198,8 +198,8 @@ def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
 
 
 def _where(ref: Any) -> str:
-    """What errors call a reference: its file (or name)."""
-    return ref._name()
+    """What errors call a reference: its file (or name); None: a sample that could not be read."""
+    return ref._name() if ref is not None else "its sample could not be read"
 
 
 def _ident(job: Tuple[Any, ...]) -> Tuple[Any, ...]:
@@ -516,7 +516,7 @@ class VideoClipBatches:
                 plans.append(self._row(ref, frames, seed))
             except _SAMPLE_ERRORS as error:
                 if self.on_error == "raise":
-                    self._fail(error, key, _where(ref) if ref is not None else "its sample could not be read")
+                    self._fail(error, key, _where(ref))
                 plans.append(error)
         replace = self.on_error == "replace"
         if replace and shape is None and keys:  # every clip failed: a substitute's sets the shape
@@ -539,8 +539,7 @@ class VideoClipBatches:
                     out[good[j]] = out[j]
             for b, plan in enumerate(plans):
                 if isinstance(plan, BaseException):
-                    where = _where(refs[b]) if refs[b] is not None else "its sample could not be read"
-                    targets[b] = self._replace(out, b, keys[b], plan, shape, where)
+                    targets[b] = self._replace(out, b, keys[b], plan, shape, _where(refs[b]))
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
             self._count(skipped=len(keys) - len(kept), lost=[  # a sample not read: its error names it
