@@ -278,7 +278,7 @@ class VideoShards(_TorchDataset):
         name it, under ``on_error``)."""
         for url in self.urls if shards is None else shards:
             try:
-                self._check(url)
+                self._check(url)()
             except ConnectionError:
                 continue
 
@@ -288,33 +288,28 @@ class VideoShards(_TorchDataset):
             index = self.__dict__["_shards"] = {url: s for s, url in enumerate(self.urls)}
         return index[shard]
 
-    def _check(self, shard: str) -> None:
-        """The check of :meth:`check_unchanged` for one shard; a remote one that cannot be
-        fetched raises ``ConnectionError`` naming it."""
-        from ..core._shard_index import check_shard
-
-        s = self._shard_of(shard)
-        if self.shard_stats[s] is not None:
-            check_shard(shard, self.shard_stats[s], "VideoShards")
-        elif self._remote is not None and self._remote.copies[s] is not None:
-            _check_remote(self._remote, s)
-
-    def __getitem__(self, index: int) -> Tuple[Any, Any]:
+    def _check(self, shard: str) -> Callable[[], None]:
+        """The check of :meth:`check_unchanged` for one shard (a remote one that cannot be
+        fetched raises ``ConnectionError`` naming it), as a callable that holds no reference to
+        the dataset: what a ``VideoFile`` of the shard calls before it decodes."""
         import functools
 
+        s = self._shard_of(shard)
+        return functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s)
+
+    def __getitem__(self, index: int) -> Tuple[Any, Any]:
         from .video import VideoFile
 
         shard, member, offset, length, target, error = self.samples[index]
-        self._check(shard)
+        check = self._check(shard)
+        check()
         if error:
             raise ValueError(f"VideoShards[{index}]: {error}")
         if self.target_transform is not None:
             target = self.target_transform(target)
-        s = self._shard_of(shard)
-        ref = VideoFile(self.shard_paths[s], clip=self.clip, transform=self.transform,
+        ref = VideoFile(self.shard_paths[self._shard_of(shard)], clip=self.clip, transform=self.transform,
                         byte_range=(offset, length), name=f"{shard}:{member}")
-        # Decoded later (kept by the caller): checked again then.
-        ref._unchanged = functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s)
+        ref._unchanged = check  # decoded later (kept by the caller): checked again then
         return ref, target
 
     def __repr__(self) -> str:
@@ -335,8 +330,8 @@ def _check_remote(remote: Any, s: int) -> None:
 
 
 def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int) -> None:
-    """A ``VideoFile``'s check before it decodes (``VideoShards.check_unchanged`` for its
-    shard): a local shard's stamp, a remote shard's copy."""
+    """``VideoShards.check_unchanged`` for one shard: a local shard's stamp (``stat``), else a
+    remote shard's copy (a shard of a dataset with remote ones has a stamp when it is local)."""
     from ..core._shard_index import check_shard
 
     if stat is not None:
