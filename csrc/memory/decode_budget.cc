@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
+#include <new>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/cpu_budget.h"
+#include "common/status_util.h"
 
 namespace ringloader {
 
@@ -20,14 +23,18 @@ DecodeBudget::Grant& DecodeBudget::Grant::operator=(Grant&& other) noexcept {
     budget_ = other.budget_;
     bytes_ = other.bytes_;
     held_ = other.held_;
+    buffer_ = std::move(other.buffer_);
     other.budget_ = nullptr;
   }
   return *this;
 }
 
 void DecodeBudget::Grant::Release() {
-  if (budget_ == nullptr) return;
-  budget_->Return(bytes_, held_);
+  if (budget_ == nullptr) {
+    buffer_.reset();
+    return;
+  }
+  budget_->Return(bytes_, held_, std::move(buffer_));
   budget_ = nullptr;
 }
 
@@ -70,8 +77,37 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, 
                                                                 const std::atomic<bool>* cancel,
                                                                 const std::function<bool()>& due) {
   if (static_cast<int>(getpid()) != owner_pid_) return Grant();
+  RL_ASSIGN_OR_RETURN(const uint64_t charged, ChargeOutput(bytes, what, cancel, due, nullptr));
+  return Grant(this, charged, true);
+}
+
+absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutputBuffer(
+    uint64_t bytes, absl::string_view what, const std::atomic<bool>* cancel,
+    const std::function<bool()>& due) {
+  std::unique_ptr<uint8_t[]> buffer;
+  Grant grant;
+  if (static_cast<int>(getpid()) == owner_pid_) {
+    RL_ASSIGN_OR_RETURN(const uint64_t charged, ChargeOutput(bytes, what, cancel, due, &buffer));
+    grant = Grant(this, charged, true);
+  }
+  if (buffer == nullptr) {
+    buffer.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(bytes, 1)]);
+    if (buffer == nullptr) {
+      return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
+    }
+  }
+  grant.buffer_ = std::move(buffer);
+  return grant;
+}
+
+absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string_view what,
+                                                    const std::atomic<bool>* cancel,
+                                                    const std::function<bool()>& due,
+                                                    std::unique_ptr<uint8_t[]>* reused) {
+  std::vector<std::unique_ptr<uint8_t[]>> freed;  // kept buffers evicted: freed after the lock
   std::unique_lock<std::mutex> lock(mu_);
   bool waited = false;
+  uint64_t charged = bytes;
   while (true) {
     const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
     if (bytes > room) {
@@ -83,8 +119,21 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, 
           " are batch slots. Raise max_memory= (to at least ",
           FormatMemorySize(counts_.slot_bytes + bytes), ") or make the output smaller"));
     }
+    if (reused != nullptr) {
+      // A kept buffer is charged already (as kept): taking it adds nothing to what is held.
+      const auto fit = kept_.lower_bound(bytes);
+      if (fit != kept_.end() && fit->first / 2 <= bytes) {
+        charged = fit->first;
+        *reused = std::move(fit->second);
+        kept_.erase(fit);
+        counts_.kept_bytes -= charged;
+        ++counts_.outputs_reused;
+        break;
+      }
+    }
+    EvictKeptFor(bytes, &freed);
     if (queue_.empty() && slots_waiting_ == 0 &&
-        counts_.decode_bytes + counts_.output_bytes + bytes <= room) {
+        counts_.decode_bytes + counts_.output_bytes + counts_.kept_bytes + bytes <= room) {
       break;
     }
     if (due && due()) {  // the batch the consumer takes next: nothing else would free room
@@ -97,18 +146,42 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, 
     waited = true;
     changed_.wait_for(lock, std::chrono::milliseconds(20));
   }
-  counts_.output_bytes += bytes;
+  counts_.output_bytes += charged;
+  counts_.peak_output_bytes = std::max(counts_.peak_output_bytes, counts_.output_bytes);
   if (waited) ++counts_.output_waits;
-  counts_.peak_total_bytes = std::max(
-      counts_.peak_total_bytes, counts_.decode_bytes + counts_.output_bytes + counts_.slot_bytes);
-  return Grant(this, bytes, true);
+  counts_.peak_total_bytes =
+      std::max(counts_.peak_total_bytes, counts_.decode_bytes + counts_.output_bytes +
+                                             counts_.kept_bytes + counts_.slot_bytes);
+  return charged;
 }
 
-void DecodeBudget::Return(uint64_t bytes, bool held) {
+void DecodeBudget::EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint8_t[]>>* freed) {
+  const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+  const uint64_t peak = std::max(counts_.peak_output_bytes, counts_.output_bytes + bytes);
+  while (!kept_.empty() &&
+         (counts_.decode_bytes + counts_.output_bytes + counts_.kept_bytes + bytes > room ||
+          counts_.output_bytes + counts_.kept_bytes + bytes > peak)) {
+    const auto largest = std::prev(kept_.end());
+    counts_.kept_bytes -= largest->first;
+    freed->push_back(std::move(largest->second));
+    kept_.erase(largest);
+  }
+}
+
+void DecodeBudget::Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> buffer) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& from = held ? counts_.output_bytes : counts_.decode_bytes;
   from -= std::min(bytes, from);
+  if (buffer != nullptr) {
+    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    const uint64_t kept = counts_.output_bytes + counts_.kept_bytes + bytes;
+    if (counts_.decode_bytes + kept <= room && kept <= counts_.peak_output_bytes) {
+      kept_.emplace(bytes, std::move(buffer));
+      counts_.kept_bytes += bytes;
+    }
+  }
   changed_.notify_all();
+  // A buffer not kept is freed on return, after the lock (a parameter outlives the locals).
 }
 
 void DecodeBudget::AddSlotBytes(uint64_t bytes) {

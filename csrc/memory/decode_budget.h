@@ -19,6 +19,12 @@
 ///  * A need larger than what the slots leave of the budget can never be met (slots stay
 ///    allocated for the loader's lifetime): ResourceExhausted at once, saying how many bytes
 ///    were needed and what to change. The caller names the sample.
+///  * A variable-size output's buffer (AcquireOutputBuffer) comes back when the consumer drops
+///    it and is kept for a later output of up to its size (rendering into memory already
+///    mapped, instead of a fresh buffer's page faults), charged as an output while it is
+///    kept: outputs in use and kept together never exceed the most the outputs in use ever held
+///    at once, nor what `total` leaves beside the slots and the decodes in force; kept buffers
+///    are freed (largest first) when a new output needs their room.
 ///
 /// So slots + charged decodes stay within `total`, and the loader's slot and decode memory
 /// within `total + threads x allowance`. A fork()ed child counts nothing (the lock may have been
@@ -26,12 +32,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -51,25 +59,33 @@ class DecodeBudget {
   DecodeBudget(const DecodeBudget&) = delete;
   DecodeBudget& operator=(const DecodeBudget&) = delete;
 
-  /// Bytes held for one decode; returned to the budget when destroyed (or Release()d).
+  /// Bytes held for one decode; returned to the budget when destroyed (or Release()d). An
+  /// output's grant from AcquireOutputBuffer also holds its buffer (data()), which goes back
+  /// with it.
   class Grant {
    public:
     Grant() = default;
-    Grant(Grant&& other) noexcept : budget_(other.budget_), bytes_(other.bytes_), held_(other.held_) {
+    Grant(Grant&& other) noexcept
+        : budget_(other.budget_), bytes_(other.bytes_), held_(other.held_),
+          buffer_(std::move(other.buffer_)) {
       other.budget_ = nullptr;
     }
     Grant& operator=(Grant&& other) noexcept;
     ~Grant() { Release(); }
     void Release();
     uint64_t bytes() const { return budget_ != nullptr ? bytes_ : 0; }
+    /// AcquireOutputBuffer's buffer (null otherwise, and after Release()).
+    uint8_t* data() const { return buffer_.get(); }
 
    private:
     friend class DecodeBudget;
-    Grant(DecodeBudget* budget, uint64_t bytes, bool held = false)
-        : budget_(budget), bytes_(bytes), held_(held) {}
+    Grant(DecodeBudget* budget, uint64_t bytes, bool held = false,
+          std::unique_ptr<uint8_t[]> buffer = nullptr)
+        : budget_(budget), bytes_(bytes), held_(held), buffer_(std::move(buffer)) {}
     DecodeBudget* budget_ = nullptr;
     uint64_t bytes_ = 0;
     bool held_ = false;  // an output's (AcquireOutput), not a decode's
+    std::unique_ptr<uint8_t[]> buffer_;  // an output's buffer of bytes_ bytes (AcquireOutputBuffer)
   };
 
   /// A grant for `bytes` (an empty one when bytes <= allowance), waiting for room as described
@@ -94,6 +110,14 @@ class DecodeBudget {
                                       const std::atomic<bool>* cancel,
                                       const std::function<bool()>& due = nullptr);
 
+  /// AcquireOutput's grant with a buffer of at least `bytes` (data()), charged for the buffer's
+  /// whole size: a kept one (see the rules above) of at most twice `bytes` when there is one
+  /// (the smallest that fits; it holds an earlier output's pixels), else a new one. Released,
+  /// the buffer is kept for a later output or freed.
+  absl::StatusOr<Grant> AcquireOutputBuffer(uint64_t bytes, absl::string_view what,
+                                            const std::atomic<bool>* cancel,
+                                            const std::function<bool()>& due = nullptr);
+
   /// The slot pool's allocations (waits while grants in force leave no room) and frees
   /// (MakeBudgetedAllocator).
   void AddSlotBytes(uint64_t bytes);
@@ -114,11 +138,23 @@ class DecodeBudget {
     uint64_t output_bytes = 0;    ///< held by variable-size outputs now (AcquireOutput)
     uint64_t outputs_over_budget = 0;  ///< outputs of the batch due let in beyond the budget
     int64_t output_waits = 0;     ///< outputs that waited for room
+    uint64_t peak_output_bytes = 0;  ///< the most output_bytes ever held at once
+    uint64_t kept_bytes = 0;      ///< output buffers kept for reuse now
+    int64_t outputs_reused = 0;   ///< outputs given a kept buffer
   };
   Counts counts() const;
 
  private:
-  void Return(uint64_t bytes, bool held);
+  void Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> buffer);
+  // AcquireOutput's loop; with `reuse`, a kept buffer that fits is taken into *reused (charged
+  // for its size). Returns the bytes charged.
+  absl::StatusOr<uint64_t> ChargeOutput(uint64_t bytes, absl::string_view what,
+                                        const std::atomic<bool>* cancel,
+                                        const std::function<bool()>& due,
+                                        std::unique_ptr<uint8_t[]>* reused);
+  // Frees kept buffers (largest first, into *freed, released by the caller outside the lock)
+  // until `bytes` more fit beside what is held: max_memory's room and the peak of the outputs.
+  void EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint8_t[]>>* freed);
 
   const uint64_t total_;
   const uint64_t allowance_;
@@ -129,6 +165,7 @@ class DecodeBudget {
   uint64_t next_ticket_ = 0;
   int slots_waiting_ = 0;
   Counts counts_;
+  std::multimap<uint64_t, std::unique_ptr<uint8_t[]>> kept_;  // output buffers by size
 };
 
 /// `inner` with every allocation charged to `budget` as slot bytes (never refused).

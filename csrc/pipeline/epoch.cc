@@ -651,27 +651,32 @@ OutputSink Epoch::SinkFor(int slot, int64_t batch) {
     return OutputSink();
   }
   return [this, slot, batch](int h, int w, DType dtype, size_t bytes) -> absl::StatusOr<OutputBuffer> {
-    // Destroyed in reverse order: the pixels, the grant, then the budget the grant returns to
-    // (the consumer may hold the output after the loader is gone).
+    // Destroyed in reverse order: the grant with the pixels (kept by the budget for a later
+    // output, or freed), then the budget (the consumer may hold the output after the loader
+    // is gone).
     struct Held {
       std::shared_ptr<DecodeBudget> budget;
       DecodeBudget::Grant grant;
-      std::unique_ptr<uint8_t[]> data;
+      std::unique_ptr<uint8_t[]> data;  // without a budget
     };
     auto held = std::make_shared<Held>();
     held->budget = ctx.budget_owner;
+    uint8_t* pixels = nullptr;
     if (held->budget) {
       RL_ASSIGN_OR_RETURN(held->grant,
-                          held->budget->AcquireOutput(
+                          held->budget->AcquireOutputBuffer(
                               bytes, absl::StrCat("its output (", w, " x ", h, " ", DTypeName(dtype), ")"),
                               &cancel, [this, batch] { return batch <= taken.load(std::memory_order_acquire); }));
-    }
-    held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
-    if (held->data == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
+      pixels = held->grant.data();
+    } else {
+      held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
+      if (held->data == nullptr) {
+        return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
+      }
+      pixels = held->data.get();
     }
     SampleOutput out;
-    out.data = held->data.get();
+    out.data = pixels;
     out.bytes = bytes;
     out.height = h;
     out.width = w;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -121,6 +122,63 @@ TEST(SlotPoolTest, TheOutputOfTheBatchDueNeverWaitsForLaterBatches) {
   due_batch = 4;
   later.join();
   EXPECT_TRUE(got.load());
+}
+
+// A dropped output's buffer is kept for the next output of up to its size (no fresh pages to
+// fault in), charged while kept; outputs in use and kept never exceed the most the outputs in
+// use held at once, nor max_memory beside the slots: kept buffers give way to new outputs.
+TEST(SlotPoolTest, ADroppedOutputsBufferIsReusedWithinThePeakAndTheBudget) {
+  DecodeBudget budget(100000);
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<DecodeBudget::Grant> a = budget.AcquireOutputBuffer(1000, "its output", &cancel);
+  absl::StatusOr<DecodeBudget::Grant> b = budget.AcquireOutputBuffer(3000, "its output", &cancel);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_NE(a->data(), nullptr);
+  std::memset(a->data(), 7, 1000);
+  const uint8_t* first = a->data();
+  EXPECT_EQ(budget.counts().output_bytes, 4000u);
+  EXPECT_EQ(budget.counts().peak_output_bytes, 4000u);
+  a->Release();
+  EXPECT_EQ(budget.counts().kept_bytes, 1000u) << "kept: 3000 in use + 1000 kept <= the peak";
+  EXPECT_EQ(budget.counts().output_bytes, 3000u);
+  // A smaller output (at least half the buffer) takes the kept buffer, charged for all of it.
+  absl::StatusOr<DecodeBudget::Grant> c = budget.AcquireOutputBuffer(800, "its output", &cancel);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->data(), first);
+  EXPECT_EQ(c->data()[999], 7) << "the earlier output's pixels: the render overwrites its part";
+  EXPECT_EQ(budget.counts().outputs_reused, 1);
+  EXPECT_EQ(budget.counts().output_bytes, 4000u);
+  EXPECT_EQ(budget.counts().kept_bytes, 0u);
+  c->Release();
+  b->Release();
+  EXPECT_EQ(budget.counts().kept_bytes, 4000u);
+  EXPECT_EQ(budget.counts().output_bytes, 0u);
+  // Too small for either kept buffer (over twice its size): a new one; 400 in use and 4000
+  // kept would pass the peak, so the largest kept buffer is freed.
+  absl::StatusOr<DecodeBudget::Grant> d = budget.AcquireOutputBuffer(400, "its output", &cancel);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(budget.counts().outputs_reused, 1);
+  EXPECT_EQ(budget.counts().output_bytes, 400u);
+  EXPECT_EQ(budget.counts().kept_bytes, 1000u);
+  EXPECT_LE(budget.counts().output_bytes + budget.counts().kept_bytes, 4000u);
+
+  // max_memory: a kept buffer makes room at once for a larger output, which never waits for it.
+  DecodeBudget small(10000);
+  absl::StatusOr<DecodeBudget::Grant> x = small.AcquireOutputBuffer(6000, "its output", &cancel);
+  ASSERT_TRUE(x.ok());
+  x->Release();
+  EXPECT_EQ(small.counts().kept_bytes, 6000u);
+  absl::StatusOr<DecodeBudget::Grant> y = small.AcquireOutputBuffer(9000, "its output", &cancel);
+  ASSERT_TRUE(y.ok());
+  EXPECT_EQ(small.counts().kept_bytes, 0u);
+  EXPECT_EQ(small.counts().output_waits, 0);
+  std::memset(y->data(), 1, 9000);  // the whole size asked for is there
+  y->Release();
+  EXPECT_EQ(small.counts().kept_bytes, 9000u);
+  // Kept, not held: an output that needs the room frees it.
+  absl::StatusOr<DecodeBudget::Grant> z = small.AcquireOutput(5000, "its output", &cancel);
+  ASSERT_TRUE(z.ok());
+  EXPECT_EQ(small.counts().kept_bytes, 0u);
 }
 
 TEST(SlotPoolTest, HeldSlotsAllowBoundedGrowthThenExhaust) {

@@ -400,3 +400,23 @@ def test_a_small_max_memory_never_stalls_the_batch_due(tmp_path):
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["24", "6"]
+
+
+def test_reused_output_buffers_never_show_an_earlier_sample(photos):
+    """A dropped output's buffer is kept and reused for a later output of up to its size (no
+    fresh pages): images of different sizes, taken one at a time and dropped before the next,
+    over several epochs (each buffer reused for other sizes), each equal v2's exactly (max
+    |diff| 0), flipped (the copying resample mirrored) and not."""
+    for p in (1.0, 0.0):
+        t = hflip_train("pil", p)
+        ds = Coco(t, photos)
+        loader = _native(ds, batch_size=1, collate_fn=_collate)
+        seen = 0
+        for epoch in range(3):
+            for images, targets in loader:
+                want_image, _ = _v2(t, ds, targets[0]["image_id"])
+                assert images[0].shape == want_image.shape
+                assert (images[0] - want_image).abs().max().item() == 0
+                del images, targets
+                seen += 1
+        assert seen == 3 * len(SIZES)
