@@ -1,6 +1,7 @@
 #include "transform/render.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace ringloader {
@@ -24,10 +25,21 @@ void PaintFill(const SampleGeometry& g, RgbView* img) {
   std::vector<uint8_t> pad_x, pad_y;
   PaddedIndices(g.x0, g.x1, img->width, g.show_x0, g.show_x1, &pad_x);
   PaddedIndices(g.y0, g.y1, img->height, g.show_y0, g.show_y1, &pad_y);
+  // A row of fill pixels, copied over each padded row and each padded run of the other rows.
+  const size_t row_bytes = static_cast<size_t>(img->width) * 3;
+  std::vector<uint8_t> fill(row_bytes);
+  for (size_t i = 0; i < row_bytes; i += 3) std::copy(g.fill, g.fill + 3, fill.data() + i);
   for (int y = 0; y < img->height; ++y) {
     uint8_t* row = img->data + static_cast<size_t>(y) * img->stride;
-    for (int x = 0; x < img->width; ++x) {
-      if (pad_y[y] || pad_x[x]) std::copy(g.fill, g.fill + 3, row + static_cast<size_t>(x) * 3);
+    if (pad_y[y]) {
+      std::memcpy(row, fill.data(), row_bytes);
+      continue;
+    }
+    for (int x = 0; x < img->width;) {
+      int end = x;
+      while (end < img->width && pad_x[end] == pad_x[x]) ++end;
+      if (pad_x[x]) std::memcpy(row + static_cast<size_t>(x) * 3, fill.data(), static_cast<size_t>(end - x) * 3);
+      x = end;
     }
   }
 }

@@ -464,6 +464,39 @@ void AxisCoeffs::Compute(const AxisMapping& given, int src_size) {
     first_ = end_ = 0;
   }
   EqualizeTaps();
+  FindCopies();
+}
+
+void AxisCoeffs::FindCopies() {
+  constexpr int32_t kOne = 1 << kResamplePrecisionBits;
+  const int out = out_size_, taps = ksize_;
+  copies_ = true;
+  copy_lo_ = copy_hi_ = copy_step_ = 0;
+  if (copy_source_.size() < static_cast<size_t>(out)) copy_source_.resize(out);
+  int lo = -1, hi = 0, count = 0;
+  for (int xx = 0; xx < out && copies_; ++xx) {
+    const int32_t* k = weights_.data() + static_cast<size_t>(xx) * taps;
+    int source = -1;
+    for (int t = 0; t < bounds_[2 * xx + 1] && copies_; ++t) {
+      if (k[t] == 0) continue;
+      copies_ = k[t] == kOne && source < 0;
+      source = bounds_[2 * xx] + t;
+    }
+    copy_source_[xx] = source;
+    if (source < 0) continue;
+    if (lo < 0) lo = xx;
+    hi = xx + 1;
+    ++count;
+  }
+  if (!copies_ || lo < 0) return;
+  copy_lo_ = lo;
+  copy_hi_ = hi;
+  const int step = hi - lo > 1 ? copy_source_[lo + 1] - copy_source_[lo] : 1;
+  if (count != hi - lo || (step != 1 && step != -1)) return;
+  for (int xx = lo + 1; xx < hi; ++xx) {
+    if (copy_source_[xx] - copy_source_[xx - 1] != step) return;
+  }
+  copy_step_ = step;
 }
 
 void AxisCoeffs::ReverseOutputs() {
@@ -561,10 +594,48 @@ void Resampler::Trim() {
 }
 
 void Resampler::HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) const {
+  if (xc_.copies()) {
+    // Zeros outside the copied span, each output inside its source pixel's R, G, B (4 bytes
+    // stored a pixel, the 4th overwritten by the next pixel or the padding after the row).
+    const int lo = xc_.copy_lo(), hi = xc_.copy_hi(), out_w = xc_.out_size();
+    const int32_t* source = xc_.copy_source();
+    std::memset(dst, 0, static_cast<size_t>(lo) * 3);
+    const int step = xc_.copy_step();
+    if (step != 0) {
+      const uint8_t* p = src + static_cast<ptrdiff_t>(source[lo] - origin) * 4;
+      for (int x = lo; x < hi; ++x, p += step * 4) std::memcpy(dst + static_cast<size_t>(x) * 3, p, 4);
+    } else {
+      for (int x = lo; x < hi; ++x) {
+        uint8_t* d = dst + static_cast<size_t>(x) * 3;
+        if (source[x] < 0) {
+          std::memset(d, 0, 3);
+        } else {
+          std::memcpy(d, src + static_cast<ptrdiff_t>(source[x] - origin) * 4, 3);
+        }
+      }
+    }
+    std::memset(dst + static_cast<size_t>(hi) * 3, 0, static_cast<size_t>(out_w - hi) * 3);
+    return;
+  }
   const HorizontalTaps taps{xc_.bounds(),         xc_.weights(), pair_weights_.data(),
                             pair_offsets_.data(), xc_.first(),   xc_.ksize(),
                             xc_.out_size()};
   GetKernels().horizontal(src, origin, taps, dst);
+}
+
+void Resampler::VerticalPass(const uint8_t* rows, int y, int width, uint8_t* out) const {
+  if (yc_.copies()) {
+    const int32_t source = yc_.copy_source()[y];
+    if (source < 0) {
+      std::memset(out, 0, static_cast<size_t>(width));
+    } else {
+      std::memcpy(out, tmp_.data() + static_cast<size_t>(source - yc_.first()) * tmp_stride_,
+                  static_cast<size_t>(width));
+    }
+    return;
+  }
+  GetKernels().vertical(rows, tmp_stride_, yc_.bounds()[2 * y + 1],
+                        yc_.weights() + static_cast<size_t>(y) * yc_.ksize(), width, out);
 }
 
 void Resampler::AddRow(int y, const uint8_t* rgbx) {
@@ -617,8 +688,6 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
   const int out_h = yc_.out_size();
   const int width = out_w * 3;
   const int32_t* bounds = yc_.bounds();
-  const int32_t* weights = yc_.weights();
-  const int ksize = yc_.ksize();
   // uint8 HWC levels as they are (the image stage's input, or a uint8 batch): the vertical
   // pass writes straight into the output rows.
   const bool direct = lut_identity_ && fmt.layout == Layout::kHWC;
@@ -635,21 +704,17 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
     } else {
       const uint8_t* rows = tmp_.data() + static_cast<size_t>(bounds[2 * y] - yc_.first()) *
                                               tmp_stride_;
-      GetKernels().vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize, width,
-                            levels);
+      VerticalPass(rows, y, width, levels);
     }
     if (!direct) StoreRow(levels, out_w, out_h, y, fmt, dst);
   }
 }
 
 void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* dst) {
-  const Kernels& kernels = GetKernels();
   const int out_w = xc_.out_size();
   const int out_h = yc_.out_size();
   const size_t width = static_cast<size_t>(out_w) * 3;
   const int32_t* bounds = yc_.bounds();
-  const int32_t* weights = yc_.weights();
-  const int ksize = yc_.ksize();
   // The horizontal kernel stores 4 bytes per pixel, one past the row: rows go through levels_
   // even when they are stored unchanged.
   uint8_t* levels = levels_.data();
@@ -660,8 +725,7 @@ void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* 
     } else {
       const uint8_t* rows = tmp_.data() + static_cast<size_t>(bounds[2 * y] - yc_.first()) *
                                               tmp_stride_;
-      kernels.vertical(rows, tmp_stride_, n, weights + static_cast<size_t>(y) * ksize,
-                       static_cast<int>(tmp_stride_), column_row_.data());
+      VerticalPass(rows, y, static_cast<int>(tmp_stride_), column_row_.data());
       HorizontalPass(column_row_.data(), xc_.first(), levels);
     }
     if (direct) {

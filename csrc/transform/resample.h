@@ -94,6 +94,17 @@ class AxisCoeffs {
   /// These, not the view, decide Pillow's pass order.
   double resize_in() const { return resize_in_; }
   double resize_out() const { return resize_out_; }
+  /// Whether every output is one source pixel unchanged (one tap of weight 1, the others 0) or
+  /// zero (no weight): an axis at scale 1 (crops, paddings, flips) or a nearest one. Its pass
+  /// is then a copy, whose levels equal the filter's exactly: ((p << 22) + half) >> 22 == p.
+  bool copies() const { return copies_; }
+  /// With copies(): the source pixel output `i` copies, -1 where it is zero.
+  const int32_t* copy_source() const { return copy_source_.data(); }
+  /// With copies(): the outputs [copy_lo(), copy_hi()) hold every non-zero one; copy_step() is
+  /// +1 (-1) when they all copy, consecutive increasing (decreasing) source pixels, else 0.
+  int copy_lo() const { return copy_lo_; }
+  int copy_hi() const { return copy_hi_; }
+  int copy_step() const { return copy_step_; }
 
  private:
   // Pillow's normalised fixed-point taps of `filter` for the n pixels from xmin around
@@ -107,8 +118,13 @@ class AxisCoeffs {
   // [first_, end_): the kernels' inner loops get a fixed trip count.
   void ReverseOutputs();
   void EqualizeTaps();
+  // Sets copies_ and the copy span from the equalized taps.
+  void FindCopies();
 
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
+  bool copies_ = false;
+  int copy_lo_ = 0, copy_hi_ = 0, copy_step_ = 0;
+  std::vector<int32_t> copy_source_;
   double resize_in_ = 0, resize_out_ = 0;
   std::vector<int32_t> bounds_;
   std::vector<int32_t> weights_;
@@ -183,8 +199,11 @@ class Resampler {
                 void* dst) const;
 
   // The horizontal pass of one RGBX row whose first pixel is source column `origin`, by the
-  // kernel this CPU runs.
+  // kernel this CPU runs (a copy when the axis copies()). May store 4 bytes past the row.
   void HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) const;
+  // The vertical pass of output row y into `width` bytes at `out`: n rows from `rows`, stride
+  // tmp_stride_ (a copy of one row, or zeros, when the axis copies()).
+  void VerticalPass(const uint8_t* rows, int y, int width, uint8_t* out) const;
 
   // Vertical-first Finish: both passes over the kept source rows.
   void FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* dst);
