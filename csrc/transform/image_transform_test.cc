@@ -1347,6 +1347,56 @@ TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndPlanes) {
   }
 }
 
+// An axis at scale 1 (a padding, a crop, a flip) or a nearest one copies its source pixels
+// instead of filtering them (AxisCoeffs::copies), every filter's levels being those pixels
+// exactly; float planes store the runs of one colour at a row's ends (the padding) as
+// constants, bit for bit the lookup table's elements.
+TEST(Resampler, ScaleOneAxesCopyTheirPixelsAndPaddingRunsStoreAlike) {
+  const RgbImage img = testing::MakeTexture(97, 61, 3);
+  Resampler rs;
+  OutputFormat hwc;
+  hwc.layout = Layout::kHWC;
+  OutputFormat planes;
+  planes.dtype = DType::kFloat32;
+  for (int c = 0; c < 3; ++c) planes.scale[c] = 1.0f / (255.0f - c);
+  struct Case {
+    double x0, x1, y0, y1;
+    int out_w, out_h;
+  };
+  // Padded around (a zoom-out canvas), mirrored both ways, cropped, padded on one side.
+  const Case cases[] = {{-20, 120, -7, 80, 140, 87}, {120, -20, 80, -7, 140, 87},
+                        {10, 60, 5, 40, 50, 35}, {-3, 97, 0, 61, 100, 61}};
+  for (Interpolation filter : {Interpolation::kBilinear, Interpolation::kBicubic, Interpolation::kLanczos,
+                               Interpolation::kBox, Interpolation::kHamming, Interpolation::kNearest}) {
+    for (const Case& k : cases) {
+      AxisMapping ax{k.x0, k.x1, 0, 97, k.out_w, filter}, ay{k.y0, k.y1, 0, 61, k.out_h, filter};
+      AxisCoeffs xc, yc;
+      xc.Compute(ax, 97);
+      yc.Compute(ay, 61);
+      ASSERT_TRUE(xc.copies() && yc.copies()) << InterpolationName(filter) << " " << k.x0;
+      std::vector<uint8_t> got(static_cast<size_t>(k.out_w) * k.out_h * 3);
+      rs.Resample(img.pixels.data(), 97 * 3, 3, 97, 61, ax, ay, hwc, got.data());
+      for (int y = 0; y < k.out_h; ++y) {
+        const int sy = k.y1 < k.y0 ? static_cast<int>(k.y0) - 1 - y : static_cast<int>(k.y0) + y;
+        for (int x = 0; x < k.out_w; ++x) {
+          const int sx = k.x1 < k.x0 ? static_cast<int>(k.x0) - 1 - x : static_cast<int>(k.x0) + x;
+          const bool inside = sx >= 0 && sx < 97 && sy >= 0 && sy < 61;
+          for (int c = 0; c < 3; ++c) {
+            const uint8_t want = inside ? img.pixels[(static_cast<size_t>(sy) * 97 + sx) * 3 + c] : 0;
+            ASSERT_EQ(got[(static_cast<size_t>(y) * k.out_w + x) * 3 + c], want)
+                << InterpolationName(filter) << " case " << k.x0 << " at " << x << "," << y;
+          }
+        }
+      }
+      ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, planes)) << InterpolationName(filter);
+    }
+  }
+  // A fractional offset at scale 1 filters (bilinear: two taps) as before.
+  AxisCoeffs half;
+  half.Compute(AxisMapping{0.5, 90.5, 0, 97, 90}, 97);
+  EXPECT_FALSE(half.copies());
+}
+
 TEST(Resampler, IdentityAndConstantImages) {
   const RgbImage img = testing::MakeTexture(64, 48, 1);
   Resampler rs;
