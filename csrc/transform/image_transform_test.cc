@@ -1349,9 +1349,8 @@ TEST(Resampler, ScalarAndSimdKernelsAgreeForEveryFilterAndPlanes) {
 
 // An axis at scale 1 (a padding, a crop, a flip) or a nearest one copies its source pixels
 // instead of filtering them (AxisCoeffs::copies), every filter's levels being those pixels
-// exactly; float planes store the runs of one colour at a row's ends (the padding) as
-// constants, bit for bit the lookup table's elements.
-TEST(Resampler, ScaleOneAxesCopyTheirPixelsAndPaddingRunsStoreAlike) {
+// exactly, in every dtype and layout as the scalar kernels store them.
+TEST(Resampler, ScaleOneAxesCopyTheirPixelsExactly) {
   const RgbImage img = testing::MakeTexture(97, 61, 3);
   Resampler rs;
   OutputFormat hwc;

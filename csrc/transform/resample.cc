@@ -203,35 +203,6 @@ inline int ClampToInt(double v, double edge) {
   return static_cast<int>(std::clamp(v, -1.0, edge));
 }
 
-/// How many of the n RGB pixels at `px` (stepping `step` pixels: -1 from the last) equal the
-/// first; past 16, compared 16 pixels at a time while they do.
-int SameColourRun(const uint8_t* px, int n, int step) {
-  int i = 0;
-  while (i < n && i < 16 && std::memcmp(px + step * 3 * i, px, 3) == 0) ++i;
-  if (i < 16) return i;
-  uint8_t block[48];
-  for (int k = 0; k < 16; ++k) std::memcpy(block + 3 * k, px, 3);
-  const ptrdiff_t back = step < 0 ? -15 * 3 : 0;  // a backward block ends at its first pixel
-  while (i + 16 <= n && std::memcmp(px + step * 3 * i + back, block, 48) == 0) i += 16;
-  while (i < n && std::memcmp(px + step * 3 * i, px, 3) == 0) ++i;
-  return i;
-}
-
-/// A row of levels into 32-bit planes: the runs of one colour at its ends (a padded canvas's
-/// fill) stored as that colour's elements, the rest by `store` (the same lookup table).
-template <typename StoreFn>
-void StorePlanar32Runs(StoreFn store, const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
-                       uint32_t* row, size_t plane) {
-  if (out_w <= 0) return;
-  const int lead = SameColourRun(levels, out_w, 1);
-  const int trail = lead == out_w ? 0 : SameColourRun(levels + (out_w - 1) * 3, out_w - lead, -1);
-  for (int c = 0; c < 3; ++c) {
-    std::fill_n(row + c * plane, lead, lut[c][levels[c]]);
-    std::fill_n(row + c * plane + (out_w - trail), trail, lut[c][levels[(out_w - 1) * 3 + c]]);
-  }
-  if (out_w - lead - trail > 0) store(levels + lead * 3, out_w - lead - trail, lut, row + lead, plane);
-}
-
 bool SameFormat(const OutputFormat& a, const OutputFormat& b) {
   return a.dtype == b.dtype && std::memcmp(a.scale, b.scale, sizeof(a.scale)) == 0 &&
          std::memcmp(a.bias, b.bias, sizeof(a.bias)) == 0 && a.exact == b.exact &&
@@ -780,8 +751,7 @@ void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
       break;
     case DType::kFloat32:
       if (kernels.store_planar32 != nullptr && fmt.layout == Layout::kCHW) {
-        StorePlanar32Runs(kernels.store_planar32, levels, out_w, lut_,
-                          static_cast<uint32_t*>(dst) + first, plane);
+        kernels.store_planar32(levels, out_w, lut_, static_cast<uint32_t*>(dst) + first, plane);
       } else {
         WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
       }
