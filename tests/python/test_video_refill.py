@@ -120,6 +120,40 @@ def test_a_checkpoint_inside_a_refilled_batch_resumes_exactly(videos: dict, work
     assert resumed.state_dict()["complete"]
 
 
+def test_a_checkpoint_with_staging_one_batch_ahead_resumes_at_the_batch_not_received(videos: dict, monkeypatch):
+    """device= stages each batch one ahead of the loop (no GPU here: the same one-ahead order
+    without the copy): the refilled batch made ahead is not recorded until it is handed over,
+    so a checkpoint after each batch received resumes with exactly the batches not received."""
+    from ringloader.loader import _generic
+
+    def one_ahead(batches, device):  # _staging._device_prefetch's order, on the CPU
+        pending = None
+        for batch in batches:
+            if pending is not None:
+                yield pending
+            pending = batch
+        if pending is not None:
+            yield pending
+
+    monkeypatch.setattr(_generic, "_device_prefetch", one_ahead)
+    ds = Clips(videos, bad={1, 4})
+    whole = [(c, t.tolist()) for c, t in loader(ds, batch_size=3, drop_last=True)]
+    assert [t for _, t in whole] == [[0, 2, 3], [5, 6, 7]]
+    for k, at in ((1, (1, 1)), (2, (2, 2))):
+        dl = loader(ds, batch_size=3, drop_last=True)
+        dl._backend._device = "staged"  # what device= sets; the staging itself is one_ahead
+        it = iter(dl)
+        for _ in range(k):
+            next(it)
+        state = dl.state_dict()
+        assert (state["delivered"], state["rows"]) == at
+        resumed = loader(ds, batch_size=3, drop_last=True)
+        resumed.load_state_dict(state)
+        again = [(c, t.tolist()) for c, t in resumed]
+        assert [t for _, t in again] == [t for _, t in whole[k:]]
+        assert all(torch.equal(a, w) for (a, _), (w, _) in zip(again, whole[k:]))
+
+
 def test_max_skipped_fraction_counts_the_clips_read_with_refills(videos: dict):
     """Refilling reads the epoch's planned clips (9) and no other: 2 skipped of 9 is more than
     0.2 of them, raised at the batch after the one that completed [0, 2, 3], again at the next
@@ -135,6 +169,27 @@ def test_max_skipped_fraction_counts_the_clips_read_with_refills(videos: dict):
         assert (state["delivered"], state["rows"]) == (1, 1)
     assert [t.tolist() for _, t in loader(ds, batch_size=3, drop_last=True, num_workers=0,
                                           max_skipped_fraction=0.25)] == [[0, 2, 3], [5, 6, 7]]
+
+
+def test_a_refill_across_clips_of_another_size_names_the_fix(videos: dict, tmp_path: Path):
+    """A refilled batch is one tensor: clips of another size than those carried over (no resize
+    in the transform) raise a ValueError saying what to do, at each later next() of the epoch;
+    drop_last=False still gives the short batches."""
+    import subprocess
+
+    big = tmp_path / "big.mp4"
+    subprocess.run(["ffmpeg", "-hide_banner", "-loglevel", "error", "-y", "-f", "lavfi", "-i",
+                    "testsrc2=size=48x32:rate=10,trim=end_frame=20", "-pix_fmt", "yuv420p", "-c:v",
+                    "libx264", "-g", "5", str(big)], check=True)
+    ds = Clips(videos, bad={1}, n=4)
+    ds.videos = {"good": videos["good"][:2] + [big, big], "bad": videos["bad"]}
+    ds.transform = None
+    assert [t.tolist() for _, t in loader(ds, batch_size=2)] == [[0], [2, 3]]
+    it = iter(loader(ds, batch_size=2, drop_last=True))
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"drop_last=True.*\[1, 4, 3, 32, 48\].*\[1, 4, 3, 24, 32\]"
+                                             r".*Resize.*drop_last=False"):
+            next(it)
 
 
 class Gated(Clips):
