@@ -168,8 +168,9 @@ class GenericBackend(Backend):
         self.sampler = torch_loader.sampler
         self.batch_sampler = torch_loader.batch_sampler
         self._planned = None
-        # The epoch of an iterator made but not begun (_planning._PlannedEpoch): state_dict()
-        # plans it. And torch's global RNG at a resumed iter() (_planning._undo_base_seed).
+        # The epoch of an iterator made but not begun (a weak reference to its
+        # _planning._PlannedEpoch): state_dict() plans it. And torch's global RNG at a resumed
+        # iter() (_planning._undo_base_seed).
         self._pending: Any = None
         self._rng_at_iter: Any = None
         if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
@@ -234,8 +235,9 @@ class GenericBackend(Backend):
         # iter() made, no batch drawn yet (torch with no workers plans at the first next()): the
         # epoch is planned now, drawing what that next() would draw, which then follows the
         # plan; the checkpoint holds the epoch's order, as any other.
-        if self._pending is not None:
-            self._pending.begin()
+        pending = self._pending() if self._pending is not None else None  # None: that iterator was dropped
+        if pending is not None:
+            pending.begin()
         return _checkpoint.state_dict(self)
 
     def load_state_dict(self, state: dict) -> None:

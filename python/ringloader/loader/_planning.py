@@ -8,6 +8,7 @@ The functions take the loader's backend (its samplers, generator and epoch bookk
 from __future__ import annotations
 
 import os
+import weakref
 from typing import Any, Iterator, List, Optional
 
 import numpy as np
@@ -203,8 +204,9 @@ class _PlannedBatches:
     def __iter__(self) -> "_PlannedEpoch":
         epoch = _PlannedEpoch(self)
         # Until it begins, a state_dict() plans it (torch's loader with no workers asks for the
-        # first batch at the first next(); with workers, within iter()).
-        self._loader._pending = epoch
+        # first batch at the first next(); with workers, within iter()). Weakly: an iterator
+        # dropped before its first next() drew only its base seed, and no state_dict() plans it.
+        self._loader._pending = weakref.ref(epoch)
         return epoch
 
     def _begin(self) -> Iterator[Any]:
@@ -251,6 +253,7 @@ class _PlannedEpoch:
         self._owner = owner
         self._batches: Optional[Iterator[Any]] = None
         self._error: Optional[BaseException] = None  # begin()'s, not yet raised by next()
+        self.progress: Any = None  # the epoch's record (begin_epoch's), once planned
 
     def __iter__(self) -> "_PlannedEpoch":
         return self
@@ -262,9 +265,11 @@ class _PlannedEpoch:
         self._batches = iter(())  # planned once, whatever happens
         try:
             self._batches = self._owner._begin()
+            self.progress = self._owner._loader._current  # begin_epoch's, just made
         except BaseException as error:
             self._error = error
-            if self._owner._loader._pending is self:
+            pending = self._owner._loader._pending
+            if pending is not None and pending() is self:
                 self._owner._loader._pending = None  # no plan to record: state_dict() reads the rest
             raise
 

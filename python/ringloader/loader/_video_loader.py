@@ -28,7 +28,7 @@ from .. import _C
 from .._C import SlotsExhaustedError
 from ..core._options import _format_bytes as format_bytes
 from ._backend import skipped_too_much
-from ._video_refill import Refilled, resumed_rows
+from ._video_refill import Refilled
 
 __all__ = ["ClipSlots", "NativeVideoLoader"]
 
@@ -437,15 +437,15 @@ class NativeVideoLoader:
         # One budget per epoch: the clips its own batches skip, whenever they are decoded.
         budget = _SkipBudget(self.max_skipped_fraction, self._planned_samples, dropped) \
             if skip and self.max_skipped_fraction < 1 else None
-        rows = resumed_rows(owner) if refill else 0  # before the plan takes the checkpoint
+        epoch = iter(self.batches)  # this iter()'s (_planning._PlannedEpoch: its record once begun)
         if self.prefetch <= 0:
-            inner: Any = _WhenAsked(self.source, self.batches, self.slots, dropped, budget, refill)
+            inner: Any = _WhenAsked(self.source, epoch, self.slots, dropped, budget, refill)
         else:
-            inner = _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots, dropped,
+            inner = _Prefetched(self.source, epoch, self.prefetch, self.timeout, self.slots, dropped,
                                 budget, refill)
         if not refill:
             return inner
-        return Refilled(inner, self.source, owner.batch_size, owner, rows, getattr(owner, "_device", None) is not None)
+        return Refilled(inner, self.source, owner.batch_size, epoch, getattr(owner, "_device", None) is not None)
 
     def _planned_samples(self) -> int:
         """The samples the epoch under way reads: its planned batches' (torch's batch sampler:

@@ -18,14 +18,7 @@ from typing import Any, List, Optional, Tuple
 
 from .._C import LoaderTimeoutError, SlotsExhaustedError
 
-__all__ = ["Refilled", "resumed_rows"]
-
-
-def resumed_rows(owner: Any) -> int:
-    """The surviving clips of the first planned batch a checkpoint about to be resumed had
-    delivered (its ``rows``; 0 without one). Asked before the epoch's plan takes the checkpoint."""
-    resume = getattr(owner, "_resume", None)
-    return int(resume.get("rows", 0)) if resume and not resume.get("complete") else 0
+__all__ = ["Refilled"]
 
 
 class Refilled:
@@ -33,21 +26,24 @@ class Refilled:
     ``_WhenAsked`` over ``source.batch(..., refill=True)``: one item per planned batch, its
     ``taken`` the planned batches it has taken), as the module says.
 
-    ``owner``: the generic backend, whose epoch record (``_current``, once the plan began) is
-    kept exact here; the loop's count (``_planning._CountDelivered``) adds one per batch handed
-    over, and one more at the call after an error, which is taken back. ``rows``: the surviving
-    clips of the first planned batch delivered before the checkpoint this epoch resumes.
+    ``epoch``: the epoch ``inner`` iterates (``_planning._PlannedEpoch``), whose record
+    (``progress``, once its plan began) is kept exact here: the loop's count
+    (``_planning._CountDelivered``) adds one per batch handed over, and one more at the call
+    after an error, which is taken back. That record begins with the surviving clips of the first
+    planned batch delivered before the checkpoint the epoch resumes (``rows``, 0 for an epoch
+    begun afresh): the epoch's own, whichever checkpoint its plan took, also when
+    ``load_state_dict`` came after ``iter()`` or another iterator took the checkpoint.
     ``staged``: device staging takes each batch one ahead of the loop, so the record of a batch
     is set when the one after it has been made (or the epoch ended)."""
 
-    def __init__(self, inner: Any, source: Any, batch_size: int, owner: Any, rows: int, staged: bool):
+    def __init__(self, inner: Any, source: Any, batch_size: int, epoch: Any, staged: bool):
         self._inner, self._source, self._size = inner, source, int(batch_size)
-        self._owner, self._staged = owner, staged
+        self._epoch, self._staged = epoch, staged
         self._progress: Any = None
-        self._drop = int(rows)  # of the first planned batch: delivered before the checkpoint
+        self._drop = 0  # of the first planned batch: delivered before the checkpoint (bind)
         self._clips: List[Any] = []  # copies of the surviving clips not delivered yet, in order
         self._targets: List[Any] = []
-        self._at: Tuple[int, int] = (0, int(rows))  # the record after the last batch handed over
+        self._at: Tuple[int, int] = (0, 0)  # the record after the last batch handed over
         self._made: Optional[Tuple[int, int]] = None  # staged: that of the batch made, not handed over yet
         self._failed = False
         self._done = False
@@ -58,10 +54,14 @@ class Refilled:
         return self
 
     def bind(self) -> None:
-        """Takes the epoch's record once its plan began (the owner's ``_pending`` cleared: the
-        one before is an earlier epoch's; ``begin_epoch`` recorded the rows it resumes with)."""
-        if self._progress is None and self._owner is not None and getattr(self._owner, "_pending", None) is None:
-            self._progress = getattr(self._owner, "_current", None)
+        """Takes the epoch's record once its plan began, before this iterator changed it: the
+        rows it resumes with (``begin_epoch`` recorded them) are dropped from its first planned
+        batch."""
+        if self._progress is None:
+            self._progress = getattr(self._epoch, "progress", None)
+            if self._progress is not None:
+                self._drop = int(self._progress.rows)
+                self._at = (0, self._drop)
 
     def _record(self, at: Tuple[int, int], counting: int) -> None:
         """Sets the record to ``at`` less the ``counting`` batch the loop's count adds next."""
@@ -79,6 +79,7 @@ class Refilled:
             if self._error is not None:
                 raise self._error
             clips, targets, at = self._assemble()
+            targets = self._source.collate(targets)  # its error: this batch's, nothing recorded
         except StopIteration:
             self._done = True  # the surviving clips left over (fewer than a batch) are dropped
             if self._made is not None:  # staged: the last batch made is handed over now
@@ -98,7 +99,7 @@ class Refilled:
         else:
             self._record(at, 1)
         self._at = at
-        return clips, self._source.collate(targets)
+        return clips, targets
 
     def _assemble(self) -> Tuple[Any, List[Any], Tuple[int, int]]:
         """The next full batch: its clips, its targets and the record after it."""
@@ -107,6 +108,7 @@ class Refilled:
         size = self._size
         while True:
             clips, targets = next(self._inner)
+            self.bind()  # the plan has begun by now (at the first batch made when asked)
             number = self._inner.taken - 1  # of this planned batch, counted from the epoch's start here
             # Resumed inside the first planned batch: its first surviving clips were delivered.
             first, self._drop = (min(self._drop, len(targets)) if number == 0 else 0), 0
