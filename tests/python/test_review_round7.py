@@ -3,7 +3,7 @@ on torch's path (``_planning._PlannedEpoch``) and native clip batches refilled u
 ``on_error="skip"`` with ``drop_last=True`` (``_video_refill.Refilled``): an iterator dropped
 before its first ``next()``, two iterators of one loader, ``load_state_dict`` between ``iter()``
 and the first ``next()``, an error collating a refilled batch's targets, a checkpoint resumed
-with another ``batch_size``."""
+with another ``batch_size``, a ``next()`` after the plan of clip batches made ahead failed."""
 
 from __future__ import annotations
 
@@ -197,3 +197,46 @@ def test_a_refilled_epoch_resumed_with_a_smaller_batch_size_loses_no_clip(videos
     smaller = _loader(ds, batch_size=2)
     smaller.load_state_dict(state)
     assert _targets(smaller) == [[5, 6], [7, 8]]
+
+
+class _Opaque(tud.Sampler):
+    """A sampler with no state_dict(): a checkpoint of its epoch cannot be resumed."""
+
+    def __len__(self) -> int:
+        return 9
+
+    def __iter__(self):
+        return iter(range(9))
+
+
+@video
+@pytest.mark.parametrize("drop_last", [False, True], ids=["plain", "refilled"])
+def test_a_next_after_the_epoch_plan_failed_on_the_batch_thread_ends_the_epoch(videos: dict, drop_last: bool):
+    """Clip batches made ahead on their thread: the plan's error (here: a checkpoint whose
+    sampler cannot be replayed) ends the epoch, raised by the first next(); the next one is the
+    end of the epoch, as for batches made when asked and torch's generators, where it waited for
+    a batch that never comes (forever without timeout=; here timeout=5 would raise
+    LoaderTimeoutError)."""
+    from ringloader import LoaderTimeoutError
+
+    ds = _Clips(videos, bad={1, 4}, n=9)
+
+    def make():
+        return rl.DataLoader(ds, batch_size=3, drop_last=drop_last, sampler=_Opaque(), on_error="skip",
+                             num_workers=2, timeout=5)
+
+    dl = make()
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    resumed = make()
+    resumed.load_state_dict(state)
+    it = iter(resumed)
+    with pytest.raises(ValueError, match="cannot resume"):
+        next(it)
+    try:
+        next(it)
+    except LoaderTimeoutError:
+        pytest.fail("the next() after the epoch's end waited for a batch")
+    except StopIteration:
+        pass

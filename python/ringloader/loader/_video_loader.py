@@ -176,6 +176,7 @@ class _Prefetched:
         self._timeout, self._slots, self._dropped = timeout, slots, dropped
         self._budget = budget
         self.taken = 0  # the planned batches taken (a batch's error included)
+        self._ended = False  # the thread ended (the epoch, or its plan's error): nothing more comes
         # The epoch's plan begins here, on the caller's thread, as torch's worker processes
         # begin theirs at iter(): a state_dict() before the first next() records this epoch,
         # whenever the thread gets to run.
@@ -253,6 +254,8 @@ class _Prefetched:
                                          "native clip decoder") from None
 
     def __next__(self) -> Any:
+        if self._ended:  # as a generator after its end or error: the queue stays empty now
+            raise StopIteration
         if self._budget is not None:
             self._budget.check()
         ok, item = self._get()
@@ -265,6 +268,7 @@ class _Prefetched:
         if ok is None:  # one batch's error: the next call gets the next batch
             raise item
         self._stop.set()
+        self._ended = True
         if item is None:
             raise StopIteration
         raise item
