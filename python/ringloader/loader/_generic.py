@@ -173,6 +173,7 @@ class GenericBackend(Backend):
         # iter() (_planning._undo_base_seed).
         self._pending: Any = None
         self._rng_at_iter: Any = None
+        self._made: Any = None  # a weak reference to the epoch the last iter() made
         if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
             # torch's loader again, drawing its batches from an epoch plan: the same order and
             # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
@@ -215,7 +216,7 @@ class GenericBackend(Backend):
         if self._planned is not None:
             import torch
 
-            self._pending = None  # torch's iter() makes the epoch (_PlannedBatches.__iter__)
+            self._pending = self._made = None  # torch's iter() makes the epoch (_PlannedBatches.__iter__)
             resumed = self._resume is not None and self.generator is None
             self._rng_at_iter = torch.get_rng_state() if resumed else None
         try:
@@ -229,7 +230,10 @@ class GenericBackend(Backend):
             batches = _timeouts_named(batches, self._generic.timeout)
         if self._device is not None:
             batches = _device_prefetch(batches, self._device)
-        return batches if self._planned is None else _CountDelivered(self, batches)
+        if self._planned is None:
+            return batches
+        epoch = self._made() if self._made is not None else None  # this iter()'s (_PlannedBatches.__iter__)
+        return _CountDelivered(self, batches, epoch)
 
     def state_dict(self) -> dict:
         # iter() made, no batch drawn yet (torch with no workers plans at the first next()): the

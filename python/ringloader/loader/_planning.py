@@ -207,6 +207,7 @@ class _PlannedBatches:
         # first batch at the first next(); with workers, within iter()). Weakly: an iterator
         # dropped before its first next() drew only its base seed, and no state_dict() plans it.
         self._loader._pending = weakref.ref(epoch)
+        self._loader._made = weakref.ref(epoch)  # the epoch of the iter() under way (_CountDelivered)
         return epoch
 
     def _begin(self) -> Iterator[Any]:
@@ -314,8 +315,9 @@ class _CountDelivered:
     device wrappers) ends at any error: so does the iteration here, the epoch not recorded
     complete."""
 
-    def __init__(self, loader: Any, batches: Iterator[Any]):
+    def __init__(self, loader: Any, batches: Iterator[Any], epoch: Any = None):
         self._loader, self._batches = loader, batches
+        self._epoch = epoch  # the _PlannedEpoch it iterates: its record, whichever epoch began last
         self._progress: Any = None
         self._finished = False
         self._failed = False  # the last next() raised a sample's error: its batch was passed
@@ -325,9 +327,16 @@ class _CountDelivered:
 
     def _count(self) -> None:
         if self._progress is None:
-            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
+            self._progress = self._record()  # made by _PlannedBatches when torch first drew from it
         if self._progress is not None:
             self._progress.delivered += 1
+
+    def _record(self) -> Any:
+        """Its epoch's record (that epoch's plan has begun by now): the one its own plan made,
+        never that of an iterator made after it (with workers, each plans at iter())."""
+        if self._epoch is not None:
+            return self._epoch.progress
+        return self._loader._current
 
     def __next__(self) -> Any:
         import types
@@ -343,9 +352,8 @@ class _CountDelivered:
             batch = next(self._batches)
         except StopIteration:
             self._finished = True
-            # Its own epoch's (a later iter() may have begun another since); none delivered:
-            # the one begun last, this iterator's.
-            progress = self._progress if self._progress is not None else self._loader._current
+            # Its own epoch's (a later iter() may have begun another since).
+            progress = self._progress if self._progress is not None else self._record()
             if progress is not None:
                 progress.done = True
             raise
