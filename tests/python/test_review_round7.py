@@ -257,3 +257,17 @@ def test_a_next_after_the_epoch_plan_failed_on_the_batch_thread_ends_the_epoch(v
         pytest.fail("the next() after the epoch's end waited for a batch")
     except StopIteration:
         pass
+
+
+@video
+def test_a_dropped_clip_batch_of_the_first_of_two_iterators_counts_toward_its_own_epoch(videos: dict):
+    """drop_last=False: a planned batch whose every clip failed is dropped and counted as passed
+    in the epoch's record; with batches made ahead both iterators plan at iter(), and the first's
+    dropped batch counted toward the second's epoch (the loader's latest record)."""
+    ds = _Clips(videos, bad={0, 1, 2}, n=9)
+    dl = rl.DataLoader(ds, batch_size=3, on_error="skip", num_workers=2)
+    first, second = iter(dl), iter(dl)
+    assert next(first)[1].tolist() == [3, 4, 5]  # [0, 1, 2] dropped
+    state = dl.state_dict()
+    assert (state["epoch"], state["delivered"]) == (1, 0), state  # the second's: none received
+    assert _targets(second) == [[3, 4, 5], [6, 7, 8]]

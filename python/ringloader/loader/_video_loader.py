@@ -437,11 +437,11 @@ class NativeVideoLoader:
         # on_error="skip" with drop_last: every batch full, refilled from the following clips
         # (_video_refill, which keeps the epoch's record itself: no batch is dropped there).
         refill = skip and bool(getattr(owner, "drop_last", False)) and getattr(owner, "batch_size", None) is not None
-        dropped = self._passed_counter() if skip and not refill else None
-        # One budget per epoch: the clips its own batches skip, whenever they are decoded.
-        budget = _SkipBudget(self.max_skipped_fraction, self._planned_samples, dropped) \
-            if skip and self.max_skipped_fraction < 1 else None
         epoch = iter(self.batches)  # this iter()'s (_planning._PlannedEpoch: its record once begun)
+        dropped = self._passed_counter(epoch) if skip and not refill else None
+        # One budget per epoch: the clips its own batches skip, whenever they are decoded.
+        budget = _SkipBudget(self.max_skipped_fraction, lambda: self._planned_samples(epoch), dropped) \
+            if skip and self.max_skipped_fraction < 1 else None
         if self.prefetch <= 0:
             inner: Any = _WhenAsked(self.source, epoch, self.slots, dropped, budget, refill)
         else:
@@ -451,24 +451,24 @@ class NativeVideoLoader:
             return inner
         return Refilled(inner, self.source, owner.batch_size, epoch, getattr(owner, "_device", None) is not None)
 
-    def _planned_samples(self) -> int:
-        """The samples the epoch under way reads: its planned batches' (torch's batch sampler:
-        ``drop_last`` cut, else its sampler's length) less those a resumed epoch had delivered
-        (``_checkpoint._Progress.skip``)."""
+    def _planned_samples(self, epoch: Any = None) -> int:
+        """The samples ``epoch`` (the iterator's, begun) reads: its planned batches' (torch's
+        batch sampler: ``drop_last`` cut, else its sampler's length) less those a resumed epoch
+        had delivered (``_checkpoint._Progress.skip``)."""
         inner = getattr(self.batches, "_inner", self.batches)  # _planning._PlannedBatches' sampler
         size = int(getattr(inner, "batch_size", None) or self.batch_size)
         sampler = getattr(inner, "sampler", None)
         total = len(inner) * size
         if not getattr(inner, "drop_last", True) and sampler is not None and hasattr(sampler, "__len__"):
             total = len(sampler)
-        progress = getattr(getattr(self.batches, "_loader", None), "_current", None)
+        progress = _record(epoch, getattr(self.batches, "_loader", None))
         done = int(getattr(progress, "skip", 0) or 0) * size
         return max(total - done, 1)
 
-    def _passed_counter(self) -> Any:
+    def _passed_counter(self, epoch: Any = None) -> Any:
         """What an iterator calls when it drops a batch whose every clip was skipped: its
         planned batch counts as delivered in the epoch's record (``_checkpoint._Progress``, that
-        of the epoch the iterator's batches began), so ``state_dict`` resumes after it as after
+        of ``epoch``, the iterator's, never that of an iterator made after it), so ``state_dict`` resumes after it as after
         a batch received. (Counted when the next batch is taken, before or after the training
         loop holds the previous one: either way a resumed epoch gives the same batches, the
         dropped one holding none.) ``passed(-1)`` takes one back (``_SkipBudget``)."""
@@ -477,7 +477,7 @@ class NativeVideoLoader:
 
         def passed(step: int = 1) -> None:
             if not progress:
-                progress.append(getattr(owner, "_current", None))
+                progress.append(_record(epoch, owner))
             if progress[0] is not None:
                 progress[0].delivered += step
 
@@ -491,6 +491,14 @@ class NativeVideoLoader:
 
     def stats(self) -> Dict[str, Any]:
         return {**self.source.stats(), **({"memory": self.slots.stats()} if self.slots is not None else {})}
+
+
+def _record(epoch: Any, owner: Any) -> Any:
+    """The checkpoint record of ``epoch`` (a ``_planning._PlannedEpoch`` whose plan began), else
+    the loader's latest (``owner._current``) for batches of another kind."""
+    if hasattr(epoch, "progress"):
+        return epoch.progress
+    return getattr(owner, "_current", None)
 
 
 def check_unchanged(dataset: Any) -> None:
