@@ -468,10 +468,11 @@ class NativeVideoLoader:
     def _passed_counter(self, epoch: Any = None) -> Any:
         """What an iterator calls when it drops a batch whose every clip was skipped: its
         planned batch counts as delivered in the epoch's record (``_checkpoint._Progress``, that
-        of ``epoch``, the iterator's, never that of an iterator made after it), so ``state_dict`` resumes after it as after
-        a batch received. (Counted when the next batch is taken, before or after the training
-        loop holds the previous one: either way a resumed epoch gives the same batches, the
-        dropped one holding none.) ``passed(-1)`` takes one back (``_SkipBudget``)."""
+        of ``epoch``, the iterator's, never that of an iterator made after it), so
+        ``state_dict`` resumes after it as after a batch received. (Counted when the next batch
+        is taken, before or after the training loop holds the previous one: either way a resumed
+        epoch gives the same batches, the dropped one holding none.) ``passed(-1)`` takes one
+        back (``_SkipBudget``)."""
         owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
         progress: List[Any] = []
 
