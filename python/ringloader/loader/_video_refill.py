@@ -43,6 +43,9 @@ class Refilled:
         self._drop = 0  # of the first planned batch: delivered before the checkpoint (bind)
         self._clips: List[Any] = []  # copies of the surviving clips not delivered yet, in order
         self._targets: List[Any] = []
+        # The record after the batch handed over, when the clips held are what is left of its
+        # planned batch (the next batch may then come from them alone).
+        self._carried: Optional[Tuple[int, int]] = None
         self._at: Tuple[int, int] = (0, 0)  # the record after the last batch handed over
         self._made: Optional[Tuple[int, int]] = None  # staged: that of the batch made, not handed over yet
         self._failed = False
@@ -106,6 +109,15 @@ class Refilled:
         import torch
 
         size = self._size
+        if self._carried is not None and len(self._targets) >= size:
+            # A planned batch left a batch or more (a checkpoint of larger batches resumed
+            # with a smaller batch_size replays its planned batches): the next comes from it.
+            number, rows = self._carried
+            held = torch.cat(self._clips)
+            rest, batch_targets = held[size:], self._targets[:size]
+            self._clips, self._targets = ([rest.clone()] if len(rest) else []), self._targets[size:]
+            self._carried = (number, rows + size) if self._targets else None
+            return held[:size], batch_targets, (self._carried or (number + 1, 0))
         while True:
             clips, targets = next(self._inner)
             self.bind()  # the plan has begun by now (at the first batch made when asked)
@@ -137,6 +149,7 @@ class Refilled:
                 out[:have] = torch.cat(self._clips)
             batch_targets = self._targets + targets[first : first + take]
             self._clips, self._targets = ([left[0]], list(left[1])) if left is not None else ([], [])
+            self._carried = (number, first + take) if left is not None else None
             return out[:size], batch_targets, ((number, first + take) if left is not None else (number + 1, 0))
 
     def close(self) -> None:
