@@ -170,12 +170,6 @@ def test_other_tensor_kernels_stay_in_python_and_equal_torchvision(tree: Path, n
     assert _max_diff([ds[i][0] for i in range(len(ds))], _torchvision(tree, transform)) == 0
 
 
-def test_a_joint_still_runs_tensor_resizes_on_torchs_path(tree: Path):
-    # Single images only so far: in a Joint the chain keeps its reason (torch's path).
-    split = rl.transforms.split(v2.Compose([v2.ToImage(), v2.Resize(64)]), tensor_kernels=False)
-    assert split.tail is not None and "tensor" in split.reason
-
-
 def test_the_native_chain_refuses_a_tensor_kernel_it_does_not_have():
     steps = rl.transforms.split(v2.Compose([v2.ToImage(), v2.Resize((50, 70))])).steps
     assert [s.get("tensor") for s in steps] == [True]

@@ -329,9 +329,7 @@ def _plan(transform: Any) -> Any:
         image.append(step)
 
     chain = v2.Compose(image)
-    # torch's tensor kernels after ToImage/PILToTensor run natively for single images; a Joint
-    # still runs such a resize on torch's path (its views and masks are not checked with them).
-    split = T.split(chain, tensor_kernels=False)
+    split = T.split(chain)
     if split.tail is not None:
         name, reason = split.tail_names[0], split.reason
         reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason

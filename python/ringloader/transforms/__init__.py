@@ -293,13 +293,11 @@ def _on_tensor_kernel(t: Any, step: Dict[str, Any]) -> bool:
     return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
 
 
-def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = None,
-                           tensor_kernels: bool = True) -> Optional[str]:
+def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = None) -> Optional[str]:
     """Why `new` (the steps of torchvision's `t`), following the uint8 tensor conversion
-    `conversion`, cannot run natively; marks the resizes that run torch's kernel natively
-    (unless not `tensor_kernels`)."""
+    `conversion`, cannot run natively; marks the resizes that run torch's kernel natively."""
     def same(step: Dict[str, Any]) -> bool:
-        if tensor_kernels and _on_tensor_kernel(t, step):
+        if _on_tensor_kernel(t, step):
             step["tensor"] = True
             return True
         # torchvision's tensor padding takes one fill for all channels (v1 refuses a tuple) and
@@ -314,7 +312,7 @@ def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = 
     return None
 
 
-def split(transform: Any, tensor_kernels: bool = True) -> Split:
+def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's, a
     preset object that only applies one (see :func:`_unwrap_preset`), or anything callable) at the first step without a native equivalent, or whose numerics would
     differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
@@ -322,9 +320,6 @@ def split(transform: Any, tensor_kernels: bool = True) -> Split:
 
     Args:
         transform: the transform to divide.
-        tensor_kernels: run the resizes after PILToTensor/ToImage whose torch kernel is native
-            (bilinear with antialias in v2, nearest) natively with that kernel; False sends
-            them to the tail like every other step with tensor numerics.
 
     Returns:
         a :class:`Split`: the native prefix's steps, the Python tail (or None) and the reason
@@ -349,8 +344,7 @@ def split(transform: Any, tensor_kernels: bool = True) -> Split:
             new = to_steps(t)
             # After a uint8 tensor conversion, tensor numerics are the first reason (and the one
             # that says what to do: move the step before the conversion).
-            why = (_tensor_numerics_error(conversion, new, t, tensor_kernels)
-                   if conversion and not has_to_tensor(steps) else None)
+            why = _tensor_numerics_error(conversion, new, t) if conversion and not has_to_tensor(steps) else None
             if why is None:
                 why = _stage_error(steps, new)
             if why is not None:
