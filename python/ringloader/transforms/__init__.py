@@ -316,7 +316,8 @@ def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's, a
     preset object that only applies one (see :func:`_unwrap_preset`), or anything callable) at the first step without a native equivalent, or whose numerics would
     differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
-    with tensor kernels).
+    with tensor kernels, except the resizes whose torch kernel the native path runs, marked
+    ``tensor``: v2's antialiased bilinear and nearest).
 
     Args:
         transform: the transform to divide.
