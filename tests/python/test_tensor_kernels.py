@@ -12,7 +12,6 @@ stay in Python, with the reason.
 
 from __future__ import annotations
 
-import io
 import warnings
 from pathlib import Path
 
@@ -176,3 +175,33 @@ def test_the_native_chain_refuses_a_tensor_kernel_it_does_not_have():
     assert rl._C.fixed_size(steps)
     with pytest.raises(ValueError, match="tensor=True needs interpolation bilinear or nearest"):
         rl._C.fixed_size([dict(steps[0], interpolation="bicubic")])
+
+
+def test_multi_crop_views_after_the_conversion_are_native_and_exact(tree: Path):
+    """Several ImageFile views of one file (multi-crop), each ToImage first: one decode, each
+    view resized with torch's kernel, equal to v2 on the PIL image (fixed draws; bound: exact)."""
+    paths = [p for p, _ in TorchvisionImageFolder(str(tree)).samples]
+    big = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(64, scale=(1, 1), ratio=(1, 1)),
+                      v2.RandomHorizontalFlip(1.0)])
+    small = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(32, scale=(1, 1), ratio=(0.75, 0.75))])
+
+    class MultiCrop(torch.utils.data.Dataset):
+        def __len__(self):
+            return len(paths)
+
+        def __getitem__(self, i):
+            return [rl.ImageFile(paths[i], big), rl.ImageFile(paths[i], small)], i
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loader = rl.DataLoader(MultiCrop(), batch_size=2)
+    assert loader.native
+    seen = 0
+    for crops, index in loader:
+        for b, i in enumerate(index.tolist()):
+            with Image.open(paths[i]) as opened:
+                image = opened.convert("RGB")
+            for crop, t in zip(crops, (big, small)):
+                assert torch.equal(crop[b], t(image).as_subclass(torch.Tensor))
+                seen += 1
+    assert seen == 2 * len(paths)
