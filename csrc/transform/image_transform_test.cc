@@ -1570,6 +1570,10 @@ TEST(TransformPipelinePlan, TensorResizeOrderAndFilters) {
   xc.Compute(x, 120);
   yc.Compute(y, 360);
   EXPECT_FALSE(ResizesVerticallyFirst(x, xc, yc));
+  TransformStep on_tensor = ResizeHW(50, 70);
+  on_tensor.get<ResizeParams>().tensor = true;
+  EXPECT_NE(MustCreate({on_tensor}).Describe().find("Resize(50x70, tensor)"), std::string::npos)
+      << MustCreate({on_tensor}).Describe();
   TransformStep bicubic = Resize(64);
   bicubic.get<ResizeParams>().interpolation = Interpolation::kBicubic;
   bicubic.get<ResizeParams>().tensor = true;

@@ -304,15 +304,15 @@ std::string DescribeResize(const ResizeParams& s) {
   const Interpolation f = s.interpolation;
   if (s.scale_jitter) {
     return WithFilter(absl::StrCat("ScaleJitter(", s.size_h, "x", s.size_w, ", scale ",
-                                   s.scale_jitter->lo, "..", s.scale_jitter->hi), f);
+                                   s.scale_jitter->lo, "..", s.scale_jitter->hi), f, s.tensor);
   }
   if (!s.size_choices.empty()) {
     std::string d = absl::StrCat("RandomShortestSize(", absl::StrJoin(s.size_choices, "|"));
     if (s.max_size > 0) absl::StrAppend(&d, ", max_size=", s.max_size);
-    return WithFilter(d, f);
+    return WithFilter(d, f, s.tensor);
   }
   if (s.size_max > 0) {
-    return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), f);
+    return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), f, s.tensor);
   }
   if (s.size_w > 0) return WithFilter(absl::StrCat("Resize(", s.size_h, "x", s.size_w), f, s.tensor);
   if (s.max_size > 0) {
