@@ -3,7 +3,7 @@
 # each check is cross-compiled, statically linked (so no arm64 root is needed), and run under
 # qemu-user (natively on an aarch64 host):
 #   - the resampler's NEON kernels (csrc/transform/resample_neon.cc) against its scalar kernels:
-#     csrc/transform/resample_simd_check.cc with resample.cc and resample_neon.cc;
+#     csrc/transform/resample_simd_check.cc with resample.cc, resample_neon.cc and tensor_resize.cc;
 #   - the PNG unfilter's NEON form against its byte-by-byte reference:
 #     csrc/decode/png_unfilter_check.cc with png_unfilter.cc (asked to find NEON there, so a
 #     build that lost it fails). Not in --bench or --count mode;
@@ -78,8 +78,9 @@ build() {
   fi
 }
 build resample_simd_check csrc/transform/resample.cc csrc/transform/resample_neon.cc \
-  csrc/transform/resample_simd_check.cc -- csrc/transform/resample.h \
-  csrc/transform/resample_kernels.h csrc/transform/image_transform.h
+  csrc/transform/tensor_resize.cc csrc/transform/resample_simd_check.cc -- \
+  csrc/transform/resample.h csrc/transform/resample_kernels.h csrc/transform/image_transform.h \
+  csrc/transform/tensor_resize.h
 bin=$OUT/resample_simd_check
 if [ "${1:-}" = --count ]; then
   [ -n "${qemu:-}" ] || skip "--count needs qemu (the instruction trace)"

@@ -397,8 +397,9 @@ const char* FastDecodeName(FastDecode level) {
 }
 
 int ChooseDctScale(const SampleGeometry& g, FastDecode level) {
-  // Nearest picks source pixels: a DCT-scaled image has different pixels to pick.
-  if (level == FastDecode::kOff || g.filter == Interpolation::kNearest) return 8;
+  // Nearest picks source pixels: a DCT-scaled image has different pixels to pick. torch's
+  // kernels on a tensor (g.tensor) read the tensor of the whole decode.
+  if (level == FastDecode::kOff || g.filter == Interpolation::kNearest || g.tensor) return 8;
   // kFastest lets the resampler enlarge the decoded crop by up to 4/3 (checked in that form, so
   // that the exact boundary is an integer comparison: 4 * decoded >= 3 * output).
   const int cover = level == FastDecode::kFastest ? 3 : 4;

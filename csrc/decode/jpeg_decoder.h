@@ -60,10 +60,11 @@ const char* FastDecodeName(FastDecode level);
 
 /// The DCT scale M (decode at M/8) for a sample of geometry `g` at `level`: the smallest M whose
 /// decoded source rectangle is at least as large as the output in both dimensions (kFastest: at
-/// least 3/4 of it), among M in {1, 2, 4, 8}; 8 at kOff, for a nearest filter, or when no
-/// smaller scale covers. libjpeg-turbo 2.1 decodes at any M/8 (M = 1..16), but only 1/8, 2/8,
-/// 4/8 and 8/8 have SIMD IDCTs; 3/8, 5/8, 6/8 and 7/8 run C IDCTs (and a 4:2:0 file's chroma at
-/// twice that size: 10x10, 12x12, 14x14), which cost more than the next SIMD scale up (measured
+/// least 3/4 of it), among M in {1, 2, 4, 8}; 8 at kOff, for a nearest filter, for torch's
+/// kernels on a tensor (SampleGeometry::tensor), or when no smaller scale covers. libjpeg-turbo
+/// 2.1 decodes at any M/8 (M = 1..16), but only 1/8, 2/8, 4/8 and 8/8 have SIMD IDCTs; 3/8,
+/// 5/8, 6/8 and 7/8 run C IDCTs (and a 4:2:0 file's chroma at twice that size: 10x10, 12x12,
+/// 14x14), which cost more than the next SIMD scale up (measured
 /// on a 500x375 4:2:0 q90 photo, whole image, one core: M=1..8 took 0.63, 0.81, 0.89, 0.90,
 /// 1.12, 1.23, 1.41, 1.09 ms), so they are never the faster choice. M > 8 would enlarge in the
 /// IDCT, which the resampler does more cheaply.

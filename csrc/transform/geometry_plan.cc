@@ -214,6 +214,7 @@ class GeometryPlanner {
     v_.w = std::max<int64_t>(n.w, 1);
     v_.h = std::max<int64_t>(n.h, 1);
     g_.filter = s.interpolation;
+    g_.tensor = s.tensor;
     g_.reflect_x = mirrored_x_, g_.reflect_y = mirrored_y_;
   }
 
@@ -239,6 +240,7 @@ class GeometryPlanner {
     v_.w = s.size_w;
     v_.h = s.size_h;
     g_.filter = s.interpolation;
+    g_.tensor = s.tensor;
     g_.reflect_x = mirrored_x_, g_.reflect_y = mirrored_y_;
   }
 

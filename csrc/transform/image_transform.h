@@ -139,6 +139,10 @@ struct SampleGeometry {
   /// With a nearest `filter`: pick source pixels as torch's interpolate(mode="nearest") does on
   /// a tensor (v2 on a tv_tensors.Mask) instead of Pillow's NEAREST. Set by the caller.
   bool tensor_nearest = false;
+  /// The last resize runs on a uint8 tensor (its step's `tensor`: it follows v2's ToImage):
+  /// torch's kernel of `filter` (bilinear: the antialiased uint8 interpolate of
+  /// tensor_resize.h, horizontal pass first; nearest: as tensor_nearest), decoded at full scale.
+  bool tensor = false;
   /// The image the last resize reads is mirrored along x (y): a flip comes before that resize
   /// (an odd number of them). torchvision resizes the flipped image, and a resize's taps are
   /// not symmetric (NEAREST picks the pixel right of a centre on a pixel edge, torch's nearest

@@ -22,6 +22,7 @@
 #include "transform/random.h"
 #include "transform/render.h"
 #include "transform/resample.h"
+#include "transform/tensor_resize.h"
 
 namespace ringloader {
 namespace {
@@ -1520,6 +1521,117 @@ TEST(HalfConversion, RoundsToNearestEven) {
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(3.0f, -8)), 0x3f82);  // tie -> even (up)
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -9)), 0x3f80);  // below half
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(FloatToBFloat16(std::nanf("")))));
+}
+
+
+// After ToImage, v2 resizes the uint8 tensor with torch's antialiased bilinear kernel
+// (TensorResize, the video clips' kernel, checked against torch there). A resize step with
+// `tensor` set runs it inside the fused resample: with crops before and after it, a flip before
+// it, padding and upscaling, the output equals TensorResize of the cropped (mirrored) image,
+// cropped after; Pillow's arithmetic (the same steps without `tensor`) differs on these images.
+TEST(TransformPipelinePlan, TensorBilinearIsTorchsKernel) {
+  struct Case {
+    int w, h;
+    std::vector<TransformStep> steps;
+    int top, left, crop_h, crop_w;  // the box the resize reads
+    bool mirror;                    // a flip before the resize
+    int resized_h, resized_w;
+    int out_top, out_left, out_h, out_w;  // the output's window of the resized image
+  };
+  const auto tensor = [](TransformStep step) {
+    if (step.kind() == Kind::kResize) step.get<ResizeParams>().tensor = true;
+    return step;
+  };
+  const std::vector<Case> cases = {
+      {203, 278, {tensor(ResizeHW(50, 70))}, 0, 0, 278, 203, false, 50, 70, 0, 0, 50, 70},
+      // Pillow runs the vertical pass first here (278 - 50 > 2 * (120 - 72)); torch never does.
+      {120, 360, {tensor(Resize(72)), CenterCrop(64, 64)}, 0, 0, 360, 120, false, 216, 72, 76, 4, 64, 64},
+      {203, 278, {CenterCrop(100, 90), tensor(ResizeHW(48, 40))}, 89, 56, 100, 90, false, 48, 40, 0, 0, 48, 40},
+      {203, 278, {Flip(1.0), tensor(ResizeHW(50, 70))}, 0, 0, 278, 203, true, 50, 70, 0, 0, 50, 70},
+      {50, 41, {tensor(ResizeHW(130, 90))}, 0, 0, 41, 50, false, 130, 90, 0, 0, 130, 90},
+      // A centre crop larger than the resized image: zero padding around it.
+      {50, 41, {tensor(Resize(30)), CenterCrop(40, 40)}, 0, 0, 41, 50, false, 30, 36, -5, -2, 40, 40},
+  };
+  for (size_t n = 0; n < cases.size(); ++n) {
+    const Case& c = cases[n];
+    const RgbImage img = testing::MakeTexture(c.w, c.h, static_cast<uint32_t>(11 + n));
+    // The reference: the box as planes (mirrored when flipped first), TensorResize, the window.
+    std::vector<uint8_t> planes(static_cast<size_t>(3) * c.crop_h * c.crop_w);
+    for (int ch = 0; ch < 3; ++ch) {
+      for (int y = 0; y < c.crop_h; ++y) {
+        for (int x = 0; x < c.crop_w; ++x) {
+          const int sx = c.mirror ? c.w - 1 - (c.left + x) : c.left + x;
+          planes[(static_cast<size_t>(ch) * c.crop_h + y) * c.crop_w + x] =
+              img.pixels[(static_cast<size_t>(c.top + y) * c.w + sx) * 3 + ch];
+        }
+      }
+    }
+    std::vector<uint8_t> resized(static_cast<size_t>(3) * c.resized_h * c.resized_w);
+    TensorResizeScratch scratch;
+    TensorResize(planes.data(), 3, c.crop_h, c.crop_w, c.crop_w,
+                 static_cast<ptrdiff_t>(c.crop_h) * c.crop_w, c.resized_h, c.resized_w,
+                 resized.data(), scratch);
+    const auto render = [&](const std::vector<TransformStep>& steps) {
+      const TransformPipeline p = MustCreate(steps);
+      SampleRng rng(1);
+      const SampleGeometry g = p.Plan(c.w, c.h, rng);
+      std::vector<uint8_t> out(static_cast<size_t>(g.out_w) * g.out_h * 3);
+      Resampler rs;
+      AxisMapping ax, ay;
+      GeometryToAxes(g, 1.0, c.w, c.h, &ax, &ay);
+      OutputFormat chw;  // uint8 CHW, as the tensor
+      rs.Resample(img.pixels.data(), static_cast<size_t>(c.w) * 3, 3, c.w, c.h, ax, ay, chw, out.data());
+      return out;
+    };
+    const std::vector<uint8_t> got = render(c.steps);
+    ASSERT_EQ(got.size(), static_cast<size_t>(3) * c.out_h * c.out_w) << n;
+    for (int ch = 0; ch < 3; ++ch) {
+      for (int y = 0; y < c.out_h; ++y) {
+        for (int x = 0; x < c.out_w; ++x) {
+          const int ry = c.out_top + y, rx = c.out_left + x;
+          const bool inside = ry >= 0 && ry < c.resized_h && rx >= 0 && rx < c.resized_w;
+          const uint8_t want =
+              inside ? resized[(static_cast<size_t>(ch) * c.resized_h + ry) * c.resized_w + rx] : 0;
+          ASSERT_EQ(got[(static_cast<size_t>(ch) * c.out_h + y) * c.out_w + x], want)
+              << "case " << n << " channel " << ch << " at " << x << "," << y;
+        }
+      }
+    }
+    std::vector<TransformStep> pillow = c.steps;
+    for (TransformStep& step : pillow) {
+      if (step.kind() == Kind::kResize) step.get<ResizeParams>().tensor = false;
+    }
+    EXPECT_NE(render(pillow), got) << "case " << n << ": Pillow's arithmetic gives the same here";
+  }
+}
+
+// The kernel's pass order follows the mapping: Pillow's for its filters, the horizontal pass
+// first for torch's; and torch's kernel on a tensor with another filter is refused.
+TEST(TransformPipelinePlan, TensorResizeOrderAndFilters) {
+  AxisMapping x, y;
+  x.begin = 0, x.end = 120, x.clip_lo = 0, x.clip_hi = 120, x.out_size = 72;
+  y.begin = 0, y.end = 360, y.clip_lo = 0, y.clip_hi = 360, y.out_size = 64;
+  AxisCoeffs xc, yc;
+  xc.Compute(x, 120);
+  yc.Compute(y, 360);
+  EXPECT_TRUE(ResizesVerticallyFirst(x, xc, yc));
+  x.tensor_bilinear = y.tensor_bilinear = true;
+  xc.Compute(x, 120);
+  yc.Compute(y, 360);
+  EXPECT_FALSE(ResizesVerticallyFirst(x, xc, yc));
+  TransformStep on_tensor = ResizeHW(50, 70);
+  on_tensor.get<ResizeParams>().tensor = true;
+  EXPECT_NE(MustCreate({on_tensor}).Describe().find("Resize(50x70, tensor)"), std::string::npos)
+      << MustCreate({on_tensor}).Describe();
+  TransformStep bicubic = Resize(64);
+  bicubic.get<ResizeParams>().interpolation = Interpolation::kBicubic;
+  bicubic.get<ResizeParams>().tensor = true;
+  const absl::StatusOr<TransformPipeline> refused =
+      TransformPipeline::Create({bicubic}, DType::kUint8, Layout::kCHW);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("tensor=True needs interpolation bilinear or nearest"),
+            std::string_view::npos)
+      << refused.status();
 }
 
 }  // namespace

@@ -198,6 +198,16 @@ int32_t FixedWeight(double v) {
   return static_cast<int32_t>(v < 0 ? -0.5 + scaled : 0.5 + scaled);
 }
 
+/// torch's int16 tap of `v` at `precision` fractional bits (TensorAxisTaps: rounded half away
+/// from zero), in kResamplePrecisionBits fixed point: (2^(p-1) + sum(v * w)) >> p equals
+/// (2^21 + sum(v * (w << (22 - p)))) >> 22, so the resampler's sums give torch's levels.
+int32_t TensorWeight(double v, int precision) {
+  const double scaled = v * (1 << precision);
+  const auto w = static_cast<int16_t>(scaled < 0 ? static_cast<int>(-0.5 + scaled)
+                                                 : static_cast<int>(0.5 + scaled));
+  return static_cast<int32_t>(w) * (int32_t{1} << (kResamplePrecisionBits - precision));
+}
+
 /// Converts a window edge to int without overflow for absurd geometries.
 inline int ClampToInt(double v, double edge) {
   return static_cast<int>(std::clamp(v, -1.0, edge));
@@ -268,7 +278,9 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   x->out_size = g.out_w;
   y->out_size = g.out_h;
   x->filter = y->filter = g.filter;
-  x->tensor_nearest = y->tensor_nearest = g.tensor_nearest;
+  x->tensor_nearest = y->tensor_nearest =
+      g.tensor_nearest || (g.tensor && g.filter == Interpolation::kNearest);
+  x->tensor_bilinear = y->tensor_bilinear = g.tensor && g.filter == Interpolation::kBilinear;
   // Mirrored about the decoded image's edge: exact at full scale only (a DCT-scaled image's last
   // pixel may cover part of one, where its mirror would shift the image; the output's mirror
   // stays the approximation there, as the scaled decode is one).
@@ -291,9 +303,16 @@ int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int k
   const int t0 = std::clamp(keep_lo - xmin, 0, n);
   const int t1 = std::clamp(keep_hi - xmin, t0, n);
   for (int t = t0; t < t1; ++t) {
-    k[t - t0] = FixedWeight(ww != 0.0 ? scratch_[t] / ww : scratch_[t]);
+    const double v = ww != 0.0 ? scratch_[t] / ww : scratch_[t];
+    k[t - t0] = tensor_precision_ < 0 ? FixedWeight(v) : TensorWeight(v, tensor_precision_);
   }
   return ww == 0.0 ? 0 : t1 - t0;
+}
+
+int AxisCoeffs::TensorPrecision(int in_size, int64_t resized) {
+  // torch's precision follows the largest tap of the whole resize, of which the axis shows part.
+  tensor_.Compute(in_size, static_cast<int>(resized));
+  return static_cast<int>(tensor_.precision);
 }
 
 namespace {
@@ -394,6 +413,7 @@ void AxisCoeffs::Compute(const AxisMapping& given, int src_size) {
   // pixel by pixel (xo += a0) and truncated (COORD).
   double xo = in_scale * 0.5;
   int64_t next_k = 0;
+  tensor_precision_ = exact && m.tensor_bilinear && in_size > 0 ? TensorPrecision(in_size, resized) : -1;
 
   int first = src_size, last = 0;
   for (int xx = 0; xx < out; ++xx) {
@@ -542,12 +562,16 @@ bool ResizesVerticallyFirst(double in_w, double in_h, double out_w, double out_h
   return horizontal && vertical && in_h > out_h && in_h - out_h > 2 * (in_w - out_w);
 }
 
+bool ResizesVerticallyFirst(const AxisMapping& x, const AxisCoeffs& xc, const AxisCoeffs& yc) {
+  return !x.tensor_bilinear &&
+         ResizesVerticallyFirst(xc.resize_in(), yc.resize_in(), xc.resize_out(), yc.resize_out());
+}
+
 void Resampler::Prepare(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h) {
   xc_.Compute(x, src_w);
   yc_.Compute(y, src_h);
   x_origin_ = 0;
-  vertical_first_ = ResizesVerticallyFirst(xc_.resize_in(), yc_.resize_in(), xc_.resize_out(),
-                                           yc_.resize_out());
+  vertical_first_ = ResizesVerticallyFirst(x, xc_, yc_);
   // Padding after each row of levels absorbs the horizontal kernel's 4-byte store of the last
   // pixel.
   const size_t level_bytes = static_cast<size_t>(xc_.out_size()) * 3 + 4;
@@ -573,8 +597,7 @@ uint64_t Resampler::IntermediateBytes(const AxisMapping& x, const AxisMapping& y
   const uint64_t level_bytes = static_cast<uint64_t>(xc.out_size()) * 3 + 4;
   const uint64_t cols = static_cast<uint64_t>(std::max(0, xc.end() - xc.first()));
   const uint64_t rows = static_cast<uint64_t>(std::max(0, yc.end() - yc.first()));
-  const bool vertical_first =
-      ResizesVerticallyFirst(xc.resize_in(), yc.resize_in(), xc.resize_out(), yc.resize_out());
+  const bool vertical_first = ResizesVerticallyFirst(x, xc, yc);
   const uint64_t stride = vertical_first ? cols * 4 : level_bytes;
   // Taps (int32 weights and bounds of both axes, the kernel's pairs) beside the rows.
   const uint64_t taps = (static_cast<uint64_t>(xc.out_size()) * (xc.ksize() + 2) +

@@ -90,6 +90,7 @@ AxisMapping RandomAxis(std::mt19937& rng, int src, int out, Interpolation filter
   m.filter = filter;
   m.reflect = rng() % 7 == 0;
   m.tensor_nearest = filter == Interpolation::kNearest && rng() % 3 == 0;
+  m.tensor_bilinear = filter == Interpolation::kBilinear && rng() % 3 == 0;  // torch's taps
   return m;
 }
 

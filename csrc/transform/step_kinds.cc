@@ -135,6 +135,7 @@ absl::Status ParseResize(StepParamReader& r, ResizeParams* s) {
   r.Ints("size_choices", &s->size_choices);
   double pair[2];
   if (r.Pair("scale_jitter", pair)) s->scale_jitter = Range{pair[0], pair[1]};
+  r.Bool("tensor", &s->tensor);
   ReadSize(r, s);
   return ReadInterpolation(r, &s->interpolation);
 }
@@ -148,6 +149,7 @@ absl::Status ParseRandomResizedCrop(StepParamReader& r, RandomResizedCropParams*
   double pair[2];
   if (r.Pair("scale", pair)) std::tie(s->scale_min, s->scale_max) = std::pair(pair[0], pair[1]);
   if (r.Pair("ratio", pair)) std::tie(s->ratio_min, s->ratio_max) = std::pair(pair[0], pair[1]);
+  r.Bool("tensor", &s->tensor);
   ReadSize(r, s);
   return ReadInterpolation(r, &s->interpolation);
 }
@@ -291,32 +293,32 @@ absl::Status ParseAugMix(StepParamReader& r, AugMixParams* s) {
 }
 
 /// ", bicubic" before the closing parenthesis of a resize that does not use the default filter.
-std::string WithFilter(std::string d, Interpolation interpolation) {
+std::string WithFilter(std::string d, Interpolation interpolation, bool tensor = false) {
   if (interpolation != Interpolation::kBilinear) {
     absl::StrAppend(&d, ", ", InterpolationName(interpolation));
   }
-  return d + ")";
+  return d + (tensor ? ", tensor)" : ")");
 }
 
 std::string DescribeResize(const ResizeParams& s) {
   const Interpolation f = s.interpolation;
   if (s.scale_jitter) {
     return WithFilter(absl::StrCat("ScaleJitter(", s.size_h, "x", s.size_w, ", scale ",
-                                   s.scale_jitter->lo, "..", s.scale_jitter->hi), f);
+                                   s.scale_jitter->lo, "..", s.scale_jitter->hi), f, s.tensor);
   }
   if (!s.size_choices.empty()) {
     std::string d = absl::StrCat("RandomShortestSize(", absl::StrJoin(s.size_choices, "|"));
     if (s.max_size > 0) absl::StrAppend(&d, ", max_size=", s.max_size);
-    return WithFilter(d, f);
+    return WithFilter(d, f, s.tensor);
   }
   if (s.size_max > 0) {
-    return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), f);
+    return WithFilter(absl::StrCat("RandomResize(", s.size_h, "..", s.size_max - 1), f, s.tensor);
   }
-  if (s.size_w > 0) return WithFilter(absl::StrCat("Resize(", s.size_h, "x", s.size_w), f);
+  if (s.size_w > 0) return WithFilter(absl::StrCat("Resize(", s.size_h, "x", s.size_w), f, s.tensor);
   if (s.max_size > 0) {
-    return WithFilter(absl::StrCat("Resize(", s.size_h, ", max_size=", s.max_size), f);
+    return WithFilter(absl::StrCat("Resize(", s.size_h, ", max_size=", s.max_size), f, s.tensor);
   }
-  return WithFilter(absl::StrCat("Resize(", s.size_h), f);
+  return WithFilter(absl::StrCat("Resize(", s.size_h), f, s.tensor);
 }
 
 std::string DescribeCenterCrop(const CenterCropParams& s) {
@@ -331,7 +333,7 @@ std::string DescribeRandomResizedCrop(const RandomResizedCropParams& s) {
   if (s.ratio_min != 3.0 / 4.0 || s.ratio_max != 4.0 / 3.0) {
     absl::StrAppendFormat(&d, ", ratio=(%g, %g)", s.ratio_min, s.ratio_max);
   }
-  return WithFilter(std::move(d), s.interpolation);
+  return WithFilter(std::move(d), s.interpolation, s.tensor);
 }
 
 std::string DescribeHorizontalFlip(const HorizontalFlipParams& s) {
@@ -476,6 +478,18 @@ std::string CheckAugMix(const AugMixParams& s) {
   return s.alpha > 0 && std::isfinite(s.alpha) ? "" : "alpha must be > 0";
 }
 
+/// Resize and RandomResizedCrop on a uint8 tensor: torch's kernels of the filters v2 runs on
+/// uint8 natively and ringloader reproduces (tensor_resize.h; the nearest index rule).
+template <typename P>
+std::string CheckTensorFilter(const P& s) {
+  if (!s.tensor || s.interpolation == Interpolation::kBilinear ||
+      s.interpolation == Interpolation::kNearest) {
+    return "";
+  }
+  return absl::StrCat("tensor=True needs interpolation bilinear or nearest (torch's ",
+                      InterpolationName(s.interpolation), " on a tensor is not native)");
+}
+
 /// A kind's row from its parameter struct P and its functions, each of which takes P: the
 /// row's parse/describe/apply_image/check get the step's P out of the variant and call them.
 template <typename P, absl::Status (*kParse)(StepParamReader&, P*),
@@ -518,15 +532,16 @@ absl::Status ReadRanges(StepParamReader& r, std::span<std::optional<Range>* cons
 const std::vector<StepKindInfo>& StepKinds() {
   using S = StepStage;
   static const auto* kinds = new std::vector<StepKindInfo>{
-      Row<ResizeParams, ParseResize, DescribeResize>(
+      Row<ResizeParams, ParseResize, DescribeResize, nullptr, CheckTensorFilter<ResizeParams>>(
           "resize", "Resize", S::kGeometry, true,
           {"size_h", "size_w", "max_size", "size_max", "size_choices", "scale_jitter",
-           "interpolation"}),
+           "interpolation", "tensor"}),
       Row<CenterCropParams, ParseCenterCrop, DescribeCenterCrop, ApplyCenterCrop>(
           "center_crop", "CenterCrop", S::kGeometry, false, {"size_h", "size_w"}),
-      Row<RandomResizedCropParams, ParseRandomResizedCrop, DescribeRandomResizedCrop>(
+      Row<RandomResizedCropParams, ParseRandomResizedCrop, DescribeRandomResizedCrop, nullptr,
+          CheckTensorFilter<RandomResizedCropParams>>(
           "random_resized_crop", "RandomResizedCrop", S::kGeometry, true,
-          {"size_h", "size_w", "scale", "ratio", "interpolation"}),
+          {"size_h", "size_w", "scale", "ratio", "interpolation", "tensor"}),
       Row<HorizontalFlipParams, ReadProbability, DescribeHorizontalFlip, ApplyHorizontalFlip>(
           "random_horizontal_flip", "RandomHorizontalFlip", S::kGeometry, false, {"p"}),
       Row<ToTensorParams, ParseToTensor>("to_tensor", "ToTensor", S::kOutput, false,

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "transform/image_transform.h"  // RandomResizedCropParams: the images' draw
 #include "transform/random.h"
-#include "video/tensor_resize.h"
+#include "transform/tensor_resize.h"
 
 namespace ringloader::video {
 

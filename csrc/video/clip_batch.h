@@ -10,7 +10,7 @@
 /// one draw per clip, from the clip's SampleRng (the loader's per-sample key), followed by the
 /// output levels: uint8 as decoded, or float32 through a per-channel table of each level's
 /// value (ToDtype/Normalize, computed by the caller with torch itself). Resizes are torch's
-/// antialiased bilinear on uint8 (tensor_resize.h), the kernel v2 runs on a uint8 video.
+/// antialiased bilinear on uint8 (transform/tensor_resize.h), the kernel v2 runs on a uint8 video.
 
 #include <condition_variable>
 #include <cstdint>

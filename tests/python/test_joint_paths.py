@@ -145,6 +145,15 @@ CHAINS = {
         [v2.PILToTensor(), v2.CenterCrop(90), v2.RandomVerticalFlip(p=1.0),
          v2.ToDtype({torch.Tensor: torch.float32, "others": None}, scale=True)],
         None, torch.Tensor),
+    # Resizes after the conversion: torch's uint8 kernels (antialiased bilinear, nearest) on
+    # every path, the mask nearest as a Mask.
+    "ToImage-first-bilinear-resize": (
+        [v2.ToImage(), v2.Resize(97), v2.CenterCrop(90), v2.RandomHorizontalFlip(p=1.0)],
+        None, tv_tensors.Image),
+    "PILToTensor-first-nearest-resize": (
+        [v2.PILToTensor(), v2.Resize((70, 90), interpolation=NEAREST),
+         v2.ToDtype({torch.Tensor: torch.float32, "others": None}, scale=True)],
+        None, torch.Tensor),
     "ToImage-first-bicubic-before": (
         [v2.Resize(101, interpolation=BICUBIC), v2.ToImage(), v2.CenterCrop((80, 96)),
          v2.RandomHorizontalFlip(p=1.0), v2.ToDtype(torch.float32, scale=True)],
@@ -212,13 +221,13 @@ def test_fallback_in_torchs_workers_gives_the_native_rows(pairs):
 
 
 @pytest.mark.parametrize("steps, step", [
-    ([v2.ToImage(), v2.Resize(97, interpolation=NEAREST), v2.CenterCrop(90)], "Resize"),
+    ([v2.ToImage(), v2.Resize(97, interpolation=BICUBIC), v2.CenterCrop(90)], "Resize"),
     ([v2.PILToTensor(), v2.CenterCrop(90), v2.ColorJitter(brightness=(1.3, 1.3))],
      "ColorJitter"),
 ])
 def test_a_step_torchs_tensor_kernel_runs_stays_on_torchs_path_named(pairs, steps, step):
-    """ToImage() then Resize, PILToTensor() then ColorJitter: v2 runs them on the tensor with
-    torch's kernels, which the native path does not reproduce; the loader says so, naming the
+    """ToImage() then a bicubic Resize, PILToTensor() then ColorJitter: v2 runs them on the
+    tensor with torch's kernels, which the native path does not reproduce; the loader says so, naming the
     step and the conversion, and runs the chain on torch's path, where the batch rows equal
     rl.materialize and the user's own code (max |diff| 0)."""
     t = v2.Compose(steps)

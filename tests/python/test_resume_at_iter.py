@@ -1,8 +1,8 @@
 """A checkpoint taken right after ``iter(loader)``, before the first ``next()``, resumes that
 epoch from its first batch (none lost, none repeated), whichever path runs the dataset and however
 many workers; one taken before any ``iter()`` resumes epoch 0 from its start. With no workers
-torch draws an epoch's order at the first ``next()``: the checkpoint records the epoch about to
-begin (and the generators' states before its draws), so its resumption draws the same order."""
+torch draws an epoch's order at the first ``next()``: ``state_dict()`` draws it then and records
+it (test_resume_at_iter_planned.py: the RNGs, a sampler's own state, DistributedSampler)."""
 
 from __future__ import annotations
 

@@ -174,10 +174,13 @@ def test_eval_preset_matches_v2(photos, backend):
     [v2.Resize(37), v2.RandomHorizontalFlip(1.0)],
     [v2.RandomVerticalFlip(1.0), v2.Resize(37, max_size=50)],
     [v2.Resize(30, interpolation=v2.InterpolationMode.NEAREST), v2.RandomHorizontalFlip(1.0)],
+    [v2.RandomShortestSize((41,), max_size=60), v2.RandomHorizontalFlip(1.0)],
 ])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64])
-def test_resize_by_the_shorter_side_inside_a_joint_matches_v2(photos, steps, dtype):
-    t = v2.Compose(steps + [v2.ToImage()])
+@pytest.mark.parametrize("to_image", ["last", "first"])
+def test_resize_by_the_shorter_side_inside_a_joint_matches_v2(photos, steps, dtype, to_image):
+    # ToImage first: v2 resizes the uint8 tensor (torch's kernels), and so does the native path.
+    t = v2.Compose(steps + [v2.ToImage()] if to_image == "last" else [v2.ToImage()] + steps)
     ds = Coco(t, photos, dtype)
     loader = _native(ds, batch_size=4, collate_fn=_collate)
     sizes = set()

@@ -119,6 +119,10 @@ struct ResizeParams {
   /// computes it), scale drawn uniformly from [lo, hi); each side truncated.
   std::optional<Range> scale_jitter;
   Interpolation interpolation = Interpolation::kBilinear;
+  /// The step runs on a uint8 tensor (it follows v2's ToImage/PILToTensor): torch's kernels,
+  /// as v2 runs them there (bilinear: interpolate's antialiased uint8 kernel; nearest: torch's
+  /// nearest index), not Pillow's. Other filters are refused with it.
+  bool tensor = false;
 };
 
 /// CenterCrop: size_h x size_w (an int size: size_w 0, made square by validation); pads with
@@ -138,6 +142,7 @@ struct RandomResizedCropParams {
   double scale_min = 0.08, scale_max = 1.0;
   double ratio_min = 3.0 / 4.0, ratio_max = 4.0 / 3.0;
   Interpolation interpolation = Interpolation::kBilinear;
+  bool tensor = false;  ///< torch's kernels on a uint8 tensor (ResizeParams::tensor)
 };
 
 /// RandomHorizontalFlip(p).

@@ -68,11 +68,10 @@ def state_dict(loader: Any) -> dict:
     if not loader.resumable:
         raise TypeError("state_dict() needs a map-style dataset with batches (batch_size or batch_sampler): "
                         "an IterableDataset or batch_size=None has no sample order to resume")
-    # An epoch whose plan has not begun yet: the checkpoint its iter() will resume (a loaded
-    # one), or the one it was made at (torch with no workers draws the order at the first next()).
-    pending = getattr(loader, "_pending", None)
-    if pending is not None or loader._resume is not None:
-        return dict(pending if pending is not None else loader._resume)
+    # A loaded checkpoint whose epoch has not begun: the next iter() resumes it. (An iterator
+    # made but not begun is begun by the generic path's state_dict first: GenericBackend.)
+    if loader._resume is not None:
+        return dict(loader._resume)
     it = loader._current
     generators = [g.get_state() for g in _generators(loader)]
     if it is None or it.done:
@@ -93,22 +92,6 @@ def state_dict(loader: Any) -> dict:
         state["base_seed"] = it.seed  # the augmentation seed of the epoch
     if generators:
         # Where the epochs after this one draw from: as they are now, the epoch's own draws done.
-        state["generators"] = generators
-    return state
-
-
-def at_iter(loader: Any) -> dict:
-    """The checkpoint of an epoch whose iterator is made but whose plan has not begun (torch's
-    loader with no workers draws the order at the first ``next()``), taken before ``iter()``
-    draws anything: the checkpoint ``load_state_dict`` left, else the epoch about to begin, from
-    its first batch, with the generators as they are before its draws (the resumed ``iter()``
-    draws the same base seed and order). A record of an earlier epoch left unfinished is not it:
-    the new iterator begins the next epoch."""
-    if loader._resume is not None:
-        return dict(loader._resume)
-    state = {"version": 1, "epoch": loader._epoch, "delivered": 0, "complete": True}
-    generators = [g.get_state() for g in _generators(loader)]
-    if generators:
         state["generators"] = generators
     return state
 
@@ -135,7 +118,6 @@ def load_state_dict(loader: Any, state: dict) -> None:
             "generator arguments as the run that wrote it")
     loader._epoch = int(state["epoch"])
     loader._resume = None if state["complete"] else dict(state)
-    loader._pending = None  # an iterator made before does not record what the next iter() does
     loader._cancel_queued()  # the next iter() follows the checkpoint, not the prediction
     if state["complete"]:
         _restore_generators(loader, saved)

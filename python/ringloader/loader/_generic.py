@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from . import video_batches
 from .._C import LoaderTimeoutError
@@ -168,7 +168,12 @@ class GenericBackend(Backend):
         self.sampler = torch_loader.sampler
         self.batch_sampler = torch_loader.batch_sampler
         self._planned = None
-        self._pending: Optional[dict] = None  # state_dict() between iter() and the plan's start
+        # The epoch of an iterator made but not begun (a weak reference to its
+        # _planning._PlannedEpoch): state_dict() plans it. And torch's global RNG at a resumed
+        # iter() (_planning._undo_base_seed).
+        self._pending: Any = None
+        self._rng_at_iter: Any = None
+        self._made: Any = None  # a weak reference to the epoch the last iter() made
         if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
             # torch's loader again, drawing its batches from an epoch plan: the same order and
             # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
@@ -209,13 +214,15 @@ class GenericBackend(Backend):
     def __iter__(self) -> Iterator[Any]:
         video_batches.check_unchanged(self.dataset)  # an rl.VideoShards shard rewritten: StaleIndexError
         if self._planned is not None:
-            # Until the plan begins (at the first next() with no workers), a state_dict()
-            # resumes the epoch this iterator begins, from its first batch.
-            self._pending = _checkpoint.at_iter(self)
+            import torch
+
+            self._pending = self._made = None  # torch's iter() makes the epoch (_PlannedBatches.__iter__)
+            resumed = self._resume is not None and self.generator is None
+            self._rng_at_iter = torch.get_rng_state() if resumed else None
         try:
             batches = _start_generic(self._generic)
         except BaseException:
-            self._pending = None
+            self._pending = self._rng_at_iter = None
             raise
         # Native clip batches name their own timeout (and their SlotsExhaustedError, which a
         # generator around them would turn into the end of the epoch, says to call again).
@@ -223,7 +230,23 @@ class GenericBackend(Backend):
             batches = _timeouts_named(batches, self._generic.timeout)
         if self._device is not None:
             batches = _device_prefetch(batches, self._device)
-        return batches if self._planned is None else _CountDelivered(self, batches)
+        if self._planned is None:
+            return batches
+        epoch = self._made() if self._made is not None else None  # this iter()'s (_PlannedBatches.__iter__)
+        return _CountDelivered(self, batches, epoch)
+
+    def state_dict(self) -> dict:
+        # iter() made, no batch drawn yet (torch with no workers plans at the first next()): the
+        # epoch is planned now, drawing what that next() would draw, which then follows the
+        # plan; the checkpoint holds the epoch's order, as any other.
+        pending = self._pending() if self._pending is not None else None  # None: that iterator was dropped
+        if pending is not None:
+            pending.begin()
+        return _checkpoint.state_dict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        _checkpoint.load_state_dict(self, state)
+        self._pending = None  # an iterator made before does not begin the loaded epoch at state_dict()
 
     def stats(self) -> dict:
         if isinstance(self._generic, video_batches.NativeVideoLoader):

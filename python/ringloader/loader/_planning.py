@@ -8,7 +8,8 @@ The functions take the loader's backend (its samplers, generator and epoch bookk
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Optional
+import weakref
+from typing import Any, Iterator, List, Optional
 
 import numpy as np
 
@@ -183,7 +184,9 @@ class _PlannedBatches:
 
     torch's loader iterates it in the main process when it first needs indices, after drawing its
     base seed, the moment torch's own sampler would draw: so order and RNG consumption are
-    torch's. A pending ``load_state_dict`` replays the recorded epoch from where it stopped.
+    torch's. Each ``iter()`` gives a :class:`_PlannedEpoch`, planned at its first ``next()`` or
+    earlier by a ``state_dict()`` (``GenericBackend.state_dict``). A pending ``load_state_dict``
+    replays the recorded epoch from where it stopped.
 
     With ``keyed``, batches hold :class:`SampleKey` s instead of indices: each sample's
     augmentations are seeded by (base seed, index, position in the epoch), whichever worker
@@ -198,7 +201,18 @@ class _PlannedBatches:
     def __len__(self) -> int:
         return len(self._inner)
 
-    def __iter__(self):
+    def __iter__(self) -> "_PlannedEpoch":
+        epoch = _PlannedEpoch(self)
+        # Until it begins, a state_dict() plans it (torch's loader with no workers asks for the
+        # first batch at the first next(); with workers, within iter()). Weakly: an iterator
+        # dropped before its first next() drew only its base seed, and no state_dict() plans it.
+        self._loader._pending = weakref.ref(epoch)
+        self._loader._made = weakref.ref(epoch)  # the epoch of the iter() under way (_CountDelivered)
+        return epoch
+
+    def _begin(self) -> Iterator[Any]:
+        """Plans the epoch (draws its order, or replays a loaded checkpoint's) and records it:
+        the batches it yields, from the first not yet delivered."""
         loader = self._loader
         resume = loader.take_resume()
         if resume is None:
@@ -209,19 +223,85 @@ class _PlannedBatches:
         else:
             batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
             _restore_generators(loader, resume.get("generators"))
+            _undo_base_seed(loader)
             seed = resume.get("base_seed") if self._keyed else None
             if self._keyed and seed is None:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
                                  "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
         loader.begin_epoch(seed, sampler_state, skip)
-        loader._pending = None  # the epoch's own record from here (GenericBackend.__iter__)
+        loader._pending = None  # the epoch's own record from here
         if not self._keyed:
-            yield from batches[skip:]
-            return
+            return iter(batches[skip:])
+        return self._keys(batches, skip, seed)
+
+    @staticmethod
+    def _keys(batches: Any, skip: int, seed: Optional[int]) -> Iterator[List[SampleKey]]:
         position = sum(len(b) for b in batches[:skip])
         for batch in batches[skip:]:
             yield [SampleKey(int(i), seed, _AUGMENT_EPOCH, position + k) for k, i in enumerate(batch)]
             position += len(batch)
+
+
+class _PlannedEpoch:
+    """One ``iter()`` of :class:`_PlannedBatches`: its epoch planned at the first ``next()``, as
+    torch's sampler would draw then, or earlier by :meth:`begin` (a ``state_dict()`` before
+    that ``next()``), which draws exactly what that ``next()`` would have drawn: the batches
+    then follow that plan, drawn once. An error of the plan is raised by whichever of the two
+    comes first, and by the ``next()`` after a ``begin()`` that raised it (then the epoch is
+    over, as a generator is after its error)."""
+
+    def __init__(self, owner: _PlannedBatches):
+        self._owner = owner
+        self._batches: Optional[Iterator[Any]] = None
+        self._error: Optional[BaseException] = None  # begin()'s, not yet raised by next()
+        self.progress: Any = None  # the epoch's record (begin_epoch's), once planned
+
+    def __iter__(self) -> "_PlannedEpoch":
+        return self
+
+    def begin(self) -> None:
+        """Plans the epoch now, if it has not begun."""
+        if self._batches is not None:
+            return
+        self._batches = iter(())  # planned once, whatever happens
+        try:
+            self._batches = self._owner._begin()
+            self.progress = self._owner._loader._current  # begin_epoch's, just made
+        except BaseException as error:
+            self._error = error
+            pending = self._owner._loader._pending
+            if pending is not None and pending() is self:
+                self._owner._loader._pending = None  # no plan to record: state_dict() reads the rest
+            raise
+
+    def __next__(self) -> Any:
+        if self._batches is None:
+            try:
+                self.begin()
+            finally:
+                self._error = None  # raised here already
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return next(self._batches)
+
+
+def _undo_base_seed(loader: Any) -> None:
+    """A resumed epoch draws nothing: the base seed torch's iterator drew from the global RNG at
+    this ``iter()`` (with no ``generator``; ``GenericBackend.__iter__`` kept the state from
+    before it) is taken back, so the epochs after this one draw where the checkpointed run's did
+    (from the RNG state saved beside the checkpoint). Only when that one draw is all that
+    happened since: persistent workers draw none, and a draw of the script's stays."""
+    import torch
+
+    before = getattr(loader, "_rng_at_iter", None)
+    loader._rng_at_iter = None
+    if before is None or loader.generator is not None:
+        return
+    now = torch.get_rng_state()
+    torch.set_rng_state(before)
+    torch.empty((), dtype=torch.int64).random_()  # torch's base seed, drawn again
+    torch.set_rng_state(before if torch.equal(torch.get_rng_state(), now) else now)
 
 
 class _CountDelivered:
@@ -235,8 +315,9 @@ class _CountDelivered:
     device wrappers) ends at any error: so does the iteration here, the epoch not recorded
     complete."""
 
-    def __init__(self, loader: Any, batches: Iterator[Any]):
+    def __init__(self, loader: Any, batches: Iterator[Any], epoch: Any = None):
         self._loader, self._batches = loader, batches
+        self._epoch = epoch  # the _PlannedEpoch it iterates: its record, whichever epoch began last
         self._progress: Any = None
         self._finished = False
         self._failed = False  # the last next() raised a sample's error: its batch was passed
@@ -246,9 +327,16 @@ class _CountDelivered:
 
     def _count(self) -> None:
         if self._progress is None:
-            self._progress = self._loader._current  # made by _PlannedBatches when torch first drew from it
+            self._progress = self._record()  # made by _PlannedBatches when torch first drew from it
         if self._progress is not None:
             self._progress.delivered += 1
+
+    def _record(self) -> Any:
+        """Its epoch's record (that epoch's plan has begun by now): the one its own plan made,
+        never that of an iterator made after it (with workers, each plans at iter())."""
+        if self._epoch is not None:
+            return self._epoch.progress
+        return self._loader._current
 
     def __next__(self) -> Any:
         import types
@@ -264,9 +352,8 @@ class _CountDelivered:
             batch = next(self._batches)
         except StopIteration:
             self._finished = True
-            # Its own epoch's (a later iter() may have begun another since); none delivered:
-            # the one begun last, this iterator's.
-            progress = self._progress if self._progress is not None else self._loader._current
+            # Its own epoch's (a later iter() may have begun another since).
+            progress = self._progress if self._progress is not None else self._record()
             if progress is not None:
                 progress.done = True
             raise

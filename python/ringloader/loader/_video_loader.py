@@ -12,6 +12,8 @@ released when its last tensor (or view) is freed, so the bytes alive never pass 
 bytes; a producer that would pass them waits, and a ``next()`` that finds every byte held by
 batches the loop keeps raises ``SlotsExhaustedError`` (nothing is lost: free some, call again).
 ``check_unchanged``: the check at ``iter()`` that no ``rl.VideoShards`` shard was rewritten.
+Under ``on_error="skip"`` with ``drop_last=True`` the batches are refilled to full size
+(``_video_refill.Refilled``), and ``max_skipped_fraction`` is one ``_SkipBudget`` per epoch.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from .. import _C
 from .._C import SlotsExhaustedError
 from ..core._options import _format_bytes as format_bytes
 from ._backend import skipped_too_much
+from ._video_refill import Refilled
 
 __all__ = ["ClipSlots", "NativeVideoLoader"]
 
@@ -160,16 +163,20 @@ class _Prefetched:
     """The batches of ``batches`` (lists of keys) from ``source``, made ``depth`` ahead on a
     thread of their own (the decode runs without the GIL, so the training step goes on), their
     bytes charged to ``slots`` (``_video_loader.ClipSlots``: the producer waits while they are
-    full). The thread is stopped and waited for at interpreter exit (``_stop_at_exit``)."""
+    full). The thread is stopped and waited for at interpreter exit (``_stop_at_exit``). The
+    clips a batch skips count toward ``budget``, this epoch's, even when the batch is finished
+    after the loop left the epoch; ``refill``: ``VideoClipBatches.batch``'s."""
 
     def __init__(self, source: Any, batches: Any, depth: int, timeout: float, slots: Any = None,
-                 dropped: Any = None, budget: Optional["_SkipBudget"] = None):
+                 dropped: Any = None, budget: Optional["_SkipBudget"] = None, refill: bool = False):
         import queue
 
         self._queue: Any = queue.Queue(maxsize=max(depth, 1))
         self._stop = threading.Event()
         self._timeout, self._slots, self._dropped = timeout, slots, dropped
         self._budget = budget
+        self.taken = 0  # the planned batches taken (a batch's error included)
+        self._ended = False  # the thread ended (the epoch, or its plan's error): nothing more comes
         # The epoch's plan begins here, on the caller's thread, as torch's worker processes
         # begin theirs at iter(): a state_dict() before the first next() records this epoch,
         # whenever the thread gets to run.
@@ -177,7 +184,7 @@ class _Prefetched:
         # The thread holds the queue and the flag, not this iterator: dropping it (a loop left)
         # runs __del__, which stops the thread.
         self._thread = threading.Thread(target=_Prefetched._run,
-                                        args=(source, batches, self._queue, self._stop, slots),
+                                        args=(source, batches, self._queue, self._stop, slots, budget, refill),
                                         daemon=True, name="ringloader-video-batches")
         with _LIVE_LOCK:
             _LIVE[self._thread] = self._stop
@@ -195,11 +202,12 @@ class _Prefetched:
         return False
 
     @staticmethod
-    def _run(source: Any, batches: Any, queue: Any, stop: threading.Event, slots: Any) -> None:
+    def _run(source: Any, batches: Any, queue: Any, stop: threading.Event, slots: Any, budget: Any,
+             refill: bool) -> None:
         try:
             for keys in batches:
                 try:
-                    batch = source.batch(list(keys), slots, stop)
+                    batch = source.batch(list(keys), slots, stop, budget, refill)
                 except Exception as error:  # noqa: BLE001 - this batch's: raised by its next(), the
                     # epoch goes on with the next batch, as torch's DataLoader and batches made
                     # when asked do after a sample's error
@@ -230,9 +238,12 @@ class _Prefetched:
         deadline = time.monotonic() + self._timeout if self._timeout > 0 else None
         while True:
             try:
-                return self._queue.get(timeout=0.1)
+                item = self._queue.get(timeout=0.1)
             except queue.Empty:
                 pass
+            else:
+                self.taken += item[0] is not False
+                return item
             if self._slots is not None and self._queue.empty() and self._slots.exhausted_now():
                 gc.collect()  # batches dropped in a reference cycle are freed first
                 time.sleep(0.2)
@@ -243,6 +254,8 @@ class _Prefetched:
                                          "native clip decoder") from None
 
     def __next__(self) -> Any:
+        if self._ended:  # as a generator after its end or error: the queue stays empty now
+            raise StopIteration
         if self._budget is not None:
             self._budget.check()
         ok, item = self._get()
@@ -255,6 +268,7 @@ class _Prefetched:
         if ok is None:  # one batch's error: the next call gets the next batch
             raise item
         self._stop.set()
+        self._ended = True
         if item is None:
             raise StopIteration
         raise item
@@ -293,10 +307,11 @@ class _WhenAsked:
     batch refused for want of room (``SlotsExhaustedError``) is made by the next call."""
 
     def __init__(self, source: Any, batches: Any, slots: Any, dropped: Any = None,
-                 budget: Optional["_SkipBudget"] = None):
+                 budget: Optional["_SkipBudget"] = None, refill: bool = False):
         self._source, self._batches, self._slots = source, iter(batches), slots
         self._keys: Optional[List[Any]] = None
-        self._dropped, self._budget = dropped, budget
+        self._dropped, self._budget, self._refill = dropped, budget, refill
+        self.taken = 0  # the planned batches taken (a batch's error included)
 
     def __iter__(self) -> "_WhenAsked":
         return self
@@ -308,13 +323,14 @@ class _WhenAsked:
             if self._keys is None:
                 self._keys = list(next(self._batches))
             try:
-                batch = self._source.batch(self._keys, self._slots)
+                batch = self._source.batch(self._keys, self._slots, None, self._budget, self._refill)
             except SlotsExhaustedError:
                 raise  # nothing lost: the same keys at the next call
             except BaseException:
-                self._keys = None  # another error: iterating again goes on with the next batch
+                # Another error: iterating again goes on with the next batch.
+                self._keys, self.taken = None, self.taken + 1
                 raise
-            self._keys = None
+            self._keys, self.taken = None, self.taken + 1
             if not _dropped(batch, self._dropped):  # every clip skipped: the batch is dropped
                 return batch
 
@@ -324,25 +340,39 @@ class _SkipBudget:
     epoch under ``on_error="skip"`` that has skipped more than ``fraction`` of the samples it
     reads raises ``RuntimeError`` (at its next batch, and again at each later one), naming the
     count and the last clips lost. ``planned()`` gives the samples the epoch reads (asked once
-    its plan began); the source's ``skipped`` count when the epoch began is the baseline.
+    its plan began). One budget per epoch (``NativeVideoLoader.__iter__``), and the clips it
+    counts are those its own batches skipped (``count``, called by ``VideoClipBatches.batch``):
+    a batch still being made for an epoch the loop left (a ``break``, then ``iter()`` again)
+    counts toward that epoch, never toward the next.
 
     The error comes before a batch is taken, but the loader's count of batches received
     (``_planning._CountDelivered``) takes it for a batch's error and counts a batch passed at
     the next call: ``passed(-1)`` (``NativeVideoLoader._passed_counter``) takes that back, so a
-    checkpoint after the error, however often raised, resumes at the first batch not delivered."""
+    checkpoint after the error, however often raised, resumes at the first batch not delivered.
+    (Refilled batches keep the record themselves: no ``passed`` there, ``_video_refill``.)"""
 
-    def __init__(self, source: Any, fraction: float, planned: Any, passed: Any = None):
-        self.source, self.fraction, self._planned = source, float(fraction), planned
-        self.before = int(source.stats()["skipped"])
+    def __init__(self, fraction: float, planned: Any, passed: Any = None):
+        self.fraction, self._planned = float(fraction), planned
         self.planned: Optional[int] = None
+        self.skipped = 0
+        self.recent: List[str] = []  # the last clips skipped, newest last
+        self._lock = threading.Lock()  # counted on the producer's thread, read on the loop's
         self._passed, self._raised = passed, False
+
+    def count(self, skipped: int, lost: List[str]) -> None:
+        """Adds the clips one batch of this epoch skipped (``lost``: what names each)."""
+        if skipped:
+            with self._lock:
+                self.skipped += int(skipped)
+                self.recent = (self.recent + list(lost))[-16:]
 
     def check(self) -> None:
         if self._raised:  # counted passed since the last raise, which took no batch
             self._raised = False
             if self._passed is not None:
                 self._passed(-1)
-        skipped = int(self.source.stats()["skipped"]) - self.before
+        with self._lock:
+            skipped, recent = self.skipped, list(self.recent)
         if skipped <= 0:
             return
         if self.planned is None:
@@ -350,7 +380,7 @@ class _SkipBudget:
         if skipped <= self.fraction * self.planned:
             return
         self._raised = True
-        raise skipped_too_much(skipped, self.planned, self.fraction, self.source.recent_skipped, "clips",
+        raise skipped_too_much(skipped, self.planned, self.fraction, recent, "clips",
                                "videos gone, a codec missing, a server down")
 
 
@@ -403,41 +433,52 @@ class NativeVideoLoader:
 
         torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         skip = self.source.on_error == "skip"
-        dropped = self._passed_counter() if skip else None
-        budget = _SkipBudget(self.source, self.max_skipped_fraction, self._planned_samples, dropped) \
+        owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
+        # on_error="skip" with drop_last: every batch full, refilled from the following clips
+        # (_video_refill, which keeps the epoch's record itself: no batch is dropped there).
+        refill = skip and bool(getattr(owner, "drop_last", False)) and getattr(owner, "batch_size", None) is not None
+        epoch = iter(self.batches)  # this iter()'s (_planning._PlannedEpoch: its record once begun)
+        dropped = self._passed_counter(epoch) if skip and not refill else None
+        # One budget per epoch: the clips its own batches skip, whenever they are decoded.
+        budget = _SkipBudget(self.max_skipped_fraction, lambda: self._planned_samples(epoch), dropped) \
             if skip and self.max_skipped_fraction < 1 else None
         if self.prefetch <= 0:
-            return _WhenAsked(self.source, self.batches, self.slots, dropped, budget)
-        return _Prefetched(self.source, self.batches, self.prefetch, self.timeout, self.slots, dropped,
-                           budget)
+            inner: Any = _WhenAsked(self.source, epoch, self.slots, dropped, budget, refill)
+        else:
+            inner = _Prefetched(self.source, epoch, self.prefetch, self.timeout, self.slots, dropped,
+                                budget, refill)
+        if not refill:
+            return inner
+        return Refilled(inner, self.source, owner.batch_size, epoch, getattr(owner, "_device", None) is not None)
 
-    def _planned_samples(self) -> int:
-        """The samples the epoch under way reads: its planned batches' (torch's batch sampler:
-        ``drop_last`` cut, else its sampler's length) less those a resumed epoch had delivered
-        (``_checkpoint._Progress.skip``)."""
+    def _planned_samples(self, epoch: Any = None) -> int:
+        """The samples ``epoch`` (the iterator's, begun) reads: its planned batches' (torch's
+        batch sampler: ``drop_last`` cut, else its sampler's length) less those a resumed epoch
+        had delivered (``_checkpoint._Progress.skip``)."""
         inner = getattr(self.batches, "_inner", self.batches)  # _planning._PlannedBatches' sampler
         size = int(getattr(inner, "batch_size", None) or self.batch_size)
         sampler = getattr(inner, "sampler", None)
         total = len(inner) * size
         if not getattr(inner, "drop_last", True) and sampler is not None and hasattr(sampler, "__len__"):
             total = len(sampler)
-        progress = getattr(getattr(self.batches, "_loader", None), "_current", None)
+        progress = _record(epoch, getattr(self.batches, "_loader", None))
         done = int(getattr(progress, "skip", 0) or 0) * size
         return max(total - done, 1)
 
-    def _passed_counter(self) -> Any:
+    def _passed_counter(self, epoch: Any = None) -> Any:
         """What an iterator calls when it drops a batch whose every clip was skipped: its
         planned batch counts as delivered in the epoch's record (``_checkpoint._Progress``, that
-        of the epoch the iterator's batches began), so ``state_dict`` resumes after it as after
-        a batch received. (Counted when the next batch is taken, before or after the training
-        loop holds the previous one: either way a resumed epoch gives the same batches, the
-        dropped one holding none.) ``passed(-1)`` takes one back (``_SkipBudget``)."""
+        of ``epoch``, the iterator's, never that of an iterator made after it), so
+        ``state_dict`` resumes after it as after a batch received. (Counted when the next batch
+        is taken, before or after the training loop holds the previous one: either way a resumed
+        epoch gives the same batches, the dropped one holding none.) ``passed(-1)`` takes one
+        back (``_SkipBudget``)."""
         owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
         progress: List[Any] = []
 
         def passed(step: int = 1) -> None:
             if not progress:
-                progress.append(getattr(owner, "_current", None))
+                progress.append(_record(epoch, owner))
             if progress[0] is not None:
                 progress[0].delivered += step
 
@@ -451,6 +492,14 @@ class NativeVideoLoader:
 
     def stats(self) -> Dict[str, Any]:
         return {**self.source.stats(), **({"memory": self.slots.stats()} if self.slots is not None else {})}
+
+
+def _record(epoch: Any, owner: Any) -> Any:
+    """The checkpoint record of ``epoch`` (a ``_planning._PlannedEpoch`` whose plan began), else
+    the loader's latest (``owner._current``) for batches of another kind."""
+    if hasattr(epoch, "progress"):
+        return epoch.progress
+    return getattr(owner, "_current", None)
 
 
 def check_unchanged(dataset: Any) -> None:

@@ -252,7 +252,6 @@ class VideoClipBatches:
         self._meta: Dict[str, Any] = {}
         self._lock = threading.Lock()
         self.frames_decoded = self.frames_kept = self.clips = self.skipped = self.replaced = 0
-        self.recent_skipped: List[str] = []  # the last clips skipped, newest last (max_skipped_fraction)
 
     def __getstate__(self) -> Dict[str, Any]:  # to a worker process: no threads, no cache
         state = dict(self.__dict__)
@@ -312,11 +311,10 @@ class VideoClipBatches:
                                        ranges=[j[3] for j in jobs], keys=[j[4] for j in jobs])
 
     def _count(self, clips: int = 0, frames_decoded: int = 0, frames_kept: int = 0, skipped: int = 0,
-               replaced: int = 0, lost: Sequence[str] = ()) -> None:
+               replaced: int = 0) -> None:
         """Adds to the counters of stats() under the lock: two iterators of one loader batch from
         this source on their own threads at once, and a bare ``+=`` from each can lose counts."""
         with self._lock:
-            self.recent_skipped = (self.recent_skipped + list(lost))[-16:]
             self.clips += clips
             self.frames_decoded += frames_decoded
             self.frames_kept += frames_kept
@@ -483,13 +481,16 @@ class VideoClipBatches:
                 return target
         self._fail(error, key, path)
 
-    def batch(self, keys: Sequence[Any], slots: Any = None, stop: Any = None) -> Any:
+    def batch(self, keys: Sequence[Any], slots: Any = None, stop: Any = None, tally: Any = None,
+              refill: bool = False) -> Any:
         """``(clips, targets)`` of ``keys`` (see the class); the clips' buffer charged to
         ``slots`` (a ``_video_loader.ClipSlots``) when given; None when ``stop`` was set while
-        waiting for room in them."""
-        import torch
-        from torch.utils.data import default_collate
-
+        waiting for room in them. ``tally`` (the ``_SkipBudget`` of the epoch that planned
+        ``keys``) counts the clips skipped here, whichever epoch runs when they are. ``refill``
+        (on_error="skip" with drop_last, ``_video_refill``): the clips tensor keeps all
+        ``len(keys)`` rows of its buffer however many clips are skipped (a refilled batch is
+        assembled in it), the kept clips in the first rows, and the targets are the list of the
+        kept clips' (as many), not collated."""
         samples: List[Any] = []
         for key in keys:  # a sample that cannot be read (dataset[i] raises) is its clip's error
             try:
@@ -523,7 +524,7 @@ class VideoClipBatches:
             shape = next((this for _, _, this, _ in self._substitutes(keys[0], None)), None)
         good = [b for b, p in enumerate(plans) if not isinstance(p, BaseException)]
         shape = shape or (0, 3, 0, 0)
-        out = self._allocate(len(keys) if replace else len(good), shape, slots, stop)
+        out = self._allocate(len(keys) if replace or refill else len(good), shape, slots, stop)
         if out is None:
             return None
         errors = self._decode([plans[b] for b in good], out[: len(good)], shape)  # one row each
@@ -542,16 +543,28 @@ class VideoClipBatches:
                     targets[b] = self._replace(out, b, keys[b], plan, shape, _where(refs[b]))
         else:
             kept = [j for j, b in enumerate(good) if not isinstance(plans[b], BaseException)]
-            self._count(skipped=len(keys) - len(kept), lost=[  # a sample not read: its error names it
-                _where(r) if r is not None else f"sample {k.index} ({p})" for k, r, p in zip(keys, refs, plans) if isinstance(p, BaseException)])
+            lost = [_where(r) if r is not None else f"sample {k.index} ({p})"  # a sample not read: its error names it
+                    for k, r, p in zip(keys, refs, plans) if isinstance(p, BaseException)]
+            self._count(skipped=len(lost))
+            if tally is not None:
+                tally.count(len(lost), lost)
             if len(kept) != len(good):  # compacted in place: the batch stays a view of its buffer
                 out[: len(kept)] = out[kept]
-            out, targets = out[: len(kept)], [targets[good[j]] for j in kept]
+            targets = [targets[good[j]] for j in kept]
+            if not refill:
+                out = out[: len(kept)]
+        return out, targets if refill else self.collate(targets)
+
+    def collate(self, targets: List[Any]) -> Any:
+        """The batch's targets from the clips' (``default_collate``; pinned as the clips are)."""
+        import torch
+        from torch.utils.data import default_collate
+
         targets = default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
         if self.pin_memory:  # as torch's pin_memory=True: every tensor of the batch
             from ._staging import _map_tensors
             targets = _map_tensors(targets, lambda t: t.pin_memory())
-        return out, targets
+        return targets
 
 
 def _cuda_available() -> bool:

@@ -261,15 +261,45 @@ def _tail_input(steps: List[Dict[str, Any]], parts: Sequence[Any]) -> str:
 # steps it guards are judged on their own). After PILToTensor/ToImage
 # torchvision runs every other step with tensor numerics (Resize: torch's antialiased
 # interpolate; colour and affine steps: float maths), which Pillow's native numerics do not
-# reproduce, so those run in the Python tail.
+# reproduce, so those run in the Python tail, except the resizes whose tensor kernel the native
+# resampler runs itself (_on_tensor_kernel).
 _SAME_ON_UINT8_TENSOR = {"random_horizontal_flip", "random_vertical_flip", "center_crop",
                          "random_crop", "pad", "to_tensor", "random_apply",
                          "augmix"}  # AugMix runs the tensor kernels on a PIL image too
 
 
-def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]]) -> Optional[str]:
-    """Why `new`, following the uint8 tensor conversion `conversion`, cannot run natively."""
+_RESIZES = {"resize", "random_resized_crop"}
+
+
+def _on_tensor_kernel(t: Any, step: Dict[str, Any]) -> bool:
+    """Whether torchvision's `t` resizes a uint8 tensor with a kernel the native resampler runs
+    (the step's ``tensor`` flag): torch's nearest index (v1 and v2: a pick of pixels, whatever
+    the dtype), or v2's antialiased bilinear on the uint8 tensor itself, which it uses where its
+    ``_do_native_uint8_resize_on_cpu`` says so (v1 and v2 elsewhere interpolate in float, and
+    bicubic or antialias=False are other kernels: those stay in Python)."""
+    if step["kind"] not in _RESIZES or not type(t).__module__.startswith("torchvision"):
+        return False
+    if step.get("interpolation") == "nearest":
+        return True
+    if step.get("interpolation", "bilinear") != "bilinear" or getattr(t, "antialias", True) is not True:
+        return False
+    if not type(t).__module__.startswith("torchvision.transforms.v2"):
+        return False
+    try:
+        from torchvision.transforms.v2.functional._geometry import _do_native_uint8_resize_on_cpu
+        from torchvision.transforms.v2.functional import InterpolationMode
+    except ImportError:  # another torchvision: its kernel is not known here
+        return False
+    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
+
+
+def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = None) -> Optional[str]:
+    """Why `new` (the steps of torchvision's `t`), following the uint8 tensor conversion
+    `conversion`, cannot run natively; marks the resizes that run torch's kernel natively."""
     def same(step: Dict[str, Any]) -> bool:
+        if _on_tensor_kernel(t, step):
+            step["tensor"] = True
+            return True
         # torchvision's tensor padding takes one fill for all channels (v1 refuses a tuple) and
         # casts it to uint8; Pillow rounds a per-channel fill its own way.
         fill = step.get("fill", [0.0])
@@ -286,7 +316,8 @@ def split(transform: Any) -> Split:
     """Splits ``transform`` (None, one transform or a Compose, ringloader's or torchvision's, a
     preset object that only applies one (see :func:`_unwrap_preset`), or anything callable) at the first step without a native equivalent, or whose numerics would
     differ natively (a step on the uint8 tensor after PILToTensor/ToImage that torchvision runs
-    with tensor kernels).
+    with tensor kernels, except the resizes whose torch kernel the native path runs, marked
+    ``tensor``: v2's antialiased bilinear and nearest).
 
     Args:
         transform: the transform to divide.
@@ -314,7 +345,7 @@ def split(transform: Any) -> Split:
             new = to_steps(t)
             # After a uint8 tensor conversion, tensor numerics are the first reason (and the one
             # that says what to do: move the step before the conversion).
-            why = _tensor_numerics_error(conversion, new) if conversion and not has_to_tensor(steps) else None
+            why = _tensor_numerics_error(conversion, new, t) if conversion and not has_to_tensor(steps) else None
             if why is None:
                 why = _stage_error(steps, new)
             if why is not None:

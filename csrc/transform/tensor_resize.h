@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace ringloader::video {
+namespace ringloader {
 
 /// One axis's taps: output i reads `count[i]` source pixels from `first[i]`, weighted by
 /// weights[i * ksize ...] with `precision` fractional bits.
@@ -35,4 +35,4 @@ void TensorResize(const uint8_t* src, int channels, int h, int w, ptrdiff_t row_
                   ptrdiff_t plane_stride, int out_h, int out_w, uint8_t* dst,
                   TensorResizeScratch& scratch);
 
-}  // namespace ringloader::video
+}  // namespace ringloader

@@ -1,9 +1,9 @@
-#include "video/tensor_resize.h"
+#include "transform/tensor_resize.h"
 
 #include <algorithm>
 #include <cmath>
 
-namespace ringloader::video {
+namespace ringloader {
 namespace {
 
 double Triangle(double x) {
@@ -118,4 +118,4 @@ void TensorResize(const uint8_t* src, int channels, int h, int w, ptrdiff_t row_
   }
 }
 
-}  // namespace ringloader::video
+}  // namespace ringloader
