@@ -581,6 +581,15 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   JDIMENSION xoff = static_cast<JDIMENSION>(std::max(0, rs.first_col() - 1));
   JDIMENSION xwidth = static_cast<JDIMENSION>(std::min(dw, rs.end_col() + 1)) - xoff;
   if (rs.end_col() <= rs.first_col()) xoff = 0, xwidth = static_cast<JDIMENSION>(dw);
+  // A crop that leaves a subsampled component under 2 columns makes jpeg_crop_scanline
+  // re-initialise the upsampler without fancy upsampling (plain replication: other pixels than
+  // the whole decode's): such a crop (torch's nearest reading one edge column) is widened.
+  const JDIMENSION min_width = std::min(static_cast<JDIMENSION>(cinfo->max_h_samp_factor) + 1,
+                                        static_cast<JDIMENSION>(dw));
+  if (xwidth < min_width) {
+    xwidth = min_width;
+    xoff = std::min(xoff, static_cast<JDIMENSION>(dw) - min_width);
+  }
   bool ok = true;
   if (row1 > row0 && xwidth < static_cast<JDIMENSION>(dw)) {
     // Widens to iMCU boundaries; afterwards output_width is the cropped width.
