@@ -5,7 +5,6 @@ bound) and a checkpoint taken after the dropped batch resumes after it."""
 
 from __future__ import annotations
 
-import shutil
 import warnings
 from pathlib import Path
 
@@ -13,18 +12,11 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader.sources import video as rv
-from ringloader.transforms import clips
 
-from videogen import class_folder_with_a_cut_clip
+from videogen import NEEDS_VIDEO, SAMPLER, class_folder_with_a_cut_clip
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
-    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
-]
+pytestmark = NEEDS_VIDEO
 v2 = pytest.importorskip("torchvision.transforms.v2")
-
-SAMPLER = clips.random_indices(num_frames_per_clip=4, num_indices_between_frames=2)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,22 @@
 added with the clip loader's robustness work."""
 from __future__ import annotations
 
+import shutil
 import subprocess
 from pathlib import Path
+
+import pytest
+
+from ringloader.sources import video as rv
+from ringloader.transforms import clips
+
+# The marks of a test module that makes and decodes clips.
+NEEDS_VIDEO = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
+    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
+]
+# Four frames two apart, as the clip loader's tests draw them.
+SAMPLER = clips.random_indices(num_frames_per_clip=4, num_indices_between_frames=2)
 
 
 def make_clip(path: Path, hue: int, frames: int = 20) -> Path:
