@@ -31,6 +31,26 @@ def test_train_uint8_is_torchvisions_chain_and_yields_uint8_batches(image_tree):
         make_transform(torchvision.transforms, "train-u8")
 
 
+def test_train_v2_is_torchvisions_to_image_first_chain_and_runs_natively(image_tree):
+    """``--transform train-v2``: v2's documented recipe (``ToImage`` first, so the crop's
+    resize is torch's kernel on the uint8 tensor), torchvision's own objects whatever module is
+    asked for; ringloader runs all of it natively (no warning: no Python tail)."""
+    import warnings
+
+    for module in (torchvision.transforms, rl.transforms):
+        chain = make_transform(module, "train-v2")
+        assert [type(t).__name__ for t in chain.transforms] == [
+            "ToImage", "RandomResizedCrop", "RandomHorizontalFlip", "ToDtype", "Normalize"]
+        assert all(type(t).__module__.startswith("torchvision.transforms.v2") for t in chain.transforms)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ds = rl.ImageFolder(str(image_tree), transform=make_transform(torchvision.transforms, "train-v2"))
+        loader = rl.DataLoader(ds, batch_size=4, shuffle=True, num_workers=2)
+        images, _ = next(iter(loader))
+    assert loader.native and rl.transforms.split(ds.transform).tail is None
+    assert images.dtype == torch.float32 and tuple(images.shape) == (4, 3, 224, 224)
+
+
 @pytest.mark.timeout(240)
 def test_train_uint8_benchmark_reports_a_native_ratio(image_tree, tmp_path):
     """The report's shape (not its timings): both loaders measured on uint8 batches, the ratio

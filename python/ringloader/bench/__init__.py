@@ -53,7 +53,7 @@ Modules: one per comparison, on a common harness (each imports its siblings only
 package):
 
 * ``harness``: the settings of a run, one timed measurement and its verdict, alternating rounds, what a report names.
-* ``pipelines``: the transform pipelines (train, eval, train-uint8, torchvision's and timm's recipes).
+* ``pipelines``: the transform pipelines (train, eval, train-uint8, train-v2, torchvision's and timm's recipes).
 * ``folder``: the headline comparison on an image folder, its report, JSON record and chart.
 * ``shards``: ``--dataset shards``: ImageFolder against WebDataset shards, and ``pipe:`` at a bandwidth.
 * ``remote``: ``--dataset remote``: shards over a throttled loopback link, the cache, and the peers.

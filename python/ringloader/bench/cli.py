@@ -42,10 +42,11 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                    help="upper bound on timed images per measurement (default 4096)")
     p.add_argument("--warmup-batches", type=int, default=2, help="untimed batches per measurement (default 2)")
     p.add_argument("--rounds", type=int, default=3, help="alternating measurements per loader (default 3)")
-    p.add_argument("--transform", choices=("train", "eval", "both", "train-uint8", *RECIPES, "recipes"),
+    p.add_argument("--transform", choices=("train", "eval", "both", "train-uint8", "train-v2", *RECIPES, "recipes"),
                    default="both",
                    help="train/eval (default: both); train-uint8: the train crop and flip ending in "
-                        "PILToTensor (uint8 batches, for normalising on the GPU); or the training "
+                        "PILToTensor (uint8 batches, for normalising on the GPU); train-v2: v2's ToImage, "
+                        "then the train crop (torch's resize kernel), flip, ToDtype and Normalize; or the training "
                         "recipes: tv-recipe (torchvision's "
                         "reference: TrivialAugmentWide + RandomErasing), timm-recipe (timm's "
                         "rand-m9-mstd0.5-inc1 + RandomErasing), recipes (both)")

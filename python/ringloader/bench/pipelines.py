@@ -1,5 +1,6 @@
 """The transform pipelines the comparisons build: ``train`` and ``eval`` from either transforms
-module (torchvision's or ringloader's), ``train-uint8``, and the training recipes of
+module (torchvision's or ringloader's), ``train-uint8``, ``train-v2`` (the crop after v2's
+``ToImage``), and the training recipes of
 torchvision and timm (:data:`RECIPES`)."""
 
 from __future__ import annotations
@@ -57,8 +58,8 @@ def _posterize_zero_bits_as_black() -> None:
 def make_transform(T: Any, kind: str) -> Any:
     """The ``train`` or ``eval`` pipeline built from a torchvision-compatible
     transforms module (``torchvision.transforms`` or ``ringloader.transforms``), or
-    ``train-uint8`` or one of :data:`RECIPES` (torchvision's/timm's own objects, whatever ``T``
-    is)."""
+    ``train-uint8``, ``train-v2`` or one of :data:`RECIPES` (torchvision's/timm's own objects,
+    whatever ``T`` is)."""
     if kind in RECIPES:
         return make_recipe(kind)
     if kind == "train":
@@ -70,6 +71,14 @@ def make_transform(T: Any, kind: str) -> Any:
         _, torchvision = _import_torch()
         tv = torchvision.transforms
         return tv.Compose([tv.RandomResizedCrop(CROP), tv.RandomHorizontalFlip(), tv.PILToTensor()])
+    elif kind == "train-v2":
+        # torchvision's v2 recipe as its documentation writes it: the tensor conversion first,
+        # so the crop's resize is torch's antialiased kernel on the uint8 tensor (ringloader
+        # runs that kernel natively). torchvision's own objects, whatever T is.
+        torch, _ = _import_torch()
+        from torchvision.transforms import v2
+        return v2.Compose([v2.ToImage(), v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(),
+                           v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)])
     elif kind == "eval":
         steps = [T.Resize(256), T.CenterCrop(CROP)]
     else:
