@@ -53,6 +53,18 @@ def test_torchvisions_own_v2_recipe_with_its_uint8_todtype_is_native(tree: Path,
         assert (images[0] - ref[i][0]).abs().max().item() <= 1e-6
 
 
+def test_a_uint8_conversion_before_the_tensor_conversion_stays_in_python():
+    # v1's ConvertImageDtype takes tensors only: on the PIL image torchvision raises, and so
+    # does the Python tail; it is not taken for a no-op.
+    import torchvision.transforms as v1
+
+    split = rl.transforms.split(v1.Compose([v1.ConvertImageDtype(torch.uint8), v1.PILToTensor()]))
+    assert split.tail_names and split.tail_names[0].endswith("ConvertImageDtype")
+    split = rl.transforms.split(v1.Compose([v1.PILToTensor(), v1.ConvertImageDtype(torch.uint8),
+                                            v1.CenterCrop(32)]))
+    assert split.tail is None, split.reason
+
+
 def test_a_uint8_todtype_after_the_float_conversion_stays_in_python():
     # After ToDtype(float32) torchvision converts floats back to uint8: not a no-op.
     transform = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True),

@@ -316,9 +316,9 @@ def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = 
 
 def _keeps_uint8(t: Any, steps: List[Dict[str, Any]]) -> bool:
     """Whether torchvision's ``ToDtype``/``ConvertImageDtype`` `t` converts to ``torch.uint8``
-    where the image is still uint8 (no ToTensor or float conversion among `steps`): torchvision
-    returns such an image unchanged (its own v2 recipe begins ``ToImage(), ToDtype(torch.uint8,
-    scale=True)``), so it adds no step."""
+    where the image is still uint8 (asked after a uint8 tensor conversion; no ToTensor or float
+    conversion among `steps`): torchvision returns such an image unchanged (its own v2 recipe
+    begins ``ToImage(), ToDtype(torch.uint8, scale=True)``), so it adds no step."""
     if type(t).__name__ not in ("ToDtype", "ConvertImageDtype") or has_to_tensor(steps):
         return False
     import torch
@@ -358,7 +358,7 @@ def split(transform: Any) -> Split:
             module = type(t).__module__
             if not isinstance(t, Transform) and not module.startswith(("torchvision", "timm")):
                 raise TypeError(f"{_step_name(t)} has no native equivalent")
-            new = [] if _keeps_uint8(t, steps) else to_steps(t)
+            new = [] if conversion and _keeps_uint8(t, steps) else to_steps(t)
             # After a uint8 tensor conversion, tensor numerics are the first reason (and the one
             # that says what to do: move the step before the conversion).
             why = _tensor_numerics_error(conversion, new, t) if conversion and not has_to_tensor(steps) else None
