@@ -98,3 +98,11 @@ def test_the_uint8_todtype_in_a_joint_keeps_it_native(tree: Path):
         warnings.simplefilter("error")  # torch's path would warn
         loader = rl.DataLoader(Boxes(), batch_size=1, collate_fn=lambda b: tuple(zip(*b)))
     assert loader.native
+
+
+@pytest.mark.parametrize("state", [{}, [1, 2]], ids=["empty dict", "list"])
+def test_load_state_dict_of_something_else_names_the_argument(tree: Path, state):
+    loader = rl.DataLoader(rl.ImageFolder(str(tree), transform=v2.Compose([v2.ToImage(), v2.CenterCrop(32)])),
+                           batch_size=1)
+    with pytest.raises((TypeError, ValueError), match=r"load_state_dict\(state\).*state_dict\(\) returned"):
+        loader.load_state_dict(state)

@@ -8,6 +8,7 @@ The functions take the loader's backend: what they read and write (``_epoch``, `
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Optional
 
 from . import _order
@@ -100,8 +101,13 @@ def load_state_dict(loader: Any, state: dict) -> None:
     """``DataLoader.load_state_dict`` (see its docstring) on a backend."""
     if not loader.resumable:
         raise TypeError("load_state_dict() needs a map-style dataset with batches (batch_size or batch_sampler)")
+    if not isinstance(state, Mapping):
+        raise TypeError(f"load_state_dict(state): state is a {type(state).__name__}; pass the dict "
+                        "a ringloader DataLoader's state_dict() returned")
     if state.get("version") != 1:
-        raise ValueError(f"unknown ringloader state version {state.get('version')!r}")
+        raise ValueError(f"load_state_dict(state): unknown ringloader state version "
+                         f"{state.get('version')!r}; pass the dict a ringloader DataLoader's "
+                         "state_dict() returned")
     if not state["complete"] and state["dataset_size"] != len(loader.dataset):
         raise ValueError(f"checkpoint is for a dataset of {state['dataset_size']} samples, "
                          f"this one has {len(loader.dataset)}")

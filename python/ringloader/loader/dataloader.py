@@ -411,7 +411,7 @@ class DataLoader:
 
         Raises:
             TypeError: the generic path over an iterable dataset or without batches (nothing to
-                resume).
+                resume), or a `state` that is not a dict.
             ValueError: a checkpoint of an unknown version, of a dataset of another size, of a
                 generic-path loader loaded by a native one, or holding a different number of
                 generator states than this loader's ``generator``/sampler have."""
