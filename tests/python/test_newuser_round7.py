@@ -106,3 +106,13 @@ def test_load_state_dict_of_something_else_names_the_argument(tree: Path, state)
                            batch_size=1)
     with pytest.raises((TypeError, ValueError), match=r"load_state_dict\(state\).*state_dict\(\) returned"):
         loader.load_state_dict(state)
+
+
+def test_a_bicubic_resize_after_toimage_warns_naming_it_and_where_it_runs(tree: Path):
+    transform = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.BICUBIC)])
+    with pytest.warns(UserWarning) as caught:
+        rl.ImageFolder(str(tree), transform=transform)
+    (message,) = [str(w.message) for w in caught]
+    assert "RandomResizedCrop" in message and "follows ToImage" in message
+    assert "bilinear ones with antialias=True" in message  # what does run natively there
+    assert "the main process with num_workers=0" in message  # the default runs no worker processes

@@ -192,7 +192,8 @@ class NativeDataset(Source, _TorchDataset):
             warnings.warn(
                 f"{self._name()}: the transform steps "
                 f"{', '.join(split.tail_names)} run per sample in Python, in DataLoader worker "
-                f"processes (slower; the native steps before them still run natively). The first "
+                f"processes (the main process with num_workers=0; slower, the native steps before "
+                f"them still run natively). The first "
                 f"cannot run natively: {split.reason}. Pass strict=True to refuse instead.",
                 UserWarning, stacklevel=3)
         self._transform = transform
