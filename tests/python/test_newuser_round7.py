@@ -116,3 +116,19 @@ def test_a_bicubic_resize_after_toimage_warns_naming_it_and_where_it_runs(tree: 
     assert "RandomResizedCrop" in message and "follows ToImage" in message
     assert "bilinear ones with antialias=True" in message  # what does run natively there
     assert "the main process with num_workers=0" in message  # the default runs no worker processes
+
+
+def test_describe_of_native_clip_batches_does_not_say_torch_does_the_work(tmp_path: Path):
+    import shutil
+
+    from ringloader.sources import video as rv
+
+    if shutil.which("ffmpeg") is None or not rv.video_available()[0]:
+        pytest.skip("needs the ffmpeg CLI and FFmpeg's libraries")
+    from videogen import SAMPLER, make_clip
+
+    (tmp_path / "a").mkdir()
+    make_clip(tmp_path / "a" / "0.mp4", 0, frames=10)
+    folder = rl.VideoFolder(str(tmp_path), clip=SAMPLER, transform=v2.CenterCrop(16))
+    head = rl.DataLoader(folder, batch_size=1).describe().splitlines()[0]
+    assert "native clip batches" in head and "torch.utils.data.DataLoader does the work" not in head, head

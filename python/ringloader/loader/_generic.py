@@ -254,7 +254,9 @@ class GenericBackend(Backend):
         return {"native": False, **({"video": self._video.stats()} if self._video is not None else {})}
 
     def describe(self) -> str:
-        memory = ([f"  {self._generic.describe()}"] if isinstance(self._generic, video_batches.NativeVideoLoader)
-                  else [])
-        return "\n".join(["ringloader.DataLoader (generic path: torch.utils.data.DataLoader does "
-                          "the work)"] + [f"  why:     {r}" for r in self._reasons] + memory)
+        clips = isinstance(self._generic, video_batches.NativeVideoLoader)
+        memory = [f"  {self._generic.describe()}"] if clips else []
+        head = ("ringloader.DataLoader (native clip batches: clips decoded and batched in native "
+                "threads, not torch's worker processes)" if clips else
+                "ringloader.DataLoader (generic path: torch.utils.data.DataLoader does the work)")
+        return "\n".join([head] + [f"  why:     {r}" for r in self._reasons] + memory)
