@@ -45,7 +45,7 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::Acquire(uint64_t bytes, absl::
   queue_.push_back(ticket);
   bool waited = false;
   while (true) {
-    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    const uint64_t room = RoomBesideSlots();
     if (bytes > room) {
       // Slots stay allocated while the loader lives: this need can never be met.
       queue_.erase(std::find(queue_.begin(), queue_.end(), ticket));
@@ -91,13 +91,18 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutputBuffer(
     grant = Grant(this, charged, true);
   }
   if (buffer == nullptr) {
-    buffer.reset(new (std::nothrow) uint8_t[std::max<uint64_t>(bytes, 1)]);
-    if (buffer == nullptr) {
-      return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
-    }
+    RL_ASSIGN_OR_RETURN(buffer, NewOutputBuffer(bytes));
   }
   grant.buffer_ = std::move(buffer);
   return grant;
+}
+
+absl::StatusOr<std::unique_ptr<uint8_t[]>> NewOutputBuffer(uint64_t bytes) {
+  std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[std::max<uint64_t>(bytes, 1)]);
+  if (buffer == nullptr) {
+    return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
+  }
+  return buffer;
 }
 
 absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string_view what,
@@ -109,7 +114,7 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
   bool waited = false;
   uint64_t charged = bytes;
   while (true) {
-    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    const uint64_t room = RoomBesideSlots();
     if (bytes > room) {
       ++counts_.refused;
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -156,7 +161,7 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
 }
 
 void DecodeBudget::EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint8_t[]>>* freed) {
-  const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+  const uint64_t room = RoomBesideSlots();
   const uint64_t peak = std::max(counts_.peak_output_bytes, counts_.output_bytes + bytes);
   while (!kept_.empty() &&
          (counts_.decode_bytes + counts_.output_bytes + counts_.kept_bytes + bytes > room ||
@@ -173,7 +178,7 @@ void DecodeBudget::Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> 
   uint64_t& from = held ? counts_.output_bytes : counts_.decode_bytes;
   from -= std::min(bytes, from);
   if (buffer != nullptr) {
-    const uint64_t room = total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0;
+    const uint64_t room = RoomBesideSlots();
     const uint64_t kept = counts_.output_bytes + counts_.kept_bytes + bytes;
     if (counts_.decode_bytes + kept <= room && kept <= counts_.peak_output_bytes) {
       kept_.emplace(bytes, std::move(buffer));

@@ -146,6 +146,8 @@ class DecodeBudget {
 
  private:
   void Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> buffer);
+  // What `total` leaves beside the slots (under mu_).
+  uint64_t RoomBesideSlots() const { return total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0; }
   // AcquireOutput's loop; with `reuse`, a kept buffer that fits is taken into *reused (charged
   // for its size). Returns the bytes charged.
   absl::StatusOr<uint64_t> ChargeOutput(uint64_t bytes, absl::string_view what,
@@ -167,6 +169,10 @@ class DecodeBudget {
   Counts counts_;
   std::multimap<uint64_t, std::unique_ptr<uint8_t[]>> kept_;  // output buffers by size
 };
+
+/// A variable-size output's buffer of `bytes` (at least 1), or ResourceExhausted saying so: what
+/// AcquireOutputBuffer allocates when no kept buffer fits, and an output's without a budget.
+absl::StatusOr<std::unique_ptr<uint8_t[]>> NewOutputBuffer(uint64_t bytes);
 
 /// `inner` with every allocation charged to `budget` as slot bytes (never refused).
 std::shared_ptr<SlotAllocator> MakeBudgetedAllocator(std::shared_ptr<SlotAllocator> inner,

@@ -669,10 +669,7 @@ OutputSink Epoch::SinkFor(int slot, int64_t batch) {
                               &cancel, [this, batch] { return batch <= taken.load(std::memory_order_acquire); }));
       pixels = held->grant.data();
     } else {
-      held->data.reset(new (std::nothrow) uint8_t[std::max<size_t>(bytes, 1)]);
-      if (held->data == nullptr) {
-        return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
-      }
+      RL_ASSIGN_OR_RETURN(held->data, NewOutputBuffer(bytes));
       pixels = held->data.get();
     }
     SampleOutput out;

@@ -202,10 +202,8 @@ int32_t FixedWeight(double v) {
 /// from zero), in kResamplePrecisionBits fixed point: (2^(p-1) + sum(v * w)) >> p equals
 /// (2^21 + sum(v * (w << (22 - p)))) >> 22, so the resampler's sums give torch's levels.
 int32_t TensorWeight(double v, int precision) {
-  const double scaled = v * (1 << precision);
-  const auto w = static_cast<int16_t>(scaled < 0 ? static_cast<int>(-0.5 + scaled)
-                                                 : static_cast<int>(0.5 + scaled));
-  return static_cast<int32_t>(w) * (int32_t{1} << (kResamplePrecisionBits - precision));
+  return static_cast<int32_t>(TensorTap(v, static_cast<unsigned>(precision))) *
+         (int32_t{1} << (kResamplePrecisionBits - precision));
 }
 
 /// Converts a window edge to int without overflow for absurd geometries.

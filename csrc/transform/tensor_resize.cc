@@ -50,10 +50,12 @@ void TensorAxisTaps::Compute(int in_size, int out_size) {
     if (next >= (1 << 15)) break;
   }
   weights.assign(w.size(), 0);
-  for (size_t k = 0; k < w.size(); ++k) {
-    const double v = w[k] * (1 << precision);
-    weights[k] = static_cast<int16_t>(v < 0 ? static_cast<int>(-0.5 + v) : static_cast<int>(0.5 + v));
-  }
+  for (size_t k = 0; k < w.size(); ++k) weights[k] = TensorTap(w[k], precision);
+}
+
+int16_t TensorTap(double v, unsigned precision) {
+  const double scaled = v * (1 << precision);
+  return static_cast<int16_t>(scaled < 0 ? static_cast<int>(-0.5 + scaled) : static_cast<int>(0.5 + scaled));
 }
 
 void TensorResize(const uint8_t* src, int channels, int h, int w, ptrdiff_t row_stride,

@@ -23,6 +23,10 @@ struct TensorAxisTaps {
   void Compute(int in_size, int out_size);
 };
 
+/// torch's int16 tap of the normalised weight `v` at `precision` fractional bits: v * 2^precision
+/// rounded half away from zero.
+int16_t TensorTap(double v, unsigned precision);
+
 /// Reusable buffers of TensorResize (grow-only; one per thread).
 struct TensorResizeScratch {
   TensorAxisTaps x, y;
