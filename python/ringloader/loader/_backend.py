@@ -46,7 +46,6 @@ class Backend:
         self._epoch = 0
         self._resume: Optional[dict] = None
         self._current: Optional[_checkpoint._Progress] = None
-        self._resumed_rows = 0  # of the checkpoint take_resume took: the epoch begun next starts with them
 
     # ---- per backend ----------------------------------------------------------------------------
 
@@ -79,16 +78,17 @@ class Backend:
     def take_resume(self) -> Optional[dict]:
         """The checkpoint ``load_state_dict`` left for the next epoch, or None; it is used once."""
         resume, self._resume = self._resume, None
-        self._resumed_rows = int(resume.get("rows", 0)) if resume else 0  # for begin_epoch
         return resume
 
-    def begin_epoch(self, seed: Optional[int], sampler_state: dict, skip: int) -> _checkpoint._Progress:
+    def begin_epoch(self, seed: Optional[int], sampler_state: dict, skip: int,
+                    rows: int = 0) -> _checkpoint._Progress:
         """Records the epoch that starts now (``state_dict`` reads the record; the iterator
-        updates what it delivered) and counts it: the next one is ``epoch + 1``."""
+        updates what it delivered) and counts it: the next one is ``epoch + 1``. ``rows``: of a
+        checkpoint taken inside a refilled batch (on_error="skip" with drop_last), the rows of
+        the next batch it had delivered, recorded from the start so that a ``state_dict()``
+        before any batch keeps them."""
         self._current = _checkpoint._Progress(self._epoch, seed, sampler_state, skip)
-        # Resumed inside a refilled batch (on_error="skip" with drop_last): its rows delivered
-        # before are recorded from the start, so a state_dict() before any batch keeps them.
-        self._current.rows, self._resumed_rows = self._resumed_rows, 0
+        self._current.rows = rows
         self._epoch += 1
         return self._current
 

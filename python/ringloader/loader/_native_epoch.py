@@ -117,10 +117,9 @@ class _NativeIter:
         self._pid = os.getpid()
         # The loader keeps only this record (for state_dict), never the iterator itself, so an
         # abandoned iterator is collected and its __del__ stops the epoch's threads.
-        self._progress = loader.begin_epoch(self._seed, self._sampler_state, self._skip)
         # Resumed inside a batch: a state_dict() before this iterator delivers records those rows
         # too, or its resumption would deliver them again.
-        self._progress.rows = self._drop_rows
+        self._progress = loader.begin_epoch(self._seed, self._sampler_state, self._skip, self._drop_rows)
         self._len = len(batches) - self._skip
         # on_error="skip" with drop_last: every batch full (see the class docstring). _carry holds
         # [batch number, first row, images, labels] of rows received and not yet delivered.

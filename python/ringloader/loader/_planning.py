@@ -228,7 +228,7 @@ class _PlannedBatches:
             if self._keyed and seed is None:
                 raise ValueError("this checkpoint has no base_seed (it comes from a loader over another "
                                  "dataset); a ringloader ImageFolder needs it to repeat its augmentations")
-        loader.begin_epoch(seed, sampler_state, skip)
+        loader.begin_epoch(seed, sampler_state, skip, int(resume.get("rows", 0)) if resume else 0)
         loader._pending = None  # the epoch's own record from here
         if not self._keyed:
             return iter(batches[skip:])
