@@ -1,5 +1,6 @@
 #include "memory/decode_budget.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,7 +32,7 @@ DecodeBudget::Grant& DecodeBudget::Grant::operator=(Grant&& other) noexcept {
 
 void DecodeBudget::Grant::Release() {
   if (budget_ == nullptr) {
-    buffer_.reset();
+    buffer_ = OutputPages();
     return;
   }
   budget_->Return(bytes_, held_, std::move(buffer_));
@@ -84,32 +85,86 @@ absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutput(uint64_t bytes, 
 absl::StatusOr<DecodeBudget::Grant> DecodeBudget::AcquireOutputBuffer(
     uint64_t bytes, absl::string_view what, const std::atomic<bool>* cancel,
     const std::function<bool()>& due) {
-  std::unique_ptr<uint8_t[]> buffer;
+  OutputPages buffer;
   Grant grant;
   if (static_cast<int>(getpid()) == owner_pid_) {
     RL_ASSIGN_OR_RETURN(const uint64_t charged, ChargeOutput(bytes, what, cancel, due, &buffer));
     grant = Grant(this, charged, true);
+    // A kept buffer of another size, charged for `bytes`: made that size outside the lock.
+    if (buffer && buffer.bytes() != charged && !buffer.Resize(charged)) buffer = OutputPages();
   }
-  if (buffer == nullptr) {
-    RL_ASSIGN_OR_RETURN(buffer, NewOutputBuffer(bytes));
+  if (!buffer) {
+    RL_ASSIGN_OR_RETURN(buffer, OutputPages::New(bytes));
   }
   grant.buffer_ = std::move(buffer);
   return grant;
 }
 
-absl::StatusOr<std::unique_ptr<uint8_t[]>> NewOutputBuffer(uint64_t bytes) {
-  std::unique_ptr<uint8_t[]> buffer(new (std::nothrow) uint8_t[std::max<uint64_t>(bytes, 1)]);
-  if (buffer == nullptr) {
+OutputPages& OutputPages::operator=(OutputPages&& other) noexcept {
+  if (this != &other) {
+    Free();
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+  }
+  return *this;
+}
+
+namespace {
+uint64_t WholePages(uint64_t bytes) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return (std::max<uint64_t>(bytes, 1) + page - 1) / page * page;
+}
+}  // namespace
+
+absl::StatusOr<OutputPages> OutputPages::New(uint64_t bytes) {
+  OutputPages pages;
+  if (bytes >= kOutputPagesMapped) {
+    const uint64_t length = WholePages(bytes);
+    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p != MAP_FAILED) {
+      pages.data_ = static_cast<uint8_t*>(p);
+      pages.mapped_ = length;
+    }
+  } else {
+    pages.data_ = new (std::nothrow) uint8_t[std::max<uint64_t>(bytes, 1)];
+  }
+  if (pages.data_ == nullptr) {
     return absl::ResourceExhaustedError(absl::StrCat("no memory for its output of ", bytes, " bytes"));
   }
-  return buffer;
+  pages.bytes_ = bytes;
+  return pages;
+}
+
+bool OutputPages::Resize(uint64_t bytes) {
+  if (mapped_ == 0) return false;
+  const uint64_t length = WholePages(bytes);
+  if (length != mapped_) {
+    void* p = mremap(data_, mapped_, length, MREMAP_MAYMOVE);
+    if (p == MAP_FAILED) return false;
+    data_ = static_cast<uint8_t*>(p);
+    mapped_ = length;
+  }
+  bytes_ = bytes;
+  return true;
+}
+
+void OutputPages::Free() {
+  if (data_ == nullptr) return;
+  if (mapped_ != 0) {
+    munmap(data_, mapped_);
+  } else {
+    delete[] data_;
+  }
+  data_ = nullptr;
+  bytes_ = mapped_ = 0;
 }
 
 absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string_view what,
                                                     const std::atomic<bool>* cancel,
                                                     const std::function<bool()>& due,
-                                                    std::unique_ptr<uint8_t[]>* reused) {
-  std::vector<std::unique_ptr<uint8_t[]>> freed;  // kept buffers evicted: freed after the lock
+                                                    OutputPages* reused) {
+  std::vector<OutputPages> freed;  // kept buffers evicted: freed after the lock
   std::unique_lock<std::mutex> lock(mu_);
   bool waited = false;
   uint64_t charged = bytes;
@@ -125,21 +180,39 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
           FormatMemorySize(counts_.slot_bytes + bytes), ") or make the output smaller"));
     }
     if (reused != nullptr) {
-      // A kept buffer is charged already (as kept): taking it adds nothing to what is held.
+      // A kept buffer is charged already (as kept): taking it as it is, or shrunk, adds nothing
+      // to what is held.
       const auto fit = kept_.lower_bound(bytes);
-      if (fit != kept_.end() && fit->first / 2 <= bytes) {
-        charged = fit->first;
+      if (fit != kept_.end() && (fit->first / 2 <= bytes || fit->second.resizable())) {
+        charged = fit->first / 2 <= bytes ? fit->first : bytes;
+        counts_.kept_bytes -= fit->first;
         *reused = std::move(fit->second);
         kept_.erase(fit);
-        counts_.kept_bytes -= charged;
         ++counts_.outputs_reused;
         break;
       }
     }
+    // Else the largest smaller kept buffer, grown: charged as a new output of `bytes` (its own
+    // bytes leave the kept ones), so it must fit as one.
+    OutputPages grown;
+    if (reused != nullptr && !kept_.empty() && std::prev(kept_.end())->second.resizable()) {
+      const auto largest = std::prev(kept_.end());
+      counts_.kept_bytes -= largest->first;
+      grown = std::move(largest->second);
+      kept_.erase(largest);
+    }
     EvictKeptFor(bytes, &freed);
     if (queue_.empty() && slots_waiting_ == 0 &&
         counts_.decode_bytes + counts_.output_bytes + counts_.kept_bytes + bytes <= room) {
+      if (grown) {
+        *reused = std::move(grown);
+        ++counts_.outputs_reused;
+      }
       break;
+    }
+    if (grown) {  // waits as kept
+      counts_.kept_bytes += grown.bytes();
+      kept_.emplace(grown.bytes(), std::move(grown));
     }
     if (due && due()) {  // the batch the consumer takes next: nothing else would free room
       ++counts_.outputs_over_budget;
@@ -152,6 +225,7 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
     changed_.wait_for(lock, std::chrono::milliseconds(20));
   }
   counts_.output_bytes += charged;
+  if (reused != nullptr && !*reused) ++counts_.outputs_new;
   counts_.peak_output_bytes = std::max(counts_.peak_output_bytes, counts_.output_bytes);
   if (waited) ++counts_.output_waits;
   counts_.peak_total_bytes =
@@ -160,7 +234,7 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
   return charged;
 }
 
-void DecodeBudget::EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint8_t[]>>* freed) {
+void DecodeBudget::EvictKeptFor(uint64_t bytes, std::vector<OutputPages>* freed) {
   const uint64_t room = RoomBesideSlots();
   const uint64_t peak = std::max(counts_.peak_output_bytes, counts_.output_bytes + bytes);
   while (!kept_.empty() &&
@@ -173,11 +247,11 @@ void DecodeBudget::EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint
   }
 }
 
-void DecodeBudget::Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> buffer) {
+void DecodeBudget::Return(uint64_t bytes, bool held, OutputPages buffer) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t& from = held ? counts_.output_bytes : counts_.decode_bytes;
   from -= std::min(bytes, from);
-  if (buffer != nullptr) {
+  if (buffer) {
     const uint64_t room = RoomBesideSlots();
     const uint64_t kept = counts_.output_bytes + counts_.kept_bytes + bytes;
     if (counts_.decode_bytes + kept <= room && kept <= counts_.peak_output_bytes) {

@@ -20,11 +20,13 @@
 ///    allocated for the loader's lifetime): ResourceExhausted at once, saying how many bytes
 ///    were needed and what to change. The caller names the sample.
 ///  * A variable-size output's buffer (AcquireOutputBuffer) comes back when the consumer drops
-///    it and is kept for a later output of up to its size (rendering into memory already
-///    mapped, instead of a fresh buffer's page faults), charged as an output while it is
-///    kept: outputs in use and kept together never exceed the most the outputs in use ever held
-///    at once, nor what `total` leaves beside the slots and the decodes in force; kept buffers
-///    are freed (largest first) when a new output needs their room.
+///    it and is kept for a later output (rendering into memory already mapped, instead of a
+///    fresh buffer's page faults), charged as an output while it is kept: outputs in use and
+///    kept together never exceed the most the outputs in use ever held at once, nor what
+///    `total` leaves beside the slots and the decodes in force; kept buffers are freed (largest
+///    first) when a new output needs their room. A later output takes the smallest kept buffer
+///    of up to twice its size as it is; else a larger one shrunk to its size, or else the
+///    largest smaller one grown (OutputPages::Resize: only the added pages are new).
 ///
 /// So slots + charged decodes stay within `total`, and the loader's slot and decode memory
 /// within `total + threads x allowance`. A fork()ed child counts nothing (the lock may have been
@@ -51,6 +53,36 @@ namespace ringloader {
 /// JPEG row buffer and for whole images of a few megapixels.
 inline constexpr uint64_t kDecodeAllowanceBytes = uint64_t{16} << 20;
 
+/// A variable-size output's buffer. One of at least kOutputPagesMapped bytes is pages of its
+/// own (mmap), so that a kept one serves an output of any size (Resize: shrunk in place, or
+/// grown with mremap, which moves the pages already faulted in and faults in only the rest);
+/// a smaller one is plain heap memory and cannot be resized. Move-only.
+class OutputPages {
+ public:
+  OutputPages() = default;
+  OutputPages(OutputPages&& other) noexcept { *this = std::move(other); }
+  OutputPages& operator=(OutputPages&& other) noexcept;
+  ~OutputPages() { Free(); }
+  /// A buffer of `bytes` (at least 1), or ResourceExhausted naming its size.
+  static absl::StatusOr<OutputPages> New(uint64_t bytes);
+  /// Makes the buffer `bytes` long, its first min(old, new) bytes kept; false (unchanged) when
+  /// it is not mapped or the system refuses.
+  bool Resize(uint64_t bytes);
+  uint8_t* data() const { return data_; }
+  uint64_t bytes() const { return bytes_; }
+  bool resizable() const { return mapped_ != 0; }
+  explicit operator bool() const { return data_ != nullptr; }
+
+ private:
+  void Free();
+  uint8_t* data_ = nullptr;
+  uint64_t bytes_ = 0;   // asked for
+  uint64_t mapped_ = 0;  // length of the mapping (whole pages); 0: heap memory
+};
+
+/// From this size an output's buffer is mapped pages (resizable); below it, heap memory.
+inline constexpr uint64_t kOutputPagesMapped = uint64_t{1} << 20;
+
 class DecodeBudget {
  public:
   /// `total`: the loader's budget (max_memory) in bytes; `allowance`: what a decode may use
@@ -75,17 +107,17 @@ class DecodeBudget {
     void Release();
     uint64_t bytes() const { return budget_ != nullptr ? bytes_ : 0; }
     /// AcquireOutputBuffer's buffer (null otherwise, and after Release()).
-    uint8_t* data() const { return buffer_.get(); }
+    uint8_t* data() const { return buffer_.data(); }
 
    private:
     friend class DecodeBudget;
     Grant(DecodeBudget* budget, uint64_t bytes, bool held = false,
-          std::unique_ptr<uint8_t[]> buffer = nullptr)
+          OutputPages buffer = OutputPages())
         : budget_(budget), bytes_(bytes), held_(held), buffer_(std::move(buffer)) {}
     DecodeBudget* budget_ = nullptr;
     uint64_t bytes_ = 0;
     bool held_ = false;  // an output's (AcquireOutput), not a decode's
-    std::unique_ptr<uint8_t[]> buffer_;  // an output's buffer of bytes_ bytes (AcquireOutputBuffer)
+    OutputPages buffer_;  // an output's buffer (AcquireOutputBuffer)
   };
 
   /// A grant for `bytes` (an empty one when bytes <= allowance), waiting for room as described
@@ -111,9 +143,8 @@ class DecodeBudget {
                                       const std::function<bool()>& due = nullptr);
 
   /// AcquireOutput's grant with a buffer of at least `bytes` (data()), charged for the buffer's
-  /// whole size: a kept one (see the rules above) of at most twice `bytes` when there is one
-  /// (the smallest that fits; it holds an earlier output's pixels), else a new one. Released,
-  /// the buffer is kept for a later output or freed.
+  /// whole size: a kept one when one serves (see the rules above; it holds an earlier output's
+  /// pixels), else a new one. Released, the buffer is kept for a later output or freed.
   absl::StatusOr<Grant> AcquireOutputBuffer(uint64_t bytes, absl::string_view what,
                                             const std::atomic<bool>* cancel,
                                             const std::function<bool()>& due = nullptr);
@@ -141,11 +172,12 @@ class DecodeBudget {
     uint64_t peak_output_bytes = 0;  ///< the most output_bytes ever held at once
     uint64_t kept_bytes = 0;      ///< output buffers kept for reuse now
     int64_t outputs_reused = 0;   ///< outputs given a kept buffer
+    int64_t outputs_new = 0;      ///< outputs given a new buffer (its pages faulted in afresh)
   };
   Counts counts() const;
 
  private:
-  void Return(uint64_t bytes, bool held, std::unique_ptr<uint8_t[]> buffer);
+  void Return(uint64_t bytes, bool held, OutputPages buffer);
   // What `total` leaves beside the slots (under mu_).
   uint64_t RoomBesideSlots() const { return total_ > counts_.slot_bytes ? total_ - counts_.slot_bytes : 0; }
   // AcquireOutput's loop; with `reuse`, a kept buffer that fits is taken into *reused (charged
@@ -153,10 +185,10 @@ class DecodeBudget {
   absl::StatusOr<uint64_t> ChargeOutput(uint64_t bytes, absl::string_view what,
                                         const std::atomic<bool>* cancel,
                                         const std::function<bool()>& due,
-                                        std::unique_ptr<uint8_t[]>* reused);
+                                        OutputPages* reused);
   // Frees kept buffers (largest first, into *freed, released by the caller outside the lock)
   // until `bytes` more fit beside what is held: max_memory's room and the peak of the outputs.
-  void EvictKeptFor(uint64_t bytes, std::vector<std::unique_ptr<uint8_t[]>>* freed);
+  void EvictKeptFor(uint64_t bytes, std::vector<OutputPages>* freed);
 
   const uint64_t total_;
   const uint64_t allowance_;
@@ -167,12 +199,8 @@ class DecodeBudget {
   uint64_t next_ticket_ = 0;
   int slots_waiting_ = 0;
   Counts counts_;
-  std::multimap<uint64_t, std::unique_ptr<uint8_t[]>> kept_;  // output buffers by size
+  std::multimap<uint64_t, OutputPages> kept_;  // output buffers by size
 };
-
-/// A variable-size output's buffer of `bytes` (at least 1), or ResourceExhausted saying so: what
-/// AcquireOutputBuffer allocates when no kept buffer fits, and an output's without a budget.
-absl::StatusOr<std::unique_ptr<uint8_t[]>> NewOutputBuffer(uint64_t bytes);
 
 /// `inner` with every allocation charged to `budget` as slot bytes (never refused).
 std::shared_ptr<SlotAllocator> MakeBudgetedAllocator(std::shared_ptr<SlotAllocator> inner,

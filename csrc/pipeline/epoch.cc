@@ -657,7 +657,7 @@ OutputSink Epoch::SinkFor(int slot, int64_t batch) {
     struct Held {
       std::shared_ptr<DecodeBudget> budget;
       DecodeBudget::Grant grant;
-      std::unique_ptr<uint8_t[]> data;  // without a budget
+      OutputPages data;  // without a budget
     };
     auto held = std::make_shared<Held>();
     held->budget = ctx.budget_owner;
@@ -669,8 +669,8 @@ OutputSink Epoch::SinkFor(int slot, int64_t batch) {
                               &cancel, [this, batch] { return batch <= taken.load(std::memory_order_acquire); }));
       pixels = held->grant.data();
     } else {
-      RL_ASSIGN_OR_RETURN(held->data, NewOutputBuffer(bytes));
-      pixels = held->data.get();
+      RL_ASSIGN_OR_RETURN(held->data, OutputPages::New(bytes));
+      pixels = held->data.data();
     }
     SampleOutput out;
     out.data = pixels;

@@ -704,6 +704,12 @@ LoaderStats Loader::Impl::Stats() const {
   s.read_buffers = static_cast<int>(buffers_[0].size());
   s.slot_bytes = static_cast<int64_t>(pool_->slot_bytes());
   s.producer_waits = pool_->producer_waits();
+  if (decode_budget_) {
+    const DecodeBudget::Counts budget = decode_budget_->counts();
+    s.outputs_new = budget.outputs_new;
+    s.outputs_reused = budget.outputs_reused;
+    s.output_bytes_kept = static_cast<int64_t>(budget.kept_bytes);
+  }
   s.idle_spells = counters_->idle_spells.load(std::memory_order_relaxed);
   s.batches_completed = counters_->batches_completed.load(std::memory_order_relaxed);
   s.device = stager_ ? stager_->name() : "cpu";

@@ -60,6 +60,9 @@ namespace ringloader {
   X(read_buffers) \
   X(slot_bytes) \
   X(producer_waits) \
+  X(outputs_new) \
+  X(outputs_reused) \
+  X(output_bytes_kept) \
   X(idle_spells) \
   X(thread_cpus) \
   X(device) \

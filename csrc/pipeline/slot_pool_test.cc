@@ -181,6 +181,49 @@ TEST(SlotPoolTest, ADroppedOutputsBufferIsReusedWithinThePeakAndTheBudget) {
   EXPECT_EQ(small.counts().kept_bytes, 0u);
 }
 
+// A kept buffer of mapped pages serves an output of any size: shrunk for a smaller one (over
+// twice smaller), grown for a larger one, its pixels kept; only a buffer with none kept is new.
+TEST(SlotPoolTest, AKeptMappedBufferIsShrunkOrGrownForTheNextOutput) {
+  constexpr uint64_t kMiB = uint64_t{1} << 20;
+  DecodeBudget budget(uint64_t{1} << 30);
+  std::atomic<bool> cancel{false};
+  absl::StatusOr<DecodeBudget::Grant> a = budget.AcquireOutputBuffer(8 * kMiB, "its output", &cancel);
+  ASSERT_TRUE(a.ok());
+  std::memset(a->data(), 5, 8 * kMiB);
+  a->Release();
+  EXPECT_EQ(budget.counts().outputs_new, 1);
+  EXPECT_EQ(budget.counts().kept_bytes, 8 * kMiB);
+  // Over twice smaller: the kept buffer, shrunk to the output's size and charged for it.
+  absl::StatusOr<DecodeBudget::Grant> b = budget.AcquireOutputBuffer(2 * kMiB, "its output", &cancel);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(budget.counts().outputs_reused, 1);
+  EXPECT_EQ(budget.counts().outputs_new, 1);
+  EXPECT_EQ(budget.counts().output_bytes, 2 * kMiB);
+  EXPECT_EQ(budget.counts().kept_bytes, 0u);
+  EXPECT_EQ(b->data()[2 * kMiB - 1], 5) << "the same pages";
+  b->Release();
+  EXPECT_EQ(budget.counts().kept_bytes, 2 * kMiB);
+  // Larger than every kept buffer: the largest grown, its first pages kept, the rest new and
+  // writable; charged for the new size, within the peak (8 MiB).
+  absl::StatusOr<DecodeBudget::Grant> c = budget.AcquireOutputBuffer(6 * kMiB, "its output", &cancel);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(budget.counts().outputs_reused, 2);
+  EXPECT_EQ(budget.counts().outputs_new, 1);
+  EXPECT_EQ(budget.counts().output_bytes, 6 * kMiB);
+  EXPECT_EQ(budget.counts().kept_bytes, 0u);
+  EXPECT_EQ(c->data()[0], 5);
+  EXPECT_EQ(c->data()[2 * kMiB - 1], 5);
+  std::memset(c->data(), 9, 6 * kMiB);
+  EXPECT_EQ(c->data()[6 * kMiB - 1], 9);
+  c->Release();
+  // A small output is heap memory: never resized, so a kept small buffer is not grown.
+  absl::StatusOr<OutputPages> small = OutputPages::New(1000);
+  ASSERT_TRUE(small.ok());
+  EXPECT_FALSE(small->resizable());
+  EXPECT_FALSE(small->Resize(5000));
+  EXPECT_EQ(small->bytes(), 1000u);
+}
+
 TEST(SlotPoolTest, HeldSlotsAllowBoundedGrowthThenExhaust) {
   auto pool = std::make_shared<SlotPool>(MakeHostAllocator(), 64, 2, 3);
   std::atomic<bool> cancel{false};

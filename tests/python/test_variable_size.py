@@ -423,3 +423,33 @@ def test_reused_output_buffers_never_show_an_earlier_sample(photos):
                 del images, targets
                 seen += 1
         assert seen == 3 * len(SIZES)
+
+
+def test_large_outputs_reuse_kept_buffers_shrunk_or_grown(tmp_path):
+    """Outputs of 1 MiB and more are pages of their own: a kept one serves a later output of any
+    size (shrunk, or grown keeping its pages: slot_pool_test.cc), and each image still equals
+    v2's exactly (max |diff| 0), whatever buffer it was rendered into. stats() and describe()
+    count the outputs rendered into kept buffers and into new ones."""
+    sizes = [(900, 700), (420, 300), (1200, 260), (640, 480), (300, 900)]  # 1.5-7.6 MB as float
+    photos = []
+    for i, (w, h) in enumerate(sizes):
+        path = tmp_path / f"big{i}.jpg"
+        path.write_bytes(jpeg_bytes(w, h, quality=85, seed=50 + i))
+        photos.append((path, (w, h)))
+    t = hflip_train("pil", 0.5)
+    ds = Coco(t, photos)
+    loader = _native(ds, batch_size=1, shuffle=True, collate_fn=_collate,
+                     generator=torch.Generator().manual_seed(3))
+    epochs = 4
+    for _ in range(epochs):
+        for images, targets in loader:
+            want, _ = _v2(t, ds, targets[0]["image_id"])
+            assert images[0].shape == want.shape
+            # The draw flipped it or not: one of the two, exactly.
+            assert min((images[0] - w).abs().max().item() for w in (want, want.flip(-1))) == 0
+            del images, targets
+    stats = loader.stats()
+    assert stats["outputs_new"] + stats["outputs_reused"] >= epochs * len(sizes)
+    assert stats["outputs_reused"] > 0 and stats["outputs_new"] < epochs * len(sizes), stats
+    assert (f"{stats['outputs_reused']} into the buffer of an output dropped earlier"
+            in loader.describe())

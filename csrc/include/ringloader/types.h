@@ -421,6 +421,11 @@ struct LoaderStats {
   int64_t slot_bytes = 0;        ///< Bytes per slot.
   int64_t producer_waits = 0;    ///< Times the dispatcher waited for a free slot (every slot
                                  ///< in use: being filled, or complete and not yet taken).
+  int64_t outputs_new = 0;       ///< Variable-size outputs (an image whose size depends on it)
+                                 ///< rendered into a new buffer, its pages faulted in afresh.
+  int64_t outputs_reused = 0;    ///< ... into a buffer a dropped output left (kept, up to the
+                                 ///< most the outputs in use ever held, within max_memory).
+  int64_t output_bytes_kept = 0; ///< Bytes of such buffers kept for reuse now.
   int64_t idle_spells = 0;       ///< Times the pipeline stood idle: every batch it had started
                                  ///< complete and no slot to start another (it was ahead of the
                                  ///< consumer). What auto_prefetch grows on.

@@ -39,6 +39,14 @@ def _scan_memo_line(s: dict) -> str:
     return f"JPEG files read clean to their end: {where}; {fill}"
 
 
+def _outputs_line(s: dict) -> str:
+    """What the variable-size outputs (samples whose size depends on the image) cost the budget."""
+    return (f"{s['outputs_new'] + s['outputs_reused']} samples rendered at their own size, charged to "
+            f"max_memory until you drop them: {s['outputs_reused']} into the buffer of an output "
+            f"dropped earlier (no new pages), {s['outputs_new']} into a new one; "
+            f"{_format_bytes(s['output_bytes_kept'])} kept for the next ones")
+
+
 def _node_line(backend: Any) -> str:
     """How the machine was divided among its ranks (describe()'s 'node' line)."""
     r, plan = backend._ranks, backend._auto_threads
@@ -89,7 +97,8 @@ def describe(backend: Any) -> str:
         f"{s['read_buffers']} file "
         "read buffers per epoch (each as large as the largest file it read; a second set while the next "
         "epoch is read ahead), nor device buffers",
-    ] + ([f"  node:    {_node_line(backend)}"] if backend._ranks is not None else []) + (
+    ] + ([f"  outputs: {_outputs_line(s)}"] if s["outputs_new"] + s["outputs_reused"] else []) + (
+        [f"  node:    {_node_line(backend)}"] if backend._ranks is not None else []) + (
         [f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
         [f"  batch:   batch_transform={backend._mix_note}, applied in place in the slot by the iterating thread"]
         if backend._mix_note else []) + (
