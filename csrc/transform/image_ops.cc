@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "transform/hue_kernels.h"
 
 // Pillow and CPython evaluate every expression reproduced here as separate IEEE multiplies and
 // adds; a fused multiply-add changes low bits and, through truncation, output levels.
@@ -509,7 +510,12 @@ void AdjustHue(RgbView img, double hue_factor) {
   bool have_last = false;
   for (int y = 0; y < img.height; ++y) {
     uint8_t* p = Row(img, y);
-    for (int x = 0; x < img.width; ++x, p += 3) {
+    int x = 0;
+#ifdef RL_HAVE_AVX2_KERNELS
+    static const bool avx2 = resample_internal::CpuHasAvx2();  // 4 pixels a step, the same levels
+    if (avx2) x = image_ops_internal::HueRowAvx2(p, img.width, shift), p += 3 * x;
+#endif
+    for (; x < img.width; ++x, p += 3) {
       if (have_last && p[0] == last_in[0] && p[1] == last_in[1] && p[2] == last_in[2]) {
         p[0] = last_out[0], p[1] = last_out[1], p[2] = last_out[2];
         continue;

@@ -416,12 +416,22 @@ TEST(ImageOpsTest, AdjustHueEqualsPillowsConversionsForEveryColour) {
     uint8_t* p = img.at(k % 4096, 4096 + k / 4096);
     p[0] = static_cast<uint8_t>(k / 7 * 37), p[1] = static_cast<uint8_t>(k / 5 * 11), p[2] = static_cast<uint8_t>(k / 3);
   }
-  for (double factor : {0.37, -0.5}) {
+  for (double factor : {0.37, -0.5, 0.02}) {
     Image got = img, want = img;
     AdjustHue(got.view(), factor);
     const uint8_t shift = static_cast<uint8_t>(static_cast<int32_t>(factor * 255));
     for (size_t i = 0; i < want.pixels.size(); i += 3) ReferenceHue(want.pixels.data() + i, shift);
     ASSERT_TRUE(got.pixels == want.pixels) << "hue factor " << factor;
+  }
+  // Rows whose width is not a multiple of the SIMD step (4 pixels): the last ones the scalar way.
+  for (int width : {1, 3, 5, 7, 4099}) {
+    Image got(width, 41), want(width, 41);
+    for (size_t i = 0; i < got.pixels.size(); ++i) got.pixels[i] = static_cast<uint8_t>(i * 2654435761u >> 13);
+    want.pixels = got.pixels;
+    AdjustHue(got.view(), 0.21);
+    const uint8_t shift = static_cast<uint8_t>(static_cast<int32_t>(0.21 * 255));
+    for (size_t i = 0; i < want.pixels.size(); i += 3) ReferenceHue(want.pixels.data() + i, shift);
+    ASSERT_TRUE(got.pixels == want.pixels) << "width " << width;
   }
 }
 
