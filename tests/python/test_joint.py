@@ -98,7 +98,9 @@ def test_dataloader_runs_joint_on_torchs_path_with_one_warning_and_fixed_draws(f
 
     image, mask = files
     t = v2.Compose([v2.RandomResizedCrop(24, antialias=True), v2.RandomHorizontalFlip()])
-    boxes = tv_tensors.BoundingBoxes([[2, 2, 30, 20]], format="XYXY", canvas_size=(48, 64))
+    # Rotated boxes keep a Joint on torch's path (integer boxes follow this chain natively).
+    boxes = tv_tensors.BoundingBoxes([[16.0, 11.0, 28.0, 18.0, 0.0]], format="CXCYWHR",
+                                     canvas_size=(48, 64))
 
     class Seg(torch.utils.data.Dataset):
         def __len__(self):

@@ -50,6 +50,7 @@ import numpy as np
 
 from ..transforms import _detection
 from .. import transforms as T  # noqa: F401 (_detection: converters it registers)
+from . import _integer_boxes
 from .references import _CONVERSIONS, _TENSOR_ONLY, first_plain, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
@@ -351,32 +352,6 @@ def plan(transform: Any) -> Any:
     return found[1]
 
 
-#: Geometric steps that integer boxes follow natively (``_integer_steps``): v2's own box kernels
-#: replayed on them, step by step, with the row's recorded draws.
-_INTEGER_STEPS = {"Resize", "RandomResize", "RandomShortestSize", "ScaleJitter",
-                  "RandomHorizontalFlip", "RandomVerticalFlip", "RandomCrop", "Pad"}
-_RESIZES = ("Resize", "RandomResize", "RandomShortestSize", "ScaleJitter")
-
-
-def _integer_steps(found: JointPlan) -> Any:
-    """The geometric steps of ``found`` that integer boxes replay (v2 rounds them at every step:
-    each of v2's box kernels runs in turn), or why they cannot (a string naming the step)."""
-    steps = list(found.mask.transforms) if found.mask is not None else []
-    resizes = [s for s in steps if type(s).__name__ in _RESIZES]
-    for n, step in enumerate(steps):
-        name = type(step).__name__
-        if name not in _INTEGER_STEPS or (name in ("RandomCrop", "Pad") and any(
-                type(s).__name__ in _RESIZES for s in steps[n:])):
-            return (f"{T._step_name(step)} moves them (integer boxes are native through one "
-                    "resize, one crop or pad after it and the flips, each replayed with v2's "
-                    "kernel; float boxes through every step)")
-        if sum(type(s).__name__ == name for s in steps) > 1 or (
-                name in _RESIZES and len(resizes) > 1):
-            return (f"{T._step_name(step)} comes twice (integer boxes are native through one "
-                    "resize and one flip per axis; float boxes through every step)")
-    return steps
-
-
 def _structure_refusal(value: Any, where: str, images: List[str],
                        masks: List[str], integer: Optional[str] = None) -> Optional[str]:
     """Why a leaf of a Joint's structure keeps it off the native path, or None; lists the
@@ -430,7 +405,7 @@ def refusal(joint: Any) -> Optional[str]:
         return f"its Joint transform cannot run natively: {found}"
     images: List[str] = []
     masks: List[str] = []
-    steps = _integer_steps(found)
+    steps = _integer_boxes.steps(found.mask)
     why = _structure_refusal(joint.structure, "structure", images, masks,
                              steps if isinstance(steps, str) else None)
     if why is not None:
@@ -508,24 +483,6 @@ def _move_keypoints(points: Any, g: Any) -> Any:
                            canvas_size=(int(g[7]), int(g[6])))
 
 
-def _move_integer_boxes(boxes: Any, g: Any, steps: List[Any]) -> Any:
-    """Integer boxes moved as v2 moves them, rounding at every step: v2's own kernels, in the
-    chain's order, with the row's draws (its output size; whether it flipped)."""
-    from torchvision.transforms.v2 import functional as F
-
-    flipped = [False, False]  # flipped so far
-    for step in steps:
-        name = type(step).__name__
-        if name in _RESIZES:
-            boxes = F.resize(boxes, size=_detection.resized_size(g))
-        elif name in ("RandomCrop", "Pad"):
-            boxes = _detection.crop_integer_boxes(boxes, g, flipped)
-        elif name in ("RandomHorizontalFlip", "RandomVerticalFlip") and g[8 + (name[6] == "V")]:
-            flipped[name[6] == "V"] = True
-            boxes = (F.vertical_flip if name[6] == "V" else F.horizontal_flip)(boxes)
-    return boxes
-
-
 def _move(value: Any, g: Any, clamps: bool, source: str, steps: Any = None) -> Any:
     from torchvision import tv_tensors
 
@@ -537,7 +494,7 @@ def _move(value: Any, g: Any, clamps: bool, source: str, steps: Any = None) -> A
                 "(height, width): boxes and keypoints must be in the image's pixels")
         if isinstance(value, tv_tensors.BoundingBoxes):
             if not value.is_floating_point():  # refusal() let only replayable steps through
-                return _move_integer_boxes(value, g, steps)
+                return _integer_boxes.move(value, g, steps)
             return _move_boxes(value, g, clamps)
         return _move_keypoints(value, g)
     return rebuild(value, lambda v: _move(v, g, clamps, source, steps))
@@ -552,7 +509,7 @@ def resolve(leaf: JointLeaf, geometry: Any) -> Any:
         structure = _run(step, structure)
     iou = leaf.plan.iou  # drawn on the canvas before the flips that follow it
     structure = _move(structure, geometry if iou is None else _detection.unflipped(geometry),
-                      leaf.plan.clamps, leaf.source, _integer_steps(leaf.plan))
+                      leaf.plan.clamps, leaf.source, _integer_boxes.steps(leaf.plan.mask))
     if iou is not None:
         structure = _detection.iou_crop(iou, structure, geometry, rebuild)
     if leaf.plan.turn is not None:

@@ -231,30 +231,6 @@ def image_fill_refusal(step: Any, geometric: List[Any], fill_of: Callable[[Any],
     return f"pads the image with {fill!r}, which is not its one padding natively"
 
 
-def resized_size(g: Any) -> List[int]:
-    """[height, width] of the image after the chain's one resize, from a row's geometry record
-    (``_C.GEOMETRY_FIELDS``: the source size, the source rectangle shown and the output size),
-    for a chain whose crops and pads all follow that resize (``_joint._integer_steps``)."""
-    return [round(g[1] * g[7] / (g[5] - g[3])), round(g[0] * g[6] / (g[4] - g[2]))]
-
-
-def crop_integer_boxes(boxes: Any, g: Any, flipped: Tuple[bool, bool]) -> Any:
-    """Integer boxes through the chain's crop/pad after its resize, as v2 moves them: translated
-    by the shown rectangle's offset in the resized image (negative where it pads; mirrored on an
-    axis the boxes were flipped on before it) and clamped to the output (v2's clamps to the
-    padded canvas, then to the crop, nest into this one)."""
-    from torchvision.transforms.v2 import functional as F
-
-    height, width = resized_size(g)
-    top = round(g[3] * g[7] / (g[5] - g[3]))
-    left = round(g[2] * g[6] / (g[4] - g[2]))
-    if flipped[0]:
-        left = width - (left + int(g[6]))
-    if flipped[1]:
-        top = height - (top + int(g[7]))
-    return F.crop(boxes, top=top, left=left, height=int(g[7]), width=int(g[6]))
-
-
 def to_xyxy(b: Any, fmt: str) -> Any:
     """Boxes ``b`` (numpy, [..., 4]) of format ``fmt`` as XYXY."""
     if fmt == "XYWH":
