@@ -154,6 +154,21 @@ CHAINS = {
         [v2.PILToTensor(), v2.Resize((70, 90), interpolation=NEAREST),
          v2.ToDtype({torch.Tensor: torch.float32, "others": None}, scale=True)],
         None, torch.Tensor),
+    # torchvision's own v2 recipe: ToDtype(torch.uint8) right after the conversion returns the
+    # uint8 image unchanged, so it adds no step (as in the classification path); the dict form
+    # leaves the mask as it is ("others": None).
+    "ToImage-ToDtype-uint8-then-geometry": (
+        [v2.ToImage(), v2.ToDtype(torch.uint8, scale=True), v2.Resize(97), v2.CenterCrop(90),
+         v2.RandomHorizontalFlip(p=1.0), v2.ToDtype(torch.float32, scale=True)],
+        None, tv_tensors.Image),
+    "ToImage-ToDtype-uint8-dict-then-geometry": (
+        [v2.ToImage(), v2.ToDtype({tv_tensors.Image: torch.uint8, "others": None}, scale=True),
+         v2.Resize((70, 90), interpolation=NEAREST), v2.RandomVerticalFlip(p=1.0)],
+        None, tv_tensors.Image),
+    "PILToTensor-ToDtype-uint8-then-crop": (
+        [v2.PILToTensor(), v2.ToDtype(torch.uint8, scale=True), v2.CenterCrop(90),
+         v2.ToDtype({torch.Tensor: torch.float32, "others": None}, scale=True)],
+        None, torch.Tensor),
     "ToImage-first-bicubic-before": (
         [v2.Resize(101, interpolation=BICUBIC), v2.ToImage(), v2.CenterCrop((80, 96)),
          v2.RandomHorizontalFlip(p=1.0), v2.ToDtype(torch.float32, scale=True)],

@@ -117,6 +117,26 @@ _PLANS: Dict[int, Tuple[Any, Any]] = {}
 _PLANS_KEPT = 256
 
 
+def _keeps_uint8(step: Any, kind: str, image: List[Any]) -> bool:
+    """Whether v2's ``ToDtype``/``ConvertImageDtype`` ``step`` gives the image (of ``kind``,
+    after the image steps ``image``) ``torch.uint8`` while it is still uint8: a tensor from
+    ``PILToTensor``/``ToImage`` that no float conversion followed."""
+    import torch
+
+    if kind == "pil":
+        return False
+    dtype = _image_dtype(step, kind) if type(step).__name__ == "ToDtype" else step.dtype
+    if dtype is not torch.uint8:
+        return False
+    # The image is uint8 after a uint8 conversion until a step converts it (ToTensor: float).
+    for earlier in image:
+        name = type(earlier).__name__
+        if name == "ToTensor" or (name in ("ToDtype", "ConvertImageDtype")
+                                  and earlier.dtype is not torch.uint8):
+            return False
+    return True
+
+
 def _fill_for(step: Any, kind: str) -> Any:
     """The fill v2's Pad/RandomCrop gives a leaf of ``kind`` ("pil", "image", "plain" or "mask"):
     as v2's ``_get_fill``, the entry of the leaf's exact type in a per-type dict, else its
@@ -319,6 +339,13 @@ def _plan(transform: Any) -> Any:
                     continue  # v2 leaves the image as it is
                 if isinstance(step.dtype, dict):
                     step = v2.ToDtype(dtype, scale=step.scale)
+            if name in ("ToDtype", "ConvertImageDtype") and _keeps_uint8(step, kind, image):
+                # torchvision returns a uint8 image unchanged (its own v2 recipe begins
+                # ToImage(), ToDtype(torch.uint8, scale=True)): no step for the image, as in
+                # the classification path (T._keeps_uint8).
+                if kind == "plain":
+                    plain_step = plain_step or (where, unwrapped)
+                continue
         else:
             return (f"{where} is not a crop, resize, pad, flip, rotation, affine or colour step "
                     "(boxes follow those natively)")
