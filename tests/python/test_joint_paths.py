@@ -185,6 +185,13 @@ CHAINS = {
         [v2.PILToTensor(), v2.CenterCrop(90), v2.ColorJitter(saturation=(0.6, 0.6)),
          v2.RandomApply([v2.ColorJitter(hue=(0.1, 0.1))], p=1.0), v2.Grayscale(3)],
         None, torch.Tensor),
+    "ToImage-colour-then-ToDtype-with-a-mask-dtype": (
+        [v2.ToImage(), v2.CenterCrop(90), v2.RandomHorizontalFlip(p=1.0),
+         v2.ColorJitter(saturation=(1.5, 1.5)),
+         v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64,
+                     "others": None}, scale=True),
+         v2.Normalize(MEAN, STD)],
+        None, tv_tensors.Image),
     "ToImage-ToDtype-float-then-colour": (
         [v2.ToImage(), v2.CenterCrop(90), v2.ToDtype(torch.float32, scale=True),
          v2.ColorJitter(contrast=(0.7, 0.7))],

@@ -178,9 +178,12 @@ def _channels_last(plan: Any, width: int, height: int) -> bool:
             _LAYOUTS.clear()
         # v2 on a blank image of the source's size (its draws from a fixed seed; the layout
         # does not depend on them), the caller's generators left as they were.
-        probe = _run_seeded(plan.image, Image.new("RGB", (width, height)), 0)
-        found = _LAYOUTS[key] = (plan, probe.dim() == 3 and probe.stride()[0] == 1
-                                 and probe.shape[0] > 1)
+        try:
+            probe = _run_seeded(plan.image, Image.new("RGB", (width, height)), 0)
+            last = probe.dim() == 3 and probe.stride()[0] == 1 and probe.shape[0] > 1
+        except Exception:  # noqa: BLE001 - a step that wants more than an image: v2's CHW
+            last = False
+        found = _LAYOUTS[key] = (plan, last)
     return found[1]
 
 
