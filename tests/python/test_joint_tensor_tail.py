@@ -168,3 +168,20 @@ def test_a_size_per_image_with_a_float_contrast_equals_v2(files, layout):
             want = t(opened.convert("RGB"))
         got = row["image"] if layout == "NCHW" else row["image"].permute(2, 0, 1)
         assert got.shape == want.shape and float((got.double() - want.double()).abs().max()) == 0
+
+
+def test_dtype_with_a_tail_is_refused_naming_the_steps(files):
+    """dtype= converts the native image, before the steps v2 runs after it: refused, naming
+    them and what to write instead."""
+    t = v2.Compose([v2.ToImage(), v2.CenterCrop(64), v2.RandomGrayscale(p=1.0)])
+
+    class Images(torch.utils.data.Dataset):  # one view: the image (dtype= applies to it)
+        def __len__(self):
+            return len(files)
+
+        def __getitem__(self, i):
+            return rl.Joint(t, (rl.ImageFile(files[i][0]), i))
+
+    with pytest.raises(ValueError, match=r"dtype=.*v2\.RandomGrayscale.*ToDtype"):
+        rl.DataLoader(Images(), batch_size=2, dtype=torch.float32, collate_fn=list)
+    assert rl.DataLoader(Images(), batch_size=2, collate_fn=list).native
