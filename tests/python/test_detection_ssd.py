@@ -11,6 +11,7 @@ from collections import defaultdict
 
 import pytest
 import torch
+from PIL import Image
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 from torchvision.transforms.v2 import functional as F
@@ -452,17 +453,44 @@ def test_photometric_distort_draws_are_keyed_per_sample_and_epoch(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(first[0], first[1]))
 
 
-def test_photometric_distort_after_a_tensor_conversion_is_named(tmp_path):
-    """After PILToTensor v2 runs the distort with torch's tensor kernels (not Pillow's): torch's
-    path, the warning naming the step."""
-    paths = _photos(tmp_path, 1, 190)
-    t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort()])
+def test_photometric_distort_after_a_tensor_conversion_runs_v2_on_the_native_tensor(tmp_path):
+    """After PILToTensor v2 runs the distort with torch's tensor kernels (not Pillow's): natively
+    v2's own step runs on the decoded tensor, its draws seeded per row; each row equals v2's
+    distort of the PIL photo's tensor with torch's generator seeded as that row's (max |diff|
+    0), boxes and labels unchanged. A geometric step after it (the ssd preset's zoom-out on
+    the tensor backend) keeps torch's path, named."""
+    from ringloader.sources import _joint_tail
+
+    paths = _photos(tmp_path, 3, 190)
+    t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort(p=0.9)])
+    seeds = []
+    real = _joint_tail._tail_seed
+    try:
+        _joint_tail._tail_seed = lambda g: seeds.append(real(g)) or seeds[-1]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            loader = rl.DataLoader(Detections(t, paths), batch_size=3, collate_fn=list)
+            rows = next(iter(loader))
+    finally:
+        _joint_tail._tail_seed = real
+    assert loader.native and len(seeds) == 3
+    for (image, target), path, seed in zip(rows, paths, seeds):
+        with Image.open(path) as opened:
+            tensor = v2.PILToTensor()(opened.convert("RGB"))
+        saved = torch.get_rng_state()
+        torch.manual_seed(seed)
+        want = v2.RandomPhotometricDistort(p=0.9)(tensor)
+        torch.set_rng_state(saved)
+        assert type(image) is torch.Tensor and float((image.double() - want.double()).abs().max()) == 0
+        assert torch.equal(target["boxes"], Detections(t, paths).target()["boxes"])
+        assert torch.equal(target["labels"], torch.tensor([1, 2]))
+    t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort(), v2.RandomZoomOut()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
     assert not loader.native
     told = [str(w.message) for w in caught if "Joint" in str(w.message)]
-    assert told and "RandomPhotometricDistort" in told[0], told
+    assert told and "RandomPhotometricDistort" in told[0] and "before padding" in told[0], told
 
 
 def test_a_fill_beside_a_zoom_out_is_named_by_the_native_rule(tmp_path):

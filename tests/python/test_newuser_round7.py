@@ -73,8 +73,6 @@ def test_a_uint8_todtype_after_the_float_conversion_stays_in_python():
     assert split.tail_names and split.tail_names[0].endswith("ToDtype")
 
 
-@pytest.mark.xfail(strict=True, reason="known gap: in an rl.Joint a ToDtype(torch.uint8) after ToImage "
-                   "sends the sample to torch's path ('RandomResizedCrop follows v2.ToDtype')")
 def test_the_uint8_todtype_in_a_joint_keeps_it_native(tree: Path):
     from torchvision import tv_tensors
 

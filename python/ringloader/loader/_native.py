@@ -157,6 +157,10 @@ class NativeBackend(Backend):
                 any(len(f.view_transforms) > 1 for f in self._folders):
             raise ValueError("dtype= sets one output dtype; samples with several views take each view's "
                              "dtype from its transform (ToTensor: float32, else uint8)")
+        if self._batcher is not None and args.dtype is not None and self._batcher.tail_note:
+            raise ValueError("dtype= converts the native image before the Joint's steps that v2 "
+                             "runs after its tensor conversion (" + self._batcher.tail_note +
+                             "): end the Joint's transform with a ToDtype instead")
         if self._batcher is not None and args.batch_transform is not None:
             raise ValueError("batch_transform needs ringloader's (images, labels) batches; a Dataset of "
                              "image references is batched in its own structure: call CutMix/MixUp in "

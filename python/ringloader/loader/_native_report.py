@@ -105,7 +105,9 @@ def describe(backend: Any) -> str:
         ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
         if backend._collate is not None else []) + (
         ["  batch:   collate_fn is torch's default_collate: the batch stays in its slot, zero-copy"]
-        if backend._default_collate else []) + [
+        if backend._default_collate else []) + (
+        [f"  tail:    {backend._batcher.tail_note}"]
+        if getattr(backend._batcher, "tail_note", None) else []) + [
         "  epochs:  " + ("the next epoch is read and decoded while this one is delivered "
                          f"({_read_ahead_counts(s, backend._native.has_queued_epoch())})"
                          if backend._overlap_off is None else f"drained between epochs ({backend._overlap_off})")

@@ -12,6 +12,8 @@ import numpy as np
 
 from .. import _C
 from ..transforms import _detection
+from . import _joint_tail
+from ._joint import JointLeaf
 from ._structures import _fill, _Leaf, _resolve_joints, _Structures, collate_hint, odd_one
 from .datasets import NativeDataset
 from .references import rebuild
@@ -36,6 +38,10 @@ class Batcher:
         self._map = dict(default_collate_fn_map)
         self._joints = any(f.joint_views for f in self._folders)
         self._masks = sorted({k for f in self._folders for k in f.joint_masks})
+        # A Joint's per-pixel steps after its tensor conversion, run by v2 on its rendered image.
+        names = [n for f in self._folders if f.joint_views and len(f.structures)
+                 for n in _joint_tail.tail_names(f.structures[0], JointLeaf)]
+        self.tail_note = _joint_tail.tail_note(list(dict.fromkeys(names))) if names else None
 
     def _structures(self, flat: List[int]) -> List[Any]:
         if len(self._folders) == 1:
@@ -105,13 +111,19 @@ class Batcher:
               views: Optional[list], geometry: Optional[list] = None, native: Any = None) -> Any:
         flat = labels.tolist()
         structures = self._structures(flat)
+        tails = None
         if self._joints:
             records = self._records(images, geometry)
+            if self.tail_note is not None:
+                tails = [_joint_tail.joint_tails(s, records, row, JointLeaf)
+                         for row, s in enumerate(structures)]
             structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
         views = self._split(images, views, native)
         if self._joints:  # a RandomIoUCrop's crops, drawn by _resolve_joints: slices of the views
-            views, structures = _detection.take_crops(views, structures, self._nhwc and not
-                                                      self._channels_last, rebuild)
+            hwc = self._nhwc and not self._channels_last
+            views, structures = _detection.take_crops(views, structures, hwc, rebuild)
+            if tails is not None:  # then the image's per-pixel steps: v2 on the rendered rows
+                views = _joint_tail.run_tails(views, tails, hwc)
         del images
         try:
             if collate_fn is not None:

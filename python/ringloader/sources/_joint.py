@@ -30,14 +30,13 @@ PIL images the user's own code would have opened, its masks to ``tv_tensors.Mask
 the transform on them, with a ``ToImage()`` added where a chain without a tensor conversion
 first needs a tensor (before ``ToDtype``, ``ConvertImageDtype``, ``Normalize`` or
 ``ToPureTensor``, else at its end). So the steps before the chain's tensor conversion run with
-Pillow's kernels and those after it with torch's tensor kernels, on the native path, in torch's
-workers and in :func:`ringloader.materialize` alike: the native chain keeps the conversions
-(``T.split`` runs natively only the steps after one whose tensor result equals Pillow's, and a
-Joint with any other such step stays on torch's path, named). The plan follows the image's type
-through the chain (a PIL image, a ``tv_tensors.Image``, or a plain tensor after ``PILToTensor``,
-``ToTensor`` or ``ToPureTensor``), as v2 dispatches on it: a ``ToDtype`` takes the image's entry
-of its dict, a step v2 passes a PIL image through is no step for the image, and the image comes
-out of the native path of that type.
+Pillow's kernels and those after it with torch's tensor kernels, on every path alike: natively,
+the steps after one whose tensor result equals Pillow's (``T.split``), then the per-pixel rest
+(colour steps, ``ToDtype``, ``Normalize``) run by v2 on the rendered image (``_joint_tail``); a
+Joint with any other such step stays on torch's path, named. The plan follows the image's type
+(a PIL image, a ``tv_tensors.Image``, or a plain tensor after ``PILToTensor``, ``ToTensor`` or
+``ToPureTensor``) as v2 dispatches on it: a ``ToDtype`` takes the image's entry of its dict, a
+step v2 passes the image through (a PIL image, or uint8 to uint8) is no step for it.
 """
 
 from __future__ import annotations
@@ -51,6 +50,8 @@ import numpy as np
 from ..transforms import _detection
 from .. import transforms as T  # noqa: F401 (_detection: converters it registers)
 from . import _integer_boxes
+from . import _joint_tail
+from ._joint_tail import _NO_DTYPE, image_dtype as _image_dtype
 from .references import _CONVERSIONS, _TENSOR_ONLY, first_plain, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
@@ -91,24 +92,10 @@ class JointPlan(NamedTuple):
     mask_dtype: Any = None
     iou: Any = None  # v2's RandomIoUCrop: drawn against the boxes (``_detection.iou_crop``)
     turn: Any = None  # v2's RandomRotation/RandomAffine after the geometry (``_detection.turn``)
-
-
-_NO_DTYPE = object()
-
-
-def _image_dtype(step: Any, kind: str) -> Any:
-    """The dtype v2's ``ToDtype`` gives an image of ``kind`` ("image": a tv_tensors.Image,
-    "plain": a plain tensor); ``_NO_DTYPE`` where v2 raises (a dict with neither)."""
-    dtype = step.dtype
-    if not isinstance(dtype, dict):
-        return dtype
-    import torch
-    from torchvision import tv_tensors
-
-    key = tv_tensors.Image if kind == "image" else torch.Tensor
-    if key in dtype:
-        return dtype[key]
-    return dtype["others"] if "others" in dtype else _NO_DTYPE
+    # The per-pixel steps after the tensor conversion that torch runs with its tensor kernels:
+    # v2 itself on the rendered image (``_joint_tail``), the image a "image" or "plain" there.
+    tail: Any = None
+    tail_kind: str = ""
 
 
 # Plans (or why not) by the transform's id; the transform is kept so the id stays its own. A
@@ -320,25 +307,27 @@ def _plan(transform: Any) -> Any:
                     continue  # v2 leaves the image as it is
                 if isinstance(step.dtype, dict):
                     step = v2.ToDtype(dtype, scale=step.scale)
-        else:
+            if _joint_tail.keeps_uint8(step, getattr(step, "dtype", None), kind, image):
+                if kind == "plain":  # v2 still takes the sample's first plain tensor for it
+                    plain_step = plain_step or (where, unwrapped)
+                continue
+        elif not _joint_tail.colour_apply(step):  # RandomApply over colour steps: one of them
             return (f"{where} is not a crop, resize, pad, flip, rotation, affine or colour step "
                     "(boxes follow those natively)")
         if kind == "plain":
             plain_step = plain_step or (where, unwrapped)
-        if name in _VALUES:
+        if name not in _GEOMETRIC:  # a value step, or a RandomApply over colour steps
             first_value = first_value or step
         image.append(step)
 
-    chain = v2.Compose(image)
-    split = T.split(chain)
-    if split.tail is not None:
-        name, reason = split.tail_names[0], split.reason
-        reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
-        return f"{name} cannot run natively here: {reason}"
+    found = _joint_tail.split_tail(image, iou)  # the per-pixel steps v2 runs after it
+    if isinstance(found, str):
+        return found
+    chain, tail, tail_kind = found
     # No geometric step: the mask is rendered as decoded (v2's Compose takes no empty list).
     return JointPlan(chain, tuple(before), tuple(after), clamps, unwrapped,
                      v2.Compose(mask) if mask else None, mask_refusal, kind == "plain",
-                     plain_step, mask_dtype, iou, turn)
+                     plain_step, mask_dtype, iou, turn, tail, tail_kind)
 
 
 def plan(transform: Any) -> Any:

@@ -1,0 +1,242 @@
+"""The per-pixel steps of an :class:`ringloader.Joint` that follow its tensor conversion and that
+torch runs with its tensor kernels (colour steps after ``ToImage``/``PILToTensor``): run by v2
+itself on the natively rendered image, as the classification path runs its Python tail.
+
+The native chain renders the prefix (decode, geometry, the steps whose tensor result equals
+Pillow's); :func:`tail_of` takes the rest when every step of it changes only the image's pixels
+(v2's colour steps, ``RandomApply`` over them, ``ToDtype``, ``Normalize``) and nothing after it
+moves pixels, so boxes, keypoints and masks are final once the prefix is. :func:`run_tails`
+then runs those steps on each row's image tensor, wrapped as v2 would hold it there (a
+``tv_tensors.Image`` after ``ToImage``, a plain tensor after ``PILToTensor``), in the iterating
+thread where the Joint's boxes are moved. On such a sample v2 transforms the image alone (an
+``Image`` present, its plain tensors and its boxes and masks are passed through by colour steps;
+with a plain-tensor image, the first plain tensor: ``_joint.refusal`` checks it is the image),
+so the image's result is the one v2 gives the whole sample. The draws come from torch's, Python's
+and numpy's generators seeded per sample from the row's draw seed (``views.h`` kGeoDrawSeed,
+keyed by the loader's seed, the epoch and the sample, as every native draw), mixed once more:
+the same for a seeded generator, whatever the thread count. The image is handed over in the
+memory layout v2 would hold it in there (:func:`_channels_last`): torch's float reductions (a
+contrast's mean) depend on it. The Joint's ``ToDtype(torch.uint8)`` on a still-uint8 image is
+no step at all (:func:`keeps_uint8`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from .. import _C
+from .. import transforms as T
+from ..transforms import _detection
+from ..core._sample_keys import _MASK64, _run_seeded
+
+__all__ = ["colour_apply", "image_dtype", "joint_tails", "keeps_uint8", "run_tails",
+           "split_tail", "tail_names", "tail_of", "tail_note"]
+
+#: v2's colour steps: they change the image's pixel values only, each pixel from the image's own
+#: values (a mean, a histogram), so they give the same result on the rendered image.
+_COLOURS = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomPosterize",
+            "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
+            "RandomInvert", "RandomPhotometricDistort"}
+#: Steps that change the image's pixel values or dtype and nothing else it holds.
+_PIXELS = _COLOURS | {"ToDtype", "ConvertImageDtype", "Normalize"}
+
+
+_NO_DTYPE = object()
+
+
+def image_dtype(step: Any, kind: str) -> Any:
+    """The dtype v2's ``ToDtype`` gives an image of ``kind`` ("image": a tv_tensors.Image,
+    "plain": a plain tensor); ``_NO_DTYPE`` where v2 raises (a dict with neither)."""
+    dtype = step.dtype
+    if not isinstance(dtype, dict):
+        return dtype
+    import torch
+    from torchvision import tv_tensors
+
+    key = tv_tensors.Image if kind == "image" else torch.Tensor
+    if key in dtype:
+        return dtype[key]
+    return dtype["others"] if "others" in dtype else _NO_DTYPE
+
+
+def keeps_uint8(step: Any, dtype: Any, kind: str, image: List[Any]) -> bool:
+    """Whether v2's ``ToDtype``/``ConvertImageDtype`` ``step`` giving the image ``dtype`` leaves
+    it as it is: the image is a uint8 tensor (``kind`` "image" or "plain", after the image steps
+    ``image``: no float conversion since ``ToImage``/``PILToTensor``) and ``dtype`` is uint8.
+    torchvision returns such an image unchanged (its own v2 recipe begins ``ToImage(),
+    ToDtype(torch.uint8, scale=True)``), so it adds no step, as in the classification path
+    (``transforms._keeps_uint8``)."""
+    import torch
+
+    if kind == "pil" or type(step).__name__ not in ("ToDtype", "ConvertImageDtype") \
+            or dtype is not torch.uint8:
+        return False
+    for earlier in image:
+        name = type(earlier).__name__
+        if name == "ToTensor" or (name in ("ToDtype", "ConvertImageDtype")
+                                  and earlier.dtype is not torch.uint8):
+            return False
+    return True
+
+
+def colour_apply(step: Any) -> bool:
+    """Whether ``step`` is v2's ``RandomApply`` over colour steps only (DINO's
+    ``RandomApply([ColorJitter(...)], p=0.8)``): a per-pixel step with its own draw."""
+    if type(step).__name__ != "RandomApply" or \
+            not type(step).__module__.startswith("torchvision.transforms.v2"):
+        return False
+    inner = T._flatten(v2_compose(list(step.transforms)))
+    return bool(inner) and all(type(t).__name__ in _COLOURS
+                               and type(t).__module__.startswith("torchvision.transforms.v2")
+                               for t in inner)
+
+
+def v2_compose(steps: Sequence[Any]) -> Any:
+    from torchvision.transforms import v2
+
+    return v2.Compose(list(steps))
+
+
+def split_tail(image: List[Any], iou: Any) -> Any:
+    """The Joint's image chain ``image`` divided: ``(the native chain, the tail or None, the
+    image's kind at the tail)`` (v2 Composes), or a string saying why a step of it runs neither
+    natively nor in the tail (:func:`tail_of`)."""
+    from torchvision.transforms import v2
+
+    split = T.split(v2.Compose(image))
+    if split.tail is None:
+        return v2.Compose(image), None, ""
+    start, found = tail_of(image, split, iou)
+    if start is not None and T.split(v2.Compose(image[:start])).tail is not None:
+        start, found = None, "a step before it does not run natively"
+    if start is None:
+        name, reason = split.tail_names[0], split.reason
+        reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
+        return (f"{name} cannot run natively here: {reason}; nor in Python after the native "
+                f"steps: {found}")
+    return v2.Compose(image[:start]), v2.Compose(image[start:]), found
+
+
+def tail_of(image: List[Any], split: Any, iou: Any) -> Tuple[Optional[int], str]:
+    """Where the Python tail of the Joint's image chain ``image`` starts, when it can run after
+    the native prefix (:func:`run_tails`), and the image's type there (v2's ``ToImage`` makes
+    it "image", a ``tv_tensors.Image``, ``PILToTensor``/``ToTensor`` "plain"; after a
+    ``ToPureTensor`` it is a plain tensor too, which v2's colour kernels treat alike):
+    ``(index into image, kind)``, or ``(None, why not)``. ``split``: ``T.split`` of the chain;
+    ``iou``: the chain's RandomIoUCrop, or None."""
+    start = len(image) - len(split.tail.transforms)
+    kind = "pil"
+    for step in image[:start]:
+        name = type(step).__name__
+        if name in ("ToImage", "PILToTensor", "ToTensor") and (kind == "pil" or name == "ToImage"):
+            kind = "image" if name == "ToImage" else "plain"
+    if split.tail_input == "pil" or kind == "pil":
+        return None, "before the chain's tensor conversion (Pillow's image)"
+    if iou is not None:
+        return None, "with a RandomIoUCrop in the chain (a crop drawn against the boxes)"
+    odd = [t for t in image[start:] if type(t).__name__ not in _PIXELS and not colour_apply(t)]
+    if odd:
+        return None, f"{T._step_name(odd[0])} follows it (not a per-pixel step)"
+    # _detection.distort_after_padding moved it after padding (v2 distorts the image before it
+    # is padded: the fill stays as it is); moved after flips only, it gives v2's result.
+    moved = [t for t in image[start:] if getattr(t, "_before_padding", False)]
+    if moved:
+        return None, (f"v2.{type(moved[0]).__name__} comes before padding or flips (v2 distorts "
+                      "the image before they move it; natively only Pillow's numerics do so)")
+    return start, kind
+
+
+def tail_note(names: Sequence[str]) -> str:
+    """What ``describe()`` says of a Joint's tail."""
+    return (f"a Joint's steps {', '.join(names)} follow its tensor conversion and run per sample "
+            "with torch's tensor kernels (v2 itself, on the natively rendered image), in the "
+            "iterating thread, their draws keyed per sample")
+
+
+def _tail_seed(g: Any) -> int:
+    """The seed of a row's tail: the draw seed of its record ``g`` (kGeoDrawSeed), mixed once
+    more so the tail and a RandomIoUCrop of the same row draw independently."""
+    return _C.mix64((int(g[_detection._DRAW_SEED]) + 0x7461696C) & _MASK64)
+
+
+# Whether v2's image after the chain's native steps is laid out channels last, by (plan, source
+# width, height): v2's ToImage/PILToTensor give an HWC array's view, crops, flips and resizes
+# keep that layout and pads, rotations and RandomResizedCrop make a new CHW one (whether a crop
+# pads depends on the source's size). torch's float reductions (a contrast's mean) sum in
+# another order on another layout or alignment, so the tail gets the image as v2 holds it.
+_LAYOUTS: Dict[Tuple[int, int, int], Tuple[Any, bool]] = {}  # the plan kept: its id stays its own
+_LAYOUTS_KEPT = 4096
+
+
+def _channels_last(plan: Any, width: int, height: int) -> bool:
+    key = (id(plan), width, height)
+    found = _LAYOUTS.get(key)
+    if found is None or found[0] is not plan:
+        from PIL import Image
+
+        if len(_LAYOUTS) >= _LAYOUTS_KEPT:
+            _LAYOUTS.clear()
+        # v2 on a blank image of the source's size (its draws from a fixed seed; the layout
+        # does not depend on them), the caller's generators left as they were.
+        try:
+            probe = _run_seeded(plan.image, Image.new("RGB", (width, height)), 0)
+            last = probe.dim() == 3 and probe.stride()[0] == 1 and probe.shape[0] > 1
+        except Exception:  # noqa: BLE001 - a step that wants more than an image: v2's CHW
+            last = False
+        found = _LAYOUTS[key] = (plan, last)
+    return found[1]
+
+
+def _run_one(plan: Any, image: Any, g: Any, hwc: bool) -> Any:
+    import torch
+    from torchvision import tv_tensors
+
+    # A tensor of its own, laid out as v2 holds the image there (_channels_last): a row of the
+    # batch starts anywhere in the slot.
+    chw = image.permute(2, 0, 1) if hwc else image
+    if _channels_last(plan, int(g[0]), int(g[1])):
+        chw = chw.permute(1, 2, 0).clone(memory_format=torch.contiguous_format).permute(2, 0, 1)
+    else:
+        chw = chw.clone(memory_format=torch.contiguous_format)
+    if plan.tail_kind == "image":
+        chw = chw.as_subclass(tv_tensors.Image)
+    out = _run_seeded(plan.tail, chw, _tail_seed(g))
+    out = out.as_subclass(torch.Tensor)
+    return out.permute(1, 2, 0) if hwc else out
+
+
+def run_tails(views: List[Any], tails: List[List[Tuple[int, Any, Any]]], hwc: bool) -> List[Any]:
+    """A batch's views with each row's Joint tails run: ``tails[row]`` lists the (view, plan,
+    geometry record) of the row's Joints that have one; a view that was one batch tensor
+    becomes the list of its rows (each tail's output a tensor of its own). ``hwc``: the views
+    are [H, W, C] (v2 gets the image as [C, H, W] and its output goes back as it came)."""
+    views = list(views)
+    for row, found in enumerate(tails):
+        for k, plan, g in found:
+            if not isinstance(views[k], list):
+                views[k] = list(views[k].unbind(0))
+            views[k][row] = _run_one(plan, views[k][row], g, hwc)
+    return views
+
+
+def joint_tails(structure: Any, records: Any, row: int,
+                leaf_type: type) -> List[Tuple[int, Any, Any]]:
+    """(view, plan, geometry record) of each native Joint (a ``leaf_type``, ``JointLeaf``) with
+    a tail in a row's stripped structure (``records``: each view's records of the batch)."""
+    return [(j.k, j.plan, records[j.k][row]) for j in _flat(structure)
+            if isinstance(j, leaf_type) and j.plan.tail is not None]
+
+
+def tail_names(structure: Any, leaf_type: type) -> List[str]:
+    """The names of the tail steps of the native Joints in a stripped structure."""
+    return [f"v2.{type(t).__name__}" for j in _flat(structure) if isinstance(j, leaf_type)
+            and j.plan.tail is not None for t in j.plan.tail.transforms]
+
+
+def _flat(structure: Any) -> List[Any]:
+    """The leaves of a stripped structure (a Joint is one leaf), as ``_structures._flat``."""
+    if isinstance(structure, (tuple, list)):
+        return [leaf for v in structure for leaf in _flat(v)]
+    if isinstance(structure, dict):
+        return [leaf for v in structure.values() for leaf in _flat(v)]
+    return [structure]
