@@ -24,7 +24,9 @@ class FallbackWarning(UserWarning):
     """``ringloader.DataLoader`` runs a dataset on torch's path instead of natively: the warning
     names the first step or leaf that forces it and what to change (``loader.describe()`` lists
     every reason), or hints that a Dataset opening images itself could return
-    :class:`ringloader.ImageFile` instead. Silence it with
+    :class:`ringloader.ImageFile` instead; or a ringloader dataset (``rl.ImageFolder``...) is
+    given a transform whose steps from one on run per sample in Python (the hybrid path: the
+    warning, when the transform is set, names them). A ``UserWarning``. Silence it with
     ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``.
 
     Examples:
