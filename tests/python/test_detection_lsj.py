@@ -342,3 +342,27 @@ def test_a_tensor_fill_torch_refuses_or_wraps_is_named(photos, fill, told):
     message = next(str(w.message) for w in caught if isinstance(w.message, rl.FallbackWarning))
     assert f"its fill {told} is not one integer level in 0..255" in message, message
     assert "fill=<int 0..255>" in message and "flips, crops" not in message, message
+
+
+class Whole(Detections):
+    """One box, the whole image: where it lands says where RandomZoomOut put the image."""
+
+    def target(self, i):
+        w, h = self.photos[i][1]
+        return {"boxes": tv_tensors.BoundingBoxes([[0.0, 0.0, w, h]], format="XYXY",
+                                                  canvas_size=(h, w)), "index": i}
+
+
+@pytest.mark.parametrize("fill", [(10, 20, 30), (123.7, 116.2, 103.9)])
+def test_zoom_out_after_pil_to_tensor_pads_each_channel_as_v2(photos, fill):
+    """RandomZoomOut on the uint8 tensor: natively, for the drawn canvas and offset, v2's tensor
+    padding of the photo with that fill (max |diff| 0)."""
+    t = v2.Compose([v2.PILToTensor(), v2.RandomZoomOut(fill=fill, side_range=(1.5, 1.5), p=1.0)])
+    for image, target in _native_rows(Whole(t, photos)):
+        i = target["index"]
+        w, h = photos[i][1]
+        left, top = (int(v) for v in target["boxes"][0, :2])
+        padding = [left, top, image.shape[2] - w - left, image.shape[1] - h - top]
+        want = F.pad(F.pil_to_tensor(_opened(photos[i][0])), padding, fill=list(fill))
+        assert _diff(image, want) == 0, (i, padding)
+        assert image[:, 0, 0].tolist() == [int(v) for v in fill]
