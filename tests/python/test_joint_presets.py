@@ -241,6 +241,12 @@ def test_a_callable_that_cannot_take_the_structure_is_named_when_the_joint_is_bu
 
     with pytest.raises(TypeError, match=r"test_joint_presets\..*three takes \(image, mask, extra\)"):
         rl.Joint(three, (rl.ImageFile(photo), rl.ImageFile(mask, mode="mask")))
+    # A preset whose transforms is itself a function of the items: called with them too.
+    wrapper = SegmentationPresetEval(base_size=32)
+    wrapper.transforms = lambda image, mask: (v2.functional.pil_to_tensor(image), mask)
+    got_image, got_mask = rl.materialize(rl.Joint(wrapper, (rl.ImageFile(photo),
+                                                            rl.ImageFile(mask, mode="mask"))))
+    assert got_image.shape == (3, h, w) and got_mask.shape == (h, w)
     # A function of the items is called with them.
     joint = rl.Joint(lambda image, target: (v2.functional.pil_to_tensor(image), target),
                      (rl.ImageFile(photo), {"labels": torch.tensor([1])}))

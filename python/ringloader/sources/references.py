@@ -371,8 +371,8 @@ def _joint_callable(transform: Any, structure: Any, items: Optional[int]) -> Any
         else:
             from ..transforms import _unwrap_preset
 
-            inner = _unwrap_preset(transform, items)
-            return inner if inner is not None else Spread(transform)
+            inner = _unwrap_preset(transform, items)  # its transforms, called with the items
+            return Spread(transform) if inner is None else joint_callable(inner, structure)
     kind = transform if isinstance(transform, type) or inspect.isroutine(transform) \
         else type(transform)
     name = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', kind)}"
