@@ -142,6 +142,28 @@ def test_a_per_channel_fill_on_the_tensor_is_torchvisions_to_refuse():
     assert split.steps == [] and split.tail_names[0].endswith("Pad")
 
 
+@pytest.mark.parametrize("fill", [(10, 20, 30), (123.675, 116.28, 103.53)])
+def test_a_v2_per_channel_fill_on_the_tensor_stays_native_and_exact(tree: Path, fill):
+    # v2 paints each channel with its own level cast to uint8 (truncated), as the native fill does.
+    transform = v2.Compose([v2.Resize((64, 64)), v2.PILToTensor(),
+                            v2.RandomCrop(74, padding=(1, 2, 9, 8), fill=fill), v2.Pad(3, fill=fill)])
+    split = rl.transforms.split(transform)
+    assert split.tail is None, split.reason
+    ds = rl.ImageFolder(str(tree), transform=transform)
+    ours = [ds[i][0] for i in range(len(ds))]
+    ref = TorchvisionImageFolder(str(tree), transform=transform)
+    assert _max_diff(ours, [ref[i][0] for i in range(len(ref))]) == 0
+    assert ours[0][:, 0, 0].tolist() == [int(v) for v in fill]
+
+
+def test_a_fill_torch_pads_otherwise_is_named_with_what_to_give():
+    # A level over 255: torch's uint8 cast wraps it where the native fill would clamp.
+    split = rl.transforms.split(v2.Compose([v2.ToImage(), v2.Pad(2, fill=(10, 20, 300))]))
+    assert split.tail_names[0].endswith("Pad")
+    assert "fill (10, 20, 300) is not one integer level in 0..255" in split.reason, split.reason
+    assert "move it before ToImage" in split.reason and "flips, crops" not in split.reason
+
+
 def test_strict_refuses_with_the_reason(tree: Path):
     transform = v2.Compose([v2.ToImage(), v2.Resize(64, interpolation=IM.BICUBIC)])
     with pytest.raises(TypeError, match="tensor.*before"):

@@ -293,3 +293,76 @@ def test_the_references_fixed_size_crop_is_named_with_the_v2_crop_to_use(photos)
     told = [str(w.message) for w in caught if "FixedSizeCrop" in str(w.message)]
     assert told and "RandomCrop(size, pad_if_needed=True, fill=mean)" in told[0], \
         [str(w.message) for w in caught]
+
+
+def _lsj_tensor(scale_range, fill=MEAN, target=(256, 320)):
+    """The lsj preset's tensor backend (torchvision's ``backend="tensor"``): PILToTensor first,
+    so v2 pads the uint8 tensor with torch's kernel, each channel its own level."""
+    return [v2.PILToTensor(), v2.ScaleJitter(target, scale_range=scale_range),
+            v2.RandomCrop(target, pad_if_needed=True, fill=fill), v2.RandomHorizontalFlip(p=1.0),
+            v2.ToDtype(torch.float32, scale=True), v2.ConvertBoundingBoxFormat("XYXY"),
+            v2.SanitizeBoundingBoxes()]
+
+
+@pytest.mark.parametrize("fill", [MEAN, (123.675, 116.28, 103.53)])
+def test_lsj_tensor_backend_pads_each_channel_as_v2(photos, fill):
+    """After PILToTensor, v2 pads the uint8 tensor with a per-channel fill (each level cast to
+    uint8: truncated): natively the same pixels (max |diff| 0), boxes within 1e-4 px."""
+    def v2_at(top, left):
+        steps = _lsj_tensor((0.5, 0.5), fill)
+        steps.insert(1, steps.pop(2))  # _v2_with_crop fixes the draw of steps[1]
+        fixed = _v2_with_crop(steps, top, left).transforms
+        fixed.insert(2, fixed.pop(1))  # back in the preset's order
+        return v2.Compose(fixed)
+
+    dataset = Centred(v2.Compose(_lsj_tensor((0.5, 0.5), fill)), photos)
+    for image, target in _native_rows(dataset):
+        i = target["index"]
+        source, want_target = _opened(photos[i][0]), dataset.target(i)
+        at_zero = v2_at(0, 0)(source, want_target)[1]["boxes"]
+        left = round(float(target["boxes"][0, 0] - at_zero[0, 0]))
+        top = round(float(at_zero[0, 1] - target["boxes"][0, 1]))
+        want_image, want = v2_at(top, left)(source, want_target)
+        assert _diff(image, want_image) == 0, (i, top, left)
+        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        # The padded corner (scale 0.5 leaves the 256 x 320 canvas larger than the image).
+        assert (image[:, -1, 0] * 255).round().tolist() == [float(int(v)) for v in fill]
+
+
+@pytest.mark.parametrize("fill, told", [(300, "300"), ((123, 117, 300), "(123, 117, 300)")])
+def test_a_tensor_fill_torch_refuses_or_wraps_is_named(photos, fill, told):
+    """A fill torch's tensor padding refuses (one level over 255) or wraps (a per-channel level
+    over 255 cast to uint8), where the native fill clamps: the warning names the fill and what to
+    give instead, not the steps that do run natively."""
+    t = v2.Compose([v2.PILToTensor(), v2.RandomCrop((256, 320), pad_if_needed=True, fill=fill)])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, photos), batch_size=2, collate_fn=list)
+    assert not loader.native
+    message = next(str(w.message) for w in caught if isinstance(w.message, rl.FallbackWarning))
+    assert f"its fill {told} is not one integer level in 0..255" in message, message
+    assert "fill=<int 0..255>" in message and "flips, crops" not in message, message
+
+
+class Whole(Detections):
+    """One box, the whole image: where it lands says where RandomZoomOut put the image."""
+
+    def target(self, i):
+        w, h = self.photos[i][1]
+        return {"boxes": tv_tensors.BoundingBoxes([[0.0, 0.0, w, h]], format="XYXY",
+                                                  canvas_size=(h, w)), "index": i}
+
+
+@pytest.mark.parametrize("fill", [(10, 20, 30), (123.7, 116.2, 103.9)])
+def test_zoom_out_after_pil_to_tensor_pads_each_channel_as_v2(photos, fill):
+    """RandomZoomOut on the uint8 tensor: natively, for the drawn canvas and offset, v2's tensor
+    padding of the photo with that fill (max |diff| 0)."""
+    t = v2.Compose([v2.PILToTensor(), v2.RandomZoomOut(fill=fill, side_range=(1.5, 1.5), p=1.0)])
+    for image, target in _native_rows(Whole(t, photos)):
+        i = target["index"]
+        w, h = photos[i][1]
+        left, top = (int(v) for v in target["boxes"][0, :2])
+        padding = [left, top, image.shape[2] - w - left, image.shape[1] - h - top]
+        want = F.pad(F.pil_to_tensor(_opened(photos[i][0])), padding, fill=list(fill))
+        assert _diff(image, want) == 0, (i, padding)
+        assert image[:, 0, 0].tolist() == [int(v) for v in fill]

@@ -122,6 +122,32 @@ def test_describe_lists_every_reason(image_tree: Path):
     assert "Resize(20)" not in loader.describe()
 
 
+def test_describe_lists_every_step_that_keeps_a_joint_off_the_native_path(image_tree: Path):
+    # Two steps force the fallback (RandomPerspective at 1, a Lambda at 3); the warning names the
+    # first, describe() both, by class and position in the transform as written.
+    t = v2.Compose([v2.RandomHorizontalFlip(), v2.RandomPerspective(), v2.CenterCrop(16),
+                    v2.Lambda(lambda image: image), v2.ToImage()])
+    loader, caught = built(JointSamples(jpegs(image_tree), t), collate_fn=list)
+    assert not loader.native and len(caught) == 1, [str(w.message) for w in caught]
+    text = str(caught[0].message)
+    assert "v2.RandomPerspective at position 1" in text and "Lambda" not in text
+    assert "loader.describe() lists all 2 reasons" in text
+    lines = [line for line in loader.describe().splitlines() if line.startswith("  why:")]
+    assert len(lines) == 2, loader.describe()
+    assert "sample 0 holds a ringloader.Joint that is not native" in lines[0]
+    assert "v2.RandomPerspective at position 1 is not a crop" in lines[0]
+    assert "v2.Lambda at position 3 is not a crop" in lines[1]
+    # Without the perspective step the Lambda alone is the reason, still at its own position.
+    t = v2.Compose([v2.RandomHorizontalFlip(), v2.CenterCrop(16), v2.Lambda(lambda image: image),
+                    v2.ToImage()])
+    loader, _ = built(JointSamples(jpegs(image_tree), t), collate_fn=list)
+    lines = [line for line in loader.describe().splitlines() if line.startswith("  why:")]
+    assert len(lines) == 1 and "v2.Lambda at position 2" in lines[0], loader.describe()
+    # The batches are torch's path's, each sample as materialize makes it.
+    batch = next(iter(loader))
+    assert [tuple(image.shape) for image, _ in batch] == [(3, 16, 16)] * 4
+
+
 def test_an_image_folder_with_python_steps_lists_them_in_describe(image_tree: Path):
     with pytest.warns(UserWarning, match="Jitter"):  # the dataset's own warning, when it is made
         ds = rl.ImageFolder(image_tree, transform=v1.Compose([v1.CenterCrop(32), Jitter(),

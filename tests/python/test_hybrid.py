@@ -72,6 +72,21 @@ def test_warning_names_python_steps_and_strict_refuses(tree: Path):
         rl.ImageFolder(tree, transform=tvt.Compose(PREFIX + [tvt.ToTensor(), Jitter()]), strict=True)
 
 
+def test_the_hybrid_warning_is_a_fallback_warning_its_filter_silences(tree: Path):
+    # The documented filter: category=rl.FallbackWarning (still a UserWarning for older filters).
+    transform = tvt.Compose(PREFIX + [tvt.ToTensor(), AddOne()])
+    with pytest.warns(rl.FallbackWarning, match="AddOne run per sample in Python") as record:
+        rl.ImageFolder(tree, transform=transform)
+    assert [w.category for w in record] == [rl.FallbackWarning]
+    assert issubclass(rl.FallbackWarning, UserWarning)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=rl.FallbackWarning)
+        ds = rl.ImageFolder(tree, transform=transform)
+        images, labels = next(iter(rl.DataLoader(ds, batch_size=4)))
+    assert images.shape == (4, 3, 32, 32) and float(images.min()) >= 1.0
+
+
 def test_tensor_tail_runs_on_the_native_prefix(tree: Path):
     ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
     native = rl.ImageFolder(tree, transform=tvt.Compose(PREFIX + [tvt.ToTensor()]))

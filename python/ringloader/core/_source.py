@@ -94,7 +94,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -125,6 +125,8 @@ class Source:
     serves_torch_dataset: bool = False
     #: Why the native path cannot serve this source, or None.
     refused: Optional[str] = None
+    #: Reasons after ``refused`` that forced the same fallback (each step of a Joint's transform).
+    also_refused: Tuple[str, ...] = ()
     #: Each sample's in-memory bytes (or None: a file), whole columns, or None: all files.
     memory: Any = None
     #: Each sample's files after its first, or None: one file a sample.

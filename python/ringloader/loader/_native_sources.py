@@ -98,7 +98,8 @@ def _fallback_reasons(folders: Sequence[Source]) -> List[str]:
         if f.per_sample and not found:
             found.append("its transform runs per sample (Python transform steps, or an output "
                          "size that depends on the image)")
-        reasons += [r if r is f.refused else f"runs per sample: {r}"
+        refusals = (f.refused, *f.also_refused)
+        reasons += [r if r in refusals else f"runs per sample: {r}"
                     for r in found if r not in reasons]
     if not reasons:
         first = folders[0].native_options()

@@ -16,15 +16,17 @@ from . import _joint
 from .. import transforms as T
 from .references import ImageReference, Joint
 
-__all__ = ["FallbackWarning", "VIDEO_REASON", "chain_reasons", "step_label", "warn_refused",
-           "warn_video"]
+__all__ = ["FallbackWarning", "VIDEO_REASON", "chain_reasons", "joint_reasons", "step_label",
+           "warn_refused", "warn_video"]
 
 
 class FallbackWarning(UserWarning):
     """``ringloader.DataLoader`` runs a dataset on torch's path instead of natively: the warning
     names the first step or leaf that forces it and what to change (``loader.describe()`` lists
     every reason), or hints that a Dataset opening images itself could return
-    :class:`ringloader.ImageFile` instead. Silence it with
+    :class:`ringloader.ImageFile` instead; or a ringloader dataset (``rl.ImageFolder``...) is
+    given a transform whose steps from one on run per sample in Python (the hybrid path: the
+    warning, when the transform is set, names them). A ``UserWarning``. Silence it with
     ``warnings.filterwarnings("ignore", category=ringloader.FallbackWarning)``.
 
     Examples:
@@ -159,15 +161,15 @@ def chain_reasons(chain: Any, where: str, origin: Any = None) -> List[str]:
             "output size that depends on the image (end it with one to batch natively)"]
 
 
-def _joint_refusal_at(joint: Joint) -> str:
-    """``_joint.refusal(joint)`` with the step it names given its position in the Joint's
-    transform (the first step whose prefix of the transform is refused, or the last step of that
-    class before it: a step refused for what follows it)."""
+def _refused_step(joint: Any) -> tuple:
+    """``_joint.refusal(joint)`` and the index of the step it names in the Joint's transform
+    (the first step whose prefix of the transform is refused, or the last step of that class
+    before it: a step refused for what follows it), or None: a leaf of the structure."""
     why = _joint.refusal(joint)
     parts = T._flatten(joint.transform)
     named = [j for j, p in enumerate(parts) if T._step_name(p) in why]
     if not named:
-        return why  # a leaf of the structure: the reason names its place
+        return why, None
     j = named[0]
     if len(named) > 1:
         from torchvision.transforms import v2
@@ -176,11 +178,59 @@ def _joint_refusal_at(joint: Joint) -> str:
                       if isinstance(_joint.plan(v2.Compose(parts[:k + 1])), str)), None)
         if first is not None:
             j = max((k for k in named if k <= first), default=named[0])
+    return why, j
+
+
+def _label_step(why: str, parts: List[Any], j: int, position: int) -> str:
+    """``why`` with the step ``parts[j]`` named by class and ``position``, the others it names
+    by class, as the warning names steps."""
     full, label = T._step_name(parts[j]), step_label(parts[j])
-    why = why.replace(full, f"{label} at position {j}", 1).replace(full, label)
-    for part in parts:  # other steps it names, as the warning names steps
+    why = why.replace(full, f"{label} at position {position}", 1).replace(full, label)
+    for part in parts:
         why = why.replace(T._step_name(part), step_label(part))
     return why
+
+
+def _joint_refusal_at(joint: Joint) -> str:
+    """``_joint.refusal(joint)`` with the step it names given its position in the Joint's
+    transform (``_refused_step``)."""
+    why, j = _refused_step(joint)
+    return why if j is None else _label_step(why, T._flatten(joint.transform), j, j)
+
+
+class _Probe:
+    """A Joint's structure under a transform of some of its steps (``joint_reasons``)."""
+
+    __slots__ = ("transform", "structure")
+
+    def __init__(self, transform: Any, structure: Any):
+        self.transform, self.structure = transform, structure
+
+
+def joint_reasons(joint: Joint) -> List[str]:
+    """Every reason ``joint`` is not native, each naming its step by class and position in the
+    transform the user wrote: the first as :func:`_joint_refusal_at` says it, then the step
+    refused once the steps named before are left out, until the rest would run natively or a
+    leaf of the structure is the reason."""
+    from torchvision.transforms import v2
+
+    parts = T._flatten(joint.transform)
+    kept = list(range(len(parts)))  # positions in ``parts`` of the steps still probed
+    probe: Any = joint
+    out: List[str] = []
+    while len(out) <= len(parts):
+        why, j = _refused_step(probe)
+        if j is None:
+            out.append(why)
+            break
+        out.append(_label_step(why, [parts[k] for k in kept], j, kept[j]))
+        del kept[j]
+        if not kept:
+            break
+        probe = _Probe(v2.Compose([parts[k] for k in kept]), joint.structure)
+        if _joint.refusal(probe) is None:
+            break
+    return out
 
 
 def _same_native_chain(a: Any, b: Any) -> bool:

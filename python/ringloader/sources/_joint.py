@@ -52,7 +52,7 @@ from .. import transforms as T  # noqa: F401 (_detection: converters it register
 from . import _integer_boxes
 from . import _joint_tail
 from ._joint_tail import _NO_DTYPE, image_dtype as _image_dtype
-from .references import _CONVERSIONS, _TENSOR_ONLY, first_plain, rebuild, runnable
+from .references import _CONVERSIONS, _TENSOR_ONLY, Spread, first_plain, rebuild, runnable
 
 __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 
@@ -188,11 +188,12 @@ def _plan(transform: Any) -> Any:
     parts = _detection.distort_after_padding(parts)
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
-        step = odd[0]
+        spread = isinstance(odd[0], Spread)  # a preset called with the structure's items
+        step = odd[0].preset if spread else odd[0]
         qualname = getattr(step, "__qualname__", None)
         what = (f"the Python function {getattr(step, '__module__', '?')}.{qualname}"
                 if qualname is not None and not isinstance(step, type) else T._step_name(step))
-        hint = _detection.REFERENCE_HINTS.get(type(step).__name__, "")
+        hint = _detection.REFERENCE_HINTS.get(type(step).__name__, Spread.hint if spread else "")
         return f"its transform holds {what}, which is not a torchvision v2 transform{hint}"
     from torchvision.transforms import v2
 

@@ -32,7 +32,7 @@ from . import video
 from .. import transforms as T
 from ._batcher import Batcher
 from ._columns import Columns
-from ._fallback import _describe, _joint_refusal_at, _refusal, chain_reasons
+from ._fallback import _describe, _refusal, chain_reasons, joint_reasons
 from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint_views, _Leaf,
                           _shape, _strip, _Structures)
 from ..transforms.clips import generator_for
@@ -210,6 +210,7 @@ class UserSource(NativeDataset):
         more: List[Optional[list]] = []  # files 1.. of a sample: a path, or (description, bytes)
         file_of: Optional[List[int]] = None  # which of its sample's files each view renders
         refused: Optional[str] = None
+        also_refused: List[str] = []  # a Joint's reasons after its first (describe())
         model: Optional[List[ImageReference]] = None
         counts: Optional[int] = None
         for i in range(n):
@@ -246,8 +247,8 @@ class UserSource(NativeDataset):
             if refused is None:
                 joint = next((v for v in _flat(structures[-1]) if isinstance(v, Joint)), None)
                 if joint is not None:
-                    refused = (f"sample {i} holds a ringloader.Joint that is not native: "
-                               + _joint_refusal_at(joint))
+                    refused, *also_refused = [f"sample {i} holds a ringloader.Joint that is not "
+                                              f"native: {r}" for r in joint_reasons(joint)]
                 elif _joint_views(structures[-1]) != _joint_views(structures[0]):
                     refused = (f"sample {i} and sample 0 differ in which image references are "
                                "a Joint's (each position is one or the other in every sample)")
@@ -281,6 +282,7 @@ class UserSource(NativeDataset):
             raise ValueError(f"{_describe(dataset)} holds no image reference")
         self.structures = structures
         self.refused = refused
+        self.also_refused = tuple(also_refused)
         # Held (with the references' objects) for the loader's lifetime: the native loader
         # decodes these bytes where they are.
         self.memory = memory if any(m is not None for m in memory) else None
@@ -306,7 +308,7 @@ class UserSource(NativeDataset):
     def fallback_reasons(self) -> List[str]:
         """Every reason this source is not batched natively ([] when it is): a sample's
         refusal, then each view's transform step (or leaf) that keeps it per sample."""
-        out = [self.refused] if self.refused is not None else []
+        out = [self.refused, *self.also_refused] if self.refused is not None else []
         splits = [self._split] + list(self._view_splits)
         in_joints = self._refused_joint_views()
         for k, (transform, split) in enumerate(zip(self.view_transforms, splits)):

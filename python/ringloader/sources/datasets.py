@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _C
 from .. import transforms as T
-from ._fallback import chain_reasons
+from ._fallback import FallbackWarning, chain_reasons
 from ._folder_scan import _make_dataset, find_classes
 from ..core._sample_keys import _MASK64, SampleKey, _run_seeded, tail_seed
 from ..core._sample_table import _SampleTable, _SamplesView, _TargetsView
@@ -54,8 +54,8 @@ class NativeDataset(Source, _TorchDataset):
     callable. The longest prefix with a native equivalent runs natively
     (:func:`ringloader.transforms.split`). When everything runs natively and the output size is
     fixed, the DataLoader batches natively. Otherwise the dataset runs **per sample**: native
-    decode and prefix, then the remaining steps in Python (one ``UserWarning`` per dataset names
-    them), and the DataLoader batches through torch's machinery in worker processes. Output sizes
+    decode and prefix, then the remaining steps in Python (one :class:`ringloader.FallbackWarning`,
+    a ``UserWarning``, per dataset names them), and the DataLoader batches through torch's machinery in worker processes. Output sizes
     that depend on the image (no transform, ``ToTensor()`` alone, ``Resize`` without a crop) are
     per sample too. ``strict=True`` raises ``TypeError`` naming the first step that would run in
     Python instead.
@@ -195,7 +195,7 @@ class NativeDataset(Source, _TorchDataset):
                 f"processes (the main process with num_workers=0; slower, the native steps before "
                 f"them still run natively). The first "
                 f"cannot run natively: {split.reason}. Pass strict=True to refuse instead.",
-                UserWarning, stacklevel=3)
+                FallbackWarning, stacklevel=3)
         self._transform = transform
         self._split = split
         self._single = None

@@ -246,6 +246,13 @@ class Joint:
     tuples, lists and dicts. Every geometric leaf sees the same random draws (v2's contract).
     References inside take no transform of their own: the joint transform is theirs.
 
+    ``transform`` is called as the user's code would call it: with the structure as its one
+    argument (a v2 transform or ``Compose``), or, when it takes the items of a tuple structure
+    as its arguments instead (torchvision's segmentation and detection reference presets:
+    ``preset(image, target)``), with those items (:func:`joint_callable`): a preset whose
+    ``__call__`` only returns ``self.transforms(image, target)`` is replaced by its
+    ``transforms``, so it runs natively as that ``Compose`` would.
+
     One result on every path (natively, in torch's workers, :func:`materialize`): v2 runs on
     the PIL images the user's own code would have opened and the masks as
     ``tv_tensors.Mask``, a chain without a tensor conversion getting a ``ToImage()`` before its
@@ -276,7 +283,7 @@ class Joint:
             raise TypeError(f"Joint(transform=...) needs a callable v2 transform, got "
                             f"{type(transform).__name__}")
         _check_joint_leaves(structure, "structure")
-        self.transform = transform
+        self.transform = joint_callable(transform, structure)
         self.structure = structure
 
     def materialize(self) -> Any:
@@ -291,6 +298,89 @@ class Joint:
 
     def __reduce__(self) -> Any:
         return (Joint, (self.transform, self.structure))
+
+
+class Spread:
+    """A callable that takes a Joint's tuple structure as its arguments (``preset(image,
+    target)``), called so with the structure's items: what a Joint applies in its place."""
+
+    __slots__ = ("preset",)
+    #: What the native path's refusal adds (its steps are not seen: it does more than apply them).
+    hint = (" (called with the structure's items, as preset(image, target); its __call__ does "
+            "more than return self.transforms(image, target), so its steps cannot be read: give "
+            "the Joint its v2 transforms to run them natively)")
+
+    def __init__(self, preset: Any):
+        self.preset = preset
+
+    def __call__(self, structure: Any) -> Any:
+        return self.preset(*structure)
+
+    def __repr__(self) -> str:
+        return f"{self.preset!r} (called with the structure's items)"
+
+    def __reduce__(self) -> Any:
+        return (Spread, (self.preset,))
+
+
+# joint_callable's answers by (the transform's id, the tuple structure's length or None), the
+# transform kept so that its id stays its own (a Joint is made for every sample).
+_CALLABLES: Dict[Tuple[int, Optional[int]], Tuple[Any, Any]] = {}
+
+
+def joint_callable(transform: Any, structure: Any) -> Any:
+    """What a Joint applies to ``structure`` in one call, calling ``transform`` as the user's code
+    would: ``transform`` itself when it takes the structure as its one argument (v2's classes
+    and ``Compose``; anything whose signature is not known); for one that takes a tuple
+    structure's items as its arguments, its ``transforms`` when it only applies them (a
+    reference preset: ``_unwrap_preset``), else a :class:`Spread` of it.
+
+    Raises:
+        TypeError: ``transform``'s signature takes neither, naming it.
+    """
+    if isinstance(transform, Spread) or type(transform).__module__.startswith(
+            "torchvision.transforms"):
+        return transform
+    items = len(structure) if isinstance(structure, tuple) else None
+    key = (id(transform), items)
+    found = _CALLABLES.get(key)
+    if found is None or found[0] is not transform:
+        if len(_CALLABLES) >= _RUNNABLE_KEPT:
+            _CALLABLES.clear()
+        found = _CALLABLES[key] = (transform, _joint_callable(transform, structure, items))
+    return found[1]
+
+
+def _joint_callable(transform: Any, structure: Any, items: Optional[int]) -> Any:
+    import inspect
+
+    try:
+        signature = inspect.signature(transform)
+    except (TypeError, ValueError):  # a builtin's: called with the structure, as before
+        return transform
+    try:
+        signature.bind(structure)
+        return transform
+    except TypeError:
+        pass
+    if items:
+        try:
+            signature.bind(*structure)
+        except TypeError:
+            pass
+        else:
+            from ..transforms import _unwrap_preset
+
+            inner = _unwrap_preset(transform, items)  # its transforms, called with the items
+            return Spread(transform) if inner is None else joint_callable(inner, structure)
+    kind = transform if isinstance(transform, type) or inspect.isroutine(transform) \
+        else type(transform)
+    name = f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', kind)}"
+    given = f"a tuple of {items}" if items is not None else type(structure).__name__
+    raise TypeError(f"Joint(transform=...): {name} takes {signature}, which takes neither the "
+                    f"structure ({given}) as its one argument nor its items as its arguments "
+                    "(a reference preset's preset(image, target) takes a 2-tuple (image, "
+                    "target)); give a structure it takes, or a v2 transform")
 
 
 def _check_joint_leaves(value: Any, where: str) -> None:
@@ -379,8 +469,8 @@ def _runnable(transform: Any) -> Any:
     from ..transforms import _flatten
 
     parts = _flatten(transform)
-    if any(type(p).__name__ in _CONVERSIONS for p in parts):
-        return transform
+    if isinstance(transform, Spread) or any(type(p).__name__ in _CONVERSIONS for p in parts):
+        return transform  # a Spread: its preset's result, as the user's own call gives it
     from torchvision.transforms import v2
 
     at = next((i for i, p in enumerate(parts) if type(p).__name__ in _TENSOR_ONLY

@@ -293,24 +293,50 @@ def _on_tensor_kernel(t: Any, step: Dict[str, Any]) -> bool:
     return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
 
 
+def _fill_error(conversion: str, step: Dict[str, Any], t: Any) -> Optional[str]:
+    """Why the padding fill of `step` (torchvision's `t`, a pure pixel move), following the uint8
+    tensor conversion `conversion`, would differ natively from torch's tensor padding, or None.
+
+    torch pads a uint8 tensor with one fill for every channel, which must be an integer level
+    (it refuses another value); v2 also takes a sequence of per-channel levels, painted as
+    ``torch.tensor(fill).to(torch.uint8)`` (each level truncated) in constant mode. The native
+    fill truncates each level to an int and clamps it to 0..255: the same pixels for levels in
+    [0, 256)."""
+    fill = step.get("fill")
+    if fill is None:
+        return None
+    raw = getattr(t, "fill", None)
+    per_channel = isinstance(raw, (list, tuple)) and len(raw) > 1
+    if per_channel and step["kind"] in ("random_crop", "pad") and \
+            type(t).__module__.startswith("torchvision.transforms.v2"):
+        if step.get("pad_mode", "constant") == "constant" and all(0 <= v < 256 for v in fill):
+            return None
+    elif len(set(fill)) == 1 and float(fill[0]).is_integer() and 0 <= fill[0] <= 255:
+        return None
+    return (f"its fill {raw!r} is not one integer level in 0..255 for every channel: after "
+            f"{conversion} torchvision pads the uint8 tensor with torch's kernel, which takes "
+            "that (v2 also a sequence of per-channel levels in 0..255 with "
+            "padding_mode='constant'); it runs in Python (give fill=<int 0..255>, a v2 sequence "
+            f"of levels in 0..255, or move it before {conversion} to pad with Pillow natively)")
+
+
 def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = None) -> Optional[str]:
     """Why `new` (the steps of torchvision's `t`), following the uint8 tensor conversion
     `conversion`, cannot run natively; marks the resizes that run torch's kernel natively."""
-    def same(step: Dict[str, Any]) -> bool:
+    for step in new:
         if _on_tensor_kernel(t, step):
             step["tensor"] = True
-            return True
-        # torchvision's tensor padding takes one fill for all channels (v1 refuses a tuple) and
-        # casts it to uint8; Pillow rounds a per-channel fill its own way.
-        fill = step.get("fill", [0.0])
-        return step["kind"] in _SAME_ON_UINT8_TENSOR and len(set(fill)) == 1 and float(fill[0]).is_integer()
-
-    if not all(same(step) for step in new):
-        return (f"it follows {conversion}, so torchvision runs it on the uint8 tensor with "
-                "torch's tensor numerics, not Pillow's; it runs in Python with them (move it "
-                f"before {conversion} to run it natively with Pillow's numerics; after it, flips, "
-                "crops, padding, nearest resizes and v2's bilinear ones with antialias=True (where "
-                "torchvision resizes uint8 directly) run natively with torch's kernels)")
+            continue
+        if step["kind"] not in _SAME_ON_UINT8_TENSOR:
+            return (f"it follows {conversion}, so torchvision runs it on the uint8 tensor with "
+                    "torch's tensor numerics, not Pillow's; it runs in Python with them (move it "
+                    f"before {conversion} to run it natively with Pillow's numerics; after it, "
+                    "flips, crops, padding, nearest resizes and v2's bilinear ones with "
+                    "antialias=True (where torchvision resizes uint8 directly) run natively with "
+                    "torch's kernels)")
+        why = _fill_error(conversion, step, t)
+        if why is not None:
+            return why
     return None
 
 

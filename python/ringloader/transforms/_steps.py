@@ -279,14 +279,21 @@ def _applies_transforms(self, img):
     return self.transforms(img)
 
 
-def _unwrap_preset(obj: Any) -> Optional[Any]:
+def _applies_transforms_to_two(self, img, target):
+    return self.transforms(img, target)
+
+
+def _unwrap_preset(obj: Any, arguments: int = 1) -> Optional[Any]:
     """The ``transforms`` a preset object only applies, or None.
 
     torchvision's classification references (and many training scripts) wrap their Compose in a
-    class whose ``__call__`` is ``return self.transforms(img)``. Such an object is unwrapped when
-    all of these hold, so calling it is exactly calling its ``transforms``:
+    class whose ``__call__`` is ``return self.transforms(img)``; its segmentation and detection
+    references in one whose ``__call__`` is ``return self.transforms(img, target)`` (``arguments``
+    2: how :class:`ringloader.Joint` calls it with an ``(image, target)`` structure). Such an
+    object is unwrapped when all of these hold, so calling it is exactly calling its
+    ``transforms``:
 
-    * ``__call__`` is a plain function whose bytecode is that one line (any argument name; no
+    * ``__call__`` is a plain function whose bytecode is that one line (any argument names; no
       decorator, default, ``*args``/``**kwargs`` or closure);
     * ``transforms`` is an attribute of the instance itself (no property, slot or custom
       ``__getattribute__``), not None;
@@ -303,9 +310,12 @@ def _unwrap_preset(obj: Any) -> Optional[Any]:
     if not isinstance(call, type(_applies_transforms)) or call.__closure__ or call.__defaults__ \
             or call.__kwdefaults__:
         return None
-    code, ref = call.__code__, _applies_transforms.__code__
+    shapes = {1: _applies_transforms, 2: _applies_transforms_to_two}
+    if arguments not in shapes:
+        return None
+    code, ref = call.__code__, shapes[arguments].__code__
     if (code.co_code != ref.co_code or code.co_names != ref.co_names
-            or code.co_argcount != 2 or code.co_kwonlyargcount or code.co_freevars
+            or code.co_argcount != arguments + 1 or code.co_kwonlyargcount or code.co_freevars
             or code.co_flags & _CODE_SHAPE_FLAGS):
         return None
     for base in cls.__mro__[:-1]:
