@@ -76,13 +76,14 @@ void BindImageOpHooks(py::module_& m) {
       "_augmix_for_testing",
       [](py::array_t<uint8_t, py::array::c_style | py::array::forcecast> img, bool v2,
          int interpolation, bool all_ops, float m0, float m1, const std::vector<float>& weights,
-         const std::vector<std::vector<std::array<int, 3>>>& chains) {
+         const std::vector<std::vector<std::array<int, 3>>>& chains, bool fused_grid) {
         if (img.ndim() != 3 || img.shape(2) != 3) throw py::value_error("image must be HxWx3 uint8");
         const int h = static_cast<int>(img.shape(0)), w = static_cast<int>(img.shape(1));
         AugMixParams s;
         s.v2_magnitudes = v2;
         s.interpolation = static_cast<Interpolation>(interpolation);
         s.all_ops = all_ops;
+        s.fused_grid = fused_grid;
         AugMixDraws draws;
         draws.m0 = m0;
         draws.m1 = m1;
@@ -99,7 +100,7 @@ void BindImageOpHooks(py::module_& m) {
         return out;
       },
       py::arg("image"), py::arg("v2"), py::arg("interpolation"), py::arg("all_ops"), py::arg("m0"),
-      py::arg("m1"), py::arg("weights"), py::arg("chains"),
+      py::arg("m1"), py::arg("weights"), py::arg("chains"), py::arg("fused_grid") = true,
       "Test hook: AugMix with fixed draws (chains of (op index, bin, negated)) on an HxWx3 "
       "uint8 array (parity tests).");
 }

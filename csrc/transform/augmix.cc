@@ -90,13 +90,24 @@ const uint8_t* PackedCopy(const RgbView& img, std::vector<uint8_t>& buf) {
 #define RL_FMA_CLONES __attribute__((target_clones("fma", "default")))
 #endif
 
+// The grid's products and sums where torch's bmm rounds each (fused_grid false): kept apart
+// here, even in the FMA clone below.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+inline float GridPoint(float x, float rx, float y, float ry, float r1, bool fused) {
+  return fused ? std::fma(y, ry, x * rx) + r1 : (x * rx + y * ry) + r1;
+}
+
 /// F_t.affine / F_t.rotate on a uint8 tensor without fill: _gen_affine_grid (float32 theta
-/// over half-pixel centres, bmm) and grid_sample(align_corners=False, zeros padding), rounded
-/// half to even. Built twice (RL_FMA_CLONES): with the FMA instruction where the CPU has it,
-/// else with libm's fmaf; both round each std::fma once, so the results are the same.
-RL_FMA_CLONES void TensorAffine(RgbView img, const double m[6],
-                                                                   bool nearest,
-                                                                   AugmentScratch& scratch) {
+/// over half-pixel centres, bmm: `fused` as AugMixParams::fused_grid) and
+/// grid_sample(align_corners=False, zeros padding), rounded half to even. Built twice
+/// (RL_FMA_CLONES): with the FMA instruction where the CPU has it, else with libm's fmaf; both
+/// round each std::fma once, so the results are the same.
+RL_FMA_CLONES void TensorAffine(RgbView img, const double m[6], bool nearest, bool fused,
+                                AugmentScratch& scratch) {
   const int w = img.width, h = img.height;
   const uint8_t* src = PackedCopy(img, scratch.source);
   const size_t row = static_cast<size_t>(w) * 3;
@@ -115,8 +126,8 @@ RL_FMA_CLONES void TensorAffine(RgbView img, const double m[6],
     uint8_t* out = img.data + static_cast<size_t>(y) * img.stride;
     for (int x = 0; x < w; ++x, out += 3) {
       const float gx_base = static_cast<float>(x + (-w * 0.5 + 0.5));
-      const float gx = std::fma(gy_base, r1x, gx_base * r0x) + r2x;
-      const float gy = std::fma(gy_base, r1y, gx_base * r0y) + r2y;
+      const float gx = GridPoint(gx_base, r0x, gy_base, r1x, r2x, fused);
+      const float gy = GridPoint(gx_base, r0y, gy_base, r1y, r2y, fused);
       const float ix = std::fma(gx + 1.f, scale_x, -0.5f);
       const float iy = std::fma(gy + 1.f, scale_y, -0.5f);
       if (!(ix > -2.f && ix < w + 1.f && iy > -2.f && iy < h + 1.f)) {
@@ -270,7 +281,7 @@ void TensorAutoContrast(bool v2, RgbView img) {
 }
 
 /// One AugMix op with torchvision's magnitude (sign applied) on the tensor.
-void ApplyMixOp(MixOp op, double magnitude, bool v2, bool nearest, RgbView img,
+void ApplyMixOp(MixOp op, double magnitude, bool v2, bool nearest, bool fused_grid, RgbView img,
                 AugmentScratch& scratch) {
   const double w = img.width, h = img.height;
   constexpr double kRadToDeg = 180.0 / 3.141592653589793;
@@ -282,18 +293,18 @@ void ApplyMixOp(MixOp op, double magnitude, bool v2, bool nearest, RgbView img,
       const double shear = std::atan(magnitude) * kRadToDeg;
       InverseAffine(-w * 0.5, -h * 0.5, 0.0, 0.0, 0.0, op == MixOp::kShearX ? shear : 0.0,
                     op == MixOp::kShearY ? shear : 0.0, m);
-      return TensorAffine(img, m, nearest, scratch);
+      return TensorAffine(img, m, nearest, fused_grid, scratch);
     }
     case MixOp::kTranslateX:
     case MixOp::kTranslateY: {
       const double t = static_cast<double>(static_cast<int>(magnitude));
       InverseAffine(0.0, 0.0, 0.0, op == MixOp::kTranslateX ? t : 0.0,
                     op == MixOp::kTranslateY ? t : 0.0, 0.0, 0.0, m);
-      return TensorAffine(img, m, nearest, scratch);
+      return TensorAffine(img, m, nearest, fused_grid, scratch);
     }
     case MixOp::kRotate:
       InverseAffine(0.0, 0.0, -magnitude, 0.0, 0.0, 0.0, 0.0, m);  // F.rotate passes -angle
-      return TensorAffine(img, m, nearest, scratch);
+      return TensorAffine(img, m, nearest, fused_grid, scratch);
     case MixOp::kPosterize: return Posterize(img, static_cast<int>(magnitude));
     case MixOp::kSolarize: {
       const float threshold = static_cast<float>(magnitude);  // compared in float32
@@ -395,7 +406,7 @@ absl::Status ApplyAugMixDraws(const AugMixParams& s, const AugMixDraws& draws,
       const MixOp kind = static_cast<MixOp>(op.index);
       double magnitude = MixMagnitude(kind, v2, op.bin, img.height, img.width);
       if (op.negate) magnitude = -magnitude;
-      ApplyMixOp(kind, magnitude, v2, nearest, aug, scratch);
+      ApplyMixOp(kind, magnitude, v2, nearest, s.fused_grid, aug, scratch);
     }
     for (size_t k = 0; k < n; ++k) mix[k] = mix[k] + weight * static_cast<float>(aug.data[k]);
   }

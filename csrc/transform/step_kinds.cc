@@ -289,6 +289,7 @@ absl::Status ParseAugMix(StepParamReader& r, AugMixParams* s) {
   r.Double("alpha", &s->alpha);
   r.Bool("all_ops", &s->all_ops);
   r.Bool("v2_magnitudes", &s->v2_magnitudes);
+  r.Bool("fused_grid", &s->fused_grid);
   return ReadInterpolation(r, &s->interpolation);
 }
 
@@ -598,7 +599,7 @@ const std::vector<StepKindInfo>& StepKinds() {
       Row<AugMixParams, ParseAugMix, nullptr, ApplyAugMix, CheckAugMix>(
           "augmix", "AugMix", S::kImage, false,
           {"severity", "mixture_width", "chain_depth", "alpha", "all_ops", "interpolation",
-           "v2_magnitudes"}),
+           "v2_magnitudes", "fused_grid"}),
   };
   return *kinds;
 }

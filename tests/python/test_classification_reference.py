@@ -101,6 +101,11 @@ import torchvision.transforms.v2 as v2  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from ringloader import _C  # noqa: E402
+from ringloader.transforms._tv_converters import torch_grid_fuses  # noqa: E402
+
+# How this process's torch rounds the affine ops' grid (MKL: fused on Intel CPUs, not on AMD's):
+# the native step is told, as the converter tells it.
+FUSED = torch_grid_fuses()
 
 MIX_OPS_ALL = 13
 _SIGNED = {0, 1, 2, 3, 4, 9, 10, 11, 12}  # shears, translations, rotation, the enhance ops
@@ -173,7 +178,7 @@ def test_augmix_equals_torchvision_for_fixed_draws(api, interpolation, monkeypat
         for _ in range(3):
             draws = _random_draws(rng, width=3, depth=-1, ops=MIX_OPS_ALL, severity=10)
             ours = _C._augmix_for_testing(image, api == "v2", 2 if interpolation == "bilinear" else 0,
-                                          True, *draws)
+                                          True, *draws, fused_grid=FUSED)
             theirs = _torchvision_augmix(aug, image, draws, monkeypatch)
             d = np.abs(ours.astype(np.int16) - theirs.astype(np.int16))
             worst, total = max(worst, int(d.max())), total + int((d > 0).sum())
@@ -191,10 +196,22 @@ def test_each_augmix_op_at_every_bin_equals_torchvision(api, monkeypatch):
         for bin_ in ([0] if index in _NO_BINS else (0, 3, 6, 9)):  # 3, 6, 9: v2's near-integer Solarize
             for negate in ((0, 1) if index in _SIGNED else (0,)):
                 draws = (0.0, 1.0, [1.0], [[(index, bin_, negate)]])
-                ours = _C._augmix_for_testing(image, api == "v2", 2, True, *draws)
+                ours = _C._augmix_for_testing(image, api == "v2", 2, True, *draws, fused_grid=FUSED)
                 theirs = _torchvision_augmix(aug, image, draws, monkeypatch)
                 d = np.abs(ours.astype(np.int16) - theirs.astype(np.int16))
                 assert d.max() == 0, (index, bin_, negate, int((d > 0).sum()), int(d.max()))
+
+
+def test_the_grid_rounding_asked_of_torch_is_the_one_that_matches(monkeypatch):
+    """The affine ops' grid is rounded as this process's torch rounds it (torch_grid_fuses):
+    the other rounding gives other pixels on the same shear, so the probe decides something."""
+    aug = v2.AugMix(severity=10, mixture_width=1, chain_depth=1)
+    image = _photo(53, 39, seed=801)
+    draws = (0.0, 1.0, [1.0], [[(1, 3, 0)]])  # ShearY, bin 3
+    theirs = _torchvision_augmix(aug, image, draws, monkeypatch)
+    for fused, same in ((FUSED, True), (not FUSED, False)):
+        ours = _C._augmix_for_testing(image, True, 2, True, *draws, fused_grid=fused)
+        assert np.array_equal(ours, theirs) is same, fused
 
 
 sys_path_presets = Path(__file__).resolve().parent

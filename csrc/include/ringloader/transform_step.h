@@ -340,6 +340,9 @@ struct AugMixParams {
   bool all_ops = true;
   bool v2_magnitudes = false;
   Interpolation interpolation = Interpolation::kBilinear;
+  /// Whether torch's bmm of the affine ops' grid fuses each multiply and add, as MKL's kernels
+  /// do on Intel CPUs (true), or rounds each, as they do on others (false): Python asks torch.
+  bool fused_grid = true;
 };
 
 /// One step of a transform chain: the parameters of its kind, with torchvision's meaning.

@@ -8,6 +8,8 @@ transform, its "module.Class" name for messages) and returns native steps, or ra
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, Dict, List
 
 from ._steps import (_TIMM, Step, _Refused, _center, _converts, _fill, _interpolation, _is_v2, _pair,
@@ -298,6 +300,27 @@ def _auto_augment(t: Any, where: str) -> List[Dict[str, Any]]:
     return [step]
 
 
+@functools.lru_cache(maxsize=None)
+def torch_grid_fuses() -> bool:
+    """Whether torch's ``bmm`` fuses each multiply and add of the affine grid F.affine builds on a
+    tensor (``_gen_affine_grid``: a half-pixel grid times the float32 inverse matrix), as MKL's
+    kernels do on Intel CPUs, or rounds each, as they do on AMD's: the native AugMix follows
+    whichever this process's torch does (asked once, on a grid where the two differ)."""
+    import numpy as np
+    import torch
+
+    w, h = 53, 39
+    xs = torch.linspace(-w * 0.5 + 0.5, w * 0.5 - 0.5, steps=w)
+    ys = torch.linspace(-h * 0.5 + 0.5, h * 0.5 - 0.5, steps=h)
+    grid = torch.stack([xs.expand(h, w), ys[:, None].expand(h, w), torch.ones(h, w)], -1)
+    theta = torch.tensor([[[1.0, 0.0, 0.0], [0.03347, 1.0, 0.0]]]).transpose(1, 2)
+    theta = theta / torch.tensor([0.5 * w, 0.5 * h])
+    got = grid.view(1, h * w, 3).bmm(theta)[0, :, 1].numpy()
+    g, t = grid.view(h * w, 3).numpy(), theta[0, :, 1].numpy()
+    rounded = (g[:, 0] * t[0] + g[:, 1] * t[1]) + t[2]  # float32: each operation rounded
+    return not np.array_equal(got, rounded)
+
+
 @_converts("AugMix")
 def _augmix(t: Any, where: str) -> List[Dict[str, Any]]:
     """torchvision's AugMix (v1 and v2). It turns a PIL image into a uint8 tensor first, so its
@@ -312,7 +335,7 @@ def _augmix(t: Any, where: str) -> List[Dict[str, Any]]:
                         "(AugMix's tensor kernels take nearest or bilinear)")
     return [Step("augmix", severity=int(t.severity), mixture_width=int(t.mixture_width),
                  chain_depth=int(t.chain_depth), alpha=float(t.alpha), all_ops=bool(t.all_ops),
-                 interpolation=interp, v2_magnitudes=_is_v2(t))]
+                 interpolation=interp, v2_magnitudes=_is_v2(t), fused_grid=torch_grid_fuses())]
 
 
 _converts("RandAugment", modules=_TIMM)(_timm_rand_augment)
