@@ -61,8 +61,10 @@ __all__ = ["JointPlan", "plan", "refusal", "resolve"]
 #: per sample, natively from the loader's per-sample seed).
 _GEOMETRIC = {"Resize", "RandomResize", "RandomShortestSize", "ScaleJitter", "CenterCrop",
               "RandomResizedCrop", "RandomHorizontalFlip", "RandomVerticalFlip", *_detection.PADS}
-#: Of those, the ones after which v2 clamps boxes to the new canvas.
-_CLAMPING = {"CenterCrop", "RandomResizedCrop", *_detection.PADS}
+#: Of those, the ones after which v2 clamps boxes to the new canvas: always (their kernel runs
+#: for every sample), or only when they pad or crop (see ``_clamping``).
+_CLAMPING = {"CenterCrop", "RandomResizedCrop", "Pad"}
+_CLAMPING_WHEN_RUN = {"RandomCrop", "RandomZoomOut"}
 #: v2 classes that change pixel values only (boxes and keypoints pass through them unchanged).
 _VALUES = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "RandomPosterize",
            "RandomSolarize", "RandomAdjustSharpness", "RandomAutocontrast", "RandomEqualize",
@@ -78,7 +80,10 @@ class JointPlan(NamedTuple):
     image: Any                # the image's chain: a v2 Compose (the reference's transform)
     before: Tuple[Any, ...]   # box-only steps before the first geometric step
     after: Tuple[Any, ...]    # box-only steps after the last geometric step
-    clamps: bool              # some geometric step clamps boxes (a crop or a pad)
+    # Whether v2 clamps float boxes to the output: "always" (a step whose kernel always runs
+    # pads or crops), "framed" (only a RandomZoomOut or a RandomCrop, whose kernels run only
+    # when the sample is padded or cropped: the row's rectangle says) or "" (never).
+    clamps: str
     pure: bool                # ToPureTensor: every leaf a plain tensor, the image too
     mask: Any                 # a mask reference's chain: the geometric steps, nearest
     mask_refusal: Optional[str]  # why a mask reference cannot follow natively, or None
@@ -151,6 +156,20 @@ def _pads(step: Any) -> bool:
                 or _detection.zooms(step))
 
 
+def _clamping(step: Any, clamps: str) -> str:
+    """``JointPlan.clamps`` after the geometric ``step``, ``clamps`` before it. v2's Pad,
+    CenterCrop and RandomResizedCrop run their box kernel (which clamps) for every sample; its
+    RandomCrop pads (every sample where it has a ``padding``) and crops only where the canvas
+    asks, its RandomZoomOut pads only where its p draw says so: neither touches boxes otherwise."""
+    name = type(step).__name__
+    if (name in _CLAMPING or (name == "RandomCrop" and any(step.padding or ()))
+            or (name == "RandomZoomOut" and step.p >= 1.0)):
+        return "always"
+    if name in _CLAMPING_WHEN_RUN and not (name == "RandomZoomOut" and step.p <= 0.0):
+        return clamps or "framed"
+    return clamps
+
+
 def _nearest(step: Any) -> Any:
     """``step`` resampling nearest, as v2 resamples a Mask whatever the step's interpolation."""
     if getattr(step, "interpolation", None) is None:
@@ -203,7 +222,7 @@ def _plan(transform: Any) -> Any:
     geometric_seen = False
     cropped = False
     first_value: Optional[Any] = None
-    clamps = False
+    clamps = ""
     mask: List[Any] = []
     mask_refusal: Optional[str] = None
     mask_dtype: Any = None
@@ -281,7 +300,7 @@ def _plan(transform: Any) -> Any:
                         "which one rectangle does not say)")
             geometric_seen = True
             cropped |= name in ("CenterCrop", "RandomResizedCrop", "RandomCrop")
-            clamps |= name in _CLAMPING
+            clamps = _clamping(step, clamps)
             if name not in _detection.PADS:
                 mask.append(_nearest(step))
         elif name in _VALUES:
@@ -440,9 +459,17 @@ def _affine(g: Any, axis: int) -> Tuple[float, float]:
     return scale, -lo * scale
 
 
+def _framed(g: Any) -> bool:
+    """Whether the row's rectangle (the source pixels its output shows) is not the whole source
+    image: a pad or crop ran. A RandomZoomOut that drew a canvas of the image's own size (a side
+    ratio under 1 + 1 / side) looks like one not applied; v2 would clamp its boxes to it."""
+    return bool(abs(g[2]) > 1e-6 or abs(g[3]) > 1e-6 or abs(g[4] - g[0]) > 1e-6
+                or abs(g[5] - g[1]) > 1e-6)
+
+
 # Numpy rather than torch for these few numbers a row: torch's per-op overhead (and its thread
 # pool, contending with the native workers) made the batch's boxes cost more than its pixels.
-def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
+def _move_boxes(boxes: Any, g: Any, clamps: str) -> Any:
     import torch
     from torchvision import tv_tensors
 
@@ -456,7 +483,7 @@ def _move_boxes(boxes: Any, g: Any, clamps: bool) -> Any:
     x0, x1 = np.minimum(x[..., 0], x[..., 1]), np.maximum(x[..., 0], x[..., 1])
     y0, y1 = np.minimum(y[..., 0], y[..., 1]), np.maximum(y[..., 0], y[..., 1])
     moved = np.stack([x0, y0, x1, y1], -1)
-    if clamps and boxes.clamping_mode is not None:
+    if boxes.clamping_mode is not None and (clamps == "always" or (clamps and _framed(g))):
         np.clip(moved, 0, [out_w, out_h, out_w, out_h], out=moved)
     moved = torch.from_numpy(_detection.from_xyxy(moved, fmt)).to(boxes.dtype)
     return tv_tensors.wrap(moved, like=boxes, canvas_size=(out_h, out_w))
@@ -473,7 +500,7 @@ def _move_keypoints(points: Any, g: Any) -> Any:
                            canvas_size=(int(g[7]), int(g[6])))
 
 
-def _move(value: Any, g: Any, clamps: bool, source: str, steps: Any = None) -> Any:
+def _move(value: Any, g: Any, clamps: str, source: str, steps: Any = None) -> Any:
     from torchvision import tv_tensors
 
     if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
