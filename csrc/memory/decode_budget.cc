@@ -183,7 +183,10 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
       // A kept buffer is charged already (as kept): taking it as it is, or shrunk, adds nothing
       // to what is held.
       const auto fit = kept_.lower_bound(bytes);
-      if (fit != kept_.end() && (fit->first / 2 <= bytes || fit->second.resizable())) {
+      // Shrunk only for an output that is pages of its own too: a small one would throw away
+      // the pages a large output after it would fault in again.
+      if (fit != kept_.end() &&
+          (fit->first / 2 <= bytes || (fit->second.resizable() && bytes >= kOutputPagesMapped))) {
         charged = fit->first / 2 <= bytes ? fit->first : bytes;
         counts_.kept_bytes -= fit->first;
         *reused = std::move(fit->second);
@@ -195,7 +198,8 @@ absl::StatusOr<uint64_t> DecodeBudget::ChargeOutput(uint64_t bytes, absl::string
     // Else the largest smaller kept buffer, grown: charged as a new output of `bytes` (its own
     // bytes leave the kept ones), so it must fit as one.
     OutputPages grown;
-    if (reused != nullptr && !kept_.empty() && std::prev(kept_.end())->second.resizable()) {
+    if (reused != nullptr && bytes >= kOutputPagesMapped && !kept_.empty() &&
+        std::prev(kept_.end())->second.resizable()) {
       const auto largest = std::prev(kept_.end());
       counts_.kept_bytes -= largest->first;
       grown = std::move(largest->second);

@@ -25,8 +25,9 @@
 ///    kept together never exceed the most the outputs in use ever held at once, nor what
 ///    `total` leaves beside the slots and the decodes in force; kept buffers are freed (largest
 ///    first) when a new output needs their room. A later output takes the smallest kept buffer
-///    of up to twice its size as it is; else a larger one shrunk to its size, or else the
-///    largest smaller one grown (OutputPages::Resize: only the added pages are new).
+///    of up to twice its size as it is; else, when it is 1 MiB or more, a larger one shrunk to
+///    its size, or else the largest smaller one grown (OutputPages::Resize: only the added
+///    pages are new).
 ///
 /// So slots + charged decodes stay within `total`, and the loader's slot and decode memory
 /// within `total + threads x allowance`. A fork()ed child counts nothing (the lock may have been

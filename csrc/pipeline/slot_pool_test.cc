@@ -216,6 +216,12 @@ TEST(SlotPoolTest, AKeptMappedBufferIsShrunkOrGrownForTheNextOutput) {
   std::memset(c->data(), 9, 6 * kMiB);
   EXPECT_EQ(c->data()[6 * kMiB - 1], 9);
   c->Release();
+  // An output under 1 MiB never takes a large kept buffer shrunk: a new one, the pages kept.
+  absl::StatusOr<DecodeBudget::Grant> d = budget.AcquireOutputBuffer(1000, "its output", &cancel);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(budget.counts().outputs_new, 2);
+  EXPECT_EQ(budget.counts().kept_bytes, 6 * kMiB);
+  d->Release();
   // A small output is heap memory: never resized, so a kept small buffer is not grown.
   absl::StatusOr<OutputPages> small = OutputPages::New(1000);
   ASSERT_TRUE(small.ok());

@@ -5,6 +5,7 @@ its own (``tail_seed``), and a function run with the global RNGs seeded from it.
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any, Callable, NamedTuple
 
 import numpy as np
@@ -39,22 +40,32 @@ def tail_seed(key: SampleKey) -> int:
     return _C.mix64((seed + 1) & _MASK64)
 
 
+# Held while a function runs on the seeded global RNGs: two threads iterating loaders at once (a
+# Joint's or a dataset's Python tail runs in the iterating thread) would otherwise draw from, and
+# restore, each other's seeds.
+_SEEDED = threading.RLock()
+
+
 def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
     """``fn(value)`` with torch's, Python's and numpy's global RNGs seeded from ``seed``. In the
-    main process the caller's RNG states are restored afterwards (a worker process owns its own)."""
+    main process the caller's RNG states are restored afterwards (a worker process owns its own).
+    One thread at a time (``_SEEDED``), so that the draws are the seed's whatever other threads
+    of ringloader do; a thread of the caller's own that draws from those generators meanwhile
+    still shares them."""
     import torch
     import torch.utils.data as tud
 
     in_main = tud.get_worker_info() is None
-    if in_main:
-        saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
-    try:
-        torch.default_generator.manual_seed(seed)
-        random.seed(seed)
-        np.random.seed(seed & 0xFFFFFFFF)
-        return fn(value)
-    finally:
+    with _SEEDED:
         if in_main:
-            torch.default_generator.set_state(saved[0])
-            random.setstate(saved[1])
-            np.random.set_state(saved[2])
+            saved = torch.default_generator.get_state(), random.getstate(), np.random.get_state()
+        try:
+            torch.default_generator.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed & 0xFFFFFFFF)
+            return fn(value)
+        finally:
+            if in_main:
+                torch.default_generator.set_state(saved[0])
+                random.setstate(saved[1])
+                np.random.set_state(saved[2])

@@ -16,7 +16,7 @@ import numpy as np
 from ..core import _order
 from ..core._checkpoint import _generators, _restore_generators, _resumed_batches
 from ..core._distributed import _sync_epoch
-from ..core._sample_keys import SampleKey
+from ..core._sample_keys import _SEEDED, SampleKey
 from ..core._source import file_identity
 
 
@@ -61,21 +61,22 @@ class _Ahead:
             # The next epoch is one more than this one while set_epoch advances it, else the same.
             last, loader._last_sampler_epoch = loader._last_sampler_epoch, saved_epoch
             sampler.epoch = saved_epoch + 1 if last is None or last != saved_epoch else saved_epoch
-        self.rng_before = torch.get_rng_state()
-        self.before = [g.get_state() for g in self.generators]
         self.attributes = (_attributes(loader.batch_sampler), _attributes(sampler))
         self.dataset_len = len(loader.dataset)
-        try:
-            self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
-            plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
-            self.rng_after = torch.get_rng_state()
-            self.after = [g.get_state() for g in self.generators]
-        finally:
-            torch.set_rng_state(self.rng_before)
-            for g, state in zip(self.generators, self.before):
-                g.set_state(state)
-            if self.kind in ("distributed", "webdataset"):
-                sampler.epoch = saved_epoch
+        with _SEEDED:  # not while another thread runs a tail on the seeded global RNG
+            self.rng_before = torch.get_rng_state()
+            self.before = [g.get_state() for g in self.generators]
+            try:
+                self.seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
+                plan = _order.plan_epoch(loader.batch_sampler, len(loader.dataset))
+                self.rng_after = torch.get_rng_state()
+                self.after = [g.get_state() for g in self.generators]
+            finally:
+                torch.set_rng_state(self.rng_before)
+                for g, state in zip(self.generators, self.before):
+                    g.set_state(state)
+                if self.kind in ("distributed", "webdataset"):
+                    sampler.epoch = saved_epoch
         self.batches, self.sampler_state = plan.batches, plan.sampler_state
         self.files: Optional[dict] = None  # set by the caller before the epoch is queued
         self.flat, self.offsets = _order.to_arrays(plan.batches)
@@ -102,9 +103,10 @@ class _Ahead:
         """Leaves the RNGs as drawing the plan would have."""
         import torch
 
-        torch.set_rng_state(self.rng_after)
-        for g, state in zip(self.generators, self.after):
-            g.set_state(state)
+        with _SEEDED:
+            torch.set_rng_state(self.rng_after)
+            for g, state in zip(self.generators, self.after):
+                g.set_state(state)
 
 
 def _file_states(loader: Any, flat: np.ndarray) -> dict:
@@ -298,10 +300,11 @@ def _undo_base_seed(loader: Any) -> None:
     loader._rng_at_iter = None
     if before is None or loader.generator is not None:
         return
-    now = torch.get_rng_state()
-    torch.set_rng_state(before)
-    torch.empty((), dtype=torch.int64).random_()  # torch's base seed, drawn again
-    torch.set_rng_state(before if torch.equal(torch.get_rng_state(), now) else now)
+    with _SEEDED:
+        now = torch.get_rng_state()
+        torch.set_rng_state(before)
+        torch.empty((), dtype=torch.int64).random_()  # torch's base seed, drawn again
+        torch.set_rng_state(before if torch.equal(torch.get_rng_state(), now) else now)
 
 
 class _CountDelivered:

@@ -36,6 +36,7 @@ from ._fallback import _describe, _refusal, chain_reasons, joint_reasons
 from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint_views, _Leaf,
                           _shape, _strip, _Structures)
 from ..transforms.clips import generator_for
+from ..core._sample_keys import _SEEDED
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
 from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
 from ..core._source import Source, in_memory
@@ -66,15 +67,19 @@ class _SavedRng:
     def __enter__(self) -> "_SavedRng":
         import torch
 
+        _SEEDED.acquire()  # not while another thread runs a tail on the seeded global RNGs
         self._states = torch.get_rng_state(), random.getstate(), np.random.get_state()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         import torch
 
-        torch.set_rng_state(self._states[0])
-        random.setstate(self._states[1])
-        np.random.set_state(self._states[2])
+        try:
+            torch.set_rng_state(self._states[0])
+            random.setstate(self._states[1])
+            np.random.set_state(self._states[2])
+        finally:
+            _SEEDED.release()
 
 
 def source_for(dataset: Any) -> Optional["UserSource"]:

@@ -369,12 +369,15 @@ def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
     v2s = getattr(step.make_params, "__func__", None) is RandomIoUCrop.make_params
     if not v2s or len(boxes) != 1 or str(boxes[0].dtype).split(".")[-1] not in _LOOP_DTYPES:
         # A make_params of the user's own, several boxes leaves (v2 raises) or another dtype.
-        saved = torch.default_generator.get_state()
-        try:
-            torch.default_generator.manual_seed(seed)
-            return step.make_params(flat)
-        finally:
-            torch.default_generator.set_state(saved)
+        from ..core._sample_keys import _SEEDED
+
+        with _SEEDED:  # the global generator, seeded: one thread at a time (_run_seeded)
+            saved = torch.default_generator.get_state()
+            try:
+                torch.default_generator.manual_seed(seed)
+                return step.make_params(flat)
+            finally:
+                torch.default_generator.set_state(saved)
     return _iou_loop(step, boxes[0], seed)
 
 
