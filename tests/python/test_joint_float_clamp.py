@@ -14,7 +14,6 @@ native row drew (its geometry record), canvas sizes and labels equal; ``loader.n
 from __future__ import annotations
 
 import copy
-import warnings
 
 import pytest
 import torch
@@ -24,6 +23,7 @@ from torchvision.transforms import v2
 
 import ringloader as rl
 from imagegen import jpeg_bytes
+from test_joint_int_boxes import _rows
 
 #: (width, height); RandomCrop(100) pads the smaller, crops the larger, leaves 100x100 alone.
 SIZES = [(120, 96), (100, 100), (64, 80), (131, 97), (100, 100), (90, 110)]
@@ -65,28 +65,6 @@ class Detection(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         return rl.Joint(self.t, (rl.ImageFile(self.photos[i][0]), self.target(i)))
-
-
-def _rows(dataset, monkeypatch, seed):
-    """The native rows of ``dataset`` in order, each with its geometry record; no warning."""
-    from ringloader.sources import _joint
-
-    records = []
-    resolve = _joint.resolve
-
-    def spy(leaf, g):
-        records.append([float(v) for v in g])
-        return resolve(leaf, g)
-
-    monkeypatch.setattr(_joint, "resolve", spy)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        loader = rl.DataLoader(dataset, batch_size=1, collate_fn=list,
-                               generator=torch.Generator().manual_seed(seed))
-        rows = [row for (row,) in loader]
-    assert loader.native, loader.describe()
-    assert len(records) == len(rows) == len(dataset)
-    return rows, records
 
 
 def _fixed(step, params):
