@@ -236,7 +236,12 @@ def _on_rectangle(image, target):
         return False
     ys, xs = torch.nonzero(red, as_tuple=True)
     seen = torch.tensor([xs.min(), ys.min(), xs.max() + 1, ys.max() + 1], dtype=torch.float32)
-    assert 1 in labels, (seen, boxes)
+    if 1 not in labels:
+        # v2 moves boxes in float32: one flipped against an edge of the canvas can land a hair
+        # outside it, and its sanitize drops it; the native path replays v2's kernels and so
+        # drops it too. Only at an edge.
+        assert seen[0] == 0 or seen[1] == 0 or seen[2] == width or seen[3] == height, (seen, boxes)
+        return False
     box = boxes[labels.index(1)]
     torch.testing.assert_close(box, seen, atol=1.0, rtol=0)
     x0, y0, x1, y1 = box.tolist()

@@ -146,9 +146,11 @@ CHAINS = {
     "zoom_half_resize": [v2.RandomZoomOut(side_range=(1.0, 2.0), p=0.5), v2.Resize((64, 72))],
     "zoom_iou_flip": [v2.RandomZoomOut(p=0.5), v2.RandomIoUCrop(), v2.RandomHorizontalFlip()],
     "crop_pad_if_needed": [v2.RandomCrop(100, pad_if_needed=True)],
-    # Halved: v2 resizes in float32, so a box clamped to the far edge lands at 100 * 0.6f =
-    # 60.000004 there, which SanitizeBoundingBoxes drops (natively 60.0): an exact ratio here.
     "crop_pad_if_needed_resize": [v2.RandomCrop(100, pad_if_needed=True), v2.Resize((50, 50))],
+    # v2 resizes in float32: a box clamped to the far edge lands at 100 * 0.6f = 60.000004,
+    # which SanitizeBoundingBoxes drops; the native path replays v2's kernels, so it does too.
+    "crop_pad_if_needed_resize_inexact": [v2.RandomCrop(100, pad_if_needed=True),
+                                          v2.Resize((50, 60))],
     "crop_exact": [v2.RandomCrop((97, 131))],
     "pad": [v2.Pad([3, 5, 7, 2])],
     "pad_resize": [v2.Pad(4), v2.Resize((64, 64))],

@@ -161,8 +161,9 @@ def draws(chain: List[Any], g: Any, canvas: Tuple[int, int]) -> List[Tuple[str, 
         elif name == "RandomZoomOut":
             # Only flips after it (steps()): its canvas is the output. A canvas of the image's
             # size is taken for the step not applied (v2 leaves the boxes as they are; drawn
-            # with a ratio under 1 + 1/side, it would clamp them to the unchanged canvas).
-            if (sizes[0], sizes[1]) != (m.n[0], m.n[1]):
+            # with a ratio under 1 + 1/side, it would clamp them to the unchanged canvas),
+            # unless it always applies (p=1).
+            if (sizes[0], sizes[1]) != (m.n[0], m.n[1]) or float(step.p) >= 1.0:
                 ops.append(("zoom_out", {"before": (m.n[0], m.n[1]),
                                          "canvas": (sizes[0], sizes[1])}))
                 m.window(0, None, sizes[0]), m.window(1, None, sizes[1])

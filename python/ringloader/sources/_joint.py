@@ -510,7 +510,10 @@ def _move(value: Any, g: Any, clamps: str, source: str, steps: Any = None) -> An
                 f"but its {type(value).__name__} say canvas_size={tuple(value.canvas_size)} "
                 "(height, width): boxes and keypoints must be in the image's pixels")
         if isinstance(value, tv_tensors.BoundingBoxes):
-            if not value.is_floating_point():  # refusal() let only replayable steps through
+            # v2's own box kernels replayed step by step wherever the chain allows (integer
+            # boxes: refusal() let only such chains through), so float boxes take v2's float32
+            # values and SanitizeBoundingBoxes keeps what v2 keeps; else one affine map an axis.
+            if not value.is_floating_point() or not isinstance(steps, str):
                 return _integer_boxes.move(value, g, steps)
             return _move_boxes(value, g, clamps)
         return _move_keypoints(value, g)
