@@ -28,6 +28,7 @@ from .. import _C
 from .. import transforms as T
 from ..transforms import _detection
 from ..core._sample_keys import _MASK64, _run_seeded
+from .references import _flat
 
 __all__ = ["colour_apply", "image_dtype", "joint_tails", "keeps_uint8", "run_tails",
            "split_tail", "tail_names", "tail_of", "tail_note"]
@@ -231,12 +232,3 @@ def tail_names(structure: Any, leaf_type: type) -> List[str]:
     """The names of the tail steps of the native Joints in a stripped structure."""
     return [f"v2.{type(t).__name__}" for j in _flat(structure) if isinstance(j, leaf_type)
             and j.plan.tail is not None for t in j.plan.tail.transforms]
-
-
-def _flat(structure: Any) -> List[Any]:
-    """The leaves of a stripped structure (a Joint is one leaf), as ``_structures._flat``."""
-    if isinstance(structure, (tuple, list)):
-        return [leaf for v in structure for leaf in _flat(v)]
-    if isinstance(structure, dict):
-        return [leaf for v in structure.values() for leaf in _flat(v)]
-    return [structure]

@@ -155,15 +155,6 @@ def _resolve_joints(structure: Any, records: Any, row: int) -> Any:
     return rebuild(structure, lambda v: _resolve_joints(v, records, row))
 
 
-def _flat(structure: Any) -> List[Any]:
-    """The leaves of a stripped structure (a Joint is one leaf)."""
-    if isinstance(structure, (tuple, list)):
-        return [leaf for v in structure for leaf in _flat(v)]
-    if isinstance(structure, dict):
-        return [leaf for v in structure.values() for leaf in _flat(v)]
-    return [structure]
-
-
 def _has_reference(sample: Any) -> bool:
     refs: List[ImageReference] = []
     _strip(sample, refs)

@@ -33,12 +33,12 @@ from .. import transforms as T
 from ._batcher import Batcher
 from ._columns import Columns
 from ._fallback import _describe, _refusal, chain_reasons, joint_reasons
-from ._structures import (_files_of, _flat, _has_reference, _joint_masks, _joint_views, _Leaf,
+from ._structures import (_files_of, _has_reference, _joint_masks, _joint_views, _Leaf,
                           _shape, _strip, _Structures)
 from ..transforms.clips import generator_for
 from ..core._sample_keys import _SEEDED
 from .datasets import NativeDataset, SampleKey, _run_seeded, _SampleTable, tail_seed
-from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, materialize
+from .references import _CONVERSIONS, ImageFile, ImageReference, Joint, _flat, materialize
 from ..core._source import Source, in_memory
 from ._torchvision_folder import torchvision_folder
 from ._torch_path import TorchPath

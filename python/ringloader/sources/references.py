@@ -15,6 +15,16 @@ from typing import Any, Dict, Optional, Tuple
 from .video import _VideoReference
 
 
+def _flat(structure: Any) -> list:
+    """The leaves of a stripped sample structure (tuples, lists and dicts walked; a Joint is one
+    leaf)."""
+    if isinstance(structure, (tuple, list)):
+        return [leaf for v in structure for leaf in _flat(v)]
+    if isinstance(structure, dict):
+        return [leaf for v in structure.values() for leaf in _flat(v)]
+    return [structure]
+
+
 def rebuild(value: Any, walk: Any) -> Any:
     """``value`` rebuilt with ``walk`` applied to each item when it is a container the sample
     structures use (a tuple, namedtuple, list, dict or other mapping type, kept as that type);
