@@ -268,8 +268,31 @@ absl::Status CheckOutput(const std::optional<Size2>& size, bool allow_variable_s
 /// Each level's value as torch computes it, one float32 operation at a time (ToTensor and
 /// ConvertImageDtype divide by 255, v2's ToDtype multiplies by float(1/255); Normalize subtracts
 /// the mean, then divides by std). `volatile` keeps each rounding: no fused multiply-add.
-void ComputeLevelValues(const std::vector<TransformStep>& steps,
-                        std::array<float, 3 * 256>* values) {
+void ComputeLevelValues(const std::vector<TransformStep>& steps, std::array<float, 3 * 256>* values,
+                        LevelOps* ops) {
+  ops->n = 0;
+  const auto push = [ops](char op, const float* k) {
+    if (ops->n < 0 || ops->n == LevelOps::kMax) {
+      ops->n = -1;
+      return;
+    }
+    ops->op[ops->n] = op;
+    std::copy(k, k + 3, ops->k[ops->n]);
+    ++ops->n;
+  };
+  for (const TransformStep& s : steps) {
+    if (const ToTensorParams* t = s.get_if<ToTensorParams>()) {
+      const float by[3] = {static_cast<float>(1.0 / 255.0), static_cast<float>(1.0 / 255.0),
+                           static_cast<float>(1.0 / 255.0)};
+      const float d[3] = {255.0f, 255.0f, 255.0f};
+      t->by_reciprocal ? push('*', by) : push('/', d);
+    } else if (const NormalizeParams* n = s.get_if<NormalizeParams>()) {
+      const float mean[3] = {n->mean[0], n->mean[1], n->mean[2]};
+      const float std[3] = {n->std[0], n->std[1], n->std[2]};
+      push('-', mean);
+      push('/', std);
+    }
+  }
   for (int c = 0; c < 3; ++c) {
     for (int level = 0; level < 256; ++level) {
       volatile float x = static_cast<float>(level);
@@ -340,7 +363,7 @@ absl::StatusOr<TransformPipeline> TransformPipeline::Create(std::vector<Transfor
     p.scale_[c] = static_cast<float>(levels.scale[c]);
     p.bias_[c] = static_cast<float>(levels.bias[c]);
   }
-  ComputeLevelValues(steps, &p.values_);
+  ComputeLevelValues(steps, &p.values_, &p.level_ops_);
   p.steps_ = std::move(steps);
   return p;
 }

@@ -158,6 +158,16 @@ struct SampleGeometry {
   bool flipped() const { return x0 > x1; }
 };
 
+/// The float32 operations that take an 8-bit level to its output value, in order, each with an
+/// operand per channel ('*', '/', '-': ToTensor's scaling, Normalize's subtraction and
+/// division). n < 0: not known (only the values are).
+struct LevelOps {
+  static constexpr int kMax = 6;
+  int n = -1;
+  char op[kMax] = {};
+  float k[kMax][3] = {};
+};
+
 /// A validated transform chain plus output format. Built once (setup: sizes, coefficients that
 /// do not depend on the sample); `Plan` is cheap and allocation-free per sample.
 class TransformPipeline {
@@ -209,6 +219,8 @@ class TransformPipeline {
   /// The float32 output value of each level per channel (values()[c * 256 + level]), computed
   /// with torch's float32 operations in the chain's order, so float outputs equal torchvision's.
   const float* values() const { return values_.data(); }
+  /// Those operations themselves (the write-out computes them in SIMD lanes).
+  const LevelOps& level_ops() const { return level_ops_; }
   /// Bytes of one output image (fixed size).
   size_t SampleBytes() const;
   const std::vector<TransformStep>& steps() const { return steps_; }
@@ -227,6 +239,7 @@ class TransformPipeline {
   float scale_[3] = {1.f, 1.f, 1.f};
   float bias_[3] = {0.f, 0.f, 0.f};
   std::array<float, 3 * 256> values_{};
+  LevelOps level_ops_;
 };
 
 /// torchvision RandomResizedCrop.get_params on an image of width x height: returns the crop

@@ -1309,6 +1309,113 @@ TEST(Resampler, ScalarAndSimdKernelsAgree) {
   }
 }
 
+// Crops, flips and pads without resizing copy pixels (the axis copies()); the SIMD copy of
+// steps 1 and -1 must give the scalar copy's bytes for every width remainder, a crop reaching
+// past the source (zeros) and either direction, in every write-out.
+TEST(Resampler, ScalarAndSimdCopiesAgree) {
+  const RgbImage img = testing::MakeTexture(131, 37, 3);
+  SampleRng rng(5);
+  Resampler rs;
+  OutputFormat hwc, planes, floats;
+  hwc.layout = Layout::kHWC;
+  planes.layout = Layout::kCHW;
+  floats.layout = Layout::kCHW;
+  floats.dtype = DType::kFloat32;
+  for (int c = 0; c < 3; ++c) floats.scale[c] = 1.0f / 255.0f;
+  for (int iter = 0; iter < 200; ++iter) {
+    const int x0 = static_cast<int>(rng.RandInt(-9, 120));
+    const int w = static_cast<int>(rng.RandInt(1, 150));
+    const int y0 = static_cast<int>(rng.RandInt(-3, 30));
+    const int h = static_cast<int>(rng.RandInt(1, 40));
+    const bool flip_x = iter % 2 != 0, flip_y = iter % 3 == 0;
+    AxisMapping ax{static_cast<double>(flip_x ? x0 + w : x0), static_cast<double>(flip_x ? x0 : x0 + w), 0, 131, w};
+    AxisMapping ay{static_cast<double>(flip_y ? y0 + h : y0), static_cast<double>(flip_y ? y0 : y0 + h), 0, 37, h};
+    ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, hwc)) << "case " << iter;
+    ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, planes)) << "case " << iter;
+    ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, floats)) << "case " << iter;
+  }
+}
+
+// WriteImage with a Frame stores the fill outside the shown rectangle without reading those
+// pixels: the same elements as writing an image whose padding holds the fill, for every
+// write-out, an empty rectangle and one reaching the edges.
+TEST(Resampler, FramedWriteEqualsPaintedPadding) {
+  SampleRng rng(17);
+  Resampler rs;
+  std::vector<OutputFormat> formats(5);
+  formats[0].layout = Layout::kHWC;
+  formats[1].layout = Layout::kCHW;
+  formats[2].layout = formats[3].layout = Layout::kCHW;
+  formats[4].layout = Layout::kHWC;
+  formats[2].dtype = formats[4].dtype = DType::kFloat32;
+  formats[3].dtype = DType::kFloat16;
+  for (OutputFormat* f : {&formats[2], &formats[3], &formats[4]}) {
+    for (int c = 0; c < 3; ++c) f->scale[c] = 1.0f / (255.0f * (0.2f + 0.01f * c));
+  }
+  for (int iter = 0; iter < 60; ++iter) {
+    const int w = static_cast<int>(rng.RandInt(1, 90)), h = static_cast<int>(rng.RandInt(1, 30));
+    int shown[4];
+    shown[0] = static_cast<int>(rng.RandInt(0, w + 1));
+    shown[1] = static_cast<int>(rng.RandInt(0, h + 1));
+    shown[2] = static_cast<int>(rng.RandInt(shown[0], w + 1));
+    shown[3] = static_cast<int>(rng.RandInt(shown[1], h + 1));
+    Resampler::Frame frame;
+    std::copy(shown, shown + 4, frame.shown);
+    for (uint8_t& v : frame.fill) v = static_cast<uint8_t>(rng.RandInt(0, 256));
+    std::vector<uint8_t> painted(static_cast<size_t>(w) * h * 3), unread(painted.size());
+    for (int y = 0; y < h; ++y) {
+      for (int x = 0; x < w; ++x) {
+        const bool inside = x >= shown[0] && x < shown[2] && y >= shown[1] && y < shown[3];
+        for (int c = 0; c < 3; ++c) {
+          const size_t i = (static_cast<size_t>(y) * w + x) * 3 + c;
+          painted[i] = inside ? static_cast<uint8_t>(rng.RandInt(0, 256)) : frame.fill[c];
+          unread[i] = inside ? painted[i] : static_cast<uint8_t>(rng.RandInt(0, 256));
+        }
+      }
+    }
+    for (const OutputFormat& fmt : formats) {
+      const size_t bytes = painted.size() * (fmt.dtype == DType::kFloat32 ? 4 : fmt.dtype == DType::kUint8 ? 1 : 2);
+      std::vector<uint8_t> want(bytes), got(bytes, 0xA5);
+      rs.WriteImage(painted.data(), static_cast<size_t>(w) * 3, w, h, fmt, want.data());
+      rs.WriteImage(unread.data(), static_cast<size_t>(w) * 3, w, h, fmt, got.data(), &frame);
+      ASSERT_EQ(want, got) << "case " << iter << " dtype " << static_cast<int>(fmt.dtype);
+    }
+  }
+}
+
+// A pipeline's float32 values are computed in SIMD lanes by its own operations (ToTensor's
+// division or v2's multiplication by the reciprocal, Normalize's subtraction and division): the
+// same bits as the scalar lookup, for odd widths, crops and both pass orders.
+TEST(Resampler, ScalarAndSimdAgreeOnPipelineValues) {
+  const RgbImage img = testing::MakeTexture(301, 203, 4);
+  ToTensorParams v2_unit;
+  v2_unit.by_reciprocal = true;
+  const float odd_mean[3] = {0.1f, 0.7f, 0.33f}, odd_std[3] = {0.3f, 0.05f, 1.7f};
+  const std::vector<std::vector<TransformStep>> chains = {
+      {Rrc(40), ToTensor()},
+      {Rrc(40), v2_unit},
+      {Rrc(40), ToTensor(), Normalize(kMean, kStd)},
+      {Rrc(40), v2_unit, Normalize(odd_mean, odd_std)}};
+  SampleRng rng(9);
+  Resampler rs;
+  for (const std::vector<TransformStep>& chain : chains) {
+    const OutputFormat f = OutputFormat::FromPipeline(MustCreate(chain, DType::kFloat32));
+    ASSERT_GE(f.ops.n, 1);
+    for (int iter = 0; iter < 12; ++iter) {
+      const int out_w = static_cast<int>(rng.RandInt(1, 120));
+      const int out_h = static_cast<int>(rng.RandInt(1, 90));
+      AxisMapping ax{rng.Uniform(-10, 100), rng.Uniform(120, 310), 0, 301, out_w};
+      AxisMapping ay{rng.Uniform(0, 80), rng.Uniform(90, 203), 0, 203, out_h};
+      ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, f)) << "case " << iter;
+    }
+    std::vector<float> out(40 * 40 * 3);
+    AxisMapping ax{0, 301, 0, 301, 40}, ay{0, 203, 0, 203, 40};
+    rs.Resample(img.pixels.data(), 301 * 3, 3, 301, 203, ax, ay, f, out.data());
+    const bool simd = SetResampleSimdForTesting(true);
+    EXPECT_EQ(rs.computes_values(), simd && f.ops.n >= 1);  // the lanes ran, not the table
+  }
+}
+
 // The SIMD horizontal kernel splits each 22-bit weight in two 16-bit halves, the planar
 // float store gathers from the lookup table and the uint8 one shuffles bytes: all must match the scalar kernels bit for bit
 // for negative weights (bicubic, lanczos overshoot), one tap (nearest) to hundreds (a 40x

@@ -60,6 +60,18 @@ void ShownRect(const SampleGeometry& g, int width, int height, int shown[4]) {
   span(pad_y, &shown[1], &shown[3]);
 }
 
+/// Whether the image steps leave every pixel outside the shown window as the render painted
+/// it: each is a RandomPhotometricDistort on the shown pixels alone (photometric 2, the ssd
+/// preset's before its zoom-out), so the padding keeps the fill.
+bool PaddingKeepsFill(const TransformPipeline& pipeline) {
+  const std::vector<TransformStep>& steps = pipeline.steps();
+  for (size_t i = pipeline.image_begin(); i < pipeline.image_end(); ++i) {
+    const ColorJitterParams* jitter = steps[i].get_if<ColorJitterParams>();
+    if (jitter == nullptr || jitter->photometric != 2) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometry& geometry,
@@ -82,11 +94,18 @@ absl::Status FinishSample(const TransformPipeline& pipeline, const SampleGeometr
   if (state.image.size() < bytes) state.image.resize(bytes);
   img.data = state.image.data();
   state.resampler.Finish(levels, img.data);
-  if (geometry.has_fill) PaintFill(geometry, &img);
+  // A padding whose fill no image step changes is written as that fill straight into the
+  // output (a zoomed-out canvas is mostly padding): never painted, read or looked up per pixel.
+  const bool framed = geometry.has_fill && PaddingKeepsFill(pipeline);
+  if (geometry.has_fill && !framed) PaintFill(geometry, &img);
   ShownRect(geometry, img.width, img.height, state.augment.shown);
   absl::Status status = ApplyImageSteps(pipeline, rng, state.augment, &img);
   if (!status.ok()) return status;
-  state.resampler.WriteImage(img.data, img.stride, img.width, img.height, fmt, dst);
+  Resampler::Frame frame;
+  std::copy(state.augment.shown, state.augment.shown + 4, frame.shown);
+  std::copy(geometry.fill, geometry.fill + 3, frame.fill);
+  state.resampler.WriteImage(img.data, img.stride, img.width, img.height, fmt, dst,
+                             framed ? &frame : nullptr);
   if (pipeline.has_erasing()) ApplyErasing(pipeline, rng, img.height, img.width, dst);
   return absl::OkStatus();
 }

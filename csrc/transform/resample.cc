@@ -91,6 +91,9 @@ using VerticalFn = void (*)(const uint8_t*, size_t, int, const int32_t*, int, ui
 using StorePlanar32Fn = void (*)(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
                                  uint32_t* row, size_t plane);
 using StorePlanar8Fn = void (*)(const uint8_t* levels, int out_w, uint8_t* row, size_t plane);
+using CopyRgbxFn = int (*)(const uint8_t* src, int step, int n, uint8_t* dst);
+using StorePlanar32OpsFn = void (*)(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
+                                    const LevelOps& ops, uint32_t* row, size_t plane);
 
 struct Kernels {
   HorizontalFn horizontal = HorizontalScalar;
@@ -98,6 +101,9 @@ struct Kernels {
   // CHW write-outs for this CPU; null: WriteRow's.
   StorePlanar32Fn store_planar32 = nullptr;
   StorePlanar8Fn store_planar8 = nullptr;
+  StorePlanar32OpsFn store_planar32_ops = nullptr;  // float32 values computed, not looked up
+  // The copying horizontal pass for steps of 1 and -1 (a prefix); null: pixel by pixel.
+  CopyRgbxFn copy_rgbx = nullptr;
   bool pair_weights = false;  // horizontal takes PairWeights' layout
 };
 
@@ -109,6 +115,8 @@ Kernels BestKernels() {
     k.vertical = resample_internal::VerticalAvx2;
     k.store_planar32 = resample_internal::StorePlanar32Avx2;
     k.store_planar8 = resample_internal::StorePlanar8Avx2;
+    k.copy_rgbx = resample_internal::CopyRgbxAvx2;
+    k.store_planar32_ops = resample_internal::StorePlanar32OpsAvx2;
     k.pair_weights = true;
   }
 #endif
@@ -129,24 +137,33 @@ Kernels& MutableKernels() {
 
 const Kernels& GetKernels() { return MutableKernels(); }
 
-/// Stores one row of levels through the per-channel lookup table. T is the element's bit type.
+/// Stores pixels [x0, x1) of output row y through the per-channel lookup table: those of
+/// `levels` (the row's levels from its pixel 0), or with `fill` (3 levels) that pixel each.
+/// T is the element's bit type.
 template <typename T>
-void WriteRow(const uint8_t* levels, int out_w, int out_h, int y, Layout layout,
-              const uint32_t (*lut)[256], void* dst) {
+void WriteRow(const uint8_t* levels, const uint8_t* fill, int x0, int x1, int out_w, int out_h,
+              int y, Layout layout, const uint32_t (*lut)[256], void* dst) {
   T* base = static_cast<T*>(dst);
+  const size_t step = fill != nullptr ? 0 : 3;
+  const uint8_t* first = fill != nullptr ? fill : levels + static_cast<size_t>(x0) * 3;
   if (layout == Layout::kHWC) {
     T* row = base + static_cast<size_t>(y) * out_w * 3;
-    for (int x = 0; x < out_w; ++x) {
-      row[3 * x + 0] = static_cast<T>(lut[0][levels[3 * x + 0]]);
-      row[3 * x + 1] = static_cast<T>(lut[1][levels[3 * x + 1]]);
-      row[3 * x + 2] = static_cast<T>(lut[2][levels[3 * x + 2]]);
+    const uint8_t* p = first;
+    for (int x = x0; x < x1; ++x, p += step) {
+      row[3 * x + 0] = static_cast<T>(lut[0][p[0]]);
+      row[3 * x + 1] = static_cast<T>(lut[1][p[1]]);
+      row[3 * x + 2] = static_cast<T>(lut[2][p[2]]);
     }
   } else {
     const size_t plane = static_cast<size_t>(out_h) * out_w;
     for (int c = 0; c < 3; ++c) {
       T* row = base + c * plane + static_cast<size_t>(y) * out_w;
       const uint32_t* l = lut[c];
-      for (int x = 0; x < out_w; ++x) row[x] = static_cast<T>(l[levels[3 * x + c]]);
+      if (fill != nullptr) {
+        std::fill(row + x0, row + x1, static_cast<T>(l[fill[c]]));
+      } else {
+        for (int x = x0; x < x1; ++x) row[x] = static_cast<T>(l[levels[3 * x + c]]);
+      }
     }
   }
 }
@@ -242,6 +259,7 @@ OutputFormat OutputFormat::FromPipeline(const TransformPipeline& pipeline) {
   }
   f.exact = true;
   std::copy(pipeline.values(), pipeline.values() + f.values.size(), f.values.begin());
+  f.ops = pipeline.level_ops();
   return f;
 }
 
@@ -624,7 +642,14 @@ void Resampler::HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) con
     const int step = xc_.copy_step();
     if (step != 0) {
       const uint8_t* p = src + static_cast<ptrdiff_t>(source[lo] - origin) * 4;
-      for (int x = lo; x < hi; ++x, p += step * 4) std::memcpy(dst + static_cast<size_t>(x) * 3, p, 4);
+      int x = lo;
+      const CopyRgbxFn copy = GetKernels().copy_rgbx;
+      if (copy != nullptr && (step == 1 || step == -1)) {
+        const int done = copy(p, step, hi - lo, dst + static_cast<size_t>(lo) * 3);
+        x += done;
+        p += static_cast<ptrdiff_t>(done) * step * 4;
+      }
+      for (; x < hi; ++x, p += step * 4) std::memcpy(dst + static_cast<size_t>(x) * 3, p, 4);
     } else {
       for (int x = lo; x < hi; ++x) {
         uint8_t* d = dst + static_cast<size_t>(x) * 3;
@@ -701,6 +726,22 @@ void Resampler::PrepareLut(const OutputFormat& fmt) {
       lut_identity_ = lut_[c][level] == static_cast<uint32_t>(level);
     }
   }
+  // The lanes' arithmetic is used only where it gives every level's value bit for bit: checked
+  // once per format by the kernel itself, on a row holding each level in each channel (and 8
+  // more pixels, so that none of the 256 falls in the row's looked-up tail).
+  lut_ops_ = false;
+  const StorePlanar32OpsFn ops = GetKernels().store_planar32_ops;
+  if (ops != nullptr && fmt.dtype == DType::kFloat32 && fmt.exact && fmt.ops.n >= 0) {
+    constexpr int kProbe = 256 + 8;
+    std::array<uint8_t, 3 * kProbe> probe{};
+    for (int i = 0; i < 3 * 256; ++i) probe[i] = static_cast<uint8_t>(i / 3);
+    std::array<uint32_t, 3 * kProbe> got;
+    ops(probe.data(), kProbe, lut_, fmt.ops, got.data(), kProbe);
+    lut_ops_ = true;
+    for (int c = 0; c < 3; ++c) {
+      lut_ops_ = lut_ops_ && std::memcmp(got.data() + c * kProbe, lut_[c], sizeof(lut_[c])) == 0;
+    }
+  }
 }
 
 void Resampler::Finish(const OutputFormat& fmt, void* dst) {
@@ -758,37 +799,57 @@ void Resampler::FinishVerticalFirst(const OutputFormat& fmt, bool direct, void* 
 }
 
 void Resampler::StoreRow(const uint8_t* levels, int out_w, int out_h, int y,
-                         const OutputFormat& fmt, void* dst) const {
+                         const OutputFormat& fmt, void* dst, int x0, int x1,
+                         const uint8_t* fill) const {
+  x1 = x1 < 0 ? out_w : x1;
+  if (x0 >= x1) return;
   const Kernels& kernels = GetKernels();
-  const size_t first = static_cast<size_t>(y) * out_w;  // row y's first element in a plane
+  // Element x0 of row y in a plane; the kernels store pixels from levels + 3 * x0.
+  const size_t first = static_cast<size_t>(y) * out_w + static_cast<size_t>(x0);
   const size_t plane = static_cast<size_t>(out_h) * out_w;
+  const uint8_t* from = levels + static_cast<size_t>(x0) * 3;
+  const bool chw = fmt.layout == Layout::kCHW && fill == nullptr;
   switch (fmt.dtype) {
     case DType::kUint8:
-      if (kernels.store_planar8 != nullptr && lut_identity_ && fmt.layout == Layout::kCHW) {
-        kernels.store_planar8(levels, out_w, static_cast<uint8_t*>(dst) + first, plane);
+      if (kernels.store_planar8 != nullptr && lut_identity_ && chw) {
+        kernels.store_planar8(from, x1 - x0, static_cast<uint8_t*>(dst) + first, plane);
       } else {
-        WriteRow<uint8_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+        WriteRow<uint8_t>(levels, fill, x0, x1, out_w, out_h, y, fmt.layout, lut_, dst);
       }
       break;
     case DType::kFloat32:
-      if (kernels.store_planar32 != nullptr && fmt.layout == Layout::kCHW) {
-        kernels.store_planar32(levels, out_w, lut_, static_cast<uint32_t*>(dst) + first, plane);
+      if (kernels.store_planar32_ops != nullptr && lut_ops_ && chw) {
+        kernels.store_planar32_ops(from, x1 - x0, lut_, lut_fmt_.ops,
+                                   static_cast<uint32_t*>(dst) + first, plane);
+      } else if (kernels.store_planar32 != nullptr && chw) {
+        kernels.store_planar32(from, x1 - x0, lut_, static_cast<uint32_t*>(dst) + first, plane);
       } else {
-        WriteRow<uint32_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+        WriteRow<uint32_t>(levels, fill, x0, x1, out_w, out_h, y, fmt.layout, lut_, dst);
       }
       break;
     case DType::kFloat16:
     case DType::kBFloat16:
-      WriteRow<uint16_t>(levels, out_w, out_h, y, fmt.layout, lut_, dst);
+      WriteRow<uint16_t>(levels, fill, x0, x1, out_w, out_h, y, fmt.layout, lut_, dst);
       break;
   }
 }
 
 void Resampler::WriteImage(const uint8_t* rgb, size_t stride, int width, int height,
-                           const OutputFormat& fmt, void* dst) {
+                           const OutputFormat& fmt, void* dst, const Frame* frame) {
   PrepareLut(fmt);
   for (int y = 0; y < height; ++y) {
-    StoreRow(rgb + static_cast<size_t>(y) * stride, width, height, y, fmt, dst);
+    const uint8_t* row = rgb + static_cast<size_t>(y) * stride;
+    if (frame == nullptr) {
+      StoreRow(row, width, height, y, fmt, dst);
+      continue;
+    }
+    // Outside the shown rectangle every pixel is the frame's fill: stored without reading.
+    const bool shown = y >= frame->shown[1] && y < frame->shown[3];
+    const int x0 = shown ? std::clamp(frame->shown[0], 0, width) : width;
+    const int x1 = shown ? std::clamp(frame->shown[2], x0, width) : width;
+    StoreRow(row, width, height, y, fmt, dst, 0, x0, frame->fill);
+    StoreRow(row, width, height, y, fmt, dst, x0, x1);
+    StoreRow(row, width, height, y, fmt, dst, x1, width, frame->fill);
   }
 }
 

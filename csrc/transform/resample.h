@@ -34,6 +34,10 @@ struct OutputFormat {
   float bias[3] = {0.f, 0.f, 0.f};
   bool exact = false;  ///< Use `values` (a pipeline's TransformPipeline::values()).
   std::array<float, 3 * 256> values{};
+  /// With `exact`: the operations that make `values` (TransformPipeline::level_ops()); a SIMD
+  /// write-out computes them instead of looking each level up, once it has checked that they
+  /// give every level's value.
+  LevelOps ops;
 
   /// The format a pipeline writes.
   static OutputFormat FromPipeline(const TransformPipeline& pipeline);
@@ -185,10 +189,18 @@ class Resampler {
   /// added first.
   void Finish(const OutputFormat& fmt, void* dst);
 
+  /// The pixels of an image outside one rectangle, all of one colour (a fused padding's fill).
+  struct Frame {
+    int shown[4];     // x0, y0, x1, y1: the rectangle, [x0, x1) x [y0, y1)
+    uint8_t fill[3];  // the levels of every pixel outside it
+  };
+
   /// Writes a packed RGB image of levels (width x height, rows `stride` bytes apart) to `dst`
-  /// in fmt's dtype and layout, as Finish writes the resampled output.
+  /// in fmt's dtype and layout, as Finish writes the resampled output. With `frame`, the
+  /// pixels outside its rectangle are stored as its fill without being read (the caller
+  /// vouches that they are that fill).
   void WriteImage(const uint8_t* rgb, size_t stride, int width, int height,
-                  const OutputFormat& fmt, void* dst);
+                  const OutputFormat& fmt, void* dst, const Frame* frame = nullptr);
 
   /// Adds every needed row of an image already in memory (after Prepare): packed RGB
   /// (bytes_per_pixel 3) or RGBX (4), rows `stride` bytes apart, starting at column 0.
@@ -198,6 +210,10 @@ class Resampler {
   /// vertical_first() every used source pixel as RGBX), without allocating them: what the
   /// decode memory budget (memory/decode_budget.h) charges before a large image is decoded.
   static uint64_t IntermediateBytes(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h);
+
+  /// Whether the last float32 write-out computed its values in SIMD lanes (the format's
+  /// operations, checked to give every level's value) rather than looking them up.
+  bool computes_values() const { return lut_ops_; }
 
   /// Bytes this resampler keeps between images (its grow-only buffers), and their release.
   uint64_t RetainedBytes() const;
@@ -210,9 +226,10 @@ class Resampler {
 
  private:
   void PrepareLut(const OutputFormat& fmt);
-  // Row y of levels (out_w RGB) through the lookup table into dst's dtype and layout.
+  // Pixels [x0, x1) (x1 < 0: to out_w) of row y of levels (out_w RGB, from pixel 0) through
+  // the lookup table into dst's dtype and layout; with `fill`, that pixel in each of them.
   void StoreRow(const uint8_t* levels, int out_w, int out_h, int y, const OutputFormat& fmt,
-                void* dst) const;
+                void* dst, int x0 = 0, int x1 = -1, const uint8_t* fill = nullptr) const;
 
   // The horizontal pass of one RGBX row whose first pixel is source column `origin`, by the
   // kernel this CPU runs (a copy when the axis copies()). May store 4 bytes past the row.
@@ -241,6 +258,7 @@ class Resampler {
   alignas(64) uint32_t lut_[3][256] = {};
   bool lut_valid_ = false;
   bool lut_identity_ = false;  // uint8 output whose levels are stored unchanged
+  bool lut_ops_ = false;  // float32 values computed by lut_fmt_.ops in lanes (checked equal)
   OutputFormat lut_fmt_;
 };
 

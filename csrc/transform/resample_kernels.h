@@ -58,8 +58,19 @@ void VerticalAvx2(const uint8_t* rows, size_t stride, int n, const int32_t* k, i
 void StorePlanar32Avx2(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
                        uint32_t* row, size_t plane);
 
+/// StorePlanar32Avx2's job for float32 values that `ops` computes from each level: 8 levels
+/// converted and computed in lanes, the row's last few looked up in `lut`.
+void StorePlanar32OpsAvx2(const uint8_t* levels, int out_w, const uint32_t (*lut)[256],
+                          const LevelOps& ops, uint32_t* row, size_t plane);
+
 /// One row of levels (out_w RGB) into three uint8 planes as they are.
 void StorePlanar8Avx2(const uint8_t* levels, int out_w, uint8_t* row, size_t plane);
+
+/// The copying horizontal pass's job for a step of 1 or -1: RGB pixel i of `dst` is the RGBX
+/// pixel at src + 4 * i * step, four pixels a shuffle. Copies a prefix of the n pixels, never
+/// writing past byte 3 * n of `dst` nor reading a pixel outside the n, and returns its length
+/// (the caller copies the rest).
+int CopyRgbxAvx2(const uint8_t* src, int step, int n, uint8_t* dst);
 #endif
 
 #if defined(__aarch64__)

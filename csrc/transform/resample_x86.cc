@@ -26,6 +26,28 @@ bool CpuHasAvx2() {
   return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & bit_AVX2);
 }
 
+__attribute__((target("avx2"))) int CopyRgbxAvx2(const uint8_t* src, int step, int n,
+                                                 uint8_t* dst) {
+  // Pixels i..i+3 in 16 bytes; the store's last 4 bytes land on pixels i+4 and i+5, which the
+  // next store (or the caller's copy of the rest) writes again: so a store needs i + 6 <= n.
+  const __m128i forward = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m128i backward = _mm_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1);
+  int i = 0;
+  if (step == 1) {
+    for (; i + 6 <= n; i += 4) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4 * i));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * i), _mm_shuffle_epi8(v, forward));
+    }
+  } else if (step == -1) {
+    for (; i + 6 <= n; i += 4) {
+      // Pixels i+3 .. i in memory order, 16 bytes from the pixel of i+3.
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src - 4 * (i + 3)));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * i), _mm_shuffle_epi8(v, backward));
+    }
+  }
+  return i;
+}
+
 /// One row of levels (out_w RGB) into three uint8 planes as they are (WriteRow's CHW layout
 /// through an identity lookup table; plane c's row starts at row + c * plane), 16 pixels (48
 /// bytes, three 16-byte loads) at a time: each plane's 16 bytes are three byte shuffles, one
@@ -96,6 +118,40 @@ __attribute__((target("avx2"))) void StorePlanar32Avx2(const uint8_t* levels, in
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + x), _mm256_i32gather_epi32(l, index, 4));
     }
     for (; x < out_w; ++x) out[x] = static_cast<uint32_t>(l[levels[3 * x + c]]);
+  }
+}
+
+__attribute__((target("avx2"))) void StorePlanar32OpsAvx2(const uint8_t* levels, int out_w,
+                                                          const uint32_t (*lut)[256],
+                                                          const LevelOps& ops, uint32_t* row,
+                                                          size_t plane) {
+  // The byte picks of StorePlanar32Avx2; each operation its own instruction (no FMA in this
+  // target), as torch runs each step over the tensor.
+  const __m128i first = _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const __m128i second =
+      _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+  const size_t bytes = static_cast<size_t>(out_w) * 3;
+  for (int c = 0; c < 3; ++c) {
+    __m256 k[LevelOps::kMax];
+    for (int i = 0; i < ops.n; ++i) k[i] = _mm256_set1_ps(ops.k[i][c]);
+    uint32_t* out = row + c * plane;
+    int x = 0;
+    for (; static_cast<size_t>(3 * x + c + 24) <= bytes; x += 8) {
+      const uint8_t* p = levels + 3 * x + c;
+      const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));
+      __m256 v = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+          _mm_or_si128(_mm_shuffle_epi8(a, first), _mm_shuffle_epi8(b, second))));
+      for (int i = 0; i < ops.n; ++i) {
+        switch (ops.op[i]) {
+          case '*': v = _mm256_mul_ps(v, k[i]); break;
+          case '/': v = _mm256_div_ps(v, k[i]); break;
+          default: v = _mm256_sub_ps(v, k[i]); break;
+        }
+      }
+      _mm256_storeu_ps(reinterpret_cast<float*>(out + x), v);
+    }
+    for (; x < out_w; ++x) out[x] = lut[c][levels[3 * x + c]];
   }
 }
 
