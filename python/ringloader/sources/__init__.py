@@ -22,5 +22,6 @@ Source (core._source) read natively or on torch's path. It imports from ``core``
 * ``_joint``: a ``Joint`` natively: its v2 transform split, boxes and keypoints moved by the recorded geometry.
 * ``_integer_boxes``: a ``Joint``'s integer boxes natively: v2's box kernels replayed step by step with the row's draws.
 * ``_joint_tail``: a ``Joint``'s per-pixel steps after its tensor conversion, run by v2 on the natively rendered image.
+* ``_sanitize``: a ``Joint`` row's ``SanitizeBoundingBoxes``: v2's forward, the boxes to keep found in numpy by torch's rules.
 * ``_remote_shards``: ``RemoteShards``, a WebDataset's remote shards: kept indexes, epoch downloads, range reads, ETags.
 """

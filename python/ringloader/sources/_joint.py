@@ -51,6 +51,7 @@ from ..transforms import _detection
 from .. import transforms as T  # noqa: F401 (_detection: converters it registers)
 from . import _integer_boxes
 from . import _joint_tail
+from . import _sanitize
 from ._joint_tail import _NO_DTYPE, image_dtype as _image_dtype
 from .references import _CONVERSIONS, _TENSOR_ONLY, Spread, first_plain, rebuild, runnable
 
@@ -549,12 +550,9 @@ def _run(step: Any, structure: Any) -> Any:
     """v2's ``step`` applied to a row's structure."""
     kernel = getattr(step, "transform", None)
     if type(step).__name__ == "SanitizeBoundingBoxes":
-        import torch
-
-        # v2's own step; its arithmetic on the boxes without tv_tensors' per-operation
-        # dispatch (the boxes it keeps are wrapped again by the step itself): a third faster.
-        with torch._C.DisableTorchFunctionSubclass():
-            return step(structure)
+        # v2's own step without tv_tensors' per-operation dispatch (the boxes it keeps are
+        # wrapped again by the step itself), its mask in numpy where that follows torch.
+        return _sanitize.sanitize(step, structure)
     if type(step).__name__ not in _PER_LEAF or not callable(kernel):
         return step(structure)
     types = step._transformed_types

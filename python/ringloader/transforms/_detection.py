@@ -408,17 +408,7 @@ def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
         # after another, as many calls of two would): 2 a trial, 2 more for its offset.
         state = gen.get_state()
         u = torch.rand(4 * step.trials, generator=gen).numpy()
-        scaled = lo + span * u
-        used, found = 0, []
-        for _ in range(step.trials):
-            new_w, new_h = int(f32(orig_w) * scaled[used]), int(f32(orig_h) * scaled[used + 1])
-            used += 2
-            if not (step.min_aspect_ratio <= new_w / new_h <= step.max_aspect_ratio):
-                continue
-            left, top = int(f32(orig_w - new_w) * u[used]), int(f32(orig_h - new_h) * u[used + 1])
-            used += 2
-            if new_w and new_h:  # left == right or top == bottom: rejected
-                found.append((left, top, new_w, new_h))
+        found, used = _trials(step, u, lo + span * u, orig_w, orig_h)
         hit = _first_crop(found, xyxy, cx, cy, area, dt, fdt, min_overlap)
         if hit is not None:
             (left, top, new_w, new_h), within = hit
@@ -428,15 +418,47 @@ def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
         torch.rand(used, generator=gen)
 
 
-def _first_crop(found: List[Tuple[int, int, int, int]], xyxy: Any, cx: Any, cy: Any, area: Any,
+def _trials(step: Any, u: Any, scaled: Any, orig_w: int, orig_h: int) -> Tuple[Any, int]:
+    """A round of v2's RandomIoUCrop trials on the uniforms ``u`` (float32; ``scaled``: the
+    step's scale of each): the candidate crops that pass its aspect and zero-size checks
+    ((k, 4) int64: left, top, width, height, in trial order) and how many uniforms the round
+    used. A trial takes two uniforms for its size, two more for its offset when its aspect
+    passes, so where each starts depends on the ones before: the sizes of every even position
+    are computed at once (float32 products truncated, as ``int()`` of torch's), the walk over
+    them is plain Python, then the offsets of the passing ones at once."""
+    f32 = np.float32
+    widths = (f32(orig_w) * scaled[0::2]).astype(np.int64)  # a trial starting at 2q: q
+    heights = (f32(orig_h) * scaled[1::2]).astype(np.int64)
+    with np.errstate(all="ignore"):  # a zero height raises below, as Python's division does
+        ratio = widths / heights  # int64 / int64: float64, as Python's int division
+    ok = ((step.min_aspect_ratio <= ratio) & (ratio <= step.max_aspect_ratio)).tolist()
+    zero = (heights == 0).tolist()
+    q, passed = 0, []
+    for _ in range(step.trials):
+        if zero[q]:
+            raise ZeroDivisionError("division by zero")
+        if ok[q]:
+            passed.append(q)
+            q += 2
+        else:
+            q += 1
+    at = np.array(passed, dtype=np.int64)
+    w, h = widths[at], heights[at]
+    left = ((orig_w - w).astype(f32) * u[2 * at + 2]).astype(np.int64)
+    top = ((orig_h - h).astype(f32) * u[2 * at + 3]).astype(np.int64)
+    keep = (w != 0) & (h != 0)  # left == right or top == bottom: rejected
+    return np.stack([left, top, w, h], axis=1)[keep], 2 * q
+
+
+def _first_crop(found: Any, xyxy: Any, cx: Any, cy: Any, area: Any,
                 dt: Any, fdt: Any, min_overlap: float) -> Optional[Tuple[Any, Any]]:
-    """The first of the candidate crops ``found`` (left, top, width, height) that v2's
+    """The first of the candidate crops ``found`` ((k, 4) int64: left, top, width, height) that v2's
     RandomIoUCrop keeps (a box centre inside, the best IoU at least ``min_overlap``), with the
     mask of the boxes whose centre it holds, or None: every candidate checked at once, each
     value as v2 computes it for that candidate (the boxes' dtype ``dt``, centres in ``fdt``)."""
-    if not found:
+    if not len(found):
         return None
-    c = np.array(found, dtype=np.int64)
+    c = found
     left, top, right, bottom = c[:, 0], c[:, 1], c[:, 0] + c[:, 2], c[:, 1] + c[:, 3]
     col = lambda v, t: v.astype(t)[:, None]  # noqa: E731 (a candidate per row)
     within = ((cx > col(left, fdt)) & (cx < col(right, fdt)) & (cy > col(top, fdt)) &
@@ -458,7 +480,7 @@ def _first_crop(found: List[Tuple[int, int, int, int]], xyxy: Any, cx: Any, cy: 
     if not len(hits):
         return None
     j = int(hits[0])
-    return found[j], within[j].copy()
+    return tuple(int(v) for v in c[j]), within[j].copy()
 
 
 def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
