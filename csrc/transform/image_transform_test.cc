@@ -1333,6 +1333,16 @@ TEST(Resampler, ScalarAndSimdCopiesAgree) {
     ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, hwc)) << "case " << iter;
     ASSERT_TRUE(KernelsAgree<uint8_t>(rs, img, ax, ay, planes)) << "case " << iter;
     ASSERT_TRUE(KernelsAgree<float>(rs, img, ax, ay, floats)) << "case " << iter;
+    // The planes hold the levels the uint8 HWC write-out (its own path) holds.
+    std::vector<uint8_t> levels(static_cast<size_t>(w) * h * 3);
+    std::vector<float> planes_out(levels.size());
+    rs.Resample(img.pixels.data(), 131 * 3, 3, 131, 37, ax, ay, hwc, levels.data());
+    rs.Resample(img.pixels.data(), 131 * 3, 3, 131, 37, ax, ay, floats, planes_out.data());
+    for (int i = 0; i < w * h; ++i) {
+      for (int c = 0; c < 3; ++c) {
+        ASSERT_EQ(planes_out[static_cast<size_t>(c) * w * h + i], levels[3 * i + c] * floats.scale[c]);
+      }
+    }
   }
 }
 

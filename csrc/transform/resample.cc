@@ -761,6 +761,12 @@ void Resampler::Finish(const OutputFormat& fmt, void* dst) {
     uint8_t* levels = direct ? static_cast<uint8_t*>(dst) + static_cast<size_t>(y) * width
                              : levels_.data();
     const int n = bounds[2 * y + 1];
+    if (!direct && n != 0 && yc_.copies() && yc_.copy_source()[y] >= 0) {
+      // A row the vertical pass would copy is stored from the intermediate rows themselves.
+      const int32_t source = yc_.copy_source()[y] - yc_.first();
+      StoreRow(tmp_.data() + static_cast<size_t>(source) * tmp_stride_, out_w, out_h, y, fmt, dst);
+      continue;
+    }
     if (n == 0) {
       std::fill(levels, levels + width, 0);
     } else {
