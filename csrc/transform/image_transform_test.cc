@@ -1352,7 +1352,7 @@ TEST(Resampler, ScalarAndSimdCopiesAgree) {
 TEST(Resampler, FramedWriteEqualsPaintedPadding) {
   SampleRng rng(17);
   Resampler rs;
-  std::vector<OutputFormat> formats(5);
+  std::vector<OutputFormat> formats(6);
   formats[0].layout = Layout::kHWC;
   formats[1].layout = Layout::kCHW;
   formats[2].layout = formats[3].layout = Layout::kCHW;
@@ -1362,6 +1362,12 @@ TEST(Resampler, FramedWriteEqualsPaintedPadding) {
   for (OutputFormat* f : {&formats[2], &formats[3], &formats[4]}) {
     for (int c = 0; c < 3; ++c) f->scale[c] = 1.0f / (255.0f * (0.2f + 0.01f * c));
   }
+  // A pipeline's exact float32 values (computed in lanes where the CPU can), and bfloat16.
+  formats[5] = OutputFormat::FromPipeline(MustCreate(
+      {Rrc(40), ToTensor(), Normalize(kMean, kStd)}, DType::kFloat32, Layout::kCHW));
+  OutputFormat bf16 = formats[5];
+  bf16.dtype = DType::kBFloat16;
+  formats.push_back(bf16);
   for (int iter = 0; iter < 60; ++iter) {
     const int w = static_cast<int>(rng.RandInt(1, 90)), h = static_cast<int>(rng.RandInt(1, 30));
     int shown[4];
@@ -1384,7 +1390,8 @@ TEST(Resampler, FramedWriteEqualsPaintedPadding) {
       }
     }
     for (const OutputFormat& fmt : formats) {
-      const size_t bytes = painted.size() * (fmt.dtype == DType::kFloat32 ? 4 : fmt.dtype == DType::kUint8 ? 1 : 2);
+      const size_t bytes =
+          painted.size() * (fmt.dtype == DType::kFloat32 ? 4 : fmt.dtype == DType::kUint8 ? 1 : 2);
       std::vector<uint8_t> want(bytes), got(bytes, 0xA5);
       rs.WriteImage(painted.data(), static_cast<size_t>(w) * 3, w, h, fmt, want.data());
       rs.WriteImage(unread.data(), static_cast<size_t>(w) * 3, w, h, fmt, got.data(), &frame);
@@ -1409,7 +1416,8 @@ TEST(Resampler, ScalarAndSimdAgreeOnPipelineValues) {
   SampleRng rng(9);
   Resampler rs;
   for (const std::vector<TransformStep>& chain : chains) {
-    const OutputFormat f = OutputFormat::FromPipeline(MustCreate(chain, DType::kFloat32));
+    const OutputFormat f =
+        OutputFormat::FromPipeline(MustCreate(chain, DType::kFloat32, Layout::kCHW));
     ASSERT_GE(f.ops.n, 1);
     for (int iter = 0; iter < 12; ++iter) {
       const int out_w = static_cast<int>(rng.RandInt(1, 120));

@@ -694,8 +694,15 @@ void Resampler::AddRow(int y, const uint8_t* rgbx) {
   HorizontalPass(rgbx, x_origin_, dst);
 }
 
+bool Resampler::computes_values() const {
+  return lut_ops_ && lut_fmt_.layout == Layout::kCHW && GetKernels().store_planar32_ops != nullptr;
+}
+
 void Resampler::PrepareLut(const OutputFormat& fmt) {
-  if (lut_valid_ && SameFormat(fmt, lut_fmt_)) return;
+  // Kept while the format and the kernels stay (SetResampleSimdForTesting may swap them).
+  const StorePlanar32OpsFn ops = GetKernels().store_planar32_ops;
+  if (lut_valid_ && SameFormat(fmt, lut_fmt_) && (ops != nullptr) == probed_) return;
+  probed_ = ops != nullptr;
   for (int c = 0; c < 3; ++c) {
     for (int level = 0; level < 256; ++level) {
       const float v = fmt.exact ? fmt.values[static_cast<size_t>(c) * 256 + level]
@@ -730,7 +737,6 @@ void Resampler::PrepareLut(const OutputFormat& fmt) {
   // once per format by the kernel itself, on a row holding each level in each channel (and 8
   // more pixels, so that none of the 256 falls in the row's looked-up tail).
   lut_ops_ = false;
-  const StorePlanar32OpsFn ops = GetKernels().store_planar32_ops;
   if (ops != nullptr && fmt.dtype == DType::kFloat32 && fmt.exact && fmt.ops.n >= 0) {
     constexpr int kProbe = 256 + 8;
     std::array<uint8_t, 3 * kProbe> probe{};

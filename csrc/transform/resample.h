@@ -211,9 +211,10 @@ class Resampler {
   /// decode memory budget (memory/decode_budget.h) charges before a large image is decoded.
   static uint64_t IntermediateBytes(const AxisMapping& x, const AxisMapping& y, int src_w, int src_h);
 
-  /// Whether the last float32 write-out computed its values in SIMD lanes (the format's
-  /// operations, checked to give every level's value) rather than looking them up.
-  bool computes_values() const { return lut_ops_; }
+  /// Whether float32 CHW write-outs of the format last written compute their values in SIMD
+  /// lanes (the format's operations, checked to give every level's value) rather than look
+  /// them up.
+  bool computes_values() const;
 
   /// Bytes this resampler keeps between images (its grow-only buffers), and their release.
   uint64_t RetainedBytes() const;
@@ -259,6 +260,7 @@ class Resampler {
   bool lut_valid_ = false;
   bool lut_identity_ = false;  // uint8 output whose levels are stored unchanged
   bool lut_ops_ = false;  // float32 values computed by lut_fmt_.ops in lanes (checked equal)
+  bool probed_ = false;  // lut_ops_ was decided with the lanes kernel present
   OutputFormat lut_fmt_;
 };
 

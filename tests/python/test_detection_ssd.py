@@ -399,12 +399,21 @@ def test_photometric_distort_equals_v2_for_the_drawn_parameters(tmp_path):
                 Detections(None, paths).target()["boxes"]))
 
 
+#: What may follow the conversion: nothing (uint8), the preset's float scaling, and a
+#: Normalize after it (float values computed per level, the fill written without being read).
+_OUTPUTS = {"uint8": [], "float": [v2.ToDtype(torch.float32, scale=True)],
+            "normalized": [v2.ToDtype(torch.float32, scale=True),
+                           v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]}
+
+
+@pytest.mark.parametrize("output", list(_OUTPUTS))
 @pytest.mark.parametrize("fill", [MEAN, 0])
-def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path, fill):
+def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path, fill, output):
     """The ssd preset's first two steps and its flip natively (the distort runs after the
     zoom-out, on the pixels that show the photo): for the loader's drawn offset and one of the
     distort's draws, v2 gives the same image (max |diff| 0: the fill, the mean or zeros, left
-    undistorted, and the contrast takes the photo's mean) and boxes (within 1e-4 px)."""
+    undistorted, and the contrast takes the photo's mean; uint8 or float output) and boxes
+    (within 1e-4 px)."""
     paths = _photos(tmp_path, 3, 170)
 
     def chain(padding=None, params=None):
@@ -415,7 +424,7 @@ def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path, f
         if padding is not None:
             zoom.make_params = lambda flat_inputs: {"padding": padding}
         return v2.Compose([distort, zoom, v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
-                           v2.SanitizeBoundingBoxes()])
+                           *_OUTPUTS[output], v2.SanitizeBoundingBoxes()])
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -433,7 +442,8 @@ def test_ssd_distort_and_zoom_out_equal_v2_with_the_fill_undistorted(tmp_path, f
         assert matches, (path, padding)
         _, want = chain(padding, matches[0])(photo, want_target)
         torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
-        assert image[:, 0, 0].tolist() == [int(m) for m in (MEAN if fill else (0, 0, 0))]
+        if output == "uint8":
+            assert image[:, 0, 0].tolist() == [int(m) for m in (MEAN if fill else (0, 0, 0))]
 
 
 def test_photometric_distort_draws_are_keyed_per_sample_and_epoch(tmp_path):
