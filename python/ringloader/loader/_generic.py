@@ -162,7 +162,7 @@ class GenericBackend(Backend):
         # torch validates the arguments (a video dataset whose clips batch natively: without
         # its warning of worker processes, none is made; _quiet_workers).
         with _quiet_workers(self._video is not None):
-            torch_loader = tud.DataLoader(dataset, **kwargs)
+            torch_loader = tud.DataLoader(path.stream(), **kwargs)
         self.batch_size = torch_loader.batch_size
         self.drop_last = torch_loader.drop_last
         self.sampler = torch_loader.sampler

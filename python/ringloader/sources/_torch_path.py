@@ -13,6 +13,7 @@ import warnings
 from typing import Any, List, Optional
 
 import numpy as np
+import torch.utils.data as tud
 
 from ..core._sample_keys import SampleKey, _run_seeded, tail_seed
 from ..core._source import Source, flat_targets
@@ -20,7 +21,8 @@ from ..transforms.clips import generator_for
 from ._fallback import VIDEO_REASON, FallbackWarning, _describe, warn_refused, warn_video
 from ._structures import PIL_HINT, _shape, collate_hint, odd_one
 from ._torchvision_folder import torchvision_folder
-from .references import materialize
+from .references import ImageReference, Joint, materialize
+from .video import _VideoReference
 
 
 def _wraps_image_folder(dataset: Any, depth: int = 0) -> bool:
@@ -102,6 +104,36 @@ class _VideoSamples:
             exc.add_note(f"while decoding the video references of sample {key.index} of "
                          f"{_describe(self.dataset)} (ringloader.materialize)")
             raise
+
+
+def _holds_reference(value: Any) -> bool:
+    """Whether ``value`` holds an image or video reference or an ``rl.Joint`` where
+    ``materialize`` finds them (in tuples, lists and dicts, at any depth)."""
+    if isinstance(value, (ImageReference, Joint, _VideoReference)):
+        return True
+    if isinstance(value, (tuple, list)):
+        return any(_holds_reference(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_reference(v) for v in value.values())
+    return False
+
+
+class _MaterializedStream(tud.IterableDataset):
+    """An ``IterableDataset`` for torch's loader: each sample that holds references is
+    materialised in the worker as it comes (decoded with Pillow, its transforms and clip
+    samplers drawing from torch's RNGs, as a stream of decoded samples would); any other sample
+    passes as it is. The stream itself (its sharding by ``get_worker_info()``, its length)
+    is the user's."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __iter__(self) -> Any:
+        for sample in self.dataset:
+            yield materialize(sample) if _holds_reference(sample) else sample
+
+    def __len__(self) -> int:
+        return len(self.dataset)  # a TypeError naming the user's class where it has none
 
 
 class _Tagged:
@@ -189,6 +221,13 @@ class TorchPath:
     def why(self) -> str:
         """Why torch's path, in one clause (the error about native-only arguments says it)."""
         return VIDEO_REASON if self.video else self._generic_reason
+
+    def stream(self) -> Any:
+        """What torch's loader iterates for an ``IterableDataset``: its samples' references
+        materialised (``_MaterializedStream``); any other Dataset as it is."""
+        if isinstance(self.dataset, tud.IterableDataset):
+            return _MaterializedStream(self.dataset)
+        return self.dataset
 
     def samples(self, source: Any, collate_fn: Any) -> tuple:
         """(the Dataset torch's loader reads for planned batches, its collate_fn): the video

@@ -110,8 +110,15 @@ class ImageReference:
         raise NotImplementedError
 
     def _decode(self) -> Any:
-        """The image as Pillow decodes it in this reference's mode (not yet transformed)."""
-        image = self._open()
+        """The image as Pillow decodes it in this reference's mode (not yet transformed); an
+        error Pillow raises names the reference (a missing file keeps its FileNotFoundError,
+        which names the path)."""
+        try:
+            image = self._open()
+        except FileNotFoundError:
+            raise
+        except OSError as exc:  # a header Pillow cannot read: "Truncated File Read", say
+            raise type(exc)(f"{self.describe()}: {exc}") from exc
         try:
             if self.mode == "mask":
                 image.load()
