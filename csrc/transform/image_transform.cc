@@ -267,45 +267,37 @@ absl::Status CheckOutput(const std::optional<Size2>& size, bool allow_variable_s
 
 /// Each level's value as torch computes it, one float32 operation at a time (ToTensor and
 /// ConvertImageDtype divide by 255, v2's ToDtype multiplies by float(1/255); Normalize subtracts
-/// the mean, then divides by std). `volatile` keeps each rounding: no fused multiply-add.
+/// the mean, then divides by std), and those operations themselves in `ops` (n = -1 when more
+/// than LevelOps::kMax). `volatile` keeps each rounding: no fused multiply-add.
 void ComputeLevelValues(const std::vector<TransformStep>& steps, std::array<float, 3 * 256>* values,
                         LevelOps* ops) {
-  ops->n = 0;
-  const auto push = [ops](char op, const float* k) {
-    if (ops->n < 0 || ops->n == LevelOps::kMax) {
-      ops->n = -1;
-      return;
-    }
-    ops->op[ops->n] = op;
-    std::copy(k, k + 3, ops->k[ops->n]);
-    ++ops->n;
+  struct Op {
+    char op;
+    float k[3];
   };
+  std::vector<Op> chain;
   for (const TransformStep& s : steps) {
     if (const ToTensorParams* t = s.get_if<ToTensorParams>()) {
-      const float by[3] = {static_cast<float>(1.0 / 255.0), static_cast<float>(1.0 / 255.0),
-                           static_cast<float>(1.0 / 255.0)};
-      const float d[3] = {255.0f, 255.0f, 255.0f};
-      t->by_reciprocal ? push('*', by) : push('/', d);
+      const float k = t->by_reciprocal ? static_cast<float>(1.0 / 255.0) : 255.0f;
+      chain.push_back({t->by_reciprocal ? '*' : '/', {k, k, k}});
     } else if (const NormalizeParams* n = s.get_if<NormalizeParams>()) {
-      const float mean[3] = {n->mean[0], n->mean[1], n->mean[2]};
-      const float std[3] = {n->std[0], n->std[1], n->std[2]};
-      push('-', mean);
-      push('/', std);
+      chain.push_back({'-', {n->mean[0], n->mean[1], n->mean[2]}});
+      chain.push_back({'/', {n->std[0], n->std[1], n->std[2]}});
     }
   }
   for (int c = 0; c < 3; ++c) {
     for (int level = 0; level < 256; ++level) {
       volatile float x = static_cast<float>(level);
-      for (const TransformStep& s : steps) {
-        if (const ToTensorParams* t = s.get_if<ToTensorParams>()) {
-          x = t->by_reciprocal ? x * static_cast<float>(1.0 / 255.0) : x / 255.0f;
-        } else if (const NormalizeParams* n = s.get_if<NormalizeParams>()) {
-          x = x - n->mean[c];
-          x = x / n->std[c];
-        }
+      for (const Op& o : chain) {
+        x = o.op == '*' ? x * o.k[c] : o.op == '/' ? x / o.k[c] : x - o.k[c];
       }
       (*values)[static_cast<size_t>(c) * 256 + level] = x;
     }
+  }
+  ops->n = chain.size() <= static_cast<size_t>(LevelOps::kMax) ? static_cast<int>(chain.size()) : -1;
+  for (int i = 0; i < ops->n; ++i) {
+    ops->op[i] = chain[i].op;
+    std::copy(chain[i].k, chain[i].k + 3, ops->k[i]);
   }
 }
 

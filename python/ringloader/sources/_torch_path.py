@@ -21,7 +21,7 @@ from ..transforms.clips import generator_for
 from ._fallback import VIDEO_REASON, FallbackWarning, _describe, warn_refused, warn_video
 from ._structures import PIL_HINT, _shape, collate_hint, odd_one
 from ._torchvision_folder import torchvision_folder
-from .references import ImageReference, Joint, materialize
+from .references import ImageReference, Joint, _flat, materialize
 from .video import _VideoReference
 
 
@@ -109,13 +109,7 @@ class _VideoSamples:
 def _holds_reference(value: Any) -> bool:
     """Whether ``value`` holds an image or video reference or an ``rl.Joint`` where
     ``materialize`` finds them (in tuples, lists and dicts, at any depth)."""
-    if isinstance(value, (ImageReference, Joint, _VideoReference)):
-        return True
-    if isinstance(value, (tuple, list)):
-        return any(_holds_reference(v) for v in value)
-    if isinstance(value, dict):
-        return any(_holds_reference(v) for v in value.values())
-    return False
+    return any(isinstance(leaf, (ImageReference, Joint, _VideoReference)) for leaf in _flat(value))
 
 
 class _MaterializedStream(tud.IterableDataset):
