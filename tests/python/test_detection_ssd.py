@@ -467,8 +467,8 @@ def test_photometric_distort_after_a_tensor_conversion_runs_v2_on_the_native_ten
     """After PILToTensor v2 runs the distort with torch's tensor kernels (not Pillow's): natively
     v2's own step runs on the decoded tensor, its draws seeded per row; each row equals v2's
     distort of the PIL photo's tensor with torch's generator seeded as that row's (max |diff|
-    0), boxes and labels unchanged. A geometric step after it (the ssd preset's zoom-out on
-    the tensor backend) keeps torch's path, named."""
+    0), boxes and labels unchanged (with the zoom-out after it, the tensor backends of the ssd
+    preset: test_detection_ssd_tensor.py)."""
     from ringloader.sources import _joint_tail
 
     paths = _photos(tmp_path, 3, 190)
@@ -494,13 +494,6 @@ def test_photometric_distort_after_a_tensor_conversion_runs_v2_on_the_native_ten
         assert type(image) is torch.Tensor and float((image.double() - want.double()).abs().max()) == 0
         assert torch.equal(target["boxes"], Detections(t, paths).target()["boxes"])
         assert torch.equal(target["labels"], torch.tensor([1, 2]))
-    t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort(), v2.RandomZoomOut()])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
-    assert not loader.native
-    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
-    assert told and "RandomPhotometricDistort" in told[0] and "before padding" in told[0], told
 
 
 def test_a_fill_beside_a_zoom_out_is_named_by_the_native_rule(tmp_path):

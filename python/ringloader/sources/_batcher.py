@@ -119,11 +119,13 @@ class Batcher:
                          for row, s in enumerate(structures)]
             structures = [_resolve_joints(s, records, row) for row, s in enumerate(structures)]
         views = self._split(images, views, native)
-        if self._joints:  # a RandomIoUCrop's crops, drawn by _resolve_joints: slices of the views
+        if self._joints:
             hwc = self._nhwc and not self._channels_last
-            views, structures = _detection.take_crops(views, structures, hwc, rebuild)
-            if tails is not None:  # then the image's per-pixel steps: v2 on the rendered rows
+            if tails is not None:  # the image's per-pixel steps: v2 on the rendered canvases
                 views = _joint_tail.run_tails(views, tails, hwc)
+            # Then a RandomIoUCrop's crops, drawn by _resolve_joints: slices of the views (the
+            # steps v2 runs after the crop are flips and per-pixel ones, which commute with it).
+            views, structures = _detection.take_crops(views, structures, hwc, rebuild)
         del images
         try:
             if collate_fn is not None:

@@ -202,9 +202,12 @@ def _mask_dtype(step: Any) -> Any:
 
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
-    parts, iou, why = _detection.split_iou_crop(T._flatten(runnable(transform)), _GEOMETRIC)
+    flat = T._flatten(runnable(transform))
+    parts, iou, why = _detection.split_iou_crop(flat, _GEOMETRIC)
     if why:
         return why
+    # Where the RandomIoUCrop was: box steps after it follow the geometry (it moves boxes).
+    iou_at = next((i for i, p in enumerate(flat) if p is iou), len(flat))
     parts = _detection.distort_after_padding(parts)
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
@@ -235,8 +238,11 @@ def _plan(transform: Any) -> Any:
     for i, step in enumerate(parts):
         name = type(step).__name__
         where = T._step_name(step)
+        geometric_seen |= i >= iou_at
+        moved_later = i < iou_at < len(flat) or any(type(p).__name__ in moves
+                                                     for p in parts[i + 1:])
         if name in _BOXES_ONLY:
-            if geometric_seen and any(type(p).__name__ in moves for p in parts[i + 1:]):
+            if geometric_seen and moved_later:
                 return (f"{where} sits between geometric steps (natively it runs before or after "
                         "them)")
             (after if geometric_seen else before).append(step)
@@ -244,7 +250,7 @@ def _plan(transform: Any) -> Any:
         if name == "ToPureTensor":
             # Unwraps every leaf: the image (JointPlan.pure) and, run on the row's structure,
             # the boxes; before a geometric step it would leave v2 no boxes to move.
-            if any(type(p).__name__ in moves for p in parts[i + 1:]):
+            if moved_later:
                 return f"{where} comes before a geometric step"
             if kind == "pil":
                 return (f"{where} comes before the chain's tensor conversion (v2 passes the PIL "

@@ -40,6 +40,10 @@ _COLOURS = {"ColorJitter", "Grayscale", "RandomGrayscale", "GaussianBlur", "Rand
             "RandomInvert", "RandomPhotometricDistort"}
 #: Steps that change the image's pixel values or dtype and nothing else it holds.
 _PIXELS = _COLOURS | {"ToDtype", "ConvertImageDtype", "Normalize"}
+#: The steps a distort moved after the padding may follow in v2's chain, for v2's image there
+#: to be the converted photo as decoded: the conversions and the box-only steps.
+_REGION_AFTER = {"ToImage", "PILToTensor", "ConvertBoundingBoxFormat", "ClampBoundingBoxes",
+                 "SanitizeBoundingBoxes", "ClampKeyPoints"}
 
 
 _NO_DTYPE = object()
@@ -133,17 +137,21 @@ def tail_of(image: List[Any], split: Any, iou: Any) -> Tuple[Optional[int], str]
             kind = "image" if name == "ToImage" else "plain"
     if split.tail_input == "pil" or kind == "pil":
         return None, "before the chain's tensor conversion (Pillow's image)"
-    if iou is not None:
-        return None, "with a RandomIoUCrop in the chain (a crop drawn against the boxes)"
     odd = [t for t in image[start:] if type(t).__name__ not in _PIXELS and not colour_apply(t)]
     if odd:
         return None, f"{T._step_name(odd[0])} follows it (not a per-pixel step)"
-    # _detection.distort_after_padding moved it after padding (v2 distorts the image before it
-    # is padded: the fill stays as it is); moved after flips only, it gives v2's result.
-    moved = [t for t in image[start:] if getattr(t, "_before_padding", False)]
-    if moved:
-        return None, (f"v2.{type(moved[0]).__name__} comes before padding or flips (v2 distorts "
-                      "the image before they move it; natively only Pillow's numerics do so)")
+    # With a RandomIoUCrop the tail runs on the canvas before it is cropped (_run_parts): only
+    # flips and per-pixel steps follow the crop (_detection.split_iou_crop), so these steps came
+    # before it. _detection.distort_after_padding moved a RandomPhotometricDistort after the
+    # padding and flips (v2 distorts the photo before they move it: the fill stays as it is);
+    # it runs on the pixels showing the photo (_region), v2's image at the distort when nothing
+    # but the pads and flips it was moved over came before it.
+    for t in image[start:]:
+        before = [n for n in getattr(t, "_after_steps", ()) if n not in _REGION_AFTER]
+        if getattr(t, "_before_padding", False) and before:
+            return None, (f"v2.{type(t).__name__} comes before padding or flips and after "
+                          f"v2.{before[0]} (on a tensor v2 distorts that step's output before "
+                          "padding it; natively only Pillow's numerics do so)")
     return start, kind
 
 
@@ -188,20 +196,95 @@ def _channels_last(plan: Any, width: int, height: int) -> bool:
     return found[1]
 
 
-def _run_one(plan: Any, image: Any, g: Any, hwc: bool) -> Any:
+def _held(plan: Any, chw: Any, g: Any, kind_of: Any = None) -> Any:
+    """``chw`` as a tensor of its own, laid out as v2 holds the image at the tail
+    (:func:`_channels_last`; ``kind_of``: True or False to say it), wrapped as v2 holds it."""
     import torch
     from torchvision import tv_tensors
+
+    last = _channels_last(plan, int(g[0]), int(g[1])) if kind_of is None else kind_of
+    if last:
+        chw = chw.permute(1, 2, 0).clone(memory_format=torch.contiguous_format).permute(2, 0, 1)
+    else:
+        chw = chw.clone(memory_format=torch.contiguous_format)
+    return chw.as_subclass(tv_tensors.Image) if plan.tail_kind == "image" else chw
+
+
+def _segments(plan: Any) -> List[Tuple[Any, bool]]:
+    """The tail's steps in runs: (a v2 Compose, whether it distorts only the photo's pixels: a
+    RandomPhotometricDistort moved after the padding, ``_detection.distort_after_padding``)."""
+    found = _SEGMENTS.get(id(plan.tail))
+    if found is None or found[0] is not plan.tail:
+        runs: List[Tuple[List[Any], bool]] = []
+        for step in plan.tail.transforms:
+            region = bool(getattr(step, "_before_padding", False))
+            if runs and runs[-1][1] == region:
+                runs[-1][0].append(step)
+            else:
+                runs.append(([step], region))
+        if len(_SEGMENTS) >= _LAYOUTS_KEPT:
+            _SEGMENTS.clear()
+        found = _SEGMENTS[id(plan.tail)] = (plan.tail, [(v2_compose(r), on) for r, on in runs])
+    return found[1]
+
+
+_SEGMENTS: Dict[int, Tuple[Any, List[Tuple[Any, bool]]]] = {}
+
+
+def _flips(t: Any, g: Any) -> Any:
+    """``t`` ([C, H, W]) with the flips of the record ``g`` undone (or done: each its inverse)."""
+    dims = [d for d, on in ((-1, g[8]), (-2, g[9])) if on]
+    return t.flip(dims) if dims else t
+
+
+def _region(g: Any) -> Tuple[int, int, int, int]:
+    """Where the photo lies on the unflipped canvas of the record ``g`` (top, left, height,
+    width): the chain before the distort only padded it (``tail_of``), so the crop rectangle
+    reaches outside the source by the padding, at scale 1."""
+    left, top, right, bottom, out_w, out_h = (float(v) for v in g[2:8])
+    if (right - left, bottom - top) != (out_w, out_h) or not (left.is_integer()
+                                                              and top.is_integer()):
+        raise RuntimeError("ringloader: a distort moved after the padding found a resampled "
+                           f"canvas (record {list(g[:8])}); please report this")
+    return int(-top), int(-left), int(g[1]), int(g[0])
+
+
+def _run_parts(plan: Any, chw: Any, g: Any) -> Any:
+    """The tail on the canvas ``chw`` in runs (:func:`_segments`): a distort moved after the
+    padding on the photo's pixels, unflipped, as v2 held the converted photo (channels last);
+    the others on the whole canvas, unflipped where a RandomIoUCrop comes later (v2 runs them
+    before its crop and the flips after it)."""
+    import torch
+
+    unflipped = False  # the canvas as rendered, the record's flips done
+    out = chw
+    for i, (steps, region) in enumerate(_segments(plan)):
+        seed = _C.mix64((_tail_seed(g) + i) & _MASK64)
+        need = region or plan.iou is not None
+        if need != unflipped:
+            out, unflipped = _flips(out, g), need
+        if region:
+            top, left, height, width = _region(g)
+            if out is chw:
+                out = chw.clone()
+            photo = out[:, top:top + height, left:left + width]
+            photo.copy_(_run_seeded(steps, _held(plan, photo, g, True), seed)
+                        .as_subclass(torch.Tensor))
+        else:
+            out = _run_seeded(steps, _held(plan, out, g), seed).as_subclass(torch.Tensor)
+    return _flips(out, g) if unflipped else out
+
+
+def _run_one(plan: Any, image: Any, g: Any, hwc: bool) -> Any:
+    import torch
 
     # A tensor of its own, laid out as v2 holds the image there (_channels_last): a row of the
     # batch starts anywhere in the slot.
     chw = image.permute(2, 0, 1) if hwc else image
-    if _channels_last(plan, int(g[0]), int(g[1])):
-        chw = chw.permute(1, 2, 0).clone(memory_format=torch.contiguous_format).permute(2, 0, 1)
+    if plan.iou is None and not any(region for _, region in _segments(plan)):
+        out = _run_seeded(plan.tail, _held(plan, chw, g), _tail_seed(g))
     else:
-        chw = chw.clone(memory_format=torch.contiguous_format)
-    if plan.tail_kind == "image":
-        chw = chw.as_subclass(tv_tensors.Image)
-    out = _run_seeded(plan.tail, chw, _tail_seed(g))
+        out = _run_parts(plan, chw, g)
     out = out.as_subclass(torch.Tensor)
     return out.permute(1, 2, 0) if hwc else out
 

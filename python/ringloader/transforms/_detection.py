@@ -78,6 +78,7 @@ def distort_after_padding(parts: List[Any]) -> List[Any]:
         if j > i + 1:
             moved = copy.copy(out[i])
             moved._before_padding = not padded
+            moved._after_steps = tuple(type(p).__name__ for p in out[:i])
             out[i:j] = out[i + 1:j] + [moved]
     return out
 
