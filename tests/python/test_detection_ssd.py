@@ -473,16 +473,19 @@ def test_photometric_distort_after_a_tensor_conversion_runs_v2_on_the_native_ten
 
     paths = _photos(tmp_path, 3, 190)
     t = v2.Compose([v2.PILToTensor(), v2.RandomPhotometricDistort(p=0.9)])
+    from ringloader.sources import _tail_pool
+
     seeds = []
-    real = _joint_tail._tail_seed
-    try:
+    real, threads = _joint_tail._tail_seed, _tail_pool._threads
+    try:  # rows one at a time: the seeds in their order
+        _tail_pool._threads = lambda: 1
         _joint_tail._tail_seed = lambda g: seeds.append(real(g)) or seeds[-1]
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             loader = rl.DataLoader(Detections(t, paths), batch_size=3, collate_fn=list)
             rows = next(iter(loader))
     finally:
-        _joint_tail._tail_seed = real
+        _joint_tail._tail_seed, _tail_pool._threads = real, threads
     assert loader.native and len(seeds) == 3
     for (image, target), path, seed in zip(rows, paths, seeds):
         with Image.open(path) as opened:

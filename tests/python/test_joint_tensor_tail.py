@@ -99,17 +99,18 @@ def test_the_tail_equals_v2_on_the_rendered_image_for_its_draws(files):
     """The native rows equal v2's colour steps applied to the rendered image of the chain
     without them, with torch's generator seeded as the loader seeds that row (max |diff| 0):
     the steps run on the pixels the geometry gave, nothing else."""
-    from ringloader.sources import _joint_tail
+    from ringloader.sources import _joint_tail, _tail_pool
 
     t = v2.Compose(GEOMETRY + COLOURS)
     plain, _ = _rows(v2.Compose(GEOMETRY), files, seed=9)
     seeds = []
-    real = _joint_tail._tail_seed
-    try:  # the seed each row's tail got: rows in index order (no shuffle)
+    real, threads = _joint_tail._tail_seed, _tail_pool._threads
+    try:  # the seed each row's tail got: rows in index order (no shuffle), one at a time
         _joint_tail._tail_seed = lambda g: seeds.append(real(g)) or seeds[-1]
+        _tail_pool._threads = lambda: 1
         rows, _ = _rows(t, files, seed=9)
     finally:
-        _joint_tail._tail_seed = real
+        _joint_tail._tail_seed, _tail_pool._threads = real, threads
     assert len(seeds) == len(files) and len(set(seeds)) == len(files)
     colour = v2.Compose(COLOURS)
     for i, (row, base) in enumerate(zip(rows, plain)):
@@ -158,16 +159,39 @@ def test_the_default_collate_batch_and_pil_to_tensor(files):
 @pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
 def test_a_size_per_image_with_a_float_contrast_equals_v2(files, layout):
     """Resize(80) (a size per image: a tensor per sample) then ToDtype and a contrast on the
-    float image, whose mean torch sums in an order that depends on the tensor's layout: each
-    row equals v2 on the PIL photo (max |diff| 0), in either native layout."""
+    float image, whose mean torch sums in an order that depends on the tensor's layout and on
+    its intra-op thread count: each row equals v2 on the PIL photo with one thread, as torch's
+    DataLoader workers run it (max |diff| 0), in either native layout."""
+    from ringloader.core._sample_keys import one_intra_op_thread
+
     t = v2.Compose([v2.ToImage(), v2.Resize(80), v2.ToDtype(torch.float32, scale=True),
                     v2.ColorJitter(contrast=(0.6, 0.6))])
     rows, _ = _rows(t, files, seed=1, layout=layout)
     for i, row in enumerate(rows):
-        with Image.open(files[i][0]) as opened:
+        with Image.open(files[i][0]) as opened, one_intra_op_thread():
             want = t(opened.convert("RGB"))
         got = row["image"] if layout == "NCHW" else row["image"].permute(2, 0, 1)
         assert got.shape == want.shape and float((got.double() - want.double()).abs().max()) == 0
+
+
+def test_a_float_contrast_is_one_result_on_every_path_whatever_the_threads(files):
+    """The caller's torch runs 2 intra-op threads: the native rows and rl.materialize in the
+    main process still give one result (max |diff| 0), v2's steps run on one intra-op thread
+    on every path (as in torch's workers); the caller's count is kept."""
+    t = v2.Compose([v2.ToImage(), v2.Resize(80), v2.ToDtype(torch.float32, scale=True),
+                    v2.ColorJitter(contrast=(0.6, 0.6))])
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        rows, _ = _rows(t, files, seed=1)
+        assert torch.get_num_threads() == 2
+        dataset = Scenes(t, files)
+        for row in rows:
+            want = rl.materialize(dataset[row["index"]])["image"]
+            assert torch.equal(row["image"], want)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
 
 
 def test_dtype_with_a_tail_is_refused_naming_the_steps(files):

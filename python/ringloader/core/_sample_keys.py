@@ -4,9 +4,10 @@ its own (``tail_seed``), and a function run with the global RNGs seeded from it.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import numpy as np
 
@@ -69,3 +70,24 @@ def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:
                 torch.default_generator.set_state(saved[0])
                 random.setstate(saved[1])
                 np.random.set_state(saved[2])
+
+
+@contextlib.contextmanager
+def one_intra_op_thread() -> Iterator[None]:
+    """torch's kernels on one intra-op thread meanwhile, as in torch's DataLoader workers, then
+    the caller's count again. A v2 step's float reductions (a contrast's mean) sum in an order
+    that depends on that count, so a Joint's steps run so on every path (the iterating thread's
+    tail, ``materialize``, worker processes); and beside the busy decode threads torch's thread
+    team would wait for them spinning (the ssd preset's tensor backend ran 5x slower with 2 on
+    2 cores)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    if threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -23,5 +23,6 @@ Source (core._source) read natively or on torch's path. It imports from ``core``
 * ``_integer_boxes``: a ``Joint``'s integer boxes natively: v2's box kernels replayed step by step with the row's draws.
 * ``_joint_tail``: a ``Joint``'s per-pixel steps after its tensor conversion, run by v2 on the natively rendered image.
 * ``_sanitize``: a ``Joint`` row's ``SanitizeBoundingBoxes``: v2's forward, the boxes to keep found in numpy by torch's rules.
+* ``_tail_pool``: the threads a batch's ``Joint`` tails run on, their draws made ahead under the seeded generators.
 * ``_remote_shards``: ``RemoteShards``, a WebDataset's remote shards: kept indexes, epoch downloads, range reads, ETags.
 """

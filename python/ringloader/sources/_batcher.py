@@ -124,8 +124,11 @@ class Batcher:
             if tails is not None:  # the image's per-pixel steps: v2 on the rendered canvases
                 views = _joint_tail.run_tails(views, tails, hwc)
             # Then a RandomIoUCrop's crops, drawn by _resolve_joints: slices of the views (the
-            # steps v2 runs after the crop are flips and per-pixel ones, which commute with it).
+            # steps v2 runs after the crop are flips and per-pixel ones, which commute with it),
+            # and the tails' per-value steps on the pixels each crop keeps.
             views, structures = _detection.take_crops(views, structures, hwc, rebuild)
+            if tails is not None:
+                views = _joint_tail.run_tails(views, tails, hwc, after_crop=True)
         del images
         try:
             if collate_fn is not None:

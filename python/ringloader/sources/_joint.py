@@ -202,12 +202,11 @@ def _mask_dtype(step: Any) -> Any:
 
 def _plan(transform: Any) -> Any:
     """A :class:`JointPlan`, or a string saying which step keeps it off the native path."""
-    flat = T._flatten(runnable(transform))
-    parts, iou, why = _detection.split_iou_crop(flat, _GEOMETRIC)
+    parts, iou, why = _detection.split_iou_crop(flat := T._flatten(runnable(transform)),
+                                                _GEOMETRIC)
     if why:
         return why
-    # Where the RandomIoUCrop was: box steps after it follow the geometry (it moves boxes).
-    iou_at = next((i for i, p in enumerate(flat) if p is iou), len(flat))
+    iou_at = _detection.at_index(flat, iou)  # box steps after it follow it: it moves boxes
     parts = _detection.distort_after_padding(parts)
     odd = [p for p in parts if not type(p).__module__.startswith("torchvision.transforms.v2")]
     if odd:
@@ -221,30 +220,26 @@ def _plan(transform: Any) -> Any:
     from torchvision.transforms import v2
 
     image: List[Any] = []
-    before: List[Any] = []
+    before: List[Any] = []  # box steps before the geometry, and after it
     after: List[Any] = []
-    geometric_seen = False
-    cropped = False
+    geometric_seen = cropped = False
     first_value: Optional[Any] = None
     clamps = ""
     mask: List[Any] = []
     mask_refusal: Optional[str] = None
-    mask_dtype: Any = None
+    mask_dtype = turn = None  # ToDtype's dtype for masks; v2's rotation or affine step
     kind = "pil"  # what v2 holds for the image: "pil", "image" (tv_tensors.Image) or "plain"
     unwrapped = False  # after ToPureTensor: every leaf a plain tensor
     plain_step: Optional[Tuple[str, bool]] = None
-    turn: Any = None
     moves = (*_GEOMETRIC, *_detection.TURNS)  # the steps boxes follow
     for i, step in enumerate(parts):
         name = type(step).__name__
         where = T._step_name(step)
-        geometric_seen |= i >= iou_at
-        moved_later = i < iou_at < len(flat) or any(type(p).__name__ in moves
-                                                     for p in parts[i + 1:])
+        geometric_seen |= 0 <= iou_at <= i
+        moved_later = i < iou_at or any(type(p).__name__ in moves for p in parts[i + 1:])
         if name in _BOXES_ONLY:
             if geometric_seen and moved_later:
-                return (f"{where} sits between geometric steps (natively it runs before or after "
-                        "them)")
+                return f"{where} sits between geometric steps (natively before or after them)"
             (after if geometric_seen else before).append(step)
             continue
         if name == "ToPureTensor":

@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .. import _C
 from .. import transforms as T
 from ..transforms import _detection
-from ..core._sample_keys import _MASK64, _run_seeded
+from ..core._sample_keys import _MASK64, _run_seeded, one_intra_op_thread
+from ._tail_pool import drawn_run, run_all
 from .references import _flat
 
 __all__ = ["colour_apply", "image_dtype", "joint_tails", "keeps_uint8", "run_tails",
@@ -210,25 +211,42 @@ def _held(plan: Any, chw: Any, g: Any, kind_of: Any = None) -> Any:
     return chw.as_subclass(tv_tensors.Image) if plan.tail_kind == "image" else chw
 
 
-def _segments(plan: Any) -> List[Tuple[Any, bool]]:
-    """The tail's steps in runs: (a v2 Compose, whether it distorts only the photo's pixels: a
-    RandomPhotometricDistort moved after the padding, ``_detection.distort_after_padding``)."""
+#: Steps that change each value alone and draw nothing: with a RandomIoUCrop they run after
+#: the crop, on the pixels it keeps (v2 runs them there too), not on the whole canvas.
+_ELEMENTWISE = {"ToDtype", "ConvertImageDtype", "Normalize"}
+
+
+def _segments(plan: Any) -> List[Tuple[Any, str]]:
+    """The tail's steps in runs: (a v2 Compose, where it runs): "region", the photo's pixels (a
+    RandomPhotometricDistort moved after the padding, ``_detection.distort_after_padding``);
+    "canvas", the whole rendered image; "crop", the last per-value steps of a chain with a
+    RandomIoUCrop, run on the crop (:data:`_ELEMENTWISE`)."""
     found = _SEGMENTS.get(id(plan.tail))
     if found is None or found[0] is not plan.tail:
-        runs: List[Tuple[List[Any], bool]] = []
-        for step in plan.tail.transforms:
-            region = bool(getattr(step, "_before_padding", False))
-            if runs and runs[-1][1] == region:
+        steps = list(plan.tail.transforms)
+        last = len(steps)
+        while plan.iou is not None and last and type(steps[last - 1]).__name__ in _ELEMENTWISE:
+            last -= 1
+        runs: List[Tuple[List[Any], str]] = []
+        for i, step in enumerate(steps):
+            where = ("crop" if i >= last else
+                     "region" if getattr(step, "_before_padding", False) else "canvas")
+            if runs and runs[-1][1] == where:
                 runs[-1][0].append(step)
             else:
-                runs.append(([step], region))
+                runs.append(([step], where))
         if len(_SEGMENTS) >= _LAYOUTS_KEPT:
             _SEGMENTS.clear()
-        found = _SEGMENTS[id(plan.tail)] = (plan.tail, [(v2_compose(r), on) for r, on in runs])
+        found = _SEGMENTS[id(plan.tail)] = (plan.tail, [(v2_compose(r), w) for r, w in runs])
     return found[1]
 
 
-_SEGMENTS: Dict[int, Tuple[Any, List[Tuple[Any, bool]]]] = {}
+def _simple(plan: Any) -> bool:
+    """Whether the tail runs whole on the rendered image, after the geometry."""
+    return plan.iou is None and all(where == "canvas" for _, where in _segments(plan))
+
+
+_SEGMENTS: Dict[int, Tuple[Any, List[Tuple[Any, str]]]] = {}
 
 
 def _flips(t: Any, g: Any) -> Any:
@@ -249,57 +267,71 @@ def _region(g: Any) -> Tuple[int, int, int, int]:
     return int(-top), int(-left), int(g[1]), int(g[0])
 
 
-def _run_parts(plan: Any, chw: Any, g: Any) -> Any:
+def _run_parts(plan: Any, chw: Any, g: Any, after_crop: bool) -> Any:
     """The tail on the canvas ``chw`` in runs (:func:`_segments`): a distort moved after the
     padding on the photo's pixels, unflipped, as v2 held the converted photo (channels last);
     the others on the whole canvas, unflipped where a RandomIoUCrop comes later (v2 runs them
-    before its crop and the flips after it)."""
+    before its crop and the flips after it); ``after_crop``: only the runs on the crop."""
     import torch
 
     unflipped = False  # the canvas as rendered, the record's flips done
     out = chw
-    for i, (steps, region) in enumerate(_segments(plan)):
+    for i, (steps, where) in enumerate(_segments(plan)):
+        if (where == "crop") != after_crop:
+            continue
         seed = _C.mix64((_tail_seed(g) + i) & _MASK64)
-        need = region or plan.iou is not None
+        need = where == "region" or (where == "canvas" and plan.iou is not None)
         if need != unflipped:
             out, unflipped = _flips(out, g), need
-        if region:
+        if where == "region":
             top, left, height, width = _region(g)
             if out is chw:
                 out = chw.clone()
             photo = out[:, top:top + height, left:left + width]
-            photo.copy_(_run_seeded(steps, _held(plan, photo, g, True), seed)
+            photo.copy_(drawn_run(steps, _held(plan, photo, g, True), seed)
                         .as_subclass(torch.Tensor))
         else:
-            out = _run_seeded(steps, _held(plan, out, g), seed).as_subclass(torch.Tensor)
+            out = drawn_run(steps, _held(plan, out, g), seed).as_subclass(torch.Tensor)
     return _flips(out, g) if unflipped else out
 
 
-def _run_one(plan: Any, image: Any, g: Any, hwc: bool) -> Any:
+def _run_one(plan: Any, image: Any, g: Any, hwc: bool, after_crop: bool) -> Any:
     import torch
 
     # A tensor of its own, laid out as v2 holds the image there (_channels_last): a row of the
     # batch starts anywhere in the slot.
     chw = image.permute(2, 0, 1) if hwc else image
-    if plan.iou is None and not any(region for _, region in _segments(plan)):
-        out = _run_seeded(plan.tail, _held(plan, chw, g), _tail_seed(g))
+    if _simple(plan):
+        out = drawn_run(plan.tail, _held(plan, chw, g), _tail_seed(g))
     else:
-        out = _run_parts(plan, chw, g)
+        out = _run_parts(plan, chw, g, after_crop)
     out = out.as_subclass(torch.Tensor)
     return out.permute(1, 2, 0) if hwc else out
 
 
-def run_tails(views: List[Any], tails: List[List[Tuple[int, Any, Any]]], hwc: bool) -> List[Any]:
+def run_tails(views: List[Any], tails: List[List[Tuple[int, Any, Any]]], hwc: bool,
+              after_crop: bool = False) -> List[Any]:
     """A batch's views with each row's Joint tails run: ``tails[row]`` lists the (view, plan,
     geometry record) of the row's Joints that have one; a view that was one batch tensor
     becomes the list of its rows (each tail's output a tensor of its own). ``hwc``: the views
-    are [H, W, C] (v2 gets the image as [C, H, W] and its output goes back as it came)."""
+    are [H, W, C] (v2 gets the image as [C, H, W] and its output goes back as it came).
+    Called before a RandomIoUCrop's crops are taken, then with ``after_crop`` for the steps
+    that run on them (:func:`_segments`). The rows run side by side on the tail threads
+    (``_tail_pool``), torch's kernels on one intra-op thread each, as on every path
+    (``one_intra_op_thread``)."""
     views = list(views)
+    work = []
     for row, found in enumerate(tails):
         for k, plan, g in found:
+            if after_crop and (_simple(plan) or all(w != "crop" for _, w in _segments(plan))):
+                continue
             if not isinstance(views[k], list):
                 views[k] = list(views[k].unbind(0))
-            views[k][row] = _run_one(plan, views[k][row], g, hwc)
+            work.append((row, k, plan, g))
+    with one_intra_op_thread():
+        done = run_all(lambda w: _run_one(w[2], views[w[1]][w[0]], w[3], hwc, after_crop), work)
+    for (row, k, _, _), out in zip(work, done):
+        views[k][row] = out
     return views
 
 

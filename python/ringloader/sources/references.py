@@ -448,11 +448,14 @@ def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any], images: list)
 
 def _run_joint(joint: "Joint", decoded: Dict[Tuple[Any, ...], Any]) -> Any:
     """``joint`` decoded and transformed, one rule on every path (:func:`runnable`)."""
+    from ..core._sample_keys import one_intra_op_thread
+
     images: list = []
     structure = _decode_joint(joint.structure, decoded, images)
-    if not images:  # no image for a ToImage to convert (it would take a plain tensor for one)
-        return joint.transform(structure)
-    return runnable(joint.transform)(structure)
+    with one_intra_op_thread():  # as the native path runs v2's steps (its tail)
+        if not images:  # no image for a ToImage to convert (it would take a plain tensor)
+            return joint.transform(structure)
+        return runnable(joint.transform)(structure)
 
 
 #: v2 classes that turn a PIL image into a tensor: ToImage into a ``tv_tensors.Image``,

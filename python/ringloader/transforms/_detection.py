@@ -263,7 +263,8 @@ _PER_PIXEL = ("ToImage", "PILToTensor", "ToTensor", "ToPureTensor", "ToDtype",
 
 
 def split_iou_crop(parts: List[Any], geometric: Any) -> Tuple[List[Any], Any, Optional[str]]:
-    """A Joint's flattened chain without its RandomIoUCrop, that step (None without one), and
+    """A Joint's flattened chain without its RandomIoUCrop, that step (None without one; its
+    place in the chain in ``at_index``), and
     why it cannot run natively (a string naming the step) or None. ``geometric``: the class names of
     the steps fused into the native geometry. Natively the crop is a slice of the rendered
     canvas, so only flips and per-pixel steps may follow it, and no flip may precede it (the
@@ -286,6 +287,12 @@ def split_iou_crop(parts: List[Any], geometric: Any) -> Tuple[List[Any], Any, Op
                                  "the crop is a slice of the rendered image: only flips and "
                                  "per-pixel steps may follow it)")
     return parts[:at[0]] + parts[at[0] + 1:], step, None
+
+
+def at_index(parts: List[Any], iou: Any) -> int:
+    """Where ``split_iou_crop`` took the RandomIoUCrop ``iou`` from ``parts`` (its flattened
+    chain): the index of the first step after it in what it returned; -1 without one."""
+    return next((i for i, p in enumerate(parts) if p is iou), -1) if iou is not None else -1
 
 
 def unflipped(g: Any) -> Any:
