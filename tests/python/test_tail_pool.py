@@ -96,3 +96,21 @@ def test_the_callers_thread_count_is_kept():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(saved)
+
+
+def test_a_forked_child_runs_rows_on_threads_of_its_own(monkeypatch):
+    """After a fork the parent's pool threads are gone: the child starts its own."""
+    import multiprocessing
+
+    monkeypatch.setattr(_tail_pool, "_threads", lambda: 2)
+    with one_intra_op_thread():
+        assert _tail_pool.run_all(lambda i: i + 1, [1, 2]) == [2, 3]  # the parent's pool
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_in_child, ()).get(timeout=60) == [1, 4, 9]
+
+
+def _in_child():
+    _tail_pool._threads = lambda: 2
+    with one_intra_op_thread():
+        return _tail_pool.run_all(lambda i: i * i, [1, 2, 3])

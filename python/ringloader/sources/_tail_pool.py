@@ -128,6 +128,16 @@ _POOL: Optional[_Pool] = None
 _POOL_LOCK = threading.Lock()
 
 
+def _forget_pool() -> None:
+    """In a forked child: the parent's threads are not there; the child starts its own."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
 def _threads() -> int:
     try:
         cpus = len(os.sched_getaffinity(0))
