@@ -1740,7 +1740,7 @@ TEST(TransformPipelinePlan, TensorResizeOrderAndFilters) {
   xc.Compute(x, 120);
   yc.Compute(y, 360);
   EXPECT_TRUE(ResizesVerticallyFirst(x, xc, yc));
-  x.tensor_bilinear = y.tensor_bilinear = true;
+  x.tensor_taps = y.tensor_taps = true;
   xc.Compute(x, 120);
   yc.Compute(y, 360);
   EXPECT_FALSE(ResizesVerticallyFirst(x, xc, yc));
@@ -1748,13 +1748,14 @@ TEST(TransformPipelinePlan, TensorResizeOrderAndFilters) {
   on_tensor.get<ResizeParams>().tensor = true;
   EXPECT_NE(MustCreate({on_tensor}).Describe().find("Resize(50x70, tensor)"), std::string::npos)
       << MustCreate({on_tensor}).Describe();
-  TransformStep bicubic = Resize(64);
-  bicubic.get<ResizeParams>().interpolation = Interpolation::kBicubic;
-  bicubic.get<ResizeParams>().tensor = true;
+  TransformStep lanczos = Resize(64);
+  lanczos.get<ResizeParams>().interpolation = Interpolation::kLanczos;
+  lanczos.get<ResizeParams>().tensor = true;
   const absl::StatusOr<TransformPipeline> refused =
-      TransformPipeline::Create({bicubic}, DType::kUint8, Layout::kCHW);
+      TransformPipeline::Create({lanczos}, DType::kUint8, Layout::kCHW);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.status().message().find("tensor=True needs interpolation bilinear or nearest"),
+  EXPECT_NE(refused.status().message().find(
+                "tensor=True needs interpolation bilinear, bicubic or nearest"),
             std::string_view::npos)
       << refused.status();
 }

@@ -296,7 +296,8 @@ void GeometryToAxes(const SampleGeometry& g, double factor, int src_w, int src_h
   x->filter = y->filter = g.filter;
   x->tensor_nearest = y->tensor_nearest =
       g.tensor_nearest || (g.tensor && g.filter == Interpolation::kNearest);
-  x->tensor_bilinear = y->tensor_bilinear = g.tensor && g.filter == Interpolation::kBilinear;
+  x->tensor_taps = y->tensor_taps =
+      g.tensor && (g.filter == Interpolation::kBilinear || g.filter == Interpolation::kBicubic);
   // Mirrored about the decoded image's edge: exact at full scale only (a DCT-scaled image's last
   // pixel may cover part of one, where its mirror would shift the image; the output's mirror
   // stays the approximation there, as the scaled decode is one).
@@ -325,9 +326,9 @@ int AxisCoeffs::Taps(Interpolation filter, double center, int xmin, int n, int k
   return ww == 0.0 ? 0 : t1 - t0;
 }
 
-int AxisCoeffs::TensorPrecision(int in_size, int64_t resized) {
+int AxisCoeffs::TensorPrecision(int in_size, int64_t resized, Interpolation filter) {
   // torch's precision follows the largest tap of the whole resize, of which the axis shows part.
-  tensor_.Compute(in_size, static_cast<int>(resized));
+  tensor_.Compute(in_size, static_cast<int>(resized), filter == Interpolation::kBicubic);
   return static_cast<int>(tensor_.precision);
 }
 
@@ -429,7 +430,8 @@ void AxisCoeffs::Compute(const AxisMapping& given, int src_size) {
   // pixel by pixel (xo += a0) and truncated (COORD).
   double xo = in_scale * 0.5;
   int64_t next_k = 0;
-  tensor_precision_ = exact && m.tensor_bilinear && in_size > 0 ? TensorPrecision(in_size, resized) : -1;
+  tensor_precision_ =
+      exact && m.tensor_taps && in_size > 0 ? TensorPrecision(in_size, resized, m.filter) : -1;
 
   int first = src_size, last = 0;
   for (int xx = 0; xx < out; ++xx) {
@@ -579,7 +581,7 @@ bool ResizesVerticallyFirst(double in_w, double in_h, double out_w, double out_h
 }
 
 bool ResizesVerticallyFirst(const AxisMapping& x, const AxisCoeffs& xc, const AxisCoeffs& yc) {
-  return !x.tensor_bilinear &&
+  return !x.tensor_taps &&
          ResizesVerticallyFirst(xc.resize_in(), yc.resize_in(), xc.resize_out(), yc.resize_out());
 }
 

@@ -62,11 +62,12 @@ struct AxisMapping {
   /// With kNearest: torch's interpolate(mode="nearest") on a tensor (SampleGeometry::
   /// tensor_nearest): source index floor(i * (in / out)) in float, not Pillow's centre rule.
   bool tensor_nearest = false;
-  /// With kBilinear: torch's antialiased interpolate on a uint8 tensor (SampleGeometry::tensor):
+  /// With kBilinear or kBicubic: torch's antialiased interpolate on a uint8 tensor
+  /// (SampleGeometry::tensor):
   /// torch's taps (TensorAxisTaps: int16 weights at the precision the axis's largest tap
   /// allows, which scaled to kResamplePrecisionBits give the same sums) and the horizontal
   /// pass first. Needs a clip box on whole pixels (full-scale decode).
-  bool tensor_bilinear = false;
+  bool tensor_taps = false;
   /// The resize reads the source mirrored (SampleGeometry::reflect_x; GeometryToAxes sets it
   /// at full decode scale): taps are computed on the mirrored source (every coordinate c
   /// becoming src_size - c) and mirrored back, which is the resize of the flipped image exactly,
@@ -130,10 +131,10 @@ class AxisCoeffs {
   void EqualizeTaps();
   // Sets copies_ and the copy span from the equalized taps.
   void FindCopies();
-  // AxisMapping::tensor_bilinear: the fractional bits of torch's int16 taps for the clip box's
+  // AxisMapping::tensor_taps: the fractional bits of torch's int16 taps for the clip box's
   // in_size pixels resized to `resized` (TensorAxisTaps). Taps (the same filter, window and
   // normalisation as torch's) then rounds its weights as torch does.
-  int TensorPrecision(int in_size, int64_t resized);
+  int TensorPrecision(int in_size, int64_t resized, Interpolation filter);
 
   int out_size_ = 0, ksize_ = 0, first_ = 0, end_ = 0;
   bool copies_ = false;
@@ -144,7 +145,7 @@ class AxisCoeffs {
   std::vector<int32_t> weights_;
   std::vector<double> scratch_;
   std::vector<int32_t> row_tmp_;
-  TensorAxisTaps tensor_;      // AxisMapping::tensor_bilinear: torch's taps of the whole resize
+  TensorAxisTaps tensor_;      // AxisMapping::tensor_taps: torch's taps of the whole resize
   int tensor_precision_ = -1;  // their precision; -1: Pillow's weights
 };
 
@@ -153,7 +154,7 @@ class AxisCoeffs {
 bool ResizesVerticallyFirst(double in_w, double in_h, double out_w, double out_h);
 
 /// The pass order of a resample along `x` and `y`: Pillow's (above), or the horizontal pass
-/// first for torch's kernel (AxisMapping::tensor_bilinear).
+/// first for torch's kernel (AxisMapping::tensor_taps).
 bool ResizesVerticallyFirst(const AxisMapping& x, const AxisCoeffs& xc, const AxisCoeffs& yc);
 
 /// Two-pass resampler over streamed RGB rows. Usage per image: Prepare, then AddRow for source

@@ -90,7 +90,8 @@ AxisMapping RandomAxis(std::mt19937& rng, int src, int out, Interpolation filter
   m.filter = filter;
   m.reflect = rng() % 7 == 0;
   m.tensor_nearest = filter == Interpolation::kNearest && rng() % 3 == 0;
-  m.tensor_bilinear = filter == Interpolation::kBilinear && rng() % 3 == 0;  // torch's taps
+  m.tensor_taps = (filter == Interpolation::kBilinear || filter == Interpolation::kBicubic) &&
+                  rng() % 3 == 0;  // torch's taps
   return m;
 }
 

@@ -484,10 +484,10 @@ std::string CheckAugMix(const AugMixParams& s) {
 template <typename P>
 std::string CheckTensorFilter(const P& s) {
   if (!s.tensor || s.interpolation == Interpolation::kBilinear ||
-      s.interpolation == Interpolation::kNearest) {
+      s.interpolation == Interpolation::kBicubic || s.interpolation == Interpolation::kNearest) {
     return "";
   }
-  return absl::StrCat("tensor=True needs interpolation bilinear or nearest (torch's ",
+  return absl::StrCat("tensor=True needs interpolation bilinear, bicubic or nearest (torch's ",
                       InterpolationName(s.interpolation), " on a tensor is not native)");
 }
 

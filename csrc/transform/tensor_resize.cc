@@ -11,15 +11,26 @@ double Triangle(double x) {
   return x < 1.0 ? 1.0 - x : 0.0;
 }
 
+// torch's aa_filter of bicubic (UpSampleKernel.cpp's HelperInterpCubic), as Pillow's.
+double Cubic(double x) {
+  constexpr double a = -0.5;
+  x = std::fabs(x);
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+
 uint8_t Saturate(int32_t value) { return static_cast<uint8_t>(std::clamp(value, 0, 255)); }
 
 }  // namespace
 
-void TensorAxisTaps::Compute(int in_size, int out_size) {
-  if (in == in_size && out == out_size && !first.empty()) return;
-  in = in_size, out = out_size;
+void TensorAxisTaps::Compute(int in_size, int out_size, bool cubic) {
+  if (in == in_size && out == out_size && bicubic == cubic && !first.empty()) return;
+  in = in_size, out = out_size, bicubic = cubic;
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
-  const double support = scale >= 1.0 ? scale : 1.0;  // bilinear: half its 2-pixel footprint
+  // Half the filter's footprint (bilinear 2 pixels, bicubic 4), widened when downscaling.
+  const double half = cubic ? 2.0 : 1.0;
+  const double support = scale >= 1.0 ? half * scale : half;
   const double inv = scale >= 1.0 ? 1.0 / scale : 1.0;
   ksize = static_cast<int>(std::ceil(support)) * 2 + 1;
   first.assign(out_size, 0);
@@ -34,7 +45,8 @@ void TensorAxisTaps::Compute(int in_size, int out_size) {
     double* row = &w[static_cast<size_t>(i) * ksize];
     double total = 0.0;
     for (int j = 0; j < n; ++j) {
-      row[j] = Triangle((j + lo - center + 0.5) * inv);
+      const double x = (j + lo - center + 0.5) * inv;
+      row[j] = cubic ? Cubic(x) : Triangle(x);
       total += row[j];
     }
     if (total != 0.0) {

@@ -14,13 +14,16 @@
 namespace ringloader {
 
 /// One axis's taps: output i reads `count[i]` source pixels from `first[i]`, weighted by
-/// weights[i * ksize ...] with `precision` fractional bits.
+/// weights[i * ksize ...] with `precision` fractional bits. `bicubic`: torch's antialiased
+/// bicubic kernel of uint8 images instead (Keys' cubic with a = -0.5, support 2 widened by the
+/// downscale factor: the same taps rule, precision and passes).
 struct TensorAxisTaps {
   int in = 0, out = 0, ksize = 0;
+  bool bicubic = false;
   unsigned precision = 0;
   std::vector<int32_t> first, count;
   std::vector<int16_t> weights;
-  void Compute(int in_size, int out_size);
+  void Compute(int in_size, int out_size, bool cubic = false);
 };
 
 /// torch's int16 tap of the normalised weight `v` at `precision` fractional bits: v * 2^precision

@@ -126,6 +126,9 @@ CHAINS = {
         [v2.Resize((90, 120), interpolation=BICUBIC), v2.RandomHorizontalFlip(p=1.0),
          v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)],
         None, torch.Tensor),
+    # After the conversion: torch's uint8 bicubic kernel, natively too.
+    "ToImage-bicubic-crop": ([v2.ToImage(), v2.Resize(97, interpolation=BICUBIC),
+                              v2.CenterCrop(90)], None, tv_tensors.Image),
     # ToDtype with no conversion before it: the ToImage goes before it.
     "bilinear-ToDtype-at-the-end": (
         [v2.Resize(97), v2.CenterCrop(90),
@@ -263,15 +266,15 @@ def test_fallback_in_torchs_workers_gives_the_native_rows(pairs):
 
 
 @pytest.mark.parametrize("steps, named", [
-    ([v2.ToImage(), v2.Resize(97, interpolation=BICUBIC), v2.CenterCrop(90)],
-     ["Resize", "ToImage", "tensor"]),
+    ([v2.ToImage(), v2.Resize(97, interpolation=v2.InterpolationMode.LANCZOS),
+      v2.CenterCrop(90)], ["Resize", "ToImage", "tensor"]),
     # A colour step on the tensor is run natively by v2 after the geometry; not when a
     # geometric step follows it (the boxes would follow pixels moved after the colour step).
     ([v2.PILToTensor(), v2.ColorJitter(brightness=(1.3, 1.3)), v2.CenterCrop(90)],
      ["CenterCrop", "follows v2.ColorJitter"]),
 ])
 def test_a_step_torchs_tensor_kernel_runs_stays_on_torchs_path_named(pairs, steps, named):
-    """ToImage() then a bicubic Resize, PILToTensor() then ColorJitter then a crop: v2 runs
+    """ToImage() then a Lanczos Resize, PILToTensor() then ColorJitter then a crop: v2 runs
     them on the tensor with torch's kernels in an order the native path does not reproduce; the
     loader says so, naming the step, and runs the chain on torch's path, where the batch rows
     equal rl.materialize and the user's own code (max |diff| 0)."""

@@ -87,6 +87,15 @@ CHAINS = {
                                                              interpolation=IM.NEAREST)],
     "Resize(97, NEAREST) + CenterCrop(90)": [v2.Resize(97, interpolation=IM.NEAREST), v2.CenterCrop(90)],
     "Resize(48) + RandomCrop(48 x 48 of a square) + Pad": [v2.Resize((48, 48)), v2.RandomCrop(48), v2.Pad(2)],
+    # torch's antialiased bicubic on uint8 (Keys' cubic, a = -0.5): its negative lobes
+    # overshoot, saturated after each pass as torch does
+    "Resize(64, BICUBIC)": [v2.Resize(64, interpolation=IM.BICUBIC)],
+    "Resize((130, 90), BICUBIC) upscale": [v2.Resize((130, 90), interpolation=IM.BICUBIC)],
+    "CenterCrop(100) + Resize((48, 40), BICUBIC) + flip": [
+        v2.CenterCrop(100), v2.Resize((48, 40), interpolation=IM.BICUBIC),
+        v2.RandomHorizontalFlip(1.0)],
+    "RandomResizedCrop wide, BICUBIC": [v2.RandomResizedCrop((40, 56), scale=(1, 1), ratio=(4 / 3, 4 / 3),
+                                                             interpolation=IM.BICUBIC)],
 }
 
 
@@ -153,7 +162,8 @@ def _tail(transform) -> rl.transforms.Split:
 
 
 @pytest.mark.parametrize("name,step", [
-    ("bicubic", v2.Resize(64, interpolation=IM.BICUBIC)),
+    ("lanczos", v2.Resize(64, interpolation=IM.LANCZOS)),
+    ("bicubic, antialias=False", v2.Resize(64, interpolation=IM.BICUBIC, antialias=False)),
     ("antialias=False", v2.Resize(64, antialias=False)),
     ("RandomResizedCrop antialias=False", v2.RandomResizedCrop(64, antialias=False)),
     ("v1 bilinear (float interpolate)", v1.Resize(64)),
@@ -173,8 +183,8 @@ def test_the_native_chain_refuses_a_tensor_kernel_it_does_not_have():
     steps = rl.transforms.split(v2.Compose([v2.ToImage(), v2.Resize((50, 70))])).steps
     assert [s.get("tensor") for s in steps] == [True]
     assert rl._C.fixed_size(steps)
-    with pytest.raises(ValueError, match="tensor=True needs interpolation bilinear or nearest"):
-        rl._C.fixed_size([dict(steps[0], interpolation="bicubic")])
+    with pytest.raises(ValueError, match="tensor=True needs interpolation bilinear, bicubic or nearest"):
+        rl._C.fixed_size([dict(steps[0], interpolation="lanczos")])
 
 
 def test_multi_crop_views_after_the_conversion_are_native_and_exact(tree: Path):
@@ -205,3 +215,29 @@ def test_multi_crop_views_after_the_conversion_are_native_and_exact(tree: Path):
                 assert torch.equal(crop[b], t(image).as_subclass(torch.Tensor))
                 seen += 1
     assert seen == 2 * len(paths)
+
+
+def test_bicubic_on_the_tensor_equals_torch_over_many_sizes(tmp_path: Path):
+    """v2's antialiased bicubic Resize after ToImage natively over 24 random source and output
+    sizes (downscales to a tenth, upscales to 7x, one axis alone): torch's uint8 kernel (max
+    |diff| 0), saturated overshoots included."""
+    import random
+
+    rng = random.Random(41)
+    root = tmp_path / "sizes"
+    (root / "c").mkdir(parents=True)
+    cases = []
+    for k in range(24):
+        w, h = rng.randint(12, 400), rng.randint(12, 400)
+        ow = w if k % 6 == 0 else rng.randint(max(1, w // 10), min(7 * w, 600))
+        oh = h if k % 6 == 1 else rng.randint(max(1, h // 10), min(7 * h, 600))
+        (root / "c" / f"{k:02d}.jpg").write_bytes(jpeg_bytes(w, h, seed=4100 + k))
+        cases.append((oh, ow))
+    ref = TorchvisionImageFolder(str(root))
+    for k, (oh, ow) in enumerate(cases):
+        transform = v2.Compose([v2.ToImage(), v2.Resize((oh, ow), interpolation=IM.BICUBIC)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            ours = rl.ImageFolder(str(root), transform=transform)[k][0]
+        want = transform(ref[k][0])
+        assert ours.shape == want.shape and torch.equal(ours, want), (k, ref.samples[k][0], oh, ow)

@@ -274,14 +274,15 @@ _RESIZES = {"resize", "random_resized_crop"}
 def _on_tensor_kernel(t: Any, step: Dict[str, Any]) -> bool:
     """Whether torchvision's `t` resizes a uint8 tensor with a kernel the native resampler runs
     (the step's ``tensor`` flag): torch's nearest index (v1 and v2: a pick of pixels, whatever
-    the dtype), or v2's antialiased bilinear on the uint8 tensor itself, which it uses where its
-    ``_do_native_uint8_resize_on_cpu`` says so (v1 and v2 elsewhere interpolate in float, and
-    bicubic or antialias=False are other kernels: those stay in Python)."""
+    the dtype), or v2's antialiased bilinear or bicubic on the uint8 tensor itself, which it
+    uses where its ``_do_native_uint8_resize_on_cpu`` says so (v1 and v2 elsewhere interpolate
+    in float, and antialias=False or Lanczos are other kernels: those stay in Python)."""
     if step["kind"] not in _RESIZES or not type(t).__module__.startswith("torchvision"):
         return False
     if step.get("interpolation") == "nearest":
         return True
-    if step.get("interpolation", "bilinear") != "bilinear" or getattr(t, "antialias", True) is not True:
+    mode = step.get("interpolation", "bilinear")
+    if mode not in ("bilinear", "bicubic") or getattr(t, "antialias", True) is not True:
         return False
     if not type(t).__module__.startswith("torchvision.transforms.v2"):
         return False
@@ -290,7 +291,7 @@ def _on_tensor_kernel(t: Any, step: Dict[str, Any]) -> bool:
         from torchvision.transforms.v2.functional import InterpolationMode
     except ImportError:  # another torchvision: its kernel is not known here
         return False
-    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode.BILINEAR))
+    return bool(_do_native_uint8_resize_on_cpu(InterpolationMode(mode)))
 
 
 def _fill_error(conversion: str, step: Dict[str, Any], t: Any) -> Optional[str]:
