@@ -98,6 +98,19 @@ def _quiet_workers(quiet: bool) -> Iterator[None]:
         yield
 
 
+class _OneSample:
+    """torch's unbatched collate on a one-sample planned batch: ``collate_fn`` (torch's
+    ``default_convert`` when None) of the sample alone. A class: pickled to spawned workers."""
+
+    def __init__(self, collate_fn: Any):
+        self.collate_fn = collate_fn
+
+    def __call__(self, batch: list) -> Any:
+        import torch.utils.data as tud
+
+        return (self.collate_fn or tud.default_convert)(batch[0])
+
+
 class GenericBackend(Backend):
     """torch's DataLoader over ``dataset`` (through an epoch plan when it has batches)."""
 
@@ -112,7 +125,12 @@ class GenericBackend(Backend):
         # A video dataset whose clips batch natively (video_batches): native decode threads.
         threads = _auto_threads({"numa": None})["decode_threads"] if args.num_workers == "auto" \
             else args.num_workers
-        self._video = video_batches.for_loader(dataset, args, threads) if video else None
+        # torch's unbatched loading over references: one-sample planned batches, each sample
+        # materialised in the workers, then collate_fn (default_convert) on it alone.
+        unbatched = args.batch_size is None and args.batch_sampler is None and \
+            (view is not None or video) and not isinstance(dataset, tud.IterableDataset)
+        self._video = video_batches.for_loader(dataset, args, threads) \
+            if video and not unbatched else None
         native_only = [name for name, given in (
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
             ("memory_format", self._channels_last), ("io", args.io != "auto"),
@@ -174,19 +192,21 @@ class GenericBackend(Backend):
         self._pending: Any = None
         self._rng_at_iter: Any = None
         self._made: Any = None  # a weak reference to the epoch the last iter() made
-        if self.batch_sampler is not None and not isinstance(dataset, tud.IterableDataset):
+        batches = tud.BatchSampler(self.sampler, 1, False) if unbatched else self.batch_sampler
+        if batches is not None and not isinstance(dataset, tud.IterableDataset):
             # torch's loader again, drawing its batches from an epoch plan: the same order and
             # RNG consumption, and a plan can be resumed mid-epoch (state_dict). ringloader
             # ImageFolders (also inside Subset/ConcatDataset) get SampleKeys, which carry each
             # sample's augmentation seed.
-            self._planned = _PlannedBatches(self, self.batch_sampler, len(dataset),
+            self._planned = _PlannedBatches(self, batches, len(dataset),
                                             keyed=view is not None or video)
             for name in ("batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"):
                 kwargs.pop(name)
             source = dataset if view is None or isinstance(dataset, Source) else _KeyedView(*view)
             # Video references: each sample's clips drawn from its key; image references: a
             # batch torch's collate refuses names the sample.
-            source, kwargs["collate_fn"] = path.samples(source, args.collate_fn)
+            source, kwargs["collate_fn"] = path.samples(
+                source, _OneSample(args.collate_fn) if unbatched else args.collate_fn)
             with _quiet_workers(self._video is not None):
                 torch_loader = tud.DataLoader(source, batch_sampler=self._planned, **kwargs)
             if self._video is not None:  # the same planned batches, decoded natively

@@ -123,8 +123,14 @@ class NativeBackend(Backend):
             if batch_size != 1 or args.shuffle or sampler is not None or args.drop_last:
                 raise ValueError("batch_sampler option is mutually exclusive with batch_size, shuffle, sampler, and drop_last")
             batch_size = None
-        elif batch_size is None:
-            raise ValueError("batch_size=None (unbatched samples) is not supported by the native path")
+        elif batch_size is None:  # torch's unbatched loading: one-row batches, each row alone
+            if args.drop_last:
+                raise ValueError("batch_size=None option disables auto-batching and is mutually "
+                                 "exclusive with drop_last")
+            if args.batch_transform is not None:
+                raise ValueError("batch_transform mixes batches; batch_size=None delivers samples "
+                                 "one by one (mix them in the training step)")
+            batch_size = 1
         else:
             _check_int("batch_size", batch_size, 1)
         if sampler is not None and args.shuffle:
@@ -142,7 +148,8 @@ class NativeBackend(Backend):
             batch_sampler = tud.BatchSampler(sampler, batch_size, args.drop_last)
         self.sampler = sampler
         self.batch_sampler = batch_sampler
-        self.batch_size = batch_size
+        self._unbatched = args.batch_size is None and args.batch_sampler is None
+        self.batch_size = None if self._unbatched else batch_size
         self.drop_last = args.drop_last
         if not args.in_order:
             warnings.warn("in_order=False has no effect: ringloader always delivers in sampler order",
@@ -187,6 +194,10 @@ class NativeBackend(Backend):
         if mixes is not None:  # collate_fn only mixes default_collate's batch: the batch stage does
             self.batch_transform, self._mix_note = mixes
             self._default_collate, self._collate = True, None
+        if self._unbatched:  # as torch: collate_fn (default_convert) on each sample alone
+            convert = args.collate_fn if args.collate_fn is not None else tud.default_convert
+            self.collate_fn = convert
+            self._default_collate, self._collate = False, lambda samples: convert(samples[0])
         auto = args.num_workers == "auto"
         prefetch_given = self._choose_options(args, batch_size, batch_sampler, steps_options)
         options = self._options

@@ -102,6 +102,10 @@ def describe(backend: Any) -> str:
         [f"  cut:     {s['slots_note']}"] if s["slots_note"] else []) + (
         [f"  batch:   batch_transform={backend._mix_note}, applied in place in the slot by the iterating thread"]
         if backend._mix_note else []) + (
+        ["  batch:   batch_size=None: each sample delivered alone (a one-row batch), collate_fn "
+         f"({getattr(backend.collate_fn, '__name__', 'yours')}) applied to it in the iterating "
+         "thread, its image a view of its slot's row"]
+        if getattr(backend, "_unbatched", False) else
         ["  batch:   collate_fn receives the samples (views of the slot's rows) in the iterating thread"]
         if backend._collate is not None else []) + (
         ["  batch:   collate_fn is torch's default_collate: the batch stays in its slot, zero-copy"]

@@ -60,8 +60,6 @@ def _torch_only(args: Any) -> Optional[str]:
         return "worker_init_fn is given (natively there are no worker processes to run it in)"
     if args.multiprocessing_context is not None:
         return "multiprocessing_context is given (natively there are no worker processes)"
-    if args.batch_size is None and args.batch_sampler is None:
-        return "batch_size=None (the native path delivers batches)"
     return None
 
 

@@ -232,7 +232,7 @@ class DataLoader:
             argument of the wrong type; at
             ``iter()``, a transform reassigned to one that needs Python steps.
         ValueError: at construction, a value out of range or a combination torch refuses
-            (``batch_size=None`` on the native path, ``prefetch_factor`` with
+            (``batch_size=None`` with ``drop_last``, ``prefetch_factor`` with
             ``num_workers=0``, a ringloader-only argument on the generic or hybrid path, a
             ``max_memory`` below two slots, a NUMA node that does not exist, MixUp on a uint8
             loader, ``collate_fn`` with ``batch_transform``), each message naming the argument.
@@ -396,8 +396,8 @@ class DataLoader:
             a dict of plain integers and lists (picklable, ``torch.save``-able).
 
         Raises:
-            TypeError: unbatched loaders (``batch_size=None``) and IterableDatasets have no
-                order to resume.
+            TypeError: unbatched loaders (``batch_size=None``) on torch's path and
+                IterableDatasets have no order to resume.
         """
         return self._backend.state_dict()
 
