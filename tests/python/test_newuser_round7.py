@@ -106,13 +106,13 @@ def test_load_state_dict_of_something_else_names_the_argument(tree: Path, state)
         loader.load_state_dict(state)
 
 
-def test_a_bicubic_resize_after_toimage_warns_naming_it_and_where_it_runs(tree: Path):
-    transform = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.BICUBIC)])
+def test_a_lanczos_resize_after_toimage_warns_naming_it_and_where_it_runs(tree: Path):
+    transform = v2.Compose([v2.ToImage(), v2.RandomResizedCrop(32, interpolation=v2.InterpolationMode.LANCZOS)])
     with pytest.warns(UserWarning) as caught:
         rl.ImageFolder(str(tree), transform=transform)
     (message,) = [str(w.message) for w in caught]
     assert "RandomResizedCrop" in message and "follows ToImage" in message
-    assert "bilinear ones with antialias=True" in message  # what does run natively there
+    assert "bilinear and bicubic ones with antialias=True" in message  # what runs natively there
     assert "the main process with num_workers=0" in message  # the default runs no worker processes
 
 

@@ -332,9 +332,9 @@ def _tensor_numerics_error(conversion: str, new: List[Dict[str, Any]], t: Any = 
             return (f"it follows {conversion}, so torchvision runs it on the uint8 tensor with "
                     "torch's tensor numerics, not Pillow's; it runs in Python with them (move it "
                     f"before {conversion} to run it natively with Pillow's numerics; after it, "
-                    "flips, crops, padding, nearest resizes and v2's bilinear ones with "
-                    "antialias=True (where torchvision resizes uint8 directly) run natively with "
-                    "torch's kernels)")
+                    "flips, crops, padding, nearest resizes and v2's bilinear and bicubic ones "
+                    "with antialias=True (where torchvision resizes uint8 directly) run natively "
+                    "with torch's kernels)")
         why = _fill_error(conversion, step, t)
         if why is not None:
             return why
