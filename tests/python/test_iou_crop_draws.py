@@ -212,3 +212,23 @@ def test_boxes_the_kernels_do_not_follow_run_v2s():
     assert _box_kernels.replay(floats, [("pad", {"padding": [1], "padding_mode": "edge"})]) is None
     assert _box_kernels.replay(floats, []) is floats
     assert _iou_crop.crop_boxes(floats, {}, (False, False)) is floats
+
+
+def test_boxes_that_require_grad_draw_alike():
+    """The draw as v2's; their moves are v2's kernels (which keep the graph)."""
+    step = v2.RandomIoUCrop()
+    boxes = tv_tensors.BoundingBoxes(torch.tensor([[10.0, 10, 60, 50], [30, 5, 80, 70]],
+                                                  requires_grad=True),
+                                     format="XYXY", canvas_size=(80, 90))
+    saved = torch.random.get_rng_state()
+    try:
+        for seed in range(30):
+            torch.manual_seed(seed)
+            want = step.make_params([boxes])
+            ours = _iou_crop.draw(step, boxes, seed)
+            assert ours.keys() == want.keys()
+            assert all(torch.equal(ours[k], want[k]) if isinstance(want[k], torch.Tensor)
+                       else ours[k] == want[k] for k in want)
+            assert _iou_crop.crop_boxes(boxes, want, (True, False)) is None  # v2's kernels
+    finally:
+        torch.random.set_rng_state(saved)

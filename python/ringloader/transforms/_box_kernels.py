@@ -20,17 +20,18 @@ __all__ = ["boxes_array", "clamp", "flip", "replay"]
 
 def boxes_array(boxes: Any) -> Optional[Any]:
     """The numpy array of ``boxes`` (``tv_tensors.BoundingBoxes``) where these kernels follow
-    v2 for them (XYXY, float32 or float64, [N, 4] on the CPU, a known clamping mode), else
-    None. It shares the boxes' memory: kernels here never write to it."""
+    v2 for them (XYXY, float32 or float64, [N, 4] on the CPU, not requiring grad, a known
+    clamping mode), else None. It shares the boxes' memory: kernels here never write to it."""
     import torch
     from torchvision import tv_tensors
 
     plain = boxes.as_subclass(torch.Tensor)
     if (boxes.format is not tv_tensors.BoundingBoxFormat.XYXY or plain.dim() != 2
             or plain.shape[-1] != 4 or plain.dtype not in (torch.float32, torch.float64)
-            or plain.device.type != "cpu" or boxes.clamping_mode not in (None, "soft", "hard")):
+            or plain.device.type != "cpu" or plain.requires_grad
+            or boxes.clamping_mode not in (None, "soft", "hard")):
         return None
-    return plain.detach().numpy()
+    return plain.numpy()
 
 
 def clamp(b: Any, height: int, width: int, mode: Any) -> Any:

@@ -144,7 +144,7 @@ def draw(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import functional as F
 
-    plain = boxes.as_subclass(torch.Tensor)
+    plain = boxes.as_subclass(torch.Tensor).detach()
     if boxes.format is not tv_tensors.BoundingBoxFormat.XYXY:
         plain = F.convert_bounding_box_format(plain, boxes.format,
                                               tv_tensors.BoundingBoxFormat.XYXY)
