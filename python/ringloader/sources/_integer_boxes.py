@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..transforms import _box_kernels
 from ..transforms._steps import _step_name
 
 __all__ = ["draws", "move", "steps"]
@@ -233,10 +234,16 @@ def _with_offsets(kernel: str, kwargs: Dict[str, Any], drawn: List[int]) -> Dict
 
 
 def move(boxes: Any, g: Any, chain: List[Any]) -> Any:
-    """Integer ``boxes`` moved through ``chain`` (:func:`steps`) as v2 moves them: v2's own
-    kernel for each step in turn, with the row's draws (:func:`draws`), rounding at each."""
+    """``boxes`` moved through ``chain`` (:func:`steps`) as v2 moves them: v2's own kernel for
+    each step in turn, with the row's draws (:func:`draws`), integer boxes rounding at each;
+    XYXY float boxes through pads, crops and flips by the same arithmetic in numpy
+    (``_box_kernels.replay``)."""
     from torchvision.transforms.v2 import functional as F
 
-    for kernel, kwargs in draws(chain, g, tuple(boxes.canvas_size)):
+    ops = draws(chain, g, tuple(boxes.canvas_size))
+    moved = _box_kernels.replay(boxes, ops)  # XYXY float boxes through pads, crops, flips
+    if moved is not None:
+        return moved
+    for kernel, kwargs in ops:
         boxes = getattr(F, "pad" if kernel == "zoom_out" else kernel)(boxes, **kwargs)
     return boxes

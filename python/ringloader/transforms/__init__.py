@@ -11,6 +11,8 @@ The transforms layer, in this folder:
 * ``_steps``: the ``Transform`` protocol, the registry of converters of torchvision's and timm's classes, the parameter readers they share, ``to_steps``.
 * ``_tv_converters``: the converters of torchvision's (v1, v2) and timm's classes, registered on import.
 * ``_detection``: converters of the steps of torchvision's detection references (``ScaleJitter``, ``RandomZoomOut``), and why the others are not native.
+* ``_iou_crop``: ``RandomIoUCrop`` on a Joint row in numpy: its draw from torch's mt19937 stream (as v2's ``make_params``), its move of the boxes.
+* ``_box_kernels``: v2's pad, crop and flip box kernels for XYXY float boxes in numpy, the same float operations.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import copy
 
 import numpy as np
 
+from . import _iou_crop
 from ._steps import Step, _converts, _fill, _interpolation, _pair, _range, _step_name, to_steps
 
 __all__: List[str] = []
@@ -356,26 +357,22 @@ def turn(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) 
     return move(structure)
 
 
-#: Box dtypes whose arithmetic :func:`_iou_loop` follows as torch does it (numpy, same dtype).
-_LOOP_DTYPES = ("float32", "float64", "int64", "int32")
-
-
 def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
     """v2's RandomIoUCrop ``step``'s parameters for the leaves ``flat`` (its boxes and
     keypoints), drawn from ``seed``: what ``step.make_params(flat)`` returns with torch's
     global generator seeded from ``seed``. v2's loop costs a few hundred torch operations a
-    sample in the iterating thread; :func:`_iou_loop` makes the same draws from a generator
-    seeded alike (a round's trials drawn at once) and does the arithmetic in numpy in the
-    boxes' dtype as torch does it (a round's candidates checked together), so the
-    parameters are the same (``test_detection_ssd.py`` checks them against v2's for many
-    draws); other box dtypes, or a subclass of the step, run v2's own make_params."""
+    sample in the iterating thread; :func:`._iou_crop.draw` makes the same draws from the same
+    mt19937 stream in numpy and does the arithmetic in the boxes' dtype as torch does it, every
+    trial's at once, so the parameters are the same (``test_iou_crop_draws.py`` and
+    ``test_detection_ssd.py`` check them against v2's for many draws); boxes it does not
+    follow, or a subclass of the step, run v2's own make_params."""
     import torch
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import RandomIoUCrop
 
     boxes = [v for v in flat if isinstance(v, tv_tensors.BoundingBoxes)]
     v2s = getattr(step.make_params, "__func__", None) is RandomIoUCrop.make_params
-    if not v2s or len(boxes) != 1 or str(boxes[0].dtype).split(".")[-1] not in _LOOP_DTYPES:
+    if not v2s or len(boxes) != 1 or not _iou_crop.fits(boxes[0]):
         # A make_params of the user's own, several boxes leaves (v2 raises) or another dtype.
         from ..core._sample_keys import _SEEDED
 
@@ -386,109 +383,7 @@ def iou_crop_params(step: Any, flat: List[Any], seed: int) -> Dict[str, Any]:
                 return step.make_params(flat)
             finally:
                 torch.default_generator.set_state(saved)
-    return _iou_loop(step, boxes[0], seed)
-
-
-def _iou_loop(step: Any, boxes: Any, seed: int) -> Dict[str, Any]:
-    import torch
-    from torchvision import tv_tensors
-    from torchvision.transforms.v2 import functional as F
-
-    gen = torch.Generator().manual_seed(seed)
-    orig_h, orig_w = boxes.canvas_size
-    xyxy_t = F.convert_bounding_box_format(boxes.as_subclass(torch.Tensor), boxes.format,
-                                           tv_tensors.BoundingBoxFormat.XYXY)
-    xyxy = xyxy_t.numpy()
-    dt = xyxy.dtype
-    f32 = np.float32
-    # Box centres as torch computes 0.5 * (a + b): in the boxes' float dtype, else float32.
-    fdt = dt if dt.kind == "f" else np.dtype(f32)
-    cx = fdt.type(0.5) * (xyxy[:, 0] + xyxy[:, 2]).astype(fdt)
-    cy = fdt.type(0.5) * (xyxy[:, 1] + xyxy[:, 3]).astype(fdt)
-    area = (xyxy[:, 2] - xyxy[:, 0]) * (xyxy[:, 3] - xyxy[:, 1])
-    lo, span = f32(step.min_scale), f32(step.max_scale - step.min_scale)
-    while True:
-        idx = int(torch.randint(low=0, high=len(step.options), size=(1,), generator=gen))
-        min_overlap = step.options[idx]
-        if min_overlap >= 1.0:
-            return {}
-        # The trials' uniforms drawn at once (torch's CPU generator draws a tensor's values one
-        # after another, as many calls of two would): 2 a trial, 2 more for its offset.
-        state = gen.get_state()
-        u = torch.rand(4 * step.trials, generator=gen).numpy()
-        found, used = _trials(step, u, lo + span * u, orig_w, orig_h)
-        hit = _first_crop(found, xyxy, cx, cy, area, dt, fdt, min_overlap)
-        if hit is not None:
-            (left, top, new_w, new_h), within = hit
-            return dict(top=top, left=left, height=new_h, width=new_w,
-                        is_within_crop_area=torch.from_numpy(within))
-        gen.set_state(state)  # where v2's trials left its generator: the uniforms they used
-        torch.rand(used, generator=gen)
-
-
-def _trials(step: Any, u: Any, scaled: Any, orig_w: int, orig_h: int) -> Tuple[Any, int]:
-    """A round of v2's RandomIoUCrop trials on the uniforms ``u`` (float32; ``scaled``: the
-    step's scale of each): the candidate crops that pass its aspect and zero-size checks
-    ((k, 4) int64: left, top, width, height, in trial order) and how many uniforms the round
-    used. A trial takes two uniforms for its size, two more for its offset when its aspect
-    passes, so where each starts depends on the ones before: the sizes of every even position
-    are computed at once (float32 products truncated, as ``int()`` of torch's), the walk over
-    them is plain Python, then the offsets of the passing ones at once."""
-    f32 = np.float32
-    widths = (f32(orig_w) * scaled[0::2]).astype(np.int64)  # a trial starting at 2q: q
-    heights = (f32(orig_h) * scaled[1::2]).astype(np.int64)
-    with np.errstate(all="ignore"):  # a zero height raises below, as Python's division does
-        ratio = widths / heights  # int64 / int64: float64, as Python's int division
-    ok = ((step.min_aspect_ratio <= ratio) & (ratio <= step.max_aspect_ratio)).tolist()
-    zero = (heights == 0).tolist()
-    q, passed = 0, []
-    for _ in range(step.trials):
-        if zero[q]:
-            raise ZeroDivisionError("division by zero")
-        if ok[q]:
-            passed.append(q)
-            q += 2
-        else:
-            q += 1
-    at = np.array(passed, dtype=np.int64)
-    w, h = widths[at], heights[at]
-    left = ((orig_w - w).astype(f32) * u[2 * at + 2]).astype(np.int64)
-    top = ((orig_h - h).astype(f32) * u[2 * at + 3]).astype(np.int64)
-    keep = (w != 0) & (h != 0)  # left == right or top == bottom: rejected
-    return np.stack([left, top, w, h], axis=1)[keep], 2 * q
-
-
-def _first_crop(found: Any, xyxy: Any, cx: Any, cy: Any, area: Any,
-                dt: Any, fdt: Any, min_overlap: float) -> Optional[Tuple[Any, Any]]:
-    """The first of the candidate crops ``found`` ((k, 4) int64: left, top, width, height) that v2's
-    RandomIoUCrop keeps (a box centre inside, the best IoU at least ``min_overlap``), with the
-    mask of the boxes whose centre it holds, or None: every candidate checked at once, each
-    value as v2 computes it for that candidate (the boxes' dtype ``dt``, centres in ``fdt``)."""
-    if not len(found):
-        return None
-    c = found
-    left, top, right, bottom = c[:, 0], c[:, 1], c[:, 0] + c[:, 2], c[:, 1] + c[:, 3]
-    col = lambda v, t: v.astype(t)[:, None]  # noqa: E731 (a candidate per row)
-    within = ((cx > col(left, fdt)) & (cx < col(right, fdt)) & (cy > col(top, fdt)) &
-              (cy < col(bottom, fdt)))
-    # v2's box_iou of the boxes with each crop, in the boxes' dtype (a true division in
-    # float32 for integer boxes); the boxes a crop does not hold left out of its maximum.
-    with np.errstate(all="ignore"):
-        w = np.maximum(np.minimum(xyxy[:, 2], col(right, dt)) -
-                       np.maximum(xyxy[:, 0], col(left, dt)), dt.type(0))
-        h = np.maximum(np.minimum(xyxy[:, 3], col(bottom, dt)) -
-                       np.maximum(xyxy[:, 1], col(top, dt)), dt.type(0))
-        inter = w * h
-        union = area + col(c[:, 2], dt) * col(c[:, 3], dt) - inter
-        iou = inter / union if dt is fdt else inter.astype(fdt) / union.astype(fdt)
-        best = np.where(within, iou, -np.inf).max(axis=1)
-        # A NaN IoU among those held passes, as v2's `max() < threshold` lets it.
-        keep = within.any(axis=1) & ~(best < fdt.type(min_overlap))
-    hits = np.flatnonzero(keep)
-    if not len(hits):
-        return None
-    j = int(hits[0])
-    return tuple(int(v) for v in c[j]), within[j].copy()
+    return _iou_crop.draw(step, boxes[0], seed)
 
 
 def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], Any]) -> Any:
@@ -497,11 +392,13 @@ def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], An
     drawn as v2's ``make_params`` draws it from torch's generator seeded from the row's draw
     seed (:func:`iou_crop_params`), the leaves moved by v2's ``transform`` (boxes whose centre
     falls outside zeroed, for SanitizeBoundingBoxes to drop), then flipped with v2's kernels
-    where the record says the row flipped; each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
+    where the record says the row flipped (XYXY float boxes by :func:`._iou_crop.crop_boxes`,
+    the same arithmetic in numpy); each image and mask leaf wrapped in a :class:`Crop`. ``rebuild``:
     the walk over sample structures (``references.rebuild``)."""
     import torch
     from torchvision import tv_tensors
     from torch.utils._pytree import tree_flatten
+    from torchvision.transforms.v2 import RandomIoUCrop
     from torchvision.transforms.v2 import functional as F
 
     # What v2 hands make_params beside the image (whose size the boxes' canvas is): the boxes
@@ -516,7 +413,13 @@ def iou_crop(step: Any, structure: Any, g: Any, rebuild: Callable[[Any, Any], An
         left = int(g[6]) - left - width if g[8] else left
         top = int(g[7]) - top - height if g[9] else top
 
+    own = getattr(step.transform, "__func__", None) is RandomIoUCrop.transform
+
     def move(value: Any) -> Any:
+        if own and isinstance(value, tv_tensors.BoundingBoxes):
+            moved = _iou_crop.crop_boxes(value, params, (bool(g[8]), bool(g[9])))
+            if moved is not None:  # XYXY float boxes: numpy, as v2's kernels compute them
+                return moved
         if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
             value = step.transform(value, params)
             if g[8]:
