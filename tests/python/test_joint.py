@@ -369,11 +369,13 @@ def test_canvas_that_is_not_the_image_is_named(tmp_path):
                                                            "a detection"),
                                        ("detection-lsj", "ringloader detection-lsj benchmark: "
                                                          "a detection"),
+                                       ("detection-ssd-tensor", "ringloader detection-ssd-tensor "
+                                                                "benchmark: a detection"),
                                        ("segmentation-joint", "segmentation-joint benchmark: a "
                                                               "segmentation")])
 def test_joint_benchmarks_report_both_rates(image_tree, kind, what):
     """``python -m ringloader.bench --dataset KIND`` (detection, detection-hflip, detection-lsj,
-    segmentation-joint): the report's shape (not its timings)."""
+    detection-ssd-tensor, segmentation-joint): the report's shape (not its timings)."""
     import re
     import subprocess
     import sys

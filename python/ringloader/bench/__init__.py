@@ -18,6 +18,7 @@ Run as ``ringloader compare`` (the console script; ``ringloader-compare`` and
     python -m ringloader.bench --dataset detection-hflip  # torchvision's detection hflip preset
     python -m ringloader.bench --dataset detection-lsj  # its lsj preset (ScaleJitter, padded crop)
     python -m ringloader.bench --dataset detection-ssd  # its ssd preset (distort, zoom-out, IoU crop)
+    python -m ringloader.bench --dataset detection-ssd-tensor  # the same, its tensor backend
     python -m ringloader.bench --dataset segmentation-joint  # image + mask, random rl.Joint
     python -m ringloader.bench --dataset segmentation-reference  # torchvision's train preset
     python -m ringloader.bench --dataset hf         # rl.HFDataset vs with_transform + torch
@@ -58,7 +59,7 @@ package):
 * ``shards``: ``--dataset shards``: ImageFolder against WebDataset shards, and ``pipe:`` at a bandwidth.
 * ``remote``: ``--dataset remote``: shards over a throttled loopback link, the cache, and the peers.
 * ``custom``: a user's own Dataset (``custom``, ``multicrop``, ``dino``, ``segmentation``): PIL against ImageFile.
-* ``joint``: ``rl.Joint`` samples (``detection``, ``detection-hflip``, ``detection-lsj``, ``detection-ssd``, ``segmentation-joint``, ``segmentation-reference``).
+* ``joint``: ``rl.Joint`` samples (``detection``, ``detection-hflip``, ``detection-lsj``, ``detection-ssd``, ``detection-ssd-tensor``, ``segmentation-joint``, ``segmentation-reference``).
 * ``hf_parquet``: ``--dataset hf`` and ``parquet``: ``rl.HFDataset`` and ``rl.Parquet``.
 * ``scale``: ``--dataset scale``: an ImageNet-sized folder of hard links, in fresh processes.
 * ``video``: ``--dataset video``: Kinetics-style clips, ``rl.VideoFolder`` against torchcodec's decoder and sampler.

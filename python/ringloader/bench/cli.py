@@ -78,7 +78,7 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                                           "multicrop", "dino", "hf", "parquet", "segmentation",
                                           "segmentation-joint", "segmentation-reference",
                                           "detection", "detection-hflip", "detection-lsj",
-                                          "detection-ssd", "video"),
+                                          "detection-ssd", "detection-ssd-tensor", "video"),
                    default="folder",
                    help="folder (default): torch vs ringloader on the ImageFolder; shards: the same "
                         "images as ringloader ImageFolder vs WebDataset shards (packed once), plus a "
@@ -97,7 +97,8 @@ def _parse_args(argv: Sequence[str] | None, prog: str) -> argparse.Namespace:
                          "detection: boxes with each image, rl.Joint vs PIL + v2 under torch; "
                          "detection-hflip: the same under torchvision's detection hflip preset "
                          "(each image its own size); detection-lsj: under its lsj preset; "
-                         "detection-ssd: under its ssd preset; "
+                         "detection-ssd: under its ssd preset; detection-ssd-tensor: the same in "
+                         "its tensor backend (PILToTensor first); "
                          "dino: a user Dataset of DINO's whole augmentation, 2 x 224 + 10 x 96 "
                          "views, ImageFile references vs PIL under torch; video: Kinetics-style "
                          "clips (16 frames, stride 4, RandomResizedCrop 224, flip, normalize) of "
@@ -176,13 +177,13 @@ def _write_record(path: Path, payload: dict) -> None:
 #: The ``--dataset`` kinds of one user Dataset (or Arrow data) against torch's DataLoader.
 DATASET_KINDS = ("custom", "multicrop", "dino", "hf", "parquet", "segmentation",
                  "segmentation-joint", "segmentation-reference", "detection", "detection-hflip",
-                 "detection-lsj", "detection-ssd")
+                 "detection-lsj", "detection-ssd", "detection-ssd-tensor")
 
 
 def _run_dataset_kind(args: argparse.Namespace, cfg: Config, machine: dict, data: dict,
                       log: Callable[[str], None]) -> dict:
     """Runs one of :data:`DATASET_KINDS`, prints its report and returns it."""
-    if args.dataset in ("detection", "detection-hflip", "detection-lsj", "detection-ssd"):
+    if args.dataset.startswith("detection"):
         report = run_detection_benchmark(cfg, log, args.dataset)
         print(format_detection_report(cfg, machine, data, report))
     elif args.dataset == "segmentation-joint":

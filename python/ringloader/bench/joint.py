@@ -200,10 +200,11 @@ def detection_lsj_preset() -> Any:
         v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
 
 
-def detection_ssd_preset() -> Any:
+def detection_ssd_preset(backend: str = "pil") -> Any:
     """torchvision's detection train preset ``ssd`` (``references/detection/presets.py``,
-    use_v2=True, the PIL backend): RandomPhotometricDistort, RandomZoomOut filled with the mean
-    (0 for masks), RandomIoUCrop, the flip, then the backend's conversion and the box steps."""
+    use_v2=True): RandomPhotometricDistort, RandomZoomOut filled with the mean (0 for masks),
+    RandomIoUCrop, the flip, then the box steps; the PIL backend converts after the flip, the
+    ``"tensor"`` backend first (PILToTensor: the distort runs torch's tensor kernels)."""
     from collections import defaultdict
 
     import torch
@@ -211,10 +212,11 @@ def detection_ssd_preset() -> Any:
     from torchvision.transforms import v2
 
     mean = (123.0, 117.0, 104.0)
-    return v2.Compose([
+    first, then = ([v2.PILToTensor()], []) if backend == "tensor" else ([], [v2.PILToTensor()])
+    return v2.Compose(first + [
         v2.RandomPhotometricDistort(),
         v2.RandomZoomOut(fill=defaultdict(lambda: mean, {tv_tensors.Mask: 0})),
-        v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5), v2.PILToTensor(),
+        v2.RandomIoUCrop(), v2.RandomHorizontalFlip(0.5)] + then + [
         v2.ToDtype(torch.float, scale=True),
         v2.ConvertBoundingBoxFormat(tv_tensors.BoundingBoxFormat.XYXY),
         v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
@@ -239,7 +241,8 @@ def run_detection_benchmark(cfg: Config, log: Callable[[str], None],
         with Image.open(path) as im:
             sizes.append(im.size)
     presets = {"detection-hflip": detection_hflip_preset, "detection-lsj": detection_lsj_preset,
-               "detection-ssd": detection_ssd_preset}
+               "detection-ssd": detection_ssd_preset,
+               "detection-ssd-tensor": lambda: detection_ssd_preset("tensor")}
     transform = presets[kind]() if kind in presets else v2.Compose([
         v2.RandomResizedCrop(CROP, antialias=True), v2.RandomHorizontalFlip(), v2.ToImage(),
         v2.SanitizeBoundingBoxes(),
@@ -265,6 +268,9 @@ def format_detection_report(cfg: Config, machine: dict[str, Any], data: dict[str
              "torchvision's ssd train preset (RandomPhotometricDistort, RandomZoomOut filled with "
              "the mean, RandomIoUCrop, flip, PILToTensor, ToDtype, ConvertBoundingBoxFormat, "
              "SanitizeBoundingBoxes, ToPureTensor)" if report["kind"] == "detection-ssd" else
+             "torchvision's ssd train preset, tensor backend (PILToTensor first: the distort on "
+             "the uint8 tensor with torch's kernels, then RandomZoomOut, RandomIoUCrop, flip, "
+             "ToDtype and the box steps)" if report["kind"] == "detection-ssd-tensor" else
              f"v2 RandomResizedCrop({CROP}) + flip + SanitizeBoundingBoxes + ToDtype + Normalize")
     return _joint_report(
         f"ringloader {report['kind']} benchmark: a detection Dataset over {data['images']} "

@@ -269,9 +269,10 @@ def _region(g: Any) -> Tuple[int, int, int, int]:
 
 def _run_parts(plan: Any, chw: Any, g: Any, after_crop: bool) -> Any:
     """The tail on the canvas ``chw`` in runs (:func:`_segments`): a distort moved after the
-    padding on the photo's pixels, unflipped, as v2 held the converted photo (channels last);
-    the others on the whole canvas, unflipped where a RandomIoUCrop comes later (v2 runs them
-    before its crop and the flips after it); ``after_crop``: only the runs on the crop."""
+    padding on the photo's pixels, unflipped, as v2 held the converted photo (channels last),
+    written back in place (``chw`` is the row's own: its slot row or output); the others on
+    the whole canvas, unflipped where a RandomIoUCrop comes later (v2 runs them before its crop
+    and the flips after it); ``after_crop``: only the runs on the crop."""
     import torch
 
     unflipped = False  # the canvas as rendered, the record's flips done
@@ -280,18 +281,20 @@ def _run_parts(plan: Any, chw: Any, g: Any, after_crop: bool) -> Any:
         if (where == "crop") != after_crop:
             continue
         seed = _C.mix64((_tail_seed(g) + i) & _MASK64)
-        need = where == "region" or (where == "canvas" and plan.iou is not None)
+        if where == "region":  # the photo alone unflipped, not the canvas
+            top, left, height, width = _region(g)
+            if not unflipped:  # its place on the rendered canvas: mirrored by the flips
+                left = int(g[6]) - left - width if g[8] else left
+                top = int(g[7]) - top - height if g[9] else top
+            photo = out[:, top:top + height, left:left + width]
+            shown = photo if unflipped else _flips(photo, g)
+            done = drawn_run(steps, _held(plan, shown, g, True), seed).as_subclass(torch.Tensor)
+            photo.copy_(done if unflipped else _flips(done, g))
+            continue
+        need = where == "canvas" and plan.iou is not None
         if need != unflipped:
             out, unflipped = _flips(out, g), need
-        if where == "region":
-            top, left, height, width = _region(g)
-            if out is chw:
-                out = chw.clone()
-            photo = out[:, top:top + height, left:left + width]
-            photo.copy_(drawn_run(steps, _held(plan, photo, g, True), seed)
-                        .as_subclass(torch.Tensor))
-        else:
-            out = drawn_run(steps, _held(plan, out, g), seed).as_subclass(torch.Tensor)
+        out = drawn_run(steps, _held(plan, out, g), seed).as_subclass(torch.Tensor)
     return _flips(out, g) if unflipped else out
 
 
