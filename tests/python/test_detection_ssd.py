@@ -178,13 +178,18 @@ def test_integer_boxes_follow_the_iou_crop_as_v2_rounds_them(tmp_path):
         assert torch.equal(image, want_image) and torch.equal(target["boxes"], want["boxes"])
 
 
-def test_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path):
-    """The whole ssd preset (distort with fixed factors, zoom-out by 1.6, RandomIoUCrop, flip):
-    the loader without the crop, same seed, gives the canvas (the zoom-out's offset told by the
-    centre box, the distort's draw found among v2's); each row of the loader with it is a
-    slice of that canvas, and v2 with those draws gives the same image (max |diff| 0), boxes
-    (within 1e-4 px) and labels."""
+@pytest.mark.parametrize("backend", ["pil", "tensor", "tv_tensor"])
+def test_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path, backend):
+    """The whole ssd preset (distort with fixed factors, zoom-out by 1.6, RandomIoUCrop, flip)
+    in each backend of torchvision's reference (the conversion last, or PILToTensor/ToImage
+    first: then v2 distorts the uint8 tensor with torch's kernels, natively v2's own distort on
+    the photo's pixels of the rendered canvas): the loader without the crop, same seed, gives
+    the canvas (the zoom-out's offset told by the centre box, the distort's draw found among
+    v2's); each row of the loader with it is a slice of that canvas, and v2 with those draws
+    gives the same image (max |diff| 0), boxes (within 1e-4 px) and labels."""
     paths = _photos(tmp_path, 3, 260)
+    first = {"pil": [], "tensor": [v2.PILToTensor()], "tv_tensor": [v2.ToImage()]}[backend]
+    last = [v2.PILToTensor()] if backend == "pil" else []
 
     def chain(crop=True, padding=None, params=None, iou=None):
         distort = _distort() if params is None else _fixed(_distort(), params)
@@ -192,9 +197,8 @@ def test_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path):
         if padding is not None:
             _fixed(zoom, {"padding": padding})
         ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
-        return v2.Compose([distort, zoom] + (ioucrop if crop else []) +
-                          [v2.RandomHorizontalFlip(p=1.0), v2.PILToTensor(),
-                           v2.SanitizeBoundingBoxes()])
+        return v2.Compose(first + [distort, zoom] + (ioucrop if crop else []) +
+                          [v2.RandomHorizontalFlip(p=1.0)] + last + [v2.SanitizeBoundingBoxes()])
 
     def rows(crop):
         with warnings.catch_warnings():
@@ -218,7 +222,7 @@ def test_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path):
         assert len(found) == 1, (path, found)
         height, width = image.shape[-2:]
         crop = (found[0][0], canvas_w - found[0][1] - width, height, width)
-        zoomed = v2.Compose([_fixed(_distort(), draws[0]),
+        zoomed = v2.Compose(first + [_fixed(_distort(), draws[0]),
                              _fixed(v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0),
                                     {"padding": padding})])(photo, want_target)[1]["boxes"]
         params = _iou_params(zoomed, crop, (canvas_h, canvas_w))
@@ -357,8 +361,15 @@ def _candidates():
 
 def _equal_for_some_draw(image, run):
     """Whether ``run(params)`` (v2 with those fixed draws) gives ``image`` exactly, for one of
-    the draws v2 can make; the draws that match."""
-    return [params for params in _candidates() if torch.equal(run(params), image)]
+    the draws v2 can make; the draws that match. The factors as given, then float32-rounded:
+    v2 draws each as a float32 uniform in its range (what v2's own step hands its kernels,
+    as on the tensor backends' tail; the native Pillow path takes the range's value)."""
+    def f32(params):
+        return {k: float(torch.tensor(v, dtype=torch.float32)) if k.endswith("_factor") else v
+                for k, v in params.items()}
+
+    return [params for params in [*_candidates(), *map(f32, _candidates())]
+            if torch.equal(run(params), image)]
 
 
 def _photos(tmp_path, n, seed):

@@ -4,7 +4,8 @@ RandomPhotometricDistort on the uint8 tensor with torch's tensor kernels, before
 pads it. Natively the canvas is rendered (the conversion, the zoom-out with its fill, the flips),
 then v2's own distort runs on the pixels showing the photo, unflipped (the fill undistorted, as
 v2 leaves it), then RandomIoUCrop is a slice. For the loader's draws the image equals v2's
-(max |diff| 0), boxes within 1e-4 px, labels exactly."""
+(max |diff| 0), boxes within 1e-4 px, labels exactly (the whole preset with its crop, in each
+backend: test_detection_ssd.py)."""
 
 from __future__ import annotations
 
@@ -15,25 +16,19 @@ import torch
 from torchvision.transforms import v2
 
 import ringloader as rl
-from test_detection_ssd import (MEAN, PRESETS, Centred, Detections, _candidates, _crop_of,
-                                _distort, _fixed, _iou_params, _opened, _photos)
+from test_detection_ssd import (MEAN, PRESETS, Centred, Detections, _crop_of, _distort,
+                                _equal_for_some_draw, _fixed, _iou_params, _opened, _photos)
 
 CONVERSIONS = {"tensor": v2.PILToTensor, "tv_tensor": v2.ToImage}
 
 
-def _equal_for_some_draw(image, run):
-    """The draws of v2's RandomPhotometricDistort (p=1, fixed factors) with which ``run(params)``
-    gives ``image`` exactly. v2 draws each factor as a float32 uniform in its range, so a fixed
-    factor reaches the tensor kernels float32-rounded."""
-    def f32(x):
-        return float(torch.tensor(x, dtype=torch.float32))
-
-    found = []
-    for params in _candidates():
-        params = {k: f32(v) if k.endswith("_factor") else v for k, v in params.items()}
-        if torch.equal(run(params), image):
-            found.append(params)
-    return found
+def _told(t, paths):
+    """The Joint warnings of a loader over ``t`` that runs on torch's path."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
+    assert not loader.native
+    return [str(w.message) for w in caught if "Joint" in str(w.message)]
 
 
 def _loader(t, paths, seed, dataset=Detections, **kw):
@@ -74,55 +69,6 @@ def test_the_tensor_backends_of_ssd_run_natively_and_keyed(tmp_path, backend):
                for (a, _), (b, _) in zip(first, rows(6, 2)))
 
 
-@pytest.mark.parametrize("backend", list(CONVERSIONS))
-def test_tensor_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path, backend):
-    """The tensor backends' ssd with fixed distort factors, a zoom-out by 1.6, RandomIoUCrop
-    and a flip: the loader without the crop (same seed) gives the canvas, equal to v2's for one
-    of the distort's draws (torch's tensor kernels) and the zoom-out's offset the centre box
-    tells; each row with the crop is a slice of that canvas, and v2 with those draws gives the
-    same image (max |diff| 0), boxes (within 1e-4 px) and labels."""
-    paths = _photos(tmp_path, 4, 290)
-    convert = CONVERSIONS[backend]
-
-    def chain(crop=True, padding=None, params=None, iou=None):
-        distort = _distort() if params is None else _fixed(_distort(), params)
-        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
-        if padding is not None:
-            _fixed(zoom, {"padding": padding})
-        ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
-        return v2.Compose([convert(), distort, zoom] + (ioucrop if crop else []) +
-                          [v2.RandomHorizontalFlip(p=1.0), v2.SanitizeBoundingBoxes()])
-
-    def rows(crop):
-        loader = _loader(chain(crop), paths, 9, dataset=Centred, batch_size=2)
-        return [row for batch in loader for row in batch]
-
-    canvas_w, canvas_h = int(211 * torch.tensor(1.6)), int(150 * torch.tensor(1.6))
-    cropped = 0
-    for path, (image, target), (canvas, whole) in zip(paths, rows(True), rows(False)):
-        box = whole["boxes"][0]
-        left, top = round(canvas_w - 110 - float(box[0])), round(float(box[1]) - 70)
-        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
-        photo, want_target = _opened(path), Centred(None, paths).target()
-        draws = _equal_for_some_draw(canvas, lambda params: chain(False, padding, params)(
-            photo, want_target)[0])
-        assert draws, (path, padding)
-        found = _crop_of(canvas, image)
-        assert len(found) == 1, (path, found)
-        height, width = image.shape[-2:]
-        crop = (found[0][0], canvas_w - found[0][1] - width, height, width)
-        zoomed = v2.Compose([convert(), _fixed(_distort(), draws[0]),
-                             _fixed(v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0),
-                                    {"padding": padding})])(photo, want_target)[1]["boxes"]
-        params = _iou_params(zoomed, crop, (canvas_h, canvas_w))
-        cropped += bool(params)
-        want_image, want = chain(True, padding, draws[0], params)(photo, want_target)
-        assert torch.equal(image, want_image), (path, crop)
-        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
-        assert torch.equal(target["labels"], want["labels"])
-    assert cropped > 0
-
-
 def test_tensor_distort_before_a_flip_keeps_the_flip_native(tmp_path):
     """ToImage, the distort, then a flip and no padding (v2's order: distort the photo, then
     flip it): each row equals v2's for one of the distort's draws, max |diff| 0."""
@@ -144,11 +90,7 @@ def test_tensor_distort_after_a_resize_is_named(tmp_path):
     paths = _photos(tmp_path, 1, 310)
     t = v2.Compose([v2.ToImage(), v2.Resize(100), v2.RandomPhotometricDistort(),
                     v2.RandomZoomOut(fill=MEAN), v2.ToDtype(torch.float, scale=True)])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
-    assert not loader.native
-    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    told = _told(t, paths)
     assert told and "RandomPhotometricDistort" in told[0] and "Resize" in told[0], told
 
 
@@ -227,9 +169,5 @@ def test_a_box_step_between_a_zoom_out_and_the_iou_crop_is_named(tmp_path):
     paths = _photos(tmp_path, 1, 340)
     t = v2.Compose([v2.RandomZoomOut(p=1.0), v2.SanitizeBoundingBoxes(), v2.RandomIoUCrop(),
                     v2.PILToTensor()])
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loader = rl.DataLoader(Detections(t, paths), batch_size=1, collate_fn=list)
-    assert not loader.native
-    told = [str(w.message) for w in caught if "Joint" in str(w.message)]
+    told = _told(t, paths)
     assert told and "SanitizeBoundingBoxes" in told[0] and "between geometric" in told[0], told
