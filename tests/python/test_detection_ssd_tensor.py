@@ -171,3 +171,53 @@ def test_a_box_step_between_a_zoom_out_and_the_iou_crop_is_named(tmp_path):
                     v2.PILToTensor()])
     told = _told(t, paths)
     assert told and "SanitizeBoundingBoxes" in told[0] and "between geometric" in told[0], told
+
+
+@pytest.mark.parametrize("backend", list(CONVERSIONS))
+def test_both_flips_and_normalize_after_the_crop_equal_v2(tmp_path, backend):
+    """The tensor backends' ssd with both flips after the crop and ToDtype + Normalize at the
+    end (run on the crop's pixels): the loader without the crop gives v2's canvas for one of
+    the distort's draws, the offset told by the centre box mirrored both ways; each row with
+    the crop is a slice of it, and v2 with those draws gives the same float image (max |diff|
+    0), boxes within 1e-4 px, labels exactly."""
+    paths = _photos(tmp_path, 3, 350)
+    convert = CONVERSIONS[backend]
+    end = [v2.RandomHorizontalFlip(1.0), v2.RandomVerticalFlip(1.0),
+           v2.ToDtype(torch.float32, scale=True), v2.Normalize([0.4, 0.5, 0.6], [0.2, 0.3, 0.25]),
+           v2.SanitizeBoundingBoxes()]
+
+    def chain(crop=True, padding=None, params=None, iou=None):
+        distort = _distort() if params is None else _fixed(_distort(), params)
+        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
+        if padding is not None:
+            _fixed(zoom, {"padding": padding})
+        ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
+        return v2.Compose([convert(), distort, zoom] + (ioucrop if crop else []) + end)
+
+    def rows(crop):
+        loader = _loader(chain(crop), paths, 13, dataset=Centred, batch_size=3)
+        return [row for batch in loader for row in batch]
+
+    canvas_w, canvas_h = int(211 * torch.tensor(1.6)), int(150 * torch.tensor(1.6))
+    cropped = 0
+    for path, (image, target), (canvas, whole) in zip(paths, rows(True), rows(False)):
+        box = whole["boxes"][0]  # flipped both ways: x0 = W - (110 + left), y0 = H - (80 + top)
+        left, top = round(canvas_w - 110 - float(box[0])), round(canvas_h - 80 - float(box[1]))
+        padding = [left, top, canvas_w - 211 - left, canvas_h - 150 - top]
+        photo, want_target = _opened(path), Centred(None, paths).target()
+        draws = _equal_for_some_draw(canvas, lambda params: chain(False, padding, params)(
+            photo, want_target)[0])
+        assert draws, (path, padding)
+        (row, col), = _crop_of(canvas, image)
+        height, width = image.shape[-2:]
+        crop = (canvas_h - row - height, canvas_w - col - width, height, width)
+        zoomed = v2.Compose([convert(), _fixed(_distort(), draws[0]),
+                             _fixed(v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0),
+                                    {"padding": padding})])(photo, want_target)[1]["boxes"]
+        params = _iou_params(zoomed, crop, (canvas_h, canvas_w))
+        cropped += bool(params)
+        want_image, want = chain(True, padding, draws[0], params)(photo, want_target)
+        assert image.dtype == torch.float32 and torch.equal(image, want_image), (path, crop)
+        torch.testing.assert_close(target["boxes"], want["boxes"], atol=1e-4, rtol=0)
+        assert torch.equal(target["labels"], want["labels"])
+    assert cropped > 0

@@ -114,3 +114,32 @@ def _in_child():
     _tail_pool._threads = lambda: 2
     with one_intra_op_thread():
         return _tail_pool.run_all(lambda i: i * i, [1, 2, 3])
+
+
+def test_a_fork_waits_for_the_seeded_lock_another_thread_holds():
+    """A thread holds the seeded generators' lock (a tail thread mid-draw) while another forks:
+    the fork waits for it, so the child's first seeded run does not deadlock on a lock held by
+    a thread the child does not have."""
+    import multiprocessing
+    import time
+
+    from ringloader.core import _sample_keys
+
+    held = threading.Event()
+
+    def hold():
+        with _sample_keys._SEEDED:
+            held.set()
+            time.sleep(0.5)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        assert pool.apply_async(_seeded_in_child, ()).get(timeout=60) == 7
+    holder.join()
+
+
+def _seeded_in_child():
+    return _run_seeded(lambda v: v + 1, 6, 0)

@@ -65,7 +65,8 @@ def test_each_sample_alone_as_torch_delivers_it(tree: Path, kind: str):
                "references": lambda: Files(tree), "joint": lambda: Files(tree, joint=True),
                "torchvision": lambda: torch_ds}[kind]()
     loader = _native(dataset)
-    assert len(loader) == len(want)
+    assert len(loader) == len(want) and loader.batch_sampler is None  # as torch's
+    assert loader.sampler is not None and loader.collate_fn is tud.default_convert
     got = list(loader)
     assert len(got) == len(want)
     for sample, (image, label) in zip(got, want):
@@ -123,7 +124,8 @@ def test_references_on_torchs_path_are_materialised_one_by_one(tree: Path):
     """A Joint the native path refuses (a Python step in it) with batch_size=None: torch's path
     decodes each sample's references in its workers and applies default_convert to the sample
     alone (they reached the user as references before); the same samples as the native path
-    gives without the Python step, which changes nothing here."""
+    gives without the Python step, which changes nothing here. Its checkpoint is refused, as
+    for torch's unbatched loading (no batch sampler to replay)."""
     def same(image):
         return image
 
@@ -136,7 +138,9 @@ def test_references_on_torchs_path_are_materialised_one_by_one(tree: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         loader = rl.DataLoader(Refused(tree), batch_size=None, num_workers=2)
-    assert not loader.native and loader.batch_size is None
+    assert not loader.native and loader.batch_size is None and loader.batch_sampler is None
+    with pytest.raises(TypeError, match="batch_size=None"):  # torch's unbatched path: no order
+        loader.state_dict()
     got = list(loader)
     want = list(_native(Files(tree, joint=True)))
     assert len(got) == len(want) == 10

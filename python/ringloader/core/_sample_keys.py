@@ -5,6 +5,7 @@ its own (``tail_seed``), and a function run with the global RNGs seeded from it.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import threading
 from typing import Any, Callable, Iterator, NamedTuple
@@ -45,6 +46,18 @@ def tail_seed(key: SampleKey) -> int:
 # Joint's or a dataset's Python tail runs in the iterating thread) would otherwise draw from, and
 # restore, each other's seeds.
 _SEEDED = threading.RLock()
+
+
+def _release_seeded() -> None:
+    _SEEDED.release()
+
+
+if hasattr(os, "register_at_fork"):
+    # A fork waits for the lock, so that no child is born with it held by a thread it does not
+    # have (a tail thread mid-draw, say), which would deadlock the child's first draw; parent
+    # and child then let it go.
+    os.register_at_fork(before=_SEEDED.acquire, after_in_parent=_release_seeded,
+                        after_in_child=_release_seeded)
 
 
 def _run_seeded(fn: Callable[[Any], Any], value: Any, seed: int) -> Any:

@@ -131,6 +131,7 @@ class GenericBackend(Backend):
             (view is not None or video) and not isinstance(dataset, tud.IterableDataset)
         self._video = video_batches.for_loader(dataset, args, threads) \
             if video and not unbatched else None
+        self._unbatched = unbatched
         native_only = [name for name, given in (
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
             ("memory_format", self._channels_last), ("io", args.io != "auto"),
@@ -226,7 +227,9 @@ class GenericBackend(Backend):
 
     @property
     def resumable(self) -> bool:
-        return self._planned is not None
+        # Unbatched references are planned one sample a batch, but torch's unbatched loader has
+        # no batch sampler to replay: no order to resume, as torch's path says.
+        return self._planned is not None and not self._unbatched
 
     def __len__(self) -> int:
         return len(self._generic)

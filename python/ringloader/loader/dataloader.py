@@ -345,7 +345,13 @@ class DataLoader:
     batch_size = _forward("batch_size", "As torch's DataLoader.batch_size.")
     drop_last = _forward("drop_last", "As torch's DataLoader.drop_last.")
     sampler = _forward("sampler", "As torch's DataLoader.sampler.")
-    batch_sampler = _forward("batch_sampler", "As torch's DataLoader.batch_sampler.")
+    @property
+    def batch_sampler(self) -> Any:
+        """As torch's DataLoader.batch_sampler: None with ``batch_size=None`` (natively the
+        samples still pass as one-row batches)."""
+        backend = self._backend
+        return None if getattr(backend, "_unbatched", False) else backend.batch_sampler
+
     generator = _forward("generator", "The generator given, as torch's DataLoader.generator.")
     num_workers = _forward("num_workers", "Decode threads (native) or worker processes (generic); "
                            "with num_workers='auto', the number chosen.")
