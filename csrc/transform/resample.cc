@@ -672,6 +672,7 @@ void Resampler::HorizontalPass(const uint8_t* src, int origin, uint8_t* dst) con
 }
 
 void Resampler::VerticalPass(const uint8_t* rows, int y, int width, uint8_t* out) const {
+  if (width <= 0) return;  // no columns: the output is padding across (out may be null)
   if (yc_.copies()) {
     const int32_t source = yc_.copy_source()[y];
     if (source < 0) {
@@ -690,7 +691,10 @@ void Resampler::AddRow(int y, const uint8_t* rgbx) {
   if (y < yc_.first() || y >= yc_.end()) return;
   uint8_t* dst = tmp_.data() + static_cast<size_t>(y - yc_.first()) * tmp_stride_;
   if (vertical_first_) {
-    std::memcpy(dst, rgbx + static_cast<ptrdiff_t>(xc_.first() - x_origin_) * 4, tmp_stride_);
+    // No columns (the output is padding across): nothing to keep, and tmp_ may be unallocated.
+    if (tmp_stride_ != 0) {
+      std::memcpy(dst, rgbx + static_cast<ptrdiff_t>(xc_.first() - x_origin_) * 4, tmp_stride_);
+    }
     return;
   }
   HorizontalPass(rgbx, x_origin_, dst);
