@@ -110,6 +110,17 @@ def _iou_params(canvas_boxes, crop, canvas_hw):
     return dict(top=top, left=left, height=height, width=width, is_within_crop_area=within)
 
 
+def ssd_chain(first, end, crop=True, padding=None, params=None, iou=None):
+    """``first``, the distort (fixed factors; ``params``: its draws), a zoom-out by 1.6
+    (``padding``: its offset), RandomIoUCrop when ``crop`` (``iou``: its crop), then ``end``."""
+    distort = _distort() if params is None else _fixed(_distort(), params)
+    zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
+    if padding is not None:
+        _fixed(zoom, {"padding": padding})
+    ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
+    return v2.Compose(first + [distort, zoom] + (ioucrop if crop else []) + end)
+
+
 def _fixed(step, params):
     step.make_params = lambda flat_inputs: params
     return step
@@ -192,13 +203,8 @@ def test_ssd_equals_v2_for_the_drawn_distort_zoom_and_crop(tmp_path, backend):
     last = [v2.PILToTensor()] if backend == "pil" else []
 
     def chain(crop=True, padding=None, params=None, iou=None):
-        distort = _distort() if params is None else _fixed(_distort(), params)
-        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
-        if padding is not None:
-            _fixed(zoom, {"padding": padding})
-        ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
-        return v2.Compose(first + [distort, zoom] + (ioucrop if crop else []) +
-                          [v2.RandomHorizontalFlip(p=1.0)] + last + [v2.SanitizeBoundingBoxes()])
+        return ssd_chain(first, [v2.RandomHorizontalFlip(p=1.0)] + last +
+                         [v2.SanitizeBoundingBoxes()], crop, padding, params, iou)
 
     def rows(crop):
         with warnings.catch_warnings():

@@ -17,7 +17,8 @@ from torchvision.transforms import v2
 
 import ringloader as rl
 from test_detection_ssd import (MEAN, PRESETS, Centred, Detections, _crop_of, _distort,
-                                _equal_for_some_draw, _fixed, _iou_params, _opened, _photos)
+                                _equal_for_some_draw, _fixed, _iou_params, _opened, _photos,
+                                ssd_chain)
 
 CONVERSIONS = {"tensor": v2.PILToTensor, "tv_tensor": v2.ToImage}
 
@@ -187,12 +188,7 @@ def test_both_flips_and_normalize_after_the_crop_equal_v2(tmp_path, backend):
            v2.SanitizeBoundingBoxes()]
 
     def chain(crop=True, padding=None, params=None, iou=None):
-        distort = _distort() if params is None else _fixed(_distort(), params)
-        zoom = v2.RandomZoomOut(fill=MEAN, side_range=(1.6, 1.6), p=1.0)
-        if padding is not None:
-            _fixed(zoom, {"padding": padding})
-        ioucrop = [v2.RandomIoUCrop() if iou is None else _fixed(v2.RandomIoUCrop(), iou)]
-        return v2.Compose([convert(), distort, zoom] + (ioucrop if crop else []) + end)
+        return ssd_chain([convert()], end, crop, padding, params, iou)
 
     def rows(crop):
         loader = _loader(chain(crop), paths, 13, dataset=Centred, batch_size=3)
