@@ -42,6 +42,7 @@ from .core._source import StaleIndexError
 from .sources.webdataset import WebDataset
 from .transforms import clips
 from .sources.video import VideoBytes, VideoFile
+from .sources.frame_leaves import ClipIndices, ClipTimes, PerFrame
 from .sources.video_folder import VideoFolder, VideoShards
 from ._version import __version__  # written by the build from pyproject.toml's version
 from . import _public_paths
@@ -49,6 +50,8 @@ from . import _public_paths
 _public_paths.register(__name__)
 
 __all__ = [
+    "ClipIndices",
+    "ClipTimes",
     "DataLoader",
     "DatasetFolder",
     "FallbackWarning",
@@ -63,6 +66,7 @@ __all__ = [
     "materialize",
     "NativeDataset",
     "Parquet",
+    "PerFrame",
     "SampleError",
     "StaleIndexError",
     "SlotsExhaustedError",

@@ -22,6 +22,7 @@ PUBLIC_PATHS = {
     "webdataset": "sources.webdataset",
     "video": "sources.video",
     "video_folder": "sources.video_folder",
+    "frame_leaves": "sources.frame_leaves",
     "dataloader": "loader.dataloader",
     "video_batches": "loader.video_batches",
 }

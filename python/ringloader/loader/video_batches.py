@@ -31,69 +31,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .. import _C
 # What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
 from ._video_loader import NativeVideoLoader, _Prefetched, check_unchanged  # noqa: F401
+from ._video_chain import _PER_LEVEL, _flatten, _geometric
 from ..transforms import clips as _clips
 
 __all__ = ["native_chain", "VideoClipBatches", "native_video_source"]
 
 _MASK64 = (1 << 64) - 1
-
-
-def _flatten(transform: Any) -> List[Any]:
-    if transform is None:
-        return []
-    inner = getattr(transform, "transforms", None)
-    if type(transform).__name__ == "Compose" and isinstance(inner, (list, tuple)):
-        return [t for part in inner for t in _flatten(part)]
-    return [transform]
-
-
-def _size(size: Any) -> Tuple[int, int]:
-    if isinstance(size, int):
-        return size, size
-    size = list(size)
-    return (int(size[0]), int(size[0])) if len(size) == 1 else (int(size[0]), int(size[1]))
-
-
-def _bilinear_aa(t: Any) -> Optional[str]:
-    from torchvision.transforms import InterpolationMode
-
-    mode = getattr(t, "interpolation", InterpolationMode.BILINEAR)
-    if InterpolationMode(mode) != InterpolationMode.BILINEAR:
-        return f"{type(t).__name__}: only bilinear interpolation runs natively on video"
-    if getattr(t, "antialias", True) is not True:
-        return f"{type(t).__name__}: only antialias=True runs natively on video"
-    return None
-
-
-def _geometric(t: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
-    name = type(t).__name__
-    if not type(t).__module__.startswith("torchvision.transforms.v2"):
-        return None, f"{name} is not a torchvision v2 transform"
-    if name == "RandomResizedCrop":
-        h, w = _size(t.size)
-        return {"kind": "random_resized_crop", "height": h, "width": w, "scale": tuple(t.scale),
-                "ratio": tuple(t.ratio)}, _bilinear_aa(t)
-    if name == "Resize":
-        if t.size is None:
-            return None, "Resize(size=None) does not run natively on video"
-        size = [t.size] if isinstance(t.size, int) else list(t.size)
-        step = {"kind": "resize", "height": int(size[0]), "width": int(size[1]) if len(size) == 2 else 0,
-                "max_size": int(t.max_size or 0)}
-        return step, _bilinear_aa(t)
-    if name == "CenterCrop":
-        h, w = _size(t.size)
-        return {"kind": "center_crop", "height": h, "width": w}, None
-    if name == "RandomCrop":
-        if t.padding is not None or t.pad_if_needed:
-            return None, "RandomCrop with padding does not run natively on video"
-        h, w = _size(t.size)
-        return {"kind": "random_crop", "height": h, "width": w}, None
-    if name == "RandomHorizontalFlip":
-        return {"kind": "horizontal_flip", "p": float(t.p)}, None
-    return None, f"{name} has no native video equivalent"
-
-
-_PER_LEVEL = {"ToDtype", "Normalize", "ConvertImageDtype", "ToPureTensor"}
 
 
 def native_chain(transform: Any) -> Tuple[Optional[Tuple[List[Dict[str, Any]], Optional[List[float]]]], str]:
@@ -195,6 +138,26 @@ def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
         except _SAMPLE_ERRORS as error:
             first_error = first_error or error
     return None, f"none of its first samples could be read ({first_error})"
+
+
+def _with_leaves(target: Any, ref: Any, meta: Any, key: Any) -> Any:
+    """``target`` with its frame leaves (``rl.ClipIndices``, ``rl.ClipTimes``, ``rl.PerFrame``)
+    replaced by their values for the clip ``ref`` draws for ``key``: drawn again from the key's
+    generator, as ``_plan`` draws it and as ``materialize`` draws a (video, target) sample (the
+    video first); ``meta`` is the video's kept metadata, so nothing is opened for it."""
+    from ..sources.frame_leaves import DrawnClips, _FrameLeaf
+    from ..sources.references import _flat, rebuild
+
+    if not any(isinstance(leaf, _FrameLeaf) for leaf in _flat(target)):
+        return target
+    ref._meta = meta
+    drawn = DrawnClips(_clips.generator_for(key.seed, key.epoch, key.index, key.position))
+    drawn.frames(ref)
+
+    def fill(value: Any) -> Any:
+        return value.value(drawn) if isinstance(value, _FrameLeaf) else rebuild(value, fill)
+
+    return fill(target)
 
 
 def _where(ref: Any) -> str:
@@ -470,7 +433,11 @@ class VideoClipBatches:
             except (ValueError, TypeError, IndexError, OSError, RuntimeError):
                 continue
             if shape is None or this == shape:
-                yield index, self._row(ref, frames, row_seed), this, sample[1]
+                try:
+                    target = _with_leaves(sample[1], ref, self._metadata([ref])[0], key)
+                except _SAMPLE_ERRORS:
+                    continue
+                yield index, self._row(ref, frames, row_seed), this, target
 
     def _replace(self, out: Any, b: int, key: Any, error: BaseException, shape: Tuple[int, ...], path: str) -> Any:
         """Decodes a substitute's clip into row ``b`` of ``out``; its target. Without one that
@@ -504,15 +471,19 @@ class VideoClipBatches:
         refs = [None if isinstance(s, BaseException) else s[0] for s in samples]
         metas = iter(self._metadata([r for r in refs if r is not None]))
         plans: List[Any] = []
+        targets: List[Any] = []
         shape: Optional[Tuple[int, ...]] = None
         for key, ref, sample in zip(keys, refs, samples):
+            targets.append(None)
             try:
                 if ref is None:
                     raise sample
-                frames, seed, this = self._plan(key, ref, next(metas))
+                meta = next(metas)
+                frames, seed, this = self._plan(key, ref, meta)
                 if shape is not None and this != shape:
                     raise ValueError(f"{_where(ref)}: its clip is {list(this)}, the batch's first "
                                      f"{list(shape)}: clips of one batch must have one shape")
+                targets[-1] = _with_leaves(sample[1], ref, meta, key)
                 shape = this if shape is None else shape
                 plans.append(self._row(ref, frames, seed))
             except _SAMPLE_ERRORS as error:
@@ -533,7 +504,6 @@ class VideoClipBatches:
                 if self.on_error == "raise":
                     self._fail(error, keys[b], plans[b][2])
                 plans[b] = error
-        targets = [None if isinstance(s, BaseException) else s[1] for s in samples]
         if replace:  # each clip to its key's row (rows only move down: last first), then substitutes
             for j in reversed(range(len(good))):
                 if good[j] != j:

@@ -7,6 +7,7 @@ Source (core._source) read natively or on torch's path. It imports from ``core``
 * ``hf``: ``HFDataset`` and ``Parquet``: image bytes read from Arrow buffers into references.
 * ``webdataset``: ``WebDataset`` (tar shards, local, ``pipe:`` or remote) and its order, ``WebDatasetSampler``.
 * ``video``: ``VideoFile``/``VideoBytes`` video references decoded frame-exactly by the system's FFmpeg (loaded at run time), ``VideoMetadata``.
+* ``frame_leaves``: ``ClipIndices``, ``ClipTimes``, ``PerFrame``: leaves the frames a video reference draws decide; ``DrawnClips``, one draw per reference a sample.
 * ``video_folder``: ``VideoFolder``, class folders of video files (Kinetics/UCF101 layout), ``VIDEO_EXTENSIONS``; ``VideoShards``, tar shards of video members read in place.
 * ``_user_source``: ``UserSource``, a user's Dataset of image references as a native source (``source_for`` finds it); ``find_source``, the source standing for a Dataset the loader is given.
 * ``_folder_scan``: torchvision's folder scan (``find_classes``, the files of each class folder).

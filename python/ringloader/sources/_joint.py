@@ -371,8 +371,11 @@ def _structure_refusal(value: Any, where: str, images: List[str],
     import torch
     from torchvision import tv_tensors
 
-    from .references import ImageReference
+    from .references import ImageReference, _FrameLeaf, _VideoReference
 
+    if isinstance(value, (_VideoReference, _FrameLeaf)):
+        return (f"{where} is a video clip or a leaf of one ({type(value).__name__}): a Joint "
+                "with a video is decoded and transformed in torch's worker processes")
     if isinstance(value, ImageReference):
         if value.mode == "mask":
             masks.append(where)

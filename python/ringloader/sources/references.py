@@ -12,6 +12,8 @@ import io
 import os
 from typing import Any, Dict, Optional, Tuple
 
+from .frame_leaves import DrawnClips, _FrameLeaf
+from . import video as video_module
 from .video import _VideoReference
 
 
@@ -263,6 +265,13 @@ class Joint:
     tuples, lists and dicts. Every geometric leaf sees the same random draws (v2's contract).
     References inside take no transform of their own: the joint transform is theirs.
 
+    A video reference (``rl.VideoFile``/``rl.VideoBytes``) is its clip decoded as a
+    ``tv_tensors.Video`` (``uint8`` ``[T, 3, H, W]``, ``[N, T, 3, H, W]`` for several clips), its
+    sampler drawing from the sample's clip generator; ``rl.PerFrame(video, boxes_by_frame)``
+    gives the boxes (or other values) of the frames drawn, moved with the clip's one draw, and
+    ``rl.ClipIndices``/``rl.ClipTimes`` which frames they are. A Joint holding a video is
+    decoded and transformed in torch's worker processes (``ringloader.materialize``).
+
     ``transform`` is called as the user's code would call it: with the structure as its one
     argument (a v2 transform or ``Compose``), or, when it takes the items of a tuple structure
     as its arguments instead (torchvision's segmentation and detection reference presets:
@@ -303,18 +312,22 @@ class Joint:
         self.transform = joint_callable(transform, structure)
         self.structure = structure
 
-    def materialize(self) -> Any:
+    def materialize(self, generator: Any = None) -> Any:
         """Decodes every reference (images as the PIL images the user's own code would open,
-        masks as ``tv_tensors.Mask`` of the stored values) and applies the transform to the
-        whole structure, with a ``ToImage()`` where a chain without a tensor conversion first
-        needs a tensor, else at its end (:func:`runnable`): what the native path gives."""
-        return _run_joint(self, {})
+        masks as ``tv_tensors.Mask`` of the stored values, videos as ``tv_tensors.Video``, their
+        clip samplers drawing from ``generator``) and applies the transform to the whole
+        structure, with a ``ToImage()`` where a chain without a tensor conversion first needs a
+        tensor, else at its end (:func:`runnable`): what the native path gives."""
+        return _run_joint(self, {}, DrawnClips(generator))
 
     def __repr__(self) -> str:
         return f"ringloader.Joint({self.transform!r}, {self.structure!r})"
 
     def __reduce__(self) -> Any:
         return (Joint, (self.transform, self.structure))
+
+
+video_module._WRAPPERS[Joint] = "structure"  # holds_video looks inside a Joint
 
 
 class Spread:
@@ -405,11 +418,14 @@ def _check_joint_leaves(value: Any, where: str) -> None:
     import torch
     from torchvision import tv_tensors
 
-    if isinstance(value, ImageReference):
+    if isinstance(value, (ImageReference, _VideoReference)):
         if value.transform is not None:
-            raise ValueError(f"Joint: {where} is {value.describe()} with a transform of its own; "
+            what = value.describe() if isinstance(value, ImageReference) else repr(value)
+            raise ValueError(f"Joint: {where} is {what} with a transform of its own; "
                              "inside Joint the joint transform applies to every leaf (pass "
                              "transform=None)")
+        return
+    if isinstance(value, _FrameLeaf):
         return
     if isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints, tv_tensors.Mask,
                           torch.Tensor)) or isinstance(value, _PLAIN):
@@ -423,13 +439,22 @@ def _check_joint_leaves(value: Any, where: str) -> None:
             _check_joint_leaves(item, f"{where}[{key!r}]")
         return
     raise TypeError(f"Joint: {where} is a {type(value).__name__}, which Joint does not transform; "
-                    "a leaf is an ImageFile/ImageBytes, a tv_tensors.BoundingBoxes, KeyPoints or "
-                    "Mask, a tensor or a plain value")
+                    "a leaf is an ImageFile/ImageBytes, a VideoFile/VideoBytes or a leaf of one "
+                    "(PerFrame, ClipIndices, ClipTimes), a tv_tensors.BoundingBoxes, KeyPoints "
+                    "or Mask, a tensor or a plain value")
 
 
-def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any], images: list) -> Any:
+def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any], images: list,
+                  drawn: DrawnClips) -> Any:
     """``value`` with its references decoded: an image as the PIL image Pillow opens (listed
-    in ``images``), a mask as a ``tv_tensors.Mask`` of its stored values."""
+    in ``images``), a mask as a ``tv_tensors.Mask`` of its stored values, a video as a
+    ``tv_tensors.Video`` of its clip (drawn in ``drawn``), a frame leaf as its value."""
+    if isinstance(value, _VideoReference):
+        from torchvision import tv_tensors
+
+        return tv_tensors.Video(drawn.decode(value))
+    if isinstance(value, _FrameLeaf):
+        return value.value(drawn)
     if isinstance(value, ImageReference):
         key = value._source_key() + (value.mode,)
         image = decoded.get(key)
@@ -443,15 +468,15 @@ def _decode_joint(value: Any, decoded: Dict[Tuple[Any, ...], Any], images: list)
             return tv_tensors.Mask(torch.from_numpy(np.array(image, copy=True)))
         images.append(image)
         return image
-    return rebuild(value, lambda v: _decode_joint(v, decoded, images))
+    return rebuild(value, lambda v: _decode_joint(v, decoded, images, drawn))
 
 
-def _run_joint(joint: "Joint", decoded: Dict[Tuple[Any, ...], Any]) -> Any:
+def _run_joint(joint: "Joint", decoded: Dict[Tuple[Any, ...], Any], drawn: DrawnClips) -> Any:
     """``joint`` decoded and transformed, one rule on every path (:func:`runnable`)."""
     from ..core._sample_keys import one_intra_op_thread
 
     images: list = []
-    structure = _decode_joint(joint.structure, decoded, images)
+    structure = _decode_joint(joint.structure, decoded, images, drawn)
     with one_intra_op_thread():  # as the native path runs v2's steps (its tail)
         if not images:  # no image for a ToImage to convert (it would take a plain tensor)
             return joint.transform(structure)
@@ -503,9 +528,12 @@ def materialize(sample: Any, generator: Any = None) -> Any:
     transformed (tuples, lists, namedtuples and dicts are walked at any depth; other values are
     returned as they are). Several references to one image in a sample decode it once; each
     still applies its own transform, in the order they appear. A video reference
-    (:class:`ringloader.VideoFile`/:class:`ringloader.VideoBytes`) is decoded by its ``decode()``:
-    its clip, its clip sampler drawing from ``generator`` (a ``torch.Generator``; None: torch's
-    global one), then its transform; several draw from it in the order they appear.
+    (:class:`ringloader.VideoFile`/:class:`ringloader.VideoBytes`) is decoded as its
+    ``decode()`` decodes it: its clip, its clip sampler drawing from ``generator`` (a
+    ``torch.Generator``; None: torch's global one), then its transform; several draw from it in
+    the order they appear, each reference once however many leaves of it
+    (:class:`ringloader.ClipIndices`, :class:`ringloader.ClipTimes`,
+    :class:`ringloader.PerFrame`, which give its clip's frames) the sample holds.
 
     Examples:
         >>> import ringloader as rl
@@ -518,10 +546,11 @@ def materialize(sample: Any, generator: Any = None) -> Any:
         ('RGB', 'L', 0)
     """
     decoded: Dict[Tuple[Any, ...], Any] = {}
+    drawn = DrawnClips(generator)
 
     def walk(value: Any) -> Any:
         if isinstance(value, Joint):
-            return _run_joint(value, decoded)
+            return _run_joint(value, decoded, drawn)
         if isinstance(value, ImageReference):
             key = value._source_key() + (value.mode,)
             image = decoded.get(key)
@@ -529,7 +558,10 @@ def materialize(sample: Any, generator: Any = None) -> Any:
                 image = decoded[key] = value._decode()
             return _apply(value, image)
         if isinstance(value, _VideoReference):
-            return value.decode(generator=generator)
+            out = drawn.decode(value)
+            return value.transform(out) if value.transform is not None else out
+        if isinstance(value, _FrameLeaf):
+            return value.value(drawn)
         return rebuild(value, walk)
 
     return walk(sample)

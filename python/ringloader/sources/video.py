@@ -36,7 +36,7 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import _C
 
@@ -189,28 +189,33 @@ class _VideoReference:
         for a list of clips or a :mod:`ringloader.clips` sampler (drawing from ``generator``, a
         ``torch.Generator``; ``None``: torch's global generator). Negative indices count from
         the end. Then ``transform``, when given, is applied to that tensor (in Python)."""
+        decoder = self._decoder()
+        out = self._decoded(decoder, *self._frames(self.clip if indices is None else indices, generator))
+        return self.transform(out) if self.transform is not None else out
+
+    def _frames(self, clip: Clip, generator: Any) -> Tuple[List[List[int]], bool]:
+        """The frames ``clip`` names in this video (a sampler drawing from ``generator``), as
+        rows of clips, and whether they were one flat clip."""
+        meta = self.metadata
+        if clip is None:
+            return [list(range(meta.num_frames))], True
+        if hasattr(clip, "frame_indices"):
+            return [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), generator)], False
+        return _rows(clip, self._name())
+
+    def _decoded(self, decoder: Any, rows: List[List[int]], flat: bool) -> Any:
+        """The frames of ``rows`` decoded by ``decoder``: ``[T, 3, H, W]`` or ``[N, T, 3, H, W]``."""
         import torch
 
-        decoder = self._decoder()
-        meta = self._meta
-        assert meta is not None
-        clip = self.clip if indices is None else indices
-        if clip is None:
-            rows, flat = [list(range(meta.num_frames))], True
-        elif hasattr(clip, "frame_indices"):
-            rows, flat = [list(map(int, r)) for r in clip.frame_indices(meta.clip_meta(), generator)], False
-        else:
-            rows, flat = _rows(clip, self._name())
         lengths = {len(r) for r in rows}
         if len(lengths) > 1:
             raise ValueError(f"{self._name()}: clips of different lengths {sorted(lengths)} cannot "
                              "be stacked into one tensor")
-        wanted = [i for r in rows for i in r]
-        frames, _, _ = decoder.get_frames_at(wanted)
+        frames, _, _ = decoder.get_frames_at([i for r in rows for i in r])
         out = torch.from_numpy(frames)
         if not flat:
             out = out.reshape(len(rows), lengths.pop() if lengths else 0, *out.shape[1:])
-        return self.transform(out) if self.transform is not None else out
+        return out
 
     def decode_played_at(self, seconds: Sequence[float]) -> Any:
         """The frames played at these times (each the frame whose ``pts <= t <`` the next
@@ -224,8 +229,45 @@ class _VideoReference:
         return self.transform(out) if self.transform is not None else out
 
 
+class _FrameLeaf:
+    """What the leaves of a clip (``frame_leaves``) share: the video whose clip decides them."""
+
+    __slots__ = ("video",)
+
+    def __init__(self, video: Any):
+        if not isinstance(video, _VideoReference):
+            raise TypeError(f"{type(self).__name__}(video=...) needs a ringloader.VideoFile or "
+                            f"VideoBytes, got {type(video).__name__}")
+        self.video = video
+
+    def _indices(self, drawn: Any) -> Tuple[List[List[int]], bool]:
+        """The clip's rows, each index counted from the start (a negative one from the end)."""
+        rows, flat = drawn.frames(self.video)
+        count = self.video.metadata.num_frames
+        out = []
+        for row in rows:
+            for i in row:
+                if not -count <= i < count:
+                    raise IndexError(f"{self.video._name()}: frame {i} is out of range (the video "
+                                     f"has {count} frames)")
+            out.append([i % count for i in row])
+        return out, flat
+
+    def value(self, drawn: Any) -> Any:  # pragma: no cover - every leaf has its own
+        raise NotImplementedError
+
+    def __reduce__(self) -> Any:
+        return (type(self), (self.video,))
+
+
+#: Classes that wrap a structure of references (``rl.Joint``: its ``structure``), by the
+#: attribute holding it: registered by their module, which imports this one.
+_WRAPPERS: Dict[type, str] = {}
+
+
 def holds_video(sample: Any, depth: int = 0) -> bool:
-    """True when ``sample`` is or holds (in tuples, lists, namedtuples, dicts) a video reference.
+    """True when ``sample`` is or holds (in tuples, lists, namedtuples, dicts, an ``rl.Joint``) a
+    video reference or a leaf of one (``rl.ClipIndices``, ``rl.ClipTimes``, ``rl.PerFrame``).
 
     Examples:
         >>> from ringloader.video import VideoFile, holds_video
@@ -236,6 +278,11 @@ def holds_video(sample: Any, depth: int = 0) -> bool:
         return True
     if depth > 8:
         return False
+    if isinstance(sample, _FrameLeaf):
+        return True
+    inner = _WRAPPERS.get(type(sample))
+    if inner is not None:
+        return holds_video(getattr(sample, inner), depth + 1)
     if isinstance(sample, (tuple, list)):
         return any(holds_video(v, depth + 1) for v in sample)
     if isinstance(sample, dict):
