@@ -12,6 +12,7 @@ epoch planning, checkpoints of a running epoch, video clip batches. It asks a So
 * ``_generic``: the generic backend (torch's DataLoader over any Dataset).
 * ``_planning``: epoch plans, the next epoch predicted and read ahead, the generic batch plan.
 * ``_staging``: device staging on the generic path (side CUDA stream).
+* ``_clip_samples``: where a sample holds its clip (any structure), the rest collated, the clips put back or handed to a ``collate_fn``.
 * ``_video_chain``: what of a v2 transform runs natively on a clip, step by step (``native_chain`` puts them together).
 * ``_video_loader``: what the generic backend iterates for natively batched clips: their batches made ahead or when asked, within ``max_memory`` (``ClipSlots``).
 * ``_video_refill``: clip batches kept full under ``on_error="skip"`` with ``drop_last=True`` (refilled from the following clips, resumed exactly).

@@ -28,6 +28,7 @@ from .. import _C
 from .._C import SlotsExhaustedError
 from ..core._options import _format_bytes as format_bytes
 from ._backend import skipped_too_much
+from ._clip_samples import Delivered
 from ._video_refill import Refilled
 
 __all__ = ["ClipSlots", "NativeVideoLoader"]
@@ -447,9 +448,11 @@ class NativeVideoLoader:
         else:
             inner = _Prefetched(self.source, epoch, self.prefetch, self.timeout, self.slots, dropped,
                                 budget, refill)
-        if not refill:
-            return inner
-        return Refilled(inner, self.source, owner.batch_size, epoch, getattr(owner, "_device", None) is not None)
+        if refill:
+            inner = Refilled(inner, self.source, owner.batch_size, epoch, getattr(owner, "_device", None) is not None)
+        if getattr(self.source, "pair", True) and getattr(self.source, "collate_fn", None) is None:
+            return inner  # (clips, targets), as made
+        return Delivered(inner, self.source)  # as the user's samples shape a batch
 
     def _planned_samples(self, epoch: Any = None) -> int:
         """The samples ``epoch`` (the iterator's, begun) reads: its planned batches' (torch's

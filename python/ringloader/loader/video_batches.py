@@ -14,7 +14,8 @@ from ``clips.generator_for`` of the same key, so a batch is the same for any thr
 resume.
 
 :class:`VideoClipBatches` serves a Dataset whose samples are ``(VideoFile, target)`` (an
-``rl.VideoFolder``, or a Dataset of such pairs; a ``VideoFile`` may be a byte range of a file, a
+``rl.VideoFolder``, or a Dataset of such pairs, or of any structure holding one video
+reference at one place: ``_clip_samples``; a ``VideoFile`` may be a byte range of a file, a
 tar shard's member) or ``(VideoBytes, target)`` (decoded from memory through a custom
 ``AVIOContext``; each native thread keeps a decoder open on a copy of the bytes, found again by
 their digest) by whole batches of keys; ``stats()`` counts the decode work (frames decoded per
@@ -31,6 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .. import _C
 # What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
 from ._video_loader import NativeVideoLoader, _Prefetched, check_unchanged  # noqa: F401
+from . import _clip_samples
 from ._video_chain import _PER_LEVEL, _flatten, _geometric
 from ..transforms import clips as _clips
 
@@ -108,12 +110,15 @@ def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
     return rows
 
 
-def _reference(sample: Any) -> Tuple[Any, Optional[str]]:
-    from ..sources.video import VideoBytes, VideoFile
-
-    if isinstance(sample, tuple) and len(sample) == 2 and isinstance(sample[0], (VideoFile, VideoBytes)):
-        return sample[0], None
-    return None, "its samples are not (VideoFile or VideoBytes, target) pairs"
+def _reference(sample: Any, path: Optional[Tuple[Any, ...]] = None) -> Tuple[Any, Optional[str]]:
+    """The one video reference of ``sample`` (at ``path`` when given: where sample 0 holds its
+    own), and why not (``_clip_samples.locate``)."""
+    found, why = _clip_samples.locate(sample)
+    if found is None:
+        return None, why
+    if path is not None and found != path:
+        return None, f"its video reference is at {list(found)}, sample 0's at {list(path)}"
+    return _clip_samples.at(sample, found), None
 
 
 #: A sample's own errors (reading it, planning or decoding its clip), under ``on_error``; a
@@ -122,7 +127,7 @@ _SAMPLE_ERRORS = (ValueError, IndexError, OSError, RuntimeError)
 
 
 def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
-    """The reference of the first of the first 16 samples that can be read (a bad sample,
+    """The first of the first 16 samples that can be read (a bad sample,
     ``rl.VideoShards``' sample without a video say, is that sample's error under ``on_error``,
     not a reason to leave the native path), and why not when none is."""
     from .._C import StaleIndexError
@@ -132,32 +137,13 @@ def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
     first_error: Optional[BaseException] = None
     for index in range(min(len(dataset), 16)):
         try:
-            return _reference(dataset[index])
+            sample = dataset[index]
+            return (sample, None) if _reference(sample)[0] is not None else (None, _reference(sample)[1])
         except StaleIndexError:
             raise
         except _SAMPLE_ERRORS as error:
             first_error = first_error or error
     return None, f"none of its first samples could be read ({first_error})"
-
-
-def _with_leaves(target: Any, ref: Any, meta: Any, key: Any) -> Any:
-    """``target`` with its frame leaves (``rl.ClipIndices``, ``rl.ClipTimes``, ``rl.PerFrame``)
-    replaced by their values for the clip ``ref`` draws for ``key``: drawn again from the key's
-    generator, as ``_plan`` draws it and as ``materialize`` draws a (video, target) sample (the
-    video first); ``meta`` is the video's kept metadata, so nothing is opened for it."""
-    from ..sources.frame_leaves import DrawnClips, _FrameLeaf
-    from ..sources.references import _flat, rebuild
-
-    if not any(isinstance(leaf, _FrameLeaf) for leaf in _flat(target)):
-        return target
-    ref._meta = meta
-    drawn = DrawnClips(_clips.generator_for(key.seed, key.epoch, key.index, key.position))
-    drawn.frames(ref)
-
-    def fill(value: Any) -> Any:
-        return value.value(drawn) if isinstance(value, _FrameLeaf) else rebuild(value, fill)
-
-    return fill(target)
 
 
 def _where(ref: Any) -> str:
@@ -172,12 +158,13 @@ def _ident(job: Tuple[Any, ...]) -> Tuple[Any, ...]:
 
 class VideoClipBatches:
     """A map-style source of whole batches: ``source[keys]`` (a list of ``SampleKey``) decodes
-    the keys' clips natively into one ``[B, ..., T, 3, H, W]`` tensor and returns
-    ``(clips, targets)``.
+    the keys' clips natively into one ``[B, ..., T, 3, H, W]`` tensor and returns the batch
+    (:meth:`deliver`: ``(clips, targets)`` for pairs).
 
     Args:
         dataset: ``rl.VideoFolder`` or a Dataset of ``(VideoFile, target)`` or ``(VideoBytes,
-            target)`` (decoded from memory, or a file's byte range); every reference must
+            target)`` (decoded from memory, or a file's byte range), or of any structure holding
+            one video reference at the same place in every sample; every reference must
             carry the same native ``transform`` (see :func:`native_chain`).
         threads: native decode threads.
         on_error: ``"raise"`` (the error names the file and the frame, with a note naming the
@@ -189,16 +176,26 @@ class VideoClipBatches:
             (``torch.cuda.is_available()``), as torch's ``pin_memory=True`` gives them: the clips
             decoded straight into a pinned buffer, the targets pinned after collation; plain
             memory otherwise.
+        collate_fn: called on each batch's samples as torch's DataLoader calls it, each sample
+            with its clip (a view of its row) in place of its video reference; None: torch's
+            ``default_collate`` of the rest, the clips put where the samples hold them.
     """
 
-    def __init__(self, dataset: Any, threads: int, on_error: str = "raise", pin_memory: bool = False):
+    def __init__(self, dataset: Any, threads: int, on_error: str = "raise", pin_memory: bool = False,
+                 collate_fn: Any = None):
         if on_error not in ("raise", "skip", "replace"):
             raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise', 'skip' or "
                              "'replace'")
         self.dataset, self.threads, self.on_error = dataset, max(int(threads), 1), on_error
-        first, why = _first_reference(dataset)
-        if first is None:
+        sample, why = _first_reference(dataset)
+        if sample is None:
             raise ValueError(f"not a native video dataset: {why}")
+        #: Where a sample holds its clip; pair: (VideoFile, target) samples, batched as
+        #: (clips, collated targets); else the collated sample with the clips at ``path``.
+        self.path, _ = _clip_samples.locate(sample)
+        self.pair = self.path == (0,) and type(sample) is tuple and len(sample) == 2
+        self.collate_fn = collate_fn
+        first = _clip_samples.at(sample, self.path)
         chain, why = native_chain(first.transform)
         if chain is None:
             raise ValueError(f"not a native video transform: {why}")
@@ -302,12 +299,12 @@ class VideoClipBatches:
         raise error
 
     def _check_alike(self, sample: Any, key: Any) -> None:
-        """Every sample must be a (VideoFile, target) with the first's chain and limits: one
+        """Every sample must hold its video where sample 0 does, with the first's chain and limits: one
         batch runs one chain on one pool."""
-        ref, why = _reference(sample)
+        ref, why = _reference(sample, self.path)
         if ref is None:
-            raise TypeError(f"sample {key.index}: {why} (sample 0 is), so its clips cannot be "
-                            "batched natively with the others")
+            raise TypeError(f"sample {key.index}: {why}, so its clips cannot be batched natively "
+                            "with sample 0's")
         if ref.transform is not self.transform:
             known = self._chains.get(id(ref.transform))
             if known is None or known[0] is not ref.transform:
@@ -360,7 +357,7 @@ class VideoClipBatches:
     def clip_bytes(self, key: Any) -> int:
         """The bytes of the clip ``key`` makes (its shape times the output's element size); what
         the loader sizes its clip batch slots by (``_video_loader.ClipSlots``). Errors as :meth:`_plan`."""
-        ref, why = _reference(self.dataset[key.index])
+        ref, why = _reference(self.dataset[key.index], self.path)
         if ref is None:
             raise ValueError(f"sample {key.index}: {why}")
         _, _, shape = self._plan(key, ref, self._metadata([ref])[0])
@@ -371,7 +368,12 @@ class VideoClipBatches:
         return rows * math.prod(int(n) for n in shape) * (1 if self.levels is None else 4)
 
     def __getitem__(self, keys: Sequence[Any]) -> Any:
-        return self.batch(keys)
+        return self.deliver(*self.batch(keys))
+
+    def _rest(self, sample: Any) -> Any:
+        """What of ``sample`` is collated: a pair's target, else the sample with a 0 where its
+        clip is (put back by :meth:`deliver`)."""
+        return sample[1] if self.pair else _clip_samples.put(sample, self.path, 0)
 
     def _allocate(self, rows: int, shape: Tuple[int, ...], slots: Any, stop: Any) -> Any:
         """The batch tensor, on a buffer of its own charged to ``slots`` (None: uncounted)
@@ -426,7 +428,7 @@ class VideoClipBatches:
             try:
                 sample = self.dataset[index]
                 self._check_alike(sample, key._replace(index=index) if hasattr(key, "_replace") else key)
-                ref = sample[0]
+                ref = _clip_samples.at(sample, self.path)
                 frames, row_seed, this = self._plan(key, ref, self._metadata([ref])[0])
             except _C.StaleIndexError:
                 raise  # its shard rewritten: named, never passed over for another candidate
@@ -434,7 +436,7 @@ class VideoClipBatches:
                 continue
             if shape is None or this == shape:
                 try:
-                    target = _with_leaves(sample[1], ref, self._metadata([ref])[0], key)
+                    target = _clip_samples.with_leaves(self._rest(sample), ref, self._metadata([ref])[0], key)
                 except _SAMPLE_ERRORS:
                     continue
                 yield index, self._row(ref, frames, row_seed), this, target
@@ -468,7 +470,7 @@ class VideoClipBatches:
                 samples.append(error)
                 continue
             self._check_alike(samples[-1], key)
-        refs = [None if isinstance(s, BaseException) else s[0] for s in samples]
+        refs = [None if isinstance(s, BaseException) else _clip_samples.at(s, self.path) for s in samples]
         metas = iter(self._metadata([r for r in refs if r is not None]))
         plans: List[Any] = []
         targets: List[Any] = []
@@ -483,7 +485,7 @@ class VideoClipBatches:
                 if shape is not None and this != shape:
                     raise ValueError(f"{_where(ref)}: its clip is {list(this)}, the batch's first "
                                      f"{list(shape)}: clips of one batch must have one shape")
-                targets[-1] = _with_leaves(sample[1], ref, meta, key)
+                targets[-1] = _clip_samples.with_leaves(self._rest(sample), ref, meta, key)
                 shape = this if shape is None else shape
                 plans.append(self._row(ref, frames, seed))
             except _SAMPLE_ERRORS as error:
@@ -526,15 +528,32 @@ class VideoClipBatches:
         return out, targets if refill else self.collate(targets)
 
     def collate(self, targets: List[Any]) -> Any:
-        """The batch's targets from the clips' (``default_collate``; pinned as the clips are)."""
+        """The batch's targets from the clips' (``default_collate``; pinned as the clips are);
+        as they are with a ``collate_fn``, which :meth:`deliver` calls with the clips."""
         import torch
         from torch.utils.data import default_collate
 
+        if self.collate_fn is not None:
+            return targets
         targets = default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
+        return self._pinned(targets)
+
+    def _pinned(self, batch: Any) -> Any:
         if self.pin_memory:  # as torch's pin_memory=True: every tensor of the batch
             from ._staging import _map_tensors
-            targets = _map_tensors(targets, lambda t: t.pin_memory())
-        return targets
+            batch = _map_tensors(batch, lambda t: t.pin_memory())
+        return batch
+
+    def deliver(self, clips: Any, rest: Any) -> Any:
+        """The batch as the user's samples shape it: ``(clips, targets)`` for pairs, else the
+        collated samples with the clips where each sample holds its clip; with a
+        ``collate_fn``, its result on the samples, each with its row of ``clips`` (a view) in
+        place of its video reference, as torch's DataLoader calls it."""
+        if self.collate_fn is not None:
+            rows = [(clips[b], r) if self.pair else _clip_samples.put(r, self.path, clips[b])
+                    for b, r in enumerate(rest)]
+            return self._pinned(self.collate_fn(rows))
+        return (clips, rest) if self.pair else _clip_samples.put(rest, self.path, clips)
 
 
 def _cuda_available() -> bool:
@@ -543,17 +562,17 @@ def _cuda_available() -> bool:
 
 
 def native_video_source(dataset: Any, threads: int, on_error: str = "raise",
-                        pin_memory: bool = False) -> Tuple[Optional[VideoClipBatches], str]:
+                        pin_memory: bool = False, collate_fn: Any = None) -> Tuple[Optional[VideoClipBatches], str]:
     """``(VideoClipBatches, "")`` when ``dataset``'s clips can be batched natively, else
     ``(None, why not)``: the hook the DataLoader's video path asks."""
     try:
-        return VideoClipBatches(dataset, threads, on_error, pin_memory), ""
+        return VideoClipBatches(dataset, threads, on_error, pin_memory, collate_fn), ""
     except (ValueError, TypeError, ImportError) as error:
         return None, str(error)
 
 
 #: Why a video dataset's clips are batched natively (``describe()``).
-NATIVE_REASON = ("its samples are (VideoFile or VideoBytes, target) with a native video transform: "
+NATIVE_REASON = ("its samples hold one VideoFile or VideoBytes each, with a native video transform: "
                  "clips are decoded and transformed in native threads (ringloader.video_batches), batches "
                  "collated there")
 
@@ -562,7 +581,8 @@ def for_loader(dataset: Any, args: Any, num_workers: int) -> Optional[VideoClipB
     """The DataLoader's hook: a native source for ``dataset`` when its clips batch natively
     (no ``collate_fn``; ``num_workers`` native threads; ``pin_memory`` as torch's), else None
     (torch's worker processes)."""
-    if args.collate_fn is not None or args.batch_size is None:
+    if args.batch_size is None:
         return None
-    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error, args.pin_memory)
+    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error, args.pin_memory,
+                                    args.collate_fn)
     return source

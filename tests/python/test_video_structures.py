@@ -1,0 +1,160 @@
+"""Native clip batches of any sample structure (one video reference a sample, in tuples, lists,
+namedtuples or dicts) and with a ``collate_fn``: the batches equal torch's worker-process path
+(the same transform as a Python callable, the same keyed draws), under every ``on_error``."""
+from __future__ import annotations
+
+import collections
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from torchvision.transforms import v2
+
+import ringloader as rl
+from ringloader import clips
+
+from videogen import NEEDS_VIDEO, make_clip
+
+pytestmark = NEEDS_VIDEO
+
+Pair = collections.namedtuple("Pair", "video label")
+KINDS = ["dict", "triple", "named", "nested"]
+
+
+class Samples(torch.utils.data.Dataset):
+    """Samples of ``kind`` over ``paths``; ``python`` gives the same resize as a Python
+    callable, which keeps the clips on torch's worker processes."""
+
+    def __init__(self, paths, kind: str, python: bool = False):
+        self.paths, self.kind, self.python = paths, kind, python
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        resize = v2.Resize(12)
+        video = rl.VideoFile(self.paths[i], clip=clips.random_indices(num_frames_per_clip=3),
+                             transform=(lambda x: resize(x)) if self.python else resize)
+        if self.kind == "dict":
+            return {"video": video, "label": i, "meta": {"frames": rl.ClipIndices(video), "name": f"s{i}"}}
+        if self.kind == "triple":
+            return i, [video, rl.ClipTimes(video)], 2 * i
+        if self.kind == "named":
+            return Pair(video, i)
+        return [{"clip": (video,)}, i]
+
+
+@pytest.fixture(scope="module")
+def paths(tmp_path_factory) -> list:
+    top = tmp_path_factory.mktemp("structures")
+    return [make_clip(top / f"{k}.mp4", hue=45 * k) for k in range(5)]
+
+
+def _load(dataset, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rl.FallbackWarning)
+        loader = rl.DataLoader(dataset, batch_size=2, num_workers=2,
+                               generator=torch.Generator().manual_seed(3), **kw)
+        return list(loader), loader
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return type(a) is type(b) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _stack_collate(samples):
+    """A collate_fn of one's own: the clips stacked, the rest listed."""
+    clips_ = torch.stack([s["video"] if isinstance(s, dict) else s[0] for s in samples])
+    return clips_, [s["label"] if isinstance(s, dict) else s[1] for s in samples]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("collate_fn", [None, list])
+def test_any_structure_batches_natively_as_torchs_workers(paths, kind, collate_fn):
+    native, loader = _load(Samples(paths, kind), collate_fn=collate_fn)
+    assert "native clip batches" in loader.describe()
+    workers, loader = _load(Samples(paths, kind, python=True), collate_fn=collate_fn)
+    assert "generic path" in loader.describe()
+    assert len(native) == len(workers) == 3
+    for a, b in zip(native, workers):
+        assert _equal(a, b), (a, b)
+
+
+def test_a_collate_fn_gets_each_samples_clip_as_a_view_of_the_batch(paths):
+    seen = []
+
+    def collate(samples):
+        seen.append([s["video"] for s in samples])
+        return _stack_collate(samples)
+
+    native, _ = _load(Samples(paths, "dict"), collate_fn=collate)
+    workers, _ = _load(Samples(paths, "dict", python=True), collate_fn=_stack_collate)
+    assert all(_equal(a, b) for a, b in zip(native, workers))
+    first = seen[0]  # rows of one batch tensor: no copy was made to hand them over
+    assert first[1].untyped_storage().data_ptr() == first[0].untyped_storage().data_ptr()
+
+
+def test_the_video_where_sample_zero_holds_it(paths, tmp_path: Path):
+    class Moved(Samples):
+        def __getitem__(self, i):
+            sample = super().__getitem__(i)
+            return {"elsewhere": sample["video"], "label": i} if i == 3 else sample
+
+    with pytest.raises(TypeError, match=r"sample 3: its video reference is at \['elsewhere'\], sample 0's at \['video'\]"):
+        _load(Moved(paths, "dict"))
+
+    class Two(Samples):
+        def __getitem__(self, i):
+            return {"a": rl.VideoFile(self.paths[i]), "b": rl.VideoFile(self.paths[i])}
+
+    _, loader = _load(Two(paths, "dict"), collate_fn=list)
+    assert "generic path" in loader.describe()
+
+
+@pytest.mark.parametrize("kind", ["dict", "nested"])
+def test_skip_with_drop_last_and_replace_keep_the_structure(paths, tmp_path: Path, kind):
+    cut = list(paths)
+    bad = tmp_path / "cut.mp4"
+    bad.write_bytes(paths[1].read_bytes()[:300])
+    cut[1] = bad
+    full, _ = _load(Samples(cut, kind), on_error="skip", drop_last=True)
+    # drop_last plans samples 0-3; 1 fails: 0, 2 and 3 survive, one full batch of the first two
+    assert len(full) == 1 and _clips_of(full[0], kind).shape[0] == 2
+    assert [int(x) for x in _labels_of(full[0], kind)] == [0, 2]
+    replaced, _ = _load(Samples(cut, kind), on_error="replace")
+    labels = [int(x) for b in replaced for x in _labels_of(b, kind)]
+    assert len(labels) == 5 and 1 not in labels
+    for batch in replaced:  # each row is the clip of the sample its label names
+        for row, label in zip(_clips_of(batch, kind), _labels_of(batch, kind)):
+            assert row.shape == (1, 3, 3, 12, 16) and int(label) != 1
+
+
+def _clips_of(batch, kind):
+    return batch["video"] if kind == "dict" else batch[0]["clip"][0]
+
+
+def _labels_of(batch, kind):
+    return batch["label"] if kind == "dict" else batch[1]
+
+
+def test_resume_mid_epoch_with_dict_samples(paths):
+    dataset = Samples(paths, "dict")
+    loader = rl.DataLoader(dataset, batch_size=2, num_workers=2, shuffle=True,
+                           generator=torch.Generator().manual_seed(9))
+    it = iter(loader)
+    first = next(it)
+    state = loader.state_dict()
+    rest = list(it)
+    again = rl.DataLoader(dataset, batch_size=2, num_workers=2, shuffle=True,
+                          generator=torch.Generator().manual_seed(1))
+    again.load_state_dict(state)
+    resumed = list(again)
+    assert len(rest) == len(resumed) == 2 and first["video"].shape[0] == 2
+    assert all(_equal(a, b) for a, b in zip(rest, resumed))
