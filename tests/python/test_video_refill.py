@@ -166,7 +166,8 @@ def test_max_skipped_fraction_counts_the_clips_read_with_refills(videos: dict):
 
 def test_a_refill_across_clips_of_another_size_names_the_fix(videos: dict, tmp_path: Path):
     """A refilled batch is one tensor: clips of another size than those carried over (no resize
-    in the transform) raise a ValueError saying what to do, at each later next() of the epoch;
+    in the transform) raise a ValueError naming the file and saying what to do, at each later
+    next() of the epoch;
     drop_last=False still gives the short batches."""
     import subprocess
 
@@ -180,7 +181,7 @@ def test_a_refill_across_clips_of_another_size_names_the_fix(videos: dict, tmp_p
     assert [t.tolist() for _, t in loader(ds, batch_size=2)] == [[0], [2, 3]]
     it = iter(loader(ds, batch_size=2, drop_last=True))
     for _ in range(2):
-        with pytest.raises(ValueError, match=r"drop_last=True.*\[1, 4, 3, 32, 48\].*\[1, 4, 3, 24, 32\]"
+        with pytest.raises(ValueError, match=r"big\.mp4: .*drop_last=True.*\[1, 4, 3, 32, 48\].*\[1, 4, 3, 24, 32\]"
                                              r".*Resize.*drop_last=False"):
             next(it)
 

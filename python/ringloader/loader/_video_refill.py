@@ -126,8 +126,10 @@ class Refilled:
             first, self._drop = (min(self._drop, len(targets)) if number == 0 else 0), 0
             have, n = len(self._targets), len(targets)
             if n > first and self._clips and tuple(clips.shape[1:]) != tuple(self._clips[0].shape[1:]):
+                names = getattr(targets, "names", None)
+                where = f"{names[first]}: " if names and len(names) > first else ""
                 self._error = ValueError(
-                    f"on_error='skip' with drop_last=True fills each clip batch with the clips of the "
+                    f"{where}on_error='skip' with drop_last=True fills each clip batch with the clips of the "
                     f"next planned batch, but those are {list(clips.shape[1:])} and the batch's "
                     f"{list(self._clips[0].shape[1:])}: give every clip one size (a Resize or crop "
                     "in the transform), or pass drop_last=False (a batch is then short by its "

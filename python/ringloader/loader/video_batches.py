@@ -156,6 +156,12 @@ def _ident(job: Tuple[Any, ...]) -> Tuple[Any, ...]:
     return ("file", job[0], job[3]) if job[1] is None else ("memory", job[4])
 
 
+class _KeptTargets(list):
+    """A refill batch's targets (``batch(..., refill=True)``), with the names of their clips."""
+
+    names: List[str] = []
+
+
 class VideoClipBatches:
     """A map-style source of whole batches: ``source[keys]`` (a list of ``SampleKey``) decodes
     the keys' clips natively into one ``[B, ..., T, 3, H, W]`` tensor and returns the batch
@@ -525,6 +531,9 @@ class VideoClipBatches:
             targets = [targets[good[j]] for j in kept]
             if not refill:
                 out = out[: len(kept)]
+            else:  # the refill names a clip of another size than those it carries by its file
+                targets = _KeptTargets(targets)
+                targets.names = [_where(refs[good[j]]) for j in kept]
         return out, targets if refill else self.collate(targets)
 
     def collate(self, targets: List[Any]) -> Any:
