@@ -104,17 +104,19 @@ def test_a_joint_with_a_video_equals_v2_on_the_decoded_clip(clip_path: Path, see
 
 
 class _JointClips(torch.utils.data.Dataset):
-    """Joint samples: a clip flipped (p=1) with its per-frame boxes and the frames it holds."""
+    """Joint samples: a clip flipped (p=1) with its per-frame boxes and the frames it holds;
+    ``python``: a Python step after the flip, which keeps the Joint on torch's workers."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, python: bool = False):
+        self.path, self.python = path, python
 
     def __len__(self) -> int:
         return 5
 
     def __getitem__(self, i: int):
         video = rl.VideoFile(self.path, clip=clips.random_indices(num_frames_per_clip=3))
-        return rl.Joint(v2.RandomHorizontalFlip(p=1.0),
+        flip = v2.RandomHorizontalFlip(p=1.0)
+        return rl.Joint(v2.Compose([flip, v2.Lambda(lambda x: x)]) if self.python else flip,
                         (video, {"boxes": rl.PerFrame(video, _boxes()), "frames": rl.ClipIndices(video),
                                  "label": i}))
 
@@ -127,12 +129,17 @@ def _load(dataset, workers: int, **kw):
         return list(loader), loader
 
 
-def test_joint_clips_under_the_dataloader_are_keyed_and_the_boxes_follow_them(clip_path: Path):
-    with pytest.warns(rl.FallbackWarning, match="video"):
-        rl.DataLoader(_JointClips(clip_path), batch_size=2, collate_fn=list)
-    alone, loader = _load(_JointClips(clip_path), 0, collate_fn=list)
-    assert "generic path" in loader.describe()
-    pooled, _ = _load(_JointClips(clip_path), 2, collate_fn=list)
+@pytest.mark.parametrize("python", [False, True])
+def test_joint_clips_under_the_dataloader_are_keyed_and_the_boxes_follow_them(clip_path: Path, python: bool):
+    """A flip the native clip chain runs (natively), or the same flip with a Python step after
+    it (torch's workers, with one FallbackWarning): keyed, and the boxes follow the frames."""
+    dataset = _JointClips(clip_path, python)
+    if python:
+        with pytest.warns(rl.FallbackWarning, match="video"):
+            rl.DataLoader(dataset, batch_size=2, collate_fn=list)
+    alone, loader = _load(dataset, 0, collate_fn=list)
+    assert ("generic path" if python else "native clip batches") in loader.describe()
+    pooled, _ = _load(dataset, 2, collate_fn=list)
     boxes = _boxes()
     for batch_a, batch_b in zip(alone, pooled):
         for (clip, target), (clip_b, target_b) in zip(batch_a, batch_b):

@@ -51,10 +51,10 @@ def paths(tmp_path_factory) -> list:
     return [make_clip(top / f"{k}.mp4", hue=45 * k) for k in range(5)]
 
 
-def _load(dataset, **kw):
+def _load(dataset, workers: int = 2, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rl.FallbackWarning)
-        loader = rl.DataLoader(dataset, batch_size=2, num_workers=2,
+        loader = rl.DataLoader(dataset, batch_size=2, num_workers=workers,
                                generator=torch.Generator().manual_seed(3), **kw)
         return list(loader), loader
 
@@ -158,3 +158,118 @@ def test_resume_mid_epoch_with_dict_samples(paths):
     resumed = list(again)
     assert len(rest) == len(resumed) == 2 and first["video"].shape[0] == 2
     assert all(_equal(a, b) for a, b in zip(rest, resumed))
+
+
+# ---- an rl.Joint holding a clip, natively --------------------------------------------------
+
+FRAMES = 20
+
+
+def _boxes():
+    from torchvision import tv_tensors
+
+    rows = [[k, k / 2, k + 8.0, k / 2 + 10.0] for k in range(FRAMES)]
+    return tv_tensors.BoundingBoxes(torch.tensor(rows), format="XYXY", canvas_size=(24, 32))
+
+
+class JointClips(torch.utils.data.Dataset):
+    """Joint samples: a clip with one box per frame, a box of the whole clip and its frames."""
+
+    def __init__(self, paths, transform, step=None):
+        self.paths, self.transform, self.step = paths, transform, step
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int):
+        video = rl.VideoFile(self.paths[i], clip=clips.random_indices(num_frames_per_clip=3))
+        from torchvision import tv_tensors
+
+        boxes = _boxes()
+        whole = tv_tensors.wrap(boxes[4:6], like=boxes)
+        structure = (video, {"boxes": rl.PerFrame(video, boxes), "whole": whole, "frames": rl.ClipIndices(video),
+                             "label": i})
+        if self.step is not None:
+            structure[1]["extra"] = self.step
+        return rl.Joint(self.transform, structure)
+
+
+def _sample_key(index: int):
+    from ringloader.core._sample_keys import SampleKey
+
+    return SampleKey(index, 77, 0, index)
+
+
+@pytest.mark.parametrize("chain", ["rrc_flip", "resize_center", "random_crop"])
+def test_a_joint_with_a_clip_runs_natively_and_moves_its_boxes_as_v2(paths, chain):
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    from ringloader import _C
+    from ringloader.loader import video_batches as vb
+
+    transform = {"rrc_flip": v2.Compose([v2.RandomResizedCrop(16, scale=(0.2, 1.0)), v2.RandomHorizontalFlip(),
+                                         v2.ToDtype(torch.float32, scale=True)]),
+                 "resize_center": v2.Compose([v2.Resize(20), v2.CenterCrop(18)]),
+                 "random_crop": v2.Compose([v2.RandomCrop(14), v2.RandomHorizontalFlip(p=1.0)])}[chain]
+    dataset = JointClips(paths, transform)
+    source = vb.VideoClipBatches(dataset, threads=2)
+    assert source.joint
+    keys = [_sample_key(i) for i in range(len(paths))]
+    clips_, structures = source.batch(keys)
+    chain_ = vb.native_chain(transform)[0][0]
+    for b, key in enumerate(keys):
+        frames = structures[1]["frames"][b][0].tolist()
+        video = tv_tensors.Video(rl.VideoFile(paths[b]).decode(frames))
+        boxes = _boxes()
+        per_frame = tv_tensors.wrap(boxes[frames], like=boxes)
+        whole = tv_tensors.wrap(boxes[4:6], like=boxes)
+        seed = _C.sample_seed(key.seed, key.epoch, _C.row_key(key.index, key.position))
+        ops = _C.video_chain_plan(chain_, 32, 24, seed)
+        # v2's own transforms' calls for the drawn parameters (RandomResizedCrop: resized_crop)
+        for n, (kind, top, left, height, width) in enumerate(ops):
+            if kind == "crop" and n + 1 < len(ops) and ops[n + 1][0] == "resize" and chain == "rrc_flip":
+                size = [ops[n + 1][3], ops[n + 1][4]]
+                video, per_frame, whole = (F.resized_crop(x, top, left, height, width, size)
+                                           for x in (video, per_frame, whole))
+            elif kind == "crop" and (n == 0 or ops[n - 1][0] != "crop"):
+                if chain != "rrc_flip":
+                    video, per_frame, whole = (F.crop(x, top, left, height, width) for x in (video, per_frame, whole))
+            elif kind == "resize" and chain != "rrc_flip":
+                video, per_frame, whole = (F.resize(x, [height, width]) for x in (video, per_frame, whole))
+            elif kind == "flip":
+                video, per_frame, whole = (F.horizontal_flip(x) for x in (video, per_frame, whole))
+        if chain == "rrc_flip":
+            video = F.to_dtype(video, torch.float32, scale=True)
+        assert (clips_[b, 0] - video).abs().max().item() == 0  # max |diff| 0
+        assert torch.equal(structures[1]["boxes"][0][b], per_frame.as_subclass(torch.Tensor))
+        assert torch.equal(structures[1]["whole"][b], whole.as_subclass(torch.Tensor))
+        assert int(structures[1]["label"][b]) == b
+
+
+def test_joint_clips_under_the_dataloader_natively(paths):
+    transform = v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()])
+    native, loader = _load(JointClips(paths, transform), collate_fn=list)
+    assert "native clip batches" in loader.describe()
+    alone, _ = _load(JointClips(paths, transform), workers=0, collate_fn=list)
+    from torchvision import tv_tensors
+
+    for batch, again in zip(native, alone):  # the same for any number of threads
+        for (clip, target), (clip_b, target_b) in zip(batch, again):
+            assert isinstance(clip, tv_tensors.Video) and clip.shape == (1, 3, 3, 16, 16)
+            assert torch.equal(clip, clip_b) and torch.equal(target["boxes"][0], target_b["boxes"][0])
+            assert isinstance(target["boxes"][0], tv_tensors.BoundingBoxes)
+            assert target["boxes"][0].canvas_size == (16, 16)
+    collated, _ = _load(JointClips(paths, transform))
+    assert collated[0][0].shape == (2, 1, 3, 3, 16, 16) and collated[0][1]["boxes"][0].shape == (2, 3, 4)
+
+
+def test_a_joint_the_native_clip_chain_cannot_run_stays_on_torchs_workers(paths):
+    transform = v2.Compose([v2.RandomResizedCrop(16), v2.ColorJitter(0.3)])
+    batches, loader = _load(JointClips(paths, transform), collate_fn=list)
+    assert "generic path" in loader.describe() and len(batches) == 3
+    from torchvision import tv_tensors
+
+    masked = JointClips(paths, v2.RandomHorizontalFlip(), step=tv_tensors.Mask(torch.zeros(24, 32, dtype=torch.uint8)))
+    _, loader = _load(masked, collate_fn=list)
+    assert "generic path" in loader.describe()

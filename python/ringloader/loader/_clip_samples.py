@@ -2,7 +2,12 @@
 reference of a sample (in tuples, lists, namedtuples and dicts, at any depth) found by its path,
 the rest of the sample with a placeholder there (what is collated), and the batch's clips put
 back at that path of the collated batch, or each row's clip at its sample's place for a
-``collate_fn`` (as torch's DataLoader hands ``collate_fn`` the samples)."""
+``collate_fn`` (as torch's DataLoader hands ``collate_fn`` the samples).
+
+A sample that is an ``rl.Joint`` holding a video batches natively too when its transform runs
+natively on the clip: its path starts with :data:`JOINT` (its structure), the clip is the
+Joint's transform run natively with the row's draws, and its boxes and keypoints are moved by
+v2's own kernels with the same draws (``_C.video_chain_plan``: :func:`moved`)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,16 @@ Path = Tuple[Any, ...]
 
 #: How deep a sample's structure is searched for its video reference.
 _DEPTH = 8
+
+
+class _Structure:
+    """The first key of a path into an ``rl.Joint`` sample: its structure."""
+
+    def __repr__(self) -> str:
+        return "Joint.structure"
+
+
+JOINT = _Structure()
 
 
 def _children(value: Any) -> List[Tuple[Any, Any]]:
@@ -28,6 +43,8 @@ def locate(sample: Any) -> Tuple[Optional[Path], str]:
     from ..sources.references import ImageReference, Joint
     from ..sources.video import _FrameLeaf, _VideoReference
 
+    from torchvision import tv_tensors
+
     found: List[Path] = []
     other: List[str] = []
     leaves: List[Any] = []
@@ -39,11 +56,19 @@ def locate(sample: Any) -> Tuple[Optional[Path], str]:
             leaves.append(value)
         elif isinstance(value, (ImageReference, Joint)):
             other.append(type(value).__name__)
+        elif path[:1] == (JOINT,) and isinstance(value, tv_tensors.Mask):
+            other.append("Joint with a tv_tensors.Mask")
+        elif path[:1] == (JOINT,) and isinstance(value, tv_tensors.BoundingBoxes) \
+                and tv_tensors.is_rotated_bounding_format(value.format):
+            other.append("Joint with rotated boxes")
         elif depth < _DEPTH:
             for key, item in _children(value):
                 walk(item, path + (key,), depth + 1)
 
-    walk(sample, (), 0)
+    if isinstance(sample, Joint):  # the sample itself: its structure, the clip and its targets
+        walk(sample.structure, (JOINT,), 0)
+    else:
+        walk(sample, (), 0)
     if other:
         return None, (f"its samples hold a ringloader.{other[0]} beside the video (a sample batches "
                       "natively with one clip and no image references or Joint)")
@@ -56,14 +81,76 @@ def locate(sample: Any) -> Tuple[Optional[Path], str]:
     return found[0], ""
 
 
+def reference(sample: Any, path: Optional[Tuple[Any, ...]] = None) -> Tuple[Any, Optional[str]]:
+    """The one video reference of ``sample`` (at ``path`` when given: where sample 0 holds its
+    own), and why not (``_clip_samples.locate``)."""
+    found, why = locate(sample)
+    if found is None:
+        return None, why
+    if path is not None and found != path:
+        return None, f"its video reference is at {list(found)}, sample 0's at {list(path)}"
+    return at(sample, found), None
+
+
+def first_sample(dataset: Any, errors: Tuple[type, ...]) -> Tuple[Any, Optional[str]]:
+    """The first of the first 16 samples that can be read (a bad sample,
+    ``rl.VideoShards``' sample without a video say, is that sample's error under ``on_error``,
+    not a reason to leave the native path), and why not when none is."""
+    from .._C import StaleIndexError
+
+    if not len(dataset):
+        return None, "the dataset is empty"
+    first_error: Optional[BaseException] = None
+    for index in range(min(len(dataset), 16)):
+        try:
+            sample = dataset[index]
+            ref, why = reference(sample)
+            return (sample, None) if ref is not None else (None, why)
+        except StaleIndexError:
+            raise
+        except errors as error:
+            first_error = first_error or error
+    return None, f"none of its first samples could be read ({first_error})"
+
+
 def at(sample: Any, path: Path) -> Any:
     """The value at ``path`` of ``sample``; None when the sample has none there."""
     for key in path:
         try:
-            sample = sample[key]
-        except (KeyError, IndexError, TypeError):
+            sample = sample.structure if key is JOINT else sample[key]
+        except (KeyError, IndexError, TypeError, AttributeError):
             return None
     return sample
+
+
+def moved(structure: Any, ops: List[Tuple[Any, ...]], size: Tuple[int, int], where: str) -> Any:
+    """``structure`` with its ``tv_tensors.BoundingBoxes`` and ``KeyPoints`` moved as v2 moves
+    them along with a clip of frames ``size`` (height, width) that gets ``ops``
+    (``_C.video_chain_plan``: crops, resizes and flips with their draws made): v2's own box and
+    keypoint kernels with those parameters, the calls its transforms make. A leaf whose canvas
+    is not the frames' size (which v2 would move apart from the clip) is a ValueError naming
+    ``where``."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    from ..sources.references import rebuild
+
+    def move(value: Any) -> Any:
+        if not isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
+            return rebuild(value, move)
+        if tuple(value.canvas_size) != tuple(size):
+            raise ValueError(f"{where}: a {type(value).__name__} of canvas_size "
+                             f"{tuple(value.canvas_size)} beside frames of {tuple(size)} (height, width)")
+        for kind, top, left, height, width in ops:
+            if kind == "crop":
+                value = F.crop(value, top, left, height, width)
+            elif kind == "resize":
+                value = F.resize(value, [height, width])
+            else:
+                value = F.horizontal_flip(value)
+        return value
+
+    return move(structure)
 
 
 def put(structure: Any, path: Path, value: Any) -> Any:

@@ -110,40 +110,9 @@ def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
     return rows
 
 
-def _reference(sample: Any, path: Optional[Tuple[Any, ...]] = None) -> Tuple[Any, Optional[str]]:
-    """The one video reference of ``sample`` (at ``path`` when given: where sample 0 holds its
-    own), and why not (``_clip_samples.locate``)."""
-    found, why = _clip_samples.locate(sample)
-    if found is None:
-        return None, why
-    if path is not None and found != path:
-        return None, f"its video reference is at {list(found)}, sample 0's at {list(path)}"
-    return _clip_samples.at(sample, found), None
-
-
 #: A sample's own errors (reading it, planning or decoding its clip), under ``on_error``; a
 #: ``StaleIndexError`` (a shard rewritten since it was indexed) is the dataset's, and raises.
 _SAMPLE_ERRORS = (ValueError, IndexError, OSError, RuntimeError)
-
-
-def _first_reference(dataset: Any) -> Tuple[Any, Optional[str]]:
-    """The first of the first 16 samples that can be read (a bad sample,
-    ``rl.VideoShards``' sample without a video say, is that sample's error under ``on_error``,
-    not a reason to leave the native path), and why not when none is."""
-    from .._C import StaleIndexError
-
-    if not len(dataset):
-        return None, "the dataset is empty"
-    first_error: Optional[BaseException] = None
-    for index in range(min(len(dataset), 16)):
-        try:
-            sample = dataset[index]
-            return (sample, None) if _reference(sample)[0] is not None else (None, _reference(sample)[1])
-        except StaleIndexError:
-            raise
-        except _SAMPLE_ERRORS as error:
-            first_error = first_error or error
-    return None, f"none of its first samples could be read ({first_error})"
 
 
 def _where(ref: Any) -> str:
@@ -193,23 +162,26 @@ class VideoClipBatches:
             raise ValueError(f"on_error={on_error!r}: a native video batch takes 'raise', 'skip' or "
                              "'replace'")
         self.dataset, self.threads, self.on_error = dataset, max(int(threads), 1), on_error
-        sample, why = _first_reference(dataset)
+        sample, why = _clip_samples.first_sample(dataset, _SAMPLE_ERRORS)
         if sample is None:
             raise ValueError(f"not a native video dataset: {why}")
         #: Where a sample holds its clip; pair: (VideoFile, target) samples, batched as
         #: (clips, collated targets); else the collated sample with the clips at ``path``.
         self.path, _ = _clip_samples.locate(sample)
+        #: An rl.Joint sample: its structure is delivered, the clip at ``out_path`` in it.
+        self.joint = self.path[:1] == (_clip_samples.JOINT,)
+        self.out_path = self.path[1:] if self.joint else self.path
         self.pair = self.path == (0,) and type(sample) is tuple and len(sample) == 2
         self.collate_fn = collate_fn
         first = _clip_samples.at(sample, self.path)
-        chain, why = native_chain(first.transform)
+        chain, why = native_chain(self._transform_of(sample, first))
         if chain is None:
             raise ValueError(f"not a native video transform: {why}")
         self.chain = chain
         self.steps = [s for s in chain[0] if s["kind"] != "temporal_subsample"]  # the native chain's
         self.temporal = [s["num_samples"] for s in chain[0] if s["kind"] == "temporal_subsample"]
         self.levels = chain[1]
-        self.transform = first.transform
+        self.transform = self._transform_of(sample, first)
         self._chains: Dict[int, Any] = {}  # id -> (transform, its chain): other objects, same chain
         self.max_frame_pixels, self.max_clip_bytes = first.max_frame_pixels, first.max_clip_bytes
         self.pin_memory = bool(pin_memory) and _cuda_available()
@@ -307,17 +279,18 @@ class VideoClipBatches:
     def _check_alike(self, sample: Any, key: Any) -> None:
         """Every sample must hold its video where sample 0 does, with the first's chain and limits: one
         batch runs one chain on one pool."""
-        ref, why = _reference(sample, self.path)
+        ref, why = _clip_samples.reference(sample, self.path)
         if ref is None:
             raise TypeError(f"sample {key.index}: {why}, so its clips cannot be batched natively "
                             "with sample 0's")
-        if ref.transform is not self.transform:
-            known = self._chains.get(id(ref.transform))
-            if known is None or known[0] is not ref.transform:
-                known = (ref.transform, native_chain(ref.transform)[0])
-                self._chains[id(ref.transform)] = known
+        transform = self._transform_of(sample, ref)
+        if transform is not self.transform:
+            known = self._chains.get(id(transform))
+            if known is None or known[0] is not transform:
+                known = (transform, native_chain(transform)[0])
+                self._chains[id(transform)] = known
             if known[1] != self.chain:
-                raise ValueError(f"sample {key.index} ({_where(ref)}): its transform {ref.transform!r} "
+                raise ValueError(f"sample {key.index} ({_where(ref)}): its transform {transform!r} "
                                  f"is not sample 0's ({self.transform!r}); native clip batches run "
                                  "one transform for all samples: give every VideoFile the same one")
         if (ref.max_frame_pixels, ref.max_clip_bytes) != (self.max_frame_pixels, self.max_clip_bytes):
@@ -363,7 +336,7 @@ class VideoClipBatches:
     def clip_bytes(self, key: Any) -> int:
         """The bytes of the clip ``key`` makes (its shape times the output's element size); what
         the loader sizes its clip batch slots by (``_video_loader.ClipSlots``). Errors as :meth:`_plan`."""
-        ref, why = _reference(self.dataset[key.index], self.path)
+        ref, why = _clip_samples.reference(self.dataset[key.index], self.path)
         if ref is None:
             raise ValueError(f"sample {key.index}: {why}")
         _, _, shape = self._plan(key, ref, self._metadata([ref])[0])
@@ -376,10 +349,22 @@ class VideoClipBatches:
     def __getitem__(self, keys: Sequence[Any]) -> Any:
         return self.deliver(*self.batch(keys))
 
-    def _rest(self, sample: Any) -> Any:
-        """What of ``sample`` is collated: a pair's target, else the sample with a 0 where its
-        clip is (put back by :meth:`deliver`)."""
-        return sample[1] if self.pair else _clip_samples.put(sample, self.path, 0)
+    def _transform_of(self, sample: Any, ref: Any) -> Any:
+        """The transform a sample's clip gets: its Joint's, else its reference's."""
+        return sample.transform if self.joint else ref.transform
+
+    def _target(self, sample: Any, ref: Any, meta: Any, key: Any, seed: int) -> Any:
+        """What of ``sample`` is collated, its frame leaves filled: a pair's target, else the
+        sample with a 0 where its clip is (put back by :meth:`deliver`); a Joint's structure
+        with its boxes and keypoints moved by the clip's draws (``seed``)."""
+        if self.pair:
+            return _clip_samples.with_leaves(sample[1], ref, meta, key)
+        if not self.joint:
+            return _clip_samples.with_leaves(_clip_samples.put(sample, self.path, 0), ref, meta, key)
+        structure = _clip_samples.with_leaves(sample.structure, ref, meta, key)
+        ops = _C.video_chain_plan(self.steps, meta.width, meta.height, seed)
+        structure = _clip_samples.moved(structure, ops, (meta.height, meta.width), _where(ref))
+        return _clip_samples.put(structure, self.out_path, 0)
 
     def _allocate(self, rows: int, shape: Tuple[int, ...], slots: Any, stop: Any) -> Any:
         """The batch tensor, on a buffer of its own charged to ``slots`` (None: uncounted)
@@ -442,7 +427,7 @@ class VideoClipBatches:
                 continue
             if shape is None or this == shape:
                 try:
-                    target = _clip_samples.with_leaves(self._rest(sample), ref, self._metadata([ref])[0], key)
+                    target = self._target(sample, ref, self._metadata([ref])[0], key, row_seed)
                 except _SAMPLE_ERRORS:
                     continue
                 yield index, self._row(ref, frames, row_seed), this, target
@@ -491,7 +476,7 @@ class VideoClipBatches:
                 if shape is not None and this != shape:
                     raise ValueError(f"{_where(ref)}: its clip is {list(this)}, the batch's first "
                                      f"{list(shape)}: clips of one batch must have one shape")
-                targets[-1] = _clip_samples.with_leaves(self._rest(sample), ref, meta, key)
+                targets[-1] = self._target(sample, ref, meta, key, seed)
                 shape = this if shape is None else shape
                 plans.append(self._row(ref, frames, seed))
             except _SAMPLE_ERRORS as error:
@@ -559,10 +544,14 @@ class VideoClipBatches:
         ``collate_fn``, its result on the samples, each with its row of ``clips`` (a view) in
         place of its video reference, as torch's DataLoader calls it."""
         if self.collate_fn is not None:
-            rows = [(clips[b], r) if self.pair else _clip_samples.put(r, self.path, clips[b])
+            views = list(clips)
+            if self.joint:  # as v2 returns a Joint's clip: a tv_tensors.Video (a view still)
+                from torchvision import tv_tensors
+                views = [v.as_subclass(tv_tensors.Video) for v in views]
+            rows = [(views[b], r) if self.pair else _clip_samples.put(r, self.out_path, views[b])
                     for b, r in enumerate(rest)]
             return self._pinned(self.collate_fn(rows))
-        return (clips, rest) if self.pair else _clip_samples.put(rest, self.path, clips)
+        return (clips, rest) if self.pair else _clip_samples.put(rest, self.out_path, clips)
 
 
 def _cuda_available() -> bool:

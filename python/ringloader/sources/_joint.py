@@ -375,7 +375,7 @@ def _structure_refusal(value: Any, where: str, images: List[str],
 
     if isinstance(value, (_VideoReference, _FrameLeaf)):
         return (f"{where} is a video clip or a leaf of one ({type(value).__name__}): a Joint "
-                "with a video is decoded and transformed in torch's worker processes")
+                "with a video batches as a clip (ringloader.video_batches)")
     if isinstance(value, ImageReference):
         if value.mode == "mask":
             masks.append(where)

@@ -269,8 +269,10 @@ class Joint:
     ``tv_tensors.Video`` (``uint8`` ``[T, 3, H, W]``, ``[N, T, 3, H, W]`` for several clips), its
     sampler drawing from the sample's clip generator; ``rl.PerFrame(video, boxes_by_frame)``
     gives the boxes (or other values) of the frames drawn, moved with the clip's one draw, and
-    ``rl.ClipIndices``/``rl.ClipTimes`` which frames they are. A Joint holding a video is
-    decoded and transformed in torch's worker processes (``ringloader.materialize``).
+    ``rl.ClipIndices``/``rl.ClipTimes`` which frames they are. A Joint holding a video batches
+    as a clip: natively when its transform is one the native clip chain runs (boxes moved by
+    v2's kernels with the clip's draws), else in torch's worker processes
+    (``ringloader.materialize``).
 
     ``transform`` is called as the user's code would call it: with the structure as its one
     argument (a v2 transform or ``Compose``), or, when it takes the items of a tuple structure
