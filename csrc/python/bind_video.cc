@@ -261,21 +261,26 @@ void BindVideoChain(py::module_& m) {
         "(height, width) of frames of width x height after a native video chain.");
 
   m.def("video_chain_plan",
-        [](const py::list& steps, int width, int height, uint64_t seed) {
+        [](const py::list& steps, int width, int height, uint64_t seed, bool every_step) {
           absl::StatusOr<std::vector<video::PlannedOp>> ops =
-              video::PlanClip(ChainFrom(steps, py::none()), width, height, seed);
+              video::PlanClip(ChainFrom(steps, py::none()), width, height, seed, every_step);
           if (!ops.ok()) Raise(ops.status());
           py::list out;
           for (const video::PlannedOp& op : *ops) {
             const char* kind = op.kind == video::PlannedOp::Kind::kCrop     ? "crop"
                                : op.kind == video::PlannedOp::Kind::kResize ? "resize"
                                                                             : "flip";
-            out.append(py::make_tuple(kind, op.top, op.left, op.height, op.width));
+            if (every_step) {
+              out.append(py::make_tuple(kind, op.top, op.left, op.height, op.width, op.applied));
+            } else {
+              out.append(py::make_tuple(kind, op.top, op.left, op.height, op.width));
+            }
           }
           return out;
         },
-        py::arg("steps"), py::arg("width"), py::arg("height"), py::arg("seed"),
-        "The operations (kind, top, left, height, width) a clip gets with the draws of `seed`.");
+        py::arg("steps"), py::arg("width"), py::arg("height"), py::arg("seed"), py::arg("every_step") = false,
+        "The operations (kind, top, left, height, width) a clip gets with the draws of `seed`; with "
+        "every_step, each step's whatever they change, and whether each is applied (a flip's draw).");
 }
 
 // _C.ClipPool: a batch's clips probed and decoded on native threads (ringloader.video_batches).

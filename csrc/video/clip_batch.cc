@@ -41,14 +41,15 @@ void ResizedSize(const VideoStep& s, int w, int h, int* out_w, int* out_h) {
 }
 
 // The clip's operations on frames of w x h, drawing from `rng` (one draw per clip).
-absl::Status PlanClip(const VideoChain& chain, int w, int h, SampleRng* rng, std::vector<Op>* ops) {
+absl::Status PlanClip(const VideoChain& chain, int w, int h, SampleRng* rng, std::vector<Op>* ops,
+                      bool every_step = false) {
   ops->clear();
   for (const VideoStep& s : chain.steps) {
     switch (s.kind) {
       case VideoStep::Kind::kResize: {
         int ow, oh;
         ResizedSize(s, w, h, &ow, &oh);
-        if (ow != w || oh != h) ops->push_back({Op::Kind::kResize, 0, 0, oh, ow});
+        if (every_step || ow != w || oh != h) ops->push_back({Op::Kind::kResize, 0, 0, oh, ow});
         w = ow, h = oh;
         break;
       }
@@ -69,22 +70,26 @@ absl::Status PlanClip(const VideoChain& chain, int w, int h, SampleRng* rng, std
           op.top = static_cast<int>(rng->RandInt(0, h - s.height + 1));
           op.left = static_cast<int>(rng->RandInt(0, w - s.width + 1));
         }
-        if (op.height != h || op.width != w) ops->push_back(op);
+        if (every_step || op.height != h || op.width != w) ops->push_back(op);
         w = s.width, h = s.height;
         break;
       }
       case VideoStep::Kind::kRandomResizedCrop: {
         CropBox box = RandomResizedCropBox(w, h, s.scale_min, s.scale_max, s.ratio_min, s.ratio_max, *rng);
-        if (box.height != h || box.width != w) ops->push_back({Op::Kind::kCrop, box.top, box.left, box.height, box.width});
-        if (box.height != s.height || box.width != s.width) {
+        if (every_step || box.height != h || box.width != w) {
+          ops->push_back({Op::Kind::kCrop, box.top, box.left, box.height, box.width});
+        }
+        if (every_step || box.height != s.height || box.width != s.width) {
           ops->push_back({Op::Kind::kResize, 0, 0, s.height, s.width});
         }
         w = s.width, h = s.height;
         break;
       }
-      case VideoStep::Kind::kHorizontalFlip:
-        if (rng->Uniform() < s.p) ops->push_back({Op::Kind::kFlip});
+      case VideoStep::Kind::kHorizontalFlip: {
+        const bool drawn = rng->Uniform() < s.p;
+        if (every_step || drawn) ops->push_back({Op::Kind::kFlip, 0, 0, 0, 0, drawn});
         break;
+      }
     }
   }
   return absl::OkStatus();
@@ -100,10 +105,11 @@ struct View {
 
 }  // namespace
 
-absl::StatusOr<std::vector<PlannedOp>> PlanClip(const VideoChain& chain, int src_w, int src_h, uint64_t seed) {
+absl::StatusOr<std::vector<PlannedOp>> PlanClip(const VideoChain& chain, int src_w, int src_h, uint64_t seed,
+                                                bool every_step) {
   SampleRng rng(seed);
   std::vector<PlannedOp> ops;
-  if (absl::Status status = PlanClip(chain, src_w, src_h, &rng, &ops); !status.ok()) return status;
+  if (absl::Status status = PlanClip(chain, src_w, src_h, &rng, &ops, every_step); !status.ok()) return status;
   return ops;
 }
 

@@ -54,11 +54,18 @@ struct PlannedOp {
   enum class Kind { kCrop, kResize, kFlip };
   Kind kind = Kind::kCrop;
   int top = 0, left = 0, height = 0, width = 0;
+  /// False for an operation of `every_step` that changes nothing (a flip not drawn).
+  bool applied = true;
 };
 
 /// The operations a clip of `src_w` x `src_h` frames gets from `chain` with the draws of `seed`
-/// (what ClipPool::Decode applies to each of its frames): one draw per clip.
-absl::StatusOr<std::vector<PlannedOp>> PlanClip(const VideoChain& chain, int src_w, int src_h, uint64_t seed);
+/// (what ClipPool::Decode applies to each of its frames): one draw per clip. Those that change
+/// nothing (a full-frame crop, a resize to the same size, a flip not drawn) are left out, unless
+/// `every_step`: then each step gives its operations whatever they change (a resize, a crop, a
+/// RandomResizedCrop a crop and a resize, a flip with `applied` its draw), as v2 makes its
+/// calls on boxes (a full-frame crop still clamps them).
+absl::StatusOr<std::vector<PlannedOp>> PlanClip(const VideoChain& chain, int src_w, int src_h, uint64_t seed,
+                                                bool every_step = false);
 
 /// One clip to decode: a file (its `range` of bytes: a tar shard's member), or bytes in memory
 /// when `data` is set, its frame indices (`clips` clips of equal length, one after the other)

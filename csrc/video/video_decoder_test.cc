@@ -339,6 +339,42 @@ TEST(ClipPoolTest, AFileReplacedSinceItWasOpenedIsOpenedAgain) {
   EXPECT_EQ(frames_now(), 15);
 }
 
+// Every step's operations, for v2's box kernels: the same draws as the compact plan, which
+// leaves out the ones that change nothing (a full-frame crop, a same-size resize, a flip not drawn).
+TEST(PlanClipTest, EveryStepKeepsTheDrawsOfTheCompactPlan) {
+  VideoChain chain;
+  VideoStep resize{VideoStep::Kind::kResize, 24, 0};
+  VideoStep center{VideoStep::Kind::kCenterCrop, 24, 32};  // the whole frame after the resize
+  VideoStep rrc{VideoStep::Kind::kRandomResizedCrop, 16, 16};
+  VideoStep flip{VideoStep::Kind::kHorizontalFlip};
+  chain.steps = {resize, center, rrc, flip};
+  for (uint64_t seed = 0; seed < 64; ++seed) {
+    absl::StatusOr<std::vector<PlannedOp>> compact = PlanClip(chain, 32, 24, seed);
+    absl::StatusOr<std::vector<PlannedOp>> every = PlanClip(chain, 32, 24, seed, /*every_step=*/true);
+    ASSERT_TRUE(compact.ok() && every.ok());
+    ASSERT_EQ(every->size(), 5u);  // resize, crop, the RandomResizedCrop's crop and resize, flip
+    EXPECT_EQ((*every)[0].kind, PlannedOp::Kind::kResize);
+    EXPECT_EQ((*every)[1].kind, PlannedOp::Kind::kCrop);
+    EXPECT_EQ((*every)[1].height, 24);
+    std::vector<PlannedOp> applied;  // the compact plan is every step's that changes something
+    for (size_t i = 0; i < every->size(); ++i) {
+      const PlannedOp& op = (*every)[i];
+      const bool same_size = op.kind == PlannedOp::Kind::kResize && i == 0;  // 32 x 24 stays
+      const bool whole = op.kind == PlannedOp::Kind::kCrop && op.height == 24 && op.width == 32;
+      const bool resize_to_crop = i == 3 && (*every)[2].height == 16 && (*every)[2].width == 16;
+      if (op.applied && !same_size && !whole && !resize_to_crop) applied.push_back(op);
+    }
+    ASSERT_EQ(applied.size(), compact->size()) << "seed " << seed;
+    for (size_t i = 0; i < applied.size(); ++i) {
+      EXPECT_EQ(applied[i].kind, (*compact)[i].kind);
+      EXPECT_EQ(applied[i].top, (*compact)[i].top);
+      EXPECT_EQ(applied[i].left, (*compact)[i].left);
+      EXPECT_EQ(applied[i].height, (*compact)[i].height);
+      EXPECT_EQ(applied[i].width, (*compact)[i].width);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ringloader::video
 

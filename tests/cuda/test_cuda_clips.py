@@ -85,3 +85,37 @@ def test_refilled_epoch_on_the_device_resumes_exactly(folder: Path, tmp_path: Pa
     assert len(rest) == 2
     for (x, y), (xw, yw) in zip(rest, whole[1:]):
         assert torch.equal(x, xw) and torch.equal(y, yw)
+
+
+class _Batch:
+    """A custom batch (torch's documented pattern): pin_memory=True calls its pin_memory()."""
+
+    def __init__(self, samples):
+        self.clips = torch.stack([s["video"] for s in samples])
+        self.pinned = False
+
+    def pin_memory(self):
+        self.clips, self.pinned = self.clips.pin_memory(), True
+        return self
+
+
+def test_pin_memory_with_a_collate_fn_pins_as_torch_does(folder: Path):
+    import collections
+
+    class Dicts(torch.utils.data.Dataset):
+        def __init__(self):
+            self.folder = rl.VideoFolder(folder, clip=[0, 1], transform=v2.Resize(12))
+
+        def __len__(self):
+            return len(self.folder)
+
+        def __getitem__(self, i):
+            video, label = self.folder[i]
+            return collections.OrderedDict(video=video, label=label)
+
+    custom = rl.DataLoader(Dicts(), batch_size=2, collate_fn=_Batch, pin_memory=True)
+    assert "native clip batches" in custom.describe()
+    batch = next(iter(custom))
+    assert batch.pinned and batch.clips.is_pinned()
+    plain = next(iter(rl.DataLoader(Dicts(), batch_size=2, pin_memory=True)))
+    assert type(plain) is collections.OrderedDict and plain["video"].is_pinned() and plain["label"].is_pinned()

@@ -206,7 +206,7 @@ def test_collate_fn_and_plain_indexing(tree: Path):
                                     dict(memory_format=torch.channels_last)])
 def test_native_only_arguments_are_refused_on_the_hybrid_path(tree: Path, kwargs):
     ds = hybrid(tree, [tvt.ToTensor(), AddOne()])
-    with pytest.raises(ValueError, match=f"{next(iter(kwargs))} only apply to natively batched.*runs per sample"):
+    with pytest.raises(ValueError, match=f"{next(iter(kwargs))} only appl(y|ies) to natively batched.*runs per sample"):
         rl.DataLoader(ds, batch_size=2, **kwargs)
 
 

@@ -217,3 +217,34 @@ def test_bad_leaves_are_named_errors(clip_path: Path, tmp_path: Path):
         _load(short, 2)
     kept, _ = _load(short, 2, on_error="skip", max_skipped_fraction=1.0)
     assert all(int(f.max()) < 5 for _, t in kept for f in t["frames"])
+
+
+def test_a_leaf_of_another_object_of_the_samples_video_is_refused(clip_path: Path):
+    sampler = clips.random_indices(num_frames_per_clip=3)
+    video = rl.VideoFile(clip_path, clip=sampler)
+    other = rl.VideoFile(clip_path, clip=sampler)  # equal, but another object: another draw
+    with pytest.raises(ValueError, match=r"ClipIndices\(.*clip\.mp4\) is given another VideoFile"):
+        rl.materialize({"video": video, "frames": rl.ClipIndices(other)}, torch.Generator().manual_seed(1))
+    with pytest.raises(ValueError, match="another VideoFile"):
+        rl.materialize(rl.Joint(v2.RandomHorizontalFlip(), (video, rl.PerFrame(other, list(range(FRAMES))))))
+    # one object held twice: one draw, one clip twice; two objects: two draws
+    a, b = rl.materialize((video, video), torch.Generator().manual_seed(1))
+    c, d = rl.materialize((video, other), torch.Generator().manual_seed(1))
+    assert torch.equal(a, b) and torch.equal(a, c)
+    draws = torch.Generator().manual_seed(1)
+    meta = video.metadata.clip_meta()
+    first, second = sampler.frame_indices(meta, draws), sampler.frame_indices(meta, draws)
+    assert torch.equal(d, other.decode(second)) and torch.equal(c, video.decode(first))
+
+
+def test_a_clip_argument_is_checked_where_it_is_written(clip_path: Path):
+    assert torch.equal(rl.VideoFile(clip_path, clip=torch.tensor([0, 2])).decode(),
+                       rl.VideoFile(clip_path, clip=[0, 2]).decode())  # a tensor, as torchcodec takes
+    assert rl.VideoFile(clip_path, clip=range(0, 8, 2)).decode().shape[0] == 4
+    for bad in (3, clips.random_indices, "0,1"):
+        with pytest.raises(TypeError, match=r"clip\.mp4: clip=.* is not a clip: give a list of frame indices"):
+            rl.VideoFile(clip_path, clip=bad)
+    folder = clip_path.parent / "folder"
+    (folder / "a").mkdir(parents=True, exist_ok=True)
+    (folder / "a" / "x.mp4").write_bytes(clip_path.read_bytes())
+    assert rl.VideoFolder(folder, clip=range(0, 4))[0][0].decode().shape[0] == 4

@@ -200,7 +200,7 @@ def test_bad_videos_name_the_file(root: Path, tmp_path: Path):
         def __getitem__(self, i):
             return rl.VideoFile(self.path, clip=SAMPLER, transform=lambda c: c), i
 
-    with pytest.raises(ValueError, match="on_error only apply to natively batched datasets.*"
+    with pytest.raises(ValueError, match="on_error only applies to natively batched datasets.*"
                        "video references.*worker processes"):
         loader(Python(missing), batch_size=2, on_error="skip")
 
@@ -228,7 +228,8 @@ def test_one_fallback_warning_says_where_clips_are_decoded(root: Path):
     assert text.startswith("ringloader.DataLoader: ringloader.video_folder.VideoFolder returns "
                            "video references")
     assert "decoded by ringloader's native FFmpeg decoder in worker processes" in text
-    assert "not yet in the native pool" in text
+    assert "cannot batch natively (not a native video transform: function is not a torchvision v2 " \
+           "transform)" in text
     assert not dl.native and "video references" in dl.describe()
     # A Subset (random_split) of the folder is served, and told, the same way.
     with pytest.warns(rl.FallbackWarning, match="returns video references"):

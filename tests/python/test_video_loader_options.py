@@ -27,7 +27,7 @@ def folder(tmp_path_factory) -> Path:
 
 def loader(dataset, **kwargs):
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # natively batched: no FallbackWarning, no pin_memory warning
+        warnings.simplefilter("error", rl.FallbackWarning)  # natively batched: no FallbackWarning
         return rl.DataLoader(dataset, generator=torch.Generator().manual_seed(5), **kwargs)
 
 
@@ -66,10 +66,19 @@ def test_clip_plans_on_the_prefetch_thread_leave_torchs_global_rng_alone(folder:
         assert torch.equal(torch.rand(8), expected), f"num_workers={workers}"
 
 
+def _told_unpinned():
+    """Without a GPU, pin_memory=True warns as torch's loader does; with one, nothing."""
+    import contextlib
+
+    return contextlib.nullcontext() if torch.cuda.is_available() else \
+        pytest.warns(UserWarning, match="pin_memory=True ignored: no CUDA GPU is visible")
+
+
 def test_pin_memory_is_accepted_and_pins_when_cuda_is_there(folder: Path):
     ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
     plain = delivered(loader(ds, batch_size=2, num_workers=2, on_error="skip"))
-    pinned = loader(ds, batch_size=2, num_workers=2, on_error="skip", pin_memory=True)
+    with _told_unpinned():
+        pinned = loader(ds, batch_size=2, num_workers=2, on_error="skip", pin_memory=True)
     got = [(clip, target) for clip, target in pinned]
     assert [t.tolist() for _, t in got] == [t for _, t in plain]
     assert all(torch.equal(a, b) for (a, _), (b, _) in zip(got, plain))
@@ -84,7 +93,8 @@ def test_pin_memory_reaches_the_clip_batches(folder: Path, monkeypatch):
     from ringloader.loader import video_batches
 
     ds = rl.VideoFolder(folder, clip=SAMPLER, transform=v2.CenterCrop(16))
-    assert not loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory or torch.cuda.is_available()
+    with _told_unpinned():
+        assert not loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory or torch.cuda.is_available()
     monkeypatch.setattr(video_batches, "_cuda_available", lambda: True)
     assert loader(ds, batch_size=2, pin_memory=True)._backend._video.pin_memory
     assert not loader(ds, batch_size=2)._backend._video.pin_memory

@@ -132,8 +132,11 @@ def test_skip_with_drop_last_and_replace_keep_the_structure(paths, tmp_path: Pat
     labels = [int(x) for b in replaced for x in _labels_of(b, kind)]
     assert len(labels) == 5 and 1 not in labels
     for batch in replaced:  # each row is the clip of the sample its label names
-        for row, label in zip(_clips_of(batch, kind), _labels_of(batch, kind)):
+        for b, (row, label) in enumerate(zip(_clips_of(batch, kind), _labels_of(batch, kind))):
             assert row.shape == (1, 3, 3, 12, 16) and int(label) != 1
+            if kind == "dict":  # its frames leaf names the frames: the substitute's own video's
+                frames = batch["meta"]["frames"][b][0].tolist()
+                assert torch.equal(row[0], v2.Resize(12)(rl.VideoFile(cut[int(label)]).decode(frames)))
 
 
 def _clips_of(batch, kind):
@@ -273,3 +276,133 @@ def test_a_joint_the_native_clip_chain_cannot_run_stays_on_torchs_workers(paths)
     masked = JointClips(paths, v2.RandomHorizontalFlip(), step=tv_tensors.Mask(torch.zeros(24, 32, dtype=torch.uint8)))
     _, loader = _load(masked, collate_fn=list)
     assert "generic path" in loader.describe()
+
+
+def test_a_joint_with_pixels_beside_its_clip_stays_on_torchs_workers(paths):
+    """Masks and images (per frame or not) would not be transformed by the clip chain: such a
+    Joint runs in torch's workers, where v2 transforms them, and the warning says why."""
+    from torchvision import tv_tensors
+
+    masks = tv_tensors.Mask(torch.arange(FRAMES * 24 * 32).reshape(FRAMES, 24, 32) % 7)
+    image = tv_tensors.Image(torch.zeros(3, 24, 32, dtype=torch.uint8))
+    transform = v2.Compose([v2.Resize((12, 16)), v2.CenterCrop(10)])
+
+    class Pixels(torch.utils.data.Dataset):
+        def __init__(self, leaf):
+            self.leaf = leaf
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            video = rl.VideoFile(paths[i], clip=[0, 5, 9])
+            leaf = {"masks": lambda: rl.PerFrame(video, masks),
+                    "listed": lambda: rl.PerFrame(video, [tv_tensors.Mask(m) for m in masks]), "image": lambda: image}[self.leaf]()
+            return rl.Joint(transform, {"video": video, "leaf": leaf})
+
+    for leaf in ("masks", "listed", "image"):
+        with pytest.warns(rl.FallbackWarning, match="tv_tensors.(Mask|Image)"):
+            loader = rl.DataLoader(Pixels(leaf), batch_size=2, num_workers=0, collate_fn=list)
+        batch = next(iter(loader))
+        assert "generic path" in loader.describe()
+        out = batch[0]["leaf"]
+        shapes = [tuple(m.shape) for m in out] if isinstance(out, list) else [tuple(out.shape)]
+        assert all(s[-2:] == (10, 10) for s in shapes), (leaf, shapes)
+
+
+@pytest.mark.parametrize("step", ["pure", "dtype_dict"])
+def test_steps_v2_applies_to_every_leaf_keep_a_joint_on_torchs_workers(paths, step):
+    from torchvision import tv_tensors
+
+    last = v2.ToPureTensor() if step == "pure" else v2.ToDtype(
+        {tv_tensors.Video: torch.float32, tv_tensors.BoundingBoxes: torch.float32, "others": None})
+    dataset = JointClips(paths, v2.Compose([v2.Resize((12, 16)), last]))
+    batches, loader = _load(dataset, workers=0, collate_fn=list)
+    assert "generic path" in loader.describe()
+    clip, target = batches[0][0]
+    if step == "pure":
+        assert type(clip) is torch.Tensor and type(target["whole"]) is torch.Tensor
+    else:
+        assert target["whole"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("transform", [
+    v2.CenterCrop((24, 32)),
+    v2.RandomResizedCrop((12, 16), scale=(1.0, 1.0), ratio=(4 / 3, 4 / 3)),
+    v2.Compose([v2.Resize((24, 32)), v2.RandomCrop((24, 32))])])
+def test_a_full_frame_crop_still_clamps_the_boxes_as_v2(paths, transform):
+    """v2 calls CenterCrop's and RandomResizedCrop's kernels on boxes even when the crop is the
+    whole frame, and they clamp; RandomCrop skips its crop then: so does the native path (these
+    draws are fixed, so v2 itself gives the expected boxes)."""
+    from torchvision import tv_tensors
+
+    outside = tv_tensors.BoundingBoxes([[-5, 2, 40, 20]] * FRAMES, format="XYXY", canvas_size=(24, 32))
+
+    class Outside(torch.utils.data.Dataset):
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, i):
+            video = rl.VideoFile(paths[i], clip=[1, 2])
+            return rl.Joint(transform, (video, rl.PerFrame(video, outside)))
+
+    batches, loader = _load(Outside(), workers=0, collate_fn=list)
+    assert "native clip batches" in loader.describe()
+    video = tv_tensors.Video(rl.VideoFile(paths[0]).decode([1, 2]))
+    want_clip, want_boxes = transform((video, tv_tensors.wrap(outside[[1, 2]], like=outside)))
+    clip, boxes = batches[0][0]
+    assert torch.equal(clip, want_clip) and torch.equal(boxes, want_boxes)
+    # clamped into the frame, except by a RandomCrop of the whole frame (v2 skips the crop then)
+    assert (boxes.min() < 0) == isinstance(transform, v2.Compose)
+
+
+def test_a_transform_built_per_sample_is_not_kept_forever(paths):
+    from ringloader.loader import video_batches as vb
+
+    class Fresh(JointClips):
+        def __getitem__(self, i):
+            self.transform = v2.Compose([v2.Resize((12, 16))])  # a new object every sample
+            return super().__getitem__(i % len(self.paths))
+
+        def __len__(self):
+            return 200
+
+    source = vb.VideoClipBatches(Fresh(paths, None), threads=1)
+    for start in range(0, 200, 50):
+        source.batch([_sample_key(i) for i in range(start, start + 50)])
+    assert len(source._chains) <= vb._CHAINS_KEPT
+
+
+def test_a_sample_unlike_sample_zeros_pair_is_refused_not_cut(paths):
+    class Ragged(Samples):
+        def __getitem__(self, i):
+            video = super().__getitem__(i).video
+            return (video, i, "extra") if i == 1 else (video, i)
+
+    with pytest.raises(TypeError, match=r"sample 1 .*tuple of 3, sample 0 a \(video, target\) pair"):
+        _load(Ragged(paths, "named"), workers=0)
+
+
+def test_a_pairs_string_labels_collate_as_torchs(paths):
+    class Named(Samples):
+        def __getitem__(self, i):
+            return super().__getitem__(i).video, f"class {i}"
+
+    batches, loader = _load(Named(paths, "named"), workers=0)
+    assert "native clip batches" in loader.describe() and batches[0][1] == ("class 0", "class 1")
+
+
+def test_why_clips_do_not_batch_natively_is_said(paths):
+    class Flipped(Samples):
+        def __getitem__(self, i):
+            return rl.VideoFile(self.paths[i], clip=[0, 1], transform=v2.RandomVerticalFlip()), i
+
+    with pytest.warns(rl.FallbackWarning, match="RandomVerticalFlip has no native video equivalent"):
+        loader = rl.DataLoader(Flipped(paths, "named"), batch_size=2)
+    assert "RandomVerticalFlip" in loader.describe()
+    with pytest.warns(rl.FallbackWarning, match="worker_init_fn is given"):
+        loader = rl.DataLoader(Samples(paths, "dict"), batch_size=2, num_workers=2, worker_init_fn=print)
+    assert "generic path" in loader.describe()
+    with pytest.raises(ValueError, match="dtype only applies to the native image pipeline; this loader "
+                                         "batches video clips natively"):
+        rl.DataLoader(Samples(paths, "dict"), batch_size=2, dtype=torch.float16)

@@ -11,7 +11,7 @@ v2's own kernels with the same draws (``_C.video_chain_plan``: :func:`moved`).""
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 Path = Tuple[Any, ...]
 
@@ -49,18 +49,31 @@ def locate(sample: Any) -> Tuple[Optional[Path], str]:
     other: List[str] = []
     leaves: List[Any] = []
 
+    def unmoved(value: Any) -> Optional[str]:
+        """What of a Joint's leaf the native path would not transform as v2 does: pixels
+        (masks, images, videos) and rotated boxes; the values of a PerFrame too."""
+        values = getattr(value, "values", None) if isinstance(value, _FrameLeaf) else None
+        if values is not None and not isinstance(values, tv_tensors.TVTensor):
+            items = values.values() if isinstance(values, dict) else values
+            return next((why for why in map(unmoved, items if isinstance(items, (list, tuple))
+                                            else list(items)) if why), None)
+        value = values if values is not None else value
+        if isinstance(value, (tv_tensors.Mask, tv_tensors.Image, tv_tensors.Video)):
+            return f"Joint with a tv_tensors.{type(value).__name__}"
+        if isinstance(value, tv_tensors.BoundingBoxes) and tv_tensors.is_rotated_bounding_format(value.format):
+            return "Joint with rotated boxes"
+        return None
+
     def walk(value: Any, path: Path, depth: int) -> None:
-        if isinstance(value, _VideoReference):
+        why = unmoved(value) if path[:1] == (JOINT,) else None
+        if why is not None:
+            other.append(why)
+        elif isinstance(value, _VideoReference):
             found.append(path)
         elif isinstance(value, _FrameLeaf):
             leaves.append(value)
         elif isinstance(value, (ImageReference, Joint)):
-            other.append(type(value).__name__)
-        elif path[:1] == (JOINT,) and isinstance(value, tv_tensors.Mask):
-            other.append("Joint with a tv_tensors.Mask")
-        elif path[:1] == (JOINT,) and isinstance(value, tv_tensors.BoundingBoxes) \
-                and tv_tensors.is_rotated_bounding_format(value.format):
-            other.append("Joint with rotated boxes")
+            other.append(f"ringloader.{type(value).__name__}")
         elif depth < _DEPTH:
             for key, item in _children(value):
                 walk(item, path + (key,), depth + 1)
@@ -70,8 +83,8 @@ def locate(sample: Any) -> Tuple[Optional[Path], str]:
     else:
         walk(sample, (), 0)
     if other:
-        return None, (f"its samples hold a ringloader.{other[0]} beside the video (a sample batches "
-                      "natively with one clip and no image references or Joint)")
+        return None, (f"its samples hold a {other[0]} beside the video (a sample batches natively "
+                      "with one clip, no image references, masks or images, and no Joint but itself)")
     if len(found) != 1:
         return None, ("its samples hold no VideoFile or VideoBytes" if not found else
                       f"its samples hold {len(found)} video references (one a sample batches natively)")
@@ -123,17 +136,46 @@ def at(sample: Any, path: Path) -> Any:
     return sample
 
 
-def moved(structure: Any, ops: List[Tuple[Any, ...]], size: Tuple[int, int], where: str) -> Any:
-    """``structure`` with its ``tv_tensors.BoundingBoxes`` and ``KeyPoints`` moved as v2 moves
-    them along with a clip of frames ``size`` (height, width) that gets ``ops``
-    (``_C.video_chain_plan``: crops, resizes and flips with their draws made): v2's own box and
-    keypoint kernels with those parameters, the calls its transforms make. A leaf whose canvas
-    is not the frames' size (which v2 would move apart from the clip) is a ValueError naming
-    ``where``."""
-    from torchvision import tv_tensors
+def _v2_calls(steps: List[Dict[str, Any]], ops: List[Tuple[Any, ...]], size: Tuple[int, int]) -> List[Any]:
+    """The calls v2's transforms of ``steps`` make on a box or keypoint leaf of a clip of frames
+    ``size`` (height, width), given the clip's ``ops`` of every step
+    (``_C.video_chain_plan(..., every_step=True)``): ``Resize``, ``CenterCrop`` and
+    ``RandomResizedCrop`` call their kernel whatever it changes (and a crop clamps the boxes),
+    ``RandomCrop`` only when its crop is smaller than the frames (v2's ``needs_crop``)."""
     from torchvision.transforms.v2 import functional as F
 
+    calls: List[Any] = []
+    at = 0
+    for step in steps:
+        kind, op = step["kind"], ops[at]
+        at += 2 if kind == "random_resized_crop" else 1
+        if kind == "resize":
+            calls.append(lambda v, size=[op[3], op[4]]: F.resize(v, size))
+        elif kind == "center_crop":
+            calls.append(lambda v, size=[op[3], op[4]]: F.center_crop(v, size))
+        elif kind == "random_crop" and tuple(op[3:5]) != tuple(size):
+            calls.append(lambda v, box=op[1:5]: F.crop(v, *box))
+        elif kind == "random_resized_crop":
+            calls.append(lambda v, box=op[1:5], size=[step["height"], step["width"]]: F.resized_crop(v, *box, size))
+        elif kind == "horizontal_flip" and op[5]:
+            calls.append(F.horizontal_flip)
+        if kind != "horizontal_flip":
+            size = (step["height"], step["width"]) if kind != "resize" else (op[3], op[4])
+    return calls
+
+
+def moved(structure: Any, steps: List[Dict[str, Any]], ops: List[Tuple[Any, ...]], size: Tuple[int, int],
+          where: str) -> Any:
+    """``structure`` with its ``tv_tensors.BoundingBoxes`` and ``KeyPoints`` moved as v2 moves
+    them along with a clip of frames ``size`` (height, width) whose draws gave ``ops`` (of every
+    step): v2's own kernels, called as its transforms of ``steps`` call them. A leaf
+    whose canvas is not the frames' size (which v2 would move apart from the clip) is a
+    ValueError naming ``where``."""
+    from torchvision import tv_tensors
+
     from ..sources.references import rebuild
+
+    calls = _v2_calls(steps, ops, size)
 
     def move(value: Any) -> Any:
         if not isinstance(value, (tv_tensors.BoundingBoxes, tv_tensors.KeyPoints)):
@@ -141,13 +183,8 @@ def moved(structure: Any, ops: List[Tuple[Any, ...]], size: Tuple[int, int], whe
         if tuple(value.canvas_size) != tuple(size):
             raise ValueError(f"{where}: a {type(value).__name__} of canvas_size "
                              f"{tuple(value.canvas_size)} beside frames of {tuple(size)} (height, width)")
-        for kind, top, left, height, width in ops:
-            if kind == "crop":
-                value = F.crop(value, top, left, height, width)
-            elif kind == "resize":
-                value = F.resize(value, [height, width])
-            else:
-                value = F.horizontal_flip(value)
+        for call in calls:
+            value = call(value)
         return value
 
     return move(structure)

@@ -129,8 +129,8 @@ class GenericBackend(Backend):
         # materialised in the workers, then collate_fn (default_convert) on it alone.
         unbatched = args.batch_size is None and args.batch_sampler is None and \
             (view is not None or video) and not isinstance(dataset, tud.IterableDataset)
-        self._video = video_batches.for_loader(dataset, args, threads) \
-            if video and not unbatched else None
+        self._video, video_why = video_batches.for_loader(dataset, args, threads) \
+            if video and not unbatched else (None, "batch_size=None (one sample at a time)" if video else "")
         self._unbatched = unbatched
         native_only = [name for name, given in (
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
@@ -145,9 +145,16 @@ class GenericBackend(Backend):
             ("max_skipped_fraction", args.max_skipped_fraction != MAX_SKIPPED_FRACTION and self._video is None),
             ("numa", args.numa not in (None, "off")), ("stall_seconds", args.stall_seconds != 60),
             ("batch_transform", args.batch_transform is not None)) if given]
-        if native_only:
+        if native_only and self._video is not None:
+            verb = "applies" if len(native_only) == 1 else "apply"
             raise ValueError(
-                f"{', '.join(native_only)} only apply to natively batched datasets; this loader "
+                f"{', '.join(native_only)} only {verb} to the native image pipeline; this loader "
+                "batches video clips natively (ringloader.video_batches), whose dtype comes from "
+                "the transform (ToDtype): leave them at their defaults")
+        if native_only:
+            verb = "applies" if len(native_only) == 1 else "apply"
+            raise ValueError(
+                f"{', '.join(native_only)} only {verb} to natively batched datasets; this loader "
                 f"runs on torch's generic path ("
                 f"{path.why}), "
                 "where samples come from __getitem__ as with torch (a bad sample raises there): "
@@ -218,12 +225,20 @@ class GenericBackend(Backend):
                     warnings.warn(f"prefetch_factor={prefetch_factor} does not fit the memory budget of the "
                                   f"clip batches: {torch_loader.slots.describe()}; pass max_memory= to "
                                   "allow more", stacklevel=4)
+                # What torch's iterator would say, which the native clip batches stand in for.
+                if args.pin_memory and not self._video.pin_memory:
+                    warnings.warn("pin_memory=True ignored: no CUDA GPU is visible; clip batches use "
+                                  "ordinary host memory", stacklevel=4)
+                if not args.in_order:
+                    warnings.warn("in_order=False has no effect: native clip batches are always "
+                                  "delivered in sampler order", stacklevel=4)
         if self._video is not None and not isinstance(torch_loader, video_batches.NativeVideoLoader):
             torch_loader.check_worker_number_rationality()  # torch's processes after all: its warning
         self._generic = torch_loader
         # Why torch's path: every reason for describe(), the first in one warning per loader
         # (once the arguments are known good: an error comes without it).
-        self._reasons = path.warn(video_batches.NATIVE_REASON if self._video is not None else None)
+        self._reasons = path.warn(video_batches.NATIVE_REASON if self._video is not None else None,
+                                  video_why)
 
     @property
     def resumable(self) -> bool:

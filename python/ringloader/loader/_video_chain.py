@@ -4,7 +4,8 @@ native clip chain's dicts (``_geometric``), the per-level steps by name (``_PER_
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import functools
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 
 def _flatten(transform: Any) -> List[Any]:
@@ -63,3 +64,34 @@ def _geometric(t: Any) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
 
 
 _PER_LEVEL = {"ToDtype", "Normalize", "ConvertImageDtype", "ToPureTensor"}
+
+
+@functools.lru_cache(maxsize=256)
+def _temporal_positions(frames: int, num_samples: int) -> Tuple[int, ...]:
+    """The positions v2's ``UniformTemporalSubsample(num_samples)`` keeps of a clip of
+    ``frames`` frames, as torchvision itself picks them (run on a video of the positions)."""
+    import torch
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+
+    positions = tv_tensors.Video(torch.arange(frames).view(frames, 1, 1, 1))
+    return tuple(F.uniform_temporal_subsample(positions, num_samples).reshape(-1).tolist())
+
+
+def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
+    """Each clip's frame indices after the chain's ``UniformTemporalSubsample`` steps."""
+    for n in counts:
+        rows = [[r[i] for i in _temporal_positions(len(r), n)] for r in rows]
+    return rows
+
+
+def _joint_refusal(transform: Any) -> Optional[str]:
+    """Why a Joint's ``transform`` does more natively than its clip chain says, or None: steps
+    that v2 also applies to the Joint's other leaves (``ToPureTensor`` unwraps them all; a
+    ``ToDtype`` with a dtype per type may convert its boxes)."""
+    for t in _flatten(transform):
+        if type(t).__name__ == "ToPureTensor":
+            return "ToPureTensor (v2 turns every leaf of the Joint into a plain tensor)"
+        if type(t).__name__ == "ToDtype" and isinstance(getattr(t, "dtype", None), dict):
+            return "ToDtype with a dtype per type (v2 may convert the Joint's boxes too)"
+    return None

@@ -24,7 +24,6 @@ frame kept).
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -33,7 +32,7 @@ from .. import _C
 # What the DataLoader iterates lives in _video_loader; it is found here, beside its source.
 from ._video_loader import NativeVideoLoader, _Prefetched, check_unchanged  # noqa: F401
 from . import _clip_samples
-from ._video_chain import _PER_LEVEL, _flatten, _geometric
+from ._video_chain import _PER_LEVEL, _flatten, _geometric, _joint_refusal, _subsample
 from ..transforms import clips as _clips
 
 __all__ = ["native_chain", "VideoClipBatches", "native_video_source"]
@@ -91,28 +90,11 @@ def native_chain(transform: Any) -> Tuple[Optional[Tuple[List[Dict[str, Any]], O
     return (steps, out.reshape(-1).tolist()), ""
 
 
-@functools.lru_cache(maxsize=256)
-def _temporal_positions(frames: int, num_samples: int) -> Tuple[int, ...]:
-    """The positions v2's ``UniformTemporalSubsample(num_samples)`` keeps of a clip of
-    ``frames`` frames, as torchvision itself picks them (run on a video of the positions)."""
-    import torch
-    from torchvision import tv_tensors
-    from torchvision.transforms.v2 import functional as F
-
-    positions = tv_tensors.Video(torch.arange(frames).view(frames, 1, 1, 1))
-    return tuple(F.uniform_temporal_subsample(positions, num_samples).reshape(-1).tolist())
-
-
-def _subsample(rows: List[List[int]], counts: Sequence[int]) -> List[List[int]]:
-    """Each clip's frame indices after the chain's ``UniformTemporalSubsample`` steps."""
-    for n in counts:
-        rows = [[r[i] for i in _temporal_positions(len(r), n)] for r in rows]
-    return rows
-
-
 #: A sample's own errors (reading it, planning or decoding its clip), under ``on_error``; a
 #: ``StaleIndexError`` (a shard rewritten since it was indexed) is the dataset's, and raises.
 _SAMPLE_ERRORS = (ValueError, IndexError, OSError, RuntimeError)
+#: Transforms whose chains a source keeps (by id) before it forgets them all.
+_CHAINS_KEPT = 64
 
 
 def _where(ref: Any) -> str:
@@ -174,6 +156,10 @@ class VideoClipBatches:
         self.pair = self.path == (0,) and type(sample) is tuple and len(sample) == 2
         self.collate_fn = collate_fn
         first = _clip_samples.at(sample, self.path)
+        if self.joint:
+            why = _joint_refusal(sample.transform)
+            if why is not None:
+                raise ValueError(f"not a native video transform for a Joint: {why}")
         chain, why = native_chain(self._transform_of(sample, first))
         if chain is None:
             raise ValueError(f"not a native video transform: {why}")
@@ -283,11 +269,17 @@ class VideoClipBatches:
         if ref is None:
             raise TypeError(f"sample {key.index}: {why}, so its clips cannot be batched natively "
                             "with sample 0's")
+        if self.pair and len(sample) != 2:  # as torch's default_collate refuses samples of other sizes
+            raise TypeError(f"sample {key.index} ({_where(ref)}) is a tuple of {len(sample)}, sample 0 a "
+                            "(video, target) pair: each sample of a batch must have the same size")
         transform = self._transform_of(sample, ref)
         if transform is not self.transform:
             known = self._chains.get(id(transform))
             if known is None or known[0] is not transform:
-                known = (transform, native_chain(transform)[0])
+                if len(self._chains) >= _CHAINS_KEPT:  # a transform built in every __getitem__
+                    self._chains.clear()
+                known = (transform, native_chain(transform)[0] if not self.joint or
+                         _joint_refusal(transform) is None else None)
                 self._chains[id(transform)] = known
             if known[1] != self.chain:
                 raise ValueError(f"sample {key.index} ({_where(ref)}): its transform {transform!r} "
@@ -362,8 +354,8 @@ class VideoClipBatches:
         if not self.joint:
             return _clip_samples.with_leaves(_clip_samples.put(sample, self.path, 0), ref, meta, key)
         structure = _clip_samples.with_leaves(sample.structure, ref, meta, key)
-        ops = _C.video_chain_plan(self.steps, meta.width, meta.height, seed)
-        structure = _clip_samples.moved(structure, ops, (meta.height, meta.width), _where(ref))
+        ops = _C.video_chain_plan(self.steps, meta.width, meta.height, seed, every_step=True)
+        structure = _clip_samples.moved(structure, self.steps, ops, (meta.height, meta.width), _where(ref))
         return _clip_samples.put(structure, self.out_path, 0)
 
     def _allocate(self, rows: int, shape: Tuple[int, ...], slots: Any, stop: Any) -> Any:
@@ -529,13 +521,16 @@ class VideoClipBatches:
 
         if self.collate_fn is not None:
             return targets
-        targets = default_collate(targets) if targets else torch.empty(0, dtype=torch.int64)
+        # A pair's targets as torch collates them: the second items of the samples zipped (a
+        # tuple: strings stay one); another structure's samples as they are (a list).
+        targets = default_collate(tuple(targets) if self.pair else targets) if targets else \
+            torch.empty(0, dtype=torch.int64)
         return self._pinned(targets)
 
     def _pinned(self, batch: Any) -> Any:
-        if self.pin_memory:  # as torch's pin_memory=True: every tensor of the batch
-            from ._staging import _map_tensors
-            batch = _map_tensors(batch, lambda t: t.pin_memory())
+        if self.pin_memory:  # as torch's pin_memory=True: torch's own walk (a custom batch's pin_memory())
+            from torch.utils.data._utils.pin_memory import pin_memory
+            batch = pin_memory(batch)
         return batch
 
     def deliver(self, clips: Any, rest: Any) -> Any:
@@ -575,12 +570,15 @@ NATIVE_REASON = ("its samples hold one VideoFile or VideoBytes each, with a nati
                  "collated there")
 
 
-def for_loader(dataset: Any, args: Any, num_workers: int) -> Optional[VideoClipBatches]:
-    """The DataLoader's hook: a native source for ``dataset`` when its clips batch natively
-    (no ``collate_fn``; ``num_workers`` native threads; ``pin_memory`` as torch's), else None
-    (torch's worker processes)."""
+def for_loader(dataset: Any, args: Any, num_workers: int) -> Tuple[Optional[VideoClipBatches], str]:
+    """The DataLoader's hook: ``(a native source, "")`` for ``dataset`` when its clips batch
+    natively (``num_workers`` native threads; ``collate_fn`` and ``pin_memory`` as torch's),
+    else ``(None, why not)``: torch's worker processes, as they are for an argument only they
+    honour (``worker_init_fn``, ``multiprocessing_context``)."""
     if args.batch_size is None:
-        return None
-    source, _ = native_video_source(dataset, max(int(num_workers), 1), args.on_error, args.pin_memory,
-                                    args.collate_fn)
-    return source
+        return None, "batch_size=None (one sample at a time)"
+    for name in ("worker_init_fn", "multiprocessing_context"):
+        if getattr(args, name) is not None:
+            return None, f"{name} is given (native clip batches have no worker processes to run it in)"
+    return native_video_source(dataset, max(int(num_workers), 1), args.on_error, args.pin_memory,
+                               args.collate_fn)

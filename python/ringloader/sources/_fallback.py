@@ -67,20 +67,23 @@ def warn_refused(dataset: Any, reasons: Sequence[str], stacklevel: int = 3) -> N
 
 
 #: Why a Dataset whose samples hold video references runs on torch's path (``describe()``).
-VIDEO_REASON = ("its samples hold video references (ringloader.VideoFile/VideoBytes): video clips "
-                "are decoded by ringloader's native decoder in worker processes, not yet in the "
-                "native pool")
+VIDEO_REASON = ("its samples hold video references (ringloader.VideoFile/VideoBytes) whose clips do "
+                "not batch natively, so they are decoded by ringloader's native decoder in worker "
+                "processes")
 
 
-def warn_video(dataset: Any, stacklevel: int = 3) -> None:
-    """The one warning of a loader over a Dataset whose samples hold video references."""
+def warn_video(dataset: Any, why: str = "", stacklevel: int = 3) -> None:
+    """The one warning of a loader over a Dataset whose samples hold video references and whose
+    clips do not batch natively (``why``: the native clip batches' reason)."""
+    because = f" ({why})" if why else ""
     warnings.warn(
         f"ringloader.DataLoader: {_describe(dataset)} returns video references "
-        "(ringloader.VideoFile/VideoBytes), so it runs on torch's generic path: video clips are "
-        "decoded by ringloader's native FFmpeg decoder in worker processes "
-        "(ringloader.materialize), not yet in the native pool, each clip drawn from "
+        f"(ringloader.VideoFile/VideoBytes) whose clips cannot batch natively{because}, so it "
+        "runs on torch's generic path: video clips are decoded by ringloader's native FFmpeg "
+        "decoder in worker processes (ringloader.materialize), each clip drawn from "
         "clips.generator_for(seed, epoch, index, position) of its sample and any transform "
-        "applied in Python.", FallbackWarning, stacklevel=stacklevel)
+        "applied in Python (ringloader.video_batches.native_chain(transform) says which steps run "
+        "natively).", FallbackWarning, stacklevel=stacklevel)
 
 
 def step_label(step: Any) -> str:

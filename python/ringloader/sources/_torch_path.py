@@ -235,9 +235,10 @@ class TorchPath:
             return named, _NamingCollate(collate_fn, named)
         return source, collate_fn
 
-    def warn(self, native_video_reason: Optional[str]) -> List[str]:
+    def warn(self, native_video_reason: Optional[str], video_why: str = "") -> List[str]:
         """Gives the loader's one warning (or hint) and returns every reason for ``describe()``;
-        ``native_video_reason`` when the clips batch natively (no warning then)."""
+        ``native_video_reason`` when the clips batch natively (no warning then), else
+        ``video_why``: why they do not."""
         dataset, view = self.dataset, self.view
         reasons = list(self._fallback_reasons)
         folder_why, converts = None, False
@@ -248,8 +249,8 @@ class TorchPath:
         if native_video_reason is not None:
             reasons = [native_video_reason]
         elif self.video:
-            reasons = [VIDEO_REASON]
-            warn_video(dataset, stacklevel=5)
+            reasons = [f"{VIDEO_REASON}: {video_why}" if video_why else VIDEO_REASON]
+            warn_video(dataset, video_why, stacklevel=5)
         elif folder_why is not None:
             reasons = [f"{type(dataset).__name__}: {folder_why}"]
             _warn_torchvision_folder(dataset, folder_why, converts)

@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Dict, List, Tuple
 
-from .video import _FrameLeaf, _VideoReference
+from .video import _WRAPPERS, _FrameLeaf, _VideoReference
 
-__all__ = ["ClipIndices", "ClipTimes", "PerFrame", "DrawnClips"]
+__all__ = ["ClipIndices", "ClipTimes", "PerFrame", "DrawnClips", "check_leaves"]
 
 
 class DrawnClips:
@@ -180,3 +180,31 @@ class PerFrame(_FrameLeaf):
 
     def __repr__(self) -> str:
         return f"PerFrame({self.video!r}, <{type(self.values).__name__}>)"
+
+
+def check_leaves(sample: Any) -> None:
+    """Refuses a frame leaf whose video object the sample does not hold beside one of the same
+    video that it does: the leaf would take the frames of its own object's clip, another draw."""
+    videos: list = []
+    leaves: list = []
+
+    def walk(value: Any, depth: int) -> None:
+        if isinstance(value, _VideoReference):
+            videos.append(value)
+        elif isinstance(value, _FrameLeaf):
+            leaves.append(value)
+        elif depth < 8:
+            wrapped = _WRAPPERS.get(type(value))  # an rl.Joint: its structure
+            inner = getattr(value, wrapped) if wrapped is not None else value
+            for item in (inner.values() if isinstance(inner, dict) else
+                         inner if isinstance(inner, (tuple, list)) else ()):
+                walk(item, depth + 1)
+
+    walk(sample, 0)
+    held = {id(v) for v in videos}
+    for leaf in leaves:
+        if id(leaf.video) not in held and any(v._name() == leaf.video._name() for v in videos):
+            raise ValueError(f"{type(leaf).__name__}({leaf.video._name()}) is given another "
+                             "VideoFile/VideoBytes object than the one the sample holds for that "
+                             "video: a leaf takes the frames its own object draws, so give it the "
+                             "sample's reference")

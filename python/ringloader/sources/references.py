@@ -12,7 +12,7 @@ import io
 import os
 from typing import Any, Dict, Optional, Tuple
 
-from .frame_leaves import DrawnClips, _FrameLeaf
+from .frame_leaves import DrawnClips, _FrameLeaf, check_leaves
 from . import video as video_module
 from .video import _VideoReference
 
@@ -532,10 +532,13 @@ def materialize(sample: Any, generator: Any = None) -> Any:
     still applies its own transform, in the order they appear. A video reference
     (:class:`ringloader.VideoFile`/:class:`ringloader.VideoBytes`) is decoded as its
     ``decode()`` decodes it: its clip, its clip sampler drawing from ``generator`` (a
-    ``torch.Generator``; None: torch's global one), then its transform; several draw from it in
-    the order they appear, each reference once however many leaves of it
+    ``torch.Generator``; None: torch's global one), then its transform. Each reference object
+    draws once, where the sample first holds it or a leaf of it
     (:class:`ringloader.ClipIndices`, :class:`ringloader.ClipTimes`,
-    :class:`ringloader.PerFrame`, which give its clip's frames) the sample holds.
+    :class:`ringloader.PerFrame`, which give its clip's frames), in the order they appear: one
+    object held twice gives one clip twice; two objects of one file, two clips. A leaf of an
+    object the sample does not hold, beside one of the same video that it does, raises
+    ``ValueError`` (its frames would not be that clip's).
 
     Examples:
         >>> import ringloader as rl
@@ -549,6 +552,7 @@ def materialize(sample: Any, generator: Any = None) -> Any:
     """
     decoded: Dict[Tuple[Any, ...], Any] = {}
     drawn = DrawnClips(generator)
+    check_leaves(sample)
 
     def walk(value: Any) -> Any:
         if isinstance(value, Joint):

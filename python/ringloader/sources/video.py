@@ -131,8 +131,18 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__len__"))
 
 
+#: What a reference's ``clip`` may be, for the error that refuses anything else.
+_CLIP_KINDS = ("a list of frame indices (one clip), a list of such lists (several clips of one "
+               "length), a tensor of them, a ringloader.clips sampler (clips.random_indices(...) "
+               "and the others, called) or None (every frame)")
+
+
 def _rows(indices: Any, what: str) -> Tuple[List[List[int]], bool]:
     """Explicit indices as rows of clips, and whether they were one flat clip."""
+    if hasattr(indices, "tolist") and not isinstance(indices, (list, tuple)):  # a tensor, an array
+        indices = indices.tolist()
+    if isinstance(indices, (str, bytes, int)) or callable(indices) or not hasattr(indices, "__iter__"):
+        raise TypeError(f"{what}: clip={indices!r} is not a clip: give {_CLIP_KINDS}")
     values = list(indices)
     if all(_is_int(v) for v in values):
         return [[int(v) for v in values]], True
@@ -150,6 +160,8 @@ class _VideoReference:
     def __init__(self, clip: Clip, transform: Optional[Callable], max_frame_pixels: Optional[int],
                  max_clip_bytes: Optional[int]) -> None:
         if clip is not None and not hasattr(clip, "frame_indices"):
+            if hasattr(clip, "tolist") and not isinstance(clip, (list, tuple)):
+                clip = clip.tolist()  # a tensor or array of indices, as torchcodec takes them
             _rows(clip, self._name())  # checked now: a bad list fails where it is written
         self.clip = clip
         self.transform = transform

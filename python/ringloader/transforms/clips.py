@@ -545,8 +545,8 @@ def timestamps(clips: Any) -> Timestamps:
 
 
 def as_sampler(clip: Any) -> ClipSampler:
-    """``clip`` as a sampler: a :class:`ClipSampler` as it is; a plain list, tuple, tensor or
-    array as frame indices (:func:`indices`; times need :func:`timestamps`, explicitly).
+    """``clip`` as a sampler: a :class:`ClipSampler` as it is; a plain list, tuple, range, tensor
+    or array as frame indices (:func:`indices`; times need :func:`timestamps`, explicitly).
 
     Examples:
         >>> from ringloader import clips
@@ -559,8 +559,8 @@ def as_sampler(clip: Any) -> ClipSampler:
     """
     if isinstance(clip, ClipSampler):
         return clip
-    if isinstance(clip, (list, tuple)) or hasattr(clip, "tolist"):
-        return FrameIndices(clip)
+    if isinstance(clip, (list, tuple, range)) or hasattr(clip, "tolist"):
+        return FrameIndices(list(clip) if isinstance(clip, range) else clip)
     raise TypeError(f"clip must be a ringloader.clips sampler (random_indices, regular_indices, "
                     f"random_timestamps, regular_timestamps, indices, timestamps) or a list of "
                     f"frame indices, got {type(clip).__name__}")
