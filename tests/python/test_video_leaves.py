@@ -15,7 +15,7 @@ from torchvision.transforms import v2
 import ringloader as rl
 from ringloader import clips
 
-from videogen import NEEDS_VIDEO, make_clip
+from videogen import NEEDS_VIDEO, make_clip, resized_clip
 
 pytestmark = NEEDS_VIDEO
 
@@ -161,9 +161,7 @@ class _PairClips(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        resize = v2.Resize(12)
-        video = rl.VideoFile(self.paths[i], clip=clips.random_indices(num_frames_per_clip=3),
-                             transform=(lambda x: resize(x)) if self.python else resize)
+        video = resized_clip(self.paths[i], self.python)
         return video, {"label": i, "frames": rl.ClipIndices(video), "times": rl.ClipTimes(video),
                        "seen": rl.PerFrame(video, torch.arange(self.values))}
 

@@ -14,7 +14,7 @@ from torchvision.transforms import v2
 import ringloader as rl
 from ringloader import clips
 
-from videogen import NEEDS_VIDEO, make_clip
+from videogen import NEEDS_VIDEO, make_clip, resized_clip
 
 pytestmark = NEEDS_VIDEO
 
@@ -33,9 +33,7 @@ class Samples(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int):
-        resize = v2.Resize(12)
-        video = rl.VideoFile(self.paths[i], clip=clips.random_indices(num_frames_per_clip=3),
-                             transform=(lambda x: resize(x)) if self.python else resize)
+        video = resized_clip(self.paths[i], self.python)
         if self.kind == "dict":
             return {"video": video, "label": i, "meta": {"frames": rl.ClipIndices(video), "name": f"s{i}"}}
         if self.kind == "triple":
@@ -406,3 +404,41 @@ def test_why_clips_do_not_batch_natively_is_said(paths):
     with pytest.raises(ValueError, match="dtype only applies to the native image pipeline; this loader "
                                          "batches video clips natively"):
         rl.DataLoader(Samples(paths, "dict"), batch_size=2, dtype=torch.float16)
+
+
+class _Indexed(torch.utils.data.Dataset):
+    """(clip, index) of a class folder, the transform native or a Python callable."""
+
+    def __init__(self, paths, python: bool):
+        resize = v2.Resize(12)
+        self.paths, self.transform = paths, (lambda x: resize(x)) if python else resize
+
+    def __len__(self):
+        return len(self.paths)
+
+    def __getitem__(self, i):
+        return rl.VideoFile(self.paths[i], clip=clips.random_indices(num_frames_per_clip=2),
+                            transform=self.transform), i
+
+
+@pytest.mark.parametrize("python", [False, True])
+def test_persistent_workers_keep_torchs_order_and_draw_anew_each_epoch(paths, python):
+    """torch's persistent iterator draws its base seed once: the shuffled order of every epoch
+    is torch's; and the clips are drawn anew each epoch although the RNG need not move (no
+    shuffle: before, the worker path gave the first epoch's clips again)."""
+    for persistent in (False, True):
+        torch.manual_seed(4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", rl.FallbackWarning)
+            loader = rl.DataLoader(_Indexed(paths, python), batch_size=3, shuffle=True, num_workers=2,
+                                   persistent_workers=persistent)
+            order = [b[1].tolist() for _ in range(3) for b in loader]
+        torch.manual_seed(4)
+        theirs = torch.utils.data.DataLoader(list(range(len(paths))), batch_size=3, shuffle=True,
+                                             num_workers=2, persistent_workers=persistent)
+        assert order == [b.tolist() for _ in range(3) for b in theirs], persistent
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rl.FallbackWarning)
+        loader = rl.DataLoader(_Indexed(paths, python), batch_size=5, num_workers=2, persistent_workers=True)
+        first, second = (next(iter(loader))[0] for _ in range(2))
+    assert not torch.equal(first, second)

@@ -40,3 +40,16 @@ def class_folder_with_a_cut_clip(top: Path, per_class: int) -> Path:
     data = bad.read_bytes()
     bad.write_bytes(data[: len(data) // 3])
     return top
+
+
+def resized_clip(path: Path, python: bool = False):
+    """A ``VideoFile`` of three frames drawn by ``clips.random_indices``, resized to 12 rows by
+    v2's ``Resize``: as the transform itself (native clip batches), or as a Python callable
+    calling it (``python``: the same pixels, decoded in torch's worker processes)."""
+    from torchvision.transforms import v2
+
+    import ringloader as rl
+
+    resize = v2.Resize(12)
+    return rl.VideoFile(path, clip=clips.random_indices(num_frames_per_clip=3),
+                        transform=(lambda x: resize(x)) if python else resize)

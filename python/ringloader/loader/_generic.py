@@ -132,6 +132,9 @@ class GenericBackend(Backend):
         self._video, video_why = video_batches.for_loader(dataset, args, threads) \
             if video and not unbatched else (None, "batch_size=None (one sample at a time)" if video else "")
         self._unbatched = unbatched
+        # torch's persistent workers carry their RNG from one epoch into the next: the epochs'
+        # augmentation seeds differ though torch's RNG need not move (_planning._epoch_seed).
+        self._persistent = bool(args.persistent_workers) and args.num_workers not in (0, None)
         native_only = [name for name, given in (
             ("dtype", args.dtype is not None), ("layout", args.layout != "NCHW"),
             ("memory_format", self._channels_last), ("io", args.io != "auto"),
@@ -220,7 +223,8 @@ class GenericBackend(Backend):
             if self._video is not None:  # the same planned batches, decoded natively
                 torch_loader = video_batches.NativeVideoLoader(
                     self._video, self._planned, (prefetch_factor or 2) if num_workers else 0, args.timeout,
-                    args.generator, self.batch_size or 1, args.max_memory, args.max_skipped_fraction)
+                    args.generator, self.batch_size or 1, args.max_memory, args.max_skipped_fraction,
+                    persistent=bool(args.persistent_workers) and bool(num_workers))
                 if prefetch_factor is not None and 0 < torch_loader.prefetch < prefetch_factor:
                     warnings.warn(f"prefetch_factor={prefetch_factor} does not fit the memory budget of the "
                                   f"clip batches: {torch_loader.slots.describe()}; pass max_memory= to "

@@ -181,6 +181,15 @@ def _peek_seed(generator: Any) -> int:
     return seed
 
 
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """The augmentation seed of epoch ``epoch`` with persistent workers, from the seed peeked at
+    its start: mixed with the epoch's number, since torch's RNG need not move between such
+    epochs (torch's persistent iterator draws no base seed, an unshuffled sampler nothing) while
+    torch's workers go on drawing from where they were. Epoch 0 keeps the peeked seed."""
+    mixed = (int(seed) ^ (int(epoch) * 0x9E3779B97F4A7C15)) & ((1 << 64) - 1)
+    return mixed - (1 << 64) if mixed >= 1 << 63 else mixed
+
+
 class _PlannedBatches:
     """The generic path's batch sampler: torch's own batch sampler, evaluated as an epoch plan.
 
@@ -222,6 +231,8 @@ class _PlannedBatches:
             plan = _order.plan_epoch(self._inner, self._n)
             batches, sampler_state, skip = plan.batches, plan.sampler_state, 0
             seed = _peek_seed(loader.generator) if self._keyed else None
+            if seed is not None and getattr(loader, "_persistent", False):
+                seed = _epoch_seed(seed, loader._epoch)
         else:
             batches, sampler_state, skip = _resumed_batches(loader, resume, self._n)
             _restore_generators(loader, resume.get("generators"))

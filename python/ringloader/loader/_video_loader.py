@@ -399,8 +399,9 @@ class NativeVideoLoader:
     """What the DataLoader's generic path iterates for a video dataset whose clips batch
     natively: ``source``'s batches over ``batches`` (the loader's planned batches of keys),
     prefetched ``prefetch`` deep (0: made when asked). Each ``iter()`` first draws the base
-    seed torch's DataLoader iterator draws from ``generator``, so the planned order and the RNG
-    consumption are torch's.
+    seed torch's DataLoader iterator draws from ``generator`` (with ``persistent``
+    workers, only the first, as torch's iterator is made once then), so the planned order and
+    the RNG consumption are torch's.
 
     The bytes of the clip batches alive at once are bounded by ``max_memory`` (None: the
     default budget of images' slots) as ``_video_loader.ClipSlots`` says, slots sized by the
@@ -409,12 +410,15 @@ class NativeVideoLoader:
 
     def __init__(self, source: Any, batches: Any, prefetch: int, timeout: float,
                  generator: Any = None, batch_size: int = 1, max_memory: Optional[int] = None,
-                 max_skipped_fraction: float = 0.5):
+                 max_skipped_fraction: float = 0.5, persistent: bool = False):
         from ..core._sample_keys import SampleKey
 
         self.source, self.batches, self.timeout = source, batches, timeout
         self.batch_size, self.max_skipped_fraction = max(int(batch_size), 1), float(max_skipped_fraction)
         self.generator = generator
+        # persistent_workers with workers: torch's iterator draws its base seed once, at its
+        # first iter() (its later epochs reset the same iterator).
+        self.persistent, self._drawn = bool(persistent), False
         self.slots: Any = None
         for index in range(min(len(source), 16)):  # the first clip that can be made sizes the slots
             try:
@@ -432,7 +436,9 @@ class NativeVideoLoader:
     def __iter__(self) -> Any:
         import torch
 
-        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        if not (self.persistent and self._drawn):
+            torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+            self._drawn = True
         skip = self.source.on_error == "skip"
         owner = getattr(self.batches, "_loader", None)  # _planning._PlannedBatches' loader
         # on_error="skip" with drop_last: every batch full, refilled from the following clips

@@ -412,16 +412,14 @@ class VideoClipBatches:
                 sample = self.dataset[index]
                 self._check_alike(sample, key._replace(index=index) if hasattr(key, "_replace") else key)
                 ref = _clip_samples.at(sample, self.path)
-                frames, row_seed, this = self._plan(key, ref, self._metadata([ref])[0])
+                meta = self._metadata([ref])[0]
+                frames, row_seed, this = self._plan(key, ref, meta)
+                target = self._target(sample, ref, meta, key, row_seed) if shape is None or this == shape else None
             except _C.StaleIndexError:
                 raise  # its shard rewritten: named, never passed over for another candidate
             except (ValueError, TypeError, IndexError, OSError, RuntimeError):
                 continue
             if shape is None or this == shape:
-                try:
-                    target = self._target(sample, ref, self._metadata([ref])[0], key, row_seed)
-                except _SAMPLE_ERRORS:
-                    continue
                 yield index, self._row(ref, frames, row_seed), this, target
 
     def _replace(self, out: Any, b: int, key: Any, error: BaseException, shape: Tuple[int, ...], path: str) -> Any:
