@@ -442,3 +442,9 @@ def test_persistent_workers_keep_torchs_order_and_draw_anew_each_epoch(paths, py
         loader = rl.DataLoader(_Indexed(paths, python), batch_size=5, num_workers=2, persistent_workers=True)
         first, second = (next(iter(loader))[0] for _ in range(2))
     assert not torch.equal(first, second)
+
+
+def test_describe_says_no_batch_is_made_ahead_without_workers(paths):
+    assert "prefetch 0 (num_workers=0: each batch is made when asked)" in \
+        rl.DataLoader(Samples(paths, "dict"), batch_size=2, num_workers=0).describe()
+    assert "prefetch 2 (max_memory" in rl.DataLoader(Samples(paths, "dict"), batch_size=2, num_workers=2).describe()

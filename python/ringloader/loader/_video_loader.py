@@ -133,10 +133,13 @@ class ClipSlots:
             return {"budget": self.budget, "slot_bytes": self.slot_bytes, "max_slots": self.max_slots,
                     "depth": self.depth, "held_bytes": self.held, "peak_bytes": self.peak}
 
-    def describe(self) -> str:
+    def describe(self, ahead: bool = True) -> str:
+        """One line: the slots, the prefetch depth (0 when nothing is made ahead: ``ahead``
+        False, num_workers=0) and the budget."""
         cut = f"; {self.note}" if self.note else ""
+        depth = self.depth if ahead else "0 (num_workers=0: each batch is made when asked)"
         return (f"{self.max_slots} clip batch slots of {format_bytes(self.slot_bytes)}, prefetch "
-                f"{self.depth} (max_memory {format_bytes(self.budget)}: "
+                f"{depth} (max_memory {format_bytes(self.budget)}: "
                 f"{self.budget_note}{cut})")
 
 
@@ -497,7 +500,7 @@ class NativeVideoLoader:
         """How the clip batches' memory is bounded (a line of ``describe()``)."""
         if self.slots is None:
             return "memory:  not bounded (no clip of the first samples could be sized)"
-        return f"memory:  {self.slots.describe()}"
+        return f"memory:  {self.slots.describe(self.prefetch > 0)}"
 
     def stats(self) -> Dict[str, Any]:
         return {**self.source.stats(), **({"memory": self.slots.stats()} if self.slots is not None else {})}
