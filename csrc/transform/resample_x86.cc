@@ -155,51 +155,78 @@ __attribute__((target("avx2"))) void StorePlanar32OpsAvx2(const uint8_t* levels,
   }
 }
 
-/// Two output pixels per 256-bit vector (one per 128-bit lane), two taps per pmaddwd: the
-/// lane holds a pixel's (R_t, R_t+1, G_t, G_t+1, ...) as 16-bit values, multiplied by
-/// PairWeights' lo and hi halves. `src` is RGBX whose first pixel is source column `origin`.
-/// Each output stores 4 bytes; the 4th is overwritten by the next pixel or lands in the row's
-/// padding.
-__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int origin,
-                                                    const HorizontalTaps& h, uint8_t* dst) {
-  const __m256i half = _mm256_set1_epi32(kHalf);
+namespace {
+
+/// The sums of HorizontalAvx2's pair of output pixels at p0 and p1 (their first taps), over
+/// `pairs` pairs of taps and, when `odd`, a last single tap; `w` at their PairWeights.
+/// `kPairs` >= 0 fixes the pair count at compile time (the loop unrolled, no loop counter);
+/// -1 reads it from `pairs`.
+template <int kPairs, bool kOdd>
+__attribute__((target("avx2"), always_inline)) inline __m256i PixelPairSums(
+    const uint8_t* p0, const uint8_t* p1, const int16_t* w, int pairs) {
   // Bytes R G B X of taps t and t+1 -> R_t R_t+1 G_t G_t+1 ..., for each of the two pixels.
   const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
-  const int full_pairs = h.taps / 2;
-  const bool odd_taps = h.taps % 2 != 0;
+  __m256i lo = _mm256_setzero_si256();
+  __m256i hi = _mm256_setzero_si256();
+  const int n = kPairs >= 0 ? kPairs : pairs;
+#pragma GCC unroll 8
+  for (int s = 0; s < n; ++s) {
+    __m128i two = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0 + 8 * s));
+    two = _mm_castpd_si128(
+        _mm_loadh_pd(_mm_castsi128_pd(two), reinterpret_cast<const double*>(p1 + 8 * s)));
+    const __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(two, interleave));
+    const auto* k = reinterpret_cast<const __m256i*>(w + 32 * s);
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(k)));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256(k + 1)));
+  }
+  if (kOdd) {  // the last tap: 4 bytes per pixel, never past the window
+    int32_t a, b;
+    std::memcpy(&a, p0 + 8 * n, sizeof(a));
+    std::memcpy(&b, p1 + 8 * n, sizeof(b));
+    const __m256i px =
+        _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_setr_epi32(a, 0, b, 0), interleave));
+    const auto* k = reinterpret_cast<const __m256i*>(w + 32 * n);
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256(k)));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256(k + 1)));
+  }
+  return _mm256_add_epi32(_mm256_add_epi32(lo, _mm256_set1_epi32(kHalf)),
+                          _mm256_slli_epi32(hi, 15));
+}
+
+/// HorizontalAvx2 for a tap count of 2 * kPairs + kOdd (kPairs -1: any count).
+template <int kPairs, bool kOdd>
+__attribute__((target("avx2"))) void HorizontalAvx2T(const uint8_t* src, int origin,
+                                                     const HorizontalTaps& h, uint8_t* dst) {
+  const int pairs = h.taps / 2;
+  const int step = 32 * (pairs + (kOdd ? 1 : 0));  // PairWeights' int16 values per pixel pair
   const uint8_t* base = src + static_cast<ptrdiff_t>(h.first - origin) * 4;
   const int16_t* w = h.pair_weights;
-  for (int x = 0; x < h.out_w; x += 2) {
-    const uint8_t* p0 = base + h.offsets[x];
-    const uint8_t* p1 = base + h.offsets[x + 1];
-    __m256i lo = _mm256_setzero_si256();
-    __m256i hi = _mm256_setzero_si256();
-    for (int s = 0; s < full_pairs; ++s, w += 32, p0 += 8, p1 += 8) {
-      __m128i two = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p0));
-      two = _mm_castpd_si128(
-          _mm_loadh_pd(_mm_castsi128_pd(two), reinterpret_cast<const double*>(p1)));
-      const __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(two, interleave));
-      lo = _mm256_add_epi32(
-          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
-      hi = _mm256_add_epi32(
-          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
-    }
-    if (odd_taps) {  // the last tap: 4 bytes per pixel, never past the window
-      int32_t a, b;
-      std::memcpy(&a, p0, sizeof(a));
-      std::memcpy(&b, p1, sizeof(b));
-      const __m256i px =
-          _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_setr_epi32(a, 0, b, 0), interleave));
-      lo = _mm256_add_epi32(
-          lo, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))));
-      hi = _mm256_add_epi32(
-          hi, _mm256_madd_epi16(px, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 16))));
-      w += 32;
-    }
-    __m256i acc = _mm256_add_epi32(_mm256_add_epi32(lo, half), _mm256_slli_epi32(hi, 15));
-    acc = _mm256_srai_epi32(acc, kResamplePrecisionBits);
-    // Saturating packs clamp to 0..255 exactly like clip8; each lane's low 4 bytes are its
-    // pixel's RGBX.
+  // Four pixels a step: both pairs' sums packed together, and their RGB levels (12 bytes)
+  // stored at once. The store's 4 bytes past them land on the next pixel or in the padding
+  // after the row (WriteRow's rows keep 4 bytes of it).
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const __m128i rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  int x = 0;
+  for (; x + 4 <= h.out_w; x += 4, w += 2 * step) {
+    const __m256i a = _mm256_srai_epi32(
+        PixelPairSums<kPairs, kOdd>(base + h.offsets[x], base + h.offsets[x + 1], w, pairs),
+        kResamplePrecisionBits);
+    const __m256i b = _mm256_srai_epi32(PixelPairSums<kPairs, kOdd>(base + h.offsets[x + 2],
+                                                                     base + h.offsets[x + 3],
+                                                                     w + step, pairs),
+                                        kResamplePrecisionBits);
+    // Saturating packs clamp to 0..255 exactly like clip8. The bytes' dwords are then pixels
+    // x, x+2, x, x+2 | x+1, x+3, x+1, x+3 (RGBX each), put in order by the permute.
+    const __m256i words = _mm256_packs_epi32(a, b);
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(words, words), order);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 3 * x),
+                     _mm_shuffle_epi8(_mm256_castsi256_si128(bytes), rgb));
+  }
+  for (; x < h.out_w; x += 2, w += step) {
+    const __m256i acc = _mm256_srai_epi32(
+        PixelPairSums<kPairs, kOdd>(base + h.offsets[x], base + h.offsets[x + 1], w, pairs),
+        kResamplePrecisionBits);
+    // Each lane's low 4 bytes are its pixel's RGBX.
     const __m256i words = _mm256_packs_epi32(acc, acc);
     const __m256i bytes = _mm256_packus_epi16(words, words);
     const int32_t first = _mm256_cvtsi256_si32(bytes);
@@ -209,6 +236,29 @@ __attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int orig
       std::memcpy(dst + 3 * x + 3, &second, sizeof(second));
     }
   }
+}
+
+}  // namespace
+
+/// Two output pixels per 256-bit vector (one per 128-bit lane), two taps per pmaddwd: the
+/// lane holds a pixel's (R_t, R_t+1, G_t, G_t+1, ...) as 16-bit values, multiplied by
+/// PairWeights' lo and hi halves. `src` is RGBX whose first pixel is source column `origin`.
+/// Each output stores 4 bytes; the 4th is overwritten by the next pixel or lands in the row's
+/// padding. The tap counts of downscales up to 4x with the bilinear filter (up to 2x bicubic)
+/// run with the pair loop unrolled at compile time.
+__attribute__((target("avx2"))) void HorizontalAvx2(const uint8_t* src, int origin,
+                                                    const HorizontalTaps& h, uint8_t* dst) {
+  using Fn = void (*)(const uint8_t*, int, const HorizontalTaps&, uint8_t*);
+  // [pairs of taps][odd tap]: 0..4 pairs unrolled, more through the loop (index 5).
+  static constexpr Fn kByTaps[6][2] = {
+      {HorizontalAvx2T<0, false>, HorizontalAvx2T<0, true>},
+      {HorizontalAvx2T<1, false>, HorizontalAvx2T<1, true>},
+      {HorizontalAvx2T<2, false>, HorizontalAvx2T<2, true>},
+      {HorizontalAvx2T<3, false>, HorizontalAvx2T<3, true>},
+      {HorizontalAvx2T<4, false>, HorizontalAvx2T<4, true>},
+      {HorizontalAvx2T<-1, false>, HorizontalAvx2T<-1, true>},
+  };
+  kByTaps[std::min(h.taps / 2, 5)][h.taps % 2](src, origin, h, dst);
 }
 
 /// 32 bytes per step, four 8-lane accumulators in registers.
