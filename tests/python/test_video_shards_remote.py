@@ -8,6 +8,7 @@ FaultProxy on 127.0.0.1."""
 from __future__ import annotations
 
 import shutil
+import sys
 import warnings
 from pathlib import Path
 
@@ -87,8 +88,11 @@ def test_a_failing_server_is_an_error_naming_the_url(shard: bytes, proxy, tmp_pa
     proxy.always["/private.tar"] = "403"
     with pytest.raises(PermissionError, match="VideoShards shard.*" + f"{proxy.url}/private.tar"):
         rl.VideoShards(f"{proxy.url}/private.tar", cache_dir=str(tmp_path / "cache"), remote_options=FAST)
-    with pytest.raises(ValueError, match="pipe: shard"):
-        rl.VideoShards(f"pipe:curl -s {url}")
+    # A pipe: shard whose command fetches it fails as the command does: its status and stderr.
+    fetch = f"import sys, urllib.request; sys.stdout.buffer.write(urllib.request.urlopen('{url}').read())"
+    with pytest.raises(RuntimeError, match=r"(?s)VideoShards: the command of 'pipe:.*down\.tar.*exited with "
+                                           r"status 1: .*HTTP Error 503"):
+        rl.VideoShards(f'pipe:{sys.executable} -c "{fetch}"', cache_dir=str(tmp_path / "cache"))
 
 
 def test_a_server_that_cuts_the_shard_gives_sample_errors_naming_the_url(shard: bytes, proxy, tmp_path: Path):

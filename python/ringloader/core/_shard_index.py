@@ -302,10 +302,11 @@ def shard_stat(url: str) -> Tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
-def check_shard(url: str, was: Optional[Tuple[int, int]], kind: str) -> None:
+def check_shard(url: str, was: Optional[Tuple[int, int]], kind: str, path: Optional[str] = None) -> None:
     """Raises ``StaleIndexError`` naming ``url`` when the local shard is not as it was indexed
     (``was``: its :func:`shard_stat` then; None: not a local shard): its size or mtime differ,
-    so its recorded byte ranges would read other bytes. ``kind`` names the dataset class to
+    so its recorded byte ranges would read other bytes. ``path``: the file read for ``url``
+    when it is another (a ``pipe:`` shard's copy). ``kind`` names the dataset class to
     build again (``WebDataset``, ``VideoShards``). A shard that is gone is not stale: reading
     its samples fails (``on_error``), as for a missing file."""
     from ._source import StaleIndexError
@@ -313,7 +314,7 @@ def check_shard(url: str, was: Optional[Tuple[int, int]], kind: str) -> None:
     if was is None:
         return
     try:
-        now = shard_stat(url)
+        now = shard_stat(path or url)
     except OSError:
         return
     if now == tuple(was):

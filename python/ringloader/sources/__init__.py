@@ -26,4 +26,5 @@ Source (core._source) read natively or on torch's path. It imports from ``core``
 * ``_sanitize``: a ``Joint`` row's ``SanitizeBoundingBoxes``: v2's forward, the boxes to keep found in numpy by torch's rules.
 * ``_tail_pool``: the threads a batch's ``Joint`` tails run on, their draws made ahead under the seeded generators.
 * ``_remote_shards``: ``RemoteShards``, a WebDataset's remote shards: kept indexes, epoch downloads, range reads, ETags.
+* ``_pipe_spool``: ``PipeSpools``, a ``VideoShards``'s ``pipe:`` shards run once and written to files of its own, read in place.
 """

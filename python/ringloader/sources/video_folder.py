@@ -9,6 +9,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ..transforms import clips as _clips
+from ._pipe_spool import PipeSpools
 from .datasets import _make_dataset, find_classes
 
 try:
@@ -152,8 +153,12 @@ class VideoShards(_TorchDataset):
     ``remote_options`` as it takes them: verified, written atomically, a copy cut short by the
     server fetched again), and its members are read in place from the cached copy; errors name
     the URL (a 403/404 raises at construction, a shard still failing after the retries
-    ``ConnectionError``). ``pipe:`` shards are refused (a stream has no byte ranges to read in
-    place). Each local shard's size and mtime are recorded before it is indexed, and each
+    ``ConnectionError``). A ``pipe:COMMAND`` shard (a stream has no byte ranges to read in
+    place) is run once, at construction, its stdout written to a file of this dataset's under
+    the cache folder (``<cache_dir>/pipe-spools``, removed when the dataset is collected or the
+    process exits; ``cache_limit`` bounds the bytes of these copies) and read in place from it;
+    a command that exits with a nonzero status raises ``RuntimeError`` naming it, its status
+    and the end of its stderr. Each local shard's size and mtime are recorded before it is indexed, and each
     remote shard's object size and ETag: a shard rewritten since (a remote one whose copy, no
     longer the one this process verified, comes back from the server as another object) raises
     ``rl.StaleIndexError`` naming it (at ``iter()`` of ``rl.DataLoader``, when one of its
@@ -164,7 +169,8 @@ class VideoShards(_TorchDataset):
     ``rl.DataLoader`` that is the sample's error under ``on_error``, as a bad clip's.
 
     Args:
-        urls: a shard path, glob or brace pattern, or a list of them.
+        urls: a shard path, glob or brace pattern, a ``pipe:COMMAND`` or a remote URL, or a
+            list of them.
         transform: the transform each ``VideoFile`` carries (see :class:`VideoFolder`).
         clip: which frames each ``VideoFile`` decodes (see :class:`VideoFolder`).
         label_key: the label member's extension (as ``rl.WebDataset``'s).
@@ -173,8 +179,10 @@ class VideoShards(_TorchDataset):
         target_transform: a callable applied to each label.
         classes: the class names (default: ``classes.json`` beside the first shard when it is
             local, else the labels' numbers).
-        cache_dir: where remote shards are cached (``rl.WebDataset``'s, docs/remote.md).
-        cache_limit: the cache folder's limit (bytes or a size like ``"50GB"``; None: none).
+        cache_dir: where remote shards are cached (``rl.WebDataset``'s, docs/remote.md) and
+            ``pipe:`` shards written.
+        cache_limit: the cache folder's limit (bytes or a size like ``"50GB"``; None: none);
+            also the most bytes this dataset's ``pipe:`` copies may hold (ValueError past it).
         ca_file: the CA bundle https uses.
         remote_options: the downloader's settings, as ``rl.WebDataset`` takes them.
 
@@ -209,14 +217,18 @@ class VideoShards(_TorchDataset):
         self.samples: List[Tuple[str, str, int, int, int, str]] = []
         expanded = _expand(urls)
         self.urls = [url for url, _ in expanded]
-        for url, pipe in expanded:
-            if pipe:
-                raise ValueError(f"VideoShards: {url!r} is a pipe: shard: members are read in place as "
-                                 "byte ranges of tar files (local, or remote ones through the cache), "
-                                 "which a command's stream is not; write the stream to a file and pass "
-                                 "its path")
-        #: Per shard: the file its members are read from (a remote shard's copy in the cache).
+        #: Per shard: True when it is the stdout of a ``pipe:`` command written in ``urls``.
+        self.url_pipes: List[bool] = [pipe for _, pipe in expanded]
+        #: Per shard: the file its members are read from (a remote shard's copy in the cache, a
+        #: pipe: shard's copy of its command's stdout).
         self.shard_paths: List[str] = list(self.urls)
+        if any(self.url_pipes):
+            # Each command run once now, its stream written to a file of this dataset's
+            # (``_pipe_spool``) that is then read as a local shard.
+            spools = PipeSpools(self, cache_dir, _remote.cache_limit_bytes(cache_limit), "VideoShards")
+            for s, pipe in enumerate(self.url_pipes):
+                if pipe:
+                    self.shard_paths[s] = spools.spool(self.urls[s])
         #: The remote shards (http(s)://, s3://), fetched into the cache as rl.WebDataset's are
         #: (the same object, ``_remote_shards.RemoteShards``), or None without any.
         self._remote: Optional[Any] = None
@@ -237,13 +249,13 @@ class VideoShards(_TorchDataset):
         for s, url in enumerate(self.urls):
             path = self.shard_paths[s]
             if self._remote is None or self._remote.copies[s] is None:
-                if not os.path.isfile(url):
+                if not os.path.isfile(path):
                     raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
-                self.shard_stats.append(shard_stat(url))
+                self.shard_stats.append(shard_stat(path))
             else:
                 self.shard_stats.append(None)
             index = self._scan(_C, path, exts, label_key, label_field)
-            if index.get("error") and path != url:
+            if index.get("error") and path != url and not self.url_pipes[s]:  # a remote copy
                 again = self._remote.refetch_if_cut(s)  # type: ignore[union-attr]
                 if again is not None:  # a copy cut short in the cache: fetched and indexed again
                     path = again
@@ -256,7 +268,7 @@ class VideoShards(_TorchDataset):
             raise ValueError(f"VideoShards: the shards hold no samples ({self.urls[0] if self.urls else urls!r})")
         self.targets: List[int] = [s[4] for s in self.samples]
         self.classes: List[str] = list(classes) if classes is not None else (
-            classes_file(self.urls[0], False) or [str(i) for i in range(max(self.targets) + 1)])
+            classes_file(self.urls[0], self.url_pipes[0]) or [str(i) for i in range(max(self.targets) + 1)])
 
     @staticmethod
     def _scan(_C: Any, path: str, exts: List[str], label_key: str, label_field: str) -> Dict[str, Any]:
@@ -295,7 +307,8 @@ class VideoShards(_TorchDataset):
         import functools
 
         s = self._shard_of(shard)
-        return functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s)
+        return functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s,
+                                 self.shard_paths[s])
 
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
         from .video import VideoFile
@@ -329,12 +342,14 @@ def _check_remote(remote: Any, s: int) -> None:
         raise ConnectionError(f"VideoShards shard {remote.urls[s]} could not be downloaded: {error}")
 
 
-def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int) -> None:
-    """``VideoShards.check_unchanged`` for one shard: a local shard's stamp (``stat``), else a
-    remote shard's copy (a shard of a dataset with remote ones has a stamp when it is local)."""
+def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int,
+                     path: Optional[str] = None) -> None:
+    """``VideoShards.check_unchanged`` for one shard: the stamp (``stat``) of a local shard or of
+    a ``pipe:`` shard's copy (``path``, the file read), else a remote shard's copy (a shard of a
+    dataset with remote ones has a stamp when it is local)."""
     from ..core._shard_index import check_shard
 
     if stat is not None:
-        check_shard(shard, stat, "VideoShards")
+        check_shard(shard, stat, "VideoShards", path)
     elif remote is not None:
         _check_remote(remote, s)

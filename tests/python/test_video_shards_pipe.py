@@ -1,0 +1,164 @@
+"""rl.VideoShards over ``pipe:COMMAND`` shards: each command run once at construction, its stdout
+written to a file of the dataset's under the cache folder and read in place as a local shard.
+The samples and batches equal the local shard's; a failing command names itself, its status and
+its stderr; ``cache_limit`` bounds the copies; a copy changed after indexing is stale; copies go
+with their dataset (never with a forked child's copy of it) or, left by a dead process, with the
+next construction."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import ringloader as rl
+from ringloader.sources import video as rv
+from ringloader.sources._pipe_spool import SPOOL_FOLDER
+from ringloader.transforms import clips
+
+from videogen import make_clip
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
+    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
+]
+v2 = pytest.importorskip("torchvision.transforms.v2")
+
+SAMPLER = clips.random_indices(num_clips=1, num_frames_per_clip=4, num_indices_between_frames=2)
+CHAIN = v2.CenterCrop(16)
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory) -> Path:
+    """A tar of three tiny H.264 clips (video + label each), labels 0, 1, 2."""
+    top = tmp_path_factory.mktemp("pipe_videos")
+    path = top / "train-0.tar"
+    with tarfile.open(path, "w") as tar:
+        for k in range(3):
+            video = make_clip(top / f"v{k}.mp4", 70 * k)
+            (top / f"v{k}.cls").write_text(str(k))
+            tar.add(video, arcname=video.name)
+            tar.add(top / f"v{k}.cls", arcname=f"v{k}.cls")
+    return path
+
+
+def copies(cache: Path) -> list:
+    folder = cache / SPOOL_FOLDER
+    return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def batches(dataset, **kwargs) -> list:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # natively batched: no fallback warning
+        loader = rl.DataLoader(dataset, batch_size=2, generator=torch.Generator().manual_seed(5), **kwargs)
+        return [(clip.clone(), target.clone()) for clip, target in loader]
+
+
+def test_a_pipe_shard_gives_the_local_shards_samples_and_batches(tmp_path: Path, shard: Path):
+    local = rl.VideoShards(str(shard), clip=SAMPLER, transform=CHAIN)
+    piped = rl.VideoShards(f"pipe:cat {shard}", clip=SAMPLER, transform=CHAIN, cache_dir=str(tmp_path))
+    assert piped.urls == [f"pipe:cat {shard}"] and piped.url_pipes == [True]
+    assert [s[1:] for s in piped.samples] == [s[1:] for s in local.samples]
+    assert piped.targets == local.targets == [0, 1, 2] and piped.classes == local.classes
+    assert len(copies(tmp_path)) == 1 and piped.shard_paths[0].startswith(str(tmp_path / SPOOL_FOLDER))
+    for kwargs in ({"shuffle": True}, {"shuffle": True, "num_workers": 2}):
+        ours, theirs = batches(piped, **kwargs), batches(local, **kwargs)
+        assert len(ours) == 2
+        for (a, y), (b, z) in zip(ours, theirs):
+            assert torch.equal(a, b) and torch.equal(y, z)
+    ref, target = piped[1]
+    assert ref.name == f"pipe:cat {shard}:v1.mp4" and target == 1
+    torch.manual_seed(0)  # decode() draws its clip with torch's global generator
+    clip = ref.decode()
+    torch.manual_seed(0)
+    assert torch.equal(clip, local[1][0].decode())
+
+
+def test_the_copy_goes_with_its_dataset_and_never_with_a_forked_childs(tmp_path: Path, shard: Path):
+    ds = rl.VideoShards(f"pipe:cat {shard} {shard}", cache_dir=str(tmp_path))  # two concatenated tars
+    assert len(ds) == 3  # tar readers stop at the first end-of-archive, as the stream's does
+    path = ds.shard_paths[0]
+    child = multiprocessing.get_context("fork").Process(target=gc.collect)  # the child's copy dies
+    child.start()
+    child.join()
+    assert child.exitcode == 0 and os.path.isfile(path)
+    del ds
+    gc.collect()
+    assert not os.path.exists(path) and copies(tmp_path) == []
+
+
+def test_copies_left_by_a_dead_process_are_removed_by_the_next_construction(tmp_path: Path, shard: Path):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    folder = tmp_path / SPOOL_FOLDER
+    folder.mkdir()
+    (folder / f"{dead.pid}-left.tar").write_bytes(b"x" * 10)
+    (folder / f"{os.getpid()}-mine.tar").write_bytes(b"x" * 10)  # a live process's: kept
+    (folder / "notes.txt").write_text("not a copy")
+    ds = rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path))
+    assert f"{dead.pid}-left.tar" not in copies(tmp_path)
+    assert {f"{os.getpid()}-mine.tar", "notes.txt"} <= set(copies(tmp_path)) and len(ds) == 3
+
+
+@pytest.mark.parametrize("command, message", [
+    ("cat /nonexistent/train-9.tar", r"exited with status 1: cat: /nonexistent/train-9.tar: No such file"),
+    ("echo partial; echo boom >&2; exit 3", r"exited with status 3: boom"),
+    ("kill -9 $$", r"was killed by signal 9 \(no stderr\)"),
+])
+def test_a_failing_command_names_itself_its_status_and_its_stderr(tmp_path: Path, command: str, message: str):
+    with pytest.raises(RuntimeError, match=rf"VideoShards: the command of 'pipe:{re.escape(command)}' {message}"):
+        rl.VideoShards(f"pipe:{command}", cache_dir=str(tmp_path))
+    assert copies(tmp_path) == []  # nothing left behind
+
+
+def test_a_command_with_no_samples_and_a_cut_stream(tmp_path: Path, shard: Path):
+    with pytest.raises(ValueError, match=r"the shards hold no samples \('pipe:true'\)"):
+        rl.VideoShards("pipe:true", cache_dir=str(tmp_path))
+    with tarfile.open(shard) as tar:
+        member = tar.getmember("v2.mp4")
+    cut = member.offset_data + member.size // 2  # the stream ends inside v2.mp4's data
+    ds = rl.VideoShards(f"pipe:head -c {cut} {shard}", cache_dir=str(tmp_path))
+    assert [s[5] for s in ds.samples[:2]] == ["", ""] and len(ds) == 3
+    with pytest.raises(ValueError, match=r"VideoShards\[2\]: .*truncated: member 'v2.mp4'"):
+        ds[2]
+
+
+def test_cache_limit_bounds_the_copies(tmp_path: Path, shard: Path):
+    size = shard.stat().st_size
+    ds = rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path), cache_limit=size)
+    assert len(ds) == 3
+    with pytest.raises(ValueError, match=rf"'pipe:cat {shard}' streams more than cache_limit allows "
+                                         rf"\({int(1.5 * size)} bytes"):
+        rl.VideoShards([f"pipe:cat {shard}", f"pipe:cat {shard}"], cache_dir=str(tmp_path),
+                       cache_limit=int(1.5 * size))  # each fits, both do not
+    gc.collect()
+    assert len(copies(tmp_path)) == 1  # the first dataset's; the refused one's are gone
+    with pytest.raises(ValueError, match="cache_limit"):
+        rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path), cache_limit="lots")
+
+
+def test_a_copy_changed_after_indexing_is_stale(tmp_path: Path, shard: Path):
+    ds = rl.VideoShards(f"pipe:cat {shard}", clip=[0, 1], cache_dir=str(tmp_path))
+    ref, _ = ds[0]
+    with open(ds.shard_paths[0], "ab") as copy:
+        copy.write(b"\0" * 512)
+    with pytest.raises(rl.StaleIndexError, match=rf"VideoShards shard pipe:cat {shard} changed size"):
+        ds[0]
+    with pytest.raises(rl.StaleIndexError, match="pipe:cat"):
+        ref.decode()
+
+
+def test_a_path_named_like_a_command_is_never_run(tmp_path: Path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        rl.VideoShards(Path("pipe:touch ran"), cache_dir=str(tmp_path))
+    assert not (tmp_path / "ran").exists() and copies(tmp_path) == []
