@@ -203,7 +203,7 @@ __attribute__((target("avx2"))) void HorizontalAvx2T(const uint8_t* src, int ori
   const int16_t* w = h.pair_weights;
   // Four pixels a step: both pairs' sums packed together, and their RGB levels (12 bytes)
   // stored at once. The store's 4 bytes past them land on the next pixel or in the padding
-  // after the row (WriteRow's rows keep 4 bytes of it).
+  // after the row (the 4 bytes Resampler::Prepare keeps after each row of levels).
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m128i rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   int x = 0;

@@ -10,10 +10,12 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import pickle
 import re
 import shutil
 import subprocess
 import tarfile
+import time
 import warnings
 from pathlib import Path
 
@@ -69,7 +71,7 @@ def test_a_pipe_shard_gives_the_local_shards_samples_and_batches(tmp_path: Path,
     assert piped.urls == [f"pipe:cat {shard}"] and piped.url_pipes == [True]
     assert [s[1:] for s in piped.samples] == [s[1:] for s in local.samples]
     assert piped.targets == local.targets == [0, 1, 2] and piped.classes == local.classes
-    assert len(copies(tmp_path)) == 1 and piped.shard_paths[0].startswith(str(tmp_path / SPOOL_FOLDER))
+    assert len(copies(tmp_path)) == 2 and piped.shard_paths[0].startswith(str(tmp_path / SPOOL_FOLDER))
     for kwargs in ({"shuffle": True}, {"shuffle": True, "num_workers": 2}):
         ours, theirs = batches(piped, **kwargs), batches(local, **kwargs)
         assert len(ours) == 2
@@ -83,30 +85,72 @@ def test_a_pipe_shard_gives_the_local_shards_samples_and_batches(tmp_path: Path,
     assert torch.equal(clip, local[1][0].decode())
 
 
-def test_the_copy_goes_with_its_dataset_and_never_with_a_forked_childs(tmp_path: Path, shard: Path):
-    ds = rl.VideoShards(f"pipe:cat {shard} {shard}", cache_dir=str(tmp_path))  # two concatenated tars
+def test_the_copy_goes_with_its_dataset_and_its_references_never_with_a_forked_childs(
+        tmp_path: Path, shard: Path):
+    ds = rl.VideoShards(f"pipe:cat {shard} {shard}", clip=[0, 1], cache_dir=str(tmp_path))
     assert len(ds) == 3  # tar readers stop at the first end-of-archive, as the stream's does
     path = ds.shard_paths[0]
     child = multiprocessing.get_context("fork").Process(target=gc.collect)  # the child's copy dies
     child.start()
     child.join()
     assert child.exitcode == 0 and os.path.isfile(path)
+    ref, _ = ds[2]
     del ds
+    gc.collect()
+    assert os.path.isfile(path) and ref.decode().shape == (2, 3, 24, 32)  # a reference keeps it
+    del ref
     gc.collect()
     assert not os.path.exists(path) and copies(tmp_path) == []
 
 
-def test_copies_left_by_a_dead_process_are_removed_by_the_next_construction(tmp_path: Path, shard: Path):
-    dead = subprocess.Popen(["true"])
-    dead.wait()
+def test_an_unpickled_dataset_whose_copy_is_gone_runs_the_command_again(tmp_path: Path, shard: Path):
+    stream = tmp_path / "stream.tar"
+    shutil.copy(shard, stream)
+    ds = rl.VideoShards([f"pipe:cat {stream}", f"pipe:cat {stream}"], clip=[0, 1], cache_dir=str(tmp_path))
+    assert len(copies(tmp_path)) == 2 and len(ds) == 6  # one copy for the URL given twice, and its lock
+    blob = pickle.dumps(ds)
+    alive = pickle.loads(blob)  # the maker's copy still there: read in place, no command run
+    assert alive.shard_paths == ds.shard_paths
+    first = ds[4][0].decode()
+    del ds, alive
+    gc.collect()
+    assert copies(tmp_path) == []
+    again = pickle.loads(blob)  # gone: run again, and the same samples found
+    assert os.path.isfile(again.shard_paths[0]) and again.shard_paths[0] == again.shard_paths[1]
+    assert torch.equal(again[4][0].decode(), first)
+    with tarfile.open(stream, "w") as tar:  # the stream now gives other bytes
+        tar.add(shard, arcname="not-a-video.bin")
+    del again
+    gc.collect()
+    with pytest.raises(rl.StaleIndexError, match=rf"VideoShards shard pipe:cat {stream}: its copy was gone"):
+        pickle.loads(blob)
+
+
+def test_a_dead_processs_copies_are_removed_by_the_next_construction_a_live_ones_never(
+        tmp_path: Path, shard: Path):
     folder = tmp_path / SPOOL_FOLDER
     folder.mkdir()
-    (folder / f"{dead.pid}-left.tar").write_bytes(b"x" * 10)
-    (folder / f"{os.getpid()}-mine.tar").write_bytes(b"x" * 10)  # a live process's: kept
+    for group in ("spool-dead", "spool-live"):
+        (folder / f"{group}.lock").write_bytes(b"")
+        (folder / f"{group}-0.tar").write_bytes(b"x" * 10)
+    (folder / "spool-orphan-0.tar").write_bytes(b"x" * 10)  # its group's lock file is gone
     (folder / "notes.txt").write_text("not a copy")
-    ds = rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path))
-    assert f"{dead.pid}-left.tar" not in copies(tmp_path)
-    assert {f"{os.getpid()}-mine.tar", "notes.txt"} <= set(copies(tmp_path)) and len(ds) == 3
+    # The live group's lock held by another process (of another PID namespace, say: only the
+    # lock tells, never a process id).
+    holder = subprocess.Popen(["flock", "-s", str(folder / "spool-live.lock"), "sleep", "30"])
+    try:
+        for _ in range(100):
+            if subprocess.run(["flock", "-n", "-x", str(folder / "spool-live.lock"), "true"]).returncode:
+                break  # held now
+            time.sleep(0.05)
+        ds = rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path))
+        left = set(copies(tmp_path))
+        assert {"spool-live.lock", "spool-live-0.tar", "notes.txt"} <= left
+        assert not {"spool-dead.lock", "spool-dead-0.tar", "spool-orphan-0.tar"} & left
+        assert len(ds) == 3 and len(left) == 5  # and this dataset's lock and copy
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 @pytest.mark.parametrize("command, message", [
@@ -138,12 +182,22 @@ def test_cache_limit_bounds_the_copies(tmp_path: Path, shard: Path):
     assert len(ds) == 3
     with pytest.raises(ValueError, match=rf"'pipe:cat {shard}' streams more than cache_limit allows "
                                          rf"\({int(1.5 * size)} bytes"):
-        rl.VideoShards([f"pipe:cat {shard}", f"pipe:cat {shard}"], cache_dir=str(tmp_path),
+        rl.VideoShards([f"pipe:cat < {shard}", f"pipe:cat {shard}"], cache_dir=str(tmp_path),
                        cache_limit=int(1.5 * size))  # each fits, both do not
     gc.collect()
-    assert len(copies(tmp_path)) == 1  # the first dataset's; the refused one's are gone
+    assert len(copies(tmp_path)) == 2  # the first dataset's copy and lock; the refused one's are gone
     with pytest.raises(ValueError, match="cache_limit"):
         rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path), cache_limit="lots")
+
+
+def test_a_copy_that_cannot_be_written_names_the_shard_and_the_folder(tmp_path: Path, shard: Path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(NotADirectoryError, match=rf"VideoShards: cannot write the stream of 'pipe:cat "
+                                                 rf"{shard}' under {tmp_path}/file/pipe-spools \(cache_dir\)"):
+        rl.VideoShards(f"pipe:cat {shard}", cache_dir=str(tmp_path / "file"))
+    with pytest.raises(FileNotFoundError, match="'missing.tar' does not exist"):  # before any command
+        rl.VideoShards([f"pipe:cat {shard}", "missing.tar"], cache_dir=str(tmp_path / "c"))
+    assert not (tmp_path / "c").exists()
 
 
 def test_a_copy_changed_after_indexing_is_stale(tmp_path: Path, shard: Path):

@@ -78,6 +78,11 @@ def test_expand_urls_braces_globs_and_streams(tmp_path):
     assert expand_urls("a-{000..002}.tar") == ["a-000.tar", "a-001.tar", "a-002.tar"]
     assert expand_urls("a-{8..10}.tar") == ["a-8.tar", "a-9.tar", "a-10.tar"]
     assert expand_urls(["{x,y}-{0..1}"]) == ["x-0", "x-1", "y-0", "y-1"]
+    # What the shell reads as it is stays: ${VAR}, a group without a comma or a range.
+    assert expand_urls("pipe:cat ${P}{0..1}.tar") == ["pipe:cat ${P}0.tar", "pipe:cat ${P}1.tar"]
+    assert expand_urls("pipe:cat ${D:-/data}/s-{a,b}.tar | awk '{print}' | xargs -I{} cat {}") == [
+        "pipe:cat ${D:-/data}/s-a.tar | awk '{print}' | xargs -I{} cat {}",
+        "pipe:cat ${D:-/data}/s-b.tar | awk '{print}' | xargs -I{} cat {}"]
     assert expand_urls("file:///data/s.tar") == ["/data/s.tar"]
     assert expand_urls("pipe:curl -s http://h/s-{0..1}.tar") == [
         "pipe:curl -s http://h/s-0.tar", "pipe:curl -s http://h/s-1.tar"]

@@ -48,8 +48,12 @@ _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 
 def _expand_braces(pattern: str) -> List[str]:
     """``{000..146}`` (zero padding kept, as the wider end) and ``{a,b}``, left to right, every
-    group of a pattern expanded (innermost first when nested)."""
-    match = _BRACE.search(pattern)
+    group of a pattern expanded (innermost first when nested). As in the shell (and the
+    ``braceexpand`` package webdataset uses), a group with neither a comma nor a range (awk's
+    ``'{print $1}'``, find's ``{}``) and a ``${VAR}`` are kept as written: a ``pipe:`` command
+    reaches the shell with them."""
+    match = next((m for m in _BRACE.finditer(pattern) if pattern[max(m.start() - 1, 0):m.start()] != "$"
+                  and ("," in m.group(1) or _RANGE.match(m.group(1)))), None)
     if match is None:
         return [pattern]
     body = match.group(1)

@@ -9,7 +9,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from ..transforms import clips as _clips
-from ._pipe_spool import PipeSpools
+from ._pipe_spool import PipeSpools, missing, spool_folder
 from .datasets import _make_dataset, find_classes
 
 try:
@@ -154,11 +154,12 @@ class VideoShards(_TorchDataset):
     server fetched again), and its members are read in place from the cached copy; errors name
     the URL (a 403/404 raises at construction, a shard still failing after the retries
     ``ConnectionError``). A ``pipe:COMMAND`` shard (a stream has no byte ranges to read in
-    place) is run once, at construction, its stdout written to a file of this dataset's under
-    the cache folder (``<cache_dir>/pipe-spools``, removed when the dataset is collected or the
-    process exits; ``cache_limit`` bounds the bytes of these copies) and read in place from it;
-    a command that exits with a nonzero status raises ``RuntimeError`` naming it, its status
-    and the end of its stderr. Each local shard's size and mtime are recorded before it is indexed, and each
+    place) is run once, at construction (once per URL), its stdout written to a file of this
+    dataset's under the cache folder (``<cache_dir>/pipe-spools``) and read in place from it;
+    the copies live as long as the dataset or a ``VideoFile`` it gave (removed then, or at the
+    process's exit; a pickled dataset unpickled after that runs the commands again), and a
+    command that exits with a nonzero status raises ``RuntimeError`` naming it, its status and
+    the end of its stderr. Each local shard's size and mtime are recorded before it is indexed, and each
     remote shard's object size and ETag: a shard rewritten since (a remote one whose copy, no
     longer the one this process verified, comes back from the server as another object) raises
     ``rl.StaleIndexError`` naming it (at ``iter()`` of ``rl.DataLoader``, when one of its
@@ -181,8 +182,9 @@ class VideoShards(_TorchDataset):
             local, else the labels' numbers).
         cache_dir: where remote shards are cached (``rl.WebDataset``'s, docs/remote.md) and
             ``pipe:`` shards written.
-        cache_limit: the cache folder's limit (bytes or a size like ``"50GB"``; None: none);
-            also the most bytes this dataset's ``pipe:`` copies may hold (ValueError past it).
+        cache_limit: the remote shards' cache folder's limit (bytes or a size like ``"50GB"``;
+            None: none); also the most bytes this dataset's ``pipe:`` copies may hold (ValueError
+            past it), each dataset's on its own.
         ca_file: the CA bundle https uses.
         remote_options: the downloader's settings, as ``rl.WebDataset`` takes them.
 
@@ -204,10 +206,8 @@ class VideoShards(_TorchDataset):
                  target_transform: Optional[Callable[[int], Any]] = None, classes: Optional[List[str]] = None,
                  cache_dir: Optional[str] = None, cache_limit: Any = None, ca_file: Optional[str] = None,
                  remote_options: Optional[Dict[str, Any]] = None):
-        from .. import _C
         from ..core import _remote
-        from ..core._shard_index import _expand, classes_file, shard_stat, with_damage
-        from ._remote_shards import RemoteShards
+        from ..core._shard_index import _expand
 
         if clip is not None:
             _clips.as_sampler(clip)
@@ -222,13 +222,37 @@ class VideoShards(_TorchDataset):
         #: Per shard: the file its members are read from (a remote shard's copy in the cache, a
         #: pipe: shard's copy of its command's stdout).
         self.shard_paths: List[str] = list(self.urls)
+        for url, pipe in expanded:  # before any command runs or download starts
+            if not pipe and _remote.remote_scheme(url) is None and not os.path.isfile(url):
+                raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
+        #: The copies of the pipe: shards (``_pipe_spool.PipeSpools``), or None without any:
+        #: each command run once now (once per URL), its stream written to a file then read as
+        #: a local shard. The dataset and each VideoFile it gives keep them.
+        self._spools: Optional[PipeSpools] = None
         if any(self.url_pipes):
-            # Each command run once now, its stream written to a file of this dataset's
-            # (``_pipe_spool``) that is then read as a local shard.
-            spools = PipeSpools(self, cache_dir, _remote.cache_limit_bytes(cache_limit), "VideoShards")
-            for s, pipe in enumerate(self.url_pipes):
-                if pipe:
-                    self.shard_paths[s] = spools.spool(self.urls[s])
+            self._spools = PipeSpools(spool_folder(cache_dir), _remote.cache_limit_bytes(cache_limit),
+                                      "VideoShards")
+        try:
+            self._read_shards(urls, exts, label_key, label_field, classes, cache_dir, cache_limit,
+                              ca_file, remote_options)
+        except BaseException:
+            if self._spools is not None:  # a dataset not built leaves no copy
+                self._spools.close()
+            raise
+
+    def _read_shards(self, urls: Any, exts: List[str], label_key: str, label_field: str,
+                     classes: Optional[List[str]], cache_dir: Optional[str], cache_limit: Any,
+                     ca_file: Optional[str], remote_options: Optional[Dict[str, Any]]) -> None:
+        """The rest of the construction: the pipe: shards spooled, the remote ones fetched, each
+        indexed; ``samples``, ``targets`` and ``classes`` filled."""
+        from .. import _C
+        from ..core import _remote
+        from ..core._shard_index import classes_file
+        from ._remote_shards import RemoteShards
+
+        for s, pipe in enumerate(self.url_pipes):
+            if pipe:
+                self.shard_paths[s] = self._spools.spool(self.urls[s])  # type: ignore[union-attr]
         #: The remote shards (http(s)://, s3://), fetched into the cache as rl.WebDataset's are
         #: (the same object, ``_remote_shards.RemoteShards``), or None without any.
         self._remote: Optional[Any] = None
@@ -246,34 +270,68 @@ class VideoShards(_TorchDataset):
         #: (``_shard_index.shard_stat``), what :meth:`check_unchanged` compares with; None for a
         #: remote one (its identity is the object's size and ETag, which the cache checks).
         self.shard_stats: List[Optional[Tuple[int, int]]] = []
-        for s, url in enumerate(self.urls):
-            path = self.shard_paths[s]
-            if self._remote is None or self._remote.copies[s] is None:
-                if not os.path.isfile(path):
-                    raise FileNotFoundError(f"VideoShards shard {url!r} does not exist")
-                self.shard_stats.append(shard_stat(path))
-            else:
-                self.shard_stats.append(None)
-            index = self._scan(_C, path, exts, label_key, label_field)
-            if index.get("error") and path != url and not self.url_pipes[s]:  # a remote copy
-                again = self._remote.refetch_if_cut(s)  # type: ignore[union-attr]
-                if again is not None:  # a copy cut short in the cache: fetched and indexed again
-                    path = again
-                    index = self._scan(_C, path, exts, label_key, label_field)
-            index = with_damage(index, url)
-            errors = [str(e).replace(path, url) for e in index["errors"]]  # name the URL, not the copy
-            self.samples += [(url, str(m), int(o), int(n), int(label), e) for m, o, n, label, e in zip(
-                index["members"], index["offsets"], index["lengths"], index["labels"], errors)]
+        self._scan_args = (exts, label_key, label_field)
+        for s in range(len(self.urls)):
+            stat, samples = self._index(_C, s)
+            self.shard_stats.append(stat)
+            self.samples += samples
         if not self.samples:
             raise ValueError(f"VideoShards: the shards hold no samples ({self.urls[0] if self.urls else urls!r})")
         self.targets: List[int] = [s[4] for s in self.samples]
         self.classes: List[str] = list(classes) if classes is not None else (
             classes_file(self.urls[0], self.url_pipes[0]) or [str(i) for i in range(max(self.targets) + 1)])
 
-    @staticmethod
-    def _scan(_C: Any, path: str, exts: List[str], label_key: str, label_field: str) -> Dict[str, Any]:
+    def _scan(self, _C: Any, path: str) -> Dict[str, Any]:
+        exts, label_key, label_field = self._scan_args
         return dict(_C.scan_webdataset_shard(path, image_exts=exts, label_key=label_key,
                                              json_field=label_field, video_members=True))
+
+    def _index(self, _C: Any, s: int) -> Tuple[Optional[Tuple[int, int]], List[Tuple[str, str, int, int, int, str]]]:
+        """Shard ``s``'s stamp (a local shard's or a pipe: copy's ``shard_stat``, None for a
+        remote one) taken before its index, and its samples."""
+        from ..core._shard_index import shard_stat, with_damage
+
+        url, path = self.urls[s], self.shard_paths[s]
+        stat = shard_stat(path) if self._remote is None or self._remote.copies[s] is None else None
+        index = self._scan(_C, path)
+        if index.get("error") and stat is None:  # a remote copy cut short: fetched and indexed again
+            again = self._remote.refetch_if_cut(s)  # type: ignore[union-attr]
+            if again is not None:
+                path = again
+                index = self._scan(_C, path)
+        index = with_damage(index, url)
+        errors = [str(e).replace(path, url) for e in index["errors"]]  # name the URL, not the copy
+        return stat, [(url, str(m), int(o), int(n), int(label), e) for m, o, n, label, e in zip(
+            index["members"], index["offsets"], index["lengths"], index["labels"], errors)]
+
+    def __setstate__(self, state: Dict[str, Any]) -> None:
+        """An unpickled dataset whose pipe: copies are gone (its maker has exited) runs their
+        commands again; a stream that no longer gives the samples it gave raises
+        ``rl.StaleIndexError`` naming it."""
+        self.__dict__.update(state)
+        if not missing(self.__dict__.get("_spools")):
+            return
+        from .. import _C
+        from ..core._source import StaleIndexError
+
+        old: PipeSpools = self._spools  # type: ignore[assignment]
+        self._spools = PipeSpools(old.folder, old.limit, old.kind)
+        for s, pipe in enumerate(self.url_pipes):
+            url = self.urls[s]
+            if not pipe or self.urls.index(url) != s:
+                continue
+            self.shard_paths[s] = self._spools.spool(url)
+            stat, samples = self._index(_C, s)
+            if samples * self.urls.count(url) != [x for x in self.samples if x[0] == url]:
+                error = StaleIndexError(
+                    f"VideoShards shard {url}: its copy was gone where the dataset was unpickled, "
+                    f"and its command, run again, streams other samples than when the dataset was "
+                    f"built. Build the VideoShards again (it re-indexes the shard).")
+                error.path = url
+                raise error
+            for t, other in enumerate(self.urls):
+                if other == url:
+                    self.shard_paths[t], self.shard_stats[t] = self.shard_paths[s], stat
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -308,7 +366,7 @@ class VideoShards(_TorchDataset):
 
         s = self._shard_of(shard)
         return functools.partial(_check_unchanged, self.shard_stats[s], shard, self._remote, s,
-                                 self.shard_paths[s])
+                                 self.shard_paths[s], self.__dict__.get("_spools"))
 
     def __getitem__(self, index: int) -> Tuple[Any, Any]:
         from .video import VideoFile
@@ -343,10 +401,12 @@ def _check_remote(remote: Any, s: int) -> None:
 
 
 def _check_unchanged(stat: Optional[Tuple[int, int]], shard: str, remote: Any, s: int,
-                     path: Optional[str] = None) -> None:
+                     path: Optional[str] = None, spools: Any = None) -> None:
     """``VideoShards.check_unchanged`` for one shard: the stamp (``stat``) of a local shard or of
     a ``pipe:`` shard's copy (``path``, the file read), else a remote shard's copy (a shard of a
-    dataset with remote ones has a stamp when it is local)."""
+    dataset with remote ones has a stamp when it is local). ``spools``: the pipe: copies, held
+    here so that a VideoFile keeps them as long as it lives."""
+    del spools
     from ..core._shard_index import check_shard
 
     if stat is not None:
