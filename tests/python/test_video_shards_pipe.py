@@ -23,19 +23,13 @@ import pytest
 import torch
 
 import ringloader as rl
-from ringloader.sources import video as rv
 from ringloader.sources._pipe_spool import SPOOL_FOLDER
-from ringloader.transforms import clips
 
-from videogen import make_clip
+from videogen import NEEDS_VIDEO, SAMPLER, make_clip
 
-pytestmark = [
-    pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg CLI to make videos"),
-    pytest.mark.skipif(not rv.video_available()[0], reason="FFmpeg's libraries are not loadable"),
-]
+pytestmark = NEEDS_VIDEO
 v2 = pytest.importorskip("torchvision.transforms.v2")
 
-SAMPLER = clips.random_indices(num_clips=1, num_frames_per_clip=4, num_indices_between_frames=2)
 CHAIN = v2.CenterCrop(16)
 
 
