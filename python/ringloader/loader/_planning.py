@@ -207,7 +207,16 @@ class _PlannedBatches:
     """
 
     def __init__(self, loader: Any, batch_sampler: Any, dataset_len: int, keyed: bool):
-        self._loader, self._inner, self._n, self._keyed = loader, batch_sampler, dataset_len, keyed
+        # The backend weakly: it holds torch's loader, whose persistent iterator holds this
+        # sampler, and a strong reference would make a cycle that keeps the worker processes
+        # alive after the loader is dropped, until a garbage collection (torch's loader
+        # shuts them down at once). Iterating holds the backend (_CountDelivered).
+        self._backend = weakref.ref(loader)
+        self._inner, self._n, self._keyed = batch_sampler, dataset_len, keyed
+
+    @property
+    def _loader(self) -> Any:
+        return self._backend()
 
     def __len__(self) -> int:
         return len(self._inner)

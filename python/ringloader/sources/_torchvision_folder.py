@@ -63,11 +63,16 @@ def torchvision_folder(dataset: Any) -> tuple:
     Pillow loader, a transform that runs natively to a fixed size and int targets after its
     target_transform; ``(None, why not)`` for another torchvision folder; ``(None, None)`` for
     any other dataset."""
-    try:
-        from torchvision import get_image_backend
-        from torchvision.datasets import folder as tvf
-    except ImportError:
+    import sys
+
+    if "torchvision.datasets.folder" not in sys.modules:
+        # No torchvision folder exists yet, so this is none. Not imported here: its import
+        # costs a second, and torch keeps frames of it (torch.fx's wrap keeps the module frame
+        # calling it) whose callers would then hold the loader being built.
         return None, None
+    from torchvision import get_image_backend
+    from torchvision.datasets import folder as tvf
+
     if not isinstance(dataset, tvf.DatasetFolder):
         return None, None
     kind = type(dataset)
