@@ -87,12 +87,12 @@ def spool_folder(cache_dir: Optional[str]) -> str:
     return os.path.join(cache_dir or default_cache_dir(), SPOOL_FOLDER)
 
 
-def _remove(paths: List[str], lock: List[Any], pid: int) -> None:
+def _remove(copies: Dict[str, str], lock: List[Any], pid: int) -> None:
     """The group's removal, in the process that made it only (a forked child's copy of a
     ``PipeSpools`` is not its owner)."""
     if os.getpid() != pid:
         return
-    for path in paths:
+    for path in copies.values():
         _unlink(path)
     if lock:
         path, fd = lock
@@ -111,10 +111,9 @@ class PipeSpools:
         self.kind = kind
         #: Per ``pipe:`` URL spooled: its copy (one per URL, however often the URL is given).
         self.copies: Dict[str, str] = {}
-        self._sizes: List[int] = []
-        self._paths: List[str] = []
+        self._bytes = 0  # the copies' sizes, summed
         self._lock: List[Any] = []  # [lock file, its fd] once the group exists
-        self._finalizer = weakref.finalize(self, _remove, self._paths, self._lock, os.getpid())
+        self._finalizer = weakref.finalize(self, _remove, self.copies, self._lock, os.getpid())
 
     def close(self) -> None:
         """Removes the group now (in the process that made it)."""
@@ -125,7 +124,7 @@ class PipeSpools:
 
     def __setstate__(self, state: Dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._sizes, self._paths, self._lock = [], [], []
+        self._bytes, self._lock = 0, []
 
     def _group(self) -> str:
         """The group's path prefix, its lock file made and held first."""
@@ -148,25 +147,22 @@ class PipeSpools:
         if url in self.copies:
             return self.copies[url]
         try:
-            path = f"{self._group()}-{len(self._paths)}.tar"
+            path = f"{self._group()}-{len(self.copies)}.tar"
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except OSError as e:
             raise type(e)(e.errno, f"{self.kind}: cannot write the stream of {url!r} under "
                                    f"{self.folder} (cache_dir): {e.strerror}") from e
-        self._paths.append(path)
         try:
-            size = self._write(url, fd)
+            self._bytes += self._write(url, fd)
         except BaseException:
-            self._paths.remove(path)
             _unlink(path)
             raise
-        self._sizes.append(size)
         self.copies[url] = path
         return path
 
     def _write(self, url: str, fd: int) -> int:
         """Runs the command into ``fd`` (closed after): the bytes written."""
-        left = max(0, self.limit - sum(self._sizes)) if self.limit else -1
+        left = max(0, self.limit - self._bytes) if self.limit else -1
         size = 0
         with os.fdopen(fd, "wb") as out, tempfile.TemporaryFile() as err:
             proc = subprocess.Popen(["/bin/sh", "-c", url[len("pipe:"):]], stdin=subprocess.DEVNULL,
