@@ -25,6 +25,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_util.h"
 #include "decode/clean_scans.h"
+#include "decode/jpeg_entropy.h"
 #include "decode/signature.h"
 #include "transform/render.h"
 #include "transform/resample.h"
@@ -168,6 +169,11 @@ struct DecoderState {
   std::vector<JSAMPROW> row_ptrs;    // pointers into rows
   std::vector<uint8_t> rgb_row;      // one CMYK scanline converted to RGBX
   std::vector<uint8_t> full;         // full image for the reference path
+  // The project's baseline entropy decoder (decode/jpeg_entropy.h), and whether this decode
+  // may use it (not after it gave up on the bytes: then the library decodes them again).
+  decode_internal::BaselineEntropy entropy;
+  bool own_entropy = true;
+  bool entropy_installed = false;  // by the last StartDecompress
 };
 
 }  // namespace
@@ -233,6 +239,7 @@ absl::Status ReadHeader(DecoderState& s, const uint8_t* data, size_t size,
   j_decompress_ptr cinfo = &s.cinfo;
   s.err.warnings = 0;
   s.err.strict = strict;
+  s.own_entropy = true;
   s.err.hit_eof = false;
   s.err.error_code = 0;
   s.err.message[0] = '\0';
@@ -289,13 +296,42 @@ absl::Status ReadHeader(DecoderState& s, const uint8_t* data, size_t size,
   return absl::OkStatus();
 }
 
+/// jpeg_start_decompress, then the project's entropy decoder over the scan where it applies.
+bool StartDecompress(DecoderState& s) {
+  j_decompress_ptr cinfo = &s.cinfo;
+  s.entropy_installed = false;
+  if (!Guarded(s.err, [&] { jpeg_start_decompress(cinfo); })) return false;
+  if (s.own_entropy && decode_internal::OwnEntropyEnabled()) {
+    s.entropy_installed = s.entropy.Install(cinfo);
+  }
+  return true;
+}
+
+/// Whether a failed decode is to be redone by the library: the project's entropy decoder gave
+/// up on the bytes (see decode/jpeg_entropy.h). If so, reads the header again with the
+/// parameters the first attempt had and leaves the library's decoder to the second.
+absl::StatusOr<bool> RedoWithLibrary(DecoderState& s, const uint8_t* data, size_t size,
+                                     uint64_t max_pixels, bool strict) {
+  if (!s.entropy_installed || !s.entropy.bailed()) return false;
+  const jpeg_decompress_struct& c = s.cinfo;
+  const unsigned scale_num = c.scale_num;
+  const J_DCT_METHOD dct = c.dct_method;
+  const J_COLOR_SPACE out = c.out_color_space;
+  RL_RETURN_IF_ERROR(ReadHeader(s, data, size, max_pixels, strict, /*need_end_marker=*/false));
+  s.own_entropy = false;
+  s.cinfo.scale_num = scale_num;
+  s.cinfo.dct_method = dct;
+  s.cinfo.out_color_space = out;
+  return true;
+}
+
 /// Decodes the whole image (header already read) into `out` (grow-only) with `bpp` bytes per
 /// pixel: 3 = packed RGB, 4 = RGBX.
 absl::Status DecodeWhole(DecoderState& s, int bpp, std::vector<uint8_t>* out, int* width,
                          int* height) {
   j_decompress_ptr cinfo = &s.cinfo;
   if (!s.cmyk) cinfo->out_color_space = bpp == 4 ? JCS_EXT_RGBX : JCS_RGB;
-  if (!Guarded(s.err, [&] { jpeg_start_decompress(cinfo); })) return FailureStatus(cinfo, s.err);
+  if (!StartDecompress(s)) return FailureStatus(cinfo, s.err);
   const int w = static_cast<int>(cinfo->output_width);
   const int h = static_cast<int>(cinfo->output_height);
   const size_t stride = static_cast<size_t>(w) * bpp;
@@ -322,6 +358,17 @@ absl::Status DecodeWhole(DecoderState& s, int bpp, std::vector<uint8_t>* out, in
   *width = w;
   *height = h;
   return absl::OkStatus();
+}
+
+/// DecodeWhole, redone by the library's decoder where the project's gave up on the bytes.
+absl::Status DecodeWholeOnce(DecoderState& s, const uint8_t* data, size_t size,
+                             uint64_t max_pixels, bool strict, int bpp, std::vector<uint8_t>* out,
+                             int* width, int* height) {
+  absl::Status status = DecodeWhole(s, bpp, out, width, height);
+  if (status.ok()) return status;
+  absl::StatusOr<bool> redo = RedoWithLibrary(s, data, size, max_pixels, strict);
+  if (!redo.ok()) return redo.status();
+  return *redo ? DecodeWhole(s, bpp, out, width, height) : status;
 }
 
 /// Reads the rest of the image after the rows a sample needs and the markers up to end-of-image,
@@ -485,7 +532,8 @@ absl::StatusOr<RgbImage> JpegDecoder::DecodeFull(const uint8_t* data, size_t siz
     grant = *std::move(got);
   }
   RgbImage image;
-  absl::Status status = DecodeWhole(*state_, 3, &image.pixels, &image.width, &image.height);
+  absl::Status status = DecodeWholeOnce(*state_, data, size, max_pixels_, strict_, 3,
+                                        &image.pixels, &image.width, &image.height);
   if (budget_ != nullptr && RetainedBytes() > budget_->allowance()) Trim();
   RL_RETURN_IF_ERROR(status);
   image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
@@ -544,8 +592,6 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   const int src_w = static_cast<int>(cinfo->image_width);
   const int src_h = static_cast<int>(cinfo->image_height);
   const SampleGeometry g = pipeline.Plan(src_w, src_h, rng);
-  Resampler& rs = s.render.resampler;
-  AxisMapping ax, ay;
   if (budget_ != nullptr && g.error == nullptr) {
     RL_RETURN_IF_ERROR(Reserve(g, fast_paths_ ? ChooseDctScale(g, level_) : 8, grant));
   }
@@ -553,7 +599,7 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   if (!fast_paths_) {
     // Reference path: exactly what a full decode followed by the resampler gives.
     int w = 0, h = 0;
-    RL_RETURN_IF_ERROR(DecodeWhole(s, 4, &s.full, &w, &h));
+    RL_RETURN_IF_ERROR(DecodeWholeOnce(s, data, size, max_pixels_, strict_, 4, &s.full, &w, &h));
     if (stats) *stats = DecodeStats{8, w, h, s.err.warnings};
     return RenderSample(s.full.data(), static_cast<size_t>(w) * 4, 4, w, h, pipeline, g, rng,
                         s.render, dst);
@@ -568,7 +614,21 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   if (level_ == FastDecode::kFastest) cinfo->dct_method = JDCT_IFAST;
   // RGBX: the resampler's horizontal kernel loads one pixel per integer vector.
   if (!s.cmyk) cinfo->out_color_space = JCS_EXT_RGBX;
-  if (!Guarded(s.err, [&] { jpeg_start_decompress(cinfo); })) return FailureStatus(cinfo, s.err);
+  absl::Status region = DecodeRegion(data, size, pipeline, g, num, rng, dst, stats);
+  if (region.ok()) return region;
+  absl::StatusOr<bool> redo = RedoWithLibrary(s, data, size, max_pixels_, strict_);
+  if (!redo.ok()) return redo.status();
+  return *redo ? DecodeRegion(data, size, pipeline, g, num, rng, dst, stats) : region;
+}
+
+absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
+                                       const TransformPipeline& pipeline, const SampleGeometry& g,
+                                       int num, SampleRng& rng, void* dst, DecodeStats* stats) {
+  State& s = *state_;
+  j_decompress_ptr cinfo = &s.cinfo;
+  Resampler& rs = s.render.resampler;
+  AxisMapping ax, ay;
+  if (!StartDecompress(s)) return FailureStatus(cinfo, s.err);
   const int dw = static_cast<int>(cinfo->output_width);
   const int dh = static_cast<int>(cinfo->output_height);
   GeometryToAxes(g, num / 8.0, dw, dh, &ax, &ay);

@@ -129,6 +129,11 @@ class JpegDecoder {
   /// With a budget: the grant for a DecodeInto whose header is read and geometry `g` planned, to
   /// decode at DCT scale num/8 (nothing when it needs no more than the allowance).
   absl::Status Reserve(const SampleGeometry& g, int num, DecodeBudget::Grant* grant);
+  /// The rest of a fast-path DecodeInto from jpeg_start_decompress on (header read, geometry
+  /// planned, decode parameters set): the region of interest, its resample and write-out.
+  absl::Status DecodeRegion(const uint8_t* data, size_t size, const TransformPipeline& pipeline,
+                            const SampleGeometry& g, int num, SampleRng& rng, void* dst,
+                            DecodeStats* stats);
 
   struct State;
   std::unique_ptr<State> state_;

@@ -1,0 +1,374 @@
+#include "decode/jpeg_entropy.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+#include <jerror.h>
+#if __has_include(<jpegint.h>)
+#include <jpegint.h>
+#define RL_HAVE_JPEGINT 1
+#else
+#define RL_HAVE_JPEGINT 0
+#endif
+
+namespace ringloader::decode_internal {
+
+namespace {
+std::atomic<int>& EntropySetting() {  // 1 on, 0 off
+  static std::atomic<int> setting = [] {
+    const char* v = std::getenv("RINGLOADER_JPEG_ENTROPY");
+    return RL_HAVE_JPEGINT && (v == nullptr || std::strcmp(v, "libjpeg") != 0) ? 1 : 0;
+  }();
+  return setting;
+}
+}  // namespace
+
+bool OwnEntropyEnabled() { return EntropySetting().load(std::memory_order_relaxed) != 0; }
+
+void SetOwnEntropyEnabled(bool on) {
+  EntropySetting().store(on && RL_HAVE_JPEGINT ? 1 : 0, std::memory_order_relaxed);
+}
+
+#if RL_HAVE_JPEGINT
+namespace {
+
+using Core = BaselineEntropy::Core;
+constexpr int kFast = HuffTable::kFastBits;
+
+/// Zigzag to natural order, with libjpeg's 16 extra entries: a corrupt run past the last
+/// coefficient writes coefficient 63, as the library does.
+constexpr uint8_t kNatural[64 + 16] = {
+    0,  1,  8,  16, 9,  2,  3,  10, 17, 24, 32, 25, 18, 11, 4,  5,  12, 19, 26, 33,
+    40, 48, 41, 34, 27, 20, 13, 6,  7,  14, 21, 28, 35, 42, 49, 56, 57, 50, 43, 36,
+    29, 22, 15, 23, 30, 37, 44, 51, 58, 59, 52, 45, 38, 31, 39, 46, 53, 60, 61, 54,
+    47, 55, 62, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+
+/// Value of `size` raw bits as the JPEG standard signs them (F.2.2.1's EXTEND).
+inline int Extend(int raw, int size) {
+  return raw < (1 << (size - 1)) ? raw + static_cast<int>(~0u << size) + 1 : raw;
+}
+
+/// Stops the decode: the caller redoes it with the library's decoder.
+[[noreturn]] void Bail(j_decompress_ptr cinfo, Core& c) {
+  c.bailed = true;
+  ERREXIT(cinfo, JERR_NOTIMPL);
+  std::abort();  // error_exit never returns
+}
+
+/// Builds `t` from the file's table as jpeg_make_d_derived_tbl does (which has already run on
+/// it and refused a malformed one). Returns false for a table it cannot take.
+bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
+  if (h == nullptr) return false;
+  uint8_t sizes[257];
+  int codes[257];
+  int n = 0;
+  for (int len = 1; len <= 16; ++len) {
+    const int count = h->bits[len];
+    if (n + count > 256) return false;
+    for (int i = 0; i < count; ++i) sizes[n++] = static_cast<uint8_t>(len);
+  }
+  sizes[n] = 0;
+  int code = 0;
+  int si = sizes[0];
+  for (int p = 0; sizes[p] != 0;) {
+    while (sizes[p] == si) codes[p++] = code++;
+    if (code >= (1 << si)) return false;
+    code <<= 1;
+    ++si;
+  }
+  for (int len = 1, p = 0; len <= 16; ++len) {
+    if (h->bits[len] != 0) {
+      t->valoffset[len] = p - codes[p];
+      p += h->bits[len];
+      t->maxcode[len] = codes[p - 1];
+    } else {
+      t->maxcode[len] = -1;
+    }
+  }
+  t->valoffset[17] = 0;
+  t->maxcode[17] = 0xFFFFF;
+  // DC symbols are value sizes: libjpeg refuses a DC table with one over 15.
+  if (!ac && std::any_of(h->huffval, h->huffval + n, [](UINT8 v) { return v > 15; })) return false;
+  std::memcpy(t->values, h->huffval, sizeof(t->values));
+  std::memset(t->fast, 0, sizeof(t->fast));
+  std::memset(t->fast_ac, 0, sizeof(t->fast_ac));
+  for (int p = 0; p < n; ++p) {
+    const int len = sizes[p];
+    if (len > kFast) break;
+    const int first = codes[p] << (kFast - len);
+    const int span = 1 << (kFast - len);
+    const int sym = h->huffval[p];
+    for (int i = 0; i < span; ++i) {
+      const int idx = first + i;
+      t->fast[idx] = static_cast<uint16_t>((len << 8) | sym);
+      if (!ac) continue;
+      const int run = sym >> 4;
+      const int size = sym & 15;
+      if (size == 0 || len + size > kFast) continue;
+      const int raw = (idx >> (kFast - len - size)) & ((1 << size) - 1);
+      const int value = Extend(raw, size);
+      if (value < -128 || value > 127) continue;
+      t->fast_ac[idx] = static_cast<int16_t>((value * 256) | (run << 4) | (len + size));
+    }
+  }
+  return true;
+}
+
+/// The bit reader's working state, kept in registers by the decode loop (passed by value to
+/// the one call that is not inlined).
+struct Bits {
+  uint64_t acc;
+  int bits;
+  const uint8_t* pos;
+};
+
+/// Fills the bit buffer to more than 56 bits a byte at a time: unstuffs FF 00, and stops at a
+/// marker (or the end of the data), after which zero bits are supplied, counted in `pad`.
+__attribute__((noinline)) Bits RefillSlow(Core& c, Bits r) {
+  while (r.bits <= 56) {
+    if (c.at_marker) {
+      c.pad += 64 - r.bits;
+      r.bits = 64;
+      break;
+    }
+    if (r.pos >= c.end) {
+      c.at_marker = true;
+      continue;
+    }
+    const uint8_t b = r.pos[0];
+    if (b == 0xFF) {
+      if (r.pos + 1 >= c.end || r.pos[1] != 0) {
+        c.at_marker = true;
+        continue;
+      }
+      r.pos += 2;
+    } else {
+      r.pos += 1;
+    }
+    r.acc |= static_cast<uint64_t>(b) << (56 - r.bits);
+    r.bits += 8;
+  }
+  return r;
+}
+
+/// Tops the buffer up to at least 32 bits (enough for a code and its value bits).
+[[gnu::always_inline]] inline void Refill(Core& c, Bits& r) {
+  if (__builtin_expect(r.bits >= 32, 1)) return;
+  if (__builtin_expect(c.end - r.pos >= 8, 1)) {
+    uint64_t w;
+    std::memcpy(&w, r.pos, 8);
+    w = __builtin_bswap64(w);
+    const uint64_t inv = ~w;
+    // No byte of w is 0xFF (no zero byte in ~w): all eight are plain data. (Past a marker
+    // the slow path runs: the marker's FF is among the next eight bytes.)
+    if (((inv - 0x0101010101010101ull) & ~inv & 0x8080808080808080ull) == 0 && !c.at_marker) {
+      const int take = (63 - r.bits) >> 3;
+      r.acc |= (w >> r.bits) & ~(~0ull >> (r.bits + 8 * take));
+      r.pos += take;
+      r.bits += 8 * take;
+      return;
+    }
+  }
+  r = RefillSlow(c, r);
+}
+
+/// A Huffman symbol whose code is not in the fast table (longer than kFast bits), decoded as
+/// jpeg_huff_decode does. The buffer holds at least 16 bits.
+[[gnu::always_inline]] inline int DecodeLong(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
+                                             Bits& r) {
+  int len = kFast + 1;
+  int code = static_cast<int>(r.acc >> (64 - len));
+  while (code > t.maxcode[len]) {
+    ++len;
+    if (len > 16) Bail(cinfo, c);
+    code = static_cast<int>(r.acc >> (64 - len));
+  }
+  r.acc <<= len;
+  r.bits -= len;
+  return t.values[(code + t.valoffset[len]) & 0xFF];
+}
+
+[[gnu::always_inline]] inline int DecodeSymbol(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
+                                               Bits& r) {
+  const unsigned e = t.fast[r.acc >> (64 - kFast)];
+  if (__builtin_expect(e != 0, 1)) {
+    const int len = static_cast<int>(e >> 8);
+    r.acc <<= len;
+    r.bits -= len;
+    return static_cast<int>(e & 0xFF);
+  }
+  return DecodeLong(cinfo, c, t, r);
+}
+
+[[gnu::always_inline]] inline int TakeBits(Bits& r, int n) {
+  const int raw = static_cast<int>(r.acc >> (64 - n));
+  r.acc <<= n;
+  r.bits -= n;
+  return raw;
+}
+
+/// One block's AC coefficients; `Write`: into `block` (zeroed by the caller), else discarded.
+template <bool kWrite>
+[[gnu::always_inline]] inline void DecodeAc(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
+                                            JCOEF* block, Bits& r) {
+  for (int k = 1; k < 64;) {
+    Refill(c, r);
+    const int f = t.fast_ac[r.acc >> (64 - kFast)];
+    if (f != 0) {
+      k += (f >> 4) & 15;
+      const int len = f & 15;
+      r.acc <<= len;
+      r.bits -= len;
+      if (kWrite) block[kNatural[k]] = static_cast<JCOEF>(f >> 8);
+      ++k;
+      continue;
+    }
+    const int rs = DecodeSymbol(cinfo, c, t, r);
+    const int size = rs & 15;
+    const int run = rs >> 4;
+    if (size == 0) {
+      if (run != 15) break;
+      k += 16;
+      continue;
+    }
+    k += run;
+    const int raw = TakeBits(r, size);
+    if (kWrite) block[kNatural[k]] = static_cast<JCOEF>(Extend(raw, size));
+    ++k;
+  }
+}
+
+/// At a restart interval's end: what is left of the current byte is padding, and the next
+/// marker must be the expected RSTn (libjpeg warns otherwise: the library takes over).
+void Restart(j_decompress_ptr cinfo, Core& c) {
+  const int real = c.bits - c.pad;
+  if (real < 0 || real >= 8) Bail(cinfo, c);
+  const uint8_t* p = c.pos;
+  if (c.end - p < 2 || p[0] != 0xFF || p[1] != JPEG_RST0 + c.next_restart) Bail(cinfo, c);
+  c.pos = p + 2;
+  c.acc = 0;
+  c.bits = 0;
+  c.pad = 0;
+  c.at_marker = false;
+  for (int& dc : c.last_dc) dc = 0;
+  c.next_restart = (c.next_restart + 1) & 7;
+  c.restarts_to_go = c.restart_interval;
+}
+
+/// After the scan's last MCU: only padding may be left before the next marker, where the
+/// library's marker reader goes on.
+void EndScan(j_decompress_ptr cinfo, Core& c) {
+  const int real = c.bits - c.pad;
+  if (real < 0 || real >= 8) Bail(cinfo, c);
+  const uint8_t* p = c.pos;
+  if (c.end - p < 2 || p[0] != 0xFF || p[1] == 0 || (p[1] >= JPEG_RST0 && p[1] <= JPEG_RST0 + 7)) {
+    Bail(cinfo, c);
+  }
+  jpeg_source_mgr* src = cinfo->src;
+  src->bytes_in_buffer -= static_cast<size_t>(p - src->next_input_byte);
+  src->next_input_byte = p;
+  cinfo->unread_marker = 0;
+}
+
+boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
+  if (c.restart_interval != 0 && c.restarts_to_go == 0) Restart(cinfo, c);
+  Bits r{c.acc, c.bits, c.pos};
+  for (int b = 0; b < c.blocks; ++b) {
+    const Core::Block& blk = c.block[b];
+    Refill(c, r);
+    int s = DecodeSymbol(cinfo, c, *blk.dc, r);
+    if (s != 0) s = Extend(TakeBits(r, s), s);
+    JCOEF* block = data != nullptr ? data[b][0] : nullptr;
+    if (blk.dc_needed) {
+      // Wraps as the library's int sum does on the malformed files that overflow it.
+      s = static_cast<int>(static_cast<unsigned>(s) + static_cast<unsigned>(c.last_dc[blk.comp]));
+      c.last_dc[blk.comp] = s;
+      if (block != nullptr) block[0] = static_cast<JCOEF>(s);
+    }
+    if (blk.ac_needed && block != nullptr) {
+      DecodeAc<true>(cinfo, c, *blk.ac, block, r);
+    } else {
+      DecodeAc<false>(cinfo, c, *blk.ac, nullptr, r);
+    }
+  }
+  c.acc = r.acc;
+  c.bits = r.bits;
+  c.pos = r.pos;
+  if (c.pad != 0 && r.bits < c.pad) Bail(cinfo, c);  // read past a marker: data is missing
+  if (c.restart_interval != 0) --c.restarts_to_go;
+  if (++c.mcu == c.total_mcus) EndScan(cinfo, c);
+  return TRUE;
+}
+
+void StartPass(j_decompress_ptr cinfo) {
+  // A scan after the first: never, for the files it takes (one scan).
+  Bail(cinfo, *reinterpret_cast<Core*>(cinfo->entropy));
+}
+
+}  // namespace
+
+bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
+  Core& c = core_;
+  c.bailed = false;
+  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8) return false;
+  if (cinfo->inputctl == nullptr || cinfo->inputctl->has_multiple_scans) return false;
+  if (cinfo->comps_in_scan != cinfo->num_components || cinfo->input_iMCU_row != 0) return false;
+  if (cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 ||
+      cinfo->Ah != 0 || cinfo->Al != 0) {
+    return false;
+  }
+  bool derived_dc[NUM_HUFF_TBLS] = {};
+  bool derived_ac[NUM_HUFF_TBLS] = {};
+  for (int ci = 0; ci < cinfo->comps_in_scan; ++ci) {
+    const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
+    const int dc = comp->dc_tbl_no;
+    const int ac = comp->ac_tbl_no;
+    if (dc < 0 || dc >= NUM_HUFF_TBLS || ac < 0 || ac >= NUM_HUFF_TBLS) return false;
+    if (!derived_dc[dc] && !Derive(cinfo->dc_huff_tbl_ptrs[dc], false, &c.dc_tables[dc])) {
+      return false;
+    }
+    if (!derived_ac[ac] && !Derive(cinfo->ac_huff_tbl_ptrs[ac], true, &c.ac_tables[ac])) {
+      return false;
+    }
+    derived_dc[dc] = derived_ac[ac] = true;
+  }
+  c.blocks = cinfo->blocks_in_MCU;
+  for (int b = 0; b < c.blocks; ++b) {
+    const int ci = cinfo->MCU_membership[b];
+    const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
+    Core::Block& blk = c.block[b];
+    blk.dc = &c.dc_tables[comp->dc_tbl_no];
+    blk.ac = &c.ac_tables[comp->ac_tbl_no];
+    blk.comp = ci;
+    // As libjpeg's start_pass_huff_decoder: an unneeded component's values are not kept, and
+    // a 1/8-scaled one needs its DC alone.
+    blk.dc_needed = comp->component_needed;
+    blk.ac_needed = comp->component_needed && comp->DCT_scaled_size > 1;
+  }
+  const jpeg_source_mgr* src = cinfo->src;
+  c.pos = src->next_input_byte;
+  c.end = src->next_input_byte + src->bytes_in_buffer;
+  c.acc = 0;
+  c.bits = 0;
+  c.pad = 0;
+  c.at_marker = cinfo->unread_marker != 0;
+  for (int& dc : c.last_dc) dc = 0;
+  c.restart_interval = cinfo->restart_interval;
+  c.restarts_to_go = cinfo->restart_interval;
+  c.next_restart = 0;
+  c.mcu = 0;
+  c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
+  c.start_pass = StartPass;
+  c.decode_mcu = DecodeMcu;
+  c.insufficient_data = FALSE;
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
+  return true;
+}
+#else
+bool BaselineEntropy::Install(j_decompress_ptr) { return false; }
+#endif  // RL_HAVE_JPEGINT
+
+}  // namespace ringloader::decode_internal

@@ -1,0 +1,260 @@
+#include "decode/jpeg_entropy.h"
+
+#include <csetjmp>
+#include <cstdint>
+#include <cstring>
+#include <variant>
+#include <string>
+#include <vector>
+
+#include <jpeglib.h>
+
+#include "decode/jpeg_decoder.h"
+#include "gtest/gtest.h"
+#include "testing/jpeg_fixtures.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
+
+namespace ringloader {
+namespace {
+
+using decode_internal::BaselineEntropy;
+using testing::EncodeJpeg;
+using testing::JpegFlavor;
+using Color = JpegFlavor::Color;
+
+struct RawError {
+  jpeg_error_mgr pub;
+  std::jmp_buf jump;
+};
+
+void RawErrorExit(j_common_ptr cinfo) { std::longjmp(reinterpret_cast<RawError*>(cinfo->err)->jump, 1); }
+void Quiet(j_common_ptr, int) {}
+
+/// A plain libjpeg decode to `space` at DCT scale num/8, every row (own: with the project's
+/// entropy decoder installed). Returns false when the decode failed; `installed` and `bailed`
+/// say what the project's decoder did.
+struct RawResult {
+  bool ok = false;
+  bool installed = false;
+  bool bailed = false;
+  std::vector<uint8_t> pixels;
+};
+
+RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0) {
+  RawResult r;
+  jpeg_decompress_struct cinfo;
+  RawError err;
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = RawErrorExit;
+  err.pub.emit_message = Quiet;
+  jpeg_create_decompress(&cinfo);
+  BaselineEntropy entropy;
+  if (setjmp(err.jump) == 0) {
+    jpeg_mem_src(&cinfo, jpeg.data(), jpeg.size());
+    jpeg_read_header(&cinfo, TRUE);
+    cinfo.out_color_space = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK
+                                ? JCS_CMYK
+                                : JCS_RGB;
+    cinfo.dct_method = JDCT_ISLOW;
+    cinfo.scale_num = static_cast<unsigned>(num);
+    cinfo.scale_denom = 8;
+    jpeg_start_decompress(&cinfo);
+    if (own) r.installed = entropy.Install(&cinfo);
+    // Rows skipped at the top run the entropy decoder without a coefficient buffer.
+    if (skip > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(skip));
+    const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
+    r.pixels.resize(stride * cinfo.output_height);
+    while (cinfo.output_scanline < cinfo.output_height) {
+      JSAMPROW row = r.pixels.data() + stride * cinfo.output_scanline;
+      jpeg_read_scanlines(&cinfo, &row, 1);
+    }
+    jpeg_finish_decompress(&cinfo);
+    r.ok = true;
+  }
+  r.bailed = entropy.bailed();
+  jpeg_destroy_decompress(&cinfo);
+  return r;
+}
+
+std::vector<JpegFlavor> Layouts() {
+  std::vector<JpegFlavor> out;
+  auto add = [&](int w, int h, int hs, int vs, Color c, int quality, int restart) {
+    JpegFlavor f;
+    f.width = w;
+    f.height = h;
+    f.h_samp = hs;
+    f.v_samp = vs;
+    f.color = c;
+    f.quality = quality;
+    f.restart_interval = restart;
+    f.seed = static_cast<uint64_t>(out.size() + 3);
+    out.push_back(f);
+  };
+  for (int q : {30, 90, 100}) {
+    add(173, 97, 2, 2, Color::kYCbCr, q, 0);   // 4:2:0, odd size
+    add(160, 64, 2, 1, Color::kYCbCr, q, 0);   // 4:2:2
+    add(75, 61, 1, 1, Color::kYCbCr, q, 0);    // 4:4:4
+    add(99, 40, 4, 1, Color::kYCbCr, q, 0);    // 4:1:1
+    add(48, 83, 1, 2, Color::kYCbCr, q, 0);    // 4:4:0
+    add(81, 77, 1, 1, Color::kGray, q, 0);     // one component: an MCU is a block
+    add(64, 40, 1, 1, Color::kCmyk, q, 0);     // four components
+    add(57, 35, 2, 2, Color::kYcck, q, 0);
+  }
+  for (int restart : {1, 3, 7, 12}) {
+    add(173, 97, 2, 2, Color::kYCbCr, 90, restart);
+    add(81, 77, 1, 1, Color::kGray, 95, restart);
+  }
+  add(1, 1, 2, 2, Color::kYCbCr, 90, 0);
+  add(1, 1, 1, 1, Color::kGray, 90, 1);
+  add(600, 8, 2, 2, Color::kYCbCr, 100, 0);
+  return out;
+}
+
+TEST(BaselineEntropy, SamePixelsAsTheLibraryForEveryLayoutScaleAndSkip) {
+  int compared = 0;
+  for (const JpegFlavor& f : Layouts()) {
+    const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+    for (int num : {8, 4, 2, 1}) {
+      for (int skip : {0, 9}) {
+        const RawResult lib = RawDecode(jpeg, false, num, skip);
+        const RawResult own = RawDecode(jpeg, true, num, skip);
+        const std::string what = ::testing::PrintToString(f.width) + "x" +
+                                 ::testing::PrintToString(f.height) + " q" +
+                                 ::testing::PrintToString(f.quality) + " restart " +
+                                 ::testing::PrintToString(f.restart_interval) + " scale " +
+                                 ::testing::PrintToString(num) + " skip " +
+                                 ::testing::PrintToString(skip);
+        ASSERT_TRUE(lib.ok) << what;
+        EXPECT_TRUE(own.installed) << what;
+        EXPECT_FALSE(own.bailed) << what;
+        ASSERT_TRUE(own.ok) << what;
+        EXPECT_TRUE(own.pixels == lib.pixels) << what;
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 200);
+}
+
+TEST(BaselineEntropy, LeavesProgressiveAndArithmeticFilesToTheLibrary) {
+  JpegFlavor f;
+  f.width = 64;
+  f.height = 48;
+  f.progressive = true;
+  EXPECT_FALSE(RawDecode(EncodeJpeg(f), true).installed);
+  f.progressive = false;
+  f.arithmetic = true;
+  EXPECT_FALSE(RawDecode(EncodeJpeg(f), true).installed);
+}
+
+/// The scan's bytes of a baseline file: after the SOS segment, up to the EOI.
+size_t ScanStart(const std::vector<uint8_t>& jpeg) {
+  for (size_t i = 2; i + 4 < jpeg.size();) {
+    if (jpeg[i] != 0xFF) return 0;
+    const int marker = jpeg[i + 1];
+    const size_t len = (size_t{jpeg[i + 2]} << 8) | jpeg[i + 3];
+    if (marker == 0xDA) return i + 2 + len;
+    i += 2 + len;
+  }
+  return 0;
+}
+
+TEST(BaselineEntropy, GivesUpOnDamageItCannotJudge) {
+  JpegFlavor f;
+  f.width = 96;
+  f.height = 64;
+  const std::vector<uint8_t> clean = EncodeJpeg(f);
+  const size_t scan = ScanStart(clean);
+  ASSERT_GT(scan, 0u);
+  // Cut in the middle of the scan, an EOI put after it: data runs out.
+  std::vector<uint8_t> cut(clean.begin(), clean.begin() + static_cast<long>(scan + (clean.size() - scan) / 2));
+  cut.push_back(0xFF);
+  cut.push_back(0xD9);
+  RawResult r = RawDecode(cut, true);
+  EXPECT_TRUE(r.installed);
+  EXPECT_TRUE(r.bailed);
+  EXPECT_FALSE(r.ok);
+  // Junk between the scan and the EOI: the library warns about it (or not) by its own reading.
+  std::vector<uint8_t> junk(clean.begin(), clean.end() - 2);
+  for (int i = 0; i < 20; ++i) junk.push_back(0x11);
+  junk.push_back(0xFF);
+  junk.push_back(0xD9);
+  r = RawDecode(junk, true);
+  EXPECT_TRUE(r.bailed);
+  // A restart marker out of order.
+  f.restart_interval = 2;
+  std::vector<uint8_t> rst = EncodeJpeg(f);
+  for (size_t i = ScanStart(rst); i + 1 < rst.size(); ++i) {
+    if (rst[i] == 0xFF && rst[i + 1] == 0xD1) {
+      rst[i + 1] = 0xD3;
+      break;
+    }
+  }
+  r = RawDecode(rst, true);
+  EXPECT_TRUE(r.bailed);
+}
+
+/// The decoder with the project's entropy decoder against the decoder with the library's, on
+/// damaged bytes: the same status (code and message) and, where it decodes, the same output.
+TEST(BaselineEntropy, DamagedFilesGetTheLibrarysVerdictAndPixels) {
+  std::vector<std::vector<uint8_t>> sources;
+  JpegFlavor f;
+  f.width = 120;
+  f.height = 88;
+  sources.push_back(EncodeJpeg(f));
+  f.restart_interval = 3;
+  sources.push_back(EncodeJpeg(f));
+  f.restart_interval = 0;
+  f.color = Color::kGray;
+  f.quality = 98;
+  sources.push_back(EncodeJpeg(f));
+  TransformStep rrc(TransformStep::Kind::kRandomResizedCrop);
+  std::visit(
+      [](auto& params) {
+        if constexpr (requires { params.size_h; }) params.size_h = params.size_w = 40;
+      },
+      rrc.params);
+  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+  std::vector<uint8_t> out_own(p.SampleBytes()), out_lib(p.SampleBytes());
+  JpegDecoder decoder;
+  SampleRng chaos(11);
+  int rejected = 0, decoded = 0;
+  for (int iter = 0; iter < 600; ++iter) {
+    std::vector<uint8_t> bytes = sources[iter % sources.size()];
+    const size_t scan = ScanStart(bytes);
+    const int kind = iter % 4;
+    if (kind == 3) {
+      // Truncated inside the scan, with or without an EOI after it.
+      bytes.resize(scan + static_cast<size_t>(chaos.RandInt(0, static_cast<int64_t>(bytes.size() - scan))));
+      if (iter % 8 == 3) bytes.insert(bytes.end(), {0xFF, 0xD9});
+    } else {
+      const int flips = 1 + kind * 2;
+      for (int k = 0; k < flips; ++k) {
+        const size_t pos = scan + static_cast<size_t>(chaos.RandInt(0, static_cast<int64_t>(bytes.size() - scan)));
+        bytes[pos] ^= static_cast<uint8_t>(1u << chaos.RandInt(0, 8));
+      }
+    }
+    decoder.set_strict(iter % 2 == 0);
+    decoder.set_fast_paths(iter % 5 != 0);
+    decode_internal::SetOwnEntropyEnabled(true);
+    SampleRng rng_own(iter);
+    const absl::Status own = decoder.DecodeInto(bytes.data(), bytes.size(), p, rng_own, out_own.data());
+    decode_internal::SetOwnEntropyEnabled(false);
+    SampleRng rng_lib(iter);
+    const absl::Status lib = decoder.DecodeInto(bytes.data(), bytes.size(), p, rng_lib, out_lib.data());
+    ASSERT_EQ(own, lib) << "iteration " << iter;
+    if (own.ok()) {
+      ASSERT_TRUE(out_own == out_lib) << "iteration " << iter;
+      ++decoded;
+    } else {
+      ++rejected;
+    }
+  }
+  decode_internal::SetOwnEntropyEnabled(true);
+  EXPECT_GT(rejected, 50);
+  EXPECT_GT(decoded, 50);
+}
+
+}  // namespace
+}  // namespace ringloader
