@@ -9,6 +9,11 @@
 //             into a zeroed coefficient buffer, and nothing else (the files it takes)
 //   decode    the whole decode of those files: entropy decoding, IDCT, upsampling, colour
 //
+// Last, the loader's own decodes (JpegDecoder, strict, the train chain to float32, three rounds of
+// draws): each sample decoded with the library's entropy decoder and with the project's, whose
+// later rounds start from the resume points the first recorded (decode/jpeg_entropy.h), must be
+// equal; the count of those that differ (which must be 0) is printed.
+//
 //   build/py/jpeg_entropy [--passes N] DIR...
 
 #include <csetjmp>
@@ -25,7 +30,11 @@
 #include <jpeglib.h>
 #include <jpegint.h>
 
+#include "decode/jpeg_decoder.h"
 #include "decode/jpeg_entropy.h"
+#include "ringloader/transforms.h"
+#include "transform/image_transform.h"
+#include "transform/random.h"
 
 namespace {
 
@@ -153,5 +162,30 @@ int main(int argc, char** argv) {
     std::printf("%-8s libjpeg %.3f s, project's %.3f s: %.3fx the time\n",
                 entropy_only ? "entropy" : "decode", best[0], best[1], best[1] / best[0]);
   }
-  return different == 0 && failed == 0 ? 0 : 1;
+  // The loader's decodes, resumed from points after the first round.
+  setenv("RINGLOADER_SCAN_MEMO", "process", /*overwrite=*/0);
+  namespace di = ringloader::decode_internal;
+  const ringloader::TransformPipeline pipeline = *ringloader::TransformPipeline::Create(
+      ringloader::transforms::ImageNetTrain(), ringloader::DType::kFloat32, ringloader::Layout::kCHW);
+  std::vector<uint8_t> a(pipeline.SampleBytes()), b(pipeline.SampleBytes());
+  ringloader::JpegDecoder decoder;
+  int samples = 0, unequal = 0;
+  for (uint64_t round = 0; round < 3; ++round) {
+    for (size_t i = 0; i < files.size(); ++i) {
+      ringloader::SampleRng r1(ringloader::SampleSeed(0, round, i));
+      ringloader::SampleRng r2(ringloader::SampleSeed(0, round, i));
+      di::SetOwnEntropyEnabled(false);
+      const auto s1 = decoder.DecodeInto(files[i].data(), files[i].size(), pipeline, r1, a.data());
+      di::SetOwnEntropyEnabled(true);
+      const auto s2 = decoder.DecodeInto(files[i].data(), files[i].size(), pipeline, r2, b.data());
+      unequal += !(s1 == s2) || (s1.ok() && a != b);
+      ++samples;
+    }
+  }
+  const di::ScanIndex& index = di::ScanIndex::ProcessWide();
+  std::printf("loader decodes %d (train chain, 3 rounds), unequal %d; resume points of %llu files "
+              "(%llu bytes)\n",
+              samples, unequal, static_cast<unsigned long long>(index.scans()),
+              static_cast<unsigned long long>(index.bytes()));
+  return different == 0 && failed == 0 && unequal == 0 ? 0 : 1;
 }

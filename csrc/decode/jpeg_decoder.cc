@@ -174,6 +174,7 @@ struct DecoderState {
   decode_internal::BaselineEntropy entropy;
   bool own_entropy = true;
   bool entropy_installed = false;  // by the last StartDecompress
+  std::vector<decode_internal::ResumePoint> points;  // recorded, or resumed from
 };
 
 }  // namespace
@@ -676,6 +677,19 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
       strict_ ? decode_internal::ProcessWideCleanScans() : nullptr;  // null: RINGLOADER_SCAN_MEMO=off
   const uint64_t fingerprint = clean != nullptr ? clean->Fingerprint(data, size) : 0;
   const bool known_clean = clean != nullptr && clean->Contains(fingerprint);
+  // Bytes read clean before by this process start their entropy decoding at the last resume
+  // point above the crop; other decodes record points for the next time.
+  decode_internal::ScanIndex* index =
+      clean != nullptr && s.entropy_installed ? &decode_internal::ScanIndex::ProcessWide() : nullptr;
+  bool recording = false;
+  if (index != nullptr) {
+    if (known_clean && index->Find(fingerprint, size, &s.points)) {
+      s.entropy.Resume(&s.points);
+    } else {
+      s.entropy.Record(&s.points);
+      recording = true;
+    }
+  }
   ok = Guarded(s.err, [&] {
     if (row1 > row0 && row0 > 0) jpeg_skip_scanlines(cinfo, static_cast<JDIMENSION>(row0));
     while (cinfo->output_scanline < static_cast<JDIMENSION>(row1)) {
@@ -711,6 +725,7 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
   if (clean != nullptr && !known_clean) clean->Add(fingerprint);  // read to the end, no error
+  if (recording) index->Add(fingerprint, size, s.points);
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};
   return FinishSample(pipeline, g, rng, s.render, dst);
 }

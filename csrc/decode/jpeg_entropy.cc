@@ -272,8 +272,73 @@ void EndScan(j_decompress_ptr cinfo, Core& c) {
   cinfo->unread_marker = 0;
 }
 
+/// Appends the state at the start of MCU c.mcu to the points being recorded.
+void RecordPoint(Core& c) {
+  c.next_point += c.point_stride;
+  const int real = c.bits - c.pad;  // unread stream bits in the buffer
+  if (real < 0) return;
+  // Back over the data bytes those bits came from (a stuffed FF 00 is one data byte).
+  const int whole = (real + 7) / 8;
+  const uint8_t* q = c.pos;
+  for (int i = 0; i < whole; ++i) q -= (q - c.scan_begin >= 2 && q[-1] == 0 && q[-2] == 0xFF) ? 2 : 1;
+  if (q < c.scan_begin || c.restarts_to_go > 0xFFFF) return;
+  ResumePoint p;
+  p.mcu = static_cast<uint32_t>(c.mcu);
+  p.offset = static_cast<uint32_t>(q - c.scan_begin);
+  p.bit = static_cast<uint8_t>(8 * whole - real);
+  p.next_restart = static_cast<uint8_t>(c.next_restart);
+  p.restarts_to_go = static_cast<uint16_t>(c.restarts_to_go);
+  for (int i = 0; i < MAX_COMPS_IN_SCAN; ++i) {
+    if (c.last_dc[i] < INT16_MIN || c.last_dc[i] > INT16_MAX) return;
+    p.dc[i] = static_cast<int16_t>(c.last_dc[i]);
+  }
+  c.recording->push_back(p);
+}
+
+boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data);
+
+/// The first MCU the library needs after skipping: the state is taken from the last resume
+/// point at or before it (else kept at MCU 0), and the MCUs between are decoded.
+void CatchUp(j_decompress_ptr cinfo, Core& c) {
+  const uint64_t target = c.mcu;
+  c.deferring = false;
+  c.mcu = 0;
+  const ResumePoint* best = nullptr;
+  for (const ResumePoint& p : *c.resume) {
+    if (p.mcu > target) break;
+    best = &p;
+  }
+  if (best != nullptr) {
+    Bits r{0, 0, c.scan_begin + best->offset};
+    c.pad = 0;
+    c.at_marker = false;
+    r = RefillSlow(c, r);
+    if (r.bits - c.pad < best->bit) Bail(cinfo, c);
+    r.acc <<= best->bit;
+    r.bits -= best->bit;
+    c.acc = r.acc;
+    c.bits = r.bits;
+    c.pos = r.pos;
+    for (int i = 0; i < MAX_COMPS_IN_SCAN; ++i) c.last_dc[i] = best->dc[i];
+    c.restarts_to_go = best->restarts_to_go;
+    c.next_restart = best->next_restart;
+    c.mcu = best->mcu;
+    c.resumed = true;
+  }
+  while (c.mcu < target) DecodeMcu(cinfo, nullptr);
+}
+
 boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
   Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
+  if (__builtin_expect(c.deferring, 0)) {
+    // Skipped rows: counted until an MCU is needed (the scan's last one always is).
+    if (data == nullptr && c.mcu + 1 < c.total_mcus) {
+      ++c.mcu;
+      return TRUE;
+    }
+    CatchUp(cinfo, c);
+  }
+  if (__builtin_expect(c.mcu == c.next_point, 0)) RecordPoint(c);
   if (c.restart_interval != 0 && c.restarts_to_go == 0) Restart(cinfo, c);
   Bits r{c.acc, c.bits, c.pos};
   for (int b = 0; b < c.blocks; ++b) {
@@ -361,14 +426,104 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   c.next_restart = 0;
   c.mcu = 0;
   c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
+  cinfo_mcus_per_row_ = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
+  c.scan_begin = c.pos;
+  c.next_point = ~uint64_t{0};
+  c.point_stride = 0;
+  c.recording = nullptr;
+  c.resume = nullptr;
+  c.deferring = false;
+  c.resumed = false;
   c.start_pass = StartPass;
   c.decode_mcu = DecodeMcu;
   c.insufficient_data = FALSE;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
   return true;
 }
+void BaselineEntropy::Record(std::vector<ResumePoint>* points) {
+  Core& c = core_;
+  points->clear();
+  if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
+  const uint64_t per_row = cinfo_mcus_per_row_;
+  const uint64_t rows = c.total_mcus / per_row;
+  const uint64_t stride_rows =
+      std::max<uint64_t>(1, (rows + ScanIndex::kPointsPerScan) / (ScanIndex::kPointsPerScan + 1));
+  c.recording = points;
+  c.point_stride = stride_rows * per_row;
+  c.next_point = c.point_stride;
+}
+
+void BaselineEntropy::Resume(const std::vector<ResumePoint>* points) {
+  Core& c = core_;
+  uint32_t last = 0;
+  for (const ResumePoint& p : *points) {
+    // Points of another scan (cannot be, by fingerprint and size): not used.
+    if (p.mcu <= last || p.mcu >= c.total_mcus || p.offset >= c.end - c.scan_begin || p.bit > 7) return;
+    last = p.mcu;
+  }
+  if (points->empty()) return;
+  c.resume = points;
+  c.deferring = true;
+}
+
+ScanIndex& ScanIndex::ProcessWide() {
+  static ScanIndex* index = [] {
+    const char* v = std::getenv("RINGLOADER_SCAN_INDEX_MB");
+    const uint64_t mb = v != nullptr ? std::strtoull(v, nullptr, 10) : 64;
+    return new ScanIndex(mb << 20);  // never destroyed: decode threads may outlive statics
+  }();
+  return *index;
+}
+
+bool ScanIndex::Find(uint64_t fingerprint, uint64_t size, std::vector<ResumePoint>* points) const {
+  std::shared_lock lock(mu_);
+  auto it = map_.find(fingerprint);
+  if (it == map_.end() || it->second.size != size) return false;
+  *points = it->second.points;
+  return true;
+}
+
+bool ScanIndex::Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& points) {
+  if (points.empty()) return false;
+  // A map node, its key and the vector's header, besides the points.
+  const uint64_t cost = 64 + points.size() * sizeof(ResumePoint);
+  std::unique_lock lock(mu_);
+  auto it = map_.find(fingerprint);
+  if (it != map_.end()) {
+    // A decode that stopped after its crop recorded the points above it: more replace fewer.
+    if (it->second.size != size || it->second.points.size() >= points.size()) return false;
+    bytes_ -= 64 + it->second.points.size() * sizeof(ResumePoint);
+    bytes_ += cost;
+    it->second.points = points;
+    return true;
+  }
+  if (bytes_ + cost > limit_) return false;
+  map_.emplace(fingerprint, Entry{size, points});
+  bytes_ += cost;
+  return true;
+}
+
+uint64_t ScanIndex::bytes() const {
+  std::shared_lock lock(mu_);
+  return bytes_;
+}
+
+uint64_t ScanIndex::scans() const {
+  std::shared_lock lock(mu_);
+  return map_.size();
+}
 #else
 bool BaselineEntropy::Install(j_decompress_ptr) { return false; }
+void BaselineEntropy::Record(std::vector<ResumePoint>* points) { points->clear(); }
+void BaselineEntropy::Resume(const std::vector<ResumePoint>*) {}
+ScanIndex& ScanIndex::ProcessWide() {
+  static ScanIndex* index = new ScanIndex(0);
+  return *index;
+}
+bool ScanIndex::Find(uint64_t, uint64_t, std::vector<ResumePoint>*) const { return false; }
+bool ScanIndex::Add(uint64_t, uint64_t, const std::vector<ResumePoint>&) { return false; }
+uint64_t ScanIndex::bytes() const { return 0; }
+uint64_t ScanIndex::scans() const { return 0; }
 #endif  // RL_HAVE_JPEGINT
 
 }  // namespace ringloader::decode_internal

@@ -19,6 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
 
 #include <jpeglib.h>
 
@@ -45,6 +49,50 @@ struct HuffTable {
   uint8_t values[256];
 };
 
+/// Where the entropy decoder stood at the start of an MCU row of a scan: enough to go on
+/// decoding from there (the byte and bit of the next code, the DC predictors, the restart
+/// count), recorded by a decode that read the scan of the same bytes to its end.
+struct ResumePoint {
+  uint32_t mcu = 0;     // the MCU it precedes
+  uint32_t offset = 0;  // the byte holding the next bit, from the scan's first byte
+  uint8_t bit = 0;      // bits of that byte already read
+  uint8_t next_restart = 0;
+  uint16_t restarts_to_go = 0;
+  int16_t dc[4] = {0, 0, 0, 0};
+};
+
+/// The resume points of the scans this process has read clean to their end, by the keyed
+/// content fingerprint of the memo of clean scans (decode/clean_scans.h) and the file's size:
+/// a later decode of the same bytes that needs only some rows starts its entropy decoding at
+/// the last point above them instead of the top of the scan. At most kPointsPerScan points a
+/// scan (evenly spaced MCU rows), 20 bytes each; the table stops taking scans at its byte
+/// limit (RINGLOADER_SCAN_INDEX_MB, default 64; 0 turns it off).
+class ScanIndex {
+ public:
+  static constexpr int kPointsPerScan = 16;
+
+  explicit ScanIndex(uint64_t limit_bytes) : limit_(limit_bytes) {}
+  static ScanIndex& ProcessWide();
+
+  /// The points of the scan with this fingerprint and size into `points`; false if none.
+  bool Find(uint64_t fingerprint, uint64_t size, std::vector<ResumePoint>* points) const;
+  /// Remembers `points` (sorted by MCU) for the scan; false if the table is full.
+  bool Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& points);
+
+  uint64_t bytes() const;
+  uint64_t scans() const;
+
+ private:
+  struct Entry {
+    uint64_t size;
+    std::vector<ResumePoint> points;
+  };
+  mutable std::shared_mutex mu_;
+  std::unordered_map<uint64_t, Entry> map_;
+  uint64_t bytes_ = 0;
+  const uint64_t limit_;
+};
+
 class BaselineEntropy {
  public:
   BaselineEntropy() = default;
@@ -59,6 +107,18 @@ class BaselineEntropy {
   /// It met data it leaves to the library (see above) and raised a libjpeg error to stop the
   /// decode; the caller redoes the decode without it.
   bool bailed() const { return core_.bailed; }
+
+  /// After Install, before the first MCU: record resume points into `points` (cleared) as the
+  /// scan is decoded. They are complete once the scan's last MCU is decoded (`finished()`).
+  void Record(std::vector<ResumePoint>* points);
+  /// After Install, before the first MCU: MCUs the library asks to skip (no coefficient buffer)
+  /// are not decoded until one is needed, which is then reached from the last of `points` at or
+  /// before it (points of this very scan, sorted; they must outlive the decode).
+  void Resume(const std::vector<ResumePoint>* points);
+  /// Whether the scan's last MCU was decoded.
+  bool finished() const { return core_.mcu == core_.total_mcus && core_.total_mcus != 0; }
+  /// Whether the last decode started from a resume point past the scan's start.
+  bool resumed() const { return core_.resumed; }
 
   /// The state the library calls into. Its first three members are libjpeg's
   /// `struct jpeg_entropy_decoder` (jpegint.h; unchanged since IJG 6b), so cinfo->entropy can
@@ -84,6 +144,15 @@ class BaselineEntropy {
     uint64_t mcu = 0;
     uint64_t total_mcus = 0;
     int blocks = 0;
+    // Resume points: the scan's first byte, the MCU at which to record the next point and the
+    // MCUs between points; the points being recorded, or those to resume from.
+    const uint8_t* scan_begin = nullptr;
+    uint64_t next_point = ~uint64_t{0};
+    uint64_t point_stride = 0;
+    std::vector<ResumePoint>* recording = nullptr;
+    const std::vector<ResumePoint>* resume = nullptr;
+    bool deferring = false;  // skipped MCUs are counted, not decoded (the state is MCU 0's)
+    bool resumed = false;
     struct Block {
       const HuffTable* dc = nullptr;
       const HuffTable* ac = nullptr;
@@ -97,6 +166,7 @@ class BaselineEntropy {
 
  private:
   Core core_;
+  JDIMENSION cinfo_mcus_per_row_ = 1;
 };
 
 }  // namespace ringloader::decode_internal

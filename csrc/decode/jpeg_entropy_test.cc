@@ -38,10 +38,13 @@ struct RawResult {
   bool ok = false;
   bool installed = false;
   bool bailed = false;
+  bool resumed = false;
   std::vector<uint8_t> pixels;
 };
 
-RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0) {
+RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0,
+                    std::vector<decode_internal::ResumePoint>* record = nullptr,
+                    const std::vector<decode_internal::ResumePoint>* resume = nullptr) {
   RawResult r;
   jpeg_decompress_struct cinfo;
   RawError err;
@@ -61,6 +64,8 @@ RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int
     cinfo.scale_denom = 8;
     jpeg_start_decompress(&cinfo);
     if (own) r.installed = entropy.Install(&cinfo);
+    if (r.installed && record != nullptr) entropy.Record(record);
+    if (r.installed && resume != nullptr) entropy.Resume(resume);
     // Rows skipped at the top run the entropy decoder without a coefficient buffer.
     if (skip > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(skip));
     const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
@@ -73,6 +78,7 @@ RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int
     r.ok = true;
   }
   r.bailed = entropy.bailed();
+  r.resumed = entropy.resumed();
   jpeg_destroy_decompress(&cinfo);
   return r;
 }
@@ -254,6 +260,98 @@ TEST(BaselineEntropy, DamagedFilesGetTheLibrarysVerdictAndPixels) {
   decode_internal::SetOwnEntropyEnabled(true);
   EXPECT_GT(rejected, 50);
   EXPECT_GT(decoded, 50);
+}
+
+
+/// Points recorded by a whole decode, then decodes that skip rows from them: the same pixels
+/// as the library's decode with the same skip, for every layout (restart intervals too).
+TEST(BaselineEntropy, ResumesFromRecordedPointsWithTheSamePixels) {
+  int resumed = 0;
+  for (const JpegFlavor& f : Layouts()) {
+    const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+    std::vector<decode_internal::ResumePoint> points;
+    const RawResult first = RawDecode(jpeg, true, 8, 0, &points);
+    ASSERT_TRUE(first.ok);
+    if (f.height >= 64) {
+      EXPECT_GE(points.size(), 2u) << f.width << "x" << f.height;
+    }
+    EXPECT_LE(points.size(), static_cast<size_t>(decode_internal::ScanIndex::kPointsPerScan));
+    for (int num : {8, 2}) {
+      for (int skip : {0, 1, 17, 40, 63, 90}) {
+        if (skip * 8 / num >= f.height) continue;
+        const RawResult lib = RawDecode(jpeg, false, num, skip * num / 8);
+        const RawResult own = RawDecode(jpeg, true, num, skip * num / 8, nullptr, &points);
+        ASSERT_TRUE(lib.ok);
+        ASSERT_TRUE(own.ok) << f.width << "x" << f.height << " skip " << skip;
+        EXPECT_FALSE(own.bailed);
+        EXPECT_TRUE(own.pixels == lib.pixels)
+            << f.width << "x" << f.height << " restart " << f.restart_interval << " skip " << skip;
+        resumed += own.resumed;
+      }
+    }
+  }
+  EXPECT_GT(resumed, 40);
+}
+
+TEST(BaselineEntropy, TheIndexKeepsPointsBySizeAndFingerprintWithinItsLimit) {
+  decode_internal::ScanIndex index(1000);
+  std::vector<decode_internal::ResumePoint> points(3), got;
+  points[0].mcu = 4;
+  points[1].mcu = 8;
+  points[2].mcu = 12;
+  EXPECT_TRUE(index.Add(7, 100, points));
+  EXPECT_TRUE(index.Find(7, 100, &got));
+  EXPECT_EQ(got.size(), 3u);
+  EXPECT_FALSE(index.Find(7, 101, &got));  // another size: other bytes
+  EXPECT_FALSE(index.Find(8, 100, &got));
+  // Fewer points never replace more; more replace fewer.
+  EXPECT_FALSE(index.Add(7, 100, std::vector<decode_internal::ResumePoint>(points.begin(), points.begin() + 1)));
+  points.push_back(points.back());
+  points.back().mcu = 16;
+  EXPECT_TRUE(index.Add(7, 100, points));
+  EXPECT_TRUE(index.Find(7, 100, &got));
+  EXPECT_EQ(got.size(), 4u);
+  // Full: a new scan is not taken.
+  const uint64_t before = index.bytes();
+  int taken = 0;
+  for (uint64_t k = 100; k < 200; ++k) taken += index.Add(k, 100, points);
+  EXPECT_LT(taken, 20);
+  EXPECT_LE(index.bytes(), 1000u);
+  EXPECT_GT(index.bytes(), before);
+}
+
+/// The decoder's strict decodes of the same bytes: the first records resume points, later ones
+/// start above their crop from them; every sample equals the library's.
+TEST(BaselineEntropy, DecodesResumedAboveTheCropEqualTheLibrarys) {
+  std::vector<std::vector<uint8_t>> sources;
+  for (const JpegFlavor& f : Layouts()) {
+    if (f.height >= 60 && f.width >= 40) sources.push_back(EncodeJpeg(f));
+  }
+  TransformStep rrc(TransformStep::Kind::kRandomResizedCrop);
+  std::visit(
+      [](auto& params) {
+        if constexpr (requires { params.size_h; }) params.size_h = params.size_w = 24;
+      },
+      rrc.params);
+  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+  std::vector<uint8_t> out_own(p.SampleBytes()), out_lib(p.SampleBytes());
+  JpegDecoder decoder;
+  decoder.set_strict(true);
+  const uint64_t scans_before = decode_internal::ScanIndex::ProcessWide().scans();
+  for (int round = 0; round < 6; ++round) {
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const std::vector<uint8_t>& bytes = sources[i];
+      decode_internal::SetOwnEntropyEnabled(true);
+      SampleRng rng_own(static_cast<uint64_t>(round * 1000) + i);
+      ASSERT_TRUE(decoder.DecodeInto(bytes.data(), bytes.size(), p, rng_own, out_own.data()).ok());
+      decode_internal::SetOwnEntropyEnabled(false);
+      SampleRng rng_lib(static_cast<uint64_t>(round * 1000) + i);
+      ASSERT_TRUE(decoder.DecodeInto(bytes.data(), bytes.size(), p, rng_lib, out_lib.data()).ok());
+      ASSERT_TRUE(out_own == out_lib) << "round " << round << " file " << i;
+    }
+  }
+  decode_internal::SetOwnEntropyEnabled(true);
+  EXPECT_GE(decode_internal::ScanIndex::ProcessWide().scans(), scans_before + sources.size() / 2);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "cuda/device_runtime.h"
 #include "cuda/device_stager.h"
 #include "decode/clean_scans.h"
+#include "decode/jpeg_entropy.h"
 #include "decode/image_decoder.h"
 #include "ringloader/deferred_rows.h"
 #include "io/range_reads.h"
@@ -724,6 +725,9 @@ LoaderStats Loader::Impl::Stats() const {
   s.scan_memo_note = memo.note;
   s.scan_memo_entries = memo.entries;
   s.scan_memo_slots = memo.slots;
+  const decode_internal::ScanIndex& index = decode_internal::ScanIndex::ProcessWide();
+  s.scan_index_scans = static_cast<int64_t>(index.scans());
+  s.scan_index_bytes = static_cast<int64_t>(index.bytes());
   std::lock_guard<std::mutex> lock(counters_->mu);
   s.thread_cpus = FormatCpuList(counters_->thread_cpus);
   if (!counters_->pin_error.empty()) absl::StrAppend(&s.numa_note, "; pinning failed: ", counters_->pin_error);

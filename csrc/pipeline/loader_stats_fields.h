@@ -80,6 +80,8 @@ namespace ringloader {
   X(scan_memo_note) \
   X(scan_memo_entries) \
   X(scan_memo_slots) \
+  X(scan_index_scans) \
+  X(scan_index_bytes) \
   X(last_error) \
   X(recent_errors)
 

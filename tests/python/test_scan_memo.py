@@ -128,3 +128,37 @@ def test_asking_about_the_memo_creates_no_file(tmp_path):
     assert not memo.exists() and not memo.parent.exists()
     jpeg = run_child(new_tree(tmp_path / "jpeg", 2), str(memo))
     assert jpeg["scan_memo"] == f"file {memo}" and memo.exists()
+
+
+CHILD_INDEX = """
+import json, sys
+import ringloader as rl
+from ringloader import transforms as T
+loader = rl.DataLoader(rl.ImageFolder(sys.argv[1], transform=T.Compose([T.RandomResizedCrop(16), T.ToTensor()])),
+                       batch_size=4, persistent_workers=True, num_workers=2)
+first = [x.clone() for x, _ in loader]
+s = loader.stats()
+again = [x for x, _ in loader]
+print(json.dumps({"scans": s["scan_index_scans"], "bytes": s["scan_index_bytes"],
+                  "after": loader.stats()["scan_index_scans"], "describe": loader.describe()}))
+"""
+
+
+def test_files_read_clean_keep_resume_points_in_the_process(tmp_path):
+    # Baseline files get resume points when first read (docs/bad-data.md); a later epoch starts
+    # above its crop from them, and RINGLOADER_SCAN_INDEX_MB=0 keeps none.
+    tree = tmp_path / "tree"
+    write_tree(tree, num_classes=2, per_class=4, seed=5)  # one progressive: no points
+    for f in tree.rglob("*.jpg"):
+        f.write_bytes(f.read_bytes() + os.urandom(8))
+    runs = {}
+    for mb in ("64", "0"):
+        env = dict(os.environ, RINGLOADER_SCAN_INDEX_MB=mb)
+        out = subprocess.run([sys.executable, "-c", CHILD_INDEX, str(tree)], env=env, check=True,
+                             capture_output=True, text=True, timeout=120)
+        runs[mb] = json.loads(out.stdout.strip().splitlines()[-1])
+    assert runs["64"]["scans"] == 7 and runs["64"]["after"] == 7
+    assert 7 * (64 + 20) <= runs["64"]["bytes"] <= 7 * (64 + 16 * 20)
+    assert "resume points of 7 of them in this process" in runs["64"]["describe"]
+    assert runs["0"]["scans"] == 0 and runs["0"]["bytes"] == 0
+    assert "resume points" not in runs["0"]["describe"]

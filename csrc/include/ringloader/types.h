@@ -456,6 +456,10 @@ struct LoaderStats {
   std::string scan_memo_note;    ///< Why the memo file is not used, when it is not.
   int64_t scan_memo_entries = 0;  ///< Files remembered (by every process sharing the memo) ...
   int64_t scan_memo_slots = 0;    ///< ... of this many slots.
+  /// Files whose resume points this process keeps (a later decode of one starts its entropy
+  /// decoding above its crop; RINGLOADER_SCAN_INDEX_MB), and the bytes they take.
+  int64_t scan_index_scans = 0;
+  int64_t scan_index_bytes = 0;
   std::string last_error;
   std::vector<std::string> recent_errors;  ///< The last kRecentErrors errors, oldest first.
 };

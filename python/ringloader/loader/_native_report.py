@@ -36,7 +36,9 @@ def _scan_memo_line(s: dict) -> str:
             else "memo of this process only (RINGLOADER_SCAN_MEMO=process)"
     else:
         where = f"memo shared by this machine's processes, {memo}"
-    return f"JPEG files read clean to their end: {where}; {fill}"
+    resume = (f"; resume points of {s['scan_index_scans']:,} of them in this process "
+              f"({s['scan_index_bytes'] / 1e6:.1f} MB)" if s.get("scan_index_scans") else "")
+    return f"JPEG files read clean to their end: {where}; {fill}{resume}"
 
 
 def _outputs_line(s: dict) -> str:
