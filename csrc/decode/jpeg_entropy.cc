@@ -5,13 +5,10 @@
 #include <cstdlib>
 #include <cstring>
 
+// Only jpeglib.h's public declarations are used: the entropy decoder's three members are
+// mirrored by BaselineEntropy::Core, so builds without libjpeg's jpegint.h (the wheels') have
+// it too.
 #include <jerror.h>
-#if __has_include(<jpegint.h>)
-#include <jpegint.h>
-#define RL_HAVE_JPEGINT 1
-#else
-#define RL_HAVE_JPEGINT 0
-#endif
 
 namespace ringloader::decode_internal {
 
@@ -19,7 +16,7 @@ namespace {
 std::atomic<int>& EntropySetting() {  // 1 on, 0 off
   static std::atomic<int> setting = [] {
     const char* v = std::getenv("RINGLOADER_JPEG_ENTROPY");
-    return RL_HAVE_JPEGINT && (v == nullptr || std::strcmp(v, "libjpeg") != 0) ? 1 : 0;
+    return v == nullptr || std::strcmp(v, "libjpeg") != 0 ? 1 : 0;
   }();
   return setting;
 }
@@ -28,10 +25,9 @@ std::atomic<int>& EntropySetting() {  // 1 on, 0 off
 bool OwnEntropyEnabled() { return EntropySetting().load(std::memory_order_relaxed) != 0; }
 
 void SetOwnEntropyEnabled(bool on) {
-  EntropySetting().store(on && RL_HAVE_JPEGINT ? 1 : 0, std::memory_order_relaxed);
+  EntropySetting().store(on ? 1 : 0, std::memory_order_relaxed);
 }
 
-#if RL_HAVE_JPEGINT
 namespace {
 
 using Core = BaselineEntropy::Core;
@@ -379,7 +375,7 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   Core& c = core_;
   c.bailed = false;
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8) return false;
-  if (cinfo->inputctl == nullptr || cinfo->inputctl->has_multiple_scans) return false;
+  if (jpeg_has_multiple_scans(cinfo)) return false;
   if (cinfo->comps_in_scan != cinfo->num_components || cinfo->input_iMCU_row != 0) return false;
   if (cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || cinfo->Ss != 0 || cinfo->Se != DCTSIZE2 - 1 ||
       cinfo->Ah != 0 || cinfo->Al != 0) {
@@ -512,18 +508,5 @@ uint64_t ScanIndex::scans() const {
   std::shared_lock lock(mu_);
   return map_.size();
 }
-#else
-bool BaselineEntropy::Install(j_decompress_ptr) { return false; }
-void BaselineEntropy::Record(std::vector<ResumePoint>* points) { points->clear(); }
-void BaselineEntropy::Resume(const std::vector<ResumePoint>*) {}
-ScanIndex& ScanIndex::ProcessWide() {
-  static ScanIndex* index = new ScanIndex(0);
-  return *index;
-}
-bool ScanIndex::Find(uint64_t, uint64_t, std::vector<ResumePoint>*) const { return false; }
-bool ScanIndex::Add(uint64_t, uint64_t, const std::vector<ResumePoint>&) { return false; }
-uint64_t ScanIndex::bytes() const { return 0; }
-uint64_t ScanIndex::scans() const { return 0; }
-#endif  // RL_HAVE_JPEGINT
 
 }  // namespace ringloader::decode_internal

@@ -28,8 +28,7 @@
 
 namespace ringloader::decode_internal {
 
-/// Whether the decoder is enabled in this process (RINGLOADER_JPEG_ENTROPY, read once; off
-/// where the build found no jpegint.h).
+/// Whether the decoder is enabled in this process (RINGLOADER_JPEG_ENTROPY, read once).
 bool OwnEntropyEnabled();
 /// Overrides the environment (tests compare both decoders).
 void SetOwnEntropyEnabled(bool on);
