@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 // Only jpeglib.h's public declarations are used: the entropy decoder's three members are
 // mirrored by BaselineEntropy::Core, so builds without libjpeg's jpegint.h (the wheels') have
@@ -31,6 +32,11 @@ void SetOwnEntropyEnabled(bool on) {
 namespace {
 
 using Core = BaselineEntropy::Core;
+// libjpeg calls through cinfo->entropy: Core must begin as `struct jpeg_entropy_decoder` does.
+static_assert(std::is_standard_layout_v<Core>);
+static_assert(offsetof(Core, start_pass) == 0);
+static_assert(offsetof(Core, decode_mcu) == sizeof(void*));
+static_assert(offsetof(Core, insufficient_data) == 2 * sizeof(void*));
 constexpr int kFast = HuffTable::kFastBits;
 
 /// Zigzag to natural order, with libjpeg's 16 extra entries: a corrupt run past the last
@@ -259,9 +265,11 @@ void EndScan(j_decompress_ptr cinfo, Core& c) {
   const int real = c.bits - c.pad;
   if (real < 0 || real >= 8) Bail(cinfo, c);
   const uint8_t* p = c.pos;
-  if (c.end - p < 2 || p[0] != 0xFF || p[1] == 0 || (p[1] >= JPEG_RST0 && p[1] <= JPEG_RST0 + 7)) {
-    Bail(cinfo, c);
-  }
+  // A marker, after any fill bytes (FF FF ... D9). The library's bit reader takes FF FF... 00
+  // for a stuffed FF and drops it silently, where its marker reader would warn: left to it.
+  const uint8_t* q = p;
+  while (q < c.end && *q == 0xFF) ++q;
+  if (q == p || q >= c.end || *q == 0 || (*q >= JPEG_RST0 && *q <= JPEG_RST0 + 7)) Bail(cinfo, c);
   jpeg_source_mgr* src = cinfo->src;
   src->bytes_in_buffer -= static_cast<size_t>(p - src->next_input_byte);
   src->next_input_byte = p;
@@ -488,6 +496,7 @@ bool ScanIndex::Add(uint64_t fingerprint, uint64_t size, const std::vector<Resum
   if (it != map_.end()) {
     // A decode that stopped after its crop recorded the points above it: more replace fewer.
     if (it->second.size != size || it->second.points.size() >= points.size()) return false;
+    if (bytes_ + (points.size() - it->second.points.size()) * sizeof(ResumePoint) > limit_) return false;
     bytes_ -= 64 + it->second.points.size() * sizeof(ResumePoint);
     bytes_ += cost;
     it->second.points = points;

@@ -188,6 +188,18 @@ TEST(BaselineEntropy, GivesUpOnDamageItCannotJudge) {
   junk.push_back(0xD9);
   r = RawDecode(junk, true);
   EXPECT_TRUE(r.bailed);
+  // FF FF 00 before the EOI: the library's bit reader takes it for a stuffed FF (no warning),
+  // its marker reader for two extraneous bytes.
+  std::vector<uint8_t> fill(clean.begin(), clean.end() - 2);
+  fill.insert(fill.end(), {0xFF, 0xFF, 0x00, 0xFF, 0xD9});
+  r = RawDecode(fill, true);
+  EXPECT_TRUE(r.bailed);
+  // Fill bytes before the EOI are a marker's: no reason to give up.
+  std::vector<uint8_t> ok_fill(clean.begin(), clean.end() - 2);
+  ok_fill.insert(ok_fill.end(), {0xFF, 0xFF, 0xFF, 0xD9});
+  r = RawDecode(ok_fill, true);
+  EXPECT_FALSE(r.bailed);
+  EXPECT_TRUE(r.ok);
   // A restart marker out of order.
   f.restart_interval = 2;
   std::vector<uint8_t> rst = EncodeJpeg(f);
@@ -229,13 +241,19 @@ TEST(BaselineEntropy, DamagedFilesGetTheLibrarysVerdictAndPixels) {
   for (int iter = 0; iter < 600; ++iter) {
     std::vector<uint8_t> bytes = sources[iter % sources.size()];
     const size_t scan = ScanStart(bytes);
-    const int kind = iter % 4;
-    if (kind == 3) {
+    const int kind = iter % 5;
+    if (kind == 4) {
+      // Bytes between the scan and the EOI, fill bytes among them.
+      static const std::vector<std::vector<uint8_t>> kTails = {
+          {0xFF, 0xFF, 0x00}, {0xFF, 0xFF, 0xFF, 0x00, 0x12}, {0xFF, 0xFF}, {0x00}, {0xFF, 0x00}};
+      const std::vector<uint8_t>& tail = kTails[static_cast<size_t>(iter / 5) % kTails.size()];
+      bytes.insert(bytes.end() - 2, tail.begin(), tail.end());
+    } else if (kind == 3) {
       // Truncated inside the scan, with or without an EOI after it.
       bytes.resize(scan + static_cast<size_t>(chaos.RandInt(0, static_cast<int64_t>(bytes.size() - scan))));
       if (iter % 8 == 3) bytes.insert(bytes.end(), {0xFF, 0xD9});
     } else {
-      const int flips = 1 + kind * 2;
+      const int flips = 1 + kind * 2;  // kinds 0-2
       for (int k = 0; k < flips; ++k) {
         const size_t pos = scan + static_cast<size_t>(chaos.RandInt(0, static_cast<int64_t>(bytes.size() - scan)));
         bytes[pos] ^= static_cast<uint8_t>(1u << chaos.RandInt(0, 8));
