@@ -83,6 +83,17 @@ RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int
   return r;
 }
 
+/// RandomResizedCrop(size) to uint8 CHW: a training crop, rows above and below it skipped.
+TransformPipeline RandomCrop(int size) {
+  TransformStep rrc(TransformStep::Kind::kRandomResizedCrop);
+  std::visit(
+      [size](auto& params) {
+        if constexpr (requires { params.size_h; }) params.size_h = params.size_w = size;
+      },
+      rrc.params);
+  return *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+}
+
 std::vector<JpegFlavor> Layouts() {
   std::vector<JpegFlavor> out;
   auto add = [&](int w, int h, int hs, int vs, Color c, int quality, int restart) {
@@ -227,13 +238,7 @@ TEST(BaselineEntropy, DamagedFilesGetTheLibrarysVerdictAndPixels) {
   f.color = Color::kGray;
   f.quality = 98;
   sources.push_back(EncodeJpeg(f));
-  TransformStep rrc(TransformStep::Kind::kRandomResizedCrop);
-  std::visit(
-      [](auto& params) {
-        if constexpr (requires { params.size_h; }) params.size_h = params.size_w = 40;
-      },
-      rrc.params);
-  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+  const TransformPipeline p = RandomCrop(40);
   std::vector<uint8_t> out_own(p.SampleBytes()), out_lib(p.SampleBytes());
   JpegDecoder decoder;
   SampleRng chaos(11);
@@ -345,13 +350,7 @@ TEST(BaselineEntropy, DecodesResumedAboveTheCropEqualTheLibrarys) {
   for (const JpegFlavor& f : Layouts()) {
     if (f.height >= 60 && f.width >= 40) sources.push_back(EncodeJpeg(f));
   }
-  TransformStep rrc(TransformStep::Kind::kRandomResizedCrop);
-  std::visit(
-      [](auto& params) {
-        if constexpr (requires { params.size_h; }) params.size_h = params.size_w = 24;
-      },
-      rrc.params);
-  const TransformPipeline p = *TransformPipeline::Create({rrc}, DType::kUint8, Layout::kCHW);
+  const TransformPipeline p = RandomCrop(24);
   std::vector<uint8_t> out_own(p.SampleBytes()), out_lib(p.SampleBytes());
   JpegDecoder decoder;
   decoder.set_strict(true);
