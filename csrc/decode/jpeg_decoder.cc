@@ -308,12 +308,15 @@ bool StartDecompress(DecoderState& s) {
   return true;
 }
 
-/// Whether a failed decode is to be redone by the library: the project's entropy decoder gave
-/// up on the bytes (see decode/jpeg_entropy.h). If so, reads the header again with the
-/// parameters the first attempt had and leaves the library's decoder to the second.
-absl::StatusOr<bool> RedoWithLibrary(DecoderState& s, const uint8_t* data, size_t size,
-                                     uint64_t max_pixels, bool strict) {
-  if (!s.entropy_installed || !s.entropy.bailed()) return false;
+/// Runs `attempt` (a decode from jpeg_start_decompress on, the header read and the decode
+/// parameters set) and, where the project's entropy decoder gave up on the bytes (see
+/// decode/jpeg_entropy.h), runs it again with the library's: the header read again, the
+/// parameters the first attempt had restored.
+template <typename Attempt>
+absl::Status WithLibraryRedo(DecoderState& s, const uint8_t* data, size_t size,
+                             uint64_t max_pixels, bool strict, Attempt&& attempt) {
+  absl::Status status = attempt();
+  if (status.ok() || !s.entropy_installed || !s.entropy.bailed()) return status;
   const jpeg_decompress_struct& c = s.cinfo;
   const unsigned scale_num = c.scale_num;
   const J_DCT_METHOD dct = c.dct_method;
@@ -323,7 +326,7 @@ absl::StatusOr<bool> RedoWithLibrary(DecoderState& s, const uint8_t* data, size_
   s.cinfo.scale_num = scale_num;
   s.cinfo.dct_method = dct;
   s.cinfo.out_color_space = out;
-  return true;
+  return attempt();
 }
 
 /// Decodes the whole image (header already read) into `out` (grow-only) with `bpp` bytes per
@@ -359,17 +362,6 @@ absl::Status DecodeWhole(DecoderState& s, int bpp, std::vector<uint8_t>* out, in
   *width = w;
   *height = h;
   return absl::OkStatus();
-}
-
-/// DecodeWhole, redone by the library's decoder where the project's gave up on the bytes.
-absl::Status DecodeWholeOnce(DecoderState& s, const uint8_t* data, size_t size,
-                             uint64_t max_pixels, bool strict, int bpp, std::vector<uint8_t>* out,
-                             int* width, int* height) {
-  absl::Status status = DecodeWhole(s, bpp, out, width, height);
-  if (status.ok()) return status;
-  absl::StatusOr<bool> redo = RedoWithLibrary(s, data, size, max_pixels, strict);
-  if (!redo.ok()) return redo.status();
-  return *redo ? DecodeWhole(s, bpp, out, width, height) : status;
 }
 
 /// Reads the rest of the image after the rows a sample needs and the markers up to end-of-image,
@@ -533,8 +525,9 @@ absl::StatusOr<RgbImage> JpegDecoder::DecodeFull(const uint8_t* data, size_t siz
     grant = *std::move(got);
   }
   RgbImage image;
-  absl::Status status = DecodeWholeOnce(*state_, data, size, max_pixels_, strict_, 3,
-                                        &image.pixels, &image.width, &image.height);
+  absl::Status status = WithLibraryRedo(*state_, data, size, max_pixels_, strict_, [&] {
+    return DecodeWhole(*state_, 3, &image.pixels, &image.width, &image.height);
+  });
   if (budget_ != nullptr && RetainedBytes() > budget_->allowance()) Trim();
   RL_RETURN_IF_ERROR(status);
   image.pixels.resize(static_cast<size_t>(image.width) * image.height * 3);
@@ -600,7 +593,8 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   if (!fast_paths_) {
     // Reference path: exactly what a full decode followed by the resampler gives.
     int w = 0, h = 0;
-    RL_RETURN_IF_ERROR(DecodeWholeOnce(s, data, size, max_pixels_, strict_, 4, &s.full, &w, &h));
+    RL_RETURN_IF_ERROR(WithLibraryRedo(s, data, size, max_pixels_, strict_,
+                                       [&] { return DecodeWhole(s, 4, &s.full, &w, &h); }));
     if (stats) *stats = DecodeStats{8, w, h, s.err.warnings};
     return RenderSample(s.full.data(), static_cast<size_t>(w) * 4, 4, w, h, pipeline, g, rng,
                         s.render, dst);
@@ -615,11 +609,9 @@ absl::Status JpegDecoder::DecodeIntoBudgeted(const uint8_t* data, size_t size,
   if (level_ == FastDecode::kFastest) cinfo->dct_method = JDCT_IFAST;
   // RGBX: the resampler's horizontal kernel loads one pixel per integer vector.
   if (!s.cmyk) cinfo->out_color_space = JCS_EXT_RGBX;
-  absl::Status region = DecodeRegion(data, size, pipeline, g, num, rng, dst, stats);
-  if (region.ok()) return region;
-  absl::StatusOr<bool> redo = RedoWithLibrary(s, data, size, max_pixels_, strict_);
-  if (!redo.ok()) return redo.status();
-  return *redo ? DecodeRegion(data, size, pipeline, g, num, rng, dst, stats) : region;
+  return WithLibraryRedo(s, data, size, max_pixels_, strict_, [&] {
+    return DecodeRegion(data, size, pipeline, g, num, rng, dst, stats);
+  });
 }
 
 absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
