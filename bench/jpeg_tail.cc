@@ -44,12 +44,6 @@
 #include <csetjmp>
 
 #include <jpeglib.h>
-#if __has_include(<jpegint.h>)
-#include <jpegint.h>
-#define RL_HAVE_JPEGINT 1
-#else
-#define RL_HAVE_JPEGINT 0
-#endif
 
 #include "decode/clean_scans.h"
 #include "decode/jpeg_decoder.h"
@@ -71,7 +65,6 @@ std::vector<uint8_t> ReadFile(const std::filesystem::path& path) {
   return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
-#if RL_HAVE_JPEGINT
 using ringloader::decode_internal::BaselineEntropy;
 
 struct Error {
@@ -114,7 +107,9 @@ class Decoder {
       const uint64_t mcus = uint64_t{cinfo_.MCUs_per_row} * cinfo_.MCU_rows_in_scan;
       for (uint64_t m = 0; m < mcus; ++m) {
         std::memset(blocks, 0, sizeof(JBLOCK) * static_cast<size_t>(cinfo_.blocks_in_MCU));
-        (*cinfo_.entropy->decode_mcu)(&cinfo_, rows);
+        const auto* entropy =
+            reinterpret_cast<const ringloader::decode_internal::EntropyInterface*>(cinfo_.entropy);
+        (*entropy->decode_mcu)(&cinfo_, rows);
       }
       jpeg_abort_decompress(&cinfo_);
       return true;
@@ -201,12 +196,6 @@ int CompareEntropyDecoders(const std::vector<std::vector<uint8_t>>& files, int p
               static_cast<unsigned long long>(index.bytes()));
   return different == 0 && failed == 0 && unequal == 0 ? 0 : 1;
 }
-#else
-int CompareEntropyDecoders(const std::vector<std::vector<uint8_t>>&, int) {
-  std::fprintf(stderr, "jpeg_tail --entropy: built without libjpeg's jpegint.h\n");
-  return 2;
-}
-#endif  // RL_HAVE_JPEGINT
 
 }  // namespace
 

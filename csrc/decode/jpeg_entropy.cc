@@ -6,9 +6,8 @@
 #include <cstring>
 #include <type_traits>
 
-// Only jpeglib.h's public declarations are used: the entropy decoder's three members are
-// mirrored by BaselineEntropy::Core, so builds without libjpeg's jpegint.h (the wheels') have
-// it too.
+// Only jpeglib.h's public declarations are used (EntropyInterface mirrors the one internal
+// struct), so builds without libjpeg's jpegint.h (the wheels') have the decoder too.
 #include <jerror.h>
 
 namespace ringloader::decode_internal {
@@ -33,10 +32,9 @@ namespace {
 
 using Core = BaselineEntropy::Core;
 // libjpeg calls through cinfo->entropy: Core must begin as `struct jpeg_entropy_decoder` does.
-static_assert(std::is_standard_layout_v<Core>);
-static_assert(offsetof(Core, start_pass) == 0);
-static_assert(offsetof(Core, decode_mcu) == sizeof(void*));
-static_assert(offsetof(Core, insufficient_data) == 2 * sizeof(void*));
+static_assert(std::is_standard_layout_v<Core> && offsetof(Core, pub) == 0);
+static_assert(offsetof(EntropyInterface, decode_mcu) == sizeof(void*));
+static_assert(offsetof(EntropyInterface, insufficient_data) == 2 * sizeof(void*));
 constexpr int kFast = HuffTable::kFastBits;
 
 /// Zigzag to natural order, with libjpeg's 16 extra entries: a corrupt run past the last
@@ -242,18 +240,30 @@ template <bool kWrite>
   }
 }
 
-/// At a restart interval's end: what is left of the current byte is padding, and the next
-/// marker must be the expected RSTn (libjpeg warns otherwise: the library takes over).
-void Restart(j_decompress_ptr cinfo, Core& c) {
-  const int real = c.bits - c.pad;
-  if (real < 0 || real >= 8) Bail(cinfo, c);
-  const uint8_t* p = c.pos;
-  if (c.end - p < 2 || p[0] != 0xFF || p[1] != JPEG_RST0 + c.next_restart) Bail(cinfo, c);
-  c.pos = p + 2;
+/// The bit reader, emptied, to read on from `pos`.
+void ReadFrom(Core& c, const uint8_t* pos) {
+  c.pos = pos;
   c.acc = 0;
   c.bits = 0;
   c.pad = 0;
   c.at_marker = false;
+}
+
+/// At the end of a restart interval or of the scan: all the buffer holds past the bits read is
+/// the current byte's padding (whole bytes would be data libjpeg discards with a warning, or
+/// reads silently: the library takes over).
+void OnlyPaddingLeft(j_decompress_ptr cinfo, Core& c) {
+  const int real = c.bits - c.pad;
+  if (real < 0 || real >= 8) Bail(cinfo, c);
+}
+
+/// At a restart interval's end: the next marker must be the expected RSTn (libjpeg warns
+/// otherwise: the library takes over).
+void Restart(j_decompress_ptr cinfo, Core& c) {
+  OnlyPaddingLeft(cinfo, c);
+  const uint8_t* p = c.pos;
+  if (c.end - p < 2 || p[0] != 0xFF || p[1] != JPEG_RST0 + c.next_restart) Bail(cinfo, c);
+  ReadFrom(c, p + 2);
   for (int& dc : c.last_dc) dc = 0;
   c.next_restart = (c.next_restart + 1) & 7;
   c.restarts_to_go = c.restart_interval;
@@ -262,8 +272,7 @@ void Restart(j_decompress_ptr cinfo, Core& c) {
 /// After the scan's last MCU: only padding may be left before the next marker, where the
 /// library's marker reader goes on.
 void EndScan(j_decompress_ptr cinfo, Core& c) {
-  const int real = c.bits - c.pad;
-  if (real < 0 || real >= 8) Bail(cinfo, c);
+  OnlyPaddingLeft(cinfo, c);
   const uint8_t* p = c.pos;
   // A marker, after any fill bytes (FF FF ... D9). The library's bit reader takes FF FF... 00
   // for a stuffed FF and drops it silently, where its marker reader would warn: left to it.
@@ -313,10 +322,8 @@ void CatchUp(j_decompress_ptr cinfo, Core& c) {
     best = &p;
   }
   if (best != nullptr) {
-    Bits r{0, 0, c.scan_begin + best->offset};
-    c.pad = 0;
-    c.at_marker = false;
-    r = RefillSlow(c, r);
+    ReadFrom(c, c.scan_begin + best->offset);
+    Bits r = RefillSlow(c, Bits{c.acc, c.bits, c.pos});
     if (r.bits - c.pad < best->bit) Bail(cinfo, c);
     r.acc <<= best->bit;
     r.bits -= best->bit;
@@ -418,11 +425,8 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
     blk.ac_needed = comp->component_needed && comp->DCT_scaled_size > 1;
   }
   const jpeg_source_mgr* src = cinfo->src;
-  c.pos = src->next_input_byte;
+  ReadFrom(c, src->next_input_byte);
   c.end = src->next_input_byte + src->bytes_in_buffer;
-  c.acc = 0;
-  c.bits = 0;
-  c.pad = 0;
   c.at_marker = cinfo->unread_marker != 0;
   for (int& dc : c.last_dc) dc = 0;
   c.restart_interval = cinfo->restart_interval;
@@ -430,7 +434,7 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   c.next_restart = 0;
   c.mcu = 0;
   c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
-  cinfo_mcus_per_row_ = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
+  c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
   c.scan_begin = c.pos;
   c.next_point = ~uint64_t{0};
   c.point_stride = 0;
@@ -438,22 +442,22 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   c.resume = nullptr;
   c.deferring = false;
   c.resumed = false;
-  c.start_pass = StartPass;
-  c.decode_mcu = DecodeMcu;
-  c.insufficient_data = FALSE;
+  c.pub.start_pass = StartPass;
+  c.pub.decode_mcu = DecodeMcu;
+  c.pub.insufficient_data = FALSE;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
   return true;
 }
+
 void BaselineEntropy::Record(std::vector<ResumePoint>* points) {
   Core& c = core_;
   points->clear();
   if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
-  const uint64_t per_row = cinfo_mcus_per_row_;
-  const uint64_t rows = c.total_mcus / per_row;
+  const uint64_t rows = c.total_mcus / c.mcus_per_row;
   const uint64_t stride_rows =
       std::max<uint64_t>(1, (rows + ScanIndex::kPointsPerScan) / (ScanIndex::kPointsPerScan + 1));
   c.recording = points;
-  c.point_stride = stride_rows * per_row;
+  c.point_stride = stride_rows * c.mcus_per_row;
   c.next_point = c.point_stride;
 }
 

@@ -33,6 +33,15 @@ bool OwnEntropyEnabled();
 /// Overrides the environment (tests compare both decoders).
 void SetOwnEntropyEnabled(bool on);
 
+/// libjpeg's `struct jpeg_entropy_decoder` (jpegint.h, unchanged since IJG 6b; jpeglib.h
+/// declares cinfo->entropy as a pointer to it without its members), mirrored so that no build
+/// needs jpegint.h.
+struct EntropyInterface {
+  void (*start_pass)(j_decompress_ptr) = nullptr;
+  boolean (*decode_mcu)(j_decompress_ptr, JBLOCKROW*) = nullptr;
+  boolean insufficient_data = FALSE;
+};
+
 /// One Huffman table, derived for decoding.
 struct HuffTable {
   static constexpr int kFastBits = 10;
@@ -108,24 +117,19 @@ class BaselineEntropy {
   bool bailed() const { return core_.bailed; }
 
   /// After Install, before the first MCU: record resume points into `points` (cleared) as the
-  /// scan is decoded. They are complete once the scan's last MCU is decoded (`finished()`).
+  /// scan is decoded, up to the last MCU the decode reaches.
   void Record(std::vector<ResumePoint>* points);
   /// After Install, before the first MCU: MCUs the library asks to skip (no coefficient buffer)
   /// are not decoded until one is needed, which is then reached from the last of `points` at or
   /// before it (points of this very scan, sorted; they must outlive the decode).
   void Resume(const std::vector<ResumePoint>* points);
-  /// Whether the scan's last MCU was decoded.
-  bool finished() const { return core_.mcu == core_.total_mcus && core_.total_mcus != 0; }
   /// Whether the last decode started from a resume point past the scan's start.
   bool resumed() const { return core_.resumed; }
 
-  /// The state the library calls into. Its first three members are libjpeg's
-  /// `struct jpeg_entropy_decoder` (jpegint.h; unchanged since IJG 6b), so cinfo->entropy can
-  /// point here.
+  /// The state the library calls into; it begins with the library's interface, so
+  /// cinfo->entropy can point here.
   struct Core {
-    void (*start_pass)(j_decompress_ptr) = nullptr;
-    boolean (*decode_mcu)(j_decompress_ptr, JBLOCKROW*) = nullptr;
-    boolean insufficient_data = FALSE;
+    EntropyInterface pub;
 
     bool bailed = false;
     // Bit reader: the top `bits` bits of `acc` are the stream's next bits, the rest are zero.
@@ -142,6 +146,7 @@ class BaselineEntropy {
     int next_restart = 0;
     uint64_t mcu = 0;
     uint64_t total_mcus = 0;
+    uint64_t mcus_per_row = 1;
     int blocks = 0;
     // Resume points: the scan's first byte, the MCU at which to record the next point and the
     // MCUs between points; the points being recorded, or those to resume from.
@@ -165,7 +170,6 @@ class BaselineEntropy {
 
  private:
   Core core_;
-  JDIMENSION cinfo_mcus_per_row_ = 1;
 };
 
 }  // namespace ringloader::decode_internal
