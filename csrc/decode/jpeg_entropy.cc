@@ -99,19 +99,36 @@ bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
     if (len > kFast) break;
     const int first = codes[p] << (kFast - len);
     const int span = 1 << (kFast - len);
-    const int sym = h->huffval[p];
-    for (int i = 0; i < span; ++i) {
-      const int idx = first + i;
-      t->fast[idx] = static_cast<uint16_t>((len << 8) | sym);
-      if (!ac) continue;
-      const int run = sym >> 4;
-      const int size = sym & 15;
-      if (size == 0 || len + size > kFast) continue;
-      const int raw = (idx >> (kFast - len - size)) & ((1 << size) - 1);
-      const int value = Extend(raw, size);
-      if (value < -128 || value > 127) continue;
-      t->fast_ac[idx] = static_cast<int16_t>((value * 256) | (run << 4) | (len + size));
+    const auto entry = static_cast<uint16_t>((len << 8) | h->huffval[p]);
+    for (int i = 0; i < span; ++i) t->fast[first + i] = entry;
+  }
+  if (!ac) return true;
+  // A coefficient at the head of `idx`'s bits: its bits, run and value, or false.
+  const auto coefficient = [t](int idx, int avail, int* used, int* run, int* value) {
+    const unsigned e = t->fast[idx];
+    const int len = static_cast<int>(e >> 8);
+    const int size = static_cast<int>(e & 15);
+    if (e == 0 || size == 0 || len + size > avail) return false;
+    *value = Extend((idx >> (kFast - len - size)) & ((1 << size) - 1), size);
+    *run = static_cast<int>(e & 0xFF) >> 4;
+    *used = len + size;
+    return *value >= -128 && *value <= 127;
+  };
+  for (int idx = 0; idx < (1 << kFast); ++idx) {
+    int used = 0, run = 0, value = 0;
+    if (!coefficient(idx, kFast, &used, &run, &value)) continue;
+    int used2 = 0, run2 = 0, value2 = value;
+    int gap = 0;  // the second coefficient's distance past the first
+    if (coefficient((idx << used) & ((1 << kFast) - 1), kFast - used, &used2, &run2, &value2)) {
+      gap = run2 + 1;
+    } else {
+      used2 = 0;
+      value2 = value;
     }
+    t->fast_ac[idx] = static_cast<uint32_t>(used + used2) | static_cast<uint32_t>(run << 4) |
+                      static_cast<uint32_t>(gap << 8) |
+                      (static_cast<uint32_t>(value & 0xFF) << 16) |
+                      (static_cast<uint32_t>(value2 & 0xFF) << 24);
   }
   return true;
 }
@@ -215,14 +232,20 @@ template <bool kWrite>
                                             JCOEF* block, Bits& r) {
   for (int k = 1; k < 64;) {
     Refill(c, r);
-    const int f = t.fast_ac[r.acc >> (64 - kFast)];
-    if (f != 0) {
-      k += (f >> 4) & 15;
-      const int len = f & 15;
+    const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
+    const int first = k + static_cast<int>((f >> 4) & 15);
+    const int second = first + static_cast<int>((f >> 8) & 31);
+    // Both inside the block (the library ends a block at its 64th coefficient, so a second
+    // one past it belongs to the general path, which does what the library does).
+    if (f != 0 && second < 64) {
+      const int len = static_cast<int>(f & 15);
       r.acc <<= len;
       r.bits -= len;
-      if (kWrite) block[kNatural[k]] = static_cast<JCOEF>(f >> 8);
-      ++k;
+      if (kWrite) {
+        block[kNatural[first]] = static_cast<JCOEF>(static_cast<int8_t>(f >> 16));
+        block[kNatural[second]] = static_cast<JCOEF>(static_cast<int32_t>(f) >> 24);
+      }
+      k = second + 1;
       continue;
     }
     const int rs = DecodeSymbol(cinfo, c, t, r);

@@ -47,9 +47,12 @@ struct HuffTable {
   static constexpr int kFastBits = 10;
   /// Codes of up to kFastBits bits: (length << 8) | symbol; 0 for longer codes.
   uint16_t fast[1 << kFastBits];
-  /// AC tables: a whole coefficient whose code and value bits fit in kFastBits, as
-  /// (value << 8) | (run << 4) | (code + value bits); 0 otherwise.
-  int16_t fast_ac[1 << kFastBits];
+  /// AC tables: the first one or two whole coefficients (code and value bits) in kFastBits
+  /// bits, so that one lookup decodes two where both fit: bits 0-3 the bits they take, 4-7
+  /// the first's zero run, 8-12 how far the second lies past the first, 16-23 and 24-31
+  /// their values. Without a second: distance 0 and the first's value again (so writing
+  /// both writes the one). 0 when not even one fits (or a value is outside int8).
+  uint32_t fast_ac[1 << kFastBits];
   /// libjpeg's canonical-code bounds: the largest code of each length (-1: none), and the
   /// offset from a code of that length to its symbol's index.
   int32_t maxcode[18];
