@@ -61,6 +61,12 @@ inline int Extend(int raw, int size) {
 /// it and refused a malformed one). Returns false for a table it cannot take.
 bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
   if (h == nullptr) return false;
+  static_assert(sizeof(t->counts) == sizeof(h->bits) && sizeof(t->values) == sizeof(h->huffval));
+  if (t->derived && std::memcmp(t->counts, h->bits, sizeof(t->counts)) == 0 &&
+      std::memcmp(t->values, h->huffval, sizeof(t->values)) == 0) {
+    return true;
+  }
+  t->derived = false;
   uint8_t sizes[257];
   int codes[257];
   int n = 0;
@@ -92,6 +98,7 @@ bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
   // DC symbols are value sizes: libjpeg refuses a DC table with one over 15.
   if (!ac && std::any_of(h->huffval, h->huffval + n, [](UINT8 v) { return v > 15; })) return false;
   std::memcpy(t->values, h->huffval, sizeof(t->values));
+  std::memcpy(t->counts, h->bits, sizeof(t->counts));
   std::memset(t->fast, 0, sizeof(t->fast));
   std::memset(t->fast_ac, 0, sizeof(t->fast_ac));
   for (int p = 0; p < n; ++p) {
@@ -102,7 +109,7 @@ bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
     const auto entry = static_cast<uint16_t>((len << 8) | h->huffval[p]);
     for (int i = 0; i < span; ++i) t->fast[first + i] = entry;
   }
-  if (!ac) return true;
+  if (!ac) return t->derived = true;
   // A coefficient at the head of `idx`'s bits: its bits, run and value, or false.
   const auto coefficient = [t](int idx, int avail, int* used, int* run, int* value) {
     const unsigned e = t->fast[idx];
@@ -130,7 +137,7 @@ bool Derive(const JHUFF_TBL* h, bool ac, HuffTable* t) {
                       (static_cast<uint32_t>(value & 0xFF) << 16) |
                       (static_cast<uint32_t>(value2 & 0xFF) << 24);
   }
-  return true;
+  return t->derived = true;
 }
 
 /// The bit reader's working state, kept in registers by the decode loop (passed by value to

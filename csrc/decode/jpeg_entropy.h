@@ -58,6 +58,10 @@ struct HuffTable {
   int32_t maxcode[18];
   int32_t valoffset[18];
   uint8_t values[256];
+  /// The file table it was derived from (its code counts and `values`), so that the next
+  /// file with the same table, the usual case, does not derive it again.
+  uint8_t counts[17];
+  bool derived = false;
 };
 
 /// Where the entropy decoder stood at the start of an MCU row of a scan: enough to go on

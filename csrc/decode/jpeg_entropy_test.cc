@@ -44,7 +44,8 @@ struct RawResult {
 
 RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0,
                     std::vector<decode_internal::ResumePoint>* record = nullptr,
-                    const std::vector<decode_internal::ResumePoint>* resume = nullptr) {
+                    const std::vector<decode_internal::ResumePoint>* resume = nullptr,
+                    BaselineEntropy* reused = nullptr) {
   RawResult r;
   jpeg_decompress_struct cinfo;
   RawError err;
@@ -52,7 +53,8 @@ RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int
   err.pub.error_exit = RawErrorExit;
   err.pub.emit_message = Quiet;
   jpeg_create_decompress(&cinfo);
-  BaselineEntropy entropy;
+  BaselineEntropy own_entropy;
+  BaselineEntropy& entropy = reused != nullptr ? *reused : own_entropy;
   if (setjmp(err.jump) == 0) {
     jpeg_mem_src(&cinfo, jpeg.data(), jpeg.size());
     jpeg_read_header(&cinfo, TRUE);
@@ -152,6 +154,28 @@ TEST(BaselineEntropy, SamePixelsAsTheLibraryForEveryLayoutScaleAndSkip) {
     }
   }
   EXPECT_GT(compared, 200);
+}
+
+TEST(BaselineEntropy, OneDecoderTakesEachFilesOwnHuffmanTables) {
+  // A decoder keeps its derived tables for the next file with the same ones; files whose
+  // tables were made for their own image (optimize_coding) must each get theirs.
+  BaselineEntropy entropy;
+  int compared = 0;
+  for (const JpegFlavor& layout : Layouts()) {
+    for (const bool optimized : {true, false, true}) {
+      JpegFlavor f = layout;
+      f.optimize_coding = optimized;
+      f.seed += static_cast<uint64_t>(compared);
+      const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+      const RawResult lib = RawDecode(jpeg, false);
+      const RawResult own = RawDecode(jpeg, true, 8, 0, nullptr, nullptr, &entropy);
+      ASSERT_TRUE(lib.ok && own.ok && own.installed && !own.bailed) << compared;
+      EXPECT_TRUE(own.pixels == lib.pixels) << f.width << "x" << f.height << " q" << f.quality
+                                            << (optimized ? " optimized" : " standard tables");
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 80);
 }
 
 TEST(BaselineEntropy, LeavesProgressiveAndArithmeticFilesToTheLibrary) {

@@ -147,6 +147,7 @@ std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor) {
   if (flavor.progressive) jpeg_simple_progression(&cinfo);
   cinfo.restart_interval = static_cast<unsigned>(flavor.restart_interval);
   cinfo.arith_code = flavor.arithmetic ? TRUE : FALSE;
+  cinfo.optimize_coding = flavor.optimize_coding ? TRUE : FALSE;
   jpeg_start_compress(&cinfo, TRUE);
   const size_t stride = static_cast<size_t>(w) * comps;
   while (cinfo.next_scanline < cinfo.image_height) {

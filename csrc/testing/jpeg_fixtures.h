@@ -23,6 +23,7 @@ struct JpegFlavor {
   bool progressive = false;
   int restart_interval = 0;  ///< MCUs per restart interval (0 = none)
   bool arithmetic = false;
+  bool optimize_coding = false;  ///< Huffman tables made for this image (not the standard ones)
   uint64_t seed = 1;         ///< texture seed
 };
 
