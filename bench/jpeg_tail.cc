@@ -17,12 +17,13 @@
 // processes on one memo file for a first read by the machine against a read another process
 // already vouched for (docs/bad-data.md).
 //
-// --entropy: the project's baseline entropy decoder (decode/jpeg_entropy.h) against libjpeg's,
+// --entropy: the project's entropy decoder (decode/jpeg_entropy.h) against libjpeg's,
 // instead. First every file is decoded whole by both (ISLOW IDCT, RGB) and the pixels compared:
-// the files it took, gave up on and decoded differently (which must be none). Then, alternating,
-// best of --passes passes: `entropy`, every MCU of the scan through the entropy decoder alone
-// into a zeroed coefficient buffer (the files it takes), and `decode`, the whole decode of those
-// files. Last, the loader's decodes (JpegDecoder, strict, the train chain, three rounds of
+// the files it took (baseline and progressive), gave up on and decoded differently (which must
+// be none). Then, alternating, best of --passes passes, for the baseline and the progressive
+// files it takes: `entropy`, every MCU of a baseline scan through the entropy decoder alone into
+// a zeroed coefficient buffer, or jpeg_start_decompress of a progressive file (every scan read
+// into the coefficient buffer, no IDCT), and `decode`, the whole decode of those files. Last, the loader's decodes (JpegDecoder, strict, the train chain, three rounds of
 // draws) with the library's entropy decoder and with the project's, whose later rounds start
 // from the resume points the first recorded: the count of unequal samples (must be 0).
 //
@@ -98,8 +99,13 @@ class Decoder {
     jpeg_read_header(&cinfo_, TRUE);
     cinfo_.out_color_space = JCS_RGB;
     cinfo_.dct_method = JDCT_ISLOW;
-    jpeg_start_decompress(&cinfo_);
-    if (own) *installed = entropy_.Install(&cinfo_);
+    progress_.Arm(&cinfo_, own);
+    jpeg_start_decompress(&cinfo_);  // a progressive file's scans are all read here
+    *installed = progress_.installed || (own && entropy_.Install(&cinfo_));
+    if (entropy_only && cinfo_.progressive_mode) {
+      jpeg_abort_decompress(&cinfo_);
+      return true;
+    }
     if (entropy_only) {
       JBLOCK blocks[D_MAX_BLOCKS_IN_MCU];
       JBLOCKROW rows[D_MAX_BLOCKS_IN_MCU];
@@ -131,14 +137,28 @@ class Decoder {
   jpeg_decompress_struct cinfo_;
   Error err_;
   BaselineEntropy entropy_;
+  ringloader::decode_internal::ProgressiveMonitor progress_{&entropy_};
   std::vector<uint8_t> pixels_;
 };
 
 
+/// Whether the file's first frame header is a progressive one (SOF2, or SOF6/10/14).
+bool IsProgressive(const std::vector<uint8_t>& f) {
+  for (size_t i = 2; i + 4 < f.size();) {
+    if (f[i] != 0xFF) return false;
+    const int marker = f[i + 1];
+    if (marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC) {
+      return (marker & 3) == 2;
+    }
+    i += 2 + ((size_t{f[i + 2]} << 8) | f[i + 3]);
+  }
+  return false;
+}
+
 /// --entropy (see the top of the file).
 int CompareEntropyDecoders(const std::vector<std::vector<uint8_t>>& files, int passes) {
   Decoder lib, own;
-  std::vector<const std::vector<uint8_t>*> taken;
+  std::vector<const std::vector<uint8_t>*> taken[2];  // baseline, progressive
   int bailed = 0, different = 0, failed = 0;
   for (const auto& f : files) {
     bool installed = false;
@@ -149,26 +169,32 @@ int CompareEntropyDecoders(const std::vector<std::vector<uint8_t>>& files, int p
       failed += ok_lib != ok_own;
       continue;
     }
-    if (installed) taken.push_back(&f);
+    if (installed) taken[IsProgressive(f)].push_back(&f);
     if (lib.pixels() != own.pixels()) ++different;
   }
-  std::printf("files %zu: taken by the project's decoder %zu, given up %d, "
-              "different pixels %d, different verdicts %d\n",
-              files.size(), taken.size(), bailed, different, failed);
-  for (const bool entropy_only : {true, false}) {
-    double best[2] = {1e30, 1e30};
-    for (int p = 0; p < passes; ++p) {
-      for (int which = 0; which < 2; ++which) {
-        Decoder& d = which == 0 ? lib : own;
-        const auto t0 = std::chrono::steady_clock::now();
-        bool installed = false;
-        for (const auto* f : taken) d.Run(*f, which == 1, entropy_only, &installed);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        best[which] = std::min(best[which], s);
+  std::printf("files %zu: taken by the project's decoder %zu baseline and %zu progressive, "
+              "given up %d, different pixels %d, different verdicts %d\n",
+              files.size(), taken[0].size(), taken[1].size(), bailed, different, failed);
+  for (const int progressive : {0, 1}) {
+    for (const bool entropy_only : {true, false}) {
+      double best[2] = {1e30, 1e30};
+      for (int p = 0; p < passes; ++p) {
+        for (int which = 0; which < 2; ++which) {
+          Decoder& d = which == 0 ? lib : own;
+          const auto t0 = std::chrono::steady_clock::now();
+          bool installed = false;
+          for (const auto* f : taken[progressive]) d.Run(*f, which == 1, entropy_only, &installed);
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+          best[which] = std::min(best[which], s);
+        }
       }
+      // A progressive file's "entropy" is jpeg_start_decompress: every scan read into the
+      // coefficient buffer, no IDCT.
+      std::printf("%-11s %-7s libjpeg %.3f s, project's %.3f s: %.3fx the time\n",
+                  progressive ? "progressive" : "baseline", entropy_only ? "entropy" : "decode",
+                  best[0], best[1], best[1] / best[0]);
     }
-    std::printf("%-8s libjpeg %.3f s, project's %.3f s: %.3fx the time\n",
-                entropy_only ? "entropy" : "decode", best[0], best[1], best[1] / best[0]);
   }
   // The loader's decodes, resumed from points after the first round.
   namespace di = ringloader::decode_internal;

@@ -94,9 +94,9 @@ void EmitMessage(j_common_ptr cinfo, int msg_level) {
 
 void OutputMessage(j_common_ptr) {}  // never print from a library
 
-void ProgressMonitor(j_common_ptr cinfo) {
-  if (!cinfo->is_decompressor) return;
-  const auto* dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
+/// Refuses files of more scans than kMaxScans (called by the ProgressiveMonitor).
+void ScanLimit(j_common_ptr cinfo) {
+  const auto dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
   if (dinfo->input_scan_number > kMaxScans) {
     ErrorManager* err = Err(cinfo);
     std::snprintf(err->message, sizeof(err->message), "more than %d scans", kMaxScans);
@@ -161,7 +161,6 @@ void CmykToRgb(const uint8_t* in, int n, int out_bpp, uint8_t* out) {
 struct DecoderState {
   jpeg_decompress_struct cinfo;
   ErrorManager err;
-  jpeg_progress_mgr progress;
   bool created = false;
   bool cmyk = false;  // current image decodes to CMYK and needs conversion
   RenderState render;
@@ -172,6 +171,8 @@ struct DecoderState {
   // The project's baseline entropy decoder (decode/jpeg_entropy.h), and whether this decode
   // may use it (not after it gave up on the bytes: then the library decodes them again).
   decode_internal::BaselineEntropy entropy;
+  // The progress monitor: the scan limit, and the entropy decoder over progressive scans.
+  decode_internal::ProgressiveMonitor progress{&entropy, ScanLimit};
   bool own_entropy = true;
   bool entropy_installed = false;  // by the last StartDecompress
   std::vector<decode_internal::ResumePoint> points;  // recorded, or resumed from
@@ -185,15 +186,13 @@ JpegDecoder::JpegDecoder() : state_(std::make_unique<State>()) {
   State& s = *state_;
   std::memset(&s.cinfo, 0, sizeof(s.cinfo));
   std::memset(&s.err, 0, sizeof(s.err));
-  std::memset(&s.progress, 0, sizeof(s.progress));
   s.cinfo.err = jpeg_std_error(&s.err.pub);
   s.err.pub.error_exit = ErrorExit;
   s.err.pub.emit_message = EmitMessage;
   s.err.pub.output_message = OutputMessage;
-  s.progress.progress_monitor = ProgressMonitor;
   // jpeg_create_decompress only fails on out-of-memory; then every call reports it.
   s.created = Guarded(s.err, [&] { jpeg_create_decompress(&s.cinfo); });
-  if (s.created) s.cinfo.progress = &s.progress;
+  if (s.created) s.cinfo.progress = &s.progress.pub;
   s.row_ptrs.resize(kRowChunk);
 }
 
@@ -297,14 +296,18 @@ absl::Status ReadHeader(DecoderState& s, const uint8_t* data, size_t size,
   return absl::OkStatus();
 }
 
-/// jpeg_start_decompress, then the project's entropy decoder over the scan where it applies.
+/// jpeg_start_decompress with the project's entropy decoder over a progressive file's scans
+/// (installed from inside it, by the progress monitor), or over a baseline file's one scan
+/// after it, where it applies.
 bool StartDecompress(DecoderState& s) {
   j_decompress_ptr cinfo = &s.cinfo;
-  s.entropy_installed = false;
-  if (!Guarded(s.err, [&] { jpeg_start_decompress(cinfo); })) return false;
-  if (s.own_entropy && decode_internal::OwnEntropyEnabled()) {
-    s.entropy_installed = s.entropy.Install(cinfo);
-  }
+  const bool own = s.own_entropy && decode_internal::OwnEntropyEnabled();
+  s.progress.Arm(cinfo, own);
+  const bool ok = Guarded(s.err, [&] { jpeg_start_decompress(cinfo); });
+  s.progress.pending = false;
+  s.entropy_installed = s.progress.installed;
+  if (!ok) return false;
+  if (own && !s.entropy_installed) s.entropy_installed = s.entropy.Install(cinfo);
   return true;
 }
 
@@ -671,8 +674,9 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
   const bool known_clean = clean != nullptr && clean->Contains(fingerprint);
   // Bytes read clean before by this process start their entropy decoding at the last resume
   // point above the crop; other decodes record points for the next time.
-  decode_internal::ScanIndex* index =
-      clean != nullptr && s.entropy_installed ? &decode_internal::ScanIndex::ProcessWide() : nullptr;
+  decode_internal::ScanIndex* index = clean != nullptr && s.entropy_installed && !cinfo->progressive_mode
+                                          ? &decode_internal::ScanIndex::ProcessWide()
+                                          : nullptr;
   bool recording = false;
   if (index != nullptr) {
     if (known_clean && index->Find(fingerprint, size, &s.points)) {

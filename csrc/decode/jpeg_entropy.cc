@@ -295,6 +295,7 @@ void Restart(j_decompress_ptr cinfo, Core& c) {
   if (c.end - p < 2 || p[0] != 0xFF || p[1] != JPEG_RST0 + c.next_restart) Bail(cinfo, c);
   ReadFrom(c, p + 2);
   for (int& dc : c.last_dc) dc = 0;
+  c.eobrun = 0;
   c.next_restart = (c.next_restart + 1) & 7;
   c.restarts_to_go = c.restart_interval;
 }
@@ -336,6 +337,17 @@ void RecordPoint(Core& c) {
     p.dc[i] = static_cast<int16_t>(c.last_dc[i]);
   }
   c.recording->push_back(p);
+}
+
+/// After an MCU: the reader's state kept, data read past a marker given up on, the restart
+/// count and the scan's end.
+[[gnu::always_inline]] inline void EndMcu(j_decompress_ptr cinfo, Core& c, const Bits& r) {
+  c.acc = r.acc;
+  c.bits = r.bits;
+  c.pos = r.pos;
+  if (c.pad != 0 && r.bits < c.pad) Bail(cinfo, c);  // read past a marker: data is missing
+  if (c.restart_interval != 0) --c.restarts_to_go;
+  if (++c.mcu == c.total_mcus) EndScan(cinfo, c);
 }
 
 boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data);
@@ -400,18 +412,212 @@ boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
       DecodeAc<false>(cinfo, c, *blk.ac, nullptr, r);
     }
   }
-  c.acc = r.acc;
-  c.bits = r.bits;
-  c.pos = r.pos;
-  if (c.pad != 0 && r.bits < c.pad) Bail(cinfo, c);  // read past a marker: data is missing
-  if (c.restart_interval != 0) --c.restarts_to_go;
-  if (++c.mcu == c.total_mcus) EndScan(cinfo, c);
+  EndMcu(cinfo, c, r);
   return TRUE;
 }
 
 void StartPass(j_decompress_ptr cinfo) {
   // A scan after the first: never, for the files it takes (one scan).
   Bail(cinfo, *reinterpret_cast<Core*>(cinfo->entropy));
+}
+
+// ---- Progressive scans (InstallProgressive): jdphuff.c's four decoders, coefficient for
+// coefficient, with this file's tables and bit reader.
+
+/// One progressive MCU: the restart before it, `body` on the reader, the end after it.
+template <typename Body>
+[[gnu::always_inline]] inline boolean ProgressiveMcu(j_decompress_ptr cinfo, Body&& body) {
+  Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
+  if (c.restart_interval != 0 && c.restarts_to_go == 0) Restart(cinfo, c);
+  Bits r{c.acc, c.bits, c.pos};
+  body(c, r);
+  EndMcu(cinfo, c, r);
+  return TRUE;
+}
+
+/// A value at the scan's bit position, as the library's LEFT_SHIFT stores it.
+inline JCOEF AtBit(int value, int al) {
+  return static_cast<JCOEF>(static_cast<int>(static_cast<unsigned>(value) << al));
+}
+
+/// A refinement bit for a coefficient already non-zero: its magnitude grows by the bit.
+inline void Refine(Core& c, Bits& r, JCOEF* coef, int p1, int m1) {
+  Refill(c, r);
+  if (TakeBits(r, 1) != 0 && (*coef & p1) == 0) {
+    *coef = static_cast<JCOEF>(*coef + (*coef >= 0 ? p1 : m1));
+  }
+}
+
+boolean DecodeDcFirst(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  return ProgressiveMcu(cinfo, [&](Core& c, Bits& r) {
+    for (int b = 0; b < c.blocks; ++b) {
+      const Core::Block& blk = c.block[b];
+      Refill(c, r);
+      int s = DecodeSymbol(cinfo, c, *blk.dc, r);
+      if (s != 0) s = Extend(TakeBits(r, s), s);
+      int& last = c.last_dc[blk.comp];
+      // The library refuses a DC value past int's range (JERR_BAD_DCT_COEF): its own decode
+      // gives that verdict.
+      if (__builtin_add_overflow(last, s, &last)) Bail(cinfo, c);
+      data[b][0][0] = AtBit(last, c.al);
+    }
+  });
+}
+
+boolean DecodeDcRefine(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  return ProgressiveMcu(cinfo, [&](Core& c, Bits& r) {
+    const int p1 = 1 << c.al;
+    for (int b = 0; b < c.blocks; ++b) {
+      Refill(c, r);
+      if (TakeBits(r, 1) != 0) data[b][0][0] = static_cast<JCOEF>(data[b][0][0] | p1);
+    }
+  });
+}
+
+boolean DecodeAcFirst(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  return ProgressiveMcu(cinfo, [&](Core& c, Bits& r) {
+    if (c.eobrun > 0) {  // a block of the band's end-of-band run: nothing coded
+      --c.eobrun;
+      return;
+    }
+    JCOEF* block = data[0][0];
+    const HuffTable& t = *c.band;
+    const int se = c.se;
+    const int al = c.al;
+    for (int k = c.ss; k <= se;) {
+      Refill(c, r);
+      // One or two coefficients a lookup, as in DecodeAc: both inside the band.
+      const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
+      const int first = k + static_cast<int>((f >> 4) & 15);
+      const int second = first + static_cast<int>((f >> 8) & 31);
+      if (f != 0 && second <= se) {
+        const int len = static_cast<int>(f & 15);
+        r.acc <<= len;
+        r.bits -= len;
+        block[kNatural[first]] = AtBit(static_cast<int8_t>(f >> 16), al);
+        block[kNatural[second]] = AtBit(static_cast<int32_t>(f) >> 24, al);
+        k = second + 1;
+        continue;
+      }
+      const int rs = DecodeSymbol(cinfo, c, t, r);
+      const int size = rs & 15;
+      const int run = rs >> 4;
+      if (size != 0) {
+        k += run;
+        block[kNatural[k]] = AtBit(Extend(TakeBits(r, size), size), al);
+        ++k;
+      } else if (run == 15) {  // sixteen zeros
+        k += 16;
+      } else {  // end of band here and in the next 2^run - 1 + (run bits) blocks
+        c.eobrun = (1u << run) - 1;
+        if (run != 0) c.eobrun += static_cast<unsigned>(TakeBits(r, run));
+        break;
+      }
+    }
+  });
+}
+
+boolean DecodeAcRefine(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  return ProgressiveMcu(cinfo, [&](Core& c, Bits& r) {
+    JCOEF* block = data[0][0];
+    const HuffTable& t = *c.band;
+    const int se = c.se;
+    const int p1 = 1 << c.al;
+    const int m1 = static_cast<int>(~0u << c.al);
+    int k = c.ss;
+    if (c.eobrun == 0) {
+      for (; k <= se; ++k) {
+        Refill(c, r);
+        const int rs = DecodeSymbol(cinfo, c, t, r);
+        int run = rs >> 4;
+        int value = 0;  // a coefficient that becomes non-zero in this scan
+        if ((rs & 15) != 0) {
+          // Its size is always 1; the library warns of anything else (its decode judges).
+          if ((rs & 15) != 1) Bail(cinfo, c);
+          value = TakeBits(r, 1) != 0 ? p1 : m1;
+        } else if (run != 15) {  // end of band, the rest of this block refined below
+          c.eobrun = 1u << run;
+          if (run != 0) c.eobrun += static_cast<unsigned>(TakeBits(r, run));
+          break;
+        }
+        // Past `run` zero coefficients, refining the non-zero ones met on the way.
+        do {
+          JCOEF* coef = block + kNatural[k];
+          if (*coef != 0) {
+            Refine(c, r, coef, p1, m1);
+          } else if (--run < 0) {
+            break;
+          }
+          ++k;
+        } while (k <= se);
+        if (value != 0) block[kNatural[k]] = static_cast<JCOEF>(value);
+      }
+    }
+    if (c.eobrun > 0) {  // in an end-of-band run: only the non-zero coefficients are refined
+      for (; k <= se; ++k) {
+        JCOEF* coef = block + kNatural[k];
+        if (*coef != 0) Refine(c, r, coef, p1, m1);
+      }
+      --c.eobrun;
+    }
+  });
+}
+
+/// Takes the scan the library has just started (its start_pass has checked it): tables, band
+/// and reader. False for tables it cannot take.
+bool SetUpScan(j_decompress_ptr cinfo, Core& c) {
+  const bool refine = cinfo->Ah != 0;
+  if (cinfo->Ss == 0) {
+    if (cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU) return false;
+    c.blocks = cinfo->blocks_in_MCU;
+    for (int b = 0; b < c.blocks; ++b) {
+      const int ci = cinfo->MCU_membership[b];
+      const int tbl = cinfo->cur_comp_info[ci]->dc_tbl_no;
+      Core::Block& blk = c.block[b];
+      blk.comp = ci;
+      if (refine) continue;  // a DC refinement reads bits, no codes
+      if (tbl < 0 || tbl >= NUM_HUFF_TBLS ||
+          !Derive(cinfo->dc_huff_tbl_ptrs[tbl], false, &c.dc_tables[tbl])) {
+        return false;
+      }
+      blk.dc = &c.dc_tables[tbl];
+    }
+    c.pub.decode_mcu = refine ? DecodeDcRefine : DecodeDcFirst;
+  } else {
+    const int tbl = cinfo->cur_comp_info[0]->ac_tbl_no;
+    if (cinfo->comps_in_scan != 1 || tbl < 0 || tbl >= NUM_HUFF_TBLS ||
+        !Derive(cinfo->ac_huff_tbl_ptrs[tbl], true, &c.ac_tables[tbl])) {
+      return false;
+    }
+    c.band = &c.ac_tables[tbl];
+    c.pub.decode_mcu = refine ? DecodeAcRefine : DecodeAcFirst;
+  }
+  c.ss = cinfo->Ss;
+  c.se = cinfo->Se;
+  c.al = cinfo->Al;
+  c.eobrun = 0;
+  const jpeg_source_mgr* src = cinfo->src;
+  ReadFrom(c, src->next_input_byte);
+  c.end = src->next_input_byte + src->bytes_in_buffer;
+  c.at_marker = cinfo->unread_marker != 0;
+  for (int& dc : c.last_dc) dc = 0;
+  c.restart_interval = cinfo->restart_interval;
+  c.restarts_to_go = cinfo->restart_interval;
+  c.next_restart = 0;
+  c.mcu = 0;
+  c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
+  c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
+  c.scan_begin = c.pos;
+  return true;
+}
+
+/// A progressive file's next scan: the library's start_pass checks it (its warnings and
+/// errors as always), then this decoder takes it, or the library keeps it and the rest.
+void ProgressiveStartPass(j_decompress_ptr cinfo) {
+  Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
+  cinfo->entropy = c.library;
+  c.library_start_pass(cinfo);
+  if (SetUpScan(cinfo, c)) cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
 }
 
 }  // namespace
@@ -477,6 +683,39 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   c.pub.insufficient_data = FALSE;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
   return true;
+}
+
+bool BaselineEntropy::InstallProgressive(j_decompress_ptr cinfo) {
+  Core& c = core_;
+  c.bailed = false;
+  if (!cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8) return false;
+  if (cinfo->entropy == nullptr || cinfo->input_scan_number != 1 || cinfo->input_iMCU_row != 0) {
+    return false;
+  }
+  c.next_point = ~uint64_t{0};
+  c.point_stride = 0;
+  c.recording = nullptr;
+  c.resume = nullptr;
+  c.deferring = false;
+  c.resumed = false;
+  if (!SetUpScan(cinfo, c)) return false;
+  c.library = cinfo->entropy;
+  c.library_start_pass = reinterpret_cast<EntropyInterface*>(cinfo->entropy)->start_pass;
+  c.pub.start_pass = ProgressiveStartPass;
+  c.pub.insufficient_data = FALSE;
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
+  return true;
+}
+
+void ProgressiveMonitor::Monitor(j_common_ptr cinfo) {
+  if (!cinfo->is_decompressor) return;
+  const auto dinfo = reinterpret_cast<j_decompress_ptr>(cinfo);
+  auto* self = reinterpret_cast<ProgressiveMonitor*>(dinfo->progress);
+  if (self->pending) {
+    self->pending = false;
+    self->installed = self->entropy->InstallProgressive(dinfo);
+  }
+  if (self->then != nullptr) self->then(cinfo);
 }
 
 void BaselineEntropy::Record(std::vector<ResumePoint>* points) {

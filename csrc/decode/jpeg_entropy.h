@@ -1,11 +1,13 @@
 #pragma once
-/// A baseline Huffman entropy decoder that stands in for libjpeg's inside a libjpeg decode.
+/// A Huffman entropy decoder that stands in for libjpeg's inside a libjpeg decode.
 ///
 /// Entropy decoding is most of a training sample's cost (about 60% of the loader's CPU). This
 /// decoder replaces the library's `decode_mcu` for single-scan, 8-bit, Huffman-coded files after
-/// jpeg_start_decompress: its tables resolve a coefficient's code, run and value in one lookup
-/// for the common short codes, and its bit reader loads eight bytes at a time where no 0xFF is
-/// among them. It writes the coefficients the library would, block for block.
+/// jpeg_start_decompress (`Install`), and for the scans of progressive 8-bit Huffman files from
+/// inside it (`InstallProgressive`, through a `ProgressiveMonitor`): its tables resolve the next
+/// one or two coefficients' codes, runs and values in one lookup for the common short codes,
+/// and its bit reader loads eight bytes at a time where no 0xFF is among them. It writes the
+/// coefficients the library would, block for block.
 ///
 /// It never decides a verdict. Whenever the data leaves the plain case (a code no table has, a
 /// marker inside the scan, data missing, bytes between the scan's end and the next marker, a
@@ -118,6 +120,14 @@ class BaselineEntropy {
   /// decoding when the file qualifies (one scan holding every component, sequential Huffman,
   /// 8-bit). Returns whether it did. It stays installed until the next jpeg_start_decompress.
   bool Install(j_decompress_ptr cinfo);
+  /// For a progressive Huffman 8-bit file, from the progress monitor's first call inside
+  /// jpeg_start_decompress (the first scan's start_pass has run, none of its data has been
+  /// read): takes over the entropy decoding of every scan (DC and AC, first and refinement),
+  /// writing the coefficients the library would. The library's own start_pass still checks
+  /// each scan's parameters and the progression, with its warnings and errors; a scan whose
+  /// tables it does not take is left to the library, with the scans after it. Returns
+  /// whether it did.
+  bool InstallProgressive(j_decompress_ptr cinfo);
 
   /// It met data it leaves to the library (see above) and raised a libjpeg error to stop the
   /// decode; the caller redoes the decode without it.
@@ -164,6 +174,16 @@ class BaselineEntropy {
     const std::vector<ResumePoint>* resume = nullptr;
     bool deferring = false;  // skipped MCUs are counted, not decoded (the state is MCU 0's)
     bool resumed = false;
+    // Progressive scans: the band (first and last coefficient), the bit position, the blocks
+    // still to skip in an end-of-band run, the band's table; the library's own entropy
+    // decoder, whose start_pass checks each new scan.
+    int ss = 1;
+    int se = DCTSIZE2 - 1;
+    int al = 0;
+    unsigned eobrun = 0;
+    const HuffTable* band = nullptr;
+    jpeg_entropy_decoder* library = nullptr;
+    void (*library_start_pass)(j_decompress_ptr) = nullptr;
     struct Block {
       const HuffTable* dc = nullptr;
       const HuffTable* ac = nullptr;
@@ -177,6 +197,30 @@ class BaselineEntropy {
 
  private:
   Core core_;
+};
+
+/// The libjpeg progress monitor through which a progressive file's scans get the project's
+/// decoder: BaselineEntropy::InstallProgressive at its first call inside
+/// jpeg_start_decompress. `then`, if set, is called on every call (a monitor of the caller's).
+struct ProgressiveMonitor {
+  jpeg_progress_mgr pub{};  // first member: libjpeg hands &pub back to Monitor
+  BaselineEntropy* entropy = nullptr;
+  void (*then)(j_common_ptr) = nullptr;
+  bool pending = false;    // armed for a decode whose first call has not come
+  bool installed = false;  // InstallProgressive took the file
+
+  explicit ProgressiveMonitor(BaselineEntropy* e, void (*also)(j_common_ptr) = nullptr)
+      : entropy(e), then(also) {
+    pub.progress_monitor = Monitor;
+  }
+  /// Before jpeg_start_decompress (the header read): installs over this decode if `on` and
+  /// the file is progressive; also makes this cinfo's progress monitor.
+  void Arm(j_decompress_ptr cinfo, bool on) {
+    pending = on && cinfo->progressive_mode;
+    installed = false;
+    cinfo->progress = &pub;
+  }
+  static void Monitor(j_common_ptr cinfo);
 };
 
 }  // namespace ringloader::decode_internal

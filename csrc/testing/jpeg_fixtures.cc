@@ -145,6 +145,31 @@ std::vector<uint8_t> EncodeJpeg(const JpegFlavor& flavor) {
     }
   }
   if (flavor.progressive) jpeg_simple_progression(&cinfo);
+  std::vector<jpeg_scan_info> script;  // read by jpeg_start_compress's passes: lives to the end
+  if (flavor.deep_refinement) {
+    const int n = cinfo.num_components;
+    const auto scan = [&script](int first, int count, int ss, int se, int ah, int al) {
+      jpeg_scan_info info{};
+      info.comps_in_scan = count;
+      for (int i = 0; i < count; ++i) info.component_index[i] = first + i;
+      info.Ss = ss;
+      info.Se = se;
+      info.Ah = ah;
+      info.Al = al;
+      script.push_back(info);
+    };
+    scan(0, n, 0, 0, 0, 2);
+    for (int c = 0; c < n; ++c) {
+      scan(c, 1, 1, 2, 0, 1);
+      scan(c, 1, 3, 63, 0, 2);
+    }
+    scan(0, n, 0, 0, 2, 1);
+    for (int c = 0; c < n; ++c) scan(c, 1, 3, 63, 2, 1);
+    scan(0, n, 0, 0, 1, 0);
+    for (int c = 0; c < n; ++c) scan(c, 1, 1, 63, 1, 0);
+    cinfo.scan_info = script.data();
+    cinfo.num_scans = static_cast<int>(script.size());
+  }
   cinfo.restart_interval = static_cast<unsigned>(flavor.restart_interval);
   cinfo.arith_code = flavor.arithmetic ? TRUE : FALSE;
   cinfo.optimize_coding = flavor.optimize_coding ? TRUE : FALSE;

@@ -21,6 +21,10 @@ struct JpegFlavor {
   /// 4x1 = 4:1:1, 1x2 = 4:4:0.
   int h_samp = 2, v_samp = 2;
   bool progressive = false;
+  /// Progressive with a scan script of its own instead of libjpeg's simple progression: the
+  /// DC coefficients and the AC band 3-63 sent two bits short, then refined bit by bit (DC
+  /// refinements at bit 1, not only 0), the band 1-2 one bit short.
+  bool deep_refinement = false;
   int restart_interval = 0;  ///< MCUs per restart interval (0 = none)
   bool arithmetic = false;
   bool optimize_coding = false;  ///< Huffman tables made for this image (not the standard ones)
