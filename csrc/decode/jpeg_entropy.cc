@@ -237,22 +237,30 @@ __attribute__((noinline)) Bits RefillSlow(Core& c, Bits r) {
 template <bool kWrite>
 [[gnu::always_inline]] inline void DecodeAc(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
                                             JCOEF* block, Bits& r) {
-  for (int k = 1; k < 64;) {
-    Refill(c, r);
+  // One lookup's coefficients, if both lie inside the block (the library ends a block at its
+  // 64th coefficient, so a second one past it belongs to the general path, which does what
+  // the library does).
+  const auto fast = [&](int& k) {
     const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
     const int first = k + static_cast<int>((f >> 4) & 15);
     const int second = first + static_cast<int>((f >> 8) & 31);
-    // Both inside the block (the library ends a block at its 64th coefficient, so a second
-    // one past it belongs to the general path, which does what the library does).
-    if (f != 0 && second < 64) {
-      const int len = static_cast<int>(f & 15);
-      r.acc <<= len;
-      r.bits -= len;
-      if (kWrite) {
-        block[kNatural[first]] = static_cast<JCOEF>(static_cast<int8_t>(f >> 16));
-        block[kNatural[second]] = static_cast<JCOEF>(static_cast<int32_t>(f) >> 24);
-      }
-      k = second + 1;
+    if (f == 0 || second >= 64) return false;
+    const int len = static_cast<int>(f & 15);
+    r.acc <<= len;
+    r.bits -= len;
+    if (kWrite) {
+      block[kNatural[first]] = static_cast<JCOEF>(static_cast<int8_t>(f >> 16));
+      block[kNatural[second]] = static_cast<JCOEF>(static_cast<int32_t>(f) >> 24);
+    }
+    k = second + 1;
+    return true;
+  };
+  for (int k = 1; k < 64;) {
+    Refill(c, r);
+    // 32 bits or more: three lookups (10 bits each at most) before the next check.
+    static_assert(3 * kFast <= 32);
+    if (fast(k)) {
+      if (k < 64 && fast(k) && k < 64) fast(k);
       continue;
     }
     const int rs = DecodeSymbol(cinfo, c, t, r);
