@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,23 @@ from imagegen import write_tree  # noqa: E402,F401  (one builder of test trees, 
 from scan_memo_env import isolate_scan_memo  # noqa: E402
 
 isolate_scan_memo()  # no test writes into the user's cache
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temp_files_in_the_runs_folder(tmp_path_factory):
+    """The tests' temporary files, and those of the processes they start, go to a folder of
+    this run's (which pytest removes with its old runs), not to /tmp: a torch worker process
+    that torch's shutdown stops, as a timed-out one, leaves its multiprocessing folder (the
+    socket its tensors' file descriptors were shared through) behind."""
+    folder = str(tmp_path_factory.mktemp("tmp"))
+    saved_env, saved_dir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"] = tempfile.tempdir = folder
+    yield folder
+    tempfile.tempdir = saved_dir
+    if saved_env is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = saved_env
 
 
 @pytest.fixture(scope="session")
