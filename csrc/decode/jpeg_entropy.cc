@@ -571,6 +571,29 @@ boolean DecodeAcRefine(j_decompress_ptr cinfo, JBLOCKROW* data) {
   });
 }
 
+/// The state at the start of the scan the library has just started: the reader at the
+/// source's next byte, DC predictions, restart count, MCU count; no resume points.
+void StartScan(j_decompress_ptr cinfo, Core& c) {
+  const jpeg_source_mgr* src = cinfo->src;
+  ReadFrom(c, src->next_input_byte);
+  c.end = src->next_input_byte + src->bytes_in_buffer;
+  c.at_marker = cinfo->unread_marker != 0;
+  for (int& dc : c.last_dc) dc = 0;
+  c.restart_interval = cinfo->restart_interval;
+  c.restarts_to_go = cinfo->restart_interval;
+  c.next_restart = 0;
+  c.mcu = 0;
+  c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
+  c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
+  c.scan_begin = c.pos;
+  c.next_point = ~uint64_t{0};
+  c.point_stride = 0;
+  c.recording = nullptr;
+  c.resume = nullptr;
+  c.deferring = false;
+  c.resumed = false;
+}
+
 /// Takes the scan the library has just started (its start_pass has checked it): tables, band
 /// and reader. False for tables it cannot take.
 bool SetUpScan(j_decompress_ptr cinfo, Core& c) {
@@ -604,18 +627,7 @@ bool SetUpScan(j_decompress_ptr cinfo, Core& c) {
   c.se = cinfo->Se;
   c.al = cinfo->Al;
   c.eobrun = 0;
-  const jpeg_source_mgr* src = cinfo->src;
-  ReadFrom(c, src->next_input_byte);
-  c.end = src->next_input_byte + src->bytes_in_buffer;
-  c.at_marker = cinfo->unread_marker != 0;
-  for (int& dc : c.last_dc) dc = 0;
-  c.restart_interval = cinfo->restart_interval;
-  c.restarts_to_go = cinfo->restart_interval;
-  c.next_restart = 0;
-  c.mcu = 0;
-  c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
-  c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
-  c.scan_begin = c.pos;
+  StartScan(cinfo, c);
   return true;
 }
 
@@ -668,24 +680,7 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
     blk.dc_needed = comp->component_needed;
     blk.ac_needed = comp->component_needed && comp->DCT_scaled_size > 1;
   }
-  const jpeg_source_mgr* src = cinfo->src;
-  ReadFrom(c, src->next_input_byte);
-  c.end = src->next_input_byte + src->bytes_in_buffer;
-  c.at_marker = cinfo->unread_marker != 0;
-  for (int& dc : c.last_dc) dc = 0;
-  c.restart_interval = cinfo->restart_interval;
-  c.restarts_to_go = cinfo->restart_interval;
-  c.next_restart = 0;
-  c.mcu = 0;
-  c.total_mcus = uint64_t{cinfo->MCUs_per_row} * cinfo->MCU_rows_in_scan;
-  c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
-  c.scan_begin = c.pos;
-  c.next_point = ~uint64_t{0};
-  c.point_stride = 0;
-  c.recording = nullptr;
-  c.resume = nullptr;
-  c.deferring = false;
-  c.resumed = false;
+  StartScan(cinfo, c);
   c.pub.start_pass = StartPass;
   c.pub.decode_mcu = DecodeMcu;
   c.pub.insufficient_data = FALSE;
@@ -700,12 +695,6 @@ bool BaselineEntropy::InstallProgressive(j_decompress_ptr cinfo) {
   if (cinfo->entropy == nullptr || cinfo->input_scan_number != 1 || cinfo->input_iMCU_row != 0) {
     return false;
   }
-  c.next_point = ~uint64_t{0};
-  c.point_stride = 0;
-  c.recording = nullptr;
-  c.resume = nullptr;
-  c.deferring = false;
-  c.resumed = false;
   if (!SetUpScan(cinfo, c)) return false;
   c.library = cinfo->entropy;
   c.library_start_pass = reinterpret_cast<EntropyInterface*>(cinfo->entropy)->start_pass;

@@ -133,25 +133,33 @@ std::vector<JpegFlavor> Layouts() {
   return out;
 }
 
+/// `jpeg` (encoded as `f`) decoded at scale num/8 after skipping `skip` rows by the library's
+/// entropy decoder and by the project's (`reused`, or a new one): the project's takes the file
+/// and gives the library's pixels.
+void ExpectSamePixels(const std::vector<uint8_t>& jpeg, const JpegFlavor& f, int num, int skip,
+                      BaselineEntropy* reused = nullptr) {
+  const RawResult lib = RawDecode(jpeg, false, num, skip);
+  const RawResult own = RawDecode(jpeg, true, num, skip, nullptr, nullptr, reused);
+  const std::string what =
+      ::testing::PrintToString(f.width) + "x" + ::testing::PrintToString(f.height) + " q" +
+      ::testing::PrintToString(f.quality) + " restart " +
+      ::testing::PrintToString(f.restart_interval) + (f.progressive ? " progressive" : "") +
+      (f.deep_refinement ? " deep" : "") + " scale " + ::testing::PrintToString(num) + " skip " +
+      ::testing::PrintToString(skip);
+  ASSERT_TRUE(lib.ok) << what;
+  EXPECT_TRUE(own.installed) << what;
+  EXPECT_FALSE(own.bailed) << what;
+  ASSERT_TRUE(own.ok) << what;
+  EXPECT_TRUE(own.pixels == lib.pixels) << what;
+}
+
 TEST(BaselineEntropy, SamePixelsAsTheLibraryForEveryLayoutScaleAndSkip) {
   int compared = 0;
   for (const JpegFlavor& f : Layouts()) {
     const std::vector<uint8_t> jpeg = EncodeJpeg(f);
     for (int num : {8, 4, 2, 1}) {
       for (int skip : {0, 9}) {
-        const RawResult lib = RawDecode(jpeg, false, num, skip);
-        const RawResult own = RawDecode(jpeg, true, num, skip);
-        const std::string what = ::testing::PrintToString(f.width) + "x" +
-                                 ::testing::PrintToString(f.height) + " q" +
-                                 ::testing::PrintToString(f.quality) + " restart " +
-                                 ::testing::PrintToString(f.restart_interval) + " scale " +
-                                 ::testing::PrintToString(num) + " skip " +
-                                 ::testing::PrintToString(skip);
-        ASSERT_TRUE(lib.ok) << what;
-        EXPECT_TRUE(own.installed) << what;
-        EXPECT_FALSE(own.bailed) << what;
-        ASSERT_TRUE(own.ok) << what;
-        EXPECT_TRUE(own.pixels == lib.pixels) << what;
+        ExpectSamePixels(jpeg, f, num, skip);
         ++compared;
       }
     }
@@ -192,19 +200,7 @@ TEST(BaselineEntropy, ProgressiveFilesSamePixelsAsTheLibrary) {
     const std::vector<uint8_t> jpeg = EncodeJpeg(f);
     for (int num : {8, 2}) {
       for (int skip : {0, 9}) {
-        const RawResult lib = RawDecode(jpeg, false, num, skip);
-        const RawResult own = RawDecode(jpeg, true, num, skip, nullptr, nullptr, &entropy);
-        const std::string what = ::testing::PrintToString(f.width) + "x" +
-                                 ::testing::PrintToString(f.height) + " q" +
-                                 ::testing::PrintToString(f.quality) + " restart " +
-                                 ::testing::PrintToString(f.restart_interval) + " scale " +
-                                 ::testing::PrintToString(num) + " skip " +
-                                 ::testing::PrintToString(skip);
-        ASSERT_TRUE(lib.ok) << what;
-        EXPECT_TRUE(own.installed) << what;
-        EXPECT_FALSE(own.bailed) << what;
-        ASSERT_TRUE(own.ok) << what;
-        EXPECT_TRUE(own.pixels == lib.pixels) << what;
+        ExpectSamePixels(jpeg, f, num, skip, &entropy);
         ++compared;
       }
     }
