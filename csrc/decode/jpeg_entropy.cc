@@ -615,8 +615,9 @@ bool SetUpScan(j_decompress_ptr cinfo, Core& c) {
     }
     c.pub.decode_mcu = refine ? DecodeDcRefine : DecodeDcFirst;
   } else {
+    if (cinfo->comps_in_scan != 1) return false;  // refused by the library's start_pass too
     const int tbl = cinfo->cur_comp_info[0]->ac_tbl_no;
-    if (cinfo->comps_in_scan != 1 || tbl < 0 || tbl >= NUM_HUFF_TBLS ||
+    if (tbl < 0 || tbl >= NUM_HUFF_TBLS ||
         !Derive(cinfo->ac_huff_tbl_ptrs[tbl], true, &c.ac_tables[tbl])) {
       return false;
     }
@@ -645,6 +646,7 @@ void ProgressiveStartPass(j_decompress_ptr cinfo) {
 bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
   Core& c = core_;
   c.bailed = false;
+  c.resumed = false;
   if (cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8) return false;
   if (jpeg_has_multiple_scans(cinfo)) return false;
   if (cinfo->comps_in_scan != cinfo->num_components || cinfo->input_iMCU_row != 0) return false;
@@ -691,6 +693,7 @@ bool BaselineEntropy::Install(j_decompress_ptr cinfo) {
 bool BaselineEntropy::InstallProgressive(j_decompress_ptr cinfo) {
   Core& c = core_;
   c.bailed = false;
+  c.resumed = false;
   if (!cinfo->progressive_mode || cinfo->arith_code || cinfo->data_precision != 8) return false;
   if (cinfo->entropy == nullptr || cinfo->input_scan_number != 1 || cinfo->input_iMCU_row != 0) {
     return false;
