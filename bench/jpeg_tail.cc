@@ -23,9 +23,10 @@
 // be none). Then, alternating, best of --passes passes, for the baseline and the progressive
 // files it takes: `entropy`, every MCU of a baseline scan through the entropy decoder alone into
 // a zeroed coefficient buffer, or jpeg_start_decompress of a progressive file (every scan read
-// into the coefficient buffer, no IDCT), and `decode`, the whole decode of those files. Last, the loader's decodes (JpegDecoder, strict, the train chain, three rounds of
-// draws) with the library's entropy decoder and with the project's, whose later rounds start
-// from the resume points the first recorded: the count of unequal samples (must be 0).
+// into the coefficient buffer, no IDCT), and `decode`, the whole decode of those files. Last,
+// the loader's decodes (JpegDecoder, strict, the train chain, three rounds of draws) with the
+// library's entropy decoder and with the project's, whose later rounds start from the resume
+// points the first recorded: the count of unequal samples (must be 0).
 //
 //   build/py/jpeg_tail [--passes N] [--eval] [--once | --entropy] DIR...   (the JPEGs under
 //                                                                         each DIR, recursively)

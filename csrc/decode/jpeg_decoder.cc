@@ -168,8 +168,9 @@ struct DecoderState {
   std::vector<JSAMPROW> row_ptrs;    // pointers into rows
   std::vector<uint8_t> rgb_row;      // one CMYK scanline converted to RGBX
   std::vector<uint8_t> full;         // full image for the reference path
-  // The project's baseline entropy decoder (decode/jpeg_entropy.h), and whether this decode
-  // may use it (not after it gave up on the bytes: then the library decodes them again).
+  // The project's entropy decoder (decode/jpeg_entropy.h: baseline and progressive scans), and
+  // whether this decode may use it (not after it gave up on the bytes: then the library
+  // decodes them again).
   decode_internal::BaselineEntropy entropy;
   // The progress monitor: the scan limit, and the entropy decoder over progressive scans.
   decode_internal::ProgressiveMonitor progress{&entropy, ScanLimit};

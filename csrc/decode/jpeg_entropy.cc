@@ -234,35 +234,52 @@ __attribute__((noinline)) Bits RefillSlow(Core& c, Bits r) {
 }
 
 /// One block's AC coefficients; `Write`: into `block` (zeroed by the caller), else discarded.
+/// A value at the scan's bit position `al`, as the library's LEFT_SHIFT stores it.
+inline JCOEF AtBit(int value, int al) {
+  return static_cast<JCOEF>(static_cast<int>(static_cast<unsigned>(value) << al));
+}
+
+/// The one or two coefficients of one AC table lookup at coefficient `k`, if both lie at or
+/// before `last` (the library ends a block or band there, so a second one past it belongs to
+/// the general path, which does what the library does): consumed, written at bit `al` (with
+/// kWrite), `k` moved past them. False, with nothing consumed, otherwise.
+template <bool kWrite>
+[[gnu::always_inline]] inline bool FastAc(const HuffTable& t, Bits& r, int& k, int last,
+                                          JCOEF* block, int al) {
+  const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
+  const int first = k + static_cast<int>((f >> 4) & 15);
+  const int second = first + static_cast<int>((f >> 8) & 31);
+  if (f == 0 || second > last) return false;
+  const int len = static_cast<int>(f & 15);
+  r.acc <<= len;
+  r.bits -= len;
+  if (kWrite) {
+    block[kNatural[first]] = AtBit(static_cast<int8_t>(f >> 16), al);
+    block[kNatural[second]] = AtBit(static_cast<int32_t>(f) >> 24, al);
+  }
+  k = second + 1;
+  return true;
+}
+
+/// After a refill (32 bits or more): up to three AC table lookups (10 bits each at most)
+/// before the buffer needs checking again. False if the first one missed.
+template <bool kWrite>
+[[gnu::always_inline]] inline bool FastAcRun(const HuffTable& t, Bits& r, int& k, int last,
+                                             JCOEF* block, int al) {
+  static_assert(3 * kFast <= 32);
+  if (!FastAc<kWrite>(t, r, k, last, block, al)) return false;
+  if (k <= last && FastAc<kWrite>(t, r, k, last, block, al) && k <= last) {
+    FastAc<kWrite>(t, r, k, last, block, al);
+  }
+  return true;
+}
+
 template <bool kWrite>
 [[gnu::always_inline]] inline void DecodeAc(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
                                             JCOEF* block, Bits& r) {
-  // One lookup's coefficients, if both lie inside the block (the library ends a block at its
-  // 64th coefficient, so a second one past it belongs to the general path, which does what
-  // the library does).
-  const auto fast = [&](int& k) {
-    const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
-    const int first = k + static_cast<int>((f >> 4) & 15);
-    const int second = first + static_cast<int>((f >> 8) & 31);
-    if (f == 0 || second >= 64) return false;
-    const int len = static_cast<int>(f & 15);
-    r.acc <<= len;
-    r.bits -= len;
-    if (kWrite) {
-      block[kNatural[first]] = static_cast<JCOEF>(static_cast<int8_t>(f >> 16));
-      block[kNatural[second]] = static_cast<JCOEF>(static_cast<int32_t>(f) >> 24);
-    }
-    k = second + 1;
-    return true;
-  };
   for (int k = 1; k < 64;) {
     Refill(c, r);
-    // 32 bits or more: three lookups (10 bits each at most) before the next check.
-    static_assert(3 * kFast <= 32);
-    if (fast(k)) {
-      if (k < 64 && fast(k) && k < 64) fast(k);
-      continue;
-    }
+    if (FastAcRun<kWrite>(t, r, k, 63, block, 0)) continue;
     const int rs = DecodeSymbol(cinfo, c, t, r);
     const int size = rs & 15;
     const int run = rs >> 4;
@@ -443,11 +460,6 @@ template <typename Body>
   return TRUE;
 }
 
-/// A value at the scan's bit position, as the library's LEFT_SHIFT stores it.
-inline JCOEF AtBit(int value, int al) {
-  return static_cast<JCOEF>(static_cast<int>(static_cast<unsigned>(value) << al));
-}
-
 /// A refinement bit for a coefficient already non-zero: its magnitude grows by the bit.
 inline void Refine(Core& c, Bits& r, JCOEF* coef, int p1, int m1) {
   Refill(c, r);
@@ -494,19 +506,7 @@ boolean DecodeAcFirst(j_decompress_ptr cinfo, JBLOCKROW* data) {
     const int al = c.al;
     for (int k = c.ss; k <= se;) {
       Refill(c, r);
-      // One or two coefficients a lookup, as in DecodeAc: both inside the band.
-      const uint32_t f = t.fast_ac[r.acc >> (64 - kFast)];
-      const int first = k + static_cast<int>((f >> 4) & 15);
-      const int second = first + static_cast<int>((f >> 8) & 31);
-      if (f != 0 && second <= se) {
-        const int len = static_cast<int>(f & 15);
-        r.acc <<= len;
-        r.bits -= len;
-        block[kNatural[first]] = AtBit(static_cast<int8_t>(f >> 16), al);
-        block[kNatural[second]] = AtBit(static_cast<int32_t>(f) >> 24, al);
-        k = second + 1;
-        continue;
-      }
+      if (FastAcRun<true>(t, r, k, se, block, al)) continue;
       const int rs = DecodeSymbol(cinfo, c, t, r);
       const int size = rs & 15;
       const int run = rs >> 4;
@@ -636,8 +636,8 @@ bool SetUpScan(j_decompress_ptr cinfo, Core& c) {
 /// errors as always), then this decoder takes it, or the library keeps it and the rest.
 void ProgressiveStartPass(j_decompress_ptr cinfo) {
   Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
-  cinfo->entropy = c.library;
-  c.library_start_pass(cinfo);
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(c.library);
+  c.library->start_pass(cinfo);
   if (SetUpScan(cinfo, c)) cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);
 }
 
@@ -699,8 +699,7 @@ bool BaselineEntropy::InstallProgressive(j_decompress_ptr cinfo) {
     return false;
   }
   if (!SetUpScan(cinfo, c)) return false;
-  c.library = cinfo->entropy;
-  c.library_start_pass = reinterpret_cast<EntropyInterface*>(cinfo->entropy)->start_pass;
+  c.library = reinterpret_cast<EntropyInterface*>(cinfo->entropy);
   c.pub.start_pass = ProgressiveStartPass;
   c.pub.insufficient_data = FALSE;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&c);

@@ -182,8 +182,7 @@ class BaselineEntropy {
     int al = 0;
     unsigned eobrun = 0;
     const HuffTable* band = nullptr;
-    jpeg_entropy_decoder* library = nullptr;
-    void (*library_start_pass)(j_decompress_ptr) = nullptr;
+    EntropyInterface* library = nullptr;
     struct Block {
       const HuffTable* dc = nullptr;
       const HuffTable* ac = nullptr;
