@@ -195,7 +195,10 @@ def test_low_file_limit(tmp_path: Path):
     """Under a low RLIMIT_NOFILE opens fail with EMFILE: those samples fail, the epoch ends.
 
     The limit is set after iter() has started the readers, so the tree is far larger than what
-    they can read ahead (prefetch batches plus io_depth) before it takes effect."""
+    they can read ahead (prefetch batches plus io_depth) before it takes effect. It leaves no
+    descriptor free for the dataset's files: with a few free, whether an open fails depended on
+    how many reads the reader had in flight at once, and a reader that started them one at a
+    time (as on a machine where each read ends before the next starts) never failed one."""
     count = 600
     (tmp_path / "t" / "a").mkdir(parents=True)
     data = jpeg_bytes(24, 18, seed=0)
@@ -203,15 +206,21 @@ def test_low_file_limit(tmp_path: Path):
         (tmp_path / "t" / "a" / f"g{i:03d}.jpg").write_bytes(data)
     root = tmp_path / "t"
     script = textwrap.dedent(f"""
-        import resource, sys
+        import os, resource, sys
         import ringloader as rl
         from ringloader import transforms as T
         ds = rl.ImageFolder({str(root)!r}, transform=T.Compose([T.Resize((8, 8)), T.ToTensor()]))
         loader = rl.DataLoader(ds, batch_size=5, num_workers=2, io_depth=64, on_error="skip", timeout=60,
                                max_skipped_fraction=1)
         it = iter(loader)
-        used = len(__import__("os").listdir("/proc/self/fd"))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used + 4, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        fds = "/proc/self/fd"
+        used = 0
+        for fd in os.listdir(fds):
+            try:
+                used += not os.readlink(os.path.join(fds, fd)).startswith({str(root)!r})
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         rows = sum(len(y) for _, y in it)
         s = loader.stats()
         print(rows, s["skipped"], s["errors"])
