@@ -648,10 +648,14 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
     xoff = std::min(xoff, static_cast<JDIMENSION>(dw) - min_width);
   }
   bool ok = true;
+  // The MCU columns the library transforms (all, uncropped).
+  uint64_t first_col = 0;
+  uint64_t last_col = ~uint64_t{0};
   if (row1 > row0 && xwidth < static_cast<JDIMENSION>(dw)) {
     // Widens to iMCU boundaries; afterwards output_width is the cropped width.
     ok = Guarded(s.err, [&] { jpeg_crop_scanline(cinfo, &xoff, &xwidth); });
     if (!ok) return FailureStatus(cinfo, s.err);
+    decode_internal::CropColumns(cinfo, xoff, &first_col, &last_col);
   } else {
     xoff = 0;
     xwidth = static_cast<JDIMENSION>(dw);
@@ -674,14 +678,15 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
   const uint64_t fingerprint = clean != nullptr ? clean->Fingerprint(data, size) : 0;
   const bool known_clean = clean != nullptr && clean->Contains(fingerprint);
   // Bytes read clean before by this process start their entropy decoding at the last resume
-  // point above the crop; other decodes record points for the next time.
+  // point above the crop, and each row of the crop at the last point left of it; other
+  // decodes record points for the next time.
   decode_internal::ScanIndex* index = clean != nullptr && s.entropy_installed && !cinfo->progressive_mode
                                           ? &decode_internal::ScanIndex::ProcessWide()
                                           : nullptr;
   bool recording = false;
   if (index != nullptr) {
     if (known_clean && index->Find(fingerprint, size, &s.points)) {
-      s.entropy.Resume(&s.points);
+      s.entropy.Resume(&s.points, first_col, last_col);
     } else {
       s.entropy.Record(&s.points);
       recording = true;

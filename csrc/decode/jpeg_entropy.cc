@@ -341,9 +341,18 @@ void EndScan(j_decompress_ptr cinfo, Core& c) {
   cinfo->unread_marker = 0;
 }
 
+/// The MCU after `mcu` at which a point is recorded: the next of every point_cols-th column
+/// on every point_rows-th row.
+uint64_t NextPoint(const Core& c, uint64_t mcu) {
+  const uint64_t row = mcu / c.mcus_per_row;
+  const uint64_t col = mcu % c.mcus_per_row;
+  if (row % c.point_rows == 0 && col + c.point_cols < c.mcus_per_row) return mcu + c.point_cols;
+  return (row / c.point_rows + 1) * c.point_rows * c.mcus_per_row;
+}
+
 /// Appends the state at the start of MCU c.mcu to the points being recorded.
 void RecordPoint(Core& c) {
-  c.next_point += c.point_stride;
+  c.next_point = NextPoint(c, c.mcu);
   const int real = c.bits - c.pad;  // unread stream bits in the buffer
   if (real < 0) return;
   // Back over the data bytes those bits came from (a stuffed FF 00 is one data byte).
@@ -375,47 +384,8 @@ void RecordPoint(Core& c) {
   if (++c.mcu == c.total_mcus) EndScan(cinfo, c);
 }
 
-boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data);
-
-/// The first MCU the library needs after skipping: the state is taken from the last resume
-/// point at or before it (else kept at MCU 0), and the MCUs between are decoded.
-void CatchUp(j_decompress_ptr cinfo, Core& c) {
-  const uint64_t target = c.mcu;
-  c.deferring = false;
-  c.mcu = 0;
-  const ResumePoint* best = nullptr;
-  for (const ResumePoint& p : *c.resume) {
-    if (p.mcu > target) break;
-    best = &p;
-  }
-  if (best != nullptr) {
-    ReadFrom(c, c.scan_begin + best->offset);
-    Bits r = RefillSlow(c, Bits{c.acc, c.bits, c.pos});
-    if (r.bits - c.pad < best->bit) Bail(cinfo, c);
-    r.acc <<= best->bit;
-    r.bits -= best->bit;
-    c.acc = r.acc;
-    c.bits = r.bits;
-    c.pos = r.pos;
-    for (int i = 0; i < MAX_COMPS_IN_SCAN; ++i) c.last_dc[i] = best->dc[i];
-    c.restarts_to_go = best->restarts_to_go;
-    c.next_restart = best->next_restart;
-    c.mcu = best->mcu;
-    c.resumed = true;
-  }
-  while (c.mcu < target) DecodeMcu(cinfo, nullptr);
-}
-
-boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
-  Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
-  if (__builtin_expect(c.deferring, 0)) {
-    // Skipped rows: counted until an MCU is needed (the scan's last one always is).
-    if (data == nullptr && c.mcu + 1 < c.total_mcus) {
-      ++c.mcu;
-      return TRUE;
-    }
-    CatchUp(cinfo, c);
-  }
+/// The MCU at c.mcu, into `data` (nullptr: decoded, not kept).
+[[gnu::always_inline]] inline void DecodeNext(j_decompress_ptr cinfo, Core& c, JBLOCKROW* data) {
   if (__builtin_expect(c.mcu == c.next_point, 0)) RecordPoint(c);
   if (c.restart_interval != 0 && c.restarts_to_go == 0) Restart(cinfo, c);
   Bits r{c.acc, c.bits, c.pos};
@@ -438,6 +408,47 @@ boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
     }
   }
   EndMcu(cinfo, c, r);
+}
+
+/// Resuming, an MCU the library needs (`target`), past where the decoder stands: the state
+/// is taken from the last resume point after that and at or before the target, if any, and
+/// the MCUs between are decoded.
+[[gnu::noinline]] void CatchUp(j_decompress_ptr cinfo, Core& c, uint64_t target) {
+  const auto after = std::upper_bound(c.resume->begin(), c.resume->end(), target,
+                                      [](uint64_t m, const ResumePoint& p) { return m < p.mcu; });
+  const ResumePoint* best = after == c.resume->begin() ? nullptr : &*std::prev(after);
+  if (best != nullptr && best->mcu > c.mcu) {
+    ReadFrom(c, c.scan_begin + best->offset);
+    Bits r = RefillSlow(c, Bits{c.acc, c.bits, c.pos});
+    if (r.bits - c.pad < best->bit) Bail(cinfo, c);
+    r.acc <<= best->bit;
+    r.bits -= best->bit;
+    c.acc = r.acc;
+    c.bits = r.bits;
+    c.pos = r.pos;
+    for (int i = 0; i < MAX_COMPS_IN_SCAN; ++i) c.last_dc[i] = best->dc[i];
+    c.restarts_to_go = best->restarts_to_go;
+    c.next_restart = best->next_restart;
+    c.mcu = best->mcu;
+    c.resumed = true;
+  }
+  while (c.mcu < target) DecodeNext(cinfo, c, nullptr);
+}
+
+boolean DecodeMcu(j_decompress_ptr cinfo, JBLOCKROW* data) {
+  Core& c = *reinterpret_cast<Core*>(cinfo->entropy);
+  if (__builtin_expect(c.deferring, 0)) {
+    // Only the MCUs the library needs, and the scan's last (its end is checked), are decoded;
+    // the library's coefficient buffer for the others stays as it gave it (zero).
+    const uint64_t m = c.call++;
+    if (m + 1 < c.total_mcus) {
+      if (data == nullptr) return TRUE;
+      const uint64_t col = m % c.mcus_per_row;
+      if (col < c.first_col || col > c.last_col) return TRUE;
+    }
+    if (c.mcu < m) CatchUp(cinfo, c, m);
+  }
+  DecodeNext(cinfo, c, data);
   return TRUE;
 }
 
@@ -587,10 +598,14 @@ void StartScan(j_decompress_ptr cinfo, Core& c) {
   c.mcus_per_row = std::max<JDIMENSION>(1, cinfo->MCUs_per_row);
   c.scan_begin = c.pos;
   c.next_point = ~uint64_t{0};
-  c.point_stride = 0;
+  c.point_cols = 1;
+  c.point_rows = 1;
   c.recording = nullptr;
   c.resume = nullptr;
   c.deferring = false;
+  c.call = 0;
+  c.first_col = 0;
+  c.last_col = ~uint64_t{0};
   c.resumed = false;
 }
 
@@ -721,15 +736,15 @@ void BaselineEntropy::Record(std::vector<ResumePoint>* points) {
   Core& c = core_;
   points->clear();
   if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
-  const uint64_t rows = c.total_mcus / c.mcus_per_row;
-  const uint64_t stride_rows =
-      std::max<uint64_t>(1, (rows + ScanIndex::kPointsPerScan) / (ScanIndex::kPointsPerScan + 1));
+  const uint64_t rows = (c.total_mcus + c.mcus_per_row - 1) / c.mcus_per_row;
+  const uint64_t per_row = std::clamp<uint64_t>(ScanIndex::kMaxPointsPerScan / rows, 1, ScanIndex::kPointsPerRow);
+  c.point_cols = std::max<uint64_t>(1, (c.mcus_per_row + per_row - 1) / per_row);
+  c.point_rows = std::max<uint64_t>(1, (rows + ScanIndex::kMaxPointsPerScan - 1) / ScanIndex::kMaxPointsPerScan);
   c.recording = points;
-  c.point_stride = stride_rows * c.mcus_per_row;
-  c.next_point = c.point_stride;
+  c.next_point = NextPoint(c, 0);
 }
 
-void BaselineEntropy::Resume(const std::vector<ResumePoint>* points) {
+void BaselineEntropy::Resume(const std::vector<ResumePoint>* points, uint64_t first_col, uint64_t last_col) {
   Core& c = core_;
   uint32_t last = 0;
   for (const ResumePoint& p : *points) {
@@ -740,6 +755,23 @@ void BaselineEntropy::Resume(const std::vector<ResumePoint>* points) {
   if (points->empty()) return;
   c.resume = points;
   c.deferring = true;
+  c.call = c.mcu;
+  c.first_col = first_col;
+  c.last_col = last_col;
+}
+
+void CropColumns(j_decompress_ptr cinfo, JDIMENSION xoffset, uint64_t* first, uint64_t* last) {
+#if JPEG_LIB_VERSION >= 70
+  const uint64_t dct = static_cast<uint64_t>(cinfo->min_DCT_h_scaled_size);
+#else
+  const uint64_t dct = static_cast<uint64_t>(cinfo->min_DCT_scaled_size);
+#endif
+  // As jpeg_crop_scanline: a single-component file's MCU is one block, others' an iMCU.
+  const uint64_t align = dct * (cinfo->comps_in_scan == 1 && cinfo->num_components == 1
+                                    ? 1
+                                    : static_cast<uint64_t>(cinfo->max_h_samp_factor));
+  *first = xoffset / align;
+  *last = (xoffset + uint64_t{cinfo->output_width} + align - 1) / align - 1;
 }
 
 ScanIndex& ScanIndex::ProcessWide() {
@@ -759,8 +791,13 @@ bool ScanIndex::Find(uint64_t fingerprint, uint64_t size, std::vector<ResumePoin
   return true;
 }
 
-bool ScanIndex::Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& points) {
-  if (points.empty()) return false;
+bool ScanIndex::Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& all) {
+  if (all.empty()) return false;
+  std::vector<ResumePoint> thin;
+  if (all.size() > kThinPoints && bytes() + 64 + all.size() * sizeof(ResumePoint) > limit_ / 2) {
+    for (size_t k = 1; k <= kThinPoints; ++k) thin.push_back(all[k * all.size() / (kThinPoints + 1)]);
+  }
+  const std::vector<ResumePoint>& points = thin.empty() ? all : thin;
   // A map node, its key and the vector's header, besides the points.
   const uint64_t cost = 64 + points.size() * sizeof(ResumePoint);
   std::unique_lock lock(mu_);

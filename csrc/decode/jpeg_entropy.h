@@ -66,7 +66,7 @@ struct HuffTable {
   bool derived = false;
 };
 
-/// Where the entropy decoder stood at the start of an MCU row of a scan: enough to go on
+/// Where the entropy decoder stood at the start of an MCU of a scan: enough to go on
 /// decoding from there (the byte and bit of the next code, the DC predictors, the restart
 /// count), recorded by a decode that read the scan of the same bytes to its end.
 struct ResumePoint {
@@ -78,22 +78,36 @@ struct ResumePoint {
   int16_t dc[4] = {0, 0, 0, 0};
 };
 
+/// After jpeg_crop_scanline moved the crop's left edge to `xoffset`: the first and last MCU
+/// columns the library transforms (its first_iMCU_col and last_iMCU_col, which jpeglib.h
+/// does not show).
+void CropColumns(j_decompress_ptr cinfo, JDIMENSION xoffset, uint64_t* first, uint64_t* last);
+
 /// The resume points of the scans this process has read clean to their end, by the keyed
 /// content fingerprint of the memo of clean scans (decode/clean_scans.h) and the file's size:
-/// a later decode of the same bytes that needs only some rows starts its entropy decoding at
-/// the last point above them instead of the top of the scan. At most kPointsPerScan points a
-/// scan (evenly spaced MCU rows), 20 bytes each; the table stops taking scans at its byte
-/// limit (RINGLOADER_SCAN_INDEX_MB, default 64; 0 turns it off).
+/// a later decode of the same bytes that needs only some rows and columns (a crop) starts its
+/// entropy decoding at the last point above them instead of the top of the scan, and on each
+/// row of the crop at the last point left of it, leaving the rest of the row undecoded.
+///
+/// A decode records kPointsPerRow points on each MCU row (the row's start and evenly spaced
+/// columns), fewer per row and then on fewer rows past kMaxPointsPerScan; 20 bytes each, about
+/// 2 KB for a 500x375 4:2:0 photo. Once half of the byte limit (RINGLOADER_SCAN_INDEX_MB,
+/// default 64; 0 turns the index off) is taken, a scan keeps only kThinPoints of its points,
+/// evenly spaced (a crop then starts near its first row, but its rows are decoded whole), so
+/// that a large dataset still gets points for many more scans; at the limit it takes no more.
 class ScanIndex {
  public:
-  static constexpr int kPointsPerScan = 16;
+  static constexpr int kPointsPerRow = 4;
+  static constexpr int kMaxPointsPerScan = 1024;
+  static constexpr int kThinPoints = 16;
 
   explicit ScanIndex(uint64_t limit_bytes) : limit_(limit_bytes) {}
   static ScanIndex& ProcessWide();
 
   /// The points of the scan with this fingerprint and size into `points`; false if none.
   bool Find(uint64_t fingerprint, uint64_t size, std::vector<ResumePoint>* points) const;
-  /// Remembers `points` (sorted by MCU) for the scan; false if the table is full.
+  /// Remembers `points` (sorted by MCU) for the scan, thinned past half the limit; false if
+  /// the table is full.
   bool Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& points);
 
   uint64_t bytes() const;
@@ -137,9 +151,13 @@ class BaselineEntropy {
   /// scan is decoded, up to the last MCU the decode reaches.
   void Record(std::vector<ResumePoint>* points);
   /// After Install, before the first MCU: MCUs the library asks to skip (no coefficient buffer)
-  /// are not decoded until one is needed, which is then reached from the last of `points` at or
-  /// before it (points of this very scan, sorted; they must outlive the decode).
-  void Resume(const std::vector<ResumePoint>* points);
+  /// and those outside the columns `first_col`..`last_col` (MCU columns: the library's crop,
+  /// whose blocks alone it transforms) are not decoded; each MCU it needs is reached from the
+  /// last of `points` at or before it, or by decoding on from where the decoder stands
+  /// (points of this very scan, sorted; they must outlive the decode). Only for bytes read
+  /// clean to their end before: the data of the MCUs passed over is never read.
+  void Resume(const std::vector<ResumePoint>* points, uint64_t first_col = 0,
+              uint64_t last_col = ~uint64_t{0});
   /// Whether the last decode started from a resume point past the scan's start.
   bool resumed() const { return core_.resumed; }
 
@@ -165,14 +183,22 @@ class BaselineEntropy {
     uint64_t total_mcus = 0;
     uint64_t mcus_per_row = 1;
     int blocks = 0;
-    // Resume points: the scan's first byte, the MCU at which to record the next point and the
-    // MCUs between points; the points being recorded, or those to resume from.
+    // Resume points: the scan's first byte, the MCU at which to record the next point, the
+    // MCU columns between points on a row that has them and the rows between such rows; the
+    // points being recorded, or those to resume from.
     const uint8_t* scan_begin = nullptr;
     uint64_t next_point = ~uint64_t{0};
-    uint64_t point_stride = 0;
+    uint64_t point_cols = 1;
+    uint64_t point_rows = 1;
     std::vector<ResumePoint>* recording = nullptr;
     const std::vector<ResumePoint>* resume = nullptr;
-    bool deferring = false;  // skipped MCUs are counted, not decoded (the state is MCU 0's)
+    // Resuming: the MCUs the library asks for are counted (`call`, the next one's index) and
+    // only those it needs are decoded (`mcu` is where the decoder stands); it needs those
+    // with a coefficient buffer in the columns first_col..last_col, and the scan's last.
+    bool deferring = false;
+    uint64_t call = 0;
+    uint64_t first_col = 0;
+    uint64_t last_col = ~uint64_t{0};
     bool resumed = false;
     // Progressive scans: the band (first and last coefficient), the bit position, the blocks
     // still to skip in an end-of-band run, the band's table; the library's own entropy

@@ -45,7 +45,7 @@ struct RawResult {
 RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0,
                     std::vector<decode_internal::ResumePoint>* record = nullptr,
                     const std::vector<decode_internal::ResumePoint>* resume = nullptr,
-                    BaselineEntropy* reused = nullptr) {
+                    BaselineEntropy* reused = nullptr, JDIMENSION crop_x = 0, JDIMENSION crop_w = 0) {
   RawResult r;
   jpeg_decompress_struct cinfo;
   RawError err;
@@ -70,7 +70,13 @@ RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int
     r.installed = progress.installed;
     if (own && !cinfo.progressive_mode) r.installed = entropy.Install(&cinfo);
     if (r.installed && record != nullptr) entropy.Record(record);
-    if (r.installed && resume != nullptr) entropy.Resume(resume);
+    uint64_t first_col = 0;
+    uint64_t last_col = ~uint64_t{0};
+    if (crop_w > 0 && crop_x + crop_w <= cinfo.output_width && crop_w < cinfo.output_width) {
+      jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);
+      decode_internal::CropColumns(&cinfo, crop_x, &first_col, &last_col);
+    }
+    if (r.installed && resume != nullptr) entropy.Resume(resume, first_col, last_col);
     // Rows skipped at the top run the entropy decoder without a coefficient buffer.
     if (skip > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(skip));
     const size_t stride = static_cast<size_t>(cinfo.output_width) * cinfo.output_components;
@@ -137,7 +143,7 @@ std::vector<JpegFlavor> Layouts() {
 /// entropy decoder and by the project's (`reused`, or a new one): the project's takes the file
 /// and gives the library's pixels.
 void ExpectSamePixels(const std::vector<uint8_t>& jpeg, const JpegFlavor& f, int num, int skip,
-                      BaselineEntropy* reused = nullptr) {
+                      BaselineEntropy* reused = nullptr, JDIMENSION crop_x = 0, JDIMENSION crop_w = 0) {
   const RawResult lib = RawDecode(jpeg, false, num, skip);
   const RawResult own = RawDecode(jpeg, true, num, skip, nullptr, nullptr, reused);
   const std::string what =
@@ -361,22 +367,54 @@ TEST(BaselineEntropy, ResumesFromRecordedPointsWithTheSamePixels) {
     if (f.height >= 64) {
       EXPECT_GE(points.size(), 2u) << f.width << "x" << f.height;
     }
-    EXPECT_LE(points.size(), static_cast<size_t>(decode_internal::ScanIndex::kPointsPerScan));
+    EXPECT_LE(points.size(), static_cast<size_t>(decode_internal::ScanIndex::kMaxPointsPerScan));
     for (int num : {8, 2}) {
+      const int w = (f.width * num + 7) / 8;
+      // Crops (left edge, width; 0: none) at the left edge, inside, at the right edge, one
+      // column, and the whole width.
+      const std::pair<int, int> crops[] = {{0, 0}, {0, w / 3}, {w / 4, w / 2}, {w / 2, w - w / 2}, {w - 1, 1},
+                                           {w / 3, 1}};
       for (int skip : {0, 1, 17, 40, 63, 90}) {
         if (skip * 8 / num >= f.height) continue;
-        const RawResult lib = RawDecode(jpeg, false, num, skip * num / 8);
-        const RawResult own = RawDecode(jpeg, true, num, skip * num / 8, nullptr, &points);
-        ASSERT_TRUE(lib.ok);
-        ASSERT_TRUE(own.ok) << f.width << "x" << f.height << " skip " << skip;
-        EXPECT_FALSE(own.bailed);
-        EXPECT_TRUE(own.pixels == lib.pixels)
-            << f.width << "x" << f.height << " restart " << f.restart_interval << " skip " << skip;
-        resumed += own.resumed;
+        for (const auto& [x, cw] : crops) {
+          if (cw <= 0 && x > 0) continue;
+          const auto cx = static_cast<JDIMENSION>(x);
+          const auto cwidth = static_cast<JDIMENSION>(cw);
+          const RawResult lib = RawDecode(jpeg, false, num, skip * num / 8, nullptr, nullptr, nullptr, cx, cwidth);
+          const RawResult own =
+              RawDecode(jpeg, true, num, skip * num / 8, nullptr, &points, nullptr, cx, cwidth);
+          ASSERT_TRUE(lib.ok);
+          ASSERT_TRUE(own.ok) << f.width << "x" << f.height << " skip " << skip;
+          EXPECT_FALSE(own.bailed);
+          EXPECT_TRUE(own.pixels == lib.pixels) << f.width << "x" << f.height << " restart " << f.restart_interval
+                                                << " skip " << skip << " crop " << x << "+" << cw << " at " << num;
+          resumed += own.resumed;
+        }
       }
     }
   }
-  EXPECT_GT(resumed, 40);
+  EXPECT_GT(resumed, 200);
+}
+
+/// Points on every MCU row, at its start and a few columns along it, within the bound.
+TEST(BaselineEntropy, RecordsPointsAlongEachRow) {
+  JpegFlavor f;
+  f.width = 400;
+  f.height = 96;
+  f.h_samp = f.v_samp = 2;  // 16x16 MCUs: 25 columns, 6 rows
+  const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+  std::vector<decode_internal::ResumePoint> points;
+  ASSERT_TRUE(RawDecode(jpeg, true, 8, 0, &points).ok);
+  std::vector<uint32_t> mcus;
+  for (const auto& p : points) mcus.push_back(p.mcu);
+  // Every 7th column (25 / 4 rounded up), each row; none at MCU 0, where a decode starts.
+  std::vector<uint32_t> want;
+  for (uint32_t row = 0; row < 6; ++row) {
+    for (uint32_t col = 0; col < 25; col += 7) {
+      if (row + col > 0) want.push_back(row * 25 + col);
+    }
+  }
+  EXPECT_EQ(mcus, want);
 }
 
 TEST(BaselineEntropy, TheIndexKeepsPointsBySizeAndFingerprintWithinItsLimit) {
@@ -404,6 +442,25 @@ TEST(BaselineEntropy, TheIndexKeepsPointsBySizeAndFingerprintWithinItsLimit) {
   EXPECT_LT(taken, 20);
   EXPECT_LE(index.bytes(), 1000u);
   EXPECT_GT(index.bytes(), before);
+}
+
+/// Past half its limit the index keeps a few evenly spaced points of a scan, in order.
+TEST(BaselineEntropy, TheIndexThinsScansPastHalfItsLimit) {
+  const size_t n = 100;
+  decode_internal::ScanIndex index(10000);  // half: two whole scans of 100 points (2,064 bytes)
+  std::vector<decode_internal::ResumePoint> points(n), got;
+  for (size_t k = 0; k < n; ++k) points[k].mcu = static_cast<uint32_t>(3 * k + 1);
+  for (uint64_t scan = 0; scan < 3; ++scan) EXPECT_TRUE(index.Add(scan, 100, points));
+  ASSERT_TRUE(index.Find(0, 100, &got));
+  EXPECT_EQ(got.size(), n);
+  ASSERT_TRUE(index.Find(1, 100, &got));
+  EXPECT_EQ(got.size(), n);
+  ASSERT_TRUE(index.Find(2, 100, &got));
+  ASSERT_EQ(got.size(), static_cast<size_t>(decode_internal::ScanIndex::kThinPoints));
+  for (size_t k = 1; k < got.size(); ++k) EXPECT_LT(got[k - 1].mcu, got[k].mcu);
+  EXPECT_GT(got.front().mcu, points.front().mcu);
+  EXPECT_LT(got.back().mcu, points.back().mcu);
+  EXPECT_LE(index.bytes(), 10000u);
 }
 
 /// The decoder's strict decodes of the same bytes: the first records resume points, later ones
