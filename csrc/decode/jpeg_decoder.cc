@@ -684,8 +684,10 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
                                           ? &decode_internal::ScanIndex::ProcessWide()
                                           : nullptr;
   bool recording = false;
+  size_t found_points = 0;  // resuming: the points found (more after the decode: continued)
   if (index != nullptr) {
     if (known_clean && index->Find(fingerprint, size, &s.points)) {
+      found_points = s.points.size();
       s.entropy.Resume(&s.points, first_col, last_col);
     } else {
       s.entropy.Record(&s.points);
@@ -727,7 +729,9 @@ absl::Status JpegDecoder::DecodeRegion(const uint8_t* data, size_t size,
     return absl::DataLossError("corrupt JPEG: decoder returned fewer rows than requested");
   }
   if (clean != nullptr && !known_clean) clean->Add(fingerprint);  // read to the end, no error
-  if (recording) index->Add(fingerprint, size, s.points);
+  // A decode that stopped after its crop (bytes the memo vouched for, as in a new process)
+  // recorded the points above it; one that resumed from them and went further continued them.
+  if (recording || (found_points > 0 && s.points.size() > found_points)) index->Add(fingerprint, size, s.points);
   if (stats) *stats = DecodeStats{num, out_cols, std::max(rows_read, 0), s.err.warnings};
   return FinishSample(pipeline, g, rng, s.render, dst);
 }

@@ -350,6 +350,15 @@ uint64_t NextPoint(const Core& c, uint64_t mcu) {
   return (row / c.point_rows + 1) * c.point_rows * c.mcus_per_row;
 }
 
+/// Where points are recorded: kPointsPerRow columns on every row, fewer past
+/// kMaxPointsPerScan points, then on fewer rows.
+void SetPointGrid(Core& c) {
+  const uint64_t rows = (c.total_mcus + c.mcus_per_row - 1) / c.mcus_per_row;
+  const uint64_t per_row = std::clamp<uint64_t>(ScanIndex::kMaxPointsPerScan / rows, 1, ScanIndex::kPointsPerRow);
+  c.point_cols = std::max<uint64_t>(1, (c.mcus_per_row + per_row - 1) / per_row);
+  c.point_rows = std::max<uint64_t>(1, (rows + ScanIndex::kMaxPointsPerScan - 1) / ScanIndex::kMaxPointsPerScan);
+}
+
 /// Appends the state at the start of MCU c.mcu to the points being recorded.
 void RecordPoint(Core& c) {
   c.next_point = NextPoint(c, c.mcu);
@@ -736,15 +745,12 @@ void BaselineEntropy::Record(std::vector<ResumePoint>* points) {
   Core& c = core_;
   points->clear();
   if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
-  const uint64_t rows = (c.total_mcus + c.mcus_per_row - 1) / c.mcus_per_row;
-  const uint64_t per_row = std::clamp<uint64_t>(ScanIndex::kMaxPointsPerScan / rows, 1, ScanIndex::kPointsPerRow);
-  c.point_cols = std::max<uint64_t>(1, (c.mcus_per_row + per_row - 1) / per_row);
-  c.point_rows = std::max<uint64_t>(1, (rows + ScanIndex::kMaxPointsPerScan - 1) / ScanIndex::kMaxPointsPerScan);
+  SetPointGrid(c);
   c.recording = points;
   c.next_point = NextPoint(c, 0);
 }
 
-void BaselineEntropy::Resume(const std::vector<ResumePoint>* points, uint64_t first_col, uint64_t last_col) {
+void BaselineEntropy::Resume(std::vector<ResumePoint>* points, uint64_t first_col, uint64_t last_col) {
   Core& c = core_;
   uint32_t last = 0;
   for (const ResumePoint& p : *points) {
@@ -758,6 +764,13 @@ void BaselineEntropy::Resume(const std::vector<ResumePoint>* points, uint64_t fi
   c.call = c.mcu;
   c.first_col = first_col;
   c.last_col = last_col;
+  // Past the last point every MCU is decoded in turn (no point to jump to): the points of
+  // a decode that stopped after its crop are continued there.
+  if (c.total_mcus <= UINT32_MAX && c.end - c.scan_begin <= INT32_MAX) {
+    SetPointGrid(c);
+    c.recording = points;
+    c.next_point = NextPoint(c, points->back().mcu);
+  }
 }
 
 void CropColumns(j_decompress_ptr cinfo, JDIMENSION xoffset, uint64_t* first, uint64_t* last) {

@@ -155,9 +155,10 @@ class BaselineEntropy {
   /// whose blocks alone it transforms) are not decoded; each MCU it needs is reached from the
   /// last of `points` at or before it, or by decoding on from where the decoder stands
   /// (points of this very scan, sorted; they must outlive the decode). Only for bytes read
-  /// clean to their end before: the data of the MCUs passed over is never read.
-  void Resume(const std::vector<ResumePoint>* points, uint64_t first_col = 0,
-              uint64_t last_col = ~uint64_t{0});
+  /// clean to their end before: the data of the MCUs passed over is never read. Points of a
+  /// decode that stopped early are continued: those the decode passes after the last of
+  /// `points` are appended to it, as Record would have recorded them.
+  void Resume(std::vector<ResumePoint>* points, uint64_t first_col = 0, uint64_t last_col = ~uint64_t{0});
   /// Whether the last decode started from a resume point past the scan's start.
   bool resumed() const { return core_.resumed; }
 

@@ -44,7 +44,7 @@ struct RawResult {
 
 RawResult RawDecode(const std::vector<uint8_t>& jpeg, bool own, int num = 8, int skip = 0,
                     std::vector<decode_internal::ResumePoint>* record = nullptr,
-                    const std::vector<decode_internal::ResumePoint>* resume = nullptr,
+                    std::vector<decode_internal::ResumePoint>* resume = nullptr,
                     BaselineEntropy* reused = nullptr, JDIMENSION crop_x = 0, JDIMENSION crop_w = 0) {
   RawResult r;
   jpeg_decompress_struct cinfo;
@@ -381,8 +381,8 @@ TEST(BaselineEntropy, ResumesFromRecordedPointsWithTheSamePixels) {
           const auto cx = static_cast<JDIMENSION>(x);
           const auto cwidth = static_cast<JDIMENSION>(cw);
           const RawResult lib = RawDecode(jpeg, false, num, skip * num / 8, nullptr, nullptr, nullptr, cx, cwidth);
-          const RawResult own =
-              RawDecode(jpeg, true, num, skip * num / 8, nullptr, &points, nullptr, cx, cwidth);
+          std::vector<decode_internal::ResumePoint> copy = points;
+          const RawResult own = RawDecode(jpeg, true, num, skip * num / 8, nullptr, &copy, nullptr, cx, cwidth);
           ASSERT_TRUE(lib.ok);
           ASSERT_TRUE(own.ok) << f.width << "x" << f.height << " skip " << skip;
           EXPECT_FALSE(own.bailed);
@@ -394,6 +394,73 @@ TEST(BaselineEntropy, ResumesFromRecordedPointsWithTheSamePixels) {
     }
   }
   EXPECT_GT(resumed, 200);
+}
+
+bool SamePoint(const decode_internal::ResumePoint& a, const decode_internal::ResumePoint& b) {
+  return a.mcu == b.mcu && a.offset == b.offset && a.bit == b.bit && a.next_restart == b.next_restart &&
+         a.restarts_to_go == b.restarts_to_go && std::equal(a.dc, a.dc + 4, b.dc);
+}
+
+/// A decode that resumes from the first points of a scan (those a decode stopped after its
+/// crop recorded) and reads on to the end continues them: the points a whole decode records.
+TEST(BaselineEntropy, ContinuesThePointsOfADecodeThatStoppedEarly) {
+  int continued = 0;
+  for (const JpegFlavor& f : Layouts()) {
+    const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+    std::vector<decode_internal::ResumePoint> points;
+    ASSERT_TRUE(RawDecode(jpeg, true, 8, 0, &points).ok);
+    if (points.size() < 3) continue;
+    for (size_t keep : {size_t{1}, points.size() / 2, points.size() - 1}) {
+      const int w = f.width;
+      for (const auto& [x, cw] : {std::pair<int, int>{0, 0}, {w / 3, w / 3}}) {
+        std::vector<decode_internal::ResumePoint> part(points.begin(), points.begin() + keep);
+        const int skip = f.height / 3;
+        const RawResult lib = RawDecode(jpeg, false, 8, skip, nullptr, nullptr, nullptr, x, cw);
+        const RawResult own = RawDecode(jpeg, true, 8, skip, nullptr, &part, nullptr, x, cw);
+        ASSERT_TRUE(lib.ok && own.ok);
+        EXPECT_TRUE(own.pixels == lib.pixels) << f.width << "x" << f.height << " kept " << keep;
+        // Every row was read to the end of the scan: every point is there again, the same.
+        ASSERT_EQ(part.size(), points.size()) << f.width << "x" << f.height << " kept " << keep << " crop " << cw;
+        for (size_t k = 0; k < points.size(); ++k) {
+          EXPECT_TRUE(SamePoint(part[k], points[k])) << f.width << "x" << f.height << " point " << k;
+        }
+        ++continued;
+      }
+    }
+  }
+  EXPECT_GT(continued, 30);
+}
+
+/// A scan of more rows than kMaxPointsPerScan: a point on every other row, one a row (a
+/// grayscale file, restart interval 7); crops resumed from them at 8/8 and 1/8 (DC alone).
+TEST(BaselineEntropy, ResumesInATallScanWithPointsOnEveryOtherRow) {
+  JpegFlavor f;
+  f.width = 40;
+  f.height = 8 * 1030;  // 1,030 MCU rows of 5 MCUs
+  f.color = Color::kGray;
+  f.h_samp = f.v_samp = 1;
+  f.restart_interval = 7;
+  const std::vector<uint8_t> jpeg = EncodeJpeg(f);
+  std::vector<decode_internal::ResumePoint> points;
+  ASSERT_TRUE(RawDecode(jpeg, true, 8, 0, &points).ok);
+  ASSERT_EQ(points.size(), 514u);  // rows 2, 4, ..., 1028
+  for (const auto& p : points) EXPECT_EQ(p.mcu % 10, 0u);
+  int resumed = 0;
+  for (int num : {8, 1}) {
+    const int w = (f.width * num + 7) / 8;
+    for (int skip : {0, 3001 * num / 8, (f.height - 9) * num / 8}) {
+      for (const auto& [x, cw] : {std::pair<int, int>{0, 0}, {w - 1, 1}, {w / 2, 1}}) {
+        std::vector<decode_internal::ResumePoint> copy = points;
+        const RawResult lib = RawDecode(jpeg, false, num, skip, nullptr, nullptr, nullptr, x, cw);
+        const RawResult own = RawDecode(jpeg, true, num, skip, nullptr, &copy, nullptr, x, cw);
+        ASSERT_TRUE(lib.ok && own.ok);
+        EXPECT_FALSE(own.bailed);
+        EXPECT_TRUE(own.pixels == lib.pixels) << "scale " << num << " skip " << skip << " crop " << x << "+" << cw;
+        resumed += own.resumed;
+      }
+    }
+  }
+  EXPECT_GE(resumed, 12);
 }
 
 /// Points on every MCU row, at its start and a few columns along it, within the bound.
