@@ -233,7 +233,6 @@ __attribute__((noinline)) Bits RefillSlow(Core& c, Bits r) {
   return raw;
 }
 
-/// One block's AC coefficients; `Write`: into `block` (zeroed by the caller), else discarded.
 /// A value at the scan's bit position `al`, as the library's LEFT_SHIFT stores it.
 inline JCOEF AtBit(int value, int al) {
   return static_cast<JCOEF>(static_cast<int>(static_cast<unsigned>(value) << al));
@@ -274,6 +273,7 @@ template <bool kWrite>
   return true;
 }
 
+/// One block's AC coefficients; `Write`: into `block` (zeroed by the caller), else discarded.
 template <bool kWrite>
 [[gnu::always_inline]] inline void DecodeAc(j_decompress_ptr cinfo, Core& c, const HuffTable& t,
                                             JCOEF* block, Bits& r) {
@@ -350,13 +350,17 @@ uint64_t NextPoint(const Core& c, uint64_t mcu) {
   return (row / c.point_rows + 1) * c.point_rows * c.mcus_per_row;
 }
 
-/// Where points are recorded: kPointsPerRow columns on every row, fewer past
-/// kMaxPointsPerScan points, then on fewer rows.
-void SetPointGrid(Core& c) {
+/// Records points into `points` from the first one past MCU `after` on: kPointsPerRow columns
+/// on every row, fewer past kMaxPointsPerScan points, then on fewer rows. Not for a scan a
+/// point cannot address (MCU index and byte offset 32-bit).
+void StartRecording(Core& c, std::vector<ResumePoint>* points, uint64_t after) {
+  if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
   const uint64_t rows = (c.total_mcus + c.mcus_per_row - 1) / c.mcus_per_row;
   const uint64_t per_row = std::clamp<uint64_t>(ScanIndex::kMaxPointsPerScan / rows, 1, ScanIndex::kPointsPerRow);
   c.point_cols = std::max<uint64_t>(1, (c.mcus_per_row + per_row - 1) / per_row);
   c.point_rows = std::max<uint64_t>(1, (rows + ScanIndex::kMaxPointsPerScan - 1) / ScanIndex::kMaxPointsPerScan);
+  c.recording = points;
+  c.next_point = NextPoint(c, after);
 }
 
 /// Appends the state at the start of MCU c.mcu to the points being recorded.
@@ -744,10 +748,7 @@ void ProgressiveMonitor::Monitor(j_common_ptr cinfo) {
 void BaselineEntropy::Record(std::vector<ResumePoint>* points) {
   Core& c = core_;
   points->clear();
-  if (c.total_mcus == 0 || c.total_mcus > UINT32_MAX || c.end - c.scan_begin > INT32_MAX) return;
-  SetPointGrid(c);
-  c.recording = points;
-  c.next_point = NextPoint(c, 0);
+  StartRecording(c, points, 0);
 }
 
 void BaselineEntropy::Resume(std::vector<ResumePoint>* points, uint64_t first_col, uint64_t last_col) {
@@ -766,11 +767,7 @@ void BaselineEntropy::Resume(std::vector<ResumePoint>* points, uint64_t first_co
   c.last_col = last_col;
   // Past the last point every MCU is decoded in turn (no point to jump to): the points of
   // a decode that stopped after its crop are continued there.
-  if (c.total_mcus <= UINT32_MAX && c.end - c.scan_begin <= INT32_MAX) {
-    SetPointGrid(c);
-    c.recording = points;
-    c.next_point = NextPoint(c, points->back().mcu);
-  }
+  StartRecording(c, points, points->back().mcu);
 }
 
 void CropColumns(j_decompress_ptr cinfo, JDIMENSION xoffset, uint64_t* first, uint64_t* last) {
@@ -806,14 +803,14 @@ bool ScanIndex::Find(uint64_t fingerprint, uint64_t size, std::vector<ResumePoin
 
 bool ScanIndex::Add(uint64_t fingerprint, uint64_t size, const std::vector<ResumePoint>& all) {
   if (all.empty()) return false;
+  std::unique_lock lock(mu_);
   std::vector<ResumePoint> thin;
-  if (all.size() > kThinPoints && bytes() + 64 + all.size() * sizeof(ResumePoint) > limit_ / 2) {
+  if (all.size() > kThinPoints && bytes_ + 64 + all.size() * sizeof(ResumePoint) > limit_ / 2) {
     for (size_t k = 1; k <= kThinPoints; ++k) thin.push_back(all[k * all.size() / (kThinPoints + 1)]);
   }
   const std::vector<ResumePoint>& points = thin.empty() ? all : thin;
   // A map node, its key and the vector's header, besides the points.
   const uint64_t cost = 64 + points.size() * sizeof(ResumePoint);
-  std::unique_lock lock(mu_);
   auto it = map_.find(fingerprint);
   if (it != map_.end()) {
     // A decode that stopped after its crop recorded the points above it: more replace fewer.
